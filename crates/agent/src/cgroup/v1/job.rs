@@ -1,0 +1,279 @@
+//! A job cgroup across the v1 hierarchies.
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use super::super::procs::{self, KillOps};
+use super::super::util::{self, io_err};
+use super::super::{CgroupError, CgroupUsage, JobCgroup, JobLimits};
+use super::V1Paths;
+
+/// A job cgroup in every v1 hierarchy.
+#[derive(Debug, Clone)]
+pub struct V1Job {
+    pub(super) name: String,
+    pub(super) paths: V1Paths,
+    /// The subtree root's cpuset dir, source of "all CPUs" for empty lists.
+    pub(super) root_cpuset: PathBuf,
+}
+
+impl V1Job {
+    pub fn paths(&self) -> &V1Paths {
+        &self.paths
+    }
+
+    fn freezer_state(&self) -> Result<String, CgroupError> {
+        util::read_trimmed(&self.paths.freezer.join("freezer.state"))
+    }
+
+    fn set_freezer(&self, state: &'static str, wait: Duration) -> Result<(), CgroupError> {
+        let f = self.paths.freezer.join("freezer.state");
+        util::write_value(&f, state)?;
+        if procs::wait_until(wait, || Ok(self.freezer_state()? == state))? {
+            return Ok(());
+        }
+        if state == "FROZEN" {
+            // Don't leave it half-frozen (FREEZING) behind the caller's back.
+            util::write_value(&f, "THAWED")?;
+        }
+        Err(CgroupError::Timeout {
+            what: if state == "FROZEN" {
+                "freezer.state FROZEN"
+            } else {
+                "freezer.state THAWED"
+            },
+            path: f,
+            waited: wait,
+        })
+    }
+
+    /// Kernel order rule: memory.limit_in_bytes <= memory.memsw.limit_in_bytes
+    /// at all times, so raise memsw first when growing, last when shrinking.
+    fn set_memory_limit(&self, limit: Option<u64>) -> Result<(), CgroupError> {
+        let mem = self.paths.memory.join("memory.limit_in_bytes");
+        let memsw = self.paths.memory.join("memory.memsw.limit_in_bytes");
+        let value = limit
+            .map(|b| b.to_string())
+            .unwrap_or_else(|| "-1".to_string());
+        let Some(cur) = util::read_optional(&memsw)? else {
+            return util::write_value(&mem, &value);
+        };
+        let cur = util::parse_u64(&memsw, &cur)?;
+        if limit.unwrap_or(u64::MAX) > cur {
+            util::write_value(&memsw, &value)?;
+            util::write_value(&mem, &value)
+        } else {
+            util::write_value(&mem, &value)?;
+            util::write_value(&memsw, &value)
+        }
+    }
+}
+
+impl JobCgroup for V1Job {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn join_files(&self) -> Result<Vec<File>, CgroupError> {
+        self.paths
+            .unique()
+            .into_iter()
+            .map(|d| {
+                let p = d.join("cgroup.procs");
+                OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .map_err(|e| io_err("open for joining", &p, e))
+            })
+            .collect()
+    }
+
+    fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        // Every hierarchy: a process may have been moved out of some of them.
+        let mut set = BTreeSet::new();
+        for dir in self.paths.unique() {
+            procs::collect_procs(dir, dir == self.paths.freezer, &mut set)?;
+        }
+        Ok(set.into_iter().collect())
+    }
+
+    fn is_empty(&self) -> Result<bool, CgroupError> {
+        Ok(self.pids()?.is_empty())
+    }
+
+    fn signal_all(&self, signal: i32) -> Result<usize, CgroupError> {
+        procs::signal_pids(&self.pids()?, signal)
+    }
+
+    fn freeze(&self) -> Result<(), CgroupError> {
+        self.set_freezer("FROZEN", util::FREEZE_WAIT)
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        self.set_freezer("THAWED", util::FREEZE_WAIT)
+    }
+
+    fn kill_all(&self, deadline: Duration) -> Result<(), CgroupError> {
+        procs::freeze_kill_loop(
+            deadline,
+            KillOps {
+                pids: &|| self.pids(),
+                freeze: &|wait| self.set_freezer("FROZEN", wait),
+                thaw: &|| self.set_freezer("THAWED", util::FREEZE_WAIT),
+            },
+        )
+    }
+
+    fn usage(&self) -> Result<CgroupUsage, CgroupError> {
+        let acct = &self.paths.cpuacct;
+        let (user, system) = match (
+            util::read_optional(&acct.join("cpuacct.usage_user"))?,
+            util::read_optional(&acct.join("cpuacct.usage_sys"))?,
+        ) {
+            (Some(u), Some(s)) => (
+                util::parse_u64(&acct.join("cpuacct.usage_user"), &u)? / 1000,
+                util::parse_u64(&acct.join("cpuacct.usage_sys"), &s)? / 1000,
+            ),
+            _ => {
+                // Older kernels: cpuacct.stat in USER_HZ ticks.
+                let p = acct.join("cpuacct.stat");
+                let text = util::read_string(&p)?;
+                let ticks = |k| {
+                    util::keyed_u64(&text, k).ok_or_else(|| CgroupError::Parse {
+                        path: p.clone(),
+                        detail: format!("no {k} line"),
+                    })
+                };
+                let (u, s) = (ticks("user")?, ticks("system")?);
+                (ticks_to_usec(u), ticks_to_usec(s))
+            }
+        };
+        let mem = &self.paths.memory;
+        let peak_path = mem.join("memory.max_usage_in_bytes");
+        let peak = match util::read_optional(&peak_path)? {
+            Some(t) => util::parse_u64(&peak_path, &t)?,
+            None => 0,
+        };
+        // "oom_kill N" exists since Linux 4.13. Older kernels only have
+        // memory.failcnt, which also counts reclaimed hits of the limit, so it
+        // cannot tell an OOM kill apart: report 0 there.
+        let oom_kills = util::read_optional(&mem.join("memory.oom_control"))?
+            .and_then(|t| util::keyed_u64(&t, "oom_kill"))
+            .unwrap_or(0);
+        Ok(CgroupUsage {
+            user_cpu_usec: user,
+            system_cpu_usec: system,
+            peak_memory_bytes: peak,
+            oom_kills,
+        })
+    }
+
+    fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
+        // Empty lists mean "everything the subtree root has".
+        for (file, value) in [("cpuset.cpus", &limits.cpus), ("cpuset.mems", &limits.mems)] {
+            let value = if value.trim().is_empty() {
+                util::read_trimmed(&self.root_cpuset.join(file))?
+            } else {
+                value.trim().to_string()
+            };
+            util::write_value(&self.paths.cpuset.join(file), &value)?;
+        }
+        self.set_memory_limit(limits.memory_limit_bytes)
+    }
+
+    fn remove(&self) -> Result<(), CgroupError> {
+        for dir in self.paths.unique() {
+            util::remove_tree(dir, util::RMDIR_WAIT)?;
+        }
+        Ok(())
+    }
+}
+
+fn ticks_to_usec(ticks: u64) -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    let hz = if hz > 0 { hz as u64 } else { 100 };
+    ticks.saturating_mul(1_000_000) / hz
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ticks_conversion() {
+        // SAFETY: as above.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        assert_eq!(ticks_to_usec(hz), 1_000_000);
+    }
+
+    /// A fake job whose every hierarchy is one temp directory.
+    fn fixture(files: &[(&str, &str)]) -> (tempfile::TempDir, V1Job) {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        for (f, v) in files {
+            std::fs::write(dir.join(f), v).unwrap();
+        }
+        let paths = V1Paths {
+            cpuset: dir.clone(),
+            memory: dir.clone(),
+            freezer: dir.clone(),
+            cpuacct: dir.clone(),
+            pids: None,
+        };
+        let job = V1Job {
+            name: "job_1".into(),
+            paths,
+            root_cpuset: dir,
+        };
+        (tmp, job)
+    }
+
+    #[test]
+    fn usage_from_ns_counters() {
+        let (_t, job) = fixture(&[
+            ("cpuacct.usage_user", "2500000000\n"),
+            ("cpuacct.usage_sys", "1000\n"),
+            ("memory.max_usage_in_bytes", "4096\n"),
+            (
+                "memory.oom_control",
+                "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
+            ),
+        ]);
+        let want = CgroupUsage {
+            user_cpu_usec: 2_500_000,
+            system_cpu_usec: 1,
+            peak_memory_bytes: 4096,
+            oom_kills: 2,
+        };
+        assert_eq!(job.usage().unwrap(), want);
+    }
+
+    #[test]
+    fn usage_falls_back_to_cpuacct_stat_and_old_oom_control() {
+        // SAFETY: as above.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as u64;
+        let stat = format!("user {}\nsystem {}\n", 3 * hz, hz / 2);
+        let (_t, job) = fixture(&[
+            ("cpuacct.stat", &stat),
+            ("memory.max_usage_in_bytes", "0\n"),
+            ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\n"),
+            ("memory.failcnt", "7\n"),
+        ]);
+        let u = job.usage().unwrap();
+        assert_eq!((u.user_cpu_usec, u.system_cpu_usec), (3_000_000, 500_000));
+        assert_eq!(u.oom_kills, 0, "failcnt alone does not prove an OOM kill");
+    }
+
+    #[test]
+    fn memory_limit_without_memsw() {
+        let (_t, job) = fixture(&[("memory.limit_in_bytes", "9223372036854771712\n")]);
+        job.set_memory_limit(Some(1 << 20)).unwrap();
+        let read = |f: &str| std::fs::read_to_string(job.paths.memory.join(f)).unwrap();
+        assert_eq!(read("memory.limit_in_bytes"), "1048576");
+        job.set_memory_limit(None).unwrap();
+        assert_eq!(read("memory.limit_in_bytes"), "-1");
+    }
+}

@@ -1,0 +1,268 @@
+//! A job cgroup in the unified hierarchy.
+
+use std::collections::BTreeSet;
+use std::fs::{File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use super::super::procs::{self, KillOps};
+use super::super::util::{self, io_err};
+use super::super::{CgroupError, CgroupUsage, JobCgroup, JobLimits};
+
+/// A job cgroup in the unified hierarchy.
+#[derive(Debug, Clone)]
+pub struct V2Job {
+    pub(super) name: String,
+    pub(super) dir: PathBuf,
+    /// The subtree root, source of "all CPUs" for empty lists.
+    pub(super) root: PathBuf,
+}
+
+impl V2Job {
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// For tests that drive a job directory directly.
+    #[cfg(test)]
+    pub(crate) fn at(dir: PathBuf, root: PathBuf) -> V2Job {
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        V2Job { name, dir, root }
+    }
+
+    fn frozen(&self) -> Result<bool, CgroupError> {
+        let text = util::read_string(&self.dir.join("cgroup.events"))?;
+        Ok(util::keyed_u64(&text, "frozen") == Some(1))
+    }
+
+    fn set_frozen(&self, on: bool, wait: Duration) -> Result<(), CgroupError> {
+        let f = self.dir.join("cgroup.freeze");
+        util::write_value(&f, if on { "1" } else { "0" })?;
+        if procs::wait_until(wait, || Ok(self.frozen()? == on))? {
+            return Ok(());
+        }
+        if on {
+            // Don't leave it freezing behind the caller's back.
+            util::write_value(&f, "0")?;
+        }
+        Err(CgroupError::Timeout {
+            what: if on {
+                "cgroup.events frozen 1"
+            } else {
+                "cgroup.events frozen 0"
+            },
+            path: self.dir.join("cgroup.events"),
+            waited: wait,
+        })
+    }
+
+    /// SIGKILL the subtree with cgroup.kill until empty.
+    fn kill_with_cgroup_kill(&self, deadline: Duration) -> Result<(), CgroupError> {
+        let start = Instant::now();
+        loop {
+            let live = self.pids()?;
+            if live.is_empty() {
+                return Ok(());
+            }
+            let left = deadline.saturating_sub(start.elapsed());
+            if left.is_zero() {
+                return Err(CgroupError::Unkillable { pids: live });
+            }
+            util::write_value(&self.dir.join("cgroup.kill"), "1")?;
+            procs::wait_until(left.min(Duration::from_millis(200)), || {
+                Ok(self.pids()?.is_empty())
+            })?;
+        }
+    }
+}
+
+impl JobCgroup for V2Job {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn join_files(&self) -> Result<Vec<File>, CgroupError> {
+        let p = self.dir.join("cgroup.procs");
+        let f = OpenOptions::new()
+            .write(true)
+            .open(&p)
+            .map_err(|e| io_err("open for joining", &p, e))?;
+        Ok(vec![f])
+    }
+
+    fn pids(&self) -> Result<Vec<i32>, CgroupError> {
+        let mut set = BTreeSet::new();
+        procs::collect_procs(&self.dir, false, &mut set)?;
+        Ok(set.into_iter().collect())
+    }
+
+    fn is_empty(&self) -> Result<bool, CgroupError> {
+        Ok(self.pids()?.is_empty())
+    }
+
+    fn signal_all(&self, signal: i32) -> Result<usize, CgroupError> {
+        procs::signal_pids(&self.pids()?, signal)
+    }
+
+    fn freeze(&self) -> Result<(), CgroupError> {
+        self.set_frozen(true, util::FREEZE_WAIT)
+    }
+
+    fn thaw(&self) -> Result<(), CgroupError> {
+        self.set_frozen(false, util::FREEZE_WAIT)
+    }
+
+    fn kill_all(&self, deadline: Duration) -> Result<(), CgroupError> {
+        if util::is_file(&self.dir.join("cgroup.kill")) {
+            return self.kill_with_cgroup_kill(deadline);
+        }
+        procs::freeze_kill_loop(
+            deadline,
+            KillOps {
+                pids: &|| self.pids(),
+                freeze: &|wait| self.set_frozen(true, wait),
+                thaw: &|| self.set_frozen(false, util::FREEZE_WAIT),
+            },
+        )
+    }
+
+    fn usage(&self) -> Result<CgroupUsage, CgroupError> {
+        let keyed = |file: &str, key: &str| -> Result<u64, CgroupError> {
+            let text = util::read_optional(&self.dir.join(file))?;
+            Ok(text.and_then(|t| util::keyed_u64(&t, key)).unwrap_or(0))
+        };
+        // memory.peak exists since Linux 5.19; 0 before.
+        let peak_path = self.dir.join("memory.peak");
+        let peak = match util::read_optional(&peak_path)? {
+            Some(t) => util::parse_u64(&peak_path, &t)?,
+            None => 0,
+        };
+        Ok(CgroupUsage {
+            user_cpu_usec: keyed("cpu.stat", "user_usec")?,
+            system_cpu_usec: keyed("cpu.stat", "system_usec")?,
+            peak_memory_bytes: peak,
+            oom_kills: keyed("memory.events", "oom_kill")?,
+        })
+    }
+
+    fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
+        // Empty lists mean "everything the subtree root has", set explicitly
+        // so later changes to the root don't silently widen the job.
+        for (file, value) in [("cpuset.cpus", &limits.cpus), ("cpuset.mems", &limits.mems)] {
+            let value = if value.trim().is_empty() {
+                util::read_trimmed(&self.root.join(format!("{file}.effective")))?
+            } else {
+                value.trim().to_string()
+            };
+            util::write_value(&self.dir.join(file), &value)?;
+        }
+        let max = limits.memory_limit_bytes.map(|b| b.to_string());
+        util::write_value(
+            &self.dir.join("memory.max"),
+            max.as_deref().unwrap_or("max"),
+        )?;
+        // No swap beyond the limit (like v1 memsw); absent without swap accounting.
+        let swap = self.dir.join("memory.swap.max");
+        if util::is_file(&swap) {
+            let v = if limits.memory_limit_bytes.is_some() {
+                "0"
+            } else {
+                "max"
+            };
+            util::write_value(&swap, v)?;
+        }
+        Ok(())
+    }
+
+    fn remove(&self) -> Result<(), CgroupError> {
+        util::remove_tree(&self.dir, util::RMDIR_WAIT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    /// A fake job directory with the interface files of a v2 cgroup.
+    fn fixture(files: &[(&str, &str)]) -> (tempfile::TempDir, V2Job) {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().join("root");
+        let dir = root.join("job_1");
+        fs::create_dir_all(&dir).unwrap();
+        fs::write(root.join("cpuset.cpus.effective"), "0-3\n").unwrap();
+        fs::write(root.join("cpuset.mems.effective"), "0-1\n").unwrap();
+        for (f, v) in files {
+            fs::write(dir.join(f), v).unwrap();
+        }
+        (tmp, V2Job::at(dir, root))
+    }
+
+    #[test]
+    fn usage_from_stat_files() {
+        let (_t, job) = fixture(&[
+            (
+                "cpu.stat",
+                "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\nnr_throttled 0\n",
+            ),
+            ("memory.peak", "33554432\n"),
+            (
+                "memory.events",
+                "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n",
+            ),
+        ]);
+        let u = job.usage().unwrap();
+        assert_eq!(
+            u,
+            CgroupUsage {
+                user_cpu_usec: 1000,
+                system_cpu_usec: 500,
+                peak_memory_bytes: 33554432,
+                oom_kills: 1
+            }
+        );
+        fs::remove_file(job.dir().join("memory.peak")).unwrap();
+        assert_eq!(
+            job.usage().unwrap().peak_memory_bytes,
+            0,
+            "pre-5.19 kernels"
+        );
+    }
+
+    #[test]
+    fn update_writes_limits() {
+        let files = [
+            "cpuset.cpus",
+            "cpuset.mems",
+            "memory.max",
+            "memory.swap.max",
+        ];
+        let (_t, job) = fixture(&files.map(|f| (f, "")));
+        let read = |f: &str| fs::read_to_string(job.dir().join(f)).unwrap();
+        let limits = JobLimits {
+            cpus: "1,3".into(),
+            mems: "0".into(),
+            memory_limit_bytes: Some(64 << 20),
+        };
+        job.update(&limits).unwrap();
+        assert_eq!(files.map(read), ["1,3", "0", "67108864", "0"]);
+        job.update(&JobLimits::default()).unwrap();
+        assert_eq!(files.map(read), ["0-3", "0-1", "max", "max"]);
+    }
+
+    #[test]
+    fn freeze_reads_events() {
+        let (_t, job) = fixture(&[
+            ("cgroup.freeze", "0\n"),
+            ("cgroup.events", "populated 1\nfrozen 1\n"),
+        ]);
+        job.freeze().unwrap();
+        assert_eq!(
+            fs::read_to_string(job.dir().join("cgroup.freeze")).unwrap(),
+            "1"
+        );
+    }
+}

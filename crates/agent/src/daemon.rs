@@ -1,0 +1,275 @@
+//! The agent process: registers with the controller, heartbeats, runs what it is told.
+
+use crate::cgroup::{self, CgroupBackend};
+use crate::cpumap::CpuMap;
+use crate::hwtopo::{self, TopologySource};
+use crate::job::{cgroup_name, run_job, JobContext};
+use berth_core::job::JobOutcome;
+use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
+use berth_protocol::{read_frame, write_frame};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    pub name: String,
+    /// The controller's agent address (host:port).
+    pub controller: String,
+    /// Where this agent listens (host:port; port 0 picks one).
+    pub listen: String,
+    pub state_dir: PathBuf,
+    pub topology: TopologySource,
+    /// The agent's cgroup subtree, relative to each controller's mount (e.g. `berth/node1`).
+    pub cgroup_root: String,
+    /// Parent of per-job spool directories and TMPDIRs.
+    pub spool_dir: PathBuf,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error("topology: {0}")]
+    Topology(#[from] hwtopo::TopologyError),
+    #[error("cgroups: {0}")]
+    Cgroup(#[from] cgroup::CgroupError),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Shared between the connection, the job tasks and the status port.
+#[derive(Default)]
+struct Shared {
+    running: BTreeMap<JobId, mpsc::UnboundedSender<String>>,
+    /// Ended jobs whose end the controller has not acknowledged.
+    unacked: BTreeMap<JobId, JobOutcome>,
+    connected: bool,
+}
+
+pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    let topology = hwtopo::load(&cfg.topology)?;
+    let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
+    backend.prepare_root()?;
+    // Leftovers of an earlier agent in our subtree: their jobs were already reported lost.
+    for stale in backend.list().unwrap_or_default() {
+        if let Ok(Some(cg)) = backend.open(&stale) {
+            tracing::warn!(cgroup = %stale, "removing a job cgroup left by an earlier agent");
+            let _ = cg.kill_all(Duration::from_secs(10));
+            let _ = cg.remove();
+        }
+    }
+    let (cpus, mems) = backend.root_cpus_mems()?;
+    let real_cpus = CpuSet::parse_list(&cpus).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let real_mems = CpuSet::parse_list(&mems).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let cpumap = match cfg.topology {
+        TopologySource::Real => CpuMap::identity(&topology, real_cpus, real_mems),
+        _ => CpuMap::round_robin(&topology, real_cpus, real_mems),
+    };
+    prepare_spool_root(&cfg.spool_dir)?;
+    std::fs::create_dir_all(&cfg.state_dir).map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
+
+    let listener = TcpListener::bind(&cfg.listen).await.map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
+    let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
+    let real_cpus_text = cpumap.real_cpus.to_list();
+    let ctx = Arc::new(JobContext { cgroups: backend.clone(), cpumap, spool_root: cfg.spool_dir.clone(), agent_name: cfg.name.clone() });
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
+
+    tokio::spawn(serve_status(listener, cfg.name.clone(), instance.clone(), real_cpus_text.clone(), shared.clone()));
+
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
+    let registration = Registration {
+        name: cfg.name.clone(),
+        hostname: hostname(),
+        address,
+        instance,
+        version: env!("CARGO_PKG_VERSION").into(),
+        topology,
+        real_cpus: real_cpus_text,
+        running: vec![],
+        ended: vec![],
+    };
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let mut backoff = Duration::from_millis(100);
+    loop {
+        let session = connection(&cfg, &registration, &ctx, &shared, &events_tx, &mut events_rx);
+        tokio::select! {
+            r = session => {
+                shared.lock().map(|mut s| s.connected = false).ok();
+                match r {
+                    Ok(()) => backoff = Duration::from_millis(100),
+                    Err(e) => tracing::warn!("controller connection: {e}; retrying in {:?}", backoff),
+                }
+            }
+            _ = term.recv() => break,
+            _ = tokio::signal::ctrl_c() => break,
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = term.recv() => break,
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+    tracing::info!("stopping: killing running jobs and removing cgroups");
+    let running: Vec<_> = shared.lock().map(|s| s.running.values().cloned().collect()).unwrap_or_default();
+    for tx in running {
+        let _ = tx.send("agent stopped".into());
+    }
+    let backend2 = backend.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(Duration::from_millis(200));
+        backend2.remove_root()
+    })
+    .await;
+    // Job directories are gone with their jobs; the root goes too if nothing else is in it.
+    let _ = std::fs::remove_dir(&cfg.spool_dir);
+    Ok(())
+}
+
+/// One session with the controller: register, then relay until the connection drops.
+async fn connection(
+    cfg: &AgentConfig,
+    registration: &Registration,
+    ctx: &Arc<JobContext>,
+    shared: &Arc<Mutex<Shared>>,
+    events_tx: &mpsc::UnboundedSender<AgentMessage>,
+    events_rx: &mut mpsc::UnboundedReceiver<AgentMessage>,
+) -> Result<(), String> {
+    let stream = TcpStream::connect(&cfg.controller).await.map_err(|e| format!("cannot reach the controller at {}: {e}", cfg.controller))?;
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let mut reg = registration.clone();
+    let unacked: Vec<(JobId, JobOutcome)> = {
+        let s = shared.lock().map_err(|_| "state lock poisoned")?;
+        reg.running = s.running.keys().copied().collect();
+        reg.ended = s.unacked.keys().copied().collect();
+        s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
+    };
+    write_frame(&mut wr, &AgentMessage::Register(Box::new(reg))).await.map_err(|e| e.to_string())?;
+    let heartbeat = match read_frame::<_, ControllerMessage>(&mut rd).await.map_err(|e| e.to_string())? {
+        Some(ControllerMessage::Registered { heartbeat_interval_ms, .. }) => Duration::from_millis(heartbeat_interval_ms.max(100)),
+        Some(ControllerMessage::Rejected { reason }) => return Err(format!("the controller rejected this agent: {reason}")),
+        Some(other) => return Err(format!("unexpected first reply {other:?}")),
+        None => return Err("the controller closed the connection".into()),
+    };
+    shared.lock().map(|mut s| s.connected = true).ok();
+    tracing::info!(controller = %cfg.controller, "registered");
+    for (id, outcome) in unacked {
+        write_frame(&mut wr, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
+    }
+    let mut ticker = tokio::time::interval(heartbeat);
+    loop {
+        tokio::select! {
+            msg = read_frame::<_, ControllerMessage>(&mut rd) => {
+                match msg.map_err(|e| e.to_string())? {
+                    None => return Err("the controller closed the connection".into()),
+                    Some(m) => handle(m, ctx, shared, events_tx),
+                }
+            }
+            Some(ev) = events_rx.recv() => {
+                write_frame(&mut wr, &ev).await.map_err(|e| e.to_string())?;
+            }
+            _ = ticker.tick() => {
+                let running = shared.lock().map(|s| s.running.keys().copied().collect()).unwrap_or_default();
+                write_frame(&mut wr, &AgentMessage::Heartbeat { running }).await.map_err(|e| e.to_string())?;
+            }
+        }
+    }
+}
+
+fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shared>>, events: &mpsc::UnboundedSender<AgentMessage>) {
+    match msg {
+        ControllerMessage::Launch(spec) => launch(*spec, ctx, shared, events),
+        ControllerMessage::Kill { id, reason } => {
+            let tx = shared.lock().ok().and_then(|s| s.running.get(&id).cloned());
+            match tx {
+                Some(tx) => {
+                    let _ = tx.send(reason);
+                }
+                None => tracing::info!(job = %id, "kill for a job not running here"),
+            }
+        }
+        ControllerMessage::EndAck { id } => {
+            shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
+        }
+        ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
+    }
+}
+
+fn launch(spec: LaunchSpec, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shared>>, events: &mpsc::UnboundedSender<AgentMessage>) {
+    let id = spec.id;
+    let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+    {
+        let Ok(mut s) = shared.lock() else { return };
+        if s.running.contains_key(&id) || s.unacked.contains_key(&id) {
+            tracing::warn!(job = %id, "duplicate launch ignored");
+            return;
+        }
+        s.running.insert(id, kill_tx);
+    }
+    let (ctx, shared, events) = (ctx.clone(), shared.clone(), events.clone());
+    tokio::spawn(async move {
+        tracing::info!(job = %id, cgroup = %cgroup_name(id), "starting");
+        let outcome = run_job(spec, ctx, kill_rx, events.clone()).await;
+        tracing::info!(job = %id, ?outcome, "ended");
+        if let Ok(mut s) = shared.lock() {
+            s.running.remove(&id);
+            s.unacked.insert(id, outcome.clone());
+        }
+        let _ = events.send(AgentMessage::JobEnded { id, outcome });
+    });
+}
+
+async fn serve_status(listener: TcpListener, name: String, instance: String, real_cpus: String, shared: Arc<Mutex<Shared>>) {
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
+        tokio::spawn(async move {
+            let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
+                Ok(Some(AgentQuery::Status)) => {
+                    let (connected, running) = shared.lock().map(|s| (s.connected, s.running.keys().copied().collect())).unwrap_or_default();
+                    AgentReply::Status { name, instance, connected, running, real_cpus }
+                }
+                Ok(None) => return,
+                Err(e) => AgentReply::Error { message: e.to_string() },
+            };
+            let _ = write_frame(&mut stream, &reply).await;
+        });
+    }
+}
+
+/// The spool root must be a real directory owned by root, not something a user planted.
+fn prepare_spool_root(dir: &std::path::Path) -> Result<(), AgentError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let bad = |m: String| AgentError::Setup(m);
+    for d in [dir.parent(), Some(dir)].into_iter().flatten() {
+        if d.as_os_str().is_empty() || d == std::path::Path::new("/") || d == std::path::Path::new("/tmp") {
+            continue;
+        }
+        match std::fs::symlink_metadata(d) {
+            Ok(m) => {
+                if !m.is_dir() || m.uid() != unsafe_geteuid() {
+                    return Err(bad(format!("{} exists but is not a directory owned by this agent's user; remove it or choose another --spool-dir", d.display())));
+                }
+            }
+            Err(_) => std::fs::create_dir(d).map_err(|e| bad(format!("cannot create {}: {e}", d.display())))?,
+        }
+        // Users must reach their own job directory inside, but not list others.
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).map_err(|e| bad(format!("chmod {}: {e}", d.display())))?;
+    }
+    Ok(())
+}
+
+fn unsafe_geteuid() -> u32 {
+    // SAFETY: geteuid cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn hostname() -> String {
+    nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_else(|_| "localhost".into())
+}

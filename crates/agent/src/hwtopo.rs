@@ -1,0 +1,524 @@
+//! A node's hardware topology, read with hwloc and converted to berth's model
+//! ([`berth_core::topology::Topology`]).
+//!
+//! Three sources: the real machine, an hwloc synthetic description (e.g.
+//! `"package:2 numa:2 core:4 pu:2"`) and an hwloc XML export (`lstopo FILE.xml`). The last
+//! two let a small test box pretend to be a large compute node.
+//!
+//! The tests load the real-machine XML exports in `/work/shared/data/hwloc`, which come from
+//! the hwloc project's test suite (open-mpi/hwloc, BSD licence), via /work/shared/data/hwloc;
+//! see the README there for the machines and their expected shapes.
+
+use berth_core::topology::{Core, NumaNode, Package, Topology};
+use berth_core::{CoreError, CpuSet};
+use hwlocality::object::attributes::ObjectAttributes;
+use hwlocality::object::types::ObjectType;
+use hwlocality::object::TopologyObject;
+use hwlocality::topology::builder::{BuildFlags, TopologyBuilder};
+use std::collections::HashMap;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+type HwTopology = hwlocality::Topology;
+type HwCpuSet = hwlocality::cpu::cpuset::CpuSet;
+
+/// hwloc's own example of a synthetic description, shown when one does not parse.
+const SYNTHETIC_EXAMPLE: &str = "package:2 numa:2 core:4 pu:2";
+
+/// Where a node's topology comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TopologySource {
+    /// This machine, as hwloc discovers it (restricted to the PUs this process may use).
+    Real,
+    /// An hwloc synthetic description such as `"package:2 numa:2 core:4 pu:2"`.
+    Synthetic(String),
+    /// An hwloc XML export, e.g. from `lstopo FILE.xml` on the machine to emulate.
+    Xml(PathBuf),
+}
+
+impl fmt::Display for TopologySource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TopologySource::Real => f.write_str("this machine"),
+            TopologySource::Synthetic(spec) => write!(f, "synthetic topology {spec:?}"),
+            TopologySource::Xml(path) => write!(f, "topology XML file {}", path.display()),
+        }
+    }
+}
+
+/// Why a topology could not be loaded. Each message says what to do about it.
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error(
+        "hwloc rejected the synthetic topology {spec:?}: give space-separated levels from the \
+         largest down, each TYPE:COUNT, e.g. \"{SYNTHETIC_EXAMPLE}\" (or use `real` or `xml:FILE`)"
+    )]
+    BadSynthetic { spec: String },
+
+    #[error(
+        "topology XML file {} does not exist: give the path of an hwloc XML export \
+         (made with `lstopo FILE.xml` on the machine to emulate) as xml:FILE",
+        path.display()
+    )]
+    XmlNotFound { path: PathBuf },
+
+    #[error("cannot read topology XML file {}: {source}; check the path and its permissions", path.display())]
+    XmlUnreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error(
+        "hwloc cannot load {} as a topology ({detail}): give an hwloc XML export \
+         made with `lstopo FILE.xml`",
+        path.display()
+    )]
+    BadXml { path: PathBuf, detail: String },
+
+    #[error(
+        "hwloc could not discover this machine's topology ({detail}): check that /sys and /proc \
+         are mounted, or give a synthetic description or xml:FILE instead of `real`"
+    )]
+    Discovery { detail: String },
+
+    #[error("the topology from {origin} cannot be used: {detail}")]
+    Unusable { origin: String, detail: String },
+
+    #[error("the topology from {origin} is not valid for berth: {error}")]
+    Invalid {
+        origin: String,
+        #[source]
+        error: CoreError,
+    },
+}
+
+/// Parse the `berth up --topology SPEC` form: `"xml:FILE"` is an XML file, `"real"` this
+/// machine, anything else an hwloc synthetic description.
+pub fn parse_spec(spec: &str) -> TopologySource {
+    let spec = spec.trim();
+    if let Some(file) = spec.strip_prefix("xml:") {
+        TopologySource::Xml(PathBuf::from(file))
+    } else if spec == "real" {
+        TopologySource::Real
+    } else {
+        TopologySource::Synthetic(spec.to_string())
+    }
+}
+
+/// Load with hwloc and convert to berth's model.
+pub fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
+    let hw = build(source)?;
+    // On the real machine only the PUs this process may use count; a synthetic or XML
+    // topology is taken whole (it was built with INCLUDE_DISALLOWED, see `build`).
+    let allowed = match source {
+        TopologySource::Real => Some(to_berth(&hw.allowed_cpuset()).ok_or_else(|| TopologyError::Unusable {
+            origin: source.to_string(),
+            detail: "hwloc reports an infinite set of allowed PUs".into(),
+        })?),
+        _ => None,
+    };
+    let topology = convert(&hw, allowed.as_ref()).map_err(|detail| TopologyError::Unusable {
+        origin: source.to_string(),
+        detail,
+    })?;
+    topology.validate().map_err(|error| TopologyError::Invalid {
+        origin: source.to_string(),
+        error,
+    })?;
+    tracing::debug!(
+        source = %source,
+        packages = topology.packages.len(),
+        numa_nodes = topology.numa_nodes.len(),
+        cores = topology.core_count(),
+        pus = topology.pu_count(),
+        memory_bytes = topology.memory_bytes(),
+        "loaded topology"
+    );
+    Ok(topology)
+}
+
+/// Run an hwloc builder step. hwlocality (an alpha) panics with `unreachable!` when hwloc
+/// fails with an errno it does not expect, which libxml2-backed XML parsing can do on bad
+/// input; user input must not crash the agent, so such a panic becomes an error here.
+fn guarded<T>(step: impl FnOnce() -> T) -> Result<T, String> {
+    catch_unwind(AssertUnwindSafe(step)).map_err(|panic| {
+        let message = panic
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| panic.downcast_ref::<&str>().copied())
+            .unwrap_or("hwlocality panicked");
+        message.to_string()
+    })
+}
+
+/// Flags for topologies that do not describe this process's machine: keep every PU and NUMA
+/// node of the description, whatever the description or this process's binding allows.
+fn foreign_builder() -> Result<TopologyBuilder, String> {
+    HwTopology::builder()
+        .with_flags(BuildFlags::INCLUDE_DISALLOWED)
+        .map_err(|e| e.to_string())
+}
+
+fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
+    match source {
+        TopologySource::Real => {
+            // Default flags: hwloc leaves out PUs and NUMA nodes this process may not use
+            // (cgroup cpusets), so they are absent from berth's model too.
+            guarded(|| HwTopology::builder().build().map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(|detail| TopologyError::Discovery { detail })
+        }
+        TopologySource::Synthetic(spec) => {
+            let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
+            let builder = foreign_builder().map_err(bad)?;
+            let builder = guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)?;
+            guarded(|| builder.build().map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)
+        }
+        TopologySource::Xml(path) => {
+            check_readable(path)?;
+            let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
+            let builder = foreign_builder().map_err(bad)?;
+            let builder = guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)?;
+            guarded(|| builder.build().map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)
+        }
+    }
+}
+
+/// Give a clear error for a missing or unreadable file before hwloc sees the path.
+fn check_readable(path: &Path) -> Result<(), TopologyError> {
+    match std::fs::File::open(path) {
+        Ok(file) => match file.metadata() {
+            Ok(meta) if meta.is_dir() => Err(TopologyError::BadXml {
+                path: path.to_path_buf(),
+                detail: "it is a directory".into(),
+            }),
+            _ => Ok(()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(TopologyError::XmlNotFound { path: path.to_path_buf() })
+        }
+        Err(source) => Err(TopologyError::XmlUnreadable { path: path.to_path_buf(), source }),
+    }
+}
+
+/// An hwloc cpuset as berth's; `None` if it is infinite or holds an index beyond u32.
+fn to_berth(set: &HwCpuSet) -> Option<CpuSet> {
+    set.weight()?;
+    let mut out = CpuSet::new();
+    for index in set.iter_set() {
+        out.insert(u32::try_from(usize::from(index)).ok()?);
+    }
+    Some(out)
+}
+
+/// An object's OS index, or its logical index if hwloc does not know the OS one.
+fn os_or_logical(obj: &TopologyObject) -> Result<u32, String> {
+    let index = obj.os_index().unwrap_or_else(|| obj.logical_index());
+    u32::try_from(index).map_err(|_| format!("{} index {index} is too large", obj.object_type()))
+}
+
+/// Convert a loaded hwloc topology. `allowed`, if given, is the set of PUs that may be used;
+/// other PUs are left out (as are cores left without PUs).
+fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String> {
+    let usable = |pu: u32| allowed.is_none_or(|set| set.contains(pu));
+
+    // Packages, in logical order; remembered by hwloc's persistent object id.
+    let mut packages = Vec::new();
+    let mut package_of: HashMap<u64, usize> = HashMap::new();
+    for obj in hw.objects_with_type(ObjectType::Package) {
+        package_of.insert(obj.global_persistent_index(), packages.len());
+        packages.push(Package { os_index: os_or_logical(obj)? });
+    }
+
+    // NUMA nodes, in logical order, with their memory and (usable) PUs. Memory-only nodes
+    // (e.g. KNL MCDRAM, CXL memory) are listed like the others.
+    let mut numa_nodes = Vec::new();
+    let mut ordinary_memory = Vec::new();
+    for obj in hw.objects_with_type(ObjectType::NUMANode) {
+        let memory_bytes = match obj.attributes() {
+            Some(ObjectAttributes::NUMANode(attr)) => attr.local_memory().map_or(0, |m| m.get()),
+            _ => 0,
+        };
+        let mut cpus = match obj.cpuset() {
+            Some(set) => to_berth(&set).ok_or_else(|| format!("NUMA node L#{} has a bad cpuset", obj.logical_index()))?,
+            None => CpuSet::new(),
+        };
+        if let Some(allowed) = allowed {
+            cpus = cpus.iter().filter(|&pu| allowed.contains(pu)).collect();
+        }
+        // hwloc marks special memory (MCDRAM, HBM, NVM, GPU memory) with a subtype;
+        // ordinary memory has none (or "DRAM" in newer hwloc).
+        ordinary_memory.push(obj.subtype().is_none_or(|s| s.to_bytes().eq_ignore_ascii_case(b"DRAM")));
+        numa_nodes.push(NumaNode { os_index: os_or_logical(obj)?, memory_bytes, cpus });
+    }
+
+    // Cores: walk PUs in logical order (which follows cores' logical order) and group them by
+    // their Core ancestor; a PU without one becomes a core of its own.
+    let mut cores: Vec<Core> = Vec::new();
+    let mut core_of: HashMap<u64, usize> = HashMap::new();
+    let mut orphan_package: Option<usize> = None;
+    for pu in hw.objects_with_type(ObjectType::PU) {
+        let os_index = pu
+            .os_index()
+            .ok_or_else(|| format!("PU L#{} has no OS index", pu.logical_index()))?;
+        let os_index = u32::try_from(os_index).map_err(|_| format!("PU P#{os_index} is too large"))?;
+        if !usable(os_index) {
+            continue;
+        }
+        let core_obj = pu.first_ancestor_with_type(ObjectType::Core);
+        if let Some(&i) = core_obj.and_then(|c| core_of.get(&c.global_persistent_index())) {
+            cores[i].pus.push(os_index);
+            continue;
+        }
+        let package = match pu
+            .first_ancestor_with_type(ObjectType::Package)
+            .and_then(|p| package_of.get(&p.global_persistent_index()))
+        {
+            Some(&p) => p,
+            // No Package object above this PU (e.g. synthetic "core:4 pu:2"): one stand-in
+            // package, numbered after any real ones.
+            None => *orphan_package.get_or_insert_with(|| {
+                let os_index = packages.iter().map(|p: &Package| p.os_index + 1).max().unwrap_or(0);
+                packages.push(Package { os_index });
+                packages.len() - 1
+            }),
+        };
+        if let Some(c) = core_obj {
+            core_of.insert(c.global_persistent_index(), cores.len());
+        }
+        cores.push(Core { package, numa: None, pus: vec![os_index] });
+    }
+    if cores.is_empty() {
+        return Err("it has no usable PUs".into());
+    }
+
+    // A machine without NUMA information: one node with all memory and all PUs.
+    if numa_nodes.is_empty() {
+        numa_nodes.push(NumaNode {
+            os_index: 0,
+            memory_bytes: hw.root_object().total_memory(),
+            cpus: cores.iter().flat_map(|c| c.pus.iter().copied()).collect(),
+        });
+        ordinary_memory.push(true);
+    }
+
+    // Each core's NUMA node: hwloc 2 attaches NUMA nodes as memory children of some parent
+    // object, so go by cpusets. Of the nodes covering the core take the most local (fewest
+    // PUs), then ordinary memory over special memory (KNL's MCDRAM shares its DDR node's
+    // cpuset), then the first in logical order.
+    for core in &mut cores {
+        let pus = CpuSet::from_iter_u32(core.pus.iter().copied());
+        core.numa = numa_nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| pus.is_subset_of(&n.cpus))
+            .min_by_key(|&(i, n)| (n.cpus.len(), !ordinary_memory[i], i))
+            .map(|(i, _)| i);
+    }
+
+    Ok(Topology { packages, numa_nodes, cores })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn data(file: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hwloc").join(file)
+    }
+
+    fn synthetic(spec: &str) -> Topology {
+        load(&TopologySource::Synthetic(spec.into())).unwrap()
+    }
+
+    #[test]
+    fn parse_spec_forms() {
+        assert_eq!(parse_spec("real"), TopologySource::Real);
+        assert_eq!(parse_spec("xml:/tmp/a b.xml"), TopologySource::Xml("/tmp/a b.xml".into()));
+        assert_eq!(
+            parse_spec("package:2 core:4 pu:2"),
+            TopologySource::Synthetic("package:2 core:4 pu:2".into())
+        );
+    }
+
+    #[test]
+    fn synthetic_with_numa() {
+        let t = synthetic("package:2 numa:2 core:4 pu:2");
+        assert_eq!(t.packages, vec![Package { os_index: 0 }, Package { os_index: 1 }]);
+        assert_eq!(t.numa_nodes.len(), 4);
+        for (i, n) in t.numa_nodes.iter().enumerate() {
+            assert_eq!(n.os_index, i as u32);
+            assert_eq!(n.memory_bytes, GIB, "hwloc's default synthetic NUMA memory");
+            let first = 8 * i as u32;
+            assert_eq!(n.cpus.to_list(), format!("{first}-{}", first + 7));
+        }
+        assert_eq!(t.core_count(), 16);
+        assert_eq!(t.pu_count(), 32);
+        assert_eq!(t.memory_bytes(), 4 * GIB);
+        for (i, c) in t.cores.iter().enumerate() {
+            assert_eq!(c.package, i / 8);
+            assert_eq!(c.numa, Some(i / 4));
+            assert_eq!(c.pus, vec![2 * i as u32, 2 * i as u32 + 1]);
+        }
+        let package = format!("S{}", "CTT".repeat(8));
+        assert_eq!(t.ge_string(&CpuSet::new()), package.repeat(2));
+        assert_eq!(t, Topology::uniform(2, 2, 4, 2, GIB));
+    }
+
+    #[test]
+    fn synthetic_without_numa() {
+        let t = synthetic("package:2 core:3 pu:1");
+        assert_eq!(t.packages.len(), 2);
+        assert_eq!(t.numa_nodes.len(), 1);
+        assert_eq!(t.numa_nodes[0].cpus.to_list(), "0-5");
+        assert_eq!(t.core_count(), 6);
+        assert_eq!(t.pu_count(), 6);
+        assert!(t.cores.iter().all(|c| c.numa == Some(0)));
+        assert_eq!(t.ge_string(&CpuSet::new()), "SCCCSCCC");
+    }
+
+    #[test]
+    fn synthetic_without_package() {
+        let t = synthetic("core:4 pu:2");
+        assert_eq!(t.packages, vec![Package { os_index: 0 }]);
+        assert_eq!(t.numa_nodes.len(), 1);
+        assert_eq!(t.core_count(), 4);
+        assert_eq!(t.pu_count(), 8);
+        assert!(t.cores.iter().all(|c| c.package == 0 && c.numa == Some(0)));
+        assert_eq!(t.ge_string(&CpuSet::new()), "SCTTCTTCTTCTT");
+    }
+
+    #[test]
+    fn synthetic_without_cores() {
+        let t = synthetic("package:2 pu:3");
+        assert_eq!(t.packages.len(), 2);
+        assert_eq!(t.core_count(), 6);
+        assert!(t.cores.iter().all(|c| c.pus.len() == 1));
+        assert_eq!(t.cores[3].package, 1);
+    }
+
+    #[test]
+    fn real_machine_loads() {
+        let t = load(&TopologySource::Real).unwrap();
+        assert!(t.core_count() >= 1);
+        assert!(!t.numa_nodes.is_empty());
+        t.validate().unwrap();
+    }
+
+    /// Counts from /work/shared/data/hwloc/README.md: packages / NUMA / cores / PUs.
+    #[test]
+    fn every_shared_xml_loads() {
+        let cases = [
+            ("32em64t-2n8c2t-pci-normalio.xml", 2, 2, 16, 32),
+            ("64amd64-4p2n4ca2co.xml", 4, 8, 64, 64),
+            ("192em64t-24n8c2t.xml", 24, 24, 192, 384),
+            ("knl.xml", 1, 8, 64, 256),
+            ("Intel-RaptorLake-Corei7-1370P.xml", 1, 1, 14, 20),
+            ("128arm-2pa2n8cluster4co.xml", 2, 4, 128, 128),
+        ];
+        let dir = data("");
+        let mut on_disk: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".xml"))
+            .collect();
+        on_disk.sort();
+        let mut listed: Vec<String> = cases.iter().map(|c| c.0.to_string()).collect();
+        listed.sort();
+        assert_eq!(on_disk, listed, "an XML in {} has no expected counts here", dir.display());
+
+        for (file, packages, numa, cores, pus) in cases {
+            let t = load(&TopologySource::Xml(data(file))).unwrap_or_else(|e| panic!("{file}: {e}"));
+            t.validate().unwrap();
+            assert_eq!(
+                (t.packages.len(), t.numa_nodes.len(), t.core_count(), t.pu_count()),
+                (packages, numa, cores, pus),
+                "{file}"
+            );
+            // Every core lies under a NUMA node; memory comes with NUMA nodes.
+            assert!(t.cores.iter().all(|c| c.numa.is_some()), "{file}");
+            if file.starts_with("Intel-RaptorLake") {
+                assert_eq!(t.memory_bytes(), 0, "{file} has no memory information");
+            } else {
+                assert!(t.numa_nodes.iter().all(|n| n.memory_bytes > 0), "{file}");
+            }
+            // Cores are grouped by package, packages in order.
+            assert!(t.cores.windows(2).all(|w| w[0].package <= w[1].package), "{file}");
+        }
+    }
+
+    #[test]
+    fn raptor_lake_is_hybrid() {
+        let t = load(&TopologySource::Xml(data("Intel-RaptorLake-Corei7-1370P.xml"))).unwrap();
+        let smt = t.cores.iter().filter(|c| c.pus.len() == 2).count();
+        let single = t.cores.iter().filter(|c| c.pus.len() == 1).count();
+        assert_eq!((smt, single), (6, 8));
+        assert_eq!(t.threads_per_core(), 2);
+        assert_eq!(t.all_pus().to_list(), "0-19");
+    }
+
+    #[test]
+    fn knl_mcdram_nodes_are_listed_with_memory() {
+        let t = load(&TopologySource::Xml(data("knl.xml"))).unwrap();
+        assert_eq!(t.threads_per_core(), 4);
+        let mcdram: Vec<&NumaNode> = t.numa_nodes.iter().filter(|n| n.memory_bytes == 4 * GIB).collect();
+        assert_eq!(mcdram.len(), 4);
+        let mut os: Vec<u32> = mcdram.iter().map(|n| n.os_index).collect();
+        os.sort_unstable();
+        assert_eq!(os, vec![4, 5, 6, 7]);
+        // Cores map to their DDR node, never to the MCDRAM one sharing its cpuset.
+        for core in &t.cores {
+            let node = &t.numa_nodes[core.numa.unwrap()];
+            assert!(node.os_index < 4, "core {:?} mapped to MCDRAM node {}", core.pus, node.os_index);
+        }
+        assert_eq!(t.mems_for(&CpuSet::parse_list("0").unwrap()).len(), 1);
+    }
+
+    #[test]
+    fn numa_numbering_out_of_order() {
+        let t = load(&TopologySource::Xml(data("64amd64-4p2n4ca2co.xml"))).unwrap();
+        let os: Vec<u32> = t.numa_nodes.iter().map(|n| n.os_index).collect();
+        assert_eq!(os, vec![0, 1, 6, 7, 2, 3, 4, 5]);
+        for core in &t.cores {
+            let node = &t.numa_nodes[core.numa.unwrap()];
+            assert!(core.pus.iter().all(|&pu| node.cpus.contains(pu)));
+        }
+    }
+
+    #[test]
+    fn bad_synthetic_is_an_error() {
+        for spec in ["package:2 numa:x", "banana", "", "core:4\0"] {
+            let err = load(&TopologySource::Synthetic(spec.into())).unwrap_err();
+            assert!(matches!(err, TopologyError::BadSynthetic { .. }), "{spec:?}: {err:?}");
+            assert!(err.to_string().contains(SYNTHETIC_EXAMPLE), "{err}");
+        }
+    }
+
+    #[test]
+    fn missing_xml_names_the_path() {
+        let path = PathBuf::from("/nonexistent/berth-topology.xml");
+        let err = load(&TopologySource::Xml(path)).unwrap_err();
+        assert!(matches!(err, TopologyError::XmlNotFound { .. }), "{err:?}");
+        assert!(err.to_string().contains("/nonexistent/berth-topology.xml"), "{err}");
+    }
+
+    #[test]
+    fn non_topology_files_are_errors() {
+        for path in [data("README.md"), data("")] {
+            let err = load(&TopologySource::Xml(path.clone())).unwrap_err();
+            assert!(matches!(err, TopologyError::BadXml { .. }), "{}: {err:?}", path.display());
+        }
+    }
+}

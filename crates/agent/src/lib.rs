@@ -1,0 +1,14 @@
+//! berth-agent: everything that happens on one host (`berth agent`).
+
+pub mod cgroup;
+pub mod cpumap;
+pub mod daemon;
+pub mod hwtopo;
+pub mod job;
+pub mod spawn;
+
+pub use daemon::{run, AgentConfig, AgentError};
+
+pub(crate) fn now_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}

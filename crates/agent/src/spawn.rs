@@ -1,0 +1,92 @@
+//! Starting a user's process: in the job's cgroup, as the user, in a new session.
+//!
+//! Everything the child does between fork and exec is a plain system call on values prepared
+//! before the fork (no allocation, no locks), since the agent is multi-threaded.
+
+use berth_protocol::agent::UserIdentity;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+
+/// Everything the child needs, prepared in the parent.
+pub struct ChildSetup {
+    pub join_files: Vec<File>,
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<libc::gid_t>,
+    pub cwd: CString,
+    pub stdout: CString,
+    pub stderr: CString,
+    /// stdout and stderr name the same file: share one open file, not two racing offsets.
+    pub same_output: bool,
+}
+
+fn cstring(what: &str, s: &[u8]) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
+}
+
+impl ChildSetup {
+    pub fn new(join_files: Vec<File>, user: &UserIdentity, cwd: &str, stdout: &str, stderr: &str) -> Result<Self, String> {
+        Ok(ChildSetup {
+            join_files,
+            uid: user.uid,
+            gid: user.gid,
+            groups: user.groups.clone(),
+            cwd: cstring("working directory", cwd.as_bytes())?,
+            stdout: cstring("output path", Path::new(stdout).as_os_str().as_bytes())?,
+            stderr: cstring("error path", Path::new(stderr).as_os_str().as_bytes())?,
+            same_output: stdout == stderr,
+        })
+    }
+
+    /// Install the setup on a command. Steps, in the child: join the cgroup (as root), new
+    /// session, drop to the user's groups and ids, enter the submit directory, open the output
+    /// files as the user.
+    pub fn apply(self, cmd: &mut tokio::process::Command) {
+        let fds: Vec<RawFd> = self.join_files.iter().map(|f| f.as_raw_fd()).collect();
+        // Keep the files open until the command is dropped (the fds must be valid at fork).
+        let keep = self.join_files;
+        let same_output = self.same_output;
+        let setup = (self.uid, self.gid, self.groups, self.cwd, self.stdout, self.stderr);
+        // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
+        unsafe {
+            cmd.pre_exec(move || {
+                let _ = &keep;
+                let (uid, gid, groups, cwd, out, err) = &setup;
+                for &fd in &fds {
+                    if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if libc::setsid() < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
+                    || libc::setgid(*gid) != 0
+                    || libc::setuid(*uid) != 0
+                {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::chdir(cwd.as_ptr()) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for (path, target) in [(out, 1), (err, 2)] {
+                    if target == 2 && same_output {
+                        if libc::dup2(1, 2) < 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        break;
+                    }
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644);
+                    if fd < 0 || libc::dup2(fd, target) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
+    }
+}

@@ -1,0 +1,331 @@
+//! Daemons (`berth server`, `berth agent`) and the local cluster (`berth up`, `berth down`).
+
+use crate::client::{request, socket_path};
+use anyhow::{anyhow, bail, Context, Result};
+use berth_agent::hwtopo::{parse_spec, TopologySource};
+use berth_controller::ControllerConfig;
+use berth_protocol::client::{ClientRequest, ClientResponse};
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct ServerArgs {
+    /// Config file (TOML); default DIR/berth.toml when it exists.
+    #[arg(long)]
+    config: Option<PathBuf>,
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Address agents connect to.
+    #[arg(long)]
+    listen: Option<String>,
+    #[arg(long)]
+    socket: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct AgentArgs {
+    /// This node's name.
+    #[arg(long)]
+    name: String,
+    /// The controller's agent address.
+    #[arg(long, default_value = "127.0.0.1:7117")]
+    controller: String,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Port to listen on (shorthand for --listen 127.0.0.1:PORT).
+    #[arg(long)]
+    port: Option<u16>,
+    #[arg(long)]
+    state_dir: Option<PathBuf>,
+    /// Emulate a node: hwloc synthetic string, e.g. "package:2 numa:2 core:4 pu:2".
+    #[arg(long, conflicts_with = "topology_xml")]
+    topology_synthetic: Option<String>,
+    /// Emulate a node from an hwloc XML export.
+    #[arg(long)]
+    topology_xml: Option<PathBuf>,
+    /// The agent's cgroup subtree (default berth/NAME).
+    #[arg(long)]
+    cgroup_root: Option<String>,
+    /// Parent of per-job spool directories (default /tmp/berth/<cgroup root>).
+    #[arg(long)]
+    spool_dir: Option<PathBuf>,
+}
+
+pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {
+    let file = args.config.clone().or_else(|| Some(dir.join("berth.toml")).filter(|p| p.exists()));
+    let defaults = vec![
+        ("state_dir".to_string(), dir.join("controller").display().to_string()),
+        ("socket".to_string(), socket_path(dir).display().to_string()),
+    ];
+    let mut flags = vec![];
+    if let Some(s) = args.state_dir {
+        flags.push(("state_dir".to_string(), s.display().to_string()));
+    }
+    if let Some(l) = args.listen {
+        flags.push(("listen".to_string(), l));
+    }
+    if let Some(s) = args.socket {
+        flags.push(("socket".to_string(), s.display().to_string()));
+    }
+    let env: Vec<(String, String)> = std::env::vars().collect();
+    let cfg = ControllerConfig::load(file.as_deref(), &defaults, &env, &flags)?;
+    berth_controller::serve(cfg).await?;
+    Ok(0)
+}
+
+pub async fn agent(args: AgentArgs) -> Result<i32> {
+    let topology = match (args.topology_synthetic, args.topology_xml) {
+        (Some(s), _) => TopologySource::Synthetic(s),
+        (None, Some(x)) => TopologySource::Xml(x),
+        (None, None) => TopologySource::Real,
+    };
+    let cgroup_root = args.cgroup_root.unwrap_or_else(|| format!("berth/{}", args.name));
+    let spool_dir = args.spool_dir.unwrap_or_else(|| PathBuf::from("/tmp/berth").join(cgroup_root.replace('/', "_")));
+    let listen = match args.port {
+        Some(p) => format!("127.0.0.1:{p}"),
+        None => args.listen,
+    };
+    let cfg = berth_agent::AgentConfig {
+        state_dir: args.state_dir.unwrap_or_else(|| PathBuf::from(format!("/var/lib/berth/{}", args.name))),
+        name: args.name,
+        controller: args.controller,
+        listen,
+        topology,
+        cgroup_root,
+        spool_dir,
+    };
+    berth_agent::run(cfg).await?;
+    Ok(0)
+}
+
+/// What `berth up` recorded about a local cluster.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct ClusterFile {
+    id: String,
+    controller: String,
+    agents: usize,
+    topology: String,
+}
+
+const DEFAULT_TOPOLOGY: &str = "package:2 numa:2 core:2 pu:2";
+
+fn cluster_file(dir: &Path) -> PathBuf {
+    dir.join("cluster.json")
+}
+
+fn read_cluster(dir: &Path) -> Result<Option<ClusterFile>> {
+    match std::fs::read_to_string(cluster_file(dir)) {
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("{} is corrupt; remove the directory to start over", cluster_file(dir).display()))?)),
+        Err(_) => Ok(None),
+    }
+}
+
+fn free_port() -> Result<u16> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").context("cannot find a free port")?;
+    Ok(l.local_addr()?.port())
+}
+
+fn pid_file(dir: &Path, who: &str) -> PathBuf {
+    dir.join("run").join(format!("{who}.pid"))
+}
+
+/// The pid in `who`'s pid file, if that process is alive and is a berth process.
+fn live_pid(dir: &Path, who: &str) -> Option<i32> {
+    let pid: i32 = std::fs::read_to_string(pid_file(dir, who)).ok()?.trim().parse().ok()?;
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let cmd = String::from_utf8_lossy(&cmdline);
+    (cmd.contains("berth") && cmd.contains(if who == "server" { "server" } else { "agent" })).then_some(pid)
+}
+
+/// Start a berth daemon in the background, detached, logging to DIR/logs/WHO.log.
+fn spawn_daemon(dir: &Path, who: &str, args: &[String]) -> Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().context("cannot find the berth executable")?;
+    std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::create_dir_all(dir.join("run"))?;
+    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("logs").join(format!("{who}.log")))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
+    // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().with_context(|| format!("cannot start {who}"))?;
+    let pid = child.id() as i32;
+    std::fs::write(pid_file(dir, who), pid.to_string())?;
+    Ok(pid)
+}
+
+fn log_tail(dir: &Path, who: &str) -> String {
+    let text = std::fs::read_to_string(dir.join("logs").join(format!("{who}.log"))).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(8)..].join("\n")
+}
+
+pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<String>) -> Result<i32> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let previous = read_cluster(dir)?;
+    let cluster = match previous {
+        Some(mut c) => {
+            if let Some(n) = agents {
+                c.agents = n;
+            }
+            if let Some(t) = topology {
+                c.topology = t;
+            }
+            c
+        }
+        None => ClusterFile {
+            id: format!("{:08x}", (std::process::id() as u64 ^ berth_now_nanos()) & 0xffff_ffff),
+            controller: format!("127.0.0.1:{}", free_port()?),
+            agents: agents.unwrap_or(3),
+            topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
+        },
+    };
+    if cluster.agents == 0 || cluster.agents > 64 {
+        bail!("--agents must be between 1 and 64");
+    }
+    // Check the topology before starting anything.
+    if let TopologySource::Xml(p) = parse_spec(&cluster.topology) {
+        if !p.exists() {
+            bail!("topology file {} does not exist", p.display());
+        }
+    }
+    std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&cluster)?)?;
+    let config = dir.join("berth.toml");
+    if !config.exists() {
+        std::fs::write(
+            &config,
+            format!(
+                "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\ndefault_mem_per_core = \"256M\"\n",
+                cluster.controller
+            ),
+        )?;
+    }
+    let dir_s = dir.display().to_string();
+    let mut started = vec![];
+    if live_pid(dir, "server").is_none() || request(dir, ClientRequest::Ping).await.is_err() {
+        spawn_daemon(dir, "server", &["server".into(), "--dir".into(), dir_s.clone()])?;
+        started.push("server".to_string());
+        let t0 = Instant::now();
+        while request(dir, ClientRequest::Ping).await.is_err() {
+            if t0.elapsed() > Duration::from_secs(15) {
+                bail!("the controller did not come up; its log ends with:\n{}", log_tail(dir, "server"));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    let source = parse_spec(&cluster.topology);
+    let names: Vec<String> = (1..=cluster.agents).map(|i| format!("node{i}")).collect();
+    for name in &names {
+        if live_pid(dir, name).is_some() {
+            continue;
+        }
+        let mut args = vec![
+            "agent".into(),
+            "--name".into(),
+            name.clone(),
+            "--controller".into(),
+            cluster.controller.clone(),
+            "--state-dir".into(),
+            dir.join("agents").join(name).display().to_string(),
+            "--cgroup-root".into(),
+            format!("berth/{}/{name}", cluster.id),
+            "--spool-dir".into(),
+            format!("/tmp/berth/{}-{name}", cluster.id),
+        ];
+        match &source {
+            TopologySource::Real => {}
+            TopologySource::Synthetic(s) => args.extend(["--topology-synthetic".into(), s.clone()]),
+            TopologySource::Xml(p) => args.extend(["--topology-xml".into(), p.display().to_string()]),
+        }
+        spawn_daemon(dir, name, &args)?;
+        started.push(name.clone());
+    }
+    // Return once every agent is registered and connected.
+    let t0 = Instant::now();
+    loop {
+        let ready = match request(dir, ClientRequest::ListNodes).await {
+            Ok(ClientResponse::Nodes { nodes }) => names.iter().all(|n| nodes.iter().any(|x| &x.name == n && x.state != "down" && !x.state.contains("not connected"))),
+            _ => false,
+        };
+        if ready {
+            break;
+        }
+        if t0.elapsed() > Duration::from_secs(30) {
+            let dead: Vec<&String> = names.iter().filter(|n| live_pid(dir, n).is_none()).collect();
+            let detail = dead.first().map(|n| format!("\n{n}'s log ends with:\n{}", log_tail(dir, n))).unwrap_or_default();
+            bail!("agents did not all register within 30 s (not running: {dead:?}){detail}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if json {
+        println!("{}", serde_json::json!({"dir": dir_s, "controller": cluster.controller, "agents": names, "started": started, "topology": cluster.topology}));
+    } else {
+        println!(
+            "berth cluster up in {dir_s}: controller + {} agents ({}); started: {}",
+            names.len(),
+            cluster.topology,
+            if started.is_empty() { "nothing (all were running)".into() } else { started.join(", ") }
+        );
+        println!("use it with: export BERTH_DIR={dir_s}");
+    }
+    Ok(0)
+}
+
+fn berth_now_nanos() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// Stop `who` by its pid file: SIGTERM, wait, SIGKILL.
+async fn stop(dir: &Path, who: &str) -> Option<i32> {
+    let pid = live_pid(dir, who)?;
+    // SAFETY: plain kill(2) on a pid we started and verified is a berth process.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let t0 = Instant::now();
+    while Path::new(&format!("/proc/{pid}")).exists() && live_pid(dir, who).is_some() {
+        if t0.elapsed() > Duration::from_secs(15) {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = std::fs::remove_file(pid_file(dir, who));
+    Some(pid)
+}
+
+pub async fn down(dir: &Path, json: bool) -> Result<i32> {
+    let cluster = read_cluster(dir)?.ok_or_else(|| anyhow!("no local cluster in {} (no cluster.json); nothing to stop", dir.display()))?;
+    let mut stopped = vec![];
+    let mut agent_names: Vec<String> = std::fs::read_dir(dir.join("run"))
+        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".pid")).map(String::from)).collect())
+        .unwrap_or_default();
+    agent_names.retain(|n| n != "server");
+    agent_names.sort();
+    for name in &agent_names {
+        if stop(dir, name).await.is_some() {
+            stopped.push(name.clone());
+        }
+    }
+    if stop(dir, "server").await.is_some() {
+        stopped.push("server".into());
+    }
+    // Whatever the agents left: kill and remove the cluster's whole cgroup subtree.
+    let root = format!("berth/{}", cluster.id);
+    let cleanup = tokio::task::spawn_blocking(move || berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root())).await;
+    if let Ok(Err(e)) = cleanup {
+        eprintln!("berth: removing the cluster's cgroups: {e}");
+    }
+    if json {
+        println!("{}", serde_json::json!({"dir": dir.display().to_string(), "stopped": stopped}));
+    } else {
+        println!("berth cluster in {} down; stopped: {}", dir.display(), if stopped.is_empty() { "nothing was running".into() } else { stopped.join(", ") });
+    }
+    Ok(0)
+}

@@ -1,0 +1,124 @@
+//! The user commands: build a request, print the answer.
+
+use crate::client::{cluster_dir, request};
+use crate::output;
+use crate::{Command, SubmitFlags};
+use anyhow::{anyhow, bail, Context, Result};
+use berth_core::directives::SubmitOptions;
+use berth_core::job::JobState;
+use berth_core::JobId;
+use berth_protocol::client::{ClientRequest, ClientResponse, IdResult, SubmitRequest};
+use std::path::{Path, PathBuf};
+
+pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Result<i32> {
+    let dir = cluster_dir(dir);
+    match command {
+        Command::Submit { script, flags, hold } => submit(&dir, json, &script, &flags, hold).await,
+        Command::Jobs { all, state } => {
+            let states = state
+                .iter()
+                .map(|s| JobState::parse(s).ok_or_else(|| anyhow!("unknown state {s:?}; states are {}", JobState::ALL.map(|s| s.as_str()).join(", "))))
+                .collect::<Result<Vec<_>>>()?;
+            let ClientResponse::Jobs { jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await? else { bail!("unexpected answer") };
+            print(json, &jobs, || output::jobs_table(&jobs))
+        }
+        Command::Show { id } => {
+            let id = parse_id(&id)?;
+            let ClientResponse::Job { job } = request(&dir, ClientRequest::ShowJob { id }).await? else { bail!("unexpected answer") };
+            print(json, &job, || output::job_detail(&job))
+        }
+        Command::Cancel { ids } => per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: parse_ids(&ids)? }).await,
+        Command::Hold { ids } => per_id(&dir, json, "held", ClientRequest::Hold { ids: parse_ids(&ids)? }).await,
+        Command::Release { ids } => per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await,
+        Command::Nodes => {
+            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes).await? else { bail!("unexpected answer") };
+            print(json, &nodes, || output::nodes_table(&nodes))
+        }
+        Command::Node { action, name } => {
+            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::NodeAdmin { name, action }).await? else { bail!("unexpected answer") };
+            print(json, &nodes, || output::nodes_table(&nodes))
+        }
+        Command::Acct { limit } => {
+            let ClientResponse::Acct { jobs } = request(&dir, ClientRequest::Acct { limit: Some(limit) }).await? else { bail!("unexpected answer") };
+            print(json, &jobs, || output::acct_table(&jobs))
+        }
+        Command::Server(args) => crate::cluster::server(&dir, args).await,
+        Command::Agent(args) => crate::cluster::agent(args).await,
+        Command::Up { agents, topology } => crate::cluster::up(&dir, json, agents, topology).await,
+        Command::Down => crate::cluster::down(&dir, json).await,
+        Command::Demo { keep } => crate::demo::run(json, keep).await,
+    }
+}
+
+fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) -> Result<i32> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(value)?);
+    } else {
+        print!("{}", human());
+    }
+    Ok(0)
+}
+
+fn parse_id(s: &str) -> Result<JobId> {
+    s.parse::<JobId>().map_err(|e| anyhow!(e))
+}
+
+fn parse_ids(ids: &[String]) -> Result<Vec<JobId>> {
+    ids.iter().map(|s| parse_id(s)).collect()
+}
+
+async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Result<i32> {
+    let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
+    let failed = results.iter().filter(|r| !r.ok).count();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for IdResult { id, ok, error } in &results {
+            match (ok, error) {
+                (true, _) => println!("job {id} {verb}"),
+                (false, Some(e)) => eprintln!("berth: job {id}: {e}"),
+                (false, None) => eprintln!("berth: job {id}: failed"),
+            }
+        }
+    }
+    Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// Build the submission of `script` with `flags` as the calling process sees it.
+pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Result<SubmitRequest> {
+    let text = std::fs::read(script).with_context(|| format!("cannot read batch script {}", script.display()))?;
+    let text = String::from_utf8(text).map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))?;
+    let mut options = SubmitOptions::default();
+    let pairs = [
+        ("cores", &flags.cores),
+        ("nodes", &flags.nodes),
+        ("tasks-per-node", &flags.tasks_per_node),
+        ("cpus-per-task", &flags.cpus_per_task),
+        ("mem", &flags.mem),
+        ("walltime", &flags.walltime),
+        ("name", &flags.name),
+        ("output", &flags.output),
+        ("error", &flags.error),
+        ("queue", &flags.queue),
+    ];
+    for (name, value) in pairs {
+        if let Some(v) = value {
+            options.set(name, v).map_err(|e| anyhow!(e))?;
+        }
+    }
+    let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let script_name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "job".into());
+    Ok(SubmitRequest { script: text, script_name, options, env, cwd: cwd.to_string_lossy().into_owned(), hold })
+}
+
+async fn submit(dir: &Path, json: bool, script: &Path, flags: &SubmitFlags, hold: bool) -> Result<i32> {
+    let sub = build_submission(script, flags, hold)?;
+    let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else { bail!("unexpected answer") };
+    if json {
+        println!("{}", serde_json::json!({ "id": id }));
+    } else {
+        println!("{id}");
+    }
+    Ok(0)
+}

@@ -1,0 +1,168 @@
+//! `berth`: the one binary of berth: user commands, `berth server`, `berth agent`, and the
+//! local-cluster helpers `berth up`, `berth down`, `berth demo`.
+
+mod client;
+mod cluster;
+mod commands;
+mod demo;
+mod output;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "berth", version, about = "berth: a topology-aware workload manager", propagate_version = true)]
+struct Cli {
+    /// Cluster directory (holds the controller socket); default $BERTH_DIR or ./.berth.
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct SubmitFlags {
+    /// Total cores of the job.
+    #[arg(long)]
+    cores: Option<String>,
+    #[arg(long)]
+    nodes: Option<String>,
+    #[arg(long = "tasks-per-node")]
+    tasks_per_node: Option<String>,
+    #[arg(long = "cpus-per-task")]
+    cpus_per_task: Option<String>,
+    /// Memory per node, e.g. 512M, 4G.
+    #[arg(long)]
+    mem: Option<String>,
+    /// SECONDS, HH:MM:SS, D-HH:MM:SS, or 10m / 2h.
+    #[arg(long)]
+    walltime: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Output file (default berth-<id>.out in the submit directory; %j is the job id).
+    #[arg(long)]
+    output: Option<String>,
+    #[arg(long)]
+    error: Option<String>,
+    #[arg(long)]
+    queue: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Submit a batch script (options also read from `#BERTH` lines; flags win).
+    Submit {
+        script: PathBuf,
+        #[command(flatten)]
+        flags: SubmitFlags,
+        /// Submit held: it waits for `berth release`.
+        #[arg(long)]
+        hold: bool,
+    },
+    /// List jobs (queued, held, running; all with --all).
+    Jobs {
+        #[arg(long)]
+        all: bool,
+        /// Only jobs in this state (repeatable).
+        #[arg(long)]
+        state: Vec<String>,
+    },
+    /// Show one job in full.
+    Show { id: String },
+    /// Cancel jobs.
+    Cancel {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Hold queued jobs.
+    Hold {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Release held jobs.
+    Release {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// List nodes: state, topology, free PUs, memory per NUMA node.
+    Nodes,
+    /// Drain or resume a node (admins).
+    Node {
+        #[arg(value_parser = ["drain", "resume"])]
+        action: String,
+        name: String,
+    },
+    /// Accounting of finished jobs.
+    Acct {
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+    /// Run the controller.
+    Server(cluster::ServerArgs),
+    /// Run a node agent.
+    Agent(cluster::AgentArgs),
+    /// Start a local cluster (controller + agents) in the background.
+    Up {
+        #[arg(long)]
+        agents: Option<usize>,
+        /// hwloc synthetic string, `xml:FILE`, or `real`.
+        #[arg(long)]
+        topology: Option<String>,
+    },
+    /// Stop the local cluster and remove its cgroups.
+    Down,
+    /// Bring a cluster up, run real jobs, show the results, take it down.
+    Demo {
+        /// Leave the cluster running afterwards.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let daemon = matches!(cli.command, Command::Server(_) | Command::Agent(_));
+    if !daemon {
+        // A client piped into `head` should end quietly, like other Unix tools.
+        // SAFETY: setting a signal disposition before any thread starts.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
+    if daemon {
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    }
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(if daemon { 2 } else { 1 }).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let json = cli.json;
+    let code = rt.block_on(async move {
+        match commands::dispatch(cli.dir, cli.json, cli.command).await {
+            Ok(code) => code,
+            Err(e) => {
+                if json {
+                    let v = serde_json::json!({"error": {"code": error_code(&e), "message": format!("{e:#}")}});
+                    println!("{v}");
+                } else {
+                    eprintln!("berth: {e:#}");
+                }
+                1
+            }
+        }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    std::process::exit(code);
+}
+
+fn error_code(e: &anyhow::Error) -> &'static str {
+    match e.downcast_ref::<berth_protocol::client::ApiError>() {
+        Some(api) => api.code.as_str(),
+        None => "client",
+    }
+}

@@ -1,0 +1,160 @@
+//! Human-readable tables.
+
+use berth_core::units::{format_duration, format_size};
+use berth_protocol::client::{JobInfo, NodeInfo};
+
+fn time_of(t: Option<f64>) -> String {
+    match t {
+        None => "-".into(),
+        Some(t) => {
+            let secs = t as i64;
+            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            // SAFETY: localtime_r writes only into tm.
+            unsafe { libc::localtime_r(&secs, &mut tm) };
+            format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+        }
+    }
+}
+
+pub fn alloc_summary(j: &JobInfo) -> String {
+    if j.allocation.is_empty() {
+        return "-".into();
+    }
+    j.allocation.iter().map(|a| format!("{}[{}]", a.node, a.cpus)).collect::<Vec<_>>().join(",")
+}
+
+fn exit_of(j: &JobInfo) -> String {
+    match (j.exit_code, j.signal) {
+        (Some(c), _) => c.to_string(),
+        (None, Some(s)) => format!("sig{s}"),
+        _ => "-".into(),
+    }
+}
+
+pub fn jobs_table(jobs: &[JobInfo]) -> String {
+    let mut out = format!("{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n", "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "EXIT", "NODES[CPUS]", "REASON");
+    for j in jobs {
+        let cores: u32 = j.allocation.iter().map(|a| a.cores).sum();
+        let cores = if cores == 0 { j.request.cores.or(j.request.tasks_per_node).unwrap_or(1) } else { cores };
+        out.push_str(&format!(
+            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n",
+            j.id.0,
+            truncate(&j.name, 16),
+            truncate(&j.user, 10),
+            j.state.as_str(),
+            cores,
+            time_of(Some(j.submit_time)),
+            exit_of(j),
+            truncate(&alloc_summary(j), 24),
+            j.reason.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
+pub fn job_detail(j: &JobInfo) -> String {
+    let mut s = String::new();
+    let mut kv = |k: &str, v: String| s.push_str(&format!("{k:>14}: {v}\n"));
+    kv("id", j.id.to_string());
+    kv("name", j.name.clone());
+    kv("user", format!("{} (uid {}, gid {})", j.user, j.uid, j.gid));
+    kv("state", j.state.as_str().into());
+    if let Some(r) = &j.reason {
+        kv("reason", r.clone());
+    }
+    kv("queue", j.queue.clone());
+    let r = &j.request;
+    kv(
+        "request",
+        format!(
+            "nodes={} cores={} tasks-per-node={} cpus-per-task={} mem/node={}",
+            opt(r.nodes),
+            opt(r.cores),
+            opt(r.tasks_per_node),
+            opt(r.cpus_per_task),
+            r.mem_per_node.map(format_size).unwrap_or("-".into())
+        ),
+    );
+    kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
+    kv("submitted", time_of(Some(j.submit_time)));
+    kv("started", time_of(j.start_time));
+    kv("ended", time_of(j.end_time));
+    kv("exit", format!("code {} signal {}", opt(j.exit_code), opt(j.signal)));
+    kv("cwd", j.cwd.clone());
+    kv("stdout", j.stdout.clone());
+    kv("stderr", j.stderr.clone());
+    for a in &j.allocation {
+        kv("allocation", format!("{}: cpus {} ({} cores), memory nodes {}, memory {}", a.node, a.cpus, a.cores, a.mems, format_size(a.memory_bytes)));
+    }
+    if let Some(acct) = &j.accounting {
+        kv(
+            "usage",
+            format!(
+                "wall {:.2}s, user {:.2}s, system {:.2}s, peak memory {}",
+                acct.wall_seconds,
+                acct.user_cpu_seconds,
+                acct.system_cpu_seconds,
+                format_size(acct.peak_memory_bytes)
+            ),
+        );
+    }
+    s
+}
+
+fn opt<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+pub fn nodes_table(nodes: &[NodeInfo]) -> String {
+    let mut out = format!("{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n", "NODE", "STATE", "CPUS", "TOPOLOGY", "FREE", "MEM", "MEMORY PER NUMA NODE (used/total)");
+    for n in nodes {
+        let numa: Vec<String> = n.numa.iter().map(|m| format!("{}:{}/{}", m.os_index, format_size(m.allocated_bytes), format_size(m.memory_bytes))).collect();
+        out.push_str(&format!(
+            "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
+            n.name,
+            n.state,
+            format!("{}/{}", n.cpus_allocated, n.pus),
+            truncate(&n.topology, 24),
+            truncate(&n.free, 24),
+            format_size(n.memory_bytes),
+            numa.join(" ")
+        ));
+    }
+    out
+}
+
+pub fn acct_table(jobs: &[JobInfo]) -> String {
+    let mut out = format!("{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n", "ID", "NAME", "USER", "STATE", "EXIT", "WALL(s)", "USER(s)", "SYS(s)", "PEAKMEM", "NODES");
+    for j in jobs {
+        let (w, u, s, m) = j
+            .accounting
+            .as_ref()
+            .map(|a| (format!("{:.2}", a.wall_seconds), format!("{:.2}", a.user_cpu_seconds), format!("{:.2}", a.system_cpu_seconds), format_size(a.peak_memory_bytes)))
+            .unwrap_or(("-".into(), "-".into(), "-".into(), "-".into()));
+        let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
+        out.push_str(&format!(
+            "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n",
+            j.id.0,
+            truncate(&j.name, 16),
+            truncate(&j.user, 10),
+            j.state.as_str(),
+            exit_of(j),
+            w,
+            u,
+            s,
+            m,
+            nodes.join(",")
+        ));
+    }
+    out
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(n.saturating_sub(1)).collect();
+        t.push('+');
+        t
+    }
+}

@@ -1,0 +1,125 @@
+//! A real local cluster for system tests: `berth up` in a temp dir, `berth down` on drop.
+#![allow(dead_code)]
+
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_berth");
+
+/// System tests need root and cgroup v1/v2 controllers: say so loudly instead of passing.
+pub fn require_root() {
+    // SAFETY: geteuid cannot fail.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("this system test needs root (it creates cgroups and runs jobs as other users); run `bash scripts/test.sh` as root");
+    }
+}
+
+pub struct Cluster {
+    pub dir: PathBuf,
+    _tmp: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn up(agents: usize, topology: &str) -> Cluster {
+        require_root();
+        let tmp = tempfile::Builder::new().prefix("berth-test-").tempdir().expect("tempdir");
+        // Other users (the test user) must reach the socket and their own directories.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("cluster");
+        let c = Cluster { dir, _tmp: tmp };
+        let out = c.berth(&["up", "--agents", &agents.to_string(), "--topology", topology]);
+        assert!(out.status.success(), "berth up failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        c
+    }
+
+    pub fn root(&self) -> &Path {
+        self._tmp.path()
+    }
+
+    pub fn berth(&self, args: &[&str]) -> Output {
+        Command::new(BIN).arg("--dir").arg(&self.dir).args(args).current_dir(self.root()).output().expect("run berth")
+    }
+
+    /// Run berth and parse its --json output; panics with stderr on failure.
+    pub fn json(&self, args: &[&str]) -> Value {
+        let mut a = args.to_vec();
+        a.push("--json");
+        let out = self.berth(&a);
+        assert!(out.status.success(), "berth {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("berth {args:?}: bad json {e}: {}", String::from_utf8_lossy(&out.stdout)))
+    }
+
+    /// Write `text` as a script in the test dir and submit it with extra flags; returns the id.
+    pub fn submit(&self, name: &str, text: &str, flags: &[&str]) -> u64 {
+        let path = self.root().join(name);
+        std::fs::write(&path, text).unwrap();
+        let mut args = vec!["submit"];
+        args.extend_from_slice(flags);
+        let p = path.display().to_string();
+        args.push(&p);
+        self.json(&args)["id"].as_u64().expect("id")
+    }
+
+    pub fn show(&self, id: u64) -> Value {
+        self.json(&["show", &id.to_string()])
+    }
+
+    /// Wait until job `id` is in one of `states`; returns its record.
+    pub fn wait_state(&self, id: u64, states: &[&str], timeout: Duration) -> Value {
+        let t0 = Instant::now();
+        loop {
+            let j = self.show(id);
+            if states.contains(&j["state"].as_str().unwrap_or("")) {
+                return j;
+            }
+            if t0.elapsed() > timeout {
+                panic!("job {id} not in {states:?} after {timeout:?}: {j:#}\nlogs:\n{}", self.logs());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn wait_finished(&self, id: u64, timeout: Duration) -> Value {
+        self.wait_state(id, &["completed", "failed", "cancelled", "timeout", "node_fail"], timeout)
+    }
+
+    pub fn pid_of(&self, who: &str) -> i32 {
+        std::fs::read_to_string(self.dir.join("run").join(format!("{who}.pid"))).unwrap().trim().parse().unwrap()
+    }
+
+    pub fn cluster_id(&self) -> String {
+        let v: Value = serde_json::from_str(&std::fs::read_to_string(self.dir.join("cluster.json")).unwrap()).unwrap();
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    pub fn logs(&self) -> String {
+        let mut s = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.dir.join("logs")) {
+            for e in rd.flatten() {
+                let text = std::fs::read_to_string(e.path()).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                s.push_str(&format!("== {}\n{}\n", e.path().display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+            }
+        }
+        s
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.berth(&["down"]);
+    }
+}
+
+pub fn pid_alive(pid: i32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && std::fs::read_to_string(format!("/proc/{pid}/stat")).map(|s| !s.contains(") Z ")).unwrap_or(false)
+}
+
+/// Where cgroup controller `ctrl` is mounted (v1).
+pub fn cgroup_mount(ctrl: &str) -> PathBuf {
+    PathBuf::from("/sys/fs/cgroup").join(ctrl)
+}

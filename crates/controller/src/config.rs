@@ -1,0 +1,213 @@
+//! Controller configuration: a TOML file, then `BERTH_<KEY>` environment variables, then
+//! command-line flags, each overriding the one before. Validated at start; errors name the key.
+
+use serde::Deserialize;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// Directory of the state database and logs.
+    pub state_dir: PathBuf,
+    /// Unix socket users' commands connect to.
+    pub socket: PathBuf,
+    /// TCP address agents connect to.
+    #[serde(default = "default_listen")]
+    pub listen: String,
+    #[serde(default = "default_heartbeat_interval")]
+    pub heartbeat_interval_secs: f64,
+    /// A node is marked down after this many missed heartbeats.
+    #[serde(default = "default_heartbeat_misses")]
+    pub heartbeat_misses: u32,
+    /// Time between SIGTERM and SIGKILL when a job is cancelled or over its walltime.
+    #[serde(default = "default_kill_grace")]
+    pub kill_grace_secs: f64,
+    /// Memory given per allocated core when a job does not ask (`--mem`).
+    #[serde(default = "default_mem_per_core")]
+    pub default_mem_per_core: String,
+    /// Walltime for jobs that do not ask; none means unlimited.
+    #[serde(default)]
+    pub default_walltime: Option<String>,
+    /// Users who may act on every job and node.
+    #[serde(default = "default_admins")]
+    pub admins: Vec<String>,
+}
+
+fn default_listen() -> String {
+    "127.0.0.1:7117".into()
+}
+fn default_heartbeat_interval() -> f64 {
+    5.0
+}
+fn default_heartbeat_misses() -> u32 {
+    3
+}
+fn default_kill_grace() -> f64 {
+    10.0
+}
+fn default_mem_per_core() -> String {
+    "256M".into()
+}
+fn default_admins() -> Vec<String> {
+    vec!["root".into()]
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path}: {message}")]
+    Parse { path: String, message: String },
+    #[error("config key `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+/// Values that override the file, e.g. from flags: (key, TOML-ish value).
+pub type Overrides = Vec<(String, String)>;
+
+/// The keys a config may hold, for environment lookups.
+const KEYS: [&str; 9] = [
+    "state_dir",
+    "socket",
+    "listen",
+    "heartbeat_interval_secs",
+    "heartbeat_misses",
+    "kill_grace_secs",
+    "default_mem_per_core",
+    "default_walltime",
+    "admins",
+];
+
+impl ControllerConfig {
+    /// Load: `defaults`, then the file (optional), then environment `BERTH_<KEY>`, then `flags`.
+    pub fn load(file: Option<&Path>, defaults: &Overrides, env: &[(String, String)], flags: &Overrides) -> Result<Self, ConfigError> {
+        let label = file.map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into());
+        let mut table = match file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+                text.parse::<toml::Table>()
+                    .map_err(|e| ConfigError::Parse { path: label.clone(), message: e.to_string() })?
+            }
+            None => toml::Table::new(),
+        };
+        for (k, v) in defaults {
+            if !table.contains_key(k) {
+                table.insert(k.clone(), env_value(k, v));
+            }
+        }
+        for key in KEYS {
+            let var = format!("BERTH_{}", key.to_ascii_uppercase());
+            if let Some((_, v)) = env.iter().find(|(k, _)| *k == var) {
+                table.insert(key.to_string(), env_value(key, v));
+            }
+        }
+        for (k, v) in flags {
+            table.insert(k.clone(), env_value(k, v));
+        }
+        let config: ControllerConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| ConfigError::Parse { path: label, message: e.message().to_string() })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
+        if !(self.heartbeat_interval_secs > 0.0 && self.heartbeat_interval_secs <= 3600.0) {
+            return invalid("heartbeat_interval_secs", format!("{} is not between 0 and 3600 seconds", self.heartbeat_interval_secs));
+        }
+        if self.heartbeat_misses == 0 {
+            return invalid("heartbeat_misses", "must be at least 1".into());
+        }
+        if !(self.kill_grace_secs >= 0.0 && self.kill_grace_secs <= 3600.0) {
+            return invalid("kill_grace_secs", format!("{} is not between 0 and 3600 seconds", self.kill_grace_secs));
+        }
+        if let Err(e) = berth_core::units::parse_size(&self.default_mem_per_core) {
+            return invalid("default_mem_per_core", e.to_string());
+        }
+        if let Some(w) = &self.default_walltime {
+            if let Err(e) = berth_core::units::parse_duration_secs(w) {
+                return invalid("default_walltime", e.to_string());
+            }
+        }
+        if self.listen.parse::<std::net::SocketAddr>().is_err() {
+            return invalid("listen", format!("{:?} is not an address like 127.0.0.1:7117", self.listen));
+        }
+        Ok(())
+    }
+
+    pub fn default_mem_per_core_bytes(&self) -> u64 {
+        berth_core::units::parse_size(&self.default_mem_per_core).unwrap_or(256 << 20)
+    }
+
+    pub fn default_walltime_secs(&self) -> Option<u64> {
+        self.default_walltime.as_deref().and_then(|w| berth_core::units::parse_duration_secs(w).ok())
+    }
+
+    /// How long without a message before a node is marked down.
+    pub fn node_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs_f64(self.heartbeat_interval_secs * self.heartbeat_misses as f64)
+    }
+}
+
+/// Environment and flag values are text; numbers and lists are read as TOML when they parse.
+fn env_value(key: &str, v: &str) -> toml::Value {
+    if key == "admins" {
+        return toml::Value::Array(v.split(',').map(|s| toml::Value::String(s.trim().to_string())).collect());
+    }
+    if let Ok(i) = v.parse::<i64>() {
+        if key != "default_mem_per_core" && key != "default_walltime" {
+            return toml::Value::Integer(i);
+        }
+    }
+    if let Ok(f) = v.parse::<f64>() {
+        if key.ends_with("_secs") {
+            return toml::Value::Float(f);
+        }
+    }
+    toml::Value::String(v.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(text: &str) -> tempfile::NamedTempFile {
+        let f = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(f.path(), text).unwrap();
+        f
+    }
+
+    #[test]
+    fn file_env_flags_precedence() {
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_interval_secs = 2.0\nkill_grace_secs = 3\n");
+        let env = vec![("BERTH_HEARTBEAT_MISSES".to_string(), "7".to_string()), ("BERTH_KILL_GRACE_SECS".into(), "4".into())];
+        let flags = vec![("kill_grace_secs".to_string(), "5".to_string())];
+        let c = ControllerConfig::load(Some(f.path()), &vec![("listen".into(), "127.0.0.1:9".into())], &env, &flags).unwrap();
+        assert_eq!(c.heartbeat_interval_secs, 2.0);
+        assert_eq!(c.heartbeat_misses, 7);
+        assert_eq!(c.kill_grace_secs, 5.0);
+        assert_eq!(c.listen, "127.0.0.1:9");
+    }
+
+    #[test]
+    fn errors_name_the_key() {
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_intervl = 2\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("heartbeat_intervl"), "{e}");
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_misses = 0\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("heartbeat_misses"), "{e}");
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\ndefault_mem_per_core = \"lots\"\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("default_mem_per_core"), "{e}");
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_misses = \"x\"\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("heartbeat_misses") || e.contains("invalid type"), "{e}");
+        let f = write("this is not toml");
+        assert!(ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).is_err());
+        let e = ControllerConfig::load(None, &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("state_dir"), "{e}");
+    }
+}

@@ -1,0 +1,443 @@
+//! What the controller does with each request and agent message.
+
+use crate::job::{JobParts, JobRecord};
+use crate::state::{AgentTx, Controller};
+use crate::store::StoreError;
+use berth_core::directives::parse_script;
+use berth_core::job::{JobOutcome, JobState, Shape};
+use berth_core::node::NodeState;
+use berth_core::sched::check_feasible;
+use berth_core::JobId;
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest};
+use std::time::Instant;
+use tokio::sync::oneshot;
+
+/// Queues known to this controller (policy queues come with the scheduler's next version).
+pub const QUEUES: [&str; 1] = ["batch"];
+
+/// Who sent a request, as the kernel told us.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub user: UserIdentity,
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
+    ClientResponse::Error(ApiError::new(code, message))
+}
+
+impl Controller {
+    fn is_admin(&self, peer: &Peer) -> bool {
+        peer.user.uid == 0 || self.cfg.admins.iter().any(|a| *a == peer.user.name)
+    }
+
+    pub fn handle_client(&mut self, req: ClientRequest, peer: &Peer, reply: oneshot::Sender<ClientResponse>, now: f64) -> Result<(), StoreError> {
+        let response = match req {
+            ClientRequest::Ping => ClientResponse::Pong {
+                version: env!("CARGO_PKG_VERSION").into(),
+                protocol: berth_protocol::PROTOCOL_VERSION,
+                nodes: self.cluster.nodes.len(),
+                jobs: self.jobs.len(),
+            },
+            ClientRequest::Submit(sub) => match self.validate_submission(*sub, peer, now) {
+                Ok(job) => ClientResponse::Submitted { id: self.accept(job, now)? },
+                Err(e) => ClientResponse::Error(e),
+            },
+            ClientRequest::SubmitBatch { jobs } => {
+                let mut valid = Vec::with_capacity(jobs.len());
+                let mut failure = None;
+                for (i, sub) in jobs.into_iter().enumerate() {
+                    match self.validate_submission(sub, peer, now) {
+                        Ok(j) => valid.push(j),
+                        Err(e) => {
+                            failure = Some(ApiError::new(e.code, format!("job {i} of the batch: {}; nothing was submitted", e.message)));
+                            break;
+                        }
+                    }
+                }
+                match failure {
+                    Some(e) => ClientResponse::Error(e),
+                    None => {
+                        let mut ids = Vec::with_capacity(valid.len());
+                        for job in valid {
+                            ids.push(self.accept(job, now)?);
+                        }
+                        ClientResponse::SubmittedBatch { ids }
+                    }
+                }
+            }
+            ClientRequest::ListJobs { states, all } => {
+                let mut jobs: Vec<_> = self.jobs.values().map(|j| self.job_info(j)).collect();
+                if all || states.iter().any(|s| s.is_finished()) {
+                    let mut finished: Vec<_> = self.store.finished_jobs(10_000)?.iter().map(|j| j.info()).collect();
+                    finished.reverse();
+                    jobs.extend(finished);
+                    jobs.sort_by_key(|j| j.id);
+                }
+                if !states.is_empty() {
+                    jobs.retain(|j| states.contains(&j.state));
+                }
+                ClientResponse::Jobs { jobs }
+            }
+            ClientRequest::ShowJob { id } => match self.jobs.get(&id) {
+                Some(j) => ClientResponse::Job { job: Box::new(self.job_info(j)) },
+                None => match self.store.get_job(id)? {
+                    Some(j) => ClientResponse::Job { job: Box::new(j.info()) },
+                    None => unknown_job(id),
+                },
+            },
+            ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, Self::cancel_one)?,
+            ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, Self::hold_one)?,
+            ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, Self::release_one)?,
+            ClientRequest::ListNodes => ClientResponse::Nodes { nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i)).collect() },
+            ClientRequest::NodeAdmin { name, action } => self.node_admin(&name, &action, peer, now)?,
+            ClientRequest::Acct { limit } => {
+                let mut jobs: Vec<_> = self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
+                jobs.reverse();
+                ClientResponse::Acct { jobs }
+            }
+        };
+        self.reply(reply, response);
+        Ok(())
+    }
+
+    /// Check a submission and build its record, without side effects.
+    fn validate_submission(&self, sub: SubmitRequest, peer: &Peer, now: f64) -> Result<JobRecord, ApiError> {
+        let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
+        let directives = parse_script(&sub.script).map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{}: {e}", sub.script_name)))?;
+        let mut options = directives.overlay(sub.options);
+        let shape = options.request().shape().map_err(|e| bad(e.to_string()))?;
+        if !sub.cwd.starts_with('/') {
+            return Err(bad(format!("submit directory {:?} is not absolute", sub.cwd)));
+        }
+        if sub.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
+            return Err(bad("the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into()));
+        }
+        let queue = options.queue.clone().unwrap_or_else(|| QUEUES[0].to_string());
+        if !QUEUES.contains(&queue.as_str()) {
+            return Err(bad(format!("unknown queue {queue:?}; the queues are: {}", QUEUES.join(", "))));
+        }
+        let cores_per_node = match shape {
+            Shape::PerNode { cores_per_node, .. } => cores_per_node,
+            Shape::Total { cores, .. } => cores,
+        };
+        // Without --mem a job gets the default per core, but never more than the largest node
+        // has: a wide job spread over nodes must not be refused for memory it did not ask for.
+        let largest = self.cluster.nodes.iter().map(|n| n.topology.memory_bytes()).max().unwrap_or(u64::MAX);
+        let mem = options
+            .mem
+            .unwrap_or_else(|| self.cfg.default_mem_per_core_bytes().saturating_mul(cores_per_node as u64).min(largest));
+        options.mem = Some(mem);
+        let walltime = options.walltime.or(self.cfg.default_walltime_secs());
+        options.walltime = walltime;
+        if !self.cluster.nodes.is_empty() {
+            // Judge against every known node as if all were up: a node that is down now may return.
+            let mut all = self.cluster.nodes.clone();
+            all.iter_mut().zip(&self.extra).for_each(|(n, e)| n.state = if e.instance.is_empty() { NodeState::Down } else { NodeState::Up });
+            check_feasible(&all, shape, mem).map_err(|why| {
+                ApiError::new(ErrorCode::Infeasible, format!("this job can never run here: {why}; ask for less (see `berth nodes`)"))
+            })?;
+        }
+        let name = options.name.clone().unwrap_or_else(|| sub.script_name.clone());
+        let resolve = |given: &Option<String>, ext: &str| -> String {
+            let path = given.clone().unwrap_or_else(|| format!("berth-%j.{ext}"));
+            if path.starts_with('/') {
+                path
+            } else {
+                format!("{}/{}", sub.cwd.trim_end_matches('/'), path)
+            }
+        };
+        let (stdout, stderr) = (resolve(&options.output, "out"), resolve(&options.error, "err"));
+        JobRecord::from_parts(JobParts {
+            id: JobId(0),
+            name,
+            user: peer.user.clone(),
+            state: if sub.hold { JobState::Held } else { JobState::Queued },
+            queue,
+            options,
+            walltime,
+            submit_time: now,
+            start_time: None,
+            end_time: None,
+            allocation: vec![],
+            exit_code: None,
+            signal: None,
+            reason: None,
+            cwd: sub.cwd,
+            stdout,
+            stderr,
+            script: sub.script,
+            env: sub.env,
+            usage: None,
+        })
+        .map_err(bad)
+    }
+
+    /// Give a valid job its id and write it; the reply waits for the commit.
+    fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        job.id = id;
+        let idstr = id.to_string();
+        job.stdout = job.stdout.replace("%j", &idstr);
+        job.stderr = job.stderr.replace("%j", &idstr);
+        self.store.insert_job(&job)?;
+        self.store.event(now, "submit", Some(id), None, &job.user.name)?;
+        self.jobs.insert(id, job);
+        self.dirty = true;
+        Ok(id)
+    }
+
+    fn for_each_id(
+        &mut self,
+        ids: Vec<JobId>,
+        peer: &Peer,
+        now: f64,
+        op: fn(&mut Self, JobId, f64) -> Result<Result<(), ApiError>, StoreError>,
+    ) -> Result<ClientResponse, StoreError> {
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let outcome = match self.jobs.get(&id) {
+                None => match self.store.get_job(id)? {
+                    Some(j) => Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} has already ended ({})", j.state.as_str()))),
+                    None => Err(ApiError::new(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))),
+                },
+                Some(j) if j.user.uid != peer.user.uid && !self.is_admin(peer) => Err(ApiError::new(
+                    ErrorCode::NotPermitted,
+                    format!("job {id} belongs to {}; you may only act on your own jobs", j.user.name),
+                )),
+                Some(_) => op(self, id, now)?,
+            };
+            results.push(match outcome {
+                Ok(()) => IdResult { id, ok: true, error: None },
+                Err(e) => IdResult { id, ok: false, error: Some(e) },
+            });
+        }
+        Ok(ClientResponse::Done { results })
+    }
+
+    fn cancel_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+        if job.state.is_pending() {
+            job.state = JobState::Cancelled;
+            job.end_time = Some(now);
+            job.reason = Some("cancelled before it started".into());
+            self.store.update_job(job)?;
+            self.store.event(now, "cancel", Some(id), None, "")?;
+            self.retire(id);
+            return Ok(Ok(()));
+        }
+        job.kill_sent = Some("cancelled".into());
+        let head = Self::head_node(&job.allocation).unwrap_or(0);
+        self.store.event(now, "cancel", Some(id), None, "running: kill sent")?;
+        // If the agent is not connected now, the kill is resent when it registers.
+        self.send_to_node(head, ControllerMessage::Kill { id, reason: "cancelled".into() });
+        Ok(Ok(()))
+    }
+
+    fn hold_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+        match job.state {
+            JobState::Held => Ok(Ok(())),
+            JobState::Queued => {
+                job.state = JobState::Held;
+                self.store.update_job(job)?;
+                self.store.event(now, "hold", Some(id), None, "")?;
+                self.dirty = true;
+                Ok(Ok(()))
+            }
+            s => Ok(Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} is {}; only queued jobs can be held", s.as_str())))),
+        }
+    }
+
+    fn release_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+        match job.state {
+            JobState::Queued => Ok(Ok(())),
+            JobState::Held => {
+                job.state = JobState::Queued;
+                self.store.update_job(job)?;
+                self.store.event(now, "release", Some(id), None, "")?;
+                self.dirty = true;
+                Ok(Ok(()))
+            }
+            s => Ok(Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} is {}; only held jobs can be released", s.as_str())))),
+        }
+    }
+
+    fn node_admin(&mut self, name: &str, action: &str, peer: &Peer, now: f64) -> Result<ClientResponse, StoreError> {
+        if !self.is_admin(peer) {
+            return Ok(error(ErrorCode::NotPermitted, "only admins may drain or resume nodes (config key `admins`)"));
+        }
+        let Some(i) = self.node_by_name(name) else {
+            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {name:?}; `berth nodes` lists them")));
+        };
+        let busy = !self.jobs_on_node(i).is_empty();
+        let ex = &mut self.extra[i];
+        ex.state = match action {
+            "drain" if busy => NodeState::Draining,
+            "drain" => NodeState::Drained,
+            "resume" if ex.conn.is_some() => NodeState::Up,
+            "resume" => NodeState::Down,
+            other => return Ok(error(ErrorCode::BadRequest, format!("unknown node action {other:?}; use drain or resume"))),
+        };
+        let row = self.node_row(i);
+        self.store.upsert_node(&row)?;
+        self.store.event(now, action, None, Some(name), &peer.user.name)?;
+        self.dirty = true;
+        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i)] })
+    }
+
+    /// An agent (re)registers: take its topology and reconcile the jobs it runs with ours.
+    pub fn handle_register(&mut self, reg: Registration, conn_id: u64, tx: AgentTx, now: f64) -> Result<(), StoreError> {
+        if let Err(e) = reg.topology.validate() {
+            self.out.agents.push((tx, ControllerMessage::Rejected { reason: e.to_string() }));
+            return Ok(());
+        }
+        let index = match self.node_by_name(&reg.name) {
+            Some(i) => i,
+            None => {
+                let id = self.cluster.nodes.len();
+                self.push_node(berth_core::NodeId(id as u32), reg.name.clone(), reg.topology.clone(), NodeState::Up, "", "", "");
+                id
+            }
+        };
+        let restarted = self.extra[index].instance != reg.instance;
+        let ours = self.jobs_on_node(index);
+        if *self.cluster.nodes[index].topology != reg.topology {
+            // New hardware description: rebuild the free map from the jobs still allocated here.
+            let mut cap = berth_core::node::NodeCapacity::new(berth_core::NodeId(index as u32), reg.name.clone(), std::sync::Arc::new(reg.topology.clone()));
+            for id in &ours {
+                if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
+                    cap.free_pus.subtract(&a.cpus);
+                    cap.free_memory = cap.free_memory.saturating_sub(a.memory_bytes);
+                }
+            }
+            self.cluster.nodes[index] = cap;
+        }
+        let ex = &mut self.extra[index];
+        ex.address = reg.address.clone();
+        ex.real_cpus = reg.real_cpus.clone();
+        ex.instance = reg.instance.clone();
+        ex.conn = Some((conn_id, tx.clone()));
+        ex.last_heard = Instant::now();
+        if ex.state == NodeState::Down {
+            ex.state = NodeState::Up;
+        }
+        let row = self.node_row(index);
+        self.store.upsert_node(&row)?;
+        self.store.event(now, if restarted { "node_register" } else { "node_reconnect" }, None, Some(&reg.name), &reg.address)?;
+        self.out.agents.push((
+            tx.clone(),
+            ControllerMessage::Registered { node_id: index as u32, heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64 },
+        ));
+        // Jobs the agent runs that we do not think run there: stop them.
+        for id in &reg.running {
+            let known_here = self.jobs.get(id).is_some_and(|j| j.state == JobState::Running && Self::head_node(&j.allocation) == Some(index));
+            if !known_here {
+                self.out.agents.push((tx.clone(), ControllerMessage::Kill { id: *id, reason: "not running according to the controller".into() }));
+            }
+        }
+        // Jobs we think run there with their batch script, that the agent neither runs nor reports ended.
+        for id in ours {
+            let Some(job) = self.jobs.get_mut(&id) else { continue };
+            if Self::head_node(&job.allocation) != Some(index) || reg.running.contains(&id) || reg.ended.contains(&id) {
+                if let Some(reason) = job.kill_sent.clone() {
+                    self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
+                }
+                continue;
+            }
+            if restarted {
+                // The agent restarted and lost it: its fate is unknown, so it is not rerun.
+                let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
+                job.finish(&outcome, now);
+                job.reason = Some(format!("agent on {} restarted while the job ran", reg.name));
+                self.store.update_job(job)?;
+                self.store.event(now, "node_fail", Some(id), Some(&reg.name), "agent restarted")?;
+                self.retire(id);
+            } else {
+                // Same agent process, never got the launch (lost with the old connection): requeue.
+                let alloc = std::mem::take(&mut job.allocation);
+                job.state = JobState::Queued;
+                job.start_time = None;
+                self.store.update_job(job)?;
+                self.store.event(now, "requeue", Some(id), Some(&reg.name), "launch was not received")?;
+                self.cluster.release(&alloc);
+            }
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    pub fn handle_agent(&mut self, node: usize, conn_id: u64, msg: AgentMessage, now: f64) -> Result<(), StoreError> {
+        let Some(ex) = self.extra.get_mut(node) else { return Ok(()) };
+        if ex.conn.as_ref().map(|c| c.0) != Some(conn_id) {
+            return Ok(()); // a message from a replaced connection
+        }
+        ex.last_heard = Instant::now();
+        match msg {
+            AgentMessage::Register(_) => {}
+            AgentMessage::Heartbeat { .. } => {}
+            AgentMessage::JobStarted { id, pid } => {
+                self.store.event(now, "job_started", Some(id), Some(&self.cluster.nodes[node].name.clone()), &format!("pid {pid}"))?;
+            }
+            AgentMessage::JobEnded { id, outcome } => {
+                if let Some(job) = self.jobs.get_mut(&id) {
+                    if job.state == JobState::Running && Self::head_node(&job.allocation) == Some(node) {
+                        job.finish(&outcome, now);
+                        self.store.update_job(job)?;
+                        self.store.insert_accounting(job)?;
+                        self.store.event(now, "end", Some(id), None, job.state.as_str())?;
+                        self.retire(id);
+                    }
+                }
+                self.send_to_node(node, ControllerMessage::EndAck { id });
+            }
+        }
+        Ok(())
+    }
+
+    pub fn handle_disconnect(&mut self, node: usize, conn_id: u64, now: f64) -> Result<(), StoreError> {
+        if let Some(ex) = self.extra.get_mut(node) {
+            if ex.conn.as_ref().map(|c| c.0) == Some(conn_id) {
+                ex.conn = None;
+                let name = self.cluster.nodes[node].name.clone();
+                self.store.event(now, "node_disconnect", None, Some(&name), "")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Mark nodes down whose agents went quiet, and end the jobs whose batch script ran there.
+    pub fn check_heartbeats(&mut self, now: f64) -> Result<(), StoreError> {
+        let timeout = self.cfg.node_timeout();
+        for i in 0..self.extra.len() {
+            let ex = &self.extra[i];
+            if ex.state == NodeState::Down || ex.instance.is_empty() || ex.last_heard.elapsed() < timeout {
+                continue;
+            }
+            self.extra[i].state = NodeState::Down;
+            self.extra[i].conn = None;
+            let name = self.cluster.nodes[i].name.clone();
+            tracing::warn!(node = %name, "no heartbeat for {:?}: node down", timeout);
+            let row = self.node_row(i);
+            self.store.upsert_node(&row)?;
+            self.store.event(now, "node_down", None, Some(&name), "missed heartbeats")?;
+            for id in self.jobs_on_node(i) {
+                let Some(job) = self.jobs.get_mut(&id) else { continue };
+                let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
+                job.finish(&outcome, now);
+                job.usage = None;
+                job.reason = Some(format!("node {name} stopped answering"));
+                self.store.update_job(job)?;
+                self.store.event(now, "node_fail", Some(id), Some(&name), "")?;
+                self.retire(id);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn unknown_job(id: JobId) -> ClientResponse {
+    error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))
+}

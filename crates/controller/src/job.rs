@@ -1,0 +1,149 @@
+//! A job as the controller keeps it.
+
+use berth_core::directives::SubmitOptions;
+use berth_core::job::{Allocation, JobOutcome, JobState, PendingJob, Shape};
+use berth_core::JobId;
+use berth_protocol::agent::UserIdentity;
+use berth_protocol::client::{Accounting, JobInfo};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub wall_ms: u64,
+    pub user_cpu_us: u64,
+    pub system_cpu_us: u64,
+    pub peak_memory_bytes: u64,
+}
+
+/// All fields of a stored job, to build a record from the database.
+pub struct JobParts {
+    pub id: JobId,
+    pub name: String,
+    pub user: UserIdentity,
+    pub state: JobState,
+    pub queue: String,
+    pub options: SubmitOptions,
+    pub walltime: Option<u64>,
+    pub submit_time: f64,
+    pub start_time: Option<f64>,
+    pub end_time: Option<f64>,
+    pub allocation: Allocation,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub cwd: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub script: String,
+    pub env: Vec<(String, String)>,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone)]
+pub struct JobRecord {
+    pub id: JobId,
+    pub name: String,
+    pub user: UserIdentity,
+    pub state: JobState,
+    pub queue: String,
+    /// As submitted, with `mem` and `walltime` resolved to what the job was given.
+    pub options: SubmitOptions,
+    pub shape: Shape,
+    pub walltime: Option<u64>,
+    pub submit_time: f64,
+    pub start_time: Option<f64>,
+    pub end_time: Option<f64>,
+    pub allocation: Allocation,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+    pub cwd: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub script: String,
+    pub env: Vec<(String, String)>,
+    pub usage: Option<Usage>,
+    /// A kill was sent and the job's end is awaited (not persisted: resent after a restart).
+    pub kill_sent: Option<String>,
+}
+
+impl JobRecord {
+    pub fn from_parts(p: JobParts) -> Result<Self, String> {
+        let shape = p.options.request().shape().map_err(|e| e.to_string())?;
+        Ok(JobRecord {
+            id: p.id,
+            name: p.name,
+            user: p.user,
+            state: p.state,
+            queue: p.queue,
+            options: p.options,
+            shape,
+            walltime: p.walltime,
+            submit_time: p.submit_time,
+            start_time: p.start_time,
+            end_time: p.end_time,
+            allocation: p.allocation,
+            exit_code: p.exit_code,
+            signal: p.signal,
+            reason: p.reason,
+            cwd: p.cwd,
+            stdout: p.stdout,
+            stderr: p.stderr,
+            script: p.script,
+            env: p.env,
+            usage: p.usage,
+            kill_sent: None,
+        })
+    }
+
+    pub fn mem_per_node(&self) -> u64 {
+        self.options.mem.unwrap_or(0)
+    }
+
+    pub fn pending(&self) -> PendingJob {
+        PendingJob { id: self.id, shape: self.shape, mem_per_node: self.mem_per_node(), held: self.state == JobState::Held }
+    }
+
+    pub fn finish(&mut self, outcome: &JobOutcome, now: f64) {
+        self.state = outcome.final_state();
+        self.exit_code = outcome.exit_code;
+        self.signal = outcome.signal;
+        self.reason = outcome.reason.clone();
+        self.end_time = Some(now);
+        self.usage = Some(Usage {
+            wall_ms: outcome.wall_ms,
+            user_cpu_us: outcome.user_cpu_us,
+            system_cpu_us: outcome.system_cpu_us,
+            peak_memory_bytes: outcome.peak_memory_bytes,
+        });
+    }
+
+    pub fn info(&self) -> JobInfo {
+        JobInfo {
+            id: self.id,
+            name: self.name.clone(),
+            user: self.user.name.clone(),
+            uid: self.user.uid,
+            gid: self.user.gid,
+            state: self.state,
+            queue: self.queue.clone(),
+            request: self.options.request(),
+            walltime_seconds: self.walltime,
+            submit_time: self.submit_time,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            allocation: self.allocation.clone(),
+            exit_code: self.exit_code,
+            signal: self.signal,
+            reason: self.reason.clone(),
+            cwd: self.cwd.clone(),
+            stdout: self.stdout.clone(),
+            stderr: self.stderr.clone(),
+            accounting: self.usage.map(|u| Accounting {
+                wall_seconds: u.wall_ms as f64 / 1000.0,
+                user_cpu_seconds: u.user_cpu_us as f64 / 1e6,
+                system_cpu_seconds: u.system_cpu_us as f64 / 1e6,
+                peak_memory_bytes: u.peak_memory_bytes,
+            }),
+        }
+    }
+}

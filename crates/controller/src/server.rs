@@ -1,0 +1,306 @@
+//! The controller's sockets and its single state-owning thread.
+//!
+//! Connections are async tasks; all state lives in one thread (the actor) that takes commands
+//! in batches, applies a batch in one transaction, commits, and only then replies and sends
+//! launches: one fsync serves many submissions (group commit), and nothing is acknowledged
+//! before it is durable.
+
+use crate::config::ControllerConfig;
+use crate::handlers::Peer;
+use crate::state::{unix_now, AgentTx, Controller};
+use crate::store::{Store, StoreError};
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode};
+use berth_protocol::{read_frame, write_frame};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot};
+
+pub enum Command {
+    Client { req: ClientRequest, peer: Peer, reply: oneshot::Sender<ClientResponse> },
+    Register { reg: Box<Registration>, conn_id: u64, tx: AgentTx, node: oneshot::Sender<Option<usize>> },
+    Agent { node: usize, conn_id: u64, msg: AgentMessage },
+    AgentGone { node: usize, conn_id: u64 },
+    Tick,
+    Shutdown,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot listen on {what} {addr}: {source}")]
+    Listen { what: &'static str, addr: String, source: std::io::Error },
+    #[error("another controller is already serving {0}; stop it first (`berth down`) or use another --dir")]
+    AlreadyRunning(String),
+    #[error("the state thread stopped unexpectedly")]
+    ActorGone,
+}
+
+/// Run the controller until SIGTERM or SIGINT.
+pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
+    let store = Store::open(&cfg.state_dir)?;
+    let ctl = Controller::load(cfg.clone(), store)?;
+    tracing::info!(jobs = ctl.jobs.len(), nodes = ctl.cluster.nodes.len(), "state loaded");
+
+    let socket = cfg.socket.clone();
+    if socket.exists() {
+        if UnixStream::connect(&socket).await.is_ok() {
+            return Err(ServerError::AlreadyRunning(socket.display().to_string()));
+        }
+        let _ = std::fs::remove_file(&socket);
+    }
+    if let Some(parent) = socket.parent() {
+        let _ = std::fs::create_dir_all(parent);
+    }
+    let unix = UnixListener::bind(&socket)
+        .map_err(|source| ServerError::Listen { what: "unix socket", addr: socket.display().to_string(), source })?;
+    // Every local user may connect; who they are comes from SO_PEERCRED, not from trust.
+    use std::os::unix::fs::PermissionsExt;
+    let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666));
+    let tcp = TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|source| ServerError::Listen { what: "agent address", addr: cfg.listen.clone(), source })?;
+    tracing::info!(socket = %socket.display(), agents = %cfg.listen, "controller listening");
+
+    let (tx, rx) = mpsc::channel::<Command>(65536);
+    let actor = std::thread::Builder::new()
+        .name("berth-state".into())
+        .spawn(move || run_actor(ctl, rx))
+        .map_err(|_| ServerError::ActorGone)?;
+
+    let tick_every = Duration::from_secs_f64((cfg.heartbeat_interval_secs / 2.0).clamp(0.1, 1.0));
+    let ticker = tx.clone();
+    tokio::spawn(async move {
+        let mut iv = tokio::time::interval(tick_every);
+        loop {
+            iv.tick().await;
+            if ticker.send(Command::Tick).await.is_err() {
+                break;
+            }
+        }
+    });
+    let conn_ids = Arc::new(AtomicU64::new(1));
+    let client_tx = tx.clone();
+    tokio::spawn(async move {
+        loop {
+            match unix.accept().await {
+                Ok((stream, _)) => {
+                    let tx = client_tx.clone();
+                    tokio::spawn(async move { serve_client(stream, tx).await });
+                }
+                Err(e) => {
+                    tracing::warn!("accept on unix socket: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+    let agent_tx = tx.clone();
+    tokio::spawn(async move {
+        loop {
+            match tcp.accept().await {
+                Ok((stream, addr)) => {
+                    let _ = stream.set_nodelay(true);
+                    let tx = agent_tx.clone();
+                    let id = conn_ids.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(async move { serve_agent(stream, addr.to_string(), id, tx).await });
+                }
+                Err(e) => {
+                    tracing::warn!("accept on agent port: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            }
+        }
+    });
+
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|source| ServerError::Listen { what: "signal", addr: "SIGTERM".into(), source })?;
+    let actor_done = tokio::task::spawn_blocking(move || actor.join());
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+        r = actor_done => {
+            let _ = std::fs::remove_file(&socket);
+            return match r {
+                Ok(Ok(Ok(()))) => Ok(()),
+                Ok(Ok(Err(e))) => Err(e.into()),
+                _ => Err(ServerError::ActorGone),
+            };
+        }
+    }
+    let _ = tx.send(Command::Shutdown).await;
+    // Give the actor a moment to commit its last batch.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(), StoreError> {
+    const MAX_BATCH: usize = 4096;
+    while let Some(first) = rx.blocking_recv() {
+        let mut batch = Vec::with_capacity(64);
+        batch.push(first);
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
+        let now = unix_now();
+        let mut stop = false;
+        ctl.store.begin()?;
+        let result = (|| -> Result<(), StoreError> {
+            for cmd in batch {
+                match cmd {
+                    Command::Client { req, peer, reply } => ctl.handle_client(req, &peer, reply, now)?,
+                    Command::Register { reg, conn_id, tx, node } => {
+                        let name = reg.name.clone();
+                        ctl.handle_register(*reg, conn_id, tx, now)?;
+                        let _ = node.send(ctl.node_by_name(&name).filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)));
+                    }
+                    Command::Agent { node, conn_id, msg } => ctl.handle_agent(node, conn_id, msg, now)?,
+                    Command::AgentGone { node, conn_id } => ctl.handle_disconnect(node, conn_id, now)?,
+                    Command::Tick => ctl.check_heartbeats(now)?,
+                    Command::Shutdown => stop = true,
+                }
+            }
+            if ctl.dirty {
+                ctl.schedule(now)?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            ctl.store.rollback();
+            tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
+            return Err(e);
+        }
+        ctl.store.commit()?;
+        for (tx, resp) in ctl.out.replies.drain(..) {
+            let _ = tx.send(resp);
+        }
+        for (tx, msg) in ctl.out.agents.drain(..) {
+            let _ = tx.send(msg);
+        }
+        if stop {
+            break;
+        }
+    }
+    Ok(())
+}
+
+/// Identity of the process at the other end of a Unix socket, from the kernel.
+fn peer_identity(stream: &UnixStream) -> Result<UserIdentity, String> {
+    let cred = stream.peer_cred().map_err(|e| format!("cannot read peer credentials: {e}"))?;
+    let (uid, gid) = (cred.uid(), cred.gid());
+    // Supplementary groups: from the kernel's view of the peer process.
+    let mut groups = Vec::new();
+    if let Some(pid) = cred.pid() {
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(line) = status.lines().find(|l| l.starts_with("Groups:")) {
+                groups = line["Groups:".len()..].split_whitespace().filter_map(|g| g.parse().ok()).collect();
+            }
+        }
+    }
+    Ok(UserIdentity { uid, gid, groups, name: user_name(uid) })
+}
+
+/// The login name of `uid`, or the number if it has none.
+pub fn user_name(uid: u32) -> String {
+    let mut buf = vec![0u8; 4096];
+    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut result: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: buffers are valid for the call; getpwuid_r writes only within them.
+    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr() as *mut libc::c_char, buf.len(), &mut result) };
+    if rc == 0 && !result.is_null() && !pwd.pw_name.is_null() {
+        // SAFETY: pw_name points into buf and is NUL-terminated.
+        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
+        return name.to_string_lossy().into_owned();
+    }
+    uid.to_string()
+}
+
+async fn serve_client(mut stream: UnixStream, tx: mpsc::Sender<Command>) {
+    let user = match peer_identity(&stream) {
+        Ok(u) => u,
+        Err(e) => {
+            let _ = write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::Internal, e))).await;
+            return;
+        }
+    };
+    let peer = Peer { user };
+    loop {
+        let req: ClientRequest = match read_frame(&mut stream).await {
+            Ok(Some(r)) => r,
+            Ok(None) => return,
+            Err(e) => {
+                let msg = format!("could not read your request: {e}");
+                let _ = write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::BadRequest, msg))).await;
+                return;
+            }
+        };
+        let (reply_tx, reply_rx) = oneshot::channel();
+        if tx.send(Command::Client { req, peer: peer.clone(), reply: reply_tx }).await.is_err() {
+            return;
+        }
+        let resp = match reply_rx.await {
+            Ok(r) => r,
+            Err(_) => ClientResponse::Error(ApiError::new(ErrorCode::Unavailable, "the controller is stopping; try again when it is back")),
+        };
+        if write_frame(&mut stream, &resp).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn serve_agent(stream: tokio::net::TcpStream, addr: String, conn_id: u64, tx: mpsc::Sender<Command>) {
+    let (mut rd, mut wr) = stream.into_split();
+    let reg = match read_frame::<_, AgentMessage>(&mut rd).await {
+        Ok(Some(AgentMessage::Register(reg))) => reg,
+        Ok(Some(_)) => {
+            let msg = ControllerMessage::Rejected { reason: "the first message must be a registration".into() };
+            let _ = write_frame(&mut wr, &msg).await;
+            return;
+        }
+        Ok(None) => return,
+        Err(e) => {
+            tracing::warn!(peer = %addr, "bad first message from agent connection: {e}");
+            let _ = write_frame(&mut wr, &ControllerMessage::Rejected { reason: e.to_string() }).await;
+            return;
+        }
+    };
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ControllerMessage>();
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = out_rx.recv().await {
+            if write_frame(&mut wr, &msg).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (node_tx, node_rx) = oneshot::channel();
+    if tx.send(Command::Register { reg, conn_id, tx: out_tx, node: node_tx }).await.is_err() {
+        return;
+    }
+    let Ok(Some(node)) = node_rx.await else {
+        let _ = writer.await;
+        return;
+    };
+    loop {
+        match read_frame::<_, AgentMessage>(&mut rd).await {
+            Ok(Some(msg)) => {
+                if tx.send(Command::Agent { node, conn_id, msg }).await.is_err() {
+                    break;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(peer = %addr, "agent connection: {e}");
+                break;
+            }
+        }
+    }
+    let _ = tx.send(Command::AgentGone { node, conn_id }).await;
+    writer.abort();
+}

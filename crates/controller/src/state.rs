@@ -1,0 +1,224 @@
+//! The controller's in-memory state, rebuilt from the store at start, and the scheduling step.
+
+use crate::config::ControllerConfig;
+use crate::job::JobRecord;
+use crate::store::{NodeRow, Store, StoreError};
+use berth_core::job::{Allocation, JobState};
+use berth_core::node::{NodeCapacity, NodeState};
+use berth_core::sched::{self, ClusterState, PendingReason};
+use berth_core::topology::Topology;
+use berth_core::{JobId, NodeId};
+use berth_protocol::agent::{ControllerMessage, LaunchSpec};
+use berth_protocol::client::ClientResponse;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
+
+/// What the controller knows of a node beyond its capacity.
+pub struct NodeExtra {
+    pub state: NodeState,
+    pub address: String,
+    pub real_cpus: String,
+    pub instance: String,
+    /// The live connection to the node's agent, with its id.
+    pub conn: Option<(u64, AgentTx)>,
+    pub last_heard: Instant,
+}
+
+/// Messages to send once the current batch is committed.
+#[derive(Default)]
+pub struct Outbox {
+    pub replies: Vec<(oneshot::Sender<ClientResponse>, ClientResponse)>,
+    pub agents: Vec<(AgentTx, ControllerMessage)>,
+}
+
+pub struct Controller {
+    pub cfg: ControllerConfig,
+    pub store: Store,
+    /// Queued, held and running jobs. Finished jobs live only in the store.
+    pub jobs: BTreeMap<JobId, JobRecord>,
+    /// Capacity per node, indexed by node id.
+    pub cluster: ClusterState,
+    pub extra: Vec<NodeExtra>,
+    pub next_id: u64,
+    pub pending_reasons: HashMap<JobId, PendingReason>,
+    /// Something changed that may let a job start.
+    pub dirty: bool,
+    pub out: Outbox,
+}
+
+/// Unix time in seconds.
+pub fn unix_now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+impl Controller {
+    /// Rebuild the state from the store.
+    pub fn load(cfg: ControllerConfig, store: Store) -> Result<Self, StoreError> {
+        let mut c = Controller {
+            cfg,
+            next_id: store.max_job_id()? + 1,
+            store,
+            jobs: BTreeMap::new(),
+            cluster: ClusterState::default(),
+            extra: Vec::new(),
+            pending_reasons: HashMap::new(),
+            dirty: true,
+            out: Outbox::default(),
+        };
+        for row in c.store.load_nodes()? {
+            let Ok(topology) = serde_json::from_str::<Topology>(&row.topology) else {
+                tracing::warn!(node = %row.name, "stored topology unreadable; the node must re-register");
+                continue;
+            };
+            let id = row.id as usize;
+            // Node ids are dense; fill any hole with a placeholder that never takes work.
+            while c.cluster.nodes.len() < id {
+                let hole = c.cluster.nodes.len() as u32;
+                c.push_node(NodeId(hole), format!("(missing-{hole})"), Topology::uniform(1, 1, 1, 1, 0), NodeState::Down, "", "", "");
+            }
+            let state = NodeState::parse(&row.state).unwrap_or(NodeState::Down);
+            c.push_node(NodeId(row.id), row.name, topology, state, &row.address, &row.real_cpus, &row.instance);
+        }
+        for job in c.store.load_active_jobs()? {
+            if job.state == JobState::Running {
+                c.cluster.claim(&job.allocation);
+            }
+            c.jobs.insert(job.id, job);
+        }
+        Ok(c)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn push_node(&mut self, id: NodeId, name: String, topology: Topology, state: NodeState, address: &str, real_cpus: &str, instance: &str) {
+        self.cluster.nodes.push(NodeCapacity::new(id, name, Arc::new(topology)));
+        self.extra.push(NodeExtra {
+            state,
+            address: address.to_string(),
+            real_cpus: real_cpus.to_string(),
+            instance: instance.to_string(),
+            conn: None,
+            last_heard: Instant::now(),
+        });
+    }
+
+    pub fn node_row(&self, id: usize) -> NodeRow {
+        let cap = &self.cluster.nodes[id];
+        let ex = &self.extra[id];
+        NodeRow {
+            id: id as u32,
+            name: cap.name.clone(),
+            state: ex.state.as_str().to_string(),
+            address: ex.address.clone(),
+            topology: serde_json::to_string(&*cap.topology).unwrap_or_default(),
+            real_cpus: ex.real_cpus.clone(),
+            instance: ex.instance.clone(),
+        }
+    }
+
+    pub fn node_by_name(&self, name: &str) -> Option<usize> {
+        self.cluster.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Running jobs whose allocation includes node `id`.
+    pub fn jobs_on_node(&self, id: usize) -> Vec<JobId> {
+        self.jobs
+            .values()
+            .filter(|j| j.state == JobState::Running && j.allocation.iter().any(|a| a.node_id.0 as usize == id))
+            .map(|j| j.id)
+            .collect()
+    }
+
+    pub fn reply(&mut self, tx: oneshot::Sender<ClientResponse>, r: ClientResponse) {
+        self.out.replies.push((tx, r));
+    }
+
+    /// Queue a message to node `id`'s agent, if it is connected.
+    pub fn send_to_node(&mut self, id: usize, msg: ControllerMessage) -> bool {
+        match self.extra.get(id).and_then(|e| e.conn.as_ref()) {
+            Some((_, tx)) => {
+                self.out.agents.push((tx.clone(), msg));
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The first node of a job runs its batch script.
+    pub fn head_node(alloc: &Allocation) -> Option<usize> {
+        alloc.first().map(|a| a.node_id.0 as usize)
+    }
+
+    /// Release a running job's resources and drop it from memory after it is finished and
+    /// written to the store.
+    pub fn retire(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.remove(&id) {
+            if !job.allocation.is_empty() {
+                self.cluster.release(&job.allocation);
+                for a in &job.allocation {
+                    let n = a.node_id.0 as usize;
+                    if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining) && self.jobs_on_node(n).is_empty() {
+                        self.extra[n].state = NodeState::Drained;
+                        let row = self.node_row(n);
+                        let _ = self.store.upsert_node(&row);
+                    }
+                }
+            }
+            self.pending_reasons.remove(&id);
+            self.dirty = true;
+        }
+    }
+
+    /// One scheduling pass; starts are persisted in the current transaction and launched
+    /// after it commits.
+    pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
+        self.dirty = false;
+        let mut view = self.cluster.clone();
+        for (cap, ex) in view.nodes.iter_mut().zip(&self.extra) {
+            cap.state = if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
+        }
+        let queue: Vec<_> = self.jobs.values().filter(|j| j.state.is_pending()).map(|j| j.pending()).collect();
+        if queue.is_empty() {
+            self.pending_reasons.clear();
+            return Ok(());
+        }
+        let decisions = sched::schedule(&view, &queue);
+        self.pending_reasons = decisions.waiting.into_iter().collect();
+        for (id, alloc) in decisions.starts {
+            self.start(id, alloc, now)?;
+        }
+        Ok(())
+    }
+
+    fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        self.cluster.claim(&alloc);
+        job.state = JobState::Running;
+        job.start_time = Some(now);
+        job.allocation = alloc;
+        job.reason = None;
+        self.store.update_job(job)?;
+        let head = Self::head_node(&job.allocation).unwrap_or(0);
+        let spec = LaunchSpec {
+            id,
+            name: job.name.clone(),
+            user: job.user.clone(),
+            env: job.env.clone(),
+            cwd: job.cwd.clone(),
+            script: job.script.clone(),
+            stdout: job.stdout.clone(),
+            stderr: job.stderr.clone(),
+            allocation: job.allocation[0].clone(),
+            nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
+            walltime_seconds: job.walltime,
+            kill_grace_ms: (self.cfg.kill_grace_secs * 1000.0) as u64,
+        };
+        let node_name = job.allocation[0].node.clone();
+        self.store.event(now, "start", Some(id), Some(&node_name), "")?;
+        self.send_to_node(head, ControllerMessage::Launch(Box::new(spec)));
+        Ok(())
+    }
+}

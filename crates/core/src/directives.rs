@@ -1,0 +1,238 @@
+//! Submission options, from `#BERTH` lines in a batch script and from command-line flags.
+//!
+//! A directive is spelled exactly like the flag: `#BERTH --cores 4 --mem=2G`. Directives are
+//! read from the lines after `#!` up to the first line that is neither blank nor a comment, as
+//! Slurm and PBS do; flags given on the command line override them.
+
+use crate::job::ResourceRequest;
+use crate::units::{parse_duration_secs, parse_size};
+use crate::CoreError;
+use serde::{Deserialize, Serialize};
+
+pub const DIRECTIVE_PREFIX: &str = "#BERTH";
+
+/// Every option a submission can carry, each optional so directives and flags can be merged.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitOptions {
+    pub cores: Option<u32>,
+    pub nodes: Option<u32>,
+    pub tasks_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node, bytes.
+    pub mem: Option<u64>,
+    /// Walltime, seconds.
+    pub walltime: Option<u64>,
+    pub name: Option<String>,
+    pub output: Option<String>,
+    pub error: Option<String>,
+    pub queue: Option<String>,
+}
+
+/// The option names accepted as flags and directives (without the leading `--`).
+pub const OPTION_NAMES: [&str; 10] =
+    ["cores", "nodes", "tasks-per-node", "cpus-per-task", "mem", "walltime", "name", "output", "error", "queue"];
+
+impl SubmitOptions {
+    /// Set one option from its name (`cores`, `mem`, ...) and textual value.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let count = |v: &str| -> Result<u32, String> {
+            v.parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("--{name} needs a positive whole number, got {v:?}"))
+        };
+        let text = |v: &str| -> Result<String, String> {
+            if v.is_empty() {
+                Err(format!("--{name} needs a value"))
+            } else {
+                Ok(v.to_string())
+            }
+        };
+        match name {
+            "cores" => self.cores = Some(count(value)?),
+            "nodes" => self.nodes = Some(count(value)?),
+            "tasks-per-node" => self.tasks_per_node = Some(count(value)?),
+            "cpus-per-task" => self.cpus_per_task = Some(count(value)?),
+            "mem" => self.mem = Some(parse_size(value).map_err(|e| e.to_string())?),
+            "walltime" => {
+                let secs = parse_duration_secs(value).map_err(|e| e.to_string())?;
+                if secs == 0 {
+                    return Err("--walltime must be at least one second".into());
+                }
+                self.walltime = Some(secs)
+            }
+            "name" => self.name = Some(text(value)?),
+            "output" => self.output = Some(text(value)?),
+            "error" => self.error = Some(text(value)?),
+            "queue" => self.queue = Some(text(value)?),
+            _ => {
+                return Err(format!("unknown option --{name}; known options are --{}", OPTION_NAMES.join(", --")))
+            }
+        }
+        Ok(())
+    }
+
+    /// These options with every option set in `over` replacing ours.
+    pub fn overlay(self, over: SubmitOptions) -> SubmitOptions {
+        SubmitOptions {
+            cores: over.cores.or(self.cores),
+            nodes: over.nodes.or(self.nodes),
+            tasks_per_node: over.tasks_per_node.or(self.tasks_per_node),
+            cpus_per_task: over.cpus_per_task.or(self.cpus_per_task),
+            mem: over.mem.or(self.mem),
+            walltime: over.walltime.or(self.walltime),
+            name: over.name.or(self.name),
+            output: over.output.or(self.output),
+            error: over.error.or(self.error),
+            queue: over.queue.or(self.queue),
+        }
+    }
+
+    pub fn request(&self) -> ResourceRequest {
+        ResourceRequest {
+            nodes: self.nodes,
+            cores: self.cores,
+            tasks_per_node: self.tasks_per_node,
+            cpus_per_task: self.cpus_per_task,
+            mem_per_node: self.mem,
+        }
+    }
+}
+
+/// Read the `#BERTH` directives of a batch script.
+pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
+    let err = |line: usize, message: String| CoreError::Directive { line, message };
+    if script.contains('\0') {
+        return Err(err(1, "the script contains NUL bytes; is it a binary file? submit a text script".into()));
+    }
+    let mut lines = script.lines().enumerate();
+    match lines.next() {
+        Some((_, first)) if first.starts_with("#!") => {}
+        _ => {
+            return Err(err(
+                1,
+                "a batch script must start with an interpreter line such as #!/bin/sh".into(),
+            ))
+        }
+    }
+    let mut opts = SubmitOptions::default();
+    for (index, raw) in lines {
+        let line_no = index + 1;
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if !line.starts_with('#') {
+            break;
+        }
+        let Some(rest) = line.strip_prefix(DIRECTIVE_PREFIX) else { continue };
+        if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
+            return Err(err(line_no, format!("{line:?} is not a directive; write `{DIRECTIVE_PREFIX} --option value`")));
+        }
+        let tokens = tokenize(rest).map_err(|m| err(line_no, m))?;
+        let mut i = 0;
+        while i < tokens.len() {
+            let tok = &tokens[i];
+            let Some(flag) = tok.strip_prefix("--") else {
+                return Err(err(line_no, format!("expected an option like --cores, found {tok:?}")));
+            };
+            let (name, value) = match flag.split_once('=') {
+                Some((n, v)) => (n.to_string(), v.to_string()),
+                None => {
+                    i += 1;
+                    let v = tokens.get(i).ok_or_else(|| err(line_no, format!("--{flag} needs a value")))?;
+                    (flag.to_string(), v.clone())
+                }
+            };
+            opts.set(&name, &value).map_err(|m| err(line_no, m))?;
+            i += 1;
+        }
+    }
+    Ok(opts)
+}
+
+/// Split on whitespace, honouring double quotes (`--name "my job"`).
+fn tokenize(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_quotes = false;
+    let mut has_token = false;
+    for c in s.chars() {
+        match c {
+            '"' => {
+                in_quotes = !in_quotes;
+                has_token = true;
+            }
+            c if c.is_whitespace() && !in_quotes => {
+                if has_token {
+                    out.push(std::mem::take(&mut cur));
+                    has_token = false;
+                }
+            }
+            c => {
+                cur.push(c);
+                has_token = true;
+            }
+        }
+    }
+    if in_quotes {
+        return Err("unterminated double quote".into());
+    }
+    if has_token {
+        out.push(cur);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_directives_until_first_command() {
+        let script = "#!/bin/sh\n#BERTH --cores 4 --mem=2G\n# a comment\n\n#BERTH --name \"my job\"\n#BERTH --walltime 00:10:00\necho hi\n#BERTH --cores 99\n";
+        let o = parse_script(script).unwrap();
+        assert_eq!(o.cores, Some(4));
+        assert_eq!(o.mem, Some(2 << 30));
+        assert_eq!(o.name.as_deref(), Some("my job"));
+        assert_eq!(o.walltime, Some(600));
+    }
+
+    #[test]
+    fn unknown_directive_names_the_line() {
+        let e = parse_script("#!/bin/sh\n#BERTH --cores 2\n#BERTH --colour blue\n").unwrap_err();
+        assert_eq!(e.to_string().split(':').next(), Some("line 3"));
+        assert!(e.to_string().contains("unknown option --colour"), "{e}");
+    }
+
+    #[test]
+    fn malformed_scripts() {
+        assert!(parse_script("echo no shebang\n").unwrap_err().to_string().contains("#!/bin/sh"));
+        assert!(parse_script("").is_err());
+        assert!(parse_script("#!/bin/sh\n#BERTH --cores\n").unwrap_err().to_string().contains("needs a value"));
+        assert!(parse_script("#!/bin/sh\n#BERTH --cores zero\n").is_err());
+        assert!(parse_script("#!/bin/sh\n#BERTHX --cores 1\n").is_err());
+        assert!(parse_script("#!/bin/sh\n#BERTH cores 1\n").is_err());
+        assert!(parse_script("#!/bin/sh\n#BERTH --name \"open\n").is_err());
+        assert!(parse_script("#!/bin/sh\n#BERTH --walltime 0\n").is_err());
+        assert!(parse_script("#!/bin/sh\0\n").is_err());
+    }
+
+    #[test]
+    fn flags_override_directives() {
+        let from_script = parse_script("#!/bin/sh\n#BERTH --cores 4 --name a\n").unwrap();
+        let mut flags = SubmitOptions::default();
+        flags.set("cores", "2").unwrap();
+        let merged = from_script.overlay(flags);
+        assert_eq!(merged.cores, Some(2));
+        assert_eq!(merged.name.as_deref(), Some("a"));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics(s in ".{0,200}") {
+            let _ = parse_script(&s);
+            let _ = parse_script(&format!("#!/bin/sh\n#BERTH {s}\n"));
+        }
+    }
+}

@@ -1,0 +1,203 @@
+//! Jobs: what users ask for, and what they get.
+
+use crate::{CoreError, CpuSet, JobId, NodeId};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobState {
+    Queued,
+    Held,
+    Running,
+    Completed,
+    Failed,
+    Cancelled,
+    Timeout,
+    NodeFail,
+}
+
+impl JobState {
+    pub const ALL: [JobState; 8] = [
+        JobState::Queued,
+        JobState::Held,
+        JobState::Running,
+        JobState::Completed,
+        JobState::Failed,
+        JobState::Cancelled,
+        JobState::Timeout,
+        JobState::NodeFail,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Held => "held",
+            JobState::Running => "running",
+            JobState::Completed => "completed",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+            JobState::Timeout => "timeout",
+            JobState::NodeFail => "node_fail",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|st| st.as_str() == s)
+    }
+
+    pub fn is_finished(self) -> bool {
+        !matches!(self, JobState::Queued | JobState::Held | JobState::Running)
+    }
+
+    pub fn is_pending(self) -> bool {
+        matches!(self, JobState::Queued | JobState::Held)
+    }
+}
+
+/// What a job asks for, as the user wrote it (flags and `#BERTH` directives).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceRequest {
+    pub nodes: Option<u32>,
+    /// Total cores of the job.
+    pub cores: Option<u32>,
+    pub tasks_per_node: Option<u32>,
+    pub cpus_per_task: Option<u32>,
+    /// Memory per node, bytes.
+    pub mem_per_node: Option<u64>,
+}
+
+/// The shape the scheduler places: either an exact count of cores on each of `nodes` nodes,
+/// or a total number of cores packed onto as few nodes as first-fit finds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum Shape {
+    PerNode { nodes: u32, cores_per_node: u32 },
+    Total { cores: u32, chunk: u32 },
+}
+
+impl ResourceRequest {
+    /// Turn the user's request into a shape, rejecting contradictions with a reason.
+    pub fn shape(&self) -> Result<Shape, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(m));
+        let cpt = self.cpus_per_task.unwrap_or(1);
+        for (name, v) in [("--nodes", self.nodes), ("--cores", self.cores), ("--tasks-per-node", self.tasks_per_node), ("--cpus-per-task", self.cpus_per_task)] {
+            if v == Some(0) {
+                return bad(format!("{name} must be at least 1"));
+            }
+        }
+        if let Some(tpn) = self.tasks_per_node {
+            let nodes = self.nodes.unwrap_or(1);
+            let per_node = tpn.checked_mul(cpt).ok_or(CoreError::BadRequest("request too large".into()))?;
+            if let Some(cores) = self.cores {
+                if Some(cores) != per_node.checked_mul(nodes) {
+                    return bad(format!(
+                        "--cores {cores} contradicts --nodes {nodes} x --tasks-per-node {tpn} x --cpus-per-task {cpt}; give only one of them"
+                    ));
+                }
+            }
+            return Ok(Shape::PerNode { nodes, cores_per_node: per_node });
+        }
+        if let Some(nodes) = self.nodes {
+            let cores = self.cores.unwrap_or(nodes.saturating_mul(cpt));
+            if cores % nodes != 0 || cores < nodes {
+                return bad(format!(
+                    "--cores {cores} cannot be spread evenly over --nodes {nodes}; give a multiple of {nodes} or use --tasks-per-node"
+                ));
+            }
+            return Ok(Shape::PerNode { nodes, cores_per_node: cores / nodes });
+        }
+        let cores = self.cores.unwrap_or(cpt);
+        if cores % cpt != 0 {
+            return bad(format!("--cores {cores} is not a multiple of --cpus-per-task {cpt}"));
+        }
+        Ok(Shape::Total { cores, chunk: cpt })
+    }
+}
+
+/// The resources a running job holds on one node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeAllocation {
+    pub node_id: NodeId,
+    pub node: String,
+    /// PUs (OS indexes in the node's topology).
+    pub cpus: CpuSet,
+    pub cores: u32,
+    /// NUMA nodes (OS indexes) the job's memory may come from.
+    pub mems: CpuSet,
+    pub memory_bytes: u64,
+}
+
+pub type Allocation = Vec<NodeAllocation>;
+
+/// How a finished job ended, as the agent measured it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobOutcome {
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why berth ended it, if berth did: "walltime", "cancelled", "oom", "launch_failed: ...".
+    pub reason: Option<String>,
+    pub wall_ms: u64,
+    pub user_cpu_us: u64,
+    pub system_cpu_us: u64,
+    pub peak_memory_bytes: u64,
+}
+
+impl JobOutcome {
+    /// The final state of a job that ended this way.
+    pub fn final_state(&self) -> JobState {
+        match self.reason.as_deref() {
+            Some("walltime") => JobState::Timeout,
+            Some("cancelled") => JobState::Cancelled,
+            Some("node_fail") => JobState::NodeFail,
+            Some(_) => JobState::Failed,
+            None if self.exit_code == Some(0) && self.signal.is_none() => JobState::Completed,
+            None => JobState::Failed,
+        }
+    }
+}
+
+/// A pending job as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingJob {
+    pub id: JobId,
+    pub shape: Shape,
+    pub mem_per_node: u64,
+    pub held: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(nodes: Option<u32>, cores: Option<u32>, tpn: Option<u32>, cpt: Option<u32>) -> ResourceRequest {
+        ResourceRequest { nodes, cores, tasks_per_node: tpn, cpus_per_task: cpt, mem_per_node: None }
+    }
+
+    #[test]
+    fn shapes() {
+        assert_eq!(req(None, None, None, None).shape().unwrap(), Shape::Total { cores: 1, chunk: 1 });
+        assert_eq!(req(None, Some(6), None, None).shape().unwrap(), Shape::Total { cores: 6, chunk: 1 });
+        assert_eq!(req(Some(2), Some(8), None, None).shape().unwrap(), Shape::PerNode { nodes: 2, cores_per_node: 4 });
+        assert_eq!(req(Some(3), None, Some(2), Some(2)).shape().unwrap(), Shape::PerNode { nodes: 3, cores_per_node: 4 });
+        assert_eq!(req(Some(2), None, None, None).shape().unwrap(), Shape::PerNode { nodes: 2, cores_per_node: 1 });
+        assert!(req(Some(3), Some(8), None, None).shape().is_err());
+        assert!(req(Some(2), Some(5), Some(2), None).shape().is_err());
+        assert!(req(Some(0), None, None, None).shape().is_err());
+        assert!(req(None, Some(5), None, Some(2)).shape().is_err());
+    }
+
+    #[test]
+    fn outcome_states() {
+        let ok = JobOutcome { exit_code: Some(0), ..Default::default() };
+        assert_eq!(ok.final_state(), JobState::Completed);
+        let bad = JobOutcome { exit_code: Some(3), ..Default::default() };
+        assert_eq!(bad.final_state(), JobState::Failed);
+        let wall = JobOutcome { signal: Some(15), reason: Some("walltime".into()), ..Default::default() };
+        assert_eq!(wall.final_state(), JobState::Timeout);
+        let oom = JobOutcome { signal: Some(9), reason: Some("oom".into()), ..Default::default() };
+        assert_eq!(oom.final_state(), JobState::Failed);
+        for s in JobState::ALL {
+            assert_eq!(JobState::parse(s.as_str()), Some(s));
+        }
+    }
+}

@@ -1,0 +1,167 @@
+use super::*;
+use crate::node::NodeState;
+use crate::topology::Topology;
+use crate::NodeId;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const G: u64 = 1 << 30;
+
+/// Builds clusters of uniform nodes for tests.
+struct ClusterBuilder {
+    nodes: Vec<NodeCapacity>,
+}
+
+impl ClusterBuilder {
+    fn new() -> Self {
+        ClusterBuilder { nodes: vec![] }
+    }
+    /// `count` nodes of `packages` x `cores` (1 PU each) with `mem` bytes.
+    fn nodes(mut self, count: u32, packages: u32, cores_per_package: u32, mem: u64) -> Self {
+        for _ in 0..count {
+            let id = self.nodes.len() as u32;
+            let topo = Topology::uniform(packages, 1, cores_per_package, 1, mem / packages as u64);
+            self.nodes.push(NodeCapacity::new(NodeId(id), format!("n{id}"), Arc::new(topo)));
+        }
+        self
+    }
+    fn state(mut self, index: usize, state: NodeState) -> Self {
+        self.nodes[index].state = state;
+        self
+    }
+    fn build(self) -> ClusterState {
+        ClusterState { nodes: self.nodes }
+    }
+}
+
+fn job(id: u64, shape: Shape, mem: u64) -> PendingJob {
+    PendingJob { id: JobId(id), shape, mem_per_node: mem, held: false }
+}
+
+fn total(cores: u32) -> Shape {
+    Shape::Total { cores, chunk: 1 }
+}
+
+fn summary(d: &Decisions) -> Vec<String> {
+    d.starts
+        .iter()
+        .map(|(id, a)| {
+            let parts: Vec<String> = a.iter().map(|na| format!("{}:{}", na.node, na.cpus)).collect();
+            format!("{id} -> {}", parts.join(" "))
+        })
+        .collect()
+}
+
+#[test]
+fn fifo_first_fit_packs_in_order() {
+    let cluster = ClusterBuilder::new().nodes(2, 2, 2, 4 * G).build();
+    let queue = vec![job(1, total(1), G), job(2, total(2), G), job(3, total(4), G), job(4, total(1), G)];
+    let d = schedule(&cluster, &queue);
+    assert_eq!(summary(&d), vec!["1 -> n0:0", "2 -> n0:1-2", "3 -> n1:0-3", "4 -> n0:3"]);
+    assert_eq!(d.waiting, vec![]);
+}
+
+#[test]
+fn busy_head_blocks_fifo_but_held_and_never_do_not() {
+    let cluster = ClusterBuilder::new().nodes(2, 1, 4, 4 * G).build();
+    let queue = vec![
+        job(1, total(3), G),
+        PendingJob { held: true, ..job(2, total(1), G) },
+        job(3, Shape::PerNode { nodes: 1, cores_per_node: 64 }, G),
+        job(4, total(3), G),
+        job(5, total(4), G),
+        job(6, total(1), G),
+    ];
+    let d = schedule(&cluster, &queue);
+    assert_eq!(summary(&d), vec!["1 -> n0:0-2", "4 -> n1:0-2"]);
+    assert_eq!(d.waiting[0], (JobId(2), PendingReason::Held));
+    assert!(matches!(d.waiting[1], (JobId(3), PendingReason::NoSuitableNodes(_))));
+    assert_eq!(d.waiting[2], (JobId(5), PendingReason::Resources));
+    // Job 6 (1 core) would fit but must wait behind job 5: FIFO, no backfill in v0.
+    assert_eq!(d.waiting[3], (JobId(6), PendingReason::Priority));
+}
+
+#[test]
+fn memory_is_never_oversubscribed() {
+    let cluster = ClusterBuilder::new().nodes(1, 1, 8, 4 * G).build();
+    let queue = vec![job(1, total(1), 3 * G), job(2, total(1), 2 * G)];
+    let d = schedule(&cluster, &queue);
+    assert_eq!(summary(&d), vec!["1 -> n0:0"]);
+    assert_eq!(d.waiting, vec![(JobId(2), PendingReason::Resources)]);
+}
+
+#[test]
+fn per_node_shape_uses_distinct_nodes_and_skips_down_ones() {
+    let cluster = ClusterBuilder::new().nodes(3, 1, 2, 2 * G).state(0, NodeState::Down).build();
+    let d = schedule(&cluster, &[job(1, Shape::PerNode { nodes: 2, cores_per_node: 2 }, G)]);
+    assert_eq!(summary(&d), vec!["1 -> n1:0-1 n2:0-1"]);
+    let d = schedule(&cluster, &[job(1, Shape::PerNode { nodes: 3, cores_per_node: 1 }, G)]);
+    assert!(matches!(d.waiting[0].1, PendingReason::NoSuitableNodes(_)));
+}
+
+#[test]
+fn total_shape_spans_nodes_when_no_single_node_fits() {
+    let cluster = ClusterBuilder::new().nodes(3, 1, 4, 2 * G).build();
+    let d = schedule(&cluster, &[job(1, total(6), G)]);
+    assert_eq!(summary(&d), vec!["1 -> n0:0-3 n1:0-1"]);
+    let d = schedule(&cluster, &[job(1, Shape::Total { cores: 6, chunk: 3 }, G)]);
+    assert_eq!(summary(&d), vec!["1 -> n0:0-2 n1:0-2"]);
+}
+
+#[test]
+fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
+    let topo = Arc::new(Topology::uniform(2, 2, 2, 2, G));
+    let cluster = ClusterState { nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)] };
+    let d = schedule(&cluster, &[job(1, total(3), G)]);
+    let a = &d.starts[0].1[0];
+    assert_eq!(a.cpus.to_list(), "0-5");
+    assert_eq!(a.mems.to_list(), "0-1");
+    assert_eq!(a.cores, 3);
+}
+
+#[test]
+fn infeasible_reason_is_specific() {
+    let cluster = ClusterBuilder::new().nodes(2, 1, 4, 2 * G).build();
+    let why = check_feasible(&cluster.nodes, total(1), 8 * G).unwrap_err();
+    assert!(why.contains("8G"), "{why}");
+    let why = check_feasible(&cluster.nodes, Shape::PerNode { nodes: 1, cores_per_node: 5 }, G).unwrap_err();
+    assert!(why.contains("largest: 4 cores"), "{why}");
+    assert!(check_feasible(&cluster.nodes, total(8), G).is_ok());
+    assert!(check_feasible(&cluster.nodes, total(9), G).is_err());
+}
+
+#[test]
+fn release_returns_resources() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 4, 4 * G).build();
+    let d = schedule(&cluster, &[job(1, total(4), 4 * G)]);
+    cluster.claim(&d.starts[0].1);
+    assert_eq!(place(&cluster, total(1), 0), Placement::Busy);
+    cluster.release(&d.starts[0].1);
+    assert!(matches!(place(&cluster, total(4), 4 * G), Placement::Now(_)));
+}
+
+proptest! {
+    /// No PU is ever booked twice and no node's memory is exceeded, whatever the queue.
+    #[test]
+    fn never_oversubscribes(jobs in proptest::collection::vec((1u32..6, 0u64..3, proptest::bool::ANY, 1u32..3), 1..40)) {
+        let cluster = ClusterBuilder::new().nodes(3, 2, 2, 4 * G).build();
+        let queue: Vec<PendingJob> = jobs.iter().enumerate().map(|(i, &(cores, mem, per_node, nodes))| {
+            let shape = if per_node { Shape::PerNode { nodes, cores_per_node: cores.min(4) } } else { total(cores) };
+            job(i as u64, shape, mem * G)
+        }).collect();
+        let d = schedule(&cluster, &queue);
+        for node in &cluster.nodes {
+            let mut used = CpuSet::new();
+            let mut mem = 0;
+            for (_, alloc) in &d.starts {
+                for na in alloc.iter().filter(|na| na.node_id == node.id) {
+                    prop_assert!(!used.intersects(&na.cpus), "PU booked twice on {}", node.name);
+                    used.union_with(&na.cpus);
+                    mem += na.memory_bytes;
+                }
+            }
+            prop_assert!(mem <= node.topology.memory_bytes());
+            prop_assert!(used.is_subset_of(&node.topology.all_pus()));
+        }
+    }
+}

@@ -1,0 +1,188 @@
+//! A node's hardware as the scheduler sees it: packages, NUMA nodes with memory, cores, PUs.
+//!
+//! Built by the agent from hwloc (real machine, synthetic string or XML) and sent to the
+//! controller at registration. PUs are named by their OS index, as the kernel's cpusets do.
+
+use crate::{CoreError, CpuSet};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Package {
+    pub os_index: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaNode {
+    pub os_index: u32,
+    pub memory_bytes: u64,
+    pub cpus: CpuSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Core {
+    /// Index into `Topology::packages`.
+    pub package: usize,
+    /// Index into `Topology::numa_nodes`, if the core lies under one.
+    pub numa: Option<usize>,
+    /// OS indexes of the core's PUs (hardware threads), in logical order.
+    pub pus: Vec<u32>,
+}
+
+/// One node's topology. Cores are in hwloc's logical order, grouped by package.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Topology {
+    pub packages: Vec<Package>,
+    pub numa_nodes: Vec<NumaNode>,
+    pub cores: Vec<Core>,
+}
+
+impl Topology {
+    /// A regular machine, for tests and simulation: `packages` x `numa_per_package` x
+    /// `cores_per_numa` x `pus_per_core`, PUs numbered in logical order.
+    pub fn uniform(packages: u32, numa_per_package: u32, cores_per_numa: u32, pus_per_core: u32, mem_per_numa: u64) -> Self {
+        let mut t = Topology { packages: vec![], numa_nodes: vec![], cores: vec![] };
+        let mut pu = 0;
+        for p in 0..packages {
+            t.packages.push(Package { os_index: p });
+            for _ in 0..numa_per_package {
+                let numa = t.numa_nodes.len();
+                let mut cpus = CpuSet::new();
+                for _ in 0..cores_per_numa {
+                    let pus: Vec<u32> = (pu..pu + pus_per_core).collect();
+                    pu += pus_per_core;
+                    pus.iter().for_each(|&i| cpus.insert(i));
+                    t.cores.push(Core { package: p as usize, numa: Some(numa), pus });
+                }
+                t.numa_nodes.push(NumaNode { os_index: numa as u32, memory_bytes: mem_per_numa, cpus });
+            }
+        }
+        t
+    }
+
+    /// Check the invariants the scheduler relies on; a topology from the wire must pass this.
+    pub fn validate(&self) -> Result<(), CoreError> {
+        let bad = |m: String| Err(CoreError::BadTopology(m));
+        if self.cores.is_empty() {
+            return bad("no cores".into());
+        }
+        let mut seen = CpuSet::new();
+        for (i, core) in self.cores.iter().enumerate() {
+            if core.package >= self.packages.len() {
+                return bad(format!("core {i} names package {} of {}", core.package, self.packages.len()));
+            }
+            if core.numa.is_some_and(|n| n >= self.numa_nodes.len()) {
+                return bad(format!("core {i} names a NUMA node that does not exist"));
+            }
+            if core.pus.is_empty() {
+                return bad(format!("core {i} has no PUs"));
+            }
+            for &pu in &core.pus {
+                if seen.contains(pu) {
+                    return bad(format!("PU {pu} appears twice"));
+                }
+                seen.insert(pu);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn pu_count(&self) -> usize {
+        self.cores.iter().map(|c| c.pus.len()).sum()
+    }
+
+    pub fn core_count(&self) -> usize {
+        self.cores.len()
+    }
+
+    pub fn threads_per_core(&self) -> usize {
+        self.cores.iter().map(|c| c.pus.len()).max().unwrap_or(1)
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        self.numa_nodes.iter().map(|n| n.memory_bytes).sum()
+    }
+
+    pub fn all_pus(&self) -> CpuSet {
+        self.cores.iter().flat_map(|c| c.pus.iter().copied()).collect()
+    }
+
+    /// The NUMA nodes (by os index) local to `cpus`; all of them if none is known.
+    pub fn mems_for(&self, cpus: &CpuSet) -> CpuSet {
+        let mut mems: CpuSet = self
+            .cores
+            .iter()
+            .filter(|c| c.pus.iter().any(|&p| cpus.contains(p)))
+            .filter_map(|c| c.numa.map(|n| self.numa_nodes[n].os_index))
+            .collect();
+        if mems.is_empty() {
+            mems = self.numa_nodes.iter().map(|n| n.os_index).collect();
+        }
+        mems
+    }
+
+    /// Grid Engine topology string: `S` per package, `C` per core, `T` per thread when cores
+    /// have more than one (e.g. `SCCSCC`, `SCTTCTT`). Everything all of whose PUs are in
+    /// `busy` is printed as `.` (e.g. `...SCC` when the first package is fully used).
+    pub fn ge_string(&self, busy: &CpuSet) -> String {
+        let smt = self.threads_per_core() > 1;
+        let mut out = String::new();
+        for (p, _) in self.packages.iter().enumerate() {
+            let cores: Vec<&Core> = self.cores.iter().filter(|c| c.package == p).collect();
+            let all_busy = |pus: &[u32]| pus.iter().all(|&pu| busy.contains(pu));
+            let package_busy = !cores.is_empty() && cores.iter().all(|c| all_busy(&c.pus));
+            out.push(if package_busy { '.' } else { 'S' });
+            for core in cores {
+                out.push(if all_busy(&core.pus) { '.' } else { 'C' });
+                if smt {
+                    for pu in &core.pus {
+                        out.push(if busy.contains(*pu) { '.' } else { 'T' });
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Grid Engine's load values: m_socket, m_core, m_thread.
+    pub fn ge_counts(&self) -> (usize, usize, usize) {
+        (self.packages.len(), self.core_count(), self.pu_count())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ge_strings() {
+        let t = Topology::uniform(2, 1, 2, 1, 1 << 30);
+        assert_eq!(t.ge_string(&CpuSet::new()), "SCCSCC");
+        assert_eq!(t.ge_string(&CpuSet::parse_list("0-1").unwrap()), "...SCC");
+        assert_eq!(t.ge_string(&CpuSet::parse_list("2").unwrap()), "SCCS.C");
+        let smt = Topology::uniform(1, 1, 2, 2, 1 << 30);
+        assert_eq!(smt.ge_string(&CpuSet::new()), "SCTTCTT");
+        assert_eq!(smt.ge_string(&CpuSet::parse_list("1").unwrap()), "SCT.CTT");
+        assert_eq!(smt.ge_string(&CpuSet::parse_list("0-1").unwrap()), "S...CTT");
+        assert_eq!(smt.ge_counts(), (1, 2, 4));
+    }
+
+    #[test]
+    fn uniform_shape_and_mems() {
+        let t = Topology::uniform(2, 2, 4, 2, 1 << 30);
+        t.validate().unwrap();
+        assert_eq!(t.pu_count(), 32);
+        assert_eq!(t.core_count(), 16);
+        assert_eq!(t.memory_bytes(), 4 << 30);
+        assert_eq!(t.mems_for(&CpuSet::parse_list("0-1").unwrap()).to_list(), "0");
+        assert_eq!(t.mems_for(&CpuSet::parse_list("7-8").unwrap()).to_list(), "0-1");
+    }
+
+    #[test]
+    fn validate_rejects_duplicates() {
+        let mut t = Topology::uniform(1, 1, 2, 1, 0);
+        t.cores[1].pus = vec![0];
+        assert!(t.validate().is_err());
+        t.cores[1].package = 5;
+        assert!(t.validate().is_err());
+    }
+}

@@ -1,0 +1,93 @@
+//! Messages between node agents and the controller.
+//!
+//! An agent connects to the controller, registers, and keeps the connection: heartbeats and
+//! job events go up, launches and kills come down.
+
+use berth_core::job::{JobOutcome, NodeAllocation};
+use berth_core::topology::Topology;
+use berth_core::JobId;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AgentMessage {
+    Register(Box<Registration>),
+    Heartbeat { running: Vec<JobId> },
+    JobStarted { id: JobId, pid: u32 },
+    /// Resent until acknowledged, so a controller restart loses no ending.
+    JobEnded { id: JobId, outcome: JobOutcome },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    pub name: String,
+    pub hostname: String,
+    /// Where the agent listens (host:port).
+    pub address: String,
+    /// Random per agent process: tells the controller whether the agent restarted.
+    pub instance: String,
+    pub version: String,
+    pub topology: Topology,
+    /// Host CPUs (kernel list) the node's PUs are mapped onto.
+    pub real_cpus: String,
+    /// Jobs the agent is running now.
+    pub running: Vec<JobId>,
+    /// Jobs that ended but whose end the controller has not acknowledged yet; their
+    /// `JobEnded` messages follow the registration.
+    #[serde(default)]
+    pub ended: Vec<JobId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ControllerMessage {
+    Registered { node_id: u32, heartbeat_interval_ms: u64 },
+    Rejected { reason: String },
+    Launch(Box<LaunchSpec>),
+    Kill { id: JobId, reason: String },
+    EndAck { id: JobId },
+}
+
+/// Who a job runs as. Taken from the kernel at submission, never from the client's word.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserIdentity {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub name: String,
+}
+
+/// Everything an agent needs to run one job's batch script on its node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LaunchSpec {
+    pub id: JobId,
+    pub name: String,
+    pub user: UserIdentity,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub script: String,
+    /// Absolute paths.
+    pub stdout: String,
+    pub stderr: String,
+    /// This node's part of the allocation.
+    pub allocation: NodeAllocation,
+    /// Every node of the job with its core count, first node first (BERTH_NODES, nodefile).
+    pub nodes: Vec<(String, u32)>,
+    pub walltime_seconds: Option<u64>,
+    /// Between SIGTERM and SIGKILL at walltime or cancel.
+    pub kill_grace_ms: u64,
+}
+
+/// Requests an agent answers on its own port.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum AgentQuery {
+    Status,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum AgentReply {
+    Status { name: String, instance: String, connected: bool, running: Vec<JobId>, real_cpus: String },
+    Error { message: String },
+}

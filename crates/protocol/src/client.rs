@@ -1,0 +1,182 @@
+//! Messages between the CLI (or any API client) and the controller.
+
+use berth_core::directives::SubmitOptions;
+use berth_core::job::{Allocation, JobState, ResourceRequest};
+use berth_core::JobId;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum ClientRequest {
+    Ping,
+    Submit(Box<SubmitRequest>),
+    /// Many submissions in one round trip and one transaction (API clients, benchmarks).
+    SubmitBatch { jobs: Vec<SubmitRequest> },
+    ListJobs {
+        #[serde(default)]
+        states: Vec<JobState>,
+        /// Include finished jobs.
+        #[serde(default)]
+        all: bool,
+    },
+    ShowJob { id: JobId },
+    Cancel { ids: Vec<JobId> },
+    Hold { ids: Vec<JobId> },
+    Release { ids: Vec<JobId> },
+    ListNodes,
+    /// Set a node's admin state: "drain" or "resume".
+    NodeAdmin { name: String, action: String },
+    Acct {
+        #[serde(default)]
+        limit: Option<u32>,
+    },
+}
+
+/// A batch job as submitted. The submitter's uid, gid and groups are not in it: the controller
+/// takes them from the kernel (SO_PEERCRED) so nobody can submit as someone else.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    pub script: String,
+    /// The script's file name, for the default job name.
+    pub script_name: String,
+    pub options: SubmitOptions,
+    /// The submitting environment, reproduced for the job.
+    pub env: Vec<(String, String)>,
+    /// Absolute submit directory; the job's working directory.
+    pub cwd: String,
+    #[serde(default)]
+    pub hold: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum ClientResponse {
+    Pong { version: String, protocol: u32, nodes: usize, jobs: usize },
+    Submitted { id: JobId },
+    SubmittedBatch { ids: Vec<JobId> },
+    Jobs { jobs: Vec<JobInfo> },
+    Job { job: Box<JobInfo> },
+    Nodes { nodes: Vec<NodeInfo> },
+    Acct { jobs: Vec<JobInfo> },
+    /// Per-id results of cancel/hold/release.
+    Done { results: Vec<IdResult> },
+    Error(ApiError),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IdResult {
+    pub id: JobId,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+/// Stable error codes: scripts may match on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    BadRequest,
+    InvalidScript,
+    Infeasible,
+    UnknownJob,
+    UnknownNode,
+    NotPermitted,
+    InvalidState,
+    Unavailable,
+    Internal,
+}
+
+impl ErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::InvalidScript => "invalid_script",
+            ErrorCode::Infeasible => "infeasible",
+            ErrorCode::UnknownJob => "unknown_job",
+            ErrorCode::UnknownNode => "unknown_node",
+            ErrorCode::NotPermitted => "not_permitted",
+            ErrorCode::InvalidState => "invalid_state",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{message} [{}]", code.as_str())]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError { code, message: message.into() }
+    }
+}
+
+/// Resource usage of a finished job.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Accounting {
+    pub wall_seconds: f64,
+    pub user_cpu_seconds: f64,
+    pub system_cpu_seconds: f64,
+    pub peak_memory_bytes: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub id: JobId,
+    pub name: String,
+    pub user: String,
+    pub uid: u32,
+    pub gid: u32,
+    pub state: JobState,
+    pub queue: String,
+    pub request: ResourceRequest,
+    pub walltime_seconds: Option<u64>,
+    /// Unix times, seconds.
+    pub submit_time: f64,
+    pub start_time: Option<f64>,
+    pub end_time: Option<f64>,
+    pub allocation: Allocation,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why the job ended as it did, or why it waits.
+    pub reason: Option<String>,
+    pub cwd: String,
+    pub stdout: String,
+    pub stderr: String,
+    pub accounting: Option<Accounting>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NumaInfo {
+    pub os_index: u32,
+    pub memory_bytes: u64,
+    pub allocated_bytes: u64,
+    pub cpus: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub id: u32,
+    pub name: String,
+    pub state: String,
+    pub address: String,
+    pub sockets: usize,
+    pub cores: usize,
+    pub pus: usize,
+    /// Grid Engine notation, e.g. `SCTTCTT`.
+    pub topology: String,
+    /// The same with allocated PUs as dots, e.g. `S..CTT`.
+    pub free: String,
+    pub cpus_allocated: usize,
+    pub memory_bytes: u64,
+    pub memory_allocated_bytes: u64,
+    pub numa: Vec<NumaInfo>,
+    /// Host CPUs the node's emulated PUs are mapped onto (all of them on a real node).
+    pub real_cpus: String,
+    pub jobs: Vec<JobId>,
+    pub last_heard_seconds_ago: Option<f64>,
+}

@@ -1,0 +1,11 @@
+//! berth-protocol: every message between berth processes, and how they are framed.
+//!
+//! See `docs/protocol.md` for the written specification. A frame is a 4-byte big-endian
+//! length followed by that many bytes of JSON: an object with `"v"` (the protocol version)
+//! and the message's own fields.
+
+pub mod agent;
+pub mod client;
+pub mod frame;
+
+pub use frame::{read_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};
