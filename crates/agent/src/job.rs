@@ -134,7 +134,19 @@ fn start(spec: &LaunchSpec, spool: &Path, cg: &dyn JobCgroup) -> Result<tokio::p
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     cmd.kill_on_drop(false);
     setup.apply(&mut cmd);
-    cmd.spawn().map_err(|e| {
+    // ETXTBSY: another thread forked while the script file was open for writing, and that child
+    // holds the descriptor until its own exec. It clears within milliseconds; retry briefly.
+    let mut attempt = 0;
+    let spawned = loop {
+        match cmd.spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 50 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            other => break other,
+        }
+    };
+    spawned.map_err(|e| {
         format!(
             "cannot start the batch script as {} (uid {}): {e}; check that {} and the output paths are accessible to that user",
             spec.user.name, spec.user.uid, spec.cwd
