@@ -69,13 +69,21 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         _ => CpuMap::round_robin(&topology, real_cpus, real_mems),
     };
     prepare_spool_root(&cfg.spool_dir)?;
-    std::fs::create_dir_all(&cfg.state_dir).map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
+    std::fs::create_dir_all(&cfg.state_dir)
+        .map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
 
-    let listener = TcpListener::bind(&cfg.listen).await.map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
+    let listener = TcpListener::bind(&cfg.listen)
+        .await
+        .map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
     let real_cpus_text = cpumap.real_cpus.to_list();
-    let ctx = Arc::new(JobContext { cgroups: backend.clone(), cpumap, spool_root: cfg.spool_dir.clone(), agent_name: cfg.name.clone() });
+    let ctx = Arc::new(JobContext {
+        cgroups: backend.clone(),
+        cpumap,
+        spool_root: cfg.spool_dir.clone(),
+        agent_name: cfg.name.clone(),
+    });
     let shared = Arc::new(Mutex::new(Shared::default()));
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 
@@ -94,7 +102,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ended: vec![],
     };
 
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| AgentError::Setup(e.to_string()))?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|e| AgentError::Setup(e.to_string()))?;
     let mut backoff = Duration::from_millis(100);
     loop {
         let session = connection(&cfg, &registration, &ctx, &shared, &events_tx, &mut events_rx);
@@ -140,7 +149,9 @@ async fn connection(
     events_tx: &mpsc::UnboundedSender<AgentMessage>,
     events_rx: &mut mpsc::UnboundedReceiver<AgentMessage>,
 ) -> Result<(), String> {
-    let stream = TcpStream::connect(&cfg.controller).await.map_err(|e| format!("cannot reach the controller at {}: {e}", cfg.controller))?;
+    let stream = TcpStream::connect(&cfg.controller)
+        .await
+        .map_err(|e| format!("cannot reach the controller at {}: {e}", cfg.controller))?;
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let mut reg = registration.clone();
@@ -152,8 +163,12 @@ async fn connection(
     };
     write_frame(&mut wr, &AgentMessage::Register(Box::new(reg))).await.map_err(|e| e.to_string())?;
     let heartbeat = match read_frame::<_, ControllerMessage>(&mut rd).await.map_err(|e| e.to_string())? {
-        Some(ControllerMessage::Registered { heartbeat_interval_ms, .. }) => Duration::from_millis(heartbeat_interval_ms.max(100)),
-        Some(ControllerMessage::Rejected { reason }) => return Err(format!("the controller rejected this agent: {reason}")),
+        Some(ControllerMessage::Registered { heartbeat_interval_ms, .. }) => {
+            Duration::from_millis(heartbeat_interval_ms.max(100))
+        }
+        Some(ControllerMessage::Rejected { reason }) => {
+            return Err(format!("the controller rejected this agent: {reason}"))
+        }
         Some(other) => return Err(format!("unexpected first reply {other:?}")),
         None => return Err("the controller closed the connection".into()),
     };
@@ -182,7 +197,12 @@ async fn connection(
     }
 }
 
-fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shared>>, events: &mpsc::UnboundedSender<AgentMessage>) {
+fn handle(
+    msg: ControllerMessage,
+    ctx: &Arc<JobContext>,
+    shared: &Arc<Mutex<Shared>>,
+    events: &mpsc::UnboundedSender<AgentMessage>,
+) {
     match msg {
         ControllerMessage::Launch(spec) => launch(*spec, ctx, shared, events),
         ControllerMessage::Kill { id, reason } => {
@@ -201,7 +221,12 @@ fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shar
     }
 }
 
-fn launch(spec: LaunchSpec, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shared>>, events: &mpsc::UnboundedSender<AgentMessage>) {
+fn launch(
+    spec: LaunchSpec,
+    ctx: &Arc<JobContext>,
+    shared: &Arc<Mutex<Shared>>,
+    events: &mpsc::UnboundedSender<AgentMessage>,
+) {
     let id = spec.id;
     let (kill_tx, kill_rx) = mpsc::unbounded_channel();
     {
@@ -225,14 +250,21 @@ fn launch(spec: LaunchSpec, ctx: &Arc<JobContext>, shared: &Arc<Mutex<Shared>>, 
     });
 }
 
-async fn serve_status(listener: TcpListener, name: String, instance: String, real_cpus: String, shared: Arc<Mutex<Shared>>) {
+async fn serve_status(
+    listener: TcpListener,
+    name: String,
+    instance: String,
+    real_cpus: String,
+    shared: Arc<Mutex<Shared>>,
+) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
         let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
         tokio::spawn(async move {
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::Status)) => {
-                    let (connected, running) = shared.lock().map(|s| (s.connected, s.running.keys().copied().collect())).unwrap_or_default();
+                    let (connected, running) =
+                        shared.lock().map(|s| (s.connected, s.running.keys().copied().collect())).unwrap_or_default();
                     AgentReply::Status { name, instance, connected, running, real_cpus }
                 }
                 Ok(None) => return,
@@ -260,7 +292,8 @@ fn prepare_spool_root(dir: &std::path::Path) -> Result<(), AgentError> {
             Err(_) => std::fs::create_dir(d).map_err(|e| bad(format!("cannot create {}: {e}", d.display())))?,
         }
         // Users must reach their own job directory inside, but not list others.
-        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711)).map_err(|e| bad(format!("chmod {}: {e}", d.display())))?;
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o711))
+            .map_err(|e| bad(format!("chmod {}: {e}", d.display())))?;
     }
     Ok(())
 }

@@ -119,14 +119,9 @@ pub fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
         })?),
         _ => None,
     };
-    let topology = convert(&hw, allowed.as_ref()).map_err(|detail| TopologyError::Unusable {
-        origin: source.to_string(),
-        detail,
-    })?;
-    topology.validate().map_err(|error| TopologyError::Invalid {
-        origin: source.to_string(),
-        error,
-    })?;
+    let topology = convert(&hw, allowed.as_ref())
+        .map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
+    topology.validate().map_err(|error| TopologyError::Invalid { origin: source.to_string(), error })?;
     tracing::debug!(
         source = %source,
         packages = topology.packages.len(),
@@ -156,9 +151,7 @@ fn guarded<T>(step: impl FnOnce() -> T) -> Result<T, String> {
 /// Flags for topologies that do not describe this process's machine: keep every PU and NUMA
 /// node of the description, whatever the description or this process's binding allows.
 fn foreign_builder() -> Result<TopologyBuilder, String> {
-    HwTopology::builder()
-        .with_flags(BuildFlags::INCLUDE_DISALLOWED)
-        .map_err(|e| e.to_string())
+    HwTopology::builder().with_flags(BuildFlags::INCLUDE_DISALLOWED).map_err(|e| e.to_string())
 }
 
 fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
@@ -173,23 +166,17 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
         TopologySource::Synthetic(spec) => {
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
             let builder = foreign_builder().map_err(bad)?;
-            let builder = guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string()))
-                .and_then(|r| r)
-                .map_err(bad)?;
-            guarded(|| builder.build().map_err(|e| e.to_string()))
-                .and_then(|r| r)
-                .map_err(bad)
+            let builder =
+                guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
+            guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
         TopologySource::Xml(path) => {
             check_readable(path)?;
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
             let builder = foreign_builder().map_err(bad)?;
-            let builder = guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string()))
-                .and_then(|r| r)
-                .map_err(bad)?;
-            guarded(|| builder.build().map_err(|e| e.to_string()))
-                .and_then(|r| r)
-                .map_err(bad)
+            let builder =
+                guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
+            guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
     }
 }
@@ -198,10 +185,9 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
 fn check_readable(path: &Path) -> Result<(), TopologyError> {
     match std::fs::File::open(path) {
         Ok(file) => match file.metadata() {
-            Ok(meta) if meta.is_dir() => Err(TopologyError::BadXml {
-                path: path.to_path_buf(),
-                detail: "it is a directory".into(),
-            }),
+            Ok(meta) if meta.is_dir() => {
+                Err(TopologyError::BadXml { path: path.to_path_buf(), detail: "it is a directory".into() })
+            }
             _ => Ok(()),
         },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -250,7 +236,9 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
             _ => 0,
         };
         let mut cpus = match obj.cpuset() {
-            Some(set) => to_berth(&set).ok_or_else(|| format!("NUMA node L#{} has a bad cpuset", obj.logical_index()))?,
+            Some(set) => {
+                to_berth(&set).ok_or_else(|| format!("NUMA node L#{} has a bad cpuset", obj.logical_index()))?
+            }
             None => CpuSet::new(),
         };
         if let Some(allowed) = allowed {
@@ -268,9 +256,7 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
     let mut core_of: HashMap<u64, usize> = HashMap::new();
     let mut orphan_package: Option<usize> = None;
     for pu in hw.objects_with_type(ObjectType::PU) {
-        let os_index = pu
-            .os_index()
-            .ok_or_else(|| format!("PU L#{} has no OS index", pu.logical_index()))?;
+        let os_index = pu.os_index().ok_or_else(|| format!("PU L#{} has no OS index", pu.logical_index()))?;
         let os_index = u32::try_from(os_index).map_err(|_| format!("PU P#{os_index} is too large"))?;
         if !usable(os_index) {
             continue;
@@ -347,10 +333,7 @@ mod tests {
     fn parse_spec_forms() {
         assert_eq!(parse_spec("real"), TopologySource::Real);
         assert_eq!(parse_spec("xml:/tmp/a b.xml"), TopologySource::Xml("/tmp/a b.xml".into()));
-        assert_eq!(
-            parse_spec("package:2 core:4 pu:2"),
-            TopologySource::Synthetic("package:2 core:4 pu:2".into())
-        );
+        assert_eq!(parse_spec("package:2 core:4 pu:2"), TopologySource::Synthetic("package:2 core:4 pu:2".into()));
     }
 
     #[test]

@@ -38,7 +38,11 @@ pub async fn run_job(
     let started = Instant::now();
     let spool = ctx.spool_root.join(spec.id.to_string());
     let cg_name = cgroup_name(spec.id);
-    let failed = |reason: String| JobOutcome { reason: Some(format!("launch_failed: {reason}")), wall_ms: started.elapsed().as_millis() as u64, ..Default::default() };
+    let failed = |reason: String| JobOutcome {
+        reason: Some(format!("launch_failed: {reason}")),
+        wall_ms: started.elapsed().as_millis() as u64,
+        ..Default::default()
+    };
 
     if let Err(e) = prepare_spool(&spool, &spec) {
         let _ = std::fs::remove_dir_all(&spool);
@@ -107,7 +111,8 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     let script = spool.join("script");
     std::fs::write(&script, &spec.script).map_err(|e| io("cannot write script in", e))?;
     std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).map_err(|e| io("chmod script in", e))?;
-    let nodefile: String = spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
+    let nodefile: String =
+        spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
     std::fs::write(spool.join("nodefile"), nodefile).map_err(|e| io("cannot write nodefile in", e))?;
     for p in [spool.to_path_buf(), tmp, script, spool.join("nodefile")] {
         std::os::unix::fs::chown(&p, Some(uid), Some(gid)).map_err(|e| io("cannot chown", e))?;
@@ -200,6 +205,10 @@ fn finished(status: std::io::Result<std::process::ExitStatus>, reason: Option<St
     let wall_ms = started.elapsed().as_millis() as u64;
     match status {
         Ok(st) => JobOutcome { exit_code: st.code(), signal: st.signal(), reason, wall_ms, ..Default::default() },
-        Err(e) => JobOutcome { reason: Some(reason.unwrap_or_else(|| format!("lost track of the script: {e}"))), wall_ms, ..Default::default() },
+        Err(e) => JobOutcome {
+            reason: Some(reason.unwrap_or_else(|| format!("lost track of the script: {e}"))),
+            wall_ms,
+            ..Default::default()
+        },
     }
 }

@@ -28,7 +28,13 @@ fn cstring(what: &str, s: &[u8]) -> Result<CString, String> {
 }
 
 impl ChildSetup {
-    pub fn new(join_files: Vec<File>, user: &UserIdentity, cwd: &str, stdout: &str, stderr: &str) -> Result<Self, String> {
+    pub fn new(
+        join_files: Vec<File>,
+        user: &UserIdentity,
+        cwd: &str,
+        stdout: &str,
+        stderr: &str,
+    ) -> Result<Self, String> {
         Ok(ChildSetup {
             join_files,
             uid: user.uid,
@@ -79,7 +85,11 @@ impl ChildSetup {
                         }
                         break;
                     }
-                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC, 0o644);
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
+                        0o644,
+                    );
                     if fd < 0 || libc::dup2(fd, target) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }

@@ -8,7 +8,8 @@ use tokio::net::UnixStream;
 
 /// Where a cluster lives: `--dir`, else `BERTH_DIR`, else `./.berth`.
 pub fn cluster_dir(flag: Option<PathBuf>) -> PathBuf {
-    let dir = flag.or_else(|| std::env::var_os("BERTH_DIR").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(".berth"));
+    let dir =
+        flag.or_else(|| std::env::var_os("BERTH_DIR").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(".berth"));
     if dir.is_absolute() {
         dir
     } else {
@@ -36,7 +37,11 @@ impl Client {
             );
         }
         let stream = UnixStream::connect(&sock).await.with_context(|| {
-            format!("the controller at {} is not answering; is it running? (`berth up --dir {}` restarts it)", sock.display(), dir.display())
+            format!(
+                "the controller at {} is not answering; is it running? (`berth up --dir {}` restarts it)",
+                sock.display(),
+                dir.display()
+            )
         })?;
         Ok(Client { stream })
     }

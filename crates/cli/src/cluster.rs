@@ -118,7 +118,9 @@ fn cluster_file(dir: &Path) -> PathBuf {
 
 fn read_cluster(dir: &Path) -> Result<Option<ClusterFile>> {
     match std::fs::read_to_string(cluster_file(dir)) {
-        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| format!("{} is corrupt; remove the directory to start over", cluster_file(dir).display()))?)),
+        Ok(t) => Ok(Some(serde_json::from_str(&t).with_context(|| {
+            format!("{} is corrupt; remove the directory to start over", cluster_file(dir).display())
+        })?)),
         Err(_) => Ok(None),
     }
 }
@@ -146,7 +148,8 @@ fn spawn_daemon(dir: &Path, who: &str, args: &[String]) -> Result<i32> {
     let exe = std::env::current_exe().context("cannot find the berth executable")?;
     std::fs::create_dir_all(dir.join("logs"))?;
     std::fs::create_dir_all(dir.join("run"))?;
-    let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.join("logs").join(format!("{who}.log")))?;
+    let log =
+        std::fs::OpenOptions::new().create(true).append(true).open(dir.join("logs").join(format!("{who}.log")))?;
     let mut cmd = std::process::Command::new(exe);
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
@@ -252,7 +255,9 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     let t0 = Instant::now();
     loop {
         let ready = match request(dir, ClientRequest::ListNodes).await {
-            Ok(ClientResponse::Nodes { nodes }) => names.iter().all(|n| nodes.iter().any(|x| &x.name == n && x.state != "down" && !x.state.contains("not connected"))),
+            Ok(ClientResponse::Nodes { nodes }) => names
+                .iter()
+                .all(|n| nodes.iter().any(|x| &x.name == n && x.state != "down" && !x.state.contains("not connected"))),
             _ => false,
         };
         if ready {
@@ -260,13 +265,17 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
         }
         if t0.elapsed() > Duration::from_secs(30) {
             let dead: Vec<&String> = names.iter().filter(|n| live_pid(dir, n).is_none()).collect();
-            let detail = dead.first().map(|n| format!("\n{n}'s log ends with:\n{}", log_tail(dir, n))).unwrap_or_default();
+            let detail =
+                dead.first().map(|n| format!("\n{n}'s log ends with:\n{}", log_tail(dir, n))).unwrap_or_default();
             bail!("agents did not all register within 30 s (not running: {dead:?}){detail}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     if json {
-        println!("{}", serde_json::json!({"dir": dir_s, "controller": cluster.controller, "agents": names, "started": started, "topology": cluster.topology}));
+        println!(
+            "{}",
+            serde_json::json!({"dir": dir_s, "controller": cluster.controller, "agents": names, "started": started, "topology": cluster.topology})
+        );
     } else {
         println!(
             "berth cluster up in {dir_s}: controller + {} agents ({}); started: {}",
@@ -301,10 +310,15 @@ async fn stop(dir: &Path, who: &str) -> Option<i32> {
 }
 
 pub async fn down(dir: &Path, json: bool) -> Result<i32> {
-    let cluster = read_cluster(dir)?.ok_or_else(|| anyhow!("no local cluster in {} (no cluster.json); nothing to stop", dir.display()))?;
+    let cluster = read_cluster(dir)?
+        .ok_or_else(|| anyhow!("no local cluster in {} (no cluster.json); nothing to stop", dir.display()))?;
     let mut stopped = vec![];
     let mut agent_names: Vec<String> = std::fs::read_dir(dir.join("run"))
-        .map(|rd| rd.filter_map(|e| e.ok()).filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".pid")).map(String::from)).collect())
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().to_str().and_then(|n| n.strip_suffix(".pid")).map(String::from))
+                .collect()
+        })
         .unwrap_or_default();
     agent_names.retain(|n| n != "server");
     agent_names.sort();
@@ -318,14 +332,19 @@ pub async fn down(dir: &Path, json: bool) -> Result<i32> {
     }
     // Whatever the agents left: kill and remove the cluster's whole cgroup subtree.
     let root = format!("berth/{}", cluster.id);
-    let cleanup = tokio::task::spawn_blocking(move || berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root())).await;
+    let cleanup =
+        tokio::task::spawn_blocking(move || berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root())).await;
     if let Ok(Err(e)) = cleanup {
         eprintln!("berth: removing the cluster's cgroups: {e}");
     }
     if json {
         println!("{}", serde_json::json!({"dir": dir.display().to_string(), "stopped": stopped}));
     } else {
-        println!("berth cluster in {} down; stopped: {}", dir.display(), if stopped.is_empty() { "nothing was running".into() } else { stopped.join(", ") });
+        println!(
+            "berth cluster in {} down; stopped: {}",
+            dir.display(),
+            if stopped.is_empty() { "nothing was running".into() } else { stopped.join(", ") }
+        );
     }
     Ok(0)
 }

@@ -17,29 +17,48 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         Command::Jobs { all, state } => {
             let states = state
                 .iter()
-                .map(|s| JobState::parse(s).ok_or_else(|| anyhow!("unknown state {s:?}; states are {}", JobState::ALL.map(|s| s.as_str()).join(", "))))
+                .map(|s| {
+                    JobState::parse(s).ok_or_else(|| {
+                        anyhow!("unknown state {s:?}; states are {}", JobState::ALL.map(|s| s.as_str()).join(", "))
+                    })
+                })
                 .collect::<Result<Vec<_>>>()?;
-            let ClientResponse::Jobs { jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await? else { bail!("unexpected answer") };
+            let ClientResponse::Jobs { jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await? else {
+                bail!("unexpected answer")
+            };
             print(json, &jobs, || output::jobs_table(&jobs))
         }
         Command::Show { id } => {
             let id = parse_id(&id)?;
-            let ClientResponse::Job { job } = request(&dir, ClientRequest::ShowJob { id }).await? else { bail!("unexpected answer") };
+            let ClientResponse::Job { job } = request(&dir, ClientRequest::ShowJob { id }).await? else {
+                bail!("unexpected answer")
+            };
             print(json, &job, || output::job_detail(&job))
         }
-        Command::Cancel { ids } => per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: parse_ids(&ids)? }).await,
+        Command::Cancel { ids } => {
+            per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: parse_ids(&ids)? }).await
+        }
         Command::Hold { ids } => per_id(&dir, json, "held", ClientRequest::Hold { ids: parse_ids(&ids)? }).await,
-        Command::Release { ids } => per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await,
+        Command::Release { ids } => {
+            per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await
+        }
         Command::Nodes => {
-            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes).await? else { bail!("unexpected answer") };
+            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes).await? else {
+                bail!("unexpected answer")
+            };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
         Command::Node { action, name } => {
-            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::NodeAdmin { name, action }).await? else { bail!("unexpected answer") };
+            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::NodeAdmin { name, action }).await?
+            else {
+                bail!("unexpected answer")
+            };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
         Command::Acct { limit } => {
-            let ClientResponse::Acct { jobs } = request(&dir, ClientRequest::Acct { limit: Some(limit) }).await? else { bail!("unexpected answer") };
+            let ClientResponse::Acct { jobs } = request(&dir, ClientRequest::Acct { limit: Some(limit) }).await? else {
+                bail!("unexpected answer")
+            };
             print(json, &jobs, || output::acct_table(&jobs))
         }
         Command::Server(args) => crate::cluster::server(&dir, args).await,
@@ -87,7 +106,8 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
 /// Build the submission of `script` with `flags` as the calling process sees it.
 pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Result<SubmitRequest> {
     let text = std::fs::read(script).with_context(|| format!("cannot read batch script {}", script.display()))?;
-    let text = String::from_utf8(text).map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))?;
+    let text = String::from_utf8(text)
+        .map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))?;
     let mut options = SubmitOptions::default();
     let pairs = [
         ("cores", &flags.cores),
@@ -114,7 +134,9 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
 
 async fn submit(dir: &Path, json: bool, script: &Path, flags: &SubmitFlags, hold: bool) -> Result<i32> {
     let sub = build_submission(script, flags, hold)?;
-    let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else { bail!("unexpected answer") };
+    let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
+        bail!("unexpected answer")
+    };
     if json {
         println!("{}", serde_json::json!({ "id": id }));
     } else {

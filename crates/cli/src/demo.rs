@@ -45,7 +45,10 @@ pub async fn run(json: bool, keep: bool) -> Result<i32> {
             println!("{s}");
         }
     };
-    say(&format!("== berth demo: a controller and 3 agents emulating \"package:2 numa:2 core:2 pu:2\" nodes, in {}", dir.display()));
+    say(&format!(
+        "== berth demo: a controller and 3 agents emulating \"package:2 numa:2 core:2 pu:2\" nodes, in {}",
+        dir.display()
+    ));
     crate::cluster::up(&dir, json, Some(3), Some("package:2 numa:2 core:2 pu:2".into())).await?;
     let result = run_jobs(&dir, json).await;
     if keep {
@@ -66,7 +69,9 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         let path = jobdir.join(file);
         std::fs::write(&path, text)?;
         let sub = build_submission(&path, &Default::default(), false)?;
-        let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else { bail!("unexpected answer") };
+        let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
+            bail!("unexpected answer")
+        };
         if !json {
             println!("submitted {file:<14} -> job {id}");
         }
@@ -75,7 +80,9 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
     tokio::time::sleep(Duration::from_millis(300)).await;
     if !json {
         println!("\n$ berth jobs");
-        if let ClientResponse::Jobs { jobs } = request(dir, ClientRequest::ListJobs { states: vec![], all: false }).await? {
+        if let ClientResponse::Jobs { jobs } =
+            request(dir, ClientRequest::ListJobs { states: vec![], all: false }).await?
+        {
             print!("{}", output::jobs_table(&jobs));
         }
         println!("\n$ berth nodes");
@@ -116,7 +123,13 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         }
         for job in &finished {
             let out = std::fs::read_to_string(&job.stdout).unwrap_or_default();
-            println!("\n--- job {} ({}) {}: {}", job.id, job.name, job.state.as_str(), job.reason.as_deref().unwrap_or(""));
+            println!(
+                "\n--- job {} ({}) {}: {}",
+                job.id,
+                job.name,
+                job.state.as_str(),
+                job.reason.as_deref().unwrap_or("")
+            );
             print!("{out}");
         }
         println!("\n$ berth nodes   (everything free again)");

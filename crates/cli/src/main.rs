@@ -124,7 +124,8 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
-    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG").unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let daemon = matches!(cli.command, Command::Server(_) | Command::Agent(_));
     if !daemon {
         // A client piped into `head` should end quietly, like other Unix tools.
@@ -134,7 +135,11 @@ fn main() {
     if daemon {
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(if daemon { 2 } else { 1 }).enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(if daemon { 2 } else { 1 })
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berth: cannot start the async runtime: {e}");

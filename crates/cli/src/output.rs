@@ -32,7 +32,10 @@ fn exit_of(j: &JobInfo) -> String {
 }
 
 pub fn jobs_table(jobs: &[JobInfo]) -> String {
-    let mut out = format!("{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n", "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "EXIT", "NODES[CPUS]", "REASON");
+    let mut out = format!(
+        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n",
+        "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "EXIT", "NODES[CPUS]", "REASON"
+    );
     for j in jobs {
         let cores: u32 = j.allocation.iter().map(|a| a.cores).sum();
         let cores = if cores == 0 { j.request.cores.or(j.request.tasks_per_node).unwrap_or(1) } else { cores };
@@ -84,7 +87,17 @@ pub fn job_detail(j: &JobInfo) -> String {
     kv("stdout", j.stdout.clone());
     kv("stderr", j.stderr.clone());
     for a in &j.allocation {
-        kv("allocation", format!("{}: cpus {} ({} cores), memory nodes {}, memory {}", a.node, a.cpus, a.cores, a.mems, format_size(a.memory_bytes)));
+        kv(
+            "allocation",
+            format!(
+                "{}: cpus {} ({} cores), memory nodes {}, memory {}",
+                a.node,
+                a.cpus,
+                a.cores,
+                a.mems,
+                format_size(a.memory_bytes)
+            ),
+        );
     }
     if let Some(acct) = &j.accounting {
         kv(
@@ -106,9 +119,16 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 pub fn nodes_table(nodes: &[NodeInfo]) -> String {
-    let mut out = format!("{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n", "NODE", "STATE", "CPUS", "TOPOLOGY", "FREE", "MEM", "MEMORY PER NUMA NODE (used/total)");
+    let mut out = format!(
+        "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
+        "NODE", "STATE", "CPUS", "TOPOLOGY", "FREE", "MEM", "MEMORY PER NUMA NODE (used/total)"
+    );
     for n in nodes {
-        let numa: Vec<String> = n.numa.iter().map(|m| format!("{}:{}/{}", m.os_index, format_size(m.allocated_bytes), format_size(m.memory_bytes))).collect();
+        let numa: Vec<String> = n
+            .numa
+            .iter()
+            .map(|m| format!("{}:{}/{}", m.os_index, format_size(m.allocated_bytes), format_size(m.memory_bytes)))
+            .collect();
         out.push_str(&format!(
             "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
             n.name,
@@ -124,12 +144,22 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
 }
 
 pub fn acct_table(jobs: &[JobInfo]) -> String {
-    let mut out = format!("{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n", "ID", "NAME", "USER", "STATE", "EXIT", "WALL(s)", "USER(s)", "SYS(s)", "PEAKMEM", "NODES");
+    let mut out = format!(
+        "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n",
+        "ID", "NAME", "USER", "STATE", "EXIT", "WALL(s)", "USER(s)", "SYS(s)", "PEAKMEM", "NODES"
+    );
     for j in jobs {
         let (w, u, s, m) = j
             .accounting
             .as_ref()
-            .map(|a| (format!("{:.2}", a.wall_seconds), format!("{:.2}", a.user_cpu_seconds), format!("{:.2}", a.system_cpu_seconds), format_size(a.peak_memory_bytes)))
+            .map(|a| {
+                (
+                    format!("{:.2}", a.wall_seconds),
+                    format!("{:.2}", a.user_cpu_seconds),
+                    format!("{:.2}", a.system_cpu_seconds),
+                    format_size(a.peak_memory_bytes),
+                )
+            })
             .unwrap_or(("-".into(), "-".into(), "-".into(), "-".into()));
         let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
         out.push_str(&format!(

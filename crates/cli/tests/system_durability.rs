@@ -39,7 +39,8 @@ fn controller_killed_during_1000_submissions_loses_nothing() {
     let cwd = c.root().display().to_string();
     let mut threads = vec![];
     for _ in 0..4 {
-        let (sock, acked, failures, stop, script, cwd) = (sock.clone(), acked.clone(), failures.clone(), stop.clone(), script.clone(), cwd.clone());
+        let (sock, acked, failures, stop, script, cwd) =
+            (sock.clone(), acked.clone(), failures.clone(), stop.clone(), script.clone(), cwd.clone());
         threads.push(std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 if acked.lock().unwrap().len() >= TOTAL {
@@ -91,9 +92,20 @@ fn controller_killed_during_1000_submissions_loses_nothing() {
     // Every acknowledged job exists and the queue drains after the restarts.
     let t0 = Instant::now();
     let states = loop {
-        let ClientResponse::Jobs { jobs } = call(&sock, &ClientRequest::ListJobs { states: vec![], all: true }).unwrap() else { panic!() };
-        let by_id: HashMap<u64, String> =
-            jobs.iter().map(|j| (j.id.0, format!("{}{}", j.state.as_str(), j.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()))).collect();
+        let ClientResponse::Jobs { jobs } =
+            call(&sock, &ClientRequest::ListJobs { states: vec![], all: true }).unwrap()
+        else {
+            panic!()
+        };
+        let by_id: HashMap<u64, String> = jobs
+            .iter()
+            .map(|j| {
+                (
+                    j.id.0,
+                    format!("{}{}", j.state.as_str(), j.reason.as_ref().map(|r| format!(": {r}")).unwrap_or_default()),
+                )
+            })
+            .collect();
         let missing: Vec<_> = acked.iter().filter(|id| !by_id.contains_key(id)).collect();
         assert!(missing.is_empty(), "acknowledged jobs lost: {missing:?}");
         if acked.iter().all(|id| !by_id[id].starts_with("queued") && !by_id[id].starts_with("running")) {
@@ -103,7 +115,12 @@ fn controller_killed_during_1000_submissions_loses_nothing() {
         std::thread::sleep(Duration::from_millis(250));
     };
     let completed = acked.iter().filter(|id| states[id] == "completed").count();
-    assert_eq!(completed, acked.len(), "every acknowledged job should complete: {:?}", acked.iter().filter(|id| states[id] != "completed").map(|id| (id, &states[id])).collect::<Vec<_>>());
+    assert_eq!(
+        completed,
+        acked.len(),
+        "every acknowledged job should complete: {:?}",
+        acked.iter().filter(|id| states[id] != "completed").map(|id| (id, &states[id])).collect::<Vec<_>>()
+    );
     // None ran twice.
     let ran = std::fs::read_to_string(&log).unwrap();
     let mut seen = BTreeSet::new();
@@ -145,7 +162,10 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
     assert!(c.berth(&["up"]).status.success());
     let t1 = Instant::now();
     while pid_alive(job_pid) {
-        assert!(t1.elapsed() < Duration::from_secs(15), "orphaned job process {job_pid} not cleaned up by the restarted agent");
+        assert!(
+            t1.elapsed() < Duration::from_secs(15),
+            "orphaned job process {job_pid} not cleaned up by the restarted agent"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     let nodes = c.json(&["nodes"]);

@@ -69,7 +69,8 @@ fn garbage_on_the_socket_is_answered_and_the_controller_goes_on() {
         assert!(text.contains("bad_request"), "garbage {garbage:?} answered with {text:?}");
     }
     // Garbage on the agent port too.
-    let cluster: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("cluster.json")).unwrap()).unwrap();
+    let cluster: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(c.dir.join("cluster.json")).unwrap()).unwrap();
     let mut t = std::net::TcpStream::connect(cluster["controller"].as_str().unwrap()).unwrap();
     t.write_all(b"\x00\x00\x00\x05hello").unwrap();
     let _ = t.read_to_end(&mut Vec::new());
@@ -104,8 +105,13 @@ fn corrupt_state_database_is_reported_not_reset() {
     let state = tmp.path().join("controller");
     std::fs::create_dir_all(&state).unwrap();
     std::fs::write(state.join("state.db"), vec![0x42u8; 8192]).unwrap();
-    let o = Command::new(BIN).args(["--dir"]).arg(tmp.path()).args(["server", "--listen", "127.0.0.1:0"]).output().unwrap();
+    let o =
+        Command::new(BIN).args(["--dir"]).arg(tmp.path()).args(["server", "--listen", "127.0.0.1:0"]).output().unwrap();
     assert!(!o.status.success());
     assert!(stderr_of(&o).contains("corrupt") || stderr_of(&o).contains("not a database"), "{}", stderr_of(&o));
-    assert_eq!(std::fs::read(state.join("state.db")).unwrap(), vec![0x42u8; 8192], "the corrupt file must be left as it was");
+    assert_eq!(
+        std::fs::read(state.join("state.db")).unwrap(),
+        vec![0x42u8; 8192],
+        "the corrupt file must be left as it was"
+    );
 }

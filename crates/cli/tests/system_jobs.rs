@@ -20,13 +20,20 @@ fn jobs_run_in_cgroups_holding_exactly_their_cpus() {
         assert_eq!(j["exit_code"], 0);
         let alloc = &j["allocation"][0];
         let out = std::fs::read_to_string(j["stdout"].as_str().unwrap()).unwrap();
-        assert!(out.contains(&format!("cpus={}\n", alloc["cpus"].as_str().unwrap())), "cgroup cpus differ from allocation {alloc}: {out}");
+        assert!(
+            out.contains(&format!("cpus={}\n", alloc["cpus"].as_str().unwrap())),
+            "cgroup cpus differ from allocation {alloc}: {out}"
+        );
         assert!(out.contains("mems=0\n"), "{out}");
         assert!(out.contains(&format!("limit={}\n", 96 << 20)), "{out}");
         assert!(out.contains(&format!("id={id} nodes={}\n", alloc["node"].as_str().unwrap())), "{out}");
         let tmpdir = out.lines().find_map(|l| l.strip_prefix("tmpdir=")).expect("TMPDIR existed during the job");
         assert!(!std::path::Path::new(tmpdir).exists(), "TMPDIR {tmpdir} was not removed");
-        let cg = cgroup_mount("cpuset").join("berth").join(c.cluster_id()).join(alloc["node"].as_str().unwrap()).join(format!("job_{id}"));
+        let cg = cgroup_mount("cpuset")
+            .join("berth")
+            .join(c.cluster_id())
+            .join(alloc["node"].as_str().unwrap())
+            .join(format!("job_{id}"));
         assert!(!cg.exists(), "cgroup {} left behind", cg.display());
     }
 }
@@ -34,7 +41,11 @@ fn jobs_run_in_cgroups_holding_exactly_their_cpus() {
 #[test]
 fn emulated_pus_map_round_robin_onto_real_cpus() {
     let c = Cluster::up(1, BIG);
-    let id = c.submit("rr.sh", "#!/bin/sh\n#BERTH --cores 2\ncat /sys/fs/cgroup/cpuset$(cat /proc/self/cpuset)/cpuset.cpus\n", &[]);
+    let id = c.submit(
+        "rr.sh",
+        "#!/bin/sh\n#BERTH --cores 2\ncat /sys/fs/cgroup/cpuset$(cat /proc/self/cpuset)/cpuset.cpus\n",
+        &[],
+    );
     let j = c.wait_finished(id, Duration::from_secs(30));
     assert_eq!(j["allocation"][0]["cpus"], "0-3");
     let out = std::fs::read_to_string(j["stdout"].as_str().unwrap()).unwrap();
@@ -53,7 +64,8 @@ fn walltime_kills_every_process_and_removes_the_cgroup() {
     let j = c.wait_finished(id, Duration::from_secs(30));
     assert_eq!(j["state"], "timeout", "{j:#}");
     assert_eq!(j["reason"], "walltime");
-    let listed: Vec<i32> = std::fs::read_to_string(&pids).unwrap().lines().filter_map(|l| l.trim().parse().ok()).collect();
+    let listed: Vec<i32> =
+        std::fs::read_to_string(&pids).unwrap().lines().filter_map(|l| l.trim().parse().ok()).collect();
     assert_eq!(listed.len(), 3, "background sleep, double-forked daemon and the script itself: {listed:?}");
     for pid in listed {
         assert!(!pid_alive(pid), "process {pid} of the job survived its walltime");
@@ -91,7 +103,8 @@ fn accounting_is_plausible() {
 #[test]
 fn memory_limit_kills_and_is_reported() {
     let c = Cluster::up(1, BIG);
-    let id = c.submit("hog.sh", "#!/bin/sh\nhead -c 400m /dev/zero | tail > /dev/null\necho survived\n", &["--mem", "48M"]);
+    let id =
+        c.submit("hog.sh", "#!/bin/sh\nhead -c 400m /dev/zero | tail > /dev/null\necho survived\n", &["--mem", "48M"]);
     let j = c.wait_finished(id, Duration::from_secs(60));
     assert_eq!(j["state"], "failed", "{j:#}");
     assert_eq!(j["reason"], "oom", "{j:#}");
@@ -129,7 +142,10 @@ fn cancel_hold_release() {
 fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     let c = Cluster::up(1, MAPPED);
     let uid = Command::new("id").args(["-u", "berthtest"]).output().unwrap();
-    assert!(uid.status.success(), "user berthtest is missing: scripts/test.sh creates it (useradd berthtest, group berthgrp)");
+    assert!(
+        uid.status.success(),
+        "user berthtest is missing: scripts/test.sh creates it (useradd berthtest, group berthgrp)"
+    );
     let home = c.root().join("userdir");
     std::fs::create_dir(&home).unwrap();
     assert!(Command::new("chown").args(["berthtest:berthtest"]).arg(&home).status().unwrap().success());
@@ -151,9 +167,19 @@ fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     assert_eq!(j["user"], "berthtest");
     let text = std::fs::read_to_string(home.join(format!("berth-{id}.out"))).unwrap();
     let expect_uid = String::from_utf8_lossy(&uid.stdout).trim().to_string();
-    let expect_groups = String::from_utf8_lossy(&Command::new("id").args(["-G", "berthtest"]).output().unwrap().stdout).trim().to_string();
-    let expect_gid = String::from_utf8_lossy(&Command::new("id").args(["-g", "berthtest"]).output().unwrap().stdout).trim().to_string();
-    assert!(text.contains(&format!("uid={expect_uid} gid={expect_gid} groups={expect_groups} cwd={} marker=m-42", home.display())), "{text}");
+    let expect_groups = String::from_utf8_lossy(&Command::new("id").args(["-G", "berthtest"]).output().unwrap().stdout)
+        .trim()
+        .to_string();
+    let expect_gid = String::from_utf8_lossy(&Command::new("id").args(["-g", "berthtest"]).output().unwrap().stdout)
+        .trim()
+        .to_string();
+    assert!(
+        text.contains(&format!(
+            "uid={expect_uid} gid={expect_gid} groups={expect_groups} cwd={} marker=m-42",
+            home.display()
+        )),
+        "{text}"
+    );
     assert!(expect_groups.split(' ').count() >= 2, "berthtest should have a supplementary group: {expect_groups}");
     assert!(text.lines().nth(1) == Some("berthtest"), "TMPDIR owned by the user: {text}");
     // The output file belongs to the user, not root.
@@ -162,7 +188,12 @@ fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     assert_eq!(meta.uid().to_string(), expect_uid);
     // Users may not cancel other users' jobs.
     let root_job = c.submit("rootjob.sh", "#!/bin/sh\nsleep 30\n", &["--cores", "1"]);
-    let out = Command::new("runuser").args(["-u", "berthtest", "--", BIN, "--dir"]).arg(&c.dir).args(["cancel", &root_job.to_string()]).output().unwrap();
+    let out = Command::new("runuser")
+        .args(["-u", "berthtest", "--", BIN, "--dir"])
+        .arg(&c.dir)
+        .args(["cancel", &root_job.to_string()])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not_permitted"), "{}", String::from_utf8_lossy(&out.stderr));
     assert!(c.berth(&["cancel", &root_job.to_string()]).status.success());
@@ -173,7 +204,11 @@ use std::process::Command;
 #[test]
 fn multi_node_job_gets_nodes_and_nodefile() {
     let c = Cluster::up(3, BIG);
-    let id = c.submit("mn.sh", "#!/bin/sh\necho \"$BERTH_NODES\"\ncat \"$BERTH_NODEFILE\"\n", &["--nodes", "3", "--tasks-per-node", "2"]);
+    let id = c.submit(
+        "mn.sh",
+        "#!/bin/sh\necho \"$BERTH_NODES\"\ncat \"$BERTH_NODEFILE\"\n",
+        &["--nodes", "3", "--tasks-per-node", "2"],
+    );
     let j = c.wait_finished(id, Duration::from_secs(30));
     assert_eq!(j["state"], "completed");
     let alloc = j["allocation"].as_array().unwrap();

@@ -80,7 +80,12 @@ const KEYS: [&str; 9] = [
 
 impl ControllerConfig {
     /// Load: `defaults`, then the file (optional), then environment `BERTH_<KEY>`, then `flags`.
-    pub fn load(file: Option<&Path>, defaults: &Overrides, env: &[(String, String)], flags: &Overrides) -> Result<Self, ConfigError> {
+    pub fn load(
+        file: Option<&Path>,
+        defaults: &Overrides,
+        env: &[(String, String)],
+        flags: &Overrides,
+    ) -> Result<Self, ConfigError> {
         let label = file.map(|p| p.display().to_string()).unwrap_or_else(|| "(defaults)".into());
         let mut table = match file {
             Some(path) => {
@@ -115,7 +120,10 @@ impl ControllerConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         let invalid = |key: &str, message: String| Err(ConfigError::Invalid { key: key.into(), message });
         if !(self.heartbeat_interval_secs > 0.0 && self.heartbeat_interval_secs <= 3600.0) {
-            return invalid("heartbeat_interval_secs", format!("{} is not between 0 and 3600 seconds", self.heartbeat_interval_secs));
+            return invalid(
+                "heartbeat_interval_secs",
+                format!("{} is not between 0 and 3600 seconds", self.heartbeat_interval_secs),
+            );
         }
         if self.heartbeat_misses == 0 {
             return invalid("heartbeat_misses", "must be at least 1".into());
@@ -181,10 +189,14 @@ mod tests {
 
     #[test]
     fn file_env_flags_precedence() {
-        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_interval_secs = 2.0\nkill_grace_secs = 3\n");
-        let env = vec![("BERTH_HEARTBEAT_MISSES".to_string(), "7".to_string()), ("BERTH_KILL_GRACE_SECS".into(), "4".into())];
+        let f = write(
+            "state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\nheartbeat_interval_secs = 2.0\nkill_grace_secs = 3\n",
+        );
+        let env =
+            vec![("BERTH_HEARTBEAT_MISSES".to_string(), "7".to_string()), ("BERTH_KILL_GRACE_SECS".into(), "4".into())];
         let flags = vec![("kill_grace_secs".to_string(), "5".to_string())];
-        let c = ControllerConfig::load(Some(f.path()), &vec![("listen".into(), "127.0.0.1:9".into())], &env, &flags).unwrap();
+        let c = ControllerConfig::load(Some(f.path()), &vec![("listen".into(), "127.0.0.1:9".into())], &env, &flags)
+            .unwrap();
         assert_eq!(c.heartbeat_interval_secs, 2.0);
         assert_eq!(c.heartbeat_misses, 7);
         assert_eq!(c.kill_grace_secs, 5.0);

@@ -22,16 +22,25 @@ pub struct Peer {
     pub user: UserIdentity,
 }
 
+/// An action on one job: the outer error is the store's, the inner one the user's.
+type JobOp = fn(&mut Controller, JobId, f64) -> Result<Result<(), ApiError>, StoreError>;
+
 fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
     ClientResponse::Error(ApiError::new(code, message))
 }
 
 impl Controller {
     fn is_admin(&self, peer: &Peer) -> bool {
-        peer.user.uid == 0 || self.cfg.admins.iter().any(|a| *a == peer.user.name)
+        peer.user.uid == 0 || self.cfg.admins.contains(&peer.user.name)
     }
 
-    pub fn handle_client(&mut self, req: ClientRequest, peer: &Peer, reply: oneshot::Sender<ClientResponse>, now: f64) -> Result<(), StoreError> {
+    pub fn handle_client(
+        &mut self,
+        req: ClientRequest,
+        peer: &Peer,
+        reply: oneshot::Sender<ClientResponse>,
+        now: f64,
+    ) -> Result<(), StoreError> {
         let response = match req {
             ClientRequest::Ping => ClientResponse::Pong {
                 version: env!("CARGO_PKG_VERSION").into(),
@@ -50,7 +59,10 @@ impl Controller {
                     match self.validate_submission(sub, peer, now) {
                         Ok(j) => valid.push(j),
                         Err(e) => {
-                            failure = Some(ApiError::new(e.code, format!("job {i} of the batch: {}; nothing was submitted", e.message)));
+                            failure = Some(ApiError::new(
+                                e.code,
+                                format!("job {i} of the batch: {}; nothing was submitted", e.message),
+                            ));
                             break;
                         }
                     }
@@ -89,10 +101,13 @@ impl Controller {
             ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, Self::cancel_one)?,
             ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, Self::hold_one)?,
             ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, Self::release_one)?,
-            ClientRequest::ListNodes => ClientResponse::Nodes { nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i)).collect() },
+            ClientRequest::ListNodes => {
+                ClientResponse::Nodes { nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i)).collect() }
+            }
             ClientRequest::NodeAdmin { name, action } => self.node_admin(&name, &action, peer, now)?,
             ClientRequest::Acct { limit } => {
-                let mut jobs: Vec<_> = self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
+                let mut jobs: Vec<_> =
+                    self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
                 jobs.reverse();
                 ClientResponse::Acct { jobs }
             }
@@ -104,14 +119,17 @@ impl Controller {
     /// Check a submission and build its record, without side effects.
     fn validate_submission(&self, sub: SubmitRequest, peer: &Peer, now: f64) -> Result<JobRecord, ApiError> {
         let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
-        let directives = parse_script(&sub.script).map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{}: {e}", sub.script_name)))?;
+        let directives = parse_script(&sub.script)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{}: {e}", sub.script_name)))?;
         let mut options = directives.overlay(sub.options);
         let shape = options.request().shape().map_err(|e| bad(e.to_string()))?;
         if !sub.cwd.starts_with('/') {
             return Err(bad(format!("submit directory {:?} is not absolute", sub.cwd)));
         }
         if sub.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
-            return Err(bad("the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into()));
+            return Err(bad(
+                "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into(),
+            ));
         }
         let queue = options.queue.clone().unwrap_or_else(|| QUEUES[0].to_string());
         if !QUEUES.contains(&queue.as_str()) {
@@ -124,18 +142,23 @@ impl Controller {
         // Without --mem a job gets the default per core, but never more than the largest node
         // has: a wide job spread over nodes must not be refused for memory it did not ask for.
         let largest = self.cluster.nodes.iter().map(|n| n.topology.memory_bytes()).max().unwrap_or(u64::MAX);
-        let mem = options
-            .mem
-            .unwrap_or_else(|| self.cfg.default_mem_per_core_bytes().saturating_mul(cores_per_node as u64).min(largest));
+        let mem = options.mem.unwrap_or_else(|| {
+            self.cfg.default_mem_per_core_bytes().saturating_mul(cores_per_node as u64).min(largest)
+        });
         options.mem = Some(mem);
         let walltime = options.walltime.or(self.cfg.default_walltime_secs());
         options.walltime = walltime;
         if !self.cluster.nodes.is_empty() {
             // Judge against every known node as if all were up: a node that is down now may return.
             let mut all = self.cluster.nodes.clone();
-            all.iter_mut().zip(&self.extra).for_each(|(n, e)| n.state = if e.instance.is_empty() { NodeState::Down } else { NodeState::Up });
+            all.iter_mut()
+                .zip(&self.extra)
+                .for_each(|(n, e)| n.state = if e.instance.is_empty() { NodeState::Down } else { NodeState::Up });
             check_feasible(&all, shape, mem).map_err(|why| {
-                ApiError::new(ErrorCode::Infeasible, format!("this job can never run here: {why}; ask for less (see `berth nodes`)"))
+                ApiError::new(
+                    ErrorCode::Infeasible,
+                    format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
+                )
             })?;
         }
         let name = options.name.clone().unwrap_or_else(|| sub.script_name.clone());
@@ -188,19 +211,19 @@ impl Controller {
         Ok(id)
     }
 
-    fn for_each_id(
-        &mut self,
-        ids: Vec<JobId>,
-        peer: &Peer,
-        now: f64,
-        op: fn(&mut Self, JobId, f64) -> Result<Result<(), ApiError>, StoreError>,
-    ) -> Result<ClientResponse, StoreError> {
+    fn for_each_id(&mut self, ids: Vec<JobId>, peer: &Peer, now: f64, op: JobOp) -> Result<ClientResponse, StoreError> {
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
             let outcome = match self.jobs.get(&id) {
                 None => match self.store.get_job(id)? {
-                    Some(j) => Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} has already ended ({})", j.state.as_str()))),
-                    None => Err(ApiError::new(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))),
+                    Some(j) => Err(ApiError::new(
+                        ErrorCode::InvalidState,
+                        format!("job {id} has already ended ({})", j.state.as_str()),
+                    )),
+                    None => Err(ApiError::new(
+                        ErrorCode::UnknownJob,
+                        format!("job {id} does not exist; `berth jobs --all` lists jobs"),
+                    )),
                 },
                 Some(j) if j.user.uid != peer.user.uid && !self.is_admin(peer) => Err(ApiError::new(
                     ErrorCode::NotPermitted,
@@ -246,7 +269,10 @@ impl Controller {
                 self.dirty = true;
                 Ok(Ok(()))
             }
-            s => Ok(Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} is {}; only queued jobs can be held", s.as_str())))),
+            s => Ok(Err(ApiError::new(
+                ErrorCode::InvalidState,
+                format!("job {id} is {}; only queued jobs can be held", s.as_str()),
+            ))),
         }
     }
 
@@ -261,7 +287,10 @@ impl Controller {
                 self.dirty = true;
                 Ok(Ok(()))
             }
-            s => Ok(Err(ApiError::new(ErrorCode::InvalidState, format!("job {id} is {}; only held jobs can be released", s.as_str())))),
+            s => Ok(Err(ApiError::new(
+                ErrorCode::InvalidState,
+                format!("job {id} is {}; only held jobs can be released", s.as_str()),
+            ))),
         }
     }
 
@@ -279,7 +308,9 @@ impl Controller {
             "drain" => NodeState::Drained,
             "resume" if ex.conn.is_some() => NodeState::Up,
             "resume" => NodeState::Down,
-            other => return Ok(error(ErrorCode::BadRequest, format!("unknown node action {other:?}; use drain or resume"))),
+            other => {
+                return Ok(error(ErrorCode::BadRequest, format!("unknown node action {other:?}; use drain or resume")))
+            }
         };
         let row = self.node_row(i);
         self.store.upsert_node(&row)?;
@@ -289,7 +320,13 @@ impl Controller {
     }
 
     /// An agent (re)registers: take its topology and reconcile the jobs it runs with ours.
-    pub fn handle_register(&mut self, reg: Registration, conn_id: u64, tx: AgentTx, now: f64) -> Result<(), StoreError> {
+    pub fn handle_register(
+        &mut self,
+        reg: Registration,
+        conn_id: u64,
+        tx: AgentTx,
+        now: f64,
+    ) -> Result<(), StoreError> {
         if let Err(e) = reg.topology.validate() {
             self.out.agents.push((tx, ControllerMessage::Rejected { reason: e.to_string() }));
             return Ok(());
@@ -298,7 +335,15 @@ impl Controller {
             Some(i) => i,
             None => {
                 let id = self.cluster.nodes.len();
-                self.push_node(berth_core::NodeId(id as u32), reg.name.clone(), reg.topology.clone(), NodeState::Up, "", "", "");
+                self.push_node(
+                    berth_core::NodeId(id as u32),
+                    reg.name.clone(),
+                    reg.topology.clone(),
+                    NodeState::Up,
+                    "",
+                    "",
+                    "",
+                );
                 id
             }
         };
@@ -306,7 +351,11 @@ impl Controller {
         let ours = self.jobs_on_node(index);
         if *self.cluster.nodes[index].topology != reg.topology {
             // New hardware description: rebuild the free map from the jobs still allocated here.
-            let mut cap = berth_core::node::NodeCapacity::new(berth_core::NodeId(index as u32), reg.name.clone(), std::sync::Arc::new(reg.topology.clone()));
+            let mut cap = berth_core::node::NodeCapacity::new(
+                berth_core::NodeId(index as u32),
+                reg.name.clone(),
+                std::sync::Arc::new(reg.topology.clone()),
+            );
             for id in &ours {
                 if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
                     cap.free_pus.subtract(&a.cpus);
@@ -326,16 +375,31 @@ impl Controller {
         }
         let row = self.node_row(index);
         self.store.upsert_node(&row)?;
-        self.store.event(now, if restarted { "node_register" } else { "node_reconnect" }, None, Some(&reg.name), &reg.address)?;
+        self.store.event(
+            now,
+            if restarted { "node_register" } else { "node_reconnect" },
+            None,
+            Some(&reg.name),
+            &reg.address,
+        )?;
         self.out.agents.push((
             tx.clone(),
-            ControllerMessage::Registered { node_id: index as u32, heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64 },
+            ControllerMessage::Registered {
+                node_id: index as u32,
+                heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64,
+            },
         ));
         // Jobs the agent runs that we do not think run there: stop them.
         for id in &reg.running {
-            let known_here = self.jobs.get(id).is_some_and(|j| j.state == JobState::Running && Self::head_node(&j.allocation) == Some(index));
+            let known_here = self
+                .jobs
+                .get(id)
+                .is_some_and(|j| j.state == JobState::Running && Self::head_node(&j.allocation) == Some(index));
             if !known_here {
-                self.out.agents.push((tx.clone(), ControllerMessage::Kill { id: *id, reason: "not running according to the controller".into() }));
+                self.out.agents.push((
+                    tx.clone(),
+                    ControllerMessage::Kill { id: *id, reason: "not running according to the controller".into() },
+                ));
             }
         }
         // Jobs we think run there with their batch script, that the agent neither runs nor reports ended.
@@ -379,7 +443,13 @@ impl Controller {
             AgentMessage::Register(_) => {}
             AgentMessage::Heartbeat { .. } => {}
             AgentMessage::JobStarted { id, pid } => {
-                self.store.event(now, "job_started", Some(id), Some(&self.cluster.nodes[node].name.clone()), &format!("pid {pid}"))?;
+                self.store.event(
+                    now,
+                    "job_started",
+                    Some(id),
+                    Some(&self.cluster.nodes[node].name.clone()),
+                    &format!("pid {pid}"),
+                )?;
             }
             AgentMessage::JobEnded { id, outcome } => {
                 if let Some(job) = self.jobs.get_mut(&id) {

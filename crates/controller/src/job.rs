@@ -100,7 +100,12 @@ impl JobRecord {
     }
 
     pub fn pending(&self) -> PendingJob {
-        PendingJob { id: self.id, shape: self.shape, mem_per_node: self.mem_per_node(), held: self.state == JobState::Held }
+        PendingJob {
+            id: self.id,
+            shape: self.shape,
+            mem_per_node: self.mem_per_node(),
+            held: self.state == JobState::Held,
+        }
     }
 
     pub fn finish(&mut self, outcome: &JobOutcome, now: f64) {

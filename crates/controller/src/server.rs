@@ -55,14 +55,19 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     if let Some(parent) = socket.parent() {
         let _ = std::fs::create_dir_all(parent);
     }
-    let unix = UnixListener::bind(&socket)
-        .map_err(|source| ServerError::Listen { what: "unix socket", addr: socket.display().to_string(), source })?;
+    let unix = UnixListener::bind(&socket).map_err(|source| ServerError::Listen {
+        what: "unix socket",
+        addr: socket.display().to_string(),
+        source,
+    })?;
     // Every local user may connect; who they are comes from SO_PEERCRED, not from trust.
     use std::os::unix::fs::PermissionsExt;
     let _ = std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666));
-    let tcp = TcpListener::bind(&cfg.listen)
-        .await
-        .map_err(|source| ServerError::Listen { what: "agent address", addr: cfg.listen.clone(), source })?;
+    let tcp = TcpListener::bind(&cfg.listen).await.map_err(|source| ServerError::Listen {
+        what: "agent address",
+        addr: cfg.listen.clone(),
+        source,
+    })?;
     tracing::info!(socket = %socket.display(), agents = %cfg.listen, "controller listening");
 
     let (tx, rx) = mpsc::channel::<Command>(65536);
@@ -159,7 +164,10 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                     Command::Register { reg, conn_id, tx, node } => {
                         let name = reg.name.clone();
                         ctl.handle_register(*reg, conn_id, tx, now)?;
-                        let _ = node.send(ctl.node_by_name(&name).filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)));
+                        let _ = node.send(
+                            ctl.node_by_name(&name)
+                                .filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)),
+                        );
                     }
                     Command::Agent { node, conn_id, msg } => ctl.handle_agent(node, conn_id, msg, now)?,
                     Command::AgentGone { node, conn_id } => ctl.handle_disconnect(node, conn_id, now)?,
@@ -237,7 +245,8 @@ async fn serve_client(mut stream: UnixStream, tx: mpsc::Sender<Command>) {
             Ok(None) => return,
             Err(e) => {
                 let msg = format!("could not read your request: {e}");
-                let _ = write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::BadRequest, msg))).await;
+                let _ =
+                    write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::BadRequest, msg))).await;
                 return;
             }
         };
@@ -247,7 +256,10 @@ async fn serve_client(mut stream: UnixStream, tx: mpsc::Sender<Command>) {
         }
         let resp = match reply_rx.await {
             Ok(r) => r,
-            Err(_) => ClientResponse::Error(ApiError::new(ErrorCode::Unavailable, "the controller is stopping; try again when it is back")),
+            Err(_) => ClientResponse::Error(ApiError::new(
+                ErrorCode::Unavailable,
+                "the controller is stopping; try again when it is back",
+            )),
         };
         if write_frame(&mut stream, &resp).await.is_err() {
             return;

@@ -78,7 +78,15 @@ impl Controller {
             // Node ids are dense; fill any hole with a placeholder that never takes work.
             while c.cluster.nodes.len() < id {
                 let hole = c.cluster.nodes.len() as u32;
-                c.push_node(NodeId(hole), format!("(missing-{hole})"), Topology::uniform(1, 1, 1, 1, 0), NodeState::Down, "", "", "");
+                c.push_node(
+                    NodeId(hole),
+                    format!("(missing-{hole})"),
+                    Topology::uniform(1, 1, 1, 1, 0),
+                    NodeState::Down,
+                    "",
+                    "",
+                    "",
+                );
             }
             let state = NodeState::parse(&row.state).unwrap_or(NodeState::Down);
             c.push_node(NodeId(row.id), row.name, topology, state, &row.address, &row.real_cpus, &row.instance);
@@ -93,7 +101,16 @@ impl Controller {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub fn push_node(&mut self, id: NodeId, name: String, topology: Topology, state: NodeState, address: &str, real_cpus: &str, instance: &str) {
+    pub fn push_node(
+        &mut self,
+        id: NodeId,
+        name: String,
+        topology: Topology,
+        state: NodeState,
+        address: &str,
+        real_cpus: &str,
+        instance: &str,
+    ) {
         self.cluster.nodes.push(NodeCapacity::new(id, name, Arc::new(topology)));
         self.extra.push(NodeExtra {
             state,
@@ -160,7 +177,9 @@ impl Controller {
                 self.cluster.release(&job.allocation);
                 for a in &job.allocation {
                     let n = a.node_id.0 as usize;
-                    if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining) && self.jobs_on_node(n).is_empty() {
+                    if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining)
+                        && self.jobs_on_node(n).is_empty()
+                    {
                         self.extra[n].state = NodeState::Drained;
                         let row = self.node_row(n);
                         let _ = self.store.upsert_node(&row);

@@ -63,10 +63,8 @@ impl Store {
 
     fn check_integrity(&self) -> Result<(), StoreError> {
         let corrupt = |detail: String| StoreError::Corrupt { path: self.path.clone(), detail };
-        let result: String = self
-            .conn
-            .query_row("PRAGMA quick_check", [], |r| r.get(0))
-            .map_err(|e| corrupt(e.to_string()))?;
+        let result: String =
+            self.conn.query_row("PRAGMA quick_check", [], |r| r.get(0)).map_err(|e| corrupt(e.to_string()))?;
         if result != "ok" {
             return Err(corrupt(result));
         }
@@ -231,7 +229,14 @@ impl Store {
         Ok(())
     }
 
-    pub fn event(&self, time: f64, kind: &str, job: Option<JobId>, node: Option<&str>, detail: &str) -> Result<(), StoreError> {
+    pub fn event(
+        &self,
+        time: f64,
+        kind: &str,
+        job: Option<JobId>,
+        node: Option<&str>,
+        detail: &str,
+    ) -> Result<(), StoreError> {
         let mut st = self
             .conn
             .prepare_cached("INSERT INTO events (time, kind, job_id, node, detail) VALUES (?1, ?2, ?3, ?4, ?5)")
@@ -279,7 +284,8 @@ impl Store {
         j.script, j.env, a.wall_ms, a.user_cpu_us, a.system_cpu_us, a.peak_memory_bytes";
 
     fn query_jobs(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<JobRecord>, StoreError> {
-        let sql = format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id {filter}", Self::JOB_COLUMNS);
+        let sql =
+            format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id {filter}", Self::JOB_COLUMNS);
         let mut st = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let raw = st.query_map(args, RawJob::from_row).map_err(|e| self.err(e))?;
         let mut out = Vec::new();

@@ -26,7 +26,13 @@ impl Controller {
         let mut numa_alloc = vec![0u64; topo.numa_nodes.len()];
         for id in &jobs {
             for a in self.jobs[id].allocation.iter().filter(|a| a.node_id.0 as usize == i) {
-                let idx: Vec<usize> = topo.numa_nodes.iter().enumerate().filter(|(_, n)| a.mems.contains(n.os_index)).map(|(k, _)| k).collect();
+                let idx: Vec<usize> = topo
+                    .numa_nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| a.mems.contains(n.os_index))
+                    .map(|(k, _)| k)
+                    .collect();
                 if idx.is_empty() {
                     continue;
                 }
@@ -56,11 +62,20 @@ impl Controller {
                 .numa_nodes
                 .iter()
                 .zip(numa_alloc)
-                .map(|(n, alloc)| NumaInfo { os_index: n.os_index, memory_bytes: n.memory_bytes, allocated_bytes: alloc, cpus: n.cpus.to_list() })
+                .map(|(n, alloc)| NumaInfo {
+                    os_index: n.os_index,
+                    memory_bytes: n.memory_bytes,
+                    allocated_bytes: alloc,
+                    cpus: n.cpus.to_list(),
+                })
                 .collect(),
             real_cpus: ex.real_cpus.clone(),
             jobs,
-            last_heard_seconds_ago: if ex.instance.is_empty() { None } else { Some(ex.last_heard.elapsed().as_secs_f64()) },
+            last_heard_seconds_ago: if ex.instance.is_empty() {
+                None
+            } else {
+                Some(ex.last_heard.elapsed().as_secs_f64())
+            },
         }
     }
 }

@@ -79,10 +79,7 @@ impl CpuSet {
     }
 
     pub fn is_subset_of(&self, other: &CpuSet) -> bool {
-        self.words
-            .iter()
-            .enumerate()
-            .all(|(i, w)| w & !other.words.get(i).copied().unwrap_or(0) == 0)
+        self.words.iter().enumerate().all(|(i, w)| w & !other.words.get(i).copied().unwrap_or(0) == 0)
     }
 
     fn trim(&mut self) {

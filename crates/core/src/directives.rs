@@ -65,9 +65,7 @@ impl SubmitOptions {
             "output" => self.output = Some(text(value)?),
             "error" => self.error = Some(text(value)?),
             "queue" => self.queue = Some(text(value)?),
-            _ => {
-                return Err(format!("unknown option --{name}; known options are --{}", OPTION_NAMES.join(", --")))
-            }
+            _ => return Err(format!("unknown option --{name}; known options are --{}", OPTION_NAMES.join(", --"))),
         }
         Ok(())
     }
@@ -108,12 +106,7 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
     let mut lines = script.lines().enumerate();
     match lines.next() {
         Some((_, first)) if first.starts_with("#!") => {}
-        _ => {
-            return Err(err(
-                1,
-                "a batch script must start with an interpreter line such as #!/bin/sh".into(),
-            ))
-        }
+        _ => return Err(err(1, "a batch script must start with an interpreter line such as #!/bin/sh".into())),
     }
     let mut opts = SubmitOptions::default();
     for (index, raw) in lines {
@@ -127,7 +120,10 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
         }
         let Some(rest) = line.strip_prefix(DIRECTIVE_PREFIX) else { continue };
         if !rest.is_empty() && !rest.starts_with(char::is_whitespace) {
-            return Err(err(line_no, format!("{line:?} is not a directive; write `{DIRECTIVE_PREFIX} --option value`")));
+            return Err(err(
+                line_no,
+                format!("{line:?} is not a directive; write `{DIRECTIVE_PREFIX} --option value`"),
+            ));
         }
         let tokens = tokenize(rest).map_err(|m| err(line_no, m))?;
         let mut i = 0;

@@ -80,7 +80,12 @@ impl ResourceRequest {
     pub fn shape(&self) -> Result<Shape, CoreError> {
         let bad = |m: String| Err(CoreError::BadRequest(m));
         let cpt = self.cpus_per_task.unwrap_or(1);
-        for (name, v) in [("--nodes", self.nodes), ("--cores", self.cores), ("--tasks-per-node", self.tasks_per_node), ("--cpus-per-task", self.cpus_per_task)] {
+        for (name, v) in [
+            ("--nodes", self.nodes),
+            ("--cores", self.cores),
+            ("--tasks-per-node", self.tasks_per_node),
+            ("--cpus-per-task", self.cpus_per_task),
+        ] {
             if v == Some(0) {
                 return bad(format!("{name} must be at least 1"));
             }
@@ -99,7 +104,7 @@ impl ResourceRequest {
         }
         if let Some(nodes) = self.nodes {
             let cores = self.cores.unwrap_or(nodes.saturating_mul(cpt));
-            if cores % nodes != 0 || cores < nodes {
+            if !cores.is_multiple_of(nodes) || cores < nodes {
                 return bad(format!(
                     "--cores {cores} cannot be spread evenly over --nodes {nodes}; give a multiple of {nodes} or use --tasks-per-node"
                 ));
@@ -107,7 +112,7 @@ impl ResourceRequest {
             return Ok(Shape::PerNode { nodes, cores_per_node: cores / nodes });
         }
         let cores = self.cores.unwrap_or(cpt);
-        if cores % cpt != 0 {
+        if !cores.is_multiple_of(cpt) {
             return bad(format!("--cores {cores} is not a multiple of --cpus-per-task {cpt}"));
         }
         Ok(Shape::Total { cores, chunk: cpt })
@@ -178,7 +183,10 @@ mod tests {
         assert_eq!(req(None, None, None, None).shape().unwrap(), Shape::Total { cores: 1, chunk: 1 });
         assert_eq!(req(None, Some(6), None, None).shape().unwrap(), Shape::Total { cores: 6, chunk: 1 });
         assert_eq!(req(Some(2), Some(8), None, None).shape().unwrap(), Shape::PerNode { nodes: 2, cores_per_node: 4 });
-        assert_eq!(req(Some(3), None, Some(2), Some(2)).shape().unwrap(), Shape::PerNode { nodes: 3, cores_per_node: 4 });
+        assert_eq!(
+            req(Some(3), None, Some(2), Some(2)).shape().unwrap(),
+            Shape::PerNode { nodes: 3, cores_per_node: 4 }
+        );
         assert_eq!(req(Some(2), None, None, None).shape().unwrap(), Shape::PerNode { nodes: 2, cores_per_node: 1 });
         assert!(req(Some(3), Some(8), None, None).shape().is_err());
         assert!(req(Some(2), Some(5), Some(2), None).shape().is_err());

@@ -1,7 +1,7 @@
 //! Node states and the per-node view the scheduler works on.
 
-use crate::{CpuSet, NodeId};
 use crate::topology::Topology;
+use crate::{CpuSet, NodeId};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 

@@ -105,7 +105,9 @@ pub fn check_feasible(nodes: &[NodeCapacity], shape: Shape, mem_per_node: u64) -
     if usable.is_empty() {
         return Err("no node is up".into());
     }
-    let fits = |n: &&NodeCapacity, cores: u32| n.topology.core_count() as u64 >= cores as u64 && n.topology.memory_bytes() >= mem_per_node;
+    let fits = |n: &&NodeCapacity, cores: u32| {
+        n.topology.core_count() as u64 >= cores as u64 && n.topology.memory_bytes() >= mem_per_node
+    };
     let largest_cores = usable.iter().map(|n| n.topology.core_count()).max().unwrap_or(0);
     let largest_mem = usable.iter().map(|n| n.topology.memory_bytes()).max().unwrap_or(0);
     match shape {

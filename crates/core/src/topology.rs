@@ -39,7 +39,13 @@ pub struct Topology {
 impl Topology {
     /// A regular machine, for tests and simulation: `packages` x `numa_per_package` x
     /// `cores_per_numa` x `pus_per_core`, PUs numbered in logical order.
-    pub fn uniform(packages: u32, numa_per_package: u32, cores_per_numa: u32, pus_per_core: u32, mem_per_numa: u64) -> Self {
+    pub fn uniform(
+        packages: u32,
+        numa_per_package: u32,
+        cores_per_numa: u32,
+        pus_per_core: u32,
+        mem_per_numa: u64,
+    ) -> Self {
         let mut t = Topology { packages: vec![], numa_nodes: vec![], cores: vec![] };
         let mut pu = 0;
         for p in 0..packages {

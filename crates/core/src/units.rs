@@ -65,10 +65,7 @@ pub fn parse_duration_secs(input: &str) -> Result<u64, CoreError> {
         Some((d, r)) => (d.parse::<u64>().map_err(|_| bad())?, r),
         None => (0, s),
     };
-    let parts: Vec<u64> = rest
-        .split(':')
-        .map(|p| p.parse::<u64>().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
+    let parts: Vec<u64> = rest.split(':').map(|p| p.parse::<u64>().map_err(|_| bad())).collect::<Result<_, _>>()?;
     let secs = match parts.as_slice() {
         [s] => *s,
         [m, s] => m * 60 + s,

@@ -12,10 +12,18 @@ use serde::{Deserialize, Serialize};
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AgentMessage {
     Register(Box<Registration>),
-    Heartbeat { running: Vec<JobId> },
-    JobStarted { id: JobId, pid: u32 },
+    Heartbeat {
+        running: Vec<JobId>,
+    },
+    JobStarted {
+        id: JobId,
+        pid: u32,
+    },
     /// Resent until acknowledged, so a controller restart loses no ending.
-    JobEnded { id: JobId, outcome: JobOutcome },
+    JobEnded {
+        id: JobId,
+        outcome: JobOutcome,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,7 +11,9 @@ pub enum ClientRequest {
     Ping,
     Submit(Box<SubmitRequest>),
     /// Many submissions in one round trip and one transaction (API clients, benchmarks).
-    SubmitBatch { jobs: Vec<SubmitRequest> },
+    SubmitBatch {
+        jobs: Vec<SubmitRequest>,
+    },
     ListJobs {
         #[serde(default)]
         states: Vec<JobState>,
@@ -19,13 +21,24 @@ pub enum ClientRequest {
         #[serde(default)]
         all: bool,
     },
-    ShowJob { id: JobId },
-    Cancel { ids: Vec<JobId> },
-    Hold { ids: Vec<JobId> },
-    Release { ids: Vec<JobId> },
+    ShowJob {
+        id: JobId,
+    },
+    Cancel {
+        ids: Vec<JobId>,
+    },
+    Hold {
+        ids: Vec<JobId>,
+    },
+    Release {
+        ids: Vec<JobId>,
+    },
     ListNodes,
     /// Set a node's admin state: "drain" or "resume".
-    NodeAdmin { name: String, action: String },
+    NodeAdmin {
+        name: String,
+        action: String,
+    },
     Acct {
         #[serde(default)]
         limit: Option<u32>,
@@ -51,15 +64,34 @@ pub struct SubmitRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum ClientResponse {
-    Pong { version: String, protocol: u32, nodes: usize, jobs: usize },
-    Submitted { id: JobId },
-    SubmittedBatch { ids: Vec<JobId> },
-    Jobs { jobs: Vec<JobInfo> },
-    Job { job: Box<JobInfo> },
-    Nodes { nodes: Vec<NodeInfo> },
-    Acct { jobs: Vec<JobInfo> },
+    Pong {
+        version: String,
+        protocol: u32,
+        nodes: usize,
+        jobs: usize,
+    },
+    Submitted {
+        id: JobId,
+    },
+    SubmittedBatch {
+        ids: Vec<JobId>,
+    },
+    Jobs {
+        jobs: Vec<JobInfo>,
+    },
+    Job {
+        job: Box<JobInfo>,
+    },
+    Nodes {
+        nodes: Vec<NodeInfo>,
+    },
+    Acct {
+        jobs: Vec<JobInfo>,
+    },
     /// Per-id results of cancel/hold/release.
-    Done { results: Vec<IdResult> },
+    Done {
+        results: Vec<IdResult>,
+    },
     Error(ApiError),
 }
 

@@ -15,7 +15,9 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 pub enum ProtocolError {
     #[error("connection error: {0}")]
     Io(#[from] std::io::Error),
-    #[error("frame of {0} bytes is larger than the {MAX_FRAME_BYTES}-byte limit; is the peer speaking the berth protocol?")]
+    #[error(
+        "frame of {0} bytes is larger than the {MAX_FRAME_BYTES}-byte limit; is the peer speaking the berth protocol?"
+    )]
     TooLarge(usize),
     #[error("malformed message: {0}; is the peer speaking the berth protocol?")]
     Malformed(String),

@@ -22,17 +22,14 @@ mod real_tests;
 
 pub use procs::join_from_child;
 
-const ROOT_HINT: &str = "berth agent must run as root with cgroup v1 cpuset/memory/freezer/cpuacct mounted or cgroup v2";
+const ROOT_HINT: &str =
+    "berth agent must run as root with cgroup v1 cpuset/memory/freezer/cpuacct mounted or cgroup v2";
 
 /// Errors from cgroup operations. I/O errors carry the path and a hint.
 #[derive(Debug, thiserror::Error)]
 pub enum CgroupError {
     #[error("cannot {op} {}: {source}; {}", path.display(), io_hint(op, source))]
-    Io {
-        op: &'static str,
-        path: PathBuf,
-        source: io::Error,
-    },
+    Io { op: &'static str, path: PathBuf, source: io::Error },
     /// `create` found the job cgroup already present (leftover of an earlier run).
     #[error("cgroup {} already exists (leftover of an earlier run?): open() it to kill and remove it, or use another name", path.display())]
     AlreadyExists { path: PathBuf },
@@ -44,20 +41,12 @@ pub enum CgroupError {
     #[error("cannot parse {}: {detail}", path.display())]
     Parse { path: PathBuf, detail: String },
     #[error("timed out after {waited:?} waiting for {what} in {}", path.display())]
-    Timeout {
-        what: &'static str,
-        path: PathBuf,
-        waited: Duration,
-    },
+    Timeout { what: &'static str, path: PathBuf, waited: Duration },
     /// Processes still alive after `kill_all`'s deadline (stuck in D state?).
     #[error("processes survived SIGKILL until the deadline: {pids:?} (uninterruptible sleep, e.g. hung NFS?)")]
     Unkillable { pids: Vec<i32> },
     #[error("cannot send signal {signal} to pid {pid}: {source}")]
-    Signal {
-        pid: i32,
-        signal: i32,
-        source: io::Error,
-    },
+    Signal { pid: i32, signal: i32, source: io::Error },
 }
 
 /// What to tell the operator for a failed cgroupfs operation.
@@ -193,16 +182,9 @@ pub(crate) fn choose(
         if have.contains(&"cpuset") && have.contains(&"memory") {
             return Ok(Choice::V2(m.mount_point.clone()));
         }
-        v2_notes.push(format!(
-            "{} offers only [{}]",
-            m.mount_point.display(),
-            have.join(" ")
-        ));
+        v2_notes.push(format!("{} offers only [{}]", m.mount_point.display(), have.join(" ")));
     }
-    let missing: Vec<&str> = ["cpuset", "memory"]
-        .into_iter()
-        .filter(|c| v1_mount(mounts, c).is_none())
-        .collect();
+    let missing: Vec<&str> = ["cpuset", "memory"].into_iter().filter(|c| v1_mount(mounts, c).is_none()).collect();
     if missing.is_empty() {
         return Ok(Choice::V1);
     }
@@ -254,13 +236,8 @@ fn unescape_octal(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
             if let Ok(byte) = u8::try_from(v) {
                 out.push(byte);
                 i += 4;
@@ -302,10 +279,7 @@ garbage line
     fn mountinfo_fields_and_escapes() {
         let m = parse_mountinfo(HYBRID);
         assert_eq!(m.len(), 9);
-        assert_eq!(
-            m[1].mount_point,
-            PathBuf::from("/sys/fs/cgroup/cpu,cpuacct")
-        );
+        assert_eq!(m[1].mount_point, PathBuf::from("/sys/fs/cgroup/cpu,cpuacct"));
         assert_eq!(m[1].fs_type, "cgroup");
         assert_eq!(m[1].super_options, vec!["rw", "cpu", "cpuacct"]);
         assert_eq!(m[3].fs_type, "cgroup", "optional fields are skipped");
@@ -316,21 +290,11 @@ garbage line
     #[test]
     fn v1_comounted_controllers() {
         let m = parse_mountinfo(HYBRID);
-        assert_eq!(
-            v1_mount(&m, "cpuacct"),
-            Some("/sys/fs/cgroup/cpu,cpuacct".into())
-        );
-        assert_eq!(
-            v1_mount(&m, "cpu"),
-            Some("/sys/fs/cgroup/cpu,cpuacct".into())
-        );
+        assert_eq!(v1_mount(&m, "cpuacct"), Some("/sys/fs/cgroup/cpu,cpuacct".into()));
+        assert_eq!(v1_mount(&m, "cpu"), Some("/sys/fs/cgroup/cpu,cpuacct".into()));
         assert_eq!(v1_mount(&m, "memory"), Some("/sys/fs/cgroup/memory".into()));
         assert_eq!(v1_mount(&m, "blkio"), None);
-        assert_eq!(
-            v1_mount(&m, "systemd"),
-            None,
-            "name=systemd is not a controller"
-        );
+        assert_eq!(v1_mount(&m, "systemd"), None, "name=systemd is not a controller");
     }
 
     #[test]
@@ -342,21 +306,14 @@ garbage line
     #[test]
     fn choose_hybrid_with_v2_controllers_is_v2() {
         let m = parse_mountinfo(HYBRID);
-        let c = choose(&m, &|p| {
-            (p == Path::new("/sys/fs/cgroup/unified")).then(|| "cpuset cpu memory pids\n".into())
-        });
+        let c = choose(&m, &|p| (p == Path::new("/sys/fs/cgroup/unified")).then(|| "cpuset cpu memory pids\n".into()));
         assert_eq!(c.ok(), Some(Choice::V2("/sys/fs/cgroup/unified".into())));
     }
 
     #[test]
     fn choose_pure_v2() {
-        let m = parse_mountinfo(
-            "30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n",
-        );
-        assert_eq!(
-            choose(&m, &|_| None).ok(),
-            Some(Choice::V2("/sys/fs/cgroup".into()))
-        );
+        let m = parse_mountinfo("30 23 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n");
+        assert_eq!(choose(&m, &|_| None).ok(), Some(Choice::V2("/sys/fs/cgroup".into())));
     }
 
     #[test]
@@ -365,16 +322,10 @@ garbage line
             "41 31 0:38 / /sys/fs/cgroup/unified rw - cgroup2 cgroup2 rw\n\
              35 31 0:32 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n",
         );
-        let err = choose(&m, &|_| Some("pids\n".into()))
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let err = choose(&m, &|_| Some("pids\n".into())).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("cpuset"), "{err}");
         assert!(!err.contains("cpuset, memory"), "{err}");
-        assert!(
-            err.contains("/sys/fs/cgroup/unified offers only [pids]"),
-            "{err}"
-        );
+        assert!(err.contains("/sys/fs/cgroup/unified offers only [pids]"), "{err}");
     }
 
     #[test]

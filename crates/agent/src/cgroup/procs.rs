@@ -18,10 +18,8 @@ pub(crate) fn read_ids(path: &Path) -> Result<Vec<i32>, CgroupError> {
     };
     text.split_whitespace()
         .map(|w| {
-            w.parse::<i32>().map_err(|_| CgroupError::Parse {
-                path: path.to_path_buf(),
-                detail: format!("not a pid: {w:?}"),
-            })
+            w.parse::<i32>()
+                .map_err(|_| CgroupError::Parse { path: path.to_path_buf(), detail: format!("not a pid: {w:?}") })
         })
         .collect()
 }
@@ -30,11 +28,7 @@ pub(crate) fn read_ids(path: &Path) -> Result<Vec<i32>, CgroupError> {
 /// With `tasks`, threads listed only in `tasks` (e.g. of a process whose
 /// leader already exited, hidden from cgroup.procs on old kernels) are
 /// mapped to their process id.
-pub(crate) fn collect_procs(
-    dir: &Path,
-    tasks: bool,
-    out: &mut BTreeSet<i32>,
-) -> Result<(), CgroupError> {
+pub(crate) fn collect_procs(dir: &Path, tasks: bool, out: &mut BTreeSet<i32>) -> Result<(), CgroupError> {
     let procs = read_ids(&dir.join("cgroup.procs"))?;
     let known: BTreeSet<i32> = procs.iter().copied().collect();
     out.extend(procs);
@@ -56,10 +50,7 @@ pub(crate) fn collect_procs(
 /// Thread-group id of thread `tid`, None if it is gone.
 fn tgid_of(tid: i32) -> Option<i32> {
     let status = fs::read_to_string(format!("/proc/{tid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
+    status.lines().find_map(|l| l.strip_prefix("Tgid:")).and_then(|v| v.trim().parse().ok())
 }
 
 /// Signal each pid; ESRCH (already gone) is not an error. Never signals
@@ -79,11 +70,7 @@ pub(crate) fn signal_pids(pids: &[i32], signal: i32) -> Result<usize, CgroupErro
         }
         let e = io::Error::last_os_error();
         if e.raw_os_error() != Some(libc::ESRCH) {
-            return Err(CgroupError::Signal {
-                pid,
-                signal,
-                source: e,
-            });
+            return Err(CgroupError::Signal { pid, signal, source: e });
         }
     }
     Ok(n)
@@ -140,9 +127,7 @@ pub(crate) fn freeze_kill_loop(deadline: Duration, ops: KillOps<'_>) -> Result<(
             tracing::warn!(error = %e, "thaw after kill failed; retrying");
         }
         let left = deadline.saturating_sub(start.elapsed());
-        wait_until(left.min(Duration::from_millis(200)), || {
-            Ok((ops.pids)()?.is_empty())
-        })?;
+        wait_until(left.min(Duration::from_millis(200)), || Ok((ops.pids)()?.is_empty()))?;
     }
 }
 /// Join the cgroups behind `fds` (from `JobCgroup::join_files`) by writing
@@ -186,25 +171,12 @@ mod tests {
         let start = Instant::now();
         let r = freeze_kill_loop(
             Duration::from_millis(100),
-            KillOps {
-                pids: &|| Ok(vec![ghost]),
-                freeze: &|_| Ok(()),
-                thaw: &|| Ok(()),
-            },
+            KillOps { pids: &|| Ok(vec![ghost]), freeze: &|_| Ok(()), thaw: &|| Ok(()) },
         );
-        assert!(
-            matches!(r, Err(CgroupError::Unkillable { ref pids }) if pids == &[ghost]),
-            "{r:?}"
-        );
+        assert!(matches!(r, Err(CgroupError::Unkillable { ref pids }) if pids == &[ghost]), "{r:?}");
         assert!(start.elapsed() < Duration::from_secs(1));
-        let empty = freeze_kill_loop(
-            Duration::ZERO,
-            KillOps {
-                pids: &|| Ok(vec![]),
-                freeze: &|_| Ok(()),
-                thaw: &|| Ok(()),
-            },
-        );
+        let empty =
+            freeze_kill_loop(Duration::ZERO, KillOps { pids: &|| Ok(vec![]), freeze: &|_| Ok(()), thaw: &|| Ok(()) });
         assert!(empty.is_ok());
     }
 }

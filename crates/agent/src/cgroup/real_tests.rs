@@ -20,11 +20,7 @@ mod tree;
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 
 fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}-{}",
-        std::process::id(),
-        SEQ.fetch_add(1, Ordering::SeqCst)
-    )
+    format!("{prefix}-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::SeqCst))
 }
 
 /// None (test skipped) only when BERTH_SKIP_CGROUP_TESTS=1; otherwise panics.
@@ -64,9 +60,7 @@ impl Root {
         let p = self.paths();
         let mut v = vec![p.cpuset, p.memory, p.freezer, p.cpuacct];
         v.extend(p.pids);
-        v.into_iter()
-            .map(|d| job.map(|j| d.join(j)).unwrap_or(d))
-            .collect()
+        v.into_iter().map(|d| job.map(|j| d.join(j)).unwrap_or(d)).collect()
     }
 
     /// remove_root and check nothing is left in any hierarchy.
@@ -93,10 +87,7 @@ fn v1_root(test: &str, rel: String) -> Option<Root> {
 }
 
 fn read(p: &Path) -> String {
-    std::fs::read_to_string(p)
-        .unwrap_or_else(|e| panic!("read {}: {e}", p.display()))
-        .trim()
-        .to_string()
+    std::fs::read_to_string(p).unwrap_or_else(|e| panic!("read {}: {e}", p.display())).trim().to_string()
 }
 
 /// Spawn `sh -c script` joined to `job` between fork and exec.
@@ -104,10 +95,7 @@ fn spawn_in(job: &dyn JobCgroup, script: &str) -> Child {
     let files = job.join_files().unwrap();
     let fds: Vec<RawFd> = files.iter().map(|f| f.as_raw_fd()).collect();
     let mut cmd = Command::new("sh");
-    cmd.args(["-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+    cmd.args(["-c", script]).stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: the hook only calls the async-signal-safe join_from_child.
     unsafe {
         cmd.pre_exec(move || join_from_child(&fds));

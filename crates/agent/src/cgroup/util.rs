@@ -15,11 +15,7 @@ pub(crate) const RMDIR_WAIT: Duration = Duration::from_secs(2);
 pub(crate) const REMOVE_KILL_DEADLINE: Duration = Duration::from_secs(10);
 
 pub(crate) fn io_err(op: &'static str, path: &Path, source: io::Error) -> CgroupError {
-    CgroupError::Io {
-        op,
-        path: path.to_path_buf(),
-        source,
-    }
+    CgroupError::Io { op, path: path.to_path_buf(), source }
 }
 
 fn is_enoent(e: &io::Error) -> bool {
@@ -56,10 +52,7 @@ pub(crate) fn write_value(path: &Path, value: &str) -> Result<(), CgroupError> {
         Ok(n) => Err(io_err(
             "write",
             path,
-            io::Error::new(
-                io::ErrorKind::WriteZero,
-                format!("short write {n}/{} bytes", value.len()),
-            ),
+            io::Error::new(io::ErrorKind::WriteZero, format!("short write {n}/{} bytes", value.len())),
         )),
         Err(e) => Err(io_err("write", path, e)),
     }
@@ -75,15 +68,11 @@ pub(crate) fn create_dir(path: &Path) -> Result<bool, CgroupError> {
 }
 
 pub(crate) fn is_dir(path: &Path) -> bool {
-    fs::symlink_metadata(path)
-        .map(|m| m.is_dir())
-        .unwrap_or(false)
+    fs::symlink_metadata(path).map(|m| m.is_dir()).unwrap_or(false)
 }
 
 pub(crate) fn is_file(path: &Path) -> bool {
-    fs::symlink_metadata(path)
-        .map(|m| m.is_file())
-        .unwrap_or(false)
+    fs::symlink_metadata(path).map(|m| m.is_file()).unwrap_or(false)
 }
 
 /// Names of the subdirectories (child cgroups) of `path`; empty if `path` is gone.
@@ -151,15 +140,11 @@ pub(crate) fn remove_chain(mount: &Path, rel: &Path) -> Result<(), CgroupError> 
 
 /// Run `f`, retrying a few times while it fails with ENOENT: another agent
 /// may be removing an empty shared ancestor (remove_root) at the same time.
-pub(crate) fn retry_vanished(
-    mut f: impl FnMut() -> Result<(), CgroupError>,
-) -> Result<(), CgroupError> {
+pub(crate) fn retry_vanished(mut f: impl FnMut() -> Result<(), CgroupError>) -> Result<(), CgroupError> {
     let mut tries = 0;
     loop {
         match f() {
-            Err(CgroupError::Io { ref source, .. })
-                if source.raw_os_error() == Some(libc::ENOENT) && tries < 3 =>
-            {
+            Err(CgroupError::Io { ref source, .. }) if source.raw_os_error() == Some(libc::ENOENT) && tries < 3 => {
                 tries += 1;
             }
             other => return other,
@@ -172,9 +157,7 @@ pub(crate) fn retry_vanished(
 pub(crate) fn keyed_u64(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let mut it = l.split_whitespace();
-        (it.next() == Some(key))
-            .then(|| it.next()?.parse().ok())
-            .flatten()
+        (it.next() == Some(key)).then(|| it.next()?.parse().ok()).flatten()
     })
 }
 
@@ -186,26 +169,14 @@ pub(crate) fn parse_u64(path: &Path, text: &str) -> Result<u64, CgroupError> {
 }
 /// A job or subtree name must be one plain path component.
 pub(crate) fn validate_name(name: &str) -> Result<(), CgroupError> {
-    let bad = |reason| {
-        Err(CgroupError::InvalidName {
-            name: name.to_string(),
-            reason,
-        })
-    };
+    let bad = |reason| Err(CgroupError::InvalidName { name: name.to_string(), reason });
     if name.is_empty() || name.len() > 200 {
         return bad("must be 1 to 200 characters");
     }
-    if !name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_alphanumeric())
-    {
+    if !name.chars().next().is_some_and(|c| c.is_ascii_alphanumeric()) {
         return bad("must start with a letter or digit");
     }
-    if !name
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
-    {
+    if !name.chars().all(|c| c.is_ascii_alphanumeric() || "._-".contains(c)) {
         return bad("only letters, digits, '.', '_' and '-' are allowed");
     }
     if matches!(name, "tasks" | "notify_on_release" | "release_agent") {
@@ -250,9 +221,7 @@ mod tests {
         for ok in ["job_42", "42", "job-1.2", "A"] {
             assert!(validate_name(ok).is_ok(), "{ok}");
         }
-        for bad in [
-            "", ".", "..", "a/b", ".hidden", "tasks", "sp ace", "-x", "é",
-        ] {
+        for bad in ["", ".", "..", "a/b", ".hidden", "tasks", "sp ace", "-x", "é"] {
             assert!(validate_name(bad).is_err(), "{bad:?}");
         }
         assert!(validate_rel("berth/demo/node1").is_ok());

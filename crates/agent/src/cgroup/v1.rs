@@ -62,22 +62,13 @@ impl V1Backend {
 
     pub(crate) fn from_mounts(mounts: &[MountInfo], root_rel: &str) -> Result<Self, CgroupError> {
         let find = |c| super::v1_mount(mounts, c);
-        let (cpuset, memory, freezer, cpuacct) = (
-            find("cpuset"),
-            find("memory"),
-            find("freezer"),
-            find("cpuacct"),
-        );
-        let missing: Vec<&str> = [
-            ("cpuset", &cpuset),
-            ("memory", &memory),
-            ("freezer", &freezer),
-            ("cpuacct", &cpuacct),
-        ]
-        .iter()
-        .filter(|(_, p)| p.is_none())
-        .map(|(n, _)| *n)
-        .collect();
+        let (cpuset, memory, freezer, cpuacct) = (find("cpuset"), find("memory"), find("freezer"), find("cpuacct"));
+        let missing: Vec<&str> =
+            [("cpuset", &cpuset), ("memory", &memory), ("freezer", &freezer), ("cpuacct", &cpuacct)]
+                .iter()
+                .filter(|(_, p)| p.is_none())
+                .map(|(n, _)| *n)
+                .collect();
         match (cpuset, memory, freezer, cpuacct) {
             (Some(cpuset), Some(memory), Some(freezer), Some(cpuacct)) => Self::with_mounts(
                 V1Paths {
@@ -98,10 +89,7 @@ impl V1Backend {
 
     /// Use explicit hierarchy mount points.
     pub fn with_mounts(mounts: V1Paths, root_rel: &str) -> Result<Self, CgroupError> {
-        Ok(V1Backend {
-            mounts,
-            root_rel: util::validate_rel(root_rel)?,
-        })
+        Ok(V1Backend { mounts, root_rel: util::validate_rel(root_rel)? })
     }
 
     /// Directories of the subtree root.
@@ -166,35 +154,26 @@ impl CgroupBackend for V1Backend {
             Some(v) => Ok(v.trim().to_string()),
             None => util::read_trimmed(&dir.join(plain)),
         };
-        Ok((
-            read("cpuset.effective_cpus", "cpuset.cpus")?,
-            read("cpuset.effective_mems", "cpuset.mems")?,
-        ))
+        Ok((read("cpuset.effective_cpus", "cpuset.cpus")?, read("cpuset.effective_mems", "cpuset.mems")?))
     }
 
     fn create(&self, name: &str, limits: &JobLimits) -> Result<Box<dyn JobCgroup>, CgroupError> {
         let job = self.job(name)?;
         if let Some(p) = job.paths.unique().into_iter().find(|p| util::is_dir(p)) {
-            return Err(CgroupError::AlreadyExists {
-                path: p.to_path_buf(),
-            });
+            return Err(CgroupError::AlreadyExists { path: p.to_path_buf() });
         }
         let mut created: Vec<PathBuf> = Vec::new();
         let result = (|| {
             for dir in job.paths.unique() {
                 if !util::create_dir(dir)? {
-                    return Err(CgroupError::AlreadyExists {
-                        path: dir.to_path_buf(),
-                    });
+                    return Err(CgroupError::AlreadyExists { path: dir.to_path_buf() });
                 }
                 created.push(dir.to_path_buf());
             }
             job.update(limits)?;
             // Children inherit oom_kill_disable; berth wants the OOM killer on.
             let oom = job.paths.memory.join("memory.oom_control");
-            if util::read_optional(&oom)?.and_then(|t| util::keyed_u64(&t, "oom_kill_disable"))
-                == Some(1)
-            {
+            if util::read_optional(&oom)?.and_then(|t| util::keyed_u64(&t, "oom_kill_disable")) == Some(1) {
                 util::write_value(&oom, "0")?;
             }
             util::write_value(&job.paths.freezer.join("freezer.state"), "THAWED")
@@ -231,9 +210,7 @@ impl CgroupBackend for V1Backend {
         let mut first_err = None;
         for name in self.list()? {
             let job = self.job_unchecked(&name);
-            let res = job
-                .kill_all(util::REMOVE_KILL_DEADLINE)
-                .and_then(|()| job.remove());
+            let res = job.kill_all(util::REMOVE_KILL_DEADLINE).and_then(|()| job.remove());
             if let Err(e) = res {
                 tracing::warn!(job = %name, error = %e, "cannot remove leftover job cgroup");
                 first_err.get_or_insert(e);
@@ -269,20 +246,9 @@ mod tests {
         m.memory = m.cpuset.clone(); // co-mounted cpuset,memory
         let b = V1Backend::with_mounts(m, "berth/demo/n1").unwrap();
         let job = b.job("job_42").unwrap();
-        assert_eq!(
-            job.paths.cpuset,
-            PathBuf::from("/cg/cpuset/berth/demo/n1/job_42")
-        );
-        assert_eq!(
-            job.paths.cpuacct,
-            PathBuf::from("/cg/cpu,cpuacct/berth/demo/n1/job_42")
-        );
-        let u: Vec<_> = job
-            .paths
-            .unique()
-            .into_iter()
-            .map(|p| p.display().to_string())
-            .collect();
+        assert_eq!(job.paths.cpuset, PathBuf::from("/cg/cpuset/berth/demo/n1/job_42"));
+        assert_eq!(job.paths.cpuacct, PathBuf::from("/cg/cpu,cpuacct/berth/demo/n1/job_42"));
+        let u: Vec<_> = job.paths.unique().into_iter().map(|p| p.display().to_string()).collect();
         assert_eq!(
             u,
             [
@@ -297,12 +263,8 @@ mod tests {
 
     #[test]
     fn missing_controllers_are_named() {
-        let m =
-            super::super::parse_mountinfo("35 31 0:32 / /cg/memory rw - cgroup cgroup rw,memory\n");
-        let e = V1Backend::from_mounts(&m, "berth")
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default();
+        let m = super::super::parse_mountinfo("35 31 0:32 / /cg/memory rw - cgroup cgroup rw,memory\n");
+        let e = V1Backend::from_mounts(&m, "berth").err().map(|e| e.to_string()).unwrap_or_default();
         assert!(e.contains("cpuset, freezer, cpuacct"), "{e}");
     }
 }

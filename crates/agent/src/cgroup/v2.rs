@@ -32,10 +32,7 @@ pub struct V2Backend {
 impl V2Backend {
     /// `mount` is the cgroup2 mount point, e.g. /sys/fs/cgroup.
     pub fn new(mount: impl Into<PathBuf>, root_rel: &str) -> Result<Self, CgroupError> {
-        Ok(V2Backend {
-            mount: mount.into(),
-            root_rel: util::validate_rel(root_rel)?,
-        })
+        Ok(V2Backend { mount: mount.into(), root_rel: util::validate_rel(root_rel)? })
     }
 
     pub fn root_dir(&self) -> PathBuf {
@@ -49,11 +46,7 @@ impl V2Backend {
 
     /// For names found on disk (cleanup must not trip over odd names).
     fn job_unchecked(&self, name: &str) -> V2Job {
-        V2Job {
-            name: name.to_string(),
-            dir: self.root_dir().join(name),
-            root: self.root_dir(),
-        }
+        V2Job { name: name.to_string(), dir: self.root_dir().join(name), root: self.root_dir() }
     }
 
     fn prepare_once(&self) -> Result<(), CgroupError> {
@@ -67,12 +60,7 @@ impl V2Backend {
                 self.mount.display()
             )));
         }
-        let wanted: Vec<&str> = REQUIRED
-            .iter()
-            .chain(OPTIONAL.iter())
-            .copied()
-            .filter(|c| avail.contains(c))
-            .collect();
+        let wanted: Vec<&str> = REQUIRED.iter().chain(OPTIONAL.iter()).copied().filter(|c| avail.contains(c)).collect();
         let mut cur = self.mount.clone();
         for comp in self.root_rel.components() {
             enable_controllers(&cur, &wanted)?;
@@ -156,9 +144,7 @@ impl CgroupBackend for V2Backend {
         let mut first_err = None;
         for name in self.list()? {
             let job = self.job_unchecked(&name);
-            let res = job
-                .kill_all(util::REMOVE_KILL_DEADLINE)
-                .and_then(|()| job.remove());
+            let res = job.kill_all(util::REMOVE_KILL_DEADLINE).and_then(|()| job.remove());
             if let Err(e) = res {
                 tracing::warn!(job = %name, error = %e, "cannot remove leftover job cgroup");
                 first_err.get_or_insert(e);
@@ -178,10 +164,7 @@ mod tests {
     #[test]
     fn paths() {
         let b = V2Backend::new("/sys/fs/cgroup", "berth/demo/node1").unwrap();
-        assert_eq!(
-            b.root_dir(),
-            PathBuf::from("/sys/fs/cgroup/berth/demo/node1")
-        );
+        assert_eq!(b.root_dir(), PathBuf::from("/sys/fs/cgroup/berth/demo/node1"));
         let j = b.job("job_42").unwrap();
         assert_eq!(j.dir(), Path::new("/sys/fs/cgroup/berth/demo/node1/job_42"));
         assert!(b.job("a/b").is_err());
@@ -192,10 +175,7 @@ mod tests {
     fn controllers_to_enable() {
         let want = ["cpuset", "memory", "pids"];
         assert_eq!(missing_controllers("", &want), want);
-        assert_eq!(
-            missing_controllers("cpu memory\n", &want),
-            ["cpuset", "pids"]
-        );
+        assert_eq!(missing_controllers("cpu memory\n", &want), ["cpuset", "pids"]);
         assert!(missing_controllers("cpuset io memory pids", &want).is_empty());
     }
 }

@@ -31,7 +31,12 @@ impl Cluster {
         let dir = tmp.path().join("cluster");
         let c = Cluster { dir, _tmp: tmp };
         let out = c.berth(&["up", "--agents", &agents.to_string(), "--topology", topology]);
-        assert!(out.status.success(), "berth up failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "berth up failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
         c
     }
 
@@ -48,8 +53,14 @@ impl Cluster {
         let mut a = args.to_vec();
         a.push("--json");
         let out = self.berth(&a);
-        assert!(out.status.success(), "berth {args:?} failed: {}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("berth {args:?}: bad json {e}: {}", String::from_utf8_lossy(&out.stdout)))
+        assert!(
+            out.status.success(),
+            "berth {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("berth {args:?}: bad json {e}: {}", String::from_utf8_lossy(&out.stdout)))
     }
 
     /// Write `text` as a script in the test dir and submit it with extra flags; returns the id.
@@ -101,7 +112,11 @@ impl Cluster {
             for e in rd.flatten() {
                 let text = std::fs::read_to_string(e.path()).unwrap_or_default();
                 let tail: Vec<&str> = text.lines().rev().take(15).collect();
-                s.push_str(&format!("== {}\n{}\n", e.path().display(), tail.into_iter().rev().collect::<Vec<_>>().join("\n")));
+                s.push_str(&format!(
+                    "== {}\n{}\n",
+                    e.path().display(),
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                ));
             }
         }
         s

@@ -11,29 +11,19 @@ fn v1_create_join_kill_remove() {
         return;
     };
     let b = &r.backend;
-    let limits = JobLimits {
-        cpus: "0".into(),
-        mems: "0".into(),
-        memory_limit_bytes: mib(64),
-    };
+    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
     let job = b.create("job_1", &limits).unwrap();
     let p = r.paths();
     assert_eq!(read(&p.cpuset.join("job_1/cpuset.cpus")), "0");
     assert_eq!(read(&p.cpuset.join("job_1/cpuset.mems")), "0");
-    assert_eq!(
-        read(&p.memory.join("job_1/memory.limit_in_bytes")),
-        "67108864"
-    );
+    assert_eq!(read(&p.memory.join("job_1/memory.limit_in_bytes")), "67108864");
     let memsw = p.memory.join("job_1/memory.memsw.limit_in_bytes");
     if memsw.exists() {
         assert_eq!(read(&memsw), "67108864");
     }
     assert!(read(&p.memory.join("job_1/memory.oom_control")).contains("oom_kill_disable 0"));
     assert_eq!(read(&p.freezer.join("job_1/freezer.state")), "THAWED");
-    assert!(matches!(
-        b.create("job_1", &limits),
-        Err(CgroupError::AlreadyExists { .. })
-    ));
+    assert!(matches!(b.create("job_1", &limits), Err(CgroupError::AlreadyExists { .. })));
     assert_eq!(b.list().unwrap(), ["job_1"]);
     assert!(b.open("job_1").unwrap().is_some());
     assert!(b.open("job_2").unwrap().is_none());
@@ -64,10 +54,7 @@ fn v1_create_join_kill_remove() {
     job.kill_all(Duration::from_secs(5)).unwrap();
     assert!(start.elapsed() < Duration::from_secs(5));
     assert!(job.is_empty().unwrap());
-    assert_eq!(
-        wait_child(&mut child, Duration::from_secs(5)).signal(),
-        Some(libc::SIGKILL)
-    );
+    assert_eq!(wait_child(&mut child, Duration::from_secs(5)).signal(), Some(libc::SIGKILL));
     let u = job.usage().unwrap();
     assert!(u.peak_memory_bytes > 0, "{u:?}");
     assert_eq!(u.oom_kills, 0);
@@ -86,25 +73,15 @@ fn v1_oom_kill_is_counted() {
     let Some(r) = v1_root("v1_oom_kill_is_counted", unique("berth-test/cg")) else {
         return;
     };
-    let limits = JobLimits {
-        cpus: String::new(),
-        mems: String::new(),
-        memory_limit_bytes: mib(32),
-    };
+    let limits = JobLimits { cpus: String::new(), mems: String::new(), memory_limit_bytes: mib(32) };
     let job = r.backend.create("oom", &limits).unwrap();
     let mut child = spawn_in(&*job, "head -c 300m /dev/zero | tail");
     let st = wait_child(&mut child, Duration::from_secs(60));
     // tail is the one OOM-killed; sh reports it as 128+9 (or dies itself).
-    assert!(
-        st.signal() == Some(libc::SIGKILL) || st.code() == Some(128 + libc::SIGKILL),
-        "{st:?}"
-    );
+    assert!(st.signal() == Some(libc::SIGKILL) || st.code() == Some(128 + libc::SIGKILL), "{st:?}");
     let u = job.usage().unwrap();
     assert!(u.oom_kills >= 1, "{u:?}");
-    assert!(
-        u.peak_memory_bytes > (16 << 20) && u.peak_memory_bytes <= (33 << 20),
-        "{u:?}"
-    );
+    assert!(u.peak_memory_bytes > (16 << 20) && u.peak_memory_bytes <= (33 << 20), "{u:?}");
     job.kill_all(Duration::from_secs(5)).unwrap();
     job.remove().unwrap();
     r.finish();
@@ -135,16 +112,9 @@ fn v1_freeze_thaw_and_cpu_accounting() {
     std::thread::sleep(Duration::from_millis(300));
     let t3 = cpu_usec(&*job);
     // Microseconds, not ns or ticks: ~300 ms of one CPU.
-    assert!(
-        (10_000..=2_000_000).contains(&(t3 - t2)),
-        "thawed job used {} usec",
-        t3 - t2
-    );
+    assert!((10_000..=2_000_000).contains(&(t3 - t2)), "thawed job used {} usec", t3 - t2);
     job.kill_all(Duration::from_secs(5)).unwrap();
-    assert_eq!(
-        wait_child(&mut child, Duration::from_secs(5)).signal(),
-        Some(libc::SIGKILL)
-    );
+    assert_eq!(wait_child(&mut child, Duration::from_secs(5)).signal(), Some(libc::SIGKILL));
     job.remove().unwrap();
     r.finish();
 }
@@ -155,8 +125,7 @@ fn v1_kill_all_stops_fork_storm() {
         return;
     };
     let job = r.backend.create("storm", &JobLimits::default()).unwrap();
-    let script =
-        "i=0; while [ $i -lt 3000 ]; do sleep 100 & (sleep 100 &) ; i=$((i+1)); done; wait";
+    let script = "i=0; while [ $i -lt 3000 ]; do sleep 100 & (sleep 100 &) ; i=$((i+1)); done; wait";
     let mut child = spawn_in(&*job, script);
     let pids = wait_pids(&*job, 50);
     assert!(pids.len() >= 50, "{}", pids.len());
@@ -173,11 +142,7 @@ fn v1_update_limits() {
         return;
     };
     let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
-    let mut limits = JobLimits {
-        cpus: "0".into(),
-        mems: "0".into(),
-        memory_limit_bytes: mib(64),
-    };
+    let mut limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
     let job = r.backend.create("upd", &limits).unwrap();
     let dir = r.paths().memory.join("upd");
     let memsw = dir.join("memory.memsw.limit_in_bytes");
@@ -187,11 +152,7 @@ fn v1_update_limits() {
             assert_eq!(read(&memsw), want);
         }
     };
-    for (limit, want) in [
-        (mib(128), "134217728"),
-        (mib(32), "33554432"),
-        (None, "9223372036854771712"),
-    ] {
+    for (limit, want) in [(mib(128), "134217728"), (mib(32), "33554432"), (None, "9223372036854771712")] {
         limits.memory_limit_bytes = limit;
         job.update(&limits).unwrap();
         check(want);
@@ -199,15 +160,9 @@ fn v1_update_limits() {
     job.update(&JobLimits::default()).unwrap();
     assert_eq!(read(&r.paths().cpuset.join("upd/cpuset.cpus")), cpus);
     assert_eq!(read(&r.paths().cpuset.join("upd/cpuset.mems")), mems);
-    let bad = JobLimits {
-        cpus: "4095".into(),
-        ..JobLimits::default()
-    };
+    let bad = JobLimits { cpus: "4095".into(), ..JobLimits::default() };
     let e = job.update(&bad).unwrap_err().to_string();
-    assert!(
-        e.contains("cpuset.cpus") && e.contains("kernel rejected the value"),
-        "{e}"
-    );
+    assert!(e.contains("cpuset.cpus") && e.contains("kernel rejected the value"), "{e}");
     job.remove().unwrap();
     r.finish();
 }

@@ -12,22 +12,13 @@ fn v1_root_setup() {
         return;
     };
     r.backend.prepare_root().unwrap(); // idempotent
-    let top = r
-        .paths()
-        .cpuset
-        .ancestors()
-        .nth(2)
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let top = r.paths().cpuset.ancestors().nth(2).map(Path::to_path_buf).unwrap_or_default();
     let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
     assert_eq!(cpus, read(&top.join("cpuset.effective_cpus")));
     assert_eq!(mems, read(&top.join("cpuset.effective_mems")));
     assert_eq!(read(&r.paths().memory.join("memory.use_hierarchy")), "1");
     assert!(r.backend.list().unwrap().is_empty());
-    assert!(matches!(
-        r.backend.create("bad/name", &JobLimits::default()),
-        Err(CgroupError::InvalidName { .. })
-    ));
+    assert!(matches!(r.backend.create("bad/name", &JobLimits::default()), Err(CgroupError::InvalidName { .. })));
     r.finish();
 }
 
@@ -44,41 +35,23 @@ fn v1_remove_root_cleans_leftovers_and_partial_jobs() {
     assert_eq!(r.backend.list().unwrap(), ["left", "partial"]);
     assert!(r.backend.open("partial").unwrap().is_some());
     r.finish();
-    assert_eq!(
-        wait_child(&mut child, Duration::from_secs(5)).signal(),
-        Some(libc::SIGKILL)
-    );
+    assert_eq!(wait_child(&mut child, Duration::from_secs(5)).signal(), Some(libc::SIGKILL));
 }
 
 #[test]
 fn v1_remove_root_keeps_shared_ancestors() {
     let top = unique("berth-test-anc");
     let (Some(a), Some(b)) = (
-        v1_root(
-            "v1_remove_root_keeps_shared_ancestors",
-            format!("{top}/x/a"),
-        ),
-        v1_root(
-            "v1_remove_root_keeps_shared_ancestors",
-            format!("{top}/x/b"),
-        ),
+        v1_root("v1_remove_root_keeps_shared_ancestors", format!("{top}/x/a")),
+        v1_root("v1_remove_root_keeps_shared_ancestors", format!("{top}/x/b")),
     ) else {
         return;
     };
-    let shared = b
-        .paths()
-        .cpuset
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
+    let shared = b.paths().cpuset.parent().map(Path::to_path_buf).unwrap_or_default();
     a.finish();
     assert!(shared.is_dir() && b.paths().cpuset.is_dir());
-    let top_dirs: Vec<PathBuf> = b
-        .dirs(None)
-        .iter()
-        .filter_map(|d| d.ancestors().nth(2))
-        .map(Path::to_path_buf)
-        .collect();
+    let top_dirs: Vec<PathBuf> =
+        b.dirs(None).iter().filter_map(|d| d.ancestors().nth(2)).map(Path::to_path_buf).collect();
     b.finish();
     for d in top_dirs {
         assert!(!d.exists(), "{} left behind", d.display());
@@ -108,10 +81,7 @@ fn v2_core_files_on_cgroup2_mount() {
         return precondition_failed(test, "not running as root").unwrap_or(());
     }
     let text = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let Some(mount) = parse_mountinfo(&text)
-        .into_iter()
-        .find(|m| m.fs_type == "cgroup2")
-    else {
+    let Some(mount) = parse_mountinfo(&text).into_iter().find(|m| m.fs_type == "cgroup2") else {
         return precondition_failed(test, "no cgroup2 mount").unwrap_or(());
     };
     let rel = unique("berth-test/v2");
@@ -127,21 +97,14 @@ fn v2_core_files_on_cgroup2_mount() {
     job.thaw().unwrap();
     job.kill_all(Duration::from_secs(5)).unwrap(); // cgroup.kill when present
     assert!(job.is_empty().unwrap());
-    assert_eq!(
-        wait_child(&mut child, Duration::from_secs(5)).signal(),
-        Some(libc::SIGKILL)
-    );
+    assert_eq!(wait_child(&mut child, Duration::from_secs(5)).signal(), Some(libc::SIGKILL));
 
     // The freeze-and-kill fallback used where cgroup.kill is missing.
     let mut child = spawn_in(&job, "while :; do sleep 100 & done");
     assert!(wait_pids(&job, 10).len() >= 10);
     procs::freeze_kill_loop(
         Duration::from_secs(5),
-        procs::KillOps {
-            pids: &|| job.pids(),
-            freeze: &|_| job.freeze(),
-            thaw: &|| job.thaw(),
-        },
+        procs::KillOps { pids: &|| job.pids(), freeze: &|_| job.freeze(), thaw: &|| job.thaw() },
     )
     .unwrap();
     wait_child(&mut child, Duration::from_secs(5));

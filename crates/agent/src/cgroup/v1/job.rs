@@ -39,11 +39,7 @@ impl V1Job {
             util::write_value(&f, "THAWED")?;
         }
         Err(CgroupError::Timeout {
-            what: if state == "FROZEN" {
-                "freezer.state FROZEN"
-            } else {
-                "freezer.state THAWED"
-            },
+            what: if state == "FROZEN" { "freezer.state FROZEN" } else { "freezer.state THAWED" },
             path: f,
             waited: wait,
         })
@@ -54,9 +50,7 @@ impl V1Job {
     fn set_memory_limit(&self, limit: Option<u64>) -> Result<(), CgroupError> {
         let mem = self.paths.memory.join("memory.limit_in_bytes");
         let memsw = self.paths.memory.join("memory.memsw.limit_in_bytes");
-        let value = limit
-            .map(|b| b.to_string())
-            .unwrap_or_else(|| "-1".to_string());
+        let value = limit.map(|b| b.to_string()).unwrap_or_else(|| "-1".to_string());
         let Some(cur) = util::read_optional(&memsw)? else {
             return util::write_value(&mem, &value);
         };
@@ -82,10 +76,7 @@ impl JobCgroup for V1Job {
             .into_iter()
             .map(|d| {
                 let p = d.join("cgroup.procs");
-                OpenOptions::new()
-                    .write(true)
-                    .open(&p)
-                    .map_err(|e| io_err("open for joining", &p, e))
+                OpenOptions::new().write(true).open(&p).map_err(|e| io_err("open for joining", &p, e))
             })
             .collect()
     }
@@ -141,10 +132,8 @@ impl JobCgroup for V1Job {
                 let p = acct.join("cpuacct.stat");
                 let text = util::read_string(&p)?;
                 let ticks = |k| {
-                    util::keyed_u64(&text, k).ok_or_else(|| CgroupError::Parse {
-                        path: p.clone(),
-                        detail: format!("no {k} line"),
-                    })
+                    util::keyed_u64(&text, k)
+                        .ok_or_else(|| CgroupError::Parse { path: p.clone(), detail: format!("no {k} line") })
                 };
                 let (u, s) = (ticks("user")?, ticks("system")?);
                 (ticks_to_usec(u), ticks_to_usec(s))
@@ -162,12 +151,7 @@ impl JobCgroup for V1Job {
         let oom_kills = util::read_optional(&mem.join("memory.oom_control"))?
             .and_then(|t| util::keyed_u64(&t, "oom_kill"))
             .unwrap_or(0);
-        Ok(CgroupUsage {
-            user_cpu_usec: user,
-            system_cpu_usec: system,
-            peak_memory_bytes: peak,
-            oom_kills,
-        })
+        Ok(CgroupUsage { user_cpu_usec: user, system_cpu_usec: system, peak_memory_bytes: peak, oom_kills })
     }
 
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
@@ -223,11 +207,7 @@ mod tests {
             cpuacct: dir.clone(),
             pids: None,
         };
-        let job = V1Job {
-            name: "job_1".into(),
-            paths,
-            root_cpuset: dir,
-        };
+        let job = V1Job { name: "job_1".into(), paths, root_cpuset: dir };
         (tmp, job)
     }
 
@@ -237,17 +217,9 @@ mod tests {
             ("cpuacct.usage_user", "2500000000\n"),
             ("cpuacct.usage_sys", "1000\n"),
             ("memory.max_usage_in_bytes", "4096\n"),
-            (
-                "memory.oom_control",
-                "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n",
-            ),
+            ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
         ]);
-        let want = CgroupUsage {
-            user_cpu_usec: 2_500_000,
-            system_cpu_usec: 1,
-            peak_memory_bytes: 4096,
-            oom_kills: 2,
-        };
+        let want = CgroupUsage { user_cpu_usec: 2_500_000, system_cpu_usec: 1, peak_memory_bytes: 4096, oom_kills: 2 };
         assert_eq!(job.usage().unwrap(), want);
     }
 

@@ -26,10 +26,7 @@ impl V2Job {
     /// For tests that drive a job directory directly.
     #[cfg(test)]
     pub(crate) fn at(dir: PathBuf, root: PathBuf) -> V2Job {
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
+        let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         V2Job { name, dir, root }
     }
 
@@ -49,11 +46,7 @@ impl V2Job {
             util::write_value(&f, "0")?;
         }
         Err(CgroupError::Timeout {
-            what: if on {
-                "cgroup.events frozen 1"
-            } else {
-                "cgroup.events frozen 0"
-            },
+            what: if on { "cgroup.events frozen 1" } else { "cgroup.events frozen 0" },
             path: self.dir.join("cgroup.events"),
             waited: wait,
         })
@@ -72,9 +65,7 @@ impl V2Job {
                 return Err(CgroupError::Unkillable { pids: live });
             }
             util::write_value(&self.dir.join("cgroup.kill"), "1")?;
-            procs::wait_until(left.min(Duration::from_millis(200)), || {
-                Ok(self.pids()?.is_empty())
-            })?;
+            procs::wait_until(left.min(Duration::from_millis(200)), || Ok(self.pids()?.is_empty()))?;
         }
     }
 }
@@ -86,10 +77,7 @@ impl JobCgroup for V2Job {
 
     fn join_files(&self) -> Result<Vec<File>, CgroupError> {
         let p = self.dir.join("cgroup.procs");
-        let f = OpenOptions::new()
-            .write(true)
-            .open(&p)
-            .map_err(|e| io_err("open for joining", &p, e))?;
+        let f = OpenOptions::new().write(true).open(&p).map_err(|e| io_err("open for joining", &p, e))?;
         Ok(vec![f])
     }
 
@@ -160,18 +148,11 @@ impl JobCgroup for V2Job {
             util::write_value(&self.dir.join(file), &value)?;
         }
         let max = limits.memory_limit_bytes.map(|b| b.to_string());
-        util::write_value(
-            &self.dir.join("memory.max"),
-            max.as_deref().unwrap_or("max"),
-        )?;
+        util::write_value(&self.dir.join("memory.max"), max.as_deref().unwrap_or("max"))?;
         // No swap beyond the limit (like v1 memsw); absent without swap accounting.
         let swap = self.dir.join("memory.swap.max");
         if util::is_file(&swap) {
-            let v = if limits.memory_limit_bytes.is_some() {
-                "0"
-            } else {
-                "max"
-            };
+            let v = if limits.memory_limit_bytes.is_some() { "0" } else { "max" };
             util::write_value(&swap, v)?;
         }
         Ok(())
@@ -204,49 +185,25 @@ mod tests {
     #[test]
     fn usage_from_stat_files() {
         let (_t, job) = fixture(&[
-            (
-                "cpu.stat",
-                "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\nnr_throttled 0\n",
-            ),
+            ("cpu.stat", "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\nnr_periods 0\nnr_throttled 0\n"),
             ("memory.peak", "33554432\n"),
-            (
-                "memory.events",
-                "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n",
-            ),
+            ("memory.events", "low 0\nhigh 0\nmax 12\noom 2\noom_kill 1\noom_group_kill 0\n"),
         ]);
         let u = job.usage().unwrap();
         assert_eq!(
             u,
-            CgroupUsage {
-                user_cpu_usec: 1000,
-                system_cpu_usec: 500,
-                peak_memory_bytes: 33554432,
-                oom_kills: 1
-            }
+            CgroupUsage { user_cpu_usec: 1000, system_cpu_usec: 500, peak_memory_bytes: 33554432, oom_kills: 1 }
         );
         fs::remove_file(job.dir().join("memory.peak")).unwrap();
-        assert_eq!(
-            job.usage().unwrap().peak_memory_bytes,
-            0,
-            "pre-5.19 kernels"
-        );
+        assert_eq!(job.usage().unwrap().peak_memory_bytes, 0, "pre-5.19 kernels");
     }
 
     #[test]
     fn update_writes_limits() {
-        let files = [
-            "cpuset.cpus",
-            "cpuset.mems",
-            "memory.max",
-            "memory.swap.max",
-        ];
+        let files = ["cpuset.cpus", "cpuset.mems", "memory.max", "memory.swap.max"];
         let (_t, job) = fixture(&files.map(|f| (f, "")));
         let read = |f: &str| fs::read_to_string(job.dir().join(f)).unwrap();
-        let limits = JobLimits {
-            cpus: "1,3".into(),
-            mems: "0".into(),
-            memory_limit_bytes: Some(64 << 20),
-        };
+        let limits = JobLimits { cpus: "1,3".into(), mems: "0".into(), memory_limit_bytes: Some(64 << 20) };
         job.update(&limits).unwrap();
         assert_eq!(files.map(read), ["1,3", "0", "67108864", "0"]);
         job.update(&JobLimits::default()).unwrap();
@@ -255,14 +212,8 @@ mod tests {
 
     #[test]
     fn freeze_reads_events() {
-        let (_t, job) = fixture(&[
-            ("cgroup.freeze", "0\n"),
-            ("cgroup.events", "populated 1\nfrozen 1\n"),
-        ]);
+        let (_t, job) = fixture(&[("cgroup.freeze", "0\n"), ("cgroup.events", "populated 1\nfrozen 1\n")]);
         job.freeze().unwrap();
-        assert_eq!(
-            fs::read_to_string(job.dir().join("cgroup.freeze")).unwrap(),
-            "1"
-        );
+        assert_eq!(fs::read_to_string(job.dir().join("cgroup.freeze")).unwrap(), "1");
     }
 }
