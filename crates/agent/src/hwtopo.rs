@@ -5,9 +5,9 @@
 //! `"package:2 numa:2 core:4 pu:2"`) and an hwloc XML export (`lstopo FILE.xml`). The last
 //! two let a small test box pretend to be a large compute node.
 //!
-//! The tests load the real-machine XML exports in `/work/shared/data/hwloc`, which come from
-//! the hwloc project's test suite (open-mpi/hwloc, BSD licence), via /work/shared/data/hwloc;
-//! see the README there for the machines and their expected shapes.
+//! Test data: the real-machine XML exports the tests load come from the hwloc project's test
+//! suite (open-mpi/hwloc, BSD licence), via /work/shared/data/hwloc (reached from this crate
+//! as `../../../shared/data/hwloc`); its README lists the machines and their shapes.
 
 use berth_core::topology::{Core, NumaNode, Package, Topology};
 use berth_core::{CoreError, CpuSet};
@@ -25,6 +25,11 @@ type HwCpuSet = hwlocality::cpu::cpuset::CpuSet;
 
 /// hwloc's own example of a synthetic description, shown when one does not parse.
 const SYNTHETIC_EXAMPLE: &str = "package:2 numa:2 core:4 pu:2";
+
+/// The most PUs a synthetic description may make. hwloc's time and memory grow about
+/// quadratically with the PU count (32768 PUs take seconds, 100000 most of a minute and 2 GB),
+/// so a typo like "core:4000000" must not reach it.
+pub const MAX_SYNTHETIC_PUS: u64 = 1 << 15;
 
 /// Where a node's topology comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +60,15 @@ pub enum TopologyError {
          largest down, each TYPE:COUNT, e.g. \"{SYNTHETIC_EXAMPLE}\" (or use `real` or `xml:FILE`)"
     )]
     BadSynthetic { spec: String },
+
+    #[error(
+        "the synthetic topology {spec:?} makes about {pus} PUs, more than the {MAX_SYNTHETIC_PUS} \
+         berth accepts: check the counts (e.g. \"{SYNTHETIC_EXAMPLE}\" makes 32)"
+    )]
+    SyntheticTooLarge { spec: String, pus: u128 },
+
+    #[error("xml: needs a file name after it, e.g. xml:/etc/berth/node.xml (an export made with `lstopo FILE.xml`)")]
+    NoXmlPath,
 
     #[error(
         "topology XML file {} does not exist: give the path of an hwloc XML export \
@@ -164,6 +178,10 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
                 .map_err(|detail| TopologyError::Discovery { detail })
         }
         TopologySource::Synthetic(spec) => {
+            let pus = synthetic_pu_bound(spec);
+            if pus > u128::from(MAX_SYNTHETIC_PUS) {
+                return Err(TopologyError::SyntheticTooLarge { spec: spec.clone(), pus });
+            }
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
             let builder = foreign_builder().map_err(bad)?;
             let builder =
@@ -171,6 +189,9 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
         TopologySource::Xml(path) => {
+            if path.as_os_str().is_empty() {
+                return Err(TopologyError::NoXmlPath);
+            }
             check_readable(path)?;
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
             let builder = foreign_builder().map_err(bad)?;
@@ -179,6 +200,24 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
     }
+}
+
+/// How many PUs a synthetic description makes, at most: the product of its level counts
+/// (`TYPE:COUNT` or a bare `COUNT`; attributes in parentheses and attached memory in brackets
+/// make no PUs). Tokens it cannot read are left for hwloc to judge.
+fn synthetic_pu_bound(spec: &str) -> u128 {
+    spec.split_whitespace()
+        .filter(|token| !token.starts_with('[') && !token.starts_with('('))
+        .filter_map(|token| {
+            let count = token.split_once(':').map_or(token, |(_, count)| count);
+            let digits: String = count.chars().take_while(char::is_ascii_digit).collect();
+            if digits.is_empty() {
+                return None;
+            }
+            // Beyond u128 is as good as infinite.
+            Some(digits.parse::<u128>().unwrap_or(u128::MAX))
+        })
+        .fold(1u128, u128::saturating_mul)
 }
 
 /// Give a clear error for a missing or unreadable file before hwloc sees the path.
@@ -226,8 +265,8 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
         packages.push(Package { os_index: os_or_logical(obj)? });
     }
 
-    // NUMA nodes, in logical order, with their memory and (usable) PUs. Memory-only nodes
-    // (e.g. KNL MCDRAM, CXL memory) are listed like the others.
+    // NUMA nodes, in logical order, with their memory and (usable) PUs. Nodes without PUs
+    // (CXL memory) or sharing their PUs with another node (KNL's MCDRAM) are listed too.
     let mut numa_nodes = Vec::new();
     let mut ordinary_memory = Vec::new();
     for obj in hw.objects_with_type(ObjectType::NUMANode) {
@@ -274,7 +313,7 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
             // No Package object above this PU (e.g. synthetic "core:4 pu:2"): one stand-in
             // package, numbered after any real ones.
             None => *orphan_package.get_or_insert_with(|| {
-                let os_index = packages.iter().map(|p: &Package| p.os_index + 1).max().unwrap_or(0);
+                let os_index = packages.iter().map(|p: &Package| p.os_index.saturating_add(1)).max().unwrap_or(0);
                 packages.push(Package { os_index });
                 packages.len() - 1
             }),
@@ -490,11 +529,25 @@ mod tests {
     }
 
     #[test]
+    fn huge_synthetic_is_refused_before_hwloc() {
+        assert_eq!(synthetic_pu_bound(SYNTHETIC_EXAMPLE), 32);
+        assert_eq!(synthetic_pu_bound("pack:2 numa:2(memory=1GB) [numa(memory=4GB)] pu:3"), 12);
+        assert_eq!(synthetic_pu_bound("2 4 2"), 16);
+        assert_eq!(synthetic_pu_bound("core:99999999999999999999999999999999999999999999"), u128::MAX);
+        let err = load(&TopologySource::Synthetic("package:2 core:4000000 pu:2".into())).unwrap_err();
+        assert!(matches!(err, TopologyError::SyntheticTooLarge { pus: 16_000_000, .. }), "{err:?}");
+        // A big but plausible node still loads.
+        assert_eq!(synthetic("package:4 core:64 pu:2").pu_count(), 512);
+    }
+
+    #[test]
     fn missing_xml_names_the_path() {
         let path = PathBuf::from("/nonexistent/berth-topology.xml");
         let err = load(&TopologySource::Xml(path)).unwrap_err();
         assert!(matches!(err, TopologyError::XmlNotFound { .. }), "{err:?}");
         assert!(err.to_string().contains("/nonexistent/berth-topology.xml"), "{err}");
+        let err = load(&parse_spec("xml:")).unwrap_err();
+        assert!(matches!(err, TopologyError::NoXmlPath), "{err:?}");
     }
 
     #[test]

@@ -135,11 +135,13 @@ fn main() {
     if daemon {
         tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
     }
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(if daemon { 2 } else { 1 })
-        .enable_all()
-        .build()
-    {
+    // Daemons need worker threads; a client command is one request and starts faster without.
+    let built = if daemon {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    let rt = match built {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("berth: cannot start the async runtime: {e}");
