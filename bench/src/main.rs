@@ -174,8 +174,10 @@ async fn main() -> Result<()> {
         }
         "e2e" => {
             let agents = param.unwrap_or(4);
-            // 4 agents emulating 2x4-core nodes: 32 job slots, mapped onto the 2 real CPUs.
-            let c = Cluster::up(agents, "package:2 core:4 pu:1")?;
+            // Default: agents emulating 2x4-core nodes (8 job slots each), mapped onto the 2 real
+            // CPUs; BERTH_BENCH_TOPOLOGY changes it (e.g. "package:1 core:2 pu:1" for 2 slots).
+            let topo = std::env::var("BERTH_BENCH_TOPOLOGY").unwrap_or_else(|_| "package:2 core:4 pu:1".into());
+            let c = Cluster::up(agents, &topo)?;
             let sock = c.dir.join("controller.sock");
             let script = "#!/bin/sh\n/bin/true\n";
             let t0 = Instant::now();

@@ -6,8 +6,9 @@
 //! two let a small test box pretend to be a large compute node.
 //!
 //! Test data: the real-machine XML exports the tests load come from the hwloc project's test
-//! suite (open-mpi/hwloc, BSD licence), via /work/shared/data/hwloc (reached from this crate
-//! as `../../../shared/data/hwloc`); its README lists the machines and their shapes.
+//! suite (open-mpi/hwloc, BSD licence), via ../shared/data/hwloc, vendored in this repository
+//! as `data/hwloc` (reached from this crate
+//! as `../../data/hwloc`); its README lists the machines and their shapes.
 
 use berth_core::topology::{Core, NumaNode, Package, Topology};
 use berth_core::{CoreError, CpuSet};
@@ -361,7 +362,7 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     fn data(file: &str) -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/data/hwloc").join(file)
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../data/hwloc").join(file)
     }
 
     fn synthetic(spec: &str) -> Topology {
@@ -439,7 +440,7 @@ mod tests {
         t.validate().unwrap();
     }
 
-    /// Counts from /work/shared/data/hwloc/README.md: packages / NUMA / cores / PUs.
+    /// Counts from data/hwloc/README.md: packages / NUMA / cores / PUs.
     #[test]
     fn every_shared_xml_loads() {
         let cases = [

@@ -151,8 +151,13 @@ fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     assert!(Command::new("chown").args(["berthtest:berthtest"]).arg(&home).status().unwrap().success());
     let script = home.join("who.sh");
     std::fs::write(&script, "#!/bin/sh\necho \"uid=$(id -u) gid=$(id -g) groups=$(id -G) cwd=$(pwd) marker=$BERTH_TEST_MARKER\"\nls -ld \"$TMPDIR\" | cut -d' ' -f3\n").unwrap();
+    // The checkout may sit under a directory only root can enter (mktemp -d): give the test
+    // user its own copy of the binary.
+    let bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &bin).unwrap();
+    let bin = bin.display().to_string();
     let out = Command::new("runuser")
-        .args(["-u", "berthtest", "--", BIN, "--dir"])
+        .args(["-u", "berthtest", "--", &bin, "--dir"])
         .arg(&c.dir)
         .args(["submit", "--json"])
         .arg(&script)
@@ -188,8 +193,13 @@ fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     assert_eq!(meta.uid().to_string(), expect_uid);
     // Users may not cancel other users' jobs.
     let root_job = c.submit("rootjob.sh", "#!/bin/sh\nsleep 30\n", &["--cores", "1"]);
+    // The checkout may sit under a directory only root can enter (mktemp -d): give the test
+    // user its own copy of the binary.
+    let bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &bin).unwrap();
+    let bin = bin.display().to_string();
     let out = Command::new("runuser")
-        .args(["-u", "berthtest", "--", BIN, "--dir"])
+        .args(["-u", "berthtest", "--", &bin, "--dir"])
         .arg(&c.dir)
         .args(["cancel", &root_job.to_string()])
         .output()
@@ -222,4 +232,40 @@ fn multi_node_job_gets_nodes_and_nodefile() {
     for n in names {
         assert_eq!(nodefile.iter().filter(|l| **l == n).count(), 2);
     }
+}
+
+#[test]
+fn drained_node_takes_no_new_work_until_resumed() {
+    let c = Cluster::up(1, MAPPED);
+    let busy = c.submit("busy.sh", "#!/bin/sh\nsleep 2\n", &["--cores", "1"]);
+    c.wait_state(busy, &["running"], Duration::from_secs(20));
+    let nodes = c.json(&["node", "drain", "node1"]);
+    assert_eq!(nodes[0]["state"], "draining", "a node with a running job drains first");
+    let waiting = c.submit("wait.sh", "#!/bin/sh\ntrue\n", &["--cores", "1"]);
+    assert_eq!(c.wait_finished(busy, Duration::from_secs(20))["state"], "completed");
+    std::thread::sleep(Duration::from_millis(500));
+    let j = c.show(waiting);
+    assert_eq!(j["state"], "queued", "no new work on a drained node: {j:#}");
+    assert!(j["reason"].as_str().unwrap_or("").contains("no suitable node"), "{j:#}");
+    assert_eq!(c.json(&["nodes"])[0]["state"], "drained");
+    let out = c.berth(&["node", "drain", "nosuch"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown_node"));
+    c.json(&["node", "resume", "node1"]);
+    assert_eq!(c.wait_finished(waiting, Duration::from_secs(20))["state"], "completed");
+}
+
+#[test]
+fn xml_topology_of_a_real_machine_registers() {
+    // hwloc XML export of a 2x Xeon E5-2650 node, from the hwloc project's test suite
+    // (open-mpi/hwloc, BSD licence), via ../shared/data/hwloc, vendored in data/hwloc.
+    let xml = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hwloc/32em64t-2n8c2t-pci-normalio.xml");
+    let c = Cluster::up(1, &format!("xml:{xml}"));
+    let n = &c.json(&["nodes"])[0];
+    assert_eq!((n["sockets"].as_u64(), n["cores"].as_u64(), n["pus"].as_u64()), (Some(2), Some(16), Some(32)));
+    assert_eq!(n["topology"], format!("S{}S{}", "CTT".repeat(8), "CTT".repeat(8)));
+    assert_eq!(n["numa"].as_array().unwrap().len(), 2);
+    let id = c.submit("x.sh", "#!/bin/sh\ntrue\n", &["--cores", "8", "--mem", "1G"]);
+    let j = c.wait_finished(id, Duration::from_secs(20));
+    assert_eq!(j["state"], "completed");
+    assert_eq!(j["allocation"][0]["cores"], 8);
 }
