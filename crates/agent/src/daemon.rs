@@ -69,6 +69,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         _ => CpuMap::round_robin(&topology, real_cpus, real_mems),
     };
     prepare_spool_root(&cfg.spool_dir)?;
+    // Job directories of an earlier agent belong to jobs killed above.
+    if let Ok(entries) = std::fs::read_dir(&cfg.spool_dir) {
+        for e in entries.flatten() {
+            tracing::warn!(dir = %e.path().display(), "removing a job directory left by an earlier agent");
+            let _ = std::fs::remove_dir_all(e.path());
+        }
+    }
     std::fs::create_dir_all(&cfg.state_dir)
         .map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
 

@@ -83,7 +83,7 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         (None, None) => TopologySource::Real,
     };
     let cgroup_root = args.cgroup_root.unwrap_or_else(|| format!("berth/{}", args.name));
-    let spool_dir = args.spool_dir.unwrap_or_else(|| PathBuf::from("/tmp/berth").join(cgroup_root.replace('/', "_")));
+    let spool_dir = args.spool_dir.unwrap_or_else(|| PathBuf::from(SPOOL_PARENT).join(cgroup_root.replace('/', "_")));
     let listen = match args.port {
         Some(p) => format!("127.0.0.1:{p}"),
         None => args.listen,
@@ -109,6 +109,9 @@ struct ClusterFile {
     agents: usize,
     topology: String,
 }
+
+/// Where local agents keep per-job directories; root-owned, 0711.
+const SPOOL_PARENT: &str = "/tmp/berth";
 
 const DEFAULT_TOPOLOGY: &str = "package:2 numa:2 core:2 pu:2";
 
@@ -241,7 +244,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             "--cgroup-root".into(),
             format!("berth/{}/{name}", cluster.id),
             "--spool-dir".into(),
-            format!("/tmp/berth/{}-{name}", cluster.id),
+            format!("{SPOOL_PARENT}/{}-{name}", cluster.id),
         ];
         match &source {
             TopologySource::Real => {}
@@ -336,6 +339,13 @@ pub async fn down(dir: &Path, json: bool) -> Result<i32> {
         tokio::task::spawn_blocking(move || berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root())).await;
     if let Ok(Err(e)) = cleanup {
         eprintln!("berth: removing the cluster's cgroups: {e}");
+    }
+    // And the agents' spool directories (an agent killed with SIGKILL leaves its own behind).
+    if let Ok(entries) = std::fs::read_dir(SPOOL_PARENT) {
+        let prefix = format!("{}-", cluster.id);
+        for e in entries.flatten().filter(|e| e.file_name().to_string_lossy().starts_with(&prefix)) {
+            let _ = std::fs::remove_dir_all(e.path());
+        }
     }
     if json {
         println!("{}", serde_json::json!({"dir": dir.display().to_string(), "stopped": stopped}));

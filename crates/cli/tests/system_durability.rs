@@ -168,6 +168,8 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    let spool = std::path::PathBuf::from(format!("/tmp/berth/{}-{node}/{id}", c.cluster_id()));
+    assert!(!spool.exists(), "{} left behind", spool.display());
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap();
     assert_eq!(n["state"], "up");
