@@ -16,6 +16,7 @@ $B submit-api 10000 1 | tee -a "$OUT"
 $B submit-batch 10000 100 | tee -a "$OUT"
 $B submit-cli 2000 1 | tee -a "$OUT"
 $B submit-cli 2000 4 | tee -a "$OUT"
+$B submit-cli-multi 10000 100 | tee -a "$OUT"
 # Same slots as the Slurm peer's 4 emulated nodes of 2 CPUs each, then larger emulated nodes.
 BERTH_BENCH_TOPOLOGY="package:1 core:2 pu:1" $B e2e 2000 4 | tee -a "$OUT"
 $B e2e 2000 4 | tee -a "$OUT"

@@ -3,6 +3,7 @@
 //! `berth-bench submit-api N [CONNS]`  durable submissions through the API (one job per request)
 //! `berth-bench submit-batch N [SIZE]` durable submissions in batches of SIZE per request
 //! `berth-bench submit-cli N [PAR]`    durable submissions through `berth submit`, PAR at a time
+//! `berth-bench submit-cli-multi N [K]` through `berth submit` with K scripts per invocation
 //! `berth-bench e2e N [AGENTS]`        N `/bin/true` jobs on AGENTS agents: first submit to all done
 //!
 //! Each prints one JSON line. It starts its own cluster (`berth up`) in a temp dir with the
@@ -172,6 +173,34 @@ async fn main() -> Result<()> {
             }
             report(kind, n, par, t0.elapsed(), serde_json::json!({}));
         }
+        "submit-cli-multi" => {
+            // `berth submit a.sh b.sh ...`: K scripts per invocation, one transaction each.
+            let c = Cluster::up(1, "package:1 core:2 pu:1")?;
+            let k = param.unwrap_or(100).max(1);
+            let scripts: Vec<PathBuf> = (0..k)
+                .map(|i| {
+                    let p = c.dir.join(format!("bench{i}.sh"));
+                    std::fs::write(&p, hold_script).map(|_| p)
+                })
+                .collect::<std::io::Result<_>>()?;
+            let t0 = Instant::now();
+            let mut left = n;
+            while left > 0 {
+                let take = left.min(k);
+                let st = Command::new(&c.bin)
+                    .arg("--dir")
+                    .arg(&c.dir)
+                    .args(["submit", "--hold"])
+                    .args(&scripts[..take])
+                    .stdout(std::process::Stdio::null())
+                    .status()?;
+                if !st.success() {
+                    bail!("berth submit failed");
+                }
+                left -= take;
+            }
+            report(kind, n, k, t0.elapsed(), serde_json::json!({}));
+        }
         "e2e" => {
             let agents = param.unwrap_or(4);
             // Default: agents emulating 2x4-core nodes (8 job slots each), mapped onto the 2 real
@@ -210,7 +239,7 @@ async fn main() -> Result<()> {
                 serde_json::json!({"submit_seconds": submitted.as_secs_f64(), "completed": completed}),
             );
         }
-        _ => bail!("usage: berth-bench submit-api|submit-batch|submit-cli|e2e N [PARAM]"),
+        _ => bail!("usage: berth-bench submit-api|submit-batch|submit-cli|submit-cli-multi|e2e N [PARAM]"),
     }
     Ok(())
 }

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Result<i32> {
     let dir = cluster_dir(dir);
     match command {
-        Command::Submit { script, flags, hold } => submit(&dir, json, &script, &flags, hold).await,
+        Command::Submit { scripts, flags, hold } => submit(&dir, json, &scripts, &flags, hold).await,
         Command::Jobs { all, state } => {
             let states = state
                 .iter()
@@ -132,15 +132,27 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
     Ok(SubmitRequest { script: text, script_name, options, env, cwd: cwd.to_string_lossy().into_owned(), hold })
 }
 
-async fn submit(dir: &Path, json: bool, script: &Path, flags: &SubmitFlags, hold: bool) -> Result<i32> {
-    let sub = build_submission(script, flags, hold)?;
-    let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
+async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags, hold: bool) -> Result<i32> {
+    if let [script] = scripts {
+        let sub = build_submission(script, flags, hold)?;
+        let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
+            bail!("unexpected answer")
+        };
+        if json {
+            println!("{}", serde_json::json!({ "id": id }));
+        } else {
+            println!("{id}");
+        }
+        return Ok(0);
+    }
+    let jobs = scripts.iter().map(|s| build_submission(s, flags, hold)).collect::<Result<Vec<_>>>()?;
+    let ClientResponse::SubmittedBatch { ids } = request(dir, ClientRequest::SubmitBatch { jobs }).await? else {
         bail!("unexpected answer")
     };
     if json {
-        println!("{}", serde_json::json!({ "id": id }));
+        println!("{}", serde_json::json!({ "ids": ids }));
     } else {
-        println!("{id}");
+        ids.iter().for_each(|id| println!("{id}"));
     }
     Ok(0)
 }

@@ -53,9 +53,11 @@ pub struct SubmitFlags {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Submit a batch script (options also read from `#BERTH` lines; flags win).
+    /// Submit batch scripts (options also read from `#BERTH` lines; flags win). Several
+    /// scripts are submitted in one transaction: all or none.
     Submit {
-        script: PathBuf,
+        #[arg(required = true)]
+        scripts: Vec<PathBuf>,
         #[command(flatten)]
         flags: SubmitFlags,
         /// Submit held: it waits for `berth release`.

@@ -115,3 +115,24 @@ fn corrupt_state_database_is_reported_not_reset() {
         "the corrupt file must be left as it was"
     );
 }
+
+#[test]
+fn several_scripts_in_one_submit_are_all_or_nothing() {
+    let c = Cluster::up(1, "package:1 core:2 pu:1");
+    let a = c.root().join("a.sh");
+    let b = c.root().join("b.sh");
+    let bad = c.root().join("bad.sh");
+    std::fs::write(&a, "#!/bin/sh\ntrue\n").unwrap();
+    std::fs::write(&b, "#!/bin/sh\n#BERTH --name bee\ntrue\n").unwrap();
+    std::fs::write(&bad, "#!/bin/sh\n#BERTH --bogus 1\n").unwrap();
+    let (a, b, bad) = (a.display().to_string(), b.display().to_string(), bad.display().to_string());
+    let o = c.berth(&["submit", "--hold", &a, &bad, &b]);
+    assert!(!o.status.success());
+    assert!(stderr_of(&o).contains("nothing was submitted"), "{}", stderr_of(&o));
+    assert_eq!(c.json(&["jobs", "--all"]).as_array().unwrap().len(), 0);
+    let v = c.json(&["submit", "--hold", &a, &b]);
+    let ids: Vec<u64> = v["ids"].as_array().unwrap().iter().map(|i| i.as_u64().unwrap()).collect();
+    assert_eq!(ids.len(), 2);
+    assert_eq!(c.show(ids[1])["name"], "bee");
+    assert_eq!(c.show(ids[0])["state"], "held");
+}

@@ -6,7 +6,7 @@ use crate::store::StoreError;
 use berth_core::directives::parse_script;
 use berth_core::job::{JobOutcome, JobState, Shape};
 use berth_core::node::NodeState;
-use berth_core::sched::check_feasible;
+use berth_core::sched::check_feasible_on;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest};
@@ -149,12 +149,11 @@ impl Controller {
         let walltime = options.walltime.or(self.cfg.default_walltime_secs());
         options.walltime = walltime;
         if !self.cluster.nodes.is_empty() {
-            // Judge against every known node as if all were up: a node that is down now may return.
-            let mut all = self.cluster.nodes.clone();
-            all.iter_mut()
-                .zip(&self.extra)
-                .for_each(|(n, e)| n.state = if e.instance.is_empty() { NodeState::Down } else { NodeState::Up });
-            check_feasible(&all, shape, mem).map_err(|why| {
+            // Judge against every node that ever registered, as if up: a down node may return.
+            let registered = |n: &berth_core::node::NodeCapacity| {
+                self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
+            };
+            check_feasible_on(&self.cluster.nodes, shape, mem, registered).map_err(|why| {
                 ApiError::new(
                     ErrorCode::Infeasible,
                     format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),

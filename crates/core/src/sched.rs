@@ -99,9 +99,19 @@ fn take_on_node(node: &NodeCapacity, cores: u32, memory: u64) -> Option<NodeAllo
     Some(NodeAllocation { node_id: node.id, node: node.name.clone(), cpus, cores, mems, memory_bytes: memory })
 }
 
-/// Whether a request could ever fit the given nodes if they were empty.
+/// Whether a request could ever fit the nodes that take work if they were empty.
 pub fn check_feasible(nodes: &[NodeCapacity], shape: Shape, mem_per_node: u64) -> Result<(), String> {
-    let usable: Vec<&NodeCapacity> = nodes.iter().filter(|n| n.state.accepts_work()).collect();
+    check_feasible_on(nodes, shape, mem_per_node, |n| n.state.accepts_work())
+}
+
+/// Whether a request could ever fit the nodes `counts` selects, if they were empty.
+pub fn check_feasible_on(
+    nodes: &[NodeCapacity],
+    shape: Shape,
+    mem_per_node: u64,
+    counts: impl Fn(&NodeCapacity) -> bool,
+) -> Result<(), String> {
+    let usable: Vec<&NodeCapacity> = nodes.iter().filter(|n| counts(n)).collect();
     if usable.is_empty() {
         return Err("no node is up".into());
     }
