@@ -1,6 +1,6 @@
 //! What the controller does with each request and agent message.
 
-use crate::job::{JobParts, JobRecord};
+use crate::job::JobRecord;
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script;
@@ -170,7 +170,7 @@ impl Controller {
             }
         };
         let (stdout, stderr) = (resolve(&options.output, "out"), resolve(&options.error, "err"));
-        JobRecord::from_parts(JobParts {
+        let job = JobRecord {
             id: JobId(0),
             name,
             user: peer.user.clone(),
@@ -191,8 +191,10 @@ impl Controller {
             script: sub.script,
             env: sub.env,
             usage: None,
-        })
-        .map_err(bad)
+            kill_sent: None,
+        };
+        job.validate().map_err(bad)?;
+        Ok(job)
     }
 
     /// Give a valid job its id and write it; the reply waits for the commit.
@@ -258,39 +260,35 @@ impl Controller {
     }
 
     fn hold_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
-        match job.state {
-            JobState::Held => Ok(Ok(())),
-            JobState::Queued => {
-                job.state = JobState::Held;
-                self.store.update_job(job)?;
-                self.store.event(now, "hold", Some(id), None, "")?;
-                self.dirty = true;
-                Ok(Ok(()))
-            }
-            s => Ok(Err(ApiError::new(
-                ErrorCode::InvalidState,
-                format!("job {id} is {}; only queued jobs can be held", s.as_str()),
-            ))),
-        }
+        self.move_pending(id, JobState::Queued, JobState::Held, ("hold", "held"), now)
     }
 
     fn release_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        self.move_pending(id, JobState::Held, JobState::Queued, ("release", "released"), now)
+    }
+
+    /// Move a pending job from `from` to `to`; already in `to` is fine, anything else is refused.
+    fn move_pending(
+        &mut self,
+        id: JobId,
+        from: JobState,
+        to: JobState,
+        (event, done): (&str, &str),
+        now: f64,
+    ) -> Result<Result<(), ApiError>, StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
-        match job.state {
-            JobState::Queued => Ok(Ok(())),
-            JobState::Held => {
-                job.state = JobState::Queued;
-                self.store.update_job(job)?;
-                self.store.event(now, "release", Some(id), None, "")?;
-                self.dirty = true;
-                Ok(Ok(()))
-            }
-            s => Ok(Err(ApiError::new(
-                ErrorCode::InvalidState,
-                format!("job {id} is {}; only held jobs can be released", s.as_str()),
-            ))),
+        if job.state == to {
+            return Ok(Ok(()));
         }
+        if job.state != from {
+            let message = format!("job {id} is {}; only {} jobs can be {done}", job.state.as_str(), from.as_str());
+            return Ok(Err(ApiError::new(ErrorCode::InvalidState, message)));
+        }
+        job.state = to;
+        self.store.update_job(job)?;
+        self.store.event(now, event, Some(id), None, "")?;
+        self.dirty = true;
+        Ok(Ok(()))
     }
 
     fn node_admin(&mut self, name: &str, action: &str, peer: &Peer, now: f64) -> Result<ClientResponse, StoreError> {

@@ -14,30 +14,6 @@ pub struct Usage {
     pub peak_memory_bytes: u64,
 }
 
-/// All fields of a stored job, to build a record from the database.
-pub struct JobParts {
-    pub id: JobId,
-    pub name: String,
-    pub user: UserIdentity,
-    pub state: JobState,
-    pub queue: String,
-    pub options: SubmitOptions,
-    pub walltime: Option<u64>,
-    pub submit_time: f64,
-    pub start_time: Option<f64>,
-    pub end_time: Option<f64>,
-    pub allocation: Allocation,
-    pub exit_code: Option<i32>,
-    pub signal: Option<i32>,
-    pub reason: Option<String>,
-    pub cwd: String,
-    pub stdout: String,
-    pub stderr: String,
-    pub script: String,
-    pub env: Vec<(String, String)>,
-    pub usage: Option<Usage>,
-}
-
 #[derive(Debug, Clone)]
 pub struct JobRecord {
     pub id: JobId,
@@ -47,7 +23,6 @@ pub struct JobRecord {
     pub queue: String,
     /// As submitted, with `mem` and `walltime` resolved to what the job was given.
     pub options: SubmitOptions,
-    pub shape: Shape,
     pub walltime: Option<u64>,
     pub submit_time: f64,
     pub start_time: Option<f64>,
@@ -67,32 +42,14 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
-    pub fn from_parts(p: JobParts) -> Result<Self, String> {
-        let shape = p.options.request().shape().map_err(|e| e.to_string())?;
-        Ok(JobRecord {
-            id: p.id,
-            name: p.name,
-            user: p.user,
-            state: p.state,
-            queue: p.queue,
-            options: p.options,
-            shape,
-            walltime: p.walltime,
-            submit_time: p.submit_time,
-            start_time: p.start_time,
-            end_time: p.end_time,
-            allocation: p.allocation,
-            exit_code: p.exit_code,
-            signal: p.signal,
-            reason: p.reason,
-            cwd: p.cwd,
-            stdout: p.stdout,
-            stderr: p.stderr,
-            script: p.script,
-            env: p.env,
-            usage: p.usage,
-            kill_sent: None,
-        })
+    /// The job's options must describe a shape the scheduler can place.
+    pub fn validate(&self) -> Result<(), String> {
+        self.options.request().shape().map(|_| ()).map_err(|e| e.to_string())
+    }
+
+    /// Derived from the options, which `validate` checked when the job was accepted or loaded.
+    pub fn shape(&self) -> Shape {
+        self.options.request().shape().unwrap_or(Shape::Total { cores: 1, chunk: 1 })
     }
 
     pub fn mem_per_node(&self) -> u64 {
@@ -102,7 +59,7 @@ impl JobRecord {
     pub fn pending(&self) -> PendingJob {
         PendingJob {
             id: self.id,
-            shape: self.shape,
+            shape: self.shape(),
             mem_per_node: self.mem_per_node(),
             held: self.state == JobState::Held,
         }

@@ -391,7 +391,7 @@ impl RawJob {
         let allocation = serde_json::from_str(&self.allocation).map_err(|e| de("allocation", &e.to_string()))?;
         let groups = serde_json::from_str(&self.groups).map_err(|e| de("groups", &e.to_string()))?;
         let env = serde_json::from_str(&self.env).map_err(|e| de("env", &e.to_string()))?;
-        JobRecord::from_parts(crate::job::JobParts {
+        let record = JobRecord {
             id: JobId(self.id as u64),
             name: self.name,
             user: berth_protocol::agent::UserIdentity { uid: self.uid, gid: self.gid, groups, name: self.user },
@@ -417,6 +417,85 @@ impl RawJob {
                 system_cpu_us: s as u64,
                 peak_memory_bytes: m as u64,
             }),
-        })
+            kill_sent: None,
+        };
+        record.validate()?;
+        Ok(record)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::Usage;
+    use berth_core::directives::SubmitOptions;
+    use berth_protocol::agent::UserIdentity;
+
+    fn job(id: u64) -> JobRecord {
+        JobRecord {
+            id: JobId(id),
+            name: "j".into(),
+            user: UserIdentity { uid: 1000, gid: 100, groups: vec![100, 27], name: "ann".into() },
+            state: JobState::Queued,
+            queue: "batch".into(),
+            options: SubmitOptions { cores: Some(2), mem: Some(1 << 20), ..Default::default() },
+            walltime: Some(60),
+            submit_time: 1.5,
+            start_time: None,
+            end_time: None,
+            allocation: vec![],
+            exit_code: None,
+            signal: None,
+            reason: None,
+            cwd: "/home/ann".into(),
+            stdout: "/home/ann/o".into(),
+            stderr: "/home/ann/e".into(),
+            script: "#!/bin/sh\ntrue\n".into(),
+            env: vec![("PATH".into(), "/bin".into())],
+            usage: None,
+            kill_sent: None,
+        }
+    }
+
+    #[test]
+    fn jobs_survive_reopen_and_finish_with_accounting() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.begin().unwrap();
+            store.insert_job(&job(1)).unwrap();
+            store.insert_job(&job(2)).unwrap();
+            store.commit().unwrap();
+            // An uncommitted job is not there after a crash.
+            store.begin().unwrap();
+            store.insert_job(&job(3)).unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let active = store.load_active_jobs().unwrap();
+        assert_eq!(active.iter().map(|j| j.id.0).collect::<Vec<_>>(), vec![1, 2]);
+        assert_eq!(active[0].user.groups, vec![100, 27]);
+        assert_eq!(store.max_job_id().unwrap(), 2);
+        let mut j = active[0].clone();
+        j.state = JobState::Completed;
+        j.exit_code = Some(0);
+        j.end_time = Some(9.0);
+        j.usage = Some(Usage { wall_ms: 10, user_cpu_us: 20, system_cpu_us: 30, peak_memory_bytes: 40 });
+        store.begin().unwrap();
+        store.update_job(&j).unwrap();
+        store.insert_accounting(&j).unwrap();
+        store.commit().unwrap();
+        let done = store.finished_jobs(10).unwrap();
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].usage, j.usage);
+        assert_eq!(store.get_job(JobId(1)).unwrap().unwrap().state, JobState::Completed);
+        assert!(store.get_job(JobId(7)).unwrap().is_none());
+    }
+
+    #[test]
+    fn corrupt_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("state.db"), b"not a database at all, just text that is long enough").unwrap();
+        let err = Store::open(dir.path()).err().expect("must refuse");
+        assert!(err.to_string().contains("corrupt") || err.to_string().contains("not a database"), "{err}");
     }
 }
