@@ -18,7 +18,6 @@ pub struct JobContext {
     pub cpumap: CpuMap,
     /// Root of the per-job spool and TMPDIR directories of this agent.
     pub spool_root: PathBuf,
-    pub agent_name: String,
 }
 
 /// How long kill_all may take before the job is reported with processes left.

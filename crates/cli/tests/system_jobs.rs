@@ -193,11 +193,6 @@ fn jobs_run_as_the_submitting_user_with_groups_env_and_cwd() {
     assert_eq!(meta.uid().to_string(), expect_uid);
     // Users may not cancel other users' jobs.
     let root_job = c.submit("rootjob.sh", "#!/bin/sh\nsleep 30\n", &["--cores", "1"]);
-    // The checkout may sit under a directory only root can enter (mktemp -d): give the test
-    // user its own copy of the binary.
-    let bin = c.root().join("berth-bin");
-    std::fs::copy(BIN, &bin).unwrap();
-    let bin = bin.display().to_string();
     let out = Command::new("runuser")
         .args(["-u", "berthtest", "--", &bin, "--dir"])
         .arg(&c.dir)
