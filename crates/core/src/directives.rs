@@ -4,6 +4,7 @@
 //! read from the lines after `#!` up to the first line that is neither blank nor a comment, as
 //! Slurm and PBS do; flags given on the command line override them.
 
+use crate::binding::{BindingMode, BindingStrategy};
 use crate::job::ResourceRequest;
 use crate::units::{parse_duration_secs, parse_size};
 use crate::CoreError;
@@ -26,11 +27,50 @@ pub struct SubmitOptions {
     pub output: Option<String>,
     pub error: Option<String>,
     pub queue: Option<String>,
+    /// Memory per CPU, bytes.
+    #[serde(default)]
+    pub mem_per_cpu: Option<u64>,
+    /// Count hardware threads (PUs) rather than cores.
+    #[serde(default)]
+    pub threads: Option<bool>,
+    #[serde(default)]
+    pub binding: Option<BindingStrategy>,
+    #[serde(default)]
+    pub binding_mode: Option<BindingMode>,
+    /// Make one sub-cpuset per rank inside the job's cpuset on each node.
+    #[serde(default)]
+    pub rank_cpusets: Option<bool>,
+    /// The job may use the nodes' system CPUs.
+    #[serde(default)]
+    pub system_cpus: Option<bool>,
+    /// Subnode properties the job needs (e.g. `singlecpu`).
+    #[serde(default)]
+    pub properties: Option<Vec<String>>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 10] =
-    ["cores", "nodes", "tasks-per-node", "cpus-per-task", "mem", "walltime", "name", "output", "error", "queue"];
+pub const OPTION_NAMES: [&str; 17] = [
+    "cores",
+    "nodes",
+    "tasks-per-node",
+    "cpus-per-task",
+    "mem",
+    "mem-per-cpu",
+    "walltime",
+    "name",
+    "output",
+    "error",
+    "queue",
+    "threads",
+    "binding",
+    "binding-mode",
+    "rank-cpusets",
+    "system-cpus",
+    "property",
+];
+
+/// Options that take no value (`--threads`); `--threads=no` turns one off.
+pub const SWITCH_NAMES: [&str; 3] = ["threads", "rank-cpusets", "system-cpus"];
 
 impl SubmitOptions {
     /// Set one option from its name (`cores`, `mem`, ...) and textual value.
@@ -65,6 +105,24 @@ impl SubmitOptions {
             "output" => self.output = Some(text(value)?),
             "error" => self.error = Some(text(value)?),
             "queue" => self.queue = Some(text(value)?),
+            "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value).map_err(|e| e.to_string())?),
+            "threads" => self.threads = Some(switch(name, value)?),
+            "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
+            "system-cpus" => self.system_cpus = Some(switch(name, value)?),
+            "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
+            "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
+            "property" => {
+                let props: Vec<String> =
+                    value.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+                if props.is_empty()
+                    || props.iter().any(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
+                {
+                    return Err(format!(
+                        "--property needs comma-separated names of letters, digits, _ and -, got {value:?}"
+                    ));
+                }
+                self.properties = Some(props);
+            }
             _ => return Err(format!("unknown option --{name}; known options are --{}", OPTION_NAMES.join(", --"))),
         }
         Ok(())
@@ -83,6 +141,13 @@ impl SubmitOptions {
             output: over.output.or(self.output),
             error: over.error.or(self.error),
             queue: over.queue.or(self.queue),
+            mem_per_cpu: over.mem_per_cpu.or(self.mem_per_cpu),
+            threads: over.threads.or(self.threads),
+            binding: over.binding.or(self.binding),
+            binding_mode: over.binding_mode.or(self.binding_mode),
+            rank_cpusets: over.rank_cpusets.or(self.rank_cpusets),
+            system_cpus: over.system_cpus.or(self.system_cpus),
+            properties: over.properties.or(self.properties),
         }
     }
 
@@ -93,7 +158,18 @@ impl SubmitOptions {
             tasks_per_node: self.tasks_per_node,
             cpus_per_task: self.cpus_per_task,
             mem_per_node: self.mem,
+            mem_per_cpu: self.mem_per_cpu,
+            threads: self.threads.unwrap_or(false),
         }
+    }
+}
+
+/// A switch's value: none (given as `--threads`), yes/true/1 or no/false/0.
+fn switch(name: &str, value: &str) -> Result<bool, String> {
+    match value {
+        "" | "yes" | "true" | "1" => Ok(true),
+        "no" | "false" | "0" => Ok(false),
+        _ => Err(format!("--{name} takes no value (or yes/no), got {value:?}")),
     }
 }
 
@@ -134,6 +210,7 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
             };
             let (name, value) = match flag.split_once('=') {
                 Some((n, v)) => (n.to_string(), v.to_string()),
+                None if SWITCH_NAMES.contains(&flag) => (flag.to_string(), String::new()),
                 None => {
                     i += 1;
                     let v = tokens.get(i).ok_or_else(|| err(line_no, format!("--{flag} needs a value")))?;

@@ -64,6 +64,12 @@ pub struct ResourceRequest {
     pub cpus_per_task: Option<u32>,
     /// Memory per node, bytes.
     pub mem_per_node: Option<u64>,
+    /// Memory per allocated CPU (core, or PU with `threads`), bytes; excludes `mem_per_node`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_cpu: Option<u64>,
+    /// Count hardware threads (PUs) instead of whole cores.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub threads: bool,
 }
 
 /// The shape the scheduler places: either an exact count of cores on each of `nodes` nodes,
@@ -130,6 +136,36 @@ pub struct NodeAllocation {
     /// NUMA nodes (OS indexes) the job's memory may come from.
     pub mems: CpuSet,
     pub memory_bytes: u64,
+    /// Where `memory_bytes` is reserved, per NUMA node (sums to `memory_bytes`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub numa_memory: Vec<NumaShare>,
+    /// NUMA nodes (OS indexes) the job holds alone: no other job may use their CPUs or memory.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub exclusive_numa: CpuSet,
+    /// Subnodes (indexes) the job holds, for large parallel jobs on nodes that have them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subnodes: Vec<u32>,
+    /// The bound cores as Grid Engine `(socket, core)` pairs, when the job asked for a binding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub binding: Vec<(u32, u32)>,
+    /// Per-rank sub-cpusets, when the job asked for them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ranks: Vec<RankSet>,
+}
+
+/// Memory reserved for a job on one NUMA node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NumaShare {
+    /// The NUMA node's OS index.
+    pub numa: u32,
+    pub bytes: u64,
+}
+
+/// One rank's sub-cpuset inside the job's cpuset on a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankSet {
+    pub cpus: CpuSet,
+    pub mems: CpuSet,
 }
 
 pub type Allocation = Vec<NodeAllocation>;
@@ -165,8 +201,7 @@ impl JobOutcome {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingJob {
     pub id: JobId,
-    pub shape: Shape,
-    pub mem_per_node: u64,
+    pub request: crate::placement::JobRequest,
     pub held: bool,
 }
 
@@ -175,7 +210,7 @@ mod tests {
     use super::*;
 
     fn req(nodes: Option<u32>, cores: Option<u32>, tpn: Option<u32>, cpt: Option<u32>) -> ResourceRequest {
-        ResourceRequest { nodes, cores, tasks_per_node: tpn, cpus_per_task: cpt, mem_per_node: None }
+        ResourceRequest { nodes, cores, tasks_per_node: tpn, cpus_per_task: cpt, ..Default::default() }
     }
 
     #[test]

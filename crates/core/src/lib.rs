@@ -3,12 +3,15 @@
 //! Nothing here does I/O, reads a clock or opens a socket: every function takes the state and
 //! the time it needs as arguments, so it can be tested with plain values.
 
+pub mod binding;
 pub mod cpuset;
 pub mod directives;
 pub mod error;
+pub mod hierarchy;
 pub mod ids;
 pub mod job;
 pub mod node;
+pub mod placement;
 pub mod sched;
 pub mod topology;
 pub mod units;

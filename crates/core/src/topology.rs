@@ -16,6 +16,14 @@ pub struct NumaNode {
     pub os_index: u32,
     pub memory_bytes: u64,
     pub cpus: CpuSet,
+    /// Special memory (MCDRAM, HBM, NVM): listed and accounted, but not given to jobs by
+    /// default since it is usually small or slow.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub special: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -26,6 +34,18 @@ pub struct Core {
     pub numa: Option<usize>,
     /// OS indexes of the core's PUs (hardware threads), in logical order.
     pub pus: Vec<u32>,
+    /// CPU kind on hybrid machines (hwloc cpukinds), 0 the least efficient-for-performance
+    /// kind (e.g. E-cores), higher for faster kinds (P-cores). 0 everywhere on ordinary machines.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub kind: u32,
+    /// The cache or group shared by a set of cores inside a NUMA node (L3 slice, 4-core
+    /// cluster), by logical index; the level between NUMA node and core in the hierarchy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<u32>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// One node's topology. Cores are in hwloc's logical order, grouped by package.
@@ -34,6 +54,10 @@ pub struct Topology {
     pub packages: Vec<Package>,
     pub numa_nodes: Vec<NumaNode>,
     pub cores: Vec<Core>,
+    /// PUs the hardware has but the OS does not let berth use (offline, or outside the
+    /// agent's own cpuset); never allocated, shown in the topology drawing.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub disallowed: CpuSet,
 }
 
 impl Topology {
@@ -46,7 +70,7 @@ impl Topology {
         pus_per_core: u32,
         mem_per_numa: u64,
     ) -> Self {
-        let mut t = Topology { packages: vec![], numa_nodes: vec![], cores: vec![] };
+        let mut t = Topology { packages: vec![], numa_nodes: vec![], cores: vec![], disallowed: CpuSet::new() };
         let mut pu = 0;
         for p in 0..packages {
             t.packages.push(Package { os_index: p });
@@ -57,9 +81,9 @@ impl Topology {
                     let pus: Vec<u32> = (pu..pu + pus_per_core).collect();
                     pu += pus_per_core;
                     pus.iter().for_each(|&i| cpus.insert(i));
-                    t.cores.push(Core { package: p as usize, numa: Some(numa), pus });
+                    t.cores.push(Core { package: p as usize, numa: Some(numa), pus, kind: 0, group: None });
                 }
-                t.numa_nodes.push(NumaNode { os_index: numa as u32, memory_bytes: mem_per_numa, cpus });
+                t.numa_nodes.push(NumaNode { os_index: numa as u32, memory_bytes: mem_per_numa, cpus, special: false });
             }
         }
         t
@@ -147,6 +171,29 @@ impl Topology {
             }
         }
         out
+    }
+
+    /// Grid Engine's logical (socket, core) of the core at `index`: the package's position
+    /// and the core's position among that package's cores, both from 0.
+    pub fn socket_core(&self, index: usize) -> (u32, u32) {
+        let package = self.cores[index].package;
+        let before = self.cores[..index].iter().filter(|c| c.package == package).count();
+        (package as u32, before as u32)
+    }
+
+    /// The index of Grid Engine's logical core `core` on socket `socket`, if it exists.
+    pub fn core_index(&self, socket: u32, core: u32) -> Option<usize> {
+        self.cores.iter().enumerate().filter(|(_, c)| c.package == socket as usize).nth(core as usize).map(|(i, _)| i)
+    }
+
+    /// Indexes of the cores of NUMA node `numa` (an index into `numa_nodes`).
+    pub fn numa_cores(&self, numa: usize) -> impl Iterator<Item = usize> + '_ {
+        self.cores.iter().enumerate().filter(move |(_, c)| c.numa == Some(numa)).map(|(i, _)| i)
+    }
+
+    /// Index into `numa_nodes` of the NUMA node with OS index `os_index`.
+    pub fn numa_by_os(&self, os_index: u32) -> Option<usize> {
+        self.numa_nodes.iter().position(|n| n.os_index == os_index)
     }
 
     /// Grid Engine's load values: m_socket, m_core, m_thread.

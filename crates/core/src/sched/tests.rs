@@ -1,7 +1,9 @@
 use super::*;
+use crate::job::Shape;
 use crate::node::NodeState;
+use crate::placement::JobRequest;
 use crate::topology::Topology;
-use crate::NodeId;
+use crate::{CpuSet, NodeId};
 use proptest::prelude::*;
 use std::sync::Arc;
 
@@ -30,12 +32,12 @@ impl ClusterBuilder {
         self
     }
     fn build(self) -> ClusterState {
-        ClusterState { nodes: self.nodes }
+        ClusterState { nodes: self.nodes, policy: Default::default() }
     }
 }
 
 fn job(id: u64, shape: Shape, mem: u64) -> PendingJob {
-    PendingJob { id: JobId(id), shape, mem_per_node: mem, held: false }
+    PendingJob { id: JobId(id), request: JobRequest::simple(shape, mem), held: false }
 }
 
 fn total(cores: u32) -> Shape {
@@ -52,12 +54,13 @@ fn summary(d: &Decisions) -> Vec<String> {
         .collect()
 }
 
+/// Job 2 (two cores, a NUMA node's worth) gets the whole second NUMA node, not cores 1-2.
 #[test]
 fn fifo_first_fit_packs_in_order() {
     let cluster = ClusterBuilder::new().nodes(2, 2, 2, 4 * G).build();
     let queue = vec![job(1, total(1), G), job(2, total(2), G), job(3, total(4), G), job(4, total(1), G)];
     let d = schedule(&cluster, &queue);
-    assert_eq!(summary(&d), vec!["1 -> n0:0", "2 -> n0:1-2", "3 -> n1:0-3", "4 -> n0:3"]);
+    assert_eq!(summary(&d), vec!["1 -> n0:0", "2 -> n0:2-3", "3 -> n1:0-3", "4 -> n0:1"]);
     assert_eq!(d.waiting, vec![]);
 }
 
@@ -76,7 +79,7 @@ fn busy_head_blocks_fifo_but_held_and_never_do_not() {
     assert_eq!(summary(&d), vec!["1 -> n0:0-2", "4 -> n1:0-2"]);
     assert_eq!(d.waiting[0], (JobId(2), PendingReason::Held));
     assert!(matches!(d.waiting[1], (JobId(3), PendingReason::NoSuitableNodes(_))));
-    assert_eq!(d.waiting[2], (JobId(5), PendingReason::Resources));
+    assert!(matches!(d.waiting[2], (JobId(5), PendingReason::Resources(_))));
     // Job 6 (1 core) would fit but must wait behind job 5: FIFO, no backfill in v0.
     assert_eq!(d.waiting[3], (JobId(6), PendingReason::Priority));
 }
@@ -87,7 +90,7 @@ fn memory_is_never_oversubscribed() {
     let queue = vec![job(1, total(1), 3 * G), job(2, total(1), 2 * G)];
     let d = schedule(&cluster, &queue);
     assert_eq!(summary(&d), vec!["1 -> n0:0"]);
-    assert_eq!(d.waiting, vec![(JobId(2), PendingReason::Resources)]);
+    assert!(matches!(d.waiting[..], [(JobId(2), PendingReason::Resources(_))]));
 }
 
 #[test]
@@ -111,7 +114,7 @@ fn total_shape_spans_nodes_when_no_single_node_fits() {
 #[test]
 fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
     let topo = Arc::new(Topology::uniform(2, 2, 2, 2, G));
-    let cluster = ClusterState { nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)] };
+    let cluster = ClusterState { nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)], policy: Default::default() };
     let d = schedule(&cluster, &[job(1, total(3), G)]);
     let a = &d.starts[0].1[0];
     assert_eq!(a.cpus.to_list(), "0-5");
@@ -122,12 +125,13 @@ fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
 #[test]
 fn infeasible_reason_is_specific() {
     let cluster = ClusterBuilder::new().nodes(2, 1, 4, 2 * G).build();
-    let why = check_feasible(&cluster.nodes, total(1), 8 * G).unwrap_err();
+    let why = check_feasible(&cluster, &JobRequest::simple(total(1), 8 * G)).unwrap_err();
     assert!(why.contains("8G"), "{why}");
-    let why = check_feasible(&cluster.nodes, Shape::PerNode { nodes: 1, cores_per_node: 5 }, G).unwrap_err();
-    assert!(why.contains("largest: 4 cores"), "{why}");
-    assert!(check_feasible(&cluster.nodes, total(8), G).is_ok());
-    assert!(check_feasible(&cluster.nodes, total(9), G).is_err());
+    let why =
+        check_feasible(&cluster, &JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 5 }, G)).unwrap_err();
+    assert!(why.contains("largest node up: 4 cores"), "{why}");
+    assert!(check_feasible(&cluster, &JobRequest::simple(total(8), G)).is_ok());
+    assert!(check_feasible(&cluster, &JobRequest::simple(total(9), G)).is_err());
 }
 
 #[test]
@@ -135,9 +139,9 @@ fn release_returns_resources() {
     let mut cluster = ClusterBuilder::new().nodes(1, 1, 4, 4 * G).build();
     let d = schedule(&cluster, &[job(1, total(4), 4 * G)]);
     cluster.claim(&d.starts[0].1);
-    assert_eq!(place(&cluster, total(1), 0), Placement::Busy);
+    assert!(matches!(place(&cluster, &JobRequest::simple(total(1), 0)), Placement::Busy(_)));
     cluster.release(&d.starts[0].1);
-    assert!(matches!(place(&cluster, total(4), 4 * G), Placement::Now(_)));
+    assert!(matches!(place(&cluster, &JobRequest::simple(total(4), 4 * G)), Placement::Now(_)));
 }
 
 proptest! {

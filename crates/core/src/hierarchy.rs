@@ -1,0 +1,213 @@
+//! The cluster's interconnect as a tree, for placing jobs close together.
+//!
+//! Either switches as in Slurm's topology.conf (leaf switches list nodes, upper switches list
+//! switches), or the seed's building blocks: groups of 8/32/128/512 CPUs taken over the
+//! nodes in id order (seeds/000: "a hierarchy of building blocks of 8, 32, 128 and 512
+//! CPUs"). Each node gets a location: its group at every level, leaf level first.
+
+use crate::node::NodeCapacity;
+use crate::CoreError;
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+/// A switch: leaf switches name nodes, upper switches name switches.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwitchDef {
+    pub name: String,
+    /// Node names; `n[1-4,7]` ranges are expanded.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    #[serde(default)]
+    pub switches: Vec<String>,
+}
+
+/// Group id at every level for nodes the tree does not name: they share one group.
+pub const UNPLACED: u32 = u32::MAX;
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Hierarchy {
+    /// Flat: all nodes alike.
+    #[default]
+    Flat,
+    /// Node name -> group per level (leaf first).
+    Switches { levels: usize, location: HashMap<String, Vec<u32>> },
+    /// Building-block sizes in CPUs, increasing.
+    Blocks(Vec<u64>),
+}
+
+impl Hierarchy {
+    pub fn from_switches(defs: &[SwitchDef]) -> Result<Self, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(format!("interconnect: {m}")));
+        let index: HashMap<&str, usize> = defs.iter().enumerate().map(|(i, d)| (d.name.as_str(), i)).collect();
+        if index.len() != defs.len() {
+            return bad("two switches have the same name".into());
+        }
+        let mut parent: Vec<Option<usize>> = vec![None; defs.len()];
+        for (i, d) in defs.iter().enumerate() {
+            if !d.nodes.is_empty() && !d.switches.is_empty() {
+                return bad(format!("switch {} lists both nodes and switches; a switch has one or the other", d.name));
+            }
+            for child in &d.switches {
+                let Some(&c) = index.get(child.as_str()) else {
+                    return bad(format!("switch {} names unknown switch {child}", d.name));
+                };
+                if parent[c].replace(i).is_some() {
+                    return bad(format!("switch {child} has two parents"));
+                }
+            }
+        }
+        // Height of each switch (leaf = 0); a cycle shows as a height above the switch count.
+        let mut height = vec![0usize; defs.len()];
+        for i in 0..defs.len() {
+            let (mut cur, mut h) = (i, 0);
+            while let Some(p) = parent[cur] {
+                h += 1;
+                if h > defs.len() {
+                    return bad(format!("switches form a cycle through {}", defs[i].name));
+                }
+                height[p] = height[p].max(h);
+                cur = p;
+            }
+        }
+        let levels = height.iter().max().map_or(0, |h| h + 1);
+        let mut location = HashMap::new();
+        for (i, d) in defs.iter().enumerate().filter(|(_, d)| !d.nodes.is_empty()) {
+            // The node's group at level l is its ancestor of the largest height <= l.
+            let mut path = vec![i as u32; levels];
+            let mut cur = i;
+            while let Some(p) = parent[cur] {
+                for slot in path.iter_mut().skip(height[p]) {
+                    *slot = p as u32;
+                }
+                cur = p;
+            }
+            for pattern in &d.nodes {
+                for name in expand_hostlist(pattern).map_err(|m| CoreError::BadRequest(format!("interconnect: {m}")))? {
+                    if location.insert(name.clone(), path.clone()).is_some() {
+                        return bad(format!("node {name} is under two leaf switches"));
+                    }
+                }
+            }
+        }
+        Ok(Hierarchy::Switches { levels, location })
+    }
+
+    pub fn blocks(mut sizes: Vec<u64>) -> Self {
+        sizes.retain(|&s| s > 0);
+        sizes.sort_unstable();
+        sizes.dedup();
+        Hierarchy::Blocks(sizes)
+    }
+
+    /// Set every node's `location` (nodes in id order for building blocks).
+    pub fn locate_all(&self, nodes: &mut [NodeCapacity]) {
+        match self {
+            Hierarchy::Flat => nodes.iter_mut().for_each(|n| n.location.clear()),
+            Hierarchy::Switches { levels, location } => {
+                for n in nodes.iter_mut() {
+                    n.location = location.get(&n.name).cloned().unwrap_or_else(|| vec![UNPLACED; *levels]);
+                }
+            }
+            Hierarchy::Blocks(sizes) => {
+                let largest = nodes.iter().map(|n| n.topology.pu_count() as u64).max().unwrap_or(0);
+                let levels: Vec<u64> = sizes.iter().copied().filter(|&s| s > largest).collect();
+                let mut order: Vec<usize> = (0..nodes.len()).collect();
+                order.sort_by_key(|&i| nodes[i].id);
+                let mut offset = 0u64;
+                for i in order {
+                    let pus = nodes[i].topology.pu_count() as u64;
+                    nodes[i].location = levels.iter().map(|&s| (offset / s) as u32).collect();
+                    offset += pus;
+                }
+            }
+        }
+    }
+}
+
+/// Expand `n[1-3,7]` into n1 n2 n3 n7 (zero padding kept: `n[01-02]` gives n01 n02).
+pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, String> {
+    let Some(open) = pattern.find('[') else { return Ok(vec![pattern.to_string()]) };
+    let close = pattern.find(']').filter(|&c| c > open).ok_or_else(|| format!("{pattern:?}: unbalanced [ ]"))?;
+    let (prefix, body, suffix) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
+    let mut out = Vec::new();
+    for part in body.split(',') {
+        let (lo, hi) = part.split_once('-').unwrap_or((part, part));
+        let width = lo.len();
+        let (a, b) = match (lo.parse::<u64>(), hi.parse::<u64>()) {
+            (Ok(a), Ok(b)) if a <= b && b - a < 100_000 => (a, b),
+            _ => return Err(format!("{pattern:?}: {part:?} is not a range like 1-4")),
+        };
+        for i in a..=b {
+            for rest in expand_hostlist(suffix)? {
+                out.push(format!("{prefix}{i:0width$}{rest}"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+    use crate::NodeId;
+    use std::sync::Arc;
+
+    fn nodes(n: u32, topo: Topology) -> Vec<NodeCapacity> {
+        let t = Arc::new(topo);
+        (0..n).map(|i| NodeCapacity::new(NodeId(i), format!("n{i}"), t.clone())).collect()
+    }
+
+    #[test]
+    fn switches_give_paths() {
+        let defs = vec![
+            SwitchDef { name: "l0".into(), nodes: vec!["n[0-1]".into()], switches: vec![] },
+            SwitchDef { name: "l1".into(), nodes: vec!["n[2-3]".into()], switches: vec![] },
+            SwitchDef { name: "top".into(), nodes: vec![], switches: vec!["l0".into(), "l1".into()] },
+        ];
+        let h = Hierarchy::from_switches(&defs).unwrap();
+        let mut ns = nodes(5, Topology::uniform(1, 1, 2, 1, 1 << 30));
+        h.locate_all(&mut ns);
+        assert_eq!(ns[0].location, vec![0, 2]);
+        assert_eq!(ns[1].location, vec![0, 2]);
+        assert_eq!(ns[3].location, vec![1, 2]);
+        assert_eq!(ns[4].location, vec![UNPLACED, UNPLACED]);
+    }
+
+    #[test]
+    fn bad_switch_trees_are_refused() {
+        let cyc = vec![
+            SwitchDef { name: "a".into(), nodes: vec![], switches: vec!["b".into()] },
+            SwitchDef { name: "b".into(), nodes: vec![], switches: vec!["a".into()] },
+        ];
+        assert!(Hierarchy::from_switches(&cyc).unwrap_err().to_string().contains("cycle"));
+        let unknown = vec![SwitchDef { name: "a".into(), nodes: vec![], switches: vec!["zz".into()] }];
+        assert!(Hierarchy::from_switches(&unknown).is_err());
+        let twice = vec![
+            SwitchDef { name: "a".into(), nodes: vec!["n1".into()], switches: vec![] },
+            SwitchDef { name: "b".into(), nodes: vec!["n[1-2]".into()], switches: vec![] },
+        ];
+        assert!(Hierarchy::from_switches(&twice).unwrap_err().to_string().contains("two leaf"));
+    }
+
+    #[test]
+    fn building_blocks_over_32_cpu_nodes() {
+        // The Altix: 32-CPU hosts; blocks of 8 and 32 are inside a host, 128 = 4 hosts, 512 = 16.
+        let h = Hierarchy::blocks(vec![8, 32, 128, 512]);
+        let mut ns = nodes(20, Topology::uniform(1, 16, 2, 1, 1 << 30));
+        h.locate_all(&mut ns);
+        assert_eq!(ns[0].location, vec![0, 0]);
+        assert_eq!(ns[3].location, vec![0, 0]);
+        assert_eq!(ns[4].location, vec![1, 0]);
+        assert_eq!(ns[17].location, vec![4, 1]);
+    }
+
+    #[test]
+    fn hostlists() {
+        assert_eq!(expand_hostlist("n[01-03,7]").unwrap(), vec!["n01", "n02", "n03", "n7"]);
+        assert_eq!(expand_hostlist("plain").unwrap(), vec!["plain"]);
+        assert!(expand_hostlist("n[3-1]").is_err());
+        assert!(expand_hostlist("n[1-").is_err());
+    }
+}

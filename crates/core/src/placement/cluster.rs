@@ -1,0 +1,320 @@
+//! Placement across nodes: which nodes, preferring the least spread over the interconnect.
+//!
+//! Fast path for large clusters: every node keeps cached free counts, so candidates are found
+//! with a scan of plain integers; the exact per-node fit runs only on the nodes chosen.
+
+use super::fit::{fit, NodeAsk};
+use super::spread::spread;
+use super::{JobRequest, Miss, PlacementPolicy};
+use crate::job::{Allocation, Shape};
+use crate::node::NodeCapacity;
+use std::collections::HashMap;
+
+/// Where a request can go now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Placement {
+    Now(Allocation),
+    /// Fits the nodes but not what is free now, with what is missing.
+    Busy(String),
+    /// Can never fit the nodes that are up, with the reason.
+    Never(String),
+}
+
+/// How many of the job's units a node could hold now, by the cached counts.
+fn free_slots(n: &NodeCapacity, req: &JobRequest) -> u32 {
+    if req.threads {
+        n.free_pu_count
+    } else if req.system_cpus {
+        n.free_core_count_with_system
+    } else {
+        n.free_core_count
+    }
+}
+
+/// Units per node a binding asks for, else the shape's.
+fn per_node_slots(req: &JobRequest, shape_slots: u32) -> u32 {
+    req.binding.as_ref().and_then(|b| b.fixed_count()).unwrap_or(shape_slots)
+}
+
+/// The most exact fits tried beyond what the job needs before answering "busy": keeps one
+/// decision bounded on a fragmented cluster.
+const EXTRA_TRIES: usize = 64;
+
+/// Place `req` on what is free now. `nodes` must be in id order.
+pub fn place(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest) -> Placement {
+    let found = match req.shape {
+        Shape::PerNode { nodes: k, cores_per_node } => per_node(nodes, policy, req, k, cores_per_node, false),
+        Shape::Total { cores, chunk } => total(nodes, policy, req, cores, chunk),
+    };
+    match found {
+        Ok(alloc) => Placement::Now(alloc),
+        Err(busy) => match feasible(nodes, policy, req, |n| n.state.accepts_work()) {
+            Ok(()) => Placement::Busy(busy),
+            Err(never) => Placement::Never(never),
+        },
+    }
+}
+
+/// `k` nodes with `c` units each: the tightest interconnect group that has enough
+/// candidates, fullest nodes first; compared with naive first fit by spread.
+fn per_node(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    k: u32,
+    c: u32,
+    naive_only: bool,
+) -> Result<Allocation, String> {
+    let c = per_node_slots(req, c);
+    let need = req.mem.on_node(c);
+    let large = req.is_large(policy);
+    let cand: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            let n = &nodes[i];
+            n.state.accepts_work() && free_slots(n, req) >= c && n.free_memory >= need
+        })
+        .collect();
+    if cand.len() < k as usize {
+        return Err(format!(
+            "{k} node(s) with {c} free {} and {} memory wanted, {} such node(s) now",
+            if req.threads { "PUs" } else { "cores" },
+            crate::units::format_size(need),
+            cand.len()
+        ));
+    }
+    let ask = |first_fit| NodeAsk { slots: c, req, large, first_fit };
+    let take = |order: &[usize], first_fit: bool| -> Option<Allocation> {
+        let mut alloc = Vec::with_capacity(k as usize);
+        let mut misses = 0;
+        for &i in order {
+            match fit(&nodes[i], policy, &ask(first_fit)) {
+                Ok(a) => alloc.push(a),
+                Err(_) => misses += 1,
+            }
+            if alloc.len() == k as usize {
+                return Some(alloc);
+            }
+            if misses > EXTRA_TRIES {
+                break;
+            }
+        }
+        None
+    };
+    let naive = || take(&cand, true);
+    if naive_only {
+        return naive().ok_or_else(|| "no nodes fit".into());
+    }
+    let ordered = order_by_hierarchy(nodes, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
+    let best = take(&ordered, false);
+    let chosen = match (best, policy.compare_first_fit) {
+        (Some(b), true) => match naive() {
+            Some(n) if spread_of(nodes, &n) < spread_of(nodes, &b) => Some(n),
+            _ => Some(b),
+        },
+        (b, _) => b.or_else(naive),
+    };
+    chosen.ok_or_else(|| {
+        format!("{} nodes have {c} free units, but not with the NUMA layout and memory the job needs", cand.len())
+    })
+}
+
+/// Pick the interconnect group (lowest level, then fewest candidates) holding `k` candidates;
+/// its candidates come first (fullest first), then the rest grouped by location.
+fn order_by_hierarchy(nodes: &[NodeCapacity], cand: &[usize], k: usize, free: impl Fn(usize) -> u64) -> Vec<usize> {
+    let levels = cand.iter().map(|&i| nodes[i].location.len()).max().unwrap_or(0);
+    let mut chosen: Option<(usize, u32)> = None;
+    for level in 0..levels {
+        let mut count: HashMap<u32, usize> = HashMap::new();
+        for &i in cand {
+            if let Some(&g) = nodes[i].location.get(level) {
+                *count.entry(g).or_default() += 1;
+            }
+        }
+        if let Some((&g, _)) = count.iter().filter(|(_, &n)| n >= k).min_by_key(|(&g, &n)| (n, g)) {
+            chosen = Some((level, g));
+            break;
+        }
+    }
+    let in_group = |i: usize| chosen.is_some_and(|(l, g)| nodes[i].location.get(l) == Some(&g));
+    let mut ordered: Vec<usize> = cand.to_vec();
+    ordered.sort_by(|&a, &b| {
+        let key = |i: usize| (!in_group(i), nodes[i].location.iter().rev().copied().collect::<Vec<u32>>(), free(i), i);
+        if chosen.is_none() && levels == 0 {
+            (free(a), a).cmp(&(free(b), b))
+        } else {
+            key(a).cmp(&key(b))
+        }
+    });
+    ordered
+}
+
+fn spread_of(nodes: &[NodeCapacity], alloc: &Allocation) -> u64 {
+    spread(alloc.iter().filter_map(|a| node_by_id(nodes, a.node_id).map(|n| (n, a))))
+}
+
+/// The node with id `id` (nodes are kept in id order).
+pub fn node_by_id(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<&NodeCapacity> {
+    match nodes.binary_search_by_key(&id, |n| n.id) {
+        Ok(i) => Some(&nodes[i]),
+        Err(_) => nodes.iter().find(|n| n.id == id),
+    }
+}
+
+/// `cores` units in chunks of `chunk`: one node if any can (fullest first), else chunks
+/// gathered over the tightest interconnect group, emptiest nodes first (fewest nodes).
+fn total(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    cores: u32,
+    chunk: u32,
+) -> Result<Allocation, String> {
+    let large = req.is_large(policy);
+    let single_need = req.mem.on_node(cores);
+    let mut singles: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            let n = &nodes[i];
+            n.state.accepts_work() && free_slots(n, req) >= cores && n.free_memory >= single_need
+        })
+        .collect();
+    singles.sort_by_key(|&i| (free_slots(&nodes[i], req), i));
+    let ask = NodeAsk { slots: cores, req, large, first_fit: false };
+    for &i in singles.iter().take(EXTRA_TRIES) {
+        if let Ok(a) = fit(&nodes[i], policy, &ask) {
+            return Ok(vec![a]);
+        }
+    }
+    let chunk = chunk.max(1);
+    let cand: Vec<usize> = (0..nodes.len())
+        .filter(|&i| {
+            let n = &nodes[i];
+            n.state.accepts_work() && free_slots(n, req) >= chunk && n.free_memory >= req.mem.on_node(chunk)
+        })
+        .collect();
+    let room = |i: usize| (free_slots(&nodes[i], req) / chunk * chunk) as u64;
+    let have: u64 = cand.iter().map(|&i| room(i)).sum();
+    if have < cores as u64 {
+        return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+    }
+    // Nodes needed if the emptiest are used: the group to look for must hold that many.
+    let mut rooms: Vec<u64> = cand.iter().map(|&i| room(i)).collect();
+    rooms.sort_unstable_by(|a, b| b.cmp(a));
+    let (mut sum, mut k) = (0u64, 0usize);
+    while sum < cores as u64 && k < rooms.len() {
+        sum += rooms[k];
+        k += 1;
+    }
+    let mut ordered = order_by_hierarchy(nodes, &cand, k, |i| u64::MAX - room(i));
+    if nodes.iter().all(|n| n.location.is_empty()) {
+        ordered.sort_by_key(|&i| (std::cmp::Reverse(room(i)), i));
+    }
+    let mut alloc = Vec::new();
+    let mut left = cores;
+    for i in ordered {
+        if left == 0 {
+            break;
+        }
+        let take = (room(i) as u32).min(left);
+        let ask = NodeAsk { slots: take, req, large, first_fit: false };
+        if let Ok(a) = fit(&nodes[i], policy, &ask) {
+            left -= take;
+            alloc.push(a);
+        }
+    }
+    if left == 0 {
+        Ok(alloc)
+    } else {
+        Err(format!("{cores} units wanted, the nodes free now could give {}", cores - left))
+    }
+}
+
+/// Could `req` ever run on the nodes `counts` selects, if they were empty (admin settings
+/// such as system CPUs and subnode properties kept)?
+pub fn feasible(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    counts: impl Fn(&NodeCapacity) -> bool,
+) -> Result<(), String> {
+    let usable: Vec<&NodeCapacity> = nodes.iter().filter(|n| counts(n)).collect();
+    if usable.is_empty() {
+        return Err("no node is up".into());
+    }
+    let large = req.is_large(policy);
+    // Nodes of the same hardware and settings answer alike: fit each kind once.
+    let mut kinds: Vec<(&NodeCapacity, NodeCapacity, usize)> = vec![];
+    for n in &usable {
+        match kinds.iter_mut().find(|(r, _, _)| {
+            std::sync::Arc::ptr_eq(&r.topology, &n.topology) && r.system_pus == n.system_pus && r.subnodes == n.subnodes
+        }) {
+            Some(k) => k.2 += 1,
+            None => {
+                let mut p = n.pristine();
+                p.state = crate::node::NodeState::Up;
+                kinds.push((n, p, 1));
+            }
+        }
+    }
+    let check = |slots: u32| -> (usize, Option<Miss>) {
+        let ask = NodeAsk { slots, req, large, first_fit: false };
+        let mut ok = 0;
+        let mut miss = None;
+        for (_, p, count) in &kinds {
+            match fit(p, policy, &ask) {
+                Ok(_) => ok += count,
+                Err(m) => miss = Some(m),
+            }
+        }
+        (ok, miss)
+    };
+    let largest =
+        usable.iter().max_by_key(|n| (n.topology.core_count(), n.topology.memory_bytes())).map_or(String::new(), |n| {
+            format!(
+                " (largest node up: {} cores, {} PUs, {} memory)",
+                n.topology.core_count(),
+                n.topology.pu_count(),
+                crate::units::format_size(n.topology.memory_bytes())
+            )
+        });
+    let why = |m: Option<Miss>| format!("{}{largest}", m.map(|m| m.message().to_string()).unwrap_or_default());
+    match req.shape {
+        Shape::PerNode { nodes: k, cores_per_node } => {
+            let (ok, miss) = check(per_node_slots(req, cores_per_node));
+            if ok >= k as usize {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{k} node(s) wanted, {ok} of the {} nodes up could ever hold their part: {}",
+                    usable.len(),
+                    why(miss)
+                ))
+            }
+        }
+        Shape::Total { cores, chunk } => {
+            if check(cores).0 > 0 {
+                return Ok(());
+            }
+            // Spread over nodes: each kind's largest multiple of `chunk` that fits alone.
+            let chunk = chunk.max(1);
+            let mut total = 0u64;
+            let mut last = None;
+            for (_, p, count) in &kinds {
+                let ask = |s| NodeAsk { slots: s, req, large, first_fit: false };
+                let most = (p.free_core_count_with_system.max(p.free_pu_count) / chunk * chunk).min(cores);
+                let fits = (1..=most / chunk).rev().map(|m| m * chunk).find(|&s| match fit(p, policy, &ask(s)) {
+                    Ok(_) => true,
+                    Err(m) => {
+                        last = Some(m);
+                        false
+                    }
+                });
+                total += fits.unwrap_or(0) as u64 * *count as u64;
+            }
+            if total >= cores as u64 {
+                Ok(())
+            } else {
+                Err(format!("{cores} CPUs wanted, the nodes up could hold at most {total} of them: {}", why(last)))
+            }
+        }
+    }
+}

@@ -1,0 +1,439 @@
+//! Placement on one node: which PUs and how much memory on which NUMA nodes.
+
+use super::{JobRequest, Miss, PlacementPolicy};
+use crate::binding::BindMiss;
+use crate::job::{NodeAllocation, NumaShare};
+use crate::node::{NodeCapacity, SubnodeState, PROP_ONLY_PARALLEL, PROP_SINGLE_CPU};
+use crate::CpuSet;
+
+/// One job's ask on one node.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeAsk<'a> {
+    /// Cores (or PUs with `req.threads`) wanted here; a binding decides its own count.
+    pub slots: u32,
+    pub req: &'a JobRequest,
+    pub large: bool,
+    /// Naive mode: the first usable CPUs in topology order, for comparison.
+    pub first_fit: bool,
+}
+
+/// A unit the job can be given: a whole core, or one PU of a core (`threads`).
+#[derive(Debug, Clone, Copy)]
+struct Item {
+    core: usize,
+    pu: Option<u32>,
+    numa: Option<usize>,
+    package: usize,
+}
+
+/// What is usable on the node for one job.
+struct View<'a> {
+    node: &'a NodeCapacity,
+    ask: &'a NodeAsk<'a>,
+    numa_ok: Vec<bool>,
+}
+
+impl<'a> View<'a> {
+    fn new(node: &'a NodeCapacity, ask: &'a NodeAsk<'a>) -> Result<Self, Miss> {
+        let topo = &node.topology;
+        let props = &ask.req.properties;
+        if !props.is_empty() && node.subnodes.is_empty() {
+            return Err(Miss::Never(format!(
+                "node {} has no subnodes, so no properties ({})",
+                node.name,
+                props.join(",")
+            )));
+        }
+        let single = ask.req.total_cpus() == 1;
+        let numa_ok = (0..topo.numa_nodes.len())
+            .map(|n| {
+                if node.numa_exclusive[n] || topo.numa_nodes[n].special {
+                    return false;
+                }
+                match node.subnode_of(n).map(|s| &node.subnodes[s]) {
+                    Some(sub) => {
+                        let has = |p: &str| sub.properties.iter().any(|q| q == p);
+                        sub.state == SubnodeState::Up
+                            && props.iter().all(|p| has(p))
+                            && (!has(PROP_ONLY_PARALLEL) || ask.large)
+                            && (!has(PROP_SINGLE_CPU) || single)
+                    }
+                    None => props.is_empty(),
+                }
+            })
+            .collect();
+        Ok(View { node, ask, numa_ok })
+    }
+
+    fn numa_allowed(&self, numa: Option<usize>) -> bool {
+        numa.is_none_or(|n| self.numa_ok[n]) && (numa.is_some() || self.ask.req.properties.is_empty())
+    }
+
+    fn pu_usable(&self, pu: u32) -> bool {
+        self.node.free_pus.contains(pu) && (self.ask.req.system_cpus || !self.node.system_pus.contains(pu))
+    }
+
+    fn core_usable(&self, core: usize) -> bool {
+        let c = &self.node.topology.cores[core];
+        self.numa_allowed(c.numa) && c.pus.iter().all(|&p| self.pu_usable(p))
+    }
+
+    /// A NUMA node nobody uses at all: every PU free, all its memory free.
+    fn numa_untouched(&self, n: usize) -> bool {
+        let topo = &self.node.topology;
+        self.numa_ok[n]
+            && self.node.numa_free[n] == topo.numa_nodes[n].memory_bytes
+            && topo.numa_nodes[n].cpus.iter().all(|p| self.node.free_pus.contains(p))
+    }
+
+    /// The usable items in topology order; with `threads`, PUs of partly used cores first
+    /// within each NUMA node so that whole cores stay whole.
+    fn items(&self, only: impl Fn(Option<usize>) -> bool) -> Vec<Item> {
+        let topo = &self.node.topology;
+        let mut out = Vec::new();
+        for (i, c) in topo.cores.iter().enumerate() {
+            if !only(c.numa) || !self.numa_allowed(c.numa) {
+                continue;
+            }
+            if self.ask.req.threads {
+                for &p in c.pus.iter().filter(|&&p| self.pu_usable(p)) {
+                    out.push(Item { core: i, pu: Some(p), numa: c.numa, package: c.package });
+                }
+            } else if self.core_usable(i) {
+                out.push(Item { core: i, pu: None, numa: c.numa, package: c.package });
+            }
+        }
+        if self.ask.req.threads {
+            let whole = |it: &Item| topo.cores[it.core].pus.iter().all(|&p| self.pu_usable(p));
+            out.sort_by_key(|it| (it.numa, whole(it), it.core));
+        }
+        out
+    }
+}
+
+/// Place `ask` on `node` now, or say why not.
+pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Result<NodeAllocation, Miss> {
+    let view = View::new(node, ask)?;
+    let need_mem = |items: usize| ask.req.mem.on_node(items as u32);
+    if let Some(strategy) = &ask.req.binding {
+        let usable: Vec<bool> = (0..node.topology.cores.len())
+            .map(|i| {
+                view.core_usable(i)
+                    && (!ask.large || node.topology.cores[i].numa.is_none_or(|n| view.numa_untouched(n)))
+            })
+            .collect();
+        let cores = strategy.select(&node.topology, &usable).map_err(|m| match m {
+            BindMiss::Busy(s) => Miss::Busy(s),
+            BindMiss::Never(s) => Miss::Never(s),
+        })?;
+        let items: Vec<Item> = cores
+            .iter()
+            .map(|&i| Item {
+                core: i,
+                pu: None,
+                numa: node.topology.cores[i].numa,
+                package: node.topology.cores[i].package,
+            })
+            .collect();
+        let exclusive = if ask.large { numas_of(&items) } else { vec![] };
+        return finish(&view, policy, &items, need_mem(items.len()), &exclusive, vec![]);
+    }
+    if ask.large {
+        return fit_large(&view, policy, need_mem(ask.slots as usize));
+    }
+    let need = need_mem(ask.slots as usize);
+    let all = view.items(|_| true);
+    if all.len() < ask.slots as usize {
+        return Err(Miss::Busy(format!("{} usable {} free on {}", all.len(), unit_name(ask), node.name)));
+    }
+    let mut tried = None;
+    for choice in candidates(&view, policy, &all).into_iter().take(8) {
+        match finish(&view, policy, &choice, need, &[], vec![]) {
+            Ok(a) => return Ok(a),
+            Err(m) => tried = Some(m),
+        }
+    }
+    Err(tried.unwrap_or_else(|| Miss::Busy(format!("no room for {} {} on {}", ask.slots, unit_name(ask), node.name))))
+}
+
+fn unit_name(ask: &NodeAsk) -> &'static str {
+    if ask.req.threads {
+        "PUs"
+    } else {
+        "cores"
+    }
+}
+
+fn numas_of(items: &[Item]) -> Vec<usize> {
+    let mut v: Vec<usize> = items.iter().filter_map(|i| i.numa).collect();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Candidate item choices in order of preference (best fit first; first fit alone in naive
+/// mode): whole NUMA nodes, one NUMA node, one package, the whole node.
+fn candidates(view: &View, policy: &PlacementPolicy, all: &[Item]) -> Vec<Vec<Item>> {
+    let slots = view.ask.slots as usize;
+    if view.ask.first_fit {
+        return vec![all[..slots].to_vec()];
+    }
+    let topo = &view.node.topology;
+    let numas = topo.numa_nodes.len();
+    let mut by_numa: Vec<Vec<Item>> = vec![vec![]; numas + 1];
+    for it in all {
+        by_numa[it.numa.unwrap_or(numas)].push(*it);
+    }
+    let size_of = |n: usize| -> usize {
+        let cores = topo.numa_cores(n);
+        if view.ask.req.threads {
+            cores.map(|c| topo.cores[c].pus.len()).sum()
+        } else {
+            cores.count()
+        }
+    };
+    let local_mem = |n: usize| if n < numas { view.node.numa_free[n] } else { 0 };
+    let need = view.ask.req.mem.on_node(slots as u32);
+    let mut out = Vec::new();
+
+    // Whole NUMA nodes when the count is a multiple of their size: nothing else shares them.
+    if policy.align_numa {
+        let whole: Vec<usize> = (0..numas).filter(|&n| size_of(n) > 0 && by_numa[n].len() == size_of(n)).collect();
+        if let Some(&first) = whole.first() {
+            let size = size_of(first);
+            if slots.is_multiple_of(size) && whole.iter().all(|&n| size_of(n) == size) && whole.len() >= slots / size {
+                let k = slots / size;
+                let mut per_pkg: Vec<(usize, Vec<usize>)> = vec![];
+                for &n in &whole {
+                    let p = by_numa[n][0].package;
+                    match per_pkg.iter_mut().find(|(q, _)| *q == p) {
+                        Some((_, v)) => v.push(n),
+                        None => per_pkg.push((p, vec![n])),
+                    }
+                }
+                // Best fit: the package with the fewest whole NUMA nodes that still has k.
+                let pick: Vec<usize> = match per_pkg.iter().filter(|(_, v)| v.len() >= k).min_by_key(|(_, v)| v.len()) {
+                    Some((_, v)) => v[..k].to_vec(),
+                    None => {
+                        per_pkg.sort_by_key(|(_, v)| std::cmp::Reverse(v.len()));
+                        per_pkg.iter().flat_map(|(_, v)| v.iter().copied()).take(k).collect()
+                    }
+                };
+                out.push(pick.iter().flat_map(|&n| by_numa[n].iter().copied()).collect());
+            }
+        }
+    }
+
+    // One NUMA node: the fullest one that still fits (cores and local memory) first.
+    let mut singles: Vec<usize> = (0..=numas).filter(|&n| by_numa[n].len() >= slots).collect();
+    singles.sort_by_key(|&n| (local_mem(n) < need, by_numa[n].len(), n));
+    out.extend(singles.iter().take(4).map(|&n| by_numa[n][..slots].to_vec()));
+
+    // One package, fewest NUMA nodes inside it; then the whole node likewise.
+    let packages = topo.packages.len();
+    let mut pkg_items: Vec<Vec<usize>> = vec![vec![]; packages];
+    for (n, items) in by_numa.iter().enumerate() {
+        if let Some(it) = items.first() {
+            pkg_items[it.package].push(n);
+        }
+    }
+    let gather = |mut ns: Vec<usize>| -> Vec<Item> {
+        ns.sort_by_key(|&n| (std::cmp::Reverse(by_numa[n].len()), n));
+        ns.iter().flat_map(|&n| by_numa[n].iter().copied()).take(slots).collect()
+    };
+    let mut pkgs: Vec<usize> =
+        (0..packages).filter(|&p| pkg_items[p].iter().map(|&n| by_numa[n].len()).sum::<usize>() >= slots).collect();
+    pkgs.sort_by_key(|&p| (pkg_items[p].iter().map(|&n| by_numa[n].len()).sum::<usize>(), p));
+    out.extend(pkgs.iter().take(2).map(|&p| gather(pkg_items[p].clone())));
+    out.push(gather((0..=numas).filter(|&n| !by_numa[n].is_empty()).collect()));
+    out
+}
+
+/// A unit a large job may take: its subnode, NUMA nodes, usable CPUs, free memory.
+type FreeUnit = (Option<usize>, Vec<usize>, Vec<Item>, u64);
+
+/// Large parallel jobs: whole subnodes (or NUMA nodes) nobody else touches.
+fn fit_large(view: &View, policy: &PlacementPolicy, need: u64) -> Result<NodeAllocation, Miss> {
+    let node = view.node;
+    let topo = &node.topology;
+    let units: Vec<(Option<usize>, Vec<usize>)> = if node.subnodes.is_empty() {
+        (0..topo.numa_nodes.len()).filter(|&n| !topo.numa_nodes[n].special).map(|n| (None, vec![n])).collect()
+    } else {
+        node.subnodes.iter().enumerate().map(|(i, s)| (Some(i), s.numa.clone())).collect()
+    };
+    // A unit is free when all its NUMA nodes are untouched; its items are its usable CPUs.
+    let free: Vec<FreeUnit> = units
+        .into_iter()
+        .filter(|(_, ns)| ns.iter().all(|&n| view.numa_untouched(n)))
+        .map(|(s, ns)| {
+            let items = view.items(|m| m.is_some_and(|m| ns.contains(&m)));
+            let mem = ns.iter().map(|&n| node.numa_free[n]).sum();
+            (s, ns, items, mem)
+        })
+        .filter(|(_, _, items, _)| !items.is_empty())
+        .collect();
+    let slots = view.ask.slots as usize;
+    let enough = |chosen: &[usize]| {
+        chosen.iter().map(|&u| free[u].2.len()).sum::<usize>() >= slots
+            && chosen.iter().map(|&u| free[u].3).sum::<u64>() >= need
+    };
+    let take = |order: &[usize]| -> Option<Vec<usize>> {
+        let mut chosen = vec![];
+        for &u in order {
+            if enough(&chosen) {
+                break;
+            }
+            chosen.push(u);
+        }
+        enough(&chosen).then_some(chosen)
+    };
+    let idx: Vec<usize> = (0..free.len()).collect();
+    let chosen = if view.ask.first_fit {
+        take(&idx)
+    } else {
+        // Best fit: the package whose free units hold the job with the least to spare.
+        let package_of = |u: usize| free[u].2[0].package;
+        let mut pkgs: Vec<usize> = idx.iter().map(|&u| package_of(u)).collect();
+        pkgs.dedup();
+        let mut best: Option<(usize, Vec<usize>)> = None;
+        for p in pkgs {
+            let in_p: Vec<usize> = idx.iter().copied().filter(|&u| package_of(u) == p).collect();
+            let spare: usize = in_p.iter().map(|&u| free[u].2.len()).sum();
+            if let Some(c) = take(&in_p) {
+                if best.as_ref().is_none_or(|(s, _)| spare < *s) {
+                    best = Some((spare, c));
+                }
+            }
+        }
+        best.map(|(_, c)| c).or_else(|| {
+            let mut by_room = idx.clone();
+            by_room.sort_by_key(|&u| {
+                let p = package_of(u);
+                let room: usize = idx.iter().filter(|&&v| package_of(v) == p).map(|&v| free[v].2.len()).sum();
+                (std::cmp::Reverse(room), p, u)
+            });
+            take(&by_room)
+        })
+    };
+    let Some(chosen) = chosen else {
+        let have: usize = free.iter().map(|u| u.2.len()).sum();
+        return Err(Miss::Busy(format!(
+            "a large parallel job gets whole NUMA nodes nobody else uses; {} has {have} CPUs in such NUMA nodes, {slots} wanted",
+            node.name
+        )));
+    };
+    let items: Vec<Item> = chosen.iter().flat_map(|&u| free[u].2.iter().copied()).take(slots).collect();
+    let exclusive: Vec<usize> = chosen.iter().flat_map(|&u| free[u].1.iter().copied()).collect();
+    let subnodes: Vec<u32> = chosen.iter().filter_map(|&u| free[u].0).map(|s| s as u32).collect();
+    finish(view, policy, &items, need, &exclusive, subnodes)
+}
+
+/// Turn chosen items into an allocation: reserve memory, local NUMA nodes first.
+fn finish(
+    view: &View,
+    policy: &PlacementPolicy,
+    items: &[Item],
+    need: u64,
+    exclusive: &[usize],
+    subnodes: Vec<u32>,
+) -> Result<NodeAllocation, Miss> {
+    let node = view.node;
+    let topo = &node.topology;
+    let mut cpus = CpuSet::new();
+    for it in items {
+        match it.pu {
+            Some(p) => cpus.insert(p),
+            None => topo.cores[it.core].pus.iter().for_each(|&p| cpus.insert(p)),
+        }
+    }
+    // Local NUMA nodes with the number of the job's items on each; exclusive ones count too.
+    let mut local: Vec<(usize, u64)> = vec![];
+    for n in items.iter().filter_map(|i| i.numa).chain(exclusive.iter().copied()) {
+        match local.iter_mut().find(|(m, _)| *m == n) {
+            Some((_, w)) => *w += 1,
+            None => local.push((n, 1)),
+        }
+    }
+    let mut shares: Vec<(usize, u64)> = local.iter().map(|&(n, _)| (n, 0)).collect();
+    let mut left = need;
+    // Proportional to the CPUs on each local node, capped by what is free there; then top up.
+    let weight: u64 = local.iter().map(|l| l.1).sum();
+    for (k, &(n, w)) in local.iter().enumerate() {
+        let want = if weight == 0 { 0 } else { (need as u128 * w as u128 / weight as u128) as u64 };
+        let give = want.min(node.numa_free[n]).min(left);
+        shares[k].1 += give;
+        left -= give;
+    }
+    for (k, &(n, _)) in local.iter().enumerate() {
+        let give = (node.numa_free[n] - shares[k].1).min(left);
+        shares[k].1 += give;
+        left -= give;
+    }
+    if left > 0 && exclusive.is_empty() && policy.wide_memory {
+        // Borrow: same subnode (or package, without subnodes) first, nearest first; never
+        // from an exclusive or special node, or one the job may not use.
+        let home = local.first().map(|l| l.0);
+        let home_sub = home.and_then(|h| node.subnode_of(h));
+        let home_pkg = items.first().map(|i| i.package);
+        let pkg_of = |n: usize| topo.numa_cores(n).next().map(|c| topo.cores[c].package);
+        let mut donors: Vec<usize> = (0..topo.numa_nodes.len())
+            .filter(|&n| view.numa_ok[n] && node.numa_free[n] > 0 && !local.iter().any(|l| l.0 == n))
+            .filter(|&n| home_sub.is_none() || node.subnode_of(n) == home_sub)
+            .collect();
+        donors.sort_by_key(|&n| (pkg_of(n) != home_pkg, n.abs_diff(home.unwrap_or(0)), n));
+        for n in donors {
+            if left == 0 {
+                break;
+            }
+            let give = node.numa_free[n].min(left);
+            shares.push((n, give));
+            left -= give;
+        }
+    }
+    if left > 0 {
+        return Err(Miss::Busy(format!(
+            "{} of memory wanted on {}, the NUMA nodes it may use there have {} free",
+            crate::units::format_size(need),
+            node.name,
+            crate::units::format_size(need - left)
+        )));
+    }
+    let mut mems = CpuSet::new();
+    for &(n, _) in &local {
+        mems.insert(topo.numa_nodes[n].os_index);
+    }
+    for &(n, b) in &shares {
+        if b > 0 {
+            mems.insert(topo.numa_nodes[n].os_index);
+        }
+    }
+    if mems.is_empty() {
+        mems = topo.mems_for(&cpus);
+    }
+    let binding = if view.ask.req.binding.is_some() {
+        items.iter().map(|it| topo.socket_core(it.core)).collect()
+    } else {
+        vec![]
+    };
+    let mut alloc = NodeAllocation {
+        node_id: node.id,
+        node: node.name.clone(),
+        cpus,
+        cores: items.len() as u32,
+        mems,
+        memory_bytes: need,
+        numa_memory: shares
+            .iter()
+            .filter(|s| s.1 > 0)
+            .map(|&(n, bytes)| NumaShare { numa: topo.numa_nodes[n].os_index, bytes })
+            .collect(),
+        exclusive_numa: exclusive.iter().map(|&n| topo.numa_nodes[n].os_index).collect(),
+        subnodes,
+        binding,
+        ranks: vec![],
+    };
+    if let Some(ranks) = alloc.cores.checked_div(view.ask.req.rank_cpus) {
+        alloc.ranks = super::ranks::split(topo, &alloc, ranks.max(1));
+    }
+    Ok(alloc)
+}

@@ -1,0 +1,170 @@
+//! Placement: where a job goes, down to PUs and memory per NUMA node.
+//!
+//! Queue policy (who runs, when) lives in `sched`; this module only answers "where": on one
+//! node ([`fit`]) and across the cluster's interconnect ([`cluster`]). Rules, after the APAC
+//! NF Altix scheduler (seeds/000):
+//! - small-memory jobs get the memory nodes local to their CPUs;
+//! - jobs needing more memory than that borrow from nearby memory nodes of the same subnode
+//!   (or package), never from one held by a large parallel job;
+//! - large parallel jobs (more than `large_parallel_cpus` CPUs) get whole NUMA nodes (whole
+//!   subnodes where the node has them) that nobody else uses, CPUs or memory;
+//! - jobs whose core count is a multiple of a NUMA node's get whole NUMA nodes where possible;
+//! - no NUMA node's memory is ever oversubscribed (suspended jobs keep theirs);
+//! - among the placements that satisfy all this, the least spread one wins (see [`spread`]).
+
+pub mod cluster;
+pub mod fit;
+pub mod ranks;
+pub mod spread;
+
+use crate::binding::{BindingStrategy, CoreRef};
+use crate::directives::SubmitOptions;
+use crate::job::Shape;
+use crate::CoreError;
+use serde::{Deserialize, Serialize};
+
+/// Admin-tunable placement rules.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlacementPolicy {
+    /// A job with more CPUs than this is a "large parallel" job (0: no job is).
+    pub large_parallel_cpus: u32,
+    /// Give jobs whose core count is a multiple of a NUMA node's whole NUMA nodes.
+    pub align_numa: bool,
+    /// Let a job that needs more memory than its CPUs' NUMA nodes have borrow from others.
+    pub wide_memory: bool,
+    /// Also compute the naive first-fit placement and keep it if it is less spread.
+    pub compare_first_fit: bool,
+}
+
+impl Default for PlacementPolicy {
+    fn default() -> Self {
+        PlacementPolicy { large_parallel_cpus: 8, align_numa: true, wide_memory: true, compare_first_fit: true }
+    }
+}
+
+/// How much memory a job needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemRequest {
+    PerNode(u64),
+    PerCpu(u64),
+}
+
+impl MemRequest {
+    /// Bytes needed on a node that gets `cpus` of the job's CPUs.
+    pub fn on_node(self, cpus: u32) -> u64 {
+        match self {
+            MemRequest::PerNode(b) => b,
+            MemRequest::PerCpu(b) => b.saturating_mul(cpus as u64),
+        }
+    }
+}
+
+/// Everything placement needs to know about a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobRequest {
+    pub shape: Shape,
+    pub mem: MemRequest,
+    /// Count PUs rather than whole cores.
+    pub threads: bool,
+    pub binding: Option<BindingStrategy>,
+    /// May use the nodes' system CPUs.
+    pub system_cpus: bool,
+    /// Subnode properties required.
+    pub properties: Vec<String>,
+    /// CPUs per rank when the job wants one sub-cpuset per rank on each node (0: none).
+    pub rank_cpus: u32,
+}
+
+impl JobRequest {
+    /// A plain request: `shape` of whole cores with `mem` per node.
+    pub fn simple(shape: Shape, mem_per_node: u64) -> Self {
+        JobRequest {
+            shape,
+            mem: MemRequest::PerNode(mem_per_node),
+            threads: false,
+            binding: None,
+            system_cpus: false,
+            properties: vec![],
+            rank_cpus: 0,
+        }
+    }
+
+    /// From a job's submission options (memory defaults already resolved into them).
+    pub fn from_options(o: &SubmitOptions) -> Result<Self, CoreError> {
+        let request = o.request();
+        let mut shape = request.shape()?;
+        if let Some(b) = &o.binding {
+            // A binding names the cores of each node, so the job is so many nodes of that.
+            let nodes = o.nodes.unwrap_or(1);
+            let per_node = match (b.fixed_count(), b) {
+                (Some(n), _) => n,
+                (
+                    None,
+                    BindingStrategy::StridingRange { first: CoreRef::Global(a), last: CoreRef::Global(z), step },
+                ) => z.saturating_sub(*a) / (*step).max(1) + 1,
+                _ => 1,
+            };
+            if let Some(cores) = o.cores {
+                if b.fixed_count().is_some() && Some(cores) != per_node.checked_mul(nodes) {
+                    return Err(CoreError::BadRequest(format!(
+                        "--binding {b} gives {per_node} core(s) per node, which contradicts --cores {cores} on {nodes} node(s); drop --cores"
+                    )));
+                }
+            }
+            if request.threads {
+                return Err(CoreError::BadRequest(
+                    "--binding names cores; it cannot be combined with --threads".into(),
+                ));
+            }
+            shape = Shape::PerNode { nodes, cores_per_node: per_node };
+        }
+        let mem = match (o.mem, o.mem_per_cpu) {
+            (Some(_), Some(_)) => {
+                return Err(CoreError::BadRequest("give --mem (per node) or --mem-per-cpu, not both".into()))
+            }
+            (Some(m), None) => MemRequest::PerNode(m),
+            (None, Some(m)) => MemRequest::PerCpu(m),
+            (None, None) => MemRequest::PerNode(0),
+        };
+        Ok(JobRequest {
+            shape,
+            mem,
+            threads: request.threads,
+            binding: o.binding.clone(),
+            system_cpus: o.system_cpus.unwrap_or(false),
+            properties: o.properties.clone().unwrap_or_default(),
+            rank_cpus: if o.rank_cpusets.unwrap_or(false) { o.cpus_per_task.unwrap_or(1) } else { 0 },
+        })
+    }
+
+    /// The job's CPUs over all its nodes.
+    pub fn total_cpus(&self) -> u64 {
+        match self.shape {
+            Shape::PerNode { nodes, cores_per_node } => nodes as u64 * cores_per_node as u64,
+            Shape::Total { cores, .. } => cores as u64,
+        }
+    }
+
+    pub fn is_large(&self, policy: &PlacementPolicy) -> bool {
+        policy.large_parallel_cpus > 0 && self.total_cpus() > policy.large_parallel_cpus as u64
+    }
+}
+
+/// Why a job does not fit a node now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Miss {
+    /// Not now: the resources are taken.
+    Busy(String),
+    /// Never on this node, even empty.
+    Never(String),
+}
+
+impl Miss {
+    pub fn message(&self) -> &str {
+        match self {
+            Miss::Busy(m) | Miss::Never(m) => m,
+        }
+    }
+}
