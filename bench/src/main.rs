@@ -5,9 +5,11 @@
 //! `berth-bench submit-cli N [PAR]`    durable submissions through `berth submit`, PAR at a time
 //! `berth-bench submit-cli-multi N [K]` through `berth submit` with K scripts per invocation
 //! `berth-bench e2e N [AGENTS]`        N `/bin/true` jobs on AGENTS agents: first submit to all done
+//! `berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--json]`
+//!                                     decision time of `place` on emulated nodes (see placement.rs)
 //!
-//! Each prints one JSON line. It starts its own cluster (`berth up`) in a temp dir with the
-//! `berth` binary next to this one (build with `cargo build --release`), and takes it down.
+//! Each but `placement` prints one JSON line. It starts its own cluster (`berth up`) in a temp dir
+//! with the `berth` binary next to this one (build with `cargo build --release`), and takes it down.
 
 use anyhow::{bail, Context, Result};
 use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
@@ -16,6 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
+
+mod placement;
 
 fn berth_bin() -> Result<PathBuf> {
     let me = std::env::current_exe()?;
@@ -112,6 +116,9 @@ fn report(kind: &str, n: usize, param: usize, elapsed: Duration, extra: serde_js
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let kind = args.get(1).map(String::as_str).unwrap_or("");
+    if kind == "placement" {
+        return placement::run(&args[2..]);
+    }
     let n: usize = args.get(2).map(|s| s.parse()).transpose().context("N")?.unwrap_or(10_000);
     let param: Option<usize> = args.get(3).map(|s| s.parse()).transpose().context("param")?;
     let hold_script = "#!/bin/sh\ntrue\n";
@@ -239,7 +246,7 @@ async fn main() -> Result<()> {
                 serde_json::json!({"submit_seconds": submitted.as_secs_f64(), "completed": completed}),
             );
         }
-        _ => bail!("usage: berth-bench submit-api|submit-batch|submit-cli|submit-cli-multi|e2e N [PARAM]"),
+        _ => bail!("usage: berth-bench submit-api|submit-batch|submit-cli|submit-cli-multi|e2e N [PARAM] | placement"),
     }
     Ok(())
 }

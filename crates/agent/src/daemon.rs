@@ -85,7 +85,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
     let real_cpus_text = cpumap.real_cpus.to_list();
-    let ctx = Arc::new(JobContext { cgroups: backend.clone(), cpumap, spool_root: cfg.spool_dir.clone() });
+    let ctx = Arc::new(JobContext {
+        cgroups: backend.clone(),
+        cpumap,
+        topology: topology.clone(),
+        spool_root: cfg.spool_dir.clone(),
+    });
     let shared = Arc::new(Mutex::new(Shared::default()));
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 

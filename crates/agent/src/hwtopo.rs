@@ -7,15 +7,19 @@
 //!
 //! Test data: the real-machine XML exports the tests load come from the hwloc project's test
 //! suite (open-mpi/hwloc, BSD licence), via ../shared/data/hwloc, vendored in this repository
-//! as `data/hwloc` (reached from this crate
-//! as `../../data/hwloc`); its README lists the machines and their shapes.
+//! as `data/hwloc` (reached from this crate as `../../data/hwloc`); its README lists the
+//! machines and their shapes. Berth's model of each is kept as JSON in
+//! `crates/core/tests/fixtures/topologies` for the core crate's tests (which have no hwloc);
+//! `fixtures_match_xml` below checks and regenerates them.
 
 use berth_core::topology::{Core, NumaNode, Package, Topology};
 use berth_core::{CoreError, CpuSet};
 use hwlocality::object::attributes::ObjectAttributes;
+use hwlocality::object::depth::Depth;
 use hwlocality::object::types::ObjectType;
 use hwlocality::object::TopologyObject;
 use hwlocality::topology::builder::{BuildFlags, TopologyBuilder};
+use std::cmp::Reverse;
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -125,17 +129,7 @@ pub fn parse_spec(spec: &str) -> TopologySource {
 /// Load with hwloc and convert to berth's model.
 pub fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
     let hw = build(source)?;
-    // On the real machine only the PUs this process may use count; a synthetic or XML
-    // topology is taken whole (it was built with INCLUDE_DISALLOWED, see `build`).
-    let allowed = match source {
-        TopologySource::Real => Some(to_berth(&hw.allowed_cpuset()).ok_or_else(|| TopologyError::Unusable {
-            origin: source.to_string(),
-            detail: "hwloc reports an infinite set of allowed PUs".into(),
-        })?),
-        _ => None,
-    };
-    let topology = convert(&hw, allowed.as_ref())
-        .map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
+    let topology = convert(&hw).map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
     topology.validate().map_err(|error| TopologyError::Invalid { origin: source.to_string(), error })?;
     tracing::debug!(
         source = %source,
@@ -253,10 +247,18 @@ fn os_or_logical(obj: &TopologyObject) -> Result<u32, String> {
     u32::try_from(index).map_err(|_| format!("{} index {index} is too large", obj.object_type()))
 }
 
-/// Convert a loaded hwloc topology. `allowed`, if given, is the set of PUs that may be used;
-/// other PUs are left out (as are cores left without PUs).
-fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String> {
-    let usable = |pu: u32| allowed.is_none_or(|set| set.contains(pu));
+/// Convert a loaded hwloc topology. Only the PUs hwloc allows are used (cores left without
+/// PUs are dropped); the others it knows of are listed in `Topology::disallowed`. On the real
+/// machine hwloc already left the disallowed PUs out (default flags, see `build`); a synthetic
+/// or XML topology (built with INCLUDE_DISALLOWED) is whole except for the PUs the file itself
+/// marks disallowed (its `allowed_cpuset`), so an export from a cgroup-restricted machine
+/// yields the same model there and here.
+fn convert(hw: &HwTopology) -> Result<Topology, String> {
+    let allowed =
+        to_berth(&hw.allowed_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of allowed PUs")?;
+    let mut disallowed =
+        to_berth(&hw.complete_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of PUs")?;
+    disallowed.subtract(&allowed);
 
     // Packages, in logical order; remembered by hwloc's persistent object id.
     let mut packages = Vec::new();
@@ -266,10 +268,9 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
         packages.push(Package { os_index: os_or_logical(obj)? });
     }
 
-    // NUMA nodes, in logical order, with their memory and (usable) PUs. Nodes without PUs
+    // NUMA nodes, in logical order, with their memory and allowed PUs. Nodes without PUs
     // (CXL memory) or sharing their PUs with another node (KNL's MCDRAM) are listed too.
     let mut numa_nodes = Vec::new();
-    let mut ordinary_memory = Vec::new();
     for obj in hw.objects_with_type(ObjectType::NUMANode) {
         let memory_bytes = match obj.attributes() {
             Some(ObjectAttributes::NUMANode(attr)) => attr.local_memory().map_or(0, |m| m.get()),
@@ -281,24 +282,24 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
             }
             None => CpuSet::new(),
         };
-        if let Some(allowed) = allowed {
-            cpus = cpus.iter().filter(|&pu| allowed.contains(pu)).collect();
-        }
+        cpus = cpus.iter().filter(|&pu| allowed.contains(pu)).collect();
         // hwloc marks special memory (MCDRAM, HBM, NVM, GPU memory) with a subtype;
         // ordinary memory has none (or "DRAM" in newer hwloc).
-        ordinary_memory.push(obj.subtype().is_none_or(|s| s.to_bytes().eq_ignore_ascii_case(b"DRAM")));
-        numa_nodes.push(NumaNode { os_index: os_or_logical(obj)?, memory_bytes, cpus });
+        let ordinary_memory = obj.subtype().is_none_or(|s| s.to_bytes().eq_ignore_ascii_case(b"DRAM"));
+        numa_nodes.push(NumaNode { os_index: os_or_logical(obj)?, memory_bytes, cpus, special: !ordinary_memory });
     }
 
     // Cores: walk PUs in logical order (which follows cores' logical order) and group them by
-    // their Core ancestor; a PU without one becomes a core of its own.
+    // their Core ancestor; a PU without one becomes a core of its own. `first_pu` keeps each
+    // core's first PU object, the starting point for finding its shared cache or cluster.
     let mut cores: Vec<Core> = Vec::new();
+    let mut first_pu: Vec<&TopologyObject> = Vec::new();
     let mut core_of: HashMap<u64, usize> = HashMap::new();
     let mut orphan_package: Option<usize> = None;
     for pu in hw.objects_with_type(ObjectType::PU) {
         let os_index = pu.os_index().ok_or_else(|| format!("PU L#{} has no OS index", pu.logical_index()))?;
         let os_index = u32::try_from(os_index).map_err(|_| format!("PU P#{os_index} is too large"))?;
-        if !usable(os_index) {
+        if !allowed.contains(os_index) {
             continue;
         }
         let core_obj = pu.first_ancestor_with_type(ObjectType::Core);
@@ -322,7 +323,8 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
         if let Some(c) = core_obj {
             core_of.insert(c.global_persistent_index(), cores.len());
         }
-        cores.push(Core { package, numa: None, pus: vec![os_index] });
+        cores.push(Core { package, numa: None, pus: vec![os_index], kind: 0, group: None });
+        first_pu.push(pu);
     }
     if cores.is_empty() {
         return Err("it has no usable PUs".into());
@@ -334,8 +336,8 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
             os_index: 0,
             memory_bytes: hw.root_object().total_memory(),
             cpus: cores.iter().flat_map(|c| c.pus.iter().copied()).collect(),
+            special: false,
         });
-        ordinary_memory.push(true);
     }
 
     // Each core's NUMA node: hwloc 2 attaches NUMA nodes as memory children of some parent
@@ -348,11 +350,171 @@ fn convert(hw: &HwTopology, allowed: Option<&CpuSet>) -> Result<Topology, String
             .iter()
             .enumerate()
             .filter(|(_, n)| pus.is_subset_of(&n.cpus))
-            .min_by_key(|&(i, n)| (n.cpus.len(), !ordinary_memory[i], i))
+            .min_by_key(|&(i, n)| (n.cpus.len(), n.special, i))
             .map(|(i, _)| i);
     }
 
-    Ok(Topology { packages, numa_nodes, cores })
+    // A core's kind is the lowest rank among its PUs' (they are one kind on real hardware).
+    let pu_kinds = pu_kind_ranks(hw);
+    for core in &mut cores {
+        core.kind = core.pus.iter().map(|pu| pu_kinds.get(pu).copied().unwrap_or(0)).min().unwrap_or(0);
+    }
+
+    let groups = core_groups(&cores, &first_pu)?;
+    for (core, group) in cores.iter_mut().zip(groups) {
+        core.group = group;
+    }
+
+    Ok(Topology { packages, numa_nodes, cores, disallowed })
+}
+
+/// Each PU's CPU kind as berth numbers kinds: the rank of the kind's hwloc efficiency among
+/// the distinct efficiencies, so the least performant kind is 0 and faster kinds count up
+/// (hwloc lists kinds from most power-efficient to most performant). PUs in no kind are left
+/// out (kind 0). With fewer than two kinds, or when hwloc could not rank some kind (unknown
+/// efficiency, listed in no particular order), every PU is kind 0: berth would rather claim
+/// no difference than a wrong order.
+fn pu_kind_ranks(hw: &HwTopology) -> HashMap<u32, u32> {
+    // hwlocality asserts on efficiency values it does not expect; whatever an XML file
+    // declares must not crash the agent, and kinds are an optimisation: fall back to none.
+    let kinds = guarded(|| {
+        hw.cpu_kinds()
+            .map(|kinds| kinds.map(|k| (k.cpuset.clone(), k.efficiency)).collect::<Vec<_>>())
+            .unwrap_or_default()
+    });
+    let kinds = match kinds {
+        Ok(kinds) => kinds,
+        Err(detail) => {
+            tracing::warn!(%detail, "cannot read hwloc's CPU kinds; treating all cores as one kind");
+            return HashMap::new();
+        }
+    };
+    let Some(efficiencies) = kinds.iter().map(|(_, e)| *e).collect::<Option<Vec<usize>>>() else {
+        return HashMap::new();
+    };
+    let mut distinct = efficiencies.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    if distinct.len() < 2 {
+        return HashMap::new();
+    }
+    let mut ranks = HashMap::new();
+    for ((cpuset, _), efficiency) in kinds.iter().zip(efficiencies) {
+        // The position in the sorted distinct values; found since it was taken from them.
+        let rank = distinct.partition_point(|&e| e < efficiency) as u32;
+        for pu in cpuset.iter_set() {
+            if let Ok(pu) = u32::try_from(usize::from(pu)) {
+                ranks.insert(pu, rank);
+            }
+        }
+    }
+    ranks
+}
+
+/// Candidate levels for `Core::group`, in order of preference (lower first).
+fn group_preference(ty: ObjectType) -> Option<u8> {
+    match ty {
+        ObjectType::L3Cache => Some(0),
+        ObjectType::Group => Some(1),
+        ObjectType::L2Cache => Some(2),
+        _ => None,
+    }
+}
+
+/// Each core's `group`: the logical index of the object it shares with a few other cores
+/// inside its NUMA node, for placement to keep a job's cores close (an AMD L3 slice, an ARM
+/// 4-core cluster, a KNL tile, a 4-E-core module sharing its L2).
+///
+/// The rule: an object qualifies for a core if it lies between the core and its package,
+/// holds at least 2 of berth's cores, all of them in the core's package and NUMA node, and
+/// fewer cores than either (a cache or group as large as the NUMA node or package says
+/// nothing the model does not already say; on the KNL and AMD exports the Group and L3 are
+/// exactly the NUMA node). The candidate levels (hwloc depths) are tried in order: L3 caches,
+/// then Group levels from the innermost out, then L2 caches; the first level where some core
+/// has a qualifying object is used for the whole machine, and cores whose object at that level
+/// does not qualify (a P-core alone in its L2 next to E-core modules) get `None`. One level
+/// for all cores keeps group numbers comparable (hwloc numbers logical indexes per depth) and
+/// the result a pure function of hwloc's tree, so the same file always gives the same groups.
+fn core_groups(cores: &[Core], first_pu: &[&TopologyObject]) -> Result<Vec<Option<u32>>, String> {
+    /// An object of a candidate level: how many cores share it, and whether they all lie in
+    /// one (package, NUMA node).
+    struct Shared {
+        cores: usize,
+        home: (usize, Option<usize>),
+        mixed: bool,
+    }
+
+    // Cores per package and per NUMA node, counting only berth's (allowed) cores.
+    let mut per_package: HashMap<usize, usize> = HashMap::new();
+    let mut per_numa: HashMap<usize, usize> = HashMap::new();
+    for core in cores {
+        *per_package.entry(core.package).or_default() += 1;
+        if let Some(numa) = core.numa {
+            *per_numa.entry(numa).or_default() += 1;
+        }
+    }
+
+    // Each core's candidate ancestors below its package, as (preference, depth) -> object;
+    // and for each such object, its cores' count and whether they share one package and node.
+    let mut chains: Vec<HashMap<(u8, Reverse<usize>), &TopologyObject>> = Vec::with_capacity(cores.len());
+    let mut shared: HashMap<u64, Shared> = HashMap::new();
+    let mut levels: Vec<(u8, Reverse<usize>)> = Vec::new();
+    for (core, pu) in cores.iter().zip(first_pu) {
+        let mut chain = HashMap::new();
+        for obj in pu.ancestors() {
+            if matches!(obj.object_type(), ObjectType::Package | ObjectType::Machine) {
+                break;
+            }
+            let (Some(preference), Depth::Normal(depth)) = (group_preference(obj.object_type()), obj.depth()) else {
+                continue;
+            };
+            // Deeper (closer to the cores) first among levels of the same preference.
+            let level = (preference, Reverse(usize::from(depth)));
+            chain.insert(level, obj);
+            if !levels.contains(&level) {
+                levels.push(level);
+            }
+            let home = (core.package, core.numa);
+            shared
+                .entry(obj.global_persistent_index())
+                .and_modify(|s| {
+                    s.cores += 1;
+                    s.mixed |= s.home != home;
+                })
+                .or_insert(Shared { cores: 1, home, mixed: false });
+        }
+        chains.push(chain);
+    }
+    levels.sort_unstable();
+
+    for level in levels {
+        let mut any = false;
+        let mut groups = Vec::with_capacity(cores.len());
+        for (core, chain) in cores.iter().zip(&chains) {
+            let group = match chain.get(&level) {
+                Some(obj) => {
+                    let s = &shared[&obj.global_persistent_index()];
+                    let smaller_than_numa = core.numa.is_none_or(|n| s.cores < per_numa[&n]);
+                    if s.cores >= 2 && !s.mixed && smaller_than_numa && s.cores < per_package[&core.package] {
+                        let index = obj.logical_index();
+                        Some(
+                            u32::try_from(index)
+                                .map_err(|_| format!("{} L#{index} is too large", obj.object_type()))?,
+                        )
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            };
+            any |= group.is_some();
+            groups.push(group);
+        }
+        if any {
+            return Ok(groups);
+        }
+    }
+    Ok(vec![None; cores.len()])
 }
 
 #[cfg(test)]
@@ -367,6 +529,191 @@ mod tests {
 
     fn synthetic(spec: &str) -> Topology {
         load(&TopologySource::Synthetic(spec.into())).unwrap()
+    }
+
+    fn xml(file: &str) -> Topology {
+        load(&TopologySource::Xml(data(file))).unwrap_or_else(|e| panic!("{file}: {e}"))
+    }
+
+    /// Cores per group, in order of first appearance.
+    fn group_sizes(t: &Topology) -> Vec<(u32, usize)> {
+        let mut sizes: Vec<(u32, usize)> = Vec::new();
+        for group in t.cores.iter().filter_map(|c| c.group) {
+            match sizes.iter_mut().find(|(g, _)| *g == group) {
+                Some((_, n)) => *n += 1,
+                None => sizes.push((group, 1)),
+            }
+        }
+        sizes
+    }
+
+    #[test]
+    fn raptor_lake_kinds_and_e_core_modules() {
+        let t = xml("Intel-RaptorLake-Corei7-1370P.xml");
+        let p_cores: Vec<&Core> = t.cores.iter().filter(|c| c.kind > 0).collect();
+        let e_cores: Vec<&Core> = t.cores.iter().filter(|c| c.kind == 0).collect();
+        assert_eq!((p_cores.len(), e_cores.len()), (6, 8));
+        assert!(p_cores.iter().all(|c| c.pus.len() == 2 && c.kind == 1), "{p_cores:?}");
+        assert!(e_cores.iter().all(|c| c.pus.len() == 1), "{e_cores:?}");
+        // The L3 spans the package, so the level is L2: E-cores share one per 4-core module,
+        // each P-core has its own.
+        assert!(p_cores.iter().all(|c| c.group.is_none()), "{p_cores:?}");
+        assert_eq!(group_sizes(&t), vec![(6, 4), (7, 4)]);
+    }
+
+    #[test]
+    fn arm_clusters_are_groups_of_four() {
+        let t = xml("128arm-2pa2n8cluster4co.xml");
+        assert!(t.cores.iter().all(|c| c.kind == 0));
+        let sizes = group_sizes(&t);
+        assert_eq!(sizes.len(), 32);
+        assert!(sizes.iter().all(|&(_, n)| n == 4), "{sizes:?}");
+        // hwloc's logical order: cluster i holds cores 4i..4i+3, inside one NUMA node.
+        for (i, core) in t.cores.iter().enumerate() {
+            assert_eq!(core.group, Some(i as u32 / 4), "core {i}");
+            let cluster: Vec<&Core> = t.cores.iter().filter(|c| c.group == core.group).collect();
+            assert!(cluster.iter().all(|c| c.numa == core.numa && c.package == core.package));
+        }
+    }
+
+    #[test]
+    fn knl_special_memory_and_tiles() {
+        let t = xml("knl.xml");
+        let special: Vec<u32> = t.numa_nodes.iter().filter(|n| n.special).map(|n| n.os_index).collect();
+        let ordinary: Vec<u32> = t.numa_nodes.iter().filter(|n| !n.special).map(|n| n.os_index).collect();
+        assert_eq!((special.len(), ordinary.len()), (4, 4));
+        assert!(t.numa_nodes.iter().filter(|n| n.special).all(|n| n.memory_bytes == 4 * GIB));
+        assert!(t.cores.iter().all(|c| !t.numa_nodes[c.numa.unwrap()].special));
+        // The SNC quadrant Groups are the NUMA nodes, so the level is the L2 of 2-core tiles.
+        let sizes = group_sizes(&t);
+        assert_eq!(sizes.len(), 32);
+        assert!(sizes.iter().all(|&(_, n)| n == 2), "{sizes:?}");
+    }
+
+    #[test]
+    fn groups_on_other_machines() {
+        // Opteron 6272: the L3 is the NUMA node; 2-core modules share an L2.
+        let amd = xml("64amd64-4p2n4ca2co.xml");
+        let sizes = group_sizes(&amd);
+        assert_eq!(sizes.len(), 32);
+        assert!(sizes.iter().all(|&(_, n)| n == 2), "{sizes:?}");
+        // Xeons: the L3 is the package and NUMA node, the L2 private: no groups.
+        for file in ["32em64t-2n8c2t-pci-normalio.xml", "192em64t-24n8c2t.xml"] {
+            let t = xml(file);
+            assert!(t.cores.iter().all(|c| c.group.is_none() && c.kind == 0), "{file}");
+            assert!(t.numa_nodes.iter().all(|n| !n.special), "{file}");
+        }
+    }
+
+    #[test]
+    fn synthetic_has_one_kind_and_no_groups() {
+        for spec in [SYNTHETIC_EXAMPLE, "package:2 core:3 pu:1", "core:4 pu:2", "package:2 pu:3"] {
+            let t = synthetic(spec);
+            assert!(t.cores.iter().all(|c| c.kind == 0 && c.group.is_none()), "{spec}: {:?}", t.cores);
+            assert!(t.numa_nodes.iter().all(|n| !n.special), "{spec}");
+            assert!(t.disallowed.is_empty(), "{spec}");
+        }
+    }
+
+    #[test]
+    fn synthetic_l3_slices_are_groups() {
+        // Two L3s per package and NUMA node: each is a group; L2s of one core are not.
+        let t = synthetic("package:2 l3:2 l2:4 core:1 pu:2");
+        let expected: Vec<Option<u32>> = (0..16).map(|i| Some(i / 4)).collect();
+        assert_eq!(t.cores.iter().map(|c| c.group).collect::<Vec<_>>(), expected);
+        // One L3 per package: it says nothing more than the package; the shared L2s do.
+        let t = synthetic("package:2 l3:1 l2:2 core:2 pu:1");
+        let expected: Vec<Option<u32>> = (0..8).map(|i| Some(i / 2)).collect();
+        assert_eq!(t.cores.iter().map(|c| c.group).collect::<Vec<_>>(), expected);
+    }
+
+    #[test]
+    fn xml_disallowed_pus_are_left_out() {
+        // The 2-package Xeon with PU 0 and its hyperthread sibling PU 16 (core 0) and PU 1
+        // (half of core 1) marked disallowed, as an export from inside a cgroup would be.
+        let original = std::fs::read_to_string(data("32em64t-2n8c2t-pci-normalio.xml")).unwrap();
+        let marker = r#"allowed_cpuset="0xffffffff""#;
+        assert_eq!(original.matches(marker).count(), 1);
+        let restricted = original.replace(marker, r#"allowed_cpuset="0xfffefffc""#);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("restricted.xml");
+        std::fs::write(&path, restricted).unwrap();
+
+        let whole = xml("32em64t-2n8c2t-pci-normalio.xml");
+        assert!(whole.disallowed.is_empty());
+        assert_eq!(whole.cores[0].pus, vec![0, 16]);
+        assert_eq!(whole.cores[1].pus, vec![1, 17]);
+
+        let t = load(&TopologySource::Xml(path.clone())).unwrap();
+        assert_eq!(t.disallowed.to_list(), "0-1,16");
+        assert_eq!((t.core_count(), t.pu_count()), (15, 29));
+        assert!(!t.all_pus().intersects(&t.disallowed));
+        assert_eq!(t.cores[0].pus, vec![17]);
+        assert!(!t.numa_nodes[0].cpus.intersects(&t.disallowed));
+        assert_eq!(t.cores[1..], whole.cores[2..]);
+
+        // The real machine's path (default flags: hwloc itself drops the disallowed PUs and
+        // keeps them only in the complete cpuset) gives the same model.
+        let hw = HwTopology::builder().from_xml_file(&path).unwrap().build().unwrap();
+        assert_eq!(convert(&hw).unwrap(), t);
+    }
+
+    /// Golden files for berth-core's placement tests, which cannot run hwloc: berth's model of
+    /// every XML in data/hwloc, as JSON.
+    #[test]
+    fn fixtures_match_xml() {
+        const BLESS: &str = "BERTH_BLESS=1 cargo test -p berth-agent fixtures_match_xml";
+        let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core/tests/fixtures/topologies");
+        let bless = std::env::var("BERTH_BLESS").is_ok_and(|v| v == "1");
+        let mut xmls: Vec<PathBuf> = std::fs::read_dir(data(""))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "xml"))
+            .collect();
+        xmls.sort();
+        assert!(!xmls.is_empty());
+
+        let mut problems = Vec::new();
+        for path in xmls {
+            let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
+            let topology = load(&TopologySource::Xml(path.clone())).unwrap();
+            let json = serde_json::to_string_pretty(&topology).unwrap() + "\n";
+            // What the core crate will read back must be what the agent produced.
+            assert_eq!(serde_json::from_str::<Topology>(&json).unwrap(), topology, "{stem}");
+            let fixture = fixtures.join(format!("{stem}.json"));
+            if bless {
+                std::fs::create_dir_all(&fixtures).unwrap();
+                std::fs::write(&fixture, &json).unwrap();
+                continue;
+            }
+            match std::fs::read_to_string(&fixture) {
+                Ok(stored) if stored == json => {}
+                Ok(stored) => {
+                    let (line, (old, new)) = stored
+                        .lines()
+                        .chain(std::iter::repeat(""))
+                        .zip(json.lines().chain(std::iter::repeat("")))
+                        .enumerate()
+                        .find(|(_, (old, new))| old != new)
+                        .unwrap();
+                    problems.push(format!(
+                        "{} differs from the model of {} at line {}: stored {old:?}, now {new:?}",
+                        fixture.display(),
+                        path.display(),
+                        line + 1
+                    ));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    problems.push(format!("{} is missing (the model of {})", fixture.display(), path.display()))
+                }
+                Err(e) => problems.push(format!("cannot read {}: {e}", fixture.display())),
+            }
+        }
+        assert!(
+            problems.is_empty(),
+            "{}\nto (re)generate the fixtures, if the change is intended, run `{BLESS}`",
+            problems.join("\n")
+        );
     }
 
     #[test]
@@ -438,6 +785,8 @@ mod tests {
         assert!(t.core_count() >= 1);
         assert!(!t.numa_nodes.is_empty());
         t.validate().unwrap();
+        // PUs outside this process's cgroup are listed, never used.
+        assert!(!t.all_pus().intersects(&t.disallowed), "{:?}", t.disallowed);
     }
 
     /// Counts from data/hwloc/README.md: packages / NUMA / cores / PUs.

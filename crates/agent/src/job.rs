@@ -1,11 +1,16 @@
 //! Running one batch job on this node: spool, cgroup, process, limits, accounting, cleanup.
 
+use crate::binding::HostBinding;
 use crate::cgroup::{CgroupBackend, JobCgroup, JobLimits};
 use crate::cpumap::CpuMap;
+use crate::cpusets::{self, JobCpusets};
 use crate::spawn::ChildSetup;
+use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
+use berth_core::topology::Topology;
 use berth_protocol::agent::{AgentMessage, LaunchSpec};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -16,6 +21,8 @@ use tokio::sync::mpsc;
 pub struct JobContext {
     pub cgroups: Arc<dyn CgroupBackend>,
     pub cpumap: CpuMap,
+    /// This node's topology (as registered), for mapping bound cores to PUs.
+    pub topology: Topology,
     /// Root of the per-job spool and TMPDIR directories of this agent.
     pub spool_root: PathBuf,
 }
@@ -43,15 +50,22 @@ pub async fn run_job(
         ..Default::default()
     };
 
-    if let Err(e) = prepare_spool(&spool, &spec) {
-        let _ = std::fs::remove_dir_all(&spool);
-        return failed(e);
-    }
     let limits = JobLimits {
         cpus: ctx.cpumap.cpus(&spec.allocation.cpus).to_list(),
         mems: ctx.cpumap.mems(&spec.allocation.mems).to_list(),
         memory_limit_bytes: Some(spec.allocation.memory_bytes),
     };
+    // Checked before anything is made: both come from the controller.
+    let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus);
+    let ranks = cpusets::rank_limits(&spec, &ctx.cpumap, &limits);
+    let (binding, ranks) = match (binding, ranks) {
+        (Ok(b), Ok(r)) => (b, r),
+        (Err(e), _) | (_, Err(e)) => return failed(e),
+    };
+    if let Err(e) = prepare_spool(&spool, &spec) {
+        let _ = std::fs::remove_dir_all(&spool);
+        return failed(e);
+    }
     let cg: Arc<dyn JobCgroup> = match ctx.cgroups.create(&cg_name, &limits) {
         Ok(cg) => Arc::from(cg),
         Err(e) => {
@@ -59,11 +73,15 @@ pub async fn run_job(
             return failed(format!("cannot create the job's cgroup: {e}"));
         }
     };
-    let outcome = match start(&spec, &spool, &*cg) {
+    let mount = ctx.cgroups.cpuset_mount();
+    let (uid, gid) = (spec.user.uid, spec.user.gid);
+    let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid)
+        .and_then(|sets| Ok((start(&spec, &spool, &*cg, &sets, &binding)?, sets)));
+    let outcome = match started_job {
         Err(e) => failed(e),
-        Ok(mut child) => {
+        Ok((mut child, sets)) => {
             if let Some(pid) = child.id() {
-                let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid });
+                let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports });
             }
             supervise(&spec, &mut child, cg.clone(), &mut kill, started).await
         }
@@ -113,15 +131,45 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     let nodefile: String =
         spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
     std::fs::write(spool.join("nodefile"), nodefile).map_err(|e| io("cannot write nodefile in", e))?;
-    for p in [spool.to_path_buf(), tmp, script, spool.join("nodefile")] {
-        std::os::unix::fs::chown(&p, Some(uid), Some(gid)).map_err(|e| io("cannot chown", e))?;
+    let mut owned = vec![spool.to_path_buf(), tmp, script, spool.join("nodefile")];
+    if let Some(text) = rankfile(spec) {
+        let path = spool.join("rankfile");
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .map_err(|e| io("cannot create rankfile in", e))?;
+        f.write_all(text.as_bytes()).map_err(|e| io("cannot write rankfile in", e))?;
+        owned.push(path);
+    }
+    for p in owned {
+        std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).map_err(|e| io("cannot chown", e))?;
     }
     Ok(())
 }
 
-fn start(spec: &LaunchSpec, spool: &Path, cg: &dyn JobCgroup) -> Result<tokio::process::Child, String> {
+/// The rankfile to write, only in binding mode `pe`.
+fn rankfile(spec: &LaunchSpec) -> Option<&str> {
+    match spec.binding_mode {
+        Some(BindingMode::Pe) => spec.rankfile.as_deref(),
+        _ => None,
+    }
+}
+
+fn start(
+    spec: &LaunchSpec,
+    spool: &Path,
+    cg: &dyn JobCgroup,
+    sets: &JobCpusets,
+    binding: &HostBinding,
+) -> Result<tokio::process::Child, String> {
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
-    let setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
+    let mut setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
+    if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
+        // The cpuset already confines the job; the affinity makes the binding explicit.
+        setup.affinity = Some(crate::spawn::cpu_mask(&binding.host_cpus())?);
+    }
     let mut cmd = tokio::process::Command::new(spool.join("script"));
     cmd.env_clear();
     cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
@@ -134,7 +182,17 @@ fn start(spec: &LaunchSpec, spool: &Path, cg: &dyn JobCgroup) -> Result<tokio::p
         .env("BERTH_CPUS", spec.allocation.cpus.to_list())
         .env("BERTH_CORES", spec.allocation.cores.to_string())
         .env("BERTH_SUBMIT_DIR", &spec.cwd)
-        .env("TMPDIR", spool.join("tmp"));
+        .env("TMPDIR", spool.join("tmp"))
+        .env("BERTH_CPUSET", &sets.dir);
+    if !sets.ranks.is_empty() {
+        cmd.env("BERTH_RANK_CPUSETS", sets.ranks_env());
+    }
+    if !binding.is_empty() {
+        cmd.env("BERTH_BINDING", binding.omp_places()).env("BERTH_BINDING_CORES", binding.cores_env());
+    }
+    if rankfile(spec).is_some() {
+        cmd.env("BERTH_RANKFILE", spool.join("rankfile"));
+    }
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     cmd.kill_on_drop(false);
     setup.apply(&mut cmd);

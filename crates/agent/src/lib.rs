@@ -1,7 +1,9 @@
 //! berth-agent: everything that happens on one host (`berth agent`).
 
+pub mod binding;
 pub mod cgroup;
 pub mod cpumap;
+pub mod cpusets;
 pub mod daemon;
 pub mod hwtopo;
 pub mod job;

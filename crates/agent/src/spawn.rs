@@ -21,6 +21,22 @@ pub struct ChildSetup {
     pub stderr: CString,
     /// stdout and stderr name the same file: share one open file, not two racing offsets.
     pub same_output: bool,
+    /// CPU affinity to set after joining the cgroup (binding mode `set`).
+    pub affinity: Option<libc::cpu_set_t>,
+}
+
+/// A kernel CPU mask of `cpus`, built before the fork. Errors for CPUs beyond CPU_SETSIZE.
+pub fn cpu_mask(cpus: &berth_core::CpuSet) -> Result<libc::cpu_set_t, String> {
+    // SAFETY: cpu_set_t is a plain bit array; all zeroes is the empty set.
+    let mut mask: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for cpu in cpus.iter() {
+        if cpu as usize >= libc::CPU_SETSIZE as usize {
+            return Err(format!("CPU {cpu} is beyond the affinity mask's {} CPUs", libc::CPU_SETSIZE));
+        }
+        // SAFETY: cpu is below CPU_SETSIZE, checked above.
+        unsafe { libc::CPU_SET(cpu as usize, &mut mask) };
+    }
+    Ok(mask)
 }
 
 fn cstring(what: &str, s: &[u8]) -> Result<CString, String> {
@@ -44,17 +60,19 @@ impl ChildSetup {
             stdout: cstring("output path", Path::new(stdout).as_os_str().as_bytes())?,
             stderr: cstring("error path", Path::new(stderr).as_os_str().as_bytes())?,
             same_output: stdout == stderr,
+            affinity: None,
         })
     }
 
-    /// Install the setup on a command. Steps, in the child: join the cgroup (as root), new
-    /// session, drop to the user's groups and ids, enter the submit directory, open the output
-    /// files as the user.
+    /// Install the setup on a command. Steps, in the child: join the cgroup (as root), set the
+    /// CPU affinity if any (inside the cpuset just joined), new session, drop to the user's
+    /// groups and ids, enter the submit directory, open the output files as the user.
     pub fn apply(self, cmd: &mut tokio::process::Command) {
         let fds: Vec<RawFd> = self.join_files.iter().map(|f| f.as_raw_fd()).collect();
         // Keep the files open until the command is dropped (the fds must be valid at fork).
         let keep = self.join_files;
         let same_output = self.same_output;
+        let affinity = self.affinity;
         let setup = (self.uid, self.gid, self.groups, self.cwd, self.stdout, self.stderr);
         // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
         unsafe {
@@ -63,6 +81,11 @@ impl ChildSetup {
                 let (uid, gid, groups, cwd, out, err) = &setup;
                 for &fd in &fds {
                     if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                if let Some(mask) = &affinity {
+                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) != 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
@@ -98,5 +121,20 @@ impl ChildSetup {
                 Ok(())
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::CpuSet;
+
+    #[test]
+    fn cpu_mask_bits() {
+        let mask = cpu_mask(&CpuSet::parse_list("0,2-3").unwrap()).unwrap();
+        // SAFETY: in range of the mask.
+        let on: Vec<usize> = (0..8).filter(|&c| unsafe { libc::CPU_ISSET(c, &mask) }).collect();
+        assert_eq!(on, [0, 2, 3]);
+        assert!(cpu_mask(&CpuSet::parse_list("1024").unwrap()).unwrap_err().contains("CPU 1024"));
     }
 }

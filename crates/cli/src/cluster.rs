@@ -257,7 +257,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     // Return once every agent is registered and connected.
     let t0 = Instant::now();
     loop {
-        let ready = match request(dir, ClientRequest::ListNodes).await {
+        let ready = match request(dir, ClientRequest::ListNodes { topology: false }).await {
             Ok(ClientResponse::Nodes { nodes }) => names
                 .iter()
                 .all(|n| nodes.iter().any(|x| &x.name == n && x.state != "down" && !x.state.contains("not connected"))),

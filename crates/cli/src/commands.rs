@@ -42,17 +42,33 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         Command::Release { ids } => {
             per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await
         }
-        Command::Nodes => {
-            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes).await? else {
+        Command::Nodes { topology, width } => {
+            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes { topology }).await? else {
                 bail!("unexpected answer")
             };
+            print(json, &nodes, || {
+                if topology {
+                    nodes.iter().map(|n| crate::topo_view::draw_node(n, width)).collect::<Vec<_>>().join("\n")
+                } else {
+                    output::nodes_table(&nodes)
+                }
+            })
+        }
+        Command::Node { action, name, value } => {
+            if action == "system-cpus" && value.is_none() {
+                bail!("give the system CPUs as a kernel list, e.g. `berth node system-cpus {name} 0` (\"\" for none)");
+            }
+            let req = ClientRequest::NodeAdmin { name, action, value };
+            let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
-        Command::Node { action, name } => {
-            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::NodeAdmin { name, action }).await?
-            else {
-                bail!("unexpected answer")
-            };
+        Command::Subnode { action, target, value } => {
+            let (node, index) = target
+                .rsplit_once(':')
+                .and_then(|(n, i)| Some((n.to_string(), i.parse::<u32>().ok()?)))
+                .ok_or_else(|| anyhow!("{target:?} is not NODE:INDEX, e.g. n1:0"))?;
+            let req = ClientRequest::SubnodeAdmin { node, index, action, value };
+            let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
         Command::Acct { limit } => {
@@ -120,10 +136,21 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("output", &flags.output),
         ("error", &flags.error),
         ("queue", &flags.queue),
+        ("mem-per-cpu", &flags.mem_per_cpu),
+        ("binding", &flags.binding),
+        ("binding-mode", &flags.binding_mode),
+        ("property", &flags.property),
     ];
     for (name, value) in pairs {
         if let Some(v) = value {
             options.set(name, v).map_err(|e| anyhow!(e))?;
+        }
+    }
+    for (name, on) in
+        [("threads", flags.threads), ("rank-cpusets", flags.rank_cpusets), ("system-cpus", flags.system_cpus)]
+    {
+        if on {
+            options.set(name, "").map_err(|e| anyhow!(e))?;
         }
     }
     let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();

@@ -86,7 +86,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
             print!("{}", output::jobs_table(&jobs));
         }
         println!("\n$ berth nodes");
-        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes).await? {
+        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
             print!("{}", output::nodes_table(&nodes));
         }
     }
@@ -133,7 +133,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
             print!("{out}");
         }
         println!("\n$ berth nodes   (everything free again)");
-        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes).await? {
+        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
             print!("{}", output::nodes_table(&nodes));
         }
         println!();

@@ -6,6 +6,7 @@ mod cluster;
 mod commands;
 mod demo;
 mod output;
+mod topo_view;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -49,6 +50,28 @@ pub struct SubmitFlags {
     error: Option<String>,
     #[arg(long)]
     queue: Option<String>,
+    /// Memory per allocated CPU, e.g. 1G (instead of --mem per node).
+    #[arg(long = "mem-per-cpu")]
+    mem_per_cpu: Option<String>,
+    /// Count hardware threads (PUs) rather than whole cores.
+    #[arg(long)]
+    threads: bool,
+    /// Core binding (Grid Engine): linear:N[:[S,]C], striding:F-L:STEP, striding:S,C-S,C:STEP,
+    /// striding:N:STEP, explicit:S,C:S,C...
+    #[arg(long)]
+    binding: Option<String>,
+    /// set (cpuset = the bound cores), env (BERTH_BINDING), pe (rankfile in BERTH_RANKFILE).
+    #[arg(long = "binding-mode")]
+    binding_mode: Option<String>,
+    /// One sub-cpuset per rank (per --cpus-per-task CPUs) inside the job's cpuset on each node.
+    #[arg(long = "rank-cpusets")]
+    rank_cpusets: bool,
+    /// May use the nodes' system CPUs.
+    #[arg(long = "system-cpus")]
+    system_cpus: bool,
+    /// Subnode properties the job needs, comma-separated.
+    #[arg(long)]
+    property: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -90,12 +113,28 @@ enum Command {
         ids: Vec<String>,
     },
     /// List nodes: state, topology, free PUs, memory per NUMA node.
-    Nodes,
-    /// Drain or resume a node (admins).
+    Nodes {
+        /// Draw each node: packages, NUMA nodes, cores, PUs and which job holds which.
+        #[arg(long)]
+        topology: bool,
+        /// Line width of the drawing.
+        #[arg(long, default_value_t = 100)]
+        width: usize,
+    },
+    /// Admin a node: drain, resume, or set its system CPUs (`system-cpus NODE LIST`, "" for none).
     Node {
-        #[arg(value_parser = ["drain", "resume"])]
+        #[arg(value_parser = ["drain", "resume", "system-cpus"])]
         action: String,
         name: String,
+        value: Option<String>,
+    },
+    /// Admin a subnode NODE:INDEX: drain, offline, resume, or set its properties (comma list).
+    Subnode {
+        #[arg(value_parser = ["drain", "offline", "resume", "properties"])]
+        action: String,
+        /// NODE:INDEX, e.g. n1:0.
+        target: String,
+        value: Option<String>,
     },
     /// Accounting of finished jobs.
     Acct {

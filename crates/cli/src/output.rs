@@ -70,12 +70,14 @@ pub fn job_detail(j: &JobInfo) -> String {
     kv(
         "request",
         format!(
-            "nodes={} cores={} tasks-per-node={} cpus-per-task={} mem/node={}",
+            "nodes={} cores={} tasks-per-node={} cpus-per-task={} mem/node={} mem/cpu={}{}",
             opt(r.nodes),
             opt(r.cores),
             opt(r.tasks_per_node),
             opt(r.cpus_per_task),
-            r.mem_per_node.map(format_size).unwrap_or("-".into())
+            r.mem_per_node.map(format_size).unwrap_or("-".into()),
+            r.mem_per_cpu.map(format_size).unwrap_or("-".into()),
+            if r.threads { " threads" } else { "" }
         ),
     );
     kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
@@ -87,17 +89,39 @@ pub fn job_detail(j: &JobInfo) -> String {
     kv("stdout", j.stdout.clone());
     kv("stderr", j.stderr.clone());
     for a in &j.allocation {
+        let per_numa: Vec<String> =
+            a.numa_memory.iter().map(|m| format!("{}:{}", m.numa, format_size(m.bytes))).collect();
         kv(
             "allocation",
             format!(
-                "{}: cpus {} ({} cores), memory nodes {}, memory {}",
+                "{}: cpus {} ({} {}), memory nodes {}, memory {}{}",
                 a.node,
                 a.cpus,
                 a.cores,
+                if r.threads { "PUs" } else { "cores" },
                 a.mems,
-                format_size(a.memory_bytes)
+                format_size(a.memory_bytes),
+                if per_numa.is_empty() { String::new() } else { format!(" ({})", per_numa.join(" ")) }
             ),
         );
+        if !a.exclusive_numa.is_empty() {
+            kv("exclusive", format!("{}: NUMA nodes {} held alone", a.node, a.exclusive_numa));
+        }
+        if !a.subnodes.is_empty() {
+            let subs: Vec<String> = a.subnodes.iter().map(|s| s.to_string()).collect();
+            kv("subnodes", format!("{}: {}", a.node, subs.join(",")));
+        }
+        if !a.binding.is_empty() {
+            let cores: Vec<String> = a.binding.iter().map(|(s, c)| format!("{s},{c}")).collect();
+            kv("binding", format!("{}: {} ({})", a.node, cores.join(" "), j_binding(j)));
+        }
+        for (rank, set) in a.ranks.iter().enumerate() {
+            kv("rank cpuset", format!("{}: rank {rank}: cpus {} mems {}", a.node, set.cpus, set.mems));
+        }
+    }
+    for c in &j.cgroups {
+        let what = c.rank.map(|r| format!("rank {r}")).unwrap_or_else(|| "job".into());
+        kv("cgroup", format!("{}: {what} {} cpus {} mems {} (host)", c.node, c.path, c.cpus, c.mems));
     }
     if let Some(acct) = &j.accounting {
         kv(
@@ -112,6 +136,15 @@ pub fn job_detail(j: &JobInfo) -> String {
         );
     }
     s
+}
+
+/// The binding strategy and mode as submitted.
+fn j_binding(j: &JobInfo) -> String {
+    let mode = j.binding_mode.map(|m| m.to_string()).unwrap_or_else(|| "set".into());
+    match &j.binding {
+        Some(b) => format!("{b}, mode {mode}"),
+        None => format!("mode {mode}"),
+    }
 }
 
 fn opt<T: ToString>(v: Option<T>) -> String {

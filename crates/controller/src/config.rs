@@ -1,6 +1,8 @@
 //! Controller configuration: a TOML file, then `BERTH_<KEY>` environment variables, then
 //! command-line flags, each overriding the one before. Validated at start; errors name the key.
 
+use berth_core::hierarchy::{Hierarchy, SwitchDef};
+use berth_core::placement::PlacementPolicy;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -31,6 +33,30 @@ pub struct ControllerConfig {
     /// Users who may act on every job and node.
     #[serde(default = "default_admins")]
     pub admins: Vec<String>,
+    /// PUs of every node held back for system daemons (kernel list, e.g. "0"); each node's can
+    /// be changed at run time with `berth node system-cpus NODE LIST`.
+    #[serde(default)]
+    pub system_cpus: String,
+    /// Split every node into subnodes of this many NUMA nodes (0: none).
+    #[serde(default)]
+    pub subnode_numa: u32,
+    /// Placement rules (`[placement]`).
+    #[serde(default)]
+    pub placement: PlacementPolicy,
+    /// The interconnect (`[interconnect]`): switches, or building blocks in CPUs.
+    #[serde(default)]
+    pub interconnect: InterconnectConfig,
+}
+
+/// `[interconnect]`: `blocks = [8, 32, 128, 512]`, or `[[interconnect.switch]]` tables with
+/// `name` and `nodes` (leaf) or `switches` (upper).
+#[derive(Debug, Clone, Default, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct InterconnectConfig {
+    #[serde(default)]
+    pub blocks: Vec<u64>,
+    #[serde(default)]
+    pub switch: Vec<SwitchDef>,
 }
 
 fn default_listen() -> String {
@@ -66,7 +92,9 @@ pub enum ConfigError {
 pub type Overrides = Vec<(String, String)>;
 
 /// The keys a config may hold, for environment lookups.
-const KEYS: [&str; 9] = [
+const KEYS: [&str; 11] = [
+    "system_cpus",
+    "subnode_numa",
     "state_dir",
     "socket",
     "listen",
@@ -139,10 +167,33 @@ impl ControllerConfig {
                 return invalid("default_walltime", e.to_string());
             }
         }
+        if let Err(e) = berth_core::CpuSet::parse_list(&self.system_cpus) {
+            return invalid("system_cpus", e.to_string());
+        }
+        if !self.interconnect.blocks.is_empty() && !self.interconnect.switch.is_empty() {
+            return invalid("interconnect", "give blocks or switches, not both".into());
+        }
+        if let Err(e) = self.hierarchy() {
+            return invalid("interconnect", e.to_string());
+        }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return invalid("listen", format!("{:?} is not an address like 127.0.0.1:7117", self.listen));
         }
         Ok(())
+    }
+
+    pub fn hierarchy(&self) -> Result<Hierarchy, berth_core::CoreError> {
+        if !self.interconnect.switch.is_empty() {
+            Hierarchy::from_switches(&self.interconnect.switch)
+        } else if !self.interconnect.blocks.is_empty() {
+            Ok(Hierarchy::blocks(self.interconnect.blocks.clone()))
+        } else {
+            Ok(Hierarchy::Flat)
+        }
+    }
+
+    pub fn system_cpu_set(&self) -> berth_core::CpuSet {
+        berth_core::CpuSet::parse_list(&self.system_cpus).unwrap_or_default()
     }
 
     pub fn default_mem_per_core_bytes(&self) -> u64 {
@@ -165,7 +216,7 @@ fn env_value(key: &str, v: &str) -> toml::Value {
         return toml::Value::Array(v.split(',').map(|s| toml::Value::String(s.trim().to_string())).collect());
     }
     if let Ok(i) = v.parse::<i64>() {
-        if key != "default_mem_per_core" && key != "default_walltime" {
+        if key != "default_mem_per_core" && key != "default_walltime" && key != "system_cpus" {
             return toml::Value::Integer(i);
         }
     }

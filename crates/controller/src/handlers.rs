@@ -4,9 +4,10 @@ use crate::job::JobRecord;
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script;
-use berth_core::job::{JobOutcome, JobState, Shape};
+use berth_core::job::{JobOutcome, JobState};
 use berth_core::node::NodeState;
-use berth_core::sched::check_feasible_on;
+use berth_core::placement::cluster::feasible;
+use berth_core::placement::JobRequest;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest};
@@ -30,7 +31,7 @@ fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
 }
 
 impl Controller {
-    fn is_admin(&self, peer: &Peer) -> bool {
+    pub(crate) fn is_admin(&self, peer: &Peer) -> bool {
         peer.user.uid == 0 || self.cfg.admins.contains(&peer.user.name)
     }
 
@@ -101,10 +102,15 @@ impl Controller {
             ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, Self::cancel_one)?,
             ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, Self::hold_one)?,
             ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, Self::release_one)?,
-            ClientRequest::ListNodes => {
-                ClientResponse::Nodes { nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i)).collect() }
+            ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
+                nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i, topology)).collect(),
+            },
+            ClientRequest::NodeAdmin { name, action, value } => {
+                self.node_admin(&name, &action, value.as_deref(), peer, now)?
             }
-            ClientRequest::NodeAdmin { name, action } => self.node_admin(&name, &action, peer, now)?,
+            ClientRequest::SubnodeAdmin { node, index, action, value } => {
+                self.subnode_admin(&node, index, &action, value.as_deref(), peer, now)?
+            }
             ClientRequest::Acct { limit } => {
                 let mut jobs: Vec<_> =
                     self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
@@ -122,7 +128,6 @@ impl Controller {
         let directives = parse_script(&sub.script)
             .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{}: {e}", sub.script_name)))?;
         let mut options = directives.overlay(sub.options);
-        let shape = options.request().shape().map_err(|e| bad(e.to_string()))?;
         if !sub.cwd.starts_with('/') {
             return Err(bad(format!("submit directory {:?} is not absolute", sub.cwd)));
         }
@@ -135,17 +140,19 @@ impl Controller {
         if !QUEUES.contains(&queue.as_str()) {
             return Err(bad(format!("unknown queue {queue:?}; the queues are: {}", QUEUES.join(", "))));
         }
-        let cores_per_node = match shape {
-            Shape::PerNode { cores_per_node, .. } => cores_per_node,
-            Shape::Total { cores, .. } => cores,
-        };
-        // Without --mem a job gets the default per core, but never more than the largest node
-        // has: a wide job spread over nodes must not be refused for memory it did not ask for.
-        let largest = self.cluster.nodes.iter().map(|n| n.topology.memory_bytes()).max().unwrap_or(u64::MAX);
-        let mem = options.mem.unwrap_or_else(|| {
-            self.cfg.default_mem_per_core_bytes().saturating_mul(cores_per_node as u64).min(largest)
-        });
-        options.mem = Some(mem);
+        // Without --mem or --mem-per-cpu a job gets the default per CPU, but never more per CPU
+        // than the roomiest node has: a job must not be refused for memory it did not ask for.
+        if options.mem.is_none() && options.mem_per_cpu.is_none() {
+            let roomiest = self
+                .cluster
+                .nodes
+                .iter()
+                .map(|n| n.topology.memory_bytes() / n.topology.pu_count().max(1) as u64)
+                .max()
+                .unwrap_or(u64::MAX);
+            options.mem_per_cpu = Some(self.cfg.default_mem_per_core_bytes().min(roomiest));
+        }
+        let request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
         let walltime = options.walltime.or(self.cfg.default_walltime_secs());
         options.walltime = walltime;
         if !self.cluster.nodes.is_empty() {
@@ -153,7 +160,7 @@ impl Controller {
             let registered = |n: &berth_core::node::NodeCapacity| {
                 self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
             };
-            check_feasible_on(&self.cluster.nodes, shape, mem, registered).map_err(|why| {
+            feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
                 ApiError::new(
                     ErrorCode::Infeasible,
                     format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
@@ -291,31 +298,6 @@ impl Controller {
         Ok(Ok(()))
     }
 
-    fn node_admin(&mut self, name: &str, action: &str, peer: &Peer, now: f64) -> Result<ClientResponse, StoreError> {
-        if !self.is_admin(peer) {
-            return Ok(error(ErrorCode::NotPermitted, "only admins may drain or resume nodes (config key `admins`)"));
-        }
-        let Some(i) = self.node_by_name(name) else {
-            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {name:?}; `berth nodes` lists them")));
-        };
-        let busy = !self.jobs_on_node(i).is_empty();
-        let ex = &mut self.extra[i];
-        ex.state = match action {
-            "drain" if busy => NodeState::Draining,
-            "drain" => NodeState::Drained,
-            "resume" if ex.conn.is_some() => NodeState::Up,
-            "resume" => NodeState::Down,
-            other => {
-                return Ok(error(ErrorCode::BadRequest, format!("unknown node action {other:?}; use drain or resume")))
-            }
-        };
-        let row = self.node_row(i);
-        self.store.upsert_node(&row)?;
-        self.store.event(now, action, None, Some(name), &peer.user.name)?;
-        self.dirty = true;
-        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i)] })
-    }
-
     /// An agent (re)registers: take its topology and reconcile the jobs it runs with ours.
     pub fn handle_register(
         &mut self,
@@ -353,10 +335,11 @@ impl Controller {
                 reg.name.clone(),
                 std::sync::Arc::new(reg.topology.clone()),
             );
+            self.apply_admin_settings(&mut cap);
+            cap.location = self.cluster.nodes[index].location.clone();
             for id in &ours {
                 if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
-                    cap.free_pus.subtract(&a.cpus);
-                    cap.free_memory = cap.free_memory.saturating_sub(a.memory_bytes);
+                    cap.claim(a);
                 }
             }
             self.cluster.nodes[index] = cap;
@@ -439,7 +422,13 @@ impl Controller {
         match msg {
             AgentMessage::Register(_) => {}
             AgentMessage::Heartbeat { .. } => {}
-            AgentMessage::JobStarted { id, pid } => {
+            AgentMessage::JobStarted { id, pid, cgroups } => {
+                let node_name = self.cluster.nodes[node].name.clone();
+                if self.jobs.contains_key(&id) {
+                    let entry = self.cgroups.entry(id).or_default();
+                    entry.retain(|(n, _)| *n != node_name);
+                    entry.extend(cgroups.into_iter().map(|c| (node_name.clone(), c)));
+                }
                 self.store.event(
                     now,
                     "job_started",

@@ -2,6 +2,7 @@
 
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobOutcome, JobState, PendingJob, Shape};
+use berth_core::placement::JobRequest;
 use berth_core::JobId;
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{Accounting, JobInfo};
@@ -42,27 +43,19 @@ pub struct JobRecord {
 }
 
 impl JobRecord {
-    /// The job's options must describe a shape the scheduler can place.
+    /// The job's options must describe a request the scheduler can place.
     pub fn validate(&self) -> Result<(), String> {
-        self.options.request().shape().map(|_| ()).map_err(|e| e.to_string())
+        JobRequest::from_options(&self.options).map(|_| ()).map_err(|e| e.to_string())
     }
 
     /// Derived from the options, which `validate` checked when the job was accepted or loaded.
-    pub fn shape(&self) -> Shape {
-        self.options.request().shape().unwrap_or(Shape::Total { cores: 1, chunk: 1 })
-    }
-
-    pub fn mem_per_node(&self) -> u64 {
-        self.options.mem.unwrap_or(0)
+    pub fn request(&self) -> JobRequest {
+        JobRequest::from_options(&self.options)
+            .unwrap_or_else(|_| JobRequest::simple(Shape::Total { cores: 1, chunk: 1 }, 0))
     }
 
     pub fn pending(&self) -> PendingJob {
-        PendingJob {
-            id: self.id,
-            shape: self.shape(),
-            mem_per_node: self.mem_per_node(),
-            held: self.state == JobState::Held,
-        }
+        PendingJob { id: self.id, request: self.request(), held: self.state == JobState::Held }
     }
 
     pub fn finish(&mut self, outcome: &JobOutcome, now: f64) {
@@ -106,6 +99,9 @@ impl JobRecord {
                 system_cpu_seconds: u.system_cpu_us as f64 / 1e6,
                 peak_memory_bytes: u.peak_memory_bytes,
             }),
+            cgroups: vec![],
+            binding: self.options.binding.clone(),
+            binding_mode: self.options.binding_mode,
         }
     }
 }

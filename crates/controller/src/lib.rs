@@ -1,5 +1,6 @@
 //! berth-controller: the queue, the nodes and the durable state (`berth server`).
 
+pub mod admin;
 pub mod config;
 pub mod handlers;
 pub mod job;

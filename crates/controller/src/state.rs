@@ -3,12 +3,13 @@
 use crate::config::ControllerConfig;
 use crate::job::JobRecord;
 use crate::store::{NodeRow, Store, StoreError};
+use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::{NodeCapacity, NodeState};
 use berth_core::sched::{self, ClusterState, PendingReason};
 use berth_core::topology::Topology;
 use berth_core::{JobId, NodeId};
-use berth_protocol::agent::{ControllerMessage, LaunchSpec};
+use berth_protocol::agent::{CgroupReport, ControllerMessage, LaunchSpec};
 use berth_protocol::client::ClientResponse;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -45,6 +46,10 @@ pub struct Controller {
     pub extra: Vec<NodeExtra>,
     pub next_id: u64,
     pub pending_reasons: HashMap<JobId, PendingReason>,
+    /// The interconnect tree nodes are placed in.
+    pub hierarchy: Hierarchy,
+    /// What the agents report of each running job's cgroups, per node.
+    pub cgroups: HashMap<JobId, Vec<(String, CgroupReport)>>,
     /// Something changed that may let a job start.
     pub dirty: bool,
     pub out: Outbox,
@@ -59,11 +64,13 @@ impl Controller {
     /// Rebuild the state from the store.
     pub fn load(cfg: ControllerConfig, store: Store) -> Result<Self, StoreError> {
         let mut c = Controller {
-            cfg,
+            cfg: cfg.clone(),
             next_id: store.max_job_id()? + 1,
             store,
             jobs: BTreeMap::new(),
-            cluster: ClusterState::default(),
+            cluster: ClusterState { nodes: vec![], policy: cfg.placement.clone() },
+            hierarchy: cfg.hierarchy().unwrap_or_default(),
+            cgroups: HashMap::new(),
             extra: Vec::new(),
             pending_reasons: HashMap::new(),
             dirty: true,
@@ -111,7 +118,10 @@ impl Controller {
         real_cpus: &str,
         instance: &str,
     ) {
-        self.cluster.nodes.push(NodeCapacity::new(id, name, Arc::new(topology)));
+        let mut cap = NodeCapacity::new(id, name, Arc::new(topology));
+        self.apply_admin_settings(&mut cap);
+        self.cluster.nodes.push(cap);
+        self.hierarchy.locate_all(&mut self.cluster.nodes);
         self.extra.push(NodeExtra {
             state,
             address: address.to_string(),
@@ -187,6 +197,7 @@ impl Controller {
                 }
             }
             self.pending_reasons.remove(&id);
+            self.cgroups.remove(&id);
             self.dirty = true;
         }
     }
@@ -234,6 +245,8 @@ impl Controller {
             nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
             walltime_seconds: job.walltime,
             kill_grace_ms: (self.cfg.kill_grace_secs * 1000.0) as u64,
+            binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
+            rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),
         };
         let node_name = job.allocation[0].node.clone();
         self.store.event(now, "start", Some(id), Some(&node_name), "")?;

@@ -131,6 +131,24 @@ impl Store {
         let _ = self.conn.execute_batch("ROLLBACK");
     }
 
+    /// A value of the key-value `meta` table (admin settings such as a node's system CPUs).
+    pub fn get_meta(&self, key: &str) -> Result<Option<String>, StoreError> {
+        self.conn
+            .query_row("SELECT value FROM meta WHERE key=?1", [key], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))
+    }
+
+    pub fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
+        self.conn
+            .execute(
+                "INSERT INTO meta(key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value=?2",
+                [key, value],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     pub fn max_job_id(&self) -> Result<u64, StoreError> {
         let max: Option<i64> =
             self.conn.query_row("SELECT MAX(id) FROM jobs", [], |r| r.get(0)).map_err(|e| self.err(e))?;

@@ -2,12 +2,28 @@
 
 use crate::job::JobRecord;
 use crate::state::Controller;
-use berth_core::job::JobState;
-use berth_protocol::client::{JobInfo, NodeInfo, NumaInfo};
+use berth_core::job::{JobState, NodeAllocation};
+use berth_core::{CpuSet, JobId};
+use berth_protocol::client::{CgroupInfo, JobInfo, NodeInfo, NumaInfo, PuHolder, SubnodeInfo};
 
 impl Controller {
     pub fn job_info(&self, job: &JobRecord) -> JobInfo {
         let mut info = job.info();
+        info.cgroups = self
+            .cgroups
+            .get(&job.id)
+            .map(|v| {
+                v.iter()
+                    .map(|(node, c)| CgroupInfo {
+                        node: node.clone(),
+                        path: c.path.clone(),
+                        cpus: c.cpus.clone(),
+                        mems: c.mems.clone(),
+                        rank: c.rank,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
         if job.state.is_pending() {
             info.reason = self.pending_reasons.get(&job.id).map(|r| r.describe());
         } else if job.state == JobState::Running {
@@ -16,30 +32,17 @@ impl Controller {
         info
     }
 
-    pub fn node_info(&self, i: usize) -> NodeInfo {
+    pub fn node_info(&self, i: usize, with_topology: bool) -> NodeInfo {
         let cap = &self.cluster.nodes[i];
         let ex = &self.extra[i];
         let topo = &cap.topology;
         let busy = cap.busy_pus();
         let jobs = self.jobs_on_node(i);
-        // Memory per NUMA node: a job's memory is charged to its memory nodes evenly.
-        let mut numa_alloc = vec![0u64; topo.numa_nodes.len()];
-        for id in &jobs {
-            for a in self.jobs[id].allocation.iter().filter(|a| a.node_id.0 as usize == i) {
-                let idx: Vec<usize> = topo
-                    .numa_nodes
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, n)| a.mems.contains(n.os_index))
-                    .map(|(k, _)| k)
-                    .collect();
-                if idx.is_empty() {
-                    continue;
-                }
-                let share = a.memory_bytes / idx.len() as u64;
-                idx.iter().for_each(|&k| numa_alloc[k] += share);
-            }
-        }
+        let parts: Vec<(JobId, &NodeAllocation)> = jobs
+            .iter()
+            .flat_map(|id| self.jobs[id].allocation.iter().filter(|a| a.node_id.0 as usize == i).map(|a| (*id, a)))
+            .collect();
+        let exclusive_job = |os: u32| parts.iter().find(|(_, a)| a.exclusive_numa.contains(os)).map(|(id, _)| *id);
         let (sockets, cores, pus) = topo.ge_counts();
         NodeInfo {
             id: i as u32,
@@ -57,19 +60,44 @@ impl Controller {
             free: topo.ge_string(&busy),
             cpus_allocated: busy.len(),
             memory_bytes: topo.memory_bytes(),
-            memory_allocated_bytes: topo.memory_bytes().saturating_sub(cap.free_memory),
+            memory_allocated_bytes: cap
+                .numa_free
+                .iter()
+                .zip(&topo.numa_nodes)
+                .map(|(f, n)| n.memory_bytes.saturating_sub(*f))
+                .sum(),
             numa: topo
                 .numa_nodes
                 .iter()
-                .zip(numa_alloc)
-                .map(|(n, alloc)| NumaInfo {
+                .zip(&cap.numa_free)
+                .map(|(n, free)| NumaInfo {
                     os_index: n.os_index,
                     memory_bytes: n.memory_bytes,
-                    allocated_bytes: alloc,
+                    allocated_bytes: n.memory_bytes.saturating_sub(*free),
                     cpus: n.cpus.to_list(),
+                    exclusive_job: exclusive_job(n.os_index),
+                    special: n.special,
                 })
                 .collect(),
             real_cpus: ex.real_cpus.clone(),
+            system_cpus: cap.system_pus.to_list(),
+            subnodes: cap
+                .subnodes
+                .iter()
+                .enumerate()
+                .map(|(k, s)| SubnodeInfo {
+                    index: k as u32,
+                    numa: s.numa.iter().map(|&n| topo.numa_nodes[n].os_index).collect::<CpuSet>().to_list(),
+                    state: s.state.as_str().into(),
+                    properties: s.properties.clone(),
+                })
+                .collect(),
+            layout: with_topology.then(|| (**topo).clone()),
+            pu_jobs: if with_topology {
+                parts.iter().map(|(id, a)| PuHolder { job: *id, cpus: a.cpus.to_list() }).collect()
+            } else {
+                vec![]
+            },
             jobs,
             last_heard_seconds_ago: if ex.instance.is_empty() {
                 None

@@ -3,6 +3,7 @@
 //! An agent connects to the controller, registers, and keeps the connection: heartbeats and
 //! job events go up, launches and kills come down.
 
+use berth_core::binding::BindingMode;
 use berth_core::job::{JobOutcome, NodeAllocation};
 use berth_core::topology::Topology;
 use berth_core::JobId;
@@ -18,6 +19,10 @@ pub enum AgentMessage {
     JobStarted {
         id: JobId,
         pid: u32,
+        /// The cgroups the agent made for the job on this node and what their cpuset files
+        /// hold (host CPUs and memory nodes), so `berth show` reports what the kernel enforces.
+        #[serde(default)]
+        cgroups: Vec<CgroupReport>,
     },
     /// Resent until acknowledged, so a controller restart loses no ending.
     JobEnded {
@@ -56,6 +61,19 @@ pub enum ControllerMessage {
     EndAck { id: JobId },
 }
 
+/// A cgroup the agent made, as the kernel holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupReport {
+    /// Path under the cpuset hierarchy's mount, e.g. `berth/c1/n1/job-7/rank0`.
+    pub path: String,
+    /// Contents of cpuset.cpus and cpuset.mems (kernel lists of the host's CPUs and nodes).
+    pub cpus: String,
+    pub mems: String,
+    /// The rank this sub-cpuset is for; None for the job's own cgroup.
+    #[serde(default)]
+    pub rank: Option<u32>,
+}
+
 /// Who a job runs as. Taken from the kernel at submission, never from the client's word.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UserIdentity {
@@ -84,6 +102,12 @@ pub struct LaunchSpec {
     pub walltime_seconds: Option<u64>,
     /// Between SIGTERM and SIGKILL at walltime or cancel.
     pub kill_grace_ms: u64,
+    /// What to do with `allocation.binding`, when the job asked for a binding.
+    #[serde(default)]
+    pub binding_mode: Option<BindingMode>,
+    /// Contents of the job's rankfile (`--binding-mode pe`): one line per rank.
+    #[serde(default)]
+    pub rankfile: Option<String>,
 }
 
 /// Requests an agent answers on its own port.

@@ -2,6 +2,7 @@
 
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState, ResourceRequest};
+use berth_core::topology::Topology;
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
 
@@ -33,11 +34,27 @@ pub enum ClientRequest {
     Release {
         ids: Vec<JobId>,
     },
-    ListNodes,
-    /// Set a node's admin state: "drain" or "resume".
+    ListNodes {
+        /// Include each node's full topology and which job holds which PU.
+        #[serde(default)]
+        topology: bool,
+    },
+    /// Set a node's admin state: "drain" or "resume"; or its system CPUs: "system-cpus" with
+    /// `value` a kernel cpu list ("" for none).
     NodeAdmin {
         name: String,
         action: String,
+        #[serde(default)]
+        value: Option<String>,
+    },
+    /// Set a subnode's state ("drain", "offline", "resume") or properties ("properties" with
+    /// `value` a comma-separated list).
+    SubnodeAdmin {
+        node: String,
+        index: u32,
+        action: String,
+        #[serde(default)]
+        value: Option<String>,
     },
     Acct {
         #[serde(default)]
@@ -180,6 +197,26 @@ pub struct JobInfo {
     pub stdout: String,
     pub stderr: String,
     pub accounting: Option<Accounting>,
+    /// The binding strategy and mode the job asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<berth_core::binding::BindingStrategy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding_mode: Option<berth_core::binding::BindingMode>,
+    /// The job's cgroups as the agents made them (host CPUs and memory nodes), while it runs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cgroups: Vec<CgroupInfo>,
+}
+
+/// A cgroup of a running job as its node's kernel holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CgroupInfo {
+    pub node: String,
+    pub path: String,
+    pub cpus: String,
+    pub mems: String,
+    /// The rank of a per-rank sub-cpuset; None for the job's cgroup.
+    #[serde(default)]
+    pub rank: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -188,6 +225,12 @@ pub struct NumaInfo {
     pub memory_bytes: u64,
     pub allocated_bytes: u64,
     pub cpus: String,
+    /// The job holding this NUMA node alone (a large parallel job), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive_job: Option<JobId>,
+    /// Special memory (MCDRAM, HBM) not given to jobs by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub special: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -211,4 +254,34 @@ pub struct NodeInfo {
     pub real_cpus: String,
     pub jobs: Vec<JobId>,
     pub last_heard_seconds_ago: Option<f64>,
+    /// PUs held back for system daemons (kernel list, "" for none).
+    #[serde(default)]
+    pub system_cpus: String,
+    #[serde(default)]
+    pub subnodes: Vec<SubnodeInfo>,
+    /// The full topology, when asked for (`berth nodes --topology`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layout: Option<Topology>,
+    /// Which job holds which PUs, when the topology is asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pu_jobs: Vec<PuHolder>,
+}
+
+/// PUs of a node held by one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PuHolder {
+    pub job: JobId,
+    /// Kernel cpu list (the node's PU OS indexes).
+    pub cpus: String,
+}
+
+/// An admin-defined block of NUMA nodes inside a node, an allocation unit for large jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubnodeInfo {
+    pub index: u32,
+    /// NUMA nodes (OS indexes, kernel list).
+    pub numa: String,
+    /// "up", "drained" or "offline".
+    pub state: String,
+    pub properties: Vec<String>,
 }

@@ -105,6 +105,9 @@ pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
     /// Kill and remove all children, then remove the root and the ancestors
     /// that became empty, up to and including the top directory of the subtree.
     fn remove_root(&self) -> Result<(), CgroupError>;
+    /// Mount point of the hierarchy holding the cpuset controller; job cpuset
+    /// paths are reported relative to it.
+    fn cpuset_mount(&self) -> PathBuf;
 }
 
 /// One job's cgroup.
@@ -139,9 +142,30 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     fn usage(&self) -> Result<CgroupUsage, CgroupError>;
     /// Change cpus/mems/memory limit of the existing cgroup.
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError>;
-    /// rmdir in every hierarchy (nested cgroups first); it must be empty
-    /// (`kill_all` first). Retries briefly on EBUSY; Ok if already gone.
+    /// rmdir in every hierarchy (nested cgroups such as rank sub-cpusets
+    /// first, or the rmdir fails); it must be empty (`kill_all` first, which
+    /// covers nested cgroups too). Retries briefly on EBUSY; Ok if already gone.
     fn remove(&self) -> Result<(), CgroupError>;
+    /// The job's directory in the cpuset hierarchy (v1) or the unified one (v2).
+    fn cpuset_dir(&self) -> PathBuf;
+    /// Create child cpuset cgroup `name` (e.g. a rank's sub-cpuset) inside the
+    /// job's cpuset cgroup with kernel lists `cpus`/`mems` (empty: the job's
+    /// own), and return its directory. Processes are not moved. Fails with
+    /// [`CgroupError::AlreadyExists`] if present; nothing is left behind on
+    /// other failures. Removed with the job by `remove`.
+    fn make_child(&self, name: &str, cpus: &str, mems: &str) -> Result<PathBuf, CgroupError>;
+    /// The CPUs and memory nodes the kernel holds for the job (`child` None)
+    /// or its child cgroup `child`: v1 cpuset.cpus/cpuset.mems, v2 the
+    /// .effective files (what is enforced). Ok(None) if the cgroup has no
+    /// cpuset files (controller absent).
+    fn read_cpuset(&self, child: Option<&str>) -> Result<Option<(String, String)>, CgroupError>;
+    /// Give the job's user its cpuset cgroup: chown (never following
+    /// symlinks) the job's cpuset directory and the files that move processes
+    /// (v1 tasks + cgroup.procs, v2 cgroup.procs + cgroup.threads), and the
+    /// same for each existing child. The user can then make sub-cpusets and
+    /// move its own processes between them, but not change their limits.
+    /// Call before the job starts, when the only children are `make_child`'s.
+    fn chown_cpuset(&self, uid: u32, gid: u32) -> Result<(), CgroupError>;
 }
 
 /// Detect this host's cgroup setup and return the backend for subtree

@@ -15,6 +15,8 @@ use super::v1::{V1Backend, V1Paths};
 use super::*;
 
 mod jobs;
+mod launch;
+mod ranks;
 mod tree;
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);

@@ -167,6 +167,74 @@ pub(crate) fn parse_u64(path: &Path, text: &str) -> Result<u64, CgroupError> {
         detail: format!("expected an integer, got {:?}", text.trim()),
     })
 }
+
+/// mkdir `parent/name` (with `mkdir`, a seam for fixtures that must also fake
+/// the kernel's interface files) and write its cpuset.cpus and cpuset.mems;
+/// rmdir again on failure. Returns the new directory.
+pub(crate) fn create_cpuset_child(
+    parent: &Path,
+    name: &str,
+    cpus: &str,
+    mems: &str,
+    mkdir: &dyn Fn(&Path) -> Result<bool, CgroupError>,
+) -> Result<PathBuf, CgroupError> {
+    validate_name(name)?;
+    let dir = parent.join(name);
+    if is_dir(&dir) || !mkdir(&dir)? {
+        return Err(CgroupError::AlreadyExists { path: dir });
+    }
+    // Both lists before anything joins: a v1 cpuset starts empty and takes no tasks.
+    let result = write_value(&dir.join("cpuset.cpus"), cpus).and_then(|()| write_value(&dir.join("cpuset.mems"), mems));
+    match result {
+        Ok(()) => Ok(dir),
+        Err(e) => {
+            if let Err(e2) = remove_tree(&dir, Duration::from_millis(200)) {
+                tracing::warn!(error = %e2, "cleanup after failed child cgroup create");
+            }
+            Err(e)
+        }
+    }
+}
+
+/// `dir` itself or its child cgroup `child` (a validated plain name).
+pub(crate) fn child_dir(dir: &Path, child: Option<&str>) -> Result<PathBuf, CgroupError> {
+    match child {
+        None => Ok(dir.to_path_buf()),
+        Some(name) => {
+            validate_name(name)?;
+            Ok(dir.join(name))
+        }
+    }
+}
+
+/// The trimmed contents of a cgroup's `cpus`/`mems` files; None if either is missing.
+pub(crate) fn read_cpuset_pair(dir: &Path, cpus: &str, mems: &str) -> Result<Option<(String, String)>, CgroupError> {
+    let (Some(c), Some(m)) = (read_optional(&dir.join(cpus))?, read_optional(&dir.join(mems))?) else {
+        return Ok(None);
+    };
+    Ok(Some((c.trim().to_string(), m.trim().to_string())))
+}
+
+/// Give `dir`, its `files` and every direct child directory (with the same
+/// files) to `uid`:`gid`. lchown never follows a symlink (cgroupfs has none,
+/// but a wrong path must not hand out something else). Missing files are skipped.
+pub(crate) fn chown_cgroup(dir: &Path, files: &[&str], uid: u32, gid: u32) -> Result<(), CgroupError> {
+    let mut dirs = vec![dir.to_path_buf()];
+    dirs.extend(subdirs(dir)?.into_iter().map(|c| dir.join(c)));
+    for d in dirs {
+        std::os::unix::fs::lchown(&d, Some(uid), Some(gid)).map_err(|e| io_err("chown", &d, e))?;
+        for f in files {
+            let p = d.join(f);
+            match std::os::unix::fs::lchown(&p, Some(uid), Some(gid)) {
+                Ok(()) => {}
+                Err(e) if is_enoent(&e) => tracing::debug!(path = %p.display(), "no such cgroup file to chown"),
+                Err(e) => return Err(io_err("chown", &p, e)),
+            }
+        }
+    }
+    Ok(())
+}
+
 /// A job or subtree name must be one plain path component.
 pub(crate) fn validate_name(name: &str) -> Result<(), CgroupError> {
     let bad = |reason| Err(CgroupError::InvalidName { name: name.to_string(), reason });

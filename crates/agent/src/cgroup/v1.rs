@@ -224,6 +224,10 @@ impl CgroupBackend for V1Backend {
         }
         Ok(())
     }
+
+    fn cpuset_mount(&self) -> PathBuf {
+        self.mounts.cpuset.clone()
+    }
 }
 
 #[cfg(test)]

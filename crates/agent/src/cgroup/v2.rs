@@ -155,6 +155,10 @@ impl CgroupBackend for V2Backend {
             None => util::remove_chain(&self.mount, &self.root_rel),
         }
     }
+
+    fn cpuset_mount(&self) -> PathBuf {
+        self.mount.clone()
+    }
 }
 
 #[cfg(test)]

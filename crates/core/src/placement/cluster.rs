@@ -83,13 +83,17 @@ fn per_node(
         ));
     }
     let ask = |first_fit| NodeAsk { slots: c, req, large, first_fit };
+    let last_miss = std::cell::RefCell::new(None::<Miss>);
     let take = |order: &[usize], first_fit: bool| -> Option<Allocation> {
         let mut alloc = Vec::with_capacity(k as usize);
         let mut misses = 0;
         for &i in order {
             match fit(&nodes[i], policy, &ask(first_fit)) {
                 Ok(a) => alloc.push(a),
-                Err(_) => misses += 1,
+                Err(m) => {
+                    misses += 1;
+                    *last_miss.borrow_mut() = Some(m);
+                }
             }
             if alloc.len() == k as usize {
                 return Some(alloc);
@@ -113,8 +117,11 @@ fn per_node(
         },
         (b, _) => b.or_else(naive),
     };
-    chosen.ok_or_else(|| {
-        format!("{} nodes have {c} free units, but not with the NUMA layout and memory the job needs", cand.len())
+    chosen.ok_or_else(|| match last_miss.into_inner() {
+        Some(m) => m.message().to_string(),
+        None => {
+            format!("{} nodes have {c} free units, but not with the NUMA layout and memory the job needs", cand.len())
+        }
     })
 }
 

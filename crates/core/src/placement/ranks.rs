@@ -46,3 +46,17 @@ pub fn split(topo: &Topology, alloc: &NodeAllocation, ranks: u32) -> Vec<RankSet
         })
         .collect()
 }
+
+/// An Open MPI style rankfile for a bound job (`--binding-mode pe`): one rank per bound core,
+/// nodes in allocation order, `rank N=HOST slot=SOCKET:CORE`.
+pub fn rankfile(alloc: &[NodeAllocation]) -> String {
+    let mut out = String::new();
+    let mut rank = 0;
+    for na in alloc {
+        for (socket, core) in &na.binding {
+            out.push_str(&format!("rank {rank}={} slot={socket}:{core}\n", na.node));
+            rank += 1;
+        }
+    }
+    out
+}

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::super::procs::{self, KillOps};
@@ -168,10 +168,47 @@ impl JobCgroup for V1Job {
     }
 
     fn remove(&self) -> Result<(), CgroupError> {
+        // remove_tree goes depth first: rank sub-cpusets before the job.
         for dir in self.paths.unique() {
             util::remove_tree(dir, util::RMDIR_WAIT)?;
         }
         Ok(())
+    }
+
+    fn cpuset_dir(&self) -> PathBuf {
+        self.paths.cpuset.clone()
+    }
+
+    fn make_child(&self, name: &str, cpus: &str, mems: &str) -> Result<PathBuf, CgroupError> {
+        self.make_child_with(name, cpus, mems, &util::create_dir)
+    }
+
+    fn read_cpuset(&self, child: Option<&str>) -> Result<Option<(String, String)>, CgroupError> {
+        let dir = util::child_dir(&self.paths.cpuset, child)?;
+        util::read_cpuset_pair(&dir, "cpuset.cpus", "cpuset.mems")
+    }
+
+    fn chown_cpuset(&self, uid: u32, gid: u32) -> Result<(), CgroupError> {
+        util::chown_cgroup(&self.paths.cpuset, &["tasks", "cgroup.procs"], uid, gid)
+    }
+}
+
+impl V1Job {
+    /// `make_child` with the mkdir step replaceable (fixtures fake the kernel's files).
+    pub(crate) fn make_child_with(
+        &self,
+        name: &str,
+        cpus: &str,
+        mems: &str,
+        mkdir: &dyn Fn(&Path) -> Result<bool, CgroupError>,
+    ) -> Result<PathBuf, CgroupError> {
+        // Only the cpuset hierarchy: the job's other controllers account the whole job.
+        let own = |file: &str, v: &str| match v.trim() {
+            "" => util::read_trimmed(&self.paths.cpuset.join(file)),
+            v => Ok(v.to_string()),
+        };
+        let (cpus, mems) = (own("cpuset.cpus", cpus)?, own("cpuset.mems", mems)?);
+        util::create_cpuset_child(&self.paths.cpuset, name, &cpus, &mems, mkdir)
     }
 }
 

@@ -159,7 +159,54 @@ impl JobCgroup for V2Job {
     }
 
     fn remove(&self) -> Result<(), CgroupError> {
+        // remove_tree goes depth first: rank sub-cpusets before the job.
         util::remove_tree(&self.dir, util::RMDIR_WAIT)
+    }
+
+    fn cpuset_dir(&self) -> PathBuf {
+        self.dir.clone()
+    }
+
+    fn make_child(&self, name: &str, cpus: &str, mems: &str) -> Result<PathBuf, CgroupError> {
+        self.make_child_with(name, cpus, mems, &util::create_dir)
+    }
+
+    fn read_cpuset(&self, child: Option<&str>) -> Result<Option<(String, String)>, CgroupError> {
+        let dir = util::child_dir(&self.dir, child)?;
+        match util::read_cpuset_pair(&dir, "cpuset.cpus.effective", "cpuset.mems.effective")? {
+            Some(pair) => Ok(Some(pair)),
+            None => util::read_cpuset_pair(&dir, "cpuset.cpus", "cpuset.mems"),
+        }
+    }
+
+    fn chown_cpuset(&self, uid: u32, gid: u32) -> Result<(), CgroupError> {
+        // The kernel's delegation files for moving processes (no "tasks" in v2); moving between
+        // the job and a child needs write access to cgroup.procs of the job, their common ancestor.
+        util::chown_cgroup(&self.dir, &["cgroup.procs", "cgroup.threads"], uid, gid)
+    }
+}
+
+impl V2Job {
+    /// `make_child` with the mkdir step replaceable (fixtures fake the kernel's files).
+    pub(crate) fn make_child_with(
+        &self,
+        name: &str,
+        cpus: &str,
+        mems: &str,
+        mkdir: &dyn Fn(&Path) -> Result<bool, CgroupError>,
+    ) -> Result<PathBuf, CgroupError> {
+        // Children get cpuset files only if the job enables it for them. cpuset is a threaded
+        // controller, so this works even once the job has processes (no-internal-process rule).
+        let control = self.dir.join("cgroup.subtree_control");
+        if !super::missing_controllers(&util::read_string(&control)?, &["cpuset"]).is_empty() {
+            util::write_value(&control, "+cpuset")?;
+        }
+        let own = |file: &str, v: &str| match v.trim() {
+            "" => util::read_trimmed(&self.dir.join(format!("{file}.effective"))),
+            v => Ok(v.to_string()),
+        };
+        let (cpus, mems) = (own("cpuset.cpus", cpus)?, own("cpuset.mems", mems)?);
+        util::create_cpuset_child(&self.dir, name, &cpus, &mems, mkdir)
     }
 }
 
@@ -208,6 +255,78 @@ mod tests {
         assert_eq!(files.map(read), ["1,3", "0", "67108864", "0"]);
         job.update(&JobLimits::default()).unwrap();
         assert_eq!(files.map(read), ["0-3", "0-1", "max", "max"]);
+    }
+
+    /// What the kernel does on mkdir below a cgroup with cpuset enabled for its children.
+    fn kernel_mkdir(d: &Path) -> Result<bool, CgroupError> {
+        let made = util::create_dir(d)?;
+        if made {
+            for f in ["cpuset.cpus", "cpuset.mems", "cgroup.procs", "cgroup.threads"] {
+                fs::write(d.join(f), "").map_err(|e| io_err("create", d, e))?;
+            }
+        }
+        Ok(made)
+    }
+
+    #[test]
+    fn rank_children_lists_chown_and_removal() {
+        let (_t, job) = fixture(&[
+            ("cgroup.subtree_control", "memory\n"),
+            ("cgroup.procs", ""),
+            ("cgroup.threads", ""),
+            ("cpuset.cpus", "0-3"),
+            ("cpuset.mems", "0"),
+            ("cpuset.cpus.effective", "0-3\n"),
+            ("cpuset.mems.effective", "0\n"),
+        ]);
+        let read = |p: &Path| fs::read_to_string(p).unwrap();
+        let r0 = job.make_child_with("rank0", "0-1", "0", &kernel_mkdir).unwrap();
+        assert_eq!(read(&job.dir().join("cgroup.subtree_control")), "+cpuset");
+        fs::write(job.dir().join("cgroup.subtree_control"), "cpuset memory\n").unwrap();
+        let r1 = job.make_child_with("rank1", "2-3", "", &kernel_mkdir).unwrap();
+        assert_eq!(read(&job.dir().join("cgroup.subtree_control")), "cpuset memory\n", "enabled once");
+        assert_eq!((r0.clone(), r1.clone()), (job.dir().join("rank0"), job.dir().join("rank1")));
+        assert_eq!([r0.join("cpuset.cpus"), r0.join("cpuset.mems")].map(|p| read(&p)), ["0-1", "0"]);
+        assert_eq!([r1.join("cpuset.cpus"), r1.join("cpuset.mems")].map(|p| read(&p)), ["2-3", "0"]);
+        // The fake kernel has no .effective files for children: the plain ones are read.
+        assert_eq!(job.read_cpuset(Some("rank1")).unwrap(), Some(("2-3".into(), "0".into())));
+        assert_eq!(job.read_cpuset(None).unwrap(), Some(("0-3".into(), "0".into())));
+        assert_eq!(job.read_cpuset(Some("rank7")).unwrap(), None);
+        assert!(matches!(
+            job.make_child_with("rank0", "0", "0", &kernel_mkdir),
+            Err(CgroupError::AlreadyExists { .. })
+        ));
+        assert!(matches!(job.make_child("a/b", "0", "0"), Err(CgroupError::InvalidName { .. })));
+        // No cpuset files in the child (plain mkdir): an error, and nothing left behind.
+        assert!(job.make_child("rank9", "0", "0").is_err());
+        assert!(!job.dir().join("rank9").exists());
+
+        let root = nix::unistd::geteuid().is_root();
+        let (uid, gid) =
+            if root { (65534, 65534) } else { (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw()) };
+        job.chown_cpuset(uid, gid).unwrap();
+        let owner = |p: &Path| {
+            let m = fs::symlink_metadata(p).unwrap();
+            (std::os::unix::fs::MetadataExt::uid(&m), std::os::unix::fs::MetadataExt::gid(&m))
+        };
+        for d in [job.dir().to_path_buf(), r0.clone(), r1.clone()] {
+            for p in [d.clone(), d.join("cgroup.procs"), d.join("cgroup.threads")] {
+                assert_eq!(owner(&p), (uid, gid), "{}", p.display());
+            }
+            if root {
+                assert_eq!(owner(&d.join("cpuset.cpus")), (0, 0), "limits stay root's");
+            }
+        }
+
+        // Plain files stand in for interface files, which rmdir ignores: drop them, so that
+        // remove() succeeds only if it removes the children before the job.
+        for d in [&r0, &r1, &job.dir().to_path_buf()] {
+            for e in fs::read_dir(d).unwrap().flatten().filter(|e| e.path().is_file()) {
+                fs::remove_file(e.path()).unwrap();
+            }
+        }
+        job.remove().unwrap();
+        assert!(!job.dir().exists());
     }
 
     #[test]

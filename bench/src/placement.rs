@@ -1,0 +1,346 @@
+//! `berth-bench placement`: how long `place` takes to decide for one job on a large emulated
+//! cluster (no agents, no controller: berth-core alone, on this thread).
+//!
+//! N nodes of 2 packages x 4 NUMA x 16 cores x 2 PUs (32 GiB per NUMA node, 256 GiB per node)
+//! under a two-level fat tree (leaf switches of 32 nodes, spine groups of 16 leaves) are filled
+//! to `--fill` of their cores with a seeded random mix of jobs, then each probe job is placed
+//! (not claimed) `--repeats` times; between repeats a small random job is claimed and the
+//! previous one released so that the state moves a little. Options: `--nodes N` (10000),
+//! `--fill F` (0.7), `--repeats R` (200), `--seed S` (1), `--churn C` (1: after the fill, end
+//! and replace C times as many jobs, for a fragmented steady state; 0: a freshly packed
+//! cluster), `--json` (JSON lines on stdout, the text on stderr).
+
+use anyhow::{bail, Context, Result};
+use berth_core::binding::BindingStrategy;
+use berth_core::hierarchy::{Hierarchy, SwitchDef};
+use berth_core::job::{Allocation, Shape};
+use berth_core::node::NodeCapacity;
+use berth_core::placement::cluster::{place, Placement};
+use berth_core::placement::{JobRequest, MemRequest, PlacementPolicy};
+use berth_core::sched::ClusterState;
+use berth_core::topology::Topology;
+use berth_core::NodeId;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const GIB: u64 = 1 << 30;
+const LEAF: usize = 32;
+const SPINE: usize = 16;
+
+/// xorshift64*: deterministic and good enough to pick job shapes.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform in `lo..=hi`.
+    fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next() % (hi - lo + 1)
+    }
+}
+
+struct Opts {
+    nodes: usize,
+    fill: f64,
+    repeats: usize,
+    seed: u64,
+    churn: f64,
+    json: bool,
+}
+
+fn parse_opts(args: &[String]) -> Result<Opts> {
+    let mut o = Opts { nodes: 10_000, fill: 0.7, repeats: 200, seed: 1, churn: 1.0, json: false };
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut val = || it.next().with_context(|| format!("{a} wants a value"));
+        match a.as_str() {
+            "--nodes" => o.nodes = val()?.parse().context("--nodes")?,
+            "--fill" => o.fill = val()?.parse().context("--fill")?,
+            "--repeats" => o.repeats = val()?.parse().context("--repeats")?,
+            "--seed" => o.seed = val()?.parse().context("--seed")?,
+            "--churn" => o.churn = val()?.parse().context("--churn")?,
+            "--json" => o.json = true,
+            _ => bail!(
+                "usage: berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--churn C] [--json]"
+            ),
+        }
+    }
+    if o.nodes == 0 || o.repeats == 0 || !(0.0..1.0).contains(&o.fill) {
+        bail!("--nodes and --repeats must be positive and --fill in [0, 1)");
+    }
+    Ok(o)
+}
+
+/// `n` identical nodes sharing one topology, located in the fat tree.
+fn cluster(n: usize) -> Result<ClusterState> {
+    let topo = Arc::new(Topology::uniform(2, 4, 16, 2, 32 * GIB));
+    let mut nodes: Vec<NodeCapacity> =
+        (0..n).map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i:05}"), topo.clone())).collect();
+    let leaves = n.div_ceil(LEAF);
+    let mut defs: Vec<SwitchDef> = (0..leaves)
+        .map(|l| SwitchDef {
+            name: format!("leaf{l}"),
+            nodes: vec![format!("n[{:05}-{:05}]", l * LEAF, ((l + 1) * LEAF).min(n) - 1)],
+            switches: vec![],
+        })
+        .collect();
+    defs.extend((0..leaves.div_ceil(SPINE)).map(|s| SwitchDef {
+        name: format!("spine{s}"),
+        nodes: vec![],
+        switches: (s * SPINE..((s + 1) * SPINE).min(leaves)).map(|l| format!("leaf{l}")).collect(),
+    }));
+    Hierarchy::from_switches(&defs)?.locate_all(&mut nodes);
+    Ok(ClusterState { nodes, policy: PlacementPolicy::default() })
+}
+
+fn per_node(nodes: u64, cores: u64, mem: u64) -> JobRequest {
+    JobRequest::simple(Shape::PerNode { nodes: nodes as u32, cores_per_node: cores as u32 }, mem)
+}
+
+/// The fill mix: 60% one node of 1-32 cores and 1-16 GiB; 30% 2-8 nodes of 8-64 cores with
+/// 0.5-2 GiB per core; 10% 1-4 whole nodes with 64-240 GiB each.
+fn fill_job(rng: &mut Rng) -> JobRequest {
+    match rng.range(0, 99) {
+        0..=59 => per_node(1, rng.range(1, 32), rng.range(1, 16) * GIB),
+        60..=89 => {
+            let cores = rng.range(8, 64);
+            per_node(rng.range(2, 8), cores, cores * rng.range(2, 8) * GIB / 4)
+        }
+        _ => per_node(rng.range(1, 4), 128, rng.range(64, 240) * GIB),
+    }
+}
+
+/// Cores and memory in use: (allocated cores, cores not free incl. idle ones in exclusive NUMA
+/// nodes, allocated memory), as fractions of the cluster's.
+fn usage(c: &ClusterState) -> (f64, f64, f64) {
+    let cores: u64 = c.nodes.iter().map(|n| n.topology.core_count() as u64).sum();
+    let mem: u64 = c.nodes.iter().map(|n| n.topology.memory_bytes()).sum();
+    let busy_cores: u64 = c
+        .nodes
+        .iter()
+        .map(|n| (n.topology.pu_count() - n.free_pus.len()) as u64 / n.topology.threads_per_core() as u64)
+        .sum();
+    let not_free: u64 = c.nodes.iter().map(|n| (n.topology.core_count() as u64) - n.free_core_count as u64).sum();
+    let free_mem: u64 = c.nodes.iter().map(|n| n.free_memory).sum();
+    (busy_cores as f64 / cores as f64, not_free as f64 / cores as f64, 1.0 - free_mem as f64 / mem as f64)
+}
+
+struct Fill {
+    jobs: usize,
+    released: usize,
+    refused: usize,
+    seconds: f64,
+}
+
+/// Claim random jobs until `target` of the cores are allocated (or 5,000 in a row do not fit);
+/// then `churn` x that many times end a random job and top the cluster up again, so that the
+/// free cores end up scattered as in a cluster that has been running for a while.
+fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64) -> Fill {
+    let total: u64 = c.nodes.iter().map(|n| n.topology.core_count() as u64).sum();
+    let goal = (total as f64 * target) as u64;
+    let cores = |a: &Allocation| a.iter().map(|na| na.cores as u64).sum::<u64>();
+    let (mut running, mut used, mut f) = (Vec::new(), 0u64, Fill { jobs: 0, released: 0, refused: 0, seconds: 0.0 });
+    let t0 = Instant::now();
+    let top_up = |c: &mut ClusterState, rng: &mut Rng, running: &mut Vec<Allocation>, used: &mut u64, f: &mut Fill| {
+        let mut in_a_row = 0;
+        while *used < goal && in_a_row < 5_000 {
+            match place(&c.nodes, &c.policy, &fill_job(rng)) {
+                Placement::Now(alloc) => {
+                    (*used, f.jobs, in_a_row) = (*used + cores(&alloc), f.jobs + 1, 0);
+                    c.claim(&alloc);
+                    running.push(alloc);
+                }
+                _ => (f.refused, in_a_row) = (f.refused + 1, in_a_row + 1),
+            }
+        }
+    };
+    top_up(c, rng, &mut running, &mut used, &mut f);
+    for _ in 0..(f.jobs as f64 * churn) as usize {
+        let Some(alloc) = (!running.is_empty()).then(|| running.swap_remove(rng.next() as usize % running.len()))
+        else {
+            break;
+        };
+        c.release(&alloc);
+        (used, f.released) = (used - cores(&alloc), f.released + 1);
+        top_up(c, rng, &mut running, &mut used, &mut f);
+    }
+    f.seconds = t0.elapsed().as_secs_f64();
+    f
+}
+
+fn probes() -> Result<Vec<(&'static str, JobRequest)>> {
+    let mut per_cpu = per_node(64, 32, 0);
+    per_cpu.mem = MemRequest::PerCpu(3 * GIB);
+    let mut total = JobRequest::simple(Shape::Total { cores: 256, chunk: 8 }, 0);
+    total.mem = MemRequest::PerCpu(GIB);
+    let mut bound = per_node(8, 8, 16 * GIB);
+    bound.binding = Some("linear:8".parse::<BindingStrategy>().map_err(anyhow::Error::msg)?);
+    Ok(vec![
+        ("1 node x 4 cores, 4G", per_node(1, 4, 4 * GIB)),
+        ("1 node x 32 cores, 32G", per_node(1, 32, 32 * GIB)),
+        ("4 nodes x 16 cores, 32G", per_node(4, 16, 32 * GIB)),
+        ("16 nodes x 32 cores, 64G", per_node(16, 32, 64 * GIB)),
+        ("64 nodes x 16 cores, 32G", per_node(64, 16, 32 * GIB)),
+        ("64 nodes x 64 cores, 128G", per_node(64, 64, 128 * GIB)),
+        ("256 cores total, chunk 8, 1G/cpu", total),
+        ("64 nodes x 32 cores, 3G/cpu", per_cpu),
+        ("8 nodes, linear:8, 16G", bound),
+    ])
+}
+
+#[derive(Default)]
+struct Outcome {
+    times: Vec<Duration>,
+    /// Wall time minus time spent waiting on the run queue (preempted by other processes).
+    on_cpu: Vec<Duration>,
+    preempted: usize,
+    now: usize,
+    busy: usize,
+    never: usize,
+    nodes_used: usize,
+}
+
+/// Place `req` `repeats` times (timed), moving the state a little between repeats.
+fn measure(c: &mut ClusterState, rng: &mut Rng, req: &JobRequest, repeats: usize) -> Outcome {
+    let mut out = Outcome::default();
+    let mut nudge: Option<Allocation> = None;
+    for _ in 0..repeats {
+        if let Some(a) = nudge.take() {
+            c.release(&a);
+        }
+        if let Placement::Now(a) = place(&c.nodes, &c.policy, &per_node(1, rng.range(1, 8), rng.range(1, 8) * GIB)) {
+            c.claim(&a);
+            nudge = Some(a);
+        }
+        let waited = run_delay();
+        let t0 = Instant::now();
+        let p = place(&c.nodes, &c.policy, req);
+        let wall = t0.elapsed();
+        let waited = run_delay().saturating_sub(waited);
+        out.preempted += usize::from(!waited.is_zero());
+        out.times.push(wall);
+        out.on_cpu.push(wall.saturating_sub(waited));
+        match std::hint::black_box(p) {
+            Placement::Now(a) => (out.now, out.nodes_used) = (out.now + 1, a.len()),
+            Placement::Busy(_) => out.busy += 1,
+            Placement::Never(_) => out.never += 1,
+        }
+    }
+    if let Some(a) = nudge {
+        c.release(&a);
+    }
+    out.times.sort_unstable();
+    out.on_cpu.sort_unstable();
+    out
+}
+
+/// This thread's total wait on the run queue (/proc/thread-self/schedstat), zero if unknown.
+fn run_delay() -> Duration {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
+    Duration::from_nanos(s.split_whitespace().nth(1).and_then(|v| v.parse().ok()).unwrap_or(0))
+}
+
+/// Nodes the cached counts let through for a per-node probe (what `place` scans and sorts).
+fn candidates(c: &ClusterState, req: &JobRequest) -> usize {
+    let Shape::PerNode { cores_per_node, .. } = req.shape else { return 0 };
+    let cores = req.binding.as_ref().and_then(|b| b.fixed_count()).unwrap_or(cores_per_node);
+    let need = req.mem.on_node(cores);
+    c.nodes.iter().filter(|n| n.state.accepts_work() && n.free_core_count >= cores && n.free_memory >= need).count()
+}
+
+/// Nearest-rank percentile of sorted durations, in microseconds.
+fn pct(sorted: &[Duration], p: f64) -> f64 {
+    let rank = ((p / 100.0 * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1].as_secs_f64() * 1e6
+}
+
+fn machine() -> (usize, String) {
+    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|m| m.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
+        .unwrap_or_else(|| "unknown".into());
+    (cpus, model)
+}
+
+pub fn run(args: &[String]) -> Result<()> {
+    let o = parse_opts(args)?;
+    // Human-readable text goes to stderr with --json so that stdout is clean JSON lines.
+    let say = |s: String| if o.json { eprintln!("{s}") } else { println!("{s}") };
+    let (cpus, model) = machine();
+    say(format!("machine: {cpus} CPUs (nproc), {model}; {} repeats per probe", o.repeats));
+    let mut c = cluster(o.nodes)?;
+    let mut rng = Rng::new(o.seed);
+    let f = fill(&mut c, &mut rng, o.fill, o.churn);
+    let (cores, not_free, mem) = usage(&c);
+    let empty = c.nodes.iter().filter(|n| n.free_core_count as usize == n.topology.core_count()).count();
+    let full = c.nodes.iter().filter(|n| n.free_core_count == 0).count();
+    say(format!(
+        "cluster: {} nodes x 2 packages x 4 NUMA x 16 cores x 2 PUs, 256 GiB; fat tree: leaves of {LEAF} nodes, \
+         spines of {SPINE} leaves; policy {:?}",
+        o.nodes, c.policy
+    ));
+    say(format!(
+        "fill (seed {}, churn {}): {} jobs claimed, {} ended, {} refused, in {:.1} s; cores allocated {:.1}%, \
+         cores not free (incl. idle in exclusive NUMA nodes) {:.1}%, memory allocated {:.1}%; nodes empty {}, \
+         partly used {}, without a free core {}",
+        o.seed,
+        o.churn,
+        f.jobs,
+        f.released,
+        f.refused,
+        f.seconds,
+        cores * 100.0,
+        not_free * 100.0,
+        mem * 100.0,
+        empty,
+        o.nodes - empty - full,
+        full
+    ));
+    if o.json {
+        println!(
+            "{}",
+            serde_json::json!({"bench": "placement-fill", "nodes": o.nodes, "seed": o.seed, "cpus": cpus,
+                "cpu_model": model, "churn": o.churn, "jobs": f.jobs, "ended": f.released, "refused": f.refused,
+                "nodes_empty": empty, "nodes_without_free_core": full, "fill_seconds": f.seconds,
+                "cores_allocated": cores, "cores_not_free": not_free, "memory_allocated": mem})
+        );
+    }
+    say(format!(
+        "{:<33} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6}",
+        "probe", "cand", "p50 us", "p99 us", "max us", "preempt", "p99 cpu", "now/busy", "nodes"
+    ));
+    for (name, req) in probes()? {
+        let cand = candidates(&c, &req);
+        let r = measure(&mut c, &mut rng, &req, o.repeats);
+        let (p50, p99, max) = (pct(&r.times, 50.0), pct(&r.times, 99.0), pct(&r.times, 100.0));
+        let p99_cpu = pct(&r.on_cpu, 99.0);
+        let outcome = format!("{}/{}", r.now, r.busy + r.never);
+        say(format!(
+            "{name:<33} {cand:>6} {p50:>8.1} {p99:>8.1} {max:>8.1} {:>8} {p99_cpu:>9.1} {outcome:>9} {:>6}",
+            r.preempted, r.nodes_used
+        ));
+        if o.json {
+            println!(
+                "{}",
+                serde_json::json!({"bench": "placement", "probe": name, "nodes": o.nodes, "repeats": o.repeats,
+                    "candidates": cand, "p50_us": p50, "p99_us": p99, "max_us": max, "preempted": r.preempted,
+                    "p99_on_cpu_us": p99_cpu, "now": r.now, "busy": r.busy, "never": r.never,
+                    "nodes_used": r.nodes_used})
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,169 @@
+//! Admin settings of nodes: state (drain/resume), system CPUs, subnode states and properties.
+//! Settings other than the state are kept in the store's `meta` table under
+//! `node_admin:<name>`, so they survive restarts and re-registrations.
+
+use crate::handlers::Peer;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::node::{NodeCapacity, NodeState, SubnodeState};
+use berth_core::CpuSet;
+use berth_protocol::client::{ClientResponse, ErrorCode};
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct NodeSettings {
+    /// Kernel list; None means the config's default.
+    system_cpus: Option<String>,
+    subnodes: Vec<(SubnodeState, Vec<String>)>,
+}
+
+fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
+    ClientResponse::Error(berth_protocol::client::ApiError::new(code, message))
+}
+
+fn key(name: &str) -> String {
+    format!("node_admin:{name}")
+}
+
+impl Controller {
+    /// Config defaults, then what an admin set for this node.
+    pub fn apply_admin_settings(&self, cap: &mut NodeCapacity) {
+        let all = cap.topology.all_pus();
+        cap.system_pus = self.cfg.system_cpu_set().iter().filter(|&p| all.contains(p)).collect();
+        cap.set_subnode_size(self.cfg.subnode_numa as usize);
+        let stored = self.store.get_meta(&key(&cap.name)).ok().flatten();
+        if let Some(s) = stored.and_then(|t| serde_json::from_str::<NodeSettings>(&t).ok()) {
+            if let Some(list) = s.system_cpus.and_then(|l| CpuSet::parse_list(&l).ok()) {
+                cap.system_pus = list.iter().filter(|&p| all.contains(p)).collect();
+            }
+            for (sub, (state, props)) in cap.subnodes.iter_mut().zip(s.subnodes) {
+                sub.state = state;
+                sub.properties = props;
+            }
+        }
+        cap.refresh();
+    }
+
+    fn save_settings(&self, i: usize) -> Result<(), StoreError> {
+        let cap = &self.cluster.nodes[i];
+        let s = NodeSettings {
+            system_cpus: Some(cap.system_pus.to_list()),
+            subnodes: cap.subnodes.iter().map(|s| (s.state, s.properties.clone())).collect(),
+        };
+        self.store.set_meta(&key(&cap.name), &serde_json::to_string(&s).unwrap_or_default())
+    }
+
+    pub fn node_admin(
+        &mut self,
+        name: &str,
+        action: &str,
+        value: Option<&str>,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<ClientResponse, StoreError> {
+        if !self.is_admin(peer) {
+            return Ok(error(ErrorCode::NotPermitted, "only admins may change nodes (config key `admins`)"));
+        }
+        let Some(i) = self.node_by_name(name) else {
+            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {name:?}; `berth nodes` lists them")));
+        };
+        let busy = !self.jobs_on_node(i).is_empty();
+        match action {
+            "drain" | "resume" => {
+                let ex = &mut self.extra[i];
+                ex.state = match action {
+                    "drain" if busy => NodeState::Draining,
+                    "drain" => NodeState::Drained,
+                    _ if ex.conn.is_some() => NodeState::Up,
+                    _ => NodeState::Down,
+                };
+                let row = self.node_row(i);
+                self.store.upsert_node(&row)?;
+            }
+            "system-cpus" => {
+                let list = value.unwrap_or("");
+                let set = match CpuSet::parse_list(list) {
+                    Ok(s) => s,
+                    Err(e) => return Ok(error(ErrorCode::BadRequest, e.to_string())),
+                };
+                let all = self.cluster.nodes[i].topology.all_pus();
+                if !set.is_subset_of(&all) {
+                    return Ok(error(
+                        ErrorCode::BadRequest,
+                        format!("node {name} has PUs {}; {list:?} names others", all.to_list()),
+                    ));
+                }
+                // Running jobs keep what they have; the change applies to new placements.
+                let cap = &mut self.cluster.nodes[i];
+                cap.system_pus = set;
+                cap.refresh();
+                self.save_settings(i)?;
+            }
+            other => {
+                return Ok(error(
+                    ErrorCode::BadRequest,
+                    format!("unknown node action {other:?}; use drain, resume or system-cpus"),
+                ))
+            }
+        }
+        self.store.event(now, action, None, Some(name), &format!("{} {}", peer.user.name, value.unwrap_or("")))?;
+        self.dirty = true;
+        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
+    }
+
+    pub fn subnode_admin(
+        &mut self,
+        node: &str,
+        index: u32,
+        action: &str,
+        value: Option<&str>,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<ClientResponse, StoreError> {
+        if !self.is_admin(peer) {
+            return Ok(error(ErrorCode::NotPermitted, "only admins may change subnodes (config key `admins`)"));
+        }
+        let Some(i) = self.node_by_name(node) else {
+            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {node:?}; `berth nodes` lists them")));
+        };
+        let count = self.cluster.nodes[i].subnodes.len();
+        let Some(sub) = self.cluster.nodes[i].subnodes.get_mut(index as usize) else {
+            return Ok(error(
+                ErrorCode::BadRequest,
+                format!(
+                    "node {node} has {count} subnode(s){}",
+                    if count == 0 { " (set subnode_numa in the controller config)" } else { "" }
+                ),
+            ));
+        };
+        match action {
+            "drain" => sub.state = SubnodeState::Drained,
+            "offline" => sub.state = SubnodeState::Offline,
+            "resume" => sub.state = SubnodeState::Up,
+            "properties" => {
+                let props: Vec<String> =
+                    value.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+                if props.iter().any(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')) {
+                    return Ok(error(ErrorCode::BadRequest, "properties are names of letters, digits, _ and -"));
+                }
+                sub.properties = props;
+            }
+            other => {
+                return Ok(error(
+                    ErrorCode::BadRequest,
+                    format!("unknown subnode action {other:?}; use drain, offline, resume or properties"),
+                ))
+            }
+        }
+        self.save_settings(i)?;
+        self.store.event(
+            now,
+            &format!("subnode_{action}"),
+            None,
+            Some(node),
+            &format!("{index} {}", value.unwrap_or("")),
+        )?;
+        self.dirty = true;
+        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
+    }
+}
