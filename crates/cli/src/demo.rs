@@ -10,7 +10,17 @@ use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-const JOBS: [(&str, &str, JobState); 5] = [
+const JOBS: [(&str, &str, JobState); 7] = [
+    (
+        "bound.sh",
+        "#!/bin/sh\n#BERTH --name bound --binding linear:2 --binding-mode env --walltime 60\necho \"Grid Engine linear:2 -> cores (socket,core) $BERTH_BINDING_CORES, OMP_PLACES=$BERTH_BINDING\"\nsleep 2\n",
+        JobState::Completed,
+    ),
+    (
+        "ranks.sh",
+        "#!/bin/sh\n#BERTH --name ranks --cores 4 --cpus-per-task 2 --rank-cpusets --walltime 60\necho \"job cpuset $BERTH_CPUSET: $(cat $BERTH_CPUSET/cpuset.cpus)\"\nfor d in $BERTH_RANK_CPUSETS; do echo \"  rank sub-cpuset $(basename $d): cpus $(cat $d/cpuset.cpus) mems $(cat $d/cpuset.mems), owned by $(stat -c %U $d)\"; done\nsleep 2\n",
+        JobState::Completed,
+    ),
     (
         "serial.sh",
         "#!/bin/sh\n#BERTH --name serial --walltime 60\necho \"hello from job $BERTH_JOB_ID on $BERTH_NODES as $(id -un)\"\necho \"cpus allowed: $(grep Cpus_allowed_list /proc/self/status | cut -f2)\"\n",
@@ -88,6 +98,12 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         println!("\n$ berth nodes");
         if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
             print!("{}", output::nodes_table(&nodes));
+        }
+        println!("\n$ berth nodes --topology");
+        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: true }).await? {
+            for n in &nodes {
+                print!("{}", crate::topo_view::draw_node(n, 100));
+            }
         }
     }
     // Wait for all to finish (the over-walltime one takes 3 s + grace).
