@@ -31,10 +31,6 @@ const SPINE: usize = 16;
 struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-
     fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
@@ -119,21 +115,18 @@ fn fill_job(rng: &mut Rng) -> JobRequest {
     }
 }
 
-/// Cores and memory in use: (allocated cores, cores not free incl. idle ones in exclusive NUMA
-/// nodes, allocated memory), as fractions of the cluster's.
+/// Cores and memory in use, as fractions: (allocated cores, cores not free: allocated or idle
+/// in NUMA nodes held exclusively, allocated memory).
 fn usage(c: &ClusterState) -> (f64, f64, f64) {
-    let cores: u64 = c.nodes.iter().map(|n| n.topology.core_count() as u64).sum();
-    let mem: u64 = c.nodes.iter().map(|n| n.topology.memory_bytes()).sum();
-    let busy_cores: u64 = c
-        .nodes
-        .iter()
-        .map(|n| (n.topology.pu_count() - n.free_pus.len()) as u64 / n.topology.threads_per_core() as u64)
-        .sum();
-    let not_free: u64 = c.nodes.iter().map(|n| (n.topology.core_count() as u64) - n.free_core_count as u64).sum();
-    let free_mem: u64 = c.nodes.iter().map(|n| n.free_memory).sum();
-    (busy_cores as f64 / cores as f64, not_free as f64 / cores as f64, 1.0 - free_mem as f64 / mem as f64)
+    let sum = |f: &dyn Fn(&NodeCapacity) -> u64| c.nodes.iter().map(f).sum::<u64>() as f64;
+    let cores = sum(&|n| n.topology.core_count() as u64);
+    let busy = sum(&|n| ((n.topology.pu_count() - n.free_pus.len()) / n.topology.threads_per_core()) as u64);
+    let not_free = sum(&|n| n.topology.core_count() as u64 - n.free_core_count as u64);
+    let free_mem = sum(&|n| n.free_memory);
+    (busy / cores, not_free / cores, 1.0 - free_mem / sum(&|n| n.topology.memory_bytes()))
 }
 
+#[derive(Default)]
 struct Fill {
     jobs: usize,
     released: usize,
@@ -148,7 +141,7 @@ fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64) -> Fill {
     let total: u64 = c.nodes.iter().map(|n| n.topology.core_count() as u64).sum();
     let goal = (total as f64 * target) as u64;
     let cores = |a: &Allocation| a.iter().map(|na| na.cores as u64).sum::<u64>();
-    let (mut running, mut used, mut f) = (Vec::new(), 0u64, Fill { jobs: 0, released: 0, refused: 0, seconds: 0.0 });
+    let (mut running, mut used, mut f) = (Vec::new(), 0u64, Fill::default());
     let t0 = Instant::now();
     let top_up = |c: &mut ClusterState, rng: &mut Rng, running: &mut Vec<Allocation>, used: &mut u64, f: &mut Fill| {
         let mut in_a_row = 0;
@@ -203,9 +196,8 @@ struct Outcome {
     /// Wall time minus time spent waiting on the run queue (preempted by other processes).
     on_cpu: Vec<Duration>,
     preempted: usize,
-    now: usize,
-    busy: usize,
-    never: usize,
+    /// Answers: now, busy, never.
+    answers: [usize; 3],
     nodes_used: usize,
 }
 
@@ -230,9 +222,9 @@ fn measure(c: &mut ClusterState, rng: &mut Rng, req: &JobRequest, repeats: usize
         out.times.push(wall);
         out.on_cpu.push(wall.saturating_sub(waited));
         match std::hint::black_box(p) {
-            Placement::Now(a) => (out.now, out.nodes_used) = (out.now + 1, a.len()),
-            Placement::Busy(_) => out.busy += 1,
-            Placement::Never(_) => out.never += 1,
+            Placement::Now(a) => (out.answers[0], out.nodes_used) = (out.answers[0] + 1, a.len()),
+            Placement::Busy(_) => out.answers[1] += 1,
+            Placement::Never(_) => out.answers[2] += 1,
         }
     }
     if let Some(a) = nudge {
@@ -282,38 +274,29 @@ pub fn run(args: &[String]) -> Result<()> {
     let (cpus, model) = machine();
     say(format!("machine: {cpus} CPUs (nproc), {model}; {} repeats per probe", o.repeats));
     let mut c = cluster(o.nodes)?;
-    let mut rng = Rng::new(o.seed);
+    let mut rng = Rng(o.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let f = fill(&mut c, &mut rng, o.fill, o.churn);
     let (cores, not_free, mem) = usage(&c);
     let empty = c.nodes.iter().filter(|n| n.free_core_count as usize == n.topology.core_count()).count();
     let full = c.nodes.iter().filter(|n| n.free_core_count == 0).count();
+    let (nodes, seed, churn, partly) = (o.nodes, o.seed, o.churn, o.nodes - empty - full);
+    let (pc, pn, pm) = (cores * 100.0, not_free * 100.0, mem * 100.0);
     say(format!(
-        "cluster: {} nodes x 2 packages x 4 NUMA x 16 cores x 2 PUs, 256 GiB; fat tree: leaves of {LEAF} nodes, \
-         spines of {SPINE} leaves; policy {:?}",
-        o.nodes, c.policy
+        "cluster: {nodes} nodes x 2 packages x 4 NUMA x 16 cores x 2 PUs, 256 GiB; fat tree: leaves of {LEAF} \
+         nodes, spines of {SPINE} leaves; {:?}",
+        c.policy
     ));
     say(format!(
-        "fill (seed {}, churn {}): {} jobs claimed, {} ended, {} refused, in {:.1} s; cores allocated {:.1}%, \
-         cores not free (incl. idle in exclusive NUMA nodes) {:.1}%, memory allocated {:.1}%; nodes empty {}, \
-         partly used {}, without a free core {}",
-        o.seed,
-        o.churn,
-        f.jobs,
-        f.released,
-        f.refused,
-        f.seconds,
-        cores * 100.0,
-        not_free * 100.0,
-        mem * 100.0,
-        empty,
-        o.nodes - empty - full,
-        full
+        "fill (seed {seed}, churn {churn}): {} jobs claimed, {} ended, {} refused, in {:.1} s; cores allocated \
+         {pc:.1}%, not free (allocated or idle in exclusive NUMA nodes) {pn:.1}%; memory allocated {pm:.1}%; \
+         nodes empty {empty}, partly used {partly}, without a free core {full}",
+        f.jobs, f.released, f.refused, f.seconds
     ));
     if o.json {
         println!(
             "{}",
-            serde_json::json!({"bench": "placement-fill", "nodes": o.nodes, "seed": o.seed, "cpus": cpus,
-                "cpu_model": model, "churn": o.churn, "jobs": f.jobs, "ended": f.released, "refused": f.refused,
+            serde_json::json!({"bench": "placement-fill", "nodes": nodes, "seed": seed, "cpus": cpus,
+                "cpu_model": model, "churn": churn, "jobs": f.jobs, "ended": f.released, "refused": f.refused,
                 "nodes_empty": empty, "nodes_without_free_core": full, "fill_seconds": f.seconds,
                 "cores_allocated": cores, "cores_not_free": not_free, "memory_allocated": mem})
         );
@@ -327,7 +310,8 @@ pub fn run(args: &[String]) -> Result<()> {
         let r = measure(&mut c, &mut rng, &req, o.repeats);
         let (p50, p99, max) = (pct(&r.times, 50.0), pct(&r.times, 99.0), pct(&r.times, 100.0));
         let p99_cpu = pct(&r.on_cpu, 99.0);
-        let outcome = format!("{}/{}", r.now, r.busy + r.never);
+        let [now, busy, never] = r.answers;
+        let outcome = format!("{now}/{}", busy + never);
         say(format!(
             "{name:<33} {cand:>6} {p50:>8.1} {p99:>8.1} {max:>8.1} {:>8} {p99_cpu:>9.1} {outcome:>9} {:>6}",
             r.preempted, r.nodes_used
@@ -337,7 +321,7 @@ pub fn run(args: &[String]) -> Result<()> {
                 "{}",
                 serde_json::json!({"bench": "placement", "probe": name, "nodes": o.nodes, "repeats": o.repeats,
                     "candidates": cand, "p50_us": p50, "p99_us": p99, "max_us": max, "preempted": r.preempted,
-                    "p99_on_cpu_us": p99_cpu, "now": r.now, "busy": r.busy, "never": r.never,
+                    "p99_on_cpu_us": p99_cpu, "now": now, "busy": busy, "never": never,
                     "nodes_used": r.nodes_used})
             );
         }

@@ -105,6 +105,9 @@ pub struct NodeCapacity {
     pub free_core_count: u32,
     pub free_core_count_with_system: u32,
     pub free_pu_count: u32,
+    /// Cores and memory of NUMA nodes nobody uses at all (what a large job can take).
+    pub untouched_cores: u32,
+    pub untouched_memory: u64,
 }
 
 impl NodeCapacity {
@@ -127,6 +130,8 @@ impl NodeCapacity {
             free_core_count: 0,
             free_core_count_with_system: 0,
             free_pu_count: 0,
+            untouched_cores: 0,
+            untouched_memory: 0,
         };
         n.refresh();
         n
@@ -181,6 +186,19 @@ impl NodeCapacity {
         self.free_core_count = cores;
         self.free_core_count_with_system = with_system;
         self.free_pu_count = self.free_pus.len() as u32;
+        let (mut ucores, mut umem) = (0u32, 0u64);
+        for (n, numa) in topo.numa_nodes.iter().enumerate() {
+            let untouched = !numa.special
+                && !self.numa_exclusive[n]
+                && self.numa_free[n] == numa.memory_bytes
+                && numa.cpus.is_subset_of(&self.free_pus);
+            if untouched {
+                ucores += topo.cores.iter().filter(|c| c.numa == Some(n)).count() as u32;
+                umem += numa.memory_bytes;
+            }
+        }
+        self.untouched_cores = ucores;
+        self.untouched_memory = umem;
         self.free_memory =
             self.numa_free.iter().zip(&topo.numa_nodes).filter(|(_, n)| !n.special).map(|(f, _)| *f).sum();
     }

@@ -8,7 +8,6 @@ use super::spread::spread;
 use super::{JobRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
 use crate::node::NodeCapacity;
-use std::collections::HashMap;
 
 /// Where a request can go now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,7 +70,11 @@ fn per_node(
     let cand: Vec<usize> = (0..nodes.len())
         .filter(|&i| {
             let n = &nodes[i];
-            n.state.accepts_work() && free_slots(n, req) >= c && n.free_memory >= need
+            n.state.accepts_work()
+                && free_slots(n, req) >= c
+                && n.free_memory >= need
+                // A large job needs NUMA nodes nobody touches: count only those.
+                && (!large || req.threads || (n.untouched_cores >= c && n.untouched_memory >= need))
         })
         .collect();
     if cand.len() < k as usize {
@@ -110,7 +113,11 @@ fn per_node(
     }
     let ordered = order_by_hierarchy(nodes, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
     let best = take(&ordered, false);
-    let chosen = match (best, policy.compare_first_fit) {
+    // First fit is compared where it is cheap (few nodes) or could win (the best choice spans
+    // several top-level groups); inside one group of the tightest level holding the job it
+    // cannot spread less across nodes.
+    let compare = policy.compare_first_fit && best.as_ref().is_some_and(|b| k <= 4 || !same_top_group(nodes, b));
+    let chosen = match (best, compare) {
         (Some(b), true) => match naive() {
             Some(n) if spread_of(nodes, &n) < spread_of(nodes, &b) => Some(n),
             _ => Some(b),
@@ -125,34 +132,50 @@ fn per_node(
     })
 }
 
+fn same_top_group(nodes: &[NodeCapacity], alloc: &Allocation) -> bool {
+    let top = |a: &crate::job::NodeAllocation| node_by_id(nodes, a.node_id).and_then(|n| n.location.last().copied());
+    alloc.first().is_some_and(|first| top(first).is_some() && alloc.iter().all(|a| top(a) == top(first)))
+}
+
 /// Pick the interconnect group (lowest level, then fewest candidates) holding `k` candidates;
-/// its candidates come first (fullest first), then the rest grouped by location.
+/// its candidates come first (fullest first), then the rest grouped by location. Only the
+/// first `k + EXTRA_TRIES + 1` are ever tried, so only those are sorted.
 fn order_by_hierarchy(nodes: &[NodeCapacity], cand: &[usize], k: usize, free: impl Fn(usize) -> u64) -> Vec<usize> {
     let levels = cand.iter().map(|&i| nodes[i].location.len()).max().unwrap_or(0);
     let mut chosen: Option<(usize, u32)> = None;
+    let mut groups: Vec<u32> = Vec::with_capacity(cand.len());
     for level in 0..levels {
-        let mut count: HashMap<u32, usize> = HashMap::new();
-        for &i in cand {
-            if let Some(&g) = nodes[i].location.get(level) {
-                *count.entry(g).or_default() += 1;
+        groups.clear();
+        groups.extend(cand.iter().filter_map(|&i| nodes[i].location.get(level).copied()));
+        groups.sort_unstable();
+        let mut best: Option<(usize, u32)> = None;
+        for run in groups.chunk_by(|a, b| a == b) {
+            if run.len() >= k && best.is_none_or(|(n, _)| run.len() < n) {
+                best = Some((run.len(), run[0]));
             }
         }
-        if let Some((&g, _)) = count.iter().filter(|(_, &n)| n >= k).min_by_key(|(&g, &n)| (n, g)) {
+        if let Some((_, g)) = best {
             chosen = Some((level, g));
             break;
         }
     }
-    let in_group = |i: usize| chosen.is_some_and(|(l, g)| nodes[i].location.get(l) == Some(&g));
-    let mut ordered: Vec<usize> = cand.to_vec();
-    ordered.sort_by(|&a, &b| {
-        let key = |i: usize| (!in_group(i), nodes[i].location.iter().rev().copied().collect::<Vec<u32>>(), free(i), i);
-        if chosen.is_none() && levels == 0 {
-            (free(a), a).cmp(&(free(b), b))
-        } else {
-            key(a).cmp(&key(b))
-        }
-    });
-    ordered
+    // Location from the top level down, packed into one integer (top 4 levels).
+    let packed =
+        |i: usize| -> u128 { nodes[i].location.iter().rev().take(4).fold(0u128, |acc, &g| (acc << 32) | g as u128) };
+    let mut keyed: Vec<(bool, u128, u64, usize)> = cand
+        .iter()
+        .map(|&i| {
+            let in_group = chosen.is_some_and(|(l, g)| nodes[i].location.get(l) == Some(&g));
+            (!in_group, packed(i), free(i), i)
+        })
+        .collect();
+    let want = (k + EXTRA_TRIES + 1).min(keyed.len());
+    if want > 0 && want < keyed.len() {
+        keyed.select_nth_unstable(want - 1);
+        keyed.truncate(want);
+    }
+    keyed.sort_unstable();
+    keyed.into_iter().map(|t| t.3).collect()
 }
 
 fn spread_of(nodes: &[NodeCapacity], alloc: &Allocation) -> u64 {
@@ -251,8 +274,12 @@ pub fn feasible(
     // Nodes of the same hardware and settings answer alike: fit each kind once.
     let mut kinds: Vec<(&NodeCapacity, NodeCapacity, usize)> = vec![];
     for n in &usable {
+        // Cheap tests first: comparing two empty sets still costs a memcmp per node.
+        let same_set = |a: &crate::CpuSet, b: &crate::CpuSet| (a.is_empty() && b.is_empty()) || a == b;
         match kinds.iter_mut().find(|(r, _, _)| {
-            std::sync::Arc::ptr_eq(&r.topology, &n.topology) && r.system_pus == n.system_pus && r.subnodes == n.subnodes
+            std::sync::Arc::ptr_eq(&r.topology, &n.topology)
+                && same_set(&r.system_pus, &n.system_pus)
+                && ((r.subnodes.is_empty() && n.subnodes.is_empty()) || r.subnodes == n.subnodes)
         }) {
             Some(k) => k.2 += 1,
             None => {

@@ -32,13 +32,16 @@ pub fn spread<'a>(parts: impl IntoIterator<Item = (&'a NodeCapacity, &'a NodeAll
 
 /// Packages and NUMA nodes an allocation's CPUs touch on its node.
 pub fn within_node(node: &NodeCapacity, alloc: &NodeAllocation) -> (u64, u64) {
-    let mut packages = HashSet::new();
-    let mut numas = HashSet::new();
-    for c in &node.topology.cores {
+    let topo = &node.topology;
+    // Flags, not hash sets: this runs for every part of every compared placement.
+    let mut packages = vec![false; topo.packages.len()];
+    let mut numas = vec![false; topo.numa_nodes.len() + 1];
+    for c in &topo.cores {
         if c.pus.iter().any(|&p| alloc.cpus.contains(p)) {
-            packages.insert(c.package);
-            numas.insert(c.numa);
+            packages[c.package] = true;
+            numas[c.numa.unwrap_or(topo.numa_nodes.len())] = true;
         }
     }
-    (packages.len() as u64, numas.len() as u64)
+    let count = |v: &[bool]| v.iter().filter(|&&b| b).count() as u64;
+    (count(&packages), count(&numas))
 }
