@@ -101,7 +101,7 @@ pub struct NodeCapacity {
     /// Ordinary (not special) memory not allocated, bytes: `numa_free` summed.
     pub free_memory: u64,
     /// Cached counts for fast filtering: whole free cores outside system CPUs and exclusive
-    /// NUMA nodes; the same counting system CPUs; free PUs.
+    /// NUMA nodes; the same counting system CPUs; free PUs outside system CPUs.
     pub free_core_count: u32,
     pub free_core_count_with_system: u32,
     pub free_pu_count: u32,
@@ -185,7 +185,7 @@ impl NodeCapacity {
         }
         self.free_core_count = cores;
         self.free_core_count_with_system = with_system;
-        self.free_pu_count = self.free_pus.len() as u32;
+        self.free_pu_count = self.free_pus.iter().filter(|&p| !self.system_pus.contains(p)).count() as u32;
         let (mut ucores, mut umem) = (0u32, 0u64);
         for (n, numa) in topo.numa_nodes.iter().enumerate() {
             let untouched = !numa.special

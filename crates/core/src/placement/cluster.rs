@@ -5,7 +5,7 @@
 
 use super::fit::{fit, NodeAsk};
 use super::spread::spread;
-use super::{JobRequest, Miss, PlacementPolicy};
+use super::{JobRequest, MemRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
 use crate::node::NodeCapacity;
 
@@ -21,7 +21,9 @@ pub enum Placement {
 
 /// How many of the job's units a node could hold now, by the cached counts.
 fn free_slots(n: &NodeCapacity, req: &JobRequest) -> u32 {
-    if req.threads {
+    if req.threads && req.system_cpus {
+        n.free_pus.len() as u32
+    } else if req.threads {
         n.free_pu_count
     } else if req.system_cpus {
         n.free_core_count_with_system
@@ -31,8 +33,30 @@ fn free_slots(n: &NodeCapacity, req: &JobRequest) -> u32 {
 }
 
 /// Units per node a binding asks for, else the shape's.
-fn per_node_slots(req: &JobRequest, shape_slots: u32) -> u32 {
+/// A striding range named by `<socket>,<core>` has as many cores as the node's numbering
+/// gives, so it is counted on a node's topology (the first that takes work).
+fn per_node_slots_on(nodes: &[NodeCapacity], req: &JobRequest, shape_slots: u32) -> u32 {
+    use crate::binding::{BindingStrategy, CoreRef};
+    if let Some(BindingStrategy::StridingRange { first, last, step }) = &req.binding {
+        let topo = nodes.iter().find(|n| n.state.accepts_work()).or(nodes.first()).map(|n| &n.topology);
+        if let Some(topo) = topo {
+            let global = |r: &CoreRef| match *r {
+                CoreRef::Global(n) => Some(n as usize),
+                CoreRef::Socket(s, c) => topo.core_index(s, c),
+            };
+            if let (Some(a), Some(z)) = (global(first), global(last)) {
+                if z >= a {
+                    return ((z - a) / (*step).max(1) as usize + 1) as u32;
+                }
+            }
+        }
+    }
     req.binding.as_ref().and_then(|b| b.fixed_count()).unwrap_or(shape_slots)
+}
+
+/// Large by the CPUs the job really gets (`k` nodes of `c`).
+fn is_large(policy: &PlacementPolicy, req: &JobRequest, k: u32, c: u32) -> bool {
+    req.is_large(policy) || (policy.large_parallel_cpus > 0 && k as u64 * c as u64 > policy.large_parallel_cpus as u64)
 }
 
 /// The most exact fits tried beyond what the job needs before answering "busy": keeps one
@@ -64,9 +88,9 @@ fn per_node(
     c: u32,
     naive_only: bool,
 ) -> Result<Allocation, String> {
-    let c = per_node_slots(req, c);
+    let c = per_node_slots_on(nodes, req, c);
     let need = req.mem.on_node(c);
-    let large = req.is_large(policy);
+    let large = is_large(policy, req, k, c);
     let cand: Vec<usize> = (0..nodes.len())
         .filter(|&i| {
             let n = &nodes[i];
@@ -244,11 +268,24 @@ fn total(
         if left == 0 {
             break;
         }
-        let take = (room(i) as u32).min(left);
-        let ask = NodeAsk { slots: take, req, large, first_fit: false };
-        if let Ok(a) = fit(&nodes[i], policy, &ask) {
-            left -= take;
-            alloc.push(a);
+        // The node's whole room first; if that does not fit (memory, NUMA layout), halve
+        // it in chunks a few times before moving on.
+        let mut take = (room(i) as u32).min(left);
+        if let MemRequest::PerCpu(per) = req.mem {
+            let by_mem = nodes[i].free_memory.checked_div(per).unwrap_or(u64::MAX).min(u32::MAX as u64) as u32;
+            take = take.min(by_mem / chunk * chunk);
+        }
+        for _ in 0..6 {
+            if take == 0 {
+                break;
+            }
+            let ask = NodeAsk { slots: take, req, large, first_fit: false };
+            if let Ok(a) = fit(&nodes[i], policy, &ask) {
+                left -= take;
+                alloc.push(a);
+                break;
+            }
+            take = (take / 2 / chunk) * chunk;
         }
     }
     if left == 0 {
@@ -270,7 +307,12 @@ pub fn feasible(
     if usable.is_empty() {
         return Err("no node is up".into());
     }
-    let large = req.is_large(policy);
+    let large = match req.shape {
+        Shape::PerNode { nodes: k, cores_per_node } => {
+            is_large(policy, req, k, per_node_slots_on(nodes, req, cores_per_node))
+        }
+        Shape::Total { .. } => req.is_large(policy),
+    };
     // Nodes of the same hardware and settings answer alike: fit each kind once.
     let mut kinds: Vec<(&NodeCapacity, NodeCapacity, usize)> = vec![];
     for n in &usable {
@@ -313,7 +355,7 @@ pub fn feasible(
     let why = |m: Option<Miss>| format!("{}{largest}", m.map(|m| m.message().to_string()).unwrap_or_default());
     match req.shape {
         Shape::PerNode { nodes: k, cores_per_node } => {
-            let (ok, miss) = check(per_node_slots(req, cores_per_node));
+            let (ok, miss) = check(per_node_slots_on(nodes, req, cores_per_node));
             if ok >= k as usize {
                 Ok(())
             } else {

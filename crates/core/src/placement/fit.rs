@@ -116,11 +116,16 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
     let view = View::new(node, ask)?;
     let need_mem = |items: usize| ask.req.mem.on_node(items as u32);
     if let Some(strategy) = &ask.req.binding {
+        // A large bound job takes NUMA nodes nobody touches, whole subnodes where defined.
+        let unit_untouched = |numa: Option<usize>| match numa {
+            None => true,
+            Some(n) => match node.subnode_of(n) {
+                Some(sub) => node.subnodes[sub].numa.iter().all(|&m| view.numa_untouched(m)),
+                None => view.numa_untouched(n),
+            },
+        };
         let usable: Vec<bool> = (0..node.topology.cores.len())
-            .map(|i| {
-                view.core_usable(i)
-                    && (!ask.large || node.topology.cores[i].numa.is_none_or(|n| view.numa_untouched(n)))
-            })
+            .map(|i| view.core_usable(i) && (!ask.large || unit_untouched(node.topology.cores[i].numa)))
             .collect();
         let cores = strategy.select(&node.topology, &usable).map_err(|m| match m {
             BindMiss::Busy(s) => Miss::Busy(s),
@@ -135,8 +140,17 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
                 package: node.topology.cores[i].package,
             })
             .collect();
-        let exclusive = if ask.large { numas_of(&items) } else { vec![] };
-        return finish(&view, policy, &items, need_mem(items.len()), &exclusive, vec![]);
+        let (exclusive, subnodes) = if !ask.large {
+            (vec![], vec![])
+        } else if node.subnodes.is_empty() {
+            (numas_of(&items), vec![])
+        } else {
+            let mut subs: Vec<usize> = numas_of(&items).iter().filter_map(|&n| node.subnode_of(n)).collect();
+            subs.dedup();
+            let excl = subs.iter().flat_map(|&s| node.subnodes[s].numa.iter().copied()).collect();
+            (excl, subs.iter().map(|&s| s as u32).collect())
+        };
+        return finish(&view, policy, &items, need_mem(items.len()), &exclusive, subnodes);
     }
     if ask.large {
         return fit_large(&view, policy, need_mem(ask.slots as usize));
