@@ -268,24 +268,38 @@ fn total(
         if left == 0 {
             break;
         }
-        // The node's whole room first; if that does not fit (memory, NUMA layout), halve
-        // it in chunks a few times before moving on.
+        // The node's whole room first; if that does not fit (memory, NUMA layout, subnode
+        // properties the cached counts do not see), the largest chunk multiple that does,
+        // found by bisection (a few fits, not one per size).
         let mut take = (room(i) as u32).min(left);
         if let MemRequest::PerCpu(per) = req.mem {
             let by_mem = nodes[i].free_memory.checked_div(per).unwrap_or(u64::MAX).min(u32::MAX as u64) as u32;
             take = take.min(by_mem / chunk * chunk);
         }
-        for _ in 0..6 {
-            if take == 0 {
-                break;
+        let try_fit =
+            |units: u32| fit(&nodes[i], policy, &NodeAsk { slots: units * chunk, req, large, first_fit: false });
+        let (mut lo, mut hi) = (0u32, take / chunk);
+        let mut best = None;
+        if hi > 0 {
+            match try_fit(hi) {
+                Ok(a) => best = Some((hi, a)),
+                Err(_) => {
+                    while hi - lo > 1 {
+                        let mid = lo + (hi - lo) / 2;
+                        match try_fit(mid) {
+                            Ok(a) => {
+                                lo = mid;
+                                best = Some((mid, a));
+                            }
+                            Err(_) => hi = mid,
+                        }
+                    }
+                }
             }
-            let ask = NodeAsk { slots: take, req, large, first_fit: false };
-            if let Ok(a) = fit(&nodes[i], policy, &ask) {
-                left -= take;
-                alloc.push(a);
-                break;
-            }
-            take = (take / 2 / chunk) * chunk;
+        }
+        if let Some((units, a)) = best {
+            left -= units * chunk;
+            alloc.push(a);
         }
     }
     if left == 0 {
@@ -376,7 +390,7 @@ pub fn feasible(
             let mut last = None;
             for (_, p, count) in &kinds {
                 let ask = |s| NodeAsk { slots: s, req, large, first_fit: false };
-                let most = (p.free_core_count_with_system.max(p.free_pu_count) / chunk * chunk).min(cores);
+                let most = (free_slots(p, req) / chunk * chunk).min(cores);
                 let fits = (1..=most / chunk).rev().map(|m| m * chunk).find(|&s| match fit(p, policy, &ask(s)) {
                     Ok(_) => true,
                     Err(m) => {

@@ -161,7 +161,7 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
         return Err(Miss::Busy(format!("{} usable {} free on {}", all.len(), unit_name(ask), node.name)));
     }
     let mut tried = None;
-    for choice in candidates(&view, policy, &all).into_iter().take(8) {
+    for choice in candidates(&view, policy, &all).into_iter().take(10) {
         match finish(&view, policy, &choice, need, &[], vec![]) {
             Ok(a) => return Ok(a),
             Err(m) => tried = Some(m),
@@ -260,6 +260,31 @@ fn candidates(view: &View, policy: &PlacementPolicy, all: &[Item]) -> Vec<Vec<It
     pkgs.sort_by_key(|&p| (pkg_items[p].iter().map(|&n| by_numa[n].len()).sum::<usize>(), p));
     out.extend(pkgs.iter().take(2).map(|&p| gather(pkg_items[p].clone())));
     out.push(gather((0..=numas).filter(|&n| !by_numa[n].is_empty()).collect()));
+    // Widest footprint last: one CPU per NUMA node in turn, so a job whose memory does not
+    // fit beside fewer NUMA nodes (or inside one subnode) gets local memory on more of them.
+    // NUMA nodes of different subnodes alternate, so the footprint spans subnodes too.
+    let mut order: Vec<usize> = (0..=numas).collect();
+    let node = view.node;
+    order.sort_by_key(|&n| {
+        let sub = if n < numas { node.subnode_of(n) } else { None };
+        let pos = sub.and_then(|s| node.subnodes[s].numa.iter().position(|&m| m == n)).unwrap_or(0);
+        (pos, sub, n)
+    });
+    let mut wide = Vec::with_capacity(slots);
+    let mut next = vec![0usize; numas + 1];
+    while wide.len() < slots {
+        let before = wide.len();
+        for &n in &order {
+            if wide.len() < slots && next[n] < by_numa[n].len() {
+                wide.push(by_numa[n][next[n]]);
+                next[n] += 1;
+            }
+        }
+        if wide.len() == before {
+            break;
+        }
+    }
+    out.push(wide);
     out
 }
 
@@ -384,15 +409,15 @@ fn finish(
         left -= give;
     }
     if left > 0 && exclusive.is_empty() && policy.wide_memory {
-        // Borrow: same subnode (or package, without subnodes) first, nearest first; never
+        // Borrow: the job's subnodes (or its package first, without subnodes), nearest first; never
         // from an exclusive or special node, or one the job may not use.
         let home = local.first().map(|l| l.0);
-        let home_sub = home.and_then(|h| node.subnode_of(h));
+        let local_subs: Vec<usize> = local.iter().filter_map(|l| node.subnode_of(l.0)).collect();
         let home_pkg = items.first().map(|i| i.package);
         let pkg_of = |n: usize| topo.numa_cores(n).next().map(|c| topo.cores[c].package);
         let mut donors: Vec<usize> = (0..topo.numa_nodes.len())
             .filter(|&n| view.numa_ok[n] && node.numa_free[n] > 0 && !local.iter().any(|l| l.0 == n))
-            .filter(|&n| home_sub.is_none() || node.subnode_of(n) == home_sub)
+            .filter(|&n| local_subs.is_empty() || node.subnode_of(n).is_some_and(|s| local_subs.contains(&s)))
             .collect();
         donors.sort_by_key(|&n| (pkg_of(n) != home_pkg, n.abs_diff(home.unwrap_or(0)), n));
         for n in donors {
