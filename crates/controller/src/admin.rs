@@ -2,7 +2,7 @@
 //! Settings other than the state are kept in the store's `meta` table under
 //! `node_admin:<name>`, so they survive restarts and re-registrations.
 
-use crate::handlers::Peer;
+use crate::handlers::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::node::{NodeCapacity, NodeState, SubnodeState};
@@ -15,10 +15,6 @@ struct NodeSettings {
     /// Kernel list; None means the config's default.
     system_cpus: Option<String>,
     subnodes: Vec<(SubnodeState, Vec<String>)>,
-}
-
-fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
-    ClientResponse::Error(berth_protocol::client::ApiError::new(code, message))
 }
 
 fn key(name: &str) -> String {
@@ -44,6 +40,16 @@ impl Controller {
         cap.refresh();
     }
 
+    /// The index of node `name` if `peer` is an admin, else the error to reply.
+    fn admin_target(&self, peer: &Peer, name: &str, what: &str) -> Result<usize, ClientResponse> {
+        if !self.is_admin(peer) {
+            return Err(error(ErrorCode::NotPermitted, format!("only admins may change {what} (config key `admins`)")));
+        }
+        self.node_by_name(name).ok_or_else(|| {
+            error(ErrorCode::UnknownNode, format!("no node is named {name:?}; `berth nodes` lists them"))
+        })
+    }
+
     fn save_settings(&self, i: usize) -> Result<(), StoreError> {
         let cap = &self.cluster.nodes[i];
         let s = NodeSettings {
@@ -61,11 +67,9 @@ impl Controller {
         peer: &Peer,
         now: f64,
     ) -> Result<ClientResponse, StoreError> {
-        if !self.is_admin(peer) {
-            return Ok(error(ErrorCode::NotPermitted, "only admins may change nodes (config key `admins`)"));
-        }
-        let Some(i) = self.node_by_name(name) else {
-            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {name:?}; `berth nodes` lists them")));
+        let i = match self.admin_target(peer, name, "nodes") {
+            Ok(i) => i,
+            Err(reply) => return Ok(reply),
         };
         let busy = !self.jobs_on_node(i).is_empty();
         match action {
@@ -120,11 +124,9 @@ impl Controller {
         peer: &Peer,
         now: f64,
     ) -> Result<ClientResponse, StoreError> {
-        if !self.is_admin(peer) {
-            return Ok(error(ErrorCode::NotPermitted, "only admins may change subnodes (config key `admins`)"));
-        }
-        let Some(i) = self.node_by_name(node) else {
-            return Ok(error(ErrorCode::UnknownNode, format!("no node is named {node:?}; `berth nodes` lists them")));
+        let i = match self.admin_target(peer, node, "subnodes") {
+            Ok(i) => i,
+            Err(reply) => return Ok(reply),
         };
         let count = self.cluster.nodes[i].subnodes.len();
         let Some(sub) = self.cluster.nodes[i].subnodes.get_mut(index as usize) else {

@@ -26,7 +26,7 @@ pub struct Peer {
 /// An action on one job: the outer error is the store's, the inner one the user's.
 type JobOp = fn(&mut Controller, JobId, f64) -> Result<Result<(), ApiError>, StoreError>;
 
-fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
+pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
     ClientResponse::Error(ApiError::new(code, message))
 }
 
@@ -323,6 +323,7 @@ impl Controller {
                     "",
                     "",
                 );
+                self.hierarchy.locate_all(&mut self.cluster.nodes);
                 id
             }
         };
@@ -336,13 +337,13 @@ impl Controller {
                 std::sync::Arc::new(reg.topology.clone()),
             );
             self.apply_admin_settings(&mut cap);
-            cap.location = self.cluster.nodes[index].location.clone();
             for id in &ours {
                 if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
                     cap.claim(a);
                 }
             }
             self.cluster.nodes[index] = cap;
+            self.hierarchy.locate_all(&mut self.cluster.nodes);
         }
         let ex = &mut self.extra[index];
         ex.address = reg.address.clone();

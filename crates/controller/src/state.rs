@@ -98,6 +98,8 @@ impl Controller {
             let state = NodeState::parse(&row.state).unwrap_or(NodeState::Down);
             c.push_node(NodeId(row.id), row.name, topology, state, &row.address, &row.real_cpus, &row.instance);
         }
+        // Once for all loaded nodes: building blocks depend on every node before this one.
+        c.hierarchy.locate_all(&mut c.cluster.nodes);
         for job in c.store.load_active_jobs()? {
             if job.state == JobState::Running {
                 c.cluster.claim(&job.allocation);
@@ -121,7 +123,6 @@ impl Controller {
         let mut cap = NodeCapacity::new(id, name, Arc::new(topology));
         self.apply_admin_settings(&mut cap);
         self.cluster.nodes.push(cap);
-        self.hierarchy.locate_all(&mut self.cluster.nodes);
         self.extra.push(NodeExtra {
             state,
             address: address.to_string(),

@@ -203,11 +203,6 @@ impl NodeCapacity {
             self.numa_free.iter().zip(&topo.numa_nodes).filter(|(_, n)| !n.special).map(|(f, _)| *f).sum();
     }
 
-    /// Cores all of whose PUs are free, in topology order.
-    pub fn free_cores(&self) -> impl Iterator<Item = &crate::topology::Core> {
-        self.topology.cores.iter().filter(|c| c.pus.iter().all(|&p| self.free_pus.contains(p)))
-    }
-
     pub fn busy_pus(&self) -> CpuSet {
         let mut busy = self.topology.all_pus();
         busy.subtract(&self.free_pus);
