@@ -90,11 +90,19 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         cpumap,
         topology: topology.clone(),
         spool_root: cfg.spool_dir.clone(),
+        registry: Default::default(),
     });
     let shared = Arc::new(Mutex::new(Shared::default()));
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 
-    tokio::spawn(serve_status(listener, cfg.name.clone(), instance.clone(), real_cpus_text.clone(), shared.clone()));
+    tokio::spawn(serve_status(
+        listener,
+        cfg.name.clone(),
+        instance.clone(),
+        real_cpus_text.clone(),
+        shared.clone(),
+        ctx.clone(),
+    ));
 
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     let registration = Registration {
@@ -221,10 +229,30 @@ fn handle(
                 None => tracing::info!(job = %id, "kill for a job not running here"),
             }
         }
+        ControllerMessage::Signal { id, step, signal } => signal_job(ctx, id, step, signal),
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
+    }
+}
+
+/// `berth signal`: one step's local ranks, or every process of the job here.
+fn signal_job(ctx: &Arc<JobContext>, id: JobId, step: Option<u32>, signal: i32) {
+    let Some(job) = ctx.registry.get(id) else {
+        tracing::info!(job = %id, "signal for a job not running here");
+        return;
+    };
+    match step {
+        Some(s) => {
+            if !job.signal_step(s, signal) {
+                tracing::info!(job = %id, step = s, "signal for a step with no ranks here");
+            }
+        }
+        None => {
+            let cg = job.cgroup.clone();
+            tokio::task::spawn_blocking(move || cg.signal_all(signal));
+        }
     }
 }
 
@@ -263,12 +291,23 @@ async fn serve_status(
     instance: String,
     real_cpus: String,
     shared: Arc<Mutex<Shared>>,
+    ctx: Arc<JobContext>,
 ) {
     loop {
         let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
         let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
+        let ctx = ctx.clone();
         tokio::spawn(async move {
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
+                Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
+                    let (rd, wr) = stream.into_split();
+                    crate::shepherd::serve(ctx, *grant, subtree, rd, wr).await;
+                    return;
+                }
+                Ok(Some(AgentQuery::Task { request })) => {
+                    AgentReply::Task { reply: crate::tasks::handle(&ctx, request).await }
+                }
                 Ok(Some(AgentQuery::Status)) => {
                     let (connected, running) =
                         shared.lock().map(|s| (s.connected, s.running.keys().copied().collect())).unwrap_or_default();

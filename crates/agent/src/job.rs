@@ -4,6 +4,7 @@ use crate::binding::HostBinding;
 use crate::cgroup::{CgroupBackend, JobCgroup, JobLimits};
 use crate::cpumap::CpuMap;
 use crate::cpusets::{self, JobCpusets};
+use crate::registry::JobHandle;
 use crate::spawn::ChildSetup;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
@@ -25,6 +26,8 @@ pub struct JobContext {
     pub topology: Topology,
     /// Root of the per-job spool and TMPDIR directories of this agent.
     pub spool_root: PathBuf,
+    /// The jobs set up here, for steps, tasks and signals.
+    pub registry: crate::registry::Registry,
 }
 
 /// How long kill_all may take before the job is reported with processes left.
@@ -75,15 +78,29 @@ pub async fn run_job(
     };
     let mount = ctx.cgroups.cpuset_mount();
     let (uid, gid) = (spec.user.uid, spec.user.gid);
-    let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid)
-        .and_then(|sets| Ok((start(&spec, &spool, &*cg, &sets, &binding)?, sets)));
+    let runs_script = spec.head && !spec.script.is_empty();
+    let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid).and_then(|sets| {
+        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding)?) } else { None };
+        Ok((child, sets))
+    });
     let outcome = match started_job {
         Err(e) => failed(e),
-        Ok((mut child, sets)) => {
-            if let Some(pid) = child.id() {
-                let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports });
-            }
-            supervise(&spec, &mut child, cg.clone(), &mut kill, started).await
+        Ok((child, sets)) => {
+            let pid = child.as_ref().and_then(|c| c.id()).unwrap_or(0);
+            let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports.clone() });
+            ctx.registry.insert(Arc::new(JobHandle {
+                spec: spec.clone(),
+                cgroup: cg.clone(),
+                spool: spool.clone(),
+                cpuset_dir: sets.dir.clone(),
+                steps: Default::default(),
+            }));
+            let outcome = match child {
+                Some(mut child) => supervise(&spec, &mut child, cg.clone(), &mut kill, started).await,
+                None => hold(&spec, cg.clone(), &mut kill, started).await,
+            };
+            ctx.registry.remove(spec.id);
+            outcome
         }
     };
     // Nothing of the job survives it: kill what is left, read the accounting, remove.
@@ -256,6 +273,35 @@ async fn supervise(
         }
     };
     finished(status, reason, started)
+}
+
+/// A node without the batch script (other nodes of a job, interactive allocations): hold
+/// the cgroup for steps and tasks until the job is killed or its walltime ends; then what
+/// runs in it gets SIGTERM, the grace period, and SIGKILL.
+async fn hold(
+    spec: &LaunchSpec,
+    cg: Arc<dyn JobCgroup>,
+    kill: &mut mpsc::UnboundedReceiver<String>,
+    started: Instant,
+) -> JobOutcome {
+    let walltime = spec.walltime_seconds.map(Duration::from_secs);
+    let deadline = async {
+        match walltime {
+            Some(w) => tokio::time::sleep(w).await,
+            None => std::future::pending().await,
+        }
+    };
+    let reason: String = tokio::select! {
+        _ = deadline => "walltime".into(),
+        r = kill.recv() => r.unwrap_or_else(|| "cancelled".into()),
+    };
+    let cg2 = cg.clone();
+    let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
+    let grace = Instant::now() + Duration::from_millis(spec.kill_grace_ms);
+    while Instant::now() < grace && !cg.is_empty().unwrap_or(true) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    JobOutcome { exit_code: Some(0), reason: Some(reason), wall_ms: started.elapsed().as_millis() as u64, ..Default::default() }
 }
 
 fn finished(status: std::io::Result<std::process::ExitStatus>, reason: Option<String>, started: Instant) -> JobOutcome {

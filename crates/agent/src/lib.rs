@@ -7,6 +7,12 @@ pub mod cpusets;
 pub mod daemon;
 pub mod hwtopo;
 pub mod job;
+pub mod rank;
+pub mod registry;
+pub mod shepherd;
+pub mod step_ranks;
+pub mod tasks;
+pub mod pmi;
 pub mod spawn;
 
 pub use daemon::{run, AgentConfig, AgentError};

@@ -1,6 +1,7 @@
 //! Daemons (`berth server`, `berth agent`) and the local cluster (`berth up`, `berth down`).
 
 use crate::client::{request, socket_path};
+use crate::netns::NetLayout;
 use anyhow::{anyhow, bail, Context, Result};
 use berth_agent::hwtopo::{parse_spec, TopologySource};
 use berth_controller::ControllerConfig;
@@ -108,6 +109,9 @@ struct ClusterFile {
     controller: String,
     agents: usize,
     topology: String,
+    /// Each agent in its own network namespace (`berth up --netns`).
+    #[serde(default)]
+    netns: bool,
 }
 
 /// Where local agents keep per-job directories; root-owned, 0711.
@@ -146,14 +150,22 @@ fn live_pid(dir: &Path, who: &str) -> Option<i32> {
 }
 
 /// Start a berth daemon in the background, detached, logging to DIR/logs/WHO.log.
-fn spawn_daemon(dir: &Path, who: &str, args: &[String]) -> Result<i32> {
+fn spawn_daemon(dir: &Path, who: &str, args: &[String], netns: Option<&str>) -> Result<i32> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().context("cannot find the berth executable")?;
     std::fs::create_dir_all(dir.join("logs"))?;
     std::fs::create_dir_all(dir.join("run"))?;
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(dir.join("logs").join(format!("{who}.log")))?;
-    let mut cmd = std::process::Command::new(exe);
+    // `ip netns exec` enters the namespace and execs berth: the pid stays the agent's.
+    let mut cmd = match netns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => std::process::Command::new(exe),
+    };
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
     unsafe {
@@ -174,7 +186,7 @@ fn log_tail(dir: &Path, who: &str) -> String {
     lines[lines.len().saturating_sub(8)..].join("\n")
 }
 
-pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<String>) -> Result<i32> {
+pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<String>, netns: bool) -> Result<i32> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let previous = read_cluster(dir)?;
     let cluster = match previous {
@@ -187,13 +199,22 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             }
             c
         }
-        None => ClusterFile {
-            id: format!("{:08x}", (std::process::id() as u64 ^ berth_now_nanos()) & 0xffff_ffff),
-            controller: format!("127.0.0.1:{}", free_port()?),
-            agents: agents.unwrap_or(3),
-            topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
-        },
+        None => {
+            let id = format!("{:08x}", (std::process::id() as u64 ^ berth_now_nanos()) & 0xffff_ffff);
+            let host = if netns { NetLayout::new(&id, 0).host_ip() } else { "127.0.0.1".into() };
+            ClusterFile {
+                controller: format!("{host}:{}", free_port()?),
+                id,
+                agents: agents.unwrap_or(3),
+                topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
+                netns,
+            }
+        }
     };
+    let layout = NetLayout::new(&cluster.id, cluster.agents);
+    if cluster.netns {
+        layout.setup().context("setting up the agents' network namespaces")?;
+    }
     if cluster.agents == 0 || cluster.agents > 64 {
         bail!("--agents must be between 1 and 64");
     }
@@ -217,7 +238,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     let dir_s = dir.display().to_string();
     let mut started = vec![];
     if live_pid(dir, "server").is_none() || request(dir, ClientRequest::Ping).await.is_err() {
-        spawn_daemon(dir, "server", &["server".into(), "--dir".into(), dir_s.clone()])?;
+        spawn_daemon(dir, "server", &["server".into(), "--dir".into(), dir_s.clone()], None)?;
         started.push("server".to_string());
         let t0 = Instant::now();
         while request(dir, ClientRequest::Ping).await.is_err() {
@@ -229,10 +250,11 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     }
     let source = parse_spec(&cluster.topology);
     let names: Vec<String> = (1..=cluster.agents).map(|i| format!("node{i}")).collect();
-    for name in &names {
+    for (i, name) in names.iter().enumerate() {
         if live_pid(dir, name).is_some() {
             continue;
         }
+        let i = i + 1;
         let mut args = vec![
             "agent".into(),
             "--name".into(),
@@ -251,7 +273,11 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             TopologySource::Synthetic(s) => args.extend(["--topology-synthetic".into(), s.clone()]),
             TopologySource::Xml(p) => args.extend(["--topology-xml".into(), p.display().to_string()]),
         }
-        spawn_daemon(dir, name, &args)?;
+        let ns = layout.namespace(i);
+        if cluster.netns {
+            args.extend(["--listen".into(), format!("{}:0", layout.agent_ip(i))]);
+        }
+        spawn_daemon(dir, name, &args, cluster.netns.then_some(ns.as_str()))?;
         started.push(name.clone());
     }
     // Return once every agent is registered and connected.
@@ -339,6 +365,9 @@ pub async fn down(dir: &Path, json: bool) -> Result<i32> {
         tokio::task::spawn_blocking(move || berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root())).await;
     if let Ok(Err(e)) = cleanup {
         eprintln!("berth: removing the cluster's cgroups: {e}");
+    }
+    if cluster.netns {
+        NetLayout::new(&cluster.id, cluster.agents).teardown();
     }
     // And the agents' spool directories (an agent killed with SIGKILL leaves its own behind).
     if let Ok(entries) = std::fs::read_dir(SPOOL_PARENT) {

@@ -71,15 +71,32 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
-        Command::Acct { limit } => {
-            let ClientResponse::Acct { jobs } = request(&dir, ClientRequest::Acct { limit: Some(limit) }).await? else {
-                bail!("unexpected answer")
-            };
+        Command::Acct { limit, steps: true } => {
+            let req = ClientRequest::Acct { limit: Some(limit), steps: true };
+            let ClientResponse::Steps { steps } = request(&dir, req).await? else { bail!("unexpected answer") };
+            print(json, &steps, || output::steps_table(&steps))
+        }
+        Command::Acct { limit, steps: false } => {
+            let req = ClientRequest::Acct { limit: Some(limit), steps: false };
+            let ClientResponse::Acct { jobs } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &jobs, || output::acct_table(&jobs))
+        }
+        Command::Run(args) => crate::run::run(&dir, json, args).await,
+        Command::Signal { target, signal } => {
+            let (job, step) = match target.split_once('.') {
+                Some((j, s)) => (
+                    parse_id(j)?,
+                    Some(s.parse::<u32>().map_err(|_| anyhow!("bad step in {target:?}; use JOB.STEP, e.g. 7.1"))?),
+                ),
+                None => (parse_id(&target)?, None),
+            };
+            let sig = berth_protocol::step::parse_signal(&signal)
+                .ok_or_else(|| anyhow!("unknown signal {signal:?}; use a name like USR1 or TERM, or a number"))?;
+            per_id(&dir, json, "signalled", ClientRequest::Signal { job, step, signal: sig }).await
         }
         Command::Server(args) => crate::cluster::server(&dir, args).await,
         Command::Agent(args) => crate::cluster::agent(args).await,
-        Command::Up { agents, topology } => crate::cluster::up(&dir, json, agents, topology).await,
+        Command::Up { agents, topology, netns } => crate::cluster::up(&dir, json, agents, topology, netns).await,
         Command::Down => crate::cluster::down(&dir, json).await,
         Command::Demo { keep } => crate::demo::run(json, keep).await,
     }

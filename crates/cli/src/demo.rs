@@ -59,7 +59,7 @@ pub async fn run(json: bool, keep: bool) -> Result<i32> {
         "== berth demo: a controller and 3 agents emulating \"package:2 numa:2 core:2 pu:2\" nodes, in {}",
         dir.display()
     ));
-    crate::cluster::up(&dir, json, Some(3), Some("package:2 numa:2 core:2 pu:2".into())).await?;
+    crate::cluster::up(&dir, json, Some(3), Some("package:2 numa:2 core:2 pu:2".into()), false).await?;
     let result = run_jobs(&dir, json).await;
     if keep {
         say(&format!("== cluster left running: export BERTH_DIR={}; `berth down` stops it", dir.display()));
@@ -134,7 +134,9 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         println!("{}", serde_json::json!({"jobs": finished, "verdicts": verdicts, "ok": ok}));
     } else {
         println!("\n$ berth acct");
-        if let ClientResponse::Acct { jobs } = request(dir, ClientRequest::Acct { limit: Some(20) }).await? {
+        if let ClientResponse::Acct { jobs } =
+            request(dir, ClientRequest::Acct { limit: Some(20), steps: false }).await?
+        {
             print!("{}", output::acct_table(&jobs));
         }
         for job in &finished {

@@ -5,7 +5,9 @@ mod client;
 mod cluster;
 mod commands;
 mod demo;
+mod netns;
 mod output;
+mod run;
 mod topo_view;
 
 use clap::{Args, Parser, Subcommand};
@@ -136,10 +138,22 @@ enum Command {
         target: String,
         value: Option<String>,
     },
-    /// Accounting of finished jobs.
+    /// Accounting of finished jobs, or with --steps the invocation log of `berth run`.
     Acct {
         #[arg(long, default_value_t = 100)]
         limit: u32,
+        /// Every `berth run`: time, host, pid, user, job, directory, command, exit, failure.
+        #[arg(long)]
+        steps: bool,
+    },
+    /// Run a parallel program: inside a job on its allocation, outside one interactively.
+    Run(run::RunArgs),
+    /// Send a signal to a job's processes on every node, or to one step's ranks (JOB.STEP).
+    Signal {
+        /// JOB or JOB.STEP
+        target: String,
+        /// Name (USR1, SIGTERM) or number.
+        signal: String,
     },
     /// Run the controller.
     Server(cluster::ServerArgs),
@@ -152,6 +166,9 @@ enum Command {
         /// hwloc synthetic string, `xml:FILE`, or `real`.
         #[arg(long)]
         topology: Option<String>,
+        /// Put each agent in its own network namespace on a bridge (root; for multi-host tests).
+        #[arg(long)]
+        netns: bool,
     },
     /// Stop the local cluster and remove its cgroups.
     Down,
@@ -164,7 +181,7 @@ enum Command {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(run::rewrite_np(std::env::args().collect()));
     let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let daemon = matches!(cli.command, Command::Server(_) | Command::Agent(_));

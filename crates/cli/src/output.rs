@@ -221,3 +221,32 @@ fn truncate(s: &str, n: usize) -> String {
         t
     }
 }
+
+/// The invocation log (`berth acct --steps`).
+pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
+    let mut out = format!(
+        "{:>9}  {:<8} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
+        "STEP", "START", "HOST", "PID", "USER", "RANKS", "EXIT", "CWD", "COMMAND", "FAILURE"
+    );
+    for s in steps {
+        let exit = match (s.exit_code, s.end_time) {
+            (Some(c), _) => c.to_string(),
+            (None, None) => "run".into(),
+            (None, Some(_)) => "-".into(),
+        };
+        out.push_str(&format!(
+            "{:>9}  {:<8} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
+            format!("{}.{}", s.job.0, s.step),
+            time_of(Some(s.start_time)),
+            truncate(&s.host, 12),
+            s.pid,
+            truncate(&s.user, 8),
+            s.size,
+            exit,
+            truncate(&s.cwd, 20),
+            truncate(&s.argv.join(" "), 24),
+            s.failure.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}

@@ -46,6 +46,27 @@ pub struct ControllerConfig {
     /// The interconnect (`[interconnect]`): switches, or building blocks in CPUs.
     #[serde(default)]
     pub interconnect: InterconnectConfig,
+    /// Limits of interactive allocations (`[interactive]`, `berth run` outside a job).
+    #[serde(default)]
+    pub interactive: InteractiveConfig,
+}
+
+/// `[interactive]`: allocations `berth run` makes outside any batch job. They are placed at
+/// once or refused (never queued), so they are kept small and short.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct InteractiveConfig {
+    pub enabled: bool,
+    pub max_nodes: u32,
+    pub max_cores: u32,
+    /// Also the walltime of an interactive allocation that does not ask for one.
+    pub max_walltime_secs: u64,
+}
+
+impl Default for InteractiveConfig {
+    fn default() -> Self {
+        InteractiveConfig { enabled: true, max_nodes: 4, max_cores: 64, max_walltime_secs: 3600 }
+    }
 }
 
 /// `[interconnect]`: `blocks = [8, 32, 128, 512]`, or `[[interconnect.switch]]` tables with
@@ -176,6 +197,10 @@ impl ControllerConfig {
         if let Err(e) = self.hierarchy() {
             return invalid("interconnect", e.to_string());
         }
+        let i = &self.interactive;
+        if i.max_nodes == 0 || i.max_cores == 0 || i.max_walltime_secs == 0 {
+            return invalid("interactive", "max_nodes, max_cores and max_walltime_secs must be at least 1".into());
+        }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return invalid("listen", format!("{:?} is not an address like 127.0.0.1:7117", self.listen));
         }
@@ -272,5 +297,19 @@ mod tests {
         assert!(ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).is_err());
         let e = ControllerConfig::load(None, &vec![], &[], &vec![]).unwrap_err().to_string();
         assert!(e.contains("state_dir"), "{e}");
+    }
+
+    #[test]
+    fn interactive_section() {
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n");
+        let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
+        assert_eq!(c.interactive, InteractiveConfig::default());
+        let f =
+            write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[interactive]\nmax_cores = 8\nenabled = false\n");
+        let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
+        assert_eq!((c.interactive.max_cores, c.interactive.enabled, c.interactive.max_nodes), (8, false, 4));
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[interactive]\nmax_nodes = 0\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("interactive"), "{e}");
     }
 }

@@ -21,6 +21,9 @@ pub const QUEUES: [&str; 1] = ["batch"];
 #[derive(Debug, Clone)]
 pub struct Peer {
     pub user: UserIdentity,
+    /// The client connection (unique while the controller runs): interactive allocations
+    /// made on it end when it closes.
+    pub conn: u64,
 }
 
 /// An action on one job: the outer error is the store's, the inner one the user's.
@@ -92,13 +95,19 @@ impl Controller {
                 }
                 ClientResponse::Jobs { jobs }
             }
-            ClientRequest::ShowJob { id } => match self.jobs.get(&id) {
-                Some(j) => ClientResponse::Job { job: Box::new(self.job_info(j)) },
-                None => match self.store.get_job(id)? {
-                    Some(j) => ClientResponse::Job { job: Box::new(j.info()) },
+            ClientRequest::ShowJob { id } => {
+                let info = match self.jobs.get(&id) {
+                    Some(j) => Some(self.job_info(j)),
+                    None => self.store.get_job(id)?.map(|j| j.info()),
+                };
+                match info {
+                    Some(mut job) => {
+                        job.steps = self.store.job_steps(id)?.iter().map(|s| s.info()).collect();
+                        ClientResponse::Job { job: Box::new(job) }
+                    }
                     None => unknown_job(id),
-                },
-            },
+                }
+            }
             ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, Self::cancel_one)?,
             ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, Self::hold_one)?,
             ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, Self::release_one)?,
@@ -111,12 +120,18 @@ impl Controller {
             ClientRequest::SubnodeAdmin { node, index, action, value } => {
                 self.subnode_admin(&node, index, &action, value.as_deref(), peer, now)?
             }
-            ClientRequest::Acct { limit } => {
+            ClientRequest::Acct { limit, steps: true } => ClientResponse::Steps {
+                steps: self.store.recent_steps(limit.unwrap_or(100))?.iter().map(|s| s.info()).collect(),
+            },
+            ClientRequest::Acct { limit, steps: false } => {
                 let mut jobs: Vec<_> =
                     self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
                 jobs.reverse();
                 ClientResponse::Acct { jobs }
             }
+            ClientRequest::StepCreate(req) => self.step_create(*req, peer, now)?,
+            ClientRequest::StepEnd { job, step, outcome } => self.step_end(job, step, &outcome, peer, now)?,
+            ClientRequest::Signal { job, step, signal } => self.signal(job, step, signal, peer)?,
         };
         self.reply(reply, response);
         Ok(())
@@ -143,14 +158,7 @@ impl Controller {
         // Without --mem or --mem-per-cpu a job gets the default per CPU, but never more per CPU
         // than the roomiest node has: a job must not be refused for memory it did not ask for.
         if options.mem.is_none() && options.mem_per_cpu.is_none() {
-            let roomiest = self
-                .cluster
-                .nodes
-                .iter()
-                .map(|n| n.topology.memory_bytes() / n.topology.pu_count().max(1) as u64)
-                .max()
-                .unwrap_or(u64::MAX);
-            options.mem_per_cpu = Some(self.cfg.default_mem_per_core_bytes().min(roomiest));
+            options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
         let request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
         let walltime = options.walltime.or(self.cfg.default_walltime_secs());
@@ -202,6 +210,19 @@ impl Controller {
         };
         job.validate().map_err(bad)?;
         Ok(job)
+    }
+
+    /// Memory per CPU for a job that does not ask: the configured default, but never more per
+    /// CPU than the roomiest node has (a job must not be refused for memory it did not ask for).
+    pub(crate) fn default_mem_per_cpu(&self) -> u64 {
+        let roomiest = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| n.topology.memory_bytes() / n.topology.pu_count().max(1) as u64)
+            .max()
+            .unwrap_or(u64::MAX);
+        self.cfg.default_mem_per_core_bytes().min(roomiest)
     }
 
     /// Give a valid job its id and write it; the reply waits for the commit.
@@ -258,11 +279,17 @@ impl Controller {
             self.retire(id);
             return Ok(Ok(()));
         }
+        if job.is_interactive() {
+            // No batch script whose end to wait for: the allocation ends now.
+            self.store.event(now, "cancel", Some(id), None, "interactive")?;
+            self.end_interactive(id, JobState::Cancelled, None, Some("cancelled"), now)?;
+            return Ok(Ok(()));
+        }
         job.kill_sent = Some("cancelled".into());
-        let head = Self::head_node(&job.allocation).unwrap_or(0);
+        let alloc = job.allocation.clone();
         self.store.event(now, "cancel", Some(id), None, "running: kill sent")?;
-        // If the agent is not connected now, the kill is resent when it registers.
-        self.send_to_node(head, ControllerMessage::Kill { id, reason: "cancelled".into() });
+        // Every node of the job; a node not connected now gets the kill when it registers.
+        self.kill_on_nodes(id, &alloc, "cancelled", None);
         Ok(Ok(()))
     }
 
@@ -370,12 +397,10 @@ impl Controller {
                 heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64,
             },
         ));
-        // Jobs the agent runs that we do not think run there: stop them.
+        // Jobs the agent runs (or holds, on a job's other nodes) that we do not think are
+        // there: stop them.
         for id in &reg.running {
-            let known_here = self
-                .jobs
-                .get(id)
-                .is_some_and(|j| j.state == JobState::Running && Self::head_node(&j.allocation) == Some(index));
+            let known_here = self.jobs.get(id).is_some_and(|j| j.state == JobState::Running && j.on_node(index));
             if !known_here {
                 self.out.agents.push((
                     tx.clone(),
@@ -386,8 +411,25 @@ impl Controller {
         // Jobs we think run there with their batch script, that the agent neither runs nor reports ended.
         for id in ours {
             let Some(job) = self.jobs.get_mut(&id) else { continue };
-            if Self::head_node(&job.allocation) != Some(index) || reg.running.contains(&id) || reg.ended.contains(&id) {
+            let runs_script = Self::head_node(&job.allocation) == Some(index) && !job.is_interactive();
+            if reg.running.contains(&id) || reg.ended.contains(&id) {
                 if let Some(reason) = job.kill_sent.clone() {
+                    self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
+                }
+                continue;
+            }
+            if !runs_script {
+                // One of the job's other nodes lost its part (the job's state follows its
+                // first node): the launch is sent again when it was lost in transit.
+                if restarted {
+                    tracing::warn!(job = %id, node = %reg.name, "agent restarted: the job's cgroup there is gone");
+                    self.store.event(now, "member_lost", Some(id), Some(&reg.name), "agent restarted")?;
+                } else if let Some(k) = job.allocation.iter().position(|a| a.node_id.0 as usize == index) {
+                    tracing::info!(job = %id, node = %reg.name, "launch was not received: sending it again");
+                    let spec = self.launch_spec(&self.jobs[&id], k);
+                    self.out.agents.push((tx.clone(), ControllerMessage::Launch(Box::new(spec))));
+                }
+                if let Some(reason) = self.jobs[&id].kill_sent.clone() {
                     self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
                 }
                 continue;
@@ -399,7 +441,7 @@ impl Controller {
                 job.reason = Some(format!("agent on {} restarted while the job ran", reg.name));
                 self.store.update_job(job)?;
                 self.store.event(now, "node_fail", Some(id), Some(&reg.name), "agent restarted")?;
-                self.retire(id);
+                self.end_running(id, now, "job ended", Some(index))?;
             } else {
                 // Same agent process, never got the launch (lost with the old connection): requeue.
                 let alloc = std::mem::take(&mut job.allocation);
@@ -407,6 +449,10 @@ impl Controller {
                 job.start_time = None;
                 self.store.update_job(job)?;
                 self.store.event(now, "requeue", Some(id), Some(&reg.name), "launch was not received")?;
+                self.store.close_steps(id, now, "job requeued")?;
+                self.steps.remove(&id);
+                self.cgroups.remove(&id);
+                self.kill_on_nodes(id, &alloc, "job requeued", Some(index));
                 self.cluster.release(&alloc);
             }
         }
@@ -439,13 +485,42 @@ impl Controller {
                 )?;
             }
             AgentMessage::JobEnded { id, outcome } => {
-                if let Some(job) = self.jobs.get_mut(&id) {
-                    if job.state == JobState::Running && Self::head_node(&job.allocation) == Some(node) {
-                        job.finish(&outcome, now);
-                        self.store.update_job(job)?;
-                        self.store.insert_accounting(job)?;
-                        self.store.event(now, "end", Some(id), None, job.state.as_str())?;
-                        self.retire(id);
+                let node_name = self.cluster.nodes[node].name.clone();
+                let running_here = self.jobs.get(&id).filter(|j| j.state == JobState::Running && j.on_node(node));
+                let first = running_here.is_some_and(|j| Self::head_node(&j.allocation) == Some(node));
+                let running_here = running_here.is_some();
+                if let (true, Some(job)) = (first, self.jobs.get_mut(&id)) {
+                    // The first node decides: its batch script ended (or, for an interactive
+                    // allocation, its hold was ended there, e.g. at the walltime).
+                    job.finish(&outcome, now);
+                    let members = self.store.member_usage(id)?;
+                    if let Some(u) = job.usage.as_mut() {
+                        u.user_cpu_us += members.user_cpu_us;
+                        u.system_cpu_us += members.system_cpu_us;
+                        u.peak_memory_bytes = u.peak_memory_bytes.max(members.peak_memory_bytes);
+                    }
+                    self.store.update_job(job)?;
+                    self.store.insert_accounting(job)?;
+                    self.store.event(now, "end", Some(id), Some(&node_name), job.state.as_str())?;
+                    self.end_running(id, now, "job ended", Some(node))?;
+                } else {
+                    // Another node of the job: its processes there ended (after the kill that
+                    // follows the job's end, usually). Only its usage counts.
+                    let usage = crate::job::Usage {
+                        wall_ms: 0,
+                        user_cpu_us: outcome.user_cpu_us,
+                        system_cpu_us: outcome.system_cpu_us,
+                        peak_memory_bytes: outcome.peak_memory_bytes,
+                    };
+                    if self.store.add_member_usage(id, &node_name, &usage)? && !running_here {
+                        self.store.add_to_accounting(id, &usage)?;
+                    }
+                    if let Some(job) = self.jobs.get(&id).filter(|j| j.state == JobState::Running && j.on_node(node)) {
+                        if job.kill_sent.is_none() {
+                            tracing::warn!(job = %id, node = %node_name, "the job's part on this node ended while it runs");
+                            let detail = outcome.reason.clone().unwrap_or_default();
+                            self.store.event(now, "member_ended", Some(id), Some(&node_name), &detail)?;
+                        }
                     }
                 }
                 self.send_to_node(node, ControllerMessage::EndAck { id });
@@ -488,7 +563,7 @@ impl Controller {
                 job.reason = Some(format!("node {name} stopped answering"));
                 self.store.update_job(job)?;
                 self.store.event(now, "node_fail", Some(id), Some(&name), "")?;
-                self.retire(id);
+                self.end_running(id, now, &format!("node {name} of the job was lost"), Some(i))?;
             }
         }
         Ok(())

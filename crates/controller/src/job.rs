@@ -42,7 +42,20 @@ pub struct JobRecord {
     pub kill_sent: Option<String>,
 }
 
+/// The queue of interactive allocations (`berth run` outside a job): made for one step, with
+/// no batch script, and ended with it.
+pub const INTERACTIVE_QUEUE: &str = "interactive";
+
 impl JobRecord {
+    pub fn is_interactive(&self) -> bool {
+        self.queue == INTERACTIVE_QUEUE
+    }
+
+    /// Node `id` holds part of the job.
+    pub fn on_node(&self, id: usize) -> bool {
+        self.allocation.iter().any(|a| a.node_id.0 as usize == id)
+    }
+
     /// The job's options must describe a request the scheduler can place.
     pub fn validate(&self) -> Result<(), String> {
         JobRequest::from_options(&self.options).map(|_| ()).map_err(|e| e.to_string())
@@ -100,6 +113,7 @@ impl JobRecord {
                 peak_memory_bytes: u.peak_memory_bytes,
             }),
             cgroups: vec![],
+            steps: vec![],
             binding: self.options.binding.clone(),
             binding_mode: self.options.binding_mode,
         }

@@ -6,6 +6,7 @@ pub mod handlers;
 pub mod job;
 pub mod server;
 pub mod state;
+pub mod steps;
 pub mod store;
 pub mod views;
 

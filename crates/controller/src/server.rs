@@ -19,10 +19,30 @@ use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
 
 pub enum Command {
-    Client { req: ClientRequest, peer: Peer, reply: oneshot::Sender<ClientResponse> },
-    Register { reg: Box<Registration>, conn_id: u64, tx: AgentTx, node: oneshot::Sender<Option<usize>> },
-    Agent { node: usize, conn_id: u64, msg: AgentMessage },
-    AgentGone { node: usize, conn_id: u64 },
+    Client {
+        req: ClientRequest,
+        peer: Peer,
+        reply: oneshot::Sender<ClientResponse>,
+    },
+    Register {
+        reg: Box<Registration>,
+        conn_id: u64,
+        tx: AgentTx,
+        node: oneshot::Sender<Option<usize>>,
+    },
+    Agent {
+        node: usize,
+        conn_id: u64,
+        msg: AgentMessage,
+    },
+    AgentGone {
+        node: usize,
+        conn_id: u64,
+    },
+    /// A client connection closed: interactive allocations made on it end.
+    ClientGone {
+        conn: u64,
+    },
     Tick,
     Shutdown,
 }
@@ -89,12 +109,19 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     });
     let conn_ids = Arc::new(AtomicU64::new(1));
     let client_tx = tx.clone();
+    let client_ids = conn_ids.clone();
     tokio::spawn(async move {
         loop {
             match unix.accept().await {
                 Ok((stream, _)) => {
                     let tx = client_tx.clone();
-                    tokio::spawn(async move { serve_client(stream, tx).await });
+                    let conn = client_ids.fetch_add(1, Ordering::Relaxed);
+                    tokio::spawn(async move {
+                        // Only connections that asked for steps can hold any.
+                        if serve_client(stream, conn, tx.clone()).await {
+                            let _ = tx.send(Command::ClientGone { conn }).await;
+                        }
+                    });
                 }
                 Err(e) => {
                     tracing::warn!("accept on unix socket: {e}");
@@ -171,7 +198,11 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                     }
                     Command::Agent { node, conn_id, msg } => ctl.handle_agent(node, conn_id, msg, now)?,
                     Command::AgentGone { node, conn_id } => ctl.handle_disconnect(node, conn_id, now)?,
-                    Command::Tick => ctl.check_heartbeats(now)?,
+                    Command::ClientGone { conn } => ctl.client_gone(conn, now)?,
+                    Command::Tick => {
+                        ctl.check_heartbeats(now)?;
+                        ctl.check_interactive(now)?;
+                    }
                     Command::Shutdown => stop = true,
                 }
             }
@@ -186,11 +217,13 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             return Err(e);
         }
         ctl.store.commit()?;
-        for (tx, resp) in ctl.out.replies.drain(..) {
-            let _ = tx.send(resp);
-        }
+        // Agents first: an interactive allocation's launches are on their way before `run`
+        // has its grant and contacts the first node.
         for (tx, msg) in ctl.out.agents.drain(..) {
             let _ = tx.send(msg);
+        }
+        for (tx, resp) in ctl.out.replies.drain(..) {
+            let _ = tx.send(resp);
         }
         if stop {
             break;
@@ -230,29 +263,32 @@ pub fn user_name(uid: u32) -> String {
     uid.to_string()
 }
 
-async fn serve_client(mut stream: UnixStream, tx: mpsc::Sender<Command>) {
+/// Serve one client connection until it closes; true if it asked for a step.
+async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Command>) -> bool {
     let user = match peer_identity(&stream) {
         Ok(u) => u,
         Err(e) => {
             let _ = write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::Internal, e))).await;
-            return;
+            return false;
         }
     };
-    let peer = Peer { user };
+    let peer = Peer { user, conn };
+    let mut stepped = false;
     loop {
         let req: ClientRequest = match read_frame(&mut stream).await {
             Ok(Some(r)) => r,
-            Ok(None) => return,
+            Ok(None) => return stepped,
             Err(e) => {
                 let msg = format!("could not read your request: {e}");
                 let _ =
                     write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::BadRequest, msg))).await;
-                return;
+                return stepped;
             }
         };
+        stepped |= matches!(req, ClientRequest::StepCreate(_));
         let (reply_tx, reply_rx) = oneshot::channel();
         if tx.send(Command::Client { req, peer: peer.clone(), reply: reply_tx }).await.is_err() {
-            return;
+            return stepped;
         }
         let resp = match reply_rx.await {
             Ok(r) => r,
@@ -262,7 +298,7 @@ async fn serve_client(mut stream: UnixStream, tx: mpsc::Sender<Command>) {
             )),
         };
         if write_frame(&mut stream, &resp).await.is_err() {
-            return;
+            return stepped;
         }
     }
 }

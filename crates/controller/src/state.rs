@@ -8,7 +8,7 @@ use berth_core::job::{Allocation, JobState};
 use berth_core::node::{NodeCapacity, NodeState};
 use berth_core::sched::{self, ClusterState, PendingReason};
 use berth_core::topology::Topology;
-use berth_core::{JobId, NodeId};
+use berth_core::{CpuSet, JobId, NodeId};
 use berth_protocol::agent::{CgroupReport, ControllerMessage, LaunchSpec};
 use berth_protocol::client::ClientResponse;
 use std::collections::{BTreeMap, HashMap};
@@ -27,6 +27,21 @@ pub struct NodeExtra {
     /// The live connection to the node's agent, with its id.
     pub conn: Option<(u64, AgentTx)>,
     pub last_heard: Instant,
+}
+
+/// A step that has not ended, as the controller keeps it to place the next ones.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveStep {
+    pub step: u32,
+    pub uid: u32,
+    /// PUs it holds per node (index in the job's allocation); empty when it overcommits.
+    pub claims: Vec<(usize, CpuSet)>,
+    /// Names of the nodes with its ranks.
+    pub nodes: Vec<String>,
+    /// The client connection it was granted on (None after a controller restart).
+    pub conn: Option<u64>,
+    /// It made its (interactive) job, which ends with it.
+    pub interactive: bool,
 }
 
 /// Messages to send once the current batch is committed.
@@ -50,6 +65,8 @@ pub struct Controller {
     pub hierarchy: Hierarchy,
     /// What the agents report of each running job's cgroups, per node.
     pub cgroups: HashMap<JobId, Vec<(String, CgroupReport)>>,
+    /// Steps (`berth run`) that have not ended, per running job.
+    pub steps: HashMap<JobId, Vec<LiveStep>>,
     /// Something changed that may let a job start.
     pub dirty: bool,
     pub out: Outbox,
@@ -71,6 +88,7 @@ impl Controller {
             cluster: ClusterState { nodes: vec![], policy: cfg.placement.clone() },
             hierarchy: cfg.hierarchy().unwrap_or_default(),
             cgroups: HashMap::new(),
+            steps: HashMap::new(),
             extra: Vec::new(),
             pending_reasons: HashMap::new(),
             dirty: true,
@@ -105,6 +123,22 @@ impl Controller {
                 c.cluster.claim(&job.allocation);
             }
             c.jobs.insert(job.id, job);
+        }
+        // Steps still open hold their cores again; those of jobs that are not running are closed.
+        let now = unix_now();
+        for row in c.store.live_steps()? {
+            if c.jobs.get(&row.job).is_some_and(|j| j.state == JobState::Running) {
+                c.steps.entry(row.job).or_default().push(LiveStep {
+                    step: row.step,
+                    uid: row.uid,
+                    claims: row.claims,
+                    nodes: row.nodes,
+                    conn: None,
+                    interactive: row.interactive,
+                });
+            } else {
+                c.store.close_steps(row.job, now, "job ended")?;
+            }
         }
         Ok(c)
     }
@@ -199,6 +233,7 @@ impl Controller {
             }
             self.pending_reasons.remove(&id);
             self.cgroups.remove(&id);
+            self.steps.remove(&id);
             self.dirty = true;
         }
     }
@@ -207,21 +242,26 @@ impl Controller {
     /// after it commits.
     pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
         self.dirty = false;
-        let mut view = self.cluster.clone();
-        for (cap, ex) in view.nodes.iter_mut().zip(&self.extra) {
-            cap.state = if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
-        }
         let queue: Vec<_> = self.jobs.values().filter(|j| j.state.is_pending()).map(|j| j.pending()).collect();
         if queue.is_empty() {
             self.pending_reasons.clear();
             return Ok(());
         }
-        let decisions = sched::schedule(&view, &queue);
+        let decisions = sched::schedule(&self.sched_view(), &queue);
         self.pending_reasons = decisions.waiting.into_iter().collect();
         for (id, alloc) in decisions.starts {
             self.start(id, alloc, now)?;
         }
         Ok(())
+    }
+
+    /// The cluster as placement sees it: only nodes up and connected take work.
+    pub fn sched_view(&self) -> ClusterState {
+        let mut view = self.cluster.clone();
+        for (cap, ex) in view.nodes.iter_mut().zip(&self.extra) {
+            cap.state = if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
+        }
+        view
     }
 
     fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
@@ -232,9 +272,16 @@ impl Controller {
         job.allocation = alloc;
         job.reason = None;
         self.store.update_job(job)?;
-        let head = Self::head_node(&job.allocation).unwrap_or(0);
-        let spec = LaunchSpec {
-            id,
+        let node_name = job.allocation[0].node.clone();
+        self.store.event(now, "start", Some(id), Some(&node_name), "")?;
+        self.launch_all(id);
+        Ok(())
+    }
+
+    /// What node `k` (index in the allocation) of a running job is told to launch.
+    pub fn launch_spec(&self, job: &JobRecord, k: usize) -> LaunchSpec {
+        LaunchSpec {
+            id: job.id,
             name: job.name.clone(),
             user: job.user.clone(),
             env: job.env.clone(),
@@ -242,16 +289,62 @@ impl Controller {
             script: job.script.clone(),
             stdout: job.stdout.clone(),
             stderr: job.stderr.clone(),
-            allocation: job.allocation[0].clone(),
+            allocation: job.allocation[k].clone(),
             nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
             walltime_seconds: job.walltime,
-            kill_grace_ms: (self.cfg.kill_grace_secs * 1000.0) as u64,
+            head: k == 0 && !job.is_interactive(),
+            addresses: job
+                .allocation
+                .iter()
+                .map(|a| self.extra.get(a.node_id.0 as usize).map(|e| e.address.clone()).unwrap_or_default())
+                .collect(),
+            kill_grace_ms: self.kill_grace_ms(),
             binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
             rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),
-        };
-        let node_name = job.allocation[0].node.clone();
-        self.store.event(now, "start", Some(id), Some(&node_name), "")?;
-        self.send_to_node(head, ControllerMessage::Launch(Box::new(spec)));
+        }
+    }
+
+    pub fn kill_grace_ms(&self) -> u64 {
+        (self.cfg.kill_grace_secs * 1000.0) as u64
+    }
+
+    /// Send a running job's launch to every node of its allocation (the first one runs the
+    /// batch script; the others hold the job's cgroup for its steps).
+    pub fn launch_all(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        let msgs: Vec<(usize, LaunchSpec)> = (0..job.allocation.len())
+            .map(|k| (job.allocation[k].node_id.0 as usize, self.launch_spec(job, k)))
+            .collect();
+        for (node, spec) in msgs {
+            self.send_to_node(node, ControllerMessage::Launch(Box::new(spec)));
+        }
+    }
+
+    /// Send a kill for job `id` to every node of `alloc` but `except`.
+    pub fn kill_on_nodes(&mut self, id: JobId, alloc: &Allocation, reason: &str, except: Option<usize>) {
+        for a in alloc {
+            let n = a.node_id.0 as usize;
+            if Some(n) != except {
+                self.send_to_node(n, ControllerMessage::Kill { id, reason: reason.to_string() });
+            }
+        }
+    }
+
+    /// A running job has been finished (state, end written): close its steps, kill what is
+    /// left of it on its nodes (but `except`, the node that reported its end), free its
+    /// resources.
+    pub fn end_running(
+        &mut self,
+        id: JobId,
+        now: f64,
+        kill_reason: &str,
+        except: Option<usize>,
+    ) -> Result<(), StoreError> {
+        self.store.close_steps(id, now, "job ended")?;
+        if let Some(alloc) = self.jobs.get(&id).map(|j| j.allocation.clone()) {
+            self.kill_on_nodes(id, &alloc, kill_reason, except);
+        }
+        self.retire(id);
         Ok(())
     }
 }

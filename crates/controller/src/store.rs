@@ -3,9 +3,10 @@
 //! The actor opens one transaction per batch of requests and commits it before any reply
 //! leaves, so every acknowledged job is on disk.
 
-use crate::job::JobRecord;
+use crate::job::{JobRecord, Usage};
 use berth_core::job::JobState;
-use berth_core::JobId;
+use berth_core::{CpuSet, JobId};
+use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
 
@@ -95,7 +96,18 @@ impl Store {
                     address TEXT NOT NULL, topology TEXT NOT NULL, real_cpus TEXT NOT NULL, instance TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS events (
                     id INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, kind TEXT NOT NULL,
-                    job_id INTEGER, node TEXT, detail TEXT);",
+                    job_id INTEGER, node TEXT, detail TEXT);
+                 CREATE TABLE IF NOT EXISTS steps (
+                    job_id INTEGER NOT NULL, step INTEGER NOT NULL, uid INTEGER NOT NULL, user TEXT NOT NULL,
+                    start_time REAL NOT NULL, end_time REAL, host TEXT NOT NULL, pid INTEGER NOT NULL,
+                    cwd TEXT NOT NULL, argv TEXT NOT NULL, size INTEGER NOT NULL, nodes TEXT NOT NULL,
+                    exit_code INTEGER, failure TEXT, interactive INTEGER NOT NULL, claims TEXT NOT NULL,
+                    PRIMARY KEY (job_id, step));
+                 CREATE INDEX IF NOT EXISTS steps_live ON steps(end_time) WHERE end_time IS NULL;
+                 CREATE TABLE IF NOT EXISTS member_usage (
+                    job_id INTEGER NOT NULL, node TEXT NOT NULL, user_cpu_us INTEGER NOT NULL,
+                    system_cpu_us INTEGER NOT NULL, peak_memory_bytes INTEGER NOT NULL,
+                    PRIMARY KEY (job_id, node));",
             )
             .map_err(|e| self.err(e))?;
         let version: Option<String> = self
@@ -332,9 +344,244 @@ impl Store {
         )
     }
 
+    pub fn insert_step(&self, s: &StepRow) -> Result<(), StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "INSERT INTO steps (job_id, step, uid, user, start_time, end_time, host, pid, cwd, argv, size, nodes,
+                  exit_code, failure, interactive, claims)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+            )
+            .map_err(|e| self.err(e))?;
+        st.execute(params![
+            s.job.0 as i64,
+            s.step,
+            s.uid,
+            s.user,
+            s.start_time,
+            s.end_time,
+            s.host,
+            s.pid,
+            s.cwd,
+            json(&s.argv),
+            s.size,
+            json(&s.nodes),
+            s.exit_code,
+            s.failure,
+            s.interactive,
+            json(&s.claims),
+        ])
+        .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Record how a step ended. A step already closed (its job ended first) keeps its end
+    /// time but takes the exit status and failure `run` reports when it has none yet.
+    pub fn end_step(
+        &self,
+        job: JobId,
+        step: u32,
+        end_time: f64,
+        exit_code: Option<i32>,
+        failure: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "UPDATE steps SET end_time = COALESCE(end_time, ?3), exit_code = COALESCE(exit_code, ?4),
+                  failure = CASE WHEN exit_code IS NULL AND ?4 IS NOT NULL THEN COALESCE(?5, failure) ELSE COALESCE(failure, ?5) END
+                 WHERE job_id = ?1 AND step = ?2",
+            )
+            .map_err(|e| self.err(e))?;
+        st.execute(params![job.0 as i64, step, end_time, exit_code, failure]).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Close every step of `job` still open (its job ended).
+    pub fn close_steps(&self, job: JobId, end_time: f64, failure: &str) -> Result<(), StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached("UPDATE steps SET end_time = ?2, failure = ?3 WHERE job_id = ?1 AND end_time IS NULL")
+            .map_err(|e| self.err(e))?;
+        st.execute(params![job.0 as i64, end_time, failure]).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    fn query_steps(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<StepRow>, StoreError> {
+        let sql = format!(
+            "SELECT job_id, step, uid, user, start_time, end_time, host, pid, cwd, argv, size, nodes, exit_code,
+              failure, interactive, claims FROM steps {filter}"
+        );
+        let mut st = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let raw = st
+            .query_map(args, |r| {
+                Ok((
+                    StepRow {
+                        job: JobId(r.get::<_, i64>(0)? as u64),
+                        step: r.get(1)?,
+                        uid: r.get(2)?,
+                        user: r.get(3)?,
+                        start_time: r.get(4)?,
+                        end_time: r.get(5)?,
+                        host: r.get(6)?,
+                        pid: r.get(7)?,
+                        cwd: r.get(8)?,
+                        argv: vec![],
+                        size: r.get(10)?,
+                        nodes: vec![],
+                        exit_code: r.get(12)?,
+                        failure: r.get(13)?,
+                        interactive: r.get(14)?,
+                        claims: vec![],
+                    },
+                    r.get::<_, String>(9)?,
+                    r.get::<_, String>(11)?,
+                    r.get::<_, String>(15)?,
+                ))
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = Vec::new();
+        for r in raw {
+            let (mut row, argv, nodes, claims) = r.map_err(|e| self.err(e))?;
+            let bad = |what: &str, e: serde_json::Error| StoreError::Record {
+                path: self.path.clone(),
+                id: row.job.0 as i64,
+                detail: format!("step {} {what} column: {e}", row.step),
+            };
+            row.argv = serde_json::from_str(&argv).map_err(|e| bad("argv", e))?;
+            row.nodes = serde_json::from_str(&nodes).map_err(|e| bad("nodes", e))?;
+            row.claims = serde_json::from_str(&claims).map_err(|e| bad("claims", e))?;
+            out.push(row);
+        }
+        Ok(out)
+    }
+
+    pub fn get_step(&self, job: JobId, step: u32) -> Result<Option<StepRow>, StoreError> {
+        Ok(self.query_steps("WHERE job_id = ?1 AND step = ?2", &[&(job.0 as i64), &step])?.pop())
+    }
+
+    /// Steps that have not ended, oldest first.
+    pub fn live_steps(&self) -> Result<Vec<StepRow>, StoreError> {
+        self.query_steps("WHERE end_time IS NULL ORDER BY job_id, step", &[])
+    }
+
+    /// The steps of one job, first first.
+    pub fn job_steps(&self, job: JobId) -> Result<Vec<StepRow>, StoreError> {
+        self.query_steps("WHERE job_id = ?1 ORDER BY step", &[&(job.0 as i64)])
+    }
+
+    /// The invocation log, newest first.
+    pub fn recent_steps(&self, limit: u32) -> Result<Vec<StepRow>, StoreError> {
+        self.query_steps("ORDER BY start_time DESC, job_id DESC, step DESC LIMIT ?1", &[&(limit as i64)])
+    }
+
+    /// The next step id of `job`: one more than any it ever had.
+    pub fn next_step_id(&self, job: JobId) -> Result<u32, StoreError> {
+        let max: Option<i64> = self
+            .conn
+            .query_row("SELECT MAX(step) FROM steps WHERE job_id = ?1", [job.0 as i64], |r| r.get(0))
+            .map_err(|e| self.err(e))?;
+        Ok(max.unwrap_or(0).max(0) as u32 + 1)
+    }
+
+    /// Record what a job used on one of its other nodes (not the first). Returns false when
+    /// that node's usage was already recorded (a resent end).
+    pub fn add_member_usage(&self, job: JobId, node: &str, u: &Usage) -> Result<bool, StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "INSERT OR IGNORE INTO member_usage (job_id, node, user_cpu_us, system_cpu_us, peak_memory_bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+            )
+            .map_err(|e| self.err(e))?;
+        let n = st
+            .execute(params![
+                job.0 as i64,
+                node,
+                u.user_cpu_us as i64,
+                u.system_cpu_us as i64,
+                u.peak_memory_bytes as i64
+            ])
+            .map_err(|e| self.err(e))?;
+        Ok(n == 1)
+    }
+
+    /// CPU times of a job's other nodes summed, and the largest peak memory among them.
+    pub fn member_usage(&self, job: JobId) -> Result<Usage, StoreError> {
+        let (u, s, m): (i64, i64, i64) = self
+            .conn
+            .query_row(
+                "SELECT COALESCE(SUM(user_cpu_us), 0), COALESCE(SUM(system_cpu_us), 0),
+                  COALESCE(MAX(peak_memory_bytes), 0) FROM member_usage WHERE job_id = ?1",
+                [job.0 as i64],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(Usage { wall_ms: 0, user_cpu_us: u as u64, system_cpu_us: s as u64, peak_memory_bytes: m as u64 })
+    }
+
+    /// Add a late node's usage to a finished job's accounting row (if it has one).
+    pub fn add_to_accounting(&self, job: JobId, u: &Usage) -> Result<(), StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "UPDATE accounting SET user_cpu_us = user_cpu_us + ?2, system_cpu_us = system_cpu_us + ?3,
+                  peak_memory_bytes = MAX(peak_memory_bytes, ?4) WHERE job_id = ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        st.execute(params![job.0 as i64, u.user_cpu_us as i64, u.system_cpu_us as i64, u.peak_memory_bytes as i64])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
     pub fn count_jobs(&self) -> Result<usize, StoreError> {
         let n: i64 = self.conn.query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0)).map_err(|e| self.err(e))?;
         Ok(n as usize)
+    }
+}
+
+/// A step (`berth run`) as persisted: the invocation log, and the cores it holds while live.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepRow {
+    pub job: JobId,
+    pub step: u32,
+    pub uid: u32,
+    pub user: String,
+    pub start_time: f64,
+    pub end_time: Option<f64>,
+    pub host: String,
+    pub pid: u32,
+    pub cwd: String,
+    pub argv: Vec<String>,
+    pub size: u32,
+    /// Names of the nodes with ranks, in rank order.
+    pub nodes: Vec<String>,
+    pub exit_code: Option<i32>,
+    pub failure: Option<String>,
+    pub interactive: bool,
+    /// PUs the step holds per node (index in the job's allocation); empty when it overcommits.
+    pub claims: Vec<(usize, CpuSet)>,
+}
+
+impl StepRow {
+    pub fn info(&self) -> StepInfo {
+        StepInfo {
+            job: self.job,
+            step: self.step,
+            user: self.user.clone(),
+            uid: self.uid,
+            start_time: self.start_time,
+            end_time: self.end_time,
+            host: self.host.clone(),
+            pid: self.pid,
+            cwd: self.cwd.clone(),
+            argv: self.argv.clone(),
+            size: self.size,
+            nodes: self.nodes.clone(),
+            exit_code: self.exit_code,
+            failure: self.failure.clone(),
+            interactive: self.interactive,
+        }
     }
 }
 
@@ -445,7 +692,6 @@ impl RawJob {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::job::Usage;
     use berth_core::directives::SubmitOptions;
     use berth_protocol::agent::UserIdentity;
 
@@ -507,6 +753,84 @@ mod tests {
         assert_eq!(done[0].usage, j.usage);
         assert_eq!(store.get_job(JobId(1)).unwrap().unwrap().state, JobState::Completed);
         assert!(store.get_job(JobId(7)).unwrap().is_none());
+    }
+
+    fn step(job: u64, step: u32, start: f64) -> StepRow {
+        StepRow {
+            job: JobId(job),
+            step,
+            uid: 1000,
+            user: "ann".into(),
+            start_time: start,
+            end_time: None,
+            host: "login1".into(),
+            pid: 4242,
+            cwd: "/home/ann".into(),
+            argv: vec!["./a.out".into(), "-x".into()],
+            size: 4,
+            nodes: vec!["n1".into(), "n2".into()],
+            exit_code: None,
+            failure: None,
+            interactive: false,
+            claims: vec![(0, CpuSet::parse_list("0-1").unwrap()), (1, CpuSet::parse_list("4,5").unwrap())],
+        }
+    }
+
+    #[test]
+    fn steps_round_trip_and_end() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.begin().unwrap();
+            store.insert_job(&job(1)).unwrap();
+            assert_eq!(store.next_step_id(JobId(1)).unwrap(), 1);
+            store.insert_step(&step(1, 1, 10.0)).unwrap();
+            store.insert_step(&step(1, 2, 11.0)).unwrap();
+            let mut other = step(2, 1, 12.0);
+            other.interactive = true;
+            other.claims = vec![];
+            store.insert_step(&other).unwrap();
+            store.commit().unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.next_step_id(JobId(1)).unwrap(), 3);
+        let live = store.live_steps().unwrap();
+        assert_eq!(live.len(), 3);
+        assert_eq!(live[0], step(1, 1, 10.0));
+        assert!(live[2].interactive && live[2].claims.is_empty());
+        store.end_step(JobId(1), 1, 20.0, Some(3), Some("rank 1 on n1 exited with status 3")).unwrap();
+        store.close_steps(JobId(1), 21.0, "job ended").unwrap();
+        let s1 = store.get_step(JobId(1), 1).unwrap().unwrap();
+        assert_eq!(
+            (s1.end_time, s1.exit_code, s1.failure.as_deref()),
+            (Some(20.0), Some(3), Some("rank 1 on n1 exited with status 3"))
+        );
+        let s2 = store.get_step(JobId(1), 2).unwrap().unwrap();
+        assert_eq!((s2.end_time, s2.exit_code, s2.failure.as_deref()), (Some(21.0), None, Some("job ended")));
+        // `run` reports after its job ended: the status is kept, the end time too.
+        store.end_step(JobId(1), 2, 30.0, Some(0), None).unwrap();
+        let s2 = store.get_step(JobId(1), 2).unwrap().unwrap();
+        assert_eq!((s2.end_time, s2.exit_code), (Some(21.0), Some(0)));
+        assert_eq!(store.live_steps().unwrap().len(), 1);
+        let recent: Vec<_> = store.recent_steps(2).unwrap().iter().map(|s| (s.job.0, s.step)).collect();
+        assert_eq!(recent, vec![(2, 1), (1, 2)]);
+        assert_eq!(store.job_steps(JobId(1)).unwrap().len(), 2);
+        let info = s1.info();
+        assert_eq!((info.size, info.nodes.len(), info.argv[0].as_str()), (4, 2, "./a.out"));
+        assert!(store.get_step(JobId(1), 9).unwrap().is_none());
+    }
+
+    #[test]
+    fn member_usage_is_added_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        let u = Usage { wall_ms: 0, user_cpu_us: 5, system_cpu_us: 7, peak_memory_bytes: 100 };
+        assert!(store.add_member_usage(JobId(1), "n2", &u).unwrap());
+        assert!(!store.add_member_usage(JobId(1), "n2", &u).unwrap());
+        assert!(store.add_member_usage(JobId(1), "n3", &Usage { peak_memory_bytes: 300, ..u }).unwrap());
+        let sum = store.member_usage(JobId(1)).unwrap();
+        assert_eq!((sum.user_cpu_us, sum.system_cpu_us, sum.peak_memory_bytes), (10, 14, 300));
+        assert_eq!(store.member_usage(JobId(2)).unwrap(), Usage::default());
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod job;
 pub mod node;
 pub mod placement;
 pub mod sched;
+pub mod step;
 pub mod topology;
 pub mod units;
 

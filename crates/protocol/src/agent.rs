@@ -59,6 +59,8 @@ pub enum ControllerMessage {
     Launch(Box<LaunchSpec>),
     Kill { id: JobId, reason: String },
     EndAck { id: JobId },
+    /// Deliver a signal to a job's processes on this node (one step's ranks when `step` is set).
+    Signal { id: JobId, step: Option<u32>, signal: i32 },
 }
 
 /// A cgroup the agent made, as the kernel holds it.
@@ -100,6 +102,13 @@ pub struct LaunchSpec {
     /// Every node of the job with its core count, first node first (BERTH_NODES, nodefile).
     pub nodes: Vec<(String, u32)>,
     pub walltime_seconds: Option<u64>,
+    /// Run the batch script here (the job's first node); other nodes only hold the job's
+    /// cgroup and TMPDIR for its steps and tasks. Interactive jobs have no script anywhere.
+    #[serde(default = "yes")]
+    pub head: bool,
+    /// Every node of the job with its agent address, in allocation order (for tasks).
+    #[serde(default)]
+    pub addresses: Vec<String>,
     /// Between SIGTERM and SIGKILL at walltime or cancel.
     pub kill_grace_ms: u64,
     /// What to do with `allocation.binding`, when the job asked for a binding.
@@ -110,16 +119,27 @@ pub struct LaunchSpec {
     pub rankfile: Option<String>,
 }
 
+fn yes() -> bool {
+    true
+}
+
 /// Requests an agent answers on its own port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AgentQuery {
     Status,
+    /// Opens a control-tree connection: start this step's ranks on the first node of
+    /// `subtree` (indexes into `grant.nodes`) and forward it to the rest. `TreeDown` frames
+    /// follow on the connection, `TreeUp` frames come back.
+    StepLaunch { grant: Box<crate::step::StepGrant>, subtree: Vec<u32> },
+    /// The task API (local socket, or forwarded by another agent of the job).
+    Task { request: crate::step::TaskRequest },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum AgentReply {
     Status { name: String, instance: String, connected: bool, running: Vec<JobId>, real_cpus: String },
+    Task { reply: crate::step::TaskReply },
     Error { message: String },
 }

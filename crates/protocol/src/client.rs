@@ -59,6 +59,24 @@ pub enum ClientRequest {
     Acct {
         #[serde(default)]
         limit: Option<u32>,
+        /// The invocation log of `berth run` steps instead of jobs.
+        #[serde(default)]
+        steps: bool,
+    },
+    /// `berth run`: a step inside a job, or an interactive allocation and its step.
+    StepCreate(Box<crate::step::StepCreate>),
+    /// `berth run` reports how its step ended; ends an interactive allocation.
+    StepEnd {
+        job: JobId,
+        step: u32,
+        outcome: crate::step::StepOutcome,
+    },
+    /// Send a signal to every process of a job, or of one step of it.
+    Signal {
+        job: JobId,
+        #[serde(default)]
+        step: Option<u32>,
+        signal: i32,
     },
 }
 
@@ -104,6 +122,14 @@ pub enum ClientResponse {
     },
     Acct {
         jobs: Vec<JobInfo>,
+    },
+    Steps {
+        steps: Vec<crate::step::StepInfo>,
+    },
+    StepGranted(Box<crate::step::StepGrant>),
+    /// An interactive allocation cannot be placed now: why, and the caller retries.
+    TryAgain {
+        reason: String,
     },
     /// Per-id results of cancel/hold/release.
     Done {
@@ -205,6 +231,9 @@ pub struct JobInfo {
     /// The job's cgroups as the agents made them (host CPUs and memory nodes), while it runs.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub cgroups: Vec<CgroupInfo>,
+    /// The job's steps (`berth run`), first first; filled by `show_job` only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<crate::step::StepInfo>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

@@ -1,0 +1,82 @@
+//! Starting one rank of a step: in the job's cgroup (or the rank's sub-cpuset), bound to its
+//! CPUs, as the user with their active gid and groups, in their directory, with exactly their
+//! environment, stdio on pipes and the PMI socket on a known descriptor. No shell is involved.
+
+use berth_protocol::agent::UserIdentity;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::process::Stdio;
+
+pub struct RankLaunch<'a> {
+    pub argv: &'a [String],
+    pub env: Vec<(String, String)>,
+    pub cwd: &'a str,
+    pub user: &'a UserIdentity,
+    /// cgroup.procs files to join, in order (job cgroups, then the rank's sub-cpuset).
+    pub join_files: Vec<File>,
+    pub affinity: Option<libc::cpu_set_t>,
+    /// The rank's end of its PMI socketpair (kept open across exec).
+    pub pmi_fd: Option<RawFd>,
+    pub stdin: bool,
+}
+
+/// Spawn the rank; the caller reads its stdout/stderr pipes and waits for it.
+pub fn spawn(l: RankLaunch<'_>) -> Result<tokio::process::Child, String> {
+    let Some(program) = l.argv.first() else { return Err("no command to run".into()) };
+    let cwd = CString::new(std::path::Path::new(l.cwd).as_os_str().as_bytes())
+        .map_err(|_| "the working directory contains a NUL byte".to_string())?;
+    let mut cmd = tokio::process::Command::new(program);
+    cmd.args(&l.argv[1..]);
+    // Exactly the user's environment: `PATH` in it is also where `program` is looked up.
+    cmd.env_clear();
+    cmd.envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    cmd.stdin(if l.stdin { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.kill_on_drop(false);
+    let fds: Vec<RawFd> = l.join_files.iter().map(|f| f.as_raw_fd()).collect();
+    let keep = l.join_files;
+    let (uid, gid, groups) = (l.user.uid, l.user.gid, l.user.groups.clone());
+    let affinity = l.affinity;
+    let pmi_fd = l.pmi_fd;
+    // SAFETY: only async-signal-safe system calls on values prepared before the fork.
+    unsafe {
+        cmd.pre_exec(move || {
+            let _ = &keep;
+            for &fd in &fds {
+                if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            if let Some(mask) = &affinity {
+                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // Own process group: a signal for the rank reaches what it forks too.
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::chdir(cwd.as_ptr()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if let Some(fd) = pmi_fd {
+                if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => format!("{program}: command not found (PATH as in your environment)"),
+        std::io::ErrorKind::PermissionDenied => {
+            format!("{program}: permission denied (or {} is not accessible to you)", l.cwd)
+        }
+        _ => format!("{program}: {e}"),
+    })
+}

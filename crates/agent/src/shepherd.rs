@@ -1,0 +1,549 @@
+//! The shepherd of one step on one node: starts the node's ranks, forwards the launch to its
+//! part of the control tree, relays stdio, signals, exits and PMI barriers, and ends with
+//! its subtree.
+//!
+//! A shepherd receives `subtree` (indexes into the grant's nodes; its own node first). It
+//! splits the rest into at most `fanout` contiguous groups (flat: one per node) and sends
+//! each group to the group's first node, which does the same. Upward messages are
+//! aggregated where that saves traffic (`Started`, `BarrierIn`, `Done`); the root completes
+//! PMI barriers itself. A broken upstream connection kills the local ranks and closes the
+//! connections below, which dissolves the subtree; a broken child connection is reported up
+//! as `SubtreeLost` with the ranks it held.
+
+use crate::job::JobContext;
+use crate::pmi::PmiEvent;
+use crate::step_ranks::{self, LocalRank};
+use berth_protocol::agent::AgentQuery;
+use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
+use berth_protocol::{read_frame, write_frame};
+use std::collections::{BTreeSet, HashMap};
+use std::os::unix::process::ExitStatusExt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+/// How long a step may wait for its job to be set up on this node.
+const JOB_WAIT: Duration = Duration::from_secs(10);
+/// How long to wait for a child agent to accept the launch.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// After the last rank exits, how long its output may still drain (a background process
+/// holding the pipe must not keep the step alive).
+const OUTPUT_LINGER: Duration = Duration::from_secs(2);
+
+enum Event {
+    Down(TreeDown),
+    UpLost(String),
+    Child(usize, TreeUp),
+    ChildLost(usize, String),
+    Output(u32, u8, Vec<u8>),
+    StreamClosed,
+    RankExited(RankExit),
+    Pmi(PmiEvent),
+    Signal(i32),
+    KillNow,
+    Linger,
+}
+
+struct Child {
+    nodes: Vec<u32>,
+    tx: Option<mpsc::UnboundedSender<TreeDown>>,
+    started: Option<(u32, u32)>,
+    barrier: bool,
+    done: bool,
+}
+
+/// Split `rest` into at most `fanout` contiguous groups of near-equal size (0 = flat).
+pub fn groups(rest: &[u32], fanout: u32) -> Vec<Vec<u32>> {
+    if rest.is_empty() {
+        return vec![];
+    }
+    let k = if fanout == 0 { rest.len() } else { (fanout as usize).min(rest.len()) };
+    let (base, extra) = (rest.len() / k, rest.len() % k);
+    let mut out = Vec::with_capacity(k);
+    let mut at = 0;
+    for i in 0..k {
+        let len = base + usize::from(i < extra);
+        out.push(rest[at..at + len].to_vec());
+        at += len;
+    }
+    out
+}
+
+/// Serve one step on this node over the upstream connection `up` until the subtree is done.
+pub async fn serve<R, W>(ctx: Arc<JobContext>, grant: StepGrant, subtree: Vec<u32>, up_rd: R, up_wr: W)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (ev_tx, mut ev) = mpsc::unbounded_channel::<Event>();
+    let (up_tx, up_rx) = mpsc::unbounded_channel::<TreeUp>();
+    let writer = tokio::spawn(write_up(up_wr, up_rx));
+    tokio::spawn(read_down(up_rd, ev_tx.clone()));
+
+    let Some(&me) = subtree.first() else {
+        let _ = up_tx.send(TreeUp::Done);
+        drop(up_tx);
+        let _ = writer.await;
+        return;
+    };
+    let me_usize = me as usize;
+    let Some(node) = grant.nodes.get(me_usize).cloned() else {
+        let _ = up_tx.send(TreeUp::LaunchFailed { node: "?".into(), reason: format!("no node {me} in the step") });
+        let _ = up_tx.send(TreeUp::Done);
+        drop(up_tx);
+        let _ = writer.await;
+        return;
+    };
+    let is_root = subtree.len() == grant.nodes.len();
+
+    // Forward the launch first: the other nodes start while this one does.
+    let mut children: Vec<Child> = Vec::new();
+    for (i, group) in groups(&subtree[1..], grant.fanout).into_iter().enumerate() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(run_child(grant.clone(), group.clone(), i, rx, ev_tx.clone()));
+        children.push(Child { nodes: group, tx: Some(tx), started: None, barrier: false, done: false });
+    }
+
+    // Start the local ranks.
+    let (pmi_tx, mut pmi_rx) = mpsc::unbounded_channel::<PmiEvent>();
+    {
+        let ev_tx = ev_tx.clone();
+        tokio::spawn(async move {
+            while let Some(e) = pmi_rx.recv().await {
+                if ev_tx.send(Event::Pmi(e)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let job = ctx.registry.wait_for(grant.job, JOB_WAIT).await;
+    let mut partial = Vec::new();
+    let started = match &job {
+        None => Err(format!("job {} is not running on node {}", grant.job, node.name)),
+        Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, &mut partial),
+    };
+    let mut alive: HashMap<u32, i32> = HashMap::new();
+    let mut stdin: Option<tokio::process::ChildStdin> = None;
+    let mut open_streams = 0usize;
+    let mut pmi = None;
+    let mut sub_cpusets = vec![];
+    let mut failures_file = None;
+    let mut local_started = false;
+    let ranks: Vec<LocalRank> = match started {
+        Ok(s) => {
+            pmi = Some(s.pmi);
+            sub_cpusets = s.sub_cpusets;
+            failures_file = Some(s.failures_file);
+            local_started = true;
+            s.ranks
+        }
+        Err(reason) => {
+            tracing::warn!(job = %grant.job, step = grant.step, "launch failed: {reason}");
+            let _ = up_tx.send(TreeUp::LaunchFailed { node: node.name.clone(), reason: reason.clone() });
+            // Ranks started before the failure are killed; the others never ran.
+            for r in &partial {
+                if let Some(pid) = r.child.id() {
+                    signal_group(pid as i32, libc::SIGKILL);
+                }
+            }
+            let started: BTreeSet<u32> = partial.iter().map(|r| r.rank).collect();
+            let never: Vec<RankExit> = node
+                .ranks
+                .iter()
+                .filter(|r| !started.contains(&r.rank))
+                .map(|r| RankExit {
+                    rank: r.rank,
+                    node: node.name.clone(),
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(format!("launch failed: {reason}")),
+                })
+                .collect();
+            if !never.is_empty() {
+                let _ = up_tx.send(TreeUp::Exited { ranks: never });
+            }
+            std::mem::take(&mut partial)
+        }
+    };
+    for mut r in ranks {
+        if let Some(pid) = r.child.id() {
+            alive.insert(r.rank, pid as i32);
+        }
+        if r.rank == 0 {
+            stdin = r.child.stdin.take();
+        }
+        if let Some(out) = r.child.stdout.take() {
+            open_streams += 1;
+            tokio::spawn(pump(out, r.rank, 1, ev_tx.clone()));
+        }
+        if let Some(err) = r.child.stderr.take() {
+            open_streams += 1;
+            tokio::spawn(pump(err, r.rank, 2, ev_tx.clone()));
+        }
+        let (ev_tx, node_name) = (ev_tx.clone(), node.name.clone());
+        tokio::spawn(async move {
+            let status = r.child.wait().await;
+            let exit = match status {
+                Ok(st) => {
+                    RankExit { rank: r.rank, node: node_name, exit_code: st.code(), signal: st.signal(), reason: None }
+                }
+                Err(e) => RankExit {
+                    rank: r.rank,
+                    node: node_name,
+                    exit_code: None,
+                    signal: None,
+                    reason: Some(format!("lost track of the process: {e}")),
+                },
+            };
+            let _ = ev_tx.send(Event::RankExited(exit));
+        });
+    }
+    // Signals from `berth signal` (through the controller) for this step's local ranks.
+    let (sig_tx, mut sig_rx) = mpsc::unbounded_channel::<i32>();
+    if let Some(job) = &job {
+        if let Ok(mut steps) = job.steps.lock() {
+            steps.insert(grant.step, sig_tx);
+        }
+        let ev_tx = ev_tx.clone();
+        tokio::spawn(async move {
+            while let Some(s) = sig_rx.recv().await {
+                if ev_tx.send(Event::Signal(s)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+
+    let mut started_sent = false;
+    let mut local_barrier: Option<Vec<(String, String)>> = None;
+    let mut child_puts: Vec<(String, String)> = Vec::new();
+    let mut killing = false;
+    let mut lingered = false;
+    let mut up_alive = true;
+    let mut dead_ranks: Vec<u32> = Vec::new();
+    loop {
+        // Aggregated upward messages.
+        if !started_sent && children.iter().all(|c| c.started.is_some() || c.done) {
+            let (n, r) = children.iter().filter_map(|c| c.started).fold(
+                (u32::from(local_started), if local_started { node.ranks.len() as u32 } else { 0 }),
+                |(n, r), (cn, cr)| (n + cn, r + cr),
+            );
+            let _ = up_tx.send(TreeUp::Started { nodes: n, ranks: r });
+            started_sent = true;
+        }
+        if local_barrier.is_some() && children.iter().all(|c| c.barrier || c.done) {
+            let mut puts = local_barrier.take().unwrap_or_default();
+            puts.append(&mut child_puts);
+            for c in children.iter_mut() {
+                c.barrier = false;
+            }
+            if is_root {
+                send_down(&mut children, &TreeDown::BarrierOut { kvs: puts.clone() });
+                if let Some(p) = &pmi {
+                    p.barrier_out(puts);
+                }
+            } else {
+                let _ = up_tx.send(TreeUp::BarrierIn { puts });
+            }
+        }
+        let streams_done = open_streams == 0 || lingered;
+        if alive.is_empty() && streams_done && children.iter().all(|c| c.done) {
+            break;
+        }
+        let Some(event) = ev.recv().await else { break };
+        match event {
+            Event::Down(msg) => match msg {
+                TreeDown::Stdin { data } => {
+                    if let Some(s) = stdin.as_mut() {
+                        if s.write_all(data.as_bytes()).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                TreeDown::StdinEof => stdin = None,
+                TreeDown::Signal { signal } => {
+                    send_down(&mut children, &TreeDown::Signal { signal });
+                    signal_all(&alive, signal);
+                }
+                TreeDown::BarrierOut { kvs } => {
+                    send_down(&mut children, &TreeDown::BarrierOut { kvs: kvs.clone() });
+                    if let Some(p) = &pmi {
+                        p.barrier_out(kvs);
+                    }
+                }
+                TreeDown::RankFailed { exit } => {
+                    send_down(&mut children, &TreeDown::RankFailed { exit: exit.clone() });
+                    dead_ranks.push(exit.rank);
+                    note_failure(&failures_file, &exit);
+                    if let Some(p) = &pmi {
+                        let list: Vec<String> = dead_ranks.iter().map(|r| r.to_string()).collect();
+                        p.set("PMI_dead_processes", &list.join(","));
+                    }
+                    if let Some(sig) = grant.notify_signal {
+                        signal_all(&alive, sig);
+                    }
+                }
+                TreeDown::Kill { reason } => {
+                    send_down(&mut children, &TreeDown::Kill { reason });
+                    if !killing {
+                        killing = true;
+                        signal_all(&alive, libc::SIGTERM);
+                        signal_all(&alive, libc::SIGCONT);
+                        let ev_tx = ev_tx.clone();
+                        let grace = Duration::from_millis(grant.kill_grace_ms.max(100));
+                        tokio::spawn(async move {
+                            tokio::time::sleep(grace).await;
+                            let _ = ev_tx.send(Event::KillNow);
+                        });
+                    }
+                }
+            },
+            Event::UpLost(reason) => {
+                if up_alive {
+                    up_alive = false;
+                    tracing::warn!(job = %grant.job, step = grant.step, "upstream lost ({reason}): killing the subtree");
+                    signal_all(&alive, libc::SIGKILL);
+                    // Closing the connections below dissolves the subtree.
+                    for c in children.iter_mut() {
+                        c.tx = None;
+                    }
+                }
+            }
+            Event::KillNow => signal_all(&alive, libc::SIGKILL),
+            Event::Signal(sig) => signal_all(&alive, sig),
+            Event::Output(rank, stream, data) => {
+                let _ = up_tx.send(TreeUp::Output { rank, stream, data: Chunk::from_bytes(data) });
+            }
+            Event::StreamClosed => open_streams = open_streams.saturating_sub(1),
+            Event::Linger => lingered = true,
+            Event::RankExited(exit) => {
+                alive.remove(&exit.rank);
+                let _ = up_tx.send(TreeUp::Exited { ranks: vec![exit] });
+                if alive.is_empty() && open_streams > 0 {
+                    let ev_tx = ev_tx.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(OUTPUT_LINGER).await;
+                        let _ = ev_tx.send(Event::Linger);
+                    });
+                }
+            }
+            Event::Pmi(p) => match p {
+                PmiEvent::BarrierIn { puts } => local_barrier = Some(puts),
+                PmiEvent::Abort { rank, code, message } => {
+                    let _ = up_tx.send(TreeUp::Abort { rank, node: node.name.clone(), code, message });
+                }
+                PmiEvent::Finalized { .. } => {}
+                PmiEvent::ProtocolError { rank, message } => {
+                    tracing::warn!(job = %grant.job, step = grant.step, rank, "PMI: {message}");
+                }
+            },
+            Event::Child(i, msg) => match msg {
+                TreeUp::Started { nodes, ranks } => children[i].started = Some((nodes, ranks)),
+                TreeUp::BarrierIn { mut puts } => {
+                    children[i].barrier = true;
+                    child_puts.append(&mut puts);
+                }
+                TreeUp::Done => {
+                    children[i].done = true;
+                    children[i].tx = None;
+                }
+                other => {
+                    let _ = up_tx.send(other);
+                }
+            },
+            Event::ChildLost(i, reason) => {
+                let c = &mut children[i];
+                if !c.done {
+                    c.done = true;
+                    c.tx = None;
+                    let names: Vec<String> =
+                        c.nodes.iter().filter_map(|&n| grant.nodes.get(n as usize)).map(|n| n.name.clone()).collect();
+                    let ranks: Vec<u32> = c
+                        .nodes
+                        .iter()
+                        .filter_map(|&n| grant.nodes.get(n as usize))
+                        .flat_map(|n| n.ranks.iter().map(|r| r.rank))
+                        .collect();
+                    let _ = up_tx.send(TreeUp::SubtreeLost { nodes: names, ranks, reason });
+                }
+            }
+        }
+    }
+    if let Some(job) = &job {
+        if let Ok(mut steps) = job.steps.lock() {
+            steps.remove(&grant.step);
+        }
+        for name in sub_cpusets {
+            let dir = job.cgroup.cpuset_dir().join(&name);
+            let _ = std::fs::remove_dir(&dir);
+        }
+        if let Some(f) = failures_file {
+            let _ = std::fs::remove_file(f);
+        }
+    }
+    let _ = up_tx.send(TreeUp::Done);
+    drop(up_tx);
+    let _ = writer.await;
+}
+
+fn send_down(children: &mut [Child], msg: &TreeDown) {
+    for c in children.iter_mut() {
+        if let Some(tx) = &c.tx {
+            if tx.send(msg.clone()).is_err() {
+                c.tx = None;
+            }
+        }
+    }
+}
+
+/// Signal every live local rank's process group.
+fn signal_all(alive: &HashMap<u32, i32>, sig: i32) {
+    for &pid in alive.values() {
+        signal_group(pid, sig);
+    }
+}
+
+fn signal_group(pid: i32, sig: i32) {
+    // SAFETY: kill(2) on a process group the shepherd started (the rank called setsid).
+    unsafe {
+        if libc::kill(-pid, sig) != 0 {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// No-kill mode: survivors read failed ranks from `BERTH_FAILED_RANKS`, one line each.
+fn note_failure(file: &Option<std::path::PathBuf>, exit: &RankExit) {
+    use std::io::Write;
+    if let Some(path) = file {
+        if let Ok(mut f) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = writeln!(f, "{} {} {}", exit.rank, exit.node, exit.describe());
+        }
+    }
+}
+
+async fn pump<R: AsyncRead + Unpin>(mut r: R, rank: u32, stream: u8, ev: mpsc::UnboundedSender<Event>) {
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if ev.send(Event::Output(rank, stream, buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = ev.send(Event::StreamClosed);
+}
+
+async fn write_up<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<TreeUp>) {
+    while let Some(msg) = rx.recv().await {
+        if write_frame(&mut w, &msg).await.is_err() {
+            // Upstream is gone; the reader reports it. Drain so senders never block.
+            while rx.recv().await.is_some() {}
+            return;
+        }
+    }
+    let _ = w.shutdown().await;
+}
+
+async fn read_down<R: AsyncRead + Unpin>(mut r: R, ev: mpsc::UnboundedSender<Event>) {
+    loop {
+        match read_frame::<_, TreeDown>(&mut r).await {
+            Ok(Some(msg)) => {
+                if ev.send(Event::Down(msg)).is_err() {
+                    return;
+                }
+            }
+            Ok(None) => {
+                let _ = ev.send(Event::UpLost("connection closed".into()));
+                return;
+            }
+            Err(e) => {
+                let _ = ev.send(Event::UpLost(e.to_string()));
+                return;
+            }
+        }
+    }
+}
+
+/// One connection to a child agent: launch, then relay both ways until it is done.
+async fn run_child(
+    grant: StepGrant,
+    group: Vec<u32>,
+    index: usize,
+    mut down: mpsc::UnboundedReceiver<TreeDown>,
+    ev: mpsc::UnboundedSender<Event>,
+) {
+    let Some(address) = group.first().and_then(|&n| grant.nodes.get(n as usize)).map(|n| n.address.clone()) else {
+        let _ = ev.send(Event::ChildLost(index, "empty group".into()));
+        return;
+    };
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&address)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            let _ = ev.send(Event::ChildLost(index, format!("cannot reach the agent at {address}: {e}")));
+            return;
+        }
+        Err(_) => {
+            let _ = ev.send(Event::ChildLost(index, format!("no answer from the agent at {address}")));
+            return;
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let launch = AgentQuery::StepLaunch { grant: Box::new(grant), subtree: group };
+    if let Err(e) = write_frame(&mut wr, &launch).await {
+        let _ = ev.send(Event::ChildLost(index, format!("sending the launch to {address}: {e}")));
+        return;
+    }
+    let writer = tokio::spawn(async move {
+        while let Some(msg) = down.recv().await {
+            if write_frame(&mut wr, &msg).await.is_err() {
+                return;
+            }
+        }
+        // The shepherd dropped us: closing the connection dissolves the subtree below.
+        let _ = wr.shutdown().await;
+    });
+    loop {
+        match read_frame::<_, TreeUp>(&mut rd).await {
+            Ok(Some(TreeUp::Done)) => {
+                let _ = ev.send(Event::Child(index, TreeUp::Done));
+                break;
+            }
+            Ok(Some(msg)) => {
+                if ev.send(Event::Child(index, msg)).is_err() {
+                    break;
+                }
+            }
+            Ok(None) => {
+                let _ = ev.send(Event::ChildLost(index, format!("the agent at {address} closed the connection")));
+                break;
+            }
+            Err(e) => {
+                let _ = ev.send(Event::ChildLost(index, format!("connection to {address}: {e}")));
+                break;
+            }
+        }
+    }
+    writer.abort();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::groups;
+
+    #[test]
+    fn groups_split_evenly_and_flat_is_one_per_node() {
+        let rest: Vec<u32> = (1..=10).collect();
+        assert_eq!(groups(&rest, 3), vec![vec![1, 2, 3, 4], vec![5, 6, 7], vec![8, 9, 10]]);
+        assert_eq!(groups(&rest, 0).len(), 10);
+        assert_eq!(groups(&rest, 32).len(), 10);
+        assert_eq!(groups(&[], 8), Vec::<Vec<u32>>::new());
+        assert_eq!(groups(&[4, 5], 2), vec![vec![4], vec![5]]);
+    }
+}

@@ -1,0 +1,197 @@
+//! A step's ranks on this node: checked against the job, placed in its cgroup (and per-rank
+//! sub-cpusets when asked), bound, given their environment and PMI sockets, started.
+
+use crate::job::JobContext;
+use crate::pmi::{PmiConfig, PmiEvent, PmiServer};
+use crate::registry::JobHandle;
+use berth_core::CpuSet;
+use berth_protocol::step::{StepGrant, StepNode};
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// A started rank.
+pub struct LocalRank {
+    pub rank: u32,
+    pub child: tokio::process::Child,
+}
+
+/// What the shepherd gets back from starting its ranks.
+pub struct StartedRanks {
+    pub ranks: Vec<LocalRank>,
+    pub pmi: PmiServer,
+    /// Where survivors read about failed ranks (`BERTH_FAILED_RANKS`).
+    pub failures_file: PathBuf,
+    /// Rank sub-cpusets made for this step (removed at its end).
+    pub sub_cpusets: Vec<String>,
+}
+
+/// Check that the grant fits the job as this node knows it.
+pub fn check(job: &JobHandle, grant: &StepGrant, node: &StepNode) -> Result<(), String> {
+    let spec = &job.spec;
+    if grant.user.uid != spec.user.uid && grant.user.uid != 0 {
+        return Err(format!(
+            "job {} belongs to uid {}, not to uid {} who asked for this step",
+            spec.id, spec.user.uid, grant.user.uid
+        ));
+    }
+    for r in &node.ranks {
+        if r.cpus.is_empty() || !r.cpus.is_subset_of(&spec.allocation.cpus) {
+            return Err(format!(
+                "rank {}'s CPUs [{}] are not inside job {}'s CPUs {} on this node",
+                r.rank,
+                r.cpus.to_list(),
+                spec.id,
+                spec.allocation.cpus.to_list()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The environment every local rank shares: the user's, then berth's per-step variables.
+fn node_env(
+    grant: &StepGrant,
+    node_index: usize,
+    job: &JobHandle,
+    failures: &std::path::Path,
+) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> =
+        grant.env.iter().filter(|(k, _)| !k.starts_with("PMI_") && k != "TMPDIR").cloned().collect();
+    let nodes: Vec<&str> = grant.nodes.iter().map(|n| n.name.as_str()).collect();
+    let size = grant.size.to_string();
+    let local_size = grant.nodes[node_index].ranks.len().to_string();
+    set_vars(
+        &mut env,
+        [
+            ("BERTH_JOB_ID", grant.job.to_string()),
+            ("BERTH_STEP_ID", grant.step.to_string()),
+            ("BERTH_SIZE", size.clone()),
+            ("BERTH_LOCAL_SIZE", local_size.clone()),
+            ("BERTH_NODEID", node_index.to_string()),
+            ("BERTH_NNODES", grant.nodes.len().to_string()),
+            ("BERTH_STEP_NODES", nodes.join(",")),
+            ("BERTH_FAILED_RANKS", failures.display().to_string()),
+            ("TMPDIR", job.tmpdir().display().to_string()),
+            ("MPI_SIZE", size.clone()),
+            ("MPI_LOCALNRANKS", local_size.clone()),
+            ("OMPI_COMM_WORLD_SIZE", size.clone()),
+            ("OMPI_COMM_WORLD_LOCAL_SIZE", local_size),
+            ("PMI_SIZE", size),
+        ],
+    );
+    env
+}
+
+/// One rank's own variables on top of the node's.
+fn rank_env(base: &[(String, String)], rank: u32, local_rank: usize, host_cpus: &CpuSet) -> Vec<(String, String)> {
+    let mut env = base.to_vec();
+    let (rank, local) = (rank.to_string(), local_rank.to_string());
+    set_vars(
+        &mut env,
+        [
+            ("BERTH_RANK", rank.clone()),
+            ("BERTH_LOCAL_RANK", local.clone()),
+            ("BERTH_RANK_CPUS", host_cpus.to_list()),
+            // For scripts written for other launchers.
+            ("MPI_RANK", rank.clone()),
+            ("MPI_LOCALRANKID", local.clone()),
+            ("OMPI_COMM_WORLD_RANK", rank.clone()),
+            ("OMPI_COMM_WORLD_LOCAL_RANK", local),
+            ("PMI_RANK", rank),
+        ],
+    );
+    env
+}
+
+fn set_vars<const N: usize>(env: &mut Vec<(String, String)>, vars: [(&str, String); N]) {
+    env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+    env.extend(vars.into_iter().map(|(k, v)| (k.to_string(), v)));
+}
+
+/// Start this node's ranks. On error, ranks already started are returned to be killed by
+/// the caller through `partial`.
+pub fn start(
+    ctx: &Arc<JobContext>,
+    job: &Arc<JobHandle>,
+    grant: &StepGrant,
+    node_index: usize,
+    pmi_events: mpsc::UnboundedSender<PmiEvent>,
+    partial: &mut Vec<LocalRank>,
+) -> Result<StartedRanks, String> {
+    let node = &grant.nodes[node_index];
+    check(job, grant, node)?;
+    let ranks_per_node: Vec<Vec<u32>> = grant.nodes.iter().map(|n| n.ranks.iter().map(|r| r.rank).collect()).collect();
+    let pmi = PmiServer::new(
+        PmiConfig {
+            kvsname: grant.kvsname.clone(),
+            size: grant.size,
+            appnum: 0,
+            universe_size: grant.size,
+            process_mapping: crate::pmi::process_mapping(&ranks_per_node),
+            local_ranks: node.ranks.iter().map(|r| r.rank).collect(),
+        },
+        pmi_events,
+    );
+    let failures_file = job.spool.join(format!("step{}.failed", grant.step));
+    std::fs::write(&failures_file, "").map_err(|e| format!("cannot create {}: {e}", failures_file.display()))?;
+    let _ = std::os::unix::fs::lchown(&failures_file, Some(job.spec.user.uid), Some(job.spec.user.gid));
+    let mut sub_cpusets = Vec::new();
+    let base = node_env(grant, node_index, job, &failures_file);
+    for (local, place) in node.ranks.iter().enumerate() {
+        let host = ctx.cpumap.cpus(&place.cpus);
+        let mut join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+        if grant.rank_cpusets {
+            let name = format!("s{}r{}", grant.step, place.rank);
+            let mems = rank_mems(ctx, job, &place.cpus);
+            let dir = job
+                .cgroup
+                .make_child(&name, &host.to_list(), &mems)
+                .map_err(|e| format!("cannot create rank {}'s sub-cpuset: {e}", place.rank))?;
+            sub_cpusets.push(name);
+            let procs = std::fs::OpenOptions::new()
+                .write(true)
+                .open(dir.join("cgroup.procs"))
+                .map_err(|e| format!("cannot open rank {}'s sub-cpuset: {e}", place.rank))?;
+            join.push(procs);
+        }
+        let affinity = if grant.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
+        let (ours, theirs) =
+            std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?;
+        let mut env = rank_env(&base, place.rank, local, &host);
+        env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
+        let child = crate::rank::spawn(crate::rank::RankLaunch {
+            argv: &grant.argv,
+            env,
+            cwd: &grant.cwd,
+            user: &grant.user,
+            join_files: join,
+            affinity,
+            pmi_fd: Some(theirs.as_raw_fd()),
+            stdin: place.rank == 0,
+        })
+        .map_err(|e| format!("rank {}: {e}", place.rank))?;
+        drop(theirs);
+        ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
+        let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
+        let server = pmi.clone();
+        let rank = place.rank;
+        tokio::spawn(async move { server.serve_rank(rank, stream).await });
+        partial.push(LocalRank { rank: place.rank, child });
+    }
+    Ok(StartedRanks { ranks: std::mem::take(partial), pmi, failures_file, sub_cpusets })
+}
+
+/// The job's memory nodes local to `cpus`, as host nodes; the job's own when none is.
+fn rank_mems(ctx: &JobContext, job: &JobHandle, cpus: &CpuSet) -> String {
+    let topo = &ctx.topology;
+    let local: CpuSet = topo
+        .numa_nodes
+        .iter()
+        .filter(|n| n.cpus.intersects(cpus) && job.spec.allocation.mems.contains(n.os_index))
+        .map(|n| n.os_index)
+        .collect();
+    let mems = if local.is_empty() { job.spec.allocation.mems.clone() } else { local };
+    ctx.cpumap.mems(&mems).to_list()
+}

@@ -1,0 +1,517 @@
+//! `berth run`: start a parallel application through the agents' control tree.
+//!
+//! The controller grants a step (inside the caller's job, or in a fresh interactive
+//! allocation); `run` hands it to the first node's agent, whose shepherd spreads it down the
+//! tree. `run` then relays stdin to rank 0, signals to every rank, prints what the ranks
+//! write, and decides: an abnormal rank end kills the application (unless --no-kill), the
+//! worst exit status is returned, and the step's end is recorded in the invocation log.
+
+use crate::client::Client;
+use anyhow::{anyhow, bail, Context, Result};
+use berth_core::step::{RankBinding, StepRequest};
+use berth_core::JobId;
+use berth_protocol::agent::AgentQuery;
+use berth_protocol::client::{ClientRequest, ClientResponse};
+use berth_protocol::step::{
+    parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepOutcome, TreeDown, TreeUp,
+};
+use berth_protocol::{read_frame, write_frame};
+use clap::Args;
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Number of ranks (also -np); default: one per free core of the allocation.
+    #[arg(short = 'n', long = "ntasks")]
+    ntasks: Option<u32>,
+    /// Ranks per node (aprun -N).
+    #[arg(short = 'N', long = "tasks-per-node")]
+    tasks_per_node: Option<u32>,
+    /// Cores per rank (aprun -d).
+    #[arg(short = 'd', long = "cpus-per-task")]
+    cpus_per_task: Option<u32>,
+    /// How ranks are bound: linear (consecutive cores), striding (alternate sockets), none.
+    #[arg(long, default_value = "linear")]
+    binding: String,
+    /// Put each rank in its own sub-cpuset (CPUs and local memory) inside the job's.
+    #[arg(long = "rank-cpusets")]
+    rank_cpusets: bool,
+    /// Prefix each output line with its rank ("3: ...").
+    #[arg(long, short = 'l')]
+    label: bool,
+    /// Keep the other ranks running when one fails; they are told (BERTH_FAILED_RANKS).
+    #[arg(long = "no-kill")]
+    no_kill: bool,
+    /// With --no-kill: also send this signal to the survivors when a rank fails.
+    #[arg(long = "notify-signal")]
+    notify_signal: Option<String>,
+    /// Control tree fanout: 2..32, or "flat".
+    #[arg(long, default_value = "8")]
+    fanout: String,
+    /// Allow more ranks than free cores: extra ranks share the allocation's CPUs.
+    #[arg(long)]
+    overcommit: bool,
+    /// The job whose allocation to use (default $BERTH_JOB_ID; none: interactive).
+    #[arg(long)]
+    job: Option<String>,
+    /// Interactive only: nodes to allocate.
+    #[arg(long)]
+    nodes: Option<u32>,
+    /// Interactive only: time limit (SECONDS, HH:MM:SS, 10m, ...).
+    #[arg(long)]
+    walltime: Option<String>,
+    /// Print launch timings to stderr.
+    #[arg(long, hide = true)]
+    timing: bool,
+    /// The program and its arguments.
+    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    command: Vec<String>,
+}
+
+/// Flags of `run` that take a value (for rewriting mpirun's `-np`).
+const VALUE_FLAGS: &[&str] = &[
+    "-n",
+    "--ntasks",
+    "-N",
+    "--tasks-per-node",
+    "-d",
+    "--cpus-per-task",
+    "--binding",
+    "--notify-signal",
+    "--fanout",
+    "--job",
+    "--nodes",
+    "--walltime",
+    "--dir",
+];
+
+/// Accept mpirun's `-np N` for `run`: rewritten to `-n N` before the program name.
+pub fn rewrite_np(args: Vec<String>) -> Vec<String> {
+    let Some(at) = args.iter().position(|a| a == "run") else { return args };
+    let mut out: Vec<String> = args[..=at].to_vec();
+    let mut i = at + 1;
+    while i < args.len() {
+        let a = &args[i];
+        if a == "-np" {
+            out.push("-n".into());
+        } else {
+            out.push(a.clone());
+        }
+        if !a.starts_with('-') {
+            out.extend_from_slice(&args[i + 1..]);
+            return out;
+        }
+        if (a == "-np" || VALUE_FLAGS.contains(&a.as_str())) && i + 1 < args.len() {
+            out.push(args[i + 1].clone());
+            i += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+fn parse_fanout(s: &str) -> Result<u32> {
+    if s == "flat" {
+        return Ok(0);
+    }
+    match s.parse::<u32>() {
+        Ok(f) if (2..=32).contains(&f) => Ok(f),
+        _ => bail!("--fanout {s}: expected a number from 2 to 32, or \"flat\""),
+    }
+}
+
+pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
+    let t0 = Instant::now();
+    let binding = RankBinding::parse(&args.binding)
+        .ok_or_else(|| anyhow!("--binding {}: expected linear, striding or none", args.binding))?;
+    let fanout = parse_fanout(&args.fanout)?;
+    let notify_signal = match &args.notify_signal {
+        Some(s) => Some(parse_signal(s).ok_or_else(|| anyhow!("--notify-signal {s}: unknown signal"))?),
+        None => None,
+    };
+    let job_text = args.job.clone().or_else(|| std::env::var("BERTH_JOB_ID").ok().filter(|s| !s.is_empty()));
+    let job = match job_text {
+        Some(t) => Some(JobId(t.trim().parse().map_err(|_| anyhow!("bad job id {t:?}"))?)),
+        None => None,
+    };
+    let walltime_seconds = match &args.walltime {
+        Some(w) => Some(berth_core::units::parse_duration_secs(w)?),
+        None => None,
+    };
+    let create = StepCreate {
+        job,
+        request: StepRequest {
+            ntasks: args.ntasks,
+            tasks_per_node: args.tasks_per_node,
+            cpus_per_task: args.cpus_per_task,
+            overcommit: args.overcommit,
+            binding,
+        },
+        interactive: InteractiveAsk { nodes: args.nodes, walltime_seconds },
+        argv: args.command.clone(),
+        env: std::env::vars().collect(),
+        cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
+        host: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        pid: std::process::id(),
+        fanout,
+        no_kill: args.no_kill,
+        rank_cpusets: args.rank_cpusets,
+        notify_signal,
+    };
+    // One connection for the whole run: an interactive allocation lives as long as it.
+    let mut client = Client::connect(dir).await?;
+    let grant = request_step(&mut client, &create).await?;
+    let granted_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    let mut tree = Tree::new(&args, &grant);
+    let outcome = tree.drive(&grant, t0, args.timing).await;
+    let code = outcome.exit_code;
+    if args.timing {
+        eprintln!(
+            "berth run: timing granted_ms={granted_ms:.2} running_ms={:.2} total_ms={:.2}",
+            tree.running_ms.unwrap_or(f64::NAN),
+            t0.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+    if json {
+        let v = serde_json::json!({
+            "job": grant.job, "step": grant.step, "size": grant.size, "exit_code": code,
+            "failures": outcome.failures, "failed_at": outcome.failed_at,
+        });
+        eprintln!("{v}");
+    }
+    let end = ClientRequest::StepEnd { job: grant.job, step: grant.step, outcome };
+    match client.call(&end).await {
+        Ok(ClientResponse::Error(e)) => eprintln!("berth run: recording the step's end: {e}"),
+        Err(e) => eprintln!("berth run: recording the step's end: {e:#}"),
+        Ok(_) => {}
+    }
+    Ok(code)
+}
+
+async fn request_step(client: &mut Client, create: &StepCreate) -> Result<StepGrant> {
+    let mut last_reason = String::new();
+    loop {
+        match client.call(&ClientRequest::StepCreate(Box::new(create.clone()))).await? {
+            ClientResponse::StepGranted(g) => return Ok(*g),
+            ClientResponse::TryAgain { reason } => {
+                if reason != last_reason {
+                    eprintln!("berth run: waiting for resources: {reason}");
+                    last_reason = reason;
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            ClientResponse::Error(e) => return Err(anyhow!(e)),
+            other => bail!("unexpected answer from the controller: {other:?}"),
+        }
+    }
+}
+
+/// `run`'s end of the control tree.
+struct Tree {
+    label: bool,
+    no_kill: bool,
+    size: u32,
+    exits: Vec<RankExit>,
+    failures: Vec<RankExit>,
+    abort: Option<(u32, String, i32, String)>,
+    failed_at: Option<String>,
+    killing: bool,
+    partial: HashMap<(u32, u8), Vec<u8>>,
+    running_ms: Option<f64>,
+}
+
+impl Tree {
+    fn new(args: &RunArgs, grant: &StepGrant) -> Tree {
+        Tree {
+            label: args.label,
+            no_kill: args.no_kill,
+            size: grant.size,
+            exits: vec![],
+            failures: vec![],
+            abort: None,
+            failed_at: None,
+            killing: false,
+            partial: HashMap::new(),
+            running_ms: None,
+        }
+    }
+
+    async fn drive(&mut self, grant: &StepGrant, t0: Instant, timing: bool) -> StepOutcome {
+        let first = &grant.nodes[0];
+        let stream = match TcpStream::connect(&first.address).await {
+            Ok(s) => s,
+            Err(e) => {
+                let msg = format!("cannot reach the agent of {} at {}: {e}", first.name, first.address);
+                eprintln!("berth run: {msg}");
+                return StepOutcome { exit_code: 1, failed_at: Some(msg), ..Default::default() };
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (mut rd, mut wr) = stream.into_split();
+        let subtree: Vec<u32> = (0..grant.nodes.len() as u32).collect();
+        let launch = AgentQuery::StepLaunch { grant: Box::new(grant.clone()), subtree };
+        if let Err(e) = write_frame(&mut wr, &launch).await {
+            let msg = format!("sending the launch to {}: {e}", first.name);
+            eprintln!("berth run: {msg}");
+            return StepOutcome { exit_code: 1, failed_at: Some(msg), ..Default::default() };
+        }
+        let (down_tx, mut down_rx) = mpsc::unbounded_channel::<TreeDown>();
+        tokio::spawn(async move {
+            while let Some(m) = down_rx.recv().await {
+                if write_frame(&mut wr, &m).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(forward_stdin(down_tx.clone()));
+        forward_signals(down_tx.clone());
+        loop {
+            let msg = match read_frame::<_, TreeUp>(&mut rd).await {
+                Ok(Some(m)) => m,
+                Ok(None) | Err(_) => {
+                    let msg = format!("lost the connection to {}'s agent; the ranks were killed", first.name);
+                    eprintln!("berth run: {msg}");
+                    self.failed_at.get_or_insert(msg);
+                    break;
+                }
+            };
+            match msg {
+                TreeUp::Started { nodes, ranks } => {
+                    let ms = t0.elapsed().as_secs_f64() * 1000.0;
+                    self.running_ms = Some(ms);
+                    if timing {
+                        eprintln!("berth run: {ranks} ranks on {nodes} nodes running after {ms:.2} ms");
+                    }
+                }
+                TreeUp::Output { rank, stream, data } => self.output(rank, stream, &data),
+                TreeUp::Exited { ranks } => {
+                    for exit in ranks {
+                        self.exited(exit, &down_tx);
+                    }
+                }
+                TreeUp::LaunchFailed { node, reason } => {
+                    let msg = format!("launch failed on {node}: {reason}");
+                    eprintln!("berth run: {msg}");
+                    self.failed_at.get_or_insert(msg.clone());
+                    self.kill(&down_tx, msg);
+                }
+                TreeUp::Abort { rank, node, code, message } => {
+                    eprintln!(
+                        "berth run: rank {rank} on {node} called MPI_Abort (code {code}){}; killing the other ranks",
+                        if message.is_empty() { String::new() } else { format!(": {message}") }
+                    );
+                    self.abort.get_or_insert((rank, node, code, message));
+                    self.kill(&down_tx, "MPI_Abort".into());
+                }
+                TreeUp::SubtreeLost { nodes, ranks, reason } => {
+                    eprintln!("berth run: lost nodes {} ({reason})", nodes.join(","));
+                    for rank in ranks {
+                        let node = grant
+                            .nodes
+                            .iter()
+                            .find(|n| n.ranks.iter().any(|r| r.rank == rank))
+                            .map(|n| n.name.clone())
+                            .unwrap_or_default();
+                        let exit = RankExit {
+                            rank,
+                            node,
+                            exit_code: None,
+                            signal: None,
+                            reason: Some(format!("node lost: {reason}")),
+                        };
+                        self.exited(exit, &down_tx);
+                    }
+                }
+                TreeUp::BarrierIn { .. } => {}
+                TreeUp::Done => break,
+            }
+        }
+        self.flush();
+        self.outcome(t0)
+    }
+
+    fn kill(&mut self, down: &mpsc::UnboundedSender<TreeDown>, reason: String) {
+        if !self.killing {
+            self.killing = true;
+            let _ = down.send(TreeDown::Kill { reason });
+        }
+    }
+
+    fn exited(&mut self, exit: RankExit, down: &mpsc::UnboundedSender<TreeDown>) {
+        if exit.abnormal() && !self.killing {
+            self.failures.push(exit.clone());
+            if self.no_kill {
+                eprintln!("berth run: {}; the other ranks go on (--no-kill)", exit.describe());
+                let _ = down.send(TreeDown::RankFailed { exit: exit.clone() });
+            } else {
+                eprintln!("berth run: {}; killing the other ranks", exit.describe());
+                self.kill(down, format!("rank {} failed", exit.rank));
+            }
+        }
+        self.exits.push(exit);
+    }
+
+    fn output(&mut self, rank: u32, stream: u8, data: &Chunk) {
+        let bytes = data.as_bytes();
+        if !self.label {
+            write_stream(stream, bytes);
+            return;
+        }
+        let buf = self.partial.entry((rank, stream)).or_default();
+        buf.extend_from_slice(bytes);
+        if let Some(last_nl) = buf.iter().rposition(|&b| b == b'\n') {
+            let rest = buf.split_off(last_nl + 1);
+            let complete = std::mem::replace(buf, rest);
+            let mut out = Vec::with_capacity(complete.len() + 16);
+            for line in complete.split_inclusive(|&b| b == b'\n') {
+                out.extend_from_slice(format!("{rank}: ").as_bytes());
+                out.extend_from_slice(line);
+            }
+            write_stream(stream, &out);
+        }
+    }
+
+    fn flush(&mut self) {
+        for ((rank, stream), buf) in std::mem::take(&mut self.partial) {
+            if !buf.is_empty() {
+                let mut out = format!("{rank}: ").into_bytes();
+                out.extend_from_slice(&buf);
+                out.push(b'\n');
+                write_stream(stream, &out);
+            }
+        }
+    }
+
+    fn outcome(&self, t0: Instant) -> StepOutcome {
+        let status = |e: &RankExit| match (e.exit_code, e.signal) {
+            (_, Some(s)) => 128 + s,
+            (Some(c), None) => c,
+            (None, None) => 1,
+        };
+        let worst = self.exits.iter().map(status).max().unwrap_or(0);
+        // When a failure killed the others, their SIGTERM is not the story: the failure is.
+        let mut exit_code = match (&self.abort, self.failures.first()) {
+            (Some((_, _, code, _)), _) => (*code).max(1),
+            (None, Some(first)) if !self.no_kill => status(first).max(1),
+            _ => worst,
+        };
+        let missing = self.size as usize > self.exits.len();
+        if exit_code == 0 && (self.failed_at.is_some() || missing) {
+            exit_code = 1;
+        }
+        if self.no_kill && !self.failures.is_empty() {
+            eprintln!("berth run: {} of {} ranks failed:", self.failures.len(), self.size);
+            for f in &self.failures {
+                eprintln!("  {}", f.describe());
+            }
+        }
+        let mut failures = self.failures.clone();
+        if let Some((rank, node, code, message)) = &self.abort {
+            failures.insert(
+                0,
+                RankExit {
+                    rank: *rank,
+                    node: node.clone(),
+                    exit_code: Some(*code),
+                    signal: None,
+                    reason: Some(format!("MPI_Abort {message}").trim().to_string()),
+                },
+            );
+        }
+        StepOutcome { exit_code, failures, failed_at: self.failed_at.clone(), wall_ms: t0.elapsed().as_millis() as u64 }
+    }
+}
+
+fn write_stream(stream: u8, bytes: &[u8]) {
+    if stream == 2 {
+        let mut e = std::io::stderr().lock();
+        let _ = e.write_all(bytes);
+        let _ = e.flush();
+    } else {
+        let mut o = std::io::stdout().lock();
+        let _ = o.write_all(bytes);
+        let _ = o.flush();
+    }
+}
+
+async fn forward_stdin(down: mpsc::UnboundedSender<TreeDown>) {
+    let mut stdin = tokio::io::stdin();
+    let mut buf = vec![0u8; 16 * 1024];
+    loop {
+        match stdin.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => {
+                if down.send(TreeDown::Stdin { data: Chunk::from_bytes(buf[..n].to_vec()) }).is_err() {
+                    return;
+                }
+            }
+        }
+    }
+    let _ = down.send(TreeDown::StdinEof);
+}
+
+/// Signals `run` receives reach every rank. Two Ctrl-C within a second kill the step.
+fn forward_signals(down: mpsc::UnboundedSender<TreeDown>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    for sig in [
+        libc::SIGINT,
+        libc::SIGTERM,
+        libc::SIGHUP,
+        libc::SIGQUIT,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGCONT,
+        libc::SIGTSTP,
+        libc::SIGWINCH,
+    ] {
+        let Ok(mut stream) = signal(SignalKind::from_raw(sig)) else { continue };
+        let down = down.clone();
+        tokio::spawn(async move {
+            let mut last_int: Option<Instant> = None;
+            while stream.recv().await.is_some() {
+                if sig == libc::SIGINT {
+                    if last_int.is_some_and(|t| t.elapsed() < Duration::from_secs(1)) {
+                        eprintln!("berth run: second interrupt: killing the step");
+                        let _ = down.send(TreeDown::Kill { reason: "interrupted".into() });
+                        continue;
+                    }
+                    last_int = Some(Instant::now());
+                }
+                tracing::debug!("forwarding SIG{}", signal_name(sig));
+                if down.send(TreeDown::Signal { signal: sig }).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn np_is_rewritten_only_before_the_program() {
+        assert_eq!(rewrite_np(v("berth run -np 4 ./a.out -np 2")), v("berth run -n 4 ./a.out -np 2"));
+        assert_eq!(rewrite_np(v("berth --dir x run --label -np 2 prog")), v("berth --dir x run --label -n 2 prog"));
+        assert_eq!(rewrite_np(v("berth submit -np")), v("berth submit -np"));
+    }
+
+    #[test]
+    fn fanout_range() {
+        assert_eq!(parse_fanout("flat").unwrap(), 0);
+        assert_eq!(parse_fanout("2").unwrap(), 2);
+        assert!(parse_fanout("1").is_err());
+        assert!(parse_fanout("33").is_err());
+    }
+}

@@ -1,0 +1,538 @@
+//! Steps (`berth run`): grants inside a running job's allocation, interactive allocations made
+//! for one step, their ends, and signals. See docs/protocol.md, "Steps (berth run)".
+//!
+//! A step claims whole cores of its job (`berth_core::step::plan_step`); the claims of the
+//! steps that have not ended are kept in memory and in the store (`steps` table), so a second
+//! step gets other cores, and a controller restart keeps them.
+
+use crate::handlers::{error, Peer};
+use crate::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
+use crate::state::{Controller, LiveStep};
+use crate::store::{StepRow, StoreError};
+use berth_core::directives::SubmitOptions;
+use berth_core::job::{Allocation, JobState};
+use berth_core::placement::JobRequest;
+use berth_core::sched::{self, Placement};
+use berth_core::step::{plan_step, RankBinding, StepError, StepPlan, StepRequest};
+use berth_core::topology::Topology;
+use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::ControllerMessage;
+use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
+use berth_protocol::step::{StepCreate, StepGrant, StepNode, StepOutcome};
+
+type Reply = Result<ClientResponse, StoreError>;
+
+/// Failure recorded for steps whose `run` went away without reporting.
+pub const RUN_DISCONNECTED: &str = "berth run disconnected";
+
+fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
+}
+
+/// The parts of a step request that need no state.
+fn check_request(req: &StepCreate) -> Result<(), ApiError> {
+    let bad = |m: String| Err(api(ErrorCode::BadRequest, m));
+    if req.argv.is_empty() || req.argv[0].is_empty() {
+        return bad("nothing to run: give a command after the options".into());
+    }
+    if req.argv.iter().any(|a| a.contains('\0')) {
+        return bad("an argument of the command contains a NUL byte".into());
+    }
+    if !req.cwd.starts_with('/') {
+        return bad(format!("working directory {:?} is not absolute", req.cwd));
+    }
+    if req.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
+        return bad(
+            "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into()
+        );
+    }
+    if req.fanout == 1 || req.fanout > 32 {
+        return bad(format!("--fanout {} is out of range: give 2 to 32, or 0 for a flat launch", req.fanout));
+    }
+    if let Some(s) = req.notify_signal {
+        if !(1..=64).contains(&s) {
+            return bad(format!("notify signal {s} is not a signal number (1-64)"));
+        }
+    }
+    let r = &req.request;
+    if r.ntasks == Some(0) || r.tasks_per_node == Some(0) || r.cpus_per_task == Some(0) {
+        return bad("-n, --tasks-per-node and --cpus-per-task must be at least 1".into());
+    }
+    if req.job.is_none() && req.interactive.nodes == Some(0) {
+        return bad("--nodes must be at least 1".into());
+    }
+    Ok(())
+}
+
+/// A step that does not fit is refused as infeasible (with what to do); a malformed one is a bad request.
+fn step_error(e: StepError) -> ApiError {
+    let code = match e {
+        StepError::Invalid(_) => ErrorCode::BadRequest,
+        _ => ErrorCode::Infeasible,
+    };
+    api(code, e.to_string())
+}
+
+fn unknown_job(id: JobId) -> ApiError {
+    api(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))
+}
+
+impl Controller {
+    pub(crate) fn step_create(&mut self, req: StepCreate, peer: &Peer, now: f64) -> Reply {
+        if let Err(e) = check_request(&req) {
+            return Ok(ClientResponse::Error(e));
+        }
+        let result = match req.job {
+            Some(id) => self.step_in_job(id, req, peer, now)?,
+            None => self.interactive(req, peer, now)?,
+        };
+        Ok(match result {
+            Ok(r) => r,
+            Err(e) => ClientResponse::Error(e),
+        })
+    }
+
+    /// The running job `id` if `peer` may act on it.
+    fn running_job_of(&self, id: JobId, peer: &Peer, what: &str) -> Result<Result<&JobRecord, ApiError>, StoreError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(Err(match self.store.get_job(id)? {
+                Some(j) => api(
+                    ErrorCode::InvalidState,
+                    format!("job {id} has already ended ({}); {what} only in running jobs", j.state.as_str()),
+                ),
+                None => unknown_job(id),
+            }));
+        };
+        if job.user.uid != peer.user.uid && !self.is_admin(peer) {
+            return Ok(Err(api(
+                ErrorCode::NotPermitted,
+                format!("job {id} belongs to {}; you may only act on your own jobs", job.user.name),
+            )));
+        }
+        if job.state != JobState::Running {
+            return Ok(Err(api(
+                ErrorCode::InvalidState,
+                format!("job {id} is {}; {what} only in running jobs (`berth show {id}`)", job.state.as_str()),
+            )));
+        }
+        Ok(Ok(job))
+    }
+
+    fn step_in_job(
+        &mut self,
+        id: JobId,
+        req: StepCreate,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<Result<ClientResponse, ApiError>, StoreError> {
+        let job = match self.running_job_of(id, peer, "steps run")? {
+            Ok(j) => j,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Some(r) = &job.kill_sent {
+            return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it takes no new steps"))));
+        }
+        let in_use = self.in_use(id, &job.allocation);
+        let plan = match self.plan(&job.allocation, &in_use, &req.request) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let grant = self.grant(id, plan, req, peer, now, false)?;
+        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+    }
+
+    /// PUs per node of `alloc` held by the job's live steps (overcommitted steps hold none).
+    pub fn in_use(&self, id: JobId, alloc: &Allocation) -> Vec<CpuSet> {
+        let mut in_use = vec![CpuSet::new(); alloc.len()];
+        for live in self.steps.get(&id).into_iter().flatten() {
+            for (k, cpus) in &live.claims {
+                if let Some(u) = in_use.get_mut(*k) {
+                    u.union_with(cpus);
+                }
+            }
+        }
+        in_use
+    }
+
+    fn plan(&self, alloc: &Allocation, in_use: &[CpuSet], req: &StepRequest) -> Result<StepPlan, ApiError> {
+        let mut topos: Vec<&Topology> = Vec::with_capacity(alloc.len());
+        for a in alloc {
+            match self.cluster.nodes.get(a.node_id.0 as usize) {
+                Some(n) => topos.push(&n.topology),
+                None => return Err(api(ErrorCode::Internal, format!("node {} of the job is unknown", a.node))),
+            }
+        }
+        plan_step(alloc, &topos, in_use, req).map_err(step_error)
+    }
+
+    /// Record a planned step (durable before the grant is replied) and hold its cores.
+    fn grant(
+        &mut self,
+        id: JobId,
+        plan: StepPlan,
+        req: StepCreate,
+        peer: &Peer,
+        now: f64,
+        interactive: bool,
+    ) -> Result<StepGrant, StoreError> {
+        let step = self.store.next_step_id(id)?;
+        let alloc = &self.jobs[&id].allocation;
+        let nodes: Vec<StepNode> = plan
+            .nodes
+            .iter()
+            .map(|n| StepNode {
+                name: n.node.clone(),
+                address: alloc
+                    .get(n.alloc_index)
+                    .and_then(|a| self.extra.get(a.node_id.0 as usize))
+                    .map(|e| e.address.clone())
+                    .unwrap_or_default(),
+                ranks: n.ranks.clone(),
+            })
+            .collect();
+        let claims: Vec<(usize, CpuSet)> = if req.request.overcommit {
+            vec![]
+        } else {
+            plan.nodes.iter().map(|n| (n.alloc_index, n.cpus.clone())).collect()
+        };
+        let row = StepRow {
+            job: id,
+            step,
+            uid: peer.user.uid,
+            user: peer.user.name.clone(),
+            start_time: now,
+            end_time: None,
+            host: req.host.clone(),
+            pid: req.pid,
+            cwd: req.cwd.clone(),
+            argv: req.argv.clone(),
+            size: plan.size,
+            nodes: plan.nodes.iter().map(|n| n.node.clone()).collect(),
+            exit_code: None,
+            failure: None,
+            interactive,
+            claims: claims.clone(),
+        };
+        self.store.insert_step(&row)?;
+        let detail = format!("step {step}: {} ranks on {}, by {}", plan.size, row.nodes.join(","), peer.user.name);
+        self.store.event(now, "step", Some(id), None, &detail)?;
+        self.steps.entry(id).or_default().push(LiveStep {
+            step,
+            uid: peer.user.uid,
+            claims,
+            nodes: row.nodes,
+            conn: Some(peer.conn),
+            interactive,
+        });
+        Ok(StepGrant {
+            job: id,
+            step,
+            kvsname: format!("berth_{}_{step}", id.0),
+            user: peer.user.clone(),
+            argv: req.argv,
+            env: req.env,
+            cwd: req.cwd,
+            size: plan.size,
+            fanout: req.fanout,
+            no_kill: req.no_kill,
+            rank_cpusets: req.rank_cpusets,
+            bind: req.request.binding != RankBinding::None,
+            notify_signal: req.notify_signal,
+            kill_grace_ms: self.kill_grace_ms(),
+            nodes,
+            interactive,
+        })
+    }
+
+    /// What an interactive allocation asks of placement, checked against `[interactive]`.
+    fn interactive_request(&self, req: &StepCreate) -> Result<(SubmitOptions, JobRequest), ApiError> {
+        let lim = &self.cfg.interactive;
+        let r = &req.request;
+        let too_large = || api(ErrorCode::BadRequest, "the request is too large");
+        let cpt = r.cpus_per_task.unwrap_or(1);
+        let nodes = req.interactive.nodes;
+        let ntasks = match (r.ntasks, r.tasks_per_node, nodes) {
+            (Some(n), _, _) => n,
+            (None, Some(k), n) => k.checked_mul(n.unwrap_or(1)).ok_or_else(too_large)?,
+            (None, None, Some(n)) => n,
+            (None, None, None) => 1,
+        };
+        let mut options = SubmitOptions {
+            cpus_per_task: Some(cpt),
+            name: Some("interactive".into()),
+            queue: Some(INTERACTIVE_QUEUE.into()),
+            mem_per_cpu: Some(self.default_mem_per_cpu()),
+            ..Default::default()
+        };
+        match (r.tasks_per_node, nodes) {
+            (Some(k), n) => {
+                options.nodes = Some(n.unwrap_or(ntasks.div_ceil(k)));
+                options.tasks_per_node = Some(k);
+            }
+            (None, Some(n)) => {
+                options.nodes = Some(n);
+                options.tasks_per_node = Some(ntasks.div_ceil(n));
+            }
+            (None, None) => options.cores = Some(ntasks.checked_mul(cpt).ok_or_else(too_large)?),
+        }
+        let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
+        let cores = request.total_cpus();
+        if cores > lim.max_cores as u64 {
+            return Err(api(
+                ErrorCode::Infeasible,
+                format!(
+                    "an interactive allocation may hold at most {} cores (config [interactive] max_cores) and this one needs {cores}; ask for fewer, or submit a batch job and use `berth run` in it",
+                    lim.max_cores
+                ),
+            ));
+        }
+        if let Some(n) = options.nodes.filter(|&n| n > lim.max_nodes) {
+            return Err(api(
+                ErrorCode::Infeasible,
+                format!(
+                    "an interactive allocation may span at most {} nodes (config [interactive] max_nodes) and this one needs {n}; ask for fewer, or submit a batch job and use `berth run` in it",
+                    lim.max_nodes
+                ),
+            ));
+        }
+        let ask = req.interactive.walltime_seconds.unwrap_or(lim.max_walltime_secs);
+        options.walltime = Some(ask.clamp(1, lim.max_walltime_secs));
+        Ok((options, request))
+    }
+
+    /// `berth run` outside a job: place an allocation now (outside the queue) or say why not,
+    /// then grant its one step.
+    fn interactive(
+        &mut self,
+        req: StepCreate,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<Result<ClientResponse, ApiError>, StoreError> {
+        if !self.cfg.interactive.enabled {
+            return Ok(Err(api(
+                ErrorCode::NotPermitted,
+                "interactive allocations are disabled here (config [interactive] enabled = false); submit a batch job and use `berth run` in it",
+            )));
+        }
+        let (options, request) = match self.interactive_request(&req) {
+            Ok(x) => x,
+            Err(e) => return Ok(Err(e)),
+        };
+        let alloc = match sched::place(&self.sched_view(), &request) {
+            Placement::Now(alloc) => alloc,
+            Placement::Busy(what) => {
+                let reason = if what.is_empty() { "waiting for cores or memory to free up".into() } else { what };
+                return Ok(Ok(ClientResponse::TryAgain { reason }));
+            }
+            Placement::Never(why) => {
+                return Ok(Err(api(
+                    ErrorCode::Infeasible,
+                    format!("this interactive allocation can never be placed on the nodes up now: {why}; ask for less (see `berth nodes`)"),
+                )))
+            }
+        };
+        let max_nodes = self.cfg.interactive.max_nodes as usize;
+        if alloc.len() > max_nodes {
+            let reason = format!(
+                "the free cores are spread over {} nodes now, more than the {max_nodes} an interactive allocation may span (config [interactive] max_nodes)",
+                alloc.len()
+            );
+            return Ok(Ok(ClientResponse::TryAgain { reason }));
+        }
+        // Plan before anything is created: a step that cannot be laid out leaves no job behind.
+        let empty = vec![CpuSet::new(); alloc.len()];
+        let plan = match self.plan(&alloc, &empty, &req.request) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        let job = JobRecord {
+            id,
+            name: "interactive".into(),
+            user: peer.user.clone(),
+            state: JobState::Running,
+            queue: INTERACTIVE_QUEUE.into(),
+            walltime: options.walltime,
+            options,
+            submit_time: now,
+            start_time: Some(now),
+            end_time: None,
+            allocation: alloc,
+            exit_code: None,
+            signal: None,
+            reason: None,
+            cwd: req.cwd.clone(),
+            stdout: "/dev/null".into(),
+            stderr: "/dev/null".into(),
+            script: String::new(),
+            env: req.env.clone(),
+            usage: None,
+            kill_sent: None,
+        };
+        self.store.insert_job(&job)?;
+        let first = job.allocation[0].node.clone();
+        self.store.event(now, "interactive", Some(id), Some(&first), &peer.user.name)?;
+        self.cluster.claim(&job.allocation);
+        self.jobs.insert(id, job);
+        self.launch_all(id);
+        let grant = self.grant(id, plan, req, peer, now, true)?;
+        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+    }
+
+    /// End an interactive allocation now: it has no batch script whose end to wait for.
+    pub(crate) fn end_interactive(
+        &mut self,
+        id: JobId,
+        state: JobState,
+        exit_code: Option<i32>,
+        reason: Option<&str>,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        if job.state != JobState::Running {
+            return Ok(());
+        }
+        job.state = state;
+        job.exit_code = exit_code;
+        job.reason = reason.map(str::to_string);
+        job.end_time = Some(now);
+        // The agents' CPU times are added when their ends arrive (store.add_to_accounting).
+        let wall_ms = ((now - job.start_time.unwrap_or(now)).max(0.0) * 1000.0) as u64;
+        job.usage = Some(Usage { wall_ms, ..Default::default() });
+        self.store.update_job(job)?;
+        self.store.insert_accounting(job)?;
+        self.store.event(now, "end", Some(id), None, state.as_str())?;
+        self.end_running(id, now, reason.unwrap_or("job ended"), None)
+    }
+
+    pub(crate) fn step_end(&mut self, job: JobId, step: u32, outcome: &StepOutcome, peer: &Peer, now: f64) -> Reply {
+        let Some(row) = self.store.get_step(job, step)? else {
+            return Ok(match self.jobs.contains_key(&job) || self.store.get_job(job)?.is_some() {
+                true => error(ErrorCode::UnknownJob, format!("job {job} has no step {step}")),
+                false => ClientResponse::Error(unknown_job(job)),
+            });
+        };
+        if row.uid != peer.user.uid && !self.is_admin(peer) {
+            return Ok(error(
+                ErrorCode::NotPermitted,
+                format!("step {job}.{step} belongs to {}; you may only end your own steps", row.user),
+            ));
+        }
+        let failure = outcome.failures.first().map(|f| f.describe()).or_else(|| outcome.failed_at.clone());
+        self.store.end_step(job, step, now, Some(outcome.exit_code), failure.as_deref())?;
+        self.store.event(now, "step_end", Some(job), None, &format!("step {step}: exit {}", outcome.exit_code))?;
+        self.drop_live_step(job, step);
+        if row.interactive {
+            let state = if outcome.exit_code == 0 { JobState::Completed } else { JobState::Failed };
+            self.end_interactive(job, state, Some(outcome.exit_code), failure.as_deref(), now)?;
+        }
+        Ok(ClientResponse::Done { results: vec![IdResult { id: job, ok: true, error: None }] })
+    }
+
+    fn drop_live_step(&mut self, job: JobId, step: u32) {
+        if let Some(v) = self.steps.get_mut(&job) {
+            v.retain(|s| s.step != step);
+            if v.is_empty() {
+                self.steps.remove(&job);
+            }
+        }
+    }
+
+    /// A client connection closed: the steps granted on it that were not ended are closed,
+    /// and the interactive allocations made for them end (their ranks are killed).
+    pub fn client_gone(&mut self, conn: u64, now: f64) -> Result<(), StoreError> {
+        let mut gone: Vec<(JobId, u32, bool)> = self
+            .steps
+            .iter()
+            .flat_map(|(id, v)| v.iter().filter(|s| s.conn == Some(conn)).map(|s| (*id, s.step, s.interactive)))
+            .collect();
+        gone.sort();
+        for (job, step, interactive) in gone {
+            tracing::info!(job = %job, step, "berth run disconnected without ending its step");
+            self.store.end_step(job, step, now, None, Some(RUN_DISCONNECTED))?;
+            self.store.event(now, "step_end", Some(job), None, &format!("step {step}: {RUN_DISCONNECTED}"))?;
+            self.drop_live_step(job, step);
+            if interactive {
+                self.end_interactive(job, JobState::Failed, None, Some(RUN_DISCONNECTED), now)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Interactive allocations past their walltime end (the controller enforces it: there is
+    /// no batch script whose agent would).
+    pub fn check_interactive(&mut self, now: f64) -> Result<(), StoreError> {
+        let over: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.is_interactive() && j.state == JobState::Running)
+            .filter(|j| matches!((j.start_time, j.walltime), (Some(s), Some(w)) if now >= s + w as f64))
+            .map(|j| j.id)
+            .collect();
+        for id in over {
+            self.end_interactive(id, JobState::Timeout, None, Some("walltime"), now)?;
+        }
+        Ok(())
+    }
+
+    /// Deliver a signal to a running job's processes on its nodes (of one step, when given).
+    pub(crate) fn signal(&mut self, id: JobId, step: Option<u32>, signal: i32, peer: &Peer) -> Reply {
+        if !(1..=64).contains(&signal) {
+            return Ok(error(ErrorCode::BadRequest, format!("{signal} is not a signal number (1-64)")));
+        }
+        let outcome = self.signal_job(id, step, signal, peer)?;
+        Ok(ClientResponse::Done {
+            results: vec![match outcome {
+                Ok(()) => IdResult { id, ok: true, error: None },
+                Err(e) => IdResult { id, ok: false, error: Some(e) },
+            }],
+        })
+    }
+
+    fn signal_job(
+        &mut self,
+        id: JobId,
+        step: Option<u32>,
+        signal: i32,
+        peer: &Peer,
+    ) -> Result<Result<(), ApiError>, StoreError> {
+        let job = match self.running_job_of(id, peer, "signals are delivered")? {
+            Ok(j) => j,
+            Err(e) => return Ok(Err(e)),
+        };
+        let targets: Vec<usize> = match step {
+            None => job.allocation.iter().map(|a| a.node_id.0 as usize).collect(),
+            Some(s) => match self.steps.get(&id).and_then(|v| v.iter().find(|l| l.step == s)) {
+                Some(live) => job
+                    .allocation
+                    .iter()
+                    .filter(|a| live.nodes.contains(&a.node))
+                    .map(|a| a.node_id.0 as usize)
+                    .collect(),
+                None => {
+                    return Ok(Err(match self.store.get_step(id, s)? {
+                        Some(_) => api(ErrorCode::InvalidState, format!("step {id}.{s} has already ended")),
+                        None => api(ErrorCode::UnknownJob, format!("job {id} has no step {s}")),
+                    }))
+                }
+            },
+        };
+        let mut sent = 0;
+        for n in targets {
+            if self.send_to_node(n, ControllerMessage::Signal { id, step, signal }) {
+                sent += 1;
+            }
+        }
+        if sent == 0 {
+            return Ok(Err(api(
+                ErrorCode::Unavailable,
+                format!("none of job {id}'s nodes is connected now; try again when they are (`berth nodes`)"),
+            )));
+        }
+        Ok(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,536 @@
+use super::*;
+use crate::config::ControllerConfig;
+use crate::state::AgentTx;
+use crate::store::Store;
+use berth_core::job::JobOutcome;
+use berth_protocol::agent::{AgentMessage, LaunchSpec, Registration, UserIdentity};
+use berth_protocol::client::{ClientRequest, SubmitRequest};
+use berth_protocol::step::{InteractiveAsk, RankExit};
+use tokio::sync::{mpsc, oneshot};
+
+/// A controller with registered nodes and no sockets: requests go straight to the handlers,
+/// and what it would send to agents is collected per node.
+struct Harness {
+    ctl: Controller,
+    dir: tempfile::TempDir,
+    txs: Vec<AgentTx>,
+    // Kept so the agents' channels stay open.
+    _rxs: Vec<mpsc::UnboundedReceiver<ControllerMessage>>,
+    now: f64,
+}
+
+fn ann() -> Peer {
+    Peer { user: UserIdentity { uid: 1000, gid: 100, groups: vec![100, 27], name: "ann".into() }, conn: 1 }
+}
+
+fn bob() -> Peer {
+    Peer { user: UserIdentity { uid: 1001, gid: 100, groups: vec![100], name: "bob".into() }, conn: 2 }
+}
+
+/// 2 packages x 4 cores x 1 PU, 1 GiB per package: PUs 0-3 and 4-7.
+fn topo() -> Topology {
+    Topology::uniform(2, 1, 4, 1, 1 << 30)
+}
+
+fn config(dir: &std::path::Path) -> ControllerConfig {
+    let d = |k: &str, v: String| (k.to_string(), v);
+    let defaults =
+        vec![d("state_dir", dir.display().to_string()), d("socket", dir.join("c.sock").display().to_string())];
+    ControllerConfig::load(None, &defaults, &[], &vec![]).unwrap()
+}
+
+impl Harness {
+    fn new(nodes: usize) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let ctl = Controller::load(config(dir.path()), Store::open(dir.path()).unwrap()).unwrap();
+        let mut h = Harness { ctl, dir, txs: vec![], _rxs: vec![], now: 1000.0 };
+        for i in 0..nodes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let reg = Registration {
+                name: format!("n{i}"),
+                hostname: format!("n{i}"),
+                address: format!("127.0.0.1:{}", 7200 + i),
+                instance: format!("inst{i}"),
+                version: "test".into(),
+                topology: topo(),
+                real_cpus: "0-7".into(),
+                running: vec![],
+                ended: vec![],
+            };
+            h.ctl.handle_register(reg, i as u64 + 1, tx.clone(), h.now).unwrap();
+            h.txs.push(tx);
+            h._rxs.push(rx);
+        }
+        h.sent();
+        h
+    }
+
+    /// A controller loaded again from the same state (a restart), nodes reconnected.
+    fn restart(self) -> Harness {
+        let Harness { ctl, dir, txs, _rxs, now } = self;
+        let cfg = ctl.cfg.clone();
+        drop(ctl);
+        let mut ctl = Controller::load(cfg, Store::open(dir.path()).unwrap()).unwrap();
+        for (i, tx) in txs.iter().enumerate() {
+            ctl.extra[i].conn = Some((i as u64 + 1, tx.clone()));
+        }
+        Harness { ctl, dir, txs, _rxs, now }
+    }
+
+    fn call(&mut self, req: ClientRequest, peer: &Peer) -> ClientResponse {
+        let (tx, mut rx) = oneshot::channel();
+        self.ctl.handle_client(req, peer, tx, self.now).unwrap();
+        for (tx, r) in self.ctl.out.replies.drain(..) {
+            let _ = tx.send(r);
+        }
+        rx.try_recv().expect("a reply")
+    }
+
+    /// Messages queued for agents since the last call, as (node index, message).
+    fn sent(&mut self) -> Vec<(usize, ControllerMessage)> {
+        let out: Vec<_> = self.ctl.out.agents.drain(..).collect();
+        out.into_iter()
+            .map(|(tx, m)| (self.txs.iter().position(|t| t.same_channel(&tx)).expect("a known agent"), m))
+            .collect()
+    }
+
+    fn agent(&mut self, node: usize, msg: AgentMessage) {
+        self.ctl.handle_agent(node, node as u64 + 1, msg, self.now).unwrap();
+    }
+
+    /// Submit a batch job and start it.
+    fn batch(&mut self, options: SubmitOptions, peer: &Peer) -> JobId {
+        let sub = SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_name: "job.sh".into(),
+            options,
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+        };
+        let ClientResponse::Submitted { id } = self.call(ClientRequest::Submit(Box::new(sub)), peer) else {
+            panic!("not submitted")
+        };
+        self.ctl.schedule(self.now).unwrap();
+        assert_eq!(self.ctl.jobs[&id].state, JobState::Running);
+        id
+    }
+
+    fn free_cores(&self) -> u32 {
+        self.ctl.cluster.nodes.iter().map(|n| n.free_core_count).sum()
+    }
+}
+
+fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
+    ClientRequest::StepCreate(Box::new(StepCreate {
+        job,
+        request,
+        interactive: InteractiveAsk::default(),
+        argv: vec!["./a.out".into()],
+        env: vec![("PATH".into(), "/bin".into())],
+        cwd: "/home/ann".into(),
+        host: "login1".into(),
+        pid: 4242,
+        fanout: 0,
+        no_kill: false,
+        rank_cpusets: false,
+        notify_signal: None,
+    }))
+}
+
+fn interactive(request: StepRequest, nodes: Option<u32>) -> ClientRequest {
+    let ClientRequest::StepCreate(mut c) = run(None, request) else { unreachable!() };
+    c.interactive = InteractiveAsk { nodes, walltime_seconds: None };
+    ClientRequest::StepCreate(c)
+}
+
+fn tasks(n: u32) -> StepRequest {
+    StepRequest { ntasks: Some(n), ..Default::default() }
+}
+
+fn granted(r: ClientResponse) -> StepGrant {
+    match r {
+        ClientResponse::StepGranted(g) => *g,
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+fn err(r: ClientResponse) -> ApiError {
+    match r {
+        ClientResponse::Error(e) => e,
+        other => panic!("not an error: {other:?}"),
+    }
+}
+
+fn done(r: ClientResponse) -> IdResult {
+    match r {
+        ClientResponse::Done { mut results } if results.len() == 1 => results.pop().unwrap(),
+        other => panic!("not one result: {other:?}"),
+    }
+}
+
+fn cpus(g: &StepGrant) -> Vec<String> {
+    g.nodes.iter().flat_map(|n| n.ranks.iter().map(move |r| format!("{}:{}", n.name, r.cpus.to_list()))).collect()
+}
+
+fn end_outcome(code: i32) -> StepOutcome {
+    StepOutcome { exit_code: code, ..Default::default() }
+}
+
+#[test]
+fn launch_goes_to_every_node_and_the_first_decides() {
+    let mut h = Harness::new(3);
+    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(8), ..Default::default() }, &ann());
+    let launches: Vec<(usize, LaunchSpec)> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(n, m)| match m {
+            ControllerMessage::Launch(s) => Some((n, *s)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 2);
+    let alloc = h.ctl.jobs[&id].allocation.clone();
+    for (k, (n, spec)) in launches.iter().enumerate() {
+        assert_eq!(*n, alloc[k].node_id.0 as usize);
+        assert_eq!(spec.allocation, alloc[k]);
+        assert_eq!(spec.head, k == 0);
+        let want: Vec<String> = alloc.iter().map(|a| format!("127.0.0.1:{}", 7200 + a.node_id.0)).collect();
+        assert_eq!(spec.addresses, want);
+    }
+    let (head, member) = (alloc[0].node_id.0 as usize, alloc[1].node_id.0 as usize);
+    // A member's end is acknowledged and changes nothing; its CPU time is kept.
+    let member_end = JobOutcome { exit_code: Some(0), user_cpu_us: 5_000_000, ..Default::default() };
+    h.agent(member, AgentMessage::JobEnded { id, outcome: member_end.clone() });
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert_eq!(
+        h.sent().iter().map(|(n, m)| (*n, m.clone())).collect::<Vec<_>>(),
+        vec![(member, ControllerMessage::EndAck { id })]
+    );
+    // The first node's end finishes the job and kills the rest.
+    let head_end = JobOutcome { exit_code: Some(0), user_cpu_us: 10_000_000, wall_ms: 100, ..Default::default() };
+    h.agent(head, AgentMessage::JobEnded { id, outcome: head_end });
+    assert!(!h.ctl.jobs.contains_key(&id));
+    let sent = h.sent();
+    assert!(sent.contains(&(member, ControllerMessage::Kill { id, reason: "job ended".into() })), "{sent:?}");
+    assert!(sent.contains(&(head, ControllerMessage::EndAck { id })));
+    assert!(!sent.iter().any(|(n, m)| *n == head && matches!(m, ControllerMessage::Kill { .. })));
+    let job = h.ctl.store.get_job(id).unwrap().unwrap();
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.usage.unwrap().user_cpu_us, 15_000_000);
+    // A resent member end is not counted twice.
+    h.agent(member, AgentMessage::JobEnded { id, outcome: member_end });
+    assert_eq!(h.ctl.store.get_job(id).unwrap().unwrap().usage.unwrap().user_cpu_us, 15_000_000);
+    assert_eq!(h.free_cores(), 24);
+}
+
+#[test]
+fn cancel_and_node_loss_kill_every_node() {
+    let mut h = Harness::new(2);
+    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &ann());
+    h.sent();
+    assert!(done(h.call(ClientRequest::Cancel { ids: vec![id] }, &ann())).ok);
+    let kills: Vec<usize> = h
+        .sent()
+        .into_iter()
+        .filter(|(_, m)| matches!(m, ControllerMessage::Kill { reason, .. } if reason == "cancelled"))
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(kills, vec![0, 1]);
+
+    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &bob());
+    h.sent();
+    // Node 1 stops answering: the job fails and node 0 is told to kill its part.
+    let long_ago = std::time::Instant::now().checked_sub(std::time::Duration::from_secs(3600)).unwrap();
+    h.ctl.extra[1].last_heard = long_ago;
+    h.ctl.check_heartbeats(h.now).unwrap();
+    assert_eq!(h.ctl.store.get_job(id).unwrap().unwrap().state, JobState::NodeFail);
+    let sent = h.sent();
+    assert!(sent.iter().any(|(n, m)| *n == 0 && matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)));
+}
+
+#[test]
+fn a_member_agent_restarting_does_not_fail_the_job() {
+    let mut h = Harness::new(2);
+    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &ann());
+    h.sent();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    h.txs[1] = tx.clone();
+    let reg = Registration {
+        name: "n1".into(),
+        hostname: "n1".into(),
+        address: "127.0.0.1:7201".into(),
+        instance: "new".into(),
+        version: "test".into(),
+        topology: topo(),
+        real_cpus: "0-7".into(),
+        running: vec![],
+        ended: vec![],
+    };
+    h.ctl.handle_register(reg, 99, tx, h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    h.sent();
+    // The same agent reconnecting without the job (its launch was lost) gets it again.
+    let (tx, _rx2) = mpsc::unbounded_channel();
+    h.txs[1] = tx.clone();
+    let reg = Registration {
+        name: "n1".into(),
+        hostname: "n1".into(),
+        address: "127.0.0.1:7201".into(),
+        instance: "new".into(),
+        version: "test".into(),
+        topology: topo(),
+        real_cpus: "0-7".into(),
+        running: vec![],
+        ended: vec![],
+    };
+    h.ctl.handle_register(reg, 100, tx, h.now).unwrap();
+    let sent = h.sent();
+    assert!(sent.iter().any(|(n, m)| *n == 1 && matches!(m, ControllerMessage::Launch(s) if s.id == id && !s.head)));
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+}
+
+#[test]
+fn steps_share_a_job_on_disjoint_cores() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    let g1 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    assert_eq!((g1.job, g1.step, g1.size, g1.kvsname.as_str()), (id, 1, 4, format!("berth_{}_1", id.0).as_str()));
+    assert_eq!(g1.user, ann().user);
+    assert!(g1.bind && !g1.interactive);
+    assert_eq!(g1.nodes[0].address, "127.0.0.1:7200");
+    assert_eq!(g1.kill_grace_ms, 10_000);
+    let g2 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    assert_eq!(g2.step, 2);
+    let (c1, c2) = (cpus(&g1), cpus(&g2));
+    assert!(c1.iter().all(|c| !c2.contains(c)), "{c1:?} {c2:?}");
+    // All 8 cores are held: one more rank is refused, unless it overcommits.
+    let e = err(h.call(run(Some(id), tasks(1)), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    assert!(e.message.contains("--overcommit"), "{e}");
+    let over = StepRequest { ntasks: Some(2), overcommit: true, ..Default::default() };
+    let g3 = granted(h.call(run(Some(id), over), &ann()));
+    assert_eq!(g3.step, 3);
+    // Bad requests.
+    let e = err(h.call(run(Some(id), StepRequest { cpus_per_task: Some(0), ..Default::default() }), &ann()));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    let ClientRequest::StepCreate(mut c) = run(Some(id), tasks(1)) else { unreachable!() };
+    c.fanout = 1;
+    assert_eq!(err(h.call(ClientRequest::StepCreate(c.clone()), &ann())).code, ErrorCode::BadRequest);
+    c.fanout = 33;
+    assert_eq!(err(h.call(ClientRequest::StepCreate(c), &ann())).code, ErrorCode::BadRequest);
+    // The first step ends: its cores are free for the next.
+    let out = StepOutcome {
+        exit_code: 3,
+        failures: vec![RankExit { rank: 2, node: "n0".into(), exit_code: Some(3), signal: None, reason: None }],
+        ..Default::default()
+    };
+    assert!(done(h.call(ClientRequest::StepEnd { job: id, step: 1, outcome: out }, &ann())).ok);
+    let g4 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    assert_eq!(cpus(&g4), c1);
+    // The steps survive a controller restart, with their claims.
+    let mut h = h.restart();
+    let e = err(h.call(run(Some(id), tasks(1)), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    // The invocation log, newest first; `show` lists the job's steps.
+    let ClientResponse::Steps { steps } = h.call(ClientRequest::Acct { limit: None, steps: true }, &bob()) else {
+        panic!()
+    };
+    assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), vec![4, 3, 2, 1]);
+    assert_eq!(steps[3].exit_code, Some(3));
+    assert_eq!(steps[3].failure.as_deref(), Some("rank 2 on n0 exited with status 3"));
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id }, &ann()) else { panic!() };
+    assert_eq!(job.steps.len(), 4);
+    // The job ends: its open steps are closed.
+    h.agent(0, AgentMessage::JobEnded { id, outcome: JobOutcome { exit_code: Some(0), ..Default::default() } });
+    let s2 = h.ctl.store.get_step(id, 2).unwrap().unwrap();
+    assert_eq!(s2.failure.as_deref(), Some("job ended"));
+    assert!(s2.end_time.is_some());
+    assert!(h.ctl.store.live_steps().unwrap().is_empty());
+}
+
+#[test]
+fn steps_need_a_running_job_of_ones_own() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    let e = err(h.call(run(Some(id), tasks(1)), &bob()));
+    assert_eq!(e.code, ErrorCode::NotPermitted, "{e}");
+    let root = Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![], name: "root".into() }, conn: 3 };
+    assert_eq!(granted(h.call(run(Some(id), tasks(1)), &root)).user.uid, 0);
+    let e = err(h.call(run(Some(JobId(77)), tasks(1)), &ann()));
+    assert_eq!(e.code, ErrorCode::UnknownJob);
+    // A queued job (the node is full).
+    let sub = SubmitRequest {
+        script: "#!/bin/sh\n".into(),
+        script_name: "q.sh".into(),
+        options: SubmitOptions { cores: Some(1), ..Default::default() },
+        env: vec![],
+        cwd: "/tmp".into(),
+        hold: false,
+    };
+    let ClientResponse::Submitted { id: q } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else { panic!() };
+    let e = err(h.call(run(Some(q), tasks(1)), &ann()));
+    assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
+    assert!(e.message.contains("queued"), "{e}");
+    // StepEnd: only the step's user; unknown steps.
+    let e = err(h.call(ClientRequest::StepEnd { job: id, step: 1, outcome: end_outcome(0) }, &ann()));
+    assert_eq!(e.code, ErrorCode::NotPermitted, "{e}");
+    let e = err(h.call(ClientRequest::StepEnd { job: id, step: 9, outcome: end_outcome(0) }, &ann()));
+    assert_eq!((e.code, e.message.as_str()), (ErrorCode::UnknownJob, format!("job {id} has no step 9").as_str()));
+}
+
+#[test]
+fn signals_go_to_the_nodes_of_the_job_or_step() {
+    let mut h = Harness::new(2);
+    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(8), ..Default::default() }, &ann());
+    h.sent();
+    let sig = |step, signal| ClientRequest::Signal { job: id, step, signal };
+    let r = done(h.call(sig(None, 10), &bob()));
+    assert_eq!(r.error.unwrap().code, ErrorCode::NotPermitted);
+    assert!(h.sent().is_empty());
+    assert_eq!(err(h.call(sig(None, 0), &ann())).code, ErrorCode::BadRequest);
+    assert_eq!(err(h.call(sig(None, 65), &ann())).code, ErrorCode::BadRequest);
+    assert!(done(h.call(sig(None, 10), &ann())).ok);
+    let mut nodes: Vec<usize> = h.sent().iter().map(|(n, _)| *n).collect();
+    nodes.sort();
+    assert_eq!(nodes, vec![0, 1]);
+    // A step on the first node only.
+    let g = granted(h.call(run(Some(id), StepRequest { ntasks: Some(2), ..Default::default() }), &ann()));
+    assert_eq!(g.nodes.len(), 1);
+    assert!(done(h.call(sig(Some(g.step), 2), &ann())).ok);
+    let sent = h.sent();
+    let first = h.ctl.jobs[&id].allocation[0].node_id.0 as usize;
+    assert_eq!(sent, vec![(first, ControllerMessage::Signal { id, step: Some(g.step), signal: 2 })]);
+    let r = done(h.call(sig(Some(9), 2), &ann()));
+    let e = r.error.unwrap();
+    assert_eq!((e.code, e.message), (ErrorCode::UnknownJob, format!("job {id} has no step 9")));
+    let r = done(h.call(ClientRequest::Signal { job: JobId(99), step: None, signal: 2 }, &ann()));
+    assert_eq!(r.error.unwrap().code, ErrorCode::UnknownJob);
+}
+
+#[test]
+fn interactive_limits() {
+    let mut h = Harness::new(3);
+    h.ctl.cfg.interactive.max_cores = 6;
+    h.ctl.cfg.interactive.max_nodes = 2;
+    let e = err(h.call(interactive(tasks(8), None), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    assert!(e.message.contains("max_cores"), "{e}");
+    let e = err(h.call(interactive(tasks(3), Some(3)), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    assert!(e.message.contains("max_nodes"), "{e}");
+    // Larger than any node could ever hold.
+    h.ctl.cfg.interactive.max_cores = 64;
+    let e = err(h.call(interactive(StepRequest { tasks_per_node: Some(9), ..Default::default() }, Some(1)), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    h.ctl.cfg.interactive.enabled = false;
+    let e = err(h.call(interactive(tasks(1), None), &ann()));
+    assert_eq!(e.code, ErrorCode::NotPermitted, "{e}");
+    assert!(h.ctl.jobs.is_empty());
+    assert_eq!(h.free_cores(), 24);
+}
+
+#[test]
+fn interactive_allocation_lives_and_ends_with_its_step() {
+    let mut h = Harness::new(2);
+    let g =
+        granted(h.call(interactive(StepRequest { tasks_per_node: Some(2), ..Default::default() }, Some(2)), &ann()));
+    assert!(g.interactive);
+    assert_eq!((g.step, g.size, g.nodes.len()), (1, 4, 2));
+    let id = g.job;
+    let job = &h.ctl.jobs[&id];
+    assert_eq!((job.state, job.queue.as_str(), job.user.uid), (JobState::Running, "interactive", 1000));
+    assert_eq!(job.walltime, Some(3600));
+    assert_eq!(h.free_cores(), 12);
+    let launches: Vec<(usize, bool)> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(n, m)| match m {
+            ControllerMessage::Launch(s) => Some((n, s.head)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 2);
+    assert!(launches.iter().all(|(_, head)| !head));
+    // It is durable like a submission.
+    assert_eq!(h.ctl.store.get_job(id).unwrap().unwrap().state, JobState::Running);
+    // Another user may not end it.
+    assert_eq!(
+        err(h.call(ClientRequest::StepEnd { job: id, step: 1, outcome: end_outcome(0) }, &bob())).code,
+        ErrorCode::NotPermitted
+    );
+    assert!(done(h.call(ClientRequest::StepEnd { job: id, step: 1, outcome: end_outcome(0) }, &ann())).ok);
+    assert!(!h.ctl.jobs.contains_key(&id));
+    assert_eq!(h.free_cores(), 16);
+    let job = h.ctl.store.get_job(id).unwrap().unwrap();
+    assert_eq!((job.state, job.exit_code), (JobState::Completed, Some(0)));
+    let kills = h.sent().iter().filter(|(_, m)| matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)).count();
+    assert_eq!(kills, 2);
+    // A failed step fails its allocation.
+    let g = granted(h.call(interactive(tasks(2), None), &ann()));
+    h.call(ClientRequest::StepEnd { job: g.job, step: 1, outcome: end_outcome(7) }, &ann());
+    let job = h.ctl.store.get_job(g.job).unwrap().unwrap();
+    assert_eq!((job.state, job.exit_code), (JobState::Failed, Some(7)));
+    assert_eq!(h.free_cores(), 16);
+}
+
+#[test]
+fn interactive_waits_for_busy_cores_outside_the_queue() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(6), ..Default::default() }, &bob());
+    let r = h.call(interactive(tasks(4), None), &ann());
+    let ClientResponse::TryAgain { reason } = r else { panic!("{r:?}") };
+    assert!(!reason.is_empty());
+    assert!(h.ctl.jobs.len() == 1);
+    // Two cores are free: that fits now.
+    let g = granted(h.call(interactive(tasks(2), None), &ann()));
+    assert_ne!(g.job, id);
+    assert_eq!(h.free_cores(), 0);
+}
+
+#[test]
+fn client_gone_frees_its_interactive_allocation() {
+    let mut h = Harness::new(1);
+    let batch = h.batch(SubmitOptions { cores: Some(4), ..Default::default() }, &bob());
+    let in_batch = granted(h.call(run(Some(batch), tasks(2)), &bob()));
+    let g = granted(h.call(interactive(tasks(2), None), &ann()));
+    assert_eq!(h.free_cores(), 2);
+    h.sent();
+    // Another connection closing changes nothing.
+    h.ctl.client_gone(77, h.now).unwrap();
+    assert!(h.ctl.jobs.contains_key(&g.job));
+    h.ctl.client_gone(ann().conn, h.now).unwrap();
+    assert!(!h.ctl.jobs.contains_key(&g.job));
+    assert_eq!(h.free_cores(), 4);
+    let job = h.ctl.store.get_job(g.job).unwrap().unwrap();
+    assert_eq!((job.state, job.reason.as_deref()), (JobState::Failed, Some(RUN_DISCONNECTED)));
+    let step = h.ctl.store.get_step(g.job, 1).unwrap().unwrap();
+    assert_eq!(step.failure.as_deref(), Some(RUN_DISCONNECTED));
+    assert!(h.sent().iter().any(|(_, m)| matches!(m, ControllerMessage::Kill { id, .. } if *id == g.job)));
+    // A step in a batch job whose `run` went away gives its cores back; the job runs on.
+    h.ctl.client_gone(bob().conn, h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&batch].state, JobState::Running);
+    assert!(!h.ctl.steps.contains_key(&batch));
+    let s = h.ctl.store.get_step(batch, in_batch.step).unwrap().unwrap();
+    assert_eq!(s.failure.as_deref(), Some(RUN_DISCONNECTED));
+}
+
+#[test]
+fn interactive_walltime_and_cancel() {
+    let mut h = Harness::new(1);
+    let ClientRequest::StepCreate(mut c) = interactive(tasks(1), None) else { unreachable!() };
+    c.interactive.walltime_seconds = Some(60);
+    let g = granted(h.call(ClientRequest::StepCreate(c), &ann()));
+    assert_eq!(h.ctl.jobs[&g.job].walltime, Some(60));
+    h.ctl.check_interactive(h.now + 30.0).unwrap();
+    assert!(h.ctl.jobs.contains_key(&g.job));
+    h.ctl.check_interactive(h.now + 60.0).unwrap();
+    assert_eq!(h.ctl.store.get_job(g.job).unwrap().unwrap().state, JobState::Timeout);
+    let g = granted(h.call(interactive(tasks(1), None), &ann()));
+    assert!(done(h.call(ClientRequest::Cancel { ids: vec![g.job] }, &ann())).ok);
+    assert_eq!(h.ctl.store.get_job(g.job).unwrap().unwrap().state, JobState::Cancelled);
+    assert_eq!(h.free_cores(), 8);
+    // `run` reports afterwards: its status is kept, the allocation stays ended.
+    assert!(done(h.call(ClientRequest::StepEnd { job: g.job, step: 1, outcome: end_outcome(143) }, &ann())).ok);
+    assert_eq!(h.ctl.store.get_step(g.job, 1).unwrap().unwrap().exit_code, Some(143));
+}

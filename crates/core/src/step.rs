@@ -1,0 +1,245 @@
+//! Job steps: one `berth run` inside a job's allocation, and where its ranks go.
+//!
+//! A step claims whole cores of the job's allocation (a slot is one core with the job's PUs
+//! on it). Several steps may run at once on disjoint cores; asking for more than the free
+//! cores is refused unless the step overcommits, in which case extra ranks share the job's
+//! CPUs, never others.
+
+use crate::job::NodeAllocation;
+use crate::topology::Topology;
+use crate::CpuSet;
+use serde::{Deserialize, Serialize};
+
+/// How ranks are laid out over the nodes and cores of the allocation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RankBinding {
+    /// Consecutive ranks on consecutive cores (block); each rank bound to its cores.
+    #[default]
+    Linear,
+    /// Consecutive ranks alternate between the node's packages; each rank bound.
+    Striding,
+    /// Cores are still claimed per rank, but ranks may run on any CPU of the job.
+    None,
+}
+
+impl RankBinding {
+    pub fn parse(s: &str) -> Option<RankBinding> {
+        match s {
+            "linear" | "block" | "cores" => Some(RankBinding::Linear),
+            "striding" | "cyclic" | "sockets" => Some(RankBinding::Striding),
+            "none" | "off" => Some(RankBinding::None),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepRequest {
+    /// Ranks; default: one per free core (divided by `cpus_per_task`).
+    pub ntasks: Option<u32>,
+    pub tasks_per_node: Option<u32>,
+    /// Cores per rank (default 1).
+    pub cpus_per_task: Option<u32>,
+    #[serde(default)]
+    pub overcommit: bool,
+    #[serde(default)]
+    pub binding: RankBinding,
+}
+
+/// One rank's place: the node (index into the job's allocation) and its PUs there.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankPlace {
+    pub rank: u32,
+    pub cpus: CpuSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepNodePlan {
+    /// Index of the node in the job's allocation.
+    pub alloc_index: usize,
+    pub node: String,
+    pub ranks: Vec<RankPlace>,
+    /// Every PU the step's ranks on this node use.
+    pub cpus: CpuSet,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepPlan {
+    pub size: u32,
+    /// Nodes with ranks, in rank order (node 0 holds rank 0).
+    pub nodes: Vec<StepNodePlan>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepError {
+    #[error("-n {asked} needs {needed} cores but only {free} of the job's {total} cores are free{busy}; ask for fewer ranks, wait for the other runs, or pass --overcommit to share CPUs")]
+    OverClaim { asked: u32, needed: u32, free: u32, total: u32, busy: String },
+    #[error("--tasks-per-node {per_node} with --cpus-per-task {cpt} needs {needed} cores per node, but node {node} has {free} free; lower it or pass --overcommit")]
+    NodeTooSmall { per_node: u32, cpt: u32, needed: u32, node: String, free: u32 },
+    #[error("all {total} cores of the job are in use by other runs; wait for them or pass --overcommit")]
+    NoFreeCores { total: u32 },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Free slots of one node: the job's PUs grouped by core, in topology order (or alternating
+/// packages for striding), minus cores holding a PU in `in_use`.
+fn slots(
+    topo: &Topology,
+    alloc: &NodeAllocation,
+    in_use: &CpuSet,
+    binding: RankBinding,
+    free_only: bool,
+) -> Vec<CpuSet> {
+    let mut per_package: Vec<Vec<CpuSet>> = vec![vec![]; topo.packages.len().max(1)];
+    for core in &topo.cores {
+        let pus: CpuSet = core.pus.iter().copied().filter(|&p| alloc.cpus.contains(p)).collect();
+        if pus.is_empty() || (free_only && pus.intersects(in_use)) {
+            continue;
+        }
+        let pkg = core.package.min(per_package.len() - 1);
+        per_package[pkg].push(pus);
+    }
+    match binding {
+        RankBinding::Striding => {
+            let longest = per_package.iter().map(Vec::len).max().unwrap_or(0);
+            (0..longest).flat_map(|i| per_package.iter().filter_map(move |p| p.get(i).cloned())).collect()
+        }
+        _ => per_package.into_iter().flatten().collect(),
+    }
+}
+
+/// Where the ranks of a step go inside the job's allocation. `topos[i]` and `in_use[i]` (PUs
+/// held by the job's other running steps) belong to `alloc[i]`.
+pub fn plan_step(
+    alloc: &[NodeAllocation],
+    topos: &[&Topology],
+    in_use: &[CpuSet],
+    req: &StepRequest,
+) -> Result<StepPlan, StepError> {
+    let cpt = req.cpus_per_task.unwrap_or(1);
+    if cpt == 0 || req.ntasks == Some(0) || req.tasks_per_node == Some(0) {
+        return Err(StepError::Invalid("-n, --tasks-per-node and --cpus-per-task must be at least 1".into()));
+    }
+    if alloc.is_empty() || topos.len() != alloc.len() || in_use.len() != alloc.len() {
+        return Err(StepError::Invalid("the job holds no nodes".into()));
+    }
+    let empty = CpuSet::new();
+    let free: Vec<Vec<CpuSet>> =
+        alloc.iter().zip(topos).zip(in_use).map(|((a, t), u)| slots(t, a, u, req.binding, true)).collect();
+    let all: Vec<Vec<CpuSet>> = alloc.iter().zip(topos).map(|(a, t)| slots(t, a, &empty, req.binding, false)).collect();
+    let total: u32 = all.iter().map(|s| s.len() as u32).sum();
+    let free_total: u32 = free.iter().map(|s| s.len() as u32).sum();
+    // Ranks per node.
+    let counts: Vec<u32> = match req.tasks_per_node {
+        Some(k) => {
+            let n = req.ntasks.unwrap_or(k * alloc.len() as u32);
+            if n > k * alloc.len() as u32 && !req.overcommit {
+                return Err(StepError::Invalid(format!(
+                    "-n {n} with --tasks-per-node {k} needs {} nodes but the job has {}",
+                    n.div_ceil(k),
+                    alloc.len()
+                )));
+            }
+            let mut left = n;
+            let per_node = if n > k * alloc.len() as u32 { n.div_ceil(alloc.len() as u32) } else { k };
+            let counts: Vec<u32> = alloc
+                .iter()
+                .map(|_| {
+                    let c = per_node.min(left);
+                    left -= c;
+                    c
+                })
+                .collect();
+            if !req.overcommit {
+                for (i, &c) in counts.iter().enumerate() {
+                    if c * cpt > free[i].len() as u32 {
+                        return Err(StepError::NodeTooSmall {
+                            per_node: k,
+                            cpt,
+                            needed: c * cpt,
+                            node: alloc[i].node.clone(),
+                            free: free[i].len() as u32,
+                        });
+                    }
+                }
+            }
+            counts
+        }
+        None => {
+            let capacity: Vec<u32> = free.iter().map(|s| s.len() as u32 / cpt).collect();
+            let cap_total: u32 = capacity.iter().sum();
+            let n = match req.ntasks {
+                Some(n) => n,
+                None if cap_total > 0 => cap_total,
+                None if req.overcommit => (total / cpt).max(1),
+                None => return Err(StepError::NoFreeCores { total }),
+            };
+            if n <= cap_total {
+                // Block: fill each node's free cores in order.
+                let mut left = n;
+                capacity
+                    .iter()
+                    .map(|&c| {
+                        let take = c.min(left);
+                        left -= take;
+                        take
+                    })
+                    .collect()
+            } else if req.overcommit {
+                // Share: ranks in proportion to each node's cores.
+                let mut left = n;
+                let mut counts: Vec<u32> = all.iter().map(|s| n * s.len() as u32 / total.max(1)).collect();
+                left -= counts.iter().sum::<u32>();
+                let (mut i, len) = (0, counts.len());
+                while left > 0 {
+                    counts[i % len] += 1;
+                    left -= 1;
+                    i += 1;
+                }
+                counts
+            } else {
+                let busy = if free_total < total {
+                    format!(" ({} held by other runs of the job)", total - free_total)
+                } else {
+                    String::new()
+                };
+                return Err(StepError::OverClaim { asked: n, needed: n * cpt, free: free_total, total, busy });
+            }
+        }
+    };
+    let mut nodes = Vec::new();
+    let mut rank = 0u32;
+    for (i, &count) in counts.iter().enumerate() {
+        if count == 0 {
+            continue;
+        }
+        // Free cores first; when they run out (overcommit), cycle over all the job's cores.
+        let own = if count * cpt <= free[i].len() as u32 { &free[i] } else { &all[i] };
+        if own.is_empty() {
+            return Err(StepError::Invalid(format!("node {} has no CPUs in the job", alloc[i].node)));
+        }
+        let mut ranks = Vec::with_capacity(count as usize);
+        let mut used = CpuSet::new();
+        for r in 0..count {
+            let mut cpus = CpuSet::new();
+            for c in 0..cpt {
+                cpus.union_with(&own[((r * cpt + c) as usize) % own.len()]);
+            }
+            used.union_with(&cpus);
+            ranks.push(RankPlace { rank, cpus });
+            rank += 1;
+        }
+        nodes.push(StepNodePlan { alloc_index: i, node: alloc[i].node.clone(), ranks, cpus: used });
+    }
+    Ok(StepPlan { size: rank, nodes })
+}
+
+/// MPICH's `PMI_process_mapping` and friends need ranks per node in node order.
+pub fn ranks_per_node(plan: &StepPlan) -> Vec<Vec<u32>> {
+    plan.nodes.iter().map(|n| n.ranks.iter().map(|r| r.rank).collect()).collect()
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,365 @@
+//! Job steps (`berth run`): the grant the controller gives, the control tree between shepherds,
+//! and the task API inside a job. See docs/protocol.md, "Steps and the control tree".
+
+use crate::agent::UserIdentity;
+use berth_core::step::{RankPlace, StepRequest};
+use berth_core::JobId;
+use serde::{Deserialize, Serialize};
+
+/// `berth run` asks the controller for a step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepCreate {
+    /// The job whose allocation the step uses; None: an interactive allocation is made.
+    pub job: Option<JobId>,
+    pub request: StepRequest,
+    #[serde(default)]
+    pub interactive: InteractiveAsk,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    /// Where `run` runs (invocation log).
+    pub host: String,
+    pub pid: u32,
+    /// Tree fanout, 2..32; 0 = flat (the first node contacts every other).
+    pub fanout: u32,
+    #[serde(default)]
+    pub no_kill: bool,
+    #[serde(default)]
+    pub rank_cpusets: bool,
+    /// Sent to surviving ranks when another fails in no-kill mode.
+    #[serde(default)]
+    pub notify_signal: Option<i32>,
+}
+
+/// Resources of an interactive allocation (outside a batch job).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InteractiveAsk {
+    pub nodes: Option<u32>,
+    pub walltime_seconds: Option<u64>,
+}
+
+/// A step as granted: everything the shepherds need. Issued by the controller only.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepGrant {
+    pub job: JobId,
+    pub step: u32,
+    /// The PMI key-value space name.
+    pub kvsname: String,
+    /// Who the ranks run as: the identity the kernel gave for the `run` process.
+    pub user: UserIdentity,
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub size: u32,
+    pub fanout: u32,
+    pub no_kill: bool,
+    pub rank_cpusets: bool,
+    /// Bind each rank to its CPUs (sched_setaffinity).
+    pub bind: bool,
+    pub notify_signal: Option<i32>,
+    pub kill_grace_ms: u64,
+    /// Nodes with ranks, in rank order; index = BERTH_NODEID.
+    pub nodes: Vec<StepNode>,
+    /// The step's job was made for it and ends with it.
+    pub interactive: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepNode {
+    pub name: String,
+    /// The node agent's address (host:port).
+    pub address: String,
+    /// Ranks on this node with their PUs (OS indexes of the node's topology).
+    pub ranks: Vec<RankPlace>,
+}
+
+/// How one rank ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RankExit {
+    pub rank: u32,
+    pub node: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Why, when it is not a plain exit: "launch failed: ...", "MPI_Abort", "node lost".
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl RankExit {
+    /// Killed by a signal, a non-zero exit, or lost.
+    pub fn abnormal(&self) -> bool {
+        self.signal.is_some() || self.exit_code != Some(0)
+    }
+
+    pub fn describe(&self) -> String {
+        let how = match (self.exit_code, self.signal) {
+            (_, Some(s)) => format!("killed by signal {s} ({})", signal_name(s)),
+            (Some(c), None) => format!("exited with status {c}"),
+            (None, None) => "lost".to_string(),
+        };
+        match &self.reason {
+            Some(r) => format!("rank {} on {} {how}: {r}", self.rank, self.node),
+            None => format!("rank {} on {} {how}", self.rank, self.node),
+        }
+    }
+}
+
+/// `run` tells the controller how the step ended (invocation log).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StepOutcome {
+    /// The worst exit status (what `run` returns).
+    pub exit_code: i32,
+    /// Abnormal rank endings, first first.
+    pub failures: Vec<RankExit>,
+    /// Where the launch failed, if it did.
+    pub failed_at: Option<String>,
+    pub wall_ms: u64,
+}
+
+/// A step in the invocation log (`berth acct --steps`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StepInfo {
+    pub job: JobId,
+    pub step: u32,
+    pub user: String,
+    pub uid: u32,
+    pub start_time: f64,
+    pub end_time: Option<f64>,
+    pub host: String,
+    pub pid: u32,
+    pub cwd: String,
+    pub argv: Vec<String>,
+    pub size: u32,
+    pub nodes: Vec<String>,
+    pub exit_code: Option<i32>,
+    /// The first failure, or where the launch failed.
+    pub failure: Option<String>,
+    pub interactive: bool,
+}
+
+/// Bytes of output or input: text when it is UTF-8, raw bytes otherwise.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Chunk {
+    Text(String),
+    Raw(Vec<u8>),
+}
+
+impl Chunk {
+    pub fn from_bytes(b: Vec<u8>) -> Chunk {
+        match String::from_utf8(b) {
+            Ok(s) => Chunk::Text(s),
+            Err(e) => Chunk::Raw(e.into_bytes()),
+        }
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Text(s) => s.as_bytes(),
+            Chunk::Raw(b) => b,
+        }
+    }
+}
+
+/// Down the control tree (from `run` towards the leaves).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TreeDown {
+    /// For rank 0 (only ever sent to the first node).
+    Stdin {
+        data: Chunk,
+    },
+    StdinEof,
+    Signal {
+        signal: i32,
+    },
+    /// The union of all PMI puts of this barrier epoch.
+    BarrierOut {
+        kvs: Vec<(String, String)>,
+    },
+    /// No-kill mode: a rank failed; survivors are told.
+    RankFailed {
+        exit: RankExit,
+    },
+    /// End the step: SIGTERM to every rank, grace, SIGKILL.
+    Kill {
+        reason: String,
+    },
+}
+
+/// Up the control tree (towards `run`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TreeUp {
+    /// Every rank of the subtree runs (sent once per subtree, aggregated).
+    Started {
+        nodes: u32,
+        ranks: u32,
+    },
+    /// A node of the subtree could not start its ranks.
+    LaunchFailed {
+        node: String,
+        reason: String,
+    },
+    Output {
+        rank: u32,
+        stream: u8,
+        data: Chunk,
+    },
+    Exited {
+        ranks: Vec<RankExit>,
+    },
+    /// Every rank of the subtree entered the barrier; their puts.
+    BarrierIn {
+        puts: Vec<(String, String)>,
+    },
+    Abort {
+        rank: u32,
+        node: String,
+        code: i32,
+        message: String,
+    },
+    /// A connection below broke: the ranks of these nodes are lost.
+    SubtreeLost {
+        nodes: Vec<String>,
+        ranks: Vec<u32>,
+        reason: String,
+    },
+    /// Every rank of the subtree ended and every exit was sent.
+    Done,
+}
+
+/// The task API (seeds/001 TM) on the agent's local socket, and between agents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum TaskRequest {
+    /// Slots and hosts of the job's allocation.
+    Info {
+        job: JobId,
+    },
+    /// Start `count` copies of `argv` on node `node` (index in the allocation).
+    Spawn {
+        job: JobId,
+        node: u32,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        count: u32,
+    },
+    List {
+        job: JobId,
+    },
+    /// Wait until the tasks end (all the job's tasks when `tasks` is empty).
+    Wait {
+        job: JobId,
+        tasks: Vec<u64>,
+        timeout_ms: Option<u64>,
+    },
+    Kill {
+        job: JobId,
+        tasks: Vec<u64>,
+        signal: i32,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskInfo {
+    pub id: u64,
+    pub node: String,
+    pub node_index: u32,
+    pub argv: Vec<String>,
+    pub pid: Option<u32>,
+    /// "running", "exited", "failed".
+    pub state: String,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub reason: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocationNode {
+    pub index: u32,
+    pub name: String,
+    pub address: String,
+    /// Cores of the job there.
+    pub slots: u32,
+    pub cpus: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "result", rename_all = "snake_case")]
+pub enum TaskReply {
+    Info { job: JobId, nodes: Vec<AllocationNode> },
+    Spawned { tasks: Vec<TaskInfo> },
+    Tasks { tasks: Vec<TaskInfo> },
+    Error { message: String },
+}
+
+/// Signal names users type (`berth signal 7 USR1`), with or without SIG, or numbers.
+pub fn parse_signal(s: &str) -> Option<i32> {
+    if let Ok(n) = s.parse::<i32>() {
+        return (1..=64).contains(&n).then_some(n);
+    }
+    let name = s.trim_start_matches("SIG").to_ascii_uppercase();
+    SIGNALS.iter().find(|(n, _)| *n == name).map(|(_, v)| *v)
+}
+
+pub fn signal_name(sig: i32) -> &'static str {
+    SIGNALS.iter().find(|(_, v)| *v == sig).map(|(n, _)| *n).unwrap_or("?")
+}
+
+/// Linux signal numbers (x86_64, arm64).
+const SIGNALS: &[(&str, i32)] = &[
+    ("HUP", 1),
+    ("INT", 2),
+    ("QUIT", 3),
+    ("ILL", 4),
+    ("TRAP", 5),
+    ("ABRT", 6),
+    ("BUS", 7),
+    ("FPE", 8),
+    ("KILL", 9),
+    ("USR1", 10),
+    ("SEGV", 11),
+    ("USR2", 12),
+    ("PIPE", 13),
+    ("ALRM", 14),
+    ("TERM", 15),
+    ("CHLD", 17),
+    ("CONT", 18),
+    ("STOP", 19),
+    ("TSTP", 20),
+    ("TTIN", 21),
+    ("TTOU", 22),
+    ("URG", 23),
+    ("XCPU", 24),
+    ("XFSZ", 25),
+    ("VTALRM", 26),
+    ("PROF", 27),
+    ("WINCH", 28),
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signals_parse_by_name_and_number() {
+        assert_eq!(parse_signal("USR1"), Some(10));
+        assert_eq!(parse_signal("SIGTERM"), Some(15));
+        assert_eq!(parse_signal("winch"), Some(28));
+        assert_eq!(parse_signal("9"), Some(9));
+        assert_eq!(parse_signal("0"), None);
+        assert_eq!(parse_signal("NOPE"), None);
+        assert_eq!(signal_name(2), "INT");
+    }
+
+    #[test]
+    fn chunks_keep_binary_and_text() {
+        let t = Chunk::from_bytes(b"hello\n".to_vec());
+        assert_eq!(serde_json::to_string(&t).unwrap(), "\"hello\\n\"");
+        let r = Chunk::from_bytes(vec![0xff, 0x00]);
+        let back: Chunk = serde_json::from_str(&serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back.as_bytes(), &[0xff, 0x00]);
+    }
+}
