@@ -28,6 +28,8 @@ pub struct AgentConfig {
     pub cgroup_root: String,
     /// Parent of per-job spool directories and TMPDIRs.
     pub spool_dir: PathBuf,
+    /// The local socket of the task API (`BERTH_AGENT_SOCKET`), usually `<state_dir>/agent.sock`.
+    pub socket: PathBuf,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,6 +81,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     std::fs::create_dir_all(&cfg.state_dir)
         .map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
 
+    let task_socket = crate::tasks::bind_socket(&cfg.socket).map_err(AgentError::Setup)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
@@ -91,7 +94,9 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         topology: topology.clone(),
         spool_root: cfg.spool_dir.clone(),
         registry: Default::default(),
+        agent_socket: cfg.socket.clone(),
     });
+    tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let shared = Arc::new(Mutex::new(Shared::default()));
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 
@@ -150,6 +155,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         backend2.remove_root()
     })
     .await;
+    let _ = std::fs::remove_file(&cfg.socket);
     // Job directories are gone with their jobs; the root goes too if nothing else is in it.
     let _ = std::fs::remove_dir(&cfg.spool_dir);
     Ok(())
@@ -306,7 +312,8 @@ async fn serve_status(
                     return;
                 }
                 Ok(Some(AgentQuery::Task { request })) => {
-                    AgentReply::Task { reply: crate::tasks::handle(&ctx, request).await }
+                    crate::tasks::serve_agent(ctx, request, stream).await;
+                    return;
                 }
                 Ok(Some(AgentQuery::Status)) => {
                     let (connected, running) =

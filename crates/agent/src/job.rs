@@ -28,6 +28,8 @@ pub struct JobContext {
     pub spool_root: PathBuf,
     /// The jobs set up here, for steps, tasks and signals.
     pub registry: crate::registry::Registry,
+    /// The agent's local socket for the task API (`BERTH_AGENT_SOCKET`).
+    pub agent_socket: PathBuf,
 }
 
 /// How long kill_all may take before the job is reported with processes left.
@@ -80,7 +82,8 @@ pub async fn run_job(
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
     let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid).and_then(|sets| {
-        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding)?) } else { None };
+        let socket = &ctx.agent_socket;
+        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, socket)?) } else { None };
         Ok((child, sets))
     });
     let outcome = match started_job {
@@ -94,6 +97,7 @@ pub async fn run_job(
                 spool: spool.clone(),
                 cpuset_dir: sets.dir.clone(),
                 steps: Default::default(),
+                tasks: Default::default(),
             }));
             let outcome = match child {
                 Some(mut child) => supervise(&spec, &mut child, cg.clone(), &mut kill, started).await,
@@ -180,6 +184,7 @@ fn start(
     cg: &dyn JobCgroup,
     sets: &JobCpusets,
     binding: &HostBinding,
+    agent_socket: &Path,
 ) -> Result<tokio::process::Child, String> {
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
     let mut setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
@@ -200,7 +205,8 @@ fn start(
         .env("BERTH_CORES", spec.allocation.cores.to_string())
         .env("BERTH_SUBMIT_DIR", &spec.cwd)
         .env("TMPDIR", spool.join("tmp"))
-        .env("BERTH_CPUSET", &sets.dir);
+        .env("BERTH_CPUSET", &sets.dir)
+        .env("BERTH_AGENT_SOCKET", agent_socket);
     if !sets.ranks.is_empty() {
         cmd.env("BERTH_RANK_CPUSETS", sets.ranks_env());
     }
@@ -301,7 +307,12 @@ async fn hold(
     while Instant::now() < grace && !cg.is_empty().unwrap_or(true) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    JobOutcome { exit_code: Some(0), reason: Some(reason), wall_ms: started.elapsed().as_millis() as u64, ..Default::default() }
+    JobOutcome {
+        exit_code: Some(0),
+        reason: Some(reason),
+        wall_ms: started.elapsed().as_millis() as u64,
+        ..Default::default()
+    }
 }
 
 fn finished(status: std::io::Result<std::process::ExitStatus>, reason: Option<String>, started: Instant) -> JobOutcome {

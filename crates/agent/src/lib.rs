@@ -7,13 +7,13 @@ pub mod cpusets;
 pub mod daemon;
 pub mod hwtopo;
 pub mod job;
+pub mod pmi;
 pub mod rank;
 pub mod registry;
 pub mod shepherd;
+pub mod spawn;
 pub mod step_ranks;
 pub mod tasks;
-pub mod pmi;
-pub mod spawn;
 
 pub use daemon::{run, AgentConfig, AgentError};
 

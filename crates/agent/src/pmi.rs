@@ -22,16 +22,15 @@
 //! `PMI_SUBVERSION` to anything but 1/1: MPICH reads `PMI_process_mapping` only with PMI 1.1 and
 //! falls back to a slower hostname exchange otherwise. `PMI_DEBUG=1` makes the client trace.
 //!
-//! UCX (1.13, measured on one host; see the report in `tests/pmi_mpich.rs`): ranks that MPICH
-//! sees on one node talk through MPICH's own shared memory; ranks it sees on different nodes talk
-//! through UCX, which picks shared memory or `tcp` by itself when the processes share a host, the
-//! same IPC namespace and a reachable interface, with no variable needed. The variables below are
-//! only needed when that is not the case and are documented for the shepherd:
-//! - ranks of one host in different network namespaces: UCX's `tcp` addresses are the interfaces of
-//!   each namespace, so they must route to each other (`UCX_NET_DEVICES=<iface>` picks the one that
-//!   does); `UCX_TLS=self,sm` (shared memory only) works between namespaces of one host as long
-//!   as `/dev/shm` and the IPC namespace are shared.
-//! - `UCX_TLS=tcp` restricts UCX to TCP (e.g. if shared memory is not shared between ranks).
+//! UCX 1.13 (measured on one host, as root and as an ordinary user, ranks started one by one as
+//! here): ranks that the mapping puts on one node talk through MPICH's own shared memory (files in
+//! `/dev/shm`, which they must share); ranks on different nodes talk through UCX, which needs no
+//! variable: between processes of one host it finds shared memory (sysv, posix, cma) by itself,
+//! also across network namespaces, as long as they share the IPC namespace and `/dev/shm`. In
+//! separate IPC namespaces UCX falls back to `tcp`, which reaches another network namespace only
+//! through a routed interface (a veth pair works; loopback does not: MPI_Init aborts with
+//! "Destination is unreachable"). `UCX_TLS=tcp,self` forces TCP, `UCX_NET_DEVICES=<iface>` picks
+//! the interface (set per rank: names differ between namespaces).
 //!
 //! # Protocol
 //!
@@ -42,7 +41,7 @@
 //! (including `PMI_process_mapping` and values injected with [`PmiServer::set`] such as
 //! `PMI_dead_processes`), `barrier_in`, `finalize`, `abort`. Spawning (`mcmd=spawn`,
 //! `MPI_Comm_spawn`), name publishing and extra KVS spaces are answered with `rc=-1`
-//! (not supported). Bad lines are answered with `cmd=error rc=-1` and reported as
+//! (not supported); `get_ranks2hosts` (not sent by MPICH 4.0.2) is unknown. Bad lines are answered with `cmd=error rc=-1` and reported as
 //! [`PmiEvent::ProtocolError`]; nothing a rank sends can make the server panic.
 
 use std::collections::HashMap;
@@ -98,7 +97,8 @@ pub struct PmiConfig {
 ///
 /// MPICH only compares node ids, so nodes are numbered by their lowest rank (the given order
 /// when node 0 holds rank 0, as usual). Gives "" unless the ranks are exactly 0..N-1 once each:
-/// the server then has no `PMI_process_mapping` and MPICH exchanges hostnames instead.
+/// the server then has no `PMI_process_mapping` and MPICH exchanges hostnames instead (as when
+/// the value is too long for MPICH's 1024-byte reply line: only for irregular mappings).
 pub fn process_mapping(ranks_per_node: &[Vec<u32>]) -> String {
     let total: usize = ranks_per_node.iter().map(Vec::len).sum();
     let mut node_of = vec![usize::MAX; total];
@@ -163,8 +163,10 @@ pub enum PmiEvent {
     /// Every local rank has entered barrier_in: here are all puts made by local ranks since the
     /// previous barrier. Answer with [`PmiServer::barrier_out`].
     BarrierIn { puts: Vec<(String, String)> },
-    /// A rank called abort (MPI_Abort): rank, exit code, message ("" from MPICH 4.0.2). The rank
-    /// then waits for an answer that never comes: the shepherd must kill the application.
+    /// A rank called abort (MPI_Abort): rank, exit code, message ("" from MPICH 4.0.2). A failed
+    /// MPI_Init aborts with an MPI error code (e.g. 1010421263), not an exit status. The rank
+    /// then waits for an answer that never comes (were its connection closed, MPICH 4.0.2 would
+    /// return from MPI_Abort and carry on): the shepherd must kill the application.
     Abort { rank: u32, code: i32, message: String },
     /// A rank called finalize.
     Finalized { rank: u32 },
@@ -322,6 +324,8 @@ impl PmiServer {
     }
 
     /// Serve one local rank on its end of the socketpair until it closes. Spawn with tokio::spawn.
+    /// A rank that closes it after `init` without `finalize` (or abort) is reported as a
+    /// ProtocolError; one that never spoke PMI (not an MPI program) is not.
     pub async fn serve_rank(&self, rank: u32, stream: UnixStream) {
         if !self.inner.cfg.local_ranks.contains(&rank) {
             return self.protocol_error(rank, "not a local rank of this PMI server".into());
@@ -390,8 +394,11 @@ impl PmiServer {
                     if req.cmd != "spawn" {
                         return Some(self.bad(rank, format!("unknown command mcmd={}", req.cmd), "unknown_command"));
                     }
+                    if sofar < total {
+                        return None;
+                    }
                     self.protocol_error(rank, "MPI_Comm_spawn is not supported".into());
-                    return (sofar >= total).then(|| "cmd=spawn_result rc=-1 msg=spawn_not_supported".into());
+                    return Some("cmd=spawn_result rc=-1 msg=spawn_not_supported".into());
                 }
                 Ok(Line::Text(l)) => match String::from_utf8_lossy(&l).split_once('=') {
                     Some(("totspawns", v)) => total = v.parse::<u32>().ok(),
@@ -484,5 +491,246 @@ impl PmiServer {
             self.emit(PmiEvent::BarrierIn { puts });
         }
         rx
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+    use tokio::sync::mpsc;
+
+    #[test]
+    fn parses_requests() {
+        let r = Request::parse("cmd=put kvsname=k  key=-bcast-1-0 value=segments=3\n").unwrap();
+        assert_eq!((r.cmd, r.multi), ("put", false));
+        assert_eq!(r.args, vec![("kvsname", "k"), ("key", "-bcast-1-0"), ("value", "segments=3")]);
+        assert_eq!(r.get("value"), Some("segments=3"));
+        assert_eq!(r.get("nope"), None);
+        let r = Request::parse("cmd=put kvsname=k key=x value=").unwrap();
+        assert_eq!(r.get("value"), Some(""));
+        let r = Request::parse("mcmd=spawn").unwrap();
+        assert_eq!((r.cmd, r.multi, r.args.len()), ("spawn", true, 0));
+        let r = Request::parse("cmd=abort exitcode=7 error_msg=it went wrong = badly\r\n").unwrap();
+        assert_eq!(r.get("exitcode"), Some("7"));
+        assert_eq!(r.get("error_msg"), Some("it went wrong = badly"));
+        for bad in ["", "   ", "key=x cmd=get", "cmd= key=x", "cmd=get key", "cmd=get =x", "cmd"] {
+            assert!(Request::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// MPICH's MPIR_NODEMAP_populate_ids_from_mapping, for checking what process_mapping writes.
+    fn mpich_decode(mapping: &str, size: usize) -> Vec<usize> {
+        let inner = mapping.strip_prefix("(vector,").unwrap().strip_suffix(')').unwrap();
+        let blocks: Vec<Vec<usize>> = inner
+            .split("),")
+            .map(|b| b.trim_matches(['(', ')']).split(',').map(|n| n.parse().unwrap()).collect())
+            .collect();
+        let (mut out, mut wrapped) = (Vec::new(), false);
+        loop {
+            let first = if wrapped { blocks.iter().position(|b| b[0] == 0).unwrap() } else { 0 };
+            for b in &blocks[first..] {
+                wrapped |= b[0] == 0;
+                for node in b[0]..b[0] + b[1] {
+                    for _ in 0..b[2] {
+                        out.push(node);
+                        if out.len() == size {
+                            return out;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn process_mapping_matches_mpich() {
+        assert_eq!(process_mapping(&[vec![0, 1], vec![2, 3]]), "(vector,(0,2,2))");
+        assert_eq!(process_mapping(&[vec![0, 1, 2], vec![3]]), "(vector,(0,1,3),(1,1,1))");
+        assert_eq!(process_mapping(&[vec![0, 2], vec![1, 3]]), "(vector,(0,2,1))");
+        assert_eq!(process_mapping(&[vec![0, 1, 2, 3]]), "(vector,(0,1,4))");
+        assert_eq!(process_mapping(&[vec![0]]), "(vector,(0,1,1))");
+        assert_eq!(process_mapping(&[vec![0, 3], vec![1, 4], vec![2]]), "(vector,(0,3,1))");
+        assert_eq!(process_mapping(&[vec![3], vec![0, 1, 2]]), "(vector,(0,1,3),(1,1,1))");
+        for bad in [vec![], vec![vec![0], vec![0]], vec![vec![0, 2]], vec![vec![1]]] {
+            assert_eq!(process_mapping(&bad), "", "{bad:?}");
+        }
+        // Pseudo-random placements decode, the MPICH way, to the same nodes (numbered by lowest rank).
+        let mut seed = 12345u64;
+        for _ in 0..500 {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let (nodes, size) = (1 + (seed >> 33) as usize % 5, 1 + (seed >> 40) as usize % 24);
+            let mut per_node = vec![Vec::new(); nodes];
+            for rank in 0..size as u32 {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                let node = if seed >> 62 == 0 { (seed >> 33) as usize % nodes } else { rank as usize % nodes };
+                per_node[node].push(rank);
+            }
+            let mapping = process_mapping(&per_node);
+            let decoded = mpich_decode(&mapping, size);
+            for (a, ra) in decoded.iter().zip(0u32..) {
+                for (b, rb) in decoded.iter().zip(0u32..) {
+                    let same = per_node.iter().any(|n| n.contains(&ra) && n.contains(&rb));
+                    assert_eq!(a == b, same, "{per_node:?} -> {mapping} -> {decoded:?}");
+                }
+            }
+        }
+    }
+
+    fn server(local_ranks: Vec<u32>) -> (PmiServer, mpsc::UnboundedReceiver<PmiEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let cfg = PmiConfig {
+            kvsname: "berth_12_3".into(),
+            size: 4,
+            appnum: 0,
+            universe_size: 4,
+            process_mapping: "(vector,(0,2,2))".into(),
+            local_ranks,
+        };
+        (PmiServer::new(cfg, tx), rx)
+    }
+
+    /// A fake rank: the client end of a socketpair served by `srv`.
+    struct Rank(BufReader<UnixStream>);
+
+    impl Rank {
+        fn start(srv: &PmiServer, rank: u32) -> Rank {
+            let (ours, theirs) = UnixStream::pair().unwrap();
+            let srv = srv.clone();
+            tokio::spawn(async move { srv.serve_rank(rank, theirs).await });
+            Rank(BufReader::new(ours))
+        }
+        async fn send(&mut self, bytes: &[u8]) {
+            self.0.get_mut().write_all(bytes).await.unwrap();
+        }
+        async fn line(&mut self) -> String {
+            let mut line = String::new();
+            self.0.read_line(&mut line).await.unwrap();
+            line.trim_end().to_string()
+        }
+        async fn ask(&mut self, request: &str) -> String {
+            self.send(format!("{request}\n").as_bytes()).await;
+            self.line().await
+        }
+    }
+
+    #[tokio::test]
+    async fn serves_a_barrier_epoch() {
+        let (srv, mut events) = server(vec![0, 1]);
+        let (mut r0, mut r1) = (Rank::start(&srv, 0), Rank::start(&srv, 1));
+        let init = "cmd=response_to_init pmi_version=1 pmi_subversion=1 rc=0";
+        assert_eq!(r0.ask("cmd=init pmi_version=1 pmi_subversion=1").await, init);
+        assert_eq!(r1.ask("cmd=init pmi_version=1 pmi_subversion=1").await, init);
+        assert_eq!(r0.ask("cmd=get_maxes").await, "cmd=maxes kvsname_max=256 keylen_max=64 vallen_max=1024");
+        assert_eq!(r0.ask("cmd=get_appnum").await, "cmd=appnum appnum=0");
+        assert_eq!(r0.ask("cmd=get_my_kvsname").await, "cmd=my_kvsname kvsname=berth_12_3");
+        assert_eq!(r0.ask("cmd=get_universe_size").await, "cmd=universe_size size=4");
+        let mapping = r1.ask("cmd=get kvsname=berth_12_3 key=PMI_process_mapping").await;
+        assert_eq!(mapping, "cmd=get_result rc=0 msg=success value=(vector,(0,2,2))");
+        assert_eq!(r0.ask("cmd=put kvsname=berth_12_3 key=a value=x=1").await, "cmd=put_result rc=0 msg=success");
+        // Before the barrier only the putting rank sees its put.
+        let a = "cmd=get kvsname=berth_12_3 key=a";
+        assert_eq!(r0.ask(a).await, "cmd=get_result rc=0 msg=success value=x=1");
+        assert_eq!(r1.ask(a).await, "cmd=get_result rc=-1 msg=key_not_found");
+        r0.send(b"cmd=barrier_in\n").await;
+        r1.send(b"cmd=barrier_in\n").await;
+        let puts = vec![("a".to_string(), "x=1".to_string())];
+        assert_eq!(events.recv().await, Some(PmiEvent::BarrierIn { puts: puts.clone() }));
+        srv.barrier_out([puts, vec![("b".to_string(), "remote".to_string())]].concat());
+        assert_eq!(r0.line().await, "cmd=barrier_out");
+        assert_eq!(r1.line().await, "cmd=barrier_out");
+        assert_eq!(r1.ask(a).await, "cmd=get_result rc=0 msg=success value=x=1");
+        assert_eq!(r1.ask("cmd=get kvsname=berth_12_3 key=b").await, "cmd=get_result rc=0 msg=success value=remote");
+        srv.set("PMI_dead_processes", "2");
+        let dead = r0.ask("cmd=get kvsname=berth_12_3 key=PMI_dead_processes").await;
+        assert_eq!(dead, "cmd=get_result rc=0 msg=success value=2");
+        // A second epoch with no puts.
+        r0.send(b"cmd=barrier_in\n").await;
+        r1.send(b"cmd=barrier_in\n").await;
+        assert_eq!(events.recv().await, Some(PmiEvent::BarrierIn { puts: vec![] }));
+        srv.barrier_out(vec![]);
+        assert_eq!((r0.line().await, r1.line().await), ("cmd=barrier_out".into(), "cmd=barrier_out".into()));
+        assert_eq!(r0.ask("cmd=initack pmiid=0").await, "cmd=initack rc=0");
+        assert_eq!(r0.line().await, "cmd=set size=4");
+        assert_eq!(r0.line().await, "cmd=set rank=0");
+        assert_eq!(r0.line().await, "cmd=set debug=0");
+        for (mut r, rank) in [(r0, 0), (r1, 1)] {
+            assert_eq!(r.ask("cmd=finalize").await, "cmd=finalize_ack");
+            assert_eq!(events.recv().await, Some(PmiEvent::Finalized { rank }));
+            drop(r);
+        }
+        drop(srv);
+        assert_eq!(events.recv().await, None, "no protocol error after finalize");
+    }
+
+    #[tokio::test]
+    async fn survives_bad_input() {
+        let (srv, mut events) = server(vec![2, 3]);
+        let mut r = Rank::start(&srv, 2);
+        let mut err = |r: u32| match events.try_recv() {
+            Ok(PmiEvent::ProtocolError { rank, message }) if rank == r => message,
+            other => panic!("expected a protocol error of rank {r}, got {other:?}"),
+        };
+        r.send(b"cmd=get_appnum \xff\xfe\n").await;
+        assert_eq!(r.line().await, "cmd=error rc=-1 msg=not_utf8");
+        assert!(err(2).contains("UTF-8"));
+        let long = format!("cmd=put kvsname=berth_12_3 key=k value={}\n", "v".repeat(LINE_MAX));
+        r.send(long.as_bytes()).await;
+        assert_eq!(r.line().await, "cmd=error rc=-1 msg=line_too_long");
+        assert!(err(2).contains("longer"));
+        assert_eq!(r.ask("cmd=get_appnum").await, "cmd=appnum appnum=0", "in step after a long line");
+        assert_eq!(r.ask("cmd=frobnicate x=1").await, "cmd=error rc=-1 msg=unknown_command");
+        assert!(err(2).contains("frobnicate"));
+        assert_eq!(r.ask("hello").await, "cmd=error rc=-1 msg=parse_error");
+        assert!(err(2).contains("key=value"));
+        assert_eq!(r.ask("cmd=init pmi_version=2 pmi_subversion=0").await.rsplit(' ').next(), Some("rc=-1"));
+        let key = "k".repeat(KEYLEN_MAX + 1);
+        let bad_key = r.ask(&format!("cmd=put kvsname=berth_12_3 key={key} value=1")).await;
+        assert_eq!(bad_key, "cmd=put_result rc=-1 msg=bad_key_length");
+        let value = "v".repeat(VALLEN_MAX + 1);
+        let bad_value = r.ask(&format!("cmd=put kvsname=berth_12_3 key=k value={value}")).await;
+        assert_eq!(bad_value, "cmd=put_result rc=-1 msg=value_too_long");
+        let other = r.ask("cmd=put kvsname=other key=k value=1").await;
+        assert_eq!(other, "cmd=put_result rc=-1 msg=unknown_kvsname");
+        assert_eq!(r.ask("cmd=get kvsname=berth_12_3").await, "cmd=get_result rc=-1 msg=missing_key");
+        assert_eq!(r.ask("cmd=lookup_name service=s").await, "cmd=lookup_result rc=-1 msg=not_supported");
+        srv.set("huge", &"h".repeat(VALLEN_MAX));
+        let huge = r.ask("cmd=get kvsname=berth_12_3 key=huge").await;
+        assert_eq!(huge, "cmd=get_result rc=-1 msg=value_too_long_for_client");
+        let spawn = "mcmd=spawn\nnprocs=1\nexecname=/bin/true\ntotspawns=2\nspawnssofar=1\nendcmd\n";
+        r.send(spawn.as_bytes()).await;
+        r.send(spawn.replace("spawnssofar=1", "spawnssofar=2").as_bytes()).await;
+        assert_eq!(r.line().await, "cmd=spawn_result rc=-1 msg=spawn_not_supported");
+        assert!(err(2).contains("spawn"));
+        assert!(events.try_recv().is_err(), "bad puts are answered, not reported");
+        // A connection closed after init without finalize is reported.
+        drop(r);
+        let closed = events.recv().await;
+        assert!(matches!(&closed, Some(PmiEvent::ProtocolError { rank: 2, message }) if message.contains("finalize")));
+        // A rank this server does not serve.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        srv.serve_rank(0, theirs).await;
+        assert!(matches!(events.recv().await, Some(PmiEvent::ProtocolError { rank: 0, .. })));
+        drop(ours);
+    }
+
+    #[tokio::test]
+    async fn abort_is_reported_and_not_answered() {
+        let (srv, mut events) = server(vec![0]);
+        let mut r = Rank::start(&srv, 0);
+        r.send(b"cmd=init pmi_version=1 pmi_subversion=1\n").await;
+        r.line().await;
+        r.send(b"cmd=abort exitcode=7\n").await;
+        let abort = PmiEvent::Abort { rank: 0, code: 7, message: String::new() };
+        assert_eq!(events.recv().await, Some(abort));
+        r.send(b"cmd=abort exitcode=3 error_msg=out of memory\n").await;
+        let abort = PmiEvent::Abort { rank: 0, code: 3, message: "out of memory".into() };
+        assert_eq!(events.recv().await, Some(abort));
+        let mut buf = [0u8; 1];
+        let read = tokio::time::timeout(std::time::Duration::from_millis(100), r.0.read(&mut buf)).await;
+        assert!(read.is_err(), "abort gets no answer: the rank waits to be killed");
+        drop(r);
+        drop(srv);
+        assert_eq!(events.recv().await, None, "closing after abort is not an error");
     }
 }

@@ -24,6 +24,19 @@ pub struct RankLaunch<'a> {
 
 /// Spawn the rank; the caller reads its stdout/stderr pipes and waits for it.
 pub fn spawn(l: RankLaunch<'_>) -> Result<tokio::process::Child, String> {
+    spawn_with(l, None)
+}
+
+/// Like [`spawn`], but stdout and stderr are appended to `stdout` and `stderr` (a task of the
+/// task API). The child opens them itself after dropping to the user and entering the working
+/// directory: the user's permissions apply, and relative paths are relative to that directory.
+pub fn spawn_to_files(l: RankLaunch<'_>, stdout: &str, stderr: &str) -> Result<tokio::process::Child, String> {
+    let path = |what: &str, p: &str| CString::new(p).map_err(|_| format!("the {what} path contains a NUL byte"));
+    let files = (path("output", stdout)?, path("error", stderr)?);
+    spawn_with(l, Some(files))
+}
+
+fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<tokio::process::Child, String> {
     let Some(program) = l.argv.first() else { return Err("no command to run".into()) };
     let cwd = CString::new(std::path::Path::new(l.cwd).as_os_str().as_bytes())
         .map_err(|_| "the working directory contains a NUL byte".to_string())?;
@@ -33,7 +46,12 @@ pub fn spawn(l: RankLaunch<'_>) -> Result<tokio::process::Child, String> {
     cmd.env_clear();
     cmd.envs(l.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     cmd.stdin(if l.stdin { Stdio::piped() } else { Stdio::null() });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let has_files = files.is_some();
+    if has_files {
+        cmd.stdout(Stdio::null()).stderr(Stdio::null());
+    } else {
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    }
     cmd.kill_on_drop(false);
     let fds: Vec<RawFd> = l.join_files.iter().map(|f| f.as_raw_fd()).collect();
     let keep = l.join_files;
@@ -71,11 +89,35 @@ pub fn spawn(l: RankLaunch<'_>) -> Result<tokio::process::Child, String> {
             }
             Ok(())
         });
+        // Registered second, so it runs as the user in `cwd`.
+        if let Some((out, err)) = files {
+            cmd.pre_exec(move || {
+                for (path, target) in [(&out, 1), (&err, 2)] {
+                    let fd = libc::open(
+                        path.as_ptr(),
+                        libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC,
+                        0o644,
+                    );
+                    if fd < 0 || libc::dup2(fd, target) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    libc::close(fd);
+                }
+                Ok(())
+            });
+        }
     }
+    let outputs = if has_files { " or its output files" } else { "" };
     cmd.spawn().map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound if has_files => {
+            format!("{program}: command not found (PATH as in your environment), or the directory of its output files does not exist")
+        }
         std::io::ErrorKind::NotFound => format!("{program}: command not found (PATH as in your environment)"),
         std::io::ErrorKind::PermissionDenied => {
-            format!("{program}: permission denied (or {} is not accessible to you)", l.cwd)
+            format!(
+                "{program}: permission denied: not executable, not found in the PATH directories you may enter, or {}{outputs} is not accessible to you",
+                l.cwd
+            )
         }
         _ => format!("{program}: {e}"),
     })

@@ -19,6 +19,8 @@ pub struct JobHandle {
     pub cpuset_dir: PathBuf,
     /// Signals for the local ranks of each running step.
     pub steps: Mutex<HashMap<u32, mpsc::UnboundedSender<i32>>>,
+    /// Tasks started through this agent's task API (`berth task`).
+    pub tasks: crate::tasks::JobTasks,
 }
 
 impl JobHandle {

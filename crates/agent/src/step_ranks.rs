@@ -138,7 +138,8 @@ pub fn start(
     std::fs::write(&failures_file, "").map_err(|e| format!("cannot create {}: {e}", failures_file.display()))?;
     let _ = std::os::unix::fs::lchown(&failures_file, Some(job.spec.user.uid), Some(job.spec.user.gid));
     let mut sub_cpusets = Vec::new();
-    let base = node_env(grant, node_index, job, &failures_file);
+    let mut base = node_env(grant, node_index, job, &failures_file);
+    set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
     for (local, place) in node.ranks.iter().enumerate() {
         let host = ctx.cpumap.cpus(&place.cpus);
         let mut join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;

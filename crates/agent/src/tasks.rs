@@ -1,9 +1,977 @@
-//! The task API (seeds/001 TM): placeholder until the task module lands.
+//! The task API (seeds/001, the PBS TM interface): from inside a job, node information and
+//! asynchronous spawn of tasks on any node of the job's allocation, each in the job's cgroup
+//! there (so accounted with the job and killed at its end), then list, wait and kill.
+//!
+//! Served on the agent's local Unix socket (`BERTH_AGENT_SOCKET`) to the job's own processes
+//! only: the caller's uid (SO_PEERCRED) must be the job's owner or root, and a non-root
+//! caller's pid must be inside the job's cgroup on this node. The agent called keeps the job's
+//! task table; a task for another node is started by that node's agent over one TCP
+//! connection per task (`remote_spawn`), kept open while the task runs: its end comes back on
+//! it, signals go down it, and if it breaks the remote agent kills the task's process group.
+//! See docs/protocol.md, "Task API (inside a job)".
 
 use crate::job::JobContext;
-use berth_protocol::step::{TaskReply, TaskRequest};
-use std::sync::Arc;
+use crate::registry::JobHandle;
+use berth_core::JobId;
+use berth_protocol::agent::{AgentQuery, AgentReply};
+use berth_protocol::step::{AllocationNode, TaskInfo, TaskReply, TaskRequest};
+use berth_protocol::{read_frame, write_frame};
+use std::collections::BTreeMap;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpStream, UnixListener, UnixStream};
+use tokio::sync::{mpsc, oneshot, Notify};
 
-pub async fn handle(_ctx: &Arc<JobContext>, _req: TaskRequest) -> TaskReply {
-    TaskReply::Error { message: "the task API is not available yet".into() }
+/// Copies one `spawn` may start.
+pub const MAX_SPAWN: u32 = 1024;
+/// How long `spawn` waits for remote tasks to report their pid before answering anyway.
+const START_WAIT: Duration = Duration::from_secs(10);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A remote spawn may arrive just before the job's launch there has finished.
+const JOB_WAIT: Duration = Duration::from_secs(5);
+const DEFAULT_OUTPUT: &str = "berth-task-%j.%t.out";
+const DEFAULT_ERROR: &str = "berth-task-%j.%t.err";
+/// Variables of a rank or step that must not leak into a task started from it.
+const NOT_INHERITED: &[&str] = &[
+    "BERTH_STEP_ID",
+    "BERTH_RANK",
+    "BERTH_LOCAL_RANK",
+    "BERTH_RANK_CPUS",
+    "BERTH_FAILED_RANKS",
+    "MPI_RANK",
+    "MPI_LOCALRANKID",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_LOCAL_RANK",
+];
+
+/// The tasks started through this agent's API for one job.
+#[derive(Default)]
+pub struct JobTasks {
+    table: Mutex<TaskTable>,
+    changed: Notify,
+}
+
+/// Task ids 1, 2, ... and what is known of each task.
+#[derive(Default)]
+pub struct TaskTable {
+    last: u64,
+    tasks: BTreeMap<u64, Entry>,
+}
+
+struct Entry {
+    info: TaskInfo,
+    since: Instant,
+    /// Signals for the task, to its driver (local waiter or remote connection).
+    signals: Option<mpsc::UnboundedSender<i32>>,
+}
+
+impl TaskTable {
+    /// A new task in state "starting"; its id.
+    pub fn add(&mut self, node_index: u32, node: &str, argv: &[String], stdout: &str, stderr: &str) -> u64 {
+        self.last += 1;
+        let id = self.last;
+        let info = TaskInfo {
+            id,
+            node: node.to_string(),
+            node_index,
+            argv: argv.to_vec(),
+            pid: None,
+            state: "starting".into(),
+            exit_code: None,
+            signal: None,
+            reason: None,
+            wall_ms: None,
+            stdout: Some(stdout.to_string()),
+            stderr: Some(stderr.to_string()),
+        };
+        self.tasks.insert(id, Entry { info, since: Instant::now(), signals: None });
+        id
+    }
+
+    fn set_signals(&mut self, id: u64, tx: mpsc::UnboundedSender<i32>) {
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.signals = Some(tx);
+        }
+    }
+
+    pub fn started(&mut self, id: u64, pid: u32) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| e.info.state == "starting") {
+            e.info.pid = Some(pid);
+            e.info.state = "running".into();
+        }
+    }
+
+    /// Did not start, or was lost with its node's agent.
+    pub fn failed(&mut self, id: u64, reason: String) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| !e.info.ended()) {
+            e.info.state = "failed".into();
+            e.info.reason = Some(reason);
+            e.info.wall_ms = Some(e.since.elapsed().as_millis() as u64);
+            e.signals = None;
+        }
+    }
+
+    pub fn exited(&mut self, id: u64, exit_code: Option<i32>, signal: Option<i32>, wall_ms: Option<u64>) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| !e.info.ended()) {
+            e.info.state = "exited".into();
+            e.info.exit_code = exit_code;
+            e.info.signal = signal;
+            e.info.wall_ms = Some(wall_ms.unwrap_or_else(|| e.since.elapsed().as_millis() as u64));
+            e.signals = None;
+        }
+    }
+
+    /// The ids asked for (every task when `ids` is empty), checked to exist.
+    pub fn select(&self, job: JobId, ids: &[u64]) -> Result<Vec<u64>, String> {
+        if ids.is_empty() {
+            return Ok(self.tasks.keys().copied().collect());
+        }
+        let unknown: Vec<String> = ids.iter().filter(|i| !self.tasks.contains_key(i)).map(|i| i.to_string()).collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "no task {} in job {job} on this node (tasks are known to the agent they were spawned through)",
+                unknown.join(", ")
+            ));
+        }
+        let mut out = ids.to_vec();
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    pub fn infos(&self, ids: &[u64]) -> Vec<TaskInfo> {
+        ids.iter()
+            .filter_map(|i| self.tasks.get(i))
+            .map(|e| {
+                let mut info = e.info.clone();
+                if !info.ended() {
+                    info.wall_ms = Some(e.since.elapsed().as_millis() as u64);
+                }
+                info
+            })
+            .collect()
+    }
+
+    pub fn all_ended(&self, ids: &[u64]) -> bool {
+        ids.iter().all(|i| self.tasks.get(i).is_none_or(|e| e.info.ended()))
+    }
+
+    /// Queue `signal` for each task of `ids` that has not ended; how many got it.
+    pub fn signal(&self, ids: &[u64], signal: i32) -> usize {
+        ids.iter()
+            .filter_map(|i| self.tasks.get(i))
+            .filter(|e| !e.info.ended())
+            .filter(|e| e.signals.as_ref().is_some_and(|tx| tx.send(signal).is_ok()))
+            .count()
+    }
+}
+
+impl JobTasks {
+    fn with<T>(&self, f: impl FnOnce(&mut TaskTable) -> T) -> T {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut t);
+        drop(t);
+        self.changed.notify_waiters();
+        out
+    }
+
+    fn read<T>(&self, f: impl FnOnce(&TaskTable) -> T) -> T {
+        let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        f(&t)
+    }
+
+    /// Wait until every task of `ids` ended, or `deadline`.
+    async fn wait(&self, ids: &[u64], deadline: Option<tokio::time::Instant>) {
+        loop {
+            let notified = self.changed.notified();
+            if self.read(|t| t.all_ended(ids)) {
+                return;
+            }
+            match deadline {
+                Some(d) => {
+                    if tokio::time::timeout_at(d, notified).await.is_err() {
+                        return;
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}
+
+/// `%j` job id, `%t` task id, `%n` node index, `%%` a percent sign.
+pub fn expand(pattern: &str, job: JobId, task: u64, node: u32) -> String {
+    let mut out = String::with_capacity(pattern.len() + 8);
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&job.to_string()),
+            Some('t') => out.push_str(&task.to_string()),
+            Some('n') => out.push_str(&node.to_string()),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
+/// `path` made absolute against `cwd`.
+fn absolute(path: &str, cwd: &str) -> String {
+    if Path::new(path).is_absolute() {
+        path.to_string()
+    } else {
+        Path::new(cwd).join(path).display().to_string()
+    }
+}
+
+fn set_vars(env: &mut Vec<(String, String)>, vars: Vec<(&str, String)>) {
+    env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+    env.extend(vars.into_iter().map(|(k, v)| (k.to_string(), v)));
+}
+
+/// The caller's environment for task `task` on node `node`, without what belongs to the
+/// caller's own rank or step. The node's own variables are added where the task starts.
+pub fn task_env(caller: &[(String, String)], job: JobId, task: u64, node: u32) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = caller
+        .iter()
+        .filter(|(k, _)| !k.starts_with("PMI_") && !NOT_INHERITED.contains(&k.as_str()))
+        .cloned()
+        .collect();
+    set_vars(
+        &mut env,
+        vec![
+            ("BERTH_JOB_ID", job.to_string()),
+            ("BERTH_TASK_ID", task.to_string()),
+            ("BERTH_NODEID", node.to_string()),
+        ],
+    );
+    env
+}
+
+/// Whether a process whose /proc/PID/cgroup reads `proc_cgroup` is in the cgroup at `rel`
+/// (relative to its hierarchy's root, e.g. `berth/c1/node1/job_7`) or below it.
+pub fn cgroup_contains(proc_cgroup: &str, rel: &Path) -> bool {
+    if rel.as_os_str().is_empty() {
+        return false;
+    }
+    proc_cgroup.lines().any(|line| {
+        let path = line.splitn(3, ':').nth(2).unwrap_or("");
+        Path::new(path).strip_prefix("/").is_ok_and(|p| p.starts_with(rel))
+    })
+}
+
+/// The job's cgroup relative to its hierarchy's root.
+fn job_cgroup_rel(ctx: &JobContext, job: &JobHandle) -> PathBuf {
+    let dir = job.cgroup.cpuset_dir();
+    dir.strip_prefix(ctx.cgroups.cpuset_mount()).map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Who called on the local socket, as the kernel says.
+#[derive(Debug, Clone, Copy)]
+pub struct Caller {
+    pub uid: u32,
+    pub pid: Option<i32>,
+}
+
+/// The job, if `caller` may use the task API for it here.
+fn authorize(ctx: &JobContext, caller: Caller, id: JobId) -> Result<Arc<JobHandle>, String> {
+    let Some(job) = ctx.registry.get(id) else {
+        return Err(format!("job {id} is not running on this node"));
+    };
+    if caller.uid == 0 {
+        return Ok(job);
+    }
+    if caller.uid != job.spec.user.uid {
+        return Err(format!("permission denied: job {id} belongs to {}", job.spec.user.name));
+    }
+    let Some(pid) = caller.pid else { return Err("permission denied: the calling process is unknown".into()) };
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    if !cgroup_contains(&text, &job_cgroup_rel(ctx, &job)) {
+        return Err(format!(
+            "permission denied: process {pid} is not part of job {id} (only the job's own processes may use its task API)"
+        ));
+    }
+    Ok(job)
+}
+
+/// Bind the local socket (mode 0666: who may do what is decided per request). A stale socket
+/// file is replaced; one another process still listens on is not.
+pub fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("{} exists and is not a socket; remove it or choose another --socket", path.display()));
+        }
+        if std::os::unix::net::UnixStream::connect(path).is_ok() {
+            return Err(format!("another agent listens on {}; choose another --socket", path.display()));
+        }
+        std::fs::remove_file(path).map_err(|e| format!("cannot remove the stale {}: {e}", path.display()))?;
+    }
+    let listener = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
+        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+    Ok(listener)
+}
+
+/// Serve the task API on the local socket: `AgentQuery::Task` frames, `AgentReply::Task`
+/// answers, any number per connection.
+pub async fn serve_socket(ctx: Arc<JobContext>, listener: UnixListener) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else { continue };
+        let ctx = ctx.clone();
+        tokio::spawn(async move { serve_local(ctx, stream).await });
+    }
+}
+
+async fn serve_local(ctx: Arc<JobContext>, mut stream: UnixStream) {
+    let caller = match stream.peer_cred() {
+        Ok(c) => Caller { uid: c.uid(), pid: c.pid() },
+        Err(e) => {
+            let message = format!("cannot identify the caller: {e}");
+            let _ = write_frame(&mut stream, &AgentReply::Error { message }).await;
+            return;
+        }
+    };
+    loop {
+        let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
+            Ok(Some(AgentQuery::Task { request })) => {
+                AgentReply::Task { reply: handle_local(&ctx, caller, request).await }
+            }
+            Ok(Some(_)) => AgentReply::Error { message: "only task requests are served on this socket".into() },
+            Ok(None) => return,
+            Err(e) => AgentReply::Error { message: e.to_string() },
+        };
+        if write_frame(&mut stream, &reply).await.is_err() {
+            return;
+        }
+    }
+}
+
+fn error(message: impl Into<String>) -> TaskReply {
+    TaskReply::Error { message: message.into() }
+}
+
+/// One request of a process of the job, on the local socket.
+pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskRequest) -> TaskReply {
+    let id = match &req {
+        TaskRequest::Info { job }
+        | TaskRequest::Spawn { job, .. }
+        | TaskRequest::List { job }
+        | TaskRequest::Wait { job, .. }
+        | TaskRequest::Kill { job, .. } => *job,
+        TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
+            return error("remote_* requests are between agents only")
+        }
+    };
+    let job = match authorize(ctx, caller, id) {
+        Ok(j) => j,
+        Err(e) => return error(e),
+    };
+    match req {
+        TaskRequest::Info { .. } => info(&job).await,
+        TaskRequest::Spawn { node, argv, env, cwd, count, output, error: err, .. } => {
+            let out = output.unwrap_or_else(|| DEFAULT_OUTPUT.into());
+            let err = err.unwrap_or_else(|| DEFAULT_ERROR.into());
+            spawn(ctx, &job, SpawnAsk { node, argv, env, cwd, count, output: out, error: err }).await
+        }
+        TaskRequest::List { .. } => {
+            TaskReply::Tasks { tasks: job.tasks.read(|t| t.infos(&t.select(id, &[]).unwrap_or_default())) }
+        }
+        TaskRequest::Wait { tasks, timeout_ms, .. } => {
+            let ids = match job.tasks.read(|t| t.select(id, &tasks)) {
+                Ok(ids) => ids,
+                Err(e) => return error(e),
+            };
+            let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+            job.tasks.wait(&ids, deadline).await;
+            TaskReply::Tasks { tasks: job.tasks.read(|t| t.infos(&ids)) }
+        }
+        TaskRequest::Kill { tasks, signal, .. } => {
+            if !(1..=64).contains(&signal) {
+                return error(format!("{signal} is not a signal number (1-64)"));
+            }
+            match job.tasks.read(|t| t.select(id, &tasks).map(|ids| (t.signal(&ids, signal), t.infos(&ids)))) {
+                Ok((_, tasks)) => TaskReply::Tasks { tasks },
+                Err(e) => error(e),
+            }
+        }
+        TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
+            error("remote_* requests are between agents only")
+        }
+    }
+}
+
+/// This node's entry of the allocation.
+fn own_node(job: &JobHandle) -> AllocationNode {
+    let spec = &job.spec;
+    let index = spec.nodes.iter().position(|(n, _)| *n == spec.allocation.node).unwrap_or(0);
+    AllocationNode {
+        index: index as u32,
+        name: spec.allocation.node.clone(),
+        address: spec.addresses.get(index).cloned().unwrap_or_default(),
+        slots: spec.allocation.cores,
+        cpus: spec.allocation.cpus.to_list(),
+    }
+}
+
+/// Every node of the allocation; the CPUs of other nodes are asked of their agents.
+async fn info(job: &Arc<JobHandle>) -> TaskReply {
+    let spec = &job.spec;
+    let own = own_node(job);
+    let mut asks = Vec::new();
+    for (i, (name, cores)) in spec.nodes.iter().enumerate() {
+        let address = spec.addresses.get(i).cloned().unwrap_or_default();
+        let entry = AllocationNode {
+            index: i as u32,
+            name: name.clone(),
+            address: address.clone(),
+            slots: *cores,
+            cpus: String::new(),
+        };
+        if i as u32 == own.index {
+            asks.push(tokio::spawn(std::future::ready(own.clone())));
+            continue;
+        }
+        let id = spec.id;
+        asks.push(tokio::spawn(async move {
+            let ask = async {
+                let mut s = TcpStream::connect(&address).await.ok()?;
+                write_frame(&mut s, &AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } }).await.ok()?;
+                match read_frame::<_, AgentReply>(&mut s).await.ok()?? {
+                    AgentReply::Task { reply: TaskReply::Info { nodes, .. } } => nodes.into_iter().next(),
+                    _ => None,
+                }
+            };
+            let cpus = tokio::time::timeout(CONNECT_TIMEOUT, ask).await.ok().flatten().map(|n| n.cpus);
+            AllocationNode { cpus: cpus.unwrap_or_default(), ..entry }
+        }));
+    }
+    let mut nodes = Vec::with_capacity(asks.len());
+    for a in asks {
+        if let Ok(n) = a.await {
+            nodes.push(n);
+        }
+    }
+    TaskReply::Info { job: spec.id, nodes }
+}
+
+struct SpawnAsk {
+    node: u32,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: String,
+    count: u32,
+    output: String,
+    error: String,
+}
+
+/// Check a spawn request against the job: the node index, the copies, the command.
+fn check_spawn(job: &JobHandle, ask: &SpawnAsk) -> Result<(), String> {
+    let n = job.spec.nodes.len();
+    if ask.node as usize >= n {
+        return Err(format!("node {} is not in the allocation: job {} has nodes 0-{}", ask.node, job.spec.id, n - 1));
+    }
+    if ask.count == 0 || ask.count > MAX_SPAWN {
+        return Err(format!("count {} is out of range (1-{MAX_SPAWN})", ask.count));
+    }
+    if ask.argv.first().is_none_or(|a| a.is_empty()) {
+        return Err("no command to run".into());
+    }
+    if !Path::new(&ask.cwd).is_absolute() {
+        return Err(format!("the working directory {:?} is not absolute", ask.cwd));
+    }
+    Ok(())
+}
+
+/// Start `count` copies on node `node`: here directly, elsewhere through that node's agent.
+/// Answers once each task runs (or failed), or after START_WAIT for slow remote nodes.
+async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> TaskReply {
+    if let Err(e) = check_spawn(job, &ask) {
+        return error(e);
+    }
+    let spec = &job.spec;
+    let node_name = spec.nodes[ask.node as usize].0.clone();
+    let local = node_name == spec.allocation.node;
+    let address = spec.addresses.get(ask.node as usize).cloned().unwrap_or_default();
+    if !local && address.is_empty() {
+        return error(format!("the agent address of node {} ({node_name}) is unknown", ask.node));
+    }
+    let mut ids = Vec::new();
+    let mut pending = Vec::new();
+    for _ in 0..ask.count {
+        let (id, out, err) = job.tasks.with(|t| {
+            let id = t.last + 1;
+            let out = absolute(&expand(&ask.output, spec.id, id, ask.node), &ask.cwd);
+            let err = absolute(&expand(&ask.error, spec.id, id, ask.node), &ask.cwd);
+            let got = t.add(ask.node, &node_name, &ask.argv, &out, &err);
+            debug_assert_eq!(got, id);
+            (id, out, err)
+        });
+        ids.push(id);
+        let env = task_env(&ask.env, spec.id, id, ask.node);
+        let (tx, rx) = mpsc::unbounded_channel();
+        job.tasks.with(|t| t.set_signals(id, tx));
+        if local {
+            match spawn_here(ctx, job, &ask.argv, env, &ask.cwd, &out, &err) {
+                Ok(child) => {
+                    let pid = child.id().unwrap_or(0);
+                    job.tasks.with(|t| t.started(id, pid));
+                    tokio::spawn(watch_local(job.clone(), id, child, rx));
+                }
+                Err(e) => job.tasks.with(|t| t.failed(id, e)),
+            }
+        } else {
+            let req = TaskRequest::RemoteSpawn {
+                job: spec.id,
+                node: ask.node,
+                task: id,
+                argv: ask.argv.clone(),
+                env,
+                cwd: ask.cwd.clone(),
+                output: out,
+                error: err,
+            };
+            let (started_tx, started_rx) = oneshot::channel();
+            tokio::spawn(drive_remote(ctx.clone(), job.clone(), id, address.clone(), req, rx, started_tx));
+            pending.push(started_rx);
+        }
+    }
+    let deadline = tokio::time::Instant::now() + START_WAIT;
+    for p in pending {
+        let _ = tokio::time::timeout_at(deadline, p).await;
+    }
+    TaskReply::Spawned { tasks: job.tasks.read(|t| t.infos(&ids)) }
+}
+
+/// Start a task on this node: in the job's cgroup, as the job's user, with the node's own
+/// variables on top of `env`.
+fn spawn_here(
+    ctx: &JobContext,
+    job: &JobHandle,
+    argv: &[String],
+    mut env: Vec<(String, String)>,
+    cwd: &str,
+    stdout: &str,
+    stderr: &str,
+) -> Result<tokio::process::Child, String> {
+    set_vars(
+        &mut env,
+        vec![
+            ("TMPDIR", job.tmpdir().display().to_string()),
+            ("BERTH_NODEFILE", job.spool.join("nodefile").display().to_string()),
+            ("BERTH_CPUS", job.spec.allocation.cpus.to_list()),
+            ("BERTH_CORES", job.spec.allocation.cores.to_string()),
+            ("BERTH_CPUSET", job.cpuset_dir.display().to_string()),
+            ("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string()),
+        ],
+    );
+    let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+    crate::rank::spawn_to_files(
+        crate::rank::RankLaunch {
+            argv,
+            env,
+            cwd,
+            user: &job.spec.user,
+            join_files: join,
+            affinity: None,
+            pmi_fd: None,
+            stdin: false,
+        },
+        stdout,
+        stderr,
+    )
+}
+
+fn signal_group(pid: u32, sig: i32) {
+    let Ok(pid) = i32::try_from(pid) else { return };
+    if pid <= 0 {
+        return;
+    }
+    // SAFETY: kill(2) on the process group of a child of ours not reaped yet (it called setsid).
+    unsafe {
+        if libc::kill(-pid, sig) != 0 {
+            libc::kill(pid, sig);
+        }
+    }
+}
+
+/// How a child ended: (exit code, signal).
+fn status_of(st: &std::io::Result<std::process::ExitStatus>) -> (Option<i32>, Option<i32>) {
+    match st {
+        Ok(st) => (st.code(), st.signal()),
+        Err(_) => (None, None),
+    }
+}
+
+/// Wait for a local task, delivering signals to its process group until it ends.
+async fn watch_local(
+    job: Arc<JobHandle>,
+    id: u64,
+    mut child: tokio::process::Child,
+    mut signals: mpsc::UnboundedReceiver<i32>,
+) {
+    let pid = child.id().unwrap_or(0);
+    let mut open = true;
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st,
+            sig = signals.recv(), if open => match sig {
+                Some(sig) => signal_group(pid, sig),
+                None => open = false,
+            },
+        }
+    };
+    let (code, sig) = status_of(&status);
+    match status {
+        Ok(_) => job.tasks.with(|t| t.exited(id, code, sig, None)),
+        Err(e) => job.tasks.with(|t| t.failed(id, format!("lost track of the task: {e}"))),
+    }
+}
+
+/// One remote task, seen from the agent that spawned it: launch, then relay its end up and
+/// signals down until it ends, its connection breaks, or the job ends here.
+async fn drive_remote(
+    ctx: Arc<JobContext>,
+    job: Arc<JobHandle>,
+    id: u64,
+    address: String,
+    req: TaskRequest,
+    mut signals: mpsc::UnboundedReceiver<i32>,
+    started: oneshot::Sender<()>,
+) {
+    let node = match &req {
+        TaskRequest::RemoteSpawn { node, .. } => *node,
+        _ => 0,
+    };
+    let fail = |why: String| job.tasks.with(|t| t.failed(id, why));
+    let stream = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&address)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return fail(format!("cannot reach the agent of node {node} at {address}: {e}")),
+        Err(_) => return fail(format!("no answer from the agent of node {node} at {address}")),
+    };
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    if let Err(e) = write_frame(&mut wr, &AgentQuery::Task { request: req }).await {
+        return fail(format!("sending the task to node {node}: {e}"));
+    }
+    match read_frame::<_, AgentReply>(&mut rd).await {
+        Ok(Some(AgentReply::Task { reply: TaskReply::Started { pid } })) => job.tasks.with(|t| t.started(id, pid)),
+        Ok(Some(AgentReply::Task { reply: TaskReply::Error { message } })) => return fail(message),
+        Ok(Some(AgentReply::Error { message })) => return fail(message),
+        Ok(Some(other)) => return fail(format!("unexpected answer from node {node}: {other:?}")),
+        Ok(None) => return fail(format!("the agent of node {node} closed the connection")),
+        Err(e) => return fail(format!("connection to node {node}: {e}")),
+    }
+    let _ = started.send(());
+    // Frames are read by their own task: a read cut by select! would lose its bytes.
+    let (up_tx, mut up) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        loop {
+            let msg = read_frame::<_, AgentReply>(&mut rd).await;
+            let end = !matches!(msg, Ok(Some(_)));
+            if up_tx.send(msg).is_err() || end {
+                return;
+            }
+        }
+    });
+    let mut check = tokio::time::interval(Duration::from_millis(500));
+    let mut open = true;
+    loop {
+        tokio::select! {
+            msg = up.recv() => match msg {
+                Some(Ok(Some(AgentReply::Task { reply: TaskReply::Exited { exit_code, signal, wall_ms } }))) => {
+                    job.tasks.with(|t| t.exited(id, exit_code, signal, Some(wall_ms)));
+                    break;
+                }
+                Some(Ok(Some(_))) => {}
+                Some(Ok(None)) | None => {
+                    fail(format!("the agent of node {node} closed the connection; the task is lost"));
+                    break;
+                }
+                Some(Err(e)) => {
+                    fail(format!("connection to node {node}: {e}; the task is lost"));
+                    break;
+                }
+            },
+            sig = signals.recv(), if open => match sig {
+                Some(signal) => {
+                    if write_frame(&mut wr, &TaskRequest::RemoteSignal { signal }).await.is_err() {
+                        fail(format!("connection to node {node} broke; the task is lost"));
+                        break;
+                    }
+                }
+                None => open = false,
+            },
+            _ = check.tick() => {
+                // The job ended here: dropping the connection makes the remote agent kill the task.
+                if !ctx.registry.get(job.spec.id).is_some_and(|j| Arc::ptr_eq(&j, &job)) {
+                    fail("the job ended".into());
+                    break;
+                }
+            }
+        }
+    }
+    reader.abort();
+}
+
+/// A task request from another agent over TCP (`AgentQuery::Task`). `remote_spawn` keeps
+/// the connection for the task's life; the user-facing requests are refused here, since a
+/// TCP peer has no identity the kernel vouches for.
+pub async fn serve_agent(ctx: Arc<JobContext>, req: TaskRequest, mut stream: TcpStream) {
+    let reply = match req {
+        TaskRequest::RemoteSpawn { job, node, task, argv, env, cwd, output, error } => {
+            let ask = RemoteAsk { job, node, task, argv, env, cwd, output, error };
+            return run_remote(ctx, ask, stream).await;
+        }
+        TaskRequest::RemoteInfo { job } => match ctx.registry.wait_for(job, JOB_WAIT).await {
+            Some(j) => TaskReply::Info { job, nodes: vec![own_node(&j)] },
+            None => error(format!("job {job} is not running on this node")),
+        },
+        _ => error("the task API is served on the agent's local socket (BERTH_AGENT_SOCKET), to the job's processes"),
+    };
+    let _ = write_frame(&mut stream, &AgentReply::Task { reply }).await;
+}
+
+struct RemoteAsk {
+    job: JobId,
+    node: u32,
+    task: u64,
+    argv: Vec<String>,
+    env: Vec<(String, String)>,
+    cwd: String,
+    output: String,
+    error: String,
+}
+
+enum Down {
+    Signal(i32),
+    Lost,
+}
+
+/// The receiving side of `remote_spawn`: start the task here, report it, relay signals, and
+/// kill it if the spawning agent goes away.
+async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream) {
+    let _ = stream.set_nodelay(true);
+    let (mut rd, mut wr) = stream.into_split();
+    let reply = |r: TaskReply| AgentReply::Task { reply: r };
+    let Some(job) = ctx.registry.wait_for(ask.job, JOB_WAIT).await else {
+        let _ = write_frame(&mut wr, &reply(error(format!("job {} is not running on this node", ask.job)))).await;
+        return;
+    };
+    let here = job.spec.nodes.get(ask.node as usize).is_some_and(|(n, _)| *n == job.spec.allocation.node);
+    if !here {
+        let message = format!("node {} of job {} is not this node ({})", ask.node, ask.job, job.spec.allocation.node);
+        let _ = write_frame(&mut wr, &reply(error(message))).await;
+        return;
+    }
+    let since = Instant::now();
+    let mut child = match spawn_here(&ctx, &job, &ask.argv, ask.env, &ask.cwd, &ask.output, &ask.error) {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = write_frame(&mut wr, &reply(error(e))).await;
+            return;
+        }
+    };
+    let pid = child.id().unwrap_or(0);
+    tracing::debug!(job = %ask.job, task = ask.task, pid, "task started for another agent");
+    if write_frame(&mut wr, &reply(TaskReply::Started { pid })).await.is_err() {
+        signal_group(pid, libc::SIGKILL);
+    }
+    let (tx, mut down) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        loop {
+            match read_frame::<_, TaskRequest>(&mut rd).await {
+                Ok(Some(TaskRequest::RemoteSignal { signal })) => {
+                    if tx.send(Down::Signal(signal)).is_err() {
+                        return;
+                    }
+                }
+                Ok(Some(_)) => {}
+                Ok(None) | Err(_) => {
+                    let _ = tx.send(Down::Lost);
+                    return;
+                }
+            }
+        }
+    });
+    let mut lost = false;
+    let status = loop {
+        tokio::select! {
+            st = child.wait() => break st,
+            d = down.recv(), if !lost => match d {
+                Some(Down::Signal(sig)) if (1..=64).contains(&sig) => signal_group(pid, sig),
+                Some(Down::Signal(_)) => {}
+                Some(Down::Lost) | None => {
+                    tracing::info!(job = %ask.job, task = ask.task, "the spawning agent went away: killing the task");
+                    signal_group(pid, libc::SIGKILL);
+                    lost = true;
+                }
+            },
+        }
+    };
+    reader.abort();
+    if !lost {
+        let (exit_code, signal) = status_of(&status);
+        let wall_ms = since.elapsed().as_millis() as u64;
+        let _ = write_frame(&mut wr, &reply(TaskReply::Exited { exit_code, signal, wall_ms })).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ids_count_up_and_states_move_forward_only() {
+        let mut t = TaskTable::default();
+        let a = t.add(0, "n1", &argv(&["true"]), "/o", "/e");
+        let b = t.add(1, "n2", &argv(&["false"]), "/o", "/e");
+        assert_eq!((a, b), (1, 2));
+        let infos = t.infos(&[1, 2]);
+        assert!(infos.iter().all(|i| i.state == "starting" && i.pid.is_none()));
+        t.started(1, 100);
+        t.failed(2, "nope: command not found".into());
+        t.started(2, 200); // too late: it failed
+        let infos = t.infos(&[1, 2]);
+        assert_eq!((infos[0].state.as_str(), infos[0].pid), ("running", Some(100)));
+        assert_eq!((infos[1].state.as_str(), infos[1].pid), ("failed", None));
+        assert!(infos[1].unsuccessful() && infos[1].ended());
+        assert!(!t.all_ended(&[1, 2]) && t.all_ended(&[2]));
+        t.exited(1, None, Some(9), Some(1500));
+        t.exited(1, Some(0), None, None); // ends once
+        let i = &t.infos(&[1])[0];
+        assert_eq!((i.state.as_str(), i.exit_code, i.signal, i.wall_ms), ("exited", None, Some(9), Some(1500)));
+        assert!(i.unsuccessful());
+        assert!(t.all_ended(&[]) && t.all_ended(&[1, 2]));
+        assert_eq!(t.add(0, "n1", &argv(&["x"]), "/o", "/e"), 3);
+    }
+
+    #[test]
+    fn select_checks_ids_and_empty_means_all() {
+        let mut t = TaskTable::default();
+        for _ in 0..3 {
+            t.add(0, "n1", &argv(&["x"]), "/o", "/e");
+        }
+        let job = JobId(7);
+        assert_eq!(t.select(job, &[]).unwrap(), [1, 2, 3]);
+        assert_eq!(t.select(job, &[3, 1, 3]).unwrap(), [1, 3]);
+        let e = t.select(job, &[2, 9, 10]).unwrap_err();
+        assert!(e.contains("no task 9, 10 in job 7"), "{e}");
+    }
+
+    #[test]
+    fn signals_reach_only_tasks_that_run() {
+        let mut t = TaskTable::default();
+        let (a, b) = (t.add(0, "n", &argv(&["x"]), "", ""), t.add(0, "n", &argv(&["x"]), "", ""));
+        let (tx_a, mut rx_a) = mpsc::unbounded_channel();
+        let (tx_b, mut rx_b) = mpsc::unbounded_channel();
+        t.set_signals(a, tx_a);
+        t.set_signals(b, tx_b);
+        t.started(a, 10);
+        t.started(b, 11);
+        t.exited(b, Some(0), None, None);
+        assert_eq!(t.signal(&[a, b], 15), 1);
+        assert_eq!(rx_a.try_recv().ok(), Some(15));
+        assert!(rx_b.try_recv().is_err());
+    }
+
+    #[test]
+    fn wait_returns_when_tasks_end_or_at_the_deadline() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let tasks = Arc::new(JobTasks::default());
+            let id = tasks.with(|t| t.add(0, "n", &argv(&["x"]), "", ""));
+            tasks.with(|t| t.started(id, 1));
+            let t0 = Instant::now();
+            tasks.wait(&[id], Some(tokio::time::Instant::now() + Duration::from_millis(50))).await;
+            assert!(t0.elapsed() >= Duration::from_millis(50));
+            let t2 = tasks.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                t2.with(|t| t.exited(id, Some(3), None, None));
+            });
+            tasks.wait(&[id], None).await;
+            assert_eq!(tasks.read(|t| t.infos(&[id]))[0].exit_code, Some(3));
+        });
+    }
+
+    #[test]
+    fn patterns_expand_and_paths_resolve_against_cwd() {
+        let j = JobId(12);
+        assert_eq!(expand(DEFAULT_OUTPUT, j, 3, 1), "berth-task-12.3.out");
+        assert_eq!(expand("o-%n-%t%%-%x-%", j, 4, 2), "o-2-4%-%x-%");
+        assert_eq!(absolute("a/b.out", "/home/u"), "/home/u/a/b.out");
+        assert_eq!(absolute("/abs.out", "/home/u"), "/abs.out");
+    }
+
+    #[test]
+    fn task_env_drops_rank_variables_and_sets_task_ones() {
+        let caller: Vec<(String, String)> = [
+            ("PATH", "/usr/bin"),
+            ("PMI_FD", "5"),
+            ("BERTH_RANK", "3"),
+            ("BERTH_NODEID", "0"),
+            ("BERTH_JOB_ID", "1"),
+            ("HOME", "/home/u"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let env = task_env(&caller, JobId(5), 9, 1);
+        let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert_eq!(get("PATH"), ["/usr/bin"]);
+        assert_eq!(get("HOME"), ["/home/u"]);
+        assert!(get("PMI_FD").is_empty() && get("BERTH_RANK").is_empty());
+        assert_eq!(get("BERTH_NODEID"), ["1"]);
+        assert_eq!(get("BERTH_JOB_ID"), ["5"]);
+        assert_eq!(get("BERTH_TASK_ID"), ["9"]);
+    }
+
+    #[test]
+    fn cgroup_membership_is_by_whole_path_components() {
+        let rel = Path::new("berth/c1/node1/job_7");
+        let v1 = "12:freezer:/berth/c1/node1/job_7\n4:cpuset:/berth/c1/node1/job_7/s1r0\n0::/\n";
+        assert!(cgroup_contains(v1, rel));
+        let v2 = "0::/berth/c1/node1/job_7\n";
+        assert!(cgroup_contains(v2, rel));
+        assert!(!cgroup_contains("4:cpuset:/berth/c1/node1/job_70\n", rel));
+        assert!(!cgroup_contains("4:cpuset:/berth/c1/node2/job_7\n", rel));
+        assert!(!cgroup_contains("4:cpuset:/\n0::/user.slice\n", rel));
+        assert!(!cgroup_contains(v1, Path::new("")));
+    }
+
+    #[test]
+    fn remote_requests_round_trip_as_frames() {
+        let req = TaskRequest::RemoteSpawn {
+            job: JobId(3),
+            node: 1,
+            task: 2,
+            argv: argv(&["hostname"]),
+            env: vec![],
+            cwd: "/".into(),
+            output: "/o".into(),
+            error: "/e".into(),
+        };
+        let json = serde_json::to_value(AgentQuery::Task { request: req.clone() }).unwrap();
+        assert_eq!(json["request"]["op"], "remote_spawn");
+        let back: AgentQuery = serde_json::from_value(json).unwrap();
+        assert_eq!(back, AgentQuery::Task { request: req });
+        // A spawn without output fields (older client) still parses.
+        let old = serde_json::json!({"op":"spawn","job":1,"node":0,"argv":["x"],"env":[],"cwd":"/","count":1});
+        assert!(matches!(serde_json::from_value::<TaskRequest>(old).unwrap(), TaskRequest::Spawn { output: None, .. }));
+    }
 }

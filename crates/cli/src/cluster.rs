@@ -53,6 +53,9 @@ pub struct AgentArgs {
     /// Parent of per-job spool directories (default /tmp/berth/<cgroup root>).
     #[arg(long)]
     spool_dir: Option<PathBuf>,
+    /// Local socket of the task API for jobs' processes (default STATE_DIR/agent.sock).
+    #[arg(long)]
+    socket: Option<PathBuf>,
 }
 
 pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {
@@ -89,8 +92,10 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         Some(p) => format!("127.0.0.1:{p}"),
         None => args.listen,
     };
+    let state_dir = args.state_dir.unwrap_or_else(|| PathBuf::from(format!("/var/lib/berth/{}", args.name)));
     let cfg = berth_agent::AgentConfig {
-        state_dir: args.state_dir.unwrap_or_else(|| PathBuf::from(format!("/var/lib/berth/{}", args.name))),
+        socket: args.socket.unwrap_or_else(|| state_dir.join("agent.sock")),
+        state_dir,
         name: args.name,
         controller: args.controller,
         listen,

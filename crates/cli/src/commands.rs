@@ -94,6 +94,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
                 .ok_or_else(|| anyhow!("unknown signal {signal:?}; use a name like USR1 or TERM, or a number"))?;
             per_id(&dir, json, "signalled", ClientRequest::Signal { job, step, signal: sig }).await
         }
+        Command::Task { command } => crate::task::run(json, command).await,
         Command::Server(args) => crate::cluster::server(&dir, args).await,
         Command::Agent(args) => crate::cluster::agent(args).await,
         Command::Up { agents, topology, netns } => crate::cluster::up(&dir, json, agents, topology, netns).await,

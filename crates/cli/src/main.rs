@@ -8,6 +8,7 @@ mod demo;
 mod netns;
 mod output;
 mod run;
+mod task;
 mod topo_view;
 
 use clap::{Args, Parser, Subcommand};
@@ -154,6 +155,11 @@ enum Command {
         target: String,
         /// Name (USR1, SIGTERM) or number.
         signal: String,
+    },
+    /// Inside a job: node info, and tasks started on any node of the allocation (PBS TM).
+    Task {
+        #[command(subcommand)]
+        command: task::TaskCommand,
     },
     /// Run the controller.
     Server(cluster::ServerArgs),

@@ -93,7 +93,20 @@ const VALUE_FLAGS: &[&str] = &[
 
 /// Accept mpirun's `-np N` for `run`: rewritten to `-n N` before the program name.
 pub fn rewrite_np(args: Vec<String>) -> Vec<String> {
-    let Some(at) = args.iter().position(|a| a == "run") else { return args };
+    // The subcommand is the first word that is neither a flag nor --dir's value.
+    let mut at = None;
+    let mut i = 1;
+    while i < args.len() {
+        match args[i].as_str() {
+            "--dir" => i += 2,
+            a if a.starts_with('-') => i += 1,
+            a => {
+                at = (a == "run").then_some(i);
+                break;
+            }
+        }
+    }
+    let Some(at) = at else { return args };
     let mut out: Vec<String> = args[..=at].to_vec();
     let mut i = at + 1;
     while i < args.len() {
@@ -505,6 +518,7 @@ mod tests {
         assert_eq!(rewrite_np(v("berth run -np 4 ./a.out -np 2")), v("berth run -n 4 ./a.out -np 2"));
         assert_eq!(rewrite_np(v("berth --dir x run --label -np 2 prog")), v("berth --dir x run --label -n 2 prog"));
         assert_eq!(rewrite_np(v("berth submit -np")), v("berth submit -np"));
+        assert_eq!(rewrite_np(v("berth task spawn run -np 4")), v("berth task spawn run -np 4"));
     }
 
     #[test]

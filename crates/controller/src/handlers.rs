@@ -408,7 +408,8 @@ impl Controller {
                 ));
             }
         }
-        // Jobs we think run there with their batch script, that the agent neither runs nor reports ended.
+        // Jobs with a part on the node (their batch script, or a hold for their steps) that the
+        // agent neither runs nor reports ended.
         for id in ours {
             let Some(job) = self.jobs.get_mut(&id) else { continue };
             let runs_script = Self::head_node(&job.allocation) == Some(index) && !job.is_interactive();

@@ -54,13 +54,27 @@ pub struct Registration {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ControllerMessage {
-    Registered { node_id: u32, heartbeat_interval_ms: u64 },
-    Rejected { reason: String },
+    Registered {
+        node_id: u32,
+        heartbeat_interval_ms: u64,
+    },
+    Rejected {
+        reason: String,
+    },
     Launch(Box<LaunchSpec>),
-    Kill { id: JobId, reason: String },
-    EndAck { id: JobId },
+    Kill {
+        id: JobId,
+        reason: String,
+    },
+    EndAck {
+        id: JobId,
+    },
     /// Deliver a signal to a job's processes on this node (one step's ranks when `step` is set).
-    Signal { id: JobId, step: Option<u32>, signal: i32 },
+    Signal {
+        id: JobId,
+        step: Option<u32>,
+        signal: i32,
+    },
 }
 
 /// A cgroup the agent made, as the kernel holds it.
@@ -131,9 +145,14 @@ pub enum AgentQuery {
     /// Opens a control-tree connection: start this step's ranks on the first node of
     /// `subtree` (indexes into `grant.nodes`) and forward it to the rest. `TreeDown` frames
     /// follow on the connection, `TreeUp` frames come back.
-    StepLaunch { grant: Box<crate::step::StepGrant>, subtree: Vec<u32> },
+    StepLaunch {
+        grant: Box<crate::step::StepGrant>,
+        subtree: Vec<u32>,
+    },
     /// The task API (local socket, or forwarded by another agent of the job).
-    Task { request: crate::step::TaskRequest },
+    Task {
+        request: crate::step::TaskRequest,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -230,6 +230,7 @@ pub enum TreeUp {
 }
 
 /// The task API (seeds/001 TM) on the agent's local socket, and between agents.
+/// See docs/protocol.md, "Task API (inside a job)".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum TaskRequest {
@@ -245,6 +246,12 @@ pub enum TaskRequest {
         env: Vec<(String, String)>,
         cwd: String,
         count: u32,
+        /// Where the task's stdout/stderr are appended (relative to `cwd`; `%j` job, `%t` task
+        /// id, `%n` node index). Default `berth-task-%j.%t.out` / `.err`.
+        #[serde(default)]
+        output: Option<String>,
+        #[serde(default)]
+        error: Option<String>,
     },
     List {
         job: JobId,
@@ -260,6 +267,29 @@ pub enum TaskRequest {
         tasks: Vec<u64>,
         signal: i32,
     },
+    /// Agent to agent (TCP) only: start task `task` of the job on the receiving node. The
+    /// connection stays open while the task runs: `started` (or `error`) comes back, then
+    /// `exited`; `remote_signal` frames may follow the request; if the connection breaks the
+    /// receiving agent kills the task's process group.
+    RemoteSpawn {
+        job: JobId,
+        node: u32,
+        task: u64,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+        /// Paths with `%` patterns already expanded.
+        output: String,
+        error: String,
+    },
+    /// Agent to agent, on an open `remote_spawn` connection: signal the task's process group.
+    RemoteSignal {
+        signal: i32,
+    },
+    /// Agent to agent: the receiving node's part of the allocation (its `info` entry).
+    RemoteInfo {
+        job: JobId,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -269,11 +299,32 @@ pub struct TaskInfo {
     pub node_index: u32,
     pub argv: Vec<String>,
     pub pid: Option<u32>,
-    /// "running", "exited", "failed".
+    /// "starting", "running", "exited" (see exit_code / signal), "failed" (did not start, or
+    /// its node's agent was lost: see reason).
     pub state: String,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     pub reason: Option<String>,
+    /// Wall time from spawn to end (so far, while running).
+    #[serde(default)]
+    pub wall_ms: Option<u64>,
+    /// Where its output and errors go (absolute, on its node).
+    #[serde(default)]
+    pub stdout: Option<String>,
+    #[serde(default)]
+    pub stderr: Option<String>,
+}
+
+impl TaskInfo {
+    /// Ended (exited, killed, or never started).
+    pub fn ended(&self) -> bool {
+        self.state == "exited" || self.state == "failed"
+    }
+
+    /// Ended other than with exit status 0.
+    pub fn unsuccessful(&self) -> bool {
+        self.state == "failed" || (self.state == "exited" && (self.signal.is_some() || self.exit_code != Some(0)))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -289,10 +340,29 @@ pub struct AllocationNode {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "result", rename_all = "snake_case")]
 pub enum TaskReply {
-    Info { job: JobId, nodes: Vec<AllocationNode> },
-    Spawned { tasks: Vec<TaskInfo> },
-    Tasks { tasks: Vec<TaskInfo> },
-    Error { message: String },
+    Info {
+        job: JobId,
+        nodes: Vec<AllocationNode>,
+    },
+    Spawned {
+        tasks: Vec<TaskInfo>,
+    },
+    Tasks {
+        tasks: Vec<TaskInfo>,
+    },
+    Error {
+        message: String,
+    },
+    /// Agent to agent: the task of a `remote_spawn` runs.
+    Started {
+        pid: u32,
+    },
+    /// Agent to agent: the task of a `remote_spawn` ended.
+    Exited {
+        exit_code: Option<i32>,
+        signal: Option<i32>,
+        wall_ms: u64,
+    },
 }
 
 /// Signal names users type (`berth signal 7 USR1`), with or without SIG, or numbers.

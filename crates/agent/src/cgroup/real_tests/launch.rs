@@ -56,7 +56,14 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
     std::fs::create_dir(&spool_root).unwrap();
     std::fs::set_permissions(&spool_root, std::fs::Permissions::from_mode(0o711)).unwrap();
     let backend: Arc<dyn CgroupBackend> = Arc::new(r.backend.clone());
-    let ctx = Arc::new(JobContext { cgroups: backend, cpumap, topology: topo, spool_root, registry: Default::default() });
+    let ctx = Arc::new(JobContext {
+        cgroups: backend,
+        cpumap,
+        topology: topo,
+        spool_root,
+        registry: Default::default(),
+        agent_socket: tmp.path().join("agent.sock"),
+    });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mem0 = real_mems.iter().next().unwrap().to_string();
     let last_cpu = host[host.len() - 1].to_string();
