@@ -307,6 +307,7 @@ async fn serve_status(
         tokio::spawn(async move {
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
+                    crate::shepherd::keepalive(&stream);
                     let (rd, wr) = stream.into_split();
                     crate::shepherd::serve(ctx, *grant, subtree, rd, wr).await;
                     return;

@@ -54,6 +54,33 @@ struct Child {
     done: bool,
 }
 
+/// Tree connections carry no traffic while ranks compute: TCP keepalive (probe after 2 s
+/// idle, every 1 s, 3 misses) notices a dead peer or a cut link within ~5 s.
+pub fn keepalive(stream: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    let fd = stream.as_raw_fd();
+    for (level, opt, value) in [
+        (libc::SOL_SOCKET, libc::SO_KEEPALIVE, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPIDLE, 2),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPINTVL, 1),
+        (libc::IPPROTO_TCP, libc::TCP_KEEPCNT, 3),
+        // Unacknowledged data (output going up a cut link) gives up after 5 s too.
+        (libc::IPPROTO_TCP, libc::TCP_USER_TIMEOUT, 5000),
+    ] {
+        let v: libc::c_int = value;
+        // SAFETY: setsockopt on a socket we own with a properly sized int.
+        unsafe {
+            libc::setsockopt(
+                fd,
+                level,
+                opt,
+                &v as *const libc::c_int as *const libc::c_void,
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            );
+        }
+    }
+}
+
 /// Split `rest` into at most `fanout` contiguous groups of near-equal size (0 = flat).
 pub fn groups(rest: &[u32], fanout: u32) -> Vec<Vec<u32>> {
     if rest.is_empty() {
@@ -494,6 +521,7 @@ async fn run_child(
         }
     };
     let _ = stream.set_nodelay(true);
+    keepalive(&stream);
     let (mut rd, mut wr) = stream.into_split();
     let launch = AgentQuery::StepLaunch { grant: Box::new(grant), subtree: group };
     if let Err(e) = write_frame(&mut wr, &launch).await {

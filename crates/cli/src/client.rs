@@ -6,10 +6,20 @@ use berth_protocol::{read_frame, write_frame};
 use std::path::{Path, PathBuf};
 use tokio::net::UnixStream;
 
-/// Where a cluster lives: `--dir`, else `BERTH_DIR`, else `./.berth`.
+/// Where a cluster lives: `--dir`, else `BERTH_DIR`, else the directory of `BERTH_SOCKET`,
+/// else `./.berth`.
 pub fn cluster_dir(flag: Option<PathBuf>) -> PathBuf {
-    let dir =
-        flag.or_else(|| std::env::var_os("BERTH_DIR").map(PathBuf::from)).unwrap_or_else(|| PathBuf::from(".berth"));
+    // Inside a job the agent sets BERTH_SOCKET (the controller's socket, in its cluster dir).
+    let from_socket = || {
+        std::env::var_os("BERTH_SOCKET")
+            .map(PathBuf::from)
+            .filter(|p| p.file_name().is_some_and(|n| n == "controller.sock"))
+            .and_then(|p| p.parent().map(Path::to_path_buf))
+    };
+    let dir = flag
+        .or_else(|| std::env::var_os("BERTH_DIR").map(PathBuf::from))
+        .or_else(from_socket)
+        .unwrap_or_else(|| PathBuf::from(".berth"));
     if dir.is_absolute() {
         dir
     } else {

@@ -162,15 +162,28 @@ fn spawn_daemon(dir: &Path, who: &str, args: &[String], netns: Option<&str>) -> 
     std::fs::create_dir_all(dir.join("run"))?;
     let log =
         std::fs::OpenOptions::new().create(true).append(true).open(dir.join("logs").join(format!("{who}.log")))?;
-    // `ip netns exec` enters the namespace and execs berth: the pid stays the agent's.
-    let mut cmd = match netns {
-        Some(ns) => {
-            let mut c = std::process::Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(exe);
-            c
-        }
-        None => std::process::Command::new(exe),
+    // Enter the network namespace with setns(2) only: `ip netns exec` would also remount
+    // /sys, hiding the cgroup mounts the agent needs.
+    let ns_file = match netns {
+        Some(ns) => Some(
+            std::fs::File::open(Path::new("/var/run/netns").join(ns))
+                .with_context(|| format!("cannot open network namespace {ns}"))?,
+        ),
+        None => None,
     };
+    let ns_fd = ns_file.as_ref().map(std::os::fd::AsRawFd::as_raw_fd);
+    let mut cmd = std::process::Command::new(exe);
+    if let Some(fd) = ns_fd {
+        // SAFETY: setns is async-signal-safe; fd stays open until spawn returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     cmd.args(args).stdin(std::process::Stdio::null()).stdout(log.try_clone()?).stderr(log);
     // SAFETY: setsid is async-signal-safe; it detaches the daemon from our terminal.
     unsafe {
@@ -180,6 +193,7 @@ fn spawn_daemon(dir: &Path, who: &str, args: &[String], netns: Option<&str>) -> 
         });
     }
     let child = cmd.spawn().with_context(|| format!("cannot start {who}"))?;
+    drop(ns_file);
     let pid = child.id() as i32;
     std::fs::write(pid_file(dir, who), pid.to_string())?;
     Ok(pid)

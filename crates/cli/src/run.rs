@@ -266,6 +266,7 @@ impl Tree {
             }
         };
         let _ = stream.set_nodelay(true);
+        berth_agent::shepherd::keepalive(&stream);
         let (mut rd, mut wr) = stream.into_split();
         let subtree: Vec<u32> = (0..grant.nodes.len() as u32).collect();
         let launch = AgentQuery::StepLaunch { grant: Box::new(grant.clone()), subtree };

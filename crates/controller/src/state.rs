@@ -280,11 +280,14 @@ impl Controller {
 
     /// What node `k` (index in the allocation) of a running job is told to launch.
     pub fn launch_spec(&self, job: &JobRecord, k: usize) -> LaunchSpec {
+        // `berth run` and friends inside the job find this controller.
+        let mut env: Vec<(String, String)> = job.env.iter().filter(|(k, _)| k != "BERTH_SOCKET").cloned().collect();
+        env.push(("BERTH_SOCKET".into(), self.cfg.socket.display().to_string()));
         LaunchSpec {
             id: job.id,
             name: job.name.clone(),
             user: job.user.clone(),
-            env: job.env.clone(),
+            env,
             cwd: job.cwd.clone(),
             script: job.script.clone(),
             stdout: job.stdout.clone(),

@@ -28,9 +28,17 @@ impl Cluster {
         // Other users (the test user) must reach the socket and their own directories.
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        Self::up_with(tmp, agents, topology, &[])
+    }
+
+    /// `berth up` in `tmp` with extra flags (e.g. `--netns`).
+    pub fn up_with(tmp: tempfile::TempDir, agents: usize, topology: &str, extra: &[&str]) -> Cluster {
         let dir = tmp.path().join("cluster");
         let c = Cluster { dir, _tmp: tmp };
-        let out = c.berth(&["up", "--agents", &agents.to_string(), "--topology", topology]);
+        let agents = agents.to_string();
+        let mut args = vec!["up", "--agents", &agents, "--topology", topology];
+        args.extend_from_slice(extra);
+        let out = c.berth(&args);
         assert!(
             out.status.success(),
             "berth up failed: {}{}",
