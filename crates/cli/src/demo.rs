@@ -70,12 +70,29 @@ pub async fn run(json: bool, keep: bool) -> Result<i32> {
     result
 }
 
+/// A real MPICH program (crates/agent/tests/mpi/allreduce.c), built by the job itself.
+const ALLREDUCE_C: &str = include_str!("../../agent/tests/mpi/allreduce.c");
+
+/// The parallel job: `berth run` of an MPI program across two nodes, a script once per
+/// rank, and a failing rank under --no-kill.
+fn mpi_job(berth: &Path) -> String {
+    format!(
+        "#!/bin/sh\n#BERTH --name mpi --nodes 2 --tasks-per-node 2 --walltime 120\nB={b}\nmpicc -o allreduce allreduce.c || exit 1\necho '$ berth run --label ./allreduce'\n$B run --label ./allreduce\necho '$ berth run --label sh -c ...'\n$B run --label sh -c 'echo rank $BERTH_RANK of $BERTH_SIZE, node $BERTH_NODEID, local rank $BERTH_LOCAL_RANK, bound to host CPU $BERTH_RANK_CPUS'\necho '$ berth run --no-kill (rank 1 fails, the others are told)'\n$B run --no-kill --label sh -c 'if [ $BERTH_RANK = 1 ]; then exit 4; fi; sleep 1; echo \"still here; failed: $(cat $BERTH_FAILED_RANKS)\"' || echo \"run returned $?\"\n$B acct --steps --limit 3\n",
+        b = berth.display()
+    )
+}
+
 async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
     let jobdir = dir.join("jobs");
     std::fs::create_dir_all(&jobdir)?;
     std::env::set_current_dir(&jobdir)?;
+    std::fs::write(jobdir.join("allreduce.c"), ALLREDUCE_C)?;
+    let berth = std::env::current_exe()?;
+    let mpi = mpi_job(&berth);
+    let mut all_jobs: Vec<(&str, &str, JobState)> = JOBS.to_vec();
+    all_jobs.push(("mpi.sh", &mpi, JobState::Completed));
     let mut ids: Vec<(JobId, &str, JobState)> = vec![];
-    for (file, text, expect) in JOBS {
+    for (file, text, expect) in all_jobs {
         let path = jobdir.join(file);
         std::fs::write(&path, text)?;
         let sub = build_submission(&path, &Default::default(), false)?;
