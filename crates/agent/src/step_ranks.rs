@@ -30,10 +30,19 @@ pub struct StartedRanks {
 /// Check that the grant fits the job as this node knows it.
 pub fn check(job: &JobHandle, grant: &StepGrant, node: &StepNode) -> Result<(), String> {
     let spec = &job.spec;
-    if grant.user.uid != spec.user.uid && grant.user.uid != 0 {
+    // Until grants are signed (cluster key), never run ranks as anyone but the job's owner,
+    // with groups the owner had at submission: a forged grant cannot gain root or a group.
+    if grant.user.uid != spec.user.uid {
         return Err(format!(
-            "job {} belongs to uid {}, not to uid {} who asked for this step",
+            "job {} belongs to uid {}, not to uid {} named by this step",
             spec.id, spec.user.uid, grant.user.uid
+        ));
+    }
+    let allowed = |g: &u32| *g == spec.user.gid || spec.user.groups.contains(g);
+    if !allowed(&grant.user.gid) || !grant.user.groups.iter().all(allowed) {
+        return Err(format!(
+            "the step's group ids are not among those job {}'s owner had at submission; submit the job from that group",
+            spec.id
         ));
     }
     for r in &node.ranks {

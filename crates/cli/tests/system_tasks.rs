@@ -204,6 +204,11 @@ fn tasks_spawn_on_every_node_are_tracked_killed_and_cleaned_with_the_job() {
     for node in &names {
         for ctrl in ["cpuset", "memory", "freezer", "cpuacct"] {
             let cg = cgroup_mount(ctrl).join("berth").join(c.cluster_id()).join(node).join(format!("job_{id}"));
+            // Other nodes clean up when the controller tells them the job ended: allow a moment.
+            let t0 = Instant::now();
+            while cg.exists() && t0.elapsed() < Duration::from_secs(10) {
+                std::thread::sleep(Duration::from_millis(50));
+            }
             assert!(!cg.exists(), "{} left behind", cg.display());
         }
     }

@@ -176,6 +176,7 @@ impl Controller {
         interactive: bool,
     ) -> Result<StepGrant, StoreError> {
         let step = self.store.next_step_id(id)?;
+        let job_user = self.jobs[&id].user.clone();
         let alloc = &self.jobs[&id].allocation;
         let nodes: Vec<StepNode> = plan
             .nodes
@@ -228,7 +229,9 @@ impl Controller {
             job: id,
             step,
             kvsname: format!("berth_{}_{step}", id.0),
-            user: peer.user.clone(),
+            // The caller's own ids (active gid, groups) when it owns the job; an admin acting
+            // in someone else's job runs the ranks as the job's owner, never as itself.
+            user: if peer.user.uid == job_user.uid { peer.user.clone() } else { job_user },
             argv: req.argv,
             env: req.env,
             cwd: req.cwd,
