@@ -116,7 +116,11 @@ fn ranks_are_placed_bound_labelled_and_get_the_users_environment() {
     let expect_ids = String::from_utf8_lossy(&expect_ids.stdout).trim().to_string();
     let env_args = ["env", &format!("PATH={path}"), "LD_LIBRARY_PATH=/opt/berth-test/lib"];
     let mut args: Vec<&str> = env_args.to_vec();
-    args.extend([BIN, "--dir"]);
+    // The checkout may be out of the test user's reach: its own copy of the binary.
+    let own_bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &own_bin).unwrap();
+    let own_bin = own_bin.display().to_string();
+    args.extend([own_bin.as_str(), "--dir"]);
     let dir = c.dir.display().to_string();
     args.push(&dir);
     args.extend(["run", "-n", "8", "-N", "2", "--label", "--rank-cpusets", "rank-report"]);
