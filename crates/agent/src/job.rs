@@ -247,17 +247,9 @@ async fn supervise(
     kill: &mut mpsc::UnboundedReceiver<String>,
     started: Instant,
 ) -> JobOutcome {
-    let walltime = spec.walltime_seconds.map(Duration::from_secs);
-    let deadline = async {
-        match walltime {
-            Some(w) => tokio::time::sleep(w).await,
-            None => std::future::pending().await,
-        }
-    };
     let reason: Option<String> = tokio::select! {
         status = child.wait() => return finished(status, None, started),
-        _ = deadline => Some("walltime".into()),
-        r = kill.recv() => Some(r.unwrap_or_else(|| "cancelled".into())),
+        r = end_request(spec, kill) => Some(r),
     };
     // SIGTERM to every process of the job, a grace period, then SIGKILL to whatever is left.
     let cg2 = cg.clone();
@@ -281,6 +273,20 @@ async fn supervise(
     finished(status, reason, started)
 }
 
+/// Why the job must end: its walltime passed, or a kill request (its reason) arrived.
+async fn end_request(spec: &LaunchSpec, kill: &mut mpsc::UnboundedReceiver<String>) -> String {
+    let deadline = async {
+        match spec.walltime_seconds {
+            Some(w) => tokio::time::sleep(Duration::from_secs(w)).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = deadline => "walltime".into(),
+        r = kill.recv() => r.unwrap_or_else(|| "cancelled".into()),
+    }
+}
+
 /// A node without the batch script (other nodes of a job, interactive allocations): hold
 /// the cgroup for steps and tasks until the job is killed or its walltime ends; then what
 /// runs in it gets SIGTERM, the grace period, and SIGKILL.
@@ -290,17 +296,7 @@ async fn hold(
     kill: &mut mpsc::UnboundedReceiver<String>,
     started: Instant,
 ) -> JobOutcome {
-    let walltime = spec.walltime_seconds.map(Duration::from_secs);
-    let deadline = async {
-        match walltime {
-            Some(w) => tokio::time::sleep(w).await,
-            None => std::future::pending().await,
-        }
-    };
-    let reason: String = tokio::select! {
-        _ = deadline => "walltime".into(),
-        r = kill.recv() => r.unwrap_or_else(|| "cancelled".into()),
-    };
+    let reason = end_request(spec, kill).await;
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
     let grace = Instant::now() + Duration::from_millis(spec.kill_grace_ms);

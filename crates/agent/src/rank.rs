@@ -4,8 +4,7 @@
 
 use berth_protocol::agent::UserIdentity;
 use std::ffi::CString;
-use std::fs::File;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::process::Stdio;
 
@@ -14,8 +13,9 @@ pub struct RankLaunch<'a> {
     pub env: Vec<(String, String)>,
     pub cwd: &'a str,
     pub user: &'a UserIdentity,
-    /// cgroup.procs files to join, in order (job cgroups, then the rank's sub-cpuset).
-    pub join_files: Vec<File>,
+    /// Open cgroup.procs files to join, in order (job cgroups, then the rank's sub-cpuset);
+    /// the caller keeps them open until spawn returns (one set serves every rank of a step).
+    pub join_fds: Vec<RawFd>,
     pub affinity: Option<libc::cpu_set_t>,
     /// The rank's end of its PMI socketpair (kept open across exec).
     pub pmi_fd: Option<RawFd>,
@@ -53,35 +53,14 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<to
         cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     }
     cmd.kill_on_drop(false);
-    let fds: Vec<RawFd> = l.join_files.iter().map(|f| f.as_raw_fd()).collect();
-    let keep = l.join_files;
+    let fds = l.join_fds;
     let (uid, gid, groups) = (l.user.uid, l.user.gid, l.user.groups.clone());
     let affinity = l.affinity;
     let pmi_fd = l.pmi_fd;
     // SAFETY: only async-signal-safe system calls on values prepared before the fork.
     unsafe {
         cmd.pre_exec(move || {
-            let _ = &keep;
-            for &fd in &fds {
-                if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            if let Some(mask) = &affinity {
-                if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            // Own process group: a signal for the rank reaches what it forks too.
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            if libc::chdir(cwd.as_ptr()) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            crate::spawn::enter_job_as_user(&fds, affinity.as_ref(), &groups, gid, uid, &cwd)?;
             if let Some(fd) = pmi_fd {
                 if libc::fcntl(fd, libc::F_SETFD, 0) != 0 {
                     return Err(std::io::Error::last_os_error());

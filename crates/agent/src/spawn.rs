@@ -43,6 +43,43 @@ fn cstring(what: &str, s: &[u8]) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("{what} contains a NUL byte"))
 }
 
+/// In a forked child before exec: join the job's cgroups (writing "0" to each cgroup.procs
+/// fd, as root), set the CPU affinity if any (inside the cpuset just joined), start a new
+/// session (its own process group, so signals reach what it forks), drop to the user's
+/// groups and ids, enter `cwd`. Only async-signal-safe system calls.
+pub(crate) fn enter_job_as_user(
+    join_fds: &[RawFd],
+    affinity: Option<&libc::cpu_set_t>,
+    groups: &[libc::gid_t],
+    gid: u32,
+    uid: u32,
+    cwd: &std::ffi::CStr,
+) -> std::io::Result<()> {
+    // SAFETY: plain system calls on values the caller prepared before the fork.
+    unsafe {
+        for &fd in join_fds {
+            if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if let Some(mask) = affinity {
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        if libc::setsid() < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if libc::chdir(cwd.as_ptr()) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 impl ChildSetup {
     pub fn new(
         join_files: Vec<File>,
@@ -79,28 +116,7 @@ impl ChildSetup {
             cmd.pre_exec(move || {
                 let _ = &keep;
                 let (uid, gid, groups, cwd, out, err) = &setup;
-                for &fd in &fds {
-                    if libc::write(fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if let Some(mask) = &affinity {
-                    if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                if libc::setsid() < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::setgroups(groups.len(), groups.as_ptr()) != 0
-                    || libc::setgid(*gid) != 0
-                    || libc::setuid(*uid) != 0
-                {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::chdir(cwd.as_ptr()) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
+                enter_job_as_user(&fds, affinity.as_ref(), groups, *gid, *uid, cwd)?;
                 for (path, target) in [(out, 1), (err, 2)] {
                     if target == 2 && same_output {
                         if libc::dup2(1, 2) < 0 {

@@ -149,9 +149,12 @@ pub fn start(
     let mut sub_cpusets = Vec::new();
     let mut base = node_env(grant, node_index, job, &failures_file);
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
+    // Opened once for the step: every rank joins through the same files.
+    let job_join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
     for (local, place) in node.ranks.iter().enumerate() {
         let host = ctx.cpumap.cpus(&place.cpus);
-        let mut join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+        let mut join: Vec<std::os::fd::RawFd> = job_join.iter().map(|f| f.as_raw_fd()).collect();
+        let mut rank_procs = None;
         if grant.rank_cpusets {
             let name = format!("s{}r{}", grant.step, place.rank);
             let mems = rank_mems(ctx, job, &place.cpus);
@@ -164,7 +167,8 @@ pub fn start(
                 .write(true)
                 .open(dir.join("cgroup.procs"))
                 .map_err(|e| format!("cannot open rank {}'s sub-cpuset: {e}", place.rank))?;
-            join.push(procs);
+            join.push(procs.as_raw_fd());
+            rank_procs = Some(procs);
         }
         let affinity = if grant.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
         let (ours, theirs) =
@@ -176,13 +180,13 @@ pub fn start(
             env,
             cwd: &grant.cwd,
             user: &grant.user,
-            join_files: join,
+            join_fds: join,
             affinity,
             pmi_fd: Some(theirs.as_raw_fd()),
             stdin: place.rank == 0,
         })
         .map_err(|e| format!("rank {}: {e}", place.rank))?;
-        drop(theirs);
+        drop((theirs, rank_procs));
         ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
         let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
         let server = pmi.clone();

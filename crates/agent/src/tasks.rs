@@ -582,7 +582,7 @@ fn spawn_here(
             env,
             cwd,
             user: &job.spec.user,
-            join_files: join,
+            join_fds: join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect(),
             affinity: None,
             pmi_fd: None,
             stdin: false,

@@ -37,6 +37,21 @@ fn run(c: &Cluster, user: Option<&[&str]>, args: &[&str], stdin: &[u8]) -> Outpu
     wait_output(child, Duration::from_secs(90))
 }
 
+/// `berth run ARGS` in the background (stdin empty), for tests that act on it while it runs.
+fn start_run(c: &Cluster, args: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .arg("--dir")
+        .arg(&c.dir)
+        .arg("run")
+        .args(args)
+        .current_dir(c.root())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
 fn wait_output(mut child: std::process::Child, limit: Duration) -> Output {
     let t0 = Instant::now();
     while child.try_wait().unwrap().is_none() {
@@ -209,16 +224,7 @@ fn an_abnormal_exit_kills_all_unless_no_kill_and_signals_reach_every_rank() {
 
     // Signals run receives reach every rank.
     let script = "trap 'echo got-usr1 $BERTH_RANK; exit 0' USR1; echo ready; while true; do sleep 0.05; done";
-    let mut child = Command::new(BIN)
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(["run", "-n", "4", "sh", "-c", script])
-        .current_dir(c.root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = start_run(&c, &["-n", "4", "sh", "-c", script]);
     let mut stdout = child.stdout.take().unwrap();
     let mut seen = String::new();
     let t0 = Instant::now();
@@ -238,16 +244,7 @@ fn an_abnormal_exit_kills_all_unless_no_kill_and_signals_reach_every_rank() {
 
     // `berth signal JOB.STEP` from another terminal does the same.
     let script = "trap 'echo got-term $BERTH_RANK; exit 0' TERM; echo ready; while true; do sleep 0.05; done";
-    let child = Command::new(BIN)
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(["run", "-n", "2", "sh", "-c", script])
-        .current_dir(c.root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = start_run(&c, &["-n", "2", "sh", "-c", script]);
     let t0 = Instant::now();
     let target = loop {
         let steps = c.json(&["acct", "--steps"]);
@@ -380,16 +377,7 @@ fn agents_in_network_namespaces_run_mpi_and_a_cut_link_dissolves_its_subtree() {
     mpi_suite(&c, "4", "2", 2);
     // Cut node3's link while a run spans all three nodes: node3's ranks are lost and killed,
     // run reports it and ends the rest.
-    let child = Command::new(BIN)
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(["run", "-n", "6", "-N", "2", "--fanout", "2", "sh", "-c", "echo up; exec sleep 120.75"])
-        .current_dir(c.root())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    let child = start_run(&c, &["-n", "6", "-N", "2", "--fanout", "2", "sh", "-c", "echo up; exec sleep 120.75"]);
     std::thread::sleep(Duration::from_secs(2));
     let cid = c.cluster_id();
     let ns = format!("berth-{cid}-node3");
