@@ -117,12 +117,14 @@ async fn run_ok(program: &str, nodes: &[Vec<u32>], env: &[(&str, &str)]) -> Vec<
         assert!(out.status.success(), "{program} rank {rank}: {}\nstdout: {stdout}\nstderr: {stderr}", out.status);
         outputs.push(stdout);
     }
+    // A rank may exit before the server has read its finalize: wait for the events, bounded.
     let mut finalized = 0;
-    while let Ok(event) = job.events.try_recv() {
-        match event {
-            PmiEvent::Finalized { .. } => finalized += 1,
-            PmiEvent::BarrierIn { .. } => {}
-            other => panic!("{program}: unexpected {other:?}"),
+    while finalized < outputs.len() {
+        match timeout(Duration::from_secs(10), job.events.recv()).await {
+            Ok(Some(PmiEvent::Finalized { .. })) => finalized += 1,
+            Ok(Some(PmiEvent::BarrierIn { .. })) => {}
+            Ok(Some(other)) => panic!("{program}: unexpected {other:?}"),
+            Ok(None) | Err(_) => break,
         }
     }
     assert_eq!(finalized, outputs.len(), "{program}: every rank finalizes");
