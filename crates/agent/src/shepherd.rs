@@ -152,7 +152,7 @@ where
         Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, &mut partial),
     };
     let mut alive: HashMap<u32, i32> = HashMap::new();
-    let mut stdin: Option<tokio::process::ChildStdin> = None;
+    let mut stdin: Option<tokio::net::unix::pipe::Sender> = None;
     let mut open_streams = 0usize;
     let mut pmi = None;
     let mut sub_cpusets = vec![];

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 /// A started rank.
 pub struct LocalRank {
     pub rank: u32,
-    pub child: tokio::process::Child,
+    pub child: crate::rank::Process,
 }
 
 /// What the shepherd gets back from starting its ranks.

@@ -563,7 +563,7 @@ fn spawn_here(
     cwd: &str,
     stdout: &str,
     stderr: &str,
-) -> Result<tokio::process::Child, String> {
+) -> Result<crate::rank::Process, String> {
     set_vars(
         &mut env,
         vec![
@@ -617,7 +617,7 @@ fn status_of(st: &std::io::Result<std::process::ExitStatus>) -> (Option<i32>, Op
 async fn watch_local(
     job: Arc<JobHandle>,
     id: u64,
-    mut child: tokio::process::Child,
+    mut child: crate::rank::Process,
     mut signals: mpsc::UnboundedReceiver<i32>,
 ) {
     let pid = child.id().unwrap_or(0);
