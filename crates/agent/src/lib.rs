@@ -8,6 +8,7 @@ pub mod daemon;
 pub mod hwtopo;
 pub mod job;
 pub mod pmi;
+pub mod pmi2;
 pub mod rank;
 pub mod registry;
 pub mod shepherd;

@@ -43,6 +43,9 @@
 //! `MPI_Comm_spawn`), name publishing and extra KVS spaces are answered with `rc=-1`
 //! (not supported); `get_ranks2hosts` (not sent by MPICH 4.0.2) is unknown. Bad lines are answered with `cmd=error rc=-1` and reported as
 //! [`PmiEvent::ProtocolError`]; nothing a rank sends can make the server panic.
+//!
+//! A rank whose first request is `cmd=init pmi_version=2 pmi_subversion=0` speaks PMI-2 from
+//! then on ([`crate::pmi2`]), with the same KVS and barrier: a step may mix both protocols.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -234,6 +237,8 @@ struct State {
     waiting: HashMap<u32, oneshot::Sender<()>>,
     /// BarrierIn was sent and barrier_out not yet called.
     barrier_complete: bool,
+    /// PMI-2 node attributes of this node's ranks.
+    node_attrs: crate::pmi2::NodeAttrs,
 }
 
 enum Action {
@@ -293,11 +298,19 @@ impl PmiServer {
         self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn emit(&self, event: PmiEvent) {
+    pub(crate) fn config(&self) -> &PmiConfig {
+        &self.inner.cfg
+    }
+
+    pub(crate) fn with_node_attrs<T>(&self, f: impl FnOnce(&mut crate::pmi2::NodeAttrs) -> T) -> T {
+        f(&mut self.state().node_attrs)
+    }
+
+    pub(crate) fn emit(&self, event: PmiEvent) {
         let _ = self.inner.events.send(event);
     }
 
-    fn protocol_error(&self, rank: u32, message: String) {
+    pub(crate) fn protocol_error(&self, rank: u32, message: String) {
         self.emit(PmiEvent::ProtocolError { rank, message });
     }
 
@@ -345,6 +358,9 @@ impl PmiServer {
                     Err(_) => self.bad(rank, "request is not UTF-8".into(), "not_utf8"),
                     Ok(Err(_)) if bytes.iter().all(|&b| b == b' ' || b == b'\r') => continue,
                     Ok(Err(e)) => self.bad(rank, e, "parse_error"),
+                    Ok(Ok(req)) if !active && crate::pmi2::asks_for_pmi2(&req) => {
+                        return crate::pmi2::serve_rank(self, rank, rd, wr).await;
+                    }
                     Ok(Ok(req)) if req.multi => match self.multi(rank, &req, &mut rd).await {
                         Some(reply) => reply,
                         None => continue,
@@ -448,20 +464,29 @@ impl PmiServer {
         Action::Reply(reply)
     }
 
-    fn put(&self, rank: u32, req: &Request<'_>) -> &'static str {
+    fn put(&self, rank: u32, req: &Request<'_>) -> String {
         let (Some(kvsname), Some(key)) = (req.get("kvsname"), req.get("key")) else {
-            return "rc=-1 msg=missing_kvsname_or_key";
+            return "rc=-1 msg=missing_kvsname_or_key".into();
         };
-        let value = req.get("value").unwrap_or("");
         if kvsname != self.inner.cfg.kvsname {
-            "rc=-1 msg=unknown_kvsname"
-        } else if key.is_empty() || key.len() > KEYLEN_MAX {
-            "rc=-1 msg=bad_key_length"
+            return "rc=-1 msg=unknown_kvsname".into();
+        }
+        match self.put_value(rank, key, req.get("value").unwrap_or("")) {
+            Ok(()) => "rc=0 msg=success".into(),
+            Err(code) => format!("rc=-1 msg={code}"),
+        }
+    }
+
+    /// A put of either protocol: seen by its own rank at once, by the others after the barrier.
+    /// The error is a short code (PMI-1's `msg`).
+    pub(crate) fn put_value(&self, rank: u32, key: &str, value: &str) -> Result<(), &'static str> {
+        if key.is_empty() || key.len() > KEYLEN_MAX {
+            Err("bad_key_length")
         } else if value.len() > VALLEN_MAX {
-            "rc=-1 msg=value_too_long"
+            Err("value_too_long")
         } else {
             self.state().pending.push((rank, key.to_string(), value.to_string()));
-            "rc=0 msg=success"
+            Ok(())
         }
     }
 
@@ -470,16 +495,21 @@ impl PmiServer {
         if req.get("kvsname").is_some_and(|k| k != self.inner.cfg.kvsname) {
             return "rc=-1 msg=unknown_kvsname".into();
         }
-        let st = self.state();
-        let own = st.pending.iter().rev().find(|(r, k, _)| *r == rank && k == key).map(|(_, _, v)| v);
-        match st.kvs.get(key).or(own) {
+        match self.get_value(rank, key) {
             Some(v) if GET_OK.len() + v.len() > CLIENT_LINE_MAX => "rc=-1 msg=value_too_long_for_client".into(),
             Some(v) => format!("rc=0 msg=success value={v}"),
             None => "rc=-1 msg=key_not_found".into(),
         }
     }
 
-    fn barrier_in(&self, rank: u32) -> oneshot::Receiver<()> {
+    /// What a get of either protocol sees: the shared KVS, else the rank's own pending put.
+    pub(crate) fn get_value(&self, rank: u32, key: &str) -> Option<String> {
+        let st = self.state();
+        let own = st.pending.iter().rev().find(|(r, k, _)| *r == rank && k == key).map(|(_, _, v)| v);
+        st.kvs.get(key).or(own).cloned()
+    }
+
+    pub(crate) fn barrier_in(&self, rank: u32) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         let mut st = self.state();
         st.waiting.insert(rank, tx);
