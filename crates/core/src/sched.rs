@@ -30,6 +30,8 @@ pub enum PendingReason {
     Held,
     /// No node that is up can ever hold it; it waits for larger nodes to come up.
     NoSuitableNodes(String),
+    /// A limit of its queue holds it back (e.g. the user's running cores), with which.
+    QueueLimit(String),
 }
 
 impl PendingReason {
@@ -42,6 +44,7 @@ impl PendingReason {
             PendingReason::Priority => "priority: an earlier job waits first".into(),
             PendingReason::Held => "held: run `berth release <id>`".into(),
             PendingReason::NoSuitableNodes(why) => format!("no suitable node up: {why}"),
+            PendingReason::QueueLimit(which) => format!("queue limit: {which}"),
         }
     }
 }
@@ -119,5 +122,92 @@ pub fn schedule(cluster: &ClusterState, queue: &[PendingJob]) -> Decisions {
     out
 }
 
+/// The topology-aware cluster as a backfill [`Machine`](backfill::Machine): what the controller
+/// plans with.
+impl backfill::Machine for ClusterState {
+    type Alloc = Allocation;
+
+    fn place(&self, req: &JobRequest) -> backfill::Fit<Allocation> {
+        match place(self, req) {
+            Placement::Now(alloc) => backfill::Fit::Now(alloc),
+            Placement::Busy(what) => backfill::Fit::Busy(what),
+            Placement::Never(why) => backfill::Fit::Never(why),
+        }
+    }
+
+    fn claim(&mut self, alloc: &Allocation) {
+        ClusterState::claim(self, alloc);
+    }
+
+    fn release(&mut self, alloc: &Allocation) {
+        ClusterState::release(self, alloc);
+    }
+
+    /// Whole free cores (outside system CPUs and exclusive NUMA nodes) of the nodes taking
+    /// work. A scan of the nodes: the pass caches it between changes.
+    fn free_cpus(&self) -> u64 {
+        self.nodes.iter().filter(|n| n.state.accepts_work()).map(|n| n.free_core_count as u64).sum()
+    }
+
+    // Only the allocation's nodes change: count those before and after.
+    fn claim_counting(&mut self, alloc: &Allocation, free_before: u64) -> u64 {
+        let before = self.free_cores_on(alloc);
+        ClusterState::claim(self, alloc);
+        (free_before + self.free_cores_on(alloc)).saturating_sub(before)
+    }
+
+    fn release_counting(&mut self, alloc: &Allocation, free_before: u64) -> u64 {
+        let before = self.free_cores_on(alloc);
+        ClusterState::release(self, alloc);
+        (free_before + self.free_cores_on(alloc)).saturating_sub(before)
+    }
+    // Only the nodes the extra allocations touch change: keep copies of those and put them back.
+    fn place_with_claimed(&mut self, extra: &[&Allocation], req: &JobRequest) -> backfill::Fit<Allocation> {
+        let mut touched: Vec<usize> =
+            extra.iter().flat_map(|a| a.iter()).filter_map(|na| self.node_index(na.node_id)).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let saved: Vec<(usize, NodeCapacity)> = touched.into_iter().map(|i| (i, self.nodes[i].clone())).collect();
+        for alloc in extra {
+            ClusterState::claim(self, alloc);
+        }
+        let fit = backfill::Machine::place(self, req);
+        for (i, node) in saved {
+            self.nodes[i] = node;
+        }
+        fit
+    }
+}
+
+impl ClusterState {
+    /// Index in `nodes` of the node with id `id`.
+    fn node_index(&self, id: crate::NodeId) -> Option<usize> {
+        match self.nodes.binary_search_by_key(&id, |n| n.id) {
+            Ok(i) => Some(i),
+            Err(_) => self.nodes.iter().position(|n| n.id == id),
+        }
+    }
+
+    /// Free whole cores (as `Machine::free_cpus` counts them) on the nodes of `alloc`.
+    fn free_cores_on(&self, alloc: &Allocation) -> u64 {
+        let mut ids: Vec<crate::NodeId> = alloc.iter().map(|na| na.node_id).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.into_iter()
+            .filter_map(|id| cluster::node_by_id(&self.nodes, id))
+            .filter(|n| n.state.accepts_work())
+            .map(|n| n.free_core_count as u64)
+            .sum()
+    }
+}
+
+pub mod backfill;
+pub mod fairshare;
+pub mod preempt;
+pub mod priority;
+pub mod queue;
+
+#[cfg(test)]
+mod testkit;
 #[cfg(test)]
 mod tests;

@@ -1,3 +1,4 @@
+use super::testkit::{total, ClusterBuilder, G};
 use super::*;
 use crate::job::Shape;
 use crate::node::NodeState;
@@ -7,41 +8,8 @@ use crate::{CpuSet, NodeId};
 use proptest::prelude::*;
 use std::sync::Arc;
 
-const G: u64 = 1 << 30;
-
-/// Builds clusters of uniform nodes for tests.
-struct ClusterBuilder {
-    nodes: Vec<NodeCapacity>,
-}
-
-impl ClusterBuilder {
-    fn new() -> Self {
-        ClusterBuilder { nodes: vec![] }
-    }
-    /// `count` nodes of `packages` x `cores` (1 PU each) with `mem` bytes.
-    fn nodes(mut self, count: u32, packages: u32, cores_per_package: u32, mem: u64) -> Self {
-        for _ in 0..count {
-            let id = self.nodes.len() as u32;
-            let topo = Topology::uniform(packages, 1, cores_per_package, 1, mem / packages as u64);
-            self.nodes.push(NodeCapacity::new(NodeId(id), format!("n{id}"), Arc::new(topo)));
-        }
-        self
-    }
-    fn state(mut self, index: usize, state: NodeState) -> Self {
-        self.nodes[index].state = state;
-        self
-    }
-    fn build(self) -> ClusterState {
-        ClusterState { nodes: self.nodes, policy: Default::default() }
-    }
-}
-
 fn job(id: u64, shape: Shape, mem: u64) -> PendingJob {
     PendingJob { id: JobId(id), request: JobRequest::simple(shape, mem), held: false }
-}
-
-fn total(cores: u32) -> Shape {
-    Shape::Total { cores, chunk: 1 }
 }
 
 fn summary(d: &Decisions) -> Vec<String> {

@@ -1,0 +1,215 @@
+//! One scheduling pass with backfill: who starts now, and when every other job is expected to.
+//!
+//! Queue policy (who, when) only: "where" is the [`Machine`]'s. The same code drives the
+//! controller (a topology-aware [`ClusterState`](super::ClusterState)) and the trace simulator
+//! (which may use a plain core pool for traces of single-core nodes), as Slurm's sched/backfill
+//! drives whatever select plugin is loaded.
+//!
+//! The pass walks the whole queue once, in priority order. Placements that cannot succeed are
+//! not tried: a request needing more CPUs than are free is rejected from a cached count, and a
+//! "busy" answer is remembered for identical requests for the rest of the pass (a pass only
+//! ever takes resources from the states it places on, so busy stays busy). The policies are
+//! described at [`plan`].
+
+mod conservative;
+mod easy;
+mod pass;
+mod profile;
+mod timeline;
+
+use super::PendingReason;
+use crate::placement::JobRequest;
+use crate::JobId;
+use serde::{Deserialize, Serialize};
+
+/// Which jobs may start out of priority order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackfillPolicy {
+    /// Strict priority order: the first job that cannot start stops the pass.
+    Fcfs,
+    /// EASY: the highest-priority waiting job gets a reservation that nothing delays; any later
+    /// job may start now if it does not touch that reservation.
+    #[default]
+    Easy,
+    /// Conservative: every waiting job gets a reservation; a job may start now only if it
+    /// delays none of the reservations of the jobs before it.
+    Conservative,
+}
+
+/// Where jobs go: the placement side of a pass ("now", "test only", "will run at" are built
+/// from `place` on a clone with some allocations claimed or released).
+pub trait Machine: Clone {
+    type Alloc: Clone + std::fmt::Debug;
+    /// Place on what is free now: `Now`, `Busy` (fits the machine, not what is free) or `Never`.
+    fn place(&self, req: &JobRequest) -> Fit<Self::Alloc>;
+    fn claim(&mut self, alloc: &Self::Alloc);
+    fn release(&mut self, alloc: &Self::Alloc);
+    /// CPUs free now, for rejecting a job without trying a placement.
+    fn free_cpus(&self) -> u64;
+    /// `claim`, returning what `free_cpus` is afterwards, given `free_before` (its value
+    /// before). The default counts again; a machine that can count only what changed should.
+    fn claim_counting(&mut self, alloc: &Self::Alloc, free_before: u64) -> u64 {
+        let _ = free_before;
+        self.claim(alloc);
+        self.free_cpus()
+    }
+    /// `release`, returning what `free_cpus` is afterwards (see [`Machine::claim_counting`]).
+    fn release_counting(&mut self, alloc: &Self::Alloc, free_before: u64) -> u64 {
+        let _ = free_before;
+        self.release(alloc);
+        self.free_cpus()
+    }
+    /// `place` as if `extra` were claimed too, leaving the machine as it was ("test only" beside
+    /// other reservations). The default places on a copy; a machine that can set a few parts
+    /// aside and put them back should do that instead.
+    fn place_with_claimed(&mut self, extra: &[&Self::Alloc], req: &JobRequest) -> Fit<Self::Alloc> {
+        let mut copy = self.clone();
+        for alloc in extra {
+            copy.claim(alloc);
+        }
+        copy.place(req)
+    }
+}
+
+/// The answer of [`Machine::place`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fit<A> {
+    Now(A),
+    /// Fits the machine but not what is free now, with what is missing.
+    Busy(String),
+    /// Can never fit, with the reason.
+    Never(String),
+}
+
+/// A pending job as a pass sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct QueuedJob {
+    pub id: JobId,
+    pub request: JobRequest,
+    /// Seconds: the estimate reservations are made with (the requested walltime).
+    pub walltime: f64,
+    pub held: bool,
+}
+
+/// A job holding resources, and when it is expected to release them.
+#[derive(Debug, Clone)]
+pub struct RunningJob<A> {
+    pub id: JobId,
+    pub alloc: A,
+    /// Expected end (start + walltime); values in the past mean "any moment now".
+    pub end: f64,
+}
+
+/// Everything one pass decides from. `machine` has every running job's allocation claimed.
+pub struct PassInput<'a, M: Machine> {
+    pub machine: &'a M,
+    pub running: &'a [RunningJob<M::Alloc>],
+    /// In priority order, highest first.
+    pub queue: &'a [QueuedJob],
+    pub now: f64,
+}
+
+/// Bounds on one pass, so a huge queue never stalls decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassLimits {
+    pub policy: BackfillPolicy,
+    /// Most "will run at" computations (reservations) in one pass; jobs beyond it are still
+    /// considered for starting now, and get no expected start.
+    pub max_reservations: usize,
+}
+
+/// A job that does not start in this pass.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Waiting {
+    pub id: JobId,
+    pub reason: PendingReason,
+    /// When the pass expects it to start, if it computed a reservation for it.
+    pub expected_start: Option<f64>,
+}
+
+/// What a pass decided.
+#[derive(Debug, Clone)]
+pub struct PassOutput<A> {
+    /// Jobs to start now, in the order they were chosen.
+    pub starts: Vec<(JobId, A)>,
+    pub waiting: Vec<Waiting>,
+    /// Jobs started out of priority order (a subset of `starts`).
+    pub backfilled: usize,
+}
+
+/// One pass over the whole queue.
+///
+/// - Held jobs wait (`Held`); jobs that can never fit wait (`NoSuitableNodes`).
+/// - `Fcfs`: jobs start in order until the first that is busy (`Resources`); every later job
+///   waits (`Priority`) without being tried.
+/// - `Easy`: jobs start in order until the first busy one, the head. It gets a reservation (its
+///   `expected_start`): the first time, as running jobs end (overdue ones "now"), at which it
+///   fits, and the resources it would get then. A later job starts now if it fits now and
+///   either ends by then or fits beside the head's resources. Later jobs that do not start wait
+///   with `Resources` if they do not fit what is free now, else `Priority` (they would need the
+///   head's resources).
+/// - `Conservative`: every job, in order, gets a reservation at the earliest time it fits
+///   beside the running jobs and all earlier reservations, for its whole walltime, and starts
+///   now when that time is now (`Resources`: does not fit what is free now; `Priority`: fits,
+///   but would delay an earlier reservation). Past `max_reservations` reservations, jobs only
+///   start now if they fit beside every reservation, and get no expected start.
+/// - `max_reservations == 0` makes both FCFS: nothing may overtake a waiting job.
+///
+/// `backfilled` counts the starts that overtook a job waiting for resources or priority (held
+/// jobs and jobs that can never fit are not overtaken).
+pub fn plan<M: Machine>(input: &PassInput<M>, limits: &PassLimits) -> PassOutput<M::Alloc> {
+    plan_with_reservations(input, limits).0
+}
+
+/// A reservation a pass computed: where and when a waiting job is expected to run.
+#[derive(Debug, Clone)]
+pub struct Reservation<A> {
+    pub id: JobId,
+    pub start: f64,
+    /// `start` + walltime.
+    pub end: f64,
+    pub alloc: A,
+}
+
+/// [`plan`], also returning the reservations behind the expected starts (the EASY head's, or
+/// every conservative one, in queue order): e.g. to show which nodes a job is expected on.
+pub fn plan_with_reservations<M: Machine>(
+    input: &PassInput<M>,
+    limits: &PassLimits,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    match limits.policy {
+        BackfillPolicy::Fcfs => (fcfs(input), vec![]),
+        BackfillPolicy::Easy => easy::plan(input, limits),
+        BackfillPolicy::Conservative => conservative::plan(input, limits),
+    }
+}
+
+/// Strict priority order, as [`super::schedule`] does.
+fn fcfs<M: Machine>(input: &PassInput<M>) -> PassOutput<M::Alloc> {
+    let mut machine = pass::Tracked::new(input.machine.clone());
+    let mut memo = pass::Memo::default();
+    let mut out = pass::Outcome::new(input.queue.len());
+    for job in input.queue {
+        if job.held {
+            out.wait(job.id, PendingReason::Held, None);
+        } else if out.blocked() {
+            out.wait(job.id, PendingReason::Priority, None);
+        } else {
+            match memo.place(&machine, pass::NOW, &job.request) {
+                Fit::Now(alloc) => {
+                    machine.claim(&alloc);
+                    out.start(job.id, alloc);
+                }
+                Fit::Busy(what) => out.wait(job.id, PendingReason::Resources(what), None),
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
+            }
+        }
+    }
+    out.finish()
+}
+
+#[cfg(test)]
+mod proptests;
+#[cfg(test)]
+mod tests;

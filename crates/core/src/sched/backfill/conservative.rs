@@ -1,0 +1,219 @@
+//! Conservative backfill (Mu'alem and Feitelson): every waiting job, in priority order, gets a
+//! reservation at the earliest time it fits beside the running jobs and every earlier
+//! reservation, for its whole walltime; it starts now when that time is now. So no job ever
+//! delays one before it.
+//!
+//! A job of walltime `w` fits at `t` when it can be placed on: the machine now, minus the
+//! running jobs (and jobs this pass started) ending by `t`, plus the reservations overlapping
+//! `[t, t + w)`. Times tried: now, then the ends of running jobs and of reservations, skipping
+//! those at which a CPU count shows it cannot fit ([`Profile`]). After a few misses in a row the
+//! times tried thin out (every 2nd, 4th, ...), and the last end (an idle machine) is always
+//! tried: a reservation found that way may be later than the earliest possible, never invalid.
+//!
+//! After `max_reservations` reservations, the remaining jobs are only tried now, on the machine
+//! with every reservation claimed (so they touch none), and get no expected start. With
+//! `max_reservations == 0` the pass is FCFS (as EASY's is).
+//!
+//! Reasons: `Resources` for a job that does not fit what is free now, `Priority` for one that
+//! does but would delay an earlier job's reservation.
+
+use super::easy::walltime;
+use super::pass::{counted_cpus, Memo, Outcome, Tracked, NOW, RESERVED};
+use super::profile::{clear, Profile};
+use super::timeline::Timeline;
+use super::{Fit, Machine, PassInput, PassLimits, PassOutput, Reservation};
+use crate::placement::JobRequest;
+use crate::sched::PendingReason;
+use crate::JobId;
+
+/// Consecutive misses after which the times tried thin out.
+const DENSE_TRIES: u32 = 4;
+/// Most placements tried for one job's reservation (plus the idle machine).
+const MAX_TRIES: u32 = 40;
+
+/// What a pass keeps besides the output: the machine now, the same with every reservation
+/// claimed, the timeline of ends and the CPU profile (measured when first needed).
+struct State<'a, M: Machine> {
+    now: f64,
+    machine: Tracked<M>,
+    all_reserved: Tracked<M>,
+    book: Vec<Reservation<M::Alloc>>,
+    timeline: Timeline<'a, M>,
+    profile: Option<Profile>,
+}
+
+impl<M: Machine> State<'_, M> {
+    fn start(&mut self, req: &JobRequest, w: f64, alloc: &M::Alloc) {
+        self.machine.claim(alloc);
+        self.all_reserved.claim(alloc);
+        if let (Some(p), Some(cpus)) = (self.profile.as_mut(), counted_cpus(req)) {
+            p.take(self.now, self.now + w, cpus);
+        }
+        self.timeline.add_started(self.now + w, alloc.clone());
+    }
+
+    fn reserve(&mut self, id: JobId, req: &JobRequest, at: f64, w: f64, alloc: M::Alloc) {
+        self.all_reserved.claim(&alloc);
+        if let (Some(p), Some(cpus)) = (self.profile.as_mut(), counted_cpus(req)) {
+            p.take(at, at + w, cpus);
+        }
+        self.book.push(Reservation { id, start: at, end: at + w, alloc });
+    }
+}
+
+pub(super) fn plan<M: Machine>(
+    input: &PassInput<M>,
+    limits: &PassLimits,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    if limits.max_reservations == 0 {
+        // No reservation may be computed: nothing can be shown safe to overtake.
+        return (super::fcfs(input), vec![]);
+    }
+    let machine = Tracked::new(input.machine.clone());
+    let mut s = State {
+        now: input.now,
+        all_reserved: machine.clone(),
+        timeline: Timeline::new(&machine, input.running, &[], input.now),
+        machine,
+        book: vec![],
+        profile: None,
+    };
+    let mut memo = Memo::default();
+    let mut out = Outcome::new(input.queue.len());
+    for job in input.queue {
+        if job.held {
+            out.wait(job.id, PendingReason::Held, None);
+            continue;
+        }
+        let (w, req) = (walltime(job), &job.request);
+        if s.book.len() >= limits.max_reservations {
+            // Past the limit: now, touching no reservation, or not in this pass.
+            match memo.place(&s.all_reserved, RESERVED, req) {
+                Fit::Now(alloc) => {
+                    s.start(req, w, &alloc);
+                    out.start(job.id, alloc);
+                }
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
+                Fit::Busy(_) => {
+                    let reason = match memo.busy_on(&s.machine, NOW, req) {
+                        Some(what) => PendingReason::Resources(what),
+                        None => PendingReason::Priority,
+                    };
+                    out.wait(job.id, reason, None);
+                }
+            }
+            continue;
+        }
+        let reason = match memo.place(&s.machine, NOW, req) {
+            Fit::Never(why) => {
+                out.wait(job.id, PendingReason::NoSuitableNodes(why), None);
+                continue;
+            }
+            Fit::Busy(what) => PendingReason::Resources(what),
+            Fit::Now(alloc) => match fit_now_beside(&mut s, &mut memo, req, alloc, w) {
+                Some(alloc) => {
+                    s.start(req, w, &alloc);
+                    out.start(job.id, alloc);
+                    continue;
+                }
+                None => PendingReason::Priority,
+            },
+        };
+        if s.profile.is_none() {
+            s.profile = Some(Profile::measure(&mut s.timeline));
+        }
+        match earliest(&mut s, req, w) {
+            Some((at, alloc)) => {
+                s.reserve(job.id, req, at, w, alloc);
+                out.wait(job.id, reason, Some(at));
+            }
+            None => out.wait(job.id, reason, None),
+        }
+    }
+    (out.finish(), s.book)
+}
+
+/// Whether a job running over `[at, at + w)` overlaps reservation `r` (a zero-length job still
+/// occupies its start instant).
+fn overlaps<A>(r: &Reservation<A>, at: f64, w: f64) -> bool {
+    r.end > at && (r.start < at + w || r.start <= at)
+}
+
+/// The job fits what is free now (as `alloc`); may it start, given the reservations? Yes if
+/// none starts before it ends, or if it fits beside all of them, or beside those that start
+/// before it ends.
+fn fit_now_beside<M: Machine>(
+    s: &mut State<M>,
+    memo: &mut Memo,
+    req: &JobRequest,
+    alloc: M::Alloc,
+    w: f64,
+) -> Option<M::Alloc> {
+    let overlapping: Vec<&M::Alloc> = s.book.iter().filter(|r| overlaps(r, s.now, w)).map(|r| &r.alloc).collect();
+    if overlapping.is_empty() {
+        return Some(alloc);
+    }
+    if let Fit::Now(alloc) = memo.place(&s.all_reserved, RESERVED, req) {
+        return Some(alloc);
+    }
+    if overlapping.len() == s.book.len() {
+        return None;
+    }
+    match s.machine.place_with_claimed(&overlapping, req) {
+        Fit::Now(alloc) => Some(alloc),
+        _ => None,
+    }
+}
+
+/// The earliest time after now at which `req` fits for `w` seconds, and where.
+fn earliest<M: Machine>(s: &mut State<M>, req: &JobRequest, w: f64) -> Option<(f64, M::Alloc)> {
+    let now = s.now;
+    let mut times = s.timeline.end_times();
+    // "Now" was tried on the machine as it is; now again only with overdue jobs gone.
+    let overdue = times.first() == Some(&now);
+    times.extend(s.book.iter().map(|r| r.end));
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    times.retain(|&t| t > now || (overdue && t == now));
+    let bad = match (counted_cpus(req), &s.profile) {
+        (Some(need), Some(profile)) => profile.short_of(need),
+        _ => vec![],
+    };
+    let mut from = 0;
+    let candidates: Vec<f64> = times.into_iter().filter(|&t| clear(&bad, &mut from, t, w)).collect();
+    let last = candidates.len().checked_sub(1)?;
+    let (mut i, mut misses) = (0usize, 0u32);
+    loop {
+        let at = candidates[i];
+        if let Some(alloc) = fits_at(&mut s.timeline, &s.book, req, at, w) {
+            return Some((at, alloc));
+        }
+        if i == last {
+            return None;
+        }
+        misses += 1;
+        let skip = if misses < DENSE_TRIES { 1 } else { 1usize << (misses - DENSE_TRIES + 1).min(30) };
+        i = if misses >= MAX_TRIES { last } else { (i + skip).min(last) };
+    }
+}
+
+/// Place `req` at `at` for `w` seconds, if it fits then.
+fn fits_at<M: Machine>(
+    timeline: &mut Timeline<M>,
+    book: &[Reservation<M::Alloc>],
+    req: &JobRequest,
+    at: f64,
+    w: f64,
+) -> Option<M::Alloc> {
+    timeline.move_to(at);
+    let overlapping: Vec<&M::Alloc> = book.iter().filter(|r| overlaps(r, at, w)).map(|r| &r.alloc).collect();
+    let fit = if overlapping.is_empty() {
+        timeline.scratch.machine.place(req)
+    } else {
+        timeline.scratch.place_with_claimed(&overlapping, req)
+    };
+    match fit {
+        Fit::Now(alloc) => Some(alloc),
+        _ => None,
+    }
+}

@@ -1,0 +1,167 @@
+//! EASY backfill (Lifka's Argonne scheduler): jobs start in priority order until the first
+//! that cannot (the head). The head gets a reservation: the earliest time `T` at which it fits
+//! once running jobs end, and the resources `R` it would get then. Every later job may start
+//! now if it fits now and either ends by `T` or fits beside `R` (on the machine with `R`
+//! claimed too), so nothing it starts can delay the head.
+//!
+//! Reasons of later jobs that do not start: `Resources` when they do not fit what is free now
+//! (by the free count or a remembered answer), else `Priority`: they would have to use what is
+//! kept for the head.
+//!
+//! With `max_reservations == 0` no reservation is computed and the pass is FCFS after the head.
+//! A head that would not fit even once every running job ended (a placement that cannot be
+//! found on the idle machine) gets no reservation and does not stop the pass; the next busy
+//! job becomes the head.
+
+use super::pass::{Memo, Outcome, Tracked, NOW, RESERVED};
+use super::timeline::Timeline;
+use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
+use crate::placement::JobRequest;
+use crate::sched::PendingReason;
+
+/// The head's reservation: when it starts, and the machine now with its resources claimed.
+struct Head<M: Machine> {
+    at: f64,
+    reserved: Tracked<M>,
+}
+
+enum Phase<M: Machine> {
+    /// Starting in order; no job has been busy yet.
+    InOrder,
+    Reserved(Head<M>),
+    /// No reservation may be computed (`max_reservations == 0`): nothing overtakes.
+    Blocked,
+}
+
+pub(super) fn plan<M: Machine>(
+    input: &PassInput<M>,
+    limits: &PassLimits,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    let now = input.now;
+    let mut machine = Tracked::new(input.machine.clone());
+    let mut memo = Memo::default();
+    let mut out = Outcome::new(input.queue.len());
+    // Jobs started before the head: they hold resources until now + walltime.
+    let mut started: Vec<(f64, M::Alloc)> = vec![];
+    let mut phase = Phase::InOrder;
+    let mut reservations = vec![];
+    for job in input.queue {
+        if job.held {
+            out.wait(job.id, PendingReason::Held, None);
+            continue;
+        }
+        let end = now + walltime(job);
+        match &mut phase {
+            Phase::InOrder => match memo.place(&machine, NOW, &job.request) {
+                Fit::Now(alloc) => {
+                    machine.claim(&alloc);
+                    started.push((end, alloc.clone()));
+                    out.start(job.id, alloc);
+                }
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
+                Fit::Busy(what) => {
+                    if limits.max_reservations == 0 {
+                        phase = Phase::Blocked;
+                        out.wait(job.id, PendingReason::Resources(what), None);
+                        continue;
+                    }
+                    match will_run_at(&machine, input.running, &started, &job.request, now) {
+                        Some((at, alloc)) => {
+                            let mut reserved = machine.clone();
+                            reserved.claim(&alloc);
+                            phase = Phase::Reserved(Head { at, reserved });
+                            reservations.push(Reservation { id: job.id, start: at, end: at + walltime(job), alloc });
+                            out.wait(job.id, PendingReason::Resources(what), Some(at));
+                        }
+                        None => out.wait(job.id, PendingReason::Resources(what), None),
+                    }
+                }
+            },
+            Phase::Blocked => out.wait(job.id, PendingReason::Priority, None),
+            Phase::Reserved(head) => {
+                // Ends by the head's start: only what is free now matters. Else it must also
+                // stay off the head's resources.
+                let short = end <= head.at;
+                let fit = if short {
+                    memo.place(&machine, NOW, &job.request)
+                } else {
+                    memo.place(&head.reserved, RESERVED, &job.request)
+                };
+                match fit {
+                    Fit::Now(alloc) => {
+                        machine.claim(&alloc);
+                        head.reserved.claim(&alloc);
+                        out.start(job.id, alloc);
+                    }
+                    Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
+                    Fit::Busy(what) if short => out.wait(job.id, PendingReason::Resources(what), None),
+                    Fit::Busy(_) => {
+                        let reason = match memo.busy_on(&machine, NOW, &job.request) {
+                            Some(what) => PendingReason::Resources(what),
+                            None => PendingReason::Priority,
+                        };
+                        out.wait(job.id, reason, None);
+                    }
+                }
+            }
+        }
+    }
+    (out.finish(), reservations)
+}
+
+/// A job's walltime estimate as a duration: negative or NaN counts as 0.
+pub(super) fn walltime(job: &QueuedJob) -> f64 {
+    job.walltime.max(0.0)
+}
+
+/// When `req` would start if nothing else started: running jobs (and `started`, started by
+/// this pass and claimed on `machine`) release their resources in order of expected end; the
+/// first end after which `req` fits is its start, with the allocation it would get.
+///
+/// Found by galloping over the distinct end times then bisecting (a few placements, not one
+/// per end time), which assumes that releasing more never makes a fit impossible; where the
+/// placement heuristics break that, the time found is a time it fits, if not the earliest.
+pub(super) fn will_run_at<M: Machine>(
+    machine: &Tracked<M>,
+    running: &[super::RunningJob<M::Alloc>],
+    started: &[(f64, M::Alloc)],
+    req: &JobRequest,
+    now: f64,
+) -> Option<(f64, M::Alloc)> {
+    let mut timeline = Timeline::new(machine, running, started, now);
+    let times = timeline.end_times();
+    let need = super::pass::counted_cpus(req);
+    let mut fits_at = |i: usize| -> Option<M::Alloc> {
+        timeline.move_to(times[i]);
+        if need.is_some_and(|n| n > timeline.scratch.free_cpus()) {
+            return None;
+        }
+        match timeline.scratch.machine.place(req) {
+            Fit::Now(alloc) => Some(alloc),
+            _ => None,
+        }
+    };
+    let last = times.len().checked_sub(1)?;
+    // Gallop: 0, 1, 3, 7, ... until it fits; `lo` is the last index known not to fit.
+    let (mut lo, mut step, mut i) = (None::<usize>, 1usize, 0usize);
+    let (mut hi, mut alloc) = loop {
+        if let Some(alloc) = fits_at(i) {
+            break (i, alloc);
+        }
+        if i == last {
+            return None;
+        }
+        lo = Some(i);
+        i = (i + step).min(last);
+        step *= 2;
+    };
+    // Bisect between the last miss and the first fit found.
+    while let Some(l) = lo.filter(|&l| hi - l > 1) {
+        let mid = l + (hi - l) / 2;
+        match fits_at(mid) {
+            Some(a) => (hi, alloc) = (mid, a),
+            None => lo = Some(mid),
+        }
+    }
+    Some((times[hi], alloc))
+}

@@ -1,0 +1,211 @@
+//! What every policy's pass shares: a machine with a cached free count, the memo of answers
+//! for identical requests, and the output being built.
+
+use super::{Fit, Machine, PassOutput, Waiting};
+use crate::placement::{JobRequest, MemRequest};
+use crate::sched::PendingReason;
+use crate::JobId;
+use std::cell::Cell;
+use std::collections::HashMap;
+
+/// A machine whose free CPU count is computed once per change, not once per question (the
+/// topology-aware cluster counts it with a scan of its nodes).
+#[derive(Clone)]
+pub(super) struct Tracked<M: Machine> {
+    pub machine: M,
+    free: Cell<Option<u64>>,
+    /// Keep the count up to date on each change (else forget it until asked again).
+    counting: bool,
+}
+
+impl<M: Machine> Tracked<M> {
+    pub fn new(machine: M) -> Self {
+        Tracked { machine, free: Cell::new(None), counting: true }
+    }
+
+    /// Whether to keep the count up to date on each change: worth it where counts are asked
+    /// for about as often as the machine changes, not where it changes far more often.
+    pub fn count_changes(&mut self, counting: bool) {
+        self.counting = counting;
+    }
+
+    pub fn free_cpus(&self) -> u64 {
+        match self.free.get() {
+            Some(free) => free,
+            None => {
+                let free = self.machine.free_cpus();
+                self.free.set(Some(free));
+                free
+            }
+        }
+    }
+
+    pub fn claim(&mut self, alloc: &M::Alloc) {
+        match self.free.get().filter(|_| self.counting) {
+            Some(before) => self.free.set(Some(self.machine.claim_counting(alloc, before))),
+            None => {
+                self.machine.claim(alloc);
+                self.free.set(None);
+            }
+        }
+    }
+
+    /// Place as if `extra` were claimed too; the machine is left as it was.
+    pub fn place_with_claimed(&mut self, extra: &[&M::Alloc], req: &JobRequest) -> Fit<M::Alloc> {
+        self.machine.place_with_claimed(extra, req)
+    }
+
+    pub fn release(&mut self, alloc: &M::Alloc) {
+        match self.free.get().filter(|_| self.counting) {
+            Some(before) => self.free.set(Some(self.machine.release_counting(alloc, before))),
+            None => {
+                self.machine.release(alloc);
+                self.free.set(None);
+            }
+        }
+    }
+}
+
+/// CPUs a request takes that `Machine::free_cpus` counts, when that is certain: plain requests
+/// of whole cores outside system CPUs, without a binding (which may name its own core count).
+/// Other requests are never rejected by count, only by trying them.
+pub(super) fn counted_cpus(req: &JobRequest) -> Option<u64> {
+    (!req.threads && !req.system_cpus && req.binding.is_none()).then(|| req.total_cpus())
+}
+
+/// Which state of a pass a memo answer belongs to.
+pub(super) const NOW: usize = 0;
+/// The state now with the reservations claimed too (EASY: the head's; conservative: all).
+pub(super) const RESERVED: usize = 1;
+const STATES: usize = 2;
+
+/// Requests compared by value: identical requests get identical answers on the same state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+struct RequestKey {
+    /// (per node?, nodes or total cores, cores per node or chunk)
+    shape: (bool, u32, u32),
+    /// (per cpu?, bytes)
+    mem: (bool, u64),
+    threads: bool,
+    system_cpus: bool,
+    rank_cpus: u32,
+    properties: Vec<String>,
+    binding: Option<String>,
+}
+
+impl RequestKey {
+    fn of(req: &JobRequest) -> Self {
+        use crate::job::Shape;
+        RequestKey {
+            shape: match req.shape {
+                Shape::PerNode { nodes, cores_per_node } => (true, nodes, cores_per_node),
+                Shape::Total { cores, chunk } => (false, cores, chunk),
+            },
+            mem: match req.mem {
+                MemRequest::PerNode(b) => (false, b),
+                MemRequest::PerCpu(b) => (true, b),
+            },
+            threads: req.threads,
+            system_cpus: req.system_cpus,
+            rank_cpus: req.rank_cpus,
+            properties: req.properties.clone(),
+            binding: req.binding.as_ref().map(|b| b.to_string()),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct Known {
+    /// A placement has answered (so the request is not "never").
+    placed: bool,
+    never: Option<String>,
+    busy: [Option<String>; STATES],
+}
+
+/// Answers remembered for the rest of a pass. "Never" holds whatever the state; "busy" holds
+/// because a pass only claims on the states it keeps (a start, a reservation), never releases.
+#[derive(Debug, Default)]
+pub(super) struct Memo {
+    known: HashMap<RequestKey, Known>,
+    pub placements: usize,
+}
+
+impl Memo {
+    /// `machine.place(req)` unless the answer is known, or a count shows it is busy. `state`
+    /// names which of the pass's kept states `machine` is ([`NOW`] or [`RESERVED`]).
+    pub fn place<M: Machine>(&mut self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Fit<M::Alloc> {
+        let known = self.known.entry(RequestKey::of(req)).or_default();
+        if let Some(why) = &known.never {
+            return Fit::Never(why.clone());
+        }
+        if let Some(what) = &known.busy[state] {
+            return Fit::Busy(what.clone());
+        }
+        // A count rejects only once a placement has said whether the request can ever fit.
+        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+            return Fit::Busy(busy);
+        }
+        self.placements += 1;
+        let fit = machine.machine.place(req);
+        known.placed = true;
+        match &fit {
+            Fit::Never(why) => known.never = Some(why.clone()),
+            Fit::Busy(what) => known.busy[state] = Some(what.clone()),
+            Fit::Now(_) => {}
+        }
+        fit
+    }
+
+    /// Whether `req` is known (or counted) not to fit `machine` as state `state`.
+    pub fn busy_on<M: Machine>(&self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Option<String> {
+        match self.known.get(&RequestKey::of(req)).and_then(|k| k.busy[state].clone()) {
+            Some(what) => Some(what),
+            None => count_busy(machine, req),
+        }
+    }
+}
+
+/// "Busy" from the free count alone, when the request needs more CPUs than are free.
+fn count_busy<M: Machine>(machine: &Tracked<M>, req: &JobRequest) -> Option<String> {
+    let need = counted_cpus(req)?;
+    let free = machine.free_cpus();
+    (need > free).then(|| format!("{need} cores wanted, {free} free now"))
+}
+
+/// The output being built, and whether a job is already waiting for resources or priority
+/// (every start after that one overtook it: a backfill).
+pub(super) struct Outcome<A> {
+    out: PassOutput<A>,
+    blocked: bool,
+}
+
+impl<A> Outcome<A> {
+    pub fn new(queue_len: usize) -> Self {
+        Outcome {
+            out: PassOutput { starts: vec![], waiting: Vec::with_capacity(queue_len), backfilled: 0 },
+            blocked: false,
+        }
+    }
+
+    pub fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    pub fn start(&mut self, id: JobId, alloc: A) {
+        if self.blocked {
+            self.out.backfilled += 1;
+        }
+        self.out.starts.push((id, alloc));
+    }
+
+    pub fn wait(&mut self, id: JobId, reason: PendingReason, expected_start: Option<f64>) {
+        if matches!(reason, PendingReason::Resources(_) | PendingReason::Priority) {
+            self.blocked = true;
+        }
+        self.out.waiting.push(Waiting { id, reason, expected_start });
+    }
+
+    pub fn finish(self) -> PassOutput<A> {
+        self.out
+    }
+}

@@ -1,0 +1,169 @@
+//! Equal-access fair share: usage per account (project or group), decaying with a half-life,
+//! compared with each account's configured share.
+//!
+//! The factor is Slurm's classic `2^(-usage_fraction / share_fraction)`: 1 for an account that
+//! used nothing, 0.5 for one exactly at its share, towards 0 the more it is over. Shares are
+//! normalized over the accounts known (configured, or with usage), so an account nobody
+//! configured counts with `default_share`.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// Fair-share settings (`[fair_share]` in the controller's config).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FairShareConfig {
+    /// Seconds for past usage to count half as much.
+    pub half_life_secs: f64,
+    /// Shares per account; accounts not listed get `default_share`.
+    pub shares: BTreeMap<String, f64>,
+    pub default_share: f64,
+}
+
+impl Default for FairShareConfig {
+    fn default() -> Self {
+        FairShareConfig { half_life_secs: 7.0 * 86400.0, shares: BTreeMap::new(), default_share: 1.0 }
+    }
+}
+
+/// Decayed usage per account, as of `as_of` (seconds).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FairShare {
+    pub config: FairShareConfig,
+    /// CPU-seconds, decayed to `as_of`.
+    pub usage: BTreeMap<String, f64>,
+    pub as_of: f64,
+}
+
+/// One account's line in `berth share`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ShareLine {
+    pub account: String,
+    /// Configured share, normalized over the accounts known (sums to 1).
+    pub share: f64,
+    /// Decayed usage, CPU-seconds.
+    pub usage: f64,
+    /// Fraction of all decayed usage (sums to 1, or 0 when there is none).
+    pub usage_fraction: f64,
+    /// Priority factor in [0, 1]: 1 for an account that used nothing, 0.5 at its share.
+    pub factor: f64,
+}
+
+impl FairShare {
+    pub fn new(config: FairShareConfig) -> Self {
+        FairShare { config, usage: BTreeMap::new(), as_of: 0.0 }
+    }
+
+    /// How much usage recorded at `from` still counts at `to` (`to >= from`).
+    fn decay_factor(&self, from: f64, to: f64) -> f64 {
+        let elapsed = to - from;
+        if elapsed <= 0.0 || !elapsed.is_finite() {
+            return 1.0;
+        }
+        if self.config.half_life_secs > 0.0 {
+            0.5f64.powf(elapsed / self.config.half_life_secs)
+        } else {
+            // No half-life: the past is forgotten at once.
+            0.0
+        }
+    }
+
+    /// Decay all usage to `now` (no-op if `now <= as_of`).
+    pub fn decay_to(&mut self, now: f64) {
+        if now <= self.as_of || now.is_nan() {
+            return;
+        }
+        let keep = self.decay_factor(self.as_of, now);
+        for used in self.usage.values_mut() {
+            *used *= keep;
+        }
+        self.as_of = now;
+    }
+
+    /// Add `cpu_seconds` of use by `account` at `now`. Use charged for a moment before `as_of`
+    /// is decayed from that moment, so the order of charges does not matter.
+    pub fn charge(&mut self, account: &str, cpu_seconds: f64, now: f64) {
+        if !(cpu_seconds > 0.0 && cpu_seconds.is_finite()) {
+            return;
+        }
+        self.decay_to(now);
+        let amount = cpu_seconds * self.decay_factor(now, self.as_of);
+        match self.usage.get_mut(account) {
+            Some(used) => *used += amount,
+            None => {
+                self.usage.insert(account.to_string(), amount);
+            }
+        }
+    }
+
+    /// The configured share of `account` (negative shares count as none).
+    fn raw_share(&self, account: &str) -> f64 {
+        self.config.shares.get(account).copied().unwrap_or(self.config.default_share).max(0.0)
+    }
+
+    /// Sum of the shares of the known accounts, plus `extra`'s if it is not one of them.
+    fn total_share(&self, extra: Option<&str>) -> f64 {
+        let known: f64 = self.accounts().map(|a| self.raw_share(a)).sum();
+        match extra {
+            Some(a) if !self.config.shares.contains_key(a) && !self.usage.contains_key(a) => known + self.raw_share(a),
+            _ => known,
+        }
+    }
+
+    /// Accounts that appear in the configured shares or in the usage, sorted.
+    fn accounts(&self) -> impl Iterator<Item = &str> {
+        let mut names: Vec<&str> = self.config.shares.keys().chain(self.usage.keys()).map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        names.into_iter()
+    }
+
+    fn total_usage(&self) -> f64 {
+        self.usage.values().sum()
+    }
+
+    /// `2^(-usage_fraction / share_fraction)`; an account with no share gets 0 once it used
+    /// anything (1 before).
+    fn factor_of(usage_fraction: f64, share_fraction: f64) -> f64 {
+        if usage_fraction <= 0.0 {
+            1.0
+        } else if share_fraction <= 0.0 {
+            0.0
+        } else {
+            2f64.powf(-usage_fraction / share_fraction).clamp(0.0, 1.0)
+        }
+    }
+
+    /// The account's fair-share factor in [0, 1] (Slurm's classic 2^(-usage/share)).
+    pub fn factor(&self, account: &str) -> f64 {
+        let total_usage = self.total_usage();
+        let used = self.usage.get(account).copied().unwrap_or(0.0);
+        let usage_fraction = if total_usage > 0.0 { used / total_usage } else { 0.0 };
+        let total_share = self.total_share(Some(account));
+        let share_fraction = if total_share > 0.0 { self.raw_share(account) / total_share } else { 0.0 };
+        Self::factor_of(usage_fraction, share_fraction)
+    }
+
+    /// Every known account's line, sorted by account.
+    pub fn report(&self) -> Vec<ShareLine> {
+        let total_usage = self.total_usage();
+        let total_share = self.total_share(None);
+        self.accounts()
+            .map(|account| {
+                let usage = self.usage.get(account).copied().unwrap_or(0.0);
+                let share = if total_share > 0.0 { self.raw_share(account) / total_share } else { 0.0 };
+                let usage_fraction = if total_usage > 0.0 { usage / total_usage } else { 0.0 };
+                ShareLine {
+                    account: account.to_string(),
+                    share,
+                    usage,
+                    usage_fraction,
+                    factor: Self::factor_of(usage_fraction, share),
+                }
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,121 @@
+use super::*;
+
+fn config(half_life_secs: f64, shares: &[(&str, f64)]) -> FairShareConfig {
+    FairShareConfig {
+        half_life_secs,
+        shares: shares.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
+        default_share: 1.0,
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+#[test]
+fn usage_halves_every_half_life() {
+    let mut fs = FairShare::new(config(100.0, &[]));
+    fs.charge("physics", 800.0, 0.0);
+    fs.decay_to(100.0);
+    assert!(close(fs.usage["physics"], 400.0));
+    fs.decay_to(300.0);
+    assert!(close(fs.usage["physics"], 100.0));
+    // Going back in time changes nothing.
+    fs.decay_to(50.0);
+    assert!(close(fs.usage["physics"], 100.0) && fs.as_of == 300.0);
+}
+
+#[test]
+fn late_charges_are_decayed_from_when_they_happened() {
+    let mut in_order = FairShare::new(config(100.0, &[]));
+    in_order.charge("a", 100.0, 0.0);
+    in_order.charge("a", 100.0, 100.0);
+    let mut late = FairShare::new(config(100.0, &[]));
+    late.charge("a", 100.0, 100.0);
+    late.charge("a", 100.0, 0.0);
+    assert!(close(in_order.usage["a"], late.usage["a"]));
+    assert!(close(late.usage["a"], 150.0));
+}
+
+#[test]
+fn factor_is_one_unused_half_at_share_and_falls_beyond() {
+    let mut fs = FairShare::new(config(1e9, &[("a", 1.0), ("b", 1.0), ("idle", 2.0)]));
+    // Nobody used anything: everybody is at 1.
+    assert_eq!(fs.factor("a"), 1.0);
+    fs.charge("a", 50.0, 0.0);
+    fs.charge("b", 50.0, 0.0);
+    // a has a quarter of the shares and half the usage: 2^(-0.5/0.25) = 0.25.
+    assert!(close(fs.factor("a"), 0.25));
+    assert_eq!(fs.factor("idle"), 1.0);
+    // An unknown account counts with the default share and no usage.
+    assert_eq!(fs.factor("newcomer"), 1.0);
+    let mut at_share = FairShare::new(config(1e9, &[("a", 1.0), ("b", 3.0)]));
+    at_share.charge("a", 25.0, 0.0);
+    at_share.charge("b", 75.0, 0.0);
+    assert!(close(at_share.factor("a"), 0.5) && close(at_share.factor("b"), 0.5));
+}
+
+#[test]
+fn zero_share_accounts_drop_to_zero_once_they_use_anything() {
+    let mut fs = FairShare::new(config(1e9, &[("guest", 0.0), ("staff", 1.0)]));
+    assert_eq!(fs.factor("guest"), 1.0);
+    fs.charge("guest", 1.0, 0.0);
+    assert_eq!(fs.factor("guest"), 0.0);
+    assert_eq!(fs.factor("staff"), 1.0);
+}
+
+#[test]
+fn report_lists_every_known_account_in_order_with_normalized_shares() {
+    let mut fs = FairShare::new(config(1e9, &[("b", 3.0), ("a", 1.0)]));
+    fs.charge("c", 10.0, 0.0);
+    fs.charge("a", 30.0, 0.0);
+    let lines = fs.report();
+    let names: Vec<&str> = lines.iter().map(|l| l.account.as_str()).collect();
+    assert_eq!(names, ["a", "b", "c"]);
+    // c was never configured: it counts with the default share (1 of 5).
+    let shares: Vec<f64> = lines.iter().map(|l| l.share).collect();
+    assert!(close(shares[0], 0.2) && close(shares[1], 0.6) && close(shares[2], 0.2));
+    assert!(close(lines.iter().map(|l| l.usage_fraction).sum::<f64>(), 1.0));
+    assert!(close(lines[0].usage_fraction, 0.75));
+    assert_eq!(lines[1].factor, 1.0);
+    for l in &lines {
+        assert!(close(l.factor, fs.factor(&l.account)), "{}", l.account);
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+
+    /// Two groups with shares 1:3 keep a toy machine saturated: every step each CPU goes to the
+    /// group with the higher factor (ties to the first), for a random number of steps of work.
+    /// After ten half-lives their decayed usage is within 5% of the shares. (The machine is large
+    /// enough and the steps short enough against the half-life that one job is a small part of
+    /// the decayed usage, as on a real cluster: otherwise single picks swing the fractions.)
+    #[test]
+    fn two_groups_converge_to_their_shares(
+        half_life in 3600.0f64..7200.0,
+        step in 10.0f64..30.0,
+        cpus in 4usize..32,
+        lengths in proptest::collection::vec(1u32..5, 1..20),
+    ) {
+        let mut fs = FairShare::new(config(half_life, &[("small", 1.0), ("large", 3.0)]));
+        let mut now = 0.0;
+        let mut k = 0;
+        while now < 10.0 * half_life {
+            for _ in 0..cpus {
+                let pick = if fs.factor("small") >= fs.factor("large") { "small" } else { "large" };
+                // A job of a few steps, charged as it is picked.
+                let length = lengths[k % lengths.len()] as f64;
+                k += 1;
+                fs.charge(pick, length * step / lengths.len() as f64, now);
+            }
+            now += step;
+        }
+        fs.decay_to(now);
+        let lines = fs.report();
+        let small = lines.iter().find(|l| l.account == "small").map_or(0.0, |l| l.usage_fraction);
+        let large = lines.iter().find(|l| l.account == "large").map_or(0.0, |l| l.usage_fraction);
+        proptest::prop_assert!((small - 0.25).abs() <= 0.05 * 0.25, "small group got {}", small);
+        proptest::prop_assert!((large - 0.75).abs() <= 0.05 * 0.75, "large group got {}", large);
+    }
+}
