@@ -7,6 +7,8 @@
 //! `berth-bench e2e N [AGENTS]`        N `/bin/true` jobs on AGENTS agents: first submit to all done
 //! `berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--json]`
 //!                                     decision time of `place` on emulated nodes (see placement.rs)
+//! `berth-bench backfill [--nodes N] [--jobs J] [--policy easy|conservative] [--json]`  one scheduling pass (see backfill.rs)
+//! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)
 //!
 //! Each but `placement` prints one JSON line. It starts its own cluster (`berth up`) in a temp dir
 //! with the `berth` binary next to this one (build with `cargo build --release`), and takes it down.
@@ -19,7 +21,9 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 
+mod backfill;
 mod placement;
+mod sim;
 
 fn berth_bin() -> Result<PathBuf> {
     let me = std::env::current_exe()?;
@@ -116,8 +120,14 @@ fn report(kind: &str, n: usize, param: usize, elapsed: Duration, extra: serde_js
 async fn main() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let kind = args.get(1).map(String::as_str).unwrap_or("");
+    if kind == "backfill" {
+        return backfill::run(&args[2..]);
+    }
     if kind == "placement" {
         return placement::run(&args[2..]);
+    }
+    if kind == "sim" {
+        return sim::run(&args[2..]);
     }
     let n: usize = args.get(2).map(|s| s.parse()).transpose().context("N")?.unwrap_or(10_000);
     let param: Option<usize> = args.get(3).map(|s| s.parse()).transpose().context("param")?;

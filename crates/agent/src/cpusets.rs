@@ -89,7 +89,14 @@ pub fn prepare(
 }
 
 /// What the kernel holds for one cgroup; what was asked for if it cannot tell.
-fn report(cg: &dyn JobCgroup, mount: &Path, dir: &Path, rank: Option<usize>, cpus: &str, mems: &str) -> CgroupReport {
+pub(crate) fn report(
+    cg: &dyn JobCgroup,
+    mount: &Path,
+    dir: &Path,
+    rank: Option<usize>,
+    cpus: &str,
+    mems: &str,
+) -> CgroupReport {
     let name = rank.map(rank_name);
     let (cpus, mems) = match cg.read_cpuset(name.as_deref()) {
         Ok(Some(pair)) => pair,

@@ -4,6 +4,7 @@ use crate::cgroup::{self, CgroupBackend};
 use crate::cpumap::CpuMap;
 use crate::hwtopo::{self, TopologySource};
 use crate::job::{cgroup_name, run_job, JobContext};
+use crate::suspend::Op;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
@@ -236,6 +237,10 @@ fn handle(
             }
         }
         ControllerMessage::Signal { id, step, signal } => signal_job(ctx, id, step, signal),
+        ControllerMessage::Suspend { id } => suspend_op(ctx, shared, events, id, Op::Suspend),
+        ControllerMessage::Resume { id, allocation } => {
+            suspend_op(ctx, shared, events, id, Op::Resume(allocation.map(Box::new)))
+        }
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
         }
@@ -243,12 +248,28 @@ fn handle(
     }
 }
 
-/// `berth signal`: one step's local ranks, or every process of the job here.
+/// `suspend` / `resume`: carried out in order per job, answered on `events`.
+fn suspend_op(
+    ctx: &Arc<JobContext>,
+    shared: &Arc<Mutex<Shared>>,
+    events: &mpsc::UnboundedSender<AgentMessage>,
+    id: JobId,
+    op: Op,
+) {
+    let launching = shared.lock().map(|s| s.running.contains_key(&id)).unwrap_or(false);
+    crate::suspend::request(ctx, id, op, launching, events);
+}
+
+/// `berth signal`: one step's local ranks, or every process of the job here. A suspended
+/// job's processes get it now and act on it when the job resumes.
 fn signal_job(ctx: &Arc<JobContext>, id: JobId, step: Option<u32>, signal: i32) {
     let Some(job) = ctx.registry.get(id) else {
         tracing::info!(job = %id, "signal for a job not running here");
         return;
     };
+    if job.suspension.is_suspended() {
+        tracing::info!(job = %id, signal, "the job is suspended: the signal acts when it resumes");
+    }
     match step {
         Some(s) => {
             if !job.signal_step(s, signal) {

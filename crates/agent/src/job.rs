@@ -6,6 +6,7 @@ use crate::cpumap::CpuMap;
 use crate::cpusets::{self, JobCpusets};
 use crate::registry::JobHandle;
 use crate::spawn::ChildSetup;
+use crate::suspend::Suspension;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
 use berth_core::topology::Topology;
@@ -91,6 +92,7 @@ pub async fn run_job(
         Ok((child, sets)) => {
             let pid = child.as_ref().and_then(|c| c.id()).unwrap_or(0);
             let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports.clone() });
+            let suspension = Arc::new(Suspension::new(spec.allocation.clone()));
             ctx.registry.insert(Arc::new(JobHandle {
                 spec: spec.clone(),
                 cgroup: cg.clone(),
@@ -98,10 +100,11 @@ pub async fn run_job(
                 cpuset_dir: sets.dir.clone(),
                 steps: Default::default(),
                 tasks: Default::default(),
+                suspension: suspension.clone(),
             }));
             let outcome = match child {
-                Some(mut child) => supervise(&spec, &mut child, cg.clone(), &mut kill, started).await,
-                None => hold(&spec, cg.clone(), &mut kill, started).await,
+                Some(mut child) => supervise(&spec, &mut child, cg.clone(), &mut kill, &suspension, started).await,
+                None => hold(&spec, cg.clone(), &mut kill, &suspension, started).await,
             };
             ctx.registry.remove(spec.id);
             outcome
@@ -245,12 +248,14 @@ async fn supervise(
     child: &mut tokio::process::Child,
     cg: Arc<dyn JobCgroup>,
     kill: &mut mpsc::UnboundedReceiver<String>,
+    suspension: &Suspension,
     started: Instant,
 ) -> JobOutcome {
     let reason: Option<String> = tokio::select! {
         status = child.wait() => return finished(status, None, started),
-        r = end_request(spec, kill) => Some(r),
+        r = end_request(spec, kill, suspension) => Some(r),
     };
+    suspension.end(spec.id, &cg).await;
     // SIGTERM to every process of the job, a grace period, then SIGKILL to whatever is left.
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
@@ -273,11 +278,12 @@ async fn supervise(
     finished(status, reason, started)
 }
 
-/// Why the job must end: its walltime passed, or a kill request (its reason) arrived.
-async fn end_request(spec: &LaunchSpec, kill: &mut mpsc::UnboundedReceiver<String>) -> String {
+/// Why the job must end: its walltime passed (time suspended not counted), or a kill
+/// request (its reason) arrived.
+async fn end_request(spec: &LaunchSpec, kill: &mut mpsc::UnboundedReceiver<String>, suspension: &Suspension) -> String {
     let deadline = async {
         match spec.walltime_seconds {
-            Some(w) => tokio::time::sleep(Duration::from_secs(w)).await,
+            Some(w) => suspension.walltime(Duration::from_secs(w)).await,
             None => std::future::pending().await,
         }
     };
@@ -294,9 +300,11 @@ async fn hold(
     spec: &LaunchSpec,
     cg: Arc<dyn JobCgroup>,
     kill: &mut mpsc::UnboundedReceiver<String>,
+    suspension: &Suspension,
     started: Instant,
 ) -> JobOutcome {
-    let reason = end_request(spec, kill).await;
+    let reason = end_request(spec, kill, suspension).await;
+    suspension.end(spec.id, &cg).await;
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
     let grace = Instant::now() + Duration::from_millis(spec.kill_grace_ms);

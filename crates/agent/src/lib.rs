@@ -14,6 +14,7 @@ pub mod registry;
 pub mod shepherd;
 pub mod spawn;
 pub mod step_ranks;
+pub mod suspend;
 pub mod tasks;
 
 pub use daemon::{run, AgentConfig, AgentError};

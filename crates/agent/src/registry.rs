@@ -21,11 +21,18 @@ pub struct JobHandle {
     pub steps: Mutex<HashMap<u32, mpsc::UnboundedSender<i32>>>,
     /// Tasks started through this agent's task API (`berth task`).
     pub tasks: crate::tasks::JobTasks,
+    /// Frozen or not, and for how long (its walltime does not count it).
+    pub suspension: Arc<crate::suspend::Suspension>,
 }
 
 impl JobHandle {
     pub fn tmpdir(&self) -> PathBuf {
         self.spool.join("tmp")
+    }
+
+    /// This node's part of the allocation now: the launch's, or where a resume moved it.
+    pub fn allocation(&self) -> berth_core::job::NodeAllocation {
+        self.suspension.allocation().unwrap_or_else(|| self.spec.allocation.clone())
     }
 
     /// Send `signal` to the local ranks of `step`; false if the step has none here.

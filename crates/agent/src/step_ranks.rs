@@ -45,14 +45,15 @@ pub fn check(job: &JobHandle, grant: &StepGrant, node: &StepNode) -> Result<(), 
             spec.id
         ));
     }
+    let allocation = job.allocation();
     for r in &node.ranks {
-        if r.cpus.is_empty() || !r.cpus.is_subset_of(&spec.allocation.cpus) {
+        if r.cpus.is_empty() || !r.cpus.is_subset_of(&allocation.cpus) {
             return Err(format!(
                 "rank {}'s CPUs [{}] are not inside job {}'s CPUs {} on this node",
                 r.rank,
                 r.cpus.to_list(),
                 spec.id,
-                spec.allocation.cpus.to_list()
+                allocation.cpus.to_list()
             ));
         }
     }
@@ -200,12 +201,13 @@ pub fn start(
 /// The job's memory nodes local to `cpus`, as host nodes; the job's own when none is.
 fn rank_mems(ctx: &JobContext, job: &JobHandle, cpus: &CpuSet) -> String {
     let topo = &ctx.topology;
+    let job_mems = job.allocation().mems;
     let local: CpuSet = topo
         .numa_nodes
         .iter()
-        .filter(|n| n.cpus.intersects(cpus) && job.spec.allocation.mems.contains(n.os_index))
+        .filter(|n| n.cpus.intersects(cpus) && job_mems.contains(n.os_index))
         .map(|n| n.os_index)
         .collect();
-    let mems = if local.is_empty() { job.spec.allocation.mems.clone() } else { local };
+    let mems = if local.is_empty() { job_mems } else { local };
     ctx.cpumap.mems(&mems).to_list()
 }

@@ -420,7 +420,7 @@ fn own_node(job: &JobHandle) -> AllocationNode {
         name: spec.allocation.node.clone(),
         address: spec.addresses.get(index).cloned().unwrap_or_default(),
         slots: spec.allocation.cores,
-        cpus: spec.allocation.cpus.to_list(),
+        cpus: job.allocation().cpus.to_list(),
     }
 }
 
@@ -569,7 +569,7 @@ fn spawn_here(
         vec![
             ("TMPDIR", job.tmpdir().display().to_string()),
             ("BERTH_NODEFILE", job.spool.join("nodefile").display().to_string()),
-            ("BERTH_CPUS", job.spec.allocation.cpus.to_list()),
+            ("BERTH_CPUS", job.allocation().cpus.to_list()),
             ("BERTH_CORES", job.spec.allocation.cores.to_string()),
             ("BERTH_CPUSET", job.cpuset_dir.display().to_string()),
             ("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string()),

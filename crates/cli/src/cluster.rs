@@ -221,8 +221,17 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
         None => {
             let id = format!("{:08x}", (std::process::id() as u64 ^ berth_now_nanos()) & 0xffff_ffff);
             let host = if netns { NetLayout::new(&id, 0).host_ip() } else { "127.0.0.1".into() };
+            // A berth.toml written beforehand (an admin's settings) keeps its `listen`, if any;
+            // the rest of it is read by the controller as usual.
+            let configured = std::fs::read_to_string(dir.join("berth.toml"))
+                .ok()
+                .and_then(|t| t.parse::<toml::Table>().ok())
+                .and_then(|t| t.get("listen").and_then(|v| v.as_str()).map(String::from));
             ClusterFile {
-                controller: format!("{host}:{}", free_port()?),
+                controller: match configured {
+                    Some(listen) => listen,
+                    None => format!("{host}:{}", free_port()?),
+                },
                 id,
                 agents: agents.unwrap_or(3),
                 topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
@@ -245,14 +254,18 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     }
     std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&cluster)?)?;
     let config = dir.join("berth.toml");
-    if !config.exists() {
-        std::fs::write(
-            &config,
-            format!(
-                "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\ndefault_mem_per_core = \"256M\"\n",
-                cluster.controller
-            ),
-        )?;
+    let defaults = format!(
+        "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\ndefault_mem_per_core = \"256M\"\n",
+        cluster.controller
+    );
+    match std::fs::read_to_string(&config) {
+        Err(_) => std::fs::write(&config, defaults)?,
+        // Settings written beforehand without the cluster's own keys get them added in front
+        // (TOML top-level keys must precede the first [table]).
+        Ok(text) if !text.lines().any(|l| l.trim_start().starts_with("listen")) => {
+            std::fs::write(&config, format!("{defaults}{text}"))?
+        }
+        Ok(_) => {}
     }
     let dir_s = dir.display().to_string();
     let mut started = vec![];

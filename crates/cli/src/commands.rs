@@ -42,6 +42,10 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         Command::Release { ids } => {
             per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await
         }
+        Command::Suspend { ids } => {
+            per_id(&dir, json, "suspended", ClientRequest::Suspend { ids: parse_ids(&ids)? }).await
+        }
+        Command::Resume { ids } => per_id(&dir, json, "resumed", ClientRequest::Resume { ids: parse_ids(&ids)? }).await,
         Command::Nodes { topology, width } => {
             let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes { topology }).await? else {
                 bail!("unexpected answer")
@@ -81,6 +85,19 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             let ClientResponse::Acct { jobs } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &jobs, || output::acct_table(&jobs))
         }
+        Command::Queues => {
+            let ClientResponse::Queues { queues } = request(&dir, ClientRequest::Queues).await? else {
+                bail!("unexpected answer")
+            };
+            print(json, &queues, || output::queues_table(&queues))
+        }
+        Command::Share => {
+            let ClientResponse::Share { half_life_secs, accounts } = request(&dir, ClientRequest::Share).await? else {
+                bail!("unexpected answer")
+            };
+            print(json, &accounts, || output::share_table(half_life_secs, &accounts))
+        }
+        Command::Reservations { all } => crate::reservations::list(&dir, json, all).await,
         Command::Run(args) => crate::run::run(&dir, json, args).await,
         Command::Signal { target, signal } => {
             let (job, step) = match target.split_once('.') {
@@ -95,6 +112,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             per_id(&dir, json, "signalled", ClientRequest::Signal { job, step, signal: sig }).await
         }
         Command::Task { command } => crate::task::run(json, command).await,
+        Command::Sim(args) => crate::sim::run(json, args),
         Command::Server(args) => crate::cluster::server(&dir, args).await,
         Command::Agent(args) => crate::cluster::agent(args).await,
         Command::Up { agents, topology, netns } => crate::cluster::up(&dir, json, agents, topology, netns).await,
@@ -154,6 +172,7 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("output", &flags.output),
         ("error", &flags.error),
         ("queue", &flags.queue),
+        ("account", &flags.account),
         ("mem-per-cpu", &flags.mem_per_cpu),
         ("binding", &flags.binding),
         ("binding-mode", &flags.binding_mode),

@@ -7,7 +7,9 @@ mod commands;
 mod demo;
 mod netns;
 mod output;
+mod reservations;
 mod run;
+mod sim;
 mod task;
 mod topo_view;
 
@@ -51,8 +53,11 @@ pub struct SubmitFlags {
     output: Option<String>,
     #[arg(long)]
     error: Option<String>,
-    #[arg(long)]
+    #[arg(long, short = 'q')]
     queue: Option<String>,
+    /// Account (project) charged for fair share; default: your primary group.
+    #[arg(long, short = 'A')]
+    account: Option<String>,
     /// Memory per allocated CPU, e.g. 1G (instead of --mem per node).
     #[arg(long = "mem-per-cpu")]
     mem_per_cpu: Option<String>,
@@ -115,6 +120,16 @@ enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// Admins: suspend running jobs (frozen; their cores freed, their memory kept).
+    Suspend {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Admins: resume suspended jobs (on other cores of their nodes if theirs are taken).
+    Resume {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
     /// List nodes: state, topology, free PUs, memory per NUMA node.
     Nodes {
         /// Draw each node: packages, NUMA nodes, cores, PUs and which job holds which.
@@ -147,6 +162,16 @@ enum Command {
         #[arg(long)]
         steps: bool,
     },
+    /// Fair share: each account's configured share, decayed usage and priority factor.
+    Share,
+    /// The queues: limits, defaults, priority, preemption class, and the jobs each holds.
+    Queues,
+    /// Reservations made by external schedulers through the reservations API (docs/reservations.md).
+    Reservations {
+        /// Also those released (the most recent 10,000).
+        #[arg(long)]
+        all: bool,
+    },
     /// Run a parallel program: inside a job on its allocation, outside one interactively.
     Run(run::RunArgs),
     /// Send a signal to a job's processes on every node, or to one step's ranks (JOB.STEP).
@@ -161,6 +186,8 @@ enum Command {
         #[command(subcommand)]
         command: task::TaskCommand,
     },
+    /// Replay a job trace (SWF) through the scheduler on a virtual clock; needs no cluster.
+    Sim(sim::SimArgs),
     /// Run the controller.
     Server(cluster::ServerArgs),
     /// Run a node agent.

@@ -33,20 +33,27 @@ fn exit_of(j: &JobInfo) -> String {
 
 pub fn jobs_table(jobs: &[JobInfo]) -> String {
     let mut out = format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n",
-        "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "EXIT", "NODES[CPUS]", "REASON"
+        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:>8}  {:>7}  {:<5} {:<24} {}\n",
+        "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "START", "PRIO", "EXIT", "NODES[CPUS]", "REASON"
     );
     for j in jobs {
         let cores: u32 = j.allocation.iter().map(|a| a.cores).sum();
         let cores = if cores == 0 { j.request.cores.or(j.request.tasks_per_node).unwrap_or(1) } else { cores };
         out.push_str(&format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:<5} {:<24} {}\n",
+            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:>8}  {:>7}  {:<5} {:<24} {}\n",
             j.id.0,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             j.state.as_str(),
             cores,
             time_of(Some(j.submit_time)),
+            // Running: when it started; pending: when the scheduler expects it to ("~").
+            match (j.start_time, j.expected_start) {
+                (Some(t), _) => time_of(Some(t)),
+                (None, Some(t)) => format!("~{}", time_of(Some(t))),
+                _ => "-".into(),
+            },
+            j.priority.as_ref().map(|p| format!("{:.0}", p.total)).unwrap_or("-".into()),
             exit_of(j),
             truncate(&alloc_summary(j), 24),
             j.reason.as_deref().unwrap_or("")
@@ -66,6 +73,19 @@ pub fn job_detail(j: &JobInfo) -> String {
         kv("reason", r.clone());
     }
     kv("queue", j.queue.clone());
+    kv("account", j.account.clone());
+    if let Some(p) = &j.priority {
+        kv(
+            "priority",
+            format!(
+                "{:.0} (age {:.3}, size {:.3}, queue {:.3}, fair share {:.3})",
+                p.total, p.age, p.size, p.queue, p.fair_share
+            ),
+        );
+    }
+    if let Some(t) = j.expected_start {
+        kv("expected start", time_of(Some(t)));
+    }
     let r = &j.request;
     kv(
         "request",
@@ -81,6 +101,9 @@ pub fn job_detail(j: &JobInfo) -> String {
         ),
     );
     kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
+    if let Some(t) = j.suspended_seconds {
+        kv("suspended", format!("{} in total (not counted against the walltime)", format_duration(t.round() as u64)));
+    }
     kv("submitted", time_of(Some(j.submit_time)));
     kv("started", time_of(j.start_time));
     kv("ended", time_of(j.end_time));
@@ -246,6 +269,77 @@ pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
             truncate(&s.cwd, 20),
             truncate(&s.argv.join(" "), 24),
             s.failure.as_deref().unwrap_or("")
+        ));
+    }
+    out
+}
+
+pub fn share_table(half_life_secs: f64, accounts: &[berth_core::sched::fairshare::ShareLine]) -> String {
+    let mut out = format!(
+        "usage decays with a half-life of {}\n{:<20} {:>8} {:>14} {:>8} {:>8}\n",
+        format_duration(half_life_secs.round() as u64),
+        "ACCOUNT",
+        "SHARE",
+        "USAGE(cpu-h)",
+        "USED",
+        "FACTOR"
+    );
+    for a in accounts {
+        out.push_str(&format!(
+            "{:<20} {:>7.1}% {:>14.2} {:>7.1}% {:>8.3}\n",
+            truncate(&a.account, 20),
+            a.share * 100.0,
+            a.usage / 3600.0,
+            a.usage_fraction * 100.0,
+            a.factor
+        ));
+    }
+    if accounts.is_empty() {
+        out.push_str("(no account has used anything or been given a share yet)\n");
+    }
+    out
+}
+
+pub fn queues_table(queues: &[berth_protocol::client::QueueInfo]) -> String {
+    let limit = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let mut out = format!(
+        "{:<12} {:<8} {:>5} {:>6} {:>10} {:>10} {:>9} {:>9} {:>6} {:>6} {:>5} {:>7}  {}\n",
+        "QUEUE",
+        "STATE",
+        "PRIO",
+        "CLASS",
+        "MAXWALL",
+        "DEFWALL",
+        "CORES/JOB",
+        "CORES/USR",
+        "QUEUED",
+        "HELD",
+        "RUN",
+        "RUNCORE",
+        "PROPERTIES"
+    );
+    for q in queues {
+        let s = &q.spec;
+        let props = match (&s.allowed_properties, s.allowed_subnodes) {
+            (_, Some(false)) => "no subnode properties".to_string(),
+            (Some(p), _) => p.join(","),
+            (None, _) => "any".into(),
+        };
+        out.push_str(&format!(
+            "{:<12} {:<8} {:>5} {:>6} {:>10} {:>10} {:>9} {:>9} {:>6} {:>6} {:>5} {:>7}  {}\n",
+            truncate(&s.name, 12),
+            if s.enabled { "open" } else { "closed" },
+            s.priority,
+            s.preempt_class,
+            limit(s.max_walltime_secs.map(format_duration)),
+            limit(s.default_walltime_secs.map(format_duration)),
+            limit(s.max_cores_per_job.map(|c| c.to_string())),
+            limit(s.max_cores_per_user.map(|c| c.to_string())),
+            q.queued,
+            q.held,
+            q.running,
+            q.running_cores,
+            props
         ));
     }
     out

@@ -41,7 +41,8 @@ fn bad_submissions_are_refused_with_reasons() {
     let o = c.berth(&["submit", "--nodes", "3", "--cores", "4", &ok]);
     assert!(stderr_of(&o).contains("evenly"), "{}", stderr_of(&o));
     let o = c.berth(&["submit", "--queue", "nope", &ok]);
-    assert!(stderr_of(&o).contains("unknown queue"), "{}", stderr_of(&o));
+    let e = stderr_of(&o);
+    assert!(e.contains("no queue \"nope\"; queues are: batch") && e.contains("queue_limit"), "{e}");
     let o = c.berth(&["submit", &c.root().join("missing.sh").display().to_string()]);
     assert!(stderr_of(&o).contains("cannot read batch script"), "{}", stderr_of(&o));
 

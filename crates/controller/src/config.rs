@@ -3,6 +3,11 @@
 
 use berth_core::hierarchy::{Hierarchy, SwitchDef};
 use berth_core::placement::PlacementPolicy;
+use berth_core::sched::backfill::BackfillPolicy;
+use berth_core::sched::fairshare::FairShareConfig;
+use berth_core::sched::preempt::PreemptConfig;
+use berth_core::sched::priority::PriorityWeights;
+use berth_core::sched::queue::QueueSpec;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -49,6 +54,42 @@ pub struct ControllerConfig {
     /// Limits of interactive allocations (`[interactive]`, `berth run` outside a job).
     #[serde(default)]
     pub interactive: InteractiveConfig,
+    /// Queue policy (`[scheduler]`): backfill kind and how much one pass may do.
+    #[serde(default)]
+    pub scheduler: SchedulerConfig,
+    /// Multifactor priority weights (`[priority]`).
+    #[serde(default)]
+    pub priority: PriorityWeights,
+    /// Equal-access fair share (`[fair_share]`): half-life and shares per account.
+    #[serde(default)]
+    pub fair_share: FairShareConfig,
+    /// Preemption by suspension (`[preempt]`): scores, cutoffs, the bound on suspension.
+    #[serde(default)]
+    pub preempt: PreemptConfig,
+    /// The batch queues (`[[queues]]`), the first being the default; one queue "batch" with
+    /// no limits when none is configured.
+    #[serde(default = "default_queues")]
+    pub queues: Vec<QueueSpec>,
+    /// The reservations API for external schedulers (`[api]`, docs/reservations.md).
+    #[serde(default)]
+    pub api: crate::api::ApiConfig,
+}
+
+/// `[scheduler]`: which backfill, and bounds on one pass so a huge queue never stalls it.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulerConfig {
+    pub policy: BackfillPolicy,
+    /// Most reservations ("will run at") computed per pass; later jobs may still start now.
+    pub max_reservations: usize,
+    /// Walltime assumed, for reservations only, of jobs that have none (seconds).
+    pub unlimited_walltime_secs: u64,
+}
+
+impl Default for SchedulerConfig {
+    fn default() -> Self {
+        SchedulerConfig { policy: BackfillPolicy::Easy, max_reservations: 200, unlimited_walltime_secs: 365 * 86400 }
+    }
 }
 
 /// `[interactive]`: allocations `berth run` makes outside any batch job. They are placed at
@@ -78,6 +119,10 @@ pub struct InterconnectConfig {
     pub blocks: Vec<u64>,
     #[serde(default)]
     pub switch: Vec<SwitchDef>,
+}
+
+fn default_queues() -> Vec<QueueSpec> {
+    vec![QueueSpec::default()]
 }
 
 fn default_listen() -> String {
@@ -201,6 +246,39 @@ impl ControllerConfig {
         if i.max_nodes == 0 || i.max_cores == 0 || i.max_walltime_secs == 0 {
             return invalid("interactive", "max_nodes, max_cores and max_walltime_secs must be at least 1".into());
         }
+        if self.fair_share.half_life_secs <= 0.0 || !self.fair_share.half_life_secs.is_finite() {
+            return invalid("fair_share", "half_life_secs must be a positive number of seconds".into());
+        }
+        if self.fair_share.shares.values().chain([&self.fair_share.default_share]).any(|s| *s < 0.0 || !s.is_finite()) {
+            return invalid("fair_share", "shares must be numbers >= 0".into());
+        }
+        let p = &self.priority;
+        if [p.age, p.size, p.queue, p.fair_share].iter().any(|w| *w < 0.0 || !w.is_finite()) || p.max_age_secs <= 0.0 {
+            return invalid("priority", "weights must be numbers >= 0 and max_age_secs > 0".into());
+        }
+        if self.queues.is_empty() {
+            return invalid("queues", "configure at least one queue".into());
+        }
+        for (i, q) in self.queues.iter().enumerate() {
+            let good = !q.name.is_empty() && q.name.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
+            if !good {
+                return invalid("queues", format!("queue name {:?}: use letters, digits, _ and -", q.name));
+            }
+            if ["interactive", "reservation"].contains(&q.name.as_str()) {
+                return invalid("queues", format!("queue name {:?} is reserved for berth's own allocations", q.name));
+            }
+            if self.queues[..i].iter().any(|o| o.name == q.name) {
+                return invalid("queues", format!("queue {:?} is configured twice", q.name));
+            }
+            if let (Some(d), Some(m)) = (q.default_walltime_secs, q.max_walltime_secs) {
+                if d > m {
+                    return invalid(
+                        "queues",
+                        format!("queue {}: default_walltime_secs exceeds max_walltime_secs", q.name),
+                    );
+                }
+            }
+        }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return invalid("listen", format!("{:?} is not an address like 127.0.0.1:7117", self.listen));
         }
@@ -223,6 +301,11 @@ impl ControllerConfig {
 
     pub fn default_mem_per_core_bytes(&self) -> u64 {
         berth_core::units::parse_size(&self.default_mem_per_core).unwrap_or(256 << 20)
+    }
+
+    /// Where jobs go that name no queue: the first enabled queue (else the first).
+    pub fn default_queue(&self) -> &str {
+        self.queues.iter().find(|q| q.enabled).or(self.queues.first()).map(|q| q.name.as_str()).unwrap_or("batch")
     }
 
     pub fn default_walltime_secs(&self) -> Option<u64> {

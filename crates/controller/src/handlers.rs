@@ -14,9 +14,6 @@ use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode,
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-/// Queues known to this controller (policy queues come with the scheduler's next version).
-pub const QUEUES: [&str; 1] = ["batch"];
-
 /// Who sent a request, as the kernel told us.
 #[derive(Debug, Clone)]
 pub struct Peer {
@@ -130,8 +127,19 @@ impl Controller {
                 ClientResponse::Acct { jobs }
             }
             ClientRequest::StepCreate(req) => self.step_create(*req, peer, now)?,
+            ClientRequest::Queues => ClientResponse::Queues { queues: self.queue_infos() },
+            ClientRequest::Share => {
+                self.charge_usage(now)?;
+                ClientResponse::Share {
+                    half_life_secs: self.policy.fair_share.config.half_life_secs,
+                    accounts: self.policy.fair_share.report(),
+                }
+            }
             ClientRequest::StepEnd { job, step, outcome } => self.step_end(job, step, &outcome, peer, now)?,
             ClientRequest::Signal { job, step, signal } => self.signal(job, step, signal, peer)?,
+            ClientRequest::Suspend { ids } => self.suspend_request(ids, false, peer, now)?,
+            ClientRequest::Resume { ids } => self.suspend_request(ids, true, peer, now)?,
+            ClientRequest::Reservation { request } => self.reservation_request(*request, peer, now)?,
         };
         self.reply(reply, response);
         Ok(())
@@ -151,18 +159,25 @@ impl Controller {
                 "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into(),
             ));
         }
-        let queue = options.queue.clone().unwrap_or_else(|| QUEUES[0].to_string());
-        if !QUEUES.contains(&queue.as_str()) {
-            return Err(bad(format!("unknown queue {queue:?}; the queues are: {}", QUEUES.join(", "))));
-        }
+        let queue = options.queue.clone().unwrap_or_else(|| self.cfg.default_queue().to_string());
         // Without --mem or --mem-per-cpu a job gets the default per CPU, but never more per CPU
         // than the roomiest node has: a job must not be refused for memory it did not ask for.
         if options.mem.is_none() && options.mem_per_cpu.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
         let request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
-        let walltime = options.walltime.or(self.cfg.default_walltime_secs());
+        // The job's walltime, else its queue's default, else the cluster's default.
+        let spec = self.cfg.queues.iter().find(|q| q.name == queue);
+        let walltime = spec
+            .and_then(|q| q.walltime_or_default(options.walltime))
+            .or(options.walltime)
+            .or(self.cfg.default_walltime_secs());
+        berth_core::sched::queue::check_in(&self.cfg.queues, &queue, walltime, &request)
+            .map_err(|e| ApiError::new(ErrorCode::QueueLimit, e.to_string()))?;
         options.walltime = walltime;
+        if options.account.is_none() {
+            options.account = Some(crate::policy::default_account(peer.user.gid));
+        }
         if !self.cluster.nodes.is_empty() {
             // Judge against every node that ever registered, as if up: a down node may return.
             let registered = |n: &berth_core::node::NodeCapacity| {
@@ -207,6 +222,7 @@ impl Controller {
             env: sub.env,
             usage: None,
             kill_sent: None,
+            suspension: Default::default(),
         };
         job.validate().map_err(bad)?;
         Ok(job)
@@ -400,7 +416,7 @@ impl Controller {
         // Jobs the agent runs (or holds, on a job's other nodes) that we do not think are
         // there: stop them.
         for id in &reg.running {
-            let known_here = self.jobs.get(id).is_some_and(|j| j.state == JobState::Running && j.on_node(index));
+            let known_here = self.jobs.get(id).is_some_and(|j| j.state.has_allocation() && j.on_node(index));
             if !known_here {
                 self.out.agents.push((
                     tx.clone(),
@@ -445,6 +461,9 @@ impl Controller {
                 self.end_running(id, now, "job ended", Some(index))?;
             } else {
                 // Same agent process, never got the launch (lost with the old connection): requeue.
+                // Its next run starts with a fresh walltime clock.
+                let suspended = std::mem::take(&mut job.suspension).since.is_some();
+                self.store.save_suspension(id, &job.suspension)?;
                 let alloc = std::mem::take(&mut job.allocation);
                 job.state = JobState::Queued;
                 job.start_time = None;
@@ -454,8 +473,11 @@ impl Controller {
                 self.steps.remove(&id);
                 self.cgroups.remove(&id);
                 self.kill_on_nodes(id, &alloc, "job requeued", Some(index));
-                self.cluster.release(&alloc);
+                crate::suspend::release(&mut self.cluster, &alloc, suspended);
             }
+        }
+        if !restarted {
+            self.resync_suspensions(index);
         }
         self.dirty = true;
         Ok(())
@@ -487,7 +509,7 @@ impl Controller {
             }
             AgentMessage::JobEnded { id, outcome } => {
                 let node_name = self.cluster.nodes[node].name.clone();
-                let running_here = self.jobs.get(&id).filter(|j| j.state == JobState::Running && j.on_node(node));
+                let running_here = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node));
                 let first = running_here.is_some_and(|j| Self::head_node(&j.allocation) == Some(node));
                 let running_here = running_here.is_some();
                 if let (true, Some(job)) = (first, self.jobs.get_mut(&id)) {
@@ -516,7 +538,7 @@ impl Controller {
                     if self.store.add_member_usage(id, &node_name, &usage)? && !running_here {
                         self.store.add_to_accounting(id, &usage)?;
                     }
-                    if let Some(job) = self.jobs.get(&id).filter(|j| j.state == JobState::Running && j.on_node(node)) {
+                    if let Some(job) = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node)) {
                         if job.kill_sent.is_none() {
                             tracing::warn!(job = %id, node = %node_name, "the job's part on this node ended while it runs");
                             let detail = outcome.reason.clone().unwrap_or_default();
@@ -526,6 +548,8 @@ impl Controller {
                 }
                 self.send_to_node(node, ControllerMessage::EndAck { id });
             }
+            AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
+            AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,
         }
         Ok(())
     }

@@ -40,15 +40,23 @@ pub struct JobRecord {
     pub usage: Option<Usage>,
     /// A kill was sent and the job's end is awaited (not persisted: resent after a restart).
     pub kill_sent: Option<String>,
+    /// Its suspensions (see `suspend`).
+    pub suspension: crate::suspend::Suspension,
 }
 
 /// The queue of interactive allocations (`berth run` outside a job): made for one step, with
 /// no batch script, and ended with it.
 pub const INTERACTIVE_QUEUE: &str = "interactive";
 
+/// The queue of reservations made through the reservations API (`crate::reservations`): no
+/// batch script either; they end when released.
+pub const RESERVATION_QUEUE: &str = "reservation";
+
 impl JobRecord {
+    /// It has no batch script (an interactive allocation or a reservation): the controller
+    /// ends it, and every node only holds its cgroup for steps and tasks.
     pub fn is_interactive(&self) -> bool {
-        self.queue == INTERACTIVE_QUEUE
+        self.queue == INTERACTIVE_QUEUE || self.queue == RESERVATION_QUEUE
     }
 
     /// Node `id` holds part of the job.
@@ -116,6 +124,14 @@ impl JobRecord {
             steps: vec![],
             binding: self.options.binding.clone(),
             binding_mode: self.options.binding_mode,
+            account: crate::policy::account_of(self),
+            priority: None,
+            expected_start: None,
+            suspended_seconds: self.suspension.ever().then(|| {
+                // A suspension going on counts up to the job's end, or to now.
+                let until = self.end_time.unwrap_or_else(crate::state::unix_now);
+                (self.suspension.seconds(until) * 10.0).round() / 10.0
+            }),
         }
     }
 }

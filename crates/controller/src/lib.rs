@@ -1,14 +1,21 @@
 //! berth-controller: the queue, the nodes and the durable state (`berth server`).
 
 pub mod admin;
+pub mod api;
 pub mod config;
 pub mod handlers;
 pub mod job;
+pub mod policy;
+pub mod reservations;
 pub mod server;
 pub mod state;
 pub mod steps;
 pub mod store;
+pub mod suspend;
 pub mod views;
+
+#[cfg(test)]
+pub(crate) mod testkit;
 
 pub use config::ControllerConfig;
 pub use server::{serve, user_name, ServerError};

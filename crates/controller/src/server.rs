@@ -89,6 +89,7 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
         source,
     })?;
     tracing::info!(socket = %socket.display(), agents = %cfg.listen, "controller listening");
+    let api = crate::api::bind(&cfg).await?;
 
     let (tx, rx) = mpsc::channel::<Command>(65536);
     let actor = std::thread::Builder::new()
@@ -108,6 +109,7 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
         }
     });
     let conn_ids = Arc::new(AtomicU64::new(1));
+    let _api = api.serve(tx.clone(), conn_ids.clone());
     let client_tx = tx.clone();
     let client_ids = conn_ids.clone();
     tokio::spawn(async move {
@@ -202,6 +204,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                     Command::Tick => {
                         ctl.check_heartbeats(now)?;
                         ctl.check_interactive(now)?;
+                        ctl.check_reservations(now, false)?;
                     }
                     Command::Shutdown => stop = true,
                 }
@@ -233,7 +236,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
 }
 
 /// Identity of the process at the other end of a Unix socket, from the kernel.
-fn peer_identity(stream: &UnixStream) -> Result<UserIdentity, String> {
+pub(crate) fn peer_identity(stream: &UnixStream) -> Result<UserIdentity, String> {
     let cred = stream.peer_cred().map_err(|e| format!("cannot read peer credentials: {e}"))?;
     let (uid, gid) = (cred.uid(), cred.gid());
     // Supplementary groups: from the kernel's view of the peer process.

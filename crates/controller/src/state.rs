@@ -6,7 +6,7 @@ use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::{NodeCapacity, NodeState};
-use berth_core::sched::{self, ClusterState, PendingReason};
+use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId, NodeId};
 use berth_protocol::agent::{CgroupReport, ControllerMessage, LaunchSpec};
@@ -70,6 +70,10 @@ pub struct Controller {
     /// Something changed that may let a job start.
     pub dirty: bool,
     pub out: Outbox,
+    /// Fair share, priorities and expected starts (see `policy`).
+    pub policy: crate::policy::PolicyState,
+    /// Reservations of the reservations API (see `reservations`).
+    pub reservations: crate::reservations::Reservations,
 }
 
 /// Unix time in seconds.
@@ -93,7 +97,12 @@ impl Controller {
             pending_reasons: HashMap::new(),
             dirty: true,
             out: Outbox::default(),
+            policy: Default::default(),
+            reservations: Default::default(),
         };
+        c.policy.fair_share = c.store.load_fair_share(cfg.fair_share.clone())?;
+        // Running jobs were charged up to the saved usage's time (from their start if never).
+        c.policy.charged_until = c.policy.fair_share.as_of;
         for row in c.store.load_nodes()? {
             let Ok(topology) = serde_json::from_str::<Topology>(&row.topology) else {
                 tracing::warn!(node = %row.name, "stored topology unreadable; the node must re-register");
@@ -119,15 +128,19 @@ impl Controller {
         // Once for all loaded nodes: building blocks depend on every node before this one.
         c.hierarchy.locate_all(&mut c.cluster.nodes);
         for job in c.store.load_active_jobs()? {
-            if job.state == JobState::Running {
-                c.cluster.claim(&job.allocation);
+            match job.state {
+                JobState::Running => c.cluster.claim(&job.allocation),
+                // A suspended job's PUs are free; its memory stays claimed.
+                JobState::Suspended => crate::suspend::claim_memory(&mut c.cluster, &job.allocation),
+                _ => {}
             }
             c.jobs.insert(job.id, job);
         }
+        c.reservations = crate::reservations::Reservations::load(&c.store)?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
         let now = unix_now();
         for row in c.store.live_steps()? {
-            if c.jobs.get(&row.job).is_some_and(|j| j.state == JobState::Running) {
+            if c.jobs.get(&row.job).is_some_and(|j| j.state.has_allocation()) {
                 c.steps.entry(row.job).or_default().push(LiveStep {
                     step: row.step,
                     uid: row.uid,
@@ -185,11 +198,11 @@ impl Controller {
         self.cluster.nodes.iter().position(|n| n.name == name)
     }
 
-    /// Running jobs whose allocation includes node `id`.
+    /// Running (or suspended) jobs whose allocation includes node `id`.
     pub fn jobs_on_node(&self, id: usize) -> Vec<JobId> {
         self.jobs
             .values()
-            .filter(|j| j.state == JobState::Running && j.allocation.iter().any(|a| a.node_id.0 as usize == id))
+            .filter(|j| j.state.has_allocation() && j.allocation.iter().any(|a| a.node_id.0 as usize == id))
             .map(|j| j.id)
             .collect()
     }
@@ -219,7 +232,8 @@ impl Controller {
     pub fn retire(&mut self, id: JobId) {
         if let Some(job) = self.jobs.remove(&id) {
             if !job.allocation.is_empty() {
-                self.cluster.release(&job.allocation);
+                // A job that ended suspended gave its PUs back when it was suspended.
+                crate::suspend::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
                 for a in &job.allocation {
                     let n = a.node_id.0 as usize;
                     if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining)
@@ -238,23 +252,6 @@ impl Controller {
         }
     }
 
-    /// One scheduling pass; starts are persisted in the current transaction and launched
-    /// after it commits.
-    pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
-        self.dirty = false;
-        let queue: Vec<_> = self.jobs.values().filter(|j| j.state.is_pending()).map(|j| j.pending()).collect();
-        if queue.is_empty() {
-            self.pending_reasons.clear();
-            return Ok(());
-        }
-        let decisions = sched::schedule(&self.sched_view(), &queue);
-        self.pending_reasons = decisions.waiting.into_iter().collect();
-        for (id, alloc) in decisions.starts {
-            self.start(id, alloc, now)?;
-        }
-        Ok(())
-    }
-
     /// The cluster as placement sees it: only nodes up and connected take work.
     pub fn sched_view(&self) -> ClusterState {
         let mut view = self.cluster.clone();
@@ -264,7 +261,7 @@ impl Controller {
         view
     }
 
-    fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
+    pub(crate) fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         self.cluster.claim(&alloc);
         job.state = JobState::Running;

@@ -92,8 +92,14 @@ impl Controller {
         })
     }
 
-    /// The running job `id` if `peer` may act on it.
-    fn running_job_of(&self, id: JobId, peer: &Peer, what: &str) -> Result<Result<&JobRecord, ApiError>, StoreError> {
+    /// The running job `id` (or suspended, with `suspended_ok`) if `peer` may act on it.
+    fn running_job_of(
+        &self,
+        id: JobId,
+        peer: &Peer,
+        what: &str,
+        suspended_ok: bool,
+    ) -> Result<Result<&JobRecord, ApiError>, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
             return Ok(Err(match self.store.get_job(id)? {
                 Some(j) => api(
@@ -109,7 +115,7 @@ impl Controller {
                 format!("job {id} belongs to {}; you may only act on your own jobs", job.user.name),
             )));
         }
-        if job.state != JobState::Running {
+        if job.state != JobState::Running && !(suspended_ok && job.state == JobState::Suspended) {
             return Ok(Err(api(
                 ErrorCode::InvalidState,
                 format!("job {id} is {}; {what} only in running jobs (`berth show {id}`)", job.state.as_str()),
@@ -125,7 +131,7 @@ impl Controller {
         peer: &Peer,
         now: f64,
     ) -> Result<Result<ClientResponse, ApiError>, StoreError> {
-        let job = match self.running_job_of(id, peer, "steps run")? {
+        let job = match self.running_job_of(id, peer, "steps run", false)? {
             Ok(j) => j,
             Err(e) => return Ok(Err(e)),
         };
@@ -348,10 +354,8 @@ impl Controller {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let id = JobId(self.next_id);
-        self.next_id += 1;
         let job = JobRecord {
-            id,
+            id: JobId(0),
             name: "interactive".into(),
             user: peer.user.clone(),
             state: JobState::Running,
@@ -372,15 +376,35 @@ impl Controller {
             env: req.env.clone(),
             usage: None,
             kill_sent: None,
+            suspension: Default::default(),
         };
+        let id = self.start_without_script(job, &peer.user.name, now)?;
+        let grant = self.grant(id, plan, req, peer, now, true)?;
+        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+    }
+
+    /// Make `job` (a running job with no batch script and its allocation placed now: an
+    /// interactive allocation, or a reservation) under the next job id: written to the store,
+    /// its resources claimed, and launched on every node, whose agents hold its cgroup and
+    /// TMPDIR for its steps and tasks. The event is named after its queue.
+    pub(crate) fn start_without_script(
+        &mut self,
+        mut job: JobRecord,
+        detail: &str,
+        now: f64,
+    ) -> Result<JobId, StoreError> {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        job.id = id;
+        job.state = JobState::Running;
+        job.start_time = Some(now);
         self.store.insert_job(&job)?;
-        let first = job.allocation[0].node.clone();
-        self.store.event(now, "interactive", Some(id), Some(&first), &peer.user.name)?;
+        let first = job.allocation.first().map(|a| a.node.clone());
+        self.store.event(now, &job.queue, Some(id), first.as_deref(), detail)?;
         self.cluster.claim(&job.allocation);
         self.jobs.insert(id, job);
         self.launch_all(id);
-        let grant = self.grant(id, plan, req, peer, now, true)?;
-        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+        Ok(id)
     }
 
     /// End an interactive allocation now: it has no batch script whose end to wait for.
@@ -500,7 +524,8 @@ impl Controller {
         signal: i32,
         peer: &Peer,
     ) -> Result<Result<(), ApiError>, StoreError> {
-        let job = match self.running_job_of(id, peer, "signals are delivered")? {
+        // A suspended job's processes get it now and act on it when the job resumes.
+        let job = match self.running_job_of(id, peer, "signals are delivered", true)? {
             Ok(j) => j,
             Err(e) => return Ok(Err(e)),
         };

@@ -10,6 +10,10 @@ use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
 
+mod reservations;
+mod suspend;
+mod usage;
+
 const SCHEMA_VERSION: i64 = 1;
 
 #[derive(Debug, thiserror::Error)]
@@ -107,7 +111,12 @@ impl Store {
                  CREATE TABLE IF NOT EXISTS member_usage (
                     job_id INTEGER NOT NULL, node TEXT NOT NULL, user_cpu_us INTEGER NOT NULL,
                     system_cpu_us INTEGER NOT NULL, peak_memory_bytes INTEGER NOT NULL,
-                    PRIMARY KEY (job_id, node));",
+                    PRIMARY KEY (job_id, node));
+                 CREATE TABLE IF NOT EXISTS fair_share (
+                    account TEXT PRIMARY KEY, usage REAL NOT NULL, as_of REAL NOT NULL);
+                 CREATE TABLE IF NOT EXISTS suspensions (
+                    job_id INTEGER PRIMARY KEY, total_secs REAL NOT NULL, since REAL,
+                    by_admin INTEGER NOT NULL, count INTEGER NOT NULL);",
             )
             .map_err(|e| self.err(e))?;
         let version: Option<String> = self
@@ -311,11 +320,12 @@ impl Store {
 
     const JOB_COLUMNS: &'static str = "j.id, j.name, j.uid, j.gid, j.user, j.groups, j.state, j.queue, j.request, j.walltime,
         j.submit_time, j.start_time, j.end_time, j.allocation, j.exit_code, j.signal, j.reason, j.cwd, j.stdout, j.stderr,
-        j.script, j.env, a.wall_ms, a.user_cpu_us, a.system_cpu_us, a.peak_memory_bytes";
+        j.script, j.env, a.wall_ms, a.user_cpu_us, a.system_cpu_us, a.peak_memory_bytes,
+        s.total_secs, s.since, s.by_admin, s.count";
 
     fn query_jobs(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<JobRecord>, StoreError> {
         let sql =
-            format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id {filter}", Self::JOB_COLUMNS);
+            format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id LEFT JOIN suspensions s ON s.job_id = j.id {filter}", Self::JOB_COLUMNS);
         let mut st = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let raw = st.query_map(args, RawJob::from_row).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
@@ -327,9 +337,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Jobs that are queued, held or running: what the controller keeps in memory.
+    /// Jobs that are queued, held, running or suspended: what the controller keeps in memory.
     pub fn load_active_jobs(&self) -> Result<Vec<JobRecord>, StoreError> {
-        self.query_jobs("WHERE j.state IN ('queued','held','running') ORDER BY j.id", &[])
+        self.query_jobs("WHERE j.state IN ('queued','held','running','suspended') ORDER BY j.id", &[])
     }
 
     pub fn get_job(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
@@ -339,7 +349,7 @@ impl Store {
     /// Finished jobs, most recent first.
     pub fn finished_jobs(&self, limit: u32) -> Result<Vec<JobRecord>, StoreError> {
         self.query_jobs(
-            "WHERE j.state NOT IN ('queued','held','running') ORDER BY j.id DESC LIMIT ?1",
+            "WHERE j.state NOT IN ('queued','held','running','suspended') ORDER BY j.id DESC LIMIT ?1",
             &[&(limit as i64)],
         )
     }
@@ -614,6 +624,7 @@ struct RawJob {
     script: String,
     env: String,
     usage: Option<(i64, i64, i64, i64)>,
+    suspension: crate::suspend::Suspension,
 }
 
 impl RawJob {
@@ -646,6 +657,7 @@ impl RawJob {
                 Some(w) => Some((w, r.get(23)?, r.get(24)?, r.get(25)?)),
                 None => None,
             },
+            suspension: suspend::from_columns(r.get(26)?, r.get(27)?, r.get(28)?, r.get(29)?),
         })
     }
 
@@ -683,6 +695,7 @@ impl RawJob {
                 peak_memory_bytes: m as u64,
             }),
             kill_sent: None,
+            suspension: self.suspension,
         };
         record.validate()?;
         Ok(record)
@@ -718,6 +731,7 @@ mod tests {
             env: vec![("PATH".into(), "/bin".into())],
             usage: None,
             kill_sent: None,
+            suspension: Default::default(),
         }
     }
 

@@ -26,6 +26,8 @@ impl Controller {
             .unwrap_or_default();
         if job.state.is_pending() {
             info.reason = self.pending_reasons.get(&job.id).map(|r| r.describe());
+            info.priority = self.policy.priorities.get(&job.id).cloned();
+            info.expected_start = self.policy.expected_start.get(&job.id).copied();
         } else if job.state == JobState::Running {
             info.reason = job.kill_sent.as_ref().map(|r| format!("ending: {r}"));
         }
@@ -94,7 +96,12 @@ impl Controller {
                 .collect(),
             layout: with_topology.then(|| (**topo).clone()),
             pu_jobs: if with_topology {
-                parts.iter().map(|(id, a)| PuHolder { job: *id, cpus: a.cpus.to_list() }).collect()
+                // Suspended jobs lend their PUs: only running jobs hold them.
+                parts
+                    .iter()
+                    .filter(|(id, _)| self.jobs[id].state == JobState::Running)
+                    .map(|(id, a)| PuHolder { job: *id, cpus: a.cpus.to_list() })
+                    .collect()
             } else {
                 vec![]
             },

@@ -46,10 +46,13 @@ pub struct SubmitOptions {
     /// Subnode properties the job needs (e.g. `singlecpu`).
     #[serde(default)]
     pub properties: Option<Vec<String>>,
+    /// The account (project) fair share charges; default: the user's primary group.
+    #[serde(default)]
+    pub account: Option<String>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 17] = [
+pub const OPTION_NAMES: [&str; 18] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -67,6 +70,7 @@ pub const OPTION_NAMES: [&str; 17] = [
     "rank-cpusets",
     "system-cpus",
     "property",
+    "account",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -105,6 +109,13 @@ impl SubmitOptions {
             "output" => self.output = Some(text(value)?),
             "error" => self.error = Some(text(value)?),
             "queue" => self.queue = Some(text(value)?),
+            "account" => {
+                let a = text(value)?;
+                if !a.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
+                    return Err(format!("--account needs a name of letters, digits, _ - and ., got {value:?}"));
+                }
+                self.account = Some(a)
+            }
             "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value).map_err(|e| e.to_string())?),
             "threads" => self.threads = Some(switch(name, value)?),
             "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
@@ -148,6 +159,7 @@ impl SubmitOptions {
             rank_cpusets: over.rank_cpusets.or(self.rank_cpusets),
             system_cpus: over.system_cpus.or(self.system_cpus),
             properties: over.properties.or(self.properties),
+            account: over.account.or(self.account),
         }
     }
 

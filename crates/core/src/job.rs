@@ -9,6 +9,8 @@ pub enum JobState {
     Queued,
     Held,
     Running,
+    /// Frozen on its nodes (preempted, or by an admin): holds its memory but not its PUs.
+    Suspended,
     Completed,
     Failed,
     Cancelled,
@@ -17,10 +19,11 @@ pub enum JobState {
 }
 
 impl JobState {
-    pub const ALL: [JobState; 8] = [
+    pub const ALL: [JobState; 9] = [
         JobState::Queued,
         JobState::Held,
         JobState::Running,
+        JobState::Suspended,
         JobState::Completed,
         JobState::Failed,
         JobState::Cancelled,
@@ -33,6 +36,7 @@ impl JobState {
             JobState::Queued => "queued",
             JobState::Held => "held",
             JobState::Running => "running",
+            JobState::Suspended => "suspended",
             JobState::Completed => "completed",
             JobState::Failed => "failed",
             JobState::Cancelled => "cancelled",
@@ -46,7 +50,12 @@ impl JobState {
     }
 
     pub fn is_finished(self) -> bool {
-        !matches!(self, JobState::Queued | JobState::Held | JobState::Running)
+        !matches!(self, JobState::Queued | JobState::Held | JobState::Running | JobState::Suspended)
+    }
+
+    /// Running or suspended: the job holds an allocation and has processes on its nodes.
+    pub fn has_allocation(self) -> bool {
+        matches!(self, JobState::Running | JobState::Suspended)
     }
 
     pub fn is_pending(self) -> bool {
@@ -242,5 +251,17 @@ mod tests {
         for s in JobState::ALL {
             assert_eq!(JobState::parse(s.as_str()), Some(s));
         }
+    }
+
+    #[test]
+    fn suspended_is_neither_pending_nor_finished() {
+        let s = JobState::Suspended;
+        assert_eq!(
+            (s.as_str(), s.is_pending(), s.is_finished(), s.has_allocation()),
+            ("suspended", false, false, true)
+        );
+        assert!(JobState::Running.has_allocation());
+        assert!(!JobState::Queued.has_allocation() && !JobState::Completed.has_allocation());
+        assert_eq!(serde_json::to_string(&s).unwrap(), "\"suspended\"");
     }
 }

@@ -110,6 +110,15 @@ pub struct NodeCapacity {
     pub untouched_memory: u64,
 }
 
+/// Why a suspended job's part cannot resume elsewhere on its node.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RelocateError {
+    #[error("waiting for {need} {unit} to resume ({free} free)")]
+    Short { need: u32, free: u32, unit: &'static str },
+    #[error("it can resume only on its own CPUs: {0}")]
+    Pinned(&'static str),
+}
+
 impl NodeCapacity {
     pub fn new(id: NodeId, name: impl Into<String>, topology: Arc<Topology>) -> Self {
         let free_pus = topology.all_pus();
@@ -212,34 +221,158 @@ impl NodeCapacity {
     /// Claim a job's part on this node: its PUs, its memory per NUMA node, its exclusive NUMA
     /// nodes. Records from before per-NUMA accounting spread memory evenly over `mems`.
     pub fn claim(&mut self, na: &NodeAllocation) {
-        self.free_pus.subtract(&na.cpus);
-        for (idx, bytes) in self.shares(na) {
-            self.numa_free[idx] = self.numa_free[idx].saturating_sub(bytes);
-        }
-        for os in na.exclusive_numa.iter() {
-            if let Some(i) = self.topology.numa_by_os(os) {
-                self.numa_exclusive[i] = true;
-            }
-        }
+        self.take_pus(na);
+        self.take_memory(na);
         self.refresh();
     }
 
     /// Give back what `claim` took (only PUs that exist on the node; memory capped at size).
     pub fn release(&mut self, na: &NodeAllocation) {
+        self.give_pus(na);
+        self.give_memory(na);
+        self.refresh();
+    }
+
+    /// Claim only a job's PUs and exclusive NUMA nodes: a suspended job resuming, whose memory
+    /// stayed claimed while it was suspended.
+    pub fn claim_pus(&mut self, na: &NodeAllocation) {
+        self.take_pus(na);
+        self.refresh();
+    }
+
+    /// Give back a job's PUs and exclusive NUMA nodes but keep its memory claimed per NUMA
+    /// node: a suspended job's pages stay where they are, so other jobs may use its CPUs only.
+    pub fn release_pus(&mut self, na: &NodeAllocation) {
+        self.give_pus(na);
+        self.refresh();
+    }
+
+    /// Claim only a job's memory (a suspended job reloaded after a restart).
+    pub fn claim_memory(&mut self, na: &NodeAllocation) {
+        self.take_memory(na);
+        self.refresh();
+    }
+
+    /// Give back only a job's memory (a suspended job that ends: its PUs were given back).
+    pub fn release_memory(&mut self, na: &NodeAllocation) {
+        self.give_memory(na);
+        self.refresh();
+    }
+
+    /// Whether `claim_pus(na)` would take only free PUs: every PU of `na` is free and, for each
+    /// NUMA node `na` holds alone, no other job holds any of its PUs or memory (`na`'s own
+    /// memory there is counted as claimed, as it is while the job is suspended).
+    pub fn pus_free_for(&self, na: &NodeAllocation) -> bool {
+        if !na.cpus.is_subset_of(&self.free_pus) {
+            return false;
+        }
+        let shares = self.shares(na);
+        na.exclusive_numa.iter().all(|os| {
+            let Some(i) = self.topology.numa_by_os(os) else { return true };
+            let node = &self.topology.numa_nodes[i];
+            let own: u64 = shares.iter().filter(|(k, _)| *k == i).map(|(_, b)| *b).sum();
+            !self.numa_exclusive[i]
+                && node.cpus.is_subset_of(&self.free_pus)
+                && self.numa_free[i].saturating_add(own) >= node.memory_bytes
+        })
+    }
+
+    /// Where a suspended job's part `na` could resume on this node when its own PUs are not
+    /// all free: as many free cores as it holds (PUs with `threads`), on the same PUs where they
+    /// are free, then on the NUMA nodes its memory is on, then anywhere, in topology order. Its
+    /// memory stays where it is (same `mems` and per-NUMA shares); a binding of cores does not
+    /// hold on other cores and is dropped. Parts pinned to their PUs (per-rank sub-cpusets,
+    /// NUMA nodes held alone, subnodes) cannot move. System PUs only with `system_cpus` (the
+    /// job asked for them).
+    pub fn relocation_for(
+        &self,
+        na: &NodeAllocation,
+        threads: bool,
+        system_cpus: bool,
+    ) -> Result<NodeAllocation, RelocateError> {
+        if !na.ranks.is_empty() {
+            return Err(RelocateError::Pinned("it has per-rank sub-cpusets"));
+        }
+        if !na.exclusive_numa.is_empty() {
+            return Err(RelocateError::Pinned("it holds NUMA nodes alone"));
+        }
+        if !na.subnodes.is_empty() {
+            return Err(RelocateError::Pinned("it holds subnodes"));
+        }
+        let topo = &self.topology;
+        let usable = |pu: u32| self.free_pus.contains(pu) && (system_cpus || !self.system_pus.contains(pu));
+        let numa_ok = |c: &crate::topology::Core| !matches!(c.numa, Some(n) if self.numa_exclusive[n]);
+        let on_mems = |c: &crate::topology::Core| c.numa.is_some_and(|n| na.mems.contains(topo.numa_nodes[n].os_index));
+        // Candidate units (a whole core, or one PU with `threads`) with their preference rank.
+        let mut units: Vec<(u8, Vec<u32>)> = Vec::new();
+        for core in topo.cores.iter().filter(|c| numa_ok(c)) {
+            let rank = |pus: &[u32]| {
+                if pus.iter().all(|&p| na.cpus.contains(p)) {
+                    0
+                } else if on_mems(core) {
+                    1
+                } else {
+                    2
+                }
+            };
+            if threads {
+                for &pu in core.pus.iter().filter(|&&p| usable(p)) {
+                    units.push((rank(&[pu]), vec![pu]));
+                }
+            } else if core.pus.iter().all(|&p| usable(p)) {
+                units.push((rank(&core.pus), core.pus.clone()));
+            }
+        }
+        let need = if threads {
+            na.cpus.len()
+        } else {
+            topo.cores.iter().filter(|c| c.pus.iter().any(|&p| na.cpus.contains(p))).count()
+        };
+        if units.len() < need {
+            let unit = if threads { "PUs" } else { "cores" };
+            return Err(RelocateError::Short { need: need as u32, free: units.len() as u32, unit });
+        }
+        units.sort_by_key(|(rank, _)| *rank); // stable: topology order within a rank
+        let mut moved = na.clone();
+        moved.cpus = units.into_iter().take(need).flat_map(|(_, pus)| pus).collect();
+        if moved.cpus != na.cpus {
+            moved.binding.clear();
+        }
+        Ok(moved)
+    }
+
+    fn take_pus(&mut self, na: &NodeAllocation) {
+        self.free_pus.subtract(&na.cpus);
+        for os in na.exclusive_numa.iter() {
+            if let Some(i) = self.topology.numa_by_os(os) {
+                self.numa_exclusive[i] = true;
+            }
+        }
+    }
+
+    fn give_pus(&mut self, na: &NodeAllocation) {
         let all = self.topology.all_pus();
         for pu in na.cpus.iter().filter(|&p| all.contains(p)) {
             self.free_pus.insert(pu);
-        }
-        for (idx, bytes) in self.shares(na) {
-            let size = self.topology.numa_nodes[idx].memory_bytes;
-            self.numa_free[idx] = (self.numa_free[idx] + bytes).min(size);
         }
         for os in na.exclusive_numa.iter() {
             if let Some(i) = self.topology.numa_by_os(os) {
                 self.numa_exclusive[i] = false;
             }
         }
-        self.refresh();
+    }
+
+    fn take_memory(&mut self, na: &NodeAllocation) {
+        for (idx, bytes) in self.shares(na) {
+            self.numa_free[idx] = self.numa_free[idx].saturating_sub(bytes);
+        }
+    }
+
+    fn give_memory(&mut self, na: &NodeAllocation) {
+        for (idx, bytes) in self.shares(na) {
+            let size = self.topology.numa_nodes[idx].memory_bytes;
+            self.numa_free[idx] = (self.numa_free[idx] + bytes).min(size);
+        }
     }
 
     fn shares(&self, na: &NodeAllocation) -> Vec<(usize, u64)> {
@@ -253,5 +386,128 @@ impl NodeCapacity {
         let each = na.memory_bytes / idx.len() as u64;
         let extra = na.memory_bytes % idx.len() as u64;
         idx.iter().enumerate().map(|(k, &i)| (i, each + if k == 0 { extra } else { 0 })).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::job::NumaShare;
+
+    const GIB: u64 = 1 << 30;
+
+    /// 2 NUMA nodes (1 GiB each) x 4 cores x 2 PUs: PUs 0-7 on NUMA 0, 8-15 on NUMA 1.
+    fn node() -> NodeCapacity {
+        NodeCapacity::new(NodeId(0), "n0", Arc::new(Topology::uniform(2, 1, 4, 2, GIB)))
+    }
+
+    fn part(cpus: &str, cores: u32, numa: u32, bytes: u64) -> NodeAllocation {
+        NodeAllocation {
+            node_id: NodeId(0),
+            node: "n0".into(),
+            cpus: CpuSet::parse_list(cpus).unwrap(),
+            cores,
+            mems: CpuSet::from_iter_u32([numa]),
+            memory_bytes: bytes,
+            numa_memory: vec![NumaShare { numa, bytes }],
+            exclusive_numa: CpuSet::new(),
+            subnodes: vec![],
+            binding: vec![],
+            ranks: vec![],
+        }
+    }
+
+    #[test]
+    fn release_pus_keeps_memory_and_claim_pus_takes_them_back() {
+        let mut n = node();
+        let a = part("0-3", 2, 0, 256 << 20);
+        n.claim(&a);
+        assert_eq!((n.free_core_count, n.numa_free[0]), (6, GIB - (256 << 20)));
+        n.release_pus(&a);
+        assert_eq!(n.free_core_count, 8, "a suspended job's cores are free");
+        assert_eq!(n.numa_free[0], GIB - (256 << 20), "its memory stays claimed");
+        assert_eq!(n.free_memory, 2 * GIB - (256 << 20));
+        assert!(n.pus_free_for(&a));
+        // Another job takes core 0: the suspended part's own PUs are no longer free.
+        let b = part("0-1", 1, 0, 0);
+        n.claim(&b);
+        assert!(!n.pus_free_for(&a));
+        n.release(&b);
+        n.claim_pus(&a);
+        assert_eq!((n.free_core_count, n.numa_free[0]), (6, GIB - (256 << 20)));
+        // A suspended job that ends gives back its memory only.
+        n.release_pus(&a);
+        n.release_memory(&a);
+        assert_eq!((n.free_core_count, n.numa_free[0]), (8, GIB));
+        n.claim_memory(&a);
+        assert_eq!((n.free_core_count, n.numa_free[0]), (8, GIB - (256 << 20)));
+    }
+
+    #[test]
+    fn exclusive_numa_is_given_up_while_suspended() {
+        let mut n = node();
+        let mut a = part("0-7", 4, 0, GIB / 2);
+        a.exclusive_numa = CpuSet::from_iter_u32([0]);
+        n.claim(&a);
+        assert!(n.numa_exclusive[0]);
+        n.release_pus(&a);
+        assert!(!n.numa_exclusive[0]);
+        assert!(n.pus_free_for(&a));
+        // Another job's memory on that NUMA node forbids holding it alone again.
+        let mut m = part("8-9", 1, 0, 1);
+        m.numa_memory = vec![NumaShare { numa: 0, bytes: 1 }];
+        n.claim(&m);
+        assert!(!n.pus_free_for(&a));
+        n.release(&m);
+        assert!(n.pus_free_for(&a));
+        n.claim_pus(&a);
+        assert!(n.numa_exclusive[0]);
+    }
+
+    #[test]
+    fn relocation_prefers_own_cores_then_its_numa_node() {
+        let mut n = node();
+        let a = part("2-5", 2, 0, 64 << 20); // cores 1 and 2 of NUMA 0
+        n.claim(&a);
+        n.release_pus(&a);
+        n.claim(&part("2-3", 1, 0, 0)); // core 1 taken by another job
+        let moved = n.relocation_for(&a, false, false).unwrap();
+        assert_eq!(moved.cpus.to_list(), "0-1,4-5", "keeps core 2, takes core 0 of the same NUMA node");
+        assert_eq!(
+            (moved.cores, moved.mems.to_list(), moved.numa_memory.clone()),
+            (2, "0".into(), a.numa_memory.clone())
+        );
+        // NUMA 0 full: cores of NUMA 1 come next.
+        n.claim(&part("0-1,6-7", 2, 0, 0));
+        let moved = n.relocation_for(&a, false, false).unwrap();
+        assert_eq!(moved.cpus.to_list(), "4-5,8-9");
+        // Not enough whole cores anywhere.
+        n.claim(&part("8-9,11,12-15", 3, 1, 0));
+        let err = n.relocation_for(&a, false, false).unwrap_err();
+        assert_eq!(err, RelocateError::Short { need: 2, free: 1, unit: "cores" });
+        assert_eq!(err.to_string(), "waiting for 2 cores to resume (1 free)");
+        // Counting PUs, the lone PU 10 and core 2's PUs 4-5 would do... if it asked for threads.
+        let mut t = a.clone();
+        t.cpus = CpuSet::parse_list("2-3").unwrap();
+        assert_eq!(n.relocation_for(&t, true, false).unwrap().cpus.to_list(), "4-5");
+    }
+
+    #[test]
+    fn relocation_skips_system_cpus_and_drops_the_binding() {
+        let mut n = node();
+        n.system_pus = CpuSet::parse_list("0-1").unwrap();
+        n.refresh();
+        let mut a = part("2-3", 1, 0, 0);
+        a.binding = vec![(0, 1)];
+        n.claim(&a);
+        n.release_pus(&a);
+        n.claim(&part("2-3", 1, 0, 0));
+        let moved = n.relocation_for(&a, false, false).unwrap();
+        assert_eq!(moved.cpus.to_list(), "4-5", "not the system core 0");
+        assert!(moved.binding.is_empty());
+        assert_eq!(n.relocation_for(&a, false, true).unwrap().cpus.to_list(), "0-1", "asked for system CPUs");
+        let mut pinned = a.clone();
+        pinned.ranks = vec![crate::job::RankSet { cpus: a.cpus.clone(), mems: a.mems.clone() }];
+        assert!(matches!(n.relocation_for(&pinned, false, false), Err(RelocateError::Pinned(_))));
     }
 }

@@ -29,6 +29,21 @@ pub enum AgentMessage {
         id: JobId,
         outcome: JobOutcome,
     },
+    /// Answer to `suspend`: the job's cgroup here is frozen (`error` None), or why not.
+    Suspended {
+        id: JobId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// Answer to `resume`: the job runs again here (`error` None), or why it stays frozen.
+    Resumed {
+        id: JobId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+        /// After a move to other CPUs: the job's cgroups as the kernel now holds them.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cgroups: Vec<CgroupReport>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -74,6 +89,19 @@ pub enum ControllerMessage {
         id: JobId,
         step: Option<u32>,
         signal: i32,
+    },
+    /// Freeze the job's cgroup on this node (every process of the job, its steps and tasks);
+    /// its walltime clock stops. Answered with `suspended`.
+    Suspend {
+        id: JobId,
+    },
+    /// Thaw the job's cgroup on this node; with `allocation`, first move it to these CPUs and
+    /// memory nodes (this node's part, as the controller now records it). Answered with
+    /// `resumed`.
+    Resume {
+        id: JobId,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        allocation: Option<NodeAllocation>,
     },
 }
 
@@ -161,4 +189,22 @@ pub enum AgentReply {
     Status { name: String, instance: String, connected: bool, running: Vec<JobId>, real_cpus: String },
     Task { reply: crate::step::TaskReply },
     Error { message: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn suspend_messages_on_the_wire() {
+        let m: ControllerMessage = serde_json::from_str(r#"{"op":"suspend","id":7}"#).unwrap();
+        assert_eq!(m, ControllerMessage::Suspend { id: JobId(7) });
+        let m: ControllerMessage = serde_json::from_str(r#"{"op":"resume","id":7}"#).unwrap();
+        assert_eq!(m, ControllerMessage::Resume { id: JobId(7), allocation: None });
+        let text =
+            serde_json::to_string(&AgentMessage::Resumed { id: JobId(7), error: None, cgroups: vec![] }).unwrap();
+        assert_eq!(text, r#"{"op":"resumed","id":7}"#);
+        let m: AgentMessage = serde_json::from_str(r#"{"op":"suspended","id":7,"error":"x"}"#).unwrap();
+        assert_eq!(m, AgentMessage::Suspended { id: JobId(7), error: Some("x".into()) });
+    }
 }

@@ -78,6 +78,23 @@ pub enum ClientRequest {
         step: Option<u32>,
         signal: i32,
     },
+    /// Fair-share usage and shares per account (`berth share`).
+    Share,
+    /// The queues with their limits and how many jobs each holds (`berth queues`).
+    Queues,
+    /// The reservations API (docs/reservations.md): the HTTP API's requests, also on this socket.
+    Reservation {
+        request: Box<crate::reservation::ReservationRequest>,
+    },
+    /// Admins: freeze running jobs on their nodes (`berth suspend`); answered with `done`.
+    Suspend {
+        ids: Vec<JobId>,
+    },
+    /// Admins: thaw suspended jobs, on other CPUs of their nodes if their own are taken
+    /// (`berth resume`); answered with `done`.
+    Resume {
+        ids: Vec<JobId>,
+    },
 }
 
 /// A batch job as submitted. The submitter's uid, gid and groups are not in it: the controller
@@ -126,6 +143,13 @@ pub enum ClientResponse {
     Steps {
         steps: Vec<crate::step::StepInfo>,
     },
+    Queues {
+        queues: Vec<QueueInfo>,
+    },
+    Share {
+        half_life_secs: f64,
+        accounts: Vec<berth_core::sched::fairshare::ShareLine>,
+    },
     StepGranted(Box<crate::step::StepGrant>),
     /// An interactive allocation cannot be placed now: why, and the caller retries.
     TryAgain {
@@ -134,6 +158,10 @@ pub enum ClientResponse {
     /// Per-id results of cancel/hold/release.
     Done {
         results: Vec<IdResult>,
+    },
+    /// The answer to a `reservation` request.
+    Reservation {
+        reply: crate::reservation::ReservationReply,
     },
     Error(ApiError),
 }
@@ -159,6 +187,8 @@ pub enum ErrorCode {
     InvalidState,
     Unavailable,
     Internal,
+    /// The job breaks a limit of its queue (walltime, cores, properties) or the queue is closed.
+    QueueLimit,
 }
 
 impl ErrorCode {
@@ -173,6 +203,7 @@ impl ErrorCode {
             ErrorCode::InvalidState => "invalid_state",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::QueueLimit => "queue_limit",
         }
     }
 }
@@ -234,6 +265,19 @@ pub struct JobInfo {
     /// The job's steps (`berth run`), first first; filled by `show_job` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub steps: Vec<crate::step::StepInfo>,
+    /// The account fair share charges (a project, or the user's primary group).
+    #[serde(default)]
+    pub account: String,
+    /// A pending job's priority and its factors, as of the last scheduling pass.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<berth_core::sched::priority::Priority>,
+    /// When the last pass expects a pending job to start (Unix time), if it reserved for it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_start: Option<f64>,
+    /// Seconds the job has spent suspended in all (the current suspension up to now), if it
+    /// ever was; its walltime does not count them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_seconds: Option<f64>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.
@@ -313,4 +357,16 @@ pub struct SubnodeInfo {
     /// "up", "drained" or "offline".
     pub state: String,
     pub properties: Vec<String>,
+}
+
+/// One queue as `berth queues` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QueueInfo {
+    pub spec: berth_core::sched::queue::QueueSpec,
+    /// Its priority factor in [0, 1] among the queues.
+    pub priority_factor: f64,
+    pub queued: usize,
+    pub held: usize,
+    pub running: usize,
+    pub running_cores: u64,
 }

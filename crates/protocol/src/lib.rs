@@ -7,6 +7,7 @@
 pub mod agent;
 pub mod client;
 pub mod frame;
+pub mod reservation;
 pub mod step;
 
 pub use frame::{read_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};

@@ -17,6 +17,7 @@ use super::*;
 mod jobs;
 mod launch;
 mod ranks;
+mod suspend;
 mod tree;
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);

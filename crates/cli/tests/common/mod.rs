@@ -31,6 +31,19 @@ impl Cluster {
         Self::up_with(tmp, agents, topology, &[])
     }
 
+    /// `berth up` with controller settings `toml` (e.g. a `[preempt]` table) in its berth.toml;
+    /// `berth up` adds the cluster's own keys (listen, heartbeats) in front.
+    pub fn up_configured(agents: usize, topology: &str, toml: &str) -> Cluster {
+        require_root();
+        let tmp = tempfile::Builder::new().prefix("berth-test-").tempdir().expect("tempdir");
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let dir = tmp.path().join("cluster");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("berth.toml"), toml).unwrap();
+        Self::up_with(tmp, agents, topology, &[])
+    }
+
     /// `berth up` in `tmp` with extra flags (e.g. `--netns`).
     pub fn up_with(tmp: tempfile::TempDir, agents: usize, topology: &str, extra: &[&str]) -> Cluster {
         let dir = tmp.path().join("cluster");

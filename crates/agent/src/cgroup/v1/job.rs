@@ -155,6 +155,12 @@ impl JobCgroup for V1Job {
     }
 
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
+        // Pages follow a change of cpuset.mems (a suspended job resumed elsewhere); v2 always
+        // migrates. Set before the mems are written; absent on kernels without it.
+        let migrate = self.paths.cpuset.join("cpuset.memory_migrate");
+        if util::read_optional(&migrate)?.is_some_and(|v| v.trim() == "0") {
+            util::write_value(&migrate, "1")?;
+        }
         // Empty lists mean "everything the subtree root has".
         for (file, value) in [("cpuset.cpus", &limits.cpus), ("cpuset.mems", &limits.mems)] {
             let value = if value.trim().is_empty() {
@@ -274,6 +280,16 @@ mod tests {
         let u = job.usage().unwrap();
         assert_eq!((u.user_cpu_usec, u.system_cpu_usec), (3_000_000, 500_000));
         assert_eq!(u.oom_kills, 0, "failcnt alone does not prove an OOM kill");
+    }
+
+    #[test]
+    fn update_turns_on_memory_migration() {
+        let files = [("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.memory_migrate", "0\n")];
+        let (_t, job) = fixture(&[files[0], files[1], files[2], ("memory.limit_in_bytes", "")]);
+        let limits = JobLimits { cpus: "2-3".into(), mems: "1".into(), memory_limit_bytes: Some(4096) };
+        job.update(&limits).unwrap();
+        let read = |f: &str| std::fs::read_to_string(job.paths.cpuset.join(f)).unwrap();
+        assert_eq!([read("cpuset.memory_migrate"), read("cpuset.cpus"), read("cpuset.mems")], ["1", "2-3", "1"]);
     }
 
     #[test]

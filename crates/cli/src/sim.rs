@@ -1,0 +1,145 @@
+//! `berth sim`: replay a Standard Workload Format trace through berth's scheduler on a virtual
+//! clock (berth-sim). Needs no cluster: it reads the trace, simulates, prints the figures and
+//! writes the per-job CSV and the plot if asked.
+
+use anyhow::{anyhow, bail, Context, Result};
+use berth_sim::{output, parse_policy, swf, MachineSpec, SimConfig};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// Job trace in the Standard Workload Format (Parallel Workloads Archive).
+    #[arg(long, value_name = "FILE")]
+    trace: PathBuf,
+    /// Nodes of the simulated machine. Default: the trace's MaxProcs (else MaxNodes) single-core
+    /// nodes, or the largest job's size for a trace with neither.
+    #[arg(long, value_name = "N")]
+    nodes: Option<u64>,
+    /// Node topology for berth's topology-aware placement, e.g. "package:2 numa:2 core:8 pu:1"
+    /// (levels package, numa, core, pu; counts per parent). Needs --nodes.
+    #[arg(long, value_name = "SPEC", requires = "nodes")]
+    topology: Option<String>,
+    /// Cores per node of a plain core-counting machine (with --nodes; default 1).
+    #[arg(long = "cores-per-node", value_name = "C", requires = "nodes", conflicts_with = "topology")]
+    cores_per_node: Option<u32>,
+    /// Backfill policy.
+    #[arg(long, default_value = "easy", value_parser = ["fcfs", "easy", "conservative"])]
+    policy: String,
+    /// Preemption by suspension (not simulated yet).
+    #[arg(long)]
+    preempt: bool,
+    /// Order the queue by multifactor priority with fair share per group (else submit order).
+    #[arg(long = "fair-share")]
+    fair_share: bool,
+    /// Walltime estimates for reservations: the requested time (field 9; the run time where the
+    /// trace has none) or the actual run time.
+    #[arg(long, default_value = "request", value_parser = ["request", "runtime"])]
+    estimate: String,
+    /// Most reservations one scheduling pass computes (default: every waiting job).
+    #[arg(long = "max-reservations", value_name = "N")]
+    max_reservations: Option<usize>,
+    /// Write one line per simulated job: id, submit, start, end, wait, run, procs, estimate,
+    /// bsld, backfilled.
+    #[arg(long, value_name = "FILE")]
+    csv: Option<PathBuf>,
+    /// Write an SVG plot of utilization and queue length over time.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+}
+
+pub fn run(json: bool, args: SimArgs) -> Result<i32> {
+    let config = config(&args)?;
+    let text = std::fs::read_to_string(&args.trace).with_context(|| {
+        format!("cannot read the trace {}; give an SWF file with --trace FILE", args.trace.display())
+    })?;
+    let trace = swf::parse(&text).map_err(|e| anyhow!("{}: {e}", args.trace.display()))?;
+    let started = Instant::now();
+    let mut result = berth_sim::simulate(&trace, &config).map_err(|e| anyhow!(e))?;
+    result.report.set_elapsed(started.elapsed());
+    if let Some(path) = &args.csv {
+        write(path, &output::jobs_csv(&result.jobs), "per-job CSV")?;
+    }
+    if let Some(path) = &args.plot {
+        write(path, &output::plot_svg(&result.timeline, &result.report), "plot")?;
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&result.report)?);
+    } else {
+        print!("{}", result.report.table());
+        for (what, path) in [("per-job CSV", &args.csv), ("plot", &args.plot)] {
+            if let Some(p) = path {
+                println!("{what} written to {}", p.display());
+            }
+        }
+    }
+    Ok(0)
+}
+
+fn config(args: &SimArgs) -> Result<SimConfig> {
+    if args.preempt {
+        bail!("preemption simulation not available yet; run without --preempt");
+    }
+    let machine = match (args.nodes, &args.topology) {
+        (None, _) => MachineSpec::FromTrace,
+        (Some(0), _) => bail!("--nodes must be at least 1"),
+        (Some(n), Some(spec)) => {
+            let nodes = u32::try_from(n).map_err(|_| anyhow!("--nodes {n} is too many for a topology machine"))?;
+            MachineSpec::Topology { nodes, spec: spec.clone() }
+        }
+        (Some(n), None) => MachineSpec::Pool { nodes: n, cores_per_node: args.cores_per_node.unwrap_or(1) },
+    };
+    Ok(SimConfig {
+        machine,
+        policy: parse_policy(&args.policy).map_err(|e| anyhow!(e))?,
+        estimate: args.estimate.parse().map_err(|e: berth_sim::SimError| anyhow!(e))?,
+        fair_share: args.fair_share,
+        preempt: false,
+        max_reservations: args.max_reservations.unwrap_or(usize::MAX),
+        every_pass: false,
+    })
+}
+
+fn write(path: &Path, text: &str, what: &str) -> Result<()> {
+    std::fs::write(path, text).with_context(|| format!("cannot write the {what} to {}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::sched::backfill::BackfillPolicy;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cmd {
+        #[command(flatten)]
+        sim: SimArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<SimConfig> {
+        let cmd = Cmd::try_parse_from(std::iter::once("sim").chain(args.iter().copied()))?;
+        config(&cmd.sim)
+    }
+
+    #[test]
+    fn defaults_and_machines() {
+        let c = parse(&["--trace", "t.swf"]).unwrap();
+        assert_eq!((c.machine, c.policy, c.fair_share), (MachineSpec::FromTrace, BackfillPolicy::Easy, false));
+        let c = parse(&["--trace", "t.swf", "--nodes", "4", "--cores-per-node", "8", "--policy", "fcfs"]).unwrap();
+        assert_eq!((c.machine, c.policy), (MachineSpec::Pool { nodes: 4, cores_per_node: 8 }, BackfillPolicy::Fcfs));
+        let c = parse(&["--trace", "t.swf", "--nodes", "2", "--topology", "core:4", "--estimate", "runtime"]).unwrap();
+        assert_eq!(c.machine, MachineSpec::Topology { nodes: 2, spec: "core:4".into() });
+        assert_eq!(c.estimate, berth_sim::EstimateSource::Runtime);
+    }
+
+    #[test]
+    fn bad_options_are_refused() {
+        assert!(parse(&["--trace", "t.swf", "--topology", "core:4"]).is_err(), "--topology needs --nodes");
+        assert!(parse(&["--trace", "t.swf", "--policy", "sjf"]).is_err());
+        assert!(parse(&["--trace", "t.swf", "--nodes", "0"]).is_err());
+        assert!(parse(&["--nodes", "2"]).is_err(), "--trace is required");
+        let e = parse(&["--trace", "t.swf", "--preempt"]).unwrap_err();
+        assert!(e.to_string().contains("preemption simulation not available yet"), "{e}");
+    }
+}

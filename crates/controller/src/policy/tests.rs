@@ -1,0 +1,194 @@
+use crate::testkit::*;
+use berth_core::directives::SubmitOptions;
+use berth_core::job::JobState;
+use berth_core::sched::PendingReason;
+use berth_core::JobId;
+use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
+
+fn opts(cores: u32, walltime: u64, account: &str) -> SubmitOptions {
+    SubmitOptions {
+        cores: Some(cores),
+        walltime: Some(walltime),
+        mem: Some(1 << 20),
+        account: Some(account.into()),
+        ..Default::default()
+    }
+}
+
+fn submit(h: &mut Harness, options: SubmitOptions) -> JobId {
+    let sub = SubmitRequest {
+        script: "#!/bin/sh\ntrue\n".into(),
+        script_name: "job.sh".into(),
+        options,
+        env: vec![],
+        cwd: "/tmp".into(),
+        hold: false,
+    };
+    let ClientResponse::Submitted { id } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else {
+        panic!("not submitted")
+    };
+    id
+}
+
+fn state(h: &Harness, id: JobId) -> JobState {
+    h.ctl.jobs[&id].state
+}
+
+/// Two nodes of 8 cores. A running 8-core job ends in 1000 s; a 16-core job waits for it with
+/// a reservation at +1000 s; a 4-core job that ends before then starts now (backfill), one that
+/// would run past it waits.
+#[test]
+fn easy_backfill_starts_short_jobs_around_the_head_reservation() {
+    let mut h = Harness::new(2);
+    let running = h.batch(opts(8, 1000, "phys"), &ann());
+    let big = submit(&mut h, opts(16, 100, "phys"));
+    let short = submit(&mut h, opts(4, 500, "phys"));
+    let long = submit(&mut h, opts(4, 5000, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, running), JobState::Running);
+    assert_eq!(state(&h, big), JobState::Queued);
+    assert_eq!(state(&h, short), JobState::Running, "backfilled");
+    assert_eq!(state(&h, long), JobState::Queued, "would delay the 16-core job");
+    assert_eq!(h.ctl.policy.expected_start.get(&big), Some(&(h.now + 1000.0)));
+    assert!(matches!(h.ctl.pending_reasons[&big], PendingReason::Resources(_)), "{:?}", h.ctl.pending_reasons[&big]);
+    assert_eq!(h.ctl.policy.last_pass.backfilled, 1);
+    // What users see: the head's expected start and every pending job's priority.
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: big }, &ann()) else { panic!() };
+    assert_eq!(job.expected_start, Some(h.now + 1000.0));
+    assert!(job.priority.as_ref().is_some_and(|p| p.total > 0.0), "{:?}", job.priority);
+    assert_eq!(job.account, "phys");
+}
+
+/// The account that used the machine waits behind the one that did not; usage survives a
+/// controller restart and is shown by `berth share`.
+#[test]
+fn fair_share_orders_accounts_by_decayed_usage_and_survives_restart() {
+    let mut h = Harness::new(1);
+    let heavy = h.batch(opts(8, 7200, "heavy"), &ann());
+    h.now += 3600.0;
+    h.ctl.charge_usage(h.now).unwrap();
+    // Two jobs wait for the node: "heavy" submitted first, "light" second.
+    let from_heavy = submit(&mut h, opts(8, 100, "heavy"));
+    h.now += 1.0;
+    let from_light = submit(&mut h, opts(8, 100, "light"));
+    h.ctl.schedule(h.now).unwrap();
+    let p = &h.ctl.policy.priorities;
+    assert!(p[&from_light].total > p[&from_heavy].total, "{:?} vs {:?}", p[&from_light], p[&from_heavy]);
+    // All usage is heavy's and (no shares configured) it is the only account known: factor
+    // 2^(-1) = 0.5; light has used nothing: 1.
+    assert!((p[&from_heavy].fair_share - 0.5).abs() < 1e-6, "{:?}", p[&from_heavy]);
+    assert_eq!(p[&from_light].fair_share, 1.0);
+    let ClientResponse::Share { accounts, .. } = h.call(ClientRequest::Share, &ann()) else { panic!() };
+    let used = accounts.iter().find(|a| a.account == "heavy").expect("heavy is listed");
+    // 8 cores for an hour (decay over one hour of a 7-day half-life is under 0.5%).
+    assert!((used.usage - 8.0 * 3600.0).abs() < 8.0 * 3600.0 * 0.005, "{used:?}");
+    // The running job ends: the light account's job starts first.
+    let alloc = h.ctl.jobs[&heavy].allocation.clone();
+    h.ctl.cluster.release(&alloc);
+    h.ctl.jobs.remove(&heavy);
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, from_light), JobState::Running);
+    assert_eq!(state(&h, from_heavy), JobState::Queued);
+    let before = h.ctl.policy.fair_share.usage["heavy"];
+    let h = h.restart();
+    let after = h.ctl.policy.fair_share.usage.get("heavy").copied().unwrap_or(0.0);
+    assert!((after - before).abs() < 1.0, "usage after restart {after}, before {before}");
+}
+
+fn queues() -> Vec<berth_core::sched::queue::QueueSpec> {
+    use berth_core::sched::queue::QueueSpec;
+    vec![
+        QueueSpec { name: "batch".into(), max_cores_per_user: Some(8), ..Default::default() },
+        QueueSpec {
+            name: "short".into(),
+            max_walltime_secs: Some(3600),
+            default_walltime_secs: Some(600),
+            priority: 10,
+            ..Default::default()
+        },
+    ]
+}
+
+fn submit_err(h: &mut Harness, options: SubmitOptions) -> berth_protocol::client::ApiError {
+    let sub = SubmitRequest {
+        script: "#!/bin/sh\ntrue\n".into(),
+        script_name: "job.sh".into(),
+        options,
+        env: vec![],
+        cwd: "/tmp".into(),
+        hold: false,
+    };
+    match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
+        ClientResponse::Error(e) => e,
+        other => panic!("accepted: {other:?}"),
+    }
+}
+
+/// Queue limits are checked at submission with a message naming a queue that would take the
+/// job; defaults fill in; the per-user limit makes jobs wait; the queue's priority counts.
+#[test]
+fn queues_check_limits_apply_defaults_and_order_jobs() {
+    let mut h = Harness::with_config(2, |c| c.queues = queues());
+    let e = submit_err(&mut h, SubmitOptions { queue: Some("nope".into()), ..opts(1, 60, "a") });
+    assert!(e.message.contains("no queue \"nope\"") && e.message.contains("batch, short"), "{e}");
+    let e = submit_err(&mut h, SubmitOptions { queue: Some("short".into()), ..opts(1, 7200, "a") });
+    assert_eq!(e.code, berth_protocol::client::ErrorCode::QueueLimit);
+    assert!(e.message.contains("at most 01:00:00") && e.message.contains("use queue batch"), "{e}");
+    // The queue's default walltime is given to a job that asks for none.
+    let short = submit(&mut h, SubmitOptions { queue: Some("short".into()), walltime: None, ..opts(1, 0, "a") });
+    assert_eq!(h.ctl.jobs[&short].walltime, Some(600));
+    assert_eq!(h.ctl.jobs[&short].queue, "short");
+    // Per user, batch allows 8 running cores: the second 6-core job waits with the reason.
+    let first = submit(&mut h, opts(6, 100, "a"));
+    let second = submit(&mut h, opts(6, 100, "a"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, first), JobState::Running);
+    assert_eq!(state(&h, second), JobState::Queued);
+    let reason = h.ctl.pending_reasons[&second].describe();
+    assert!(reason.starts_with("queue limit") && reason.contains("8 cores"), "{reason}");
+    // The queue's priority factor: short (10) is 1, batch (0) is 0.
+    assert_eq!(h.ctl.queue_factor("short"), 1.0);
+    assert_eq!(h.ctl.queue_factor("batch"), 0.0);
+    let ClientResponse::Queues { queues } = h.call(ClientRequest::Queues, &ann()) else { panic!() };
+    let batch = queues.iter().find(|q| q.spec.name == "batch").unwrap();
+    assert_eq!((batch.running, batch.queued, batch.running_cores), (1, 1, 6));
+}
+
+/// A large job (score by size) suspends the two small jobs filling the node, starts on their
+/// cores, and when it ends they resume on their own.
+#[test]
+fn a_large_job_suspends_small_ones_which_resume_after_it() {
+    use berth_protocol::agent::AgentMessage;
+    let mut h = Harness::with_config(1, |c| {
+        c.preempt.enabled = true;
+        c.preempt.large_cpus = 4;
+        c.preempt.min_score = 1.0;
+        c.preempt.min_run_secs_before_suspend = 0.0;
+        c.preempt.max_suspended_secs = 3600.0;
+    });
+    let small: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 7200, "a"), &ann())).collect();
+    h.now += 60.0;
+    let large = submit(&mut h, opts(8, 600, "b"));
+    h.sent();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, large), JobState::Running, "{:?}", h.ctl.pending_reasons.get(&large));
+    for s in &small {
+        assert_eq!(state(&h, *s), JobState::Suspended);
+    }
+    let sent = h.sent();
+    let suspends =
+        sent.iter().filter(|(_, m)| matches!(m, berth_protocol::agent::ControllerMessage::Suspend { .. })).count();
+    assert_eq!(suspends, 2, "{sent:?}");
+    // Suspended jobs keep their memory: the node's free memory did not grow back.
+    let node = &h.ctl.cluster.nodes[0];
+    let held: u64 = h.ctl.jobs.values().flat_map(|j| j.allocation.iter()).map(|a| a.memory_bytes).sum();
+    assert_eq!(node.topology.numa_nodes.iter().map(|n| n.memory_bytes).sum::<u64>() - node.free_memory, held);
+    // The large job ends: both resume in the next pass, before anything else.
+    h.now += 600.0;
+    h.agent(0, AgentMessage::JobEnded { id: large, outcome: Default::default() });
+    h.ctl.schedule(h.now).unwrap();
+    for s in &small {
+        assert_eq!(state(&h, *s), JobState::Running, "job {s} resumed");
+        assert!((h.ctl.jobs[s].suspension.seconds(h.now) - 600.0).abs() < 1.0);
+    }
+}

@@ -1,0 +1,541 @@
+//! Suspension of running jobs: the mechanism the scheduling pass (preemption) and admins
+//! (`berth suspend` / `berth resume`) use.
+//!
+//! A suspended job is frozen on every node of its allocation. It gives its PUs back to the
+//! machine but keeps its memory claimed per NUMA node (its pages stay where they are). It
+//! resumes on its own PUs when they are free, else on as many free cores of the same nodes
+//! (same NUMA nodes first; its memory stays), else it waits, with the reason shown. Its
+//! walltime does not count the time suspended (the agents' clocks stop; `expected_end` adds
+//! it). Jobs suspended by the pass resume as soon as they can (`resume_waiting`); jobs an
+//! admin suspended only with `berth resume`.
+//!
+//! State changes are written in the caller's transaction and the messages to the agents are
+//! sent after it commits, like every other handler.
+
+use crate::handlers::Peer;
+use crate::job::JobRecord;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::job::{Allocation, JobState, NodeAllocation};
+use berth_core::node::RelocateError;
+use berth_core::sched::ClusterState;
+use berth_core::JobId;
+use berth_protocol::agent::{CgroupReport, ControllerMessage};
+use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
+
+/// A job's suspensions, as persisted (and what is in flight, in memory only).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Suspension {
+    /// Seconds spent in suspensions that ended.
+    pub total_secs: f64,
+    /// When the current suspension began; None when the job is not suspended.
+    pub since: Option<f64>,
+    /// The current suspension is an admin's: only `berth resume` ends it.
+    pub by_admin: bool,
+    /// How many times the job was suspended.
+    pub count: u32,
+    /// A resume was sent and not every node has answered (not persisted).
+    pub resuming: Option<Resuming>,
+    /// Nodes (indexes) whose cgroup may not hold the job's part as recorded (a move that
+    /// failed elsewhere): the next resume sends them their part (not persisted).
+    pub unsynced: Vec<usize>,
+}
+
+/// A resume in flight, to undo it if a node fails to carry it out.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resuming {
+    /// The suspension it ended, and when.
+    pub since: f64,
+    pub at: f64,
+    pub by_admin: bool,
+    /// Nodes (indexes) whose part was moved, or had to be sent again.
+    pub moved: Vec<usize>,
+    /// Nodes (indexes) that have not answered yet.
+    pub waiting: Vec<usize>,
+}
+
+impl Suspension {
+    /// Seconds suspended in all up to `now` (the current suspension included).
+    pub fn seconds(&self, now: f64) -> f64 {
+        self.total_secs + self.since.map(|s| (now - s).max(0.0)).unwrap_or(0.0)
+    }
+
+    /// The job was ever suspended.
+    pub fn ever(&self) -> bool {
+        self.count > 0 || self.since.is_some() || self.total_secs > 0.0
+    }
+
+    /// End the current suspension at `now` (adding it to the total); whether there was one.
+    pub fn close(&mut self, now: f64) -> bool {
+        match self.since.take() {
+            Some(s) => {
+                self.total_secs += (now - s).max(0.0);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Why a job is suspended, for its reason and the event log.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SuspendBy {
+    /// `berth suspend` by this admin: resumes only with `berth resume`.
+    Admin(String),
+    /// The scheduling pass (e.g. "preempted by job 12"): resumes as soon as it can.
+    Policy(String),
+}
+
+/// What `try_resume` did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resumed {
+    /// Resume sent; on the job's own PUs everywhere.
+    InPlace,
+    /// Resume sent; on other PUs on these nodes (names).
+    Moved(Vec<String>),
+    /// It stays suspended: why (also the job's reason).
+    Waiting(String),
+}
+
+fn api(code: ErrorCode, message: String) -> ApiError {
+    ApiError::new(code, message)
+}
+
+/// Claim the memory of a suspended job's allocation (not its PUs).
+pub fn claim_memory(cluster: &mut ClusterState, alloc: &Allocation) {
+    for na in alloc {
+        if let Some(n) = cluster.node_mut(na.node_id) {
+            n.claim_memory(na);
+        }
+    }
+}
+
+/// Give back what a job holds: all of it, or only the memory when it is suspended (its PUs
+/// were given back when it was suspended).
+pub fn release(cluster: &mut ClusterState, alloc: &Allocation, suspended: bool) {
+    if !suspended {
+        cluster.release(alloc);
+        return;
+    }
+    for na in alloc {
+        if let Some(n) = cluster.node_mut(na.node_id) {
+            n.release_memory(na);
+        }
+    }
+}
+
+impl JobRecord {
+    /// When a started job reaches its walltime: start + walltime (`unlimited` seconds when it
+    /// has none) + the seconds of its suspensions that ended (its walltime clock stops while
+    /// it is suspended). A job suspended now ends later still, by how long it stays so.
+    pub fn expected_end(&self, unlimited: f64) -> f64 {
+        let start = self.start_time.unwrap_or(self.submit_time);
+        start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + self.suspension.total_secs
+    }
+}
+
+impl Controller {
+    /// Suspend running job `id`: written as suspended (with an event) in the current
+    /// transaction, its PUs given back (its memory stays claimed), and `suspend` sent to every
+    /// node of its allocation once the transaction commits. Refused (the inner error) for a
+    /// job that is not running, is ending, is an interactive allocation, or has a node not
+    /// connected (it could not be frozen there).
+    pub fn suspend_job(&mut self, id: JobId, now: f64, by: SuspendBy) -> Result<Result<(), ApiError>, StoreError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(Err(api(ErrorCode::UnknownJob, format!("job {id} is not running"))));
+        };
+        if job.state == JobState::Suspended {
+            // An admin's suspension of a job the pass suspended makes it the admin's.
+            if let (SuspendBy::Admin(_), Some(job)) = (&by, self.jobs.get_mut(&id)) {
+                if !job.suspension.by_admin {
+                    job.suspension.by_admin = true;
+                    job.reason = Some(reason_of(&by));
+                    self.store.update_job(job)?;
+                    self.store.save_suspension(id, &job.suspension)?;
+                }
+            }
+            return Ok(Ok(()));
+        }
+        if job.state != JobState::Running {
+            let message = format!("job {id} is {}; only running jobs can be suspended", job.state.as_str());
+            return Ok(Err(api(ErrorCode::InvalidState, message)));
+        }
+        if let Some(r) = &job.kill_sent {
+            return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it is not suspended"))));
+        }
+        if job.is_interactive() || job.script.is_empty() {
+            let message = format!(
+                "job {id} has no batch script (an interactive allocation or a reservation); those are not suspended"
+            );
+            return Ok(Err(api(ErrorCode::InvalidState, message)));
+        }
+        if let Some(a) = job.allocation.iter().find(|a| !self.connected(a.node_id.0 as usize)) {
+            let message = format!("node {} of job {id} is not connected; it cannot be frozen there now", a.node);
+            return Ok(Err(api(ErrorCode::Unavailable, message)));
+        }
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+        job.state = JobState::Suspended;
+        // A resume still unanswered is overtaken: each agent carries out a job's requests in
+        // order, and a late failure of the resume finds nothing to undo.
+        job.suspension.resuming = None;
+        job.suspension.since = Some(now);
+        job.suspension.by_admin = matches!(by, SuspendBy::Admin(_));
+        job.suspension.count += 1;
+        job.reason = Some(reason_of(&by));
+        self.store.update_job(job)?;
+        self.store.save_suspension(id, &job.suspension)?;
+        let detail = match &by {
+            SuspendBy::Admin(who) => format!("by admin {who}"),
+            SuspendBy::Policy(why) => why.clone(),
+        };
+        self.store.event(now, "suspend", Some(id), None, &detail)?;
+        let alloc = job.allocation.clone();
+        for na in &alloc {
+            if let Some(n) = self.cluster.node_mut(na.node_id) {
+                n.release_pus(na);
+            }
+            self.send_to_node(na.node_id.0 as usize, ControllerMessage::Suspend { id });
+        }
+        self.dirty = true;
+        Ok(Ok(()))
+    }
+
+    /// Resume suspended job `id` if it can run now: on its own PUs where they are free, else
+    /// on as many free cores of the same node (same NUMA nodes first; memory stays where it
+    /// is; the allocation is rewritten). Written as running in the current transaction and
+    /// `resume` sent to its nodes after the commit; otherwise it stays suspended with the
+    /// reason returned (e.g. "waiting for 4 cores on n2 to resume (1 free)"). Refused (the
+    /// inner error) for a job that is not suspended or is ending. Admin suspensions are
+    /// resumed too: callers that must not (`resume_waiting`) check `by_admin`.
+    pub fn try_resume(&mut self, id: JobId, now: f64) -> Result<Result<Resumed, ApiError>, StoreError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(Err(api(ErrorCode::UnknownJob, format!("job {id} is not suspended"))));
+        };
+        if job.state != JobState::Suspended {
+            let message = format!("job {id} is {}; only suspended jobs can be resumed", job.state.as_str());
+            return Ok(Err(api(ErrorCode::InvalidState, message)));
+        }
+        if let Some(r) = &job.kill_sent {
+            return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it is not resumed"))));
+        }
+        let plan = match self.resume_plan(job) {
+            Ok(plan) => plan,
+            Err(why) => {
+                // Keep what suspended it ("suspended: preempted by job 12") in front of the wait.
+                let cause = job
+                    .reason
+                    .as_deref()
+                    .and_then(|r| r.split("; ").next())
+                    .filter(|r| r.starts_with("suspended: ") && !r.contains("waiting for"));
+                let reason = match cause {
+                    Some(cause) => format!("{cause}; {why}"),
+                    None => format!("suspended: {why}"),
+                };
+                if let Some(job) = self.jobs.get_mut(&id).filter(|j| j.reason.as_deref() != Some(&reason)) {
+                    job.reason = Some(reason);
+                    self.store.update_job(job)?;
+                }
+                return Ok(Ok(Resumed::Waiting(why)));
+            }
+        };
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(Resumed::InPlace)) };
+        let mut moved = Vec::new();
+        let mut details = Vec::new();
+        let mut msgs = Vec::new();
+        for (k, to) in plan.into_iter().enumerate() {
+            let node = job.allocation[k].node_id.0 as usize;
+            let allocation = match to {
+                Some(to) => {
+                    details.push(format!("{}: cpus {} -> {}", to.node, job.allocation[k].cpus, to.cpus));
+                    moved.push(to.node.clone());
+                    job.allocation[k] = to.clone();
+                    Some(to)
+                }
+                // A part a failed move may have left elsewhere is sent as it is recorded.
+                None if job.suspension.unsynced.contains(&node) => Some(job.allocation[k].clone()),
+                None => None,
+            };
+            msgs.push((node, allocation.is_some(), ControllerMessage::Resume { id, allocation }));
+        }
+        for na in &job.allocation {
+            if let Some(n) = self.cluster.node_mut(na.node_id) {
+                n.claim_pus(na);
+            }
+        }
+        let since = job.suspension.since.unwrap_or(now);
+        let by_admin = job.suspension.by_admin;
+        job.suspension.close(now);
+        job.suspension.by_admin = false;
+        job.suspension.unsynced.clear();
+        job.suspension.resuming = Some(Resuming {
+            since,
+            at: now,
+            by_admin,
+            moved: msgs.iter().filter(|m| m.1).map(|m| m.0).collect(),
+            waiting: msgs.iter().map(|m| m.0).collect(),
+        });
+        job.state = JobState::Running;
+        job.reason = None;
+        self.store.update_job(job)?;
+        self.store.save_suspension(id, &job.suspension)?;
+        let detail = if details.is_empty() { "in place".to_string() } else { format!("moved {}", details.join("; ")) };
+        self.store.event(now, "resume", Some(id), None, &detail)?;
+        for (node, _, msg) in msgs {
+            self.send_to_node(node, msg);
+        }
+        Ok(Ok(if moved.is_empty() { Resumed::InPlace } else { Resumed::Moved(moved) }))
+    }
+
+    /// Where each part of suspended `job` would resume now (None: in place), or why it cannot.
+    fn resume_plan(&self, job: &JobRecord) -> Result<Vec<Option<NodeAllocation>>, String> {
+        let request = job.request();
+        // Steps hold PUs by index in the allocation: a job with live steps resumes in place.
+        let steps_hold = self.steps.get(&job.id).is_some_and(|v| v.iter().any(|s| !s.claims.is_empty()));
+        let mut plan = Vec::with_capacity(job.allocation.len());
+        for na in &job.allocation {
+            let n = na.node_id.0 as usize;
+            if !self.connected(n) {
+                return Err(format!("node {} is not connected", na.node));
+            }
+            let Some(cap) = self.cluster.nodes.get(n) else {
+                return Err(format!("node {} is unknown", na.node));
+            };
+            if cap.pus_free_for(na) {
+                plan.push(None);
+                continue;
+            }
+            if steps_hold {
+                return Err(format!(
+                    "waiting for its own CPUs {} on {} to resume (its steps hold them)",
+                    na.cpus, na.node
+                ));
+            }
+            match cap.relocation_for(na, request.threads, request.system_cpus) {
+                Ok(to) => plan.push(Some(to)),
+                Err(RelocateError::Short { need, free, unit }) => {
+                    return Err(format!("waiting for {need} {unit} on {} to resume ({free} free)", na.node))
+                }
+                Err(RelocateError::Pinned(why)) => {
+                    return Err(format!("waiting for its own CPUs {} on {} to resume ({why})", na.cpus, na.node))
+                }
+            }
+        }
+        Ok(plan)
+    }
+
+    /// The start of a scheduling pass: resume every job the pass suspended (not the admins'
+    /// suspensions) that can run now, longest suspended first. Returns the ids resumed.
+    pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<JobId>, StoreError> {
+        let mut waiting: Vec<(f64, JobId)> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
+            .map(|j| (j.suspension.since.unwrap_or(now), j.id))
+            .collect();
+        waiting.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut resumed = Vec::new();
+        for (_, id) in waiting {
+            if let Ok(Resumed::InPlace | Resumed::Moved(_)) = self.try_resume(id, now)? {
+                resumed.push(id);
+            }
+        }
+        Ok(resumed)
+    }
+
+    /// Seconds job `id` has spent suspended up to `now` (for the bound on suspension).
+    pub fn suspended_seconds(&self, id: JobId, now: f64) -> f64 {
+        self.jobs.get(&id).map(|j| j.suspension.seconds(now)).unwrap_or(0.0)
+    }
+
+    pub(crate) fn connected(&self, node: usize) -> bool {
+        self.extra.get(node).is_some_and(|e| e.conn.is_some())
+    }
+
+    /// `berth suspend` (admins): one job.
+    pub(crate) fn admin_suspend(
+        &mut self,
+        id: JobId,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<Result<(), ApiError>, StoreError> {
+        if let Err(e) = self.known(id)? {
+            return Ok(Err(e));
+        }
+        self.suspend_job(id, now, SuspendBy::Admin(peer.user.name.clone()))
+    }
+
+    /// `berth resume` (admins): one job. When it cannot run now it stays suspended and is
+    /// resumed as soon as it can (the admin's hold on it is lifted).
+    pub(crate) fn admin_resume(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        if let Err(e) = self.known(id)? {
+            return Ok(Err(e));
+        }
+        if let Some(job) = self.jobs.get(&id).filter(|j| j.state == JobState::Running) {
+            if job.suspension.resuming.is_some() {
+                return Ok(Ok(())); // resuming already
+            }
+        }
+        match self.try_resume(id, now)? {
+            Ok(Resumed::InPlace | Resumed::Moved(_)) => Ok(Ok(())),
+            Ok(Resumed::Waiting(why)) => {
+                if let Some(job) = self.jobs.get_mut(&id).filter(|j| j.suspension.by_admin) {
+                    job.suspension.by_admin = false;
+                    self.store.save_suspension(id, &job.suspension)?;
+                }
+                Ok(Err(api(
+                    ErrorCode::Unavailable,
+                    format!("job {id} stays suspended for now: {why}; it resumes by itself as soon as it can"),
+                )))
+            }
+            Err(e) => Ok(Err(e)),
+        }
+    }
+
+    /// The job exists in memory, else why not (ended or unknown).
+    fn known(&self, id: JobId) -> Result<Result<(), ApiError>, StoreError> {
+        if self.jobs.contains_key(&id) {
+            return Ok(Ok(()));
+        }
+        Ok(Err(match self.store.get_job(id)? {
+            Some(j) => api(ErrorCode::InvalidState, format!("job {id} has already ended ({})", j.state.as_str())),
+            None => api(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs")),
+        }))
+    }
+
+    /// `suspend` / `resume` requests: admins only, answered per id.
+    pub(crate) fn suspend_request(
+        &mut self,
+        ids: Vec<JobId>,
+        resume: bool,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<ClientResponse, StoreError> {
+        if !self.is_admin(peer) {
+            let what = if resume { "resume" } else { "suspend" };
+            return Ok(crate::handlers::error(
+                ErrorCode::NotPermitted,
+                format!("only admins may {what} jobs (config key `admins`); `berth cancel` or `berth hold` your own"),
+            ));
+        }
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let outcome = if resume { self.admin_resume(id, now)? } else { self.admin_suspend(id, peer, now)? };
+            results.push(match outcome {
+                Ok(()) => IdResult { id, ok: true, error: None },
+                Err(e) => IdResult { id, ok: false, error: Some(e) },
+            });
+        }
+        Ok(ClientResponse::Done { results })
+    }
+
+    /// A node answered `suspend`. A failure there (its processes there still run) is logged
+    /// and shown as the job's reason; the job is resumed at once if its PUs are still free.
+    pub(crate) fn suspend_answer(
+        &mut self,
+        node: usize,
+        id: JobId,
+        error: Option<String>,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        let Some(e) = error else { return Ok(()) };
+        tracing::warn!(job = %id, node = %name, "suspend failed: {e}");
+        self.store.event(now, "suspend_failed", Some(id), Some(&name), &e)?;
+        let Some(job) = self.jobs.get_mut(&id).filter(|j| j.state == JobState::Suspended) else { return Ok(()) };
+        job.reason = Some(format!("suspended, but freezing failed on {name}: {e}"));
+        self.store.update_job(job)?;
+        // Undo the suspension if nothing took its PUs yet (the job resumes on its nodes).
+        let in_place = job
+            .allocation
+            .iter()
+            .all(|na| self.cluster.nodes.get(na.node_id.0 as usize).is_some_and(|cap| cap.pus_free_for(na)));
+        if in_place {
+            self.try_resume(id, now)?.ok();
+        }
+        Ok(())
+    }
+
+    /// A node answered `resume`. On a failure the resume is undone: the job is suspended
+    /// again everywhere (`suspend` to its nodes; a node still frozen answers at once), its PUs
+    /// are given back and the error is its reason. A moved allocation stays as recorded; the
+    /// next resume sends the moved nodes their part again, so each cgroup matches the record.
+    pub(crate) fn resume_answer(
+        &mut self,
+        node: usize,
+        id: JobId,
+        error: Option<String>,
+        cgroups: Vec<CgroupReport>,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        if !cgroups.is_empty() && self.jobs.contains_key(&id) {
+            let entry = self.cgroups.entry(id).or_default();
+            entry.retain(|(n, c)| !(*n == name && c.rank.is_none()));
+            entry.extend(cgroups.into_iter().map(|c| (name.clone(), c)));
+        }
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        let Some(resuming) = job.suspension.resuming.as_mut() else { return Ok(()) };
+        resuming.waiting.retain(|n| *n != node);
+        let Some(e) = error else {
+            if resuming.waiting.is_empty() {
+                job.suspension.resuming = None;
+            }
+            return Ok(());
+        };
+        tracing::warn!(job = %id, node = %name, "resume failed: {e}");
+        self.store.event(now, "resume_failed", Some(id), Some(&name), &e)?;
+        let Some(resuming) = job.suspension.resuming.take() else { return Ok(()) };
+        if job.state != JobState::Running || job.kill_sent.is_some() {
+            return Ok(()); // ending anyway
+        }
+        for na in &job.allocation {
+            if let Some(n) = self.cluster.node_mut(na.node_id) {
+                n.release_pus(na);
+            }
+        }
+        // It never ran: the suspension goes on from where it began.
+        job.suspension.total_secs = (job.suspension.total_secs - (resuming.at - resuming.since)).max(0.0);
+        job.suspension.since = Some(resuming.since);
+        job.suspension.by_admin = resuming.by_admin;
+        job.suspension.unsynced = resuming.moved;
+        job.state = JobState::Suspended;
+        job.reason = Some(format!("suspended: resuming failed on {name}: {e}"));
+        self.store.update_job(job)?;
+        self.store.save_suspension(id, &job.suspension)?;
+        let nodes: Vec<usize> = job.allocation.iter().map(|a| a.node_id.0 as usize).collect();
+        for n in nodes {
+            self.send_to_node(n, ControllerMessage::Suspend { id });
+        }
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// A node's agent (same process) registered again: it holds what it held, but a
+    /// `suspend` or `resume` sent while it was away was lost. Send them again (both are
+    /// idempotent on the agent).
+    pub(crate) fn resync_suspensions(&mut self, node: usize) {
+        let mut msgs = Vec::new();
+        for job in self.jobs.values().filter(|j| j.on_node(node) && j.kill_sent.is_none()) {
+            if job.state == JobState::Suspended {
+                msgs.push(ControllerMessage::Suspend { id: job.id });
+            } else if let Some(r) = job.suspension.resuming.as_ref().filter(|r| r.waiting.contains(&node)) {
+                let part = job.allocation.iter().find(|a| a.node_id.0 as usize == node);
+                let allocation = part.filter(|_| r.moved.contains(&node)).cloned();
+                msgs.push(ControllerMessage::Resume { id: job.id, allocation });
+            }
+        }
+        for m in msgs {
+            self.send_to_node(node, m);
+        }
+    }
+}
+
+fn reason_of(by: &SuspendBy) -> String {
+    match by {
+        SuspendBy::Admin(who) => format!("suspended by admin {who}: `berth resume` resumes it"),
+        SuspendBy::Policy(why) => format!("suspended: {why}"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

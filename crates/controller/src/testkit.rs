@@ -1,0 +1,134 @@
+//! A controller with registered nodes and no sockets, for unit tests of handlers and policy.
+
+use crate::config::ControllerConfig;
+use crate::handlers::Peer;
+use crate::state::{AgentTx, Controller};
+use crate::store::Store;
+use berth_core::directives::SubmitOptions;
+use berth_core::job::JobState;
+use berth_core::topology::Topology;
+use berth_core::JobId;
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
+use tokio::sync::{mpsc, oneshot};
+
+/// A controller with registered nodes and no sockets: requests go straight to the handlers,
+/// and what it would send to agents is collected per node.
+pub(crate) struct Harness {
+    pub ctl: Controller,
+    pub dir: tempfile::TempDir,
+    pub txs: Vec<AgentTx>,
+    // Kept so the agents' channels stay open.
+    _rxs: Vec<mpsc::UnboundedReceiver<ControllerMessage>>,
+    pub now: f64,
+}
+
+pub(crate) fn ann() -> Peer {
+    Peer { user: UserIdentity { uid: 1000, gid: 100, groups: vec![100, 27], name: "ann".into() }, conn: 1 }
+}
+
+pub(crate) fn bob() -> Peer {
+    Peer { user: UserIdentity { uid: 1001, gid: 100, groups: vec![100], name: "bob".into() }, conn: 2 }
+}
+
+/// 2 packages x 4 cores x 1 PU, 1 GiB per package: PUs 0-3 and 4-7.
+pub(crate) fn topo() -> Topology {
+    Topology::uniform(2, 1, 4, 1, 1 << 30)
+}
+
+pub(crate) fn config(dir: &std::path::Path) -> ControllerConfig {
+    let d = |k: &str, v: String| (k.to_string(), v);
+    let defaults =
+        vec![d("state_dir", dir.display().to_string()), d("socket", dir.join("c.sock").display().to_string())];
+    ControllerConfig::load(None, &defaults, &[], &vec![]).unwrap()
+}
+
+impl Harness {
+    pub fn new(nodes: usize) -> Harness {
+        Self::with_config(nodes, |_| {})
+    }
+
+    /// Like `new`, with the config changed by `edit` first (queues, policy, ...).
+    pub fn with_config(nodes: usize, edit: impl FnOnce(&mut ControllerConfig)) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = config(dir.path());
+        edit(&mut cfg);
+        cfg.validate().expect("a valid test config");
+        let ctl = Controller::load(cfg, Store::open(dir.path()).unwrap()).unwrap();
+        let mut h = Harness { ctl, dir, txs: vec![], _rxs: vec![], now: 1000.0 };
+        for i in 0..nodes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let reg = Registration {
+                name: format!("n{i}"),
+                hostname: format!("n{i}"),
+                address: format!("127.0.0.1:{}", 7200 + i),
+                instance: format!("inst{i}"),
+                version: "test".into(),
+                topology: topo(),
+                real_cpus: "0-7".into(),
+                running: vec![],
+                ended: vec![],
+            };
+            h.ctl.handle_register(reg, i as u64 + 1, tx.clone(), h.now).unwrap();
+            h.txs.push(tx);
+            h._rxs.push(rx);
+        }
+        h.sent();
+        h
+    }
+
+    /// A controller loaded again from the same state (a restart), nodes reconnected.
+    pub fn restart(self) -> Harness {
+        let Harness { ctl, dir, txs, _rxs, now } = self;
+        let cfg = ctl.cfg.clone();
+        drop(ctl);
+        let mut ctl = Controller::load(cfg, Store::open(dir.path()).unwrap()).unwrap();
+        for (i, tx) in txs.iter().enumerate() {
+            ctl.extra[i].conn = Some((i as u64 + 1, tx.clone()));
+        }
+        Harness { ctl, dir, txs, _rxs, now }
+    }
+
+    pub fn call(&mut self, req: ClientRequest, peer: &Peer) -> ClientResponse {
+        let (tx, mut rx) = oneshot::channel();
+        self.ctl.handle_client(req, peer, tx, self.now).unwrap();
+        for (tx, r) in self.ctl.out.replies.drain(..) {
+            let _ = tx.send(r);
+        }
+        rx.try_recv().expect("a reply")
+    }
+
+    /// Messages queued for agents since the last call, as (node index, message).
+    pub fn sent(&mut self) -> Vec<(usize, ControllerMessage)> {
+        let out: Vec<_> = self.ctl.out.agents.drain(..).collect();
+        out.into_iter()
+            .map(|(tx, m)| (self.txs.iter().position(|t| t.same_channel(&tx)).expect("a known agent"), m))
+            .collect()
+    }
+
+    pub fn agent(&mut self, node: usize, msg: AgentMessage) {
+        self.ctl.handle_agent(node, node as u64 + 1, msg, self.now).unwrap();
+    }
+
+    /// Submit a batch job and start it.
+    pub fn batch(&mut self, options: SubmitOptions, peer: &Peer) -> JobId {
+        let sub = SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_name: "job.sh".into(),
+            options,
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+        };
+        let ClientResponse::Submitted { id } = self.call(ClientRequest::Submit(Box::new(sub)), peer) else {
+            panic!("not submitted")
+        };
+        self.ctl.schedule(self.now).unwrap();
+        assert_eq!(self.ctl.jobs[&id].state, JobState::Running);
+        id
+    }
+
+    pub fn free_cores(&self) -> u32 {
+        self.ctl.cluster.nodes.iter().map(|n| n.free_core_count).sum()
+    }
+}

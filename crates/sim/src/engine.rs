@@ -1,0 +1,225 @@
+//! The replay: which machine, which jobs, and the event loop on a virtual clock.
+//!
+//! At each distinct event time: fair-share usage is charged for the interval just ended (when
+//! enabled), every job ending then releases its cores, every job submitted then joins the
+//! queue, and one scheduling pass (`plan`) decides over the whole queue; its starts are claimed
+//! at once. One pass per event time, not per event, keeps saturated traces (long queues,
+//! bursts of submissions) affordable; so does skipping the pass when it provably starts
+//! nothing (fewer CPUs free than the smallest queued job needs, or under FCFS than the first
+//! job needs): `plan` is a pure function, so the schedule is the same as with every pass run.
+//!
+//! Checked in debug builds (so in the tests): no job starts before its submission or twice,
+//! never more processors are busy than the machine has, and the pass's backfill count matches
+//! the jobs the simulator sees started out of order.
+//!
+//! Fair share (`SimConfig::fair_share`): usage is charged incrementally, at every event time,
+//! for the CPUs each account holds over the interval since the previous one, so long jobs count
+//! while they run (as the controller charges), not only when they end. The queue is then
+//! ordered by berth's multifactor `priority` (age, size, fair share; the trace's queue numbers
+//! carry no priority, so the queue factor is 0), ties by submit order, with the controller's
+//! defaults: `PriorityWeights::default()`, `FairShareConfig::default()` (7-day half-life, equal
+//! shares). Without fair share the queue is in submit order (FCFS priority).
+
+use crate::machine::{parse_topology, ClusterMachine, PoolMachine};
+use crate::metrics::{self, SimReport};
+use crate::swf::Trace;
+use crate::{EstimateSource, MachineSpec, SimConfig, SimError};
+use berth_core::job::Shape;
+use berth_core::placement::JobRequest;
+use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+
+mod accounting;
+mod queue;
+mod replay;
+
+/// What one run produced.
+#[derive(Debug, Clone)]
+pub struct SimResult {
+    pub report: SimReport,
+    /// Simulated jobs in submit order.
+    pub jobs: Vec<JobRecord>,
+    /// Busy processors and queue length after each event time's pass.
+    pub timeline: Vec<Sample>,
+}
+
+/// One simulated job's outcome (a line of the per-job CSV).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// The trace's job id (field 1).
+    pub id: u64,
+    pub submit: f64,
+    pub start: f64,
+    pub end: f64,
+    pub wait: f64,
+    pub run: f64,
+    pub procs: u64,
+    pub estimate: f64,
+    /// Bounded slowdown, 10 s threshold.
+    pub bsld: f64,
+    /// Started out of priority order.
+    pub backfilled: bool,
+}
+
+/// The machine's state after one event time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Sample {
+    pub time: f64,
+    pub busy_procs: u64,
+    pub queued: usize,
+}
+
+/// A job of the trace the simulator will run, in the terms the scheduler sees.
+#[derive(Debug, Clone)]
+pub(crate) struct SimJob {
+    pub trace_id: u64,
+    pub submit: f64,
+    pub run: f64,
+    pub estimate: f64,
+    pub procs: u64,
+    /// Index into the account names (fair share).
+    pub account: usize,
+    pub request: JobRequest,
+}
+
+/// Jobs of the trace that are not simulated, by reason.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// More processors than the machine has (or a shape the machine can never hold).
+    pub too_large: usize,
+    /// Run time missing or not positive.
+    pub no_runtime: usize,
+    /// Neither requested nor allocated processors known.
+    pub no_procs: usize,
+}
+
+/// The jobs to simulate, in submit order (ties: trace order), with account names.
+pub(crate) struct Workload {
+    pub jobs: Vec<SimJob>,
+    pub skipped: Skipped,
+    pub accounts: Vec<String>,
+}
+
+pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimError> {
+    match &config.machine {
+        MachineSpec::FromTrace => {
+            let (procs, description) = size_from_trace(trace)?;
+            replay::replay(PoolMachine::new(procs, 1)?, procs, description, trace, config)
+        }
+        MachineSpec::Pool { nodes, cores_per_node } => {
+            let machine = PoolMachine::new(*nodes, *cores_per_node)?;
+            let total = machine.total_cpus();
+            let description = match cores_per_node {
+                1 => format!("{nodes} single-core nodes"),
+                c => format!("{nodes} nodes of {c} cores"),
+            };
+            replay::replay(machine, total, description, trace, config)
+        }
+        MachineSpec::Topology { nodes, spec } => {
+            let machine = ClusterMachine::new(*nodes, parse_topology(spec)?)?;
+            let total = machine.total_cpus();
+            let description = format!("{nodes} nodes of \"{spec}\" ({total} cores), topology-aware placement");
+            replay::replay(machine, total, description, trace, config)
+        }
+    }
+}
+
+/// The default machine: `MaxProcs` (else `MaxNodes`) single-core nodes; for a trace with
+/// neither header, as many as its largest job needs (said in the description).
+fn size_from_trace(trace: &Trace) -> Result<(u64, String), SimError> {
+    if let Some(p) = trace.max_procs {
+        return Ok((p, format!("{p} single-core nodes (the trace's MaxProcs)")));
+    }
+    if let Some(n) = trace.max_nodes {
+        return Ok((n, format!("{n} single-core nodes (the trace's MaxNodes)")));
+    }
+    match trace.jobs.iter().filter_map(|j| j.procs()).max() {
+        Some(p) => Ok((p, format!("{p} single-core nodes (the largest job: the trace has no MaxProcs or MaxNodes)"))),
+        None => Err(SimError::NoMachine(
+            "the trace has no MaxProcs or MaxNodes header and no job with a processor count; pass --nodes N".into(),
+        )),
+    }
+}
+
+/// Classify the trace's jobs; `empty` is the machine with nothing running, to tell which
+/// jobs could never fit.
+pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateSource) -> Workload {
+    let mut skipped = Skipped::default();
+    let mut fits_by_procs: HashMap<u64, bool> = HashMap::new();
+    let mut account_index: HashMap<String, usize> = HashMap::new();
+    let mut accounts = vec![];
+    let mut jobs = vec![];
+    for j in &trace.jobs {
+        let Some(run) = j.run_time.filter(|&r| r > 0.0) else {
+            skipped.no_runtime += 1;
+            continue;
+        };
+        let Some(procs) = j.procs() else {
+            skipped.no_procs += 1;
+            continue;
+        };
+        let Ok(cores) = u32::try_from(procs) else {
+            skipped.too_large += 1;
+            continue;
+        };
+        let request = JobRequest::simple(Shape::Total { cores, chunk: 1 }, 0);
+        let fits = *fits_by_procs.entry(procs).or_insert_with(|| !matches!(empty.place(&request), Fit::Never(_)));
+        if !fits {
+            skipped.too_large += 1;
+            continue;
+        }
+        let estimate = match (estimate, j.requested_time) {
+            (EstimateSource::Request, Some(requested)) if requested > 0.0 => requested,
+            _ => run,
+        };
+        let name = j.account();
+        let next = accounts.len();
+        let account = *account_index.entry(name.clone()).or_insert(next);
+        if account == next {
+            accounts.push(name);
+        }
+        jobs.push(SimJob { trace_id: j.id, submit: j.submit, run, estimate, procs, account, request });
+    }
+    // Stable: jobs submitted at the same time keep their trace order.
+    jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
+    Workload { jobs, skipped, accounts }
+}
+
+/// The queue entry of job `index` of the workload.
+pub(crate) fn queued(index: usize, job: &SimJob) -> QueuedJob {
+    QueuedJob { id: berth_core::JobId(index as u64), request: job.request.clone(), walltime: job.estimate, held: false }
+}
+
+/// Assemble the result once every job has run.
+pub(crate) fn finish(
+    workload: &Workload,
+    starts: &[f64],
+    backfilled: &[bool],
+    timeline: Vec<Sample>,
+    header: metrics::Header,
+) -> SimResult {
+    let jobs: Vec<JobRecord> = workload
+        .jobs
+        .iter()
+        .zip(starts)
+        .zip(backfilled)
+        .map(|((j, &start), &backfilled)| {
+            let wait = start - j.submit;
+            JobRecord {
+                id: j.trace_id,
+                submit: j.submit,
+                start,
+                end: start + j.run,
+                wait,
+                run: j.run,
+                procs: j.procs,
+                estimate: j.estimate,
+                bsld: metrics::bounded_slowdown(wait, j.run),
+                backfilled,
+            }
+        })
+        .collect();
+    let report = metrics::summarize(&jobs, workload.skipped, header);
+    SimResult { report, jobs, timeline }
+}

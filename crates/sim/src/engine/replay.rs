@@ -1,0 +1,227 @@
+//! The event loop (see the parent module for the order of things at each event time).
+
+use super::accounting::Accounting;
+use super::queue::Queue;
+use super::{finish, queued, workload, Sample, SimResult, Workload};
+use crate::metrics::Header;
+use crate::swf::Trace;
+use crate::{SimConfig, SimError};
+use berth_core::sched::backfill::{plan, BackfillPolicy, Machine, PassInput, PassLimits, QueuedJob, RunningJob};
+use std::cmp::{Ordering, Reverse};
+use std::collections::BinaryHeap;
+
+/// A job's end on the virtual clock, ordered by time then job (deterministic ties).
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct End {
+    time: f64,
+    job: usize,
+}
+
+impl Eq for End {}
+
+impl PartialOrd for End {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for End {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.time.total_cmp(&other.time).then(self.job.cmp(&other.job))
+    }
+}
+
+/// The state of one replay.
+struct Replay<'a, M: Machine> {
+    machine: M,
+    total_cpus: u64,
+    config: &'a SimConfig,
+    work: &'a Workload,
+    accounting: Option<Accounting>,
+    queue: Queue,
+    running: Vec<RunningJob<M::Alloc>>,
+    /// Where each running job sits in `running` (swap_remove keeps removal O(1)).
+    slot: Vec<usize>,
+    ends: BinaryHeap<Reverse<End>>,
+    /// Jobs of the workload submitted so far (they are in submit order).
+    submitted: usize,
+    busy: u64,
+    starts: Vec<f64>,
+    started: Vec<bool>,
+    backfilled: Vec<bool>,
+    timeline: Vec<Sample>,
+    passes: usize,
+    backfilled_total: usize,
+}
+
+pub(super) fn replay<M: Machine>(
+    machine: M,
+    total_cpus: u64,
+    description: String,
+    trace: &Trace,
+    config: &SimConfig,
+) -> Result<SimResult, SimError> {
+    let work = workload(trace, &machine, config.estimate);
+    let n = work.jobs.len();
+    let mut r = Replay {
+        machine,
+        total_cpus,
+        config,
+        work: &work,
+        accounting: config.fair_share.then(|| Accounting::new(work.accounts.len(), n)),
+        queue: Queue::default(),
+        running: vec![],
+        slot: vec![usize::MAX; n],
+        ends: BinaryHeap::new(),
+        submitted: 0,
+        busy: 0,
+        starts: vec![f64::NAN; n],
+        started: vec![false; n],
+        backfilled: vec![false; n],
+        timeline: vec![],
+        passes: 0,
+        backfilled_total: 0,
+    };
+    while let Some(now) = r.next_time() {
+        if let Some(acc) = r.accounting.as_mut() {
+            acc.charge_to(now, &work.accounts);
+        }
+        r.complete(now);
+        r.submit(now);
+        r.pass(now);
+        r.timeline.push(Sample { time: now, busy_procs: r.busy, queued: r.queue.len() });
+        if r.running.is_empty() && r.submitted == n && !r.queue.is_empty() {
+            let head = &work.jobs[r.queue.jobs()[0].id.0 as usize];
+            return Err(SimError::Stuck {
+                time: now,
+                queued: r.queue.len(),
+                detail: format!("the first queued job, trace id {}, needs {} processors", head.trace_id, head.procs),
+            });
+        }
+    }
+    let header = Header {
+        policy: config.policy,
+        fair_share: config.fair_share,
+        estimate: config.estimate,
+        machine: description,
+        machine_procs: total_cpus,
+        passes: r.passes,
+        backfilled: r.backfilled_total,
+    };
+    Ok(finish(&work, &r.starts, &r.backfilled, r.timeline, header))
+}
+
+impl<M: Machine> Replay<'_, M> {
+    /// The next event time: the earliest end or submission, if any is left.
+    fn next_time(&self) -> Option<f64> {
+        let next_end = self.ends.peek().map(|e| e.0.time);
+        let next_submit = self.work.jobs.get(self.submitted).map(|j| j.submit);
+        match (next_end, next_submit) {
+            (Some(e), Some(s)) => Some(e.min(s)),
+            (e, s) => e.or(s),
+        }
+    }
+
+    /// Every job ending by `now` gives its cores back.
+    fn complete(&mut self, now: f64) {
+        while let Some(&Reverse(End { time, job })) = self.ends.peek() {
+            if time > now {
+                break;
+            }
+            self.ends.pop();
+            let at = self.slot[job];
+            let done = self.running.swap_remove(at);
+            if let Some(moved) = self.running.get(at) {
+                self.slot[moved.id.0 as usize] = at;
+            }
+            self.machine.release(&done.alloc);
+            let j = &self.work.jobs[job];
+            self.busy -= j.procs;
+            if let Some(acc) = self.accounting.as_mut() {
+                acc.in_use[j.account] -= j.procs;
+            }
+        }
+    }
+
+    /// Every job submitted by `now` joins the queue.
+    fn submit(&mut self, now: f64) {
+        let jobs = &self.work.jobs;
+        while self.submitted < jobs.len() && jobs[self.submitted].submit <= now {
+            self.queue.push(queued(self.submitted, &jobs[self.submitted]), jobs[self.submitted].procs);
+            self.submitted += 1;
+        }
+    }
+
+    /// One scheduling pass, unless it provably starts nothing: with fewer CPUs free than the
+    /// smallest queued job needs nothing fits, and under FCFS nothing starts unless the first
+    /// job fits. `plan` is pure, so skipping it changes no decision.
+    fn pass(&mut self, now: f64) {
+        let every = self.config.every_pass;
+        let free = self.machine.free_cpus();
+        match self.queue.smallest() {
+            Some(smallest) if free >= smallest || every => {}
+            _ => return,
+        }
+        if let Some(acc) = self.accounting.as_mut() {
+            acc.order(self.queue.jobs_mut(), &self.work.jobs, &self.work.accounts, now, self.total_cpus);
+        }
+        let head = self.work.jobs[self.queue.jobs()[0].id.0 as usize].procs;
+        if self.config.policy == BackfillPolicy::Fcfs && free < head && !every {
+            return;
+        }
+        let limits = PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations };
+        let input = PassInput { machine: &self.machine, running: &self.running, queue: self.queue.jobs(), now };
+        let out = plan(&input, &limits);
+        self.passes += 1;
+        self.backfilled_total += out.backfilled;
+        let count = out.starts.len();
+        for (id, alloc) in out.starts {
+            self.start(now, id.0 as usize, alloc);
+        }
+        if count > 0 {
+            let marked = mark_backfilled(self.queue.jobs(), &self.started, count, &mut self.backfilled);
+            debug_assert_eq!(marked, out.backfilled, "backfill counts disagree at t={now}");
+            let jobs = &self.work.jobs;
+            self.queue.remove_started(&self.started, count, |i| jobs[i].procs);
+        }
+    }
+
+    /// Start job `index` on `alloc` at `now`; it ends after its actual run time.
+    fn start(&mut self, now: f64, index: usize, alloc: M::Alloc) {
+        let job = &self.work.jobs[index];
+        debug_assert!(index < self.submitted && !self.started[index], "job {index} started twice or unsubmitted");
+        debug_assert!(now >= job.submit, "job {} starts at {now} before its submit time", job.trace_id);
+        self.machine.claim(&alloc);
+        self.busy += job.procs;
+        debug_assert!(self.busy <= self.total_cpus, "{} processors in use of {}", self.busy, self.total_cpus);
+        self.started[index] = true;
+        self.starts[index] = now;
+        self.slot[index] = self.running.len();
+        let id = berth_core::JobId(index as u64);
+        self.running.push(RunningJob { id, alloc, end: now + job.estimate });
+        self.ends.push(Reverse(End { time: now + job.run, job: index }));
+        if let Some(acc) = self.accounting.as_mut() {
+            acc.in_use[job.account] += job.procs;
+        }
+    }
+}
+
+/// A job that started while one before it in priority order (not held) did not, started
+/// out of order: it was backfilled. Stops once the pass's `count` starts are seen.
+fn mark_backfilled(queue: &[QueuedJob], started: &[bool], count: usize, backfilled: &mut [bool]) -> usize {
+    let (mut passed_over, mut seen, mut marked) = (false, 0, 0);
+    for q in queue {
+        let index = q.id.0 as usize;
+        if started[index] {
+            backfilled[index] = passed_over;
+            marked += usize::from(passed_over);
+            seen += 1;
+            if seen == count {
+                break;
+            }
+        } else if !q.held {
+            passed_over = true;
+        }
+    }
+    marked
+}

@@ -1,0 +1,129 @@
+//! berth's trace simulator: replays a Standard Workload Format trace through berth's own
+//! scheduler (`berth_core::sched::backfill::plan`, fair share and priority) on a virtual
+//! clock, and reports utilization, waits, bounded slowdown and makespan.
+//!
+//! No I/O: callers pass the trace text and get values back ([`SimResult`], CSV and SVG text).
+//!
+//! Modelling choices (see also [`engine`]):
+//! - The machine is the trace's `MaxProcs` (else `MaxNodes`) single-core nodes, else as many
+//!   single-core nodes as the largest job needs (traces without a header), unless given.
+//! - A job of P processors asks for P cores anywhere (`Shape::Total { cores: P, chunk: 1 }`),
+//!   no memory.
+//! - The estimate reservations are made with is the requested time (field 9), or the run time
+//!   when the trace has none or with [`EstimateSource::Runtime`]. A job whose run time exceeds
+//!   its estimate still runs to its actual run time (the trace records what happened; killing
+//!   it at its estimate would change the workload), so reservations can be late, as in life.
+
+pub mod engine;
+pub mod error;
+pub mod machine;
+pub mod metrics;
+pub mod output;
+pub mod swf;
+
+pub use engine::{JobRecord, Sample, SimResult};
+pub use error::SimError;
+pub use metrics::SimReport;
+
+use berth_core::sched::backfill::BackfillPolicy;
+use serde::{Deserialize, Serialize};
+
+/// Where reservations' walltime estimates come from.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EstimateSource {
+    /// The requested time (field 9), or the run time when the trace has none.
+    #[default]
+    Request,
+    /// The actual run time: perfect estimates.
+    Runtime,
+}
+
+impl std::str::FromStr for EstimateSource {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, SimError> {
+        match s {
+            "request" => Ok(EstimateSource::Request),
+            "runtime" => Ok(EstimateSource::Runtime),
+            _ => Err(SimError::BadOption(format!("unknown estimate {s:?}; use request or runtime"))),
+        }
+    }
+}
+
+/// Parse a policy name as the CLI spells it.
+pub fn parse_policy(s: &str) -> Result<BackfillPolicy, SimError> {
+    match s {
+        "fcfs" => Ok(BackfillPolicy::Fcfs),
+        "easy" => Ok(BackfillPolicy::Easy),
+        "conservative" => Ok(BackfillPolicy::Conservative),
+        _ => Err(SimError::BadOption(format!("unknown policy {s:?}; use fcfs, easy or conservative"))),
+    }
+}
+
+/// The policy's name as the CLI spells it.
+pub fn policy_name(p: BackfillPolicy) -> &'static str {
+    match p {
+        BackfillPolicy::Fcfs => "fcfs",
+        BackfillPolicy::Easy => "easy",
+        BackfillPolicy::Conservative => "conservative",
+    }
+}
+
+/// The machine to replay on.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum MachineSpec {
+    /// The trace's `MaxProcs` (else `MaxNodes`) single-core nodes, else the largest job's size.
+    #[default]
+    FromTrace,
+    /// `nodes` identical nodes of `cores_per_node` cores, cores counted only.
+    Pool { nodes: u64, cores_per_node: u32 },
+    /// `nodes` nodes of a topology (`package:2 numa:2 core:8 pu:1`) under berth's placement.
+    Topology { nodes: u32, spec: String },
+}
+
+/// Everything a simulation run is decided by, apart from the trace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SimConfig {
+    pub machine: MachineSpec,
+    pub policy: BackfillPolicy,
+    pub estimate: EstimateSource,
+    /// Order the queue by berth's multifactor priority with fair share per group.
+    pub fair_share: bool,
+    /// Preemption by suspension (not simulated yet: refused).
+    pub preempt: bool,
+    /// Most reservations one pass computes (`PassLimits::max_reservations`).
+    pub max_reservations: usize,
+    /// Run `plan` at every event time, even when it provably starts nothing (slower: to check
+    /// that skipping those passes changes nothing).
+    pub every_pass: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> Self {
+        SimConfig {
+            machine: MachineSpec::FromTrace,
+            policy: BackfillPolicy::Easy,
+            estimate: EstimateSource::Request,
+            fair_share: false,
+            preempt: false,
+            max_reservations: usize::MAX,
+            every_pass: false,
+        }
+    }
+}
+
+/// Parse `text` as SWF and replay it under `config`.
+pub fn simulate_text(text: &str, config: &SimConfig) -> Result<SimResult, SimError> {
+    simulate(&swf::parse(text)?, config)
+}
+
+/// Replay a parsed trace under `config`. `jobs_per_second` is left 0: the caller measures the
+/// wall clock and calls [`SimReport::set_elapsed`].
+pub fn simulate(trace: &swf::Trace, config: &SimConfig) -> Result<SimResult, SimError> {
+    if config.preempt {
+        return Err(SimError::Unsupported(
+            "preemption simulation not available yet: drop --preempt (the scheduler's preemption module has no API to drive yet)",
+        ));
+    }
+    engine::run(trace, config)
+}

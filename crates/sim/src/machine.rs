@@ -1,0 +1,306 @@
+//! The machines a trace is replayed on, as [`Machine`]s the scheduler's `plan` drives.
+//!
+//! - [`PoolMachine`]: N identical nodes of C cores, cores only (no memory, no topology): the
+//!   default for a trace is its `MaxProcs` single-core nodes. A pass on it costs little
+//!   beyond the policy itself.
+//! - [`ClusterMachine`]: N nodes of a berth [`Topology`] under berth's real topology-aware
+//!   placement: the controller's [`ClusterState`] machine.
+
+mod bits;
+
+use crate::error::SimError;
+use berth_core::job::{Allocation, Shape};
+use berth_core::node::NodeCapacity;
+use berth_core::placement::{JobRequest, PlacementPolicy};
+use berth_core::sched::backfill::{Fit, Machine};
+use berth_core::sched::ClusterState;
+use berth_core::topology::Topology;
+use berth_core::NodeId;
+use bits::Bits;
+use std::sync::Arc;
+
+/// Memory per NUMA node of simulated topologies: traces carry no usable memory figures, so
+/// jobs ask for none and this only has to be non-zero.
+const SIM_MEM_PER_NUMA: u64 = 64 << 30;
+
+/// Most cores a pool models (its free set is a bitmap, copied by every pass).
+const MAX_POOL_CORES: u64 = 1 << 24;
+
+/// N identical nodes of `cores_per_node` cores each; core `i` is core `i % C` of node `i / C`.
+///
+/// Cores are tracked one by one (a bitmap), not only counted: a pass claims a reservation's
+/// cores, found on the machine as it will be later, on the machine as it is now, where some of
+/// them are still busy; claiming is a set union, as on berth's real nodes. Placement is first
+/// fit by core index.
+#[derive(Debug, Clone)]
+pub struct PoolMachine {
+    nodes: u32,
+    cores_per_node: u32,
+    free: Bits,
+    free_total: u64,
+}
+
+/// Cores taken from a [`PoolMachine`], as runs `(first core, count)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolAlloc {
+    pub cpus: u64,
+    pub runs: Vec<(u32, u32)>,
+}
+
+impl PoolMachine {
+    pub fn new(nodes: u64, cores_per_node: u32) -> Result<Self, SimError> {
+        if nodes == 0 || cores_per_node == 0 {
+            return Err(SimError::BadOption("a machine needs at least one node of at least one core".into()));
+        }
+        let total = nodes.saturating_mul(cores_per_node as u64);
+        if total > MAX_POOL_CORES {
+            return Err(SimError::BadOption(format!(
+                "{total} cores are more than the simulator models ({MAX_POOL_CORES}); pass a smaller --nodes"
+            )));
+        }
+        Ok(PoolMachine { nodes: nodes as u32, cores_per_node, free: Bits::full(total), free_total: total })
+    }
+
+    pub fn total_cpus(&self) -> u64 {
+        self.nodes as u64 * self.cores_per_node as u64
+    }
+
+    /// `units` pieces of `size` cores, each within one node (at most one per node if
+    /// `one_per_node`), first fit.
+    fn take(&self, units: u64, size: u32, one_per_node: bool) -> Option<PoolAlloc> {
+        let c = self.cores_per_node;
+        let mut runs = vec![];
+        let mut left = units;
+        for node in 0..self.nodes {
+            if left == 0 {
+                break;
+            }
+            let first = node * c;
+            let free = self.free.count_range(first, c);
+            let pieces = if one_per_node { u64::from(free >= size) } else { (free / size) as u64 }.min(left);
+            if pieces > 0 {
+                self.free.take_first(first, first + c, pieces as u32 * size, &mut runs);
+                left -= pieces;
+            }
+        }
+        (left == 0).then(|| PoolAlloc { cpus: units * size as u64, runs })
+    }
+}
+
+impl Machine for PoolMachine {
+    type Alloc = PoolAlloc;
+
+    fn place(&self, req: &JobRequest) -> Fit<PoolAlloc> {
+        let (nodes, c) = (self.nodes as u64, self.cores_per_node);
+        // (pieces, cores per piece, at most one piece per node)
+        let (units, size, one_per_node) = match req.shape {
+            Shape::Total { cores, chunk } => {
+                let chunk = chunk.max(1);
+                ((cores as u64).div_ceil(chunk as u64), chunk, false)
+            }
+            Shape::PerNode { nodes, cores_per_node } => (nodes as u64, cores_per_node.max(1), true),
+        };
+        let capacity = if one_per_node { nodes } else { nodes * (c / size) as u64 };
+        if size > c || units > capacity {
+            return Fit::Never(format!("needs {} cores; the machine has {nodes} nodes of {c}", units * size as u64));
+        }
+        let cpus = units * size as u64;
+        if cpus > self.free_total {
+            // The reason is never shown by the simulator: no allocation on this hot path.
+            return Fit::Busy(String::new());
+        }
+        if size == 1 && !one_per_node {
+            let mut runs = vec![];
+            let got = self.free.take_first(0, self.total_cpus() as u32, cpus as u32, &mut runs);
+            debug_assert_eq!(got as u64, cpus, "free count and free set disagree");
+            return Fit::Now(PoolAlloc { cpus, runs });
+        }
+        match self.take(units, size, one_per_node) {
+            Some(alloc) => Fit::Now(alloc),
+            None => Fit::Busy(String::new()),
+        }
+    }
+
+    fn claim(&mut self, alloc: &PoolAlloc) {
+        for &(start, len) in &alloc.runs {
+            self.free_total -= self.free.clear_range(start, len) as u64;
+        }
+    }
+
+    fn release(&mut self, alloc: &PoolAlloc) {
+        for &(start, len) in &alloc.runs {
+            self.free_total += self.free.set_range(start, len) as u64;
+        }
+    }
+
+    fn free_cpus(&self) -> u64 {
+        self.free_total
+    }
+}
+
+/// N nodes of one topology under berth's topology-aware placement: the controller's own
+/// [`ClusterState`] machine, with the free core count kept up to date instead of recounted
+/// over every node (the simulator asks for it at every event time).
+#[derive(Debug, Clone)]
+pub struct ClusterMachine {
+    pub state: ClusterState,
+    free_cores: u64,
+}
+
+impl ClusterMachine {
+    pub fn new(nodes: u32, topology: Topology) -> Result<Self, SimError> {
+        if nodes == 0 {
+            return Err(SimError::BadOption("--nodes must be at least 1".into()));
+        }
+        let topology = Arc::new(topology);
+        let nodes: Vec<NodeCapacity> =
+            (0..nodes).map(|i| NodeCapacity::new(NodeId(i), format!("n{i}"), topology.clone())).collect();
+        let state = ClusterState { nodes, policy: PlacementPolicy::default() };
+        let free_cores = state.free_cpus();
+        Ok(ClusterMachine { state, free_cores })
+    }
+
+    pub fn total_cpus(&self) -> u64 {
+        self.state.nodes.iter().map(|n| n.topology.core_count() as u64).sum()
+    }
+}
+
+impl Machine for ClusterMachine {
+    type Alloc = Allocation;
+
+    fn place(&self, req: &JobRequest) -> Fit<Allocation> {
+        self.state.place(req)
+    }
+
+    fn claim(&mut self, alloc: &Allocation) {
+        self.free_cores = self.state.claim_counting(alloc, self.free_cores);
+    }
+
+    fn release(&mut self, alloc: &Allocation) {
+        self.free_cores = self.state.release_counting(alloc, self.free_cores);
+    }
+
+    fn free_cpus(&self) -> u64 {
+        self.free_cores
+    }
+
+    fn claim_counting(&mut self, alloc: &Allocation, _free_before: u64) -> u64 {
+        self.claim(alloc);
+        self.free_cores
+    }
+
+    fn release_counting(&mut self, alloc: &Allocation, _free_before: u64) -> u64 {
+        self.release(alloc);
+        self.free_cores
+    }
+
+    fn place_with_claimed(&mut self, extra: &[&Allocation], req: &JobRequest) -> Fit<Allocation> {
+        self.state.place_with_claimed(extra, req)
+    }
+}
+
+/// A node topology from an hwloc-style synthetic string, e.g. `package:2 numa:2 core:8 pu:2`
+/// (counts per parent level; levels left out count 1).
+pub fn parse_topology(spec: &str) -> Result<Topology, SimError> {
+    let bad = |problem: String| SimError::BadTopology { spec: spec.to_string(), problem };
+    let mut counts = [None::<u32>; 4]; // package, numa, core, pu
+    for token in spec.split_whitespace() {
+        let (key, value) = token.split_once(':').ok_or_else(|| bad(format!("{token:?} is not LEVEL:COUNT")))?;
+        let level = match key.to_ascii_lowercase().as_str() {
+            "package" | "socket" => 0,
+            "numa" | "numanode" | "node" => 1,
+            "core" => 2,
+            "pu" | "thread" => 3,
+            other => return Err(bad(format!("unknown level {other:?}; levels are package, numa, core, pu"))),
+        };
+        let count: u32 = value.parse().ok().filter(|&c| c > 0).ok_or_else(|| bad(format!("{token:?}: bad count")))?;
+        if counts[level].replace(count).is_some() {
+            return Err(bad(format!("level {key:?} given twice")));
+        }
+    }
+    if counts.iter().all(Option::is_none) {
+        return Err(bad("empty".into()));
+    }
+    let [packages, numa, cores, pus] = counts.map(|c| c.unwrap_or(1) as u64);
+    let total_pus = packages * numa * cores * pus;
+    if total_pus > 4096 {
+        return Err(bad(format!("{total_pus} PUs per node; at most 4096 are supported")));
+    }
+    Ok(Topology::uniform(packages as u32, numa as u32, cores as u32, pus as u32, SIM_MEM_PER_NUMA))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn total(cores: u32) -> JobRequest {
+        JobRequest::simple(Shape::Total { cores, chunk: 1 }, 0)
+    }
+
+    #[test]
+    fn single_core_pool_counts() {
+        let mut m = PoolMachine::new(4, 1).unwrap();
+        let Fit::Now(a) = m.place(&total(3)) else { panic!() };
+        m.claim(&a);
+        assert_eq!(m.free_cpus(), 1);
+        assert_eq!(m.place(&total(2)), Fit::Busy(String::new()));
+        assert!(matches!(m.place(&total(5)), Fit::Never(_)));
+        m.release(&a);
+        assert_eq!(m.free_cpus(), 4);
+    }
+
+    /// A pass claims a reservation found on a later state onto the state now: cores already
+    /// busy stay busy once, and the count follows the set.
+    #[test]
+    fn claiming_busy_cores_again_is_a_union() {
+        let mut now = PoolMachine::new(4, 1).unwrap();
+        let Fit::Now(running) = now.place(&total(2)) else { panic!() };
+        now.claim(&running);
+        let mut later = now.clone();
+        later.release(&running);
+        let Fit::Now(reservation) = later.place(&total(3)) else { panic!() };
+        assert_eq!(reservation.runs, vec![(0, 3)]);
+        now.claim(&reservation);
+        assert_eq!(now.free_cpus(), 1, "only core 2 was free and taken by the reservation");
+    }
+
+    #[test]
+    fn multi_core_pool_tracks_nodes() {
+        let mut m = PoolMachine::new(2, 4).unwrap();
+        let Fit::Now(a) = m.place(&total(3)) else { panic!() };
+        m.claim(&a);
+        assert_eq!(a.runs, vec![(0, 3)]);
+        // Two whole nodes of 2 cores: node 0 has only 1 free, so not now.
+        let two_by_two = JobRequest::simple(Shape::PerNode { nodes: 2, cores_per_node: 2 }, 0);
+        assert_eq!(m.place(&two_by_two), Fit::Busy(String::new()));
+        let Fit::Now(b) = m.place(&total(5)) else { panic!() };
+        assert_eq!(b.runs, vec![(3, 5)]);
+        m.claim(&b);
+        assert_eq!(m.free_cpus(), 0);
+        m.release(&a);
+        assert!(matches!(m.place(&two_by_two), Fit::Busy(_)));
+        assert!(matches!(m.place(&JobRequest::simple(Shape::Total { cores: 4, chunk: 8 }, 0)), Fit::Never(_)));
+    }
+
+    #[test]
+    fn topology_strings() {
+        let t = parse_topology("package:2 numa:2 core:4 pu:2").unwrap();
+        assert_eq!((t.core_count(), t.pu_count(), t.numa_nodes.len()), (16, 32, 4));
+        assert_eq!(parse_topology("core:8").unwrap().core_count(), 8);
+        for bad in ["", "core:0", "core:x", "cache:2", "core:2 core:4", "core"] {
+            assert!(matches!(parse_topology(bad), Err(SimError::BadTopology { .. })), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn cluster_machine_places_on_the_topology() {
+        let mut m = ClusterMachine::new(2, parse_topology("package:1 numa:2 core:2 pu:1").unwrap()).unwrap();
+        assert_eq!((m.total_cpus(), m.free_cpus()), (8, 8));
+        let Fit::Now(a) = m.place(&total(3)) else { panic!() };
+        m.claim(&a);
+        assert_eq!(m.free_cpus(), 5);
+        assert!(matches!(m.place(&total(9)), Fit::Never(_)));
+        m.release(&a);
+        assert_eq!(m.free_cpus(), 8);
+    }
+}

@@ -1,0 +1,246 @@
+//! Tiny hand-made traces whose outcome is worked out by hand in the comments.
+
+use berth_core::sched::backfill::BackfillPolicy::{self, Conservative, Easy, Fcfs};
+use berth_sim::{simulate_text, EstimateSource, MachineSpec, SimConfig, SimError, SimResult};
+
+/// An SWF job line: id, submit, run time, processors, requested time (-1: none), group.
+fn job(id: u32, submit: f64, run: f64, procs: i64, requested: f64, group: i64) -> String {
+    format!("{id} {submit} -1 {run} {procs} -1 -1 {procs} {requested} -1 1 1 {group} -1 1 -1 -1 -1\n")
+}
+
+fn run(trace: &str, policy: BackfillPolicy) -> SimResult {
+    simulate_text(trace, &SimConfig { policy, ..SimConfig::default() }).unwrap()
+}
+
+fn starts(r: &SimResult) -> Vec<f64> {
+    r.jobs.iter().map(|j| j.start).collect()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() < 1e-9
+}
+
+/// 2 processors. A (1 proc, 100 s) at 0; B (2 procs, 100 s) at 1; C (1 proc, 50 s) at 2.
+/// FCFS: C waits behind B: A 0-100, B 100-200, C 200-250.
+/// EASY: C fits beside A and ends (52) before B's reservation (100): C 2-52.
+fn two_procs() -> String {
+    format!(
+        "; MaxProcs: 2\n{}{}{}",
+        job(1, 0.0, 100.0, 1, 100.0, 1),
+        job(2, 1.0, 100.0, 2, 100.0, 1),
+        job(3, 2.0, 50.0, 1, 50.0, 1)
+    )
+}
+
+#[test]
+fn fcfs_on_two_procs() {
+    let r = run(&two_procs(), Fcfs);
+    assert_eq!(starts(&r), vec![0.0, 100.0, 200.0]);
+    let m = &r.report;
+    assert_eq!((m.jobs, m.machine_procs, m.backfilled), (3, 2, 0));
+    // waits 0, 99, 198; work 100 + 200 + 50 = 350 over 2 procs x 250 s.
+    assert!(close(m.mean_wait, 99.0) && close(m.median_wait, 99.0), "{m:?}");
+    assert!(close(m.makespan, 250.0) && close(m.utilization, 0.7), "{m:?}");
+    // bsld 1, 199/100, 248/50.
+    assert!(close(m.mean_bsld, (1.0 + 1.99 + 4.96) / 3.0), "{m:?}");
+}
+
+#[test]
+fn easy_backfills_the_short_job() {
+    let r = run(&two_procs(), Easy);
+    assert_eq!(starts(&r), vec![0.0, 100.0, 2.0]);
+    let m = &r.report;
+    assert_eq!(m.backfilled, 1);
+    assert_eq!(r.jobs.iter().map(|j| j.backfilled).collect::<Vec<_>>(), vec![false, false, true]);
+    assert!(close(m.mean_wait, 33.0) && close(m.median_wait, 0.0), "{m:?}");
+    assert!(close(m.makespan, 200.0) && close(m.utilization, 0.875), "{m:?}");
+    assert!(close(m.mean_bsld, (1.0 + 1.99 + 1.0) / 3.0), "{m:?}");
+}
+
+#[test]
+fn estimates_decide_backfill() {
+    // C asks for 150 s: with that estimate it would end after B's reservation, so EASY keeps
+    // it waiting; with run-time estimates (50 s) it backfills.
+    let trace = format!(
+        "; MaxProcs: 2\n{}{}{}",
+        job(1, 0.0, 100.0, 1, 100.0, 1),
+        job(2, 1.0, 100.0, 2, 100.0, 1),
+        job(3, 2.0, 50.0, 1, 150.0, 1)
+    );
+    let requested = run(&trace, Easy);
+    assert_eq!(starts(&requested), vec![0.0, 100.0, 200.0]);
+    assert_eq!(requested.jobs[2].estimate, 150.0);
+    let config = SimConfig { policy: Easy, estimate: EstimateSource::Runtime, ..SimConfig::default() };
+    let runtime = simulate_text(&trace, &config).unwrap();
+    assert_eq!(starts(&runtime), vec![0.0, 100.0, 2.0]);
+}
+
+/// 4 processors. A (3 procs, 100 s) at 0; B (2 procs, 100 s) at 1; C (4 procs, 100 s) at 2;
+/// D (1 proc, 1000 s) at 3.
+/// EASY protects only B (reserved at 100, 2 procs spare then): D starts at 3, so C, which
+/// needs all 4, waits for D: C 1003-1103.
+/// Conservative also reserves C (200-300), which D would overlap: D waits until 300.
+fn four_procs() -> String {
+    format!(
+        "; MaxProcs: 4\n{}{}{}{}",
+        job(1, 0.0, 100.0, 3, 100.0, 1),
+        job(2, 1.0, 100.0, 2, 100.0, 1),
+        job(3, 2.0, 100.0, 4, 100.0, 1),
+        job(4, 3.0, 1000.0, 1, 1000.0, 1)
+    )
+}
+
+#[test]
+fn easy_and_conservative_differ() {
+    let easy = run(&four_procs(), Easy);
+    assert_eq!(starts(&easy), vec![0.0, 100.0, 1003.0, 3.0]);
+    let m = &easy.report;
+    assert!(close(m.mean_wait, 275.0) && close(m.median_wait, 49.5), "{m:?}");
+    assert!(close(m.makespan, 1103.0) && close(m.utilization, 1900.0 / (4.0 * 1103.0)), "{m:?}");
+    assert!(close(m.mean_bsld, (1.0 + 1.99 + 11.01 + 1.0) / 4.0), "{m:?}");
+
+    let cons = run(&four_procs(), Conservative);
+    assert_eq!(starts(&cons), vec![0.0, 100.0, 200.0, 300.0]);
+    let m = &cons.report;
+    assert!(close(m.mean_wait, 148.5) && close(m.median_wait, 148.5), "{m:?}");
+    assert!(close(m.makespan, 1300.0) && close(m.mean_bsld, (1.0 + 1.99 + 2.98 + 1.297) / 4.0), "{m:?}");
+    // Strict order gives the same schedule here.
+    assert_eq!(starts(&run(&four_procs(), Fcfs)), vec![0.0, 100.0, 200.0, 300.0]);
+}
+
+#[test]
+fn skipped_jobs_are_counted() {
+    let trace = format!(
+        "; MaxProcs: 2\n{}{}{}{}{}",
+        job(1, 0.0, 10.0, 1, -1.0, 1),
+        job(2, 0.0, 10.0, 3, -1.0, 1),  // larger than the machine
+        job(3, 0.0, -1.0, 1, -1.0, 1),  // no run time
+        job(4, 0.0, 0.0, 1, -1.0, 1),   // zero run time
+        job(5, 0.0, 10.0, -1, -1.0, 1)  // no processors
+    );
+    let r = run(&trace, Fcfs).report;
+    assert_eq!((r.jobs, r.skipped_too_large, r.skipped_no_runtime, r.skipped_no_procs), (1, 1, 2, 1));
+}
+
+#[test]
+fn machine_size_falls_back_to_max_nodes_then_the_largest_job() {
+    let line = job(1, 0.0, 10.0, 3, -1.0, 1);
+    assert_eq!(run(&format!("; MaxNodes: 8\n{line}"), Fcfs).report.machine_procs, 8);
+    let r = run(&format!("; MaxProcs: 16\n; MaxNodes: 8\n{line}"), Fcfs).report;
+    assert_eq!(r.machine_procs, 16);
+    let r = run(&line, Fcfs).report;
+    assert_eq!(r.machine_procs, 3);
+    assert!(r.machine.contains("largest job"), "{}", r.machine);
+}
+
+#[test]
+fn unsorted_submissions_are_replayed_in_time_order() {
+    let trace = format!("; MaxProcs: 1\n{}{}", job(9, 50.0, 10.0, 1, -1.0, 1), job(3, 0.0, 100.0, 1, -1.0, 1));
+    let r = run(&trace, Fcfs);
+    assert_eq!(r.jobs.iter().map(|j| (j.id, j.start)).collect::<Vec<_>>(), vec![(3, 0.0), (9, 100.0)]);
+}
+
+/// 1 processor; group 1 submits X (0) and Y (1), group 2 submits Z (2), 100 s each. In
+/// submit order Y runs second; with fair share group 2 has used nothing when X ends, so Z
+/// overtakes Y.
+#[test]
+fn fair_share_lets_the_idle_group_first() {
+    let trace = format!(
+        "; MaxProcs: 1\n{}{}{}",
+        job(1, 0.0, 100.0, 1, -1.0, 1),
+        job(2, 1.0, 100.0, 1, -1.0, 1),
+        job(3, 2.0, 100.0, 1, -1.0, 2)
+    );
+    assert_eq!(starts(&run(&trace, Fcfs)), vec![0.0, 100.0, 200.0]);
+    let config = SimConfig { policy: Fcfs, fair_share: true, ..SimConfig::default() };
+    let r = simulate_text(&trace, &config).unwrap();
+    assert_eq!(starts(&r), vec![0.0, 200.0, 100.0]);
+    assert!(r.report.fair_share);
+}
+
+#[test]
+fn topology_machine_runs_the_trace() {
+    let config = SimConfig {
+        policy: Easy,
+        machine: MachineSpec::Topology { nodes: 1, spec: "package:1 numa:1 core:2 pu:1".into() },
+        ..SimConfig::default()
+    };
+    let r = simulate_text(&two_procs(), &config).unwrap();
+    assert_eq!(r.report.machine_procs, 2);
+    assert_eq!(starts(&r), vec![0.0, 100.0, 2.0]);
+    let bad = SimConfig { machine: MachineSpec::Topology { nodes: 1, spec: "cache:2".into() }, ..config };
+    assert!(matches!(simulate_text(&two_procs(), &bad), Err(SimError::BadTopology { .. })));
+}
+
+#[test]
+fn pool_of_multi_core_nodes() {
+    let config =
+        SimConfig { policy: Fcfs, machine: MachineSpec::Pool { nodes: 1, cores_per_node: 2 }, ..SimConfig::default() };
+    let r = simulate_text(&two_procs(), &config).unwrap();
+    assert_eq!(starts(&r), vec![0.0, 100.0, 200.0]);
+}
+
+#[test]
+fn preemption_is_refused_for_now() {
+    let config = SimConfig { preempt: true, ..SimConfig::default() };
+    let e = simulate_text(&two_procs(), &config).unwrap_err();
+    assert!(e.to_string().contains("preemption simulation not available yet"), "{e}");
+}
+
+#[test]
+fn same_input_same_output() {
+    for policy in [Fcfs, Easy, Conservative] {
+        let (a, b) = (run(&four_procs(), policy), run(&four_procs(), policy));
+        assert_eq!(a.jobs, b.jobs);
+        assert_eq!(a.timeline, b.timeline);
+    }
+}
+
+#[test]
+fn csv_and_plot() {
+    let r = run(&two_procs(), Easy);
+    let csv = berth_sim::output::jobs_csv(&r.jobs);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines[0], "id,submit,start,end,wait,run,procs,estimate,bsld,backfilled");
+    assert_eq!(lines[3], "3,2,2,52,0,50,1,50,1.0000,true");
+    let svg = berth_sim::output::plot_svg(&r.timeline, &r.report);
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    for text in ["utilization (%)", "queue length (jobs)", "time since the first submission", "<polyline"] {
+        assert!(svg.contains(text), "{text} missing");
+    }
+}
+
+/// The first 200 jobs of the evalys trace (oar-team/evalys tests) on two 8-core nodes under
+/// the real placement: every job runs, none before its submission (the simulator also checks
+/// that no more cores are in use than exist, in debug builds).
+#[test]
+fn topology_machine_replays_a_real_trace() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/easy_mediumWL_smallPF.swf");
+    let text: String = std::fs::read_to_string(path).unwrap().lines().take(200).map(|l| format!("{l}\n")).collect();
+    for policy in [Fcfs, Easy, Conservative] {
+        let machine = MachineSpec::Topology { nodes: 2, spec: "package:2 numa:1 core:4 pu:1".into() };
+        let r = simulate_text(&text, &SimConfig { policy, machine, ..SimConfig::default() }).unwrap();
+        assert_eq!(r.report.jobs, 200);
+        assert!(r.report.utilization > 0.0 && r.report.utilization <= 1.0, "{:?}", r.report);
+        assert!(r.jobs.iter().all(|j| j.start >= j.submit && j.end == j.start + j.run));
+    }
+}
+
+/// Skipping the passes that can start nothing changes no decision: same schedule as running
+/// `plan` at every event time (the first 300 jobs of the evalys trace on 16 processors, and the
+/// RICC excerpt).
+#[test]
+fn skipped_passes_change_nothing() {
+    let cases = [("easy_mediumWL_smallPF.swf", false), ("accasim-ricc-25.swf", false), ("accasim-ricc-25.swf", true)];
+    for (file, fair_share) in cases {
+        let whole = std::fs::read_to_string(format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
+        let text: String = whole.lines().take(300).map(|l| format!("{l}\n")).collect();
+        for policy in [Fcfs, Easy, Conservative] {
+            let config = SimConfig { policy, fair_share, ..SimConfig::default() };
+            let skipping = simulate_text(&text, &config).unwrap();
+            let every = simulate_text(&text, &SimConfig { every_pass: true, ..config }).unwrap();
+            assert_eq!(skipping.jobs, every.jobs, "{file} {policy:?} fair share {fair_share}");
+            assert!(skipping.report.passes <= every.report.passes);
+        }
+    }
+}
