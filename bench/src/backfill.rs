@@ -13,7 +13,8 @@
 //! Options: `--nodes N` (10000), `--jobs J` (100000), `--policy fcfs|easy|conservative` (easy),
 //! `--reservations R` (max reservations per pass: 1 for easy, 100 for conservative),
 //! `--fill F` (0.95), `--repeats K` (5 passes on the same input; median reported), `--seed S`
-//! (1), `--json` (one JSON line on stdout, the text on stderr).
+//! (1), `--json` (one JSON line on stdout, the text on stderr). Each pass's line ends with a
+//! digest of its decisions (`decisions` in JSON), to show that two builds decide alike.
 
 use anyhow::{bail, Context, Result};
 use berth_core::job::{Allocation, NodeAllocation, Shape};
@@ -206,11 +207,12 @@ fn measure(
     let resources = count(&|r| matches!(r, PendingReason::Resources(_)));
     let priority = count(&|r| matches!(r, PendingReason::Priority));
     let expected = out.waiting.iter().filter(|w| w.expected_start.is_some()).count();
+    let decisions = digest(&out);
     say(format!(
         "{name}: {} running, {} queued: median {:.1} ms (on CPU {:.1} ms), min {:.1} ms, max {:.1} ms over {} \
          passes; {} started \
          ({started_cores} cores, {} backfilled), waiting: {resources} resources, {priority} priority, {expected} \
-         with an expected start",
+         with an expected start; decisions {decisions:016x}",
         running.len(),
         queue.len(),
         median * 1e3,
@@ -229,10 +231,28 @@ fn measure(
                 "max_reservations": limits.max_reservations, "seed": o.seed, "median_seconds": median, "median_on_cpu_seconds": median_on_cpu,
                 "min_seconds": min, "max_seconds": max, "repeats": o.repeats, "started": out.starts.len(),
                 "backfilled": out.backfilled, "waiting_resources": resources, "waiting_priority": priority,
-                "expected_starts": expected})
+                "expected_starts": expected, "decisions": format!("{decisions:016x}")})
         );
     }
     Ok(out)
+}
+
+/// A digest of every decision of a pass (starts with their allocations, waiting jobs with
+/// their reasons and expected starts): equal digests, same decisions (FNV-1a over their text).
+fn digest(out: &berth_core::sched::backfill::PassOutput<Allocation>) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |s: String| {
+        for b in s.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    for (id, alloc) in &out.starts {
+        eat(format!("start {id} {alloc:?}\n"));
+    }
+    for w in &out.waiting {
+        eat(format!("wait {} {:?} {:?}\n", w.id, w.reason, w.expected_start.map(f64::to_bits)));
+    }
+    h
 }
 
 /// This thread's total wait on the run queue, seconds (/proc/thread-self/schedstat; 0 if

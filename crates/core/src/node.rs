@@ -4,6 +4,7 @@ use crate::job::NodeAllocation;
 use crate::topology::Topology;
 use crate::{CpuSet, NodeId};
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -80,8 +81,29 @@ pub const PROP_ONLY_PARALLEL: &str = "onlyparallel";
 /// Subnode property: only single-CPU jobs may use the subnode.
 pub const PROP_SINGLE_CPU: &str = "singlecpu";
 
+/// Changes to nodes' cached counts that no index of nodes was told of: every `refresh`, new
+/// node and copy of a node. An index (`placement::index`) built when this had some value stays
+/// true for its nodes while it has that value and every change goes through the index's owner
+/// (which uses the `_quiet` methods and re-files the node itself).
+static UNTRACKED_CHANGES: AtomicU64 = AtomicU64::new(0);
+
+/// The count of untracked node changes so far (see [`UNTRACKED_CHANGES`]).
+pub(crate) fn untracked_changes() -> u64 {
+    UNTRACKED_CHANGES.load(Ordering::Relaxed)
+}
+
+fn untracked_change() {
+    UNTRACKED_CHANGES.fetch_add(1, Ordering::Relaxed);
+}
+
 /// What the scheduler knows of a node: its hardware and what is free on it now.
-#[derive(Debug, Clone)]
+///
+/// The cached counts (`free_memory` to `untouched_memory`) are written only by [`refresh`]
+/// (which every method that changes what is free calls): indexes of nodes by those counts rely
+/// on it.
+///
+/// [`refresh`]: NodeCapacity::refresh
+#[derive(Debug)]
 pub struct NodeCapacity {
     pub id: NodeId,
     pub name: String,
@@ -119,14 +141,50 @@ pub enum RelocateError {
     Pinned(&'static str),
 }
 
+impl Clone for NodeCapacity {
+    /// A copy; counted as an untracked change, as it may replace a node of an indexed cluster.
+    fn clone(&self) -> Self {
+        untracked_change();
+        self.clone_quiet()
+    }
+}
+
 impl NodeCapacity {
     pub fn new(id: NodeId, name: impl Into<String>, topology: Arc<Topology>) -> Self {
+        untracked_change();
+        Self::new_quiet(id, name.into(), topology)
+    }
+
+    /// A copy that no index is told of: for the owner of an index, which re-files it itself, and
+    /// for copies that never join a cluster.
+    pub(crate) fn clone_quiet(&self) -> Self {
+        NodeCapacity {
+            id: self.id,
+            name: self.name.clone(),
+            state: self.state,
+            topology: self.topology.clone(),
+            free_pus: self.free_pus.clone(),
+            numa_free: self.numa_free.clone(),
+            numa_exclusive: self.numa_exclusive.clone(),
+            system_pus: self.system_pus.clone(),
+            subnodes: self.subnodes.clone(),
+            location: self.location.clone(),
+            free_memory: self.free_memory,
+            free_core_count: self.free_core_count,
+            free_core_count_with_system: self.free_core_count_with_system,
+            free_pu_count: self.free_pu_count,
+            untouched_cores: self.untouched_cores,
+            untouched_memory: self.untouched_memory,
+        }
+    }
+
+    fn new_quiet(id: NodeId, name: String, topology: Arc<Topology>) -> Self {
         let free_pus = topology.all_pus();
         let numa_free = topology.numa_nodes.iter().map(|n| n.memory_bytes).collect();
         let numa_exclusive = vec![false; topology.numa_nodes.len()];
         let mut n = NodeCapacity {
             id,
-            name: name.into(),
+            name,
             state: NodeState::Up,
             topology,
             free_pus,
@@ -142,17 +200,17 @@ impl NodeCapacity {
             untouched_cores: 0,
             untouched_memory: 0,
         };
-        n.refresh();
+        n.recount();
         n
     }
 
     /// The same node with nothing allocated (admin settings kept): for "could it ever fit".
     pub fn pristine(&self) -> Self {
-        let mut n = NodeCapacity::new(self.id, self.name.clone(), self.topology.clone());
+        let mut n = NodeCapacity::new_quiet(self.id, self.name.clone(), self.topology.clone());
         n.system_pus = self.system_pus.clone();
         n.subnodes = self.subnodes.clone();
         n.location = self.location.clone();
-        n.refresh();
+        n.recount();
         n
     }
 
@@ -178,6 +236,12 @@ impl NodeCapacity {
 
     /// Recompute the cached counts after a change.
     pub fn refresh(&mut self) {
+        untracked_change();
+        self.recount();
+    }
+
+    /// `refresh` that no index is told of (its owner re-files the node).
+    fn recount(&mut self) {
         let topo = &self.topology;
         let mut cores = 0;
         let mut with_system = 0;
@@ -231,6 +295,20 @@ impl NodeCapacity {
         self.give_pus(na);
         self.give_memory(na);
         self.refresh();
+    }
+
+    /// `claim` that no index is told of: for the owner of an index, which re-files the node.
+    pub(crate) fn claim_quiet(&mut self, na: &NodeAllocation) {
+        self.take_pus(na);
+        self.take_memory(na);
+        self.recount();
+    }
+
+    /// `release` that no index is told of: for the owner of an index, which re-files the node.
+    pub(crate) fn release_quiet(&mut self, na: &NodeAllocation) {
+        self.give_pus(na);
+        self.give_memory(na);
+        self.recount();
     }
 
     /// Claim only a job's PUs and exclusive NUMA nodes: a suspended job resuming, whose memory

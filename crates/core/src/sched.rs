@@ -12,11 +12,30 @@ use crate::JobId;
 use serde::{Deserialize, Serialize};
 
 /// The cluster as the scheduler sees it.
-#[derive(Debug, Clone, Default)]
+///
+/// Its nodes are indexed by free cores for placement (the index is kept in `policy`, out of
+/// sight). `claim` and `release` keep the index up to date. Nodes may still be changed
+/// directly: a change to a node's cached counts goes through `NodeCapacity::refresh` (or a new
+/// node, or a copy of one), and nodes added or removed change `nodes`' length, which placement
+/// notices: it then looks at every node until the next `claim` or `release` rebuilds the index.
+/// Not noticed, so not to be done: reordering `nodes` in place, or moving into it a node made
+/// before the index was last rebuilt without refreshing it (the index would not see the new
+/// counts at that position).
+#[derive(Debug, Default)]
 pub struct ClusterState {
     /// In id order.
     pub nodes: Vec<NodeCapacity>,
     pub policy: PlacementPolicy,
+}
+
+impl Clone for ClusterState {
+    /// A copy with its own copy of the index (the nodes are copied exactly, so it stays true).
+    fn clone(&self) -> Self {
+        let nodes: Vec<NodeCapacity> = self.nodes.iter().map(NodeCapacity::clone_quiet).collect();
+        let mut policy = self.policy.clone();
+        policy.index = self.policy.index.copied_for(&self.nodes, &nodes);
+        ClusterState { nodes, policy }
+    }
 }
 
 /// Why a pending job is not running.
@@ -65,20 +84,32 @@ impl ClusterState {
 
     /// Mark an allocation's PUs and memory as used.
     pub fn claim(&mut self, alloc: &Allocation) {
+        let index = self.policy.index.ensure(&self.nodes);
         for na in alloc {
-            if let Some(n) = self.node_mut(na.node_id) {
-                n.claim(na);
+            if let Some(i) = node_position(&self.nodes, na.node_id) {
+                self.nodes[i].claim_quiet(na);
+                index.refile(i, &self.nodes[i]);
             }
         }
     }
 
     /// Return an allocation's PUs and memory.
     pub fn release(&mut self, alloc: &Allocation) {
+        let index = self.policy.index.ensure(&self.nodes);
         for na in alloc {
-            if let Some(n) = self.node_mut(na.node_id) {
-                n.release(na);
+            if let Some(i) = node_position(&self.nodes, na.node_id) {
+                self.nodes[i].release_quiet(na);
+                index.refile(i, &self.nodes[i]);
             }
         }
+    }
+}
+
+/// Index in `nodes` (in id order) of the node with id `id`.
+fn node_position(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<usize> {
+    match nodes.binary_search_by_key(&id, |n| n.id) {
+        Ok(i) => Some(i),
+        Err(_) => nodes.iter().position(|n| n.id == id),
     }
 }
 
@@ -167,13 +198,20 @@ impl backfill::Machine for ClusterState {
             extra.iter().flat_map(|a| a.iter()).filter_map(|na| self.node_index(na.node_id)).collect();
         touched.sort_unstable();
         touched.dedup();
-        let saved: Vec<(usize, NodeCapacity)> = touched.into_iter().map(|i| (i, self.nodes[i].clone())).collect();
+        let saved: Vec<(usize, NodeCapacity)> = touched.into_iter().map(|i| (i, self.nodes[i].clone_quiet())).collect();
         for alloc in extra {
             ClusterState::claim(self, alloc);
         }
         let fit = backfill::Machine::place(self, req);
+        let mut put_back = Vec::with_capacity(saved.len());
         for (i, node) in saved {
             self.nodes[i] = node;
+            put_back.push(i);
+        }
+        // File them again as they were (or rebuild, if the index went stale meanwhile).
+        let index = self.policy.index.ensure(&self.nodes);
+        for i in put_back {
+            index.refile(i, &self.nodes[i]);
         }
         fit
     }
@@ -182,10 +220,7 @@ impl backfill::Machine for ClusterState {
 impl ClusterState {
     /// Index in `nodes` of the node with id `id`.
     fn node_index(&self, id: crate::NodeId) -> Option<usize> {
-        match self.nodes.binary_search_by_key(&id, |n| n.id) {
-            Ok(i) => Some(i),
-            Err(_) => self.nodes.iter().position(|n| n.id == id),
-        }
+        node_position(&self.nodes, id)
     }
 
     /// Free whole cores (as `Machine::free_cpus` counts them) on the nodes of `alloc`.

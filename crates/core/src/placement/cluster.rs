@@ -1,9 +1,13 @@
 //! Placement across nodes: which nodes, preferring the least spread over the interconnect.
 //!
 //! Fast path for large clusters: every node keeps cached free counts, so candidates are found
-//! with a scan of plain integers; the exact per-node fit runs only on the nodes chosen.
+//! from those plain integers; the exact per-node fit runs only on the nodes chosen. A cluster
+//! kept as a `ClusterState` also has its nodes indexed by those counts (see `placement::index`):
+//! then only the nodes with enough free cores are looked at, not every node. Both ways find the
+//! same candidates in the same order.
 
 use super::fit::{fit, NodeAsk};
+use super::index::{Count, NodeIndex};
 use super::spread::spread;
 use super::{JobRequest, MemRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
@@ -65,9 +69,31 @@ const EXTRA_TRIES: usize = 64;
 
 /// Place `req` on what is free now. `nodes` must be in id order.
 pub fn place(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest) -> Placement {
+    place_with(nodes, policy, policy.index.get(nodes), req)
+}
+
+/// `place` looking at every node (no index): what `place` must always agree with.
+#[cfg(test)]
+pub(crate) fn place_scanning(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest) -> Placement {
+    place_with(nodes, policy, None, req)
+}
+
+/// Whether a request's units per node are what `free_core_count` counts (what the index keeps).
+fn counts_free_cores(req: &JobRequest) -> bool {
+    !req.threads && !req.system_cpus
+}
+
+/// `place` with the candidates found through `index` (which must be true for `nodes`) or, without
+/// one, by looking at every node.
+pub(super) fn place_with(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    index: Option<&NodeIndex>,
+    req: &JobRequest,
+) -> Placement {
     let found = match req.shape {
-        Shape::PerNode { nodes: k, cores_per_node } => per_node(nodes, policy, req, k, cores_per_node, false),
-        Shape::Total { cores, chunk } => total(nodes, policy, req, cores, chunk),
+        Shape::PerNode { nodes: k, cores_per_node } => per_node(nodes, policy, index, req, k, cores_per_node, false),
+        Shape::Total { cores, chunk } => total(nodes, policy, index, req, cores, chunk),
     };
     match found {
         Ok(alloc) => Placement::Now(alloc),
@@ -83,6 +109,7 @@ pub fn place(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest)
 fn per_node(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
+    index: Option<&NodeIndex>,
     req: &JobRequest,
     k: u32,
     c: u32,
@@ -91,16 +118,29 @@ fn per_node(
     let c = per_node_slots_on(nodes, req, c);
     let need = req.mem.on_node(c);
     let large = is_large(policy, req, k, c);
-    let cand: Vec<usize> = (0..nodes.len())
-        .filter(|&i| {
-            let n = &nodes[i];
-            n.state.accepts_work()
-                && free_slots(n, req) >= c
-                && n.free_memory >= need
-                // A large job needs NUMA nodes nobody touches: count only those.
-                && (!large || req.threads || (n.untouched_cores >= c && n.untouched_memory >= need))
-        })
-        .collect();
+    let keep = |i: &usize| {
+        let n = &nodes[*i];
+        n.state.accepts_work()
+            && free_slots(n, req) >= c
+            && n.free_memory >= need
+            // A large job needs NUMA nodes nobody touches: count only those.
+            && (!large || req.threads || (n.untouched_cores >= c && n.untouched_memory >= need))
+    };
+    // With an index, the nodes with `c` free cores (or, for a large job, `c` untouched cores),
+    // whichever are fewer, in id order; else every node.
+    let by = |count: Count| index.map(|ix| (ix, count, ix.count_from(count, c)));
+    let lists = [
+        by(Count::FreeCores).filter(|_| counts_free_cores(req)),
+        by(Count::UntouchedCores).filter(|_| large && !req.threads),
+    ];
+    let cand: Vec<usize> = match lists.into_iter().flatten().filter(|_| c > 0).min_by_key(|l| l.2) {
+        Some((ix, count, _)) => {
+            let mut cand = ix.all_from(count, c);
+            cand.retain(keep);
+            cand
+        }
+        None => (0..nodes.len()).filter(keep).collect(),
+    };
     if cand.len() < k as usize {
         return Err(format!(
             "{k} node(s) with {c} free {} and {} memory wanted, {} such node(s) now",
@@ -219,49 +259,66 @@ pub fn node_by_id(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<&NodeCapa
 fn total(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
+    index: Option<&NodeIndex>,
     req: &JobRequest,
     cores: u32,
     chunk: u32,
 ) -> Result<Allocation, String> {
+    let index = index.filter(|_| counts_free_cores(req) && cores > 0);
     let large = req.is_large(policy);
     let single_need = req.mem.on_node(cores);
-    let mut singles: Vec<usize> = (0..nodes.len())
-        .filter(|&i| {
-            let n = &nodes[i];
-            n.state.accepts_work() && free_slots(n, req) >= cores && n.free_memory >= single_need
-        })
-        .collect();
-    singles.sort_by_key(|&i| (free_slots(&nodes[i], req), i));
+    let single = |i: &usize| {
+        let n = &nodes[*i];
+        n.state.accepts_work() && free_slots(n, req) >= cores && n.free_memory >= single_need
+    };
+    // The EXTRA_TRIES fullest nodes that can hold it alone, by (free units, position).
+    let singles: Vec<usize> = match index {
+        Some(ix) => ix.from(Count::FreeCores, cores).filter(single).take(EXTRA_TRIES).collect(),
+        None => {
+            let mut singles: Vec<usize> = (0..nodes.len()).filter(single).collect();
+            first_sorted(&mut singles, EXTRA_TRIES, |&i| (free_slots(&nodes[i], req), i));
+            singles
+        }
+    };
     let ask = NodeAsk { slots: cores, req, large, first_fit: false };
-    for &i in singles.iter().take(EXTRA_TRIES) {
+    for &i in &singles {
         if let Ok(a) = fit(&nodes[i], policy, &ask) {
             return Ok(vec![a]);
         }
     }
     let chunk = chunk.max(1);
-    let cand: Vec<usize> = (0..nodes.len())
-        .filter(|&i| {
-            let n = &nodes[i];
-            n.state.accepts_work() && free_slots(n, req) >= chunk && n.free_memory >= req.mem.on_node(chunk)
-        })
-        .collect();
+    let chunk_need = req.mem.on_node(chunk);
+    let usable = |n: &NodeCapacity| n.state.accepts_work() && n.free_memory >= chunk_need;
     let room = |i: usize| (free_slots(&nodes[i], req) / chunk * chunk) as u64;
-    let have: u64 = cand.iter().map(|&i| room(i)).sum();
-    if have < cores as u64 {
-        return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
-    }
-    // Nodes needed if the emptiest are used: the group to look for must hold that many.
-    let mut rooms: Vec<u64> = cand.iter().map(|&i| room(i)).collect();
-    rooms.sort_unstable_by(|a, b| b.cmp(a));
-    let (mut sum, mut k) = (0u64, 0usize);
-    while sum < cores as u64 && k < rooms.len() {
-        sum += rooms[k];
-        k += 1;
-    }
-    let mut ordered = order_by_hierarchy(nodes, &cand, k, |i| u64::MAX - room(i));
-    if nodes.iter().all(|n| n.location.is_empty()) {
-        ordered.sort_by_key(|&i| (std::cmp::Reverse(room(i)), i));
-    }
+    // Without an interconnect hierarchy the order is simply the emptiest first (by room, then
+    // position): the index gives it directly, stopping once enough nodes are found.
+    let flat = nodes.iter().all(|n| n.location.is_empty());
+    let ordered = match index.filter(|_| flat) {
+        Some(ix) => emptiest_first(ix, chunk, cores, |i| usable(&nodes[i]), room)?,
+        None => {
+            let cand: Vec<usize> = match index {
+                Some(ix) => {
+                    let mut cand = ix.all_from(Count::FreeCores, chunk);
+                    cand.retain(|&i| usable(&nodes[i]));
+                    cand
+                }
+                None => {
+                    (0..nodes.len()).filter(|&i| free_slots(&nodes[i], req) >= chunk && usable(&nodes[i])).collect()
+                }
+            };
+            let have: u64 = cand.iter().map(|&i| room(i)).sum();
+            if have < cores as u64 {
+                return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+            }
+            // Nodes needed if the emptiest are used: the group to look for must hold that many.
+            let k = fewest_holding(cand.iter().map(|&i| room(i)), cores as u64);
+            let mut ordered = order_by_hierarchy(nodes, &cand, k, |i| u64::MAX - room(i));
+            if flat {
+                ordered.sort_by_key(|&i| (std::cmp::Reverse(room(i)), i));
+            }
+            ordered
+        }
+    };
     let mut alloc = Vec::new();
     let mut left = cores;
     for i in ordered {
@@ -307,6 +364,82 @@ fn total(
     } else {
         Err(format!("{cores} units wanted, the nodes free now could give {}", cores - left))
     }
+}
+
+/// Keep the first `n` of `v` in the order of `key` (distinct for distinct items), sorted: what
+/// sorting all of `v` and truncating gives, without sorting the rest.
+fn first_sorted<T, K: Ord>(v: &mut Vec<T>, n: usize, key: impl Fn(&T) -> K) {
+    if n == 0 {
+        v.clear();
+        return;
+    }
+    if v.len() > n {
+        v.select_nth_unstable_by_key(n - 1, &key);
+        v.truncate(n);
+    }
+    v.sort_unstable_by_key(key);
+}
+
+/// How many of `rooms`, largest first, it takes to reach `cores` (all of them if they do not).
+fn fewest_holding(rooms: impl Iterator<Item = u64>, cores: u64) -> usize {
+    // Rooms are at most a node's units: count them by size rather than sorting them.
+    let mut by_size: std::collections::BTreeMap<u64, usize> = Default::default();
+    for r in rooms {
+        *by_size.entry(r).or_default() += 1;
+    }
+    let (mut sum, mut k) = (0u64, 0usize);
+    for (&r, &count) in by_size.iter().rev() {
+        if sum >= cores {
+            break;
+        }
+        let take = if r == 0 { count } else { ((cores - sum).div_ceil(r) as usize).min(count) };
+        sum += r * take as u64;
+        k += take;
+    }
+    k
+}
+
+/// The nodes `total` spreads a job of `cores` units over when the cluster has no hierarchy:
+/// the candidates (at least `chunk` free cores, `usable`) by room descending then position,
+/// as many as are needed to reach `cores` and EXTRA_TRIES + 1 more. Err if all of them together
+/// have less room than `cores`.
+fn emptiest_first(
+    ix: &NodeIndex,
+    chunk: u32,
+    cores: u32,
+    usable: impl Fn(usize) -> bool,
+    room: impl Fn(usize) -> u64,
+) -> Result<Vec<usize>, String> {
+    let mut ordered = vec![];
+    let (mut have, mut want) = (0u64, None::<usize>);
+    let mut group = vec![];
+    // Rooms are multiples of `chunk`: nodes of free counts r..r + chunk share room r.
+    let top = ix.top(Count::FreeCores);
+    let mut r = top / chunk * chunk;
+    while r >= chunk && want.is_none_or(|w| ordered.len() < w) {
+        group.clear();
+        for f in r..=top.min(r.saturating_add(chunk - 1)) {
+            group.extend(ix.with(Count::FreeCores, f).filter(|&i| usable(i)));
+        }
+        if chunk > 1 {
+            group.sort_unstable();
+        }
+        for &i in &group {
+            if want.is_some_and(|w| ordered.len() >= w) {
+                break;
+            }
+            ordered.push(i);
+            have += room(i);
+            if want.is_none() && have >= cores as u64 {
+                want = Some(ordered.len() + EXTRA_TRIES + 1);
+            }
+        }
+        r -= chunk;
+    }
+    if have < cores as u64 {
+        return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+    }
+    Ok(ordered)
 }
 
 /// Could `req` ever run on the nodes `counts` selects, if they were empty (admin settings

@@ -14,8 +14,11 @@
 
 pub mod cluster;
 pub mod fit;
+mod index;
 pub mod ranks;
 pub mod spread;
+#[cfg(test)]
+mod tests;
 
 use crate::binding::{BindingStrategy, CoreRef};
 use crate::directives::SubmitOptions;
@@ -24,7 +27,7 @@ use crate::CoreError;
 use serde::{Deserialize, Serialize};
 
 /// Admin-tunable placement rules.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct PlacementPolicy {
     /// A job with more CPUs than this is a "large parallel" job (0: no job is).
@@ -35,11 +38,33 @@ pub struct PlacementPolicy {
     pub wide_memory: bool,
     /// Also compute the naive first-fit placement and keep it if it is less spread.
     pub compare_first_fit: bool,
+    /// Not a rule: where a `ClusterState` keeps the index of its nodes by free cores (it has no
+    /// other place to keep it without changing how it is built). Empty in any copy of the
+    /// policy; never compared, printed or (de)serialized.
+    #[serde(skip)]
+    pub(crate) index: index::IndexSlot,
 }
 
 impl Default for PlacementPolicy {
     fn default() -> Self {
-        PlacementPolicy { large_parallel_cpus: 8, align_numa: true, wide_memory: true, compare_first_fit: true }
+        PlacementPolicy {
+            large_parallel_cpus: 8,
+            align_numa: true,
+            wide_memory: true,
+            compare_first_fit: true,
+            index: Default::default(),
+        }
+    }
+}
+
+impl std::fmt::Debug for PlacementPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlacementPolicy")
+            .field("large_parallel_cpus", &self.large_parallel_cpus)
+            .field("align_numa", &self.align_numa)
+            .field("wide_memory", &self.wide_memory)
+            .field("compare_first_fit", &self.compare_first_fit)
+            .finish()
     }
 }
 

@@ -1,0 +1,293 @@
+//! An index of a cluster's nodes by their cached free counts, so that a placement looks only at
+//! the nodes that could hold the request instead of scanning every node.
+//!
+//! Kept by [`ClusterState`](crate::sched::ClusterState) for its nodes and updated as its
+//! `claim` and `release` change them. Nodes are also changed directly (their fields are
+//! public), so an index is used only while it is known to be true: built for the same vector
+//! of nodes (address and length), and no node anywhere has had an untracked change since
+//! (`NodeCapacity::refresh`, a new node or a copy of one: see `node::untracked_changes`).
+//! Otherwise placement scans every node, and the owner rebuilds the index at its next change.
+//! Candidates found through the index are still checked against the node's own counts.
+
+use crate::node::{untracked_changes, NodeCapacity};
+
+/// Which cached count a lookup goes by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Count {
+    /// `free_core_count`: whole free cores outside system CPUs and exclusive NUMA nodes.
+    FreeCores,
+    /// `untouched_cores`: cores of NUMA nodes nobody uses at all.
+    UntouchedCores,
+}
+
+/// Node positions by one count: `by[k]` is the set of positions of the nodes whose count is
+/// `k`, as bits (so filing a node again is two bit flips, and a set lists in position order).
+/// Count 0 is not kept: lookups ask for at least 1.
+#[derive(Debug, Clone, Default)]
+struct Buckets {
+    /// Words per set: the number of nodes, rounded up to 64.
+    words: usize,
+    /// Sets by count; empty (no words) until a node has that count.
+    by: Vec<Vec<u64>>,
+    /// Nodes in each set.
+    len: Vec<usize>,
+}
+
+/// The positions in a set of bits, ascending.
+struct Bits<'a> {
+    words: &'a [u64],
+    at: usize,
+    word: u64,
+}
+
+impl<'a> Bits<'a> {
+    fn new(words: &'a [u64]) -> Self {
+        Bits { words, at: 0, word: words.first().copied().unwrap_or(0) }
+    }
+}
+
+impl Iterator for Bits<'_> {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        while self.word == 0 {
+            self.at += 1;
+            self.word = *self.words.get(self.at)?;
+        }
+        let bit = self.word.trailing_zeros() as usize;
+        self.word &= self.word - 1;
+        Some(self.at * 64 + bit)
+    }
+}
+
+impl Buckets {
+    fn new(nodes: usize) -> Self {
+        Buckets { words: nodes.div_ceil(64), by: vec![], len: vec![] }
+    }
+
+    fn insert(&mut self, key: u32, pos: usize) {
+        if key == 0 {
+            return;
+        }
+        let k = key as usize;
+        if self.by.len() <= k {
+            self.by.resize_with(k + 1, Vec::new);
+            self.len.resize(k + 1, 0);
+        }
+        if self.by[k].is_empty() {
+            self.by[k] = vec![0; self.words];
+        }
+        self.by[k][pos / 64] |= 1 << (pos % 64);
+        self.len[k] += 1;
+    }
+
+    fn remove(&mut self, key: u32, pos: usize) {
+        let k = key as usize;
+        if key == 0 || self.len.get(k).is_none_or(|&n| n == 0) {
+            return;
+        }
+        let word = &mut self.by[k][pos / 64];
+        if *word & (1 << (pos % 64)) != 0 {
+            *word &= !(1 << (pos % 64));
+            self.len[k] -= 1;
+        }
+    }
+
+    /// Positions with exactly `key`, ascending.
+    fn bucket(&self, key: u32) -> Bits<'_> {
+        match self.len.get(key as usize) {
+            Some(&n) if n > 0 && key > 0 => Bits::new(&self.by[key as usize]),
+            _ => Bits::new(&[]),
+        }
+    }
+
+    /// The largest count kept (0 if none).
+    fn top(&self) -> u32 {
+        self.len.iter().rposition(|&n| n > 0).unwrap_or(0) as u32
+    }
+
+    fn count_from(&self, min: u32) -> usize {
+        self.len.iter().skip(min.max(1) as usize).sum()
+    }
+
+    /// Positions with a count of at least `min`: counts ascending, positions ascending within.
+    fn from(&self, min: u32) -> impl Iterator<Item = usize> + '_ {
+        (min.max(1)..self.len.len() as u32).flat_map(|k| self.bucket(k))
+    }
+
+    /// Positions with a count of at least `min`, ascending.
+    fn union_from(&self, min: u32) -> Vec<usize> {
+        let mut all = vec![0u64; self.words];
+        for k in min.max(1) as usize..self.len.len() {
+            if self.len[k] > 0 {
+                all.iter_mut().zip(&self.by[k]).for_each(|(a, b)| *a |= b);
+            }
+        }
+        Bits::new(&all).collect()
+    }
+}
+
+/// Nodes (by position in their vector) by free and untouched cores.
+#[derive(Debug, Clone)]
+pub struct NodeIndex {
+    /// `untracked_changes()` when the index was last known to be true.
+    changes: u64,
+    /// The vector of nodes it describes: its address and length.
+    addr: usize,
+    len: usize,
+    /// The counts each node is filed under: (free cores, untouched cores).
+    keys: Vec<(u32, u32)>,
+    free: Buckets,
+    untouched: Buckets,
+}
+
+fn keys_of(n: &NodeCapacity) -> (u32, u32) {
+    (n.free_core_count, n.untouched_cores)
+}
+
+impl NodeIndex {
+    /// An index of `nodes` as they are now.
+    pub(crate) fn build(nodes: &[NodeCapacity]) -> Self {
+        // Read before looking at the nodes: a change counted meanwhile makes the index stale
+        // (harmlessly) rather than wrongly fresh.
+        let changes = untracked_changes();
+        let mut ix = NodeIndex {
+            changes,
+            addr: nodes.as_ptr() as usize,
+            len: nodes.len(),
+            keys: Vec::with_capacity(nodes.len()),
+            free: Buckets::new(nodes.len()),
+            untouched: Buckets::new(nodes.len()),
+        };
+        for (i, n) in nodes.iter().enumerate() {
+            let (f, u) = keys_of(n);
+            ix.keys.push((f, u));
+            ix.free.insert(f, i);
+            ix.untouched.insert(u, i);
+        }
+        ix
+    }
+
+    /// Whether the index is true for `nodes` now.
+    pub(crate) fn describes(&self, nodes: &[NodeCapacity]) -> bool {
+        self.addr == nodes.as_ptr() as usize && self.len == nodes.len() && self.changes == untracked_changes()
+    }
+
+    /// File node `pos` again under its current counts (after its owner changed it quietly).
+    pub(crate) fn refile(&mut self, pos: usize, node: &NodeCapacity) {
+        let (old_f, old_u) = self.keys[pos];
+        let (f, u) = keys_of(node);
+        if f != old_f {
+            self.free.remove(old_f, pos);
+            self.free.insert(f, pos);
+        }
+        if u != old_u {
+            self.untouched.remove(old_u, pos);
+            self.untouched.insert(u, pos);
+        }
+        self.keys[pos] = (f, u);
+    }
+
+    fn buckets(&self, count: Count) -> &Buckets {
+        match count {
+            Count::FreeCores => &self.free,
+            Count::UntouchedCores => &self.untouched,
+        }
+    }
+
+    /// How many nodes have at least `min` (at least 1) of `count`.
+    pub(crate) fn count_from(&self, count: Count, min: u32) -> usize {
+        self.buckets(count).count_from(min)
+    }
+
+    /// Positions of the nodes with at least `min` (at least 1) of `count`, fewest first, then
+    /// by position.
+    pub(crate) fn from(&self, count: Count, min: u32) -> impl Iterator<Item = usize> + '_ {
+        self.buckets(count).from(min)
+    }
+
+    /// Positions of the nodes with at least `min` (at least 1) of `count`, ascending.
+    pub(crate) fn all_from(&self, count: Count, min: u32) -> Vec<usize> {
+        self.buckets(count).union_from(min)
+    }
+
+    /// Positions of the nodes with exactly `key` (at least 1) of `count`, ascending.
+    pub(crate) fn with(&self, count: Count, key: u32) -> impl Iterator<Item = usize> + '_ {
+        self.buckets(count).bucket(key)
+    }
+
+    /// The largest value of `count` any node has (0 if none).
+    pub(crate) fn top(&self, count: Count) -> u32 {
+        self.buckets(count).top()
+    }
+
+    /// Everything the index says, for tests: (free cores, untouched cores) per position, and
+    /// whether the buckets hold exactly that.
+    #[cfg(test)]
+    pub(crate) fn consistent_with(&self, nodes: &[NodeCapacity]) -> bool {
+        let fresh = NodeIndex::build(nodes);
+        let same = |a: &Buckets, b: &Buckets| {
+            (1..=a.by.len().max(b.by.len()) as u32).all(|k| a.bucket(k).eq(b.bucket(k)))
+                && a.top() == b.top()
+                && (1..=a.by.len().max(b.by.len()) as u32).all(|k| a.count_from(k) == b.count_from(k))
+        };
+        self.keys == fresh.keys && same(&self.free, &fresh.free) && same(&self.untouched, &fresh.untouched)
+    }
+}
+
+/// Where a `ClusterState` keeps the index of its nodes (in its `policy`, the only other field
+/// it has). Not part of the policy: a copy of the policy starts empty, and it is never
+/// compared, printed or (de)serialized.
+#[derive(Default)]
+pub struct IndexSlot(Option<Box<NodeIndex>>);
+
+impl IndexSlot {
+    /// The index, if it is true for `nodes` now.
+    pub(crate) fn get(&self, nodes: &[NodeCapacity]) -> Option<&NodeIndex> {
+        self.0.as_deref().filter(|ix| ix.describes(nodes))
+    }
+
+    /// The index of `nodes`, rebuilt if it is not true for them now.
+    pub(crate) fn ensure(&mut self, nodes: &[NodeCapacity]) -> &mut NodeIndex {
+        if !self.0.as_deref().is_some_and(|ix| ix.describes(nodes)) {
+            self.0 = Some(Box::new(NodeIndex::build(nodes)));
+        }
+        self.0.as_deref_mut().expect("just built")
+    }
+
+    /// The index for `copy`, an exact copy of `nodes` made without untracked changes.
+    pub(crate) fn copied_for(&self, nodes: &[NodeCapacity], copy: &[NodeCapacity]) -> IndexSlot {
+        IndexSlot(self.get(nodes).map(|ix| {
+            let mut ix = Box::new(ix.clone());
+            ix.addr = copy.as_ptr() as usize;
+            ix
+        }))
+    }
+
+    /// The index kept, whether or not it is true now (tests that know it is).
+    #[cfg(test)]
+    pub(crate) fn raw(&self) -> Option<&NodeIndex> {
+        self.0.as_deref()
+    }
+}
+
+impl Clone for IndexSlot {
+    /// Empty: an index belongs to one vector of nodes, not to the policy.
+    fn clone(&self) -> Self {
+        IndexSlot(None)
+    }
+}
+
+impl PartialEq for IndexSlot {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for IndexSlot {}
+
+impl std::fmt::Debug for IndexSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("IndexSlot")
+    }
+}
