@@ -98,6 +98,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             print(json, &accounts, || output::share_table(half_life_secs, &accounts))
         }
         Command::Reservations { all } => crate::reservations::list(&dir, json, all).await,
+        Command::Resv { command } => crate::advance::run(&dir, json, command).await,
         Command::Run(args) => crate::run::run(&dir, json, args).await,
         Command::Signal { target, signal } => {
             let (job, step) = match target.split_once('.') {
@@ -177,6 +178,7 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("binding", &flags.binding),
         ("binding-mode", &flags.binding_mode),
         ("property", &flags.property),
+        ("reservation", &flags.reservation),
     ];
     for (name, value) in pairs {
         if let Some(v) = value {

@@ -1,6 +1,7 @@
 //! `berth`: the one binary of berth: user commands, `berth server`, `berth agent`, and the
 //! local-cluster helpers `berth up`, `berth down`, `berth demo`.
 
+mod advance;
 mod client;
 mod cluster;
 mod commands;
@@ -80,6 +81,9 @@ pub struct SubmitFlags {
     /// Subnode properties the job needs, comma-separated.
     #[arg(long)]
     property: Option<String>,
+    /// Run in this advance reservation (`berth resv list`; its users or accounts only).
+    #[arg(long)]
+    reservation: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -171,6 +175,12 @@ enum Command {
         /// Also those released (the most recent 10,000).
         #[arg(long)]
         all: bool,
+    },
+    /// Advance reservations: resources set aside for a time window for some users or accounts
+    /// (admins create and delete; jobs use one with `--reservation NAME`).
+    Resv {
+        #[command(subcommand)]
+        command: advance::ResvCommand,
     },
     /// Run a parallel program: inside a job on its allocation, outside one interactively.
     Run(run::RunArgs),

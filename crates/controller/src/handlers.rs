@@ -140,6 +140,9 @@ impl Controller {
             ClientRequest::Suspend { ids } => self.suspend_request(ids, false, peer, now)?,
             ClientRequest::Resume { ids } => self.suspend_request(ids, true, peer, now)?,
             ClientRequest::Reservation { request } => self.reservation_request(*request, peer, now)?,
+            ClientRequest::AdvanceCreate(body) => self.advance_create(*body, peer, now)?,
+            ClientRequest::AdvanceList => self.advance_list_response(now)?,
+            ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
         };
         self.reply(reply, response);
         Ok(())
@@ -177,6 +180,9 @@ impl Controller {
         options.walltime = walltime;
         if options.account.is_none() {
             options.account = Some(crate::policy::default_account(peer.user.gid));
+        }
+        if let (Some(name), Some(account)) = (&options.reservation, &options.account) {
+            self.check_advance_submission(name, &peer.user, account, walltime, &request, now)?;
         }
         if !self.cluster.nodes.is_empty() {
             // Judge against every node that ever registered, as if up: a down node may return.

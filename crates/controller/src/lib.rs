@@ -1,6 +1,7 @@
 //! berth-controller: the queue, the nodes and the durable state (`berth server`).
 
 pub mod admin;
+pub mod advance;
 pub mod api;
 pub mod config;
 pub mod handlers;

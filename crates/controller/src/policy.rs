@@ -1,8 +1,9 @@
 //! Queue policy in the controller: fair-share usage, priority order, one backfill pass.
 //!
-//! The decisions are berth-core's (`sched::backfill::plan`, `priority`, `FairShare`); this
-//! module only gathers their inputs from the controller's state, keeps what users are shown
-//! (priority, expected start) and persists fair-share usage.
+//! The decisions are berth-core's (`sched::backfill::plan_with_advance`, `priority`,
+//! `FairShare`); this module only gathers their inputs from the controller's state (advance
+//! reservations and their members from `advance`), keeps what users are shown (priority,
+//! expected start) and persists fair-share usage.
 
 use crate::job::JobRecord;
 use crate::state::Controller;
@@ -24,6 +25,11 @@ pub struct PolicyState {
     pub priorities: HashMap<JobId, Priority>,
     pub expected_start: HashMap<JobId, f64>,
     pub last_pass: PassStats,
+    /// Advance reservations (see `advance`).
+    pub advance: crate::advance::AdvanceBook,
+    /// Reasons shown instead of the pass's for jobs of advance reservations (waiting for the
+    /// window, or for a reservation they can no longer use).
+    pub advance_reasons: HashMap<JobId, String>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -85,6 +91,7 @@ impl Controller {
     /// One scheduling pass: priority order, then the configured backfill; starts are persisted
     /// in the current transaction and launched after it commits.
     pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
+        self.check_advance(now)?;
         self.dirty = false;
         self.charge_usage(now)?;
         // Suspended jobs resume as soon as their cores (or others on their nodes) are free,
@@ -113,9 +120,14 @@ impl Controller {
                 (job.queue.clone(), job.user.uid),
             ));
         }
+        // Jobs asking for an advance reservation they cannot use wait, outside the pass.
+        let (advance, shut_out) = self.advance_pass_input();
+        queue.retain(|q| !shut_out.contains_key(&q.2.id));
+        self.policy.advance_reasons.clear();
         if queue.is_empty() {
             self.pending_reasons.clear();
             self.policy.expected_start.clear();
+            self.shut_out(shut_out);
             return Ok(());
         }
         // Highest priority first; equal priorities in submission order.
@@ -159,13 +171,20 @@ impl Controller {
         let view = self.sched_view();
         let limits =
             PassLimits { policy: self.cfg.scheduler.policy, max_reservations: self.cfg.scheduler.max_reservations };
-        let out = backfill::plan(&PassInput { machine: &view, running: &running, queue: &queue, now }, &limits);
+        let input = PassInput { machine: &view, running: &running, queue: &queue, now };
+        let (out, _) = backfill::plan_with_advance(&input, &advance, &limits);
         self.pending_reasons.clear();
         self.policy.expected_start.clear();
         self.pending_reasons.extend(held_by_limit);
+        self.shut_out(shut_out);
         for w in out.waiting {
             if let Some(t) = w.expected_start {
                 self.policy.expected_start.insert(w.id, t);
+            }
+            if matches!(w.reason, berth_core::sched::PendingReason::Resources(_)) {
+                if let Some(why) = self.jobs.get(&w.id).and_then(|j| self.advance_wait_reason(j, now)) {
+                    self.policy.advance_reasons.insert(w.id, why);
+                }
             }
             self.pending_reasons.insert(w.id, w.reason);
         }
@@ -198,7 +217,8 @@ impl Controller {
             let waits_for_resources =
                 matches!(self.pending_reasons.get(&q.id), Some(berth_core::sched::PendingReason::Resources(_)));
             let Some(job) = self.jobs.get(&q.id) else { continue };
-            if q.held || !waits_for_resources || job.state != JobState::Queued {
+            // Members of advance reservations wait for their reservation's resources only.
+            if q.held || !waits_for_resources || job.state != JobState::Queued || job.options.reservation.is_some() {
                 continue;
             }
             let score = preempt::score(&q.request, self.preempt_class(&job.queue), &cfg);
@@ -209,7 +229,7 @@ impl Controller {
             let running: Vec<preempt::Preemptible> = self
                 .jobs
                 .values()
-                .filter(|j| j.state == JobState::Running && !j.is_interactive())
+                .filter(|j| j.state == JobState::Running && !j.is_interactive() && !self.in_advance(j))
                 .map(|j| preempt::Preemptible {
                     id: j.id,
                     alloc: j.allocation.clone(),
@@ -219,7 +239,9 @@ impl Controller {
                 })
                 .collect();
             let candidate = preempt::Preemptor { request: &q.request, score, walltime: q.walltime };
-            let Some(plan) = preempt::plan_preemption(&self.sched_view(), &running, &candidate, &cfg, now) else {
+            // Advance reservations it would run into are off limits, as in the pass.
+            let (view, reserved) = self.advance_view(now, q.walltime);
+            let Some(mut plan) = preempt::plan_preemption(&view, &running, &candidate, &cfg, now) else {
                 continue;
             };
             let why = format!("preempted by job {}", q.id);
@@ -230,13 +252,19 @@ impl Controller {
                     all_suspended = false;
                 }
             }
-            // A victim that could not be frozen keeps its CPUs: the plan no longer holds.
-            if all_suspended
-                && matches!(
-                    berth_core::sched::place(&self.sched_view(), &q.request),
-                    berth_core::sched::Placement::Now(_)
-                )
-            {
+            // A victim that could not be frozen keeps its CPUs: the plan no longer holds. Beside
+            // advance reservations, it starts where it fits with them claimed.
+            let fits = all_suspended
+                && match berth_core::sched::place(&self.advance_view(now, q.walltime).0, &q.request) {
+                    berth_core::sched::Placement::Now(alloc) => {
+                        if reserved {
+                            plan.alloc = alloc;
+                        }
+                        true
+                    }
+                    _ => false,
+                };
+            if fits {
                 let victims: Vec<String> = plan.victims.iter().map(|v| v.to_string()).collect();
                 self.store.event(now, "preempt", Some(q.id), None, &format!("suspended jobs {}", victims.join(",")))?;
                 self.pending_reasons.remove(&q.id);
@@ -245,6 +273,14 @@ impl Controller {
             }
         }
         Ok(())
+    }
+
+    /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.
+    fn shut_out(&mut self, shut_out: HashMap<JobId, String>) {
+        for (id, why) in shut_out {
+            self.pending_reasons.insert(id, berth_core::sched::PendingReason::NoSuitableNodes(why.clone()));
+            self.policy.advance_reasons.insert(id, why);
+        }
     }
 
     /// The preemption class of a queue (0 when unknown).

@@ -346,8 +346,11 @@ impl Controller {
             Ok(r) => r,
             Err(e) => return fail(Code::BadRequest, e.to_string()),
         };
-        let placed =
-            if explicit { self.explicit_allocation(&body.node_list, &options) } else { self.place_now(&request) };
+        let placed = if explicit {
+            self.explicit_allocation(&body.node_list, &options)
+        } else {
+            self.place_now(&request, walltime, now)
+        };
         let alloc = match placed {
             Ok(a) => a,
             Err(e) => return Ok(Err(e)),
@@ -410,8 +413,10 @@ impl Controller {
 
     /// Place `request` on what is free now, outside the queue: busy is "try again" with the
     /// placement's reason, impossible (even with every registered node up) is "infeasible".
-    fn place_now(&self, request: &JobRequest) -> Result<Allocation, ReservationError> {
-        match sched::place(&self.sched_view(), request) {
+    fn place_now(&self, request: &JobRequest, walltime: u64, now: f64) -> Result<Allocation, ReservationError> {
+        // Off the advance reservations it would run into (docs/scheduling.md).
+        let (view, _) = self.advance_view(now, walltime as f64);
+        match sched::place(&view, request) {
             Placement::Now(alloc) => Ok(alloc),
             Placement::Busy(what) => {
                 let reason = if what.is_empty() { "waiting for cores or memory to free up".to_string() } else { what };

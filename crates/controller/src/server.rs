@@ -205,6 +205,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                         ctl.check_heartbeats(now)?;
                         ctl.check_interactive(now)?;
                         ctl.check_reservations(now, false)?;
+                        ctl.check_advance(now)?;
                     }
                     Command::Shutdown => stop = true,
                 }

@@ -137,6 +137,7 @@ impl Controller {
             c.jobs.insert(job.id, job);
         }
         c.reservations = crate::reservations::Reservations::load(&c.store)?;
+        c.policy.advance = crate::advance::AdvanceBook::load(&c.store)?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
         let now = unix_now();
         for row in c.store.live_steps()? {

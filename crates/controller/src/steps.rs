@@ -327,7 +327,9 @@ impl Controller {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),
         };
-        let alloc = match sched::place(&self.sched_view(), &request) {
+        // Off the advance reservations it would run into (docs/scheduling.md).
+        let walltime = options.walltime.unwrap_or(self.cfg.interactive.max_walltime_secs) as f64;
+        let alloc = match sched::place(&self.advance_view(now, walltime).0, &request) {
             Placement::Now(alloc) => alloc,
             Placement::Busy(what) => {
                 let reason = if what.is_empty() { "waiting for cores or memory to free up".into() } else { what };

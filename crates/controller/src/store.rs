@@ -10,6 +10,7 @@ use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
 
+mod advance;
 mod reservations;
 mod suspend;
 mod usage;

@@ -49,10 +49,13 @@ pub struct SubmitOptions {
     /// The account (project) fair share charges; default: the user's primary group.
     #[serde(default)]
     pub account: Option<String>,
+    /// The advance reservation the job runs in (its users or accounts only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reservation: Option<String>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 18] = [
+pub const OPTION_NAMES: [&str; 19] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -71,6 +74,7 @@ pub const OPTION_NAMES: [&str; 18] = [
     "system-cpus",
     "property",
     "account",
+    "reservation",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -116,6 +120,15 @@ impl SubmitOptions {
                 }
                 self.account = Some(a)
             }
+            "reservation" => {
+                let r = text(value)?;
+                if !valid_name(&r) {
+                    return Err(format!(
+                        "--reservation needs a name of letters, digits, _ - and . (at most 64), got {value:?}"
+                    ));
+                }
+                self.reservation = Some(r)
+            }
             "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value).map_err(|e| e.to_string())?),
             "threads" => self.threads = Some(switch(name, value)?),
             "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
@@ -160,6 +173,7 @@ impl SubmitOptions {
             system_cpus: over.system_cpus.or(self.system_cpus),
             properties: over.properties.or(self.properties),
             account: over.account.or(self.account),
+            reservation: over.reservation.or(self.reservation),
         }
     }
 
@@ -174,6 +188,11 @@ impl SubmitOptions {
             threads: self.threads.unwrap_or(false),
         }
     }
+}
+
+/// Whether `name` may name an account or a reservation: 1 to 64 letters, digits, `_`, `-`, `.`.
+pub fn valid_name(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
 }
 
 /// A switch's value: none (given as `--threads`), yes/true/1 or no/false/0.
@@ -301,6 +320,19 @@ mod tests {
         assert!(parse_script("#!/bin/sh\n#BERTH --name \"open\n").is_err());
         assert!(parse_script("#!/bin/sh\n#BERTH --walltime 0\n").is_err());
         assert!(parse_script("#!/bin/sh\0\n").is_err());
+    }
+
+    #[test]
+    fn reservation_directive() {
+        let o = parse_script("#!/bin/sh\n#BERTH --reservation course-1 --cores 2\n").unwrap();
+        assert_eq!(o.reservation.as_deref(), Some("course-1"));
+        assert!(parse_script("#!/bin/sh\n#BERTH --reservation \"a b\"\n").is_err());
+        let mut flags = SubmitOptions::default();
+        flags.set("reservation", "other").unwrap();
+        assert_eq!(o.overlay(flags).reservation.as_deref(), Some("other"));
+        // Options written before the field existed still read.
+        let old: SubmitOptions = serde_json::from_str(r#"{"cores":2,"nodes":null,"tasks_per_node":null,"cpus_per_task":null,"mem":null,"walltime":null,"name":null,"output":null,"error":null,"queue":null}"#).unwrap();
+        assert_eq!(old.reservation, None);
     }
 
     #[test]

@@ -95,6 +95,73 @@ pub enum ClientRequest {
     Resume {
         ids: Vec<JobId>,
     },
+    /// Admins: reserve resources for a time window for some users or accounts (`berth resv
+    /// create`); answered with `advance` holding it.
+    AdvanceCreate(Box<AdvanceCreate>),
+    /// The advance reservations (`berth resv list`); answered with `advance`.
+    AdvanceList,
+    /// Admins: delete an advance reservation (`berth resv delete`); answered with
+    /// `advance_deleted`. Its running jobs keep running.
+    AdvanceDelete {
+        name: String,
+    },
+}
+
+/// An advance reservation to make: a window, what (whole nodes, or cores placed by the
+/// controller), and for whom.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AdvanceCreate {
+    /// Default: `resvN`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Unix time; none: now.
+    #[serde(default)]
+    pub start: Option<f64>,
+    /// Unix time; or `duration_secs` after the start.
+    #[serde(default)]
+    pub end: Option<f64>,
+    #[serde(default)]
+    pub duration_secs: Option<u64>,
+    /// Whole nodes, by name.
+    #[serde(default)]
+    pub nodes: Vec<String>,
+    /// Or this many cores, placed by the controller for the window ...
+    #[serde(default)]
+    pub cores: Option<u32>,
+    /// ... on this many nodes.
+    #[serde(default)]
+    pub nodes_count: Option<u32>,
+    /// Memory per node with `cores` (default: the default memory per CPU for each core).
+    #[serde(default)]
+    pub mem: Option<u64>,
+    #[serde(default)]
+    pub users: Vec<String>,
+    /// Accounts (projects): their jobs (`--account`) may use it.
+    #[serde(default)]
+    pub accounts: Vec<String>,
+}
+
+/// An advance reservation as the controller holds it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdvanceInfo {
+    pub name: String,
+    /// Unix times: the window is `[start, end)`.
+    pub start: f64,
+    pub end: f64,
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
+    /// The reserved resources.
+    pub allocation: Allocation,
+    pub cores: u32,
+    pub created: f64,
+    pub created_by: String,
+    /// The window is open now.
+    pub active: bool,
+    /// Its jobs (`--reservation NAME`) running, and waiting.
+    #[serde(default)]
+    pub running_jobs: Vec<JobId>,
+    #[serde(default)]
+    pub queued_jobs: Vec<JobId>,
 }
 
 /// A batch job as submitted. The submitter's uid, gid and groups are not in it: the controller
@@ -163,6 +230,15 @@ pub enum ClientResponse {
     Reservation {
         reply: crate::reservation::ReservationReply,
     },
+    /// Advance reservations: the one created, or every one (`advance_list`).
+    Advance {
+        reservations: Vec<AdvanceInfo>,
+    },
+    /// An advance reservation deleted, as it was (its running jobs keep running; its queued
+    /// ones never start).
+    AdvanceDeleted {
+        reservation: Box<AdvanceInfo>,
+    },
     Error(ApiError),
 }
 
@@ -189,6 +265,8 @@ pub enum ErrorCode {
     Internal,
     /// The job breaks a limit of its queue (walltime, cores, properties) or the queue is closed.
     QueueLimit,
+    /// No advance reservation of that name.
+    UnknownReservation,
 }
 
 impl ErrorCode {
@@ -204,6 +282,7 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
             ErrorCode::QueueLimit => "queue_limit",
+            ErrorCode::UnknownReservation => "unknown_reservation",
         }
     }
 }

@@ -10,12 +10,19 @@
 //! "busy" answer is remembered for identical requests for the rest of the pass (a pass only
 //! ever takes resources from the states it places on, so busy stays busy). The policies are
 //! described at [`plan`].
+//!
+//! Advance reservations (resources set aside for a time window for some jobs) go through
+//! [`plan_with_advance`]: members run only inside theirs, every other job keeps off the
+//! windows it would run into (see the `advance` module). [`place_for_window`] places a new one.
 
+mod advance;
 mod conservative;
 mod easy;
 mod pass;
 mod profile;
 mod timeline;
+
+pub use advance::{machine_at, place_for_window, plan_with_advance, AdvanceReservation, Confine};
 
 use super::PendingReason;
 use crate::placement::JobRequest;
@@ -178,17 +185,26 @@ pub fn plan_with_reservations<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    plan_beside(input, limits, &advance::Windows::none())
+}
+
+/// The pass of `limits.policy`, every job keeping off `windows` while it would run.
+fn plan_beside<M: Machine>(
+    input: &PassInput<M>,
+    limits: &PassLimits,
+    windows: &advance::Windows<M::Alloc>,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     match limits.policy {
-        BackfillPolicy::Fcfs => (fcfs(input), vec![]),
-        BackfillPolicy::Easy => easy::plan(input, limits),
-        BackfillPolicy::Conservative => conservative::plan(input, limits),
+        BackfillPolicy::Fcfs => (fcfs(input, windows), vec![]),
+        BackfillPolicy::Easy => easy::plan(input, limits, windows),
+        BackfillPolicy::Conservative => conservative::plan(input, limits, windows),
     }
 }
 
-/// Strict priority order, as [`super::schedule`] does.
-fn fcfs<M: Machine>(input: &PassInput<M>) -> PassOutput<M::Alloc> {
+/// Strict priority order, as [`super::schedule`] does (beside `windows`).
+fn fcfs<M: Machine>(input: &PassInput<M>, windows: &advance::Windows<M::Alloc>) -> PassOutput<M::Alloc> {
     let mut machine = pass::Tracked::new(input.machine.clone());
-    let mut memo = pass::Memo::default();
+    let mut memos = advance::Layers::new(windows);
     let mut out = pass::Outcome::new(input.queue.len());
     for job in input.queue {
         if job.held {
@@ -196,12 +212,16 @@ fn fcfs<M: Machine>(input: &PassInput<M>) -> PassOutput<M::Alloc> {
         } else if out.blocked() {
             out.wait(job.id, PendingReason::Priority, None);
         } else {
-            match memo.place(&machine, pass::NOW, &job.request) {
+            let k = windows.layer(input.now, easy::walltime(job));
+            match memos.place(windows, &mut machine, pass::NOW, k, &job.request) {
                 Fit::Now(alloc) => {
                     machine.claim(&alloc);
                     out.start(job.id, alloc);
                 }
-                Fit::Busy(what) => out.wait(job.id, PendingReason::Resources(what), None),
+                Fit::Busy(what) => {
+                    let reason = memos.busy_reason(windows, &mut machine, pass::NOW, k, &job.request, what);
+                    out.wait(job.id, reason, None)
+                }
                 Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
             }
         }

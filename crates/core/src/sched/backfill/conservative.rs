@@ -17,6 +17,7 @@
 //! Reasons: `Resources` for a job that does not fit what is free now, `Priority` for one that
 //! does but would delay an earlier job's reservation.
 
+use super::advance::{Layers, Windows};
 use super::easy::walltime;
 use super::pass::{counted_cpus, Memo, Outcome, Tracked, NOW, RESERVED};
 use super::profile::{clear, Profile};
@@ -61,13 +62,16 @@ impl<M: Machine> State<'_, M> {
     }
 }
 
+/// The pass; `windows` (advance reservations, usually none) start in the book as reservations
+/// made before any job's: every job keeps off them as off earlier jobs' reservations.
 pub(super) fn plan<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
+    windows: &Windows<M::Alloc>,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     if limits.max_reservations == 0 {
         // No reservation may be computed: nothing can be shown safe to overtake.
-        return (super::fcfs(input), vec![]);
+        return (super::fcfs(input, windows), vec![]);
     }
     let machine = Tracked::new(input.machine.clone());
     let mut s = State {
@@ -78,7 +82,15 @@ pub(super) fn plan<M: Machine>(
         book: vec![],
         profile: None,
     };
+    // Not counted in the profile: it stays an upper bound of what is free.
+    for r in &windows.book {
+        s.all_reserved.claim(&r.alloc);
+        s.book.push(r.clone());
+    }
+    let advance = windows.book.len();
     let mut memo = Memo::default();
+    // Why jobs wait, when the windows are why.
+    let mut reasons = Layers::new(windows);
     let mut out = Outcome::new(input.queue.len());
     for job in input.queue {
         if job.held {
@@ -86,7 +98,7 @@ pub(super) fn plan<M: Machine>(
             continue;
         }
         let (w, req) = (walltime(job), &job.request);
-        if s.book.len() >= limits.max_reservations {
+        if s.book.len() - advance >= limits.max_reservations {
             // Past the limit: now, touching no reservation, or not in this pass.
             match memo.place(&s.all_reserved, RESERVED, req) {
                 Fit::Now(alloc) => {
@@ -97,7 +109,12 @@ pub(super) fn plan<M: Machine>(
                 Fit::Busy(_) => {
                     let reason = match memo.busy_on(&s.machine, NOW, req) {
                         Some(what) => PendingReason::Resources(what),
-                        None => PendingReason::Priority,
+                        None => {
+                            let k = windows.layer(s.now, w);
+                            reasons
+                                .why_not_now(windows, &mut s.machine, k, req, out.started())
+                                .unwrap_or(PendingReason::Priority)
+                        }
                     };
                     out.wait(job.id, reason, None);
                 }
@@ -116,7 +133,12 @@ pub(super) fn plan<M: Machine>(
                     out.start(job.id, alloc);
                     continue;
                 }
-                None => PendingReason::Priority,
+                None => {
+                    let k = windows.layer(s.now, w);
+                    reasons
+                        .why_not_now(windows, &mut s.machine, k, req, out.started())
+                        .unwrap_or(PendingReason::Priority)
+                }
             },
         };
         if s.profile.is_none() {
@@ -130,12 +152,12 @@ pub(super) fn plan<M: Machine>(
             None => out.wait(job.id, reason, None),
         }
     }
-    (out.finish(), s.book)
+    (out.finish(), s.book.split_off(advance))
 }
 
 /// Whether a job running over `[at, at + w)` overlaps reservation `r` (a zero-length job still
 /// occupies its start instant).
-fn overlaps<A>(r: &Reservation<A>, at: f64, w: f64) -> bool {
+pub(super) fn overlaps<A>(r: &Reservation<A>, at: f64, w: f64) -> bool {
     r.end > at && (r.start < at + w || r.start <= at)
 }
 
@@ -167,25 +189,38 @@ fn fit_now_beside<M: Machine>(
 
 /// The earliest time after now at which `req` fits for `w` seconds, and where.
 fn earliest<M: Machine>(s: &mut State<M>, req: &JobRequest, w: f64) -> Option<(f64, M::Alloc)> {
-    let now = s.now;
-    let mut times = s.timeline.end_times();
-    // "Now" was tried on the machine as it is; now again only with overdue jobs gone.
-    let overdue = times.first() == Some(&now);
-    times.extend(s.book.iter().map(|r| r.end));
-    times.sort_by(f64::total_cmp);
-    times.dedup();
-    times.retain(|&t| t > now || (overdue && t == now));
     let bad = match (counted_cpus(req), &s.profile) {
         (Some(need), Some(profile)) => profile.short_of(need),
         _ => vec![],
     };
+    earliest_in(&mut s.timeline, &s.book, req, w, &bad)
+}
+
+/// The earliest time after now at which `req` fits for `w` seconds beside the reservations of
+/// `book` that overlap it, and where; times inside the intervals of `bad` (too few CPUs, from a
+/// [`Profile`]) are skipped. Also EASY's head's, when advance reservations are in force.
+pub(super) fn earliest_in<M: Machine>(
+    timeline: &mut Timeline<M>,
+    book: &[Reservation<M::Alloc>],
+    req: &JobRequest,
+    w: f64,
+    bad: &[(f64, f64)],
+) -> Option<(f64, M::Alloc)> {
+    let now = timeline.now;
+    let mut times = timeline.end_times();
+    // "Now" was tried on the machine as it is; now again only with overdue jobs gone.
+    let overdue = times.first() == Some(&now);
+    times.extend(book.iter().map(|r| r.end));
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    times.retain(|&t| t > now || (overdue && t == now));
     let mut from = 0;
-    let candidates: Vec<f64> = times.into_iter().filter(|&t| clear(&bad, &mut from, t, w)).collect();
+    let candidates: Vec<f64> = times.into_iter().filter(|&t| clear(bad, &mut from, t, w)).collect();
     let last = candidates.len().checked_sub(1)?;
     let (mut i, mut misses) = (0usize, 0u32);
     loop {
         let at = candidates[i];
-        if let Some(alloc) = fits_at(&mut s.timeline, &s.book, req, at, w) {
+        if let Some(alloc) = fits_at(timeline, book, req, at, w) {
             return Some((at, alloc));
         }
         if i == last {

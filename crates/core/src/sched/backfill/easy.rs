@@ -13,7 +13,9 @@
 //! found on the idle machine) gets no reservation and does not stop the pass; the next busy
 //! job becomes the head.
 
-use super::pass::{Memo, Outcome, Tracked, NOW, RESERVED};
+use super::advance::{Layers, Windows};
+use super::conservative::earliest_in;
+use super::pass::{Outcome, Tracked, NOW, RESERVED};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
 use crate::placement::JobRequest;
@@ -33,13 +35,17 @@ enum Phase<M: Machine> {
     Blocked,
 }
 
+/// The pass; `windows` (advance reservations, usually none) are kept off by every job that
+/// would run into them, the head's reservation included.
 pub(super) fn plan<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
+    windows: &Windows<M::Alloc>,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     let now = input.now;
     let mut machine = Tracked::new(input.machine.clone());
-    let mut memo = Memo::default();
+    // One memo per set of windows a job overlaps; only the first without windows.
+    let mut memos = Layers::new(windows);
     let mut out = Outcome::new(input.queue.len());
     // Jobs started before the head: they hold resources until now + walltime.
     let mut started: Vec<(f64, M::Alloc)> = vec![];
@@ -51,8 +57,10 @@ pub(super) fn plan<M: Machine>(
             continue;
         }
         let end = now + walltime(job);
+        // The windows it would run into.
+        let k = windows.layer(now, walltime(job));
         match &mut phase {
-            Phase::InOrder => match memo.place(&machine, NOW, &job.request) {
+            Phase::InOrder => match memos.place(windows, &mut machine, NOW, k, &job.request) {
                 Fit::Now(alloc) => {
                     machine.claim(&alloc);
                     started.push((end, alloc.clone()));
@@ -60,20 +68,27 @@ pub(super) fn plan<M: Machine>(
                 }
                 Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
                 Fit::Busy(what) => {
+                    let reason = memos.busy_reason(windows, &mut machine, NOW, k, &job.request, what);
                     if limits.max_reservations == 0 {
                         phase = Phase::Blocked;
-                        out.wait(job.id, PendingReason::Resources(what), None);
+                        out.wait(job.id, reason, None);
                         continue;
                     }
-                    match will_run_at(&machine, input.running, &started, &job.request, now) {
+                    let head = if windows.is_empty() {
+                        will_run_at(&machine, input.running, &started, &job.request, now)
+                    } else {
+                        let mut timeline = Timeline::new(&machine, input.running, &started, now);
+                        earliest_in(&mut timeline, &windows.book, &job.request, walltime(job), &[])
+                    };
+                    match head {
                         Some((at, alloc)) => {
                             let mut reserved = machine.clone();
                             reserved.claim(&alloc);
                             phase = Phase::Reserved(Head { at, reserved });
                             reservations.push(Reservation { id: job.id, start: at, end: at + walltime(job), alloc });
-                            out.wait(job.id, PendingReason::Resources(what), Some(at));
+                            out.wait(job.id, reason, Some(at));
                         }
-                        None => out.wait(job.id, PendingReason::Resources(what), None),
+                        None => out.wait(job.id, reason, None),
                     }
                 }
             },
@@ -83,9 +98,9 @@ pub(super) fn plan<M: Machine>(
                 // stay off the head's resources.
                 let short = end <= head.at;
                 let fit = if short {
-                    memo.place(&machine, NOW, &job.request)
+                    memos.place(windows, &mut machine, NOW, k, &job.request)
                 } else {
-                    memo.place(&head.reserved, RESERVED, &job.request)
+                    memos.place(windows, &mut head.reserved, RESERVED, k, &job.request)
                 };
                 match fit {
                     Fit::Now(alloc) => {
@@ -94,11 +109,16 @@ pub(super) fn plan<M: Machine>(
                         out.start(job.id, alloc);
                     }
                     Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
-                    Fit::Busy(what) if short => out.wait(job.id, PendingReason::Resources(what), None),
+                    Fit::Busy(what) if short => {
+                        let reason = memos.busy_reason(windows, &mut machine, NOW, k, &job.request, what);
+                        out.wait(job.id, reason, None)
+                    }
                     Fit::Busy(_) => {
-                        let reason = match memo.busy_on(&machine, NOW, &job.request) {
+                        let reason = match memos.base().busy_on(&machine, NOW, &job.request) {
                             Some(what) => PendingReason::Resources(what),
-                            None => PendingReason::Priority,
+                            None => memos
+                                .why_not_now(windows, &mut machine, k, &job.request, out.started())
+                                .unwrap_or(PendingReason::Priority),
                         };
                         out.wait(job.id, reason, None);
                     }

@@ -81,7 +81,7 @@ const STATES: usize = 2;
 
 /// Requests compared by value: identical requests get identical answers on the same state.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct RequestKey {
+pub(super) struct RequestKey {
     /// (per node?, nodes or total cores, cores per node or chunk)
     shape: (bool, u32, u32),
     /// (per cpu?, bytes)
@@ -94,7 +94,7 @@ struct RequestKey {
 }
 
 impl RequestKey {
-    fn of(req: &JobRequest) -> Self {
+    pub fn of(req: &JobRequest) -> Self {
         use crate::job::Shape;
         RequestKey {
             shape: match req.shape {
@@ -156,6 +156,42 @@ impl Memo {
         fit
     }
 
+    /// [`Memo::place`] as if `extra` were claimed on `machine` too (advance reservations in
+    /// force while the job would run). Keep one memo per set of `extra`: the answers are those
+    /// of a machine with `extra` claimed (the sets a pass uses only grow with the walltime, and
+    /// the states only take claims, so busy stays busy).
+    pub fn place_beside<M: Machine>(
+        &mut self,
+        machine: &mut Tracked<M>,
+        state: usize,
+        extra: &[&M::Alloc],
+        req: &JobRequest,
+    ) -> Fit<M::Alloc> {
+        if extra.is_empty() {
+            return self.place(machine, state, req);
+        }
+        let known = self.known.entry(RequestKey::of(req)).or_default();
+        if let Some(why) = &known.never {
+            return Fit::Never(why.clone());
+        }
+        if let Some(what) = &known.busy[state] {
+            return Fit::Busy(what.clone());
+        }
+        // The count without `extra` is an upper bound of the count with it: busy by it is busy.
+        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+            return Fit::Busy(busy);
+        }
+        self.placements += 1;
+        let fit = machine.place_with_claimed(extra, req);
+        known.placed = true;
+        match &fit {
+            Fit::Never(why) => known.never = Some(why.clone()),
+            Fit::Busy(what) => known.busy[state] = Some(what.clone()),
+            Fit::Now(_) => {}
+        }
+        fit
+    }
+
     /// Whether `req` is known (or counted) not to fit `machine` as state `state`.
     pub fn busy_on<M: Machine>(&self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Option<String> {
         match self.known.get(&RequestKey::of(req)).and_then(|k| k.busy[state].clone()) {
@@ -189,6 +225,11 @@ impl<A> Outcome<A> {
 
     pub fn blocked(&self) -> bool {
         self.blocked
+    }
+
+    /// How many jobs it starts so far.
+    pub fn started(&self) -> usize {
+        self.out.starts.len()
     }
 
     pub fn start(&mut self, id: JobId, alloc: A) {

@@ -210,3 +210,142 @@ proptest! {
         }
     }
 }
+
+/// A scenario with advance reservations made as the controller makes them (placed for their
+/// window beside the running jobs that will still run then and the earlier reservations), and
+/// some queued jobs their members.
+fn advance_scenario() -> impl Strategy<Value = (Scenario, Vec<AdvanceReservation<Allocation>>)> {
+    let members = proptest::collection::vec(proptest::bool::weighted(0.3), 14);
+    let resv = proptest::collection::vec((ask(), -50i32..200, 1i32..200, members), 1..4);
+    (scenario(), resv).prop_map(|(s, asks)| {
+        let mut advance: Vec<AdvanceReservation<Allocation>> = vec![];
+        let mut taken = std::collections::HashSet::new();
+        for (i, (a, start, len, mask)) in asks.into_iter().enumerate() {
+            let (start, end) = (start as f64, (start + len) as f64);
+            if end <= 0.0 {
+                continue;
+            }
+            if let Fit::Now(alloc) = place_for_window(&s.cluster, &s.running, &advance, &request(a), (start, end), 0.0)
+            {
+                let members =
+                    s.queue.iter().zip(&mask).filter(|(j, &m)| m && taken.insert(j.id)).map(|(j, _)| j.id).collect();
+                advance.push(AdvanceReservation { id: format!("r{i}"), alloc, start, end, members });
+            }
+        }
+        (s, advance)
+    })
+}
+
+/// PUs per node of an allocation.
+fn pus(alloc: &Allocation) -> HashMap<u32, CpuSet> {
+    let mut m: HashMap<u32, CpuSet> = HashMap::new();
+    for na in alloc {
+        m.entry(na.node_id.0).or_default().union_with(&na.cpus);
+    }
+    m
+}
+
+fn disjoint(a: &Allocation, b: &Allocation) -> bool {
+    let b = pus(b);
+    pus(a).iter().all(|(n, c)| b.get(n).is_none_or(|d| !c.intersects(d)))
+}
+
+fn inside(a: &Allocation, within: &Allocation) -> bool {
+    let w = pus(within);
+    pus(a).iter().all(|(n, c)| w.get(n).is_some_and(|d| c.is_subset_of(d)))
+}
+
+/// Whether a job over `[at, at + w)` runs into `r`'s window (a zero-length job occupies its
+/// start instant).
+fn runs_into(r: &AdvanceReservation<Allocation>, at: f64, w: f64) -> bool {
+    r.end > at && (r.start < at + w || r.start <= at)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    /// Advance reservations: no job that is not a member holds (or is promised, by the EASY
+    /// head's or a conservative reservation) a reserved PU during the window; with the windows
+    /// as holders, the whole schedule books no PU twice and exceeds no memory. Members start
+    /// only inside their window, end by its end, on its PUs, and together take no more PUs or
+    /// memory than it holds.
+    #[test]
+    fn advance_reservations_are_kept(sa in advance_scenario()) {
+        let (s, advance) = sa;
+        let walltime: HashMap<JobId, f64> = s.queue.iter().map(|j| (j.id, j.walltime.max(0.0))).collect();
+        let member: HashMap<JobId, &AdvanceReservation<Allocation>> =
+            advance.iter().flat_map(|r| r.members.iter().map(move |m| (*m, r))).collect();
+        for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+            let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
+            let limits = PassLimits { policy, max_reservations: s.max_reservations };
+            let (out, booked) = plan_with_advance(&input, &advance, &limits);
+            let mut seen: Vec<JobId> = out.starts.iter().map(|(id, _)| *id).chain(out.waiting.iter().map(|w| w.id)).collect();
+            seen.sort();
+            let mut ids: Vec<JobId> = s.queue.iter().map(|j| j.id).collect();
+            ids.sort();
+            prop_assert_eq!(seen, ids, "{:?}: every job once", policy);
+            let mut used: HashMap<&str, Vec<&Allocation>> = HashMap::new();
+            for (id, alloc) in &out.starts {
+                let w = walltime[id];
+                match member.get(id) {
+                    Some(r) => {
+                        prop_assert!(r.start <= 0.0 && w <= r.end, "{:?}: member {} started outside {}", policy, id, r.id);
+                        prop_assert!(inside(alloc, &r.alloc), "{:?}: member {} off {}'s PUs", policy, id, r.id);
+                        used.entry(&r.id).or_default().push(alloc);
+                    }
+                    None => {
+                        for r in advance.iter().filter(|r| runs_into(r, 0.0, w)) {
+                            prop_assert!(disjoint(alloc, &r.alloc), "{:?}: job {} runs on {}'s PUs", policy, id, r.id);
+                        }
+                    }
+                }
+            }
+            for b in &booked {
+                prop_assert!(!member.contains_key(&b.id));
+                for r in advance.iter().filter(|r| runs_into(r, b.start, b.end - b.start)) {
+                    prop_assert!(disjoint(&b.alloc, &r.alloc), "{:?}: job {} promised {}'s PUs", policy, b.id, r.id);
+                }
+            }
+            // The schedule of everyone else, with the windows holding their resources.
+            let others = PassOutput {
+                starts: out.starts.iter().filter(|(id, _)| !member.contains_key(id)).cloned().collect(),
+                waiting: vec![],
+                backfilled: 0,
+            };
+            let mut plan = schedule(&s, &others, &booked);
+            plan.extend(advance.iter().map(|r| (r.start, r.end, r.alloc.clone())));
+            if let Err(e) = consistent(&s, &plan) {
+                prop_assert!(false, "{:?}: {}", policy, e);
+            }
+            // Members inside each reservation: no PU twice, no more memory than it holds.
+            for r in &advance {
+                let mine = used.remove(r.id.as_str()).unwrap_or_default();
+                let mut taken: HashMap<u32, CpuSet> = HashMap::new();
+                let mut mem: HashMap<u32, u64> = HashMap::new();
+                for na in mine.iter().flat_map(|a| a.iter()) {
+                    let t = taken.entry(na.node_id.0).or_default();
+                    prop_assert!(!t.intersects(&na.cpus), "{:?}: members of {} share PUs", policy, r.id);
+                    t.union_with(&na.cpus);
+                    *mem.entry(na.node_id.0).or_default() += na.memory_bytes;
+                }
+                for na in &r.alloc {
+                    prop_assert!(mem.get(&na.node_id.0).copied().unwrap_or(0) <= na.memory_bytes,
+                        "{:?}: members of {} take more memory than it holds on {}", policy, r.id, na.node);
+                }
+            }
+        }
+    }
+
+    /// Without advance reservations, `plan_with_advance` is the plain pass.
+    #[test]
+    fn no_advance_reservation_changes_nothing(s in scenario()) {
+        for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+            let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
+            let limits = PassLimits { policy, max_reservations: s.max_reservations };
+            let (a, ra) = plan_with_advance(&input, &[], &limits);
+            let (b, rb) = plan_with_reservations(&input, &limits);
+            prop_assert_eq!(crate::sched::testkit::summary(&a), crate::sched::testkit::summary(&b));
+            prop_assert_eq!(ra.len(), rb.len());
+        }
+    }
+}

@@ -129,3 +129,140 @@ fn easy_starts_long_jobs_that_stay_off_the_reservation() {
     assert_eq!(summary(&out), ["2 start n2:2-3", "4 start n1:2-3", "1 wait resources at 50", "3 wait priority"]);
     assert_eq!(out.backfilled, 2);
 }
+
+/// PUs `cpus` of node `node` (no memory), unclaimed: a reservation's resources.
+fn part(cluster: &ClusterState, node: usize, cpus: &str) -> Allocation {
+    let n = &cluster.nodes[node];
+    let cpus = crate::CpuSet::parse_list(cpus).expect("cpu list");
+    vec![crate::job::NodeAllocation {
+        node_id: n.id,
+        node: n.name.clone(),
+        cores: cpus.len() as u32,
+        mems: n.topology.mems_for(&cpus),
+        cpus,
+        memory_bytes: 0,
+        numa_memory: vec![],
+        exclusive_numa: crate::CpuSet::new(),
+        subnodes: vec![],
+        binding: vec![],
+        ranks: vec![],
+    }]
+}
+
+fn advance(id: &str, alloc: Allocation, (start, end): (f64, f64), members: &[u64]) -> AdvanceReservation<Allocation> {
+    AdvanceReservation { id: id.into(), alloc, start, end, members: members.iter().map(|&m| JobId(m)).collect() }
+}
+
+fn pass_at(
+    cluster: &ClusterState,
+    running: &[RunningJob<Allocation>],
+    queue: &[QueuedJob],
+    resv: &[AdvanceReservation<Allocation>],
+    policy: BackfillPolicy,
+    now: f64,
+) -> PassOutput<Allocation> {
+    let input = PassInput { machine: cluster, running, queue, now };
+    plan_with_advance(&input, resv, &PassLimits { policy, max_reservations: 100 }).0
+}
+
+const POLICIES: [BackfillPolicy; 3] = [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative];
+
+/// n1 is reserved over [100, 300) for others: a job that would still run at 100 starts on n0;
+/// one that ends by 100 may use n1 now.
+#[test]
+fn advance_reservation_is_used_now_only_by_jobs_that_end_before_it() {
+    let cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let resv = [advance("maint", part(&cluster, 1, "0-3"), (100.0, 300.0), &[])];
+    let queue = [queued(1, 4, 200.0), queued(2, 4, 50.0), queued(3, 4, 200.0)];
+    for policy in POLICIES {
+        let out = pass_at(&cluster, &[], &queue, &resv, policy, 0.0);
+        let s = summary(&out);
+        assert_eq!(&s[..2], ["1 start n0:0-3", "2 start n1:0-3"], "{policy:?}");
+        assert!(s[2].starts_with("3 wait resources"), "{policy:?}: {s:?}");
+    }
+}
+
+/// With n0 busy until 1000 and n1 reserved over [100, 300), a 200 s job cannot start now
+/// (n1 would be held into the window): reason "reserved", expected when the window ends.
+#[test]
+fn a_job_that_would_run_into_a_window_waits_for_its_end() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 100, &[(0, "0-3")], 1000.0)];
+    let resv = [advance("maint", part(&cluster, 1, "0-3"), (100.0, 300.0), &[])];
+    let queue = [queued(1, 4, 200.0), queued(2, 2, 50.0)];
+    for policy in [BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+        let out = pass_at(&cluster, &running, &queue, &resv, policy, 0.0);
+        assert_eq!(summary(&out), ["2 start n1:0-1", "1 wait resources at 300"], "{policy:?}");
+        let why = out.waiting[0].reason.describe();
+        assert!(why.contains("advance reservation maint"), "{policy:?}: {why}");
+    }
+    let out = pass_at(&cluster, &running, &queue, &resv, BackfillPolicy::Fcfs, 0.0);
+    assert_eq!(summary(&out), ["1 wait resources", "2 wait priority"]);
+}
+
+/// Members wait for the window (expected at its start), then start on the reservation's
+/// resources only, though others are free; a member that would run past the end never does.
+#[test]
+fn members_run_only_inside_their_reservation() {
+    let cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let resv = [advance("course", part(&cluster, 1, "0-3"), (100.0, 300.0), &[1, 2, 3, 4])];
+    let queue = [queued(1, 2, 100.0), queued(2, 2, 150.0), queued(3, 2, 100.0), queued(4, 1, 250.0)];
+    for policy in POLICIES {
+        let before = pass_at(&cluster, &[], &queue, &resv, policy, 0.0);
+        let s = summary(&before);
+        assert_eq!(s[..3], ["1 wait resources at 100", "2 wait resources at 100", "3 wait resources"], "{policy:?}");
+        assert_eq!(s[3], "4 wait never", "{policy:?}");
+        assert!(before.waiting[0].reason.describe().contains("reservation course has not started"));
+        let during = pass_at(&cluster, &[], &queue, &resv, policy, 120.0);
+        // 2 would end at 270 (fits), 3 waits for room, 4 can no longer end by 300.
+        assert_eq!(
+            summary(&during),
+            ["1 start n1:0-1", "2 start n1:2-3", "3 wait resources", "4 wait never"],
+            "{policy:?}"
+        );
+    }
+}
+
+/// Running members hold part of the reservation; the rest is for the next members.
+#[test]
+fn members_share_the_reservation_with_running_members() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 9, &[(1, "0")], 250.0)];
+    let resv = [advance("r", part(&cluster, 1, "0-3"), (100.0, 300.0), &[9, 1, 2])];
+    let queue = [queued(1, 2, 100.0), queued(2, 2, 100.0)];
+    let out = pass_at(&cluster, &running, &queue, &resv, BackfillPolicy::Easy, 150.0);
+    assert_eq!(summary(&out), ["1 start n1:1-2", "2 wait resources"]);
+}
+
+/// Where a reservation can go: on the machine as it will be at its start, beside running jobs
+/// that will still run then and other reservations whose windows overlap.
+#[test]
+fn place_for_window_respects_running_jobs_and_other_reservations() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 100, &[(0, "0-3")], 50.0), hold(&mut cluster, 101, &[(1, "0-3")], 500.0)];
+    let req = queued(0, 4, 0.0).request;
+    let text = |f: Fit<Allocation>| match f {
+        Fit::Now(a) => crate::sched::testkit::alloc_text(&a),
+        Fit::Busy(_) => "busy".into(),
+        Fit::Never(_) => "never".into(),
+    };
+    assert_eq!(text(place_for_window(&cluster, &running, &[], &req, (100.0, 200.0), 0.0)), "n0:0-3");
+    assert_eq!(text(place_for_window(&cluster, &running, &[], &req, (10.0, 200.0), 0.0)), "busy");
+    assert_eq!(text(place_for_window(&cluster, &running, &[], &req, (600.0, 700.0), 0.0)), "n0:0-3");
+    let other = [advance("a", part(&cluster, 0, "0-3"), (150.0, 250.0), &[])];
+    assert_eq!(text(place_for_window(&cluster, &running, &other, &req, (100.0, 200.0), 0.0)), "busy");
+    assert_eq!(text(place_for_window(&cluster, &running, &other, &req, (250.0, 400.0), 0.0)), "n0:0-3");
+    assert_eq!(text(place_for_window(&cluster, &running, &other, &req, (600.0, 700.0), 0.0)), "n0:0-3");
+    let big = queued_nodes(0, 1, 8, 0.0).request;
+    assert_eq!(text(place_for_window(&cluster, &running, &[], &big, (600.0, 700.0), 0.0)), "never");
+}
+
+/// Without advance reservations the pass is exactly `plan_with_reservations`'s.
+#[test]
+fn no_advance_reservation_is_the_plain_pass() {
+    let (cluster, running, queue) = two_nodes();
+    for policy in POLICIES {
+        let a = pass_at(&cluster, &running, &queue, &[], policy, 0.0);
+        assert_eq!(summary(&a), summary(&pass(&cluster, &running, &queue, policy)));
+    }
+}

@@ -1,0 +1,609 @@
+//! Advance reservations (`berth resv`): an admin sets resources aside for a time window for
+//! some users and/or accounts (projects); their jobs (`--reservation NAME`) run there, nobody
+//! else's job holds them during the window. See docs/scheduling.md, "Advance reservations".
+//!
+//! This module keeps them (in memory and in the store), places them at creation, checks
+//! submissions to them and gives the pass its input; the pass's rules are berth-core's
+//! (`sched::backfill::plan_with_advance`). Not to be confused with the reservations API
+//! (`crate::reservations`), whose reservations are placed now, like running jobs.
+
+use crate::handlers::{error, Peer};
+use crate::job::JobRecord;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::directives::{valid_name, SubmitOptions};
+use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
+use berth_core::placement::cluster::feasible;
+use berth_core::placement::JobRequest;
+use berth_core::sched::backfill::{self, AdvanceReservation, Confine, Fit, RunningJob};
+use berth_core::sched::ClusterState;
+use berth_core::units::format_duration;
+use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::UserIdentity;
+use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ApiError, ClientResponse, ErrorCode};
+use std::collections::{BTreeMap, HashMap};
+
+/// An advance reservation as the controller keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Advance {
+    pub name: String,
+    /// Unix times: the window is `[start, end)`.
+    pub start: f64,
+    pub end: f64,
+    pub users: Vec<String>,
+    pub accounts: Vec<String>,
+    pub allocation: Allocation,
+    pub created: f64,
+    pub created_by: String,
+}
+
+impl Advance {
+    /// Whether a job of `user` charged to `account` may use it.
+    pub fn admits(&self, user: &str, account: &str) -> bool {
+        self.users.iter().any(|u| u == user) || self.accounts.iter().any(|a| a == account)
+    }
+
+    fn who(&self) -> String {
+        let mut parts = vec![];
+        if !self.users.is_empty() {
+            parts.push(format!("users {}", self.users.join(", ")));
+        }
+        if !self.accounts.is_empty() {
+            parts.push(format!("accounts {}", self.accounts.join(", ")));
+        }
+        parts.join(" and ")
+    }
+}
+
+/// The live advance reservations, by name.
+#[derive(Debug, Default)]
+pub struct AdvanceBook {
+    pub live: BTreeMap<String, Advance>,
+    /// Windows that opened or ended up to this time have been acted on.
+    pub checked_until: f64,
+}
+
+impl AdvanceBook {
+    pub fn load(store: &crate::store::Store) -> Result<Self, StoreError> {
+        store.init_advance()?;
+        let live = store.load_advance()?.into_iter().map(|r| (r.name.clone(), r)).collect();
+        Ok(AdvanceBook { live, checked_until: 0.0 })
+    }
+}
+
+/// Seconds a member's job may start after the window opens and still end by its end: a
+/// submission's walltime must leave them (the pass runs within a second of the opening).
+pub const START_MARGIN_SECS: f64 = 60.0;
+
+/// A time for people: `HH:MM` (local time) within a day of `now`, else `YYYY-MM-DD HH:MM`.
+pub fn clock(t: f64, now: f64) -> String {
+    let secs = t as libc::time_t;
+    // SAFETY: an all-zero tm is valid; localtime_r writes only into it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    // SAFETY: both pointers are to live locals.
+    let ok = !unsafe { libc::localtime_r(&secs, &mut tm) }.is_null();
+    if !ok {
+        return format!("{t:.0}");
+    }
+    if (t - now).abs() < 86_400.0 {
+        format!("{:02}:{:02}", tm.tm_hour, tm.tm_min)
+    } else {
+        format!("{:04}-{:02}-{:02} {:02}:{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min)
+    }
+}
+
+fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
+    ApiError::new(code, message)
+}
+
+/// A user name as a reservation lists it: what a login name may hold, at most 64.
+fn valid_user(name: &str) -> bool {
+    !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.@$".contains(c))
+}
+
+impl Controller {
+    /// `berth resv create`: place, persist, answer with it.
+    pub(crate) fn advance_create(
+        &mut self,
+        body: AdvanceCreate,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<ClientResponse, StoreError> {
+        self.check_advance(now)?;
+        let r = match self.new_advance(body, peer, now) {
+            Ok(r) => r,
+            Err(e) => return Ok(ClientResponse::Error(e)),
+        };
+        self.store.save_advance(&r)?;
+        let nodes: Vec<String> = r.allocation.iter().map(|a| format!("{}:{}", a.node, a.cpus)).collect();
+        let detail = format!(
+            "{}: {} to {} on {} for {} (by {})",
+            r.name,
+            clock(r.start, now),
+            clock(r.end, now),
+            nodes.join(" "),
+            r.who(),
+            peer.user.name
+        );
+        self.store.event(now, "advance_create", None, None, &detail)?;
+        tracing::info!("advance reservation {detail}");
+        self.policy.advance.live.insert(r.name.clone(), r.clone());
+        self.dirty = true;
+        Ok(ClientResponse::Advance { reservations: vec![self.advance_info(&r, now)] })
+    }
+
+    /// Check a creation and place it, without side effects.
+    fn new_advance(&self, body: AdvanceCreate, peer: &Peer, now: f64) -> Result<Advance, ApiError> {
+        let bad = |m: String| api(ErrorCode::BadRequest, m);
+        if !self.is_admin(peer) {
+            return Err(api(
+                ErrorCode::NotPermitted,
+                format!(
+                    "only admins create advance reservations (you are {}; see `admins` in the controller's config)",
+                    peer.user.name
+                ),
+            ));
+        }
+        let book = &self.policy.advance.live;
+        let name = match body.name {
+            Some(n) if !valid_name(&n) => {
+                return Err(bad(format!("--name needs 1 to 64 letters, digits, _ - and ., got {n:?}")))
+            }
+            Some(n) => n,
+            None => (1u64..).map(|i| format!("resv{i}")).find(|n| !book.contains_key(n)).unwrap_or_default(),
+        };
+        if book.contains_key(&name) {
+            return Err(bad(format!(
+                "an advance reservation named {name} exists; choose another --name or `berth resv delete {name}` first"
+            )));
+        }
+        if let Some(u) = body.users.iter().find(|u| !valid_user(u)) {
+            return Err(bad(format!("--users: {u:?} is not a user name")));
+        }
+        if let Some(a) = body.accounts.iter().find(|a| !valid_name(a)) {
+            return Err(bad(format!("--accounts: {a:?} is not an account name (letters, digits, _ - .)")));
+        }
+        if body.users.is_empty() && body.accounts.is_empty() {
+            return Err(bad("say who may use it: --users a,b and/or --accounts proj".into()));
+        }
+        let start = body.start.unwrap_or(now);
+        if !start.is_finite() {
+            return Err(bad("the start is not a time".into()));
+        }
+        // A start a little in the past (the client's "now") is now.
+        if start < now - 300.0 {
+            return Err(bad(format!(
+                "the window would start in the past ({}); give a later --start, or `now`",
+                clock(start, now)
+            )));
+        }
+        let start = start.max(now);
+        let end = match (body.end, body.duration_secs) {
+            (Some(_), Some(_)) => return Err(bad("give --end or --duration, not both".into())),
+            (None, None) => return Err(bad("give the window's --end or its --duration".into())),
+            (Some(e), None) => e,
+            (None, Some(d)) => start + d as f64,
+        };
+        if !end.is_finite() || end <= start {
+            return Err(bad(format!(
+                "the window must end after it starts (start {}, end {})",
+                clock(start, now),
+                clock(end, now)
+            )));
+        }
+        let allocation = match (body.nodes.is_empty(), body.cores) {
+            (false, Some(_)) => return Err(bad("give --nodes (whole nodes) or --cores, not both".into())),
+            (true, None) => return Err(bad("say what to reserve: --nodes n1,n2 (whole nodes) or --cores N".into())),
+            (false, None) if body.nodes_count.is_some() || body.mem.is_some() => {
+                return Err(bad("--nodes-count and --mem go with --cores; --nodes reserves whole nodes".into()))
+            }
+            (false, None) => self.whole_nodes(&body.nodes, (start, end), now)?,
+            (true, Some(cores)) => self.cores_for_window(cores, body.nodes_count, body.mem, (start, end), now)?,
+        };
+        Ok(Advance {
+            name,
+            start,
+            end,
+            users: body.users,
+            accounts: body.accounts,
+            allocation,
+            created: now,
+            created_by: peer.user.name.clone(),
+        })
+    }
+
+    /// Running (and suspended) jobs with their expected ends, for placing in the future.
+    fn holders(&self, now: f64) -> Vec<RunningJob<Allocation>> {
+        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+        self.jobs
+            .values()
+            .filter(|j| j.state.has_allocation())
+            .map(|j| {
+                // A suspended job's clock is stopped: it holds on at least as long again.
+                let extra = (j.suspension.seconds(now) - j.suspension.total_secs).max(0.0);
+                RunningJob { id: j.id, alloc: j.allocation.clone(), end: j.expected_end(unlimited) + extra }
+            })
+            .collect()
+    }
+
+    /// The live advance reservations but `except`, for the pass's machinery.
+    fn advance_list(&self, except: Option<&str>) -> Vec<AdvanceReservation<Allocation>> {
+        self.policy
+            .advance
+            .live
+            .values()
+            .filter(|r| Some(r.name.as_str()) != except)
+            .map(|r| AdvanceReservation {
+                id: r.name.clone(),
+                alloc: r.allocation.clone(),
+                start: r.start,
+                end: r.end,
+                members: vec![],
+            })
+            .collect()
+    }
+
+    /// Whole nodes (every usable PU but system CPUs, all memory), if nothing else holds them
+    /// during the window: no job still running at its start (by walltime), no other advance
+    /// reservation whose window overlaps.
+    fn whole_nodes(&self, names: &[String], (start, end): (f64, f64), now: f64) -> Result<Allocation, ApiError> {
+        let holders = self.holders(now);
+        let mut busy = vec![];
+        let mut alloc = Vec::with_capacity(names.len());
+        for (k, name) in names.iter().enumerate() {
+            if names[..k].contains(name) {
+                return Err(api(ErrorCode::BadRequest, format!("node {name} is listed twice")));
+            }
+            let Some(i) = self.node_by_name(name) else {
+                return Err(api(
+                    ErrorCode::UnknownNode,
+                    format!("there is no node {name:?}; `berth nodes` lists them"),
+                ));
+            };
+            let cap = &self.cluster.nodes[i];
+            for h in holders.iter().filter(|h| h.alloc.iter().any(|a| a.node_id == cap.id)) {
+                if start <= now || h.end > start {
+                    busy.push(format!("job {} holds {name} until about {}", h.id, clock(h.end, now)));
+                }
+            }
+            for r in self.policy.advance.live.values() {
+                if r.start < end && r.end > start && r.allocation.iter().any(|a| a.node_id == cap.id) {
+                    busy.push(format!(
+                        "reservation {} holds {name} from {} to {}",
+                        r.name,
+                        clock(r.start, now),
+                        clock(r.end, now)
+                    ));
+                }
+            }
+            let topo = &cap.topology;
+            let mut cpus = topo.all_pus();
+            cpus.subtract(&topo.disallowed);
+            cpus.subtract(&cap.system_pus);
+            let cores = topo.cores.iter().filter(|c| c.pus.iter().any(|&p| cpus.contains(p))).count() as u32;
+            let numa_memory: Vec<NumaShare> = topo
+                .numa_nodes
+                .iter()
+                .filter(|n| n.memory_bytes > 0)
+                .map(|n| NumaShare { numa: n.os_index, bytes: n.memory_bytes })
+                .collect();
+            alloc.push(NodeAllocation {
+                node_id: cap.id,
+                node: cap.name.clone(),
+                cores,
+                mems: CpuSet::from_iter_u32(topo.numa_nodes.iter().map(|n| n.os_index)),
+                memory_bytes: numa_memory.iter().map(|s| s.bytes).sum(),
+                numa_memory,
+                cpus,
+                exclusive_numa: CpuSet::new(),
+                subnodes: vec![],
+                binding: vec![],
+                ranks: vec![],
+            });
+        }
+        if !busy.is_empty() {
+            return Err(api(
+                ErrorCode::Unavailable,
+                format!(
+                    "not free for the whole window {} to {}: {}; choose another window or other nodes",
+                    clock(start, now),
+                    clock(end, now),
+                    busy.join("; ")
+                ),
+            ));
+        }
+        Ok(alloc)
+    }
+
+    /// `cores` cores (on `nodes` nodes) placed for the window: on the machine as it will be at
+    /// its start, beside the jobs that will still run then and the overlapping reservations.
+    fn cores_for_window(
+        &self,
+        cores: u32,
+        nodes: Option<u32>,
+        mem: Option<u64>,
+        (start, end): (f64, f64),
+        now: f64,
+    ) -> Result<Allocation, ApiError> {
+        let mut options = SubmitOptions { cores: Some(cores), nodes, mem, ..Default::default() };
+        if mem.is_none() {
+            options.mem_per_cpu = Some(self.default_mem_per_cpu());
+        }
+        let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
+        let registered = |n: &berth_core::node::NodeCapacity| {
+            self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
+        };
+        feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
+            api(ErrorCode::Infeasible, format!("this reservation can never be placed here: {why}; ask for less"))
+        })?;
+        let mut view = self.sched_view();
+        let holders = self.holders(now);
+        // Suspended jobs' PUs are free now but they come back to them.
+        for j in self.jobs.values().filter(|j| j.state == JobState::Suspended) {
+            view.claim(&j.allocation);
+        }
+        let others = self.advance_list(None);
+        match backfill::place_for_window(&view, &holders, &others, &request, (start, end), now) {
+            Fit::Now(alloc) => Ok(alloc),
+            Fit::Busy(what) => {
+                let overlapping: Vec<&str> =
+                    others.iter().filter(|r| r.start < end && r.end > start).map(|r| r.id.as_str()).collect();
+                let also = match overlapping.is_empty() {
+                    true => String::new(),
+                    false => format!(" and reservation(s) {}", overlapping.join(", ")),
+                };
+                Err(api(
+                    ErrorCode::Unavailable,
+                    format!(
+                        "{cores} cores are not free for the whole window {} to {} (at its start: {what}), given the running jobs' walltimes{also}; choose another window or fewer cores",
+                        clock(start, now),
+                        clock(end, now)
+                    ),
+                ))
+            }
+            Fit::Never(why) => {
+                Err(api(ErrorCode::Unavailable, format!("{cores} cores cannot be placed on the nodes up now: {why}")))
+            }
+        }
+    }
+
+    /// `berth resv list`.
+    pub(crate) fn advance_list_response(&mut self, now: f64) -> Result<ClientResponse, StoreError> {
+        self.check_advance(now)?;
+        let mut all: Vec<&Advance> = self.policy.advance.live.values().collect();
+        all.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.name.cmp(&b.name)));
+        Ok(ClientResponse::Advance { reservations: all.into_iter().map(|r| self.advance_info(r, now)).collect() })
+    }
+
+    /// `berth resv delete`: its running jobs keep running; its queued jobs never start.
+    pub(crate) fn advance_delete(&mut self, name: &str, peer: &Peer, now: f64) -> Result<ClientResponse, StoreError> {
+        if !self.is_admin(peer) {
+            return Ok(error(
+                ErrorCode::NotPermitted,
+                format!("only admins delete advance reservations (you are {})", peer.user.name),
+            ));
+        }
+        self.check_advance(now)?;
+        let Some(r) = self.policy.advance.live.get(name).cloned() else {
+            return Ok(error(
+                ErrorCode::UnknownReservation,
+                format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
+            ));
+        };
+        let info = self.advance_info(&r, now);
+        self.store.delete_advance(name)?;
+        let ids = |v: &[JobId]| v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+        let detail = format!(
+            "{name}: deleted by {}; running jobs [{}] keep running, queued jobs [{}] will not start",
+            peer.user.name,
+            ids(&info.running_jobs),
+            ids(&info.queued_jobs)
+        );
+        self.store.event(now, "advance_delete", None, None, &detail)?;
+        tracing::info!("advance reservation {detail}");
+        self.policy.advance.live.remove(name);
+        self.dirty = true;
+        Ok(ClientResponse::AdvanceDeleted { reservation: Box::new(info) })
+    }
+
+    fn advance_info(&self, r: &Advance, now: f64) -> AdvanceInfo {
+        let jobs = || self.jobs.values().filter(|j| j.options.reservation.as_deref() == Some(r.name.as_str()));
+        AdvanceInfo {
+            name: r.name.clone(),
+            start: r.start,
+            end: r.end,
+            users: r.users.clone(),
+            accounts: r.accounts.clone(),
+            allocation: r.allocation.clone(),
+            cores: r.allocation.iter().map(|a| a.cores).sum(),
+            created: r.created,
+            created_by: r.created_by.clone(),
+            active: r.start <= now && now < r.end,
+            running_jobs: jobs().filter(|j| j.state.has_allocation()).map(|j| j.id).collect(),
+            queued_jobs: jobs().filter(|j| j.state.is_pending()).map(|j| j.id).collect(),
+        }
+    }
+
+    /// Remove the reservations whose window is over (an event each), and mark the state dirty
+    /// when a window opened or ended since the last check (members may start, others may use
+    /// the resources). Every tick and every pass.
+    pub fn check_advance(&mut self, now: f64) -> Result<(), StoreError> {
+        let since = self.policy.advance.checked_until;
+        self.policy.advance.checked_until = now;
+        let book = &self.policy.advance.live;
+        if book.values().any(|r| r.start > since && r.start <= now) {
+            self.dirty = true;
+        }
+        let over: Vec<String> = book.values().filter(|r| r.end <= now).map(|r| r.name.clone()).collect();
+        for name in over {
+            let Some(r) = self.policy.advance.live.remove(&name) else { continue };
+            self.store.delete_advance(&name)?;
+            let queued: Vec<String> = self
+                .jobs
+                .values()
+                .filter(|j| j.state.is_pending() && j.options.reservation.as_deref() == Some(name.as_str()))
+                .map(|j| j.id.to_string())
+                .collect();
+            let detail = format!(
+                "{name}: window {} to {} is over; queued jobs [{}] will not start",
+                clock(r.start, now),
+                clock(r.end, now),
+                queued.join(",")
+            );
+            self.store.event(now, "advance_end", None, None, &detail)?;
+            tracing::info!("advance reservation {detail}");
+            self.dirty = true;
+        }
+        Ok(())
+    }
+
+    /// A submission with `--reservation NAME`: the reservation exists, the user or the job's
+    /// account is one it admits, the job fits its resources and, started at the earliest (its
+    /// start, or now), ends by its end.
+    pub(crate) fn check_advance_submission(
+        &self,
+        name: &str,
+        user: &UserIdentity,
+        account: &str,
+        walltime: Option<u64>,
+        request: &JobRequest,
+        now: f64,
+    ) -> Result<(), ApiError> {
+        let Some(r) = self.policy.advance.live.get(name).filter(|r| r.end > now) else {
+            return Err(api(
+                ErrorCode::UnknownReservation,
+                format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
+            ));
+        };
+        if !r.admits(&user.name, account) {
+            return Err(api(
+                ErrorCode::NotPermitted,
+                format!(
+                    "reservation {name} is for {}; you ({}, account {account}) are not among them",
+                    r.who(),
+                    user.name
+                ),
+            ));
+        }
+        // A member starts at the first pass after the window opens (or later): keep a margin.
+        let from = r.start.max(now) + START_MARGIN_SECS;
+        let left = (r.end - from).floor().max(0.0) as u64;
+        let Some(w) = walltime else {
+            return Err(api(
+                ErrorCode::BadRequest,
+                format!(
+                    "a job in reservation {name} needs a --walltime that ends by its end ({} at most)",
+                    format_duration(left)
+                ),
+            ));
+        };
+        if from + w as f64 > r.end {
+            return Err(api(
+                ErrorCode::BadRequest,
+                format!(
+                    "the job's walltime {} cannot end by reservation {name}'s end at {}: at most {} fits from {}; ask for less --walltime",
+                    format_duration(w),
+                    clock(r.end, now),
+                    format_duration(left),
+                    if r.start > now { format!("its start at {} (less a minute to start it)", clock(r.start, now)) } else { "now (less a minute to start it)".into() }
+                ),
+            ));
+        }
+        // On the reservation's resources with nothing running: could it ever fit?
+        let mut idle = self.cluster.clone();
+        for j in self.jobs.values().filter(|j| j.state.has_allocation()) {
+            idle.release(&j.allocation);
+        }
+        for n in &mut idle.nodes {
+            n.state = berth_core::node::NodeState::Up;
+        }
+        let confined = idle.confine(&r.allocation, &[]);
+        match berth_core::sched::place(&confined, request) {
+            berth_core::sched::Placement::Now(_) => Ok(()),
+            berth_core::sched::Placement::Busy(why) | berth_core::sched::Placement::Never(why) => {
+                let cores: u32 = r.allocation.iter().map(|a| a.cores).sum();
+                let nodes: Vec<&str> = r.allocation.iter().map(|a| a.node.as_str()).collect();
+                Err(api(
+                    ErrorCode::Infeasible,
+                    format!(
+                        "this job can never fit reservation {name} ({cores} cores on {}): {why}; ask for less",
+                        nodes.join(",")
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// What the pass needs of the advance reservations: each with its members (jobs asking
+    /// for it whose user or account it admits, queued or running), and the pending jobs that
+    /// ask for one they cannot use (gone, or no longer admitting them), with the reason.
+    pub(crate) fn advance_pass_input(&self) -> (Vec<AdvanceReservation<Allocation>>, HashMap<JobId, String>) {
+        let book = &self.policy.advance.live;
+        let mut members: HashMap<&str, Vec<JobId>> = HashMap::new();
+        let mut shut_out = HashMap::new();
+        for j in self.jobs.values().filter(|j| j.state.is_pending() || j.state.has_allocation()) {
+            let Some(name) = j.options.reservation.as_deref() else { continue };
+            match book.get(name) {
+                Some(r) if r.admits(&j.user.name, &crate::policy::account_of(j)) => {
+                    members.entry(&r.name).or_default().push(j.id)
+                }
+                Some(r) if j.state.is_pending() => {
+                    shut_out.insert(
+                        j.id,
+                        format!(
+                            "reservation {name} no longer admits {} (it is for {}); cancel the job",
+                            j.user.name,
+                            r.who()
+                        ),
+                    );
+                }
+                None if j.state.is_pending() => {
+                    shut_out.insert(
+                        j.id,
+                        format!("reservation {name} no longer exists (ended or deleted); cancel the job"),
+                    );
+                }
+                _ => {}
+            }
+        }
+        let advance = book
+            .values()
+            .map(|r| AdvanceReservation {
+                id: r.name.clone(),
+                alloc: r.allocation.clone(),
+                start: r.start,
+                end: r.end,
+                members: members.remove(r.name.as_str()).unwrap_or_default(),
+            })
+            .collect();
+        (advance, shut_out)
+    }
+
+    /// The reason shown for a member waiting for its window to open.
+    pub(crate) fn advance_wait_reason(&self, job: &JobRecord, now: f64) -> Option<String> {
+        let r = self.policy.advance.live.get(job.options.reservation.as_deref()?)?;
+        (r.start > now).then(|| format!("reservation {} starts at {}", r.name, clock(r.start, now)))
+    }
+
+    /// The machine for a job that is not a member starting now for `w` seconds: the nodes up,
+    /// with the advance reservations it would run into claimed; and whether there were any.
+    pub(crate) fn advance_view(&self, now: f64, w: f64) -> (ClusterState, bool) {
+        let mut view = self.sched_view();
+        let mut any = false;
+        for r in self.policy.advance.live.values() {
+            if r.end > now && (r.start < now + w || r.start <= now) {
+                view.claim(&r.allocation);
+                any = true;
+            }
+        }
+        (view, any)
+    }
+
+    /// Whether job `id` runs or asks to run in a live advance reservation.
+    pub(crate) fn in_advance(&self, job: &JobRecord) -> bool {
+        job.options.reservation.as_deref().is_some_and(|n| self.policy.advance.live.contains_key(n))
+    }
+}
+
+#[cfg(test)]
+mod tests;
