@@ -9,6 +9,7 @@
 //!                                     decision time of `place` on emulated nodes (see placement.rs)
 //! `berth-bench backfill [--nodes N] [--jobs J] [--policy easy|conservative] [--json]`  one scheduling pass (see backfill.rs)
 //! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)
+//! `berth-bench fuzz [--minutes M] [--targets a,b] [--seed N] [--json]`  bounded fuzzing run (see fuzz.rs)
 //!
 //! Each but `placement` prints one JSON line. It starts its own cluster (`berth up`) in a temp dir
 //! with the `berth` binary next to this one (build with `cargo build --release`), and takes it down.
@@ -22,6 +23,7 @@ use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 
 mod backfill;
+mod fuzz;
 mod placement;
 mod sim;
 
@@ -128,6 +130,9 @@ async fn main() -> Result<()> {
     }
     if kind == "sim" {
         return sim::run(&args[2..]);
+    }
+    if kind == "fuzz" {
+        return fuzz::run(&args[2..]);
     }
     let n: usize = args.get(2).map(|s| s.parse()).transpose().context("N")?.unwrap_or(10_000);
     let param: Option<usize> = args.get(3).map(|s| s.parse()).transpose().context("param")?;

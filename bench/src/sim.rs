@@ -7,14 +7,15 @@
 //! each shifted to start after the previous copy's last submission (submit times multiplied by
 //! `--stretch X` first, X > 1 lowering the offered load). Options: `--trace FILE`, `--jobs N`,
 //! `--stretch X` (1), `--policy fcfs|easy|conservative|all` (all), `--repeats R` (3; the best
-//! and the median are reported), `--fair-share`, `--nodes N` (N single-core nodes) or
+//! and the median are reported), `--fair-share`, `--preempt` (jobs of more than 64 CPUs may
+//! suspend smaller ones; on the topology-aware machine), `--nodes N` (N single-core nodes) or
 //! `--nodes N --topology SPEC` (N nodes of that topology under berth's placement), `--json`
 //! (JSON lines on stdout).
 
 use anyhow::{bail, Context, Result};
 use berth_core::sched::backfill::BackfillPolicy;
 use berth_sim::swf::{self, Trace};
-use berth_sim::{parse_policy, policy_name, simulate, MachineSpec, SimConfig};
+use berth_sim::{parse_policy, policy_name, simulate, MachineSpec, Sample, SimConfig};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -25,13 +26,15 @@ struct Opts {
     policies: Vec<BackfillPolicy>,
     repeats: usize,
     fair_share: bool,
+    /// `--preempt`: jobs of more than 64 CPUs may suspend smaller ones.
+    preempt: bool,
     /// `--nodes N [--topology SPEC]`: the machine (default: the trace's).
     machine: MachineSpec,
     json: bool,
 }
 
 const USAGE: &str = "usage: berth-bench sim [--trace FILE] [--jobs N] [--stretch X] \
-                     [--policy fcfs|easy|conservative|all] [--repeats R] [--fair-share] \
+                     [--policy fcfs|easy|conservative|all] [--repeats R] [--fair-share] [--preempt] \
                      [--nodes N [--topology SPEC]] [--json]";
 
 fn parse_opts(args: &[String]) -> Result<Opts> {
@@ -44,6 +47,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
         policies: all.clone(),
         repeats: 3,
         fair_share: false,
+        preempt: false,
         machine: MachineSpec::FromTrace,
         json: false,
     };
@@ -63,6 +67,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
                 }
             }
             "--fair-share" => o.fair_share = true,
+            "--preempt" => o.preempt = true,
             "--nodes" => nodes = Some(val()?.parse().context("--nodes")?),
             "--topology" => topology = Some(val()?.clone()),
             "--json" => o.json = true,
@@ -112,14 +117,21 @@ pub fn run(args: &[String]) -> Result<()> {
     let name = o.trace.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     eprintln!("{name}: {} jobs (parsed the base trace in {parse_secs:.3} s), stretch {}", trace.jobs.len(), o.stretch);
     for policy in &o.policies {
-        let config =
-            SimConfig { policy: *policy, fair_share: o.fair_share, machine: o.machine.clone(), ..SimConfig::default() };
+        let config = SimConfig {
+            policy: *policy,
+            fair_share: o.fair_share,
+            machine: o.machine.clone(),
+            preempt: o.preempt.then(|| berth_sim::preempt_config(64)),
+            ..SimConfig::default()
+        };
         let mut times: Vec<Duration> = vec![];
         let mut report = None;
+        let mut queue = (0.0, 0);
         for _ in 0..o.repeats {
             let t = Instant::now();
             let result = simulate(&trace, &config)?;
             times.push(t.elapsed());
+            queue = queue_lengths(&result.timeline);
             report = Some(result.report);
         }
         let Some(mut report) = report else { continue };
@@ -129,17 +141,19 @@ pub fn run(args: &[String]) -> Result<()> {
         let jobs = report.jobs as f64;
         let line = serde_json::json!({
             "bench": "sim", "trace": name, "trace_jobs": trace.jobs.len(), "stretch": o.stretch,
-            "policy": policy_name(*policy), "fair_share": o.fair_share, "machine": report.machine,
+            "policy": policy_name(*policy), "fair_share": o.fair_share, "preempt": o.preempt,
+            "preemptions": report.preemptions, "machine": report.machine,
             "jobs": report.jobs, "passes": report.passes,
             "best_seconds": best.as_secs_f64(), "median_seconds": median.as_secs_f64(),
             "jobs_per_second": jobs / best.as_secs_f64(), "jobs_per_second_median": jobs / median.as_secs_f64(),
+            "mean_queue": queue.0, "max_queue": queue.1,
             "utilization": report.utilization, "mean_wait": report.mean_wait, "mean_bsld": report.mean_bsld,
         });
         if o.json {
             println!("{line}");
         }
         eprintln!(
-            "{:<12} {:>7} jobs  {:>6} passes  best {:>8.3} s ({:>9.0} jobs/s)  median {:>8.3} s ({:>9.0} jobs/s)  util {:.3}  mean wait {:.0} s",
+            "{:<12} {:>7} jobs  {:>6} passes  best {:>8.3} s ({:>9.0} jobs/s)  median {:>8.3} s ({:>9.0} jobs/s)  util {:.3}  mean wait {:.0} s  queue mean {:.0} max {}",
             policy_name(*policy),
             report.jobs,
             report.passes,
@@ -148,8 +162,21 @@ pub fn run(args: &[String]) -> Result<()> {
             median.as_secs_f64(),
             jobs / median.as_secs_f64(),
             report.utilization,
-            report.mean_wait
+            report.mean_wait,
+            queue.0,
+            queue.1
         );
     }
     Ok(())
+}
+
+/// Queue length over the run: time-weighted mean, and most.
+fn queue_lengths(timeline: &[Sample]) -> (f64, usize) {
+    let most = timeline.iter().map(|s| s.queued).max().unwrap_or(0);
+    let span = match (timeline.first(), timeline.last()) {
+        (Some(a), Some(b)) if b.time > a.time => b.time - a.time,
+        _ => return (0.0, most),
+    };
+    let area: f64 = timeline.windows(2).map(|w| w[0].queued as f64 * (w[1].time - w[0].time)).sum();
+    (area / span, most)
 }

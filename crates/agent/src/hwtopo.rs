@@ -205,12 +205,18 @@ fn synthetic_pu_bound(spec: &str) -> u128 {
         .filter(|token| !token.starts_with('[') && !token.starts_with('('))
         .filter_map(|token| {
             let count = token.split_once(':').map_or(token, |(_, count)| count);
-            let digits: String = count.chars().take_while(char::is_ascii_digit).collect();
+            // hwloc reads counts with strtoul(.., 0): `+16` and `0x10` are 16 (not read here,
+            // they let `pu:0x10000` through). Octal `010` is 8: reading 10 over-estimates.
+            let count = count.strip_prefix('+').unwrap_or(count);
+            let (digits, radix) = match count.strip_prefix("0x").or_else(|| count.strip_prefix("0X")) {
+                Some(hex) => (hex.chars().take_while(char::is_ascii_hexdigit).collect::<String>(), 16),
+                None => (count.chars().take_while(char::is_ascii_digit).collect(), 10),
+            };
             if digits.is_empty() {
                 return None;
             }
             // Beyond u128 is as good as infinite.
-            Some(digits.parse::<u128>().unwrap_or(u128::MAX))
+            Some(u128::from_str_radix(&digits, radix).unwrap_or(u128::MAX))
         })
         .fold(1u128, u128::saturating_mul)
 }

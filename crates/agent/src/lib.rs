@@ -5,6 +5,8 @@ pub mod cgroup;
 pub mod cpumap;
 pub mod cpusets;
 pub mod daemon;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod hwtopo;
 pub mod job;
 pub mod pmi;

@@ -27,9 +27,14 @@ pub struct SimArgs {
     /// Backfill policy.
     #[arg(long, default_value = "easy", value_parser = ["fcfs", "easy", "conservative"])]
     policy: String,
-    /// Preemption by suspension (not simulated yet).
+    /// Preemption by suspension: large jobs may suspend smaller running ones to start (needs
+    /// berth's topology-aware machine; without --nodes the trace's processors become single-core
+    /// nodes under it).
     #[arg(long)]
     preempt: bool,
+    /// With --preempt: jobs of more than this many CPUs are the ones that may suspend others.
+    #[arg(long = "preempt-cpus", value_name = "N", default_value_t = 64, requires = "preempt")]
+    preempt_cpus: u64,
     /// Order the queue by multifactor priority with fair share per group (else submit order).
     #[arg(long = "fair-share")]
     fair_share: bool,
@@ -41,7 +46,7 @@ pub struct SimArgs {
     #[arg(long = "max-reservations", value_name = "N")]
     max_reservations: Option<usize>,
     /// Write one line per simulated job: id, submit, start, end, wait, run, procs, estimate,
-    /// bsld, backfilled.
+    /// bsld, backfilled, suspended.
     #[arg(long, value_name = "FILE")]
     csv: Option<PathBuf>,
     /// Write an SVG plot of utilization and queue length over time.
@@ -78,16 +83,14 @@ pub fn run(json: bool, args: SimArgs) -> Result<i32> {
 }
 
 fn config(args: &SimArgs) -> Result<SimConfig> {
-    if args.preempt {
-        bail!("preemption simulation not available yet; run without --preempt");
-    }
     let machine = match (args.nodes, &args.topology) {
         (None, _) => MachineSpec::FromTrace,
         (Some(0), _) => bail!("--nodes must be at least 1"),
-        (Some(n), Some(spec)) => {
-            let nodes = u32::try_from(n).map_err(|_| anyhow!("--nodes {n} is too many for a topology machine"))?;
-            MachineSpec::Topology { nodes, spec: spec.clone() }
+        (Some(n), Some(spec)) => MachineSpec::Topology { nodes: nodes_u32(n)?, spec: spec.clone() },
+        (Some(_), None) if args.preempt && args.cores_per_node.is_some() => {
+            bail!("--preempt needs berth's topology-aware machine: use --topology instead of --cores-per-node")
         }
+        (Some(n), None) if args.preempt => MachineSpec::Topology { nodes: nodes_u32(n)?, spec: "core:1".into() },
         (Some(n), None) => MachineSpec::Pool { nodes: n, cores_per_node: args.cores_per_node.unwrap_or(1) },
     };
     Ok(SimConfig {
@@ -95,10 +98,14 @@ fn config(args: &SimArgs) -> Result<SimConfig> {
         policy: parse_policy(&args.policy).map_err(|e| anyhow!(e))?,
         estimate: args.estimate.parse().map_err(|e: berth_sim::SimError| anyhow!(e))?,
         fair_share: args.fair_share,
-        preempt: false,
+        preempt: args.preempt.then(|| berth_sim::preempt_config(args.preempt_cpus)),
         max_reservations: args.max_reservations.unwrap_or(usize::MAX),
         every_pass: false,
     })
+}
+
+fn nodes_u32(n: u64) -> Result<u32> {
+    u32::try_from(n).map_err(|_| anyhow!("--nodes {n} is too many for the topology-aware machine"))
 }
 
 fn write(path: &Path, text: &str, what: &str) -> Result<()> {
@@ -139,7 +146,17 @@ mod tests {
         assert!(parse(&["--trace", "t.swf", "--policy", "sjf"]).is_err());
         assert!(parse(&["--trace", "t.swf", "--nodes", "0"]).is_err());
         assert!(parse(&["--nodes", "2"]).is_err(), "--trace is required");
-        let e = parse(&["--trace", "t.swf", "--preempt"]).unwrap_err();
-        assert!(e.to_string().contains("preemption simulation not available yet"), "{e}");
+        assert!(parse(&["--trace", "t.swf", "--preempt-cpus", "8"]).is_err(), "needs --preempt");
+        assert!(parse(&["--trace", "t.swf", "--preempt", "--nodes", "2", "--cores-per-node", "4"]).is_err());
+    }
+
+    #[test]
+    fn preemption_settings() {
+        let c = parse(&["--trace", "t.swf", "--preempt"]).unwrap();
+        assert_eq!(c.preempt, Some(berth_sim::preempt_config(64)));
+        assert_eq!(c.machine, MachineSpec::FromTrace);
+        let c = parse(&["--trace", "t.swf", "--preempt", "--preempt-cpus", "16", "--nodes", "8"]).unwrap();
+        assert_eq!(c.preempt, Some(berth_sim::preempt_config(16)));
+        assert_eq!(c.machine, MachineSpec::Topology { nodes: 8, spec: "core:1".into() });
     }
 }

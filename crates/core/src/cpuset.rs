@@ -31,6 +31,19 @@ impl CpuSet {
         self.words[w] |= 1 << b;
     }
 
+    /// Insert `lo..=hi` (`lo <= hi`), a 64-bit word at a time.
+    fn insert_range(&mut self, lo: u32, hi: u32) {
+        let (first, last) = ((lo / 64) as usize, (hi / 64) as usize);
+        if self.words.len() <= last {
+            self.words.resize(last + 1, 0);
+        }
+        for w in first..=last {
+            let from = if w == first { lo % 64 } else { 0 };
+            let to = if w == last { hi % 64 } else { 63 };
+            self.words[w] |= (u64::MAX >> (63 - to)) & (u64::MAX << from);
+        }
+    }
+
     pub fn remove(&mut self, i: u32) {
         let (w, b) = ((i / 64) as usize, i % 64);
         if let Some(word) = self.words.get_mut(w) {
@@ -96,6 +109,7 @@ impl CpuSet {
         if s.is_empty() {
             return Ok(set);
         }
+        let mut ranges = Vec::new();
         for part in s.split(',') {
             let part = part.trim();
             let (lo, hi) = match part.split_once('-') {
@@ -110,9 +124,20 @@ impl CpuSet {
             if hi >= 1 << 20 {
                 return Err(bad(&format!("{hi} is too large for a cpu index")));
             }
-            for i in lo..=hi {
-                set.insert(i);
+            ranges.push((lo, hi));
+        }
+        // Merged, then filled a word at a time: the work is bounded by the input's length and
+        // the 2^20 indexes, however large or often repeated the ranges are.
+        ranges.sort_unstable();
+        let mut merged: Vec<(u32, u32)> = Vec::with_capacity(ranges.len());
+        for (lo, hi) in ranges {
+            match merged.last_mut() {
+                Some((_, end)) if lo <= end.saturating_add(1) => *end = (*end).max(hi),
+                _ => merged.push((lo, hi)),
             }
+        }
+        for (lo, hi) in merged {
+            set.insert_range(lo, hi);
         }
         Ok(set)
     }

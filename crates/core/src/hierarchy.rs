@@ -125,11 +125,16 @@ impl Hierarchy {
     }
 }
 
+/// Most names one host list may expand to.
+pub const MAX_HOSTLIST_NAMES: usize = 100_000;
+
 /// Expand `n[1-3,7]` into n1 n2 n3 n7 (zero padding kept: `n[01-02]` gives n01 n02).
 pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, String> {
     let Some(open) = pattern.find('[') else { return Ok(vec![pattern.to_string()]) };
     let close = pattern.find(']').filter(|&c| c > open).ok_or_else(|| format!("{pattern:?}: unbalanced [ ]"))?;
     let (prefix, body, suffix) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
+    // Expanded once, and the product bounded: `n[0-99999][0-99999]` would be 10^10 names.
+    let rests = expand_hostlist(suffix)?;
     let mut out = Vec::new();
     for part in body.split(',') {
         let (lo, hi) = part.split_once('-').unwrap_or((part, part));
@@ -138,8 +143,11 @@ pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, String> {
             (Ok(a), Ok(b)) if a <= b && b - a < 100_000 => (a, b),
             _ => return Err(format!("{pattern:?}: {part:?} is not a range like 1-4")),
         };
+        if out.len() as u64 + (b - a + 1) * rests.len() as u64 > MAX_HOSTLIST_NAMES as u64 {
+            return Err(format!("{pattern:?} names more than {MAX_HOSTLIST_NAMES} nodes"));
+        }
         for i in a..=b {
-            for rest in expand_hostlist(suffix)? {
+            for rest in &rests {
                 out.push(format!("{prefix}{i:0width$}{rest}"));
             }
         }

@@ -7,6 +7,8 @@ pub mod binding;
 pub mod cpuset;
 pub mod directives;
 pub mod error;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod hierarchy;
 pub mod ids;
 pub mod job;

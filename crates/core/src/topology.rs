@@ -6,6 +6,10 @@
 use crate::{CoreError, CpuSet};
 use serde::{Deserialize, Serialize};
 
+/// PU and NUMA node numbers (OS indexes) are below this, as in the kernel lists
+/// [`CpuSet::parse_list`] reads: a [`CpuSet`] holding u32::MAX would be a 512 MB bitmap.
+pub const MAX_OS_INDEX: u32 = 1 << 20;
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Package {
     pub os_index: u32,
@@ -95,6 +99,13 @@ impl Topology {
         if self.cores.is_empty() {
             return bad("no cores".into());
         }
+        // memory_bytes() sums them: a total beyond u64 would overflow it.
+        if self.numa_nodes.iter().try_fold(0u64, |sum, n| sum.checked_add(n.memory_bytes)).is_none() {
+            return bad("the NUMA nodes' memory adds up to more than 2^64 bytes".into());
+        }
+        if let Some(n) = self.numa_nodes.iter().find(|n| n.os_index >= MAX_OS_INDEX) {
+            return bad(format!("NUMA node {}: NUMA node numbers are below {MAX_OS_INDEX}", n.os_index));
+        }
         let mut seen = CpuSet::new();
         for (i, core) in self.cores.iter().enumerate() {
             if core.package >= self.packages.len() {
@@ -107,6 +118,9 @@ impl Topology {
                 return bad(format!("core {i} has no PUs"));
             }
             for &pu in &core.pus {
+                if pu >= MAX_OS_INDEX {
+                    return bad(format!("core {i} names PU {pu}; PU numbers are below {MAX_OS_INDEX}"));
+                }
                 if seen.contains(pu) {
                     return bad(format!("PU {pu} appears twice"));
                 }

@@ -66,13 +66,14 @@ pub fn parse_duration_secs(input: &str) -> Result<u64, CoreError> {
         None => (0, s),
     };
     let parts: Vec<u64> = rest.split(':').map(|p| p.parse::<u64>().map_err(|_| bad())).collect::<Result<_, _>>()?;
+    // Checked: a walltime beyond u64 seconds is an error, not a panic or a wrapped value.
     let secs = match parts.as_slice() {
-        [s] => *s,
-        [m, s] => m * 60 + s,
-        [h, m, s] => h * 3600 + m * 60 + s,
-        _ => return Err(bad()),
+        [s] => Some(*s),
+        [m, s] => m.checked_mul(60).and_then(|m| m.checked_add(*s)),
+        [h, m, s] => h.checked_mul(3600).and_then(|h| h.checked_add(m.checked_mul(60)?)?.checked_add(*s)),
+        _ => None,
     };
-    Ok(days * 86400 + secs)
+    secs.and_then(|secs| days.checked_mul(86400)?.checked_add(secs)).ok_or_else(bad)
 }
 
 /// Format seconds as `[D-]HH:MM:SS`.

@@ -7,6 +7,8 @@
 pub mod agent;
 pub mod client;
 pub mod frame;
+#[cfg(feature = "fuzzing")]
+pub mod fuzz;
 pub mod reservation;
 pub mod step;
 

@@ -1,9 +1,10 @@
 //! The replay: which machine, which jobs, and the event loop on a virtual clock.
 //!
 //! At each distinct event time: fair-share usage is charged for the interval just ended (when
-//! enabled), every job ending then releases its cores, every job submitted then joins the
-//! queue, and one scheduling pass (`plan`) decides over the whole queue; its starts are claimed
-//! at once. One pass per event time, not per event, keeps saturated traces (long queues,
+//! enabled), every job ending then releases its cores, suspended jobs that can run resume
+//! (preemption), every job submitted then joins the queue, and one scheduling pass (`plan`)
+//! decides over the whole queue; its starts are claimed at once; then jobs still waiting may
+//! start by suspending others (preemption, see `preempt`). One pass per event time, not per event, keeps saturated traces (long queues,
 //! bursts of submissions) affordable; so does skipping the pass when it provably starts
 //! nothing (fewer CPUs free than the smallest queued job needs, or under FCFS than the first
 //! job needs): `plan` is a pure function, so the schedule is the same as with every pass run.
@@ -31,6 +32,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 mod accounting;
+mod preempt;
 mod queue;
 mod replay;
 
@@ -60,6 +62,8 @@ pub struct JobRecord {
     pub bsld: f64,
     /// Started out of priority order.
     pub backfilled: bool,
+    /// Seconds spent suspended (preemption).
+    pub suspended: f64,
 }
 
 /// The machine's state after one event time.
@@ -102,11 +106,25 @@ pub(crate) struct Workload {
 }
 
 pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimError> {
+    let preempt = config.preempt.is_some();
     match &config.machine {
+        MachineSpec::FromTrace if preempt => {
+            // Preemption needs berth's placement: the same processors as single-core nodes.
+            let (procs, description) = size_from_trace(trace)?;
+            let nodes = u32::try_from(procs).map_err(|_| {
+                SimError::BadOption(format!("{procs} nodes are too many for the topology-aware machine"))
+            })?;
+            let machine = ClusterMachine::new(nodes, parse_topology("core:1")?)?;
+            let description = format!("{description}, topology-aware placement (for preemption)");
+            replay::replay(machine, procs, description, trace, config)
+        }
         MachineSpec::FromTrace => {
             let (procs, description) = size_from_trace(trace)?;
             replay::replay(PoolMachine::new(procs, 1)?, procs, description, trace, config)
         }
+        MachineSpec::Pool { .. } if preempt => Err(SimError::BadOption(
+            "preemption needs berth's topology-aware machine: give --nodes N --topology SPEC (or neither)".into(),
+        )),
         MachineSpec::Pool { nodes, cores_per_node } => {
             let machine = PoolMachine::new(*nodes, *cores_per_node)?;
             let total = machine.total_cpus();
@@ -191,32 +209,45 @@ pub(crate) fn queued(index: usize, job: &SimJob) -> QueuedJob {
     QueuedJob { id: berth_core::JobId(index as u64), request: job.request.clone(), walltime: job.estimate, held: false }
 }
 
+/// What happened to each job of the workload, by index.
+pub(crate) struct Outcomes {
+    pub start: Vec<f64>,
+    pub end: Vec<f64>,
+    pub suspended: Vec<f64>,
+    pub backfilled: Vec<bool>,
+}
+
+impl Outcomes {
+    pub fn new(jobs: usize) -> Self {
+        Outcomes {
+            start: vec![f64::NAN; jobs],
+            end: vec![f64::NAN; jobs],
+            suspended: vec![0.0; jobs],
+            backfilled: vec![false; jobs],
+        }
+    }
+}
+
 /// Assemble the result once every job has run.
-pub(crate) fn finish(
-    workload: &Workload,
-    starts: &[f64],
-    backfilled: &[bool],
-    timeline: Vec<Sample>,
-    header: metrics::Header,
-) -> SimResult {
+pub(crate) fn finish(workload: &Workload, o: Outcomes, timeline: Vec<Sample>, header: metrics::Header) -> SimResult {
     let jobs: Vec<JobRecord> = workload
         .jobs
         .iter()
-        .zip(starts)
-        .zip(backfilled)
-        .map(|((j, &start), &backfilled)| {
-            let wait = start - j.submit;
+        .enumerate()
+        .map(|(i, j)| {
+            let wait = o.start[i] - j.submit;
             JobRecord {
                 id: j.trace_id,
                 submit: j.submit,
-                start,
-                end: start + j.run,
+                start: o.start[i],
+                end: o.end[i],
                 wait,
                 run: j.run,
                 procs: j.procs,
                 estimate: j.estimate,
-                bsld: metrics::bounded_slowdown(wait, j.run),
-                backfilled,
+                bsld: metrics::bounded_slowdown(wait + o.suspended[i], j.run),
+                backfilled: o.backfilled[i],
+                suspended: o.suspended[i],
             }
         })
         .collect();

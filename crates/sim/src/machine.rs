@@ -199,6 +199,34 @@ impl Machine for ClusterMachine {
     }
 }
 
+/// What preemption needs of a machine: berth's preemption model works on the topology-aware
+/// [`ClusterState`] and its allocations, so only [`ClusterMachine`] offers them.
+pub trait Suspending: Machine {
+    fn cluster(&self) -> Option<&ClusterState> {
+        None
+    }
+    fn as_allocation(_alloc: &Self::Alloc) -> Option<&Allocation> {
+        None
+    }
+    fn from_allocation(_alloc: Allocation) -> Option<Self::Alloc> {
+        None
+    }
+}
+
+impl Suspending for PoolMachine {}
+
+impl Suspending for ClusterMachine {
+    fn cluster(&self) -> Option<&ClusterState> {
+        Some(&self.state)
+    }
+    fn as_allocation(alloc: &Allocation) -> Option<&Allocation> {
+        Some(alloc)
+    }
+    fn from_allocation(alloc: Allocation) -> Option<Allocation> {
+        Some(alloc)
+    }
+}
+
 /// A node topology from an hwloc-style synthetic string, e.g. `package:2 numa:2 core:8 pu:2`
 /// (counts per parent level; levels left out count 1).
 pub fn parse_topology(spec: &str) -> Result<Topology, SimError> {
@@ -221,7 +249,8 @@ pub fn parse_topology(spec: &str) -> Result<Topology, SimError> {
     if counts.iter().all(Option::is_none) {
         return Err(bad("empty".into()));
     }
-    let [packages, numa, cores, pus] = counts.map(|c| c.unwrap_or(1) as u64);
+    // u128: four u32 counts multiply without overflow (in u64 they wrapped, e.g. to 0 PUs).
+    let [packages, numa, cores, pus] = counts.map(|c| c.unwrap_or(1) as u128);
     let total_pus = packages * numa * cores * pus;
     if total_pus > 4096 {
         return Err(bad(format!("{total_pus} PUs per node; at most 4096 are supported")));

@@ -25,6 +25,9 @@ pub(crate) struct Header {
     pub machine_procs: u64,
     pub passes: usize,
     pub backfilled: usize,
+    pub preempt: bool,
+    pub preemptions: usize,
+    pub suspensions: usize,
 }
 
 /// A run's summary (`berth sim --json`). Times are seconds.
@@ -32,6 +35,8 @@ pub(crate) struct Header {
 pub struct SimReport {
     pub policy: BackfillPolicy,
     pub fair_share: bool,
+    /// Preemption by suspension simulated.
+    pub preempt: bool,
     pub estimate: EstimateSource,
     /// What the trace was replayed on.
     pub machine: String,
@@ -51,6 +56,9 @@ pub struct SimReport {
     pub makespan: f64,
     /// Jobs started out of priority order, as the scheduler counted them.
     pub backfilled: usize,
+    /// Jobs started by suspending others, and suspensions that took (preemption).
+    pub preemptions: usize,
+    pub suspensions: usize,
     /// Scheduling passes run (`plan` calls): at most one per distinct event time, none when
     /// nothing can start (fewer CPUs free than the smallest queued job needs; under FCFS, than
     /// the first one needs).
@@ -74,7 +82,7 @@ impl SimReport {
             EstimateSource::Request => "requested time (run time where missing)",
             EstimateSource::Runtime => "run time",
         };
-        let rows: Vec<(&str, String)> = vec![
+        let mut rows: Vec<(&str, String)> = vec![
             ("policy", format!("{}{}", policy_name(self.policy), if self.fair_share { " + fair share" } else { "" })),
             ("machine", self.machine.clone()),
             ("estimates", estimate.into()),
@@ -97,6 +105,11 @@ impl SimReport {
                 format!("{:.0} jobs/s ({:.3} s, {} passes)", self.jobs_per_second, self.wall_seconds, self.passes),
             ),
         ];
+        if self.preempt {
+            let what =
+                format!("{} jobs started by suspending others, {} suspensions", self.preemptions, self.suspensions);
+            rows.insert(rows.len() - 1, ("preemption", what));
+        }
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
     }
@@ -127,6 +140,7 @@ pub(crate) fn summarize(jobs: &[JobRecord], skipped: Skipped, h: Header) -> SimR
     SimReport {
         policy: h.policy,
         fair_share: h.fair_share,
+        preempt: h.preempt,
         estimate: h.estimate,
         machine: h.machine,
         machine_procs: h.machine_procs,
@@ -140,6 +154,8 @@ pub(crate) fn summarize(jobs: &[JobRecord], skipped: Skipped, h: Header) -> SimR
         mean_bsld: mean(|j| j.bsld),
         makespan,
         backfilled: h.backfilled,
+        preemptions: h.preemptions,
+        suspensions: h.suspensions,
         passes: h.passes,
         wall_seconds: 0.0,
         jobs_per_second: 0.0,

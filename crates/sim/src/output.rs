@@ -8,12 +8,12 @@ use std::fmt::Write;
 
 /// One line per simulated job, in submit order.
 pub fn jobs_csv(jobs: &[JobRecord]) -> String {
-    let mut out = String::from("id,submit,start,end,wait,run,procs,estimate,bsld,backfilled\n");
+    let mut out = String::from("id,submit,start,end,wait,run,procs,estimate,bsld,backfilled,suspended\n");
     for j in jobs {
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{},{},{},{:.4},{}",
-            j.id, j.submit, j.start, j.end, j.wait, j.run, j.procs, j.estimate, j.bsld, j.backfilled
+            "{},{},{},{},{},{},{},{},{:.4},{},{}",
+            j.id, j.submit, j.start, j.end, j.wait, j.run, j.procs, j.estimate, j.bsld, j.backfilled, j.suspended
         );
     }
     out

@@ -181,13 +181,6 @@ fn pool_of_multi_core_nodes() {
 }
 
 #[test]
-fn preemption_is_refused_for_now() {
-    let config = SimConfig { preempt: true, ..SimConfig::default() };
-    let e = simulate_text(&two_procs(), &config).unwrap_err();
-    assert!(e.to_string().contains("preemption simulation not available yet"), "{e}");
-}
-
-#[test]
 fn same_input_same_output() {
     for policy in [Fcfs, Easy, Conservative] {
         let (a, b) = (run(&four_procs(), policy), run(&four_procs(), policy));
@@ -201,8 +194,8 @@ fn csv_and_plot() {
     let r = run(&two_procs(), Easy);
     let csv = berth_sim::output::jobs_csv(&r.jobs);
     let lines: Vec<&str> = csv.lines().collect();
-    assert_eq!(lines[0], "id,submit,start,end,wait,run,procs,estimate,bsld,backfilled");
-    assert_eq!(lines[3], "3,2,2,52,0,50,1,50,1.0000,true");
+    assert_eq!(lines[0], "id,submit,start,end,wait,run,procs,estimate,bsld,backfilled,suspended");
+    assert_eq!(lines[3], "3,2,2,52,0,50,1,50,1.0000,true,0");
     let svg = berth_sim::output::plot_svg(&r.timeline, &r.report);
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
     for text in ["utilization (%)", "queue length (jobs)", "time since the first submission", "<polyline"] {
@@ -227,20 +220,76 @@ fn topology_machine_replays_a_real_trace() {
 }
 
 /// Skipping the passes that can start nothing changes no decision: same schedule as running
-/// `plan` at every event time (the first 300 jobs of the evalys trace on 16 processors, and the
-/// RICC excerpt).
+/// `plan` at every event time (the first 300 jobs of the evalys trace on 16 processors, also
+/// with preemption by jobs of more than 4, and the RICC excerpt).
 #[test]
 fn skipped_passes_change_nothing() {
-    let cases = [("easy_mediumWL_smallPF.swf", false), ("accasim-ricc-25.swf", false), ("accasim-ricc-25.swf", true)];
-    for (file, fair_share) in cases {
+    let evalys = "easy_mediumWL_smallPF.swf";
+    let ricc = "accasim-ricc-25.swf";
+    let cases = [(evalys, false, false), (evalys, false, true), (ricc, false, false), (ricc, true, false)];
+    for (file, fair_share, preempt) in cases {
         let whole = std::fs::read_to_string(format!("{}/tests/data/{file}", env!("CARGO_MANIFEST_DIR"))).unwrap();
         let text: String = whole.lines().take(300).map(|l| format!("{l}\n")).collect();
         for policy in [Fcfs, Easy, Conservative] {
-            let config = SimConfig { policy, fair_share, ..SimConfig::default() };
+            let preempt = preempt.then(|| berth_sim::preempt_config(4));
+            let config = SimConfig { policy, fair_share, preempt, ..SimConfig::default() };
             let skipping = simulate_text(&text, &config).unwrap();
             let every = simulate_text(&text, &SimConfig { every_pass: true, ..config }).unwrap();
             assert_eq!(skipping.jobs, every.jobs, "{file} {policy:?} fair share {fair_share}");
             assert!(skipping.report.passes <= every.report.passes);
         }
     }
+}
+
+/// One node of 4 cores; jobs of more than 2 CPUs may suspend smaller ones. A and B (2 cores,
+/// 1000 s each) start at 0; C (4 cores, 100 s) comes at 400, when both have run the 300 s
+/// before which nobody is suspended: it suspends them, runs 400-500, and they resume at 500
+/// with 600 s left each.
+#[test]
+fn a_large_job_suspends_two_small_ones() {
+    let trace = format!(
+        "{}{}{}",
+        job(1, 0.0, 1000.0, 2, 1000.0, 1),
+        job(2, 0.0, 1000.0, 2, 1000.0, 1),
+        job(3, 400.0, 100.0, 4, 100.0, 1)
+    );
+    let machine = MachineSpec::Topology { nodes: 1, spec: "core:4".into() };
+    let config =
+        SimConfig { policy: Easy, machine, preempt: Some(berth_sim::preempt_config(2)), ..SimConfig::default() };
+    let r = simulate_text(&trace, &config).unwrap();
+    let got: Vec<(f64, f64, f64)> = r.jobs.iter().map(|j| (j.start, j.end, j.suspended)).collect();
+    assert_eq!(got, vec![(0.0, 1100.0, 100.0), (0.0, 1100.0, 100.0), (400.0, 500.0, 0.0)]);
+    assert_eq!((r.report.preemptions, r.report.suspensions), (1, 2));
+    // Response time counts the suspension: (0 + 100 + 1000) / 1000.
+    assert!(close(r.jobs[0].bsld, 1.1));
+
+    let without = simulate_text(&trace, &SimConfig { preempt: None, ..config }).unwrap();
+    assert_eq!(starts(&without), vec![0.0, 0.0, 1000.0]);
+}
+
+/// The first 200 jobs of the evalys trace with preemption on the default machine (16
+/// processors, as single-core nodes under berth's placement): every job ends, and no job is
+/// suspended longer than the bound (estimates are never below run times in this trace).
+#[test]
+fn preemption_keeps_suspensions_bounded() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/easy_mediumWL_smallPF.swf");
+    let text: String = std::fs::read_to_string(path).unwrap().lines().take(200).map(|l| format!("{l}\n")).collect();
+    let cfg = berth_sim::preempt_config(4);
+    let config = SimConfig { policy: Easy, preempt: Some(cfg.clone()), ..SimConfig::default() };
+    let r = simulate_text(&text, &config).unwrap();
+    assert_eq!(r.report.jobs, 200);
+    assert!(r.report.machine.contains("topology-aware"), "{}", r.report.machine);
+    assert!(r.jobs.iter().all(|j| j.end.is_finite() && j.end >= j.start + j.run - 1e-6));
+    assert!(r.jobs.iter().all(|j| j.suspended <= cfg.max_suspended_secs), "a suspension over the bound");
+    assert!(r.report.preemptions > 0, "{:?}", r.report);
+}
+
+#[test]
+fn preemption_needs_the_topology_machine() {
+    let config = SimConfig {
+        machine: MachineSpec::Pool { nodes: 2, cores_per_node: 1 },
+        preempt: Some(berth_sim::preempt_config(1)),
+        ..SimConfig::default()
+    };
+    assert!(matches!(simulate_text(&two_procs(), &config), Err(SimError::BadOption(_))));
 }

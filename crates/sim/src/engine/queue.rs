@@ -43,6 +43,11 @@ impl Queue {
         self.procs.keys().next().copied()
     }
 
+    /// The most processors any queued job needs.
+    pub fn largest(&self) -> Option<u64> {
+        self.procs.keys().next_back().copied()
+    }
+
     /// Drop the `count` jobs that `started` marks; `procs` gives each job's processors.
     pub fn remove_started(&mut self, started: &[bool], count: usize, procs: impl Fn(usize) -> u64) {
         for q in self.jobs[self.head..].iter().filter(|q| started[q.id.0 as usize]).take(count) {
@@ -86,7 +91,7 @@ mod tests {
         for i in 0..6 {
             q.push(job(i), i + 1);
         }
-        assert_eq!(q.smallest(), Some(1));
+        assert_eq!((q.smallest(), q.largest()), (Some(1), Some(6)));
         let mut started = vec![false; 6];
         started[0] = true;
         started[1] = true;

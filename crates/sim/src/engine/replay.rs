@@ -1,20 +1,26 @@
 //! The event loop (see the parent module for the order of things at each event time).
 
 use super::accounting::Accounting;
+use super::preempt::Suspended;
 use super::queue::Queue;
-use super::{finish, queued, workload, Sample, SimResult, Workload};
+use super::{finish, queued, workload, Outcomes, Sample, SimResult, Workload};
+use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
-use berth_core::sched::backfill::{plan, BackfillPolicy, Machine, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::PendingReason;
+use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 
-/// A job's end on the virtual clock, ordered by time then job (deterministic ties).
+/// A job's end on the virtual clock, ordered by time then job (deterministic ties). `segment`
+/// tells which stretch of running it ends: a suspension makes the pending end stale.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct End {
     time: f64,
     job: usize,
+    segment: u32,
 }
 
 impl Eq for End {}
@@ -27,34 +33,41 @@ impl PartialOrd for End {
 
 impl Ord for End {
     fn cmp(&self, other: &Self) -> Ordering {
-        self.time.total_cmp(&other.time).then(self.job.cmp(&other.job))
+        self.time.total_cmp(&other.time).then(self.job.cmp(&other.job)).then(self.segment.cmp(&other.segment))
     }
 }
 
 /// The state of one replay.
-struct Replay<'a, M: Machine> {
-    machine: M,
-    total_cpus: u64,
-    config: &'a SimConfig,
-    work: &'a Workload,
+pub(super) struct Replay<'a, M: Suspending> {
+    pub machine: M,
+    pub total_cpus: u64,
+    pub config: &'a SimConfig,
+    pub work: &'a Workload,
     accounting: Option<Accounting>,
-    queue: Queue,
-    running: Vec<RunningJob<M::Alloc>>,
+    pub queue: Queue,
+    pub running: Vec<RunningJob<M::Alloc>>,
     /// Where each running job sits in `running` (swap_remove keeps removal O(1)).
     slot: Vec<usize>,
     ends: BinaryHeap<Reverse<End>>,
     /// Jobs of the workload submitted so far (they are in submit order).
     submitted: usize,
     busy: u64,
-    starts: Vec<f64>,
-    started: Vec<bool>,
-    backfilled: Vec<bool>,
+    pub started: Vec<bool>,
+    /// Per job: the stretch of running it is in (see [`End`]), when that began, and the
+    /// actual run time left at its beginning.
+    segment: Vec<u32>,
+    segment_start: Vec<f64>,
+    remaining: Vec<f64>,
+    pub suspended: Vec<Suspended<M::Alloc>>,
+    pub outcomes: Outcomes,
     timeline: Vec<Sample>,
     passes: usize,
     backfilled_total: usize,
+    pub suspensions: usize,
+    pub preemptions: usize,
 }
 
-pub(super) fn replay<M: Machine>(
+pub(super) fn replay<M: Suspending>(
     machine: M,
     total_cpus: u64,
     description: String,
@@ -75,28 +88,29 @@ pub(super) fn replay<M: Machine>(
         ends: BinaryHeap::new(),
         submitted: 0,
         busy: 0,
-        starts: vec![f64::NAN; n],
         started: vec![false; n],
-        backfilled: vec![false; n],
+        segment: vec![0; n],
+        segment_start: vec![f64::NAN; n],
+        remaining: work.jobs.iter().map(|j| j.run).collect(),
+        suspended: vec![],
+        outcomes: Outcomes::new(n),
         timeline: vec![],
         passes: 0,
         backfilled_total: 0,
+        suspensions: 0,
+        preemptions: 0,
     };
     while let Some(now) = r.next_time() {
         if let Some(acc) = r.accounting.as_mut() {
             acc.charge_to(now, &work.accounts);
         }
         r.complete(now);
+        r.resume(now);
         r.submit(now);
         r.pass(now);
         r.timeline.push(Sample { time: now, busy_procs: r.busy, queued: r.queue.len() });
-        if r.running.is_empty() && r.submitted == n && !r.queue.is_empty() {
-            let head = &work.jobs[r.queue.jobs()[0].id.0 as usize];
-            return Err(SimError::Stuck {
-                time: now,
-                queued: r.queue.len(),
-                detail: format!("the first queued job, trace id {}, needs {} processors", head.trace_id, head.procs),
-            });
+        if r.running.is_empty() && r.submitted == n && !(r.queue.is_empty() && r.suspended.is_empty()) {
+            return Err(r.stuck(now));
         }
     }
     let header = Header {
@@ -107,11 +121,14 @@ pub(super) fn replay<M: Machine>(
         machine_procs: total_cpus,
         passes: r.passes,
         backfilled: r.backfilled_total,
+        preempt: config.preempt.is_some(),
+        preemptions: r.preemptions,
+        suspensions: r.suspensions,
     };
-    Ok(finish(&work, &r.starts, &r.backfilled, r.timeline, header))
+    Ok(finish(&work, r.outcomes, r.timeline, header))
 }
 
-impl<M: Machine> Replay<'_, M> {
+impl<M: Suspending> Replay<'_, M> {
     /// The next event time: the earliest end or submission, if any is left.
     fn next_time(&self) -> Option<f64> {
         let next_end = self.ends.peek().map(|e| e.0.time);
@@ -124,23 +141,33 @@ impl<M: Machine> Replay<'_, M> {
 
     /// Every job ending by `now` gives its cores back.
     fn complete(&mut self, now: f64) {
-        while let Some(&Reverse(End { time, job })) = self.ends.peek() {
+        while let Some(&Reverse(End { time, job, segment })) = self.ends.peek() {
             if time > now {
                 break;
             }
             self.ends.pop();
-            let at = self.slot[job];
-            let done = self.running.swap_remove(at);
-            if let Some(moved) = self.running.get(at) {
-                self.slot[moved.id.0 as usize] = at;
-            }
-            self.machine.release(&done.alloc);
-            let j = &self.work.jobs[job];
-            self.busy -= j.procs;
-            if let Some(acc) = self.accounting.as_mut() {
-                acc.in_use[j.account] -= j.procs;
+            if segment == self.segment[job] && self.slot[job] != usize::MAX {
+                self.stop(job);
+                self.outcomes.end[job] = time;
             }
         }
+    }
+
+    /// Take job `job` off the machine (it ended or is suspended); returns its allocation.
+    pub fn stop(&mut self, job: usize) -> M::Alloc {
+        let at = std::mem::replace(&mut self.slot[job], usize::MAX);
+        let done = self.running.swap_remove(at);
+        if let Some(moved) = self.running.get(at) {
+            self.slot[moved.id.0 as usize] = at;
+        }
+        self.machine.release(&done.alloc);
+        let j = &self.work.jobs[job];
+        self.busy -= j.procs;
+        if let Some(acc) = self.accounting.as_mut() {
+            acc.in_use[j.account] -= j.procs;
+        }
+        self.segment[job] += 1;
+        done.alloc
     }
 
     /// Every job submitted by `now` joins the queue.
@@ -154,9 +181,10 @@ impl<M: Machine> Replay<'_, M> {
 
     /// One scheduling pass, unless it provably starts nothing: with fewer CPUs free than the
     /// smallest queued job needs nothing fits, and under FCFS nothing starts unless the first
-    /// job fits. `plan` is pure, so skipping it changes no decision.
+    /// job fits. `plan` is pure, so skipping it changes no decision. While a queued job could
+    /// preempt, every pass runs (it may start by suspending others when nothing is free).
     fn pass(&mut self, now: f64) {
-        let every = self.config.every_pass;
+        let every = self.config.every_pass || self.may_preempt();
         let free = self.machine.free_cpus();
         match self.queue.smallest() {
             Some(smallest) if free >= smallest || every => {}
@@ -174,35 +202,68 @@ impl<M: Machine> Replay<'_, M> {
         let out = plan(&input, &limits);
         self.passes += 1;
         self.backfilled_total += out.backfilled;
+        let waiting_for_resources: Vec<JobId> = match self.config.preempt {
+            Some(_) => {
+                out.waiting.iter().filter(|w| matches!(w.reason, PendingReason::Resources(_))).map(|w| w.id).collect()
+            }
+            None => vec![],
+        };
         let count = out.starts.len();
         for (id, alloc) in out.starts {
             self.start(now, id.0 as usize, alloc);
         }
         if count > 0 {
-            let marked = mark_backfilled(self.queue.jobs(), &self.started, count, &mut self.backfilled);
+            let marked = mark_backfilled(self.queue.jobs(), &self.started, count, &mut self.outcomes.backfilled);
             debug_assert_eq!(marked, out.backfilled, "backfill counts disagree at t={now}");
             let jobs = &self.work.jobs;
             self.queue.remove_started(&self.started, count, |i| jobs[i].procs);
         }
+        self.preempt(now, &waiting_for_resources);
     }
 
-    /// Start job `index` on `alloc` at `now`; it ends after its actual run time.
-    fn start(&mut self, now: f64, index: usize, alloc: M::Alloc) {
-        let job = &self.work.jobs[index];
+    /// Start job `index` on `alloc` at `now`.
+    pub fn start(&mut self, now: f64, index: usize, alloc: M::Alloc) {
         debug_assert!(index < self.submitted && !self.started[index], "job {index} started twice or unsubmitted");
-        debug_assert!(now >= job.submit, "job {} starts at {now} before its submit time", job.trace_id);
+        debug_assert!(now >= self.work.jobs[index].submit, "job {index} starts at {now} before its submit time");
+        self.started[index] = true;
+        self.outcomes.start[index] = now;
+        self.run(now, index, alloc);
+    }
+
+    /// Run job `index` on `alloc` from `now` (a start or a resume) until its run time is used up.
+    pub fn run(&mut self, now: f64, index: usize, alloc: M::Alloc) {
+        let job = &self.work.jobs[index];
         self.machine.claim(&alloc);
         self.busy += job.procs;
         debug_assert!(self.busy <= self.total_cpus, "{} processors in use of {}", self.busy, self.total_cpus);
-        self.started[index] = true;
-        self.starts[index] = now;
-        self.slot[index] = self.running.len();
-        let id = berth_core::JobId(index as u64);
-        self.running.push(RunningJob { id, alloc, end: now + job.estimate });
-        self.ends.push(Reverse(End { time: now + job.run, job: index }));
         if let Some(acc) = self.accounting.as_mut() {
             acc.in_use[job.account] += job.procs;
         }
+        let left = self.remaining[index];
+        let estimate_left = (job.estimate - (job.run - left)).max(0.0);
+        self.segment_start[index] = now;
+        self.slot[index] = self.running.len();
+        self.running.push(RunningJob { id: JobId(index as u64), alloc, end: now + estimate_left });
+        self.ends.push(Reverse(End { time: now + left, job: index, segment: self.segment[index] }));
+    }
+
+    /// Suspend running job `job` at `now`: it stops progressing and gives its cores back.
+    pub fn suspend(&mut self, now: f64, job: usize) {
+        self.remaining[job] -= now - self.segment_start[job];
+        let alloc = self.stop(job);
+        self.suspended.push(Suspended { job, alloc, since: now });
+        self.suspensions += 1;
+    }
+
+    fn stuck(&self, now: f64) -> SimError {
+        let detail = match self.queue.jobs().first() {
+            Some(q) => {
+                let head = &self.work.jobs[q.id.0 as usize];
+                format!("the first queued job, trace id {}, needs {} processors", head.trace_id, head.procs)
+            }
+            None => format!("{} suspended job(s) cannot resume", self.suspended.len()),
+        };
+        SimError::Stuck { time: now, queued: self.queue.len(), detail }
     }
 }
 

@@ -1,0 +1,1084 @@
+//! Fuzzing support (cargo feature `fuzzing`): generators of every message berth sends, and the
+//! fuzz targets of the protocol: frames from arbitrary bytes, byte streams through
+//! [`read_frame`], valid messages with random edits, round trips, the HTTP API's bodies. See
+//! `berth_core::fuzz` for how targets are run.
+//!
+//! Properties: decoding never panics and reports errors as values; a message that decodes
+//! encodes back to bytes that decode to the same message; every message berth can build
+//! decodes to itself.
+
+use crate::agent::{
+    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Registration, UserIdentity,
+};
+use crate::client::{
+    Accounting, AdvanceCreate, AdvanceInfo, ApiError, CgroupInfo, ClientRequest, ClientResponse, ErrorCode, IdResult,
+    JobInfo, NodeInfo, NumaInfo, PuHolder, QueueInfo, SubmitRequest, SubnodeInfo,
+};
+use crate::frame::{decode, encode};
+use crate::reservation::{
+    ConfirmRequest, ErrorBody, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory,
+    OptionValue, ReservationErrorCode, ReservationInfo, ReservationReply, ReservationRequest, ReservationState,
+    ReserveRequest, ReserveResources, ReservedNode,
+};
+use crate::step::{
+    AllocationNode, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepInfo, StepNode, StepOutcome, TaskInfo,
+    TaskReply, TaskRequest, TreeDown, TreeUp,
+};
+use crate::{read_frame, PROTOCOL_VERSION};
+use berth_core::directives::SubmitOptions;
+use berth_core::fuzz::{
+    self as core_fuzz, binding_mode, binding_strategy, finite_f64, job_id, job_outcome, job_state, junk_text,
+    mutated_json, node_allocation, priority, queue_spec, rank_place, resource_request, share_line, short_text,
+    step_request, submit_options, topology, Target,
+};
+use proptest::collection::vec;
+use proptest::option::of;
+use proptest::prelude::*;
+use proptest::strategy::BoxedStrategy;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use std::fmt::Debug;
+
+/// The targets of berth-protocol.
+pub fn targets() -> Vec<Target> {
+    vec![
+        Target { name: "protocol/frame_bytes", input: frame_bytes_input, check: check_frame_bytes },
+        Target { name: "protocol/frame_stream", input: frame_stream_input, check: check_frame_stream },
+        Target { name: "protocol/json_mutation", input: json_mutation_input, check: check_kind_body },
+        Target { name: "protocol/roundtrip", input: roundtrip_input, check: check_roundtrip },
+        Target { name: "protocol/http_bodies", input: http_body_input, check: check_http_body },
+        Target {
+            name: "protocol/small_parsers",
+            input: || junk_text(12).prop_map(String::into_bytes).boxed(),
+            check: check_small,
+        },
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Message kinds: every type decoded from a berth connection.
+
+/// A message's frame body: JSON with the protocol version, without the length prefix.
+pub fn body<T: Serialize>(msg: &T) -> Vec<u8> {
+    let mut frame = encode(msg).expect("a generated message encodes");
+    frame.drain(..4);
+    frame
+}
+
+/// Decode `body` as a `T`; if it decodes, it must encode to a body that decodes to the same.
+/// Returns whether it decoded.
+pub fn decodes_stably<T: Serialize + DeserializeOwned + PartialEq + Debug>(body: &[u8]) -> bool {
+    let Ok(msg) = decode::<T>(body) else { return false };
+    let again = encode(&msg).unwrap_or_else(|e| panic!("{msg:?} decoded but does not encode: {e}"));
+    match decode::<T>(&again[4..]) {
+        Ok(back) => assert_eq!(back, msg, "re-encoded as {}", String::from_utf8_lossy(&again[4..])),
+        Err(e) => {
+            panic!("{msg:?} decoded, re-encoded as {}, does not decode: {e}", String::from_utf8_lossy(&again[4..]))
+        }
+    }
+    true
+}
+
+/// `T` through its frame and back.
+pub fn roundtrip<T: Serialize + DeserializeOwned>(msg: &T) -> T {
+    decode(&body(msg)).unwrap_or_else(|e| panic!("{}: {e}", String::from_utf8_lossy(&body(msg))))
+}
+
+macro_rules! kinds {
+    ($($name:literal => $ty:ty = $strategy:expr,)*) => {
+        /// The message types read from berth's connections, by name.
+        pub const KINDS: &[&str] = &[$($name),*];
+
+        /// A valid message of kind `k` (index into [`KINDS`]) as a frame body.
+        pub fn valid_body(k: usize) -> BoxedStrategy<Vec<u8>> {
+            let mut i = 0;
+            $(
+                if k % KINDS.len() == i {
+                    return $strategy.prop_map(|m| body(&m)).boxed();
+                }
+                i += 1;
+            )*
+            let _ = i;
+            Just(vec![]).boxed()
+        }
+
+        /// Decode `body` as kind `k` ([`decodes_stably`]).
+        pub fn decode_kind(k: usize, body: &[u8]) -> bool {
+            let mut i = 0;
+            $(
+                if k % KINDS.len() == i {
+                    return decodes_stably::<$ty>(body);
+                }
+                i += 1;
+            )*
+            let _ = i;
+            false
+        }
+    };
+}
+
+kinds! {
+    "client_request" => ClientRequest = client_request(),
+    "client_response" => ClientResponse = client_response(),
+    "agent_message" => AgentMessage = agent_message(),
+    "controller_message" => ControllerMessage = controller_message(),
+    "agent_query" => AgentQuery = agent_query(),
+    "agent_reply" => AgentReply = agent_reply(),
+    "tree_down" => TreeDown = tree_down(),
+    "tree_up" => TreeUp = tree_up(),
+    "task_request" => TaskRequest = task_request(),
+    "task_reply" => TaskReply = task_reply(),
+}
+
+fn any_kind_body() -> BoxedStrategy<(usize, Vec<u8>)> {
+    (0..KINDS.len()).prop_flat_map(|k| (Just(k), valid_body(k))).boxed()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Targets.
+
+fn frame_bytes_input() -> BoxedStrategy<Vec<u8>> {
+    prop_oneof![
+        2 => vec(any::<u8>(), 0..256),
+        // A valid body with bytes overwritten.
+        3 => (any_kind_body(), vec((any::<u32>(), any::<u8>()), 1..4)).prop_map(|((_, mut b), flips)| {
+            for (at, byte) in flips {
+                let at = at as usize % b.len();
+                b[at] = byte;
+            }
+            b
+        }),
+        1 => junk_text(64).prop_map(|s| format!("{{\"v\":{PROTOCOL_VERSION},{s}").into_bytes()),
+    ]
+    .boxed()
+}
+
+/// Any bytes: decoded as every kind.
+fn check_frame_bytes(bytes: &[u8]) {
+    for k in 0..KINDS.len() {
+        decode_kind(k, bytes);
+    }
+}
+
+fn frame_stream_input() -> BoxedStrategy<Vec<u8>> {
+    let piece = prop_oneof![
+        // A whole frame.
+        3 => any_kind_body().prop_map(|(_, b)| {
+            let mut f = (b.len() as u32).to_be_bytes().to_vec();
+            f.extend(b);
+            f
+        }),
+        // A frame cut short, a length with no body, a huge length, garbage.
+        1 => any_kind_body().prop_map(|(_, b)| {
+            let mut f = (b.len() as u32).to_be_bytes().to_vec();
+            f.extend(&b[..b.len() / 2]);
+            f
+        }),
+        1 => prop_oneof![Just(0u32), Just(1), Just(16 << 20), Just((16 << 20) + 1), Just(u32::MAX), any::<u32>()]
+            .prop_map(|n| n.to_be_bytes().to_vec()),
+        1 => vec(any::<u8>(), 0..16),
+    ];
+    vec(piece, 0..5).prop_map(|v| v.concat()).boxed()
+}
+
+thread_local! {
+    static RUNTIME: tokio::runtime::Runtime =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().expect("a tokio runtime");
+}
+
+/// A byte stream read frame by frame, as the controller and agents read their connections:
+/// every read ends (a message, an error or the end), and the stream is used up.
+fn check_frame_stream(bytes: &[u8]) {
+    RUNTIME.with(|rt| {
+        rt.block_on(async {
+            for kind in 0..2 {
+                let mut r: &[u8] = bytes;
+                let mut reads = 0;
+                loop {
+                    reads += 1;
+                    assert!(reads <= bytes.len() / 4 + 2, "more frames than the stream can hold");
+                    let result = if kind == 0 {
+                        read_frame::<_, ClientRequest>(&mut r).await.map(|m| m.is_some())
+                    } else {
+                        read_frame::<_, AgentMessage>(&mut r).await.map(|m| m.is_some())
+                    };
+                    match result {
+                        Ok(true) => {}
+                        Ok(false) | Err(_) => break,
+                    }
+                }
+            }
+        })
+    });
+}
+
+fn json_mutation_input() -> BoxedStrategy<Vec<u8>> {
+    any_kind_body()
+        .prop_flat_map(|(k, b)| {
+            let value: serde_json::Value = serde_json::from_slice(&b).expect("a body is JSON");
+            (Just(k), mutated_json(value))
+        })
+        .prop_map(|(k, b)| kind_input(k, &b))
+        .boxed()
+}
+
+/// Input of a typed target: the kind's index, then the body.
+fn kind_input(k: usize, body: &[u8]) -> Vec<u8> {
+    let mut input = vec![k as u8];
+    input.extend_from_slice(body);
+    input
+}
+
+/// Input `K` + body: decoded as kind K (and, as a peer might, as every other kind).
+fn check_kind_body(bytes: &[u8]) {
+    let Some((&k, body)) = bytes.split_first() else { return };
+    decode_kind(k as usize, body);
+    for other in 0..KINDS.len() {
+        decode_kind(other, body);
+    }
+}
+
+fn roundtrip_input() -> BoxedStrategy<Vec<u8>> {
+    any_kind_body().prop_map(|(k, b)| kind_input(k, &b)).boxed()
+}
+
+/// Input `K` + a body berth built: it must decode, and stably.
+fn check_roundtrip(bytes: &[u8]) {
+    let Some((&k, body)) = bytes.split_first() else { return };
+    assert!(
+        decode_kind(k as usize, body),
+        "a {} built by berth does not decode: {}",
+        KINDS[k as usize % KINDS.len()],
+        String::from_utf8_lossy(body)
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The HTTP API's request bodies (controller/src/api: `serde_json::from_slice` of the body, an
+// empty body read as `{}`), and what the controller then does with their values.
+
+fn http_body_input() -> BoxedStrategy<Vec<u8>> {
+    let reserve = reserve_request().prop_map(|r| serde_json::to_value(r).expect("encodes"));
+    let confirm = confirm_request().prop_map(|r| serde_json::to_value(r).expect("encodes"));
+    prop_oneof![
+        2 => (reserve.clone(), any::<bool>()).prop_map(|(v, b)| (u8::from(b), serde_json::to_vec(&v).expect("encodes"))),
+        3 => reserve.prop_flat_map(mutated_json).prop_map(|b| (0, b)),
+        2 => confirm.prop_flat_map(mutated_json).prop_map(|b| (1, b)),
+        1 => vec(any::<u8>(), 0..64).prop_map(|b| (2, b)),
+        1 => junk_text(24).prop_map(|s| (2, s.into_bytes())),
+    ]
+    .prop_map(|(k, b)| kind_input(k.into(), &b))
+    .boxed()
+}
+
+fn check_http_body(bytes: &[u8]) {
+    let Some((_, body)) = bytes.split_first() else { return };
+    let body: &[u8] = if body.iter().all(u8::is_ascii_whitespace) { b"{}" } else { body };
+    if let Ok(r) = serde_json::from_slice::<ReserveRequest>(body) {
+        let again: ReserveRequest = serde_json::from_slice(&serde_json::to_vec(&r).expect("encodes")).expect("decodes");
+        assert_eq!(again, r);
+        // The controller reads each value as `berth submit` reads the flag's text.
+        let mut opts = SubmitOptions::default();
+        for (name, value) in r.resources.entries() {
+            let _ = opts.set(name, &value.as_text());
+        }
+        let _ = opts.request().shape();
+        let _ = berth_core::units::parse_duration_secs(&r.walltime.as_text());
+        for n in &r.node_list {
+            if let Some(cpus) = &n.cpus {
+                let _ = berth_core::CpuSet::parse_list(cpus);
+            }
+        }
+    }
+    if let Ok(c) = serde_json::from_slice::<ConfirmRequest>(body) {
+        let _ = c.holder();
+    }
+    let _ = serde_json::from_slice::<ErrorBody>(body);
+}
+
+fn check_small(bytes: &[u8]) {
+    let s = core_fuzz::text(bytes);
+    if let Some(n) = crate::step::parse_signal(&s) {
+        assert!((1..=64).contains(&n));
+        let name = crate::step::signal_name(n);
+        if name != "?" {
+            assert_eq!(crate::step::parse_signal(name), Some(n));
+        }
+    }
+    if let Some(st) = ReservationState::parse(&s) {
+        assert_eq!(st.as_str(), s);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Strategies: every message berth sends.
+
+fn text() -> BoxedStrategy<String> {
+    short_text()
+}
+
+fn texts() -> BoxedStrategy<Vec<String>> {
+    vec(text(), 0..3).boxed()
+}
+
+fn env() -> BoxedStrategy<Vec<(String, String)>> {
+    vec((text(), text()), 0..3).boxed()
+}
+
+fn ids() -> BoxedStrategy<Vec<berth_core::JobId>> {
+    vec(job_id(), 0..3).boxed()
+}
+
+fn f64_opt() -> BoxedStrategy<Option<f64>> {
+    of(finite_f64()).boxed()
+}
+
+pub fn user_identity() -> BoxedStrategy<UserIdentity> {
+    (any::<u32>(), any::<u32>(), vec(any::<u32>(), 0..3), text())
+        .prop_map(|(uid, gid, groups, name)| UserIdentity { uid, gid, groups, name })
+        .boxed()
+}
+
+pub fn cgroup_report() -> BoxedStrategy<CgroupReport> {
+    (text(), text(), text(), of(any::<u32>()))
+        .prop_map(|(path, cpus, mems, rank)| CgroupReport { path, cpus, mems, rank })
+        .boxed()
+}
+
+pub fn registration() -> BoxedStrategy<Registration> {
+    ((text(), text(), text(), text(), text()), topology(), text(), ids(), ids())
+        .prop_map(|((name, hostname, address, instance, version), topology, real_cpus, running, ended)| Registration {
+            name,
+            hostname,
+            address,
+            instance,
+            version,
+            topology,
+            real_cpus,
+            running,
+            ended,
+        })
+        .boxed()
+}
+
+pub fn agent_message() -> BoxedStrategy<AgentMessage> {
+    prop_oneof![
+        registration().prop_map(|r| AgentMessage::Register(Box::new(r))),
+        ids().prop_map(|running| AgentMessage::Heartbeat { running }),
+        (job_id(), any::<u32>(), vec(cgroup_report(), 0..3)).prop_map(|(id, pid, cgroups)| AgentMessage::JobStarted {
+            id,
+            pid,
+            cgroups
+        }),
+        (job_id(), job_outcome()).prop_map(|(id, outcome)| AgentMessage::JobEnded { id, outcome }),
+        (job_id(), of(text())).prop_map(|(id, error)| AgentMessage::Suspended { id, error }),
+        (job_id(), of(text()), vec(cgroup_report(), 0..2)).prop_map(|(id, error, cgroups)| AgentMessage::Resumed {
+            id,
+            error,
+            cgroups
+        }),
+    ]
+    .boxed()
+}
+
+pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
+    (
+        (job_id(), text(), user_identity(), env(), text(), text(), text(), text()),
+        (node_allocation(), vec((text(), any::<u32>()), 0..3), of(any::<u64>()), any::<bool>(), texts()),
+        (any::<u64>(), of(binding_mode()), of(text())),
+    )
+        .prop_map(
+            |(
+                (id, name, user, env, cwd, script, stdout, stderr),
+                (allocation, nodes, walltime_seconds, head, addresses),
+                (kill_grace_ms, binding_mode, rankfile),
+            )| LaunchSpec {
+                id,
+                name,
+                user,
+                env,
+                cwd,
+                script,
+                stdout,
+                stderr,
+                allocation,
+                nodes,
+                walltime_seconds,
+                head,
+                addresses,
+                kill_grace_ms,
+                binding_mode,
+                rankfile,
+            },
+        )
+        .boxed()
+}
+
+pub fn controller_message() -> BoxedStrategy<ControllerMessage> {
+    prop_oneof![
+        (any::<u32>(), any::<u64>()).prop_map(|(node_id, heartbeat_interval_ms)| ControllerMessage::Registered {
+            node_id,
+            heartbeat_interval_ms
+        }),
+        text().prop_map(|reason| ControllerMessage::Rejected { reason }),
+        launch_spec().prop_map(|l| ControllerMessage::Launch(Box::new(l))),
+        (job_id(), text()).prop_map(|(id, reason)| ControllerMessage::Kill { id, reason }),
+        job_id().prop_map(|id| ControllerMessage::EndAck { id }),
+        (job_id(), of(any::<u32>()), any::<i32>()).prop_map(|(id, step, signal)| ControllerMessage::Signal {
+            id,
+            step,
+            signal
+        }),
+        job_id().prop_map(|id| ControllerMessage::Suspend { id }),
+        (job_id(), of(node_allocation())).prop_map(|(id, allocation)| ControllerMessage::Resume { id, allocation }),
+    ]
+    .boxed()
+}
+
+pub fn submit_request() -> BoxedStrategy<SubmitRequest> {
+    (text(), text(), submit_options(), env(), text(), any::<bool>())
+        .prop_map(|(script, script_name, options, env, cwd, hold)| SubmitRequest {
+            script,
+            script_name,
+            options,
+            env,
+            cwd,
+            hold,
+        })
+        .boxed()
+}
+
+pub fn step_create() -> BoxedStrategy<StepCreate> {
+    (
+        (of(job_id()), step_request(), of(any::<u32>()), of(any::<u64>()), texts(), env()),
+        (text(), text(), any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), of(any::<i32>())),
+    )
+        .prop_map(
+            |(
+                (job, request, nodes, walltime_seconds, argv, env),
+                (cwd, host, pid, fanout, no_kill, rank_cpusets, notify_signal),
+            )| StepCreate {
+                job,
+                request,
+                interactive: InteractiveAsk { nodes, walltime_seconds },
+                argv,
+                env,
+                cwd,
+                host,
+                pid,
+                fanout,
+                no_kill,
+                rank_cpusets,
+                notify_signal,
+            },
+        )
+        .boxed()
+}
+
+pub fn rank_exit() -> BoxedStrategy<RankExit> {
+    (any::<u32>(), text(), of(any::<i32>()), of(any::<i32>()), of(text()))
+        .prop_map(|(rank, node, exit_code, signal, reason)| RankExit { rank, node, exit_code, signal, reason })
+        .boxed()
+}
+
+pub fn step_outcome() -> BoxedStrategy<StepOutcome> {
+    (any::<i32>(), vec(rank_exit(), 0..3), of(text()), any::<u64>())
+        .prop_map(|(exit_code, failures, failed_at, wall_ms)| StepOutcome { exit_code, failures, failed_at, wall_ms })
+        .boxed()
+}
+
+pub fn option_value() -> BoxedStrategy<OptionValue> {
+    prop_oneof![
+        any::<u64>().prop_map(OptionValue::Number),
+        prop_oneof![text(), core_fuzz::option_value("mem"), core_fuzz::option_value("walltime")]
+            .prop_map(OptionValue::Text),
+        any::<bool>().prop_map(OptionValue::Switch),
+    ]
+    .boxed()
+}
+
+pub fn reserve_request() -> BoxedStrategy<ReserveRequest> {
+    let opt = || of(option_value());
+    let resources = (opt(), opt(), opt(), opt(), opt(), opt(), opt(), opt()).prop_map(
+        |(nodes, cores, tasks_per_node, cpus_per_task, mem, mem_per_cpu, threads, property)| ReserveResources {
+            nodes,
+            cores,
+            tasks_per_node,
+            cpus_per_task,
+            mem,
+            mem_per_cpu,
+            threads,
+            property,
+        },
+    );
+    let node = (text(), of(prop_oneof![text(), core_fuzz::option_value("cores")]))
+        .prop_map(|(node, cpus)| NodeRequest { node, cpus });
+    (of(text()), resources, option_value(), vec(node, 0..3), of(text()))
+        .prop_map(|(user, resources, walltime, node_list, account)| ReserveRequest {
+            user,
+            resources,
+            walltime,
+            node_list,
+            account,
+        })
+        .boxed()
+}
+
+pub fn confirm_request() -> BoxedStrategy<ConfirmRequest> {
+    (of(job_id()), of(any::<u32>()), of(text()))
+        .prop_map(|(job, pid, session)| ConfirmRequest { job, pid, session })
+        .boxed()
+}
+
+pub fn reservation_request() -> BoxedStrategy<ReservationRequest> {
+    prop_oneof![
+        Just(ReservationRequest::Inventory),
+        any::<bool>().prop_map(|all| ReservationRequest::List { all }),
+        any::<u64>().prop_map(|id| ReservationRequest::Show { id }),
+        reserve_request().prop_map(|body| ReservationRequest::Reserve { body }),
+        (any::<u64>(), confirm_request()).prop_map(|(id, body)| ReservationRequest::Confirm { id, body }),
+        any::<u64>().prop_map(|id| ReservationRequest::Renew { id }),
+        any::<u64>().prop_map(|id| ReservationRequest::Release { id }),
+    ]
+    .boxed()
+}
+
+pub fn advance_create() -> BoxedStrategy<AdvanceCreate> {
+    (of(text()), f64_opt(), f64_opt(), of(any::<u64>()), texts(), of(any::<u32>()), of(any::<u32>()), of(any::<u64>()))
+        .prop_flat_map(|head| (Just(head), texts(), texts()))
+        .prop_map(|((name, start, end, duration_secs, nodes, cores, nodes_count, mem), users, accounts)| {
+            AdvanceCreate { name, start, end, duration_secs, nodes, cores, nodes_count, mem, users, accounts }
+        })
+        .boxed()
+}
+
+pub fn client_request() -> BoxedStrategy<ClientRequest> {
+    prop_oneof![
+        Just(ClientRequest::Ping),
+        submit_request().prop_map(|s| ClientRequest::Submit(Box::new(s))),
+        vec(submit_request(), 0..3).prop_map(|jobs| ClientRequest::SubmitBatch { jobs }),
+        (vec(job_state(), 0..3), any::<bool>()).prop_map(|(states, all)| ClientRequest::ListJobs { states, all }),
+        job_id().prop_map(|id| ClientRequest::ShowJob { id }),
+        ids().prop_map(|ids| ClientRequest::Cancel { ids }),
+        ids().prop_map(|ids| ClientRequest::Hold { ids }),
+        ids().prop_map(|ids| ClientRequest::Release { ids }),
+        any::<bool>().prop_map(|topology| ClientRequest::ListNodes { topology }),
+        (text(), text(), of(text())).prop_map(|(name, action, value)| ClientRequest::NodeAdmin { name, action, value }),
+        (text(), any::<u32>(), text(), of(text()))
+            .prop_map(|(node, index, action, value)| ClientRequest::SubnodeAdmin { node, index, action, value }),
+        (of(any::<u32>()), any::<bool>()).prop_map(|(limit, steps)| ClientRequest::Acct { limit, steps }),
+        step_create().prop_map(|s| ClientRequest::StepCreate(Box::new(s))),
+        (job_id(), any::<u32>(), step_outcome()).prop_map(|(job, step, outcome)| ClientRequest::StepEnd {
+            job,
+            step,
+            outcome
+        }),
+        (job_id(), of(any::<u32>()), any::<i32>()).prop_map(|(job, step, signal)| ClientRequest::Signal {
+            job,
+            step,
+            signal
+        }),
+        Just(ClientRequest::Share),
+        Just(ClientRequest::Queues),
+        reservation_request().prop_map(|r| ClientRequest::Reservation { request: Box::new(r) }),
+        ids().prop_map(|ids| ClientRequest::Suspend { ids }),
+        ids().prop_map(|ids| ClientRequest::Resume { ids }),
+        advance_create().prop_map(|a| ClientRequest::AdvanceCreate(Box::new(a))),
+        Just(ClientRequest::AdvanceList),
+        text().prop_map(|name| ClientRequest::AdvanceDelete { name }),
+    ]
+    .boxed()
+}
+
+pub fn error_code() -> BoxedStrategy<ErrorCode> {
+    prop::sample::select(vec![
+        ErrorCode::BadRequest,
+        ErrorCode::InvalidScript,
+        ErrorCode::Infeasible,
+        ErrorCode::UnknownJob,
+        ErrorCode::UnknownNode,
+        ErrorCode::NotPermitted,
+        ErrorCode::InvalidState,
+        ErrorCode::Unavailable,
+        ErrorCode::Internal,
+        ErrorCode::QueueLimit,
+        ErrorCode::UnknownReservation,
+    ])
+    .boxed()
+}
+
+pub fn api_error() -> BoxedStrategy<ApiError> {
+    (error_code(), text()).prop_map(|(code, message)| ApiError { code, message }).boxed()
+}
+
+pub fn step_info() -> BoxedStrategy<StepInfo> {
+    (
+        (job_id(), any::<u32>(), text(), any::<u32>(), finite_f64(), f64_opt(), text(), any::<u32>()),
+        (text(), texts(), any::<u32>(), texts(), of(any::<i32>()), of(text()), any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (job, step, user, uid, start_time, end_time, host, pid),
+                (cwd, argv, size, nodes, exit_code, failure, interactive),
+            )| StepInfo {
+                job,
+                step,
+                user,
+                uid,
+                start_time,
+                end_time,
+                host,
+                pid,
+                cwd,
+                argv,
+                size,
+                nodes,
+                exit_code,
+                failure,
+                interactive,
+            },
+        )
+        .boxed()
+}
+
+pub fn job_info() -> BoxedStrategy<JobInfo> {
+    let accounting = (finite_f64(), finite_f64(), finite_f64(), any::<u64>()).prop_map(
+        |(wall_seconds, user_cpu_seconds, system_cpu_seconds, peak_memory_bytes)| Accounting {
+            wall_seconds,
+            user_cpu_seconds,
+            system_cpu_seconds,
+            peak_memory_bytes,
+        },
+    );
+    let cgroup = (text(), text(), text(), text(), of(any::<u32>()))
+        .prop_map(|(node, path, cpus, mems, rank)| CgroupInfo { node, path, cpus, mems, rank });
+    (
+        (job_id(), text(), text(), any::<u32>(), any::<u32>(), job_state(), text(), resource_request()),
+        (of(any::<u64>()), finite_f64(), f64_opt(), f64_opt(), vec(node_allocation(), 0..2), of(any::<i32>())),
+        (of(any::<i32>()), of(text()), text(), text(), text(), of(accounting)),
+        (of(binding_strategy()), of(binding_mode()), vec(cgroup, 0..2), vec(step_info(), 0..2), text()),
+        (of(priority()), f64_opt(), f64_opt()),
+    )
+        .prop_map(
+            |(
+                (id, name, user, uid, gid, state, queue, request),
+                (walltime_seconds, submit_time, start_time, end_time, allocation, exit_code),
+                (signal, reason, cwd, stdout, stderr, accounting),
+                (binding, binding_mode, cgroups, steps, account),
+                (priority, expected_start, suspended_seconds),
+            )| JobInfo {
+                id,
+                name,
+                user,
+                uid,
+                gid,
+                state,
+                queue,
+                request,
+                walltime_seconds,
+                submit_time,
+                start_time,
+                end_time,
+                allocation,
+                exit_code,
+                signal,
+                reason,
+                cwd,
+                stdout,
+                stderr,
+                accounting,
+                binding,
+                binding_mode,
+                cgroups,
+                steps,
+                account,
+                priority,
+                expected_start,
+                suspended_seconds,
+            },
+        )
+        .boxed()
+}
+
+pub fn node_info() -> BoxedStrategy<NodeInfo> {
+    let numa = (any::<u32>(), any::<u64>(), any::<u64>(), text(), of(job_id()), any::<bool>()).prop_map(
+        |(os_index, memory_bytes, allocated_bytes, cpus, exclusive_job, special)| NumaInfo {
+            os_index,
+            memory_bytes,
+            allocated_bytes,
+            cpus,
+            exclusive_job,
+            special,
+        },
+    );
+    let subnode = (any::<u32>(), text(), text(), texts()).prop_map(|(index, numa, state, properties)| SubnodeInfo {
+        index,
+        numa,
+        state,
+        properties,
+    });
+    let holder = (job_id(), text()).prop_map(|(job, cpus)| PuHolder { job, cpus });
+    (
+        (any::<u32>(), text(), text(), text(), any::<usize>(), any::<usize>(), any::<usize>(), text()),
+        (text(), any::<usize>(), any::<u64>(), any::<u64>(), vec(numa, 0..2), text(), ids(), f64_opt()),
+        (text(), vec(subnode, 0..2), of(topology()), vec(holder, 0..2)),
+    )
+        .prop_map(
+            |(
+                (id, name, state, address, sockets, cores, pus, topology),
+                (free, cpus_allocated, memory_bytes, memory_allocated_bytes, numa, real_cpus, jobs, last_heard),
+                (system_cpus, subnodes, layout, pu_jobs),
+            )| NodeInfo {
+                id,
+                name,
+                state,
+                address,
+                sockets,
+                cores,
+                pus,
+                topology,
+                free,
+                cpus_allocated,
+                memory_bytes,
+                memory_allocated_bytes,
+                numa,
+                real_cpus,
+                jobs,
+                last_heard_seconds_ago: last_heard,
+                system_cpus,
+                subnodes,
+                layout,
+                pu_jobs,
+            },
+        )
+        .boxed()
+}
+
+pub fn queue_info() -> BoxedStrategy<QueueInfo> {
+    (queue_spec(), finite_f64(), any::<usize>(), any::<usize>(), any::<usize>(), any::<u64>())
+        .prop_map(|(spec, priority_factor, queued, held, running, running_cores)| QueueInfo {
+            spec,
+            priority_factor,
+            queued,
+            held,
+            running,
+            running_cores,
+        })
+        .boxed()
+}
+
+pub fn step_grant() -> BoxedStrategy<StepGrant> {
+    let node =
+        (text(), text(), vec(rank_place(), 0..3)).prop_map(|(name, address, ranks)| StepNode { name, address, ranks });
+    (
+        (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
+        (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),
+        (vec(node, 0..3), any::<bool>()),
+    )
+        .prop_map(
+            |(
+                (job, step, kvsname, user, argv, env, cwd),
+                (size, fanout, no_kill, rank_cpusets, bind, notify_signal, kill_grace_ms),
+                (nodes, interactive),
+            )| StepGrant {
+                job,
+                step,
+                kvsname,
+                user,
+                argv,
+                env,
+                cwd,
+                size,
+                fanout,
+                no_kill,
+                rank_cpusets,
+                bind,
+                notify_signal,
+                kill_grace_ms,
+                nodes,
+                interactive,
+            },
+        )
+        .boxed()
+}
+
+pub fn holder() -> BoxedStrategy<Holder> {
+    prop_oneof![
+        job_id().prop_map(|job| Holder::Job { job }),
+        any::<u32>().prop_map(|pid| Holder::Pid { pid }),
+        text().prop_map(|session| Holder::Session { session }),
+    ]
+    .boxed()
+}
+
+pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
+    let numa = any::<(u32, u64)>().prop_map(|(numa, bytes)| NumaMemory { numa, bytes });
+    let node = (text(), text(), text(), any::<u32>(), text(), any::<u64>(), vec(numa, 0..2)).prop_map(
+        |(node, address, cpus, cores, mems, memory_bytes, numa_memory)| ReservedNode {
+            node,
+            address,
+            cpus,
+            cores,
+            mems,
+            memory_bytes,
+            numa_memory,
+        },
+    );
+    let state = prop::sample::select(vec![
+        ReservationState::Unconfirmed,
+        ReservationState::Confirmed,
+        ReservationState::Released,
+    ]);
+    (
+        (any::<u64>(), job_id(), text(), any::<u32>(), state, finite_f64(), f64_opt(), finite_f64()),
+        (any::<u64>(), of(holder()), f64_opt(), any::<bool>(), vec(node, 0..2), f64_opt(), of(text())),
+        vec(step_info(), 0..2),
+    )
+        .prop_map(
+            |(
+                (id, job, user, uid, state, created, confirm_by, ends),
+                (walltime_seconds, holder, renew_by, explicit, nodes, released_at, release_reason),
+                claims,
+            )| ReservationInfo {
+                id,
+                job,
+                user,
+                uid,
+                state,
+                created,
+                confirm_by,
+                ends,
+                walltime_seconds,
+                holder,
+                renew_by,
+                explicit,
+                nodes,
+                released_at,
+                release_reason,
+                claims,
+            },
+        )
+        .boxed()
+}
+
+pub fn reservation_error() -> BoxedStrategy<crate::reservation::ReservationError> {
+    (prop::sample::select(ReservationErrorCode::ALL.to_vec()), text(), of(text()))
+        .prop_map(|(code, message, reason)| crate::reservation::ReservationError { code, message, reason })
+        .boxed()
+}
+
+pub fn inventory() -> BoxedStrategy<Inventory> {
+    let numa_free = (any::<u32>(), any::<u64>(), text()).prop_map(|(os_index, free_bytes, free_cpus)| NumaFree {
+        os_index,
+        free_bytes,
+        free_cpus,
+    });
+    let holder = (job_id(), of(any::<u64>()), text(), text(), any::<u64>()).prop_map(
+        |(job, reservation, user, cpus, memory_bytes)| NodeHolder { job, reservation, user, cpus, memory_bytes },
+    );
+    let node = (node_info(), any::<u32>(), any::<u32>(), text(), any::<u64>(), vec(numa_free, 0..2), vec(holder, 0..2))
+        .prop_map(|(info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, holders)| InventoryNode {
+            info,
+            free_cores,
+            free_pus,
+            free_cpus,
+            free_memory_bytes,
+            numa_free,
+            holders,
+        });
+    (finite_f64(), vec(node, 0..2)).prop_map(|(time, nodes)| Inventory { time, nodes }).boxed()
+}
+
+pub fn reservation_reply() -> BoxedStrategy<ReservationReply> {
+    prop_oneof![
+        inventory().prop_map(|i| ReservationReply::Inventory(Box::new(i))),
+        vec(reservation_info(), 0..2).prop_map(|reservations| ReservationReply::List { reservations }),
+        (reservation_info(), any::<bool>())
+            .prop_map(|(r, created)| ReservationReply::One { reservation: Box::new(r), created }),
+        reservation_error().prop_map(ReservationReply::Failed),
+    ]
+    .boxed()
+}
+
+pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
+    (
+        (text(), finite_f64(), finite_f64(), texts(), texts(), vec(node_allocation(), 0..2), any::<u32>()),
+        (finite_f64(), text(), any::<bool>(), ids(), ids()),
+    )
+        .prop_map(
+            |(
+                (name, start, end, users, accounts, allocation, cores),
+                (created, created_by, active, running_jobs, queued_jobs),
+            )| AdvanceInfo {
+                name,
+                start,
+                end,
+                users,
+                accounts,
+                allocation,
+                cores,
+                created,
+                created_by,
+                active,
+                running_jobs,
+                queued_jobs,
+            },
+        )
+        .boxed()
+}
+
+pub fn client_response() -> BoxedStrategy<ClientResponse> {
+    let id_result = (job_id(), any::<bool>(), of(api_error())).prop_map(|(id, ok, error)| IdResult { id, ok, error });
+    prop_oneof![
+        (text(), any::<u32>(), any::<usize>(), any::<usize>())
+            .prop_map(|(version, protocol, nodes, jobs)| ClientResponse::Pong { version, protocol, nodes, jobs }),
+        job_id().prop_map(|id| ClientResponse::Submitted { id }),
+        ids().prop_map(|ids| ClientResponse::SubmittedBatch { ids }),
+        vec(job_info(), 0..2).prop_map(|jobs| ClientResponse::Jobs { jobs }),
+        job_info().prop_map(|j| ClientResponse::Job { job: Box::new(j) }),
+        vec(node_info(), 0..2).prop_map(|nodes| ClientResponse::Nodes { nodes }),
+        vec(job_info(), 0..2).prop_map(|jobs| ClientResponse::Acct { jobs }),
+        vec(step_info(), 0..2).prop_map(|steps| ClientResponse::Steps { steps }),
+        vec(queue_info(), 0..2).prop_map(|queues| ClientResponse::Queues { queues }),
+        (finite_f64(), vec(share_line(), 0..3))
+            .prop_map(|(half_life_secs, accounts)| ClientResponse::Share { half_life_secs, accounts }),
+        step_grant().prop_map(|g| ClientResponse::StepGranted(Box::new(g))),
+        text().prop_map(|reason| ClientResponse::TryAgain { reason }),
+        vec(id_result, 0..3).prop_map(|results| ClientResponse::Done { results }),
+        reservation_reply().prop_map(|reply| ClientResponse::Reservation { reply }),
+        vec(advance_info(), 0..2).prop_map(|reservations| ClientResponse::Advance { reservations }),
+        advance_info().prop_map(|r| ClientResponse::AdvanceDeleted { reservation: Box::new(r) }),
+        api_error().prop_map(ClientResponse::Error),
+    ]
+    .boxed()
+}
+
+pub fn chunk() -> BoxedStrategy<Chunk> {
+    vec(any::<u8>(), 0..16).prop_map(Chunk::from_bytes).boxed()
+}
+
+pub fn tree_down() -> BoxedStrategy<TreeDown> {
+    prop_oneof![
+        chunk().prop_map(|data| TreeDown::Stdin { data }),
+        Just(TreeDown::StdinEof),
+        any::<i32>().prop_map(|signal| TreeDown::Signal { signal }),
+        env().prop_map(|kvs| TreeDown::BarrierOut { kvs }),
+        rank_exit().prop_map(|exit| TreeDown::RankFailed { exit }),
+        text().prop_map(|reason| TreeDown::Kill { reason }),
+    ]
+    .boxed()
+}
+
+pub fn tree_up() -> BoxedStrategy<TreeUp> {
+    prop_oneof![
+        any::<(u32, u32)>().prop_map(|(nodes, ranks)| TreeUp::Started { nodes, ranks }),
+        (text(), text()).prop_map(|(node, reason)| TreeUp::LaunchFailed { node, reason }),
+        (any::<u32>(), any::<u8>(), chunk()).prop_map(|(rank, stream, data)| TreeUp::Output { rank, stream, data }),
+        vec(rank_exit(), 0..3).prop_map(|ranks| TreeUp::Exited { ranks }),
+        env().prop_map(|puts| TreeUp::BarrierIn { puts }),
+        (any::<u32>(), text(), any::<i32>(), text()).prop_map(|(rank, node, code, message)| TreeUp::Abort {
+            rank,
+            node,
+            code,
+            message
+        }),
+        (texts(), vec(any::<u32>(), 0..3), text()).prop_map(|(nodes, ranks, reason)| TreeUp::SubtreeLost {
+            nodes,
+            ranks,
+            reason
+        }),
+        Just(TreeUp::Done),
+    ]
+    .boxed()
+}
+
+pub fn task_request() -> BoxedStrategy<TaskRequest> {
+    let tasks = || vec(any::<u64>(), 0..3);
+    prop_oneof![
+        job_id().prop_map(|job| TaskRequest::Info { job }),
+        (job_id(), any::<u32>(), texts(), env(), text(), any::<u32>(), of(text()), of(text())).prop_map(
+            |(job, node, argv, env, cwd, count, output, error)| TaskRequest::Spawn {
+                job,
+                node,
+                argv,
+                env,
+                cwd,
+                count,
+                output,
+                error
+            }
+        ),
+        job_id().prop_map(|job| TaskRequest::List { job }),
+        (job_id(), tasks(), of(any::<u64>())).prop_map(|(job, tasks, timeout_ms)| TaskRequest::Wait {
+            job,
+            tasks,
+            timeout_ms
+        }),
+        (job_id(), tasks(), any::<i32>()).prop_map(|(job, tasks, signal)| TaskRequest::Kill { job, tasks, signal }),
+        (job_id(), any::<u32>(), any::<u64>(), texts(), env(), text(), text(), text()).prop_map(
+            |(job, node, task, argv, env, cwd, output, error)| TaskRequest::RemoteSpawn {
+                job,
+                node,
+                task,
+                argv,
+                env,
+                cwd,
+                output,
+                error
+            }
+        ),
+        any::<i32>().prop_map(|signal| TaskRequest::RemoteSignal { signal }),
+        job_id().prop_map(|job| TaskRequest::RemoteInfo { job }),
+    ]
+    .boxed()
+}
+
+pub fn task_info() -> BoxedStrategy<TaskInfo> {
+    (
+        (any::<u64>(), text(), any::<u32>(), texts(), of(any::<u32>()), text()),
+        (of(any::<i32>()), of(any::<i32>()), of(text()), of(any::<u64>()), of(text()), of(text())),
+    )
+        .prop_map(|((id, node, node_index, argv, pid, state), (exit_code, signal, reason, wall_ms, stdout, stderr))| {
+            TaskInfo { id, node, node_index, argv, pid, state, exit_code, signal, reason, wall_ms, stdout, stderr }
+        })
+        .boxed()
+}
+
+pub fn task_reply() -> BoxedStrategy<TaskReply> {
+    let node = (any::<u32>(), text(), text(), any::<u32>(), text())
+        .prop_map(|(index, name, address, slots, cpus)| AllocationNode { index, name, address, slots, cpus });
+    prop_oneof![
+        (job_id(), vec(node, 0..3)).prop_map(|(job, nodes)| TaskReply::Info { job, nodes }),
+        vec(task_info(), 0..2).prop_map(|tasks| TaskReply::Spawned { tasks }),
+        vec(task_info(), 0..2).prop_map(|tasks| TaskReply::Tasks { tasks }),
+        text().prop_map(|message| TaskReply::Error { message }),
+        any::<u32>().prop_map(|pid| TaskReply::Started { pid }),
+        (of(any::<i32>()), of(any::<i32>()), any::<u64>()).prop_map(|(exit_code, signal, wall_ms)| TaskReply::Exited {
+            exit_code,
+            signal,
+            wall_ms
+        }),
+    ]
+    .boxed()
+}
+
+pub fn agent_query() -> BoxedStrategy<AgentQuery> {
+    prop_oneof![
+        Just(AgentQuery::Status),
+        (step_grant(), vec(any::<u32>(), 0..3))
+            .prop_map(|(grant, subtree)| AgentQuery::StepLaunch { grant: Box::new(grant), subtree }),
+        task_request().prop_map(|request| AgentQuery::Task { request }),
+    ]
+    .boxed()
+}
+
+pub fn agent_reply() -> BoxedStrategy<AgentReply> {
+    prop_oneof![
+        (text(), text(), any::<bool>(), ids(), text()).prop_map(|(name, instance, connected, running, real_cpus)| {
+            AgentReply::Status { name, instance, connected, running, real_cpus }
+        }),
+        task_reply().prop_map(|reply| AgentReply::Task { reply }),
+        text().prop_map(|message| AgentReply::Error { message }),
+    ]
+    .boxed()
+}
