@@ -36,6 +36,12 @@ const SYNTHETIC_EXAMPLE: &str = "package:2 numa:2 core:4 pu:2";
 /// so a typo like "core:4000000" must not reach it.
 pub const MAX_SYNTHETIC_PUS: u64 = 1 << 15;
 
+/// The most objects a synthetic description may put under one parent (one level's count).
+/// Within the PU limit, hwloc's time grows with the square of it: 1024 cores under one parent
+/// (2048 PUs) load at once and "pack:32 core:1024 pu:1" in 36 s, but 2048 take 47 s with
+/// 16 PUs each, 8192 (2 PUs each) 4.5 minutes and 16384 over 15 minutes.
+pub const MAX_SYNTHETIC_ARITY: u128 = 1024;
+
 /// Where a node's topology comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TopologySource {
@@ -71,6 +77,13 @@ pub enum TopologyError {
          berth accepts: check the counts (e.g. \"{SYNTHETIC_EXAMPLE}\" makes 32)"
     )]
     SyntheticTooLarge { spec: String, pus: u128 },
+
+    #[error(
+        "the synthetic topology {spec:?} puts {count} objects under one parent, more than the \
+         {MAX_SYNTHETIC_ARITY} berth accepts (hwloc would take minutes): check the counts \
+         (e.g. \"{SYNTHETIC_EXAMPLE}\")"
+    )]
+    SyntheticTooWide { spec: String, count: u128 },
 
     #[error("xml: needs a file name after it, e.g. xml:/etc/berth/node.xml (an export made with `lstopo FILE.xml`)")]
     NoXmlPath,
@@ -177,6 +190,9 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             if pus > u128::from(MAX_SYNTHETIC_PUS) {
                 return Err(TopologyError::SyntheticTooLarge { spec: spec.clone(), pus });
             }
+            if let Some(count) = synthetic_counts(spec).into_iter().find(|&c| c > MAX_SYNTHETIC_ARITY) {
+                return Err(TopologyError::SyntheticTooWide { spec: spec.clone(), count });
+            }
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
             let builder = foreign_builder().map_err(bad)?;
             let builder =
@@ -197,13 +213,20 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
     }
 }
 
-/// How many PUs a synthetic description makes, at most: the product of its level counts
-/// (`TYPE:COUNT` or a bare `COUNT`; attributes in parentheses and attached memory in brackets
-/// make no PUs). Tokens it cannot read are left for hwloc to judge.
+/// How many PUs a synthetic description makes, at most: the product of its level counts.
 fn synthetic_pu_bound(spec: &str) -> u128 {
+    synthetic_counts(spec).into_iter().fold(1u128, u128::saturating_mul)
+}
+
+/// The level counts of a synthetic description (`TYPE:COUNT` or a bare `COUNT`; attributes in
+/// parentheses and attached memory in brackets make no PUs). Tokens it cannot read are left
+/// for hwloc to judge.
+fn synthetic_counts(spec: &str) -> Vec<u128> {
     spec.split_whitespace()
         .filter(|token| !token.starts_with('[') && !token.starts_with('('))
         .filter_map(|token| {
+            // Attributes first: in `3(indexes=pu:0,1)` the count is 3, not the `0` after `:`.
+            let token = token.split(['(', '[']).next().unwrap_or(token);
             let count = token.split_once(':').map_or(token, |(_, count)| count);
             // hwloc reads counts with strtoul(.., 0): `+16` and `0x10` are 16 (not read here,
             // they let `pu:0x10000` through). Octal `010` is 8: reading 10 over-estimates.
@@ -218,7 +241,7 @@ fn synthetic_pu_bound(spec: &str) -> u128 {
             // Beyond u128 is as good as infinite.
             Some(u128::from_str_radix(&digits, radix).unwrap_or(u128::MAX))
         })
-        .fold(1u128, u128::saturating_mul)
+        .collect()
 }
 
 /// Give a clear error for a missing or unreadable file before hwloc sees the path.

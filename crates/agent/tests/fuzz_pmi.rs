@@ -57,3 +57,23 @@ fn regression_synthetic_hex_and_signed_counts_are_bounded() {
     }
     assert_eq!(load(&TopologySource::Synthetic("package:0x2 core:+2 pu:2".into())).unwrap().pu_count(), 8);
 }
+
+/// Found by `berth-bench fuzz` (a case over 60 s): in `3(indexes=pu:0,1)` the PU bound read
+/// the count after the attribute's `:` (0), so the bound was 0 and hwloc built 65536 groups.
+/// And within the PU limit, one wide level keeps hwloc busy for minutes (`core:8192 pu:2`
+/// 4.5 min, `core:16384 pu:2` over 15 in hwloc-info): a level may hold at most 1024 objects.
+#[test]
+fn regression_synthetic_attributes_and_wide_levels_are_bounded() {
+    use berth_agent::hwtopo::{load, TopologyError, TopologySource};
+    let spec = "group:0x10000 3(indexes=pu:0,1)";
+    (target("agent/hwloc_synthetic").check)(spec.as_bytes());
+    let err = load(&TopologySource::Synthetic(spec.into())).unwrap_err();
+    assert!(matches!(err, TopologyError::SyntheticTooLarge { pus: 196608, .. }), "{err:?}");
+    for spec in ["core:16384 pu:2", "core:8192 pu:2", "pack:2 core:0x800 pu:2", "2048 2"] {
+        (target("agent/hwloc_synthetic").check)(spec.as_bytes());
+        let err = load(&TopologySource::Synthetic(spec.into())).unwrap_err();
+        assert!(matches!(err, TopologyError::SyntheticTooWide { count: 2048.., .. }), "{spec}: {err:?}");
+    }
+    assert_eq!(load(&TopologySource::Synthetic("core:1024 pu:2".into())).unwrap().pu_count(), 2048);
+    assert_eq!(load(&TopologySource::Synthetic("2(indexes=pu:1,0) 2".into())).unwrap().pu_count(), 4);
+}
