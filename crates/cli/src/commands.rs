@@ -97,6 +97,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             };
             print(json, &accounts, || output::share_table(half_life_secs, &accounts))
         }
+        Command::Events(args) => crate::events::run(&dir, json, args).await,
         Command::Reservations { all } => crate::reservations::list(&dir, json, all).await,
         Command::Resv { command } => crate::advance::run(&dir, json, command).await,
         Command::Run(args) => crate::run::run(&dir, json, args).await,

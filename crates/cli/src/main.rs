@@ -6,6 +6,7 @@ mod client;
 mod cluster;
 mod commands;
 mod demo;
+mod events;
 mod netns;
 mod output;
 mod reservations;
@@ -166,6 +167,8 @@ enum Command {
         #[arg(long)]
         steps: bool,
     },
+    /// The event log: nodes up and down, job starts, ends and requeues, refused requests.
+    Events(events::EventsArgs),
     /// Fair share: each account's configured share, decayed usage and priority factor.
     Share,
     /// The queues: limits, defaults, priority, preemption class, and the jobs each holds.

@@ -3,17 +3,37 @@
 use berth_core::units::{format_duration, format_size};
 use berth_protocol::client::{JobInfo, NodeInfo};
 
+fn local_time(t: f64) -> libc::tm {
+    let secs = t as i64;
+    // SAFETY: a zeroed tm is valid; localtime_r writes only into it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    unsafe { libc::localtime_r(&secs, &mut tm) };
+    tm
+}
+
 fn time_of(t: Option<f64>) -> String {
     match t {
         None => "-".into(),
         Some(t) => {
-            let secs = t as i64;
-            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-            // SAFETY: localtime_r writes only into tm.
-            unsafe { libc::localtime_r(&secs, &mut tm) };
+            let tm = local_time(t);
             format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
         }
     }
+}
+
+/// Local date and time with milliseconds (event logs).
+pub fn date_time(t: f64) -> String {
+    let tm = local_time(t);
+    format!(
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02}.{:03}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec,
+        ((t.fract()) * 1000.0) as u32
+    )
 }
 
 pub fn alloc_summary(j: &JobInfo) -> String {

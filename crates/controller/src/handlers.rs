@@ -143,6 +143,7 @@ impl Controller {
             ClientRequest::AdvanceCreate(body) => self.advance_create(*body, peer, now)?,
             ClientRequest::AdvanceList => self.advance_list_response(now)?,
             ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
+            ClientRequest::Events(q) => ClientResponse::Events { events: self.store.events(&q)? },
         };
         self.reply(reply, response);
         Ok(())

@@ -482,6 +482,45 @@ impl Store {
     }
 
     /// The invocation log, newest first.
+    /// The event log, oldest first: after `after_id` (following it), else the most recent
+    /// `limit`; filtered by kinds, job and node.
+    pub fn events(
+        &self,
+        q: &berth_protocol::client::EventQuery,
+    ) -> Result<Vec<berth_protocol::client::EventInfo>, StoreError> {
+        let limit = q.limit.unwrap_or(1000).min(100_000) as i64;
+        let kinds = serde_json::to_string(&q.kinds).unwrap_or_else(|_| "[]".into());
+        // Newest first within the limit, then put back in order.
+        let (order, after) = match q.after_id {
+            Some(a) => ("ASC", a as i64),
+            None => ("DESC", -1),
+        };
+        let sql = format!(
+            "SELECT id, time, kind, job_id, node, detail FROM events
+             WHERE id > ?1 AND (?2 = '[]' OR kind IN (SELECT value FROM json_each(?2)))
+               AND (?3 IS NULL OR job_id = ?3) AND (?4 IS NULL OR node = ?4)
+             ORDER BY id {order} LIMIT ?5"
+        );
+        let mut st = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map(params![after, kinds, q.job.map(|j| j.0 as i64), q.node, limit], |r| {
+                Ok(berth_protocol::client::EventInfo {
+                    id: r.get::<_, i64>(0)? as u64,
+                    time: r.get(1)?,
+                    kind: r.get(2)?,
+                    job: r.get::<_, Option<i64>>(3)?.map(|j| JobId(j as u64)),
+                    node: r.get(4)?,
+                    detail: r.get::<_, Option<String>>(5)?.unwrap_or_default(),
+                })
+            })
+            .map_err(|e| self.err(e))?;
+        let mut out = rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))?;
+        if q.after_id.is_none() {
+            out.reverse();
+        }
+        Ok(out)
+    }
+
     pub fn recent_steps(&self, limit: u32) -> Result<Vec<StepRow>, StoreError> {
         self.query_steps("ORDER BY start_time DESC, job_id DESC, step DESC LIMIT ?1", &[&(limit as i64)])
     }

@@ -105,6 +105,40 @@ pub enum ClientRequest {
     AdvanceDelete {
         name: String,
     },
+    /// The event log (`berth events`): node up/down, job starts, ends, requeues, refusals.
+    /// Answered with `events`, oldest first.
+    Events(EventQuery),
+}
+
+/// Which events to list: those after `after_id` (to follow the log), of some kinds, about one
+/// job or node; at most `limit` (the most recent ones when `after_id` is not given).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct EventQuery {
+    #[serde(default)]
+    pub after_id: Option<u64>,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    #[serde(default)]
+    pub job: Option<JobId>,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One line of the event log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventInfo {
+    pub id: u64,
+    /// Unix time.
+    pub time: f64,
+    pub kind: String,
+    #[serde(default)]
+    pub job: Option<JobId>,
+    #[serde(default)]
+    pub node: Option<String>,
+    #[serde(default)]
+    pub detail: String,
 }
 
 /// An advance reservation to make: a window, what (whole nodes, or cores placed by the
@@ -238,6 +272,9 @@ pub enum ClientResponse {
     /// ones never start).
     AdvanceDeleted {
         reservation: Box<AdvanceInfo>,
+    },
+    Events {
+        events: Vec<EventInfo>,
     },
     Error(ApiError),
 }

@@ -586,6 +586,15 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         advance_create().prop_map(|a| ClientRequest::AdvanceCreate(Box::new(a))),
         Just(ClientRequest::AdvanceList),
         text().prop_map(|name| ClientRequest::AdvanceDelete { name }),
+        (of(any::<u64>()), prop::collection::vec(text(), 0..3), of(job_id()), of(text()), of(any::<u32>())).prop_map(
+            |(after_id, kinds, job, node, limit)| ClientRequest::Events(crate::client::EventQuery {
+                after_id,
+                kinds,
+                job,
+                node,
+                limit
+            })
+        ),
     ]
     .boxed()
 }
