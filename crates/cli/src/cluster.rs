@@ -312,13 +312,20 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
         spawn_daemon(dir, name, &args, cluster.netns.then_some(ns.as_str()))?;
         started.push(name.clone());
     }
-    // Return once every agent is registered and connected.
+    // Return once the agents started here are registered and connected (all of them when the
+    // controller was started too). An agent left running is not waited for: its node may be
+    // down for reasons of its own (a cut link).
+    let wait_for: Vec<&String> = if started.iter().any(|s| s == "server") || started.is_empty() {
+        names.iter().collect()
+    } else {
+        names.iter().filter(|n| started.contains(n)).collect()
+    };
     let t0 = Instant::now();
     loop {
         let ready = match request(dir, ClientRequest::ListNodes { topology: false }).await {
-            Ok(ClientResponse::Nodes { nodes }) => names
+            Ok(ClientResponse::Nodes { nodes }) => wait_for
                 .iter()
-                .all(|n| nodes.iter().any(|x| &x.name == n && x.state != "down" && !x.state.contains("not connected"))),
+                .all(|n| nodes.iter().any(|x| &x.name == *n && x.state != "down" && !x.state.contains("not connected"))),
             _ => false,
         };
         if ready {

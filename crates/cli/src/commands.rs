@@ -98,6 +98,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             print(json, &accounts, || output::share_table(half_life_secs, &accounts))
         }
         Command::Events(args) => crate::events::run(&dir, json, args).await,
+        Command::Faults { command } => crate::faults::run(&dir, json, command).await,
         Command::Reservations { all } => crate::reservations::list(&dir, json, all).await,
         Command::Resv { command } => crate::advance::run(&dir, json, command).await,
         Command::Run(args) => crate::run::run(&dir, json, args).await,
@@ -186,9 +187,14 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
             options.set(name, v).map_err(|e| anyhow!(e))?;
         }
     }
-    for (name, on) in
-        [("threads", flags.threads), ("rank-cpusets", flags.rank_cpusets), ("system-cpus", flags.system_cpus)]
-    {
+    for (name, on) in [
+        ("threads", flags.threads),
+        ("rank-cpusets", flags.rank_cpusets),
+        ("system-cpus", flags.system_cpus),
+        ("requeue", flags.requeue),
+        ("no-requeue", flags.no_requeue),
+        ("no-kill", flags.no_kill),
+    ] {
         if on {
             options.set(name, "").map_err(|e| anyhow!(e))?;
         }

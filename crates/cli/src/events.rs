@@ -28,6 +28,9 @@ pub struct EventsArgs {
     /// At most this many (the most recent, unless --after is given).
     #[arg(long, default_value_t = 100)]
     limit: u32,
+    /// Print the node_down / node_up events as an event script for `berth faults replay`.
+    #[arg(long, conflicts_with = "follow")]
+    script: bool,
 }
 
 pub async fn run(dir: &Path, json: bool, args: EventsArgs) -> Result<i32> {
@@ -43,6 +46,10 @@ pub async fn run(dir: &Path, json: bool, args: EventsArgs) -> Result<i32> {
         limit: Some(args.limit),
     };
     let events = fetch(dir, &query).await?;
+    if args.script {
+        print!("{}", berth_core::faults::format_script(&as_script(&events)));
+        return Ok(0);
+    }
     if !args.follow {
         if json {
             println!("{}", serde_json::to_string_pretty(&events)?);
@@ -71,6 +78,23 @@ pub async fn run(dir: &Path, json: bool, args: EventsArgs) -> Result<i32> {
         query.limit = Some(10_000);
         batch = fetch(dir, &query).await?;
     }
+}
+
+/// Node downs and ups as a script, times from the first one.
+fn as_script(events: &[EventInfo]) -> Vec<berth_core::faults::ScriptEvent> {
+    use berth_core::faults::{NodeAction, ScriptEvent};
+    let nodes: Vec<&EventInfo> =
+        events.iter().filter(|e| e.node.is_some() && (e.kind == "node_down" || e.kind == "node_up")).collect();
+    let start = nodes.first().map(|e| e.time).unwrap_or(0.0);
+    nodes
+        .into_iter()
+        .map(|e| ScriptEvent {
+            at: e.time - start,
+            action: if e.kind == "node_down" { NodeAction::Down } else { NodeAction::Up },
+            nodes: vec![e.node.clone().unwrap_or_default()],
+            reason: if e.kind == "node_down" { e.detail.clone() } else { String::new() },
+        })
+        .collect()
 }
 
 async fn fetch(dir: &Path, query: &EventQuery) -> Result<Vec<EventInfo>> {

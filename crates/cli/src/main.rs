@@ -7,6 +7,7 @@ mod cluster;
 mod commands;
 mod demo;
 mod events;
+mod faults;
 mod netns;
 mod output;
 mod reservations;
@@ -79,6 +80,15 @@ pub struct SubmitFlags {
     /// May use the nodes' system CPUs.
     #[arg(long = "system-cpus")]
     system_cpus: bool,
+    /// If a node of the job fails, put the job back in the queue (rerun from the start).
+    #[arg(long, conflicts_with = "no_requeue")]
+    requeue: bool,
+    /// If a node of the job fails, fail the job (default: the cluster's `[fault] requeue`).
+    #[arg(long = "no-requeue")]
+    no_requeue: bool,
+    /// If one of the job's other nodes fails, keep running on the rest (ranks are told).
+    #[arg(long = "no-kill")]
+    no_kill: bool,
     /// Subnode properties the job needs, comma-separated.
     #[arg(long)]
     property: Option<String>,
@@ -144,9 +154,11 @@ enum Command {
         #[arg(long, default_value_t = 100)]
         width: usize,
     },
-    /// Admin a node: drain, resume, or set its system CPUs (`system-cpus NODE LIST`, "" for none).
+    /// Admin a node: drain, resume, down (its jobs are requeued, failed or kept by policy;
+    /// `down NODE REASON`), up (takes work again once clean), or set its system CPUs
+    /// (`system-cpus NODE LIST`, "" for none).
     Node {
-        #[arg(value_parser = ["drain", "resume", "system-cpus"])]
+        #[arg(value_parser = ["drain", "resume", "down", "up", "system-cpus"])]
         action: String,
         name: String,
         value: Option<String>,
@@ -169,6 +181,11 @@ enum Command {
     },
     /// The event log: nodes up and down, job starts, ends and requeues, refused requests.
     Events(events::EventsArgs),
+    /// Node failures on purpose: replay an event script, or generate a random one.
+    Faults {
+        #[command(subcommand)]
+        command: faults::FaultsCommand,
+    },
     /// Fair share: each account's configured share, decayed usage and priority factor.
     Share,
     /// The queues: limits, defaults, priority, preemption class, and the jobs each holds.

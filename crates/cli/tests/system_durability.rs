@@ -135,7 +135,11 @@ fn controller_killed_during_1000_submissions_loses_nothing() {
 #[test]
 fn dead_agent_marks_node_down_and_fails_its_job() {
     let c = Cluster::up(2, "package:1 core:2 pu:1");
-    let id = c.submit("long.sh", "#!/bin/sh\necho $$ > pid.$BERTH_JOB_ID\nexec sleep 300\n", &["--cores", "2"]);
+    let id = c.submit(
+        "long.sh",
+        "#!/bin/sh\necho $$ > pid.$BERTH_JOB_ID\nexec sleep 300\n",
+        &["--cores", "2", "--no-requeue"],
+    );
     let j = c.wait_state(id, &["running"], Duration::from_secs(20));
     let node = j["allocation"][0]["node"].as_str().unwrap().to_string();
     let agent_pid = c.pid_of(&node);

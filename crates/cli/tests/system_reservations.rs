@@ -68,26 +68,6 @@ fn free_cores(sock: &Path) -> Vec<(String, u64)> {
     v
 }
 
-/// No job cgroup of the cluster left (all jobs ended).
-fn assert_no_job_cgroups(c: &Cluster) {
-    let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id());
-    let t0 = Instant::now();
-    loop {
-        let left: Vec<PathBuf> = std::fs::read_dir(&root)
-            .map(|rd| rd.flatten().flat_map(|n| std::fs::read_dir(n.path()).into_iter().flatten().flatten()))
-            .into_iter()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("job_")))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(15), "job cgroups left: {left:?}\n{}", c.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 #[test]
 fn an_external_scheduler_reserves_confirms_claims_and_its_holder_going_away_releases() {
     let c = Cluster::up(2, TOPO);

@@ -6,9 +6,7 @@ mod common;
 
 use common::*;
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 /// 4 cores per agent: PUs map round-robin onto the host's 2 CPUs.
@@ -79,28 +77,6 @@ fn assert_no_process(marker: &str) {
         }
         if t0.elapsed() > Duration::from_secs(10) {
             panic!("processes matching {marker:?} survived: {}", String::from_utf8_lossy(&out.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// No job cgroup left under the cluster's subtree once its jobs ended.
-fn assert_no_job_cgroups(c: &Cluster) {
-    let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id());
-    let t0 = Instant::now();
-    loop {
-        let left: Vec<PathBuf> = std::fs::read_dir(&root)
-            .map(|rd| rd.flatten().flat_map(|n| std::fs::read_dir(n.path()).into_iter().flatten().flatten()))
-            .into_iter()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("job_")))
-            .collect();
-        if left.is_empty() {
-            return;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            panic!("job cgroups left: {left:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -268,28 +244,6 @@ fn an_abnormal_exit_kills_all_unless_no_kill_and_signals_reach_every_rank() {
     let out = c.berth(&["signal", "999", "TERM"]);
     assert!(!out.status.success() && text(&out).1.contains("999"), "{:?}", text(&out));
     assert_no_job_cgroups(&c);
-}
-
-/// The MPI test programs, built once with mpicc.
-fn mpi_programs() -> &'static Path {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
-    DIR.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi");
-        let out = std::env::temp_dir().join(format!("berth-mpi-{}", std::process::id()));
-        std::fs::create_dir_all(&out).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["hello", "allreduce", "ring", "abort"] {
-            let status = Command::new("mpicc")
-                .arg("-o")
-                .arg(out.join(name))
-                .arg(src.join(format!("{name}.c")))
-                .status()
-                .unwrap_or_else(|e| panic!("cannot run mpicc ({e}): install mpich libmpich-dev (scripts/setup.sh)"));
-            assert!(status.success(), "mpicc {name}.c failed");
-        }
-        out
-    })
 }
 
 fn mpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize) {

@@ -84,6 +84,7 @@ impl Controller {
                 let row = self.node_row(i);
                 self.store.upsert_node(&row)?;
             }
+            "down" | "up" => self.node_down_up(i, action, value, now)?,
             "system-cpus" => {
                 let list = value.unwrap_or("");
                 let set = match CpuSet::parse_list(list) {
@@ -106,7 +107,7 @@ impl Controller {
             other => {
                 return Ok(error(
                     ErrorCode::BadRequest,
-                    format!("unknown node action {other:?}; use drain, resume or system-cpus"),
+                    format!("unknown node action {other:?}; use drain, resume, down, up or system-cpus"),
                 ))
             }
         }

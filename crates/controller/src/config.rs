@@ -73,6 +73,27 @@ pub struct ControllerConfig {
     /// The reservations API for external schedulers (`[api]`, docs/reservations.md).
     #[serde(default)]
     pub api: crate::api::ApiConfig,
+    /// What happens to jobs when a node fails (`[fault]`).
+    #[serde(default)]
+    pub fault: FaultConfig,
+}
+
+/// `[fault]`: the node-failure policy. A job's `--requeue` / `--no-requeue` wins over
+/// `requeue`; `--no-kill` jobs keep running on their surviving nodes.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct FaultConfig {
+    /// Requeue the batch jobs of a failed node (rerun from the start), as PBS's rerunnable
+    /// jobs and Slurm's `JobRequeue=1`; otherwise they fail with `node_fail`.
+    pub requeue: bool,
+    /// A job requeued this many times for node failures fails on the next one instead.
+    pub max_requeues: u32,
+}
+
+impl Default for FaultConfig {
+    fn default() -> Self {
+        FaultConfig { requeue: true, max_requeues: 3 }
+    }
 }
 
 /// `[scheduler]`: which backfill, and bounds on one pass so a huge queue never stalls it.

@@ -401,8 +401,11 @@ impl Controller {
         ex.instance = reg.instance.clone();
         ex.conn = Some((conn_id, tx.clone()));
         ex.last_heard = Instant::now();
-        if ex.state == NodeState::Down {
-            ex.state = NodeState::Up;
+        let was_down = ex.state == NodeState::Down;
+        if was_down {
+            // Back, but not given work while it still runs what is no longer its own, nor while
+            // an admin holds it down.
+            ex.state = NodeState::Cleaning;
         }
         let row = self.node_row(index);
         self.store.upsert_node(&row)?;
@@ -468,23 +471,21 @@ impl Controller {
                 self.end_running(id, now, "job ended", Some(index))?;
             } else {
                 // Same agent process, never got the launch (lost with the old connection): requeue.
-                // Its next run starts with a fresh walltime clock.
-                let suspended = std::mem::take(&mut job.suspension).since.is_some();
-                self.store.save_suspension(id, &job.suspension)?;
-                let alloc = std::mem::take(&mut job.allocation);
-                job.state = JobState::Queued;
-                job.start_time = None;
-                self.store.update_job(job)?;
-                self.store.event(now, "requeue", Some(id), Some(&reg.name), "launch was not received")?;
-                self.store.close_steps(id, now, "job requeued")?;
-                self.steps.remove(&id);
-                self.cgroups.remove(&id);
-                self.kill_on_nodes(id, &alloc, "job requeued", Some(index));
-                crate::suspend::release(&mut self.cluster, &alloc, suspended);
+                self.requeue(id, now, &reg.name, "launch was not received", Some(index))?;
             }
         }
         if !restarted {
             self.resync_suspensions(index);
+        }
+        if was_down {
+            match self.admin_down_reason(&reg.name) {
+                Some(reason) => {
+                    self.extra[index].state = NodeState::Down;
+                    self.store.upsert_node(&self.node_row(index))?;
+                    self.store.event(now, "node_held_down", None, Some(&reg.name), &format!("admin: {reason}"))?;
+                }
+                None => self.check_clean(index, &reg.running, now)?,
+            }
         }
         self.dirty = true;
         Ok(())
@@ -498,7 +499,7 @@ impl Controller {
         ex.last_heard = Instant::now();
         match msg {
             AgentMessage::Register(_) => {}
-            AgentMessage::Heartbeat { .. } => {}
+            AgentMessage::Heartbeat { running } => self.check_clean(node, &running, now)?,
             AgentMessage::JobStarted { id, pid, cgroups } => {
                 let node_name = self.cluster.nodes[node].name.clone();
                 if self.jobs.contains_key(&id) {
@@ -580,23 +581,11 @@ impl Controller {
             if ex.state == NodeState::Down || ex.instance.is_empty() || ex.last_heard.elapsed() < timeout {
                 continue;
             }
-            self.extra[i].state = NodeState::Down;
             self.extra[i].conn = None;
             let name = self.cluster.nodes[i].name.clone();
-            tracing::warn!(node = %name, "no heartbeat for {:?}: node down", timeout);
-            let row = self.node_row(i);
-            self.store.upsert_node(&row)?;
-            self.store.event(now, "node_down", None, Some(&name), "missed heartbeats")?;
-            for id in self.jobs_on_node(i) {
-                let Some(job) = self.jobs.get_mut(&id) else { continue };
-                let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
-                job.finish(&outcome, now);
-                job.usage = None;
-                job.reason = Some(format!("node {name} stopped answering"));
-                self.store.update_job(job)?;
-                self.store.event(now, "node_fail", Some(id), Some(&name), "")?;
-                self.end_running(id, now, &format!("node {name} of the job was lost"), Some(i))?;
-            }
+            let silent = self.extra[i].last_heard.elapsed();
+            tracing::warn!(node = %name, "no heartbeat for {:?}: node down", silent);
+            self.node_failed(i, &format!("missed heartbeats for {:.1} s", silent.as_secs_f64()), now)?;
         }
         Ok(())
     }

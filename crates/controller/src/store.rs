@@ -161,6 +161,23 @@ impl Store {
             .map_err(|e| self.err(e))
     }
 
+    pub fn delete_meta(&self, key: &str) -> Result<(), StoreError> {
+        self.conn.execute("DELETE FROM meta WHERE key = ?1", [key]).map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// How many events of `kind` the log holds about `job` (e.g. its requeues).
+    pub fn count_events(&self, job: JobId, kind: &str) -> Result<u32, StoreError> {
+        self.conn
+            .query_row(
+                "SELECT COUNT(*) FROM events WHERE job_id = ?1 AND kind = ?2",
+                params![job.0 as i64, kind],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u32)
+            .map_err(|e| self.err(e))
+    }
+
     pub fn set_meta(&self, key: &str, value: &str) -> Result<(), StoreError> {
         self.conn
             .execute(

@@ -52,10 +52,17 @@ pub struct SubmitOptions {
     /// The advance reservation the job runs in (its users or accounts only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reservation: Option<String>,
+    /// On a node failure: requeue (rerun from the start), or fail. Default: the controller's
+    /// `[fault] requeue` setting.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub requeue: Option<bool>,
+    /// Keep running on the surviving nodes when one of the job's other nodes fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub no_kill: Option<bool>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 19] = [
+pub const OPTION_NAMES: [&str; 22] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -75,10 +82,13 @@ pub const OPTION_NAMES: [&str; 19] = [
     "property",
     "account",
     "reservation",
+    "requeue",
+    "no-requeue",
+    "no-kill",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
-pub const SWITCH_NAMES: [&str; 3] = ["threads", "rank-cpusets", "system-cpus"];
+pub const SWITCH_NAMES: [&str; 6] = ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill"];
 
 impl SubmitOptions {
     /// Set one option from its name (`cores`, `mem`, ...) and textual value.
@@ -133,6 +143,9 @@ impl SubmitOptions {
             "threads" => self.threads = Some(switch(name, value)?),
             "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
             "system-cpus" => self.system_cpus = Some(switch(name, value)?),
+            "requeue" => self.requeue = Some(switch(name, value)?),
+            "no-requeue" => self.requeue = Some(!switch(name, value)?),
+            "no-kill" => self.no_kill = Some(switch(name, value)?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
             "property" => {
@@ -174,6 +187,8 @@ impl SubmitOptions {
             properties: over.properties.or(self.properties),
             account: over.account.or(self.account),
             reservation: over.reservation.or(self.reservation),
+            requeue: over.requeue.or(self.requeue),
+            no_kill: over.no_kill.or(self.no_kill),
         }
     }
 

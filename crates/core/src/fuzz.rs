@@ -384,6 +384,9 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "threads" => o.threads.map(yes_no),
         "rank-cpusets" => o.rank_cpusets.map(yes_no),
         "system-cpus" => o.system_cpus.map(yes_no),
+        // `no-requeue` is the same setting spelled the other way: rendered once, as `requeue`.
+        "requeue" => o.requeue.map(yes_no),
+        "no-kill" => o.no_kill.map(yes_no),
         "binding" => o.binding.as_ref().map(ToString::to_string),
         "binding-mode" => o.binding_mode.map(|m| m.to_string()),
         "property" => o.properties.as_ref().map(|p| p.join(",")),

@@ -7,6 +7,7 @@ pub mod binding;
 pub mod cpuset;
 pub mod directives;
 pub mod error;
+pub mod faults;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod hierarchy;

@@ -18,6 +18,9 @@ pub enum NodeState {
     Draining,
     /// Draining and now empty.
     Drained,
+    /// Back after a failure or an admin `down`, but still running processes of jobs that
+    /// ended or moved meanwhile: no new work until they are gone.
+    Cleaning,
 }
 
 impl NodeState {
@@ -27,6 +30,7 @@ impl NodeState {
             NodeState::Down => "down",
             NodeState::Draining => "draining",
             NodeState::Drained => "drained",
+            NodeState::Cleaning => "cleaning",
         }
     }
 
@@ -36,6 +40,7 @@ impl NodeState {
             "down" => NodeState::Down,
             "draining" => NodeState::Draining,
             "drained" => NodeState::Drained,
+            "cleaning" => NodeState::Cleaning,
             _ => return None,
         })
     }

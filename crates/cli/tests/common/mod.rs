@@ -159,3 +159,45 @@ pub fn pid_alive(pid: i32) -> bool {
 pub fn cgroup_mount(ctrl: &str) -> PathBuf {
     PathBuf::from("/sys/fs/cgroup").join(ctrl)
 }
+
+/// The MPI test programs (crates/agent/tests/mpi/*.c), built once per test process with mpicc.
+pub fn mpi_programs() -> &'static Path {
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi");
+        let out = std::env::temp_dir().join(format!("berth-mpi-{}", std::process::id()));
+        std::fs::create_dir_all(&out).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in ["hello", "allreduce", "ring", "abort", "survivor"] {
+            let status = Command::new("mpicc")
+                .arg("-o")
+                .arg(out.join(name))
+                .arg(src.join(format!("{name}.c")))
+                .status()
+                .unwrap_or_else(|e| panic!("cannot run mpicc ({e}): install mpich libmpich-dev (scripts/setup.sh)"));
+            assert!(status.success(), "mpicc {name}.c failed");
+        }
+        out
+    })
+}
+
+/// No job cgroup left under the cluster's subtree once its jobs ended (waits up to 15 s).
+pub fn assert_no_job_cgroups(c: &Cluster) {
+    let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id());
+    let t0 = Instant::now();
+    loop {
+        let left: Vec<PathBuf> = std::fs::read_dir(&root)
+            .map(|rd| rd.flatten().flat_map(|n| std::fs::read_dir(n.path()).into_iter().flatten().flatten()))
+            .into_iter()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.is_dir() && p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("job_")))
+            .collect();
+        if left.is_empty() {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(15), "job cgroups left: {left:?}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -123,9 +123,11 @@ fn cancel_and_node_loss_kill_every_node() {
         .collect();
     assert_eq!(kills, vec![0, 1]);
 
-    let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &bob());
+    let id =
+        h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), requeue: Some(false), ..Default::default() }, &bob());
     h.sent();
-    // Node 1 stops answering: the job fails and node 0 is told to kill its part.
+    // Node 1 stops answering: the job fails (it asked not to be requeued) and node 0 is told
+    // to kill its part.
     let long_ago = std::time::Instant::now().checked_sub(std::time::Duration::from_secs(3600)).unwrap();
     h.ctl.extra[1].last_heard = long_ago;
     h.ctl.check_heartbeats(h.now).unwrap();

@@ -1,0 +1,209 @@
+use super::*;
+use crate::handlers::Peer;
+use crate::testkit::*;
+use berth_core::directives::SubmitOptions;
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::client::{ClientRequest, ClientResponse, EventQuery};
+
+fn root() -> Peer {
+    Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 }
+}
+
+/// Two whole nodes of the harness (8 cores each), with the given failure options.
+fn two_nodes(requeue: Option<bool>, no_kill: Option<bool>) -> SubmitOptions {
+    SubmitOptions { nodes: Some(2), cores: Some(16), walltime: Some(600), requeue, no_kill, ..Default::default() }
+}
+
+fn one_node(requeue: Option<bool>) -> SubmitOptions {
+    SubmitOptions { cores: Some(8), walltime: Some(600), requeue, ..Default::default() }
+}
+
+fn node_of(h: &Harness, id: JobId, k: usize) -> usize {
+    h.ctl.jobs[&id].allocation[k].node_id.0 as usize
+}
+
+fn events(h: &Harness, kind: &str) -> Vec<(Option<JobId>, Option<String>)> {
+    let q = EventQuery { kinds: vec![kind.into()], limit: Some(1000), ..Default::default() };
+    h.ctl.store.events(&q).unwrap().into_iter().map(|e| (e.job, e.node)).collect()
+}
+
+/// The job's state and reason, live or from the store once finished.
+fn state_of(h: &mut Harness, id: JobId) -> (JobState, Option<String>) {
+    if let Some(j) = h.ctl.jobs.get(&id) {
+        return (j.state, j.reason.clone());
+    }
+    match h.call(ClientRequest::ShowJob { id }, &ann()) {
+        ClientResponse::Job { job } => (job.state, job.reason),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn the_policy_requeues_by_default_fails_when_asked_and_keeps_no_kill_jobs_without_their_head() {
+    let cfg = crate::config::FaultConfig::default();
+    let mut h = Harness::new(2);
+    let a = h.batch(two_nodes(None, Some(true)), &ann());
+    let job = &h.ctl.jobs[&a];
+    assert_eq!(failure_action(job, false, 0, &cfg), FailureAction::KeepRunning);
+    // Its batch script's node is not something it can go on without.
+    assert_eq!(failure_action(job, true, 0, &cfg), FailureAction::Requeue);
+    assert!(matches!(failure_action(job, true, 3, &cfg), FailureAction::Fail(m) if m.contains("3 times")));
+    let mut no = job.clone();
+    no.options.requeue = Some(false);
+    no.options.no_kill = None;
+    assert!(matches!(failure_action(&no, false, 0, &cfg), FailureAction::Fail(m) if m.contains("--no-requeue")));
+    let off = crate::config::FaultConfig { requeue: false, ..cfg.clone() };
+    let mut plain = job.clone();
+    plain.options.no_kill = None;
+    assert!(matches!(failure_action(&plain, false, 0, &off), FailureAction::Fail(_)));
+    plain.options.requeue = Some(true);
+    assert_eq!(failure_action(&plain, false, 0, &off), FailureAction::Requeue);
+}
+
+#[test]
+fn a_failed_node_requeues_fails_or_keeps_each_job_by_its_policy() {
+    let mut h = Harness::new(3);
+    let requeued = h.batch(one_node(None), &ann());
+    let failed = h.batch(one_node(Some(false)), &ann());
+    let (r_node, f_node) = (node_of(&h, requeued, 0), node_of(&h, failed, 0));
+    assert_ne!(r_node, f_node);
+    h.sent();
+    h.ctl.node_failed(r_node, "missed heartbeats", h.now).unwrap();
+    h.ctl.node_failed(f_node, "missed heartbeats", h.now).unwrap();
+    let (state, reason) = state_of(&mut h, requeued);
+    assert_eq!(state, JobState::Queued, "{reason:?}");
+    assert!(reason.unwrap().contains("requeued: node"), "the reason says why");
+    let (state, reason) = state_of(&mut h, failed);
+    assert_eq!(state, JobState::NodeFail);
+    assert!(reason.unwrap().contains("--no-requeue"));
+    assert_eq!(events(&h, "requeue").len(), 1);
+    assert_eq!(events(&h, "node_fail"), vec![(Some(failed), Some(format!("n{f_node}")))]);
+    assert_eq!(events(&h, "node_down").len(), 2);
+    // Only the third node is up: the requeued job runs there.
+    h.ctl.schedule(h.now).unwrap();
+    let third = (0..3).find(|n| *n != r_node && *n != f_node).unwrap();
+    assert_eq!(h.ctl.jobs[&requeued].state, JobState::Running);
+    assert_eq!(node_of(&h, requeued, 0), third);
+}
+
+#[test]
+fn a_no_kill_job_goes_on_without_its_failed_node_but_not_without_its_first() {
+    let mut h = Harness::new(2);
+    let keep = h.batch(two_nodes(None, Some(true)), &ann());
+    let other = node_of(&h, keep, 1);
+    h.sent();
+    h.ctl.node_failed(other, "missed heartbeats", h.now).unwrap();
+    let (state, reason) = state_of(&mut h, keep);
+    assert_eq!(state, JobState::Running);
+    assert!(reason.unwrap().contains("no-kill"));
+    assert_eq!(events(&h, "node_lost_kept"), vec![(Some(keep), Some(format!("n{other}")))]);
+    // Nothing was killed on the surviving node.
+    assert!(h.sent().iter().all(|(_, m)| !matches!(m, ControllerMessage::Kill { .. })));
+    // Its first node fails too: now it is requeued, and what is left of it killed.
+    let head = node_of(&h, keep, 0);
+    h.ctl.extra[other].state = berth_core::node::NodeState::Up;
+    h.ctl.node_failed(head, "missed heartbeats", h.now).unwrap();
+    assert_eq!(state_of(&mut h, keep).0, JobState::Queued);
+    assert!(h
+        .sent()
+        .iter()
+        .any(|(n, m)| *n == other && matches!(m, ControllerMessage::Kill { id, .. } if *id == keep)));
+}
+
+#[test]
+fn a_requeued_job_fails_after_max_requeues() {
+    let mut h = Harness::with_config(1, |c| c.fault.max_requeues = 1);
+    let id = h.batch(one_node(None), &ann());
+    h.ctl.node_failed(0, "first", h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Queued);
+    h.ctl.extra[0].state = berth_core::node::NodeState::Up;
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    h.ctl.node_failed(0, "second", h.now).unwrap();
+    let (state, reason) = state_of(&mut h, id);
+    assert_eq!(state, JobState::NodeFail);
+    assert!(reason.unwrap().contains("requeued 1 times"));
+}
+
+fn register(h: &mut Harness, node: usize, instance: &str, running: Vec<JobId>) {
+    let reg = Registration {
+        name: format!("n{node}"),
+        hostname: format!("n{node}"),
+        address: format!("127.0.0.1:{}", 7200 + node),
+        instance: instance.into(),
+        version: "test".into(),
+        topology: topo(),
+        real_cpus: "0-7".into(),
+        running,
+        ended: vec![],
+    };
+    h.ctl.handle_register(reg, node as u64 + 1, h.txs[node].clone(), h.now).unwrap();
+}
+
+#[test]
+fn a_returning_node_takes_no_work_until_what_it_still_runs_is_gone() {
+    let mut h = Harness::new(1);
+    let id = h.batch(one_node(Some(false)), &ann());
+    h.ctl.node_failed(0, "link cut", h.now).unwrap();
+    assert_eq!(state_of(&mut h, id).0, JobState::NodeFail);
+    // The link comes back: the same agent still runs the failed job's processes.
+    register(&mut h, 0, "inst0", vec![id]);
+    assert_eq!(h.ctl.extra[0].state, NodeState::Cleaning);
+    assert!(h.sent().iter().any(|(_, m)| matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)));
+    let queued = {
+        let sub = berth_protocol::client::SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_name: "j.sh".into(),
+            options: one_node(None),
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+        };
+        match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
+            ClientResponse::Submitted { id } => id,
+            other => panic!("{other:?}"),
+        }
+    };
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&queued].state, JobState::Queued, "a cleaning node takes no work");
+    h.agent(0, AgentMessage::Heartbeat { running: vec![id] });
+    assert_eq!(h.ctl.extra[0].state, NodeState::Cleaning);
+    h.agent(0, AgentMessage::Heartbeat { running: vec![] });
+    assert_eq!(h.ctl.extra[0].state, NodeState::Up);
+    assert_eq!(events(&h, "node_up"), vec![(None, Some("n0".into()))]);
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&queued].state, JobState::Running);
+}
+
+#[test]
+fn an_admin_down_holds_the_node_across_reconnects_until_admin_up() {
+    let mut h = Harness::new(2);
+    let id = h.batch(one_node(None), &ann());
+    let node = node_of(&h, id, 0);
+    h.sent();
+    let name = format!("n{node}");
+    let req = |action: &str, value: Option<&str>| ClientRequest::NodeAdmin {
+        name: name.clone(),
+        action: action.into(),
+        value: value.map(String::from),
+    };
+    let refused = h.call(req("down", Some("disk")), &ann());
+    assert!(matches!(refused, ClientResponse::Error(ref e) if e.message.contains("only admins")), "{refused:?}");
+    let r = h.call(req("down", Some("bad disk")), &root());
+    assert!(matches!(r, ClientResponse::Nodes { .. }), "{r:?}");
+    assert_eq!(h.ctl.extra[node].state, NodeState::Down);
+    // Its job was requeued (and killed there: the agent is alive) and runs on the other node.
+    assert!(h.sent().iter().any(|(n, m)| *n == node && matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert_ne!(node_of(&h, id, 0), node);
+    // The agent reconnects: still down.
+    register(&mut h, node, &format!("inst{node}"), vec![]);
+    assert_eq!(h.ctl.extra[node].state, NodeState::Down);
+    assert_eq!(events(&h, "node_held_down").len(), 1);
+    let r = h.call(req("up", None), &root());
+    assert!(matches!(r, ClientResponse::Nodes { .. }), "{r:?}");
+    assert_eq!(h.ctl.extra[node].state, NodeState::Up);
+    let downs = h.ctl.store.events(&EventQuery { kinds: vec!["node_down".into()], ..Default::default() }).unwrap();
+    assert!(downs[0].detail.contains("admin: bad disk"), "{downs:?}");
+}
