@@ -107,7 +107,7 @@ fn entries(dir: &Path) -> Vec<PathBuf> {
                 && p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.parse::<u64>().is_ok())
         })
         .collect();
-    out.sort();
+    out.sort_by_key(|p| p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()));
     out
 }
 
