@@ -117,7 +117,7 @@ fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
     let agent = c.pid_of("node1");
     // SAFETY: kill(2) on the agent this test started.
     assert_eq!(unsafe { libc::kill(agent, libc::SIGKILL) }, 0);
-    std::thread::sleep(Duration::from_millis(1500));
+    std::thread::sleep(Duration::from_millis(1300));
     assert_eq!(c.show(b)["state"], "running", "B ended while its agent was down: nobody could tell yet");
     let out = c.berth(&["up"]);
     assert!(

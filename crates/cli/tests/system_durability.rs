@@ -176,7 +176,10 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let log = std::fs::read_to_string(c.dir.join("logs").join(format!("{node}.log"))).unwrap_or_default();
-    assert!(log.contains("not running according to the controller"), "the orphan was not killed on the controller's word:\n{log}");
+    assert!(
+        log.contains("not running according to the controller"),
+        "the orphan was not killed on the controller's word:\n{log}"
+    );
     assert_eq!(c.show(id)["state"], "node_fail", "the job's late end does not change its state");
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap();
