@@ -4,6 +4,7 @@ use crate::cgroup::{self, CgroupBackend};
 use crate::cpumap::CpuMap;
 use crate::hwtopo::{self, TopologySource};
 use crate::job::{cgroup_name, run_job, JobContext};
+use crate::records::Records;
 use crate::suspend::Op;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
@@ -56,14 +57,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let topology = hwtopo::load(&cfg.topology)?;
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
     backend.prepare_root()?;
-    // Leftovers of an earlier agent in our subtree: their jobs were already reported lost.
-    for stale in backend.list().unwrap_or_default() {
-        if let Ok(Some(cg)) = backend.open(&stale) {
-            tracing::warn!(cgroup = %stale, "removing a job cgroup left by an earlier agent");
-            let _ = cg.kill_all(Duration::from_secs(10));
-            let _ = cg.remove();
-        }
-    }
     let (cpus, mems) = backend.root_cpus_mems()?;
     let real_cpus = CpuSet::parse_list(&cpus).map_err(|e| AgentError::Setup(e.to_string()))?;
     let real_mems = CpuSet::parse_list(&mems).map_err(|e| AgentError::Setup(e.to_string()))?;
@@ -72,15 +65,25 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         _ => CpuMap::round_robin(&topology, real_cpus, real_mems),
     };
     prepare_spool_root(&cfg.spool_dir)?;
-    // Job directories of an earlier agent belong to jobs killed above.
-    if let Ok(entries) = std::fs::read_dir(&cfg.spool_dir) {
-        for e in entries.flatten() {
-            tracing::warn!(dir = %e.path().display(), "removing a job directory left by an earlier agent");
-            let _ = std::fs::remove_dir_all(e.path());
-        }
-    }
     std::fs::create_dir_all(&cfg.state_dir)
         .map_err(|e| AgentError::Setup(format!("cannot create {}: {e}", cfg.state_dir.display())))?;
+    let records = Arc::new(
+        Records::open(&cfg.state_dir)
+            .map_err(|e| AgentError::Setup(format!("cannot prepare {}: {e}", cfg.state_dir.display())))?,
+    );
+    // Leftovers of an earlier agent in our subtree: the jobs it recorded are re-adopted (or
+    // reported ended); the rest is killed and removed.
+    let recovered = crate::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
+    // The batch scripts' shim is this binary (`berth __berth-shim`), resolved once.
+    let shim = match std::env::current_exe() {
+        Ok(exe) => Some(exe),
+        Err(e) => {
+            tracing::warn!(
+                "cannot find the berth binary for the job shim ({e}): exit statuses will not survive an agent restart"
+            );
+            None
+        }
+    };
 
     let task_socket = crate::tasks::bind_socket(&cfg.socket).map_err(AgentError::Setup)?;
     let listener = TcpListener::bind(&cfg.listen)
@@ -96,9 +99,25 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         spool_root: cfg.spool_dir.clone(),
         registry: Default::default(),
         agent_socket: cfg.socket.clone(),
+        shim,
+        records: Some(records.clone()),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let shared = Arc::new(Mutex::new(Shared::default()));
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
+    if let Ok(mut s) = shared.lock() {
+        s.unacked.extend(recovered.ended);
+    }
+    for (rec, cg) in recovered.adopted {
+        let id = rec.spec.id;
+        let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+        shared.lock().map(|mut s| s.running.insert(id, kill_tx)).ok();
+        let (ctx, shared, events) = (ctx.clone(), shared.clone(), events_tx.clone());
+        tokio::spawn(async move {
+            let outcome = crate::adopt::run(rec, cg, ctx.clone(), kill_rx).await;
+            job_ended(id, outcome, &ctx, &shared, &events).await;
+        });
+    }
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 
     tokio::spawn(serve_status(
@@ -110,7 +129,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ctx.clone(),
     ));
 
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     let registration = Registration {
         name: cfg.name.clone(),
         hostname: hostname(),
@@ -196,6 +214,8 @@ async fn connection(
     };
     shared.lock().map(|mut s| s.connected = true).ok();
     tracing::info!(controller = %cfg.controller, "registered");
+    // Ends queued while disconnected are among these: they are not sent twice.
+    let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
     for (id, outcome) in unacked {
         write_frame(&mut wr, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
     }
@@ -209,6 +229,9 @@ async fn connection(
                 }
             }
             Some(ev) = events_rx.recv() => {
+                if matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
+                    continue;
+                }
                 write_frame(&mut wr, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
@@ -243,6 +266,9 @@ fn handle(
         }
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
+            if let Some(records) = ctx.records.clone() {
+                tokio::task::spawn_blocking(move || records.forget(id));
+            }
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
     }
@@ -302,14 +328,32 @@ fn launch(
     let (ctx, shared, events) = (ctx.clone(), shared.clone(), events.clone());
     tokio::spawn(async move {
         tracing::info!(job = %id, cgroup = %cgroup_name(id), "starting");
-        let outcome = run_job(spec, ctx, kill_rx, events.clone()).await;
-        tracing::info!(job = %id, ?outcome, "ended");
-        if let Ok(mut s) = shared.lock() {
-            s.running.remove(&id);
-            s.unacked.insert(id, outcome.clone());
-        }
-        let _ = events.send(AgentMessage::JobEnded { id, outcome });
+        let outcome = run_job(spec, ctx.clone(), kill_rx, events.clone()).await;
+        job_ended(id, outcome, &ctx, &shared, &events).await;
     });
+}
+
+/// A job's part here ended: its outcome is kept (on disk too) until the controller
+/// acknowledges it, and sent.
+async fn job_ended(
+    id: JobId,
+    outcome: JobOutcome,
+    ctx: &JobContext,
+    shared: &Mutex<Shared>,
+    events: &mpsc::UnboundedSender<AgentMessage>,
+) {
+    tracing::info!(job = %id, ?outcome, "ended");
+    if let Some(records) = ctx.records.clone() {
+        let o = outcome.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || records.save_ended(id, &o)).await {
+            tracing::warn!(job = %id, "cannot record the job's end ({e}): an agent restarted before the controller acknowledges it would not report it");
+        }
+    }
+    if let Ok(mut s) = shared.lock() {
+        s.running.remove(&id);
+        s.unacked.insert(id, outcome.clone());
+    }
+    let _ = events.send(AgentMessage::JobEnded { id, outcome });
 }
 
 async fn serve_status(

@@ -4,12 +4,15 @@ use crate::binding::HostBinding;
 use crate::cgroup::{CgroupBackend, JobCgroup, JobLimits};
 use crate::cpumap::CpuMap;
 use crate::cpusets::{self, JobCpusets};
+use crate::records::JobRecord;
 use crate::registry::JobHandle;
+use crate::shim::Status;
 use crate::spawn::ChildSetup;
 use crate::suspend::Suspension;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
 use berth_core::topology::Topology;
+use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, LaunchSpec};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
@@ -31,6 +34,11 @@ pub struct JobContext {
     pub registry: crate::registry::Registry,
     /// The agent's local socket for the task API (`BERTH_AGENT_SOCKET`).
     pub agent_socket: PathBuf,
+    /// The berth binary, started as the batch script's shim (`berth __berth-shim`); None
+    /// starts the script directly (its exit status then dies with the agent).
+    pub shim: Option<PathBuf>,
+    /// The agent's durable job records (re-adoption after a restart); None keeps none.
+    pub records: Option<Arc<crate::records::Records>>,
 }
 
 /// How long kill_all may take before the job is reported with processes left.
@@ -84,47 +92,95 @@ pub async fn run_job(
     let runs_script = spec.head && !spec.script.is_empty();
     let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid).and_then(|sets| {
         let socket = &ctx.agent_socket;
-        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, socket)?) } else { None };
+        let shim = ctx.shim.as_deref();
+        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, socket, shim)?) } else { None };
         Ok((child, sets))
     });
     let outcome = match started_job {
         Err(e) => failed(e),
         Ok((child, sets)) => {
             let pid = child.as_ref().and_then(|c| c.id()).unwrap_or(0);
+            if let Some(records) = ctx.records.clone() {
+                let rec = JobRecord {
+                    spec: spec.clone(),
+                    shim_pid: child.as_ref().map(|_| pid as i32),
+                    // Read before the child can be reaped: it is ours until we wait for it.
+                    shim_start_time: child.as_ref().and_then(|_| crate::records::proc_start_time(pid as i32)),
+                    started_unix_ms: crate::records::now_unix_ms().saturating_sub(started.elapsed().as_millis() as u64),
+                    cgroup: cg_name.clone(),
+                    cpuset_dir: sets.dir.clone(),
+                    spool: spool.clone(),
+                };
+                let saved = tokio::task::spawn_blocking(move || records.save_job(&rec)).await;
+                if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
+                    tracing::warn!(job = %spec.id, "cannot record the job ({e}): a restarted agent would not re-adopt it");
+                }
+            }
             let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports.clone() });
-            let suspension = Arc::new(Suspension::new(spec.allocation.clone()));
-            ctx.registry.insert(Arc::new(JobHandle {
+            let job = Arc::new(JobHandle {
                 spec: spec.clone(),
                 cgroup: cg.clone(),
                 spool: spool.clone(),
                 cpuset_dir: sets.dir.clone(),
                 steps: Default::default(),
                 tasks: Default::default(),
-                suspension: suspension.clone(),
-            }));
-            let outcome = match child {
-                Some(mut child) => supervise(&spec, &mut child, cg.clone(), &mut kill, &suspension, started).await,
-                None => hold(&spec, cg.clone(), &mut kill, &suspension, started).await,
-            };
-            ctx.registry.remove(spec.id);
-            outcome
+                suspension: Arc::new(Suspension::new(spec.allocation.clone())),
+            });
+            let script = child.map(|child| Script::Child { child, spool: spool.clone(), shim: ctx.shim.is_some() });
+            let walltime = spec.walltime_seconds.map(Duration::from_secs);
+            follow(&ctx, job, script, &mut kill, started, walltime).await
         }
     };
-    // Nothing of the job survives it: kill what is left, read the accounting, remove.
-    let cg2 = cg.clone();
-    let (usage, cleanup) = tokio::task::spawn_blocking(move || {
-        let killed = cg2.kill_all(KILL_DEADLINE);
-        let usage = cg2.usage();
-        let removed = cg2.remove();
-        (usage, killed.and(removed))
-    })
-    .await
-    .unwrap_or_else(|_| (Err(crate::cgroup::CgroupError::Unkillable { pids: vec![] }), Ok(())));
-    if let Err(e) = cleanup {
-        tracing::error!(job = %spec.id, "cleanup of the job's cgroup failed: {e}");
+    cleanup(&spec, cg, &spool, outcome).await
+}
+
+/// Follow a job set up here (launched, or re-adopted after an agent restart) to its end:
+/// registered for steps, tasks and signals meanwhile. `walltime` is what is left of it.
+pub(crate) async fn follow(
+    ctx: &JobContext,
+    job: Arc<JobHandle>,
+    script: Option<Script>,
+    kill: &mut mpsc::UnboundedReceiver<String>,
+    started: Instant,
+    walltime: Option<Duration>,
+) -> JobOutcome {
+    let id = job.spec.id;
+    ctx.registry.insert(job.clone());
+    let (spec, cg, suspension) = (&job.spec, job.cgroup.clone(), job.suspension.clone());
+    let outcome = match script {
+        Some(mut script) => supervise(spec, &mut script, cg, kill, &suspension, started, walltime).await,
+        None => hold(spec, cg, kill, &suspension, started, walltime).await,
+    };
+    ctx.registry.remove(id);
+    outcome
+}
+
+/// Nothing of the job survives it: kill what is left, read the accounting, remove the cgroup
+/// and the spool directory.
+pub(crate) async fn cleanup(
+    spec: &LaunchSpec,
+    cg: Arc<dyn JobCgroup>,
+    spool: &Path,
+    outcome: JobOutcome,
+) -> JobOutcome {
+    let (id, spool) = (spec.id, spool.to_path_buf());
+    tokio::task::spawn_blocking(move || cleanup_blocking(id, &*cg, &spool, outcome))
+        .await
+        .unwrap_or_else(|e| JobOutcome { reason: Some(format!("cleanup failed: {e}")), ..Default::default() })
+}
+
+/// [`cleanup`], blocking.
+pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outcome: JobOutcome) -> JobOutcome {
+    let killed = cg.kill_all(KILL_DEADLINE);
+    let usage = cg.usage();
+    let removed = cg.remove();
+    if let Err(e) = killed.and(removed) {
+        tracing::error!(job = %id, "cleanup of the job's cgroup failed: {e}");
     }
-    if let Err(e) = std::fs::remove_dir_all(&spool) {
-        tracing::warn!(job = %spec.id, "cannot remove {}: {e}", spool.display());
+    if let Err(e) = std::fs::remove_dir_all(spool) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            tracing::warn!(job = %id, "cannot remove {}: {e}", spool.display());
+        }
     }
     let mut outcome = outcome;
     if let Ok(u) = usage {
@@ -188,6 +244,7 @@ fn start(
     sets: &JobCpusets,
     binding: &HostBinding,
     agent_socket: &Path,
+    shim: Option<&Path>,
 ) -> Result<tokio::process::Child, String> {
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
     let mut setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
@@ -195,7 +252,15 @@ fn start(
         // The cpuset already confines the job; the affinity makes the binding explicit.
         setup.affinity = Some(crate::spawn::cpu_mask(&binding.host_cpus())?);
     }
-    let mut cmd = tokio::process::Command::new(spool.join("script"));
+    let mut cmd = match shim {
+        // The shim starts the script and keeps its exit status (see shim.rs).
+        Some(exe) => {
+            let mut c = tokio::process::Command::new(exe);
+            c.arg(crate::shim::SHIM_ARG).arg(spool.join(crate::shim::STATUS_FILE)).arg(spool.join("script"));
+            c
+        }
+        None => tokio::process::Command::new(spool.join("script")),
+    };
     cmd.env_clear();
     cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let nodes: Vec<&str> = spec.nodes.iter().map(|(n, _)| n.as_str()).collect();
@@ -242,18 +307,72 @@ fn start(
     })
 }
 
-/// Wait for the script to end, enforcing the walltime and honouring kill requests.
+/// The batch script's process as the agent follows it.
+pub(crate) enum Script {
+    /// Started by this agent: the shim (`shim`), or the script itself.
+    Child { child: tokio::process::Child, spool: PathBuf, shim: bool },
+    /// A shim started by an earlier agent: its end is seen through a pidfd, its status read
+    /// from the spool directory.
+    Adopted { pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, spool: PathBuf },
+    /// It ended while the agent was down.
+    Gone { spool: PathBuf },
+}
+
+/// How the script ended.
+pub(crate) enum Ended {
+    Status(Status),
+    /// Its shim left no status (it ended while the agent was down without writing one, or
+    /// was killed).
+    Unknown,
+    Lost(String),
+}
+
+impl Script {
+    /// Wait for the end; may be called again after it returned.
+    async fn wait(&mut self) -> Ended {
+        match self {
+            Script::Child { child, spool, shim } => match child.wait().await {
+                Ok(st) => {
+                    if *shim {
+                        if let Some(s @ Status::LaunchError(_)) = Status::read(spool) {
+                            return Ended::Status(s);
+                        }
+                    }
+                    match (st.code(), st.signal()) {
+                        (Some(c), _) => Ended::Status(Status::Code(c)),
+                        (None, Some(s)) => Ended::Status(Status::Signal(s)),
+                        (None, None) => Ended::Unknown,
+                    }
+                }
+                Err(e) => Ended::Lost(e.to_string()),
+            },
+            Script::Adopted { pidfd, spool } => match pidfd.readable().await {
+                // Readable once the process has ended; the readiness is kept for later calls.
+                Ok(guard) => {
+                    drop(guard);
+                    Status::read(spool).map(Ended::Status).unwrap_or(Ended::Unknown)
+                }
+                Err(e) => Ended::Lost(format!("pidfd: {e}")),
+            },
+            Script::Gone { spool } => Status::read(spool).map(Ended::Status).unwrap_or(Ended::Unknown),
+        }
+    }
+}
+
+/// Wait for the script to end, enforcing what is left of the walltime (`walltime`) and
+/// honouring kill requests.
 async fn supervise(
     spec: &LaunchSpec,
-    child: &mut tokio::process::Child,
+    script: &mut Script,
     cg: Arc<dyn JobCgroup>,
     kill: &mut mpsc::UnboundedReceiver<String>,
     suspension: &Suspension,
     started: Instant,
+    walltime: Option<Duration>,
 ) -> JobOutcome {
     let reason: Option<String> = tokio::select! {
-        status = child.wait() => return finished(status, None, started),
-        r = end_request(spec, kill, suspension) => Some(r),
+        ended = script.wait() => return finished(spec, ended, None, started),
+        r = end_request(walltime, kill, suspension) => Some(r),
     };
     suspension.end(spec.id, &cg).await;
     // SIGTERM to every process of the job, a grace period, then SIGKILL to whatever is left.
@@ -261,29 +380,33 @@ async fn supervise(
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
     let term_sent = Instant::now();
     let grace = Duration::from_millis(spec.kill_grace_ms);
-    let status = match tokio::time::timeout(grace, child.wait()).await {
-        Ok(status) => {
+    let ended = match tokio::time::timeout(grace, script.wait()).await {
+        Ok(ended) => {
             // The script is gone; the rest of the job gets what is left of the grace period.
             while term_sent.elapsed() < grace && !cg.is_empty().unwrap_or(true) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
-            status
+            ended
         }
         Err(_) => {
             let cg2 = cg.clone();
             let _ = tokio::task::spawn_blocking(move || cg2.kill_all(KILL_DEADLINE)).await;
-            child.wait().await
+            script.wait().await
         }
     };
-    finished(status, reason, started)
+    finished(spec, ended, reason, started)
 }
 
-/// Why the job must end: its walltime passed (time suspended not counted), or a kill
-/// request (its reason) arrived.
-async fn end_request(spec: &LaunchSpec, kill: &mut mpsc::UnboundedReceiver<String>, suspension: &Suspension) -> String {
+/// Why the job must end: what was left of its walltime (`walltime`) passed (time suspended
+/// not counted), or a kill request (its reason) arrived.
+async fn end_request(
+    walltime: Option<Duration>,
+    kill: &mut mpsc::UnboundedReceiver<String>,
+    suspension: &Suspension,
+) -> String {
     let deadline = async {
-        match spec.walltime_seconds {
-            Some(w) => suspension.walltime(Duration::from_secs(w)).await,
+        match walltime {
+            Some(w) => suspension.walltime(w).await,
             None => std::future::pending().await,
         }
     };
@@ -302,8 +425,9 @@ async fn hold(
     kill: &mut mpsc::UnboundedReceiver<String>,
     suspension: &Suspension,
     started: Instant,
+    walltime: Option<Duration>,
 ) -> JobOutcome {
-    let reason = end_request(spec, kill, suspension).await;
+    let reason = end_request(walltime, kill, suspension).await;
     suspension.end(spec.id, &cg).await;
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
@@ -319,14 +443,30 @@ async fn hold(
     }
 }
 
-fn finished(status: std::io::Result<std::process::ExitStatus>, reason: Option<String>, started: Instant) -> JobOutcome {
-    let wall_ms = started.elapsed().as_millis() as u64;
-    match status {
-        Ok(st) => JobOutcome { exit_code: st.code(), signal: st.signal(), reason, wall_ms, ..Default::default() },
-        Err(e) => JobOutcome {
-            reason: Some(reason.unwrap_or_else(|| format!("lost track of the script: {e}"))),
-            wall_ms,
-            ..Default::default()
-        },
+/// The reason of a job whose status is unknown.
+pub const UNKNOWN_STATUS: &str = "ended while the agent was down; exit status unknown";
+
+fn finished(spec: &LaunchSpec, ended: Ended, reason: Option<String>, started: Instant) -> JobOutcome {
+    outcome_of(spec, ended, reason, started.elapsed().as_millis() as u64)
+}
+
+/// The outcome of a script that ended so (`reason`: why berth ended it, if it did).
+pub(crate) fn outcome_of(spec: &LaunchSpec, ended: Ended, reason: Option<String>, wall_ms: u64) -> JobOutcome {
+    let mut out = JobOutcome { reason, wall_ms, ..Default::default() };
+    match ended {
+        Ended::Status(Status::Code(c)) => out.exit_code = Some(c),
+        Ended::Status(Status::Signal(s)) => out.signal = Some(s),
+        Ended::Status(Status::LaunchError(errno)) => {
+            let e = std::io::Error::from_raw_os_error(errno);
+            out.reason = Some(out.reason.unwrap_or_else(|| {
+                format!(
+                    "launch_failed: cannot start the batch script as {} (uid {}): {e}; check that {} and the output paths are accessible to that user",
+                    spec.user.name, spec.user.uid, spec.cwd
+                )
+            }));
+        }
+        Ended::Unknown => out.reason = Some(out.reason.unwrap_or_else(|| UNKNOWN_STATUS.into())),
+        Ended::Lost(e) => out.reason = Some(out.reason.unwrap_or_else(|| format!("lost track of the script: {e}"))),
     }
+    out
 }

@@ -1,5 +1,6 @@
 //! berth-agent: everything that happens on one host (`berth agent`).
 
+pub mod adopt;
 pub mod binding;
 pub mod cgroup;
 pub mod cpumap;
@@ -12,8 +13,10 @@ pub mod job;
 pub mod pmi;
 pub mod pmi2;
 pub mod rank;
+pub mod records;
 pub mod registry;
 pub mod shepherd;
+pub mod shim;
 pub mod spawn;
 pub mod step_ranks;
 pub mod suspend;

@@ -71,6 +71,12 @@ impl Suspension {
         p.total + p.since.map(|s| s.elapsed()).unwrap_or_default()
     }
 
+    /// A job re-adopted by a restarted agent and found frozen: suspended from now on (how
+    /// long it was suspended before the restart is not known here).
+    pub fn adopt_frozen(&self) {
+        self.pause();
+    }
+
     fn pause(&self) {
         self.clock.send_modify(|p| {
             if p.since.is_none() {

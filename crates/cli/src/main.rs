@@ -244,6 +244,12 @@ enum Command {
 }
 
 fn main() {
+    // The batch script's shim (started by the agent in the job's cgroup, as the user): no
+    // argument parsing, logging or runtime.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == berth_agent::shim::SHIM_ARG) {
+        berth_agent::shim::main(&args.collect::<Vec<_>>());
+    }
     let cli = Cli::parse_from(run::rewrite_np(std::env::args().collect()));
     let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));

@@ -161,7 +161,8 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap();
     assert_eq!(n["state"], "down");
-    // The job's process outlived its agent; a restarted agent cleans its cgroups.
+    // The job's process outlived its agent; the restarted agent re-adopts it, reports it
+    // running, and the controller (which failed it) has it killed and cleaned up.
     assert!(pid_alive(job_pid), "the job's process should outlive its killed agent");
     assert!(c.berth(&["up"]).status.success());
     let t1 = Instant::now();
@@ -172,8 +173,18 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Its directory goes with the rest of the job, just after its processes.
     let spool = std::path::PathBuf::from(format!("/tmp/berth/{}-{node}/{id}", c.cluster_id()));
-    assert!(!spool.exists(), "{} left behind", spool.display());
+    while spool.exists() {
+        assert!(t1.elapsed() < Duration::from_secs(15), "{} left behind", spool.display());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let log = std::fs::read_to_string(c.dir.join("logs").join(format!("{node}.log"))).unwrap_or_default();
+    assert!(
+        log.contains("not running according to the controller"),
+        "the orphan was not killed on the controller's word:\n{log}"
+    );
+    assert_eq!(c.show(id)["state"], "node_fail", "the job's late end does not change its state");
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap();
     assert_eq!(n["state"], "up");

@@ -116,6 +116,12 @@ fn cancel_hold_release() {
     let c = Cluster::up(1, MAPPED);
     let running = c.submit("long.sh", "#!/bin/sh\n#BERTH --cores 2\necho $$ > pid\nexec sleep 300\n", &[]);
     c.wait_state(running, &["running"], Duration::from_secs(20));
+    // "running" is the controller's word: wait for the script itself (started by its shim).
+    let t0 = std::time::Instant::now();
+    while std::fs::read_to_string(c.root().join("pid")).map(|t| !t.ends_with('\n')).unwrap_or(true) {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the script never wrote its pid");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let held = c.submit("held.sh", "#!/bin/sh\necho ran\n", &["--cores", "1"]);
     let out = c.berth(&["hold", &held.to_string()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

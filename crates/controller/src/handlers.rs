@@ -440,6 +440,11 @@ impl Controller {
             let Some(job) = self.jobs.get_mut(&id) else { continue };
             let runs_script = Self::head_node(&job.allocation) == Some(index) && !job.is_interactive();
             if reg.running.contains(&id) || reg.ended.contains(&id) {
+                if restarted && reg.running.contains(&id) {
+                    // The restarted agent found the job still running in its cgroup.
+                    tracing::info!(job = %id, node = %reg.name, "the restarted agent re-adopted the job");
+                    self.store.event(now, "job_readopted", Some(id), Some(&reg.name), "")?;
+                }
                 if let Some(reason) = job.kill_sent.clone() {
                     self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
                 }

@@ -130,6 +130,9 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     /// it is thawed again and [`CgroupError::Timeout`] returned.
     fn freeze(&self) -> Result<(), CgroupError>;
     fn thaw(&self) -> Result<(), CgroupError>;
+    /// Frozen, or being frozen (v1 freezer.state FROZEN/FREEZING, v2 cgroup.freeze 1):
+    /// how a restarted agent finds the jobs that were suspended.
+    fn is_frozen(&self) -> Result<bool, CgroupError>;
     /// Kill every process so none survives, even fork loops and double-forked
     /// daemons: v2 cgroup.kill where present, else freeze, SIGKILL all, thaw,
     /// repeat until empty. [`CgroupError::Unkillable`] if some remain at `deadline`.

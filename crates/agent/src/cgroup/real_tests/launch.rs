@@ -63,6 +63,8 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
         spool_root,
         registry: Default::default(),
         agent_socket: tmp.path().join("agent.sock"),
+        shim: None,
+        records: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mem0 = real_mems.iter().next().unwrap().to_string();

@@ -46,6 +46,8 @@ fn node(test: &str) -> Option<Node> {
         spool_root,
         registry: Default::default(),
         agent_socket: tmp.path().join("agent.sock"),
+        shim: None,
+        records: None,
     });
     Some(Node { r, tmp, ctx, host })
 }

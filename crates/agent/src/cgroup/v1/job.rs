@@ -106,6 +106,10 @@ impl JobCgroup for V1Job {
         self.set_freezer("THAWED", util::FREEZE_WAIT)
     }
 
+    fn is_frozen(&self) -> Result<bool, CgroupError> {
+        Ok(self.freezer_state()? != "THAWED")
+    }
+
     fn kill_all(&self, deadline: Duration) -> Result<(), CgroupError> {
         procs::freeze_kill_loop(
             deadline,

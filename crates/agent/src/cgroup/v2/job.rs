@@ -103,6 +103,10 @@ impl JobCgroup for V2Job {
         self.set_frozen(false, util::FREEZE_WAIT)
     }
 
+    fn is_frozen(&self) -> Result<bool, CgroupError> {
+        Ok(util::read_trimmed(&self.dir.join("cgroup.freeze"))? == "1")
+    }
+
     fn kill_all(&self, deadline: Duration) -> Result<(), CgroupError> {
         if util::is_file(&self.dir.join("cgroup.kill")) {
             return self.kill_with_cgroup_kill(deadline);

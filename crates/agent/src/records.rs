@@ -1,0 +1,239 @@
+//! What the agent keeps on disk about its jobs, so that a restarted agent re-adopts the jobs
+//! still running in its cgroups and reports those that ended while it was down.
+//!
+//! In the agent's state directory (root only):
+//! - `jobs/<id>.json`: a [`JobRecord`], written once the job is set up (its shim started);
+//! - `ended/<id>.json`: the [`JobOutcome`] of a job that ended here and whose end the
+//!   controller has not acknowledged yet.
+//!
+//! Both are removed when the controller acknowledges the end (`EndAck`). Every file is
+//! written to a temporary name, synced, renamed into place, and the directory synced.
+
+use berth_core::job::JobOutcome;
+use berth_core::JobId;
+use berth_protocol::agent::LaunchSpec;
+use serde::{Deserialize, Serialize};
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// A job set up on this node, as a restarted agent needs it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub spec: LaunchSpec,
+    /// The shim (the batch script's parent) on the job's first node; None elsewhere.
+    pub shim_pid: Option<i32>,
+    /// Its start time (field 22 of /proc/<pid>/stat, clock ticks since boot), so that a
+    /// reused pid is not taken for it.
+    pub shim_start_time: Option<u64>,
+    /// When the job started here (milliseconds since the Unix epoch): the walltime's base.
+    pub started_unix_ms: u64,
+    /// The job's cgroup name under the agent's root (`job_<id>`).
+    pub cgroup: String,
+    /// `BERTH_CPUSET`.
+    pub cpuset_dir: PathBuf,
+    /// The job's spool directory (script, nodefile, TMPDIR, exit status).
+    pub spool: PathBuf,
+}
+
+/// The `jobs/` and `ended/` directories of an agent's state directory.
+#[derive(Debug)]
+pub struct Records {
+    jobs: PathBuf,
+    ended: PathBuf,
+}
+
+impl Records {
+    /// Make (root only, 0700) the directories under `state_dir`.
+    pub fn open(state_dir: &Path) -> std::io::Result<Records> {
+        let r = Records { jobs: state_dir.join("jobs"), ended: state_dir.join("ended") };
+        for d in [&r.jobs, &r.ended] {
+            std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
+        }
+        Ok(r)
+    }
+
+    pub fn save_job(&self, rec: &JobRecord) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
+        write_durably(&self.jobs, &file_name(rec.spec.id), &bytes)
+    }
+
+    pub fn save_ended(&self, id: JobId, outcome: &JobOutcome) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
+        write_durably(&self.ended, &file_name(id), &bytes)
+    }
+
+    /// The job's end was acknowledged: nothing about it is kept.
+    pub fn forget(&self, id: JobId) {
+        for d in [&self.jobs, &self.ended] {
+            match std::fs::remove_file(d.join(file_name(id))) {
+                Ok(()) => sync_dir(d),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => tracing::warn!(job = %id, "cannot remove the record in {}: {e}", d.display()),
+            }
+        }
+    }
+
+    /// Forget only the job record (its end is recorded in `ended/`).
+    pub fn forget_job(&self, id: JobId) {
+        if std::fs::remove_file(self.jobs.join(file_name(id))).is_ok() {
+            sync_dir(&self.jobs);
+        }
+    }
+
+    /// Every readable job record; unreadable ones are logged and removed.
+    pub fn load_jobs(&self) -> Vec<JobRecord> {
+        load::<JobRecord>(&self.jobs).into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// Every ended-but-unacknowledged outcome.
+    pub fn load_ended(&self) -> Vec<(JobId, JobOutcome)> {
+        load(&self.ended)
+    }
+}
+
+fn file_name(id: JobId) -> String {
+    format!("{id}.json")
+}
+
+fn entries(dir: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p: &PathBuf| {
+            p.extension().is_some_and(|e| e == "json")
+                && p.file_stem().and_then(|s| s.to_str()).is_some_and(|s| s.parse::<u64>().is_ok())
+        })
+        .collect();
+    out.sort_by_key(|p| p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse::<u64>().ok()));
+    out
+}
+
+fn load<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<(JobId, T)> {
+    let mut out = Vec::new();
+    for p in entries(dir) {
+        let Some(id) = p.file_stem().and_then(|s| s.to_str()).and_then(|s| s.parse().ok()) else { continue };
+        match std::fs::read(&p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| serde_json::from_slice::<T>(&b).map_err(|e| e.to_string()))
+        {
+            Ok(v) => out.push((JobId(id), v)),
+            Err(e) => {
+                tracing::warn!(file = %p.display(), "removing an unreadable job record: {e}");
+                let _ = std::fs::remove_file(&p);
+            }
+        }
+    }
+    // Temporaries of a write the agent did not finish.
+    if let Ok(rd) = std::fs::read_dir(dir) {
+        for e in rd.flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+    out
+}
+
+/// tmp + fsync + rename + fsync of the directory.
+fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir);
+    Ok(())
+}
+
+fn sync_dir(dir: &Path) {
+    if let Ok(d) = std::fs::File::open(dir) {
+        let _ = d.sync_all();
+    }
+}
+
+/// Start time of process `pid` (field 22 of /proc/<pid>/stat, in clock ticks after boot);
+/// None if there is no such process.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of a /proc/<pid>/stat line; the command (field 2) may hold spaces and parens.
+pub(crate) fn parse_start_time(stat: &str) -> Option<u64> {
+    let after = &stat[stat.rfind(')')? + 1..];
+    // Fields 3.. follow the command: field 22 is the 20th of them.
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Parent pid (field 4 of /proc/<pid>/stat).
+pub(crate) fn proc_parent(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = &stat[stat.rfind(')')? + 1..];
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+pub(crate) fn now_unix_ms() -> u64 {
+    (crate::now_nanos() / 1_000_000) as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(id: u64) -> LaunchSpec {
+        serde_json::from_value(serde_json::json!({
+            "id": id, "name": "t", "user": {"uid": 1000, "gid": 1000, "groups": [10], "name": "u"},
+            "env": [["A", "b"]], "cwd": "/", "script": "#!/bin/sh\ntrue\n", "stdout": "/o", "stderr": "/e",
+            "allocation": {"node_id": 0, "node": "n", "cpus": "0-1", "cores": 2, "mems": "0", "memory_bytes": 1024},
+            "nodes": [["n", 2]], "walltime_seconds": 60, "kill_grace_ms": 100
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn records_round_trip_and_forget() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = Records::open(tmp.path()).unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(std::fs::metadata(tmp.path().join("jobs")).unwrap().mode() & 0o777, 0o700);
+        let rec = JobRecord {
+            spec: spec(7),
+            shim_pid: Some(1234),
+            shim_start_time: Some(99),
+            started_unix_ms: 1_700_000_000_000,
+            cgroup: "job_7".into(),
+            cpuset_dir: "/sys/fs/cgroup/cpuset/berth/n/job_7".into(),
+            spool: "/tmp/berth/n/7".into(),
+        };
+        r.save_job(&rec).unwrap();
+        let mut other = rec.clone();
+        other.spec = spec(12);
+        other.shim_pid = None;
+        r.save_job(&other).unwrap();
+        assert_eq!(r.load_jobs(), vec![rec.clone(), other.clone()]);
+        let out = JobOutcome { exit_code: Some(7), wall_ms: 10, ..Default::default() };
+        r.save_ended(JobId(7), &out).unwrap();
+        assert_eq!(r.load_ended(), vec![(JobId(7), out)]);
+        // Garbage and leftovers of an unfinished write are dropped.
+        std::fs::write(tmp.path().join("jobs/13.json"), "{not json").unwrap();
+        std::fs::write(tmp.path().join("jobs/14.json.tmp"), "{").unwrap();
+        assert_eq!(r.load_jobs().len(), 2);
+        assert!(!tmp.path().join("jobs/13.json").exists() && !tmp.path().join("jobs/14.json.tmp").exists());
+        r.forget(JobId(7));
+        assert_eq!(r.load_jobs(), vec![other]);
+        assert!(r.load_ended().is_empty());
+        r.forget(JobId(12));
+        assert!(r.load_jobs().is_empty());
+    }
+
+    #[test]
+    fn start_time_field() {
+        let line = "4242 (a) b (c)) S 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 10";
+        assert_eq!(parse_start_time(line), Some(987654));
+        assert_eq!(parse_start_time("1 (x) S 0"), None);
+        let me = std::process::id() as i32;
+        assert!(proc_start_time(me).is_some());
+        assert_eq!(proc_parent(me), Some(std::os::unix::process::parent_id() as i32));
+    }
+}
