@@ -323,9 +323,9 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     let t0 = Instant::now();
     loop {
         let ready = match request(dir, ClientRequest::ListNodes { topology: false }).await {
-            Ok(ClientResponse::Nodes { nodes }) => wait_for
-                .iter()
-                .all(|n| nodes.iter().any(|x| &x.name == *n && x.state != "down" && !x.state.contains("not connected"))),
+            Ok(ClientResponse::Nodes { nodes }) => wait_for.iter().all(|n| {
+                nodes.iter().any(|x| &x.name == *n && x.state != "down" && !x.state.contains("not connected"))
+            }),
             _ => false,
         };
         if ready {
