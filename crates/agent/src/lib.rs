@@ -1,5 +1,6 @@
 //! berth-agent: everything that happens on one host (`berth agent`).
 
+pub mod auth;
 pub mod binding;
 pub mod cgroup;
 pub mod cpumap;

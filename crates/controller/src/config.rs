@@ -73,6 +73,17 @@ pub struct ControllerConfig {
     /// The reservations API for external schedulers (`[api]`, docs/reservations.md).
     #[serde(default)]
     pub api: crate::api::ApiConfig,
+    /// The cluster key agents and the controller prove themselves with (`berth keygen`;
+    /// docs/protocol.md, "Authentication"). `berth server` defaults it to DIR/cluster.key.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// How far a signed timestamp may be from this controller's clock (seconds).
+    #[serde(default = "default_replay_window")]
+    pub replay_window_secs: u64,
+}
+
+fn default_replay_window() -> u64 {
+    60
 }
 
 /// `[scheduler]`: which backfill, and bounds on one pass so a huge queue never stalls it.
