@@ -75,9 +75,9 @@ pub enum ServerError {
 
 /// Run the controller until SIGTERM or SIGINT.
 pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
+    let store = Store::open(&cfg.state_dir)?;
     // No key, no controller: agents could not prove themselves, nor could we.
     let key = Arc::new(ClusterKey::load(cfg.key_file.as_deref().ok_or(ServerError::NoKey)?)?);
-    let store = Store::open(&cfg.state_dir)?;
     let mut ctl = Controller::load(cfg.clone(), store)?;
     ctl.key = Some(key.clone());
     let auth = Arc::new(AgentAuth {
