@@ -88,12 +88,7 @@ impl AgentAuth {
     }
 
     /// Everything a step launch must pass before anything starts here.
-    pub async fn check_step_launch(
-        &self,
-        ctx: &JobContext,
-        grant: &StepGrant,
-        subtree: &[u32],
-    ) -> Result<(), Refused> {
+    pub async fn check_step_launch(&self, ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
         let auth = |m: String| (Refusal::Auth, m);
         let launch = |m: String| (Refusal::Launch, m);
         let (job, step) = (grant.job, grant.step);

@@ -7,13 +7,13 @@ use crate::job::{cgroup_name, run_job, JobContext};
 use crate::suspend::Op;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::Refusal;
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
 use berth_protocol::auth::{
-    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope,
-    Role, DEFAULT_WINDOW, LABEL_REGISTER,
+    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, Role,
+    DEFAULT_WINDOW, LABEL_REGISTER,
 };
 use berth_protocol::frame::{decode, to_json};
-use berth_protocol::agent::Refusal;
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
 use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
 use std::collections::BTreeMap;
@@ -237,7 +237,9 @@ async fn connection(
         },
     };
     let heartbeat = match reply {
-        ControllerMessage::Registered { heartbeat_interval_ms, .. } => Duration::from_millis(heartbeat_interval_ms.max(100)),
+        ControllerMessage::Registered { heartbeat_interval_ms, .. } => {
+            Duration::from_millis(heartbeat_interval_ms.max(100))
+        }
         ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
         other => return Err(format!("unexpected first reply {other:?}")),
     };

@@ -75,10 +75,9 @@ fn key(c: &Cluster) -> ClusterKey {
 }
 
 fn registration(name: &str) -> AgentMessage {
-    let topology = berth_agent::hwtopo::load(&berth_agent::hwtopo::TopologySource::Synthetic(
-        "package:1 core:1 pu:1".into(),
-    ))
-    .unwrap();
+    let topology =
+        berth_agent::hwtopo::load(&berth_agent::hwtopo::TopologySource::Synthetic("package:1 core:1 pu:1".into()))
+            .unwrap();
     AgentMessage::Register(Box::new(Registration {
         name: name.into(),
         hostname: "nowhere".into(),
@@ -235,8 +234,10 @@ fn users_and_launches_are_checked() {
 
     // (d) Launches straight to the agent's port.
     let nodes = c.json(&["nodes"]);
-    let address =
-        nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap()["address"].as_str().unwrap().to_string();
+    let address = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
     let key = key(&c);
     let grant = |step: u32, rank_cpus: CpuSet, argv: &[&str]| {
         let mut g = StepGrant {
@@ -254,7 +255,11 @@ fn users_and_launches_are_checked() {
             bind: true,
             notify_signal: None,
             kill_grace_ms: 500,
-            nodes: vec![StepNode { name: node.clone(), address: address.clone(), ranks: vec![RankPlace { rank: 0, cpus: rank_cpus }] }],
+            nodes: vec![StepNode {
+                name: node.clone(),
+                address: address.clone(),
+                ranks: vec![RankPlace { rank: 0, cpus: rank_cpus }],
+            }],
             interactive: false,
             expires_ms: 0,
             mac: String::new(),
@@ -317,10 +322,7 @@ fn users_and_launches_are_checked() {
 
     // An unsigned agent-to-agent task request.
     let mut s = connect(&address);
-    send(
-        &mut s,
-        &AgentQuery::Task { request: berth_protocol::step::TaskRequest::RemoteInfo { job: JobId(id) } },
-    );
+    send(&mut s, &AgentQuery::Task { request: berth_protocol::step::TaskRequest::RemoteInfo { job: JobId(id) } });
     let reply: Value = serde_json::from_slice(&recv(&mut s).unwrap()).unwrap();
     assert!(reply["message"].as_str().unwrap_or("").contains("unsigned task request"), "{reply}");
     wait_event(&c, "auth_refused", "unsigned task request");
@@ -341,11 +343,8 @@ fn daemons_refuse_to_start_without_a_private_key() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     // No key.
-    let out = Command::new(BIN)
-        .args(["agent", "--name", "x", "--key-file"])
-        .arg(dir.join("missing.key"))
-        .output()
-        .unwrap();
+    let out =
+        Command::new(BIN).args(["agent", "--name", "x", "--key-file"]).arg(dir.join("missing.key")).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("berth keygen"), "{}", String::from_utf8_lossy(&out.stderr));
     // A key others can read.
@@ -355,13 +354,7 @@ fn daemons_refuse_to_start_without_a_private_key() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
     std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
-    let out = Command::new(BIN)
-        .arg("--dir")
-        .arg(dir)
-        .args(["server", "--key-file"])
-        .arg(&key)
-        .output()
-        .unwrap();
+    let out = Command::new(BIN).arg("--dir").arg(dir).args(["server", "--key-file"]).arg(&key).output().unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"), "{}", String::from_utf8_lossy(&out.stderr));
     // keygen does not replace a key.

@@ -10,11 +10,11 @@ use crate::handlers::Peer;
 use crate::state::{unix_now, AgentTx, Controller};
 use crate::store::{Store, StoreError};
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
-use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode};
 use berth_protocol::auth::{
     now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, KeyError,
     ReplayGuard, Role, DEFAULT_GUARD_CAPACITY, LABEL_REGISTER,
 };
+use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode};
 use berth_protocol::frame::decode;
 use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -390,7 +390,10 @@ async fn serve_agent(
         Err(e) => {
             let why = match e {
                 ProtocolError::Version { theirs } => {
-                    format!("protocol version {theirs}, not {}: run the same berth version", berth_protocol::PROTOCOL_VERSION)
+                    format!(
+                        "protocol version {theirs}, not {}: run the same berth version",
+                        berth_protocol::PROTOCOL_VERSION
+                    )
                 }
                 _ => "the registration is not signed with the cluster key".to_string(),
             };
@@ -399,9 +402,11 @@ async fn serve_agent(
             return;
         }
     };
-    let opened = auth.guard.lock().map_err(|_| "replay guard poisoned".to_string()).and_then(|mut g| {
-        env.open(&auth.key, LABEL_REGISTER, &mut g, now_ms()).map_err(|e| e.to_string())
-    });
+    let opened = auth
+        .guard
+        .lock()
+        .map_err(|_| "replay guard poisoned".to_string())
+        .and_then(|mut g| env.open(&auth.key, LABEL_REGISTER, &mut g, now_ms()).map_err(|e| e.to_string()));
     let agent_nonce = match opened {
         Ok(n) => n,
         Err(why) => {

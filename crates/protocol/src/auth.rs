@@ -69,7 +69,9 @@ pub enum KeyError {
     Read { path: String, source: std::io::Error },
     #[error("the cluster key {path} is accessible by group or others (mode {mode:04o}); it must be secret: `chmod 600 {path}`")]
     Permissions { path: String, mode: u32 },
-    #[error("the cluster key {path} is owned by uid {owner}, not by this daemon's user (uid {me}): `chown {me} {path}`")]
+    #[error(
+        "the cluster key {path} is owned by uid {owner}, not by this daemon's user (uid {me}): `chown {me} {path}`"
+    )]
     Owner { path: String, owner: u32, me: u32 },
     #[error("{path} is not a berth cluster key ({why}); create one with `berth keygen FILE`")]
     Format { path: String, why: String },
@@ -152,9 +154,10 @@ impl ClusterKey {
             return Err(KeyError::Permissions { path: p, mode });
         }
         let text = std::fs::read_to_string(path).map_err(|source| KeyError::Read { path: p.clone(), source })?;
-        let bytes = unhex(text.trim())
-            .filter(|b| b.len() == KEY_BYTES)
-            .ok_or_else(|| KeyError::Format { path: p.clone(), why: format!("expected {} hex digits", 2 * KEY_BYTES) })?;
+        let bytes = unhex(text.trim()).filter(|b| b.len() == KEY_BYTES).ok_or_else(|| KeyError::Format {
+            path: p.clone(),
+            why: format!("expected {} hex digits", 2 * KEY_BYTES),
+        })?;
         let mut k = [0u8; KEY_BYTES];
         k.copy_from_slice(&bytes);
         Ok(ClusterKey(k))
@@ -203,7 +206,7 @@ pub fn hex(bytes: &[u8]) -> String {
 }
 
 pub fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
+    if s.len() & 1 == 1 || !s.is_ascii() {
         return None;
     }
     (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok()).collect()

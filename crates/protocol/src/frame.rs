@@ -42,7 +42,8 @@ struct VersionOnly {
 
 /// A message's frame body: its JSON with `"v"` (no length prefix).
 pub fn to_json<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
-    serde_json::to_vec(&OutEnvelope { v: PROTOCOL_VERSION, body: msg }).map_err(|e| ProtocolError::Malformed(e.to_string()))
+    serde_json::to_vec(&OutEnvelope { v: PROTOCOL_VERSION, body: msg })
+        .map_err(|e| ProtocolError::Malformed(e.to_string()))
 }
 
 /// Encode a message as one frame's bytes (length prefix included).

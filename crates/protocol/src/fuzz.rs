@@ -11,6 +11,7 @@ use crate::agent::{
     AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Refusal, Registration,
     UserIdentity,
 };
+use crate::auth::{Envelope, SessionFrame};
 use crate::client::{
     Accounting, AdvanceCreate, AdvanceInfo, ApiError, CgroupInfo, ClientRequest, ClientResponse, ErrorCode, IdResult,
     JobInfo, NodeInfo, NumaInfo, PuHolder, QueueInfo, SubmitRequest, SubnodeInfo,
@@ -21,7 +22,6 @@ use crate::reservation::{
     OptionValue, ReservationErrorCode, ReservationInfo, ReservationReply, ReservationRequest, ReservationState,
     ReserveRequest, ReserveResources, ReservedNode,
 };
-use crate::auth::{Envelope, SessionFrame};
 use crate::step::{
     AllocationNode, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepInfo, StepNode, StepOutcome, TaskInfo,
     TaskReply, TaskRequest, TreeDown, TreeUp,
