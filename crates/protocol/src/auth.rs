@@ -227,10 +227,10 @@ pub fn now_ms() -> u64 {
 /// Is `ts` within `window` of `now` (both Unix milliseconds)?
 pub fn check_time(ts: u64, now: u64, window: Duration) -> Result<(), AuthError> {
     let w = window.as_millis() as u64;
-    if ts + w < now {
+    if ts.saturating_add(w) < now {
         return Err(AuthError::Stale(now - ts));
     }
-    if ts > now + w {
+    if ts > now.saturating_add(w) {
         return Err(AuthError::Future(ts - now));
     }
     Ok(())
@@ -361,7 +361,7 @@ impl ReplayGuard {
         if self.seen.len() >= self.capacity {
             return Err(AuthError::GuardFull(self.capacity));
         }
-        let until = ts + self.window.as_millis() as u64;
+        let until = ts.saturating_add(self.window.as_millis() as u64);
         self.seen.insert(*nonce, until);
         self.order.insert((until, *nonce));
         Ok(())
@@ -559,6 +559,8 @@ mod tests {
         assert_eq!(stale.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Stale(61_000)));
         let future = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now + 61_000, random_nonce());
         assert_eq!(future.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Future(61_000)));
+        let far = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), u64::MAX, random_nonce());
+        assert!(matches!(far.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Future(_))));
         let edge = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now - 59_000, random_nonce());
         edge.open(&k, LABEL_REGISTER, &mut g, now).unwrap();
         // A configurable window.
