@@ -360,3 +360,55 @@ fn daemons_refuse_to_start_without_a_private_key() {
     // keygen does not replace a key.
     assert!(!Command::new(BIN).arg("keygen").arg(&key).output().unwrap().status.success());
 }
+
+#[test]
+fn agents_refuse_a_controller_that_cannot_prove_the_key() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let key_file = tmp.path().join("cluster.key");
+    let key = ClusterKey::generate(&key_file).unwrap();
+    // A controller impostor: listens where the agent is told the controller is.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let id = format!("authtest{}", std::process::id());
+    let log = tmp.path().join("agent.log");
+    let mut agent = Command::new(BIN)
+        .args(["agent", "--name", "n1", "--controller", &addr, "--topology-synthetic", "package:1 core:1 pu:1"])
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .args(["--cgroup-root", &format!("berth/{id}/n1"), "--spool-dir", &format!("/tmp/berth/{id}-n1")])
+        .arg("--key-file")
+        .arg(&key_file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The agent's registration is signed with the key.
+    let hello: Envelope = decode(&recv(&mut s).expect("a registration")).unwrap();
+    let nonce = hello.verify(&key, LABEL_REGISTER).expect("signed with the cluster key");
+    // Answered with another key: the agent must not take it.
+    let wrong = ClusterKey::random().unwrap();
+    let reply = ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000 };
+    send(&mut s, &Envelope::seal(&wrong, &registered_label(&nonce), &reply).unwrap());
+    // Nor a correctly signed answer recorded for another registration (bound to its nonce).
+    let (mut s2, _) = listener.accept().unwrap();
+    s2.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _: Envelope = decode(&recv(&mut s2).expect("a second registration")).unwrap();
+    send(&mut s2, &Envelope::seal(&key, &registered_label(&nonce), &reply).unwrap());
+    let t0 = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.matches("could not prove it holds the cluster key").count() >= 2 {
+            break text;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the agent did not refuse the impostor:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!text.contains(" registered"), "{text}");
+    // SAFETY: plain kill(2) of the agent this test started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let _ = agent.wait();
+    let root = format!("berth/{id}");
+    let _ = berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root());
+}
