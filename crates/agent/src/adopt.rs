@@ -247,6 +247,13 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("5").env("BERTH_STEP_ID", "3").spawn().unwrap();
         let pid = child.id() as i32;
         assert!(descends_from(pid, Some(me)));
+        // The kernel fills /proc/PID/environ a moment after spawn returns (the vfork parent
+        // resumes before the new image's stack is set up): wait for it, bounded.
+        let t0 = Instant::now();
+        while std::fs::read(format!("/proc/{pid}/environ")).map(|e| e.is_empty()).unwrap_or(true) {
+            assert!(t0.elapsed() < Duration::from_secs(5), "no environment for {pid}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
         assert!(started_by_agent(pid));
         child.kill().unwrap();
         child.wait().unwrap();

@@ -8,8 +8,15 @@ use crate::records::Records;
 use crate::suspend::Op;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::Refusal;
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
-use berth_protocol::{read_frame, write_frame};
+use berth_protocol::auth::{
+    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, Role,
+    DEFAULT_WINDOW, LABEL_REGISTER,
+};
+use berth_protocol::frame::{decode, to_json};
+use berth_protocol::step::{RankExit, StepGrant, TreeUp};
+use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -32,6 +39,9 @@ pub struct AgentConfig {
     pub spool_dir: PathBuf,
     /// The local socket of the task API (`BERTH_AGENT_SOCKET`), usually `<state_dir>/agent.sock`.
     pub socket: PathBuf,
+    /// The cluster key (`--key-file`): proves this agent to the controller and the
+    /// controller to it, and checks step grants (docs/protocol.md, "Authentication").
+    pub key: Arc<ClusterKey>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -54,6 +64,7 @@ struct Shared {
 }
 
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone()));
     let topology = hwtopo::load(&cfg.topology)?;
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
     backend.prepare_root()?;
@@ -201,42 +212,87 @@ async fn connection(
         reg.ended = s.unacked.keys().copied().collect();
         s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
     };
-    write_frame(&mut wr, &AgentMessage::Register(Box::new(reg))).await.map_err(|e| e.to_string())?;
-    let heartbeat = match read_frame::<_, ControllerMessage>(&mut rd).await.map_err(|e| e.to_string())? {
-        Some(ControllerMessage::Registered { heartbeat_interval_ms, .. }) => {
+    if let Some(auth) = crate::auth::get() {
+        auth.set_reporter(events_tx.clone());
+    }
+    // The registration is signed and carries our nonce; the answer must be signed and bound
+    // to that nonce; both nonces key the session every later frame is checked with.
+    let agent_nonce = random_nonce();
+    let body = String::from_utf8(to_json(&AgentMessage::Register(Box::new(reg))).map_err(|e| e.to_string())?)
+        .map_err(|e| e.to_string())?;
+    let hello = Envelope::seal_body(&cfg.key, LABEL_REGISTER, body, now_ms(), agent_nonce);
+    write_frame(&mut wr, &hello).await.map_err(|e| e.to_string())?;
+    let answer = read_raw_frame(&mut rd)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("the controller closed the connection during the handshake (does it hold the same cluster key?)")?;
+    let (reply, controller_nonce) = match decode::<Envelope>(&answer) {
+        Ok(env) => {
+            let checked = env
+                .verify(&cfg.key, &registered_label(&agent_nonce))
+                .and_then(|n| check_time(env.ts, now_ms(), DEFAULT_WINDOW).map(|()| n));
+            match checked {
+                Ok(n) => (env.message::<ControllerMessage>().map_err(|e| e.to_string())?, n),
+                Err(e) => {
+                    let why = format!(
+                        "the controller at {} could not prove it holds the cluster key ({e}); not taking its orders",
+                        cfg.controller
+                    );
+                    tracing::error!("{why}");
+                    return Err(why);
+                }
+            }
+        }
+        Err(_) => match decode::<ControllerMessage>(&answer) {
+            Ok(ControllerMessage::Rejected { reason }) => {
+                return Err(format!("the controller refused this agent: {reason}"))
+            }
+            _ => {
+                let why = format!("the controller at {} answered without proving the cluster key", cfg.controller);
+                tracing::error!("{why}");
+                return Err(why);
+            }
+        },
+    };
+    let heartbeat = match reply {
+        ControllerMessage::Registered { heartbeat_interval_ms, .. } => {
             Duration::from_millis(heartbeat_interval_ms.max(100))
         }
-        Some(ControllerMessage::Rejected { reason }) => {
-            return Err(format!("the controller rejected this agent: {reason}"))
-        }
-        Some(other) => return Err(format!("unexpected first reply {other:?}")),
-        None => return Err("the controller closed the connection".into()),
+        ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
+        other => return Err(format!("unexpected first reply {other:?}")),
     };
+    let (mut sealer, mut opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
     shared.lock().map(|mut s| s.connected = true).ok();
     tracing::info!(controller = %cfg.controller, "registered");
     // Ends queued while disconnected are among these: they are not sent twice.
     let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
     for (id, outcome) in unacked {
-        write_frame(&mut wr, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
+        write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
     }
     let mut ticker = tokio::time::interval(heartbeat);
     loop {
         tokio::select! {
-            msg = read_frame::<_, ControllerMessage>(&mut rd) => {
-                match msg.map_err(|e| e.to_string())? {
-                    None => return Err("the controller closed the connection".into()),
-                    Some(m) => handle(m, ctx, shared, events_tx),
+            msg = read_sealed::<_, ControllerMessage>(&mut rd, &mut opener) => {
+                match msg {
+                    Ok(None) => return Err("the controller closed the connection".into()),
+                    Ok(Some(m)) => handle(m, ctx, shared, events_tx),
+                    Err(ProtocolError::Auth(e)) => {
+                        let why = format!("a frame from the controller failed authentication ({e}); closing the connection");
+                        tracing::error!("{why}");
+                        return Err(why);
+                    }
+                    Err(e) => return Err(e.to_string()),
                 }
             }
             Some(ev) = events_rx.recv() => {
                 if matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
                     continue;
                 }
-                write_frame(&mut wr, &ev).await.map_err(|e| e.to_string())?;
+                write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
                 let running = shared.lock().map(|s| s.running.keys().copied().collect()).unwrap_or_default();
-                write_frame(&mut wr, &AgentMessage::Heartbeat { running }).await.map_err(|e| e.to_string())?;
+                write_sealed(&mut wr, &mut sealer, &AgentMessage::Heartbeat { running }).await.map_err(|e| e.to_string())?;
             }
         }
     }
@@ -365,21 +421,42 @@ async fn serve_status(
     ctx: Arc<JobContext>,
 ) {
     loop {
-        let Ok((mut stream, _)) = listener.accept().await else { continue };
+        let Ok((mut stream, peer)) = listener.accept().await else { continue };
         let _ = stream.set_nodelay(true);
         let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
         let ctx = ctx.clone();
         tokio::spawn(async move {
+            let Some(auth) = crate::auth::get() else { return };
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
                     crate::shepherd::keepalive(&stream);
+                    if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {
+                        auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
+                        refuse_launch(&mut stream, &grant, &subtree, &name, &why).await;
+                        return;
+                    }
                     let (rd, wr) = stream.into_split();
                     crate::shepherd::serve(ctx, *grant, subtree, rd, wr).await;
                     return;
                 }
-                Ok(Some(AgentQuery::Task { request })) => {
-                    crate::tasks::serve_agent(ctx, request, stream).await;
-                    return;
+                Ok(Some(AgentQuery::Sealed(env))) => match auth.open_query(&env) {
+                    Ok(AgentQuery::Task { request }) => {
+                        crate::tasks::serve_agent(ctx, request, stream).await;
+                        return;
+                    }
+                    Ok(_) => AgentReply::Error { message: "only task requests come signed".into() },
+                    Err(why) => {
+                        let why = format!("agent request from {peer} refused: {why}");
+                        auth.refuse(Refusal::Auth, None, &why);
+                        AgentReply::Error { message: why }
+                    }
+                },
+                Ok(Some(AgentQuery::Task { .. })) => {
+                    let why = format!(
+                        "unsigned task request from {peer} refused: agents sign their task requests with the cluster key; jobs use the local socket (BERTH_AGENT_SOCKET)"
+                    );
+                    auth.refuse(Refusal::Auth, None, &why);
+                    AgentReply::Error { message: why }
                 }
                 Ok(Some(AgentQuery::Status)) => {
                     let (connected, running) =
@@ -392,6 +469,30 @@ async fn serve_status(
             let _ = write_frame(&mut stream, &reply).await;
         });
     }
+}
+
+/// Answer a refused step launch as the control tree answers a failed one: every rank of the
+/// subtree never ran, and the subtree is done.
+async fn refuse_launch(stream: &mut TcpStream, grant: &StepGrant, subtree: &[u32], me: &str, why: &str) {
+    let reason = format!("launch refused by node {me}: {why}");
+    let ranks: Vec<RankExit> = subtree
+        .iter()
+        .filter_map(|&i| grant.nodes.get(i as usize))
+        .flat_map(|n| {
+            n.ranks.iter().map(|r| RankExit {
+                rank: r.rank,
+                node: n.name.clone(),
+                exit_code: None,
+                signal: None,
+                reason: Some(reason.clone()),
+            })
+        })
+        .collect();
+    let _ = write_frame(stream, &TreeUp::LaunchFailed { node: me.to_string(), reason: reason.clone() }).await;
+    if !ranks.is_empty() {
+        let _ = write_frame(stream, &TreeUp::Exited { ranks }).await;
+    }
+    let _ = write_frame(stream, &TreeUp::Done).await;
 }
 
 /// The spool root must be a real directory owned by root, not something a user planted.

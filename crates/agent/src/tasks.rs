@@ -446,7 +446,8 @@ async fn info(job: &Arc<JobHandle>) -> TaskReply {
         asks.push(tokio::spawn(async move {
             let ask = async {
                 let mut s = TcpStream::connect(&address).await.ok()?;
-                write_frame(&mut s, &AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } }).await.ok()?;
+                let q = crate::auth::to_agent(AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } });
+                write_frame(&mut s, &q).await.ok()?;
                 match read_frame::<_, AgentReply>(&mut s).await.ok()?? {
                     AgentReply::Task { reply: TaskReply::Info { nodes, .. } } => nodes.into_iter().next(),
                     _ => None,
@@ -661,7 +662,7 @@ async fn drive_remote(
     };
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
-    if let Err(e) = write_frame(&mut wr, &AgentQuery::Task { request: req }).await {
+    if let Err(e) = write_frame(&mut wr, &crate::auth::to_agent(AgentQuery::Task { request: req })).await {
         return fail(format!("sending the task to node {node}: {e}"));
     }
     match read_frame::<_, AgentReply>(&mut rd).await {

@@ -23,6 +23,9 @@ pub struct ServerArgs {
     listen: Option<String>,
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// The cluster key (default DIR/cluster.key; `berth keygen FILE` makes one).
+    #[arg(long)]
+    key_file: Option<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -56,6 +59,31 @@ pub struct AgentArgs {
     /// Local socket of the task API for jobs' processes (default STATE_DIR/agent.sock).
     #[arg(long)]
     socket: Option<PathBuf>,
+    /// The cluster key, the same file as the controller's (mode 0600; `berth keygen FILE`).
+    #[arg(long, default_value = DEFAULT_AGENT_KEY)]
+    key_file: PathBuf,
+}
+
+/// Where an agent looks for the cluster key when not told.
+const DEFAULT_AGENT_KEY: &str = "/etc/berth/cluster.key";
+
+/// The cluster key file of a cluster directory.
+pub fn key_path(dir: &Path) -> PathBuf {
+    dir.join("cluster.key")
+}
+
+/// `berth keygen FILE`: a new cluster key (mode 0600); refuses to replace one.
+pub fn keygen(file: &Path, json: bool) -> Result<i32> {
+    berth_protocol::auth::ClusterKey::generate(file)?;
+    if json {
+        println!("{}", serde_json::json!({"key_file": file.display().to_string()}));
+    } else {
+        println!(
+            "cluster key written to {} (mode 0600); give the same file to `berth server --key-file` and every `berth agent --key-file`",
+            file.display()
+        );
+    }
+    Ok(0)
 }
 
 pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {
@@ -63,6 +91,7 @@ pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {
     let defaults = vec![
         ("state_dir".to_string(), dir.join("controller").display().to_string()),
         ("socket".to_string(), socket_path(dir).display().to_string()),
+        ("key_file".to_string(), key_path(dir).display().to_string()),
     ];
     let mut flags = vec![];
     if let Some(s) = args.state_dir {
@@ -73,6 +102,9 @@ pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {
     }
     if let Some(s) = args.socket {
         flags.push(("socket".to_string(), s.display().to_string()));
+    }
+    if let Some(k) = args.key_file {
+        flags.push(("key_file".to_string(), k.display().to_string()));
     }
     let env: Vec<(String, String)> = std::env::vars().collect();
     let cfg = ControllerConfig::load(file.as_deref(), &defaults, &env, &flags)?;
@@ -93,7 +125,10 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         None => args.listen,
     };
     let state_dir = args.state_dir.unwrap_or_else(|| PathBuf::from(format!("/var/lib/berth/{}", args.name)));
+    // No key, no agent: it could neither prove itself nor check what it is asked to start.
+    let key = std::sync::Arc::new(berth_protocol::auth::ClusterKey::load(&args.key_file)?);
     let cfg = berth_agent::AgentConfig {
+        key,
         socket: args.socket.unwrap_or_else(|| state_dir.join("agent.sock")),
         state_dir,
         name: args.name,
@@ -253,6 +288,9 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
         }
     }
     std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&cluster)?)?;
+    // The key the controller and the agents prove themselves with (made once, kept).
+    let key_file = key_path(dir);
+    berth_protocol::auth::ClusterKey::load_or_generate(&key_file)?;
     let config = dir.join("berth.toml");
     let defaults = format!(
         "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\ndefault_mem_per_core = \"256M\"\n",
@@ -299,6 +337,8 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             format!("berth/{}/{name}", cluster.id),
             "--spool-dir".into(),
             format!("{SPOOL_PARENT}/{}-{name}", cluster.id),
+            "--key-file".into(),
+            key_file.display().to_string(),
         ];
         match &source {
             TopologySource::Real => {}

@@ -118,6 +118,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         Command::Sim(args) => crate::sim::run(json, args),
         Command::Server(args) => crate::cluster::server(&dir, args).await,
         Command::Agent(args) => crate::cluster::agent(args).await,
+        Command::Keygen { file } => crate::cluster::keygen(&file, json),
         Command::Up { agents, topology, netns } => crate::cluster::up(&dir, json, agents, topology, netns).await,
         Command::Down => crate::cluster::down(&dir, json).await,
         Command::Demo { keep } => crate::demo::run(json, keep).await,

@@ -222,6 +222,11 @@ enum Command {
     Server(cluster::ServerArgs),
     /// Run a node agent.
     Agent(cluster::AgentArgs),
+    /// Make a new cluster key (mode 0600) for `berth server --key-file` and `berth agent --key-file`.
+    Keygen {
+        /// Where to write it; refused if it exists.
+        file: PathBuf,
+    },
     /// Start a local cluster (controller + agents) in the background.
     Up {
         #[arg(long)]

@@ -76,6 +76,13 @@ pub struct ControllerConfig {
     /// What happens to jobs when a node fails (`[fault]`).
     #[serde(default)]
     pub fault: FaultConfig,
+    /// The cluster key agents and the controller prove themselves with (`berth keygen`;
+    /// docs/protocol.md, "Authentication"). `berth server` defaults it to DIR/cluster.key.
+    #[serde(default)]
+    pub key_file: Option<PathBuf>,
+    /// How far a signed timestamp may be from this controller's clock (seconds).
+    #[serde(default = "default_replay_window")]
+    pub replay_window_secs: u64,
 }
 
 /// `[fault]`: the node-failure policy. A job's `--requeue` / `--no-requeue` wins over
@@ -94,6 +101,10 @@ impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig { requeue: true, max_requeues: 3 }
     }
+}
+
+fn default_replay_window() -> u64 {
+    60
 }
 
 /// `[scheduler]`: which backfill, and bounds on one pass so a huge queue never stalls it.

@@ -35,6 +35,20 @@ impl Controller {
         peer.user.uid == 0 || self.cfg.admins.contains(&peer.user.name)
     }
 
+    /// Record a refused action on someone else's job (event `denied`), besides the error the
+    /// user gets: "user X may not cancel job N of user Y".
+    pub(crate) fn denied(&self, peer: &Peer, action: &str, job: Option<JobId>, whose: &str) -> Result<(), StoreError> {
+        let detail = match job {
+            Some(id) if !whose.is_empty() => {
+                format!("user {} may not {action} job {id} of user {whose}", peer.user.name)
+            }
+            Some(id) => format!("user {} may not {action} job {id}", peer.user.name),
+            None => format!("user {} may not {action}", peer.user.name),
+        };
+        tracing::warn!(uid = peer.user.uid, "denied: {detail}");
+        self.store.event(crate::state::unix_now(), "denied", job, None, &detail)
+    }
+
     pub fn handle_client(
         &mut self,
         req: ClientRequest,
@@ -105,9 +119,9 @@ impl Controller {
                     None => unknown_job(id),
                 }
             }
-            ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, Self::cancel_one)?,
-            ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, Self::hold_one)?,
-            ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, Self::release_one)?,
+            ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, "cancel", Self::cancel_one)?,
+            ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, "hold", Self::hold_one)?,
+            ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, "release", Self::release_one)?,
             ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
                 nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i, topology)).collect(),
             },
@@ -263,7 +277,14 @@ impl Controller {
         Ok(id)
     }
 
-    fn for_each_id(&mut self, ids: Vec<JobId>, peer: &Peer, now: f64, op: JobOp) -> Result<ClientResponse, StoreError> {
+    fn for_each_id(
+        &mut self,
+        ids: Vec<JobId>,
+        peer: &Peer,
+        now: f64,
+        action: &str,
+        op: JobOp,
+    ) -> Result<ClientResponse, StoreError> {
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
             let outcome = match self.jobs.get(&id) {
@@ -277,10 +298,13 @@ impl Controller {
                         format!("job {id} does not exist; `berth jobs --all` lists jobs"),
                     )),
                 },
-                Some(j) if j.user.uid != peer.user.uid && !self.is_admin(peer) => Err(ApiError::new(
-                    ErrorCode::NotPermitted,
-                    format!("job {id} belongs to {}; you may only act on your own jobs", j.user.name),
-                )),
+                Some(j) if j.user.uid != peer.user.uid && !self.is_admin(peer) => {
+                    self.denied(peer, action, Some(id), &j.user.name)?;
+                    Err(ApiError::new(
+                        ErrorCode::NotPermitted,
+                        format!("job {id} belongs to {}; you may only act on your own jobs", j.user.name),
+                    ))
+                }
                 Some(_) => op(self, id, now)?,
             };
             results.push(match outcome {
@@ -563,6 +587,12 @@ impl Controller {
             }
             AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
             AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,
+            AgentMessage::Refused { what, job, detail } => {
+                let name = self.cluster.nodes[node].name.clone();
+                let detail: String = detail.chars().take(2000).collect();
+                tracing::warn!(node = %name, ?job, "agent refused: {detail}");
+                self.store.event(now, what.event_kind(), job, Some(&name), &detail)?;
+            }
         }
         Ok(())
     }

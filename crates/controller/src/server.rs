@@ -10,8 +10,13 @@ use crate::handlers::Peer;
 use crate::state::{unix_now, AgentTx, Controller};
 use crate::store::{Store, StoreError};
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::auth::{
+    now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, KeyError,
+    ReplayGuard, Role, DEFAULT_GUARD_CAPACITY, LABEL_REGISTER,
+};
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode};
-use berth_protocol::{read_frame, write_frame};
+use berth_protocol::frame::decode;
+use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +48,11 @@ pub enum Command {
     ClientGone {
         conn: u64,
     },
+    /// An agent connection failed authentication (event `auth_refused`).
+    AuthRefused {
+        node: Option<String>,
+        detail: String,
+    },
     Tick,
     Shutdown,
 }
@@ -57,12 +67,26 @@ pub enum ServerError {
     AlreadyRunning(String),
     #[error("the state thread stopped unexpectedly")]
     ActorGone,
+    #[error("{0}")]
+    Key(#[from] KeyError),
+    #[error("no cluster key configured (config key `key_file`, `berth server --key-file FILE`); create one with `berth keygen FILE`")]
+    NoKey,
 }
 
 /// Run the controller until SIGTERM or SIGINT.
 pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     let store = Store::open(&cfg.state_dir)?;
-    let ctl = Controller::load(cfg.clone(), store)?;
+    // No key, no controller: agents could not prove themselves, nor could we.
+    let key = Arc::new(ClusterKey::load(cfg.key_file.as_deref().ok_or(ServerError::NoKey)?)?);
+    let mut ctl = Controller::load(cfg.clone(), store)?;
+    ctl.key = Some(key.clone());
+    let auth = Arc::new(AgentAuth {
+        key,
+        guard: std::sync::Mutex::new(ReplayGuard::new(
+            Duration::from_secs(cfg.replay_window_secs.max(1)),
+            DEFAULT_GUARD_CAPACITY,
+        )),
+    });
     tracing::info!(jobs = ctl.jobs.len(), nodes = ctl.cluster.nodes.len(), "state loaded");
 
     let socket = cfg.socket.clone();
@@ -140,7 +164,8 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
                     let _ = stream.set_nodelay(true);
                     let tx = agent_tx.clone();
                     let id = conn_ids.fetch_add(1, Ordering::Relaxed);
-                    tokio::spawn(async move { serve_agent(stream, addr.to_string(), id, tx).await });
+                    let auth = auth.clone();
+                    tokio::spawn(async move { serve_agent(stream, addr.to_string(), id, tx, auth).await });
                 }
                 Err(e) => {
                     tracing::warn!("accept on agent port: {e}");
@@ -201,6 +226,9 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                     Command::Agent { node, conn_id, msg } => ctl.handle_agent(node, conn_id, msg, now)?,
                     Command::AgentGone { node, conn_id } => ctl.handle_disconnect(node, conn_id, now)?,
                     Command::ClientGone { conn } => ctl.client_gone(conn, now)?,
+                    Command::AuthRefused { node, detail } => {
+                        ctl.store.event(now, "auth_refused", None, node.as_deref(), &detail)?;
+                    }
                     Command::Tick => {
                         ctl.check_heartbeats(now)?;
                         ctl.check_interactive(now)?;
@@ -307,30 +335,119 @@ async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Comman
     }
 }
 
-async fn serve_agent(stream: tokio::net::TcpStream, addr: String, conn_id: u64, tx: mpsc::Sender<Command>) {
+/// What agent connections are checked with.
+struct AgentAuth {
+    key: Arc<ClusterKey>,
+    /// Nonces of accepted registrations (one per connection).
+    guard: std::sync::Mutex<ReplayGuard>,
+}
+
+/// How long a new agent connection may take to send its registration.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Refuse an agent connection: a tracing warning and event `auth_refused` (node = the name
+/// the peer claimed, if any; detail = its address and why).
+async fn auth_refused(tx: &mpsc::Sender<Command>, addr: &str, node: Option<String>, why: String) {
+    tracing::warn!(peer = %addr, node = node.as_deref().unwrap_or("?"), "agent connection refused: {why}");
+    let detail = format!("from {addr}: {why}");
+    let _ = tx.send(Command::AuthRefused { node, detail }).await;
+}
+
+/// The node name a (perhaps forged) first frame claims, for the log only.
+fn claimed_name(body: &[u8]) -> Option<String> {
+    // Signed or not, of this version or not: look for a name without trusting anything.
+    let inner = decode::<Envelope>(body).map(|e| e.body.into_bytes()).unwrap_or_else(|_| body.to_vec());
+    let v: serde_json::Value = serde_json::from_slice(&inner).ok()?;
+    v.get("name").and_then(|n| n.as_str()).map(|n| n.chars().take(64).collect())
+}
+
+/// One agent connection: the signed handshake (docs/protocol.md, "Authentication"), then
+/// session frames both ways until it closes.
+async fn serve_agent(
+    stream: tokio::net::TcpStream,
+    addr: String,
+    conn_id: u64,
+    tx: mpsc::Sender<Command>,
+    auth: Arc<AgentAuth>,
+) {
     let (mut rd, mut wr) = stream.into_split();
-    let reg = match read_frame::<_, AgentMessage>(&mut rd).await {
-        Ok(Some(AgentMessage::Register(reg))) => reg,
-        Ok(Some(_)) => {
-            let msg = ControllerMessage::Rejected { reason: "the first message must be a registration".into() };
-            let _ = write_frame(&mut wr, &msg).await;
+    let body = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd)).await {
+        Ok(Ok(Some(b))) => b,
+        Ok(Ok(None)) => return,
+        Ok(Err(e)) => {
+            auth_refused(&tx, &addr, None, format!("unreadable first frame: {e}")).await;
             return;
         }
-        Ok(None) => return,
-        Err(e) => {
-            tracing::warn!(peer = %addr, "bad first message from agent connection: {e}");
-            let _ = write_frame(&mut wr, &ControllerMessage::Rejected { reason: e.to_string() }).await;
+        Err(_) => {
+            auth_refused(&tx, &addr, None, "no registration within 10 s".into()).await;
             return;
         }
     };
+    // Answers to a peer that failed are unsigned: they only help an operator see why.
+    let reject = |reason: String| ControllerMessage::Rejected { reason };
+    let env: Envelope = match decode(&body) {
+        Ok(env) => env,
+        Err(e) => {
+            let why = match e {
+                ProtocolError::Version { theirs } => {
+                    format!(
+                        "protocol version {theirs}, not {}: run the same berth version",
+                        berth_protocol::PROTOCOL_VERSION
+                    )
+                }
+                _ => "the registration is not signed with the cluster key".to_string(),
+            };
+            auth_refused(&tx, &addr, claimed_name(&body), why.clone()).await;
+            let _ = write_frame(&mut wr, &reject(why)).await;
+            return;
+        }
+    };
+    let opened = auth
+        .guard
+        .lock()
+        .map_err(|_| "replay guard poisoned".to_string())
+        .and_then(|mut g| env.open(&auth.key, LABEL_REGISTER, &mut g, now_ms()).map_err(|e| e.to_string()));
+    let agent_nonce = match opened {
+        Ok(n) => n,
+        Err(why) => {
+            auth_refused(&tx, &addr, claimed_name(&body), format!("registration refused: {why}")).await;
+            let _ = write_frame(&mut wr, &reject(format!("authentication failed: {why}"))).await;
+            return;
+        }
+    };
+    let reg = match env.message::<AgentMessage>() {
+        Ok(AgentMessage::Register(reg)) => reg,
+        Ok(_) => {
+            let _ = write_frame(&mut wr, &reject("the first message must be a registration".into())).await;
+            return;
+        }
+        Err(e) => {
+            tracing::warn!(peer = %addr, "bad registration from an agent holding the key: {e}");
+            let _ = write_frame(&mut wr, &reject(e.to_string())).await;
+            return;
+        }
+    };
+    let controller_nonce = random_nonce();
+    let (mut sealer, mut opener) = session(&auth.key, &agent_nonce, &controller_nonce, Role::Controller);
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<ControllerMessage>();
+    let key = auth.key.clone();
     let writer = tokio::spawn(async move {
+        // The first answer (registered or rejected) proves the key and binds the session to
+        // both nonces; every later frame is a session frame.
+        let Some(first) = out_rx.recv().await else { return };
+        let Ok(body) = berth_protocol::frame::to_json(&first) else { return };
+        let body = String::from_utf8_lossy(&body).into_owned();
+        let env = Envelope::seal_body(&key, &registered_label(&agent_nonce), body, now_ms(), controller_nonce);
+        if write_frame(&mut wr, &env).await.is_err() {
+            return;
+        }
         while let Some(msg) = out_rx.recv().await {
-            if write_frame(&mut wr, &msg).await.is_err() {
+            if write_sealed(&mut wr, &mut sealer, &msg).await.is_err() {
                 break;
             }
         }
     });
+    let name = reg.name.clone();
     let (node_tx, node_rx) = oneshot::channel();
     if tx.send(Command::Register { reg, conn_id, tx: out_tx, node: node_tx }).await.is_err() {
         return;
@@ -340,13 +457,17 @@ async fn serve_agent(stream: tokio::net::TcpStream, addr: String, conn_id: u64, 
         return;
     };
     loop {
-        match read_frame::<_, AgentMessage>(&mut rd).await {
+        match read_sealed::<_, AgentMessage>(&mut rd, &mut opener).await {
             Ok(Some(msg)) => {
                 if tx.send(Command::Agent { node, conn_id, msg }).await.is_err() {
                     break;
                 }
             }
             Ok(None) => break,
+            Err(ProtocolError::Auth(e)) => {
+                auth_refused(&tx, &addr, Some(name.clone()), format!("frame refused, connection closed: {e}")).await;
+                break;
+            }
             Err(e) => {
                 tracing::warn!(peer = %addr, "agent connection: {e}");
                 break;

@@ -74,6 +74,9 @@ pub struct Controller {
     pub policy: crate::policy::PolicyState,
     /// Reservations of the reservations API (see `reservations`).
     pub reservations: crate::reservations::Reservations,
+    /// The cluster key step grants are signed with (set by `serve`; without it grants are
+    /// unsigned and agents refuse them).
+    pub key: Option<std::sync::Arc<berth_protocol::auth::ClusterKey>>,
 }
 
 /// Unix time in seconds.
@@ -99,6 +102,7 @@ impl Controller {
             out: Outbox::default(),
             policy: Default::default(),
             reservations: Default::default(),
+            key: None,
         };
         c.policy.fair_share = c.store.load_fair_share(cfg.fair_share.clone())?;
         // Running jobs were charged up to the saved usage's time (from their start if never).

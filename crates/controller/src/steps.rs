@@ -110,6 +110,8 @@ impl Controller {
             }));
         };
         if job.user.uid != peer.user.uid && !self.is_admin(peer) {
+            let action = if what.starts_with("signal") { "signal" } else { "run steps in" };
+            self.denied(peer, action, Some(id), &job.user.name)?;
             return Ok(Err(api(
                 ErrorCode::NotPermitted,
                 format!("job {id} belongs to {}; you may only act on your own jobs", job.user.name),
@@ -231,7 +233,7 @@ impl Controller {
             conn: Some(peer.conn),
             interactive,
         });
-        Ok(StepGrant {
+        let mut grant = StepGrant {
             job: id,
             step,
             kvsname: format!("berth_{}_{step}", id.0),
@@ -250,7 +252,16 @@ impl Controller {
             kill_grace_ms: self.kill_grace_ms(),
             nodes,
             interactive,
-        })
+            expires_ms: 0,
+            mac: String::new(),
+        };
+        // Agents start ranks only for a grant signed with the cluster key (docs/protocol.md,
+        // "Authentication").
+        if let Some(key) = &self.key {
+            let expires = (now * 1000.0) as u64 + berth_protocol::auth::GRANT_LIFETIME.as_millis() as u64;
+            berth_protocol::auth::sign_grant(key, &mut grant, expires);
+        }
+        Ok(grant)
     }
 
     /// What an interactive allocation asks of placement, checked against `[interactive]`.
@@ -443,6 +454,7 @@ impl Controller {
             });
         };
         if row.uid != peer.user.uid && !self.is_admin(peer) {
+            self.denied(peer, &format!("end step {step} of"), Some(job), &row.user)?;
             return Ok(error(
                 ErrorCode::NotPermitted,
                 format!("step {job}.{step} belongs to {}; you may only end your own steps", row.user),

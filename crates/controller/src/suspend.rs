@@ -412,6 +412,10 @@ impl Controller {
     ) -> Result<ClientResponse, StoreError> {
         if !self.is_admin(peer) {
             let what = if resume { "resume" } else { "suspend" };
+            for id in &ids {
+                let owner = self.jobs.get(id).map(|j| j.user.name.clone()).unwrap_or_default();
+                self.denied(peer, what, Some(*id), &owner)?;
+            }
             return Ok(crate::handlers::error(
                 ErrorCode::NotPermitted,
                 format!("only admins may {what} jobs (config key `admins`); `berth cancel` or `berth hold` your own"),

@@ -44,6 +44,36 @@ pub enum AgentMessage {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         cgroups: Vec<CgroupReport>,
     },
+    /// The agent refused something it was asked on its own port (a forged, replayed or
+    /// expired step grant, a launch on CPUs the job does not hold here, an unsigned
+    /// agent-to-agent request): the controller records it in its event log.
+    Refused {
+        what: Refusal,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        job: Option<JobId>,
+        detail: String,
+    },
+}
+
+/// What an agent refused (the controller's event kind).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// Not proven to come from a holder of the cluster key, or replayed, or expired:
+    /// event `auth_refused`.
+    Auth,
+    /// Signed, but not acceptable here (wrong node, job not here, CPUs outside the job's
+    /// allocation): event `launch_refused`.
+    Launch,
+}
+
+impl Refusal {
+    pub fn event_kind(self) -> &'static str {
+        match self {
+            Refusal::Auth => "auth_refused",
+            Refusal::Launch => "launch_refused",
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -181,6 +211,9 @@ pub enum AgentQuery {
     Task {
         request: crate::step::TaskRequest,
     },
+    /// Another agent's request, signed with the cluster key (`body` is an `AgentQuery`;
+    /// label `berth/v2/agent-query`). Agent-to-agent `task` requests must come this way.
+    Sealed(crate::auth::Envelope),
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

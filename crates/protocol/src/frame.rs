@@ -4,8 +4,9 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-/// Bumped on any incompatible change to a message.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Bumped on any incompatible change to a message (2: daemons authenticate with the cluster
+/// key, docs/protocol.md "Authentication").
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Larger frames are refused: no legitimate message comes near it, and it bounds what a
 /// garbage peer can make us allocate.
@@ -21,6 +22,8 @@ pub enum ProtocolError {
     TooLarge(usize),
     #[error("malformed message: {0}; is the peer speaking the berth protocol?")]
     Malformed(String),
+    #[error("authentication failed: {0}")]
+    Auth(#[from] crate::auth::AuthError),
     #[error("peer speaks protocol version {theirs}, this program speaks {PROTOCOL_VERSION}; run the same berth version on both ends")]
     Version { theirs: u32 },
 }
@@ -37,10 +40,15 @@ struct VersionOnly {
     v: u32,
 }
 
+/// A message's frame body: its JSON with `"v"` (no length prefix).
+pub fn to_json<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
+    serde_json::to_vec(&OutEnvelope { v: PROTOCOL_VERSION, body: msg })
+        .map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
 /// Encode a message as one frame's bytes (length prefix included).
 pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
-    let json = serde_json::to_vec(&OutEnvelope { v: PROTOCOL_VERSION, body: msg })
-        .map_err(|e| ProtocolError::Malformed(e.to_string()))?;
+    let json = to_json(msg)?;
     if json.len() > MAX_FRAME_BYTES {
         return Err(ProtocolError::TooLarge(json.len()));
     }
@@ -69,6 +77,14 @@ pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T
 
 /// Read one message; `Ok(None)` on a clean end of stream before a frame starts.
 pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(r: &mut R) -> Result<Option<T>, ProtocolError> {
+    match read_raw_frame(r).await? {
+        Some(body) => decode(&body).map(Some),
+        None => Ok(None),
+    }
+}
+
+/// Read one frame's body without decoding it; `Ok(None)` on a clean end of stream.
+pub async fn read_raw_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Vec<u8>>, ProtocolError> {
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -81,7 +97,7 @@ pub async fn read_frame<R: AsyncRead + Unpin, T: DeserializeOwned>(r: &mut R) ->
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).await?;
-    decode(&body).map(Some)
+    Ok(Some(body))
 }
 
 #[cfg(test)]
@@ -126,7 +142,7 @@ mod tests {
         }
 
         #[test]
-        fn decoders_never_panic_on_json(s in "\\{\"v\":1,\"op\":\"[a-z_]{0,12}\"(,\"[a-z_]{1,8}\":(1|\"x\"|null|\\[\\]|\\{\\}))*\\}") {
+        fn decoders_never_panic_on_json(s in "\\{\"v\":2,\"op\":\"[a-z_]{0,12}\"(,\"[a-z_]{1,8}\":(1|\"x\"|null|\\[\\]|\\{\\}))*\\}") {
             let _ = decode::<ClientRequest>(s.as_bytes());
             let _ = decode::<crate::agent::AgentMessage>(s.as_bytes());
         }

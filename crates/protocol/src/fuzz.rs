@@ -8,8 +8,10 @@
 //! decodes to itself.
 
 use crate::agent::{
-    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Registration, UserIdentity,
+    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Refusal, Registration,
+    UserIdentity,
 };
+use crate::auth::{Envelope, SessionFrame};
 use crate::client::{
     Accounting, AdvanceCreate, AdvanceInfo, ApiError, CgroupInfo, ClientRequest, ClientResponse, ErrorCode, IdResult,
     JobInfo, NodeInfo, NumaInfo, PuHolder, QueueInfo, SubmitRequest, SubnodeInfo,
@@ -47,6 +49,7 @@ pub fn targets() -> Vec<Target> {
         Target { name: "protocol/json_mutation", input: json_mutation_input, check: check_kind_body },
         Target { name: "protocol/roundtrip", input: roundtrip_input, check: check_roundtrip },
         Target { name: "protocol/http_bodies", input: http_body_input, check: check_http_body },
+        Target { name: "protocol/auth", input: auth_input, check: check_auth },
         Target {
             name: "protocol/small_parsers",
             input: || junk_text(12).prop_map(String::into_bytes).boxed(),
@@ -128,6 +131,8 @@ kinds! {
     "tree_up" => TreeUp = tree_up(),
     "task_request" => TaskRequest = task_request(),
     "task_reply" => TaskReply = task_reply(),
+    "envelope" => Envelope = envelope(),
+    "session_frame" => SessionFrame = session_frame(),
 }
 
 fn any_kind_body() -> BoxedStrategy<(usize, Vec<u8>)> {
@@ -254,6 +259,61 @@ fn check_roundtrip(bytes: &[u8]) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Authentication: signed envelopes, session frames and step grants made with one key and then
+// edited (or made up) must never verify under it, and checking them must never panic.
+
+const FUZZ_KEY: [u8; 32] = [0x42; 32];
+
+fn auth_input() -> BoxedStrategy<Vec<u8>> {
+    use crate::auth::{session, sign_grant, ClusterKey, Envelope, Role, LABEL_REGISTER};
+    let key = ClusterKey::from_bytes(FUZZ_KEY);
+    let k2 = key.clone();
+    let signed = prop_oneof![
+        agent_message().prop_map(move |m| body(&Envelope::seal(&key, LABEL_REGISTER, &m).expect("seals"))),
+        agent_message().prop_map(move |m| {
+            let (mut tx, _) = session(&k2, &[1; 16], &[2; 16], Role::Agent);
+            body(&tx.seal(&m).expect("seals"))
+        }),
+        step_grant().prop_map(|mut g| {
+            sign_grant(&ClusterKey::from_bytes(FUZZ_KEY), &mut g, u64::MAX);
+            body(&g)
+        }),
+    ];
+    // Flip one byte of what was signed (inside the JSON), or make it up entirely.
+    prop_oneof![
+        (signed, any::<usize>(), 1..=255u8).prop_map(|(mut b, at, x)| {
+            let i = at % b.len().max(1);
+            if let Some(c) = b.get_mut(i) {
+                *c ^= x;
+            }
+            b
+        }),
+        vec(any::<u8>(), 0..256),
+        (envelope(), session_frame()).prop_map(|(e, f)| [body(&e), body(&f)].concat()),
+    ]
+    .boxed()
+}
+
+fn check_auth(bytes: &[u8]) {
+    use crate::auth::{now_ms, session, verify_grant, ClusterKey, Envelope, ReplayGuard, Role, LABEL_REGISTER};
+    // Whether an edit that leaves the decoded message unchanged (whitespace, escapes) still
+    // verifies is fine either way: the MAC covers what is decoded, never raw bytes.
+    let key = ClusterKey::from_bytes(FUZZ_KEY);
+    if let Ok(env) = decode::<Envelope>(bytes) {
+        let mut guard = ReplayGuard::default();
+        let _ = env.open(&key, LABEL_REGISTER, &mut guard, now_ms());
+        let _ = env.verify(&key, LABEL_REGISTER);
+    }
+    if let Ok(f) = decode::<SessionFrame>(bytes) {
+        let (_, mut rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+        let _ = rx.open::<AgentMessage>(&f);
+    }
+    if let Ok(g) = decode::<StepGrant>(bytes) {
+        let _ = verify_grant(&key, &g, 0);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The HTTP API's request bodies (controller/src/api: `serde_json::from_slice` of the body, an
 // empty body read as `{}`), and what the controller then does with their values.
 
@@ -377,8 +437,21 @@ pub fn agent_message() -> BoxedStrategy<AgentMessage> {
             error,
             cgroups
         }),
+        (any::<bool>(), of(job_id()), text()).prop_map(|(auth, job, detail)| AgentMessage::Refused {
+            what: if auth { Refusal::Auth } else { Refusal::Launch },
+            job,
+            detail
+        }),
     ]
     .boxed()
+}
+
+pub fn envelope() -> BoxedStrategy<Envelope> {
+    (any::<u64>(), text(), text(), text()).prop_map(|(ts, nonce, body, mac)| Envelope { ts, nonce, body, mac }).boxed()
+}
+
+pub fn session_frame() -> BoxedStrategy<SessionFrame> {
+    (any::<u64>(), text(), text()).prop_map(|(seq, body, mac)| SessionFrame { seq, body, mac }).boxed()
 }
 
 pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
@@ -782,13 +855,13 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
     (
         (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
         (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),
-        (vec(node, 0..3), any::<bool>()),
+        (vec(node, 0..3), any::<bool>(), any::<u64>(), text()),
     )
         .prop_map(
             |(
                 (job, step, kvsname, user, argv, env, cwd),
                 (size, fanout, no_kill, rank_cpusets, bind, notify_signal, kill_grace_ms),
-                (nodes, interactive),
+                (nodes, interactive, expires_ms, mac),
             )| StepGrant {
                 job,
                 step,
@@ -806,6 +879,8 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
                 kill_grace_ms,
                 nodes,
                 interactive,
+                expires_ms,
+                mac,
             },
         )
         .boxed()
@@ -1077,6 +1152,7 @@ pub fn agent_query() -> BoxedStrategy<AgentQuery> {
         (step_grant(), vec(any::<u32>(), 0..3))
             .prop_map(|(grant, subtree)| AgentQuery::StepLaunch { grant: Box::new(grant), subtree }),
         task_request().prop_map(|request| AgentQuery::Task { request }),
+        envelope().prop_map(AgentQuery::Sealed),
     ]
     .boxed()
 }

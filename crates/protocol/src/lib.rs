@@ -5,6 +5,7 @@
 //! and the message's own fields.
 
 pub mod agent;
+pub mod auth;
 pub mod client;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
@@ -12,4 +13,4 @@ pub mod fuzz;
 pub mod reservation;
 pub mod step;
 
-pub use frame::{read_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};
+pub use frame::{read_frame, read_raw_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};

@@ -62,6 +62,13 @@ pub struct StepGrant {
     pub nodes: Vec<StepNode>,
     /// The step's job was made for it and ends with it.
     pub interactive: bool,
+    /// Agents refuse the grant after this (Unix milliseconds); covered by `mac`.
+    #[serde(default)]
+    pub expires_ms: u64,
+    /// The controller's HMAC-SHA256 (hex) over the grant with `mac` empty, under the cluster
+    /// key (docs/protocol.md, "Authentication"): agents start nothing for an unsigned grant.
+    #[serde(default)]
+    pub mac: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

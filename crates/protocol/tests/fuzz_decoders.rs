@@ -40,6 +40,7 @@ fuzz_tests! {
     roundtrip_bytes => "protocol/roundtrip",
     http_bodies => "protocol/http_bodies",
     small_parsers => "protocol/small_parsers",
+    auth => "protocol/auth",
 }
 
 // Typed round trips: every message berth builds reads back equal to itself.
@@ -60,6 +61,25 @@ proptest! {
     fn agent_messages_roundtrip(a in fuzz::agent_message(), c in fuzz::controller_message()) {
         prop_assert_eq!(roundtrip(&a), a);
         prop_assert_eq!(roundtrip(&c), c);
+    }
+
+    #[test]
+    fn signed_grants_verify_after_a_round_trip_and_not_after_an_edit(g in fuzz::step_grant(), edit in 0..4u8) {
+        use berth_protocol::auth::{sign_grant, verify_grant, ClusterKey};
+        let key = ClusterKey::from_bytes([9; 32]);
+        let mut g = g;
+        sign_grant(&key, &mut g, u64::MAX);
+        let back = roundtrip(&g);
+        prop_assert!(verify_grant(&key, &back, 0).is_ok());
+        let mut edited = back.clone();
+        match edit {
+            0 => edited.step ^= 1,
+            1 => edited.user.uid ^= 1,
+            2 => edited.argv.push("x".into()),
+            _ => edited.expires_ms -= 1,
+        }
+        prop_assert!(verify_grant(&key, &edited, 0).is_err());
+        prop_assert!(verify_grant(&ClusterKey::from_bytes([8; 32]), &back, 0).is_err());
     }
 
     #[test]

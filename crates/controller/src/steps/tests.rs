@@ -422,3 +422,52 @@ fn interactive_walltime_and_cancel() {
     assert!(done(h.call(ClientRequest::StepEnd { job: g.job, step: 1, outcome: end_outcome(143) }, &ann())).ok);
     assert_eq!(h.ctl.store.get_step(g.job, 1).unwrap().unwrap().exit_code, Some(143));
 }
+
+fn events_of(h: &Harness, kind: &str) -> Vec<berth_protocol::client::EventInfo> {
+    let q = berth_protocol::client::EventQuery { kinds: vec![kind.into()], ..Default::default() };
+    h.ctl.store.events(&q).unwrap()
+}
+
+#[test]
+fn refusals_of_other_users_jobs_are_logged_as_denied() {
+    let mut h = Harness::new(2);
+    let id = h.batch(SubmitOptions { cores: Some(1), ..Default::default() }, &ann());
+    for (req, action) in [
+        (ClientRequest::Cancel { ids: vec![id] }, "cancel"),
+        (ClientRequest::Hold { ids: vec![id] }, "hold"),
+        (ClientRequest::Release { ids: vec![id] }, "release"),
+        (ClientRequest::Signal { job: id, step: None, signal: 10 }, "signal"),
+    ] {
+        let r = done(h.call(req, &bob()));
+        assert_eq!(r.error.unwrap().code, ErrorCode::NotPermitted);
+        let want = format!("user bob may not {action} job {id} of user ann");
+        assert!(events_of(&h, "denied").iter().any(|e| e.detail == want && e.job == Some(id)), "{want}");
+    }
+    assert_eq!(err(h.call(run(Some(id), tasks(1)), &bob())).code, ErrorCode::NotPermitted);
+    assert!(events_of(&h, "denied").iter().any(|e| e.detail.contains("may not run steps in job")));
+    let n = events_of(&h, "denied").len();
+    // The owner is not denied anything.
+    assert!(done(h.call(ClientRequest::Signal { job: id, step: None, signal: 10 }, &ann())).ok);
+    assert_eq!(events_of(&h, "denied").len(), n);
+}
+
+#[test]
+fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
+    use berth_protocol::agent::Refusal;
+    use berth_protocol::auth::{now_ms, verify_grant, ClusterKey};
+    let mut h = Harness::new(2);
+    let key = ClusterKey::from_bytes([5; 32]);
+    h.ctl.key = Some(std::sync::Arc::new(key.clone()));
+    h.now = crate::state::unix_now();
+    let id = h.batch(SubmitOptions { cores: Some(2), ..Default::default() }, &ann());
+    let g = granted(h.call(run(Some(id), tasks(2)), &ann()));
+    verify_grant(&key, &g, now_ms()).unwrap();
+    assert!(g.expires_ms > now_ms() + 60_000, "{}", g.expires_ms);
+    assert!(verify_grant(&ClusterKey::from_bytes([6; 32]), &g, now_ms()).is_err());
+    h.agent(0, AgentMessage::Refused { what: Refusal::Launch, job: Some(id), detail: "cpus 9 outside".into() });
+    h.agent(1, AgentMessage::Refused { what: Refusal::Auth, job: None, detail: "bad signature".into() });
+    let l = events_of(&h, "launch_refused");
+    assert_eq!((l.len(), l[0].job, l[0].detail.as_str()), (1, Some(id), "cpus 9 outside"));
+    assert_eq!(l[0].node.as_deref(), Some(h.ctl.cluster.nodes[0].name.as_str()));
+    assert_eq!(events_of(&h, "auth_refused").len(), 1);
+}

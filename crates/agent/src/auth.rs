@@ -1,0 +1,136 @@
+//! What this agent accepts on its own port, and from whom (docs/protocol.md,
+//! "Authentication"): step launches only for a grant the controller signed, naming this
+//! node, for a job running here, on CPUs of the job's allocation here, once; agent-to-agent
+//! task requests only signed with the cluster key. Refusals are logged here and reported to
+//! the controller (`refused`), which records them in its event log.
+
+use crate::job::JobContext;
+use berth_core::JobId;
+use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
+use berth_protocol::auth::{now_ms, verify_grant, ClusterKey, Envelope, ReplayGuard, LABEL_AGENT_QUERY};
+use berth_protocol::step::StepGrant;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+
+/// How long a step may wait for its job to be set up on this node (as the shepherd does).
+const JOB_WAIT: Duration = Duration::from_secs(10);
+
+pub struct AgentAuth {
+    pub key: Arc<ClusterKey>,
+    /// This node's name (what grants must name).
+    pub name: String,
+    guard: Mutex<ReplayGuard>,
+    /// (job, step) of grants accepted here, until the grant expires: a grant works once.
+    launched: Mutex<HashMap<(JobId, u32), u64>>,
+    /// Where refusals go to the controller (the connection's outgoing events).
+    reporter: Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>,
+}
+
+static AUTH: OnceLock<Arc<AgentAuth>> = OnceLock::new();
+
+/// Make `auth` this process's (the agent daemon does it once at start).
+pub fn install(auth: AgentAuth) -> Arc<AgentAuth> {
+    let a = Arc::new(auth);
+    let _ = AUTH.set(a.clone());
+    AUTH.get().cloned().unwrap_or(a)
+}
+
+/// This process's, once installed.
+pub fn get() -> Option<Arc<AgentAuth>> {
+    AUTH.get().cloned()
+}
+
+/// A refusal: what kind, and why (said to the caller, logged, reported).
+pub type Refused = (Refusal, String);
+
+impl AgentAuth {
+    pub fn new(key: Arc<ClusterKey>, name: String) -> AgentAuth {
+        AgentAuth {
+            key,
+            name,
+            guard: Mutex::new(ReplayGuard::default()),
+            launched: Mutex::new(HashMap::new()),
+            reporter: Mutex::new(None),
+        }
+    }
+
+    pub fn set_reporter(&self, tx: mpsc::UnboundedSender<AgentMessage>) {
+        if let Ok(mut r) = self.reporter.lock() {
+            *r = Some(tx);
+        }
+    }
+
+    /// Log a refusal and tell the controller (queued while it is not connected).
+    pub fn refuse(&self, what: Refusal, job: Option<JobId>, detail: &str) {
+        tracing::warn!(kind = what.event_kind(), job = ?job, "refused: {detail}");
+        if let Some(tx) = self.reporter.lock().ok().and_then(|r| r.clone()) {
+            let _ = tx.send(AgentMessage::Refused { what, job, detail: detail.to_string() });
+        }
+    }
+
+    /// Sign a query to another agent.
+    pub fn seal_query(&self, q: &AgentQuery) -> AgentQuery {
+        match Envelope::seal(&self.key, LABEL_AGENT_QUERY, q) {
+            Ok(env) => AgentQuery::Sealed(env),
+            // Cannot happen for a query we built; the receiver refuses it unsigned.
+            Err(_) => q.clone(),
+        }
+    }
+
+    /// Check another agent's signed query: MAC, time window, nonce never seen.
+    pub fn open_query(&self, env: &Envelope) -> Result<AgentQuery, String> {
+        let mut guard = self.guard.lock().map_err(|_| "replay guard poisoned".to_string())?;
+        env.open(&self.key, LABEL_AGENT_QUERY, &mut guard, now_ms()).map_err(|e| e.to_string())?;
+        drop(guard);
+        env.message::<AgentQuery>().map_err(|e| e.to_string())
+    }
+
+    /// Everything a step launch must pass before anything starts here.
+    pub async fn check_step_launch(&self, ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
+        let auth = |m: String| (Refusal::Auth, m);
+        let launch = |m: String| (Refusal::Launch, m);
+        let (job, step) = (grant.job, grant.step);
+        let now = now_ms();
+        verify_grant(&self.key, grant, now).map_err(|e| auth(format!("step grant {job}.{step}: {e}")))?;
+        let me = subtree.first().and_then(|&i| grant.nodes.get(i as usize));
+        match me {
+            Some(n) if n.name == self.name => {}
+            Some(n) => {
+                return Err(launch(format!(
+                    "step {job}.{step} was sent to node {} but this launch is for node {}",
+                    self.name, n.name
+                )))
+            }
+            None => {
+                return Err(launch(format!("step {job}.{step}: the launch names no node of the step for this agent")))
+            }
+        }
+        if subtree.iter().any(|&i| i as usize >= grant.nodes.len()) {
+            return Err(launch(format!("step {job}.{step}: the launch's subtree names nodes the step does not have")));
+        }
+        {
+            let mut seen = self.launched.lock().map_err(|_| auth("launch record poisoned".into()))?;
+            seen.retain(|_, until| *until >= now);
+            if seen.contains_key(&(job, step)) {
+                return Err(auth(format!("step {job}.{step} was already launched on this node (replayed grant)")));
+            }
+            seen.insert((job, step), grant.expires_ms);
+        }
+        let Some(handle) = ctx.registry.wait_for(job, JOB_WAIT).await else {
+            return Err(launch(format!("step {job}.{step}: job {job} is not running on node {}", self.name)));
+        };
+        let node = &grant.nodes[subtree[0] as usize];
+        crate::step_ranks::check(&handle, grant, node).map_err(|e| launch(format!("step {job}.{step}: {e}")))?;
+        Ok(())
+    }
+}
+
+/// A query to another agent, signed when this process has a key.
+pub fn to_agent(q: AgentQuery) -> AgentQuery {
+    match get() {
+        Some(a) => a.seal_query(&q),
+        None => q,
+    }
+}

@@ -1,0 +1,414 @@
+//! Authentication between daemons and permissions between users (docs/protocol.md,
+//! "Authentication"), on a real local cluster, as root: forged and replayed agent messages,
+//! a user cancelling another user's job, launches with tampered grants or on CPUs the job
+//! does not hold. Everything is refused and logged.
+
+mod common;
+
+use berth_core::step::RankPlace;
+use berth_core::{CpuSet, JobId};
+use berth_protocol::agent::{AgentMessage, AgentQuery, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::auth::{
+    random_nonce, registered_label, session, sign_grant, ClusterKey, Envelope, Role, LABEL_REGISTER,
+};
+use berth_protocol::frame::{decode, encode};
+use berth_protocol::step::{StepGrant, StepNode};
+use common::*;
+use serde_json::Value;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn controller_address(c: &Cluster) -> String {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(c.dir.join("cluster.json")).unwrap()).unwrap();
+    v["controller"].as_str().unwrap().to_string()
+}
+
+fn send<T: serde::Serialize>(s: &mut TcpStream, msg: &T) {
+    s.write_all(&encode(msg).unwrap()).unwrap();
+}
+
+/// The next frame's body; None when the peer closed the connection.
+fn recv(s: &mut TcpStream) -> Option<Vec<u8>> {
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).ok()?;
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).ok()?;
+    Some(body)
+}
+
+fn connect(addr: &str) -> TcpStream {
+    let s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// The event log entries of `kind`.
+fn events(c: &Cluster, kind: &str) -> Vec<Value> {
+    c.json(&["events", "--kind", kind]).as_array().cloned().unwrap_or_default()
+}
+
+/// Wait for an event of `kind` whose detail contains `text`.
+fn wait_event(c: &Cluster, kind: &str, text: &str) -> Value {
+    let t0 = Instant::now();
+    loop {
+        if let Some(e) = events(c, kind).into_iter().find(|e| e["detail"].as_str().unwrap_or("").contains(text)) {
+            return e;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(15),
+            "no {kind} event with {text:?}: {:#}\n{}",
+            c.json(&["events"]),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn node_names(c: &Cluster) -> Vec<String> {
+    c.json(&["nodes"]).as_array().unwrap().iter().map(|n| n["name"].as_str().unwrap().to_string()).collect()
+}
+
+fn key(c: &Cluster) -> ClusterKey {
+    ClusterKey::load(&c.dir.join("cluster.key")).expect("the test runs as root and reads the cluster key")
+}
+
+fn registration(name: &str) -> AgentMessage {
+    let topology =
+        berth_agent::hwtopo::load(&berth_agent::hwtopo::TopologySource::Synthetic("package:1 core:1 pu:1".into()))
+            .unwrap();
+    AgentMessage::Register(Box::new(Registration {
+        name: name.into(),
+        hostname: "nowhere".into(),
+        address: "127.0.0.1:9".into(),
+        instance: "test".into(),
+        version: "test".into(),
+        topology,
+        real_cpus: "0".into(),
+        running: vec![],
+        ended: vec![],
+    }))
+}
+
+#[test]
+fn forged_and_replayed_agent_messages_are_refused_and_logged() {
+    let c = Cluster::up(1, "package:1 core:2 pu:1");
+    let addr = controller_address(&c);
+    let key = key(&c);
+
+    // (a) A registration signed with another key: refused, closed, no node, logged.
+    let mut s = connect(&addr);
+    let wrong = ClusterKey::random().unwrap();
+    send(&mut s, &Envelope::seal(&wrong, LABEL_REGISTER, &registration("forged1")).unwrap());
+    let answer: ControllerMessage = decode(&recv(&mut s).expect("an answer")).unwrap();
+    assert!(
+        matches!(&answer, ControllerMessage::Rejected { reason } if reason.contains("bad signature")),
+        "{answer:?}"
+    );
+    assert!(recv(&mut s).is_none(), "the connection must be closed");
+    let e = wait_event(&c, "auth_refused", "bad signature");
+    assert_eq!(e["node"], "forged1", "{e:#}");
+    assert!(e["detail"].as_str().unwrap().contains("127.0.0.1:"), "the peer's address: {e:#}");
+
+    // An unsigned registration (the old protocol's shape) too.
+    let mut s = connect(&addr);
+    send(&mut s, &registration("forged2"));
+    let answer: ControllerMessage = decode(&recv(&mut s).expect("an answer")).unwrap();
+    assert!(matches!(&answer, ControllerMessage::Rejected { reason } if reason.contains("not signed")), "{answer:?}");
+    assert!(recv(&mut s).is_none());
+    assert_eq!(wait_event(&c, "auth_refused", "not signed")["node"], "forged2");
+
+    // A registration with a good MAC but a stale timestamp.
+    let mut s = connect(&addr);
+    let body = String::from_utf8(berth_protocol::frame::to_json(&registration("stale1")).unwrap()).unwrap();
+    let old = berth_protocol::auth::now_ms() - 300_000;
+    send(&mut s, &Envelope::seal_body(&key, LABEL_REGISTER, body, old, random_nonce()));
+    assert!(recv(&mut s).is_some());
+    assert!(recv(&mut s).is_none());
+    assert_eq!(wait_event(&c, "auth_refused", "in the past")["node"], "stale1");
+
+    // (b) A correctly signed registration, accepted once; the controller proves the key
+    // back, bound to our nonce.
+    let nonce = random_nonce();
+    let body = String::from_utf8(berth_protocol::frame::to_json(&registration("replay1")).unwrap()).unwrap();
+    let hello = Envelope::seal_body(&key, LABEL_REGISTER, body, berth_protocol::auth::now_ms(), nonce);
+    let mut s = connect(&addr);
+    send(&mut s, &hello);
+    let reply: Envelope = decode(&recv(&mut s).expect("an answer")).unwrap();
+    let controller_nonce = reply.verify(&key, &registered_label(&nonce)).expect("the controller proves the key");
+    assert!(matches!(reply.message::<ControllerMessage>().unwrap(), ControllerMessage::Registered { .. }));
+    assert!(node_names(&c).contains(&"replay1".to_string()));
+    // On the session: a heartbeat with a bad MAC closes the connection and is logged.
+    let (mut sealer, _) = session(&key, &nonce, &controller_nonce, Role::Agent);
+    let mut frame = sealer.seal(&AgentMessage::Heartbeat { running: vec![] }).unwrap();
+    frame.mac = "00".repeat(32);
+    send(&mut s, &frame);
+    let t0 = Instant::now();
+    // Frames the controller had queued may come first; then the close.
+    while recv(&mut s).is_some() {
+        assert!(t0.elapsed() < Duration::from_secs(10), "the connection stays open after a forged frame");
+    }
+    let e = wait_event(&c, "auth_refused", "frame refused");
+    assert_eq!(e["node"], "replay1", "{e:#}");
+    assert!(e["detail"].as_str().unwrap().contains("bad signature"), "{e:#}");
+
+    // The same registration bytes on a second connection: a replay.
+    let mut s = connect(&addr);
+    send(&mut s, &hello);
+    let answer: ControllerMessage = decode(&recv(&mut s).expect("an answer")).unwrap();
+    assert!(matches!(&answer, ControllerMessage::Rejected { reason } if reason.contains("replayed")), "{answer:?}");
+    assert!(recv(&mut s).is_none());
+    assert_eq!(wait_event(&c, "auth_refused", "replayed")["node"], "replay1");
+
+    let names = node_names(&c);
+    for forged in ["forged1", "forged2", "stale1"] {
+        assert!(!names.contains(&forged.to_string()), "{forged} was added: {names:?}");
+    }
+    // The real agent never noticed.
+    let id = c.submit("ok.sh", "#!/bin/sh\necho fine\n", &["--cores", "1"]);
+    let j = c.wait_finished(id, Duration::from_secs(30));
+    assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
+}
+
+/// A StepLaunch to `address`; the frames that come back (as JSON) until `done` or the close.
+fn step_launch(address: &str, grant: &StepGrant) -> Vec<Value> {
+    let mut s = connect(address);
+    send(&mut s, &AgentQuery::StepLaunch { grant: Box::new(grant.clone()), subtree: vec![0] });
+    let mut out = vec![];
+    while let Some(b) = recv(&mut s) {
+        let v: Value = serde_json::from_slice(&b).unwrap();
+        let done = v["op"] == "done";
+        out.push(v);
+        if done {
+            break;
+        }
+    }
+    out
+}
+
+fn launch_failure(frames: &[Value]) -> Option<String> {
+    frames.iter().find(|f| f["op"] == "launch_failed").map(|f| f["reason"].as_str().unwrap_or("").to_string())
+}
+
+#[test]
+fn users_and_launches_are_checked() {
+    let c = Cluster::up(2, "package:1 core:4 pu:1");
+    let id = c.submit("long.sh", "#!/bin/sh\nsleep 300\n", &["--cores", "1"]);
+    let job = c.wait_state(id, &["running"], Duration::from_secs(30));
+    let alloc = &job["allocation"][0];
+    let node = alloc["node"].as_str().unwrap().to_string();
+    let cpus = CpuSet::parse_list(alloc["cpus"].as_str().unwrap()).unwrap();
+
+    // (c) berthtest cancels root's job: not permitted, denied event, the job runs on.
+    let bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &bin).unwrap();
+    let out = Command::new("runuser")
+        .args(["-u", "berthtest", "--"])
+        .arg(&bin)
+        .arg("--dir")
+        .arg(&c.dir)
+        .args(["cancel", &id.to_string()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not_permitted"), "{}", String::from_utf8_lossy(&out.stderr));
+    let e = wait_event(&c, "denied", &format!("user berthtest may not cancel job {id} of user root"));
+    assert_eq!(e["job"], id, "{e:#}");
+    // And signalling or holding it.
+    for args in [vec!["signal", &id.to_string(), "USR1"], vec!["hold", &id.to_string()]] {
+        let a: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
+        let out = Command::new("runuser")
+            .args(["-u", "berthtest", "--"])
+            .arg(&bin)
+            .arg("--dir")
+            .arg(&c.dir)
+            .args(&a)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{a:?}");
+    }
+    wait_event(&c, "denied", &format!("user berthtest may not signal job {id} of user root"));
+    wait_event(&c, "denied", &format!("user berthtest may not hold job {id} of user root"));
+    assert_eq!(c.show(id)["state"], "running");
+
+    // (d) Launches straight to the agent's port.
+    let nodes = c.json(&["nodes"]);
+    let address = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap()["address"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let key = key(&c);
+    let grant = |step: u32, rank_cpus: CpuSet, argv: &[&str]| {
+        let mut g = StepGrant {
+            job: JobId(id),
+            step,
+            kvsname: format!("berth_{id}_{step}"),
+            user: UserIdentity { uid: 0, gid: 0, groups: vec![], name: "root".into() },
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            cwd: "/".into(),
+            size: 1,
+            fanout: 0,
+            no_kill: false,
+            rank_cpusets: false,
+            bind: true,
+            notify_signal: None,
+            kill_grace_ms: 500,
+            nodes: vec![StepNode {
+                name: node.clone(),
+                address: address.clone(),
+                ranks: vec![RankPlace { rank: 0, cpus: rank_cpus }],
+            }],
+            interactive: false,
+            expires_ms: 0,
+            mac: String::new(),
+        };
+        sign_grant(&key, &mut g, berth_protocol::auth::now_ms() + 60_000);
+        g
+    };
+
+    // A signed grant for the job's own CPUs runs; sent again, it is a replay.
+    let good = grant(101, cpus.clone(), &["true"]);
+    let frames = step_launch(&address, &good);
+    assert!(launch_failure(&frames).is_none(), "{frames:#?}\n{}", c.logs());
+    assert!(frames.iter().any(|f| f["op"] == "exited" && f["ranks"][0]["exit_code"] == 0), "{frames:#?}");
+    let frames = step_launch(&address, &good);
+    let why = launch_failure(&frames).expect("a replayed grant is refused");
+    assert!(why.contains("already launched"), "{why}");
+    wait_event(&c, "auth_refused", "already launched");
+
+    // Tampered: the signed grant, its command changed.
+    let mut tampered = grant(102, cpus.clone(), &["true"]);
+    tampered.argv = vec!["sh".into(), "-c".into(), "touch /tmp/berth-auth-pwned".into()];
+    let frames = step_launch(&address, &tampered);
+    let why = launch_failure(&frames).expect("a tampered grant is refused");
+    assert!(why.contains("bad signature"), "{why}");
+    assert!(frames.iter().any(|f| f["op"] == "exited"), "{frames:#?}");
+    let e = wait_event(&c, "auth_refused", &format!("step grant {id}.102"));
+    assert_eq!(e["node"], node.as_str(), "{e:#}");
+    assert!(!std::path::Path::new("/tmp/berth-auth-pwned").exists());
+
+    // Unsigned.
+    let mut unsigned = grant(103, cpus.clone(), &["true"]);
+    unsigned.mac.clear();
+    let why = launch_failure(&step_launch(&address, &unsigned)).expect("an unsigned grant is refused");
+    assert!(why.contains("not signed"), "{why}");
+
+    // Correctly signed, on CPUs that are not the job's on this node.
+    let all = CpuSet::parse_list("0-3").unwrap();
+    let others: Vec<u32> = all.iter().filter(|c| !cpus.contains(*c)).collect();
+    let outside = CpuSet::parse_list(&others.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")).unwrap();
+    let frames = step_launch(&address, &grant(104, outside.clone(), &["sleep", "60"]));
+    let why = launch_failure(&frames).expect("a launch outside the allocation is refused");
+    assert!(why.contains("are not inside job"), "{why}");
+    let e = wait_event(&c, "launch_refused", &format!("step {id}.104"));
+    assert_eq!(e["job"], id, "{e:#}");
+    assert_eq!(e["node"], node.as_str(), "{e:#}");
+
+    // Named for another node.
+    let other = if node == "node1" { "node2" } else { "node1" };
+    let mut elsewhere = grant(105, cpus.clone(), &["true"]);
+    elsewhere.nodes[0].name = other.into();
+    sign_grant(&key, &mut elsewhere, berth_protocol::auth::now_ms() + 60_000);
+    let why = launch_failure(&step_launch(&address, &elsewhere)).expect("a launch for another node is refused");
+    assert!(why.contains(&format!("for node {other}")), "{why}");
+
+    // Expired.
+    let mut expired = grant(106, cpus.clone(), &["true"]);
+    sign_grant(&key, &mut expired, berth_protocol::auth::now_ms() - 1000);
+    let why = launch_failure(&step_launch(&address, &expired)).expect("an expired grant is refused");
+    assert!(why.contains("expired"), "{why}");
+
+    // An unsigned agent-to-agent task request.
+    let mut s = connect(&address);
+    send(&mut s, &AgentQuery::Task { request: berth_protocol::step::TaskRequest::RemoteInfo { job: JobId(id) } });
+    let reply: Value = serde_json::from_slice(&recv(&mut s).unwrap()).unwrap();
+    assert!(reply["message"].as_str().unwrap_or("").contains("unsigned task request"), "{reply}");
+    wait_event(&c, "auth_refused", "unsigned task request");
+
+    // Nothing touched the job.
+    let j = c.show(id);
+    assert_eq!(j["state"], "running", "{j:#}");
+    assert!(j["end_time"].is_null(), "{j:#}");
+    // And `berth run` (grants from the controller) still works.
+    let out = c.berth(&["run", "--job", &id.to_string(), "-n", "1", "true"]);
+    assert!(out.status.success(), "{}{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    assert!(c.berth(&["cancel", &id.to_string()]).status.success());
+}
+
+#[test]
+fn daemons_refuse_to_start_without_a_private_key() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // No key.
+    let out =
+        Command::new(BIN).args(["agent", "--name", "x", "--key-file"]).arg(dir.join("missing.key")).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("berth keygen"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A key others can read.
+    let key = dir.join("cluster.key");
+    let out = Command::new(BIN).arg("keygen").arg(&key).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&key).unwrap().permissions().mode() & 0o777, 0o600);
+    std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(BIN).arg("--dir").arg(dir).args(["server", "--key-file"]).arg(&key).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("chmod 600"), "{}", String::from_utf8_lossy(&out.stderr));
+    // keygen does not replace a key.
+    assert!(!Command::new(BIN).arg("keygen").arg(&key).output().unwrap().status.success());
+}
+
+#[test]
+fn agents_refuse_a_controller_that_cannot_prove_the_key() {
+    require_root();
+    let tmp = tempfile::tempdir().unwrap();
+    let key_file = tmp.path().join("cluster.key");
+    let key = ClusterKey::generate(&key_file).unwrap();
+    // A controller impostor: listens where the agent is told the controller is.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let id = format!("authtest{}", std::process::id());
+    let log = tmp.path().join("agent.log");
+    let mut agent = Command::new(BIN)
+        .args(["agent", "--name", "n1", "--controller", &addr, "--topology-synthetic", "package:1 core:1 pu:1"])
+        .arg("--state-dir")
+        .arg(tmp.path().join("state"))
+        .args(["--cgroup-root", &format!("berth/{id}/n1"), "--spool-dir", &format!("/tmp/berth/{id}-n1")])
+        .arg("--key-file")
+        .arg(&key_file)
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let (mut s, _) = listener.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    // The agent's registration is signed with the key.
+    let hello: Envelope = decode(&recv(&mut s).expect("a registration")).unwrap();
+    let nonce = hello.verify(&key, LABEL_REGISTER).expect("signed with the cluster key");
+    // Answered with another key: the agent must not take it.
+    let wrong = ClusterKey::random().unwrap();
+    let reply = ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000 };
+    send(&mut s, &Envelope::seal(&wrong, &registered_label(&nonce), &reply).unwrap());
+    // Nor a correctly signed answer recorded for another registration (bound to its nonce).
+    let (mut s2, _) = listener.accept().unwrap();
+    s2.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let _: Envelope = decode(&recv(&mut s2).expect("a second registration")).unwrap();
+    send(&mut s2, &Envelope::seal(&key, &registered_label(&nonce), &reply).unwrap());
+    let t0 = Instant::now();
+    let text = loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if text.matches("could not prove it holds the cluster key").count() >= 2 {
+            break text;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(20), "the agent did not refuse the impostor:\n{text}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(!text.contains(" registered"), "{text}");
+    // SAFETY: plain kill(2) of the agent this test started.
+    unsafe { libc::kill(agent.id() as i32, libc::SIGTERM) };
+    let _ = agent.wait();
+    let root = format!("berth/{id}");
+    let _ = berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root());
+}
