@@ -201,16 +201,7 @@ fn users_and_launches_are_checked() {
     let cpus = CpuSet::parse_list(alloc["cpus"].as_str().unwrap()).unwrap();
 
     // (c) berthtest cancels root's job: not permitted, denied event, the job runs on.
-    let bin = c.root().join("berth-bin");
-    std::fs::copy(BIN, &bin).unwrap();
-    let out = Command::new("runuser")
-        .args(["-u", "berthtest", "--"])
-        .arg(&bin)
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(["cancel", &id.to_string()])
-        .output()
-        .unwrap();
+    let out = c.berth_as("berthtest", &["cancel", &id.to_string()]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("not_permitted"), "{}", String::from_utf8_lossy(&out.stderr));
     let e = wait_event(&c, "denied", &format!("user berthtest may not cancel job {id} of user root"));
@@ -218,14 +209,7 @@ fn users_and_launches_are_checked() {
     // And signalling or holding it.
     for args in [vec!["signal", &id.to_string(), "USR1"], vec!["hold", &id.to_string()]] {
         let a: Vec<&str> = args.iter().map(|s| s.as_ref()).collect();
-        let out = Command::new("runuser")
-            .args(["-u", "berthtest", "--"])
-            .arg(&bin)
-            .arg("--dir")
-            .arg(&c.dir)
-            .args(&a)
-            .output()
-            .unwrap();
+        let out = c.berth_as("berthtest", &a);
         assert!(!out.status.success(), "{a:?}");
     }
     wait_event(&c, "denied", &format!("user berthtest may not signal job {id} of user root"));

@@ -7,7 +7,6 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// 2 single-thread cores: PU n runs on real CPU n.
@@ -88,16 +87,7 @@ fn suspend_freezes_the_job_and_resume_lets_it_complete() {
     let freezer_dir = cgroup_dir(&c, id, "freezer");
 
     // Only admins may suspend (the test user is refused with a stable code).
-    let bin = c.root().join("berth-bin");
-    std::fs::copy(BIN, &bin).unwrap();
-    let out = Command::new("runuser")
-        .args(["-u", "berthtest", "--"])
-        .arg(&bin)
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(["suspend", &id.to_string(), "--json"])
-        .output()
-        .unwrap();
+    let out = c.berth_as("berthtest", &["suspend", &id.to_string(), "--json"]);
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!out.status.success() && text.contains("not_permitted"), "berthtest could suspend: {text}");
 

@@ -95,6 +95,24 @@ impl Cluster {
         self.json(&args)["id"].as_u64().expect("id")
     }
 
+    /// Run berth as another (non-root) user, e.g. `berthtest` (scripts/test.sh creates it),
+    /// from a copy of the binary that user can execute.
+    pub fn berth_as(&self, user: &str, args: &[&str]) -> Output {
+        let bin = self.root().join("berth-bin");
+        if !bin.exists() {
+            std::fs::copy(BIN, &bin).expect("copy the berth binary for another user");
+        }
+        Command::new("runuser")
+            .args(["-u", user, "--"])
+            .arg(&bin)
+            .arg("--dir")
+            .arg(&self.dir)
+            .args(args)
+            .current_dir(self.root())
+            .output()
+            .expect("runuser")
+    }
+
     pub fn show(&self, id: u64) -> Value {
         self.json(&["show", &id.to_string()])
     }
