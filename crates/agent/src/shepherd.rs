@@ -28,6 +28,26 @@ use tokio::sync::mpsc;
 const JOB_WAIT: Duration = Duration::from_secs(10);
 /// How long to wait for a child agent to accept the launch.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// Per level of the tree, how long a subtree may take after the launch to say anything (a node
+/// waits up to JOB_WAIT for its part of the job): a subtree silent longer is hung (a stopped
+/// agent, a frozen node: its TCP stack still acks), and is lost.
+pub const LAUNCH_STEP: Duration = Duration::from_secs(12);
+
+/// How many levels a subtree of `n` nodes spans with `fanout` (0: flat), as `groups` splits it.
+pub fn tree_depth(n: usize, fanout: u32) -> u32 {
+    if n <= 1 {
+        return n as u32;
+    }
+    let rest = n - 1;
+    let k = if fanout == 0 { rest } else { (fanout as usize).min(rest) };
+    1 + tree_depth(rest.div_ceil(k), fanout)
+}
+
+/// How long the shepherd (or `run`) above a subtree of `n` nodes waits for its first message:
+/// one step more than any shepherd inside it waits, so a hung node is reported by its parent.
+pub fn launch_deadline(n: usize, fanout: u32) -> Duration {
+    LAUNCH_STEP * tree_depth(n, fanout)
+}
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
 const OUTPUT_LINGER: Duration = Duration::from_secs(2);
@@ -523,6 +543,7 @@ async fn run_child(
     let _ = stream.set_nodelay(true);
     keepalive(&stream);
     let (mut rd, mut wr) = stream.into_split();
+    let deadline = launch_deadline(group.len(), grant.fanout);
     let launch = AgentQuery::StepLaunch { grant: Box::new(grant), subtree: group };
     if let Err(e) = write_frame(&mut wr, &launch).await {
         let _ = ev.send(Event::ChildLost(index, format!("sending the launch to {address}: {e}")));
@@ -537,8 +558,25 @@ async fn run_child(
         // The shepherd dropped us: closing the connection dissolves the subtree below.
         let _ = wr.shutdown().await;
     });
+    let mut answered = false;
     loop {
-        match read_frame::<_, TreeUp>(&mut rd).await {
+        let frame = if answered {
+            read_frame::<_, TreeUp>(&mut rd).await
+        } else {
+            match tokio::time::timeout(deadline, read_frame::<_, TreeUp>(&mut rd)).await {
+                Ok(f) => f,
+                Err(_) => {
+                    let why = format!(
+                        "the agent at {address} did not answer the launch within {} s (a hung node?)",
+                        deadline.as_secs()
+                    );
+                    let _ = ev.send(Event::ChildLost(index, why));
+                    break;
+                }
+            }
+        };
+        answered = true;
+        match frame {
             Ok(Some(TreeUp::Done)) => {
                 let _ = ev.send(Event::Child(index, TreeUp::Done));
                 break;
@@ -564,6 +602,27 @@ async fn run_child(
 #[cfg(test)]
 mod tests {
     use super::groups;
+
+    #[test]
+    fn a_parent_waits_one_launch_step_more_than_anything_below_it() {
+        use super::{launch_deadline, tree_depth, LAUNCH_STEP};
+        assert_eq!(tree_depth(0, 8), 0);
+        assert_eq!(tree_depth(1, 8), 1);
+        assert_eq!(tree_depth(9, 8), 2);
+        assert_eq!(tree_depth(10, 8), 3);
+        assert_eq!(tree_depth(64, 0), 2, "flat");
+        assert_eq!(tree_depth(64, 2), 7, "64, 32, 16, 8, 4, 2, 1 nodes per level");
+        assert_eq!(launch_deadline(3, 8), LAUNCH_STEP * 2);
+        // For every split, the deadline of a group exceeds those of the groups inside it.
+        for fanout in [0u32, 2, 3, 8, 32] {
+            for n in 2..200usize {
+                let rest: Vec<u32> = (1..n as u32).collect();
+                for g in groups(&rest, fanout) {
+                    assert!(launch_deadline(n, fanout) > launch_deadline(g.len(), fanout), "{n} {fanout}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn groups_split_evenly_and_flat_is_one_per_node() {

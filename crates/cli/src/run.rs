@@ -285,8 +285,28 @@ impl Tree {
         });
         tokio::spawn(forward_stdin(down_tx.clone()));
         forward_signals(down_tx.clone());
+        let deadline = berth_agent::shepherd::launch_deadline(grant.nodes.len(), grant.fanout);
+        let mut answered = false;
         loop {
-            let msg = match read_frame::<_, TreeUp>(&mut rd).await {
+            let frame = if answered {
+                read_frame::<_, TreeUp>(&mut rd).await
+            } else {
+                match tokio::time::timeout(deadline, read_frame::<_, TreeUp>(&mut rd)).await {
+                    Ok(f) => f,
+                    Err(_) => {
+                        let msg = format!(
+                            "the agent of {} did not answer the launch within {} s (a hung node?); nothing was started there",
+                            first.name,
+                            deadline.as_secs()
+                        );
+                        eprintln!("berth run: {msg}");
+                        self.failed_at.get_or_insert(msg);
+                        break;
+                    }
+                }
+            };
+            answered = true;
+            let msg = match frame {
                 Ok(Some(m)) => m,
                 Ok(None) | Err(_) => {
                     let msg = format!("lost the connection to {}'s agent; the ranks were killed", first.name);

@@ -193,3 +193,44 @@ fn an_admin_takes_a_node_down_and_up_and_a_recorded_event_script_replays() {
     }
     assert_no_job_cgroups(&c);
 }
+
+#[test]
+fn a_node_dead_at_launch_aborts_the_launch_cleanly() {
+    let c = Cluster::up(3, TOPO);
+    // node3 hangs (its agent stopped): connections to it open, nothing answers; the controller
+    // does not know yet (its heartbeats are not yet missed).
+    let hung = c.pid_of("node3");
+    // SAFETY: kill(2) on an agent this test started.
+    assert_eq!(unsafe { libc::kill(hung, libc::SIGSTOP) }, 0);
+    let t0 = Instant::now();
+    let out = Command::new(BIN)
+        .arg("--dir")
+        .arg(&c.dir)
+        .args(["run", "-N", "2", "-n", "6", "sh", "-c", "echo up-$BERTH_RANK; exec sleep 100.25"])
+        .current_dir(c.root())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let took = t0.elapsed();
+    // SAFETY: as above; the node dies for good.
+    unsafe { libc::kill(hung, libc::SIGKILL) };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    println!("run gave up after {took:?}: {stderr}");
+    assert!(!out.status.success(), "the launch should fail: {stderr}");
+    assert!(stderr.contains("node3"), "says which node: {stderr}");
+    // A hung child is given up after one launch step (12 s), a hung first node after two.
+    assert!(took < Duration::from_secs(40), "took {took:?} to give up");
+    // Nothing of it is left running: no rank, and its interactive allocation is gone.
+    let t1 = Instant::now();
+    while Command::new("pgrep").args(["-f", "sleep 100.25"]).status().unwrap().success() {
+        assert!(t1.elapsed() < Duration::from_secs(15), "ranks of the aborted launch are still running");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let t1 = Instant::now();
+    while c.json(&["jobs"]).as_array().unwrap().iter().any(|j| j["state"] == "running") {
+        assert!(t1.elapsed() < Duration::from_secs(15), "the allocation was not released: {}", c.json(&["jobs"]));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(c.berth(&["up"]).status.success());
+    assert_no_job_cgroups(&c);
+}
