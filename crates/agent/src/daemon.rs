@@ -86,8 +86,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // reported ended); the rest is killed and removed.
     let recovered = crate::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
     // The batch scripts' shim is this binary (`berth __berth-shim`), resolved once.
-    let shim = match std::env::current_exe() {
-        Ok(exe) => Some(exe),
+    // It is held open and exec'd as /proc/self/fd/N: the job's user needs no search permission
+    // on the directories of the agent's binary (a build tree under a private directory).
+    let shim = match std::env::current_exe().and_then(std::fs::File::open) {
+        Ok(exe) => {
+            use std::os::fd::IntoRawFd;
+            // Open (close-on-exec) for the agent's lifetime.
+            Some(PathBuf::from(format!("/proc/self/fd/{}", exe.into_raw_fd())))
+        }
         Err(e) => {
             tracing::warn!(
                 "cannot find the berth binary for the job shim ({e}): exit statuses will not survive an agent restart"

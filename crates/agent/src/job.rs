@@ -255,6 +255,7 @@ fn start(
     let mut cmd = match shim {
         // The shim starts the script and keeps its exit status (see shim.rs).
         Some(exe) => {
+            setup.exec_through_proc_fd = exe.starts_with("/proc/self/fd");
             let mut c = tokio::process::Command::new(exe);
             c.arg(crate::shim::SHIM_ARG).arg(spool.join(crate::shim::STATUS_FILE)).arg(spool.join("script"));
             c

@@ -23,6 +23,10 @@ pub struct ChildSetup {
     pub same_output: bool,
     /// CPU affinity to set after joining the cgroup (binding mode `set`).
     pub affinity: Option<libc::cpu_set_t>,
+    /// The program is exec'd through `/proc/self/fd/N` (the agent's open berth binary, so the
+    /// user needs no path to it): the process, now wholly the user's, is made dumpable again
+    /// so that it may read its own /proc/self/fd, as any exec of a plain binary would.
+    pub exec_through_proc_fd: bool,
 }
 
 /// A kernel CPU mask of `cpus`, built before the fork. Errors for CPUs beyond CPU_SETSIZE.
@@ -98,6 +102,7 @@ impl ChildSetup {
             stderr: cstring("error path", Path::new(stderr).as_os_str().as_bytes())?,
             same_output: stdout == stderr,
             affinity: None,
+            exec_through_proc_fd: false,
         })
     }
 
@@ -110,6 +115,7 @@ impl ChildSetup {
         let keep = self.join_files;
         let same_output = self.same_output;
         let affinity = self.affinity;
+        let dumpable = self.exec_through_proc_fd;
         let setup = (self.uid, self.gid, self.groups, self.cwd, self.stdout, self.stderr);
         // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
         unsafe {
@@ -133,6 +139,9 @@ impl ChildSetup {
                         return Err(std::io::Error::last_os_error());
                     }
                     libc::close(fd);
+                }
+                if dumpable && libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });

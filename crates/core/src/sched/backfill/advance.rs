@@ -25,7 +25,7 @@ use crate::job::{Allocation, NodeAllocation, NumaShare};
 use crate::placement::JobRequest;
 use crate::sched::{ClusterState, PendingReason};
 use crate::{CpuSet, JobId};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 
 /// Resources set aside over `[start, end)` for the jobs `members`.
 #[derive(Debug, Clone, PartialEq)]
@@ -173,7 +173,7 @@ pub(super) struct Layers {
 
 impl Layers {
     pub fn new<A>(windows: &Windows<A>) -> Self {
-        Layers { memos: (0..=windows.book.len()).map(|_| Memo::default()).collect(), reasons: HashMap::new() }
+        Layers { memos: (0..=windows.book.len()).map(|_| Memo::default()).collect(), reasons: HashMap::default() }
     }
 
     /// For a job that cannot start now although nothing says it does not fit now: whether the
@@ -262,7 +262,7 @@ pub fn plan_with_advance<M: Confine>(
         return super::plan_with_reservations(input, limits);
     }
     let now = input.now;
-    let mut member_of: HashMap<JobId, usize> = HashMap::new();
+    let mut member_of: HashMap<JobId, usize> = HashMap::default();
     for (i, r) in advance.iter().enumerate() {
         for id in &r.members {
             member_of.entry(*id).or_insert(i);

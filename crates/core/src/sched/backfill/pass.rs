@@ -5,8 +5,8 @@ use super::{Fit, Machine, PassOutput, Waiting};
 use crate::placement::{JobRequest, MemRequest};
 use crate::sched::PendingReason;
 use crate::JobId;
+use rustc_hash::FxHashMap as HashMap;
 use std::cell::Cell;
-use std::collections::HashMap;
 
 /// A machine whose free CPU count is computed once per change, not once per question (the
 /// topology-aware cluster counts it with a scan of its nodes).
