@@ -127,6 +127,9 @@ struct Known {
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     known: HashMap<RequestKey, Known>,
+    /// "N cores wanted, M free now", formatted once per (N, M): a pass says it of most of the
+    /// queue, and formatting was a fifth of a pass.
+    count_reasons: std::cell::RefCell<HashMap<(u64, u64), String>>,
     pub placements: usize,
 }
 
@@ -142,7 +145,7 @@ impl Memo {
             return Fit::Busy(what.clone());
         }
         // A count rejects only once a placement has said whether the request can ever fit.
-        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+        if let (true, Some(busy)) = (known.placed, count_busy(&self.count_reasons, machine, req)) {
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -178,7 +181,7 @@ impl Memo {
             return Fit::Busy(what.clone());
         }
         // The count without `extra` is an upper bound of the count with it: busy by it is busy.
-        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+        if let (true, Some(busy)) = (known.placed, count_busy(&self.count_reasons, machine, req)) {
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -196,16 +199,24 @@ impl Memo {
     pub fn busy_on<M: Machine>(&self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Option<String> {
         match self.known.get(&RequestKey::of(req)).and_then(|k| k.busy[state].clone()) {
             Some(what) => Some(what),
-            None => count_busy(machine, req),
+            None => count_busy(&self.count_reasons, machine, req),
         }
     }
 }
 
 /// "Busy" from the free count alone, when the request needs more CPUs than are free.
-fn count_busy<M: Machine>(machine: &Tracked<M>, req: &JobRequest) -> Option<String> {
+fn count_busy<M: Machine>(
+    reasons: &std::cell::RefCell<HashMap<(u64, u64), String>>,
+    machine: &Tracked<M>,
+    req: &JobRequest,
+) -> Option<String> {
     let need = counted_cpus(req)?;
     let free = machine.free_cpus();
-    (need > free).then(|| format!("{need} cores wanted, {free} free now"))
+    if need <= free {
+        return None;
+    }
+    let mut reasons = reasons.borrow_mut();
+    Some(reasons.entry((need, free)).or_insert_with(|| format!("{need} cores wanted, {free} free now")).clone())
 }
 
 /// The output being built, and whether a job is already waiting for resources or priority
