@@ -281,7 +281,7 @@ pub fn option_value(name: &str) -> BoxedStrategy<String> {
         "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" => pieces(NUMBERS, 2),
         "mem" | "mem-per-cpu" => size_text(),
         "walltime" => duration_text(),
-        "threads" | "rank-cpusets" | "system-cpus" => one_of(SWITCH_VALUES),
+        "threads" | "rank-cpusets" | "system-cpus" | "requeue" | "no-requeue" | "no-kill" => one_of(SWITCH_VALUES),
         "binding" => binding_text(),
         "binding-mode" => one_of(MODES),
         "property" => pieces(&["a", "singlecpu", "big_mem", "x-1", ",", " ", ",,", "é", "-"], 6),
@@ -384,8 +384,9 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "threads" => o.threads.map(yes_no),
         "rank-cpusets" => o.rank_cpusets.map(yes_no),
         "system-cpus" => o.system_cpus.map(yes_no),
-        // `no-requeue` is the same setting spelled the other way: rendered once, as `requeue`.
+        // `no-requeue` is the same setting spelled the other way round.
         "requeue" => o.requeue.map(yes_no),
+        "no-requeue" => o.requeue.map(|r| yes_no(!r)),
         "no-kill" => o.no_kill.map(yes_no),
         "binding" => o.binding.as_ref().map(ToString::to_string),
         "binding-mode" => o.binding_mode.map(|m| m.to_string()),
