@@ -100,6 +100,18 @@ pub async fn run_job(
         Err(e) => failed(e),
         Ok((child, sets)) => {
             let pid = child.as_ref().and_then(|c| c.id()).unwrap_or(0);
+            let job = Arc::new(JobHandle {
+                spec: spec.clone(),
+                cgroup: cg.clone(),
+                spool: spool.clone(),
+                cpuset_dir: sets.dir.clone(),
+                steps: Default::default(),
+                tasks: Default::default(),
+                suspension: Arc::new(Suspension::new(spec.allocation.clone())),
+            });
+            // Registered before the record is written (fsync): the script's first `berth task`
+            // may reach the agent within microseconds of its start.
+            ctx.registry.insert(job.clone());
             if let Some(records) = ctx.records.clone() {
                 let rec = JobRecord {
                     spec: spec.clone(),
@@ -117,15 +129,6 @@ pub async fn run_job(
                 }
             }
             let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports.clone() });
-            let job = Arc::new(JobHandle {
-                spec: spec.clone(),
-                cgroup: cg.clone(),
-                spool: spool.clone(),
-                cpuset_dir: sets.dir.clone(),
-                steps: Default::default(),
-                tasks: Default::default(),
-                suspension: Arc::new(Suspension::new(spec.allocation.clone())),
-            });
             let script = child.map(|child| Script::Child { child, spool: spool.clone(), shim: ctx.shim.is_some() });
             let walltime = spec.walltime_seconds.map(Duration::from_secs);
             follow(&ctx, job, script, &mut kill, started, walltime).await

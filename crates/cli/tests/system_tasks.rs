@@ -16,7 +16,7 @@ const SCRIPT: &str = r#"#!/bin/sh
 B=@BIN@
 echo "socket=$BERTH_AGENT_SOCKET" > env.txt
 echo "job=$BERTH_JOB_ID" >> env.txt
-$B task info --json > info.json; echo "info=$?" >> codes.txt
+$B task info --json > info.json 2> info.err; echo "info=$?" >> codes.txt
 $B task spawn --json --node 0 sh -c 'echo "node=$BERTH_NODEID task=$BERTH_TASK_ID job=$BERTH_JOB_ID tmp=$TMPDIR sock=$BERTH_AGENT_SOCKET"; test -d "$TMPDIR" && echo tmpdir-exists; grep cpuset: /proc/self/cgroup' > spawn0.json; echo "spawn0=$?" >> codes.txt
 $B task spawn --json --node 1 --count 2 --output 'n1-%t.out' sh -c 'echo "node=$BERTH_NODEID task=$BERTH_TASK_ID job=$BERTH_JOB_ID tmp=$TMPDIR sock=$BERTH_AGENT_SOCKET"; test -d "$TMPDIR" && echo tmpdir-exists; grep cpuset: /proc/self/cgroup' > spawn1.json; echo "spawn1=$?" >> codes.txt
 $B task spawn --node 1 sh -c 'exit 3' > fail.id; echo "spawnfail=$?" >> codes.txt
@@ -122,7 +122,12 @@ fn tasks_spawn_on_every_node_are_tracked_killed_and_cleaned_with_the_job() {
         "list=0",
         "end=0",
     ] {
-        assert!(codes.lines().any(|l| l == want), "expected {want} in:\n{codes}\nlist:\n{}", read(&home, "list.txt"));
+        assert!(
+            codes.lines().any(|l| l == want),
+            "expected {want} in:\n{codes}\nlist:\n{}\ninfo errors:\n{}",
+            read(&home, "list.txt"),
+            read(&home, "info.err") + &read(&home, "info.json")
+        );
     }
 
     // Node info: both nodes, in allocation order, with their slots, CPUs and agents.
