@@ -48,6 +48,19 @@ pub fn tree_depth(n: usize, fanout: u32) -> u32 {
 pub fn launch_deadline(n: usize, fanout: u32) -> Duration {
     LAUNCH_STEP * tree_depth(n, fanout)
 }
+
+/// The next message from a subtree; while it has `answered` nothing, it must within
+/// `deadline` (else `None`: the subtree is hung).
+pub async fn read_up<R: AsyncRead + Unpin>(
+    rd: &mut R,
+    answered: bool,
+    deadline: Duration,
+) -> Option<Result<Option<TreeUp>, berth_protocol::ProtocolError>> {
+    if answered {
+        return Some(read_frame(rd).await);
+    }
+    tokio::time::timeout(deadline, read_frame(rd)).await.ok()
+}
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
 const OUTPUT_LINGER: Duration = Duration::from_secs(2);
@@ -560,20 +573,13 @@ async fn run_child(
     });
     let mut answered = false;
     loop {
-        let frame = if answered {
-            read_frame::<_, TreeUp>(&mut rd).await
-        } else {
-            match tokio::time::timeout(deadline, read_frame::<_, TreeUp>(&mut rd)).await {
-                Ok(f) => f,
-                Err(_) => {
-                    let why = format!(
-                        "the agent at {address} did not answer the launch within {} s (a hung node?)",
-                        deadline.as_secs()
-                    );
-                    let _ = ev.send(Event::ChildLost(index, why));
-                    break;
-                }
-            }
+        let Some(frame) = read_up(&mut rd, answered, deadline).await else {
+            let why = format!(
+                "the agent at {address} did not answer the launch within {} s (a hung node?)",
+                deadline.as_secs()
+            );
+            let _ = ev.send(Event::ChildLost(index, why));
+            break;
         };
         answered = true;
         match frame {

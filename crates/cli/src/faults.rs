@@ -10,6 +10,9 @@ use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+/// A generated script is held in memory: bound it.
+const MAX_RANDOM_FAULTS: usize = 100_000;
+
 #[derive(Subcommand)]
 pub enum FaultsCommand {
     /// Apply an event script to the running cluster (admins): `down` takes nodes down as
@@ -57,6 +60,9 @@ pub async fn run(dir: &Path, json: bool, cmd: FaultsCommand) -> Result<i32> {
         }
         FaultsCommand::Random { seed, count, mode, group, interval, downtime, nodes, apply } => {
             let mode: FaultMode = mode.parse().map_err(|e: String| anyhow!(e))?;
+            if count > MAX_RANDOM_FAULTS {
+                bail!("--count {count} is more than {MAX_RANDOM_FAULTS} failures; generate fewer at a time");
+            }
             if !(interval.is_finite() && interval >= 0.0 && downtime.is_finite() && downtime >= 0.0) {
                 bail!("--interval and --downtime must be seconds (0 or more)");
             }

@@ -15,7 +15,7 @@ use berth_protocol::client::{ClientRequest, ClientResponse};
 use berth_protocol::step::{
     parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepOutcome, TreeDown, TreeUp,
 };
-use berth_protocol::{read_frame, write_frame};
+use berth_protocol::write_frame;
 use clap::Args;
 use std::collections::HashMap;
 use std::io::Write;
@@ -288,22 +288,15 @@ impl Tree {
         let deadline = berth_agent::shepherd::launch_deadline(grant.nodes.len(), grant.fanout);
         let mut answered = false;
         loop {
-            let frame = if answered {
-                read_frame::<_, TreeUp>(&mut rd).await
-            } else {
-                match tokio::time::timeout(deadline, read_frame::<_, TreeUp>(&mut rd)).await {
-                    Ok(f) => f,
-                    Err(_) => {
-                        let msg = format!(
-                            "the agent of {} did not answer the launch within {} s (a hung node?); nothing was started there",
-                            first.name,
-                            deadline.as_secs()
-                        );
-                        eprintln!("berth run: {msg}");
-                        self.failed_at.get_or_insert(msg);
-                        break;
-                    }
-                }
+            let Some(frame) = berth_agent::shepherd::read_up(&mut rd, answered, deadline).await else {
+                let msg = format!(
+                    "the agent of {} did not answer the launch within {} s (a hung node?); nothing was started there",
+                    first.name,
+                    deadline.as_secs()
+                );
+                eprintln!("berth run: {msg}");
+                self.failed_at.get_or_insert(msg);
+                break;
             };
             answered = true;
             let msg = match frame {
