@@ -8,7 +8,7 @@ use std::os::fd::RawFd;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use super::util::{read_optional, subdirs, FREEZE_WAIT};
+use super::util::{read_optional, subdirs};
 use super::CgroupError;
 
 /// Parse a cgroup.procs / tasks file; a missing file (cgroup gone) is empty.
@@ -119,7 +119,8 @@ pub(crate) fn freeze_kill_loop(deadline: Duration, ops: KillOps<'_>) -> Result<(
         }
         // A failed freeze (D-state task, missing freezer) still lets SIGKILL
         // make progress, so it is only logged.
-        if let Err(e) = (ops.freeze)(left.min(FREEZE_WAIT)) {
+        // Shorter than a suspend's wait: killing goes on without it.
+        if let Err(e) = (ops.freeze)(left.min(Duration::from_secs(2))) {
             tracing::debug!(error = %e, "freeze before kill failed; killing anyway");
         }
         signal_pids(&(ops.pids)()?, libc::SIGKILL)?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::CgroupError;
 
 /// How long `freeze` waits for the kernel to report the cgroup frozen.
-pub(crate) const FREEZE_WAIT: Duration = Duration::from_secs(2);
+pub(crate) const FREEZE_WAIT: Duration = Duration::from_secs(5);
 /// How long `remove` retries rmdir on EBUSY (exiting tasks linger briefly).
 pub(crate) const RMDIR_WAIT: Duration = Duration::from_secs(2);
 /// Deadline for killing a leftover job in `remove_root`.

@@ -30,21 +30,23 @@ impl V1Job {
 
     fn set_freezer(&self, state: &'static str, wait: Duration) -> Result<(), CgroupError> {
         let f = self.paths.freezer.join("freezer.state");
+        if state == "FROZEN" {
+            return self.freeze_with_retries(&f, wait);
+        }
         util::write_value(&f, state)?;
         if procs::wait_until(wait, || Ok(self.freezer_state()? == state))? {
             return Ok(());
         }
-        if state == "FROZEN" {
-            // Don't leave it half-frozen (FREEZING) behind the caller's back.
-            util::write_value(&f, "THAWED")?;
-        }
-        Err(CgroupError::Timeout {
-            what: if state == "FROZEN" { "freezer.state FROZEN" } else { "freezer.state THAWED" },
-            path: f,
-            waited: wait,
-        })
+        Err(CgroupError::Timeout { what: "freezer.state THAWED", path: f, waited: wait })
     }
 
+    fn freeze_with_retries(&self, f: &Path, wait: Duration) -> Result<(), CgroupError> {
+        let done = freeze_retrying(wait, &|v| util::write_value(f, v), &|| self.freezer_state())?;
+        if done {
+            return Ok(());
+        }
+        Err(CgroupError::Timeout { what: "freezer.state FROZEN", path: f.to_path_buf(), waited: wait })
+    }
     /// Kernel order rule: memory.limit_in_bytes <= memory.memsw.limit_in_bytes
     /// at all times, so raise memsw first when growing, last when shrinking.
     fn set_memory_limit(&self, limit: Option<u64>) -> Result<(), CgroupError> {
@@ -222,6 +224,33 @@ impl V1Job {
     }
 }
 
+/// Freezes through `write`, true once `state` reads FROZEN. The v1 freezer
+/// can stay FREEZING for good when it catches a task mid-fork/exec or in a
+/// non-freezable sleep; thawing and freezing again gets past it (as runc
+/// does), each attempt waiting a little longer. Left THAWED on failure, never
+/// half-frozen behind the caller's back.
+fn freeze_retrying(
+    wait: Duration,
+    write: &dyn Fn(&str) -> Result<(), CgroupError>,
+    state: &dyn Fn() -> Result<String, CgroupError>,
+) -> Result<bool, CgroupError> {
+    let start = std::time::Instant::now();
+    let mut attempt_wait = Duration::from_millis(50);
+    loop {
+        write("FROZEN")?;
+        let left = wait.saturating_sub(start.elapsed());
+        if procs::wait_until(attempt_wait.min(left), || Ok(state()? == "FROZEN"))? {
+            return Ok(true);
+        }
+        write("THAWED")?;
+        if start.elapsed() >= wait {
+            return Ok(false);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+        attempt_wait = (attempt_wait * 2).min(Duration::from_millis(400));
+    }
+}
+
 fn ticks_to_usec(ticks: u64) -> u64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -256,6 +285,39 @@ mod tests {
         };
         let job = V1Job { name: "job_1".into(), paths, root_cpuset: dir };
         (tmp, job)
+    }
+
+    /// A freezer that stays FREEZING for the first `stuck` freeze attempts.
+    fn stuck_freezer(stuck: usize, wait: Duration) -> (bool, Vec<String>) {
+        use std::cell::RefCell;
+        let writes = RefCell::new(Vec::new());
+        let value = RefCell::new("THAWED".to_string());
+        let write = |v: &str| {
+            writes.borrow_mut().push(v.to_string());
+            let freezes = writes.borrow().iter().filter(|w| *w == "FROZEN").count();
+            *value.borrow_mut() = if v == "FROZEN" && freezes <= stuck { "FREEZING".into() } else { v.into() };
+            Ok(())
+        };
+        let done = freeze_retrying(wait, &write, &|| Ok(value.borrow().clone())).unwrap();
+        let state = value.borrow().clone();
+        let mut log = writes.into_inner();
+        log.push(state);
+        (done, log)
+    }
+
+    #[test]
+    fn freeze_thaws_and_retries_a_stuck_freezer() {
+        let (done, log) = stuck_freezer(2, Duration::from_secs(2));
+        assert!(done);
+        assert_eq!(log, ["FROZEN", "THAWED", "FROZEN", "THAWED", "FROZEN", "FROZEN"]);
+    }
+
+    #[test]
+    fn freeze_gives_up_thawed_at_the_deadline() {
+        let (done, log) = stuck_freezer(usize::MAX, Duration::from_millis(300));
+        assert!(!done);
+        assert_eq!(log.last().map(String::as_str), Some("THAWED"), "{log:?}");
+        assert!(log.len() >= 4, "retried: {log:?}");
     }
 
     #[test]
