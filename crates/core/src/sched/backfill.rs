@@ -185,7 +185,14 @@ pub fn plan_with_reservations<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
-    plan_beside(input, limits, &advance::Windows::none())
+    plan_beside(input, limits, &advance::Windows::none(), pass::Detail::Full)
+}
+
+/// [`plan`] when only the starts matter (the trace simulator): the same starts and
+/// `backfilled`, but `waiting` is left empty and the pass stops as soon as every later job
+/// needs more CPUs than are free, so a long queue behind a full machine costs little.
+pub fn plan_starts<M: Machine>(input: &PassInput<M>, limits: &PassLimits) -> PassOutput<M::Alloc> {
+    plan_beside(input, limits, &advance::Windows::none(), pass::Detail::StartsOnly).0
 }
 
 /// The pass of `limits.policy`, every job keeping off `windows` while it would run.
@@ -193,20 +200,28 @@ fn plan_beside<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
     windows: &advance::Windows<M::Alloc>,
+    detail: pass::Detail,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     match limits.policy {
-        BackfillPolicy::Fcfs => (fcfs(input, windows), vec![]),
-        BackfillPolicy::Easy => easy::plan(input, limits, windows),
-        BackfillPolicy::Conservative => conservative::plan(input, limits, windows),
+        BackfillPolicy::Fcfs => (fcfs(input, windows, detail), vec![]),
+        BackfillPolicy::Easy => easy::plan(input, limits, windows, detail),
+        BackfillPolicy::Conservative => conservative::plan(input, limits, windows, detail),
     }
 }
 
 /// Strict priority order, as [`super::schedule`] does (beside `windows`).
-fn fcfs<M: Machine>(input: &PassInput<M>, windows: &advance::Windows<M::Alloc>) -> PassOutput<M::Alloc> {
+fn fcfs<M: Machine>(
+    input: &PassInput<M>,
+    windows: &advance::Windows<M::Alloc>,
+    detail: pass::Detail,
+) -> PassOutput<M::Alloc> {
     let mut machine = pass::Tracked::new(input.machine.clone());
     let mut memos = advance::Layers::new(windows);
-    let mut out = pass::Outcome::new(input.queue.len());
+    let mut out = pass::Outcome::new(input.queue, detail);
     for job in input.queue {
+        if !out.reports_waiting() && out.blocked() {
+            break;
+        }
         if job.held {
             out.wait(job.id, PendingReason::Held, None);
         } else if out.blocked() {

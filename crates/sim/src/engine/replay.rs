@@ -8,7 +8,7 @@ use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
-use berth_core::sched::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{plan, plan_starts, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
 use berth_core::sched::PendingReason;
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
@@ -199,7 +199,11 @@ impl<M: Suspending> Replay<'_, M> {
         }
         let limits = PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations };
         let input = PassInput { machine: &self.machine, running: &self.running, queue: self.queue.jobs(), now };
-        let out = plan(&input, &limits);
+        // Why jobs wait matters only to preemption (who waits for resources).
+        let out = match self.config.preempt {
+            Some(_) => plan(&input, &limits),
+            None => plan_starts(&input, &limits),
+        };
         self.passes += 1;
         self.backfilled_total += out.backfilled;
         let waiting_for_resources: Vec<JobId> = match self.config.preempt {

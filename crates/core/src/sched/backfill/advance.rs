@@ -278,7 +278,8 @@ pub fn plan_with_advance<M: Confine>(
     }
     let queue: Vec<super::QueuedJob> = input.queue.iter().filter(|j| !member_of.contains_key(&j.id)).cloned().collect();
     let others = PassInput { machine: &machine, running: &running, queue: &queue, now };
-    let (mut out, reservations) = super::plan_beside(&others, limits, &Windows::new(advance, now));
+    let (mut out, reservations) =
+        super::plan_beside(&others, limits, &Windows::new(advance, now), super::pass::Detail::Full);
     let mut starts: Vec<(JobId, M::Alloc)> = members.starts.into_iter().map(|(id, a, _)| (id, a)).collect();
     starts.append(&mut out.starts);
     out.starts = starts;

@@ -19,7 +19,7 @@
 
 use super::advance::{Layers, Windows};
 use super::easy::walltime;
-use super::pass::{counted_cpus, Memo, Outcome, Tracked, NOW, RESERVED};
+use super::pass::{counted_cpus, Detail, Memo, Outcome, Tracked, NOW, RESERVED};
 use super::profile::{clear, Profile};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, Reservation};
@@ -68,10 +68,11 @@ pub(super) fn plan<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
     windows: &Windows<M::Alloc>,
+    detail: Detail,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     if limits.max_reservations == 0 {
         // No reservation may be computed: nothing can be shown safe to overtake.
-        return (super::fcfs(input, windows), vec![]);
+        return (super::fcfs(input, windows, detail), vec![]);
     }
     let machine = Tracked::new(input.machine.clone());
     let mut s = State {
@@ -91,8 +92,11 @@ pub(super) fn plan<M: Machine>(
     let mut memo = Memo::default();
     // Why jobs wait, when the windows are why.
     let mut reasons = Layers::new(windows);
-    let mut out = Outcome::new(input.queue.len());
-    for job in input.queue {
+    let mut out = Outcome::new(input.queue, detail);
+    for (i, job) in input.queue.iter().enumerate() {
+        if out.nothing_more_starts(i, s.machine.free_cpus()) {
+            break;
+        }
         if job.held {
             out.wait(job.id, PendingReason::Held, None);
             continue;

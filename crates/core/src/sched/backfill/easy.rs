@@ -15,7 +15,7 @@
 
 use super::advance::{Layers, Windows};
 use super::conservative::earliest_in;
-use super::pass::{Outcome, Tracked, NOW, RESERVED};
+use super::pass::{counted_cpus, Detail, Outcome, Tracked, NOW, RESERVED};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
 use crate::placement::JobRequest;
@@ -41,17 +41,21 @@ pub(super) fn plan<M: Machine>(
     input: &PassInput<M>,
     limits: &PassLimits,
     windows: &Windows<M::Alloc>,
+    detail: Detail,
 ) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
     let now = input.now;
     let mut machine = Tracked::new(input.machine.clone());
     // One memo per set of windows a job overlaps; only the first without windows.
     let mut memos = Layers::new(windows);
-    let mut out = Outcome::new(input.queue.len());
+    let mut out = Outcome::new(input.queue, detail);
     // Jobs started before the head: they hold resources until now + walltime.
     let mut started: Vec<(f64, M::Alloc)> = vec![];
     let mut phase = Phase::InOrder;
     let mut reservations = vec![];
-    for job in input.queue {
+    for (i, job) in input.queue.iter().enumerate() {
+        if out.nothing_more_starts(i, machine.free_cpus()) {
+            break;
+        }
         if job.held {
             out.wait(job.id, PendingReason::Held, None);
             continue;
@@ -93,6 +97,12 @@ pub(super) fn plan<M: Machine>(
                 }
             },
             Phase::Blocked => out.wait(job.id, PendingReason::Priority, None),
+            // Starts only, a job already overtaking a waiting one, too big for what is free:
+            // it does not start, and saying why would change nothing.
+            Phase::Reserved(_)
+                if !out.reports_waiting()
+                    && out.blocked()
+                    && counted_cpus(&job.request).is_some_and(|n| n > machine.free_cpus()) => {}
             Phase::Reserved(head) => {
                 // Ends by the head's start: only what is free now matters. Else it must also
                 // stay off the head's resources.
@@ -150,7 +160,7 @@ pub(super) fn will_run_at<M: Machine>(
 ) -> Option<(f64, M::Alloc)> {
     let mut timeline = Timeline::new(machine, running, started, now);
     let times = timeline.end_times();
-    let need = super::pass::counted_cpus(req);
+    let need = counted_cpus(req);
     let mut fits_at = |i: usize| -> Option<M::Alloc> {
         timeline.move_to(times[i]);
         if need.is_some_and(|n| n > timeline.scratch.free_cpus()) {

@@ -1,7 +1,7 @@
 //! What every policy's pass shares: a machine with a cached free count, the memo of answers
 //! for identical requests, and the output being built.
 
-use super::{Fit, Machine, PassOutput, Waiting};
+use super::{Fit, Machine, PassOutput, QueuedJob, Waiting};
 use crate::placement::{JobRequest, MemRequest};
 use crate::sched::PendingReason;
 use crate::JobId;
@@ -219,19 +219,54 @@ fn count_busy<M: Machine>(
     Some(reasons.entry((need, free)).or_insert_with(|| format!("{need} cores wanted, {free} free now")).clone())
 }
 
-/// The output being built, and whether a job is already waiting for resources or priority
-/// (every start after that one overtook it: a backfill).
-pub(super) struct Outcome<A> {
-    out: PassOutput<A>,
-    blocked: bool,
+/// How much a pass reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Detail {
+    /// Starts, and every waiting job with its reason and expected start.
+    Full,
+    /// Starts only (`waiting` left empty): the pass stops as soon as no later job can start.
+    StartsOnly,
 }
 
-impl<A> Outcome<A> {
-    pub fn new(queue_len: usize) -> Self {
-        Outcome {
-            out: PassOutput { starts: vec![], waiting: Vec::with_capacity(queue_len), backfilled: 0 },
-            blocked: false,
-        }
+/// The output being built, and whether a job is already waiting for resources or priority
+/// (every start after that one overtook it: a backfill).
+pub(super) struct Outcome<'q, A> {
+    out: PassOutput<A>,
+    blocked: bool,
+    /// Starts only: the queue, and per queue index the fewest CPUs any job from there on needs
+    /// by count (0 when a request is not counted; held jobs never start: "infinitely" many),
+    /// worked out when first asked.
+    starts_only: Option<(&'q [QueuedJob], std::cell::OnceCell<Vec<u64>>)>,
+}
+
+impl<'q, A> Outcome<'q, A> {
+    pub fn new(queue: &'q [QueuedJob], detail: Detail) -> Self {
+        let starts_only = (detail == Detail::StartsOnly).then(|| (queue, std::cell::OnceCell::new()));
+        let waiting = if starts_only.is_some() { vec![] } else { Vec::with_capacity(queue.len()) };
+        Outcome { out: PassOutput { starts: vec![], waiting, backfilled: 0 }, blocked: false, starts_only }
+    }
+
+    /// Starts only: whether no job from queue index `i` on can start on a machine with `free`
+    /// CPUs free (each needs more by count; every state a pass places on has at most that many
+    /// free), so the pass can stop there.
+    pub fn nothing_more_starts(&self, i: usize, free: u64) -> bool {
+        let Some((queue, rest)) = &self.starts_only else {
+            return false;
+        };
+        let rest = rest.get_or_init(|| {
+            let mut rest = vec![u64::MAX; queue.len() + 1];
+            for (i, job) in queue.iter().enumerate().rev() {
+                let need = if job.held { u64::MAX } else { counted_cpus(&job.request).unwrap_or(0) };
+                rest[i] = rest[i + 1].min(need);
+            }
+            rest
+        });
+        free < rest[i]
+    }
+
+    /// Whether waiting jobs are reported (else a pass may skip working out why they wait).
+    pub fn reports_waiting(&self) -> bool {
+        self.starts_only.is_none()
     }
 
     pub fn blocked(&self) -> bool {
@@ -254,7 +289,9 @@ impl<A> Outcome<A> {
         if matches!(reason, PendingReason::Resources(_) | PendingReason::Priority) {
             self.blocked = true;
         }
-        self.out.waiting.push(Waiting { id, reason, expected_start });
+        if self.reports_waiting() {
+            self.out.waiting.push(Waiting { id, reason, expected_start });
+        }
     }
 
     pub fn finish(self) -> PassOutput<A> {

@@ -181,6 +181,20 @@ proptest! {
         }
     }
 
+    /// A starts-only pass (the simulator's) starts the same jobs on the same resources, counts
+    /// the same backfills, and reports no waiting job.
+    #[test]
+    fn starts_only_pass_starts_the_same(s in scenario()) {
+        for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+            let (full, _) = run(&s, policy);
+            let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
+            let quick = plan_starts(&input, &PassLimits { policy, max_reservations: s.max_reservations });
+            prop_assert_eq!(&quick.starts, &full.starts, "{:?}", policy);
+            prop_assert_eq!(quick.backfilled, full.backfilled, "{:?}", policy);
+            prop_assert!(quick.waiting.is_empty());
+        }
+    }
+
     /// The head's start, recomputed with every job the pass started holding its resources until
     /// its walltime ends (checking every end time, not bisecting), is never later than promised.
     #[test]
