@@ -52,10 +52,7 @@ pub(super) fn plan<M: Machine>(
     let mut started: Vec<(f64, M::Alloc)> = vec![];
     let mut phase = Phase::InOrder;
     let mut reservations = vec![];
-    for (i, job) in input.queue.iter().enumerate() {
-        if out.nothing_more_starts(i, machine.free_cpus()) {
-            break;
-        }
+    for job in input.queue {
         if job.held {
             out.wait(job.id, PendingReason::Held, None);
             continue;
@@ -97,12 +94,15 @@ pub(super) fn plan<M: Machine>(
                 }
             },
             Phase::Blocked => out.wait(job.id, PendingReason::Priority, None),
-            // Starts only, a job already overtaking a waiting one, too big for what is free:
-            // it does not start, and saying why would change nothing.
-            Phase::Reserved(_)
+            // Starts only, a job already overtaking a waiting one, too big for what is free
+            // (now, or beside the head if it would still run then): it does not start, and
+            // saying why would change nothing.
+            Phase::Reserved(head)
                 if !out.reports_waiting()
                     && out.blocked()
-                    && counted_cpus(&job.request).is_some_and(|n| n > machine.free_cpus()) => {}
+                    && counted_cpus(&job.request).is_some_and(|n| {
+                        n > if end <= head.at { machine.free_cpus() } else { head.reserved.free_cpus() }
+                    }) => {}
             Phase::Reserved(head) => {
                 // Ends by the head's start: only what is free now matters. Else it must also
                 // stay off the head's resources.
