@@ -21,7 +21,7 @@ use super::advance::{Layers, Windows};
 use super::easy::walltime;
 use super::pass::{counted_cpus, Detail, Memo, Outcome, Tracked, NOW, RESERVED};
 use super::profile::{clear, Profile};
-use super::timeline::Timeline;
+use super::timeline::{clamp_end, Timeline};
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, Reservation};
 use crate::placement::JobRequest;
 use crate::sched::PendingReason;
@@ -41,6 +41,9 @@ struct State<'a, M: Machine> {
     book: Vec<Reservation<M::Alloc>>,
     timeline: Timeline<'a, M>,
     profile: Option<Profile>,
+    /// The times a reservation may start at: the timeline's ends and the book's, ascending
+    /// and distinct (kept as both grow, not sorted again per job).
+    times: Times,
 }
 
 impl<M: Machine> State<'_, M> {
@@ -51,6 +54,7 @@ impl<M: Machine> State<'_, M> {
             p.take(self.now, self.now + w, cpus);
         }
         self.timeline.add_started(self.now + w, alloc.clone());
+        self.times.add_end(clamp_end(self.now + w, self.now), true);
     }
 
     fn reserve(&mut self, id: JobId, req: &JobRequest, at: f64, w: f64, alloc: M::Alloc) {
@@ -59,6 +63,44 @@ impl<M: Machine> State<'_, M> {
             p.take(at, at + w, cpus);
         }
         self.book.push(Reservation { id, start: at, end: at + w, alloc });
+        self.times.add_end(at + w, false);
+    }
+}
+
+/// Candidate start times (see [`State::times`]).
+pub(super) struct Times {
+    sorted: Vec<f64>,
+    /// Some held job (running, or started by the pass) is expected to end now (or is overdue).
+    held_end_now: bool,
+    now: f64,
+}
+
+impl Times {
+    pub fn new<M: Machine>(timeline: &Timeline<M>, book: &[Reservation<M::Alloc>]) -> Self {
+        let now = timeline.now;
+        let mut sorted = timeline.end_times();
+        let held_end_now = sorted.first() == Some(&now);
+        sorted.extend(book.iter().map(|r| r.end));
+        sorted.sort_by(f64::total_cmp);
+        sorted.dedup();
+        Times { sorted, held_end_now, now }
+    }
+
+    /// An end at `t`; `held` for a job holding resources (not a reservation's).
+    fn add_end(&mut self, t: f64, held: bool) {
+        self.held_end_now |= held && t == self.now;
+        let i = self.sorted.partition_point(|x| x.total_cmp(&t).is_lt());
+        if self.sorted.get(i) != Some(&t) {
+            self.sorted.insert(i, t);
+        }
+    }
+
+    /// The times to try after now: "now" was tried on the machine as it is, so now again only
+    /// when a held job's end makes it different.
+    pub fn after_now(&self) -> &[f64] {
+        let now = self.now;
+        let from = self.sorted.partition_point(|&t| t < now || (t == now && !self.held_end_now));
+        &self.sorted[from..]
     }
 }
 
@@ -75,13 +117,16 @@ pub(super) fn plan<M: Machine>(
         return (super::fcfs(input, windows, detail), vec![]);
     }
     let machine = Tracked::new(input.machine.clone());
+    let timeline = Timeline::new(&machine, input.running, &[], input.now);
+    let times = Times::new(&timeline, &windows.book);
     let mut s = State {
         now: input.now,
         all_reserved: machine.clone(),
-        timeline: Timeline::new(&machine, input.running, &[], input.now),
+        timeline,
         machine,
         book: vec![],
         profile: None,
+        times,
     };
     // Not counted in the profile: it stays an upper bound of what is free.
     for r in &windows.book {
@@ -197,7 +242,7 @@ fn earliest<M: Machine>(s: &mut State<M>, req: &JobRequest, w: f64) -> Option<(f
         (Some(need), Some(profile)) => profile.short_of(need),
         _ => vec![],
     };
-    earliest_in(&mut s.timeline, &s.book, req, w, &bad)
+    earliest_among(&mut s.timeline, &s.book, req, w, &bad, s.times.after_now())
 }
 
 /// The earliest time after now at which `req` fits for `w` seconds beside the reservations of
@@ -210,16 +255,21 @@ pub(super) fn earliest_in<M: Machine>(
     w: f64,
     bad: &[(f64, f64)],
 ) -> Option<(f64, M::Alloc)> {
-    let now = timeline.now;
-    let mut times = timeline.end_times();
-    // "Now" was tried on the machine as it is; now again only with overdue jobs gone.
-    let overdue = times.first() == Some(&now);
-    times.extend(book.iter().map(|r| r.end));
-    times.sort_by(f64::total_cmp);
-    times.dedup();
-    times.retain(|&t| t > now || (overdue && t == now));
+    let times = Times::new(timeline, book);
+    earliest_among(timeline, book, req, w, bad, times.after_now())
+}
+
+/// [`earliest_in`] trying `times` (ascending, distinct, after now).
+fn earliest_among<M: Machine>(
+    timeline: &mut Timeline<M>,
+    book: &[Reservation<M::Alloc>],
+    req: &JobRequest,
+    w: f64,
+    bad: &[(f64, f64)],
+    times: &[f64],
+) -> Option<(f64, M::Alloc)> {
     let mut from = 0;
-    let candidates: Vec<f64> = times.into_iter().filter(|&t| clear(bad, &mut from, t, w)).collect();
+    let candidates: Vec<f64> = times.iter().copied().filter(|&t| clear(bad, &mut from, t, w)).collect();
     let last = candidates.len().checked_sub(1)?;
     let (mut i, mut misses) = (0usize, 0u32);
     loop {

@@ -8,20 +8,19 @@
 //! second is exact for requests whose CPUs the count sees ([`counted_cpus`](super::pass)),
 //! left out (so still an upper bound) for the others.
 
-use super::timeline::{At, Timeline};
+use super::timeline::Timeline;
 use super::Machine;
-use std::collections::BTreeMap;
 
 /// How many times the running part is measured, at most.
 const CHECKPOINTS: usize = 256;
 
+/// Free CPUs as a step function of time, kept flat so that a pass asking it once per job
+/// scans one array instead of merging measurements with bookings each time.
 pub(super) struct Profile {
-    /// (time, free CPUs once every running job ending at or before it has left), ascending.
-    /// Bounds the free CPUs at any time before it (and after the previous checkpoint).
-    checkpoints: Vec<(f64, i64)>,
-    /// CPUs taken (negative) or given back (positive) at a time.
-    events: BTreeMap<At, i64>,
-    next_seq: u64,
+    /// (from, free CPUs from then until the next step), ascending by time; the first step
+    /// starts at -inf. A checkpoint bounds the free CPUs at any time before it (and at or
+    /// after the previous one); bookings subtract over their interval.
+    steps: Vec<(f64, i64)>,
 }
 
 impl Profile {
@@ -42,17 +41,41 @@ impl Profile {
         if checkpoints.is_empty() {
             checkpoints.push((timeline.now, timeline.scratch.free_cpus() as i64));
         }
-        Profile { checkpoints, events: BTreeMap::new(), next_seq: 0 }
+        Profile::from_checkpoints(&checkpoints)
+    }
+
+    /// Until a checkpoint's time, at most its count is free; from the last one on, its count.
+    fn from_checkpoints(checkpoints: &[(f64, i64)]) -> Self {
+        let mut steps = Vec::with_capacity(checkpoints.len() + 1);
+        steps.push((f64::NEG_INFINITY, checkpoints[0].1));
+        for (k, &(time, free)) in checkpoints.iter().enumerate() {
+            let bound = checkpoints.get(k + 1).map_or(free, |next| next.1);
+            steps.push((time, bound));
+        }
+        Profile { steps }
+    }
+
+    /// The step starting exactly at `time`, made by splitting the one containing it.
+    fn step_at(&mut self, time: f64) -> usize {
+        let i = self.steps.partition_point(|s| s.0.total_cmp(&time).is_lt());
+        if self.steps.get(i).is_some_and(|s| s.0.total_cmp(&time).is_eq()) {
+            return i;
+        }
+        // i > 0: the first step starts at -inf, before any time.
+        let value = self.steps[i - 1].1;
+        self.steps.insert(i, (time, value));
+        i
     }
 
     /// `cpus` taken over `[start, end)`.
     pub fn take(&mut self, start: f64, end: f64, cpus: u64) {
-        if cpus == 0 {
+        if cpus == 0 || start.total_cmp(&end).is_ge() {
             return;
         }
-        for (time, delta) in [(start, -(cpus as i64)), (end, cpus as i64)] {
-            self.events.insert(At { time, seq: self.next_seq }, delta);
-            self.next_seq += 1;
+        let first = self.step_at(start);
+        let last = self.step_at(end);
+        for step in &mut self.steps[first..last] {
+            step.1 -= cpus as i64;
         }
     }
 
@@ -60,38 +83,22 @@ impl Profile {
     /// disjoint (the last may reach infinity: a job larger than the machine's CPUs).
     pub fn short_of(&self, need: u64) -> Vec<(f64, f64)> {
         let need = need as i64;
-        // Breakpoints: where the running part steps up (after each checkpoint) or an event
-        // happens. Value on [point, next point) = running bound + events up to point.
         let mut bad: Vec<(f64, f64)> = vec![];
-        let mut c = 0;
-        let mut events = self.events.iter().map(|(k, d)| (k.time, *d)).peekable();
-        let mut taken = 0i64;
-        let mut at = f64::NEG_INFINITY;
-        loop {
-            while let Some((_, delta)) = events.next_if(|(t, _)| *t <= at) {
-                taken += delta;
-            }
-            while c < self.checkpoints.len() && self.checkpoints[c].0 <= at {
-                c += 1;
-            }
-            let running = self.checkpoints.get(c).or(self.checkpoints.last()).map_or(0, |p| p.1);
-            let next = match (self.checkpoints.get(c), events.peek()) {
-                (Some(p), Some(ev)) => p.0.min(ev.0),
-                (Some(p), None) => p.0,
-                (None, Some(ev)) => ev.0,
-                (None, None) => f64::INFINITY,
-            };
-            if running + taken < need {
-                match bad.last_mut() {
-                    Some(last) if last.1 >= at => last.1 = next,
-                    _ => bad.push((at, next)),
+        let mut open: Option<f64> = None;
+        for &(time, free) in &self.steps {
+            match (free < need, open) {
+                (true, None) => open = Some(time),
+                (false, Some(from)) => {
+                    bad.push((from, time));
+                    open = None;
                 }
+                _ => {}
             }
-            if next == f64::INFINITY {
-                return bad;
-            }
-            at = next;
         }
+        if let Some(from) = open {
+            bad.push((from, f64::INFINITY));
+        }
+        bad
     }
 }
 
@@ -104,5 +111,50 @@ pub(super) fn clear(bad: &[(f64, f64)], from: &mut usize, t: f64, w: f64) -> boo
     match bad.get(*from) {
         None => true,
         Some(&(start, _)) => start >= t + w && start > t,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The bound at `t` straight from the definition.
+    fn free_at(checkpoints: &[(f64, i64)], takes: &[(f64, f64, u64)], t: f64) -> i64 {
+        let running = checkpoints.iter().find(|c| c.0 > t).or(checkpoints.last()).unwrap().1;
+        let taken: u64 = takes.iter().filter(|(s, e, _)| *s <= t && t < *e).map(|x| x.2).sum();
+        running - taken as i64
+    }
+
+    proptest! {
+        #[test]
+        fn short_of_is_where_the_bound_is_short(
+            mut times in proptest::collection::vec(0u32..50, 1..6),
+            frees in proptest::collection::vec(0i64..16, 6),
+            takes in proptest::collection::vec((0u32..60, 0u32..20, 0u64..6), 0..8),
+            need in 0u64..16,
+        ) {
+            times.sort();
+            times.dedup();
+            let mut free_sorted: Vec<i64> = frees[..times.len()].to_vec();
+            free_sorted.sort();
+            let checkpoints: Vec<(f64, i64)> = times.iter().zip(free_sorted).map(|(&t, f)| (t as f64, f)).collect();
+            let takes: Vec<(f64, f64, u64)> = takes.iter().map(|&(s, w, c)| (s as f64, (s + w) as f64, c)).collect();
+            let mut p = Profile::from_checkpoints(&checkpoints);
+            for &(s, e, c) in &takes {
+                p.take(s, e, c);
+            }
+            let bad = p.short_of(need);
+            for w in bad.windows(2) {
+                prop_assert!(w[0].1 < w[1].0, "not disjoint and merged: {bad:?}");
+            }
+            // Every half second from before the first event to after the last.
+            for k in -4..240 {
+                let t = k as f64 / 2.0;
+                let short = free_at(&checkpoints, &takes, t) < need as i64;
+                let inside = bad.iter().any(|&(a, b)| a <= t && t < b);
+                prop_assert_eq!(short, inside, "t={} bad={:?}", t, bad);
+            }
+        }
     }
 }
