@@ -119,15 +119,8 @@ pub(super) fn plan<M: Machine>(
     let machine = Tracked::new(input.machine.clone());
     let timeline = Timeline::new(&machine, input.running, &[], input.now);
     let times = Times::new(&timeline, &windows.book);
-    let mut s = State {
-        now: input.now,
-        all_reserved: machine.clone(),
-        timeline,
-        machine,
-        book: vec![],
-        profile: None,
-        times,
-    };
+    let mut s =
+        State { now: input.now, all_reserved: machine.clone(), timeline, machine, book: vec![], profile: None, times };
     // Not counted in the profile: it stays an upper bound of what is free.
     for r in &windows.book {
         s.all_reserved.claim(&r.alloc);
