@@ -7,7 +7,10 @@
 use crate::job::JobContext;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
-use berth_protocol::auth::{now_ms, verify_grant, ClusterKey, Envelope, ReplayGuard, LABEL_AGENT_QUERY};
+use berth_protocol::auth::{
+    now_ms, random_nonce, verify_grant, ClusterKey, Envelope, LinkKey, ReplayGuard, LABEL_AGENT_QUERY,
+};
+use berth_protocol::frame::to_json;
 use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -70,21 +73,24 @@ impl AgentAuth {
         }
     }
 
-    /// Sign a query to another agent.
-    pub fn seal_query(&self, q: &AgentQuery) -> AgentQuery {
-        match Envelope::seal(&self.key, LABEL_AGENT_QUERY, q) {
-            Ok(env) => AgentQuery::Sealed(env),
-            // Cannot happen for a query we built; the receiver refuses it unsigned.
-            Err(_) => q.clone(),
-        }
+    /// Sign a query to another agent; the key of the connection it opens (every later frame,
+    /// both ways, is sealed under it).
+    pub fn seal_query(&self, q: &AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
+        let body = to_json(q).map_err(|e| e.to_string())?;
+        let body = String::from_utf8(body).map_err(|e| e.to_string())?;
+        let nonce = random_nonce();
+        let env = Envelope::seal_body(&self.key, LABEL_AGENT_QUERY, body, now_ms(), nonce);
+        Ok((AgentQuery::Sealed(env), LinkKey::of_query(&self.key, &nonce)))
     }
 
-    /// Check another agent's signed query: MAC, time window, nonce never seen.
-    pub fn open_query(&self, env: &Envelope) -> Result<AgentQuery, String> {
+    /// Check another agent's signed query: MAC, time window, nonce never seen; the query and
+    /// the key of its connection.
+    pub fn open_query(&self, env: &Envelope) -> Result<(AgentQuery, LinkKey), String> {
         let mut guard = self.guard.lock().map_err(|_| "replay guard poisoned".to_string())?;
-        env.open(&self.key, LABEL_AGENT_QUERY, &mut guard, now_ms()).map_err(|e| e.to_string())?;
+        let nonce = env.open(&self.key, LABEL_AGENT_QUERY, &mut guard, now_ms()).map_err(|e| e.to_string())?;
         drop(guard);
-        env.message::<AgentQuery>().map_err(|e| e.to_string())
+        let q = env.message::<AgentQuery>().map_err(|e| e.to_string())?;
+        Ok((q, LinkKey::of_query(&self.key, &nonce)))
     }
 
     /// Everything a step launch must pass before anything starts here.
@@ -127,10 +133,10 @@ impl AgentAuth {
     }
 }
 
-/// A query to another agent, signed when this process has a key.
-pub fn to_agent(q: AgentQuery) -> AgentQuery {
+/// A query to another agent, signed, and the key of the connection it opens.
+pub fn to_agent(q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
     match get() {
         Some(a) => a.seal_query(&q),
-        None => q,
+        None => Err("this process has no cluster key to sign agent queries with".into()),
     }
 }

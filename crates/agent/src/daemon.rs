@@ -11,8 +11,8 @@ use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::Refusal;
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
 use berth_protocol::auth::{
-    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, Role,
-    DEFAULT_WINDOW, LABEL_REGISTER,
+    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope,
+    LinkKey, Role, TreeEnd, DEFAULT_WINDOW, LABEL_REGISTER,
 };
 use berth_protocol::frame::{decode, to_json};
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
@@ -436,21 +436,28 @@ async fn serve_status(
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
                     crate::shepherd::keepalive(&stream);
+                    // Every later frame of this connection, both ways, is MAC'd under it.
+                    let link = LinkKey::of_grant(&auth.key, &grant);
                     if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {
                         auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
-                        refuse_launch(&mut stream, &grant, &subtree, &name, &why).await;
+                        refuse_launch(&mut stream, &grant, &subtree, &link, &name, &why).await;
                         return;
                     }
                     let (rd, wr) = stream.into_split();
-                    crate::shepherd::serve(ctx, *grant, subtree, rd, wr).await;
+                    crate::shepherd::serve(ctx, *grant, subtree, link, rd, wr).await;
                     return;
                 }
                 Ok(Some(AgentQuery::Sealed(env))) => match auth.open_query(&env) {
-                    Ok(AgentQuery::Task { request }) => {
-                        crate::tasks::serve_agent(ctx, request, stream).await;
+                    Ok((AgentQuery::Task { request }, link)) => {
+                        crate::tasks::serve_agent(ctx, request, stream, link).await;
                         return;
                     }
-                    Ok(_) => AgentReply::Error { message: "only task requests come signed".into() },
+                    Ok((_, link)) => {
+                        let (mut up, _) = link.query_link(TreeEnd::Below);
+                        let reply = AgentReply::Error { message: "only task requests come signed".into() };
+                        let _ = write_sealed(&mut stream, &mut up, &reply).await;
+                        return;
+                    }
                     Err(why) => {
                         let why = format!("agent request from {peer} refused: {why}");
                         auth.refuse(Refusal::Auth, None, &why);
@@ -478,8 +485,17 @@ async fn serve_status(
 }
 
 /// Answer a refused step launch as the control tree answers a failed one: every rank of the
-/// subtree never ran, and the subtree is done.
-async fn refuse_launch(stream: &mut TcpStream, grant: &StepGrant, subtree: &[u32], me: &str, why: &str) {
+/// subtree never ran, and the subtree is done. Sealed like any tree frame (a `run` holding a genuine grant checks them; whoever sent a
+/// forged one learns nothing from them).
+async fn refuse_launch(
+    stream: &mut TcpStream,
+    grant: &StepGrant,
+    subtree: &[u32],
+    link: &LinkKey,
+    me: &str,
+    why: &str,
+) {
+    let (mut up, _) = link.link(subtree.first().copied().unwrap_or(0), TreeEnd::Below);
     let reason = format!("launch refused by node {me}: {why}");
     let ranks: Vec<RankExit> = subtree
         .iter()
@@ -494,11 +510,11 @@ async fn refuse_launch(stream: &mut TcpStream, grant: &StepGrant, subtree: &[u32
             })
         })
         .collect();
-    let _ = write_frame(stream, &TreeUp::LaunchFailed { node: me.to_string(), reason: reason.clone() }).await;
+    let _ = write_sealed(stream, &mut up, &TreeUp::LaunchFailed { node: me.to_string(), reason: reason.clone() }).await;
     if !ranks.is_empty() {
-        let _ = write_frame(stream, &TreeUp::Exited { ranks }).await;
+        let _ = write_sealed(stream, &mut up, &TreeUp::Exited { ranks }).await;
     }
-    let _ = write_frame(stream, &TreeUp::Done).await;
+    let _ = write_sealed(stream, &mut up, &TreeUp::Done).await;
 }
 
 /// The spool root must be a real directory owned by root, not something a user planted.

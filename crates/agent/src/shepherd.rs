@@ -13,9 +13,10 @@
 use crate::job::JobContext;
 use crate::pmi::PmiEvent;
 use crate::step_ranks::{self, LocalRank};
-use berth_protocol::agent::AgentQuery;
+use berth_protocol::agent::{AgentQuery, Refusal};
+use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
-use berth_protocol::{read_frame, write_frame};
+use berth_protocol::{write_frame, ProtocolError};
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::sync::Arc;
@@ -49,17 +50,18 @@ pub fn launch_deadline(n: usize, fanout: u32) -> Duration {
     LAUNCH_STEP * tree_depth(n, fanout)
 }
 
-/// The next message from a subtree; while it has `answered` nothing, it must within
-/// `deadline` (else `None`: the subtree is hung).
+/// The next message from a subtree, checked with `opener`; while it has `answered` nothing,
+/// it must within `deadline` (else `None`: the subtree is hung).
 pub async fn read_up<R: AsyncRead + Unpin>(
     rd: &mut R,
+    opener: &mut Opener,
     answered: bool,
     deadline: Duration,
-) -> Option<Result<Option<TreeUp>, berth_protocol::ProtocolError>> {
+) -> Option<Result<Option<TreeUp>, ProtocolError>> {
     if answered {
-        return Some(read_frame(rd).await);
+        return Some(read_sealed(rd, opener).await);
     }
-    tokio::time::timeout(deadline, read_frame(rd)).await.ok()
+    tokio::time::timeout(deadline, read_sealed(rd, opener)).await.ok()
 }
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
@@ -132,15 +134,18 @@ pub fn groups(rest: &[u32], fanout: u32) -> Vec<Vec<u32>> {
 }
 
 /// Serve one step on this node over the upstream connection `up` until the subtree is done.
-pub async fn serve<R, W>(ctx: Arc<JobContext>, grant: StepGrant, subtree: Vec<u32>, up_rd: R, up_wr: W)
+/// Every frame on `up` and on the connections to the children is MAC'd under the step's
+/// `link` key.
+pub async fn serve<R, W>(ctx: Arc<JobContext>, grant: StepGrant, subtree: Vec<u32>, link: LinkKey, up_rd: R, up_wr: W)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let (ev_tx, mut ev) = mpsc::unbounded_channel::<Event>();
     let (up_tx, up_rx) = mpsc::unbounded_channel::<TreeUp>();
-    let writer = tokio::spawn(write_up(up_wr, up_rx));
-    tokio::spawn(read_down(up_rd, ev_tx.clone()));
+    let (sealer, opener) = link.link(subtree.first().copied().unwrap_or(0), TreeEnd::Below);
+    let writer = tokio::spawn(write_up(up_wr, sealer, up_rx));
+    tokio::spawn(read_down(up_rd, opener, (grant.job, grant.step), ev_tx.clone()));
 
     let Some(&me) = subtree.first() else {
         let _ = up_tx.send(TreeUp::Done);
@@ -162,7 +167,7 @@ where
     let mut children: Vec<Child> = Vec::new();
     for (i, group) in groups(&subtree[1..], grant.fanout).into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_child(grant.clone(), group.clone(), i, rx, ev_tx.clone()));
+        tokio::spawn(run_child(grant.clone(), group.clone(), link.clone(), i, rx, ev_tx.clone()));
         children.push(Child { nodes: group, tx: Some(tx), started: None, barrier: false, done: false });
     }
 
@@ -499,9 +504,9 @@ async fn pump<R: AsyncRead + Unpin>(mut r: R, rank: u32, stream: u8, ev: mpsc::U
     let _ = ev.send(Event::StreamClosed);
 }
 
-async fn write_up<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiver<TreeUp>) {
+async fn write_up<W: AsyncWrite + Unpin>(mut w: W, mut sealer: Sealer, mut rx: mpsc::UnboundedReceiver<TreeUp>) {
     while let Some(msg) = rx.recv().await {
-        if write_frame(&mut w, &msg).await.is_err() {
+        if write_sealed(&mut w, &mut sealer, &msg).await.is_err() {
             // Upstream is gone; the reader reports it. Drain so senders never block.
             while rx.recv().await.is_some() {}
             return;
@@ -510,9 +515,14 @@ async fn write_up<W: AsyncWrite + Unpin>(mut w: W, mut rx: mpsc::UnboundedReceiv
     let _ = w.shutdown().await;
 }
 
-async fn read_down<R: AsyncRead + Unpin>(mut r: R, ev: mpsc::UnboundedSender<Event>) {
+async fn read_down<R: AsyncRead + Unpin>(
+    mut r: R,
+    mut opener: Opener,
+    (job, step): (berth_core::JobId, u32),
+    ev: mpsc::UnboundedSender<Event>,
+) {
     loop {
-        match read_frame::<_, TreeDown>(&mut r).await {
+        match read_sealed::<_, TreeDown>(&mut r, &mut opener).await {
             Ok(Some(msg)) => {
                 if ev.send(Event::Down(msg)).is_err() {
                     return;
@@ -523,6 +533,17 @@ async fn read_down<R: AsyncRead + Unpin>(mut r: R, ev: mpsc::UnboundedSender<Eve
                 return;
             }
             Err(e) => {
+                if let ProtocolError::Auth(why) = &e {
+                    // Someone else's frame on the step's connection: the step ends as if the
+                    // connection broke (nothing it asked is done), and the refusal is logged.
+                    if let Some(auth) = crate::auth::get() {
+                        auth.refuse(
+                            Refusal::Auth,
+                            Some(job),
+                            &format!("control tree frame for step {job}.{step} refused: {why}"),
+                        );
+                    }
+                }
                 let _ = ev.send(Event::UpLost(e.to_string()));
                 return;
             }
@@ -534,6 +555,7 @@ async fn read_down<R: AsyncRead + Unpin>(mut r: R, ev: mpsc::UnboundedSender<Eve
 async fn run_child(
     grant: StepGrant,
     group: Vec<u32>,
+    link: LinkKey,
     index: usize,
     mut down: mpsc::UnboundedReceiver<TreeDown>,
     ev: mpsc::UnboundedSender<Event>,
@@ -557,6 +579,8 @@ async fn run_child(
     keepalive(&stream);
     let (mut rd, mut wr) = stream.into_split();
     let deadline = launch_deadline(group.len(), grant.fanout);
+    let (mut sealer, mut opener) = link.link(group[0], TreeEnd::Above);
+    let (grant_job, grant_step) = (grant.job, grant.step);
     let launch = AgentQuery::StepLaunch { grant: Box::new(grant), subtree: group };
     if let Err(e) = write_frame(&mut wr, &launch).await {
         let _ = ev.send(Event::ChildLost(index, format!("sending the launch to {address}: {e}")));
@@ -564,7 +588,7 @@ async fn run_child(
     }
     let writer = tokio::spawn(async move {
         while let Some(msg) = down.recv().await {
-            if write_frame(&mut wr, &msg).await.is_err() {
+            if write_sealed(&mut wr, &mut sealer, &msg).await.is_err() {
                 return;
             }
         }
@@ -573,7 +597,7 @@ async fn run_child(
     });
     let mut answered = false;
     loop {
-        let Some(frame) = read_up(&mut rd, answered, deadline).await else {
+        let Some(frame) = read_up(&mut rd, &mut opener, answered, deadline).await else {
             let why = format!(
                 "the agent at {address} did not answer the launch within {} s (a hung node?)",
                 deadline.as_secs()
@@ -597,6 +621,14 @@ async fn run_child(
                 break;
             }
             Err(e) => {
+                if let (ProtocolError::Auth(why), Some(auth)) = (&e, crate::auth::get()) {
+                    let (job, step) = (grant_job, grant_step);
+                    auth.refuse(
+                        Refusal::Auth,
+                        Some(job),
+                        &format!("control tree frame from {address} for step {job}.{step} refused: {why}"),
+                    );
+                }
                 let _ = ev.send(Event::ChildLost(index, format!("connection to {address}: {e}")));
                 break;
             }

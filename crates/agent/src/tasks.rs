@@ -13,9 +13,10 @@
 use crate::job::JobContext;
 use crate::registry::JobHandle;
 use berth_core::JobId;
-use berth_protocol::agent::{AgentQuery, AgentReply};
+use berth_protocol::agent::{AgentQuery, AgentReply, Refusal};
+use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::step::{AllocationNode, TaskInfo, TaskReply, TaskRequest};
-use berth_protocol::{read_frame, write_frame};
+use berth_protocol::{read_frame, write_frame, ProtocolError};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -446,9 +447,11 @@ async fn info(job: &Arc<JobHandle>) -> TaskReply {
         asks.push(tokio::spawn(async move {
             let ask = async {
                 let mut s = TcpStream::connect(&address).await.ok()?;
-                let q = crate::auth::to_agent(AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } });
+                let (q, link) =
+                    crate::auth::to_agent(AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } }).ok()?;
                 write_frame(&mut s, &q).await.ok()?;
-                match read_frame::<_, AgentReply>(&mut s).await.ok()?? {
+                let (_, mut opener) = link.query_link(TreeEnd::Above);
+                match read_sealed::<_, AgentReply>(&mut s, &mut opener).await.ok()?? {
                     AgentReply::Task { reply: TaskReply::Info { nodes, .. } } => nodes.into_iter().next(),
                     _ => None,
                 }
@@ -662,10 +665,15 @@ async fn drive_remote(
     };
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
-    if let Err(e) = write_frame(&mut wr, &crate::auth::to_agent(AgentQuery::Task { request: req })).await {
+    let (query, link) = match crate::auth::to_agent(AgentQuery::Task { request: req }) {
+        Ok(x) => x,
+        Err(e) => return fail(format!("signing the task for node {node}: {e}")),
+    };
+    let (mut sealer, mut opener) = link.query_link(TreeEnd::Above);
+    if let Err(e) = write_frame(&mut wr, &query).await {
         return fail(format!("sending the task to node {node}: {e}"));
     }
-    match read_frame::<_, AgentReply>(&mut rd).await {
+    match read_sealed::<_, AgentReply>(&mut rd, &mut opener).await {
         Ok(Some(AgentReply::Task { reply: TaskReply::Started { pid } })) => job.tasks.with(|t| t.started(id, pid)),
         Ok(Some(AgentReply::Task { reply: TaskReply::Error { message } })) => return fail(message),
         Ok(Some(AgentReply::Error { message })) => return fail(message),
@@ -678,7 +686,7 @@ async fn drive_remote(
     let (up_tx, mut up) = mpsc::unbounded_channel();
     let reader = tokio::spawn(async move {
         loop {
-            let msg = read_frame::<_, AgentReply>(&mut rd).await;
+            let msg = read_sealed::<_, AgentReply>(&mut rd, &mut opener).await;
             let end = !matches!(msg, Ok(Some(_)));
             if up_tx.send(msg).is_err() || end {
                 return;
@@ -706,7 +714,7 @@ async fn drive_remote(
             },
             sig = signals.recv(), if open => match sig {
                 Some(signal) => {
-                    if write_frame(&mut wr, &TaskRequest::RemoteSignal { signal }).await.is_err() {
+                    if write_sealed(&mut wr, &mut sealer, &TaskRequest::RemoteSignal { signal }).await.is_err() {
                         fail(format!("connection to node {node} broke; the task is lost"));
                         break;
                     }
@@ -728,11 +736,12 @@ async fn drive_remote(
 /// A task request from another agent over TCP (`AgentQuery::Task`). `remote_spawn` keeps
 /// the connection for the task's life; the user-facing requests are refused here, since a
 /// TCP peer has no identity the kernel vouches for.
-pub async fn serve_agent(ctx: Arc<JobContext>, req: TaskRequest, mut stream: TcpStream) {
+pub async fn serve_agent(ctx: Arc<JobContext>, req: TaskRequest, mut stream: TcpStream, link: LinkKey) {
+    let (mut sealer, opener) = link.query_link(TreeEnd::Below);
     let reply = match req {
         TaskRequest::RemoteSpawn { job, node, task, argv, env, cwd, output, error } => {
             let ask = RemoteAsk { job, node, task, argv, env, cwd, output, error };
-            return run_remote(ctx, ask, stream).await;
+            return run_remote(ctx, ask, stream, sealer, opener).await;
         }
         TaskRequest::RemoteInfo { job } => match ctx.registry.wait_for(job, JOB_WAIT).await {
             Some(j) => TaskReply::Info { job, nodes: vec![own_node(&j)] },
@@ -740,7 +749,7 @@ pub async fn serve_agent(ctx: Arc<JobContext>, req: TaskRequest, mut stream: Tcp
         },
         _ => error("the task API is served on the agent's local socket (BERTH_AGENT_SOCKET), to the job's processes"),
     };
-    let _ = write_frame(&mut stream, &AgentReply::Task { reply }).await;
+    let _ = write_sealed(&mut stream, &mut sealer, &AgentReply::Task { reply }).await;
 }
 
 struct RemoteAsk {
@@ -761,44 +770,53 @@ enum Down {
 
 /// The receiving side of `remote_spawn`: start the task here, report it, relay signals, and
 /// kill it if the spawning agent goes away.
-async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream) {
+async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut sealer: Sealer, mut opener: Opener) {
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let reply = |r: TaskReply| AgentReply::Task { reply: r };
     let Some(job) = ctx.registry.wait_for(ask.job, JOB_WAIT).await else {
-        let _ = write_frame(&mut wr, &reply(error(format!("job {} is not running on this node", ask.job)))).await;
+        let _ =
+            write_sealed(&mut wr, &mut sealer, &reply(error(format!("job {} is not running on this node", ask.job))))
+                .await;
         return;
     };
     let here = job.spec.nodes.get(ask.node as usize).is_some_and(|(n, _)| *n == job.spec.allocation.node);
     if !here {
         let message = format!("node {} of job {} is not this node ({})", ask.node, ask.job, job.spec.allocation.node);
-        let _ = write_frame(&mut wr, &reply(error(message))).await;
+        let _ = write_sealed(&mut wr, &mut sealer, &reply(error(message))).await;
         return;
     }
     let since = Instant::now();
     let mut child = match spawn_here(&ctx, &job, &ask.argv, ask.env, &ask.cwd, &ask.output, &ask.error) {
         Ok(c) => c,
         Err(e) => {
-            let _ = write_frame(&mut wr, &reply(error(e))).await;
+            let _ = write_sealed(&mut wr, &mut sealer, &reply(error(e))).await;
             return;
         }
     };
     let pid = child.id().unwrap_or(0);
     tracing::debug!(job = %ask.job, task = ask.task, pid, "task started for another agent");
-    if write_frame(&mut wr, &reply(TaskReply::Started { pid })).await.is_err() {
+    if write_sealed(&mut wr, &mut sealer, &reply(TaskReply::Started { pid })).await.is_err() {
         signal_group(pid, libc::SIGKILL);
     }
     let (tx, mut down) = mpsc::unbounded_channel();
+    let job_id = ask.job;
     let reader = tokio::spawn(async move {
         loop {
-            match read_frame::<_, TaskRequest>(&mut rd).await {
+            match read_sealed::<_, TaskRequest>(&mut rd, &mut opener).await {
                 Ok(Some(TaskRequest::RemoteSignal { signal })) => {
                     if tx.send(Down::Signal(signal)).is_err() {
                         return;
                     }
                 }
                 Ok(Some(_)) => {}
-                Ok(None) | Err(_) => {
+                end => {
+                    // Someone else's frame on the connection counts as losing it (the task
+                    // is killed), and is logged.
+                    if let (Err(ProtocolError::Auth(why)), Some(auth)) = (&end, crate::auth::get()) {
+                        let detail = format!("task connection frame for job {job_id} refused: {why}");
+                        auth.refuse(Refusal::Auth, Some(job_id), &detail);
+                    }
                     let _ = tx.send(Down::Lost);
                     return;
                 }
@@ -824,7 +842,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream) {
     if !lost {
         let (exit_code, signal) = status_of(&status);
         let wall_ms = since.elapsed().as_millis() as u64;
-        let _ = write_frame(&mut wr, &reply(TaskReply::Exited { exit_code, signal, wall_ms })).await;
+        let _ = write_sealed(&mut wr, &mut sealer, &reply(TaskReply::Exited { exit_code, signal, wall_ms })).await;
     }
 }
 

@@ -11,6 +11,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use berth_core::step::{RankBinding, StepRequest};
 use berth_core::JobId;
 use berth_protocol::agent::AgentQuery;
+use berth_protocol::auth::{write_sealed, LinkKey, TreeEnd};
 use berth_protocol::client::{ClientRequest, ClientResponse};
 use berth_protocol::step::{
     parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepOutcome, TreeDown, TreeUp,
@@ -179,10 +180,10 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
     };
     // One connection for the whole run: an interactive allocation lives as long as it.
     let mut client = Client::connect(dir).await?;
-    let grant = request_step(&mut client, &create).await?;
+    let (grant, link) = request_step(&mut client, &create).await?;
     let granted_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let mut tree = Tree::new(&args, &grant);
-    let outcome = tree.drive(&grant, t0, args.timing).await;
+    let outcome = tree.drive(&grant, &link, t0, args.timing).await;
     let code = outcome.exit_code;
     if args.timing {
         eprintln!(
@@ -207,11 +208,17 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
     Ok(code)
 }
 
-async fn request_step(client: &mut Client, create: &StepCreate) -> Result<StepGrant> {
+/// The grant, and the key the control tree's frames are MAC'd with.
+async fn request_step(client: &mut Client, create: &StepCreate) -> Result<(StepGrant, LinkKey)> {
     let mut last_reason = String::new();
     loop {
         match client.call(&ClientRequest::StepCreate(Box::new(create.clone()))).await? {
-            ClientResponse::StepGranted(g) => return Ok(*g),
+            ClientResponse::StepGranted { grant, link_key } => {
+                let link = LinkKey::from_hex(&link_key).ok_or_else(|| {
+                    anyhow!("the controller granted the step without a valid link key (has it a cluster key?); agents would refuse it")
+                })?;
+                return Ok((*grant, link));
+            }
             ClientResponse::TryAgain { reason } => {
                 if reason != last_reason {
                     eprintln!("berth run: waiting for resources: {reason}");
@@ -255,7 +262,7 @@ impl Tree {
         }
     }
 
-    async fn drive(&mut self, grant: &StepGrant, t0: Instant, timing: bool) -> StepOutcome {
+    async fn drive(&mut self, grant: &StepGrant, link: &LinkKey, t0: Instant, timing: bool) -> StepOutcome {
         let first = &grant.nodes[0];
         let stream = match TcpStream::connect(&first.address).await {
             Ok(s) => s,
@@ -268,6 +275,7 @@ impl Tree {
         let _ = stream.set_nodelay(true);
         berth_agent::shepherd::keepalive(&stream);
         let (mut rd, mut wr) = stream.into_split();
+        let (mut sealer, mut opener) = link.link(0, TreeEnd::Above);
         let subtree: Vec<u32> = (0..grant.nodes.len() as u32).collect();
         let launch = AgentQuery::StepLaunch { grant: Box::new(grant.clone()), subtree };
         if let Err(e) = write_frame(&mut wr, &launch).await {
@@ -278,7 +286,7 @@ impl Tree {
         let (down_tx, mut down_rx) = mpsc::unbounded_channel::<TreeDown>();
         tokio::spawn(async move {
             while let Some(m) = down_rx.recv().await {
-                if write_frame(&mut wr, &m).await.is_err() {
+                if write_sealed(&mut wr, &mut sealer, &m).await.is_err() {
                     break;
                 }
             }
@@ -288,7 +296,7 @@ impl Tree {
         let deadline = berth_agent::shepherd::launch_deadline(grant.nodes.len(), grant.fanout);
         let mut answered = false;
         loop {
-            let Some(frame) = berth_agent::shepherd::read_up(&mut rd, answered, deadline).await else {
+            let Some(frame) = berth_agent::shepherd::read_up(&mut rd, &mut opener, answered, deadline).await else {
                 let msg = format!(
                     "the agent of {} did not answer the launch within {} s (a hung node?); nothing was started there",
                     first.name,
@@ -302,7 +310,11 @@ impl Tree {
             let msg = match frame {
                 Ok(Some(m)) => m,
                 Ok(None) | Err(_) => {
-                    let msg = format!("lost the connection to {}'s agent; the ranks were killed", first.name);
+                    let why = match frame {
+                        Err(berth_protocol::ProtocolError::Auth(e)) => format!(" (a frame failed authentication: {e})"),
+                        _ => String::new(),
+                    };
+                    let msg = format!("lost the connection to {}'s agent{why}; the ranks were killed", first.name);
                     eprintln!("berth run: {msg}");
                     self.failed_at.get_or_insert(msg);
                     break;

@@ -1,7 +1,8 @@
 //! Authentication between daemons and permissions between users (docs/protocol.md,
 //! "Authentication"), on a real local cluster, as root: forged and replayed agent messages,
 //! a user cancelling another user's job, launches with tampered grants or on CPUs the job
-//! does not hold. Everything is refused and logged.
+//! does not hold, forged and replayed frames on a step's control tree. Everything is refused
+//! and logged.
 
 mod common;
 
@@ -9,10 +10,11 @@ use berth_core::step::RankPlace;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::{AgentMessage, AgentQuery, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::auth::{
-    random_nonce, registered_label, session, sign_grant, ClusterKey, Envelope, Role, LABEL_REGISTER,
+    random_nonce, registered_label, session, sign_grant, ClusterKey, Envelope, LinkKey, Opener, Role, SessionFrame,
+    TreeEnd, LABEL_REGISTER,
 };
 use berth_protocol::frame::{decode, encode};
-use berth_protocol::step::{StepGrant, StepNode};
+use berth_protocol::step::{StepGrant, StepNode, TreeDown};
 use common::*;
 use serde_json::Value;
 use std::io::{Read, Write};
@@ -171,13 +173,26 @@ fn forged_and_replayed_agent_messages_are_refused_and_logged() {
     assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
 }
 
-/// A StepLaunch to `address`; the frames that come back (as JSON) until `done` or the close.
-fn step_launch(address: &str, grant: &StepGrant) -> Vec<Value> {
+/// A control tree opened with a StepLaunch to `address`, as `berth run` opens it: the
+/// connection, and the halves of its session under the grant's link key (derived from `key`).
+fn open_tree(address: &str, grant: &StepGrant, key: &ClusterKey) -> (TcpStream, berth_protocol::auth::Sealer, Opener) {
     let mut s = connect(address);
     send(&mut s, &AgentQuery::StepLaunch { grant: Box::new(grant.clone()), subtree: vec![0] });
+    let (sealer, opener) = LinkKey::of_grant(key, grant).link(0, TreeEnd::Above);
+    (s, sealer, opener)
+}
+
+/// The next upward frame, checked and opened (as JSON); None at the close.
+fn next_up(s: &mut TcpStream, opener: &mut Opener) -> Option<Value> {
+    let b = recv(s)?;
+    let f: SessionFrame = decode(&b).expect("upward tree frames are sealed");
+    Some(opener.open::<Value>(&f).expect("upward tree frames verify under the link key"))
+}
+
+/// The upward frames until `done` or the close.
+fn rest_of_tree(s: &mut TcpStream, opener: &mut Opener) -> Vec<Value> {
     let mut out = vec![];
-    while let Some(b) = recv(&mut s) {
-        let v: Value = serde_json::from_slice(&b).unwrap();
+    while let Some(v) = next_up(s, opener) {
         let done = v["op"] == "done";
         out.push(v);
         if done {
@@ -185,6 +200,41 @@ fn step_launch(address: &str, grant: &StepGrant) -> Vec<Value> {
         }
     }
     out
+}
+
+/// A StepLaunch to `address`; the frames that come back (as JSON) until `done` or the close.
+fn step_launch(address: &str, grant: &StepGrant, key: &ClusterKey) -> Vec<Value> {
+    let (mut s, _, mut opener) = open_tree(address, grant, key);
+    rest_of_tree(&mut s, &mut opener)
+}
+
+/// Open a tree for `grant` (a long `sleep`), wait until its rank runs, send `frames` down it:
+/// the agent must take the step for lost (its rank killed) and log `refusal`.
+fn tree_refuses(
+    c: &Cluster,
+    address: &str,
+    grant: &StepGrant,
+    key: &ClusterKey,
+    frames: &[SessionFrame],
+    refusal: &str,
+) {
+    let (mut s, _, mut opener) = open_tree(address, grant, key);
+    loop {
+        let v = next_up(&mut s, &mut opener).expect("the step starts");
+        assert_ne!(v["op"], "launch_failed", "{v}");
+        if v["op"] == "started" {
+            break;
+        }
+    }
+    for f in frames {
+        send(&mut s, f);
+    }
+    let rest = rest_of_tree(&mut s, &mut opener);
+    assert!(
+        rest.iter().any(|f| f["op"] == "exited" && f["ranks"][0]["signal"] == libc::SIGKILL),
+        "the rank is killed: {rest:#?}"
+    );
+    wait_event(c, "auth_refused", refusal);
 }
 
 fn launch_failure(frames: &[Value]) -> Option<String> {
@@ -254,10 +304,10 @@ fn users_and_launches_are_checked() {
 
     // A signed grant for the job's own CPUs runs; sent again, it is a replay.
     let good = grant(101, cpus.clone(), &["true"]);
-    let frames = step_launch(&address, &good);
+    let frames = step_launch(&address, &good, &key);
     assert!(launch_failure(&frames).is_none(), "{frames:#?}\n{}", c.logs());
     assert!(frames.iter().any(|f| f["op"] == "exited" && f["ranks"][0]["exit_code"] == 0), "{frames:#?}");
-    let frames = step_launch(&address, &good);
+    let frames = step_launch(&address, &good, &key);
     let why = launch_failure(&frames).expect("a replayed grant is refused");
     assert!(why.contains("already launched"), "{why}");
     wait_event(&c, "auth_refused", "already launched");
@@ -265,7 +315,7 @@ fn users_and_launches_are_checked() {
     // Tampered: the signed grant, its command changed.
     let mut tampered = grant(102, cpus.clone(), &["true"]);
     tampered.argv = vec!["sh".into(), "-c".into(), "touch /tmp/berth-auth-pwned".into()];
-    let frames = step_launch(&address, &tampered);
+    let frames = step_launch(&address, &tampered, &key);
     let why = launch_failure(&frames).expect("a tampered grant is refused");
     assert!(why.contains("bad signature"), "{why}");
     assert!(frames.iter().any(|f| f["op"] == "exited"), "{frames:#?}");
@@ -276,14 +326,14 @@ fn users_and_launches_are_checked() {
     // Unsigned.
     let mut unsigned = grant(103, cpus.clone(), &["true"]);
     unsigned.mac.clear();
-    let why = launch_failure(&step_launch(&address, &unsigned)).expect("an unsigned grant is refused");
+    let why = launch_failure(&step_launch(&address, &unsigned, &key)).expect("an unsigned grant is refused");
     assert!(why.contains("not signed"), "{why}");
 
     // Correctly signed, on CPUs that are not the job's on this node.
     let all = CpuSet::parse_list("0-3").unwrap();
     let others: Vec<u32> = all.iter().filter(|c| !cpus.contains(*c)).collect();
     let outside = CpuSet::parse_list(&others.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")).unwrap();
-    let frames = step_launch(&address, &grant(104, outside.clone(), &["sleep", "60"]));
+    let frames = step_launch(&address, &grant(104, outside.clone(), &["sleep", "60"]), &key);
     let why = launch_failure(&frames).expect("a launch outside the allocation is refused");
     assert!(why.contains("are not inside job"), "{why}");
     let e = wait_event(&c, "launch_refused", &format!("step {id}.104"));
@@ -295,14 +345,33 @@ fn users_and_launches_are_checked() {
     let mut elsewhere = grant(105, cpus.clone(), &["true"]);
     elsewhere.nodes[0].name = other.into();
     sign_grant(&key, &mut elsewhere, berth_protocol::auth::now_ms() + 60_000);
-    let why = launch_failure(&step_launch(&address, &elsewhere)).expect("a launch for another node is refused");
+    let why = launch_failure(&step_launch(&address, &elsewhere, &key)).expect("a launch for another node is refused");
     assert!(why.contains(&format!("for node {other}")), "{why}");
 
     // Expired.
     let mut expired = grant(106, cpus.clone(), &["true"]);
     sign_grant(&key, &mut expired, berth_protocol::auth::now_ms() - 1000);
-    let why = launch_failure(&step_launch(&address, &expired)).expect("an expired grant is refused");
+    let why = launch_failure(&step_launch(&address, &expired, &key)).expect("an expired grant is refused");
     assert!(why.contains("expired"), "{why}");
+
+    // (e) After the grant, every frame on the tree is MAC'd under the step's link key and
+    // numbered. A frame forged by someone without the cluster key, or a genuine frame sent
+    // again, ends the step (its rank killed) as a broken connection would, and is logged.
+    let forged_step = grant(107, cpus.clone(), &["sleep", "60"]);
+    let (mut forger, _) = LinkKey::of_grant(&ClusterKey::from_bytes([9; 32]), &forged_step).link(0, TreeEnd::Above);
+    let forged = forger.seal(&TreeDown::Signal { signal: libc::SIGUSR1 }).unwrap();
+    tree_refuses(&c, &address, &forged_step, &key, &[forged], &format!("step {id}.107 refused: bad signature"));
+    let replay_step = grant(108, cpus.clone(), &["sleep", "60"]);
+    let (mut sealer, _) = LinkKey::of_grant(&key, &replay_step).link(0, TreeEnd::Above);
+    let genuine = sealer.seal(&TreeDown::Signal { signal: libc::SIGCONT }).unwrap();
+    tree_refuses(
+        &c,
+        &address,
+        &replay_step,
+        &key,
+        &[genuine.clone(), genuine],
+        &format!("step {id}.108 refused: out of sequence"),
+    );
 
     // An unsigned agent-to-agent task request.
     let mut s = connect(&address);

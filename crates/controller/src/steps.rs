@@ -17,6 +17,7 @@ use berth_core::step::{plan_step, RankBinding, StepError, StepPlan, StepRequest}
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::ControllerMessage;
+use berth_protocol::auth::LinkKey;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
 use berth_protocol::step::{StepCreate, StepGrant, StepNode, StepOutcome};
 
@@ -146,7 +147,7 @@ impl Controller {
             Err(e) => return Ok(Err(e)),
         };
         let grant = self.grant(id, plan, req, peer, now, false)?;
-        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+        Ok(Ok(self.granted(grant)))
     }
 
     /// PUs per node of `alloc` held by the job's live steps (overcommitted steps hold none).
@@ -262,6 +263,13 @@ impl Controller {
             berth_protocol::auth::sign_grant(key, &mut grant, expires);
         }
         Ok(grant)
+    }
+
+    /// The answer to `run`: the grant and its tree's link key (empty without a cluster key:
+    /// unit tests only, whose grants no agent would take either).
+    fn granted(&self, grant: StepGrant) -> ClientResponse {
+        let link_key = self.key.as_ref().map(|k| LinkKey::of_grant(k, &grant).to_hex()).unwrap_or_default();
+        ClientResponse::StepGranted { grant: Box::new(grant), link_key }
     }
 
     /// What an interactive allocation asks of placement, checked against `[interactive]`.
@@ -393,7 +401,7 @@ impl Controller {
         };
         let id = self.start_without_script(job, &peer.user.name, now)?;
         let grant = self.grant(id, plan, req, peer, now, true)?;
-        Ok(Ok(ClientResponse::StepGranted(Box::new(grant))))
+        Ok(Ok(self.granted(grant)))
     }
 
     /// Make `job` (a running job with no batch script and its allocation placed now: an

@@ -251,7 +251,12 @@ pub enum ClientResponse {
         half_life_secs: f64,
         accounts: Vec<berth_core::sched::fairshare::ShareLine>,
     },
-    StepGranted(Box<crate::step::StepGrant>),
+    /// The grant `berth run` opens the control tree with, and the tree's link key (hex): the
+    /// secret its frames are MAC'd with (docs/protocol.md, "Authentication"); `run` keeps it.
+    StepGranted {
+        grant: Box<crate::step::StepGrant>,
+        link_key: String,
+    },
     /// An interactive allocation cannot be placed now: why, and the caller retries.
     TryAgain {
         reason: String,

@@ -1026,7 +1026,8 @@ pub fn client_response() -> BoxedStrategy<ClientResponse> {
         vec(queue_info(), 0..2).prop_map(|queues| ClientResponse::Queues { queues }),
         (finite_f64(), vec(share_line(), 0..3))
             .prop_map(|(half_life_secs, accounts)| ClientResponse::Share { half_life_secs, accounts }),
-        step_grant().prop_map(|g| ClientResponse::StepGranted(Box::new(g))),
+        (step_grant(), "[0-9a-f]{0,64}")
+            .prop_map(|(g, link_key)| ClientResponse::StepGranted { grant: Box::new(g), link_key }),
         text().prop_map(|reason| ClientResponse::TryAgain { reason }),
         vec(id_result, 0..3).prop_map(|results| ClientResponse::Done { results }),
         reservation_reply().prop_map(|reply| ClientResponse::Reservation { reply }),

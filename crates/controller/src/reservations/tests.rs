@@ -424,7 +424,7 @@ fn claims_are_steps_and_release_kills_them() {
     };
     // Only its owner (or an admin) claims it.
     assert!(matches!(h.call(step(r.job), &bob()), ClientResponse::Error(_)));
-    let ClientResponse::StepGranted(g) = h.call(step(r.job), &ann()) else { panic!("not granted") };
+    let ClientResponse::StepGranted { grant: g, .. } = h.call(step(r.job), &ann()) else { panic!("not granted") };
     assert_eq!((g.size, g.nodes.len()), (4, 2));
     let shown = ok(ask(&mut h, ReservationRequest::Show { id: r.id }, &ann()));
     assert_eq!(shown.claims.len(), 1);

@@ -35,7 +35,7 @@ fn tasks(n: u32) -> StepRequest {
 
 fn granted(r: ClientResponse) -> StepGrant {
     match r {
-        ClientResponse::StepGranted(g) => *g,
+        ClientResponse::StepGranted { grant, .. } => *grant,
         other => panic!("not granted: {other:?}"),
     }
 }
@@ -460,8 +460,12 @@ fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
     h.ctl.key = Some(std::sync::Arc::new(key.clone()));
     h.now = crate::state::unix_now();
     let id = h.batch(SubmitOptions { cores: Some(2), ..Default::default() }, &ann());
-    let g = granted(h.call(run(Some(id), tasks(2)), &ann()));
+    let ClientResponse::StepGranted { grant: g, link_key } = h.call(run(Some(id), tasks(2)), &ann()) else {
+        panic!("not granted")
+    };
     verify_grant(&key, &g, now_ms()).unwrap();
+    // `run` gets the tree's link key, the one every agent derives from the signed grant.
+    assert_eq!(link_key, berth_protocol::auth::LinkKey::of_grant(&key, &g).to_hex());
     assert!(g.expires_ms > now_ms() + 60_000, "{}", g.expires_ms);
     assert!(verify_grant(&ClusterKey::from_bytes([6; 32]), &g, now_ms()).is_err());
     h.agent(0, AgentMessage::Refused { what: Refusal::Launch, job: Some(id), detail: "cpus 9 outside".into() });

@@ -14,6 +14,12 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
+mod tree;
+pub use tree::{
+    LinkKey, TreeEnd, LABEL_QUERY_DOWN, LABEL_QUERY_LINK, LABEL_QUERY_UP, LABEL_STEP_LINK, LABEL_TREE_DOWN,
+    LABEL_TREE_LINK, LABEL_TREE_UP,
+};
+
 type HmacSha256 = Hmac<Sha256>;
 
 /// Bytes of the cluster key.
