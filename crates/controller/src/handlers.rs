@@ -4,7 +4,7 @@ use crate::job::JobRecord;
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script;
-use berth_core::job::{JobOutcome, JobState};
+use berth_core::job::JobState;
 use berth_core::node::NodeState;
 use berth_core::placement::cluster::feasible;
 use berth_core::placement::JobRequest;
@@ -474,13 +474,18 @@ impl Controller {
                 }
                 continue;
             }
+            if restarted {
+                // A restarted agent that neither runs the job nor knows how it ended has lost
+                // its part (the node rebooted, its state directory was lost): handled as a
+                // failed node, by the job's policy (requeue, node_fail, or no-kill goes on).
+                tracing::warn!(job = %id, node = %reg.name, "agent restarted without the job: its part there is lost");
+                self.job_lost_on_node(id, index, "its agent restarted without the job", now)?;
+                continue;
+            }
             if !runs_script {
-                // One of the job's other nodes lost its part (the job's state follows its
-                // first node): the launch is sent again when it was lost in transit.
-                if restarted {
-                    tracing::warn!(job = %id, node = %reg.name, "agent restarted: the job's cgroup there is gone");
-                    self.store.event(now, "member_lost", Some(id), Some(&reg.name), "agent restarted")?;
-                } else if let Some(k) = job.allocation.iter().position(|a| a.node_id.0 as usize == index) {
+                // One of the job's other nodes lost its part in transit (the job's state
+                // follows its first node): the launch is sent again.
+                if let Some(k) = job.allocation.iter().position(|a| a.node_id.0 as usize == index) {
                     tracing::info!(job = %id, node = %reg.name, "launch was not received: sending it again");
                     let spec = self.launch_spec(&self.jobs[&id], k);
                     self.out.agents.push((tx.clone(), ControllerMessage::Launch(Box::new(spec))));
@@ -490,18 +495,8 @@ impl Controller {
                 }
                 continue;
             }
-            if restarted {
-                // The agent restarted and lost it: its fate is unknown, so it is not rerun.
-                let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
-                job.finish(&outcome, now);
-                job.reason = Some(format!("agent on {} restarted while the job ran", reg.name));
-                self.store.update_job(job)?;
-                self.store.event(now, "node_fail", Some(id), Some(&reg.name), "agent restarted")?;
-                self.end_running(id, now, "job ended", Some(index))?;
-            } else {
-                // Same agent process, never got the launch (lost with the old connection): requeue.
-                self.requeue(id, now, &reg.name, "launch was not received", Some(index))?;
-            }
+            // Same agent process, never got the launch (lost with the old connection): requeue.
+            self.requeue(id, now, &reg.name, "launch was not received", Some(index))?;
         }
         if !restarted {
             self.resync_suspensions(index);

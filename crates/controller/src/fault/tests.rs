@@ -207,3 +207,27 @@ fn an_admin_down_holds_the_node_across_reconnects_until_admin_up() {
     let downs = h.ctl.store.events(&EventQuery { kinds: vec!["node_down".into()], ..Default::default() }).unwrap();
     assert!(downs[0].detail.contains("admin: bad disk"), "{downs:?}");
 }
+
+#[test]
+fn an_agent_restarted_without_its_jobs_is_a_node_failure_for_them() {
+    let mut h = Harness::new(4);
+    let requeued = h.batch(one_node(None), &ann());
+    let failed = h.batch(one_node(Some(false)), &ann());
+    let keep = h.batch(SubmitOptions { nodes: Some(2), cores: Some(8), no_kill: Some(true), ..one_node(None) }, &ann());
+    let (r_node, f_node) = (node_of(&h, requeued, 0), node_of(&h, failed, 0));
+    // The no-kill job's second node: a restart there that lost its part leaves it running.
+    let k_other = node_of(&h, keep, 1);
+    h.sent();
+    // Each agent comes back as a new instance (the node rebooted) knowing nothing of its jobs.
+    for n in [r_node, f_node, k_other] {
+        register(&mut h, n, "rebooted", vec![]);
+    }
+    let (state, reason) = state_of(&mut h, requeued);
+    assert_eq!(state, JobState::Queued, "{reason:?}");
+    assert!(reason.unwrap().contains("agent restarted without the job"));
+    let (state, reason) = state_of(&mut h, failed);
+    assert_eq!(state, JobState::NodeFail);
+    assert!(reason.unwrap().contains("--no-requeue"));
+    assert_eq!(state_of(&mut h, keep).0, JobState::Running);
+    assert_eq!(events(&h, "node_lost_kept"), vec![(Some(keep), Some(format!("n{k_other}")))]);
+}
