@@ -205,6 +205,9 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         Err(e) => eprintln!("berth run: recording the step's end: {e:#}"),
         Ok(_) => {}
     }
+    if args.timing {
+        eprintln!("berth run: timing end_recorded_ms={:.2}", t0.elapsed().as_secs_f64() * 1000.0);
+    }
     Ok(code)
 }
 

@@ -178,23 +178,41 @@ pub fn cgroup_mount(ctrl: &str) -> PathBuf {
     PathBuf::from("/sys/fs/cgroup").join(ctrl)
 }
 
-/// The MPI test programs (crates/agent/tests/mpi/*.c), built once per test process with mpicc.
+/// The MPI test programs (crates/agent/tests/mpi/*.c), built with mpicc into a directory named
+/// after their sources: built once, reused by later test processes, never piling up.
 pub fn mpi_programs() -> &'static Path {
+    const PROGRAMS: [&str; 5] = ["hello", "allreduce", "ring", "abort", "survivor"];
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
-        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi");
-        let out = std::env::temp_dir().join(format!("berth-mpi-{}", std::process::id()));
-        std::fs::create_dir_all(&out).unwrap();
+        use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o755)).unwrap();
-        for name in ["hello", "allreduce", "ring", "abort", "survivor"] {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi");
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        for name in PROGRAMS {
+            name.hash(&mut h);
+            std::fs::read(src.join(format!("{name}.c"))).expect("read an MPI test source").hash(&mut h);
+        }
+        let out = std::env::temp_dir().join(format!("berth-mpi-{:016x}", h.finish()));
+        if PROGRAMS.iter().all(|p| out.join(p).exists()) {
+            return out;
+        }
+        // Built aside, then renamed into place whole: a reader never sees half a set.
+        let tmp = std::env::temp_dir().join(format!("berth-mpi-build-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for name in PROGRAMS {
             let status = Command::new("mpicc")
                 .arg("-o")
-                .arg(out.join(name))
+                .arg(tmp.join(name))
                 .arg(src.join(format!("{name}.c")))
                 .status()
                 .unwrap_or_else(|e| panic!("cannot run mpicc ({e}): install mpich libmpich-dev (scripts/setup.sh)"));
             assert!(status.success(), "mpicc {name}.c failed");
+        }
+        if std::fs::rename(&tmp, &out).is_err() {
+            // Another test process (another checkout's tests too) put the same set there first.
+            let _ = std::fs::remove_dir_all(&tmp);
         }
         out
     })
