@@ -12,6 +12,8 @@
 //!
 //! Options: `--nodes N` (10000), `--jobs J` (100000), `--policy fcfs|easy|conservative` (easy),
 //! `--reservations R` (max reservations per pass: 1 for easy, 100 for conservative),
+//! `--budget-ms B` (the pass's time budget for reservations, as the controller's
+//! `reservation_budget_ms`; none by default),
 //! `--fill F` (0.95), `--repeats K` (5 passes on the same input; median reported), `--seed S`
 //! (1), `--json` (one JSON line on stdout, the text on stderr). Each pass's line ends with a
 //! digest of its decisions (`decisions` in JSON), to show that two builds decide alike.
@@ -20,7 +22,7 @@ use anyhow::{bail, Context, Result};
 use berth_core::job::{Allocation, NodeAllocation, Shape};
 use berth_core::node::NodeCapacity;
 use berth_core::placement::{JobRequest, MemRequest, PlacementPolicy};
-use berth_core::sched::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{plan, BackfillPolicy, Deadline, PassInput, PassLimits, QueuedJob, RunningJob};
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId, NodeId};
@@ -55,6 +57,7 @@ struct Opts {
     jobs: usize,
     policy: BackfillPolicy,
     reservations: Option<usize>,
+    budget_ms: Option<u64>,
     fill: f64,
     repeats: usize,
     seed: u64,
@@ -67,6 +70,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
         jobs: 100_000,
         policy: BackfillPolicy::Easy,
         reservations: None,
+        budget_ms: None,
         fill: 0.95,
         repeats: 5,
         seed: 1,
@@ -87,13 +91,14 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
                 }
             }
             "--reservations" => o.reservations = Some(val()?.parse().context("--reservations")?),
+            "--budget-ms" => o.budget_ms = Some(val()?.parse().context("--budget-ms")?),
             "--fill" => o.fill = val()?.parse().context("--fill")?,
             "--repeats" => o.repeats = val()?.parse().context("--repeats")?,
             "--seed" => o.seed = val()?.parse().context("--seed")?,
             "--json" => o.json = true,
             _ => bail!(
                 "usage: berth-bench backfill [--nodes N] [--jobs J] [--policy fcfs|easy|conservative] \
-                 [--reservations R] [--fill F] [--repeats K] [--seed S] [--json]"
+                 [--reservations R] [--budget-ms B] [--fill F] [--repeats K] [--seed S] [--json]"
             ),
         }
     }
@@ -191,7 +196,9 @@ fn measure(
     for _ in 0..o.repeats {
         let waited = run_delay();
         let t = Instant::now();
-        let out = plan(input, limits);
+        // A fresh budget for each pass, as the controller gives.
+        let deadline = o.budget_ms.map(|ms| Deadline { at: monotonic_micros() + ms * 1000, clock: monotonic_micros });
+        let out = plan(input, &PassLimits { deadline, ..*limits });
         let wall = t.elapsed().as_secs_f64();
         times.push(wall);
         on_cpu.push(wall - (run_delay() - waited));
@@ -228,7 +235,7 @@ fn measure(
             "{}",
             serde_json::json!({"bench": "backfill", "pass": name, "policy": format!("{:?}", o.policy).to_lowercase(),
                 "nodes": o.nodes, "jobs": queue.len(), "running": running.len(),
-                "max_reservations": limits.max_reservations, "seed": o.seed, "median_seconds": median, "median_on_cpu_seconds": median_on_cpu,
+                "max_reservations": limits.max_reservations, "budget_ms": o.budget_ms, "seed": o.seed, "median_seconds": median, "median_on_cpu_seconds": median_on_cpu,
                 "min_seconds": min, "max_seconds": max, "repeats": o.repeats, "started": out.starts.len(),
                 "backfilled": out.backfilled, "waiting_resources": resources, "waiting_priority": priority,
                 "expected_starts": expected, "decisions": format!("{decisions:016x}")})
@@ -255,6 +262,12 @@ fn digest(out: &berth_core::sched::backfill::PassOutput<Allocation>) -> u64 {
     h
 }
 
+/// Microseconds on a monotonic clock, for the pass's time budget.
+fn monotonic_micros() -> u64 {
+    static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
 /// This thread's total wait on the run queue, seconds (/proc/thread-self/schedstat; 0 if
 /// unknown): subtracted from wall time, it gives the time on CPU on a loaded machine.
 fn run_delay() -> f64 {
@@ -272,7 +285,7 @@ pub fn run(args: &[String]) -> Result<()> {
     let total: u64 = c.nodes.len() as u64 * CORES as u64;
     let free: u64 = c.nodes.iter().map(|n| n.free_core_count as u64).sum();
     let reservations = o.reservations.unwrap_or(if o.policy == BackfillPolicy::Conservative { 100 } else { 1 });
-    let limits = PassLimits { policy: o.policy, max_reservations: reservations };
+    let limits = PassLimits { policy: o.policy, max_reservations: reservations, deadline: None };
     say(format!(
         "{} nodes x {CORES} cores, {} running jobs, {:.1}% of cores allocated, {} pending jobs; {:?}, \
          max_reservations {reservations}; built in {:.1} s",

@@ -116,11 +116,19 @@ pub struct SchedulerConfig {
     pub max_reservations: usize,
     /// Walltime assumed, for reservations only, of jobs that have none (seconds).
     pub unlimited_walltime_secs: u64,
+    /// Wall-clock budget for a pass's reservations (milliseconds; 0: none): past it, the pass
+    /// reserves nothing more, as past `max_reservations`, so it cannot hold up the controller.
+    pub reservation_budget_ms: u64,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
-        SchedulerConfig { policy: BackfillPolicy::Easy, max_reservations: 200, unlimited_walltime_secs: 365 * 86400 }
+        SchedulerConfig {
+            policy: BackfillPolicy::Easy,
+            max_reservations: 200,
+            unlimited_walltime_secs: 365 * 86400,
+            reservation_budget_ms: 500,
+        }
     }
 }
 
@@ -426,5 +434,17 @@ mod tests {
         let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[interactive]\nmax_nodes = 0\n");
         let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
         assert!(e.contains("interactive"), "{e}");
+    }
+
+    #[test]
+    fn scheduler_section() {
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n");
+        let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
+        assert_eq!((c.scheduler.max_reservations, c.scheduler.reservation_budget_ms), (200, 500));
+        let f = write(
+            "state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[scheduler]\npolicy = \"conservative\"\nreservation_budget_ms = 0\n",
+        );
+        let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
+        assert_eq!((c.scheduler.policy, c.scheduler.reservation_budget_ms), (BackfillPolicy::Conservative, 0));
     }
 }

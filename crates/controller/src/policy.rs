@@ -9,7 +9,7 @@ use crate::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
-use berth_core::sched::backfill::{self, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{self, Deadline, PassInput, PassLimits, QueuedJob, RunningJob};
 use berth_core::sched::fairshare::FairShare;
 use berth_core::sched::preempt;
 use berth_core::sched::priority::{priority, Priority, PriorityInput};
@@ -169,8 +169,14 @@ impl Controller {
             .map(|j| RunningJob { id: j.id, alloc: j.allocation.clone(), end: j.expected_end(unlimited) })
             .collect();
         let view = self.sched_view();
-        let limits =
-            PassLimits { policy: self.cfg.scheduler.policy, max_reservations: self.cfg.scheduler.max_reservations };
+        let budget_ms = self.cfg.scheduler.reservation_budget_ms;
+        let deadline =
+            (budget_ms > 0).then(|| Deadline { at: monotonic_micros() + budget_ms * 1000, clock: monotonic_micros });
+        let limits = PassLimits {
+            policy: self.cfg.scheduler.policy,
+            max_reservations: self.cfg.scheduler.max_reservations,
+            deadline,
+        };
         let input = PassInput { machine: &view, running: &running, queue: &queue, now };
         let (out, _) = backfill::plan_with_advance(&input, &advance, &limits);
         self.pending_reasons.clear();
@@ -323,3 +329,9 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
+
+/// Microseconds on a monotonic clock (since its first reading): the pass's time budget.
+fn monotonic_micros() -> u64 {
+    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as u64
+}

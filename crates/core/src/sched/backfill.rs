@@ -118,12 +118,29 @@ pub struct PassInput<'a, M: Machine> {
 }
 
 /// Bounds on one pass, so a huge queue never stalls decisions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy)]
 pub struct PassLimits {
     pub policy: BackfillPolicy,
     /// Most "will run at" computations (reservations) in one pass; jobs beyond it are still
     /// considered for starting now, and get no expected start.
     pub max_reservations: usize,
+    /// A time budget for the reservations of a conservative pass: once it has passed, the
+    /// pass goes on as past `max_reservations`.
+    pub deadline: Option<Deadline>,
+}
+
+/// A point on the caller's clock. The core crate reads no clock: the controller passes a
+/// monotonic one, tests a counter, so a pass stays a function of its inputs.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline {
+    pub at: u64,
+    pub clock: fn() -> u64,
+}
+
+impl Deadline {
+    pub fn passed(&self) -> bool {
+        (self.clock)() >= self.at
+    }
 }
 
 /// A job that does not start in this pass.

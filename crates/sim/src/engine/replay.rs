@@ -197,7 +197,8 @@ impl<M: Suspending> Replay<'_, M> {
         if self.config.policy == BackfillPolicy::Fcfs && free < head && !every {
             return;
         }
-        let limits = PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations };
+        let limits =
+            PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations, deadline: None };
         let input = PassInput { machine: &self.machine, running: &self.running, queue: self.queue.jobs(), now };
         // Why jobs wait matters only to preemption (who waits for resources).
         let out = match self.config.preempt {

@@ -10,9 +10,10 @@
 //! times tried thin out (every 2nd, 4th, ...), and the last end (an idle machine) is always
 //! tried: a reservation found that way may be later than the earliest possible, never invalid.
 //!
-//! After `max_reservations` reservations, the remaining jobs are only tried now, on the machine
-//! with every reservation claimed (so they touch none), and get no expected start. With
-//! `max_reservations == 0` the pass is FCFS (as EASY's is).
+//! After `max_reservations` reservations, or once the pass's time budget (`deadline`) has
+//! passed, the remaining jobs are only tried now, on the machine with every reservation
+//! claimed (so they touch none), and get no expected start. With `max_reservations == 0` the
+//! pass is FCFS (as EASY's is).
 //!
 //! Reasons: `Resources` for a job that does not fit what is free now, `Priority` for one that
 //! does but would delay an earlier job's reservation.
@@ -131,6 +132,8 @@ pub(super) fn plan<M: Machine>(
     // Why jobs wait, when the windows are why.
     let mut reasons = Layers::new(windows);
     let mut out = Outcome::new(input.queue, detail);
+    // Sticky: once out of time, the rest of the pass reserves nothing.
+    let mut out_of_time = false;
     for (i, job) in input.queue.iter().enumerate() {
         if out.nothing_more_starts(i, s.machine.free_cpus()) {
             break;
@@ -140,7 +143,8 @@ pub(super) fn plan<M: Machine>(
             continue;
         }
         let (w, req) = (walltime(job), &job.request);
-        if s.book.len() - advance >= limits.max_reservations {
+        out_of_time = out_of_time || limits.deadline.is_some_and(|d| d.passed());
+        if out_of_time || s.book.len() - advance >= limits.max_reservations {
             // Past the limit: now, touching no reservation, or not in this pass.
             match memo.place(&s.all_reserved, RESERVED, req) {
                 Fit::Now(alloc) => {

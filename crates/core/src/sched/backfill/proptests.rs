@@ -96,7 +96,7 @@ fn scenario() -> impl Strategy<Value = Scenario> {
 
 fn run(s: &Scenario, policy: BackfillPolicy) -> (PassOutput<Allocation>, Vec<Reservation<Allocation>>) {
     let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
-    plan_with_reservations(&input, &PassLimits { policy, max_reservations: s.max_reservations })
+    plan_with_reservations(&input, &PassLimits { policy, max_reservations: s.max_reservations, deadline: None })
 }
 
 /// The cluster with nothing running: the running jobs released.
@@ -188,7 +188,7 @@ proptest! {
         for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
             let (full, _) = run(&s, policy);
             let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
-            let quick = plan_starts(&input, &PassLimits { policy, max_reservations: s.max_reservations });
+            let quick = plan_starts(&input, &PassLimits { policy, max_reservations: s.max_reservations, deadline: None });
             prop_assert_eq!(&quick.starts, &full.starts, "{:?}", policy);
             prop_assert_eq!(quick.backfilled, full.backfilled, "{:?}", policy);
             prop_assert!(quick.waiting.is_empty());
@@ -291,7 +291,7 @@ proptest! {
             advance.iter().flat_map(|r| r.members.iter().map(move |m| (*m, r))).collect();
         for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
             let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
-            let limits = PassLimits { policy, max_reservations: s.max_reservations };
+            let limits = PassLimits { policy, max_reservations: s.max_reservations, deadline: None };
             let (out, booked) = plan_with_advance(&input, &advance, &limits);
             let mut seen: Vec<JobId> = out.starts.iter().map(|(id, _)| *id).chain(out.waiting.iter().map(|w| w.id)).collect();
             seen.sort();
@@ -355,7 +355,7 @@ proptest! {
     fn no_advance_reservation_changes_nothing(s in scenario()) {
         for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
             let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
-            let limits = PassLimits { policy, max_reservations: s.max_reservations };
+            let limits = PassLimits { policy, max_reservations: s.max_reservations, deadline: None };
             let (a, ra) = plan_with_advance(&input, &[], &limits);
             let (b, rb) = plan_with_reservations(&input, &limits);
             prop_assert_eq!(crate::sched::testkit::summary(&a), crate::sched::testkit::summary(&b));

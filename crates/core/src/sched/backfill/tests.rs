@@ -12,7 +12,7 @@ fn pass(
     policy: BackfillPolicy,
 ) -> PassOutput<Allocation> {
     let input = PassInput { machine: cluster, running, queue, now: 0.0 };
-    plan(&input, &PassLimits { policy, max_reservations: 100 })
+    plan(&input, &PassLimits { policy, max_reservations: 100, deadline: None })
 }
 
 /// Two nodes of 4 cores. n0 is full until 100; n1 has cores 0-1 busy until 50.
@@ -90,7 +90,7 @@ fn without_reservations_backfill_is_fcfs() {
     let (cluster, running, queue) = two_nodes();
     let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
     for policy in [BackfillPolicy::Easy, BackfillPolicy::Conservative] {
-        let out = plan(&input, &PassLimits { policy, max_reservations: 0 });
+        let out = plan(&input, &PassLimits { policy, max_reservations: 0, deadline: None });
         assert_eq!(summary(&out), ["1 wait resources", "2 wait priority", "3 wait priority", "4 wait priority"]);
     }
 }
@@ -109,8 +109,44 @@ fn conservative_past_the_limit_only_starts_jobs_beside_every_reservation() {
     // end by 50, but past the limit only "beside every reservation" counts; job 3 fits n2:3.
     let queue = [queued_nodes(1, 1, 4, 10.0), queued(2, 2, 40.0), queued(3, 1, 1000.0)];
     let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
-    let out = plan(&input, &PassLimits { policy: BackfillPolicy::Conservative, max_reservations: 1 });
+    let out = plan(&input, &PassLimits { policy: BackfillPolicy::Conservative, max_reservations: 1, deadline: None });
     assert_eq!(summary(&out), ["3 start n2:3", "1 wait resources at 50", "2 wait priority"]);
+}
+
+thread_local! {
+    static TICKS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// A clock that advances by one each time it is read.
+fn ticking() -> u64 {
+    TICKS.with(|t| {
+        t.set(t.get() + 1);
+        t.get()
+    })
+}
+
+/// Out of time is as past the limit: the same decisions as `max_reservations: 1` above, when
+/// the budget runs out after the first job's reservation.
+#[test]
+fn conservative_out_of_time_reserves_no_more() {
+    let mut cluster = ClusterBuilder::new().nodes(3, 1, 4, 0).build();
+    let running = vec![
+        hold(&mut cluster, 100, &[(0, "0-3")], 100.0),
+        hold(&mut cluster, 101, &[(1, "0-1")], 50.0),
+        hold(&mut cluster, 102, &[(2, "0-2")], 1000.0),
+    ];
+    let queue = [queued_nodes(1, 1, 4, 10.0), queued(2, 2, 40.0), queued(3, 1, 1000.0)];
+    let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
+    TICKS.with(|t| t.set(0));
+    // Read once per job: 1 for job 1 (in time), 2 for job 2 (the deadline).
+    let deadline = Some(Deadline { at: 2, clock: ticking });
+    let limits = PassLimits { policy: BackfillPolicy::Conservative, max_reservations: 100, deadline };
+    assert_eq!(summary(&plan(&input, &limits)), ["3 start n2:3", "1 wait resources at 50", "2 wait priority"]);
+    // With time to spare, job 2 gets its own reservation and starts now (it ends by 50).
+    TICKS.with(|t| t.set(0));
+    let limits = PassLimits { deadline: Some(Deadline { at: 1_000, clock: ticking }), ..limits };
+    let out = plan(&input, &limits);
+    assert!(summary(&out).contains(&"2 start n1:2-3".to_string()), "{:?}", summary(&out));
 }
 
 /// Long jobs may still start beside the head's reservation, never on it.
@@ -162,7 +198,7 @@ fn pass_at(
     now: f64,
 ) -> PassOutput<Allocation> {
     let input = PassInput { machine: cluster, running, queue, now };
-    plan_with_advance(&input, resv, &PassLimits { policy, max_reservations: 100 }).0
+    plan_with_advance(&input, resv, &PassLimits { policy, max_reservations: 100, deadline: None }).0
 }
 
 const POLICIES: [BackfillPolicy; 3] = [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative];
