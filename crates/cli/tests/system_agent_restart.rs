@@ -89,6 +89,17 @@ fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
     );
     c.wait_state(b, &["running"], Duration::from_secs(20));
     wait_file(&b_log, 1, Duration::from_secs(20));
+    // The agent reports a job started (its cgroups) once its record is durable: a kill before
+    // that is an agent that never knew the job (on a busy disk the fsync can take seconds).
+    let t0 = Instant::now();
+    loop {
+        let j = c.show(b);
+        if j["cgroups"].as_array().is_some_and(|a| !a.is_empty()) || j["state"] != "running" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "B's start never reported: {j:#}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let jobs = c.json(&["jobs"]);
     for id in [a, b, cj] {
         let j = jobs.as_array().unwrap().iter().find(|j| j["id"] == id).unwrap_or_else(|| panic!("{id}: {jobs:#}"));
