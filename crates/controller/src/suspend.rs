@@ -218,7 +218,7 @@ impl Controller {
         if let Some(r) = &job.kill_sent {
             return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it is not resumed"))));
         }
-        let plan = match self.resume_plan(job) {
+        let plan = match self.resume_plan(job, now) {
             Ok(plan) => plan,
             Err(why) => {
                 // Keep what suspended it ("suspended: preempted by job 12") in front of the wait.
@@ -287,8 +287,20 @@ impl Controller {
     }
 
     /// Where each part of suspended `job` would resume now (None: in place), or why it cannot.
-    fn resume_plan(&self, job: &JobRecord) -> Result<Vec<Option<NodeAllocation>>, String> {
+    /// A job outside the live advance reservations keeps off their windows for the rest of its
+    /// walltime, as a new start would.
+    fn resume_plan(&self, job: &JobRecord, now: f64) -> Result<Vec<Option<NodeAllocation>>, String> {
         let request = job.request();
+        let windows;
+        let nodes = if self.policy.advance.live.is_empty() || self.in_advance(job) {
+            &self.cluster.nodes
+        } else {
+            let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+            // What it has left to run: its expected end counts the suspensions before this one.
+            let left = (job.expected_end(unlimited) - job.suspension.since.unwrap_or(now)).max(0.0);
+            windows = self.advance_view(now, left).0;
+            &windows.nodes
+        };
         // Steps hold PUs by index in the allocation: a job with live steps resumes in place.
         let steps_hold = self.steps.get(&job.id).is_some_and(|v| v.iter().any(|s| !s.claims.is_empty()));
         let mut plan = Vec::with_capacity(job.allocation.len());
@@ -297,7 +309,7 @@ impl Controller {
             if !self.connected(n) {
                 return Err(format!("node {} is not connected", na.node));
             }
-            let Some(cap) = self.cluster.nodes.get(n) else {
+            let Some(cap) = nodes.get(n) else {
                 return Err(format!("node {} is unknown", na.node));
             };
             if cap.pus_free_for(na) {

@@ -359,3 +359,34 @@ fn reservations_expire_and_deletion_leaves_running_jobs_alone() {
     let h = h.restart();
     assert!(h.ctl.policy.advance.live.is_empty());
 }
+
+/// A suspended job outside a reservation does not resume onto cores reserved from now (its
+/// own taken meanwhile, it would otherwise be moved onto the window's).
+#[test]
+fn a_suspended_non_member_keeps_off_a_window_when_it_resumes() {
+    let mut h = Harness::new(1);
+    let a = h.batch(opts(4, 36_000), &bob());
+    let suspend = |h: &mut Harness, id: JobId| h.call(ClientRequest::Suspend { ids: vec![id] }, &root());
+    let resume = |h: &mut Harness, id: JobId| h.call(ClientRequest::Resume { ids: vec![id] }, &root());
+    let cpus = |h: &Harness, id: JobId| h.ctl.jobs[&id].allocation[0].cpus.to_list();
+    assert_eq!(cpus(&h, a), "0-3");
+    assert!(matches!(suspend(&mut h, a), ClientResponse::Done { ref results } if results[0].ok));
+    // B takes A's cores; the other four are reserved for ann from now.
+    let b = h.batch(opts(4, 36_000), &bob());
+    assert_eq!(cpus(&h, b), "0-3");
+    let four = AdvanceCreate {
+        name: Some("now".into()),
+        start: Some(h.now),
+        duration_secs: Some(7200),
+        cores: Some(4),
+        nodes_count: Some(1),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let resv = create(&mut h, four, &root()).unwrap();
+    let r = resume(&mut h, a);
+    let ClientResponse::Done { results } = r else { panic!("{r:?}") };
+    assert!(!results[0].ok, "A (bob's, 10 h left) must not be moved into ann's window {resv:?}: {results:?}");
+    assert_eq!(h.ctl.jobs[&a].state, JobState::Suspended);
+    assert!(h.ctl.jobs[&a].reason.as_deref().unwrap_or("").contains("waiting"), "{:?}", h.ctl.jobs[&a].reason);
+}

@@ -136,45 +136,46 @@ fn cancel_and_node_loss_kill_every_node() {
     assert!(sent.iter().any(|(n, m)| *n == 0 && matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)));
 }
 
+/// A member node's agent restarting: the job goes on when the new agent re-adopted its part,
+/// gets its launch again when the same agent lost it in transit, and is handled as on a failed
+/// node (requeued by default) when a new agent knows nothing of it (the node rebooted).
 #[test]
-fn a_member_agent_restarting_does_not_fail_the_job() {
+fn a_member_agent_restarting_keeps_requeues_or_relaunches_by_what_it_knows() {
     let mut h = Harness::new(2);
     let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &ann());
     h.sent();
-    let (tx, _rx) = mpsc::unbounded_channel();
-    h.txs[1] = tx.clone();
-    let reg = Registration {
-        name: "n1".into(),
-        hostname: "n1".into(),
-        address: "127.0.0.1:7201".into(),
-        instance: "new".into(),
-        version: "test".into(),
-        topology: topo(),
-        real_cpus: "0-7".into(),
-        running: vec![],
-        ended: vec![],
+    let register = |h: &mut Harness, instance: &str, running: Vec<JobId>, conn: u64| {
+        let (tx, rx) = mpsc::unbounded_channel();
+        h.txs[1] = tx.clone();
+        let reg = Registration {
+            name: "n1".into(),
+            hostname: "n1".into(),
+            address: "127.0.0.1:7201".into(),
+            instance: instance.into(),
+            version: "test".into(),
+            topology: topo(),
+            real_cpus: "0-7".into(),
+            running,
+            ended: vec![],
+        };
+        h.ctl.handle_register(reg, conn, tx, h.now).unwrap();
+        rx
     };
-    h.ctl.handle_register(reg, 99, tx, h.now).unwrap();
+    // A new agent that re-adopted the job's part.
+    let _rx = register(&mut h, "new", vec![id], 99);
     assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
     h.sent();
     // The same agent reconnecting without the job (its launch was lost) gets it again.
-    let (tx, _rx2) = mpsc::unbounded_channel();
-    h.txs[1] = tx.clone();
-    let reg = Registration {
-        name: "n1".into(),
-        hostname: "n1".into(),
-        address: "127.0.0.1:7201".into(),
-        instance: "new".into(),
-        version: "test".into(),
-        topology: topo(),
-        real_cpus: "0-7".into(),
-        running: vec![],
-        ended: vec![],
-    };
-    h.ctl.handle_register(reg, 100, tx, h.now).unwrap();
+    let _rx2 = register(&mut h, "new", vec![], 100);
     let sent = h.sent();
     assert!(sent.iter().any(|(n, m)| *n == 1 && matches!(m, ControllerMessage::Launch(s) if s.id == id && !s.head)));
     assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    // A newer agent that knows nothing of it: its part is lost, the job is requeued and what
+    // is left of it on its first node killed.
+    let _rx3 = register(&mut h, "newer", vec![], 101);
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Queued);
+    let sent = h.sent();
+    assert!(sent.iter().any(|(n, m)| *n == 0 && matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)));
 }
 
 #[test]
