@@ -118,8 +118,22 @@ fn report(kind: &str, n: usize, param: usize, elapsed: Duration, extra: serde_js
     println!("{v}");
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+/// Errors (a usage mistake, a failed run) are printed as one message, never as a backtrace.
+fn main() {
+    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth-bench: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(run()) {
+        eprintln!("berth-bench: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().collect();
     let kind = args.get(1).map(String::as_str).unwrap_or("");
     if kind == "backfill" {
