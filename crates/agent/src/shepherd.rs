@@ -580,7 +580,7 @@ async fn run_child(
     let (mut rd, mut wr) = stream.into_split();
     let deadline = launch_deadline(group.len(), grant.fanout);
     let (mut sealer, mut opener) = link.link(group[0], TreeEnd::Above);
-    let (grant_job, grant_step) = (grant.job, grant.step);
+    let (job, step) = (grant.job, grant.step);
     let launch = AgentQuery::StepLaunch { grant: Box::new(grant), subtree: group };
     if let Err(e) = write_frame(&mut wr, &launch).await {
         let _ = ev.send(Event::ChildLost(index, format!("sending the launch to {address}: {e}")));
@@ -622,7 +622,6 @@ async fn run_child(
             }
             Err(e) => {
                 if let (ProtocolError::Auth(why), Some(auth)) = (&e, crate::auth::get()) {
-                    let (job, step) = (grant_job, grant_step);
                     auth.refuse(
                         Refusal::Auth,
                         Some(job),

@@ -43,6 +43,21 @@ pub(crate) fn config(dir: &std::path::Path) -> ControllerConfig {
     ControllerConfig::load(None, &defaults, &[], &vec![]).unwrap()
 }
 
+/// Harness node `node`'s agent registering as `instance`, running `running`.
+pub fn registration(node: usize, instance: &str, running: Vec<JobId>) -> Registration {
+    Registration {
+        name: format!("n{node}"),
+        hostname: format!("n{node}"),
+        address: format!("127.0.0.1:{}", 7200 + node),
+        instance: instance.into(),
+        version: "test".into(),
+        topology: topo(),
+        real_cpus: "0-7".into(),
+        running,
+        ended: vec![],
+    }
+}
+
 impl Harness {
     pub fn new(nodes: usize) -> Harness {
         Self::with_config(nodes, |_| {})
@@ -58,17 +73,7 @@ impl Harness {
         let mut h = Harness { ctl, dir, txs: vec![], _rxs: vec![], now: 1000.0 };
         for i in 0..nodes {
             let (tx, rx) = mpsc::unbounded_channel();
-            let reg = Registration {
-                name: format!("n{i}"),
-                hostname: format!("n{i}"),
-                address: format!("127.0.0.1:{}", 7200 + i),
-                instance: format!("inst{i}"),
-                version: "test".into(),
-                topology: topo(),
-                real_cpus: "0-7".into(),
-                running: vec![],
-                ended: vec![],
-            };
+            let reg = registration(i, &format!("inst{i}"), vec![]);
             h.ctl.handle_register(reg, i as u64 + 1, tx.clone(), h.now).unwrap();
             h.txs.push(tx);
             h._rxs.push(rx);

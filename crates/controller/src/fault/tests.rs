@@ -2,7 +2,7 @@ use super::*;
 use crate::handlers::Peer;
 use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
-use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::agent::{AgentMessage, ControllerMessage, UserIdentity};
 use berth_protocol::client::{ClientRequest, ClientResponse, EventQuery};
 
 fn root() -> Peer {
@@ -126,17 +126,7 @@ fn a_requeued_job_fails_after_max_requeues() {
 }
 
 fn register(h: &mut Harness, node: usize, instance: &str, running: Vec<JobId>) {
-    let reg = Registration {
-        name: format!("n{node}"),
-        hostname: format!("n{node}"),
-        address: format!("127.0.0.1:{}", 7200 + node),
-        instance: instance.into(),
-        version: "test".into(),
-        topology: topo(),
-        real_cpus: "0-7".into(),
-        running,
-        ended: vec![],
-    };
+    let reg = registration(node, instance, running);
     h.ctl.handle_register(reg, node as u64 + 1, h.txs[node].clone(), h.now).unwrap();
 }
 

@@ -1,7 +1,7 @@
 use super::*;
 use crate::testkit::*;
 use berth_core::job::JobOutcome;
-use berth_protocol::agent::{AgentMessage, LaunchSpec, Registration, UserIdentity};
+use berth_protocol::agent::{AgentMessage, LaunchSpec, UserIdentity};
 use berth_protocol::client::{ClientRequest, SubmitRequest};
 use berth_protocol::step::{InteractiveAsk, RankExit};
 use tokio::sync::mpsc;
@@ -147,18 +147,7 @@ fn a_member_agent_restarting_keeps_requeues_or_relaunches_by_what_it_knows() {
     let register = |h: &mut Harness, instance: &str, running: Vec<JobId>, conn: u64| {
         let (tx, rx) = mpsc::unbounded_channel();
         h.txs[1] = tx.clone();
-        let reg = Registration {
-            name: "n1".into(),
-            hostname: "n1".into(),
-            address: "127.0.0.1:7201".into(),
-            instance: instance.into(),
-            version: "test".into(),
-            topology: topo(),
-            real_cpus: "0-7".into(),
-            running,
-            ended: vec![],
-        };
-        h.ctl.handle_register(reg, conn, tx, h.now).unwrap();
+        h.ctl.handle_register(registration(1, instance, running), conn, tx, h.now).unwrap();
         rx
     };
     // A new agent that re-adopted the job's part.

@@ -324,18 +324,7 @@ fn a_reconnected_agent_is_told_again_and_a_disconnected_one_blocks_suspension() 
     h.sent();
     // The same agent process registers again (the connection dropped): the suspend may have
     // been lost with it, so it is sent again.
-    let reg = berth_protocol::agent::Registration {
-        name: "n0".into(),
-        hostname: "n0".into(),
-        address: "127.0.0.1:7200".into(),
-        instance: "inst0".into(),
-        version: "test".into(),
-        topology: topo(),
-        real_cpus: "0-7".into(),
-        running: vec![a],
-        ended: vec![],
-    };
-    h.ctl.handle_register(reg, 1, tx, h.now).unwrap();
+    h.ctl.handle_register(registration(0, "inst0", vec![a]), 1, tx, h.now).unwrap();
     let sent = h.sent();
     assert!(sent.contains(&(0, ControllerMessage::Suspend { id: a })), "{sent:?}");
     assert!(!sent.iter().any(|(_, m)| matches!(m, ControllerMessage::Kill { .. })), "not killed: {sent:?}");

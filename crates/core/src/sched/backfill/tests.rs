@@ -97,17 +97,24 @@ fn without_reservations_backfill_is_fcfs() {
 
 /// Past the reservation limit, conservative backfill still starts jobs that touch no
 /// reservation, and gives them no expected start.
-#[test]
-fn conservative_past_the_limit_only_starts_jobs_beside_every_reservation() {
+/// Three nodes of 4 cores: n0 full until 100, n1:0-1 until 50, n2:0-2 until 1000. Job 1
+/// wants a whole node (n1 from 50), job 2 would fit n1:2-3 now and end by 50, job 3 fits n2:3.
+fn one_reservation_decides() -> (ClusterState, Vec<RunningJob<Allocation>>, Vec<QueuedJob>) {
     let mut cluster = ClusterBuilder::new().nodes(3, 1, 4, 0).build();
     let running = vec![
         hold(&mut cluster, 100, &[(0, "0-3")], 100.0),
         hold(&mut cluster, 101, &[(1, "0-1")], 50.0),
         hold(&mut cluster, 102, &[(2, "0-2")], 1000.0),
     ];
+    let queue = vec![queued_nodes(1, 1, 4, 10.0), queued(2, 2, 40.0), queued(3, 1, 1000.0)];
+    (cluster, running, queue)
+}
+
+#[test]
+fn conservative_past_the_limit_only_starts_jobs_beside_every_reservation() {
+    let (cluster, running, queue) = one_reservation_decides();
     // Job 1 reserves n1 from 50 (the one reservation allowed). Job 2 would fit n1:2-3 now and
     // end by 50, but past the limit only "beside every reservation" counts; job 3 fits n2:3.
-    let queue = [queued_nodes(1, 1, 4, 10.0), queued(2, 2, 40.0), queued(3, 1, 1000.0)];
     let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
     let out = plan(&input, &PassLimits { policy: BackfillPolicy::Conservative, max_reservations: 1, deadline: None });
     assert_eq!(summary(&out), ["3 start n2:3", "1 wait resources at 50", "2 wait priority"]);
@@ -129,13 +136,7 @@ fn ticking() -> u64 {
 /// the budget runs out after the first job's reservation.
 #[test]
 fn conservative_out_of_time_reserves_no_more() {
-    let mut cluster = ClusterBuilder::new().nodes(3, 1, 4, 0).build();
-    let running = vec![
-        hold(&mut cluster, 100, &[(0, "0-3")], 100.0),
-        hold(&mut cluster, 101, &[(1, "0-1")], 50.0),
-        hold(&mut cluster, 102, &[(2, "0-2")], 1000.0),
-    ];
-    let queue = [queued_nodes(1, 1, 4, 10.0), queued(2, 2, 40.0), queued(3, 1, 1000.0)];
+    let (cluster, running, queue) = one_reservation_decides();
     let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
     TICKS.with(|t| t.set(0));
     // Read once per job: 1 for job 1 (in time), 2 for job 2 (the deadline).
