@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --bin berth --bin berth-bench
+cargo build --release --bin berth --bin berthd --bin berth-bench
 mkdir -p bench/results
 OUT=bench/results/$(date +%Y%m%d-%H%M%S).jsonl
 B=./target/release/berth-bench

@@ -15,7 +15,7 @@ REPO=$(pwd)
 ROUNDS=${ROUNDS:-12}
 CTL_KILLS=${CTL_KILLS:-3}
 JOBS=${JOBS:-300}
-if [ "${NO_BUILD:-0}" != 1 ]; then cargo build --release --bin berth >&2; fi
+if [ "${NO_BUILD:-0}" != 1 ]; then cargo build --release --bin berth --bin berthd >&2; fi
 B=$(realpath "${BERTH:-target/release/berth}")
 mkdir -p bench/results
 OUT=$REPO/bench/results/faults-$(date +%Y%m%d-%H%M).txt

@@ -23,7 +23,7 @@ REPO=$(pwd)
 RUNS=${RUNS:-20}
 LARGE_RUNS=${LARGE_RUNS:-5}
 PEER=${PEER:-$REPO/../shared/peers/slurm/slurm-peer.sh}
-if [ "${NO_BUILD:-0}" != 1 ]; then cargo build --release --bin berth >&2; fi
+if [ "${NO_BUILD:-0}" != 1 ]; then bash scripts/build.sh >&2; fi
 B=$(realpath "${BERTH:-target/release/berth}")
 mkdir -p bench/results
 OUT=$REPO/bench/results/launch-$(date +%Y%m%d-%H%M).txt

@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --bin berth
+bash scripts/build.sh
 exec ./target/release/berth demo "$@"

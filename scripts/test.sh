@@ -13,6 +13,6 @@ if [ "$(id -u)" -eq 0 ] && ! id berthtest >/dev/null 2>&1; then
 fi
 cargo fmt --all -- --check
 cargo clippy --all-targets -- -D warnings
-cargo build --release --bin berth
+bash scripts/build.sh
 cargo test --all-targets -- --test-threads 2
 echo "all tests passed"

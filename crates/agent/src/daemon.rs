@@ -435,7 +435,7 @@ async fn serve_status(
             let Some(auth) = crate::auth::get() else { return };
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
-                    crate::shepherd::keepalive(&stream);
+                    berth_protocol::tree::keepalive(&stream);
                     // Every later frame of this connection, both ways, is MAC'd under it.
                     let link = LinkKey::of_grant(&auth.key, &grant);
                     if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {

@@ -116,13 +116,25 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         }
         Command::Task { command } => crate::task::run(json, command).await,
         Command::Sim(args) => crate::sim::run(json, args),
-        Command::Server(args) => crate::cluster::server(&dir, args).await,
-        Command::Agent(args) => crate::cluster::agent(args).await,
-        Command::Keygen { file } => crate::cluster::keygen(&file, json),
-        Command::Up { agents, topology, netns } => crate::cluster::up(&dir, json, agents, topology, netns).await,
-        Command::Down => crate::cluster::down(&dir, json).await,
-        Command::Demo { keep } => crate::demo::run(json, keep).await,
+        Command::Keygen { file } => keygen(&file, json),
+        Command::Server(_) | Command::Agent(_) | Command::Up(_) | Command::Down(_) | Command::Demo(_) => {
+            crate::exec_berthd()
+        }
     }
+}
+
+/// `berth keygen FILE`: a new cluster key (mode 0600); refuses to replace one.
+pub fn keygen(file: &Path, json: bool) -> Result<i32> {
+    berth_protocol::auth::ClusterKey::generate(file)?;
+    if json {
+        println!("{}", serde_json::json!({"key_file": file.display().to_string()}));
+    } else {
+        println!(
+            "cluster key written to {} (mode 0600); give the same file to `berth server --key-file` and every `berth agent --key-file`",
+            file.display()
+        );
+    }
+    Ok(0)
 }
 
 fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> String) -> Result<i32> {

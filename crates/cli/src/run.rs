@@ -276,7 +276,7 @@ impl Tree {
             }
         };
         let _ = stream.set_nodelay(true);
-        berth_agent::shepherd::keepalive(&stream);
+        berth_protocol::tree::keepalive(&stream);
         let (mut rd, mut wr) = stream.into_split();
         let (mut sealer, mut opener) = link.link(0, TreeEnd::Above);
         let subtree: Vec<u32> = (0..grant.nodes.len() as u32).collect();
@@ -296,10 +296,10 @@ impl Tree {
         });
         tokio::spawn(forward_stdin(down_tx.clone()));
         forward_signals(down_tx.clone());
-        let deadline = berth_agent::shepherd::launch_deadline(grant.nodes.len(), grant.fanout);
+        let deadline = berth_protocol::tree::launch_deadline(grant.nodes.len(), grant.fanout);
         let mut answered = false;
         loop {
-            let Some(frame) = berth_agent::shepherd::read_up(&mut rd, &mut opener, answered, deadline).await else {
+            let Some(frame) = berth_protocol::tree::read_up(&mut rd, &mut opener, answered, deadline).await else {
                 let msg = format!(
                     "the agent of {} did not answer the launch within {} s (a hung node?); nothing was started there",
                     first.name,

@@ -12,5 +12,6 @@ pub mod frame;
 pub mod fuzz;
 pub mod reservation;
 pub mod step;
+pub mod tree;
 
 pub use frame::{read_frame, read_raw_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};

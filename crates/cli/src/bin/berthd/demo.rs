@@ -1,9 +1,9 @@
 //! `berth demo`: a local cluster running real jobs in real cgroups, end to end.
 
-use crate::client::request;
-use crate::commands::build_submission;
-use crate::output;
 use anyhow::{bail, Result};
+use berth_cli::client::request;
+use berth_cli::commands::build_submission;
+use berth_cli::output;
 use berth_core::job::JobState;
 use berth_core::JobId;
 use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo};
@@ -71,7 +71,7 @@ pub async fn run(json: bool, keep: bool) -> Result<i32> {
 }
 
 /// A real MPICH program (crates/agent/tests/mpi/allreduce.c), built by the job itself.
-const ALLREDUCE_C: &str = include_str!("../../agent/tests/mpi/allreduce.c");
+const ALLREDUCE_C: &str = include_str!("../../../../agent/tests/mpi/allreduce.c");
 
 /// The parallel job: `berth run` of an MPI program across two nodes, a script once per
 /// rank, and a failing rank under --no-kill.
@@ -87,7 +87,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
     std::fs::create_dir_all(&jobdir)?;
     std::env::set_current_dir(&jobdir)?;
     std::fs::write(jobdir.join("allreduce.c"), ALLREDUCE_C)?;
-    let berth = std::env::current_exe()?;
+    let berth = berth_cli::sibling_binary("berth")?;
     let mpi = mpi_job(&berth);
     let mut all_jobs: Vec<(&str, &str, JobState)> = JOBS.to_vec();
     all_jobs.push(("mpi.sh", &mpi, JobState::Completed));
@@ -119,7 +119,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         println!("\n$ berth nodes --topology");
         if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: true }).await? {
             for n in &nodes {
-                print!("{}", crate::topo_view::draw_node(n, 100));
+                print!("{}", berth_cli::topo_view::draw_node(n, 100));
             }
         }
     }

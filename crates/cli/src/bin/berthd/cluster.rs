@@ -1,9 +1,9 @@
 //! Daemons (`berth server`, `berth agent`) and the local cluster (`berth up`, `berth down`).
 
-use crate::client::{request, socket_path};
 use crate::netns::NetLayout;
 use anyhow::{anyhow, bail, Context, Result};
 use berth_agent::hwtopo::{parse_spec, TopologySource};
+use berth_cli::client::{request, socket_path};
 use berth_controller::ControllerConfig;
 use berth_protocol::client::{ClientRequest, ClientResponse};
 use clap::Args;
@@ -70,20 +70,6 @@ const DEFAULT_AGENT_KEY: &str = "/etc/berth/cluster.key";
 /// The cluster key file of a cluster directory.
 pub fn key_path(dir: &Path) -> PathBuf {
     dir.join("cluster.key")
-}
-
-/// `berth keygen FILE`: a new cluster key (mode 0600); refuses to replace one.
-pub fn keygen(file: &Path, json: bool) -> Result<i32> {
-    berth_protocol::auth::ClusterKey::generate(file)?;
-    if json {
-        println!("{}", serde_json::json!({"key_file": file.display().to_string()}));
-    } else {
-        println!(
-            "cluster key written to {} (mode 0600); give the same file to `berth server --key-file` and every `berth agent --key-file`",
-            file.display()
-        );
-    }
-    Ok(0)
 }
 
 pub async fn server(dir: &Path, args: ServerArgs) -> Result<i32> {

@@ -1,0 +1,85 @@
+//! `berthd`: the daemons (`berthd server`, `berthd agent`), the local-cluster helpers
+//! (`berthd up`, `down`, `demo`) and the batch script's shim. Users reach it through `berth`,
+//! whose `server|agent|up|down|demo` run this binary with the same arguments.
+
+mod cluster;
+mod demo;
+mod netns;
+
+use berth_cli::client::cluster_dir;
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "berthd",
+    version,
+    about = "berthd: berth's controller, node agent and local cluster",
+    propagate_version = true
+)]
+struct Cli {
+    /// Cluster directory; default $BERTH_DIR or ./.berth.
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the controller.
+    Server(cluster::ServerArgs),
+    /// Run a node agent.
+    Agent(cluster::AgentArgs),
+    /// Start a local cluster (controller + agents) in the background.
+    Up {
+        #[arg(long)]
+        agents: Option<usize>,
+        /// hwloc synthetic string, `xml:FILE`, or `real`.
+        #[arg(long)]
+        topology: Option<String>,
+        /// Put each agent in its own network namespace on a bridge (root; for multi-host tests).
+        #[arg(long)]
+        netns: bool,
+    },
+    /// Stop the local cluster and remove its cgroups.
+    Down,
+    /// Bring a cluster up, run real jobs, show the results, take it down.
+    Demo {
+        /// Leave the cluster running afterwards.
+        #[arg(long)]
+        keep: bool,
+    },
+}
+
+fn main() {
+    // The batch script's shim (started by the agent in the job's cgroup, as the user): no
+    // argument parsing, logging or runtime.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == berth_agent::shim::SHIM_ARG) {
+        berth_agent::shim::main(&args.collect::<Vec<_>>());
+    }
+    let cli = Cli::parse();
+    let daemon = matches!(cli.command, Command::Server(_) | Command::Agent(_));
+    if daemon {
+        let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    } else {
+        berth_cli::default_sigpipe();
+    }
+    let json = cli.json;
+    let dir = cluster_dir(cli.dir);
+    berth_cli::run_to_exit(json, daemon, async move {
+        match cli.command {
+            Command::Server(args) => cluster::server(&dir, args).await,
+            Command::Agent(args) => cluster::agent(args).await,
+            Command::Up { agents, topology, netns } => cluster::up(&dir, json, agents, topology, netns).await,
+            Command::Down => cluster::down(&dir, json).await,
+            Command::Demo { keep } => demo::run(json, keep).await,
+        }
+    });
+}

@@ -1,0 +1,321 @@
+//! The `berth` client: every user command, shared by the two binaries. `berth` (src/main.rs)
+//! is this client alone: small, so that a command (above all `berth run`) starts fast; the
+//! daemons and the local-cluster helpers live in `berthd` (src/bin/berthd), which `berth
+//! server|agent|up|down|demo` execute.
+
+pub mod advance;
+pub mod client;
+pub mod commands;
+pub mod events;
+pub mod faults;
+pub mod output;
+pub mod reservations;
+pub mod run;
+pub mod sim;
+pub mod task;
+pub mod topo_view;
+
+use clap::{Args, Parser, Subcommand};
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(name = "berth", version, about = "berth: a topology-aware workload manager", propagate_version = true)]
+pub struct Cli {
+    /// Cluster directory (holds the controller socket); default $BERTH_DIR or ./.berth.
+    #[arg(long, global = true)]
+    pub dir: Option<PathBuf>,
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct SubmitFlags {
+    /// Total cores of the job.
+    #[arg(long)]
+    cores: Option<String>,
+    #[arg(long)]
+    nodes: Option<String>,
+    #[arg(long = "tasks-per-node")]
+    tasks_per_node: Option<String>,
+    #[arg(long = "cpus-per-task")]
+    cpus_per_task: Option<String>,
+    /// Memory per node, e.g. 512M, 4G.
+    #[arg(long)]
+    mem: Option<String>,
+    /// SECONDS, HH:MM:SS, D-HH:MM:SS, or 10m / 2h.
+    #[arg(long)]
+    walltime: Option<String>,
+    #[arg(long)]
+    name: Option<String>,
+    /// Output file (default berth-<id>.out in the submit directory; %j is the job id).
+    #[arg(long)]
+    output: Option<String>,
+    #[arg(long)]
+    error: Option<String>,
+    #[arg(long, short = 'q')]
+    queue: Option<String>,
+    /// Account (project) charged for fair share; default: your primary group.
+    #[arg(long, short = 'A')]
+    account: Option<String>,
+    /// Memory per allocated CPU, e.g. 1G (instead of --mem per node).
+    #[arg(long = "mem-per-cpu")]
+    mem_per_cpu: Option<String>,
+    /// Count hardware threads (PUs) rather than whole cores.
+    #[arg(long)]
+    threads: bool,
+    /// Core binding (Grid Engine): linear:N[:[S,]C], striding:F-L:STEP, striding:S,C-S,C:STEP,
+    /// striding:N:STEP, explicit:S,C:S,C...
+    #[arg(long)]
+    binding: Option<String>,
+    /// set (cpuset = the bound cores), env (BERTH_BINDING), pe (rankfile in BERTH_RANKFILE).
+    #[arg(long = "binding-mode")]
+    binding_mode: Option<String>,
+    /// One sub-cpuset per rank (per --cpus-per-task CPUs) inside the job's cpuset on each node.
+    #[arg(long = "rank-cpusets")]
+    rank_cpusets: bool,
+    /// May use the nodes' system CPUs.
+    #[arg(long = "system-cpus")]
+    system_cpus: bool,
+    /// If a node of the job fails, put the job back in the queue (rerun from the start).
+    #[arg(long, conflicts_with = "no_requeue")]
+    requeue: bool,
+    /// If a node of the job fails, fail the job (default: the cluster's `[fault] requeue`).
+    #[arg(long = "no-requeue")]
+    no_requeue: bool,
+    /// If one of the job's other nodes fails, keep running on the rest (ranks are told).
+    #[arg(long = "no-kill")]
+    no_kill: bool,
+    /// Subnode properties the job needs, comma-separated.
+    #[arg(long)]
+    property: Option<String>,
+    /// Run in this advance reservation (`berth resv list`; its users or accounts only).
+    #[arg(long)]
+    reservation: Option<String>,
+}
+
+// Parsed once per process: the size of the largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Subcommand)]
+pub enum Command {
+    /// Submit batch scripts (options also read from `#BERTH` lines; flags win). Several
+    /// scripts are submitted in one transaction: all or none.
+    Submit {
+        #[arg(required = true)]
+        scripts: Vec<PathBuf>,
+        #[command(flatten)]
+        flags: SubmitFlags,
+        /// Submit held: it waits for `berth release`.
+        #[arg(long)]
+        hold: bool,
+    },
+    /// List jobs (queued, held, running; all with --all).
+    Jobs {
+        #[arg(long)]
+        all: bool,
+        /// Only jobs in this state (repeatable).
+        #[arg(long)]
+        state: Vec<String>,
+    },
+    /// Show one job in full.
+    Show { id: String },
+    /// Cancel jobs.
+    Cancel {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Hold queued jobs.
+    Hold {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Release held jobs.
+    Release {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Admins: suspend running jobs (frozen; their cores freed, their memory kept).
+    Suspend {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Admins: resume suspended jobs (on other cores of their nodes if theirs are taken).
+    Resume {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// List nodes: state, topology, free PUs, memory per NUMA node.
+    Nodes {
+        /// Draw each node: packages, NUMA nodes, cores, PUs and which job holds which.
+        #[arg(long)]
+        topology: bool,
+        /// Line width of the drawing.
+        #[arg(long, default_value_t = 100)]
+        width: usize,
+    },
+    /// Admin a node: drain, resume, down (its jobs are requeued, failed or kept by policy;
+    /// `down NODE REASON`), up (takes work again once clean), or set its system CPUs
+    /// (`system-cpus NODE LIST`, "" for none).
+    Node {
+        #[arg(value_parser = ["drain", "resume", "down", "up", "system-cpus"])]
+        action: String,
+        name: String,
+        value: Option<String>,
+    },
+    /// Admin a subnode NODE:INDEX: drain, offline, resume, or set its properties (comma list).
+    Subnode {
+        #[arg(value_parser = ["drain", "offline", "resume", "properties"])]
+        action: String,
+        /// NODE:INDEX, e.g. n1:0.
+        target: String,
+        value: Option<String>,
+    },
+    /// Accounting of finished jobs, or with --steps the invocation log of `berth run`.
+    Acct {
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+        /// Every `berth run`: time, host, pid, user, job, directory, command, exit, failure.
+        #[arg(long)]
+        steps: bool,
+    },
+    /// The event log: nodes up and down, job starts, ends and requeues, refused requests.
+    Events(events::EventsArgs),
+    /// Node failures on purpose: replay an event script, or generate a random one.
+    Faults {
+        #[command(subcommand)]
+        command: faults::FaultsCommand,
+    },
+    /// Fair share: each account's configured share, decayed usage and priority factor.
+    Share,
+    /// The queues: limits, defaults, priority, preemption class, and the jobs each holds.
+    Queues,
+    /// Reservations made by external schedulers through the reservations API (docs/reservations.md).
+    Reservations {
+        /// Also those released (the most recent 10,000).
+        #[arg(long)]
+        all: bool,
+    },
+    /// Advance reservations: resources set aside for a time window for some users or accounts
+    /// (admins create and delete; jobs use one with `--reservation NAME`).
+    Resv {
+        #[command(subcommand)]
+        command: advance::ResvCommand,
+    },
+    /// Run a parallel program: inside a job on its allocation, outside one interactively.
+    Run(run::RunArgs),
+    /// Send a signal to a job's processes on every node, or to one step's ranks (JOB.STEP).
+    Signal {
+        /// JOB or JOB.STEP
+        target: String,
+        /// Name (USR1, SIGTERM) or number.
+        signal: String,
+    },
+    /// Inside a job: node info, and tasks started on any node of the allocation (PBS TM).
+    Task {
+        #[command(subcommand)]
+        command: task::TaskCommand,
+    },
+    /// Replay a job trace (SWF) through the scheduler on a virtual clock; needs no cluster.
+    Sim(sim::SimArgs),
+    /// Run the controller (runs `berthd server`).
+    Server(Passthrough),
+    /// Run a node agent (runs `berthd agent`).
+    Agent(Passthrough),
+    /// Make a new cluster key (mode 0600) for `berth server --key-file` and `berth agent --key-file`.
+    Keygen {
+        /// Where to write it; refused if it exists.
+        file: PathBuf,
+    },
+    /// Start a local cluster (controller + agents) in the background (runs `berthd up`).
+    Up(Passthrough),
+    /// Stop the local cluster and remove its cgroups (runs `berthd down`).
+    Down(Passthrough),
+    /// Bring a cluster up, run real jobs, show the results, take it down (runs `berthd demo`).
+    Demo(Passthrough),
+}
+
+/// A command that `berthd` runs: its arguments go through untouched (`berthd CMD --help`).
+#[derive(Args, Debug)]
+#[command(disable_help_flag = true)]
+pub struct Passthrough {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    pub args: Vec<OsString>,
+}
+
+/// Where `berthd` is: beside this executable (an installation keeps both in one directory),
+/// else on PATH.
+pub fn sibling_binary(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    if let Some(p) = std::env::current_exe().ok().map(|e| e.with_file_name(name)).filter(|p| p.is_file()) {
+        return Ok(p);
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
+        anyhow::anyhow!("cannot find `{name}` beside this executable nor on PATH; install berth and berthd together")
+    })
+}
+
+/// Replace this process with `berthd` given the same arguments (daemons keep their pid).
+pub fn exec_berthd() -> anyhow::Result<i32> {
+    use std::os::unix::process::CommandExt;
+    let exe = sibling_binary("berthd")?;
+    let err = std::process::Command::new(&exe).args(std::env::args_os().skip(1)).exec();
+    Err(anyhow::anyhow!("cannot run {}: {err}", exe.display()))
+}
+
+/// Run `body` on a tokio runtime (worker threads for daemons; one thread for a client
+/// command, which starts faster), print its error (JSON with --json), and exit.
+pub fn run_to_exit<F>(json: bool, daemon: bool, body: F) -> !
+where
+    F: std::future::Future<Output = anyhow::Result<i32>>,
+{
+    let built = if daemon {
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
+    } else {
+        tokio::runtime::Builder::new_current_thread().enable_all().build()
+    };
+    let rt = match built {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth: cannot start the async runtime: {e}");
+            std::process::exit(1);
+        }
+    };
+    let code = rt.block_on(async move {
+        match body.await {
+            Ok(code) => code,
+            Err(e) => {
+                if json {
+                    let v = serde_json::json!({"error": {"code": error_code(&e), "message": format!("{e:#}")}});
+                    println!("{v}");
+                } else {
+                    eprintln!("berth: {e:#}");
+                }
+                1
+            }
+        }
+    });
+    if daemon {
+        rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    } else {
+        // Nothing of a client command is left to finish; a thread blocked reading stdin (`berth
+        // run` from a terminal or an open pipe) would hold a timed shutdown for its whole wait.
+        rt.shutdown_background();
+    }
+    std::process::exit(code);
+}
+
+fn error_code(e: &anyhow::Error) -> &'static str {
+    match e.downcast_ref::<berth_protocol::client::ApiError>() {
+        Some(api) => api.code.as_str(),
+        None => "client",
+    }
+}
+
+/// A client piped into `head` should end quietly, like other Unix tools.
+pub fn default_sigpipe() {
+    // SAFETY: setting a signal disposition before any thread starts.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
