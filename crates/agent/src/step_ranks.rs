@@ -166,7 +166,7 @@ pub fn start(
             sub_cpusets.push(name);
             let procs = std::fs::OpenOptions::new()
                 .write(true)
-                .open(dir.join("cgroup.procs"))
+                .open(dir.join(job.cgroup.join_file_name()))
                 .map_err(|e| format!("cannot open rank {}'s sub-cpuset: {e}", place.rank))?;
             join.push(procs.as_raw_fd());
             rank_procs = Some(procs);

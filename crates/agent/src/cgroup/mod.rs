@@ -113,11 +113,20 @@ pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
 /// One job's cgroup.
 pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &str;
-    /// Open, for writing, the cgroup.procs file of every hierarchy this
-    /// cgroup lives in. A forked child joins before exec by writing b"0" (=
-    /// itself) to each fd in `pre_exec`, see [`join_from_child`]. The files
-    /// are O_CLOEXEC; keep them open until `spawn` returns.
+    /// Open, for writing, the file by which a process joins this cgroup in
+    /// every hierarchy it lives in ([`JobCgroup::join_file_name`]). A forked,
+    /// single-threaded child joins before exec by writing b"0" (= itself) to
+    /// each fd in `pre_exec`, see [`join_from_child`]. The files are
+    /// O_CLOEXEC; keep them open until `spawn` returns.
     fn join_files(&self) -> Result<Vec<std::fs::File>, CgroupError>;
+    /// The file a single-threaded child writes b"0" to, to join a cgroup directory of this
+    /// job (its own, or a child made by `make_child`): v2 `cgroup.procs`; v1 `tasks`, which
+    /// moves only the calling thread (the whole process, for a child before exec) and so
+    /// spares the kernel's global threadgroup lock: a v1 `cgroup.procs` write after an idle
+    /// moment waits ~7 ms for an RCU grace period, `tasks` 0.04 ms (BENCHMARKS.md, issue 4).
+    fn join_file_name(&self) -> &'static str {
+        "cgroup.procs"
+    }
     /// Every pid in the cgroup (and in cgroups nested below it), sorted.
     /// Zombies are not listed by the kernel.
     fn pids(&self) -> Result<Vec<i32>, CgroupError>;

@@ -77,10 +77,14 @@ impl JobCgroup for V1Job {
             .unique()
             .into_iter()
             .map(|d| {
-                let p = d.join("cgroup.procs");
+                let p = d.join(self.join_file_name());
                 OpenOptions::new().write(true).open(&p).map_err(|e| io_err("open for joining", &p, e))
             })
             .collect()
+    }
+
+    fn join_file_name(&self) -> &'static str {
+        "tasks"
     }
 
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
