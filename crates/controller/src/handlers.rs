@@ -149,7 +149,14 @@ impl Controller {
                     accounts: self.policy.fair_share.report(),
                 }
             }
-            ClientRequest::StepEnd { job, step, outcome } => self.step_end(job, step, &outcome, peer, now)?,
+            ClientRequest::StepEnd { job, step, outcome } => {
+                let resp = self.step_end(job, step, &outcome, peer, now)?;
+                // `run` was answered when its request was queued (server.rs): log a refusal.
+                if let ClientResponse::Error(e) = &resp {
+                    tracing::warn!(job = %job, step, "end of step refused: {e}");
+                }
+                resp
+            }
             ClientRequest::Signal { job, step, signal } => self.signal(job, step, signal, peer)?,
             ClientRequest::Suspend { ids } => self.suspend_request(ids, false, peer, now)?,
             ClientRequest::Resume { ids } => self.suspend_request(ids, true, peer, now)?,

@@ -318,9 +318,25 @@ async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Comman
             }
         };
         stepped |= matches!(req, ClientRequest::StepCreate(_));
+        // A step's end is acknowledged once it is queued: the actor takes commands in order, so
+        // whatever the client does next (another `berth run` in the job, `berth acct --steps`)
+        // is handled after it, and `run` exits without waiting for the state thread (the
+        // invocation log row is written with the next batch; refusals are logged there).
+        let early = match &req {
+            ClientRequest::StepEnd { job, .. } => Some(ClientResponse::Done {
+                results: vec![berth_protocol::client::IdResult { id: *job, ok: true, error: None }],
+            }),
+            _ => None,
+        };
         let (reply_tx, reply_rx) = oneshot::channel();
         if tx.send(Command::Client { req, peer: peer.clone(), reply: reply_tx }).await.is_err() {
             return stepped;
+        }
+        if let Some(resp) = early {
+            if write_frame(&mut stream, &resp).await.is_err() {
+                return stepped;
+            }
+            continue;
         }
         let resp = match reply_rx.await {
             Ok(r) => r,

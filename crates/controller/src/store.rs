@@ -1,7 +1,13 @@
 //! The controller's durable state: an SQLite database (WAL, synchronous commits).
 //!
 //! The actor opens one transaction per batch of requests and commits it before any reply
-//! leaves, so every acknowledged job is on disk.
+//! leaves, so every acknowledged job is on disk. A batch that wrote only to the logs (the
+//! invocation log `steps` and the event log `events`: a `berth run` inside a job starting or
+//! ending) commits without waiting for the disk: the rows are in the WAL file, so they
+//! survive a crash of the controller, though not a power loss of its host; the next durable
+//! commit makes them durable too. Anything else written (jobs, nodes, reservations, usage,
+//! settings) makes the commit synchronous; an update hook sees every row written, so a new
+//! table is durable without anyone having to remember it.
 
 use crate::job::{JobRecord, Usage};
 use berth_core::job::JobState;
@@ -9,6 +15,8 @@ use berth_core::{CpuSet, JobId};
 use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 mod advance;
 mod reservations;
@@ -25,6 +33,8 @@ pub enum StoreError {
     Corrupt { path: PathBuf, detail: String },
     #[error("state database {path} has schema version {found}, this berth understands {SCHEMA_VERSION}; run the berth version that wrote it")]
     Schema { path: PathBuf, found: i64 },
+    #[error("state database {path}: cannot write it to disk ({source}); check the disk, then restart the controller")]
+    Sync { path: PathBuf, source: std::io::Error },
     #[error("cannot create state directory {path}: {source}")]
     Dir { path: PathBuf, source: std::io::Error },
     #[error("state database {path}: stored record for job {id} is unreadable: {detail}")]
@@ -34,7 +44,12 @@ pub enum StoreError {
 pub struct Store {
     conn: Connection,
     path: PathBuf,
+    /// Set by the update hook when the open transaction wrote a table other than the logs.
+    durable_write: Arc<AtomicBool>,
 }
+
+/// Tables whose rows may be committed without an fsync (see the module comment).
+const LOG_TABLES: [&str; 2] = ["steps", "events"];
 
 /// A node as persisted.
 #[derive(Debug, Clone)]
@@ -55,7 +70,14 @@ impl Store {
         let existed = path.exists();
         let sql = |source| StoreError::Sqlite { path: path.clone(), source };
         let conn = Connection::open(&path).map_err(sql)?;
-        let mut store = Store { conn, path };
+        let durable_write = Arc::new(AtomicBool::new(false));
+        let flag = durable_write.clone();
+        conn.update_hook(Some(move |_: rusqlite::hooks::Action, _: &str, table: &str, _: i64| {
+            if !LOG_TABLES.contains(&table) {
+                flag.store(true, Ordering::Relaxed);
+            }
+        }));
+        let mut store = Store { conn, path, durable_write };
         if existed {
             store.check_integrity()?;
         }
@@ -141,16 +163,46 @@ impl Store {
         Ok(())
     }
 
+    /// Open a transaction. It runs with synchronous=NORMAL (in WAL mode: the commit writes the
+    /// frames but does not fsync them); `commit` fsyncs the WAL itself when the transaction
+    /// wrote more than the logs, which is what synchronous=FULL would have done. (SQLite does
+    /// not let the level change inside a transaction, when we would know which it needs.)
     pub fn begin(&self) -> Result<(), StoreError> {
-        self.conn.execute_batch("BEGIN IMMEDIATE").map_err(|e| self.err(e))
+        self.durable_write.store(false, Ordering::Relaxed);
+        self.conn.execute_batch("PRAGMA synchronous=NORMAL; BEGIN IMMEDIATE").map_err(|e| self.err(e))
     }
 
+    /// Commit the open transaction: on disk when it returns if it wrote anything but the logs.
     pub fn commit(&self) -> Result<(), StoreError> {
-        self.conn.execute_batch("COMMIT").map_err(|e| self.err(e))
+        self.conn.execute_batch("COMMIT").map_err(|e| self.err(e))?;
+        let synced = match self.durable_write.swap(false, Ordering::Relaxed) {
+            true => self.sync_wal(),
+            false => Ok(()),
+        };
+        // Writes outside `begin`/`commit` (start-up) stay synchronous on their own.
+        self.conn.execute_batch("PRAGMA synchronous=FULL").map_err(|e| self.err(e))?;
+        synced
+    }
+
+    /// fdatasync the WAL (where a commit's frames are), or the database file without one.
+    fn sync_wal(&self) -> Result<(), StoreError> {
+        let mut wal = self.path.clone().into_os_string();
+        wal.push("-wal");
+        let wal = PathBuf::from(wal);
+        let target = if wal.exists() { wal } else { self.path.clone() };
+        std::fs::File::open(&target)
+            .and_then(|f| f.sync_data())
+            .map_err(|source| StoreError::Sync { path: target, source })
+    }
+
+    /// Whether the open transaction has written more than the logs (its commit will fsync).
+    pub fn durable_pending(&self) -> bool {
+        self.durable_write.load(Ordering::Relaxed)
     }
 
     pub fn rollback(&self) {
-        let _ = self.conn.execute_batch("ROLLBACK");
+        self.durable_write.store(false, Ordering::Relaxed);
+        let _ = self.conn.execute_batch("ROLLBACK; PRAGMA synchronous=FULL");
     }
 
     /// A value of the key-value `meta` table (admin settings such as a node's system CPUs).
@@ -889,6 +941,39 @@ mod tests {
         let info = s1.info();
         assert_eq!((info.size, info.nodes.len(), info.argv[0].as_str()), (4, 2, "./a.out"));
         assert!(store.get_step(JobId(1), 9).unwrap().is_none());
+    }
+
+    #[test]
+    fn only_log_writes_commit_without_fsync_and_survive_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.begin().unwrap();
+            store.insert_job(&job(1)).unwrap();
+            assert!(store.durable_pending(), "a job is durable state");
+            store.commit().unwrap();
+            store.begin().unwrap();
+            store.insert_step(&step(1, 1, 10.0)).unwrap();
+            store.event(10.0, "step_start", Some(JobId(1)), None, "step 1").unwrap();
+            assert!(!store.durable_pending(), "the invocation and event logs alone need no fsync");
+            store.commit().unwrap();
+            store.begin().unwrap();
+            store.end_step(JobId(1), 1, 20.0, Some(0), None).unwrap();
+            store.set_meta("k", "v").unwrap();
+            assert!(store.durable_pending(), "a setting with the log rows makes the batch durable");
+            store.rollback();
+            assert!(!store.durable_pending(), "a rollback forgets it");
+            store.begin().unwrap();
+            store.end_step(JobId(1), 1, 20.0, Some(0), None).unwrap();
+            store.commit().unwrap();
+            // Dropped without a checkpoint, as a killed controller leaves it: the rows are in the WAL.
+            std::mem::forget(store);
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let s = store.get_step(JobId(1), 1).unwrap().unwrap();
+        assert_eq!((s.end_time, s.exit_code), (Some(20.0), Some(0)));
+        assert_eq!(store.get_meta("k").unwrap(), None);
+        assert_eq!(store.count_events(JobId(1), "step_start").unwrap(), 1);
     }
 
     #[test]
