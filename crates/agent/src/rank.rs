@@ -210,15 +210,26 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
 }
 
 /// The paths `execve` tries: the program itself if it names a path, else each PATH entry
-/// (an empty entry is the current directory, as execvp does).
+/// (an empty entry is the current directory, as execvp does). The first entry that holds a
+/// regular file (as this root agent sees it) is moved to the front, so the child, which the
+/// agent waits for until it has exec'd, usually makes one `execve` and not one per PATH
+/// entry; the outcome is execvp's: if that file fails for the user (EACCES), the child goes
+/// on through the others in PATH order.
 fn search_path(program: &str, path: Option<&str>) -> Result<Vec<CString>, std::ffi::NulError> {
     if program.contains('/') {
         return Ok(vec![CString::new(program)?]);
     }
     let path = path.unwrap_or("/usr/local/bin:/usr/bin:/bin");
-    path.split(':')
+    let mut candidates: Vec<CString> = path
+        .split(':')
         .map(|dir| if dir.is_empty() { CString::new(program) } else { CString::new(format!("{dir}/{program}")) })
-        .collect()
+        .collect::<Result<_, _>>()?;
+    let is_file = |c: &CString| std::fs::metadata(std::ffi::OsStr::from_bytes(c.as_bytes())).is_ok_and(|m| m.is_file());
+    if let Some(found) = candidates.iter().position(is_file) {
+        let first = candidates.remove(found);
+        candidates.insert(0, first);
+    }
+    Ok(candidates)
 }
 
 fn null_terminated(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -311,6 +322,8 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
             libc::sigaction(sig, &dfl, std::ptr::null_mut());
         }
     }
+    // Rust's runtime ignores SIGPIPE in the agent; a program expects it at its default.
+    libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     for &fd in &a.join_fds {
         check(libc::write(fd, b"0".as_ptr() as *const c_void, 1) == 1, Stage::Cgroup)?;
     }
@@ -364,6 +377,28 @@ unsafe fn exec(a: &ChildArgs) -> Stage {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_path_entry_holding_the_program_is_tried_first_then_the_rest_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::create_dir(dir.path().join("b")).unwrap();
+        std::fs::write(dir.path().join("b/prog"), "").unwrap();
+        std::fs::create_dir(dir.path().join("c")).unwrap();
+        std::fs::create_dir(dir.path().join("c/prog")).unwrap(); // a directory is not it
+        let path = format!("{d}/a:{d}/c:{d}/b:");
+        let got: Vec<String> =
+            search_path("prog", Some(&path)).unwrap().iter().map(|c| c.to_string_lossy().into_owned()).collect();
+        let want = [format!("{d}/b/prog"), format!("{d}/a/prog"), format!("{d}/c/prog"), "prog".to_string()];
+        assert_eq!(got, want);
+        assert_eq!(search_path("./x", Some(&path)).unwrap(), vec![CString::new("./x").unwrap()]);
+        let none: Vec<String> = search_path("nothing-here", Some(&format!("{d}/a:{d}/c")))
+            .unwrap()
+            .iter()
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(none, [format!("{d}/a/nothing-here"), format!("{d}/c/nothing-here")]);
+    }
 
     fn me() -> UserIdentity {
         // SAFETY: plain getters.
@@ -462,5 +497,15 @@ mod tests {
         assert_eq!(unsafe { libc::getsid(pid) }, pid, "its own session");
         unsafe { libc::kill(pid, libc::SIGTERM) };
         assert_eq!(p.wait().await.unwrap().signal(), Some(libc::SIGTERM));
+        // SIGPIPE too, though this (Rust) process ignores it: a writer to a closed pipe dies
+        // of it, as under any shell.
+        let a = argv(&["sh", "-c", "sleep 0.2; grep SigIgn /proc/self/status"]);
+        let mut p = spawn(launch(&a, &user, &cwd)).unwrap();
+        let mut out = String::new();
+        use tokio::io::AsyncReadExt;
+        p.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        assert!(p.wait().await.unwrap().success());
+        let ignored = u64::from_str_radix(out.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
+        assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is not ignored in a rank: {out}");
     }
 }
