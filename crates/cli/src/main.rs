@@ -5,7 +5,14 @@ use berth_cli::{commands, run, Cli};
 use clap::Parser;
 
 fn main() {
-    let cli = Cli::parse_from(run::rewrite_np(std::env::args().collect()));
+    let args = run::rewrite_np(std::env::args().collect());
+    if let Some(line) = run::run_command_line(&args) {
+        let cli = run::RunCli::parse_line(line);
+        berth_cli::default_sigpipe();
+        let dir = berth_cli::client::cluster_dir(cli.dir);
+        berth_cli::run_to_exit(cli.json, false, run::run(&dir, cli.json, cli.args));
+    }
+    let cli = Cli::parse_from(args);
     berth_cli::default_sigpipe();
     let json = cli.json;
     berth_cli::run_to_exit(json, false, commands::dispatch(cli.dir, cli.json, cli.command));
