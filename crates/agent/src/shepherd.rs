@@ -124,7 +124,7 @@ where
         Ok(s) => {
             pmi = Some(s.pmi);
             sub_cpusets = s.sub_cpusets;
-            failures_file = Some(s.failures_file);
+            failures_file = s.failures_file;
             local_started = true;
             s.ranks
         }
