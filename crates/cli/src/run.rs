@@ -331,8 +331,10 @@ impl Tree {
                 }
             }
         });
-        tokio::spawn(forward_stdin(down_tx.clone()));
         forward_signals(down_tx.clone());
+        // stdin is read by a thread of its own, started once the ranks run: its creation
+        // would take a CPU from the launch (nothing typed meanwhile is lost: it waits).
+        let mut stdin_fwd = Some(down_tx.clone());
         let deadline = berth_protocol::tree::launch_deadline(grant.nodes.len(), grant.fanout);
         let mut answered = false;
         loop {
@@ -362,6 +364,9 @@ impl Tree {
             };
             match msg {
                 TreeUp::Started { nodes, ranks } => {
+                    if let Some(tx) = stdin_fwd.take() {
+                        tokio::spawn(forward_stdin(tx));
+                    }
                     let ms = t0.elapsed().as_secs_f64() * 1000.0;
                     self.running_ms = Some(ms);
                     if timing {
