@@ -11,8 +11,8 @@ use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::Refusal;
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
 use berth_protocol::auth::{
-    check_time, now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope,
-    LinkKey, Role, TreeEnd, DEFAULT_WINDOW, LABEL_REGISTER,
+    check_time, now_ms, random_nonce, registered_label, session, write_sealed, ClusterKey, Envelope, LinkKey, Role,
+    SealedReader, TreeEnd, DEFAULT_WINDOW, LABEL_REGISTER,
 };
 use berth_protocol::frame::{decode, to_json};
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
@@ -267,7 +267,7 @@ async fn connection(
         ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
         other => return Err(format!("unexpected first reply {other:?}")),
     };
-    let (mut sealer, mut opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
+    let (mut sealer, opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
     shared.lock().map(|mut s| s.connected = true).ok();
     tracing::info!(controller = %cfg.controller, "registered");
     // Ends queued while disconnected are among these: they are not sent twice.
@@ -276,9 +276,11 @@ async fn connection(
         write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
     }
     let mut ticker = tokio::time::interval(heartbeat);
+    // Read by their own task: a read cut by select! would lose a frame's bytes (SealedReader).
+    let mut frames = SealedReader::<ControllerMessage>::spawn(rd, opener);
     loop {
         tokio::select! {
-            msg = read_sealed::<_, ControllerMessage>(&mut rd, &mut opener) => {
+            msg = frames.next() => {
                 match msg {
                     Ok(None) => return Err("the controller closed the connection".into()),
                     Ok(Some(m)) => handle(m, ctx, shared, events_tx),

@@ -14,7 +14,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
 use std::time::Duration;
 
+mod reader;
 mod tree;
+pub use reader::SealedReader;
 pub use tree::{
     LinkKey, TreeEnd, LABEL_QUERY_DOWN, LABEL_QUERY_LINK, LABEL_QUERY_UP, LABEL_STEP_LINK, LABEL_TREE_DOWN,
     LABEL_TREE_LINK, LABEL_TREE_UP,
