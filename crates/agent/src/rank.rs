@@ -107,6 +107,9 @@ enum Stage {
 struct ChildArgs {
     join_fds: Vec<RawFd>,
     affinity: Option<libc::cpu_set_t>,
+    /// The parent thread's own CPUs, given back to the child when no binding is asked for
+    /// (the child is made pinned to the parent's CPU: see `clone_vfork`).
+    inherited: Option<libc::cpu_set_t>,
     groups: Vec<libc::gid_t>,
     uid: libc::uid_t,
     gid: libc::gid_t,
@@ -161,6 +164,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
     let mut args = ChildArgs {
         join_fds: l.join_fds,
         affinity: l.affinity,
+        inherited: None,
         groups: l.user.groups.clone(),
         uid: l.user.uid,
         gid: l.user.gid,
@@ -260,7 +264,42 @@ const CHILD_STACK: usize = 64 * 1024;
 /// clone(CLONE_VM | CLONE_VFORK) into [`child_main`], with every signal blocked around it so
 /// no handler of the agent runs on the child's stack. Returns once the child has exec'd or
 /// exited (its pid, not yet reaped).
+///
+/// The calling thread is pinned to its CPU for the clone, so the child starts there: this CPU
+/// is the one that frees up (we wait), whereas the scheduler's choice for a new task is the
+/// least loaded CPU at that instant, often one busy with a rank started just before, where the
+/// child would wait its turn (~1 ms on a 2-CPU host). The child takes back the thread's CPUs
+/// (or its binding) before exec; the thread gets them back when clone returns.
 fn clone_vfork(args: &mut ChildArgs) -> std::io::Result<libc::pid_t> {
+    let pinned = pin_to_current_cpu();
+    args.inherited = pinned;
+    let result = clone_vfork_unpinned(args);
+    if let Some(mask) = &pinned {
+        // SAFETY: a valid mask of the CPUs this thread had a moment ago.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) };
+    }
+    result
+}
+
+/// Pin the calling thread to the CPU it runs on; its previous CPUs, if that worked.
+fn pin_to_current_cpu() -> Option<libc::cpu_set_t> {
+    // SAFETY: plain calls on this thread with masks we own.
+    unsafe {
+        let mut old: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) != 0 {
+            return None;
+        }
+        let cpu = libc::sched_getcpu();
+        if cpu < 0 || libc::CPU_COUNT(&old) <= 1 {
+            return None;
+        }
+        let mut one: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu as usize, &mut one);
+        (libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) == 0).then_some(old)
+    }
+}
+
+fn clone_vfork_unpinned(args: &mut ChildArgs) -> std::io::Result<libc::pid_t> {
     let mut stack = vec![0u8; CHILD_STACK];
     // SAFETY: the stack is ours and outlives the child's use of it (CLONE_VFORK: the child is
     // done with it when clone returns); signal masks are restored before returning.
@@ -327,7 +366,8 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
     for &fd in &a.join_fds {
         check(libc::write(fd, b"0".as_ptr() as *const c_void, 1) == 1, Stage::Cgroup)?;
     }
-    if let Some(mask) = &a.affinity {
+    // After the cgroups: the kernel keeps an affinity within the job's cpuset.
+    if let Some(mask) = a.affinity.as_ref().or(a.inherited.as_ref()) {
         check(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0, Stage::Affinity)?;
     }
     // Its own session and process group, so signals reach what it forks.
@@ -507,5 +547,35 @@ mod tests {
         assert!(p.wait().await.unwrap().success());
         let ignored = u64::from_str_radix(out.trim().trim_start_matches("SigIgn:").trim(), 16).unwrap();
         assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "SIGPIPE is not ignored in a rank: {out}");
+    }
+
+    fn allowed_cpus(status: &str) -> String {
+        status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap_or("?").trim().to_string()
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_cpu_pin_around_clone_is_undone_in_the_child_and_in_the_caller() {
+        use tokio::io::AsyncReadExt;
+        let user = me();
+        let mine = allowed_cpus(&std::fs::read_to_string("/proc/thread-self/status").unwrap());
+        let a = argv(&["cat", "/proc/self/status"]);
+        let mut p = spawn(launch(&a, &user, "/")).unwrap();
+        let mut out = String::new();
+        p.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        assert!(p.wait().await.unwrap().success());
+        assert_eq!(allowed_cpus(&out), mine, "an unbound rank runs where its parent may");
+        let after = allowed_cpus(&std::fs::read_to_string("/proc/thread-self/status").unwrap());
+        assert_eq!(after, mine, "the spawning thread got its CPUs back");
+        // A binding still wins over the parent's CPUs.
+        // SAFETY: a mask we own.
+        let mut cpu0: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        unsafe { libc::CPU_SET(0, &mut cpu0) };
+        let mut l = launch(&a, &user, "/");
+        l.affinity = Some(cpu0);
+        let mut p = spawn(l).unwrap();
+        let mut out = String::new();
+        p.stdout.take().unwrap().read_to_string(&mut out).await.unwrap();
+        assert!(p.wait().await.unwrap().success());
+        assert_eq!(allowed_cpus(&out), "0");
     }
 }
