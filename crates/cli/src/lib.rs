@@ -265,13 +265,28 @@ pub fn exec_berthd() -> anyhow::Result<i32> {
     Err(anyhow::anyhow!("cannot run {}: {err}", exe.display()))
 }
 
-/// Run `body` on a tokio runtime (worker threads for daemons; one thread for a client
-/// command, which starts faster), print its error (JSON with --json), and exit.
-pub fn run_to_exit<F>(json: bool, daemon: bool, body: F) -> !
+/// What a process of berth is, for the shape of its runtime.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// A client command: one thread, which starts fastest.
+    Client,
+    /// The controller: two worker threads parse and answer many clients at once (its state
+    /// has its own thread).
+    Controller,
+    /// A node agent: one thread. Its work per event is small, and every thread it wakes
+    /// competes with the user's ranks for the node's CPUs; handing a launch between worker
+    /// threads cost `berth run -n 2 true` ~0.3-0.5 ms of its ~4 ms on a 2-CPU node
+    /// (BENCHMARKS.md, issue 4). Slow work (cgroup freeze, kill, files) goes to blocking threads.
+    Agent,
+}
+
+/// Run `body` on a tokio runtime shaped for `role`, print its error (JSON with --json), and exit.
+pub fn run_to_exit<F>(json: bool, role: Role, body: F) -> !
 where
     F: std::future::Future<Output = anyhow::Result<i32>>,
 {
-    let built = if daemon {
+    let daemon = role != Role::Client;
+    let built = if role == Role::Controller {
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()
     } else {
         tokio::runtime::Builder::new_current_thread().enable_all().build()

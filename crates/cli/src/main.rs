@@ -10,10 +10,10 @@ fn main() {
         let cli = run::RunCli::parse_line(line);
         berth_cli::default_sigpipe();
         let dir = berth_cli::client::cluster_dir(cli.dir);
-        berth_cli::run_to_exit(cli.json, false, run::run(&dir, cli.json, cli.args));
+        berth_cli::run_to_exit(cli.json, berth_cli::Role::Client, run::run(&dir, cli.json, cli.args));
     }
     let cli = Cli::parse_from(args);
     berth_cli::default_sigpipe();
     let json = cli.json;
-    berth_cli::run_to_exit(json, false, commands::dispatch(cli.dir, cli.json, cli.command));
+    berth_cli::run_to_exit(json, berth_cli::Role::Client, commands::dispatch(cli.dir, cli.json, cli.command));
 }

@@ -63,7 +63,12 @@ fn main() {
         berth_agent::shim::main(&args.collect::<Vec<_>>());
     }
     let cli = Cli::parse();
-    let daemon = matches!(cli.command, Command::Server(_) | Command::Agent(_));
+    let role = match cli.command {
+        Command::Server(_) => berth_cli::Role::Controller,
+        Command::Agent(_) => berth_cli::Role::Agent,
+        _ => berth_cli::Role::Client,
+    };
+    let daemon = role != berth_cli::Role::Client;
     if daemon {
         let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -73,7 +78,7 @@ fn main() {
     }
     let json = cli.json;
     let dir = cluster_dir(cli.dir);
-    berth_cli::run_to_exit(json, daemon, async move {
+    berth_cli::run_to_exit(json, role, async move {
         match cli.command {
             Command::Server(args) => cluster::server(&dir, args).await,
             Command::Agent(args) => cluster::agent(args).await,
