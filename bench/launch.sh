@@ -8,7 +8,7 @@
 #      SKIP_SLURM=1; NO_BUILD=1; BERTH (binary, default target/release/berth);
 #      PEER (default ../shared/peers/slurm/slurm-peer.sh).
 #
-# 1. Small launch, 4 agents of "package:1 core:16 pu:1", RUNS rounds alternating:
+# 1. Small launch, 4 agents of "package:1 core:16 pu:1", RUNS rounds, the order rotating:
 #    berth run -n 2 true   interactive (outside a job: allocates and frees an allocation)
 #    berth run -n 2 true   in a job (--job of a running 1-node x 2-task batch job)
 #    mpiexec -n 2 true     MPICH hydra, local fork
@@ -46,16 +46,17 @@ trap cleanup EXIT
 exec > >(tee "$OUT") 2>&1
 say() { echo "$*"; }
 ms_since() { echo "($EPOCHREALTIME - $1) * 1000" | bc -l; }
-# stats FILE: "median p90 min max n" (nearest rank), of the numbers in FILE.
+# stats FILE: "median p90 min max n p10" (nearest rank), of the numbers in FILE.
 stats() {
   sort -g "$1" | awk '{v[NR]=$1} END {
-    if (NR == 0) { print "- - - - 0"; exit }
+    if (NR == 0) { print "- - - - 0 -"; exit }
     m = int((NR + 1) / 2); p = int(NR * 0.9 + 0.999999); if (p < 1) p = 1
-    printf "%.1f %.1f %.1f %.1f %d\n", v[m], v[p], v[1], v[NR], NR }'
+    q = int(NR * 0.1 + 0.999999); if (q < 1) q = 1
+    printf "%.1f %.1f %.1f %.1f %d %.1f\n", v[m], v[p], v[1], v[NR], NR, v[q] }'
 }
 fmt_stats() { # label file
-  read -r med p90 min max n < <(stats "$2")
-  printf "  %-44s median %7s ms  p90 %7s ms  [%s-%s]  n=%s\n" "$1" "$med" "$p90" "$min" "$max" "$n"
+  read -r med p90 min max n p10 < <(stats "$2")
+  printf "  %-44s median %7s ms  p10 %7s  p90 %7s  [%s-%s]  n=%s\n" "$1" "$med" "$p10" "$p90" "$min" "$max" "$n"
 }
 job_state() {
   "$B" --dir "$1" jobs --all --json | python3 -c "import json,sys
@@ -84,7 +85,7 @@ say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 ############################################################################ 1. small launch
 say ""
-say "## 1. small launch: -n 2 true, $RUNS rounds alternating, cluster of 4 agents (package:1 core:16 pu:1)"
+say "## 1. small launch: -n 2 true, $RUNS rounds, the order rotating, cluster of 4 agents (package:1 core:16 pu:1)"
 "$B" --dir "$C4" up --agents 4 --topology "package:1 core:16 pu:1" >/dev/null
 if [ "${SKIP_SLURM:-0}" != 1 ]; then
   if ! command -v srun >/dev/null || ! [ -x /usr/sbin/slurmctld ]; then bash "$PEER" install >/dev/null 2>&1 || true; fi
@@ -121,11 +122,19 @@ for _ in 1 2; do # warm-up, not counted
   mpiexec -n 2 true
   if [ "$SLURM_UP" = 1 ]; then srun -n 2 true; fi
 done
-for _ in $(seq "$RUNS"); do
-  run_timed berth-interactive "$B" --dir "$C4" run --timing -n 2 true
-  run_timed berth-in-job "$B" --dir "$C4" run --timing --job "$HOLD" -n 2 true
-  run_timed mpiexec mpiexec -n 2 true
-  if [ "$SLURM_UP" = 1 ]; then run_timed srun srun -n 2 true; fi
+# The order rotates each round: what runs right after srun pays for Slurm's step teardown
+# (cgroup removal holds the kernel's cgroup lock), so each contender takes each place equally.
+contenders=(berth-interactive berth-in-job mpiexec)
+if [ "$SLURM_UP" = 1 ]; then contenders+=(srun); fi
+for round in $(seq "$RUNS"); do
+  for place in $(seq 0 $((${#contenders[@]} - 1))); do
+    case ${contenders[$(((round + place) % ${#contenders[@]}))]} in
+      berth-interactive) run_timed berth-interactive "$B" --dir "$C4" run --timing -n 2 true ;;
+      berth-in-job) run_timed berth-in-job "$B" --dir "$C4" run --timing --job "$HOLD" -n 2 true ;;
+      mpiexec) run_timed mpiexec mpiexec -n 2 true ;;
+      srun) run_timed srun srun -n 2 true ;;
+    esac
+  done
 done
 "$B" --dir "$C4" cancel "$HOLD" >/dev/null
 # The same from a batch job's own script, timed with date +%s%N.
@@ -143,7 +152,7 @@ for name in berth-interactive berth-in-job; do
   grep -o 'granted_ms=[0-9.]*' "$S/$name.err" | cut -d= -f2 >"$S/$name.granted" || true
   grep -o 'running_ms=[0-9.]*' "$S/$name.err" | cut -d= -f2 >"$S/$name.running" || true
 done
-say "wall time per launch (command start to exit), nearest-rank median/p90 [min-max]:"
+say "wall time per launch (command start to exit), nearest-rank median/p10/p90 [min-max]:"
 fmt_stats "berth run -n 2 true (interactive)" "$S/berth-interactive"
 fmt_stats "  of which granted (allocation made)" "$S/berth-interactive.granted"
 fmt_stats "  of which all ranks running" "$S/berth-interactive.running"
@@ -190,7 +199,7 @@ for tag in "fanout=2 prog=true" "fanout=8 prog=true" "fanout=32 prog=true" "fano
   line="$(printf "  %-28s" "$tag")"
   for k in granted_ms running_ms total_ms; do
     grep "^$tag " "$L/timings" | grep -o "$k=[0-9.]*" | cut -d= -f2 >"$L/v" || true
-    read -r med _ min max n < <(stats "$L/v")
+    read -r med _ min max n _ < <(stats "$L/v")
     line+="$(printf " %-22s" "$med [$min-$max]")"
   done
   say "$line"
