@@ -271,8 +271,7 @@ impl Controller {
 
     /// Give a valid job its id and write it; the reply waits for the commit.
     fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
-        let id = JobId(self.next_id);
-        self.next_id += 1;
+        let id = self.take_job_id()?;
         job.id = id;
         let idstr = id.to_string();
         job.stdout = job.stdout.replace("%j", &idstr);

@@ -241,6 +241,9 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             if ctl.dirty {
                 ctl.schedule(now)?;
             }
+            if stop {
+                ctl.closing()?;
+            }
             Ok(())
         })();
         if let Err(e) = result {
@@ -248,9 +251,20 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
             return Err(e);
         }
-        ctl.store.commit()?;
-        // Agents first: an interactive allocation's launches are on their way before `run`
-        // has its grant and contacts the first node.
+        let must_sync = ctl.store.commit_written()?;
+        // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
+        // interactive allocation's launch is on its way, and the agent making the job's
+        // cgroups, while the commit is synced and before `run` has its grant.
+        let early = ctl.agents_before_sync();
+        if early {
+            for (tx, msg) in ctl.out.agents.drain(..) {
+                let _ = tx.send(msg);
+            }
+        }
+        if must_sync {
+            ctl.store.sync_committed()?;
+            ctl.synced();
+        }
         for (tx, msg) in ctl.out.agents.drain(..) {
             let _ = tx.send(msg);
         }

@@ -60,6 +60,11 @@ pub struct Controller {
     pub cluster: ClusterState,
     pub extra: Vec<NodeExtra>,
     pub next_id: u64,
+    /// Job ids below this are reserved (recorded in the store): a restarted controller
+    /// starts above it, so an id an agent may have heard of is never given again.
+    pub id_bound: u64,
+    /// `id_bound` as of the last commit synced to disk (see `agents_before_sync`).
+    pub durable_id_bound: u64,
     pub pending_reasons: HashMap<JobId, PendingReason>,
     /// The interconnect tree nodes are placed in.
     pub hierarchy: Hierarchy,
@@ -89,7 +94,9 @@ impl Controller {
     pub fn load(cfg: ControllerConfig, store: Store) -> Result<Self, StoreError> {
         let mut c = Controller {
             cfg: cfg.clone(),
-            next_id: store.max_job_id()? + 1,
+            next_id: 0,
+            id_bound: 0,
+            durable_id_bound: 0,
             store,
             jobs: BTreeMap::new(),
             cluster: ClusterState { nodes: vec![], policy: cfg.placement.clone() },
@@ -104,6 +111,10 @@ impl Controller {
             reservations: Default::default(),
             key: None,
         };
+        let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        c.next_id = (c.store.max_job_id()? + 1).max(reserved);
+        c.id_bound = c.next_id;
+        c.durable_id_bound = c.next_id;
         c.policy.fair_share = c.store.load_fair_share(cfg.fair_share.clone())?;
         // Running jobs were charged up to the saved usage's time (from their start if never).
         c.policy.charged_until = c.policy.fair_share.as_of;
@@ -351,5 +362,45 @@ impl Controller {
         }
         self.retire(id);
         Ok(())
+    }
+}
+
+/// The `meta` key of the reserved job ids' bound.
+pub const JOB_ID_BOUND: &str = "job_id_bound";
+/// How many job ids are reserved at a time: a crash skips at most this many.
+pub const JOB_ID_BLOCK: u64 = 64;
+
+impl Controller {
+    /// The next job id. Ids are reserved ahead in blocks, written with the batch that takes
+    /// them, so that the next batches' ids are already reserved on disk (`agents_before_sync`).
+    pub(crate) fn take_job_id(&mut self) -> Result<JobId, StoreError> {
+        let id = JobId(self.next_id);
+        self.next_id += 1;
+        if self.next_id + JOB_ID_BLOCK / 2 > self.id_bound {
+            self.id_bound = self.next_id + JOB_ID_BLOCK;
+            self.store.set_meta(JOB_ID_BOUND, &self.id_bound.to_string())?;
+        }
+        Ok(id)
+    }
+
+    /// Whether this batch's orders may go to the agents once its commit is written, before it
+    /// is synced to disk (its replies still wait for the sync). Only a power loss of this host
+    /// in between can undo such a commit; agents then report what they did when they register
+    /// again, and the state is reconciled from that. What must not happen is an id an agent
+    /// has heard of being given to another job: true only when every id given so far is below
+    /// the bound already on disk.
+    pub fn agents_before_sync(&self) -> bool {
+        self.next_id <= self.durable_id_bound
+    }
+
+    /// The commit of the batch is on disk: its reserved ids are too.
+    pub fn synced(&mut self) {
+        self.durable_id_bound = self.id_bound;
+    }
+
+    /// A clean stop: the next start continues at the next id (no reserved ids are skipped).
+    pub fn closing(&mut self) -> Result<(), StoreError> {
+        self.id_bound = self.next_id;
+        self.store.set_meta(JOB_ID_BOUND, &self.next_id.to_string())
     }
 }

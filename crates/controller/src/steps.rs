@@ -414,8 +414,7 @@ impl Controller {
         detail: &str,
         now: f64,
     ) -> Result<JobId, StoreError> {
-        let id = JobId(self.next_id);
-        self.next_id += 1;
+        let id = self.take_job_id()?;
         job.id = id;
         job.state = JobState::Running;
         job.start_time = Some(now);

@@ -174,14 +174,26 @@ impl Store {
 
     /// Commit the open transaction: on disk when it returns if it wrote anything but the logs.
     pub fn commit(&self) -> Result<(), StoreError> {
-        self.conn.execute_batch("COMMIT").map_err(|e| self.err(e))?;
-        let synced = match self.durable_write.swap(false, Ordering::Relaxed) {
-            true => self.sync_wal(),
+        match self.commit_written()? {
+            true => self.sync_committed(),
             false => Ok(()),
-        };
+        }
+    }
+
+    /// Commit the open transaction to the WAL (it survives a crash of this process, not yet a
+    /// power loss); true if it wrote more than the logs and must be synced
+    /// (`sync_committed`) before anything of it is acknowledged.
+    pub fn commit_written(&self) -> Result<bool, StoreError> {
+        let committed = self.conn.execute_batch("COMMIT").map_err(|e| self.err(e));
+        let must_sync = self.durable_write.swap(false, Ordering::Relaxed);
         // Writes outside `begin`/`commit` (start-up) stay synchronous on their own.
         self.conn.execute_batch("PRAGMA synchronous=FULL").map_err(|e| self.err(e))?;
-        synced
+        committed.map(|()| must_sync)
+    }
+
+    /// Make the last commit durable (see `commit_written`).
+    pub fn sync_committed(&self) -> Result<(), StoreError> {
+        self.sync_wal()
     }
 
     /// fdatasync the WAL (where a commit's frames are), or the database file without one.

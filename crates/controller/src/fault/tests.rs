@@ -221,3 +221,46 @@ fn an_agent_restarted_without_its_jobs_is_a_node_failure_for_them() {
     assert_eq!(state_of(&mut h, keep).0, JobState::Running);
     assert_eq!(events(&h, "node_lost_kept"), vec![(Some(keep), Some(format!("n{k_other}")))]);
 }
+
+/// Submit a held job (it takes an id and no cores).
+fn held(h: &mut Harness) -> JobId {
+    let sub = berth_protocol::client::SubmitRequest {
+        script: "#!/bin/sh\ntrue\n".into(),
+        script_name: "job.sh".into(),
+        options: one_node(None),
+        env: vec![],
+        cwd: "/tmp".into(),
+        hold: true,
+    };
+    match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
+        ClientResponse::Submitted { id } => id,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn job_ids_are_reserved_ahead_so_that_agents_may_act_before_the_sync_and_no_id_is_given_twice() {
+    let mut h = Harness::new(2);
+    // A fresh controller has reserved nothing: the first job's launch waits for the sync.
+    let first = held(&mut h);
+    assert!(!h.ctl.agents_before_sync(), "job {first}'s id is not below a bound on disk yet");
+    h.ctl.synced();
+    // From then on, ids come from a block already on disk: launches may leave before the sync.
+    let mut last = first;
+    for _ in 0..crate::state::JOB_ID_BLOCK {
+        last = held(&mut h);
+        assert!(h.ctl.agents_before_sync(), "job {last} is below the bound synced before its batch");
+        h.ctl.synced();
+    }
+    // A crash (no clean stop): the restarted controller starts above every reserved id.
+    let bound = h.ctl.id_bound;
+    assert!(bound > last.0 + 1);
+    let mut h = h.restart();
+    assert_eq!(h.ctl.next_id, bound, "ids an agent may have heard of are never given again");
+    assert_eq!(held(&mut h).0, bound);
+    // A clean stop records the exact next id: no ids are skipped.
+    h.ctl.closing().unwrap();
+    let next = h.ctl.next_id;
+    let mut h = h.restart();
+    assert_eq!(held(&mut h).0, next);
+}
