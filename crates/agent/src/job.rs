@@ -76,17 +76,19 @@ pub async fn run_job(
         (Ok(b), Ok(r)) => (b, r),
         (Err(e), _) | (_, Err(e)) => return failed(e),
     };
-    if let Err(e) = prepare_spool(&spool, &spec) {
-        let _ = std::fs::remove_dir_all(&spool);
-        return failed(e);
-    }
+    // The cgroups first: the spool's files are the host's filesystem journal, which the
+    // controller may be syncing its commit through at this moment when on the same host.
     let cg: Arc<dyn JobCgroup> = match ctx.cgroups.create(&cg_name, &limits) {
         Ok(cg) => Arc::from(cg),
-        Err(e) => {
-            let _ = std::fs::remove_dir_all(&spool);
-            return failed(format!("cannot create the job's cgroup: {e}"));
-        }
+        Err(e) => return failed(format!("cannot create the job's cgroup: {e}")),
     };
+    if let Err(e) = prepare_spool(&spool, &spec) {
+        let _ = std::fs::remove_dir_all(&spool);
+        if let Err(e2) = cg.remove() {
+            tracing::warn!(job = %spec.id, error = %e2, "cannot remove the cgroup of a job that could not start");
+        }
+        return failed(e);
+    }
     let mount = ctx.cgroups.cpuset_mount();
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
@@ -113,6 +115,9 @@ pub async fn run_job(
             // may reach the agent within microseconds of its start.
             ctx.registry.insert(job.clone());
             if let Some(records) = ctx.records.clone() {
+                // A step waiting for this job (an interactive `berth run`) starts its ranks
+                // first; the record is for a restarted agent, and is written just after.
+                tokio::task::yield_now().await;
                 let rec = JobRecord {
                     spec: spec.clone(),
                     shim_pid: child.as_ref().map(|_| pid as i32),
@@ -208,13 +213,19 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     std::fs::DirBuilder::new().mode(0o700).create(spool).map_err(|e| io("cannot create", e))?;
     let tmp = spool.join("tmp");
     std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| io("cannot create tmp in", e))?;
-    let script = spool.join("script");
-    std::fs::write(&script, &spec.script).map_err(|e| io("cannot write script in", e))?;
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700)).map_err(|e| io("chmod script in", e))?;
     let nodefile: String =
         spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
     std::fs::write(spool.join("nodefile"), nodefile).map_err(|e| io("cannot write nodefile in", e))?;
-    let mut owned = vec![spool.to_path_buf(), tmp, script, spool.join("nodefile")];
+    let mut owned = vec![spool.to_path_buf(), tmp, spool.join("nodefile")];
+    // An interactive allocation or a reservation has no script: no file for it (every file
+    // made here is on the path of an interactive `berth run`).
+    if !spec.script.is_empty() {
+        let script = spool.join("script");
+        std::fs::write(&script, &spec.script).map_err(|e| io("cannot write script in", e))?;
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| io("chmod script in", e))?;
+        owned.push(script);
+    }
     if let Some(text) = rankfile(spec) {
         let path = spool.join("rankfile");
         let mut f = std::fs::OpenOptions::new()
