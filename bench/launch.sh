@@ -107,14 +107,31 @@ wait_running "$C4" "$HOLD" || { say "hold job $HOLD did not start"; exit 1; }
 S=$WORK/small
 mkdir -p "$S"
 : >"$S/fail"
+# Job cgroups on this host (Slurm's, berth's): a launch's aftermath is its job's cgroups
+# being removed, which holds the kernel's cgroup lock that the next launch needs to start its
+# processes in cgroups (Slurm's stay 6-15 ms after srun returns).
+count_job_cgroups() { # into N_CG; no subshell, so that checking costs next to nothing
+  local d=(/sys/fs/cgroup/*/slurm*/uid_*/job_*/ /sys/fs/cgroup/*/berth/*/*/*/)
+  N_CG=${#d[@]}
+}
+shopt -s nullglob
+count_job_cgroups
+CG_BASE=$N_CG # the hold job's
 run_timed() { # name cmd...
-  # Each launch starts on a settled machine: the previous one's aftermath (Slurm's step
-  # teardown, an interactive allocation's cgroups being removed) is not charged to the next.
   sleep "$SETTLE"
   local t0=$EPOCHREALTIME rc=0
   "${@:2}" >/dev/null 2>>"$S/$1.err" || rc=$?
   ms_since "$t0" >>"$S/$1"
   [ $rc = 0 ] || echo "$1 exit $rc" >>"$S/fail"
+  # Each launch starts on a settled machine: the previous one's aftermath is not charged to
+  # the next; how long it lasted is reported.
+  t0=$EPOCHREALTIME
+  local polls=0
+  while count_job_cgroups && [ "$N_CG" -gt "$CG_BASE" ] && [ $polls -lt 2000 ]; do
+    polls=$((polls + 1))
+    sleep 0.001
+  done
+  ms_since "$t0" >>"$S/$1.aftermath"
 }
 for _ in 1 2; do # warm-up, not counted
   "$B" --dir "$C4" run -n 2 true
@@ -162,6 +179,10 @@ fmt_stats "  of which all ranks running" "$S/berth-in-job.running"
 fmt_stats "berth run -n 2 true (batch script loop)" "$S/berth-batch-script"
 fmt_stats "mpiexec -n 2 true (MPICH hydra)" "$S/mpiexec"
 if [ "$SLURM_UP" = 1 ]; then fmt_stats "srun -n 2 true (Slurm peer)" "$S/srun"; else say "  srun: NOT MEASURED (Slurm peer did not run)"; fi
+say "aftermath (from a launch's exit until its job's cgroups are gone; the next launch waits for it):"
+for name in berth-interactive berth-in-job mpiexec srun; do
+  [ -s "$S/$name.aftermath" ] && fmt_stats "$name" "$S/$name.aftermath"
+done
 [ -s "$S/fail" ] && { say "failures:"; sort "$S/fail" | uniq -c; }
 "$B" --dir "$C4" down >/dev/null
 if [ "$SLURM_UP" = 1 ]; then bash "$PEER" down >/dev/null; SLURM_UP=0; fi
