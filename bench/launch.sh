@@ -131,7 +131,7 @@ run_timed() { # name cmd...
     polls=$((polls + 1))
     sleep 0.001
   done
-  ms_since "$t0" >>"$S/$1.aftermath"
+  echo "$t0 $EPOCHREALTIME" >>"$S/$1.aftermath-raw"
 }
 for _ in 1 2; do # warm-up, not counted
   "$B" --dir "$C4" run -n 2 true
@@ -181,7 +181,9 @@ fmt_stats "mpiexec -n 2 true (MPICH hydra)" "$S/mpiexec"
 if [ "$SLURM_UP" = 1 ]; then fmt_stats "srun -n 2 true (Slurm peer)" "$S/srun"; else say "  srun: NOT MEASURED (Slurm peer did not run)"; fi
 say "aftermath (from a launch's exit until its job's cgroups are gone; the next launch waits for it):"
 for name in berth-interactive berth-in-job mpiexec srun; do
-  [ -s "$S/$name.aftermath" ] && fmt_stats "$name" "$S/$name.aftermath"
+  [ -s "$S/$name.aftermath-raw" ] || continue
+  awk '{printf "%.3f\n", ($2 - $1) * 1000}' "$S/$name.aftermath-raw" >"$S/$name.aftermath"
+  fmt_stats "$name" "$S/$name.aftermath"
 done
 [ -s "$S/fail" ] && { say "failures:"; sort "$S/fail" | uniq -c; }
 "$B" --dir "$C4" down >/dev/null

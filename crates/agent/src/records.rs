@@ -7,7 +7,9 @@
 //!   controller has not acknowledged yet.
 //!
 //! Both are removed when the controller acknowledges the end (`EndAck`). Every file is
-//! written to a temporary name, synced, renamed into place, and the directory synced.
+//! written to a temporary name and renamed into place; an outcome is also synced (file and
+//! directory): it is the only trace of the job's end if the node loses power before the
+//! controller has it. A job record is not (see `save_job`).
 
 use berth_core::job::JobOutcome;
 use berth_core::JobId;
@@ -54,14 +56,17 @@ impl Records {
         Ok(r)
     }
 
+    /// Not synced: it describes processes that a power loss of this node kills with it, and
+    /// a restarted agent needs it only after a crash of the agent alone (the page cache
+    /// survives that). The rename keeps it whole.
     pub fn save_job(&self, rec: &JobRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
-        write_durably(&self.jobs, &file_name(rec.spec.id), &bytes)
+        write_atomically(&self.jobs, &file_name(rec.spec.id), &bytes, false)
     }
 
     pub fn save_ended(&self, id: JobId, outcome: &JobOutcome) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
-        write_durably(&self.ended, &file_name(id), &bytes)
+        write_atomically(&self.ended, &file_name(id), &bytes, true)
     }
 
     /// The job's end was acknowledged: nothing about it is kept.
@@ -135,15 +140,19 @@ fn load<T: serde::de::DeserializeOwned>(dir: &Path) -> Vec<(JobId, T)> {
     out
 }
 
-/// tmp + fsync + rename + fsync of the directory.
-fn write_durably(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// tmp + rename, with `durably` an fsync of the file before and of the directory after.
+fn write_atomically(dir: &Path, name: &str, bytes: &[u8], durably: bool) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
     f.write_all(bytes)?;
-    f.sync_all()?;
+    if durably {
+        f.sync_all()?;
+    }
     drop(f);
     std::fs::rename(&tmp, dir.join(name))?;
-    sync_dir(dir);
+    if durably {
+        sync_dir(dir);
+    }
     Ok(())
 }
 
