@@ -139,8 +139,10 @@ for _ in 1 2; do # warm-up, not counted
   mpiexec -n 2 true
   if [ "$SLURM_UP" = 1 ]; then srun -n 2 true; fi
 done
-# The order rotates each round: what runs right after srun pays for Slurm's step teardown
-# (cgroup removal holds the kernel's cgroup lock), so each contender takes each place equally.
+# The order rotates each round, so each contender starts a round as often as the others (the
+# cyclic order stays: interactive, in a job, mpiexec, srun). What runs right after srun would
+# pay for Slurm's step teardown (its cgroups stay 6-15 ms after srun returns, holding the
+# kernel's cgroup lock): run_timed waits for every launch's job cgroups to be gone.
 contenders=(berth-interactive berth-in-job mpiexec)
 if [ "$SLURM_UP" = 1 ]; then contenders+=(srun); fi
 for round in $(seq "$RUNS"); do
