@@ -367,8 +367,13 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
         check(libc::write(fd, b"0".as_ptr() as *const c_void, 1) == 1, Stage::Cgroup)?;
     }
     // After the cgroups: the kernel keeps an affinity within the job's cpuset.
-    if let Some(mask) = a.affinity.as_ref().or(a.inherited.as_ref()) {
+    if let Some(mask) = &a.affinity {
         check(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0, Stage::Affinity)?;
+    } else if let Some(mask) = &a.inherited {
+        // Undo the pin of `clone_vfork` (the kernel would keep it within a cpuset holding that
+        // CPU). Best effort: it fails only for an agent whose CPUs are all outside the job's
+        // cpuset, and then the cpuset's CPUs replaced the pin when the child joined it.
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
     }
     // Its own session and process group, so signals reach what it forks.
     check(libc::setsid() >= 0, Stage::Session)?;
