@@ -255,19 +255,14 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
         // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
         // interactive allocation's launch is on its way, and the agent making the job's
         // cgroups, while the commit is synced and before `run` has its grant.
-        let early = ctl.agents_before_sync();
-        if early {
-            for (tx, msg) in ctl.out.agents.drain(..) {
-                let _ = tx.send(msg);
-            }
+        if ctl.agents_before_sync() {
+            send_orders(&mut ctl);
         }
         if must_sync {
             ctl.store.sync_committed()?;
             ctl.synced();
         }
-        for (tx, msg) in ctl.out.agents.drain(..) {
-            let _ = tx.send(msg);
-        }
+        send_orders(&mut ctl); // those that had to wait for the sync
         for (tx, resp) in ctl.out.replies.drain(..) {
             let _ = tx.send(resp);
         }
@@ -276,6 +271,13 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
         }
     }
     Ok(())
+}
+
+/// Send the batch's orders to the agents, in order.
+fn send_orders(ctl: &mut Controller) {
+    for (tx, msg) in ctl.out.agents.drain(..) {
+        let _ = tx.send(msg);
+    }
 }
 
 /// Identity of the process at the other end of a Unix socket, from the kernel.
