@@ -93,12 +93,23 @@ impl AgentAuth {
         Ok((q, LinkKey::of_query(&self.key, &nonce)))
     }
 
-    /// Everything a step launch must pass before anything starts here.
-    pub async fn check_step_launch(&self, ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
+    /// A launch of the whole step (`run`'s, to the step's first node), not of a subtree.
+    pub fn is_root_launch(&self, grant: &StepGrant, subtree: &[u32]) -> bool {
+        subtree.first() == Some(&0) && subtree.len() == grant.nodes.len()
+    }
+
+    /// What `run`'s launch of a step already started here from its launch order must pass
+    /// (the step's start passed [`Self::check_step_launch`], which made the grant used): signed,
+    /// unexpired, for this node. Attaching works once (crate::attach).
+    pub fn check_step_attach(&self, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
+        self.check_grant_here(grant, subtree, now_ms())
+    }
+
+    /// The grant is the controller's, unexpired, and `subtree` is this node's part of it.
+    fn check_grant_here(&self, grant: &StepGrant, subtree: &[u32], now: u64) -> Result<(), Refused> {
         let auth = |m: String| (Refusal::Auth, m);
         let launch = |m: String| (Refusal::Launch, m);
         let (job, step) = (grant.job, grant.step);
-        let now = now_ms();
         verify_grant(&self.key, grant, now).map_err(|e| auth(format!("step grant {job}.{step}: {e}")))?;
         let me = subtree.first().and_then(|&i| grant.nodes.get(i as usize));
         match me {
@@ -116,6 +127,16 @@ impl AgentAuth {
         if subtree.iter().any(|&i| i as usize >= grant.nodes.len()) {
             return Err(launch(format!("step {job}.{step}: the launch's subtree names nodes the step does not have")));
         }
+        Ok(())
+    }
+
+    /// Everything a step launch must pass before anything starts here.
+    pub async fn check_step_launch(&self, ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
+        let auth = |m: String| (Refusal::Auth, m);
+        let launch = |m: String| (Refusal::Launch, m);
+        let (job, step) = (grant.job, grant.step);
+        let now = now_ms();
+        self.check_grant_here(grant, subtree, now)?;
         {
             let mut seen = self.launched.lock().map_err(|_| auth("launch record poisoned".into()))?;
             seen.retain(|_, until| *until >= now);

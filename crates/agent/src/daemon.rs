@@ -1,10 +1,12 @@
 //! The agent process: registers with the controller, heartbeats, runs what it is told.
 
+use crate::auth::AgentAuth;
 use crate::cgroup::{self, CgroupBackend};
 use crate::cpumap::CpuMap;
 use crate::hwtopo::{self, TopologySource};
 use crate::job::{cgroup_name, run_job, JobContext};
 use crate::records::Records;
+use crate::shepherd::Upstream;
 use crate::suspend::Op;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
@@ -313,7 +315,10 @@ fn handle(
     events: &mpsc::UnboundedSender<AgentMessage>,
 ) {
     match msg {
-        ControllerMessage::Launch(spec) => launch(*spec, ctx, shared, events),
+        ControllerMessage::Launch(spec) => {
+            berth_protocol::probe::mark("agent order read");
+            launch(*spec, ctx, shared, events)
+        }
         ControllerMessage::Kill { id, reason } => {
             let tx = shared.lock().ok().and_then(|s| s.running.get(&id).cloned());
             match tx {
@@ -392,7 +397,12 @@ fn launch(
     let (ctx, shared, events) = (ctx.clone(), shared.clone(), events.clone());
     tokio::spawn(async move {
         tracing::info!(job = %id, cgroup = %cgroup_name(id), "starting");
+        let step = spec.step.as_ref().map(|g| (g.job, g.step));
         let outcome = run_job(spec, ctx.clone(), kill_rx, events.clone()).await;
+        if let Some((job, step)) = step {
+            let why = outcome.reason.clone().unwrap_or_else(|| "its job has ended".into());
+            ctx.registry.attach.job_ended(job, step, format!("step {job}.{step} did not run: {why}"));
+        }
         job_ended(id, outcome, &ctx, &shared, &events).await;
     });
 }
@@ -437,16 +447,22 @@ async fn serve_status(
             let Some(auth) = crate::auth::get() else { return };
             let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
+                    berth_protocol::probe::mark("agent step launch read");
                     berth_protocol::tree::keepalive(&stream);
                     // Every later frame of this connection, both ways, is MAC'd under it.
                     let link = LinkKey::of_grant(&auth.key, &grant);
+                    if grant.attach && auth.is_root_launch(&grant, &subtree) {
+                        attach_step(&auth, &ctx, *grant, subtree, link, stream, peer).await;
+                        return;
+                    }
                     if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {
                         auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
                         refuse_launch(&mut stream, &grant, &subtree, &link, &name, &why).await;
                         return;
                     }
+                    berth_protocol::probe::mark("agent step checked");
                     let (rd, wr) = stream.into_split();
-                    crate::shepherd::serve(ctx, *grant, subtree, link, rd, wr).await;
+                    crate::shepherd::serve(ctx, *grant, subtree, link, Upstream::Connected(rd, wr)).await;
                     return;
                 }
                 Ok(Some(AgentQuery::Sealed(env))) => match auth.open_query(&env) {
@@ -483,6 +499,36 @@ async fn serve_status(
             };
             let _ = write_frame(&mut stream, &reply).await;
         });
+    }
+}
+
+/// `run`'s launch of a step this agent started from the job's launch order (`grant.attach`):
+/// checked as a launch is (signed, unexpired, for this node), then handed to the step.
+async fn attach_step(
+    auth: &AgentAuth,
+    ctx: &JobContext,
+    grant: StepGrant,
+    subtree: Vec<u32>,
+    link: LinkKey,
+    stream: TcpStream,
+    peer: std::net::SocketAddr,
+) {
+    let refused = match auth.check_step_attach(&grant, &subtree) {
+        Err((what, why)) => Some((what, why, stream)),
+        Ok(()) => {
+            let up = stream.into_split();
+            match ctx.registry.attach.attach(grant.job, grant.step, up, crate::attach::ATTACH_WAIT).await {
+                Ok(()) => None,
+                Err(r) => match r.up.0.reunite(r.up.1) {
+                    Ok(stream) => Some((Refusal::Launch, r.reason, stream)),
+                    Err(_) => return,
+                },
+            }
+        }
+    };
+    if let Some((what, why, mut stream)) = refused {
+        auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
+        refuse_launch(&mut stream, &grant, &subtree, &link, &auth.name, &why).await;
     }
 }
 

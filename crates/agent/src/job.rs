@@ -50,12 +50,14 @@ pub fn cgroup_name(id: berth_core::JobId) -> String {
 
 /// Run the job to its end and measure it. `kill` delivers cancel requests (the reason).
 pub async fn run_job(
-    spec: LaunchSpec,
+    mut spec: LaunchSpec,
     ctx: Arc<JobContext>,
     mut kill: mpsc::UnboundedReceiver<String>,
     events: mpsc::UnboundedSender<AgentMessage>,
 ) -> JobOutcome {
     let started = Instant::now();
+    // A step riding on the order starts once the job is set up (crate::attach).
+    let mut step = spec.step.take();
     let spool = ctx.spool_root.join(spec.id.to_string());
     let cg_name = cgroup_name(spec.id);
     let failed = |reason: String| JobOutcome {
@@ -78,10 +80,12 @@ pub async fn run_job(
     };
     // The cgroups first: the spool's files are the host's filesystem journal, which the
     // controller may be syncing its commit through at this moment when on the same host.
+    berth_protocol::probe::mark("agent job launch");
     let cg: Arc<dyn JobCgroup> = match ctx.cgroups.create(&cg_name, &limits) {
         Ok(cg) => Arc::from(cg),
         Err(e) => return failed(format!("cannot create the job's cgroup: {e}")),
     };
+    berth_protocol::probe::mark("agent cgroups made");
     if let Err(e) = prepare_spool(&spool, &spec) {
         let _ = std::fs::remove_dir_all(&spool);
         if let Err(e2) = cg.remove() {
@@ -89,6 +93,7 @@ pub async fn run_job(
         }
         return failed(e);
     }
+    berth_protocol::probe::mark("agent spool made");
     let mount = ctx.cgroups.cpuset_mount();
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
@@ -114,6 +119,10 @@ pub async fn run_job(
             // Registered before the record is written (fsync): the script's first `berth task`
             // may reach the agent within microseconds of its start.
             ctx.registry.insert(job.clone());
+            berth_protocol::probe::mark("agent job registered");
+            if let Some(grant) = step.take() {
+                crate::attach::start(ctx.clone(), *grant);
+            }
             if let Some(records) = ctx.records.clone() {
                 // A step waiting for this job (an interactive `berth run`) starts its ranks
                 // first; the record is for a restarted agent, and is written just after.

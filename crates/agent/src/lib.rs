@@ -1,6 +1,7 @@
 //! berth-agent: everything that happens on one host (`berth agent`).
 
 pub mod adopt;
+pub mod attach;
 pub mod auth;
 pub mod binding;
 pub mod cgroup;

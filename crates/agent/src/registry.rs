@@ -46,6 +46,8 @@ impl JobHandle {
 pub struct Registry {
     jobs: Mutex<HashMap<JobId, Arc<JobHandle>>>,
     changed: Notify,
+    /// Steps started from their job's launch order, waiting for their `berth run`.
+    pub attach: crate::attach::Attachments,
 }
 
 impl Registry {

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 /// How long a step may wait for its job to be set up on this node.
 const JOB_WAIT: Duration = Duration::from_secs(10);
@@ -57,10 +57,19 @@ struct Child {
     done: bool,
 }
 
+/// The shepherd's connection towards `run`.
+pub enum Upstream<R, W> {
+    /// The connection the launch came on.
+    Connected(R, W),
+    /// A step started from its job's launch order: `run` attaches later (crate::attach);
+    /// what goes up queues until then.
+    Awaited(oneshot::Receiver<(R, W)>),
+}
+
 /// Serve one step on this node over the upstream connection `up` until the subtree is done.
 /// Every frame on `up` and on the connections to the children is MAC'd under the step's
 /// `link` key.
-pub async fn serve<R, W>(ctx: Arc<JobContext>, grant: StepGrant, subtree: Vec<u32>, link: LinkKey, up_rd: R, up_wr: W)
+pub async fn serve<R, W>(ctx: Arc<JobContext>, grant: StepGrant, subtree: Vec<u32>, link: LinkKey, up: Upstream<R, W>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -68,8 +77,28 @@ where
     let (ev_tx, mut ev) = mpsc::unbounded_channel::<Event>();
     let (up_tx, up_rx) = mpsc::unbounded_channel::<TreeUp>();
     let (sealer, opener) = link.link(subtree.first().copied().unwrap_or(0), TreeEnd::Below);
-    let writer = tokio::spawn(write_up(up_wr, sealer, up_rx));
-    tokio::spawn(read_down(up_rd, opener, (grant.job, grant.step), ev_tx.clone()));
+    let key = (grant.job, grant.step);
+    let writer = match up {
+        Upstream::Connected(rd, wr) => {
+            tokio::spawn(read_down(rd, opener, key, ev_tx.clone()));
+            tokio::spawn(write_up(wr, sealer, up_rx))
+        }
+        Upstream::Awaited(attached) => {
+            let ev_tx = ev_tx.clone();
+            tokio::spawn(async move {
+                match tokio::time::timeout(crate::attach::ATTACH_WAIT, attached).await {
+                    Ok(Ok((rd, wr))) => {
+                        tokio::spawn(read_down(rd, opener, key, ev_tx));
+                        write_up(wr, sealer, up_rx).await
+                    }
+                    _ => {
+                        let why = format!("no `berth run` attached within {} s", crate::attach::ATTACH_WAIT.as_secs());
+                        let _ = ev_tx.send(Event::UpLost(why));
+                    }
+                }
+            })
+        }
+    };
 
     let Some(&me) = subtree.first() else {
         let _ = up_tx.send(TreeUp::Done);
@@ -186,6 +215,7 @@ where
                     reason: Some(format!("lost track of the process: {e}")),
                 },
             };
+            berth_protocol::probe::mark("agent rank exited");
             let _ = ev_tx.send(Event::RankExited(exit));
         });
     }
@@ -219,6 +249,7 @@ where
                 (u32::from(local_started), if local_started { node.ranks.len() as u32 } else { 0 }),
                 |(n, r), (cn, cr)| (n + cn, r + cr),
             );
+            berth_protocol::probe::mark("agent started sent");
             let _ = up_tx.send(TreeUp::Started { nodes: n, ranks: r });
             started_sent = true;
         }
@@ -372,6 +403,7 @@ where
             let _ = std::fs::remove_file(f);
         }
     }
+    berth_protocol::probe::mark("agent done sent");
     let _ = up_tx.send(TreeUp::Done);
     drop(up_tx);
     let _ = writer.await;

@@ -162,7 +162,8 @@ pub fn start(
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
     // Opened once for the step: every rank joins through the same files.
     let job_join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
-    for (local, place) in node.ranks.iter().enumerate() {
+    for local in spawn_order(node, &ctx.cpumap) {
+        let place = &node.ranks[local];
         let host = ctx.cpumap.cpus(&place.cpus);
         let mut join: Vec<std::os::fd::RawFd> = job_join.iter().map(|f| f.as_raw_fd()).collect();
         let mut rank_procs = None;
@@ -197,6 +198,7 @@ pub fn start(
             stdin: place.rank == 0,
         })
         .map_err(|e| format!("rank {}: {e}", place.rank))?;
+        berth_protocol::probe::mark("agent rank spawned");
         drop((theirs, rank_procs));
         ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
         let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
@@ -206,6 +208,21 @@ pub fn start(
         partial.push(LocalRank { rank: place.rank, child });
     }
     Ok(StartedRanks { ranks: std::mem::take(partial), pmi, failures_file, sub_cpusets })
+}
+
+/// The order to start the node's ranks in (indexes into its ranks): those whose CPUs exclude
+/// the CPU this thread runs on first. A rank's child is made on this CPU (see
+/// `rank::clone_vfork`) and leaves it when it binds; one bound here stays, and the next
+/// child would queue behind its program (0.5-0.8 ms for `-n 2 true` on 2 CPUs). Ranks of one
+/// node are independent; only the local rank numbers (their positions) mean anything.
+fn spawn_order(node: &StepNode, cpumap: &crate::cpumap::CpuMap) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..node.ranks.len()).collect();
+    // SAFETY: no arguments; -1 on failure.
+    let here = unsafe { libc::sched_getcpu() };
+    if here >= 0 {
+        order.sort_by_key(|&i| cpumap.cpus(&node.ranks[i].cpus).contains(here as u32));
+    }
+    order
 }
 
 /// The job's memory nodes local to `cpus`, as host nodes; the job's own when none is.

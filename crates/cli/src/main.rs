@@ -5,6 +5,7 @@ use berth_cli::{commands, run, Cli};
 use clap::Parser;
 
 fn main() {
+    berth_protocol::probe::mark("client main");
     let args = run::rewrite_np(std::env::args().collect());
     if let Some(line) = run::run_command_line(&args) {
         let cli = run::RunCli::parse_line(line);

@@ -217,7 +217,9 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
     };
     // One connection for the whole run: an interactive allocation lives as long as it.
     let mut client = Client::connect(dir).await?;
+    berth_protocol::probe::mark("client connected");
     let (grant, link) = request_step(&mut client, &create).await?;
+    berth_protocol::probe::mark("client granted");
     let granted_ms = t0.elapsed().as_secs_f64() * 1000.0;
     let mut tree = Tree::new(&args, &grant);
     let outcome = tree.drive(&grant, &link, t0, args.timing).await;
@@ -242,6 +244,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         Err(e) => eprintln!("berth run: recording the step's end: {e:#}"),
         Ok(_) => {}
     }
+    berth_protocol::probe::mark("client end recorded");
     if args.timing {
         eprintln!("berth run: timing end_recorded_ms={:.2}", t0.elapsed().as_secs_f64() * 1000.0);
     }
@@ -312,6 +315,7 @@ impl Tree {
                 return StepOutcome { exit_code: 1, failed_at: Some(msg), ..Default::default() };
             }
         };
+        berth_protocol::probe::mark("client agent connected");
         let _ = stream.set_nodelay(true);
         berth_protocol::tree::keepalive(&stream);
         let (mut rd, mut wr) = stream.into_split();
@@ -364,6 +368,7 @@ impl Tree {
             };
             match msg {
                 TreeUp::Started { nodes, ranks } => {
+                    berth_protocol::probe::mark("client started");
                     if let Some(tx) = stdin_fwd.take() {
                         tokio::spawn(forward_stdin(tx));
                     }
@@ -413,7 +418,10 @@ impl Tree {
                     }
                 }
                 TreeUp::BarrierIn { .. } => {}
-                TreeUp::Done => break,
+                TreeUp::Done => {
+                    berth_protocol::probe::mark("client done");
+                    break;
+                }
             }
         }
         self.flush();

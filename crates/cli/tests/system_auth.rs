@@ -295,6 +295,7 @@ fn users_and_launches_are_checked() {
                 ranks: vec![RankPlace { rank: 0, cpus: rank_cpus }],
             }],
             interactive: false,
+            attach: false,
             expires_ms: 0,
             mac: String::new(),
         };
@@ -464,4 +465,96 @@ fn agents_refuse_a_controller_that_cannot_prove_the_key() {
     let _ = agent.wait();
     let root = format!("berth/{id}");
     let _ = berth_agent::cgroup::detect(&root).and_then(|b| b.remove_root());
+}
+
+/// An interactive allocation and its step, asked over the controller's socket as `berth run`
+/// asks (kept open: the allocation lives as long as the connection): the grant, the link key.
+fn interactive_grant(c: &Cluster, argv: &[&str]) -> (std::os::unix::net::UnixStream, StepGrant) {
+    use berth_protocol::client::{ClientRequest, ClientResponse};
+    use berth_protocol::step::{InteractiveAsk, StepCreate};
+    let mut s = std::os::unix::net::UnixStream::connect(c.dir.join("controller.sock")).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let create = StepCreate {
+        job: None,
+        request: berth_core::step::StepRequest { ntasks: Some(1), ..Default::default() },
+        interactive: InteractiveAsk::default(),
+        argv: argv.iter().map(|a| a.to_string()).collect(),
+        env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+        cwd: "/".into(),
+        host: "test".into(),
+        pid: std::process::id(),
+        fanout: 8,
+        no_kill: false,
+        rank_cpusets: false,
+        notify_signal: None,
+    };
+    s.write_all(&encode(&ClientRequest::StepCreate(Box::new(create))).unwrap()).unwrap();
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).unwrap();
+    let mut body = vec![0u8; u32::from_be_bytes(len) as usize];
+    s.read_exact(&mut body).unwrap();
+    match decode::<ClientResponse>(&body).unwrap() {
+        ClientResponse::StepGranted { grant, .. } => (s, *grant),
+        other => panic!("not granted: {other:?}"),
+    }
+}
+
+fn rank_running(marker: &str) -> bool {
+    let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
+    out.status.success()
+}
+
+/// The first node of an interactive step starts it from the job's launch order; `run`
+/// attaches to it (docs/protocol.md, "Control tree"): what the ranks wrote meanwhile waits for
+/// it, a second attach with the same grant is refused, and a step nobody attaches to is
+/// killed after the attach wait.
+#[test]
+fn interactive_steps_start_from_the_order_and_run_attaches_once() {
+    let c = Cluster::up(2, "package:1 core:4 pu:1");
+    let key = key(&c);
+    // Nobody attaches to this one: its rank dies after the wait (10 s), its allocation stays.
+    let (_orphan_conn, orphan) = interactive_grant(&c, &["sleep", "300.31"]);
+    assert!(orphan.attach, "an interactive grant rides on the launch order");
+    let t0 = Instant::now();
+
+    let (_conn, g) = interactive_grant(&c, &["sh", "-c", "echo early-bird; exec sleep 300.32"]);
+    let t1 = Instant::now();
+    while !rank_running("sleep 300.32") {
+        assert!(t1.elapsed() < Duration::from_secs(10), "the rank never started before run attached\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(rank_running("sleep 300.31"), "the unattached step runs too");
+    std::thread::sleep(Duration::from_millis(200));
+    let address = g.nodes[0].address.clone();
+    let (mut s, mut sealer, mut opener) = open_tree(&address, &g, &key);
+    let mut seen = vec![];
+    while !seen.iter().any(|f: &Value| f["op"] == "output") {
+        seen.push(next_up(&mut s, &mut opener).expect("the step's frames come once attached"));
+    }
+    assert_eq!(seen[0]["op"], "started", "{seen:#?}");
+    let out = seen.iter().find(|f| f["op"] == "output").unwrap();
+    assert!(out.to_string().contains("early-bird") || out.to_string().contains("ZWFybHktYmlyZA"), "{out}");
+    // The same grant again: refused, the attached step undisturbed.
+    let frames = step_launch(&address, &g, &key);
+    let why = launch_failure(&frames).expect("a second attach is refused");
+    assert!(why.contains("already has its `berth run`"), "{why}");
+    wait_event(&c, "launch_refused", "already has its `berth run`");
+    assert!(rank_running("sleep 300.32"));
+    // run's frames reach the attached step: a kill ends it.
+    let kill = sealer.seal(&TreeDown::Kill { reason: "test".into() }).unwrap();
+    send(&mut s, &kill);
+    let rest = rest_of_tree(&mut s, &mut opener);
+    assert!(rest.iter().any(|f| f["op"] == "exited"), "{rest:#?}");
+    assert!(!rank_running("sleep 300.32"));
+
+    // The unattached step is killed once the wait is over, not before.
+    while rank_running("sleep 300.31") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "an unattached step outlived the attach wait");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(t0.elapsed() >= Duration::from_secs(9), "killed after {:?}, before the wait", t0.elapsed());
+    // A run attaching now is told the step ended.
+    let frames = step_launch(&orphan.nodes[0].address, &orphan, &key);
+    let why = launch_failure(&frames).expect("a late attach is refused");
+    assert!(why.contains("has ended") || why.contains("did not run"), "{why}");
 }

@@ -252,6 +252,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             return Err(e);
         }
         let must_sync = ctl.store.commit_written()?;
+        berth_protocol::probe::mark("ctl written");
         // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
         // interactive allocation's launch is on its way, and the agent making the job's
         // cgroups, while the commit is synced and before `run` has its grant.
@@ -260,9 +261,13 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
         }
         if must_sync {
             ctl.store.sync_committed()?;
+            berth_protocol::probe::mark("ctl synced");
             ctl.synced();
         }
         send_orders(&mut ctl); // those that had to wait for the sync
+        if !ctl.out.replies.is_empty() {
+            berth_protocol::probe::mark("ctl replies sent");
+        }
         for (tx, resp) in ctl.out.replies.drain(..) {
             let _ = tx.send(resp);
         }
@@ -275,6 +280,9 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
 
 /// Send the batch's orders to the agents, in order.
 fn send_orders(ctl: &mut Controller) {
+    if !ctl.out.agents.is_empty() {
+        berth_protocol::probe::mark("ctl orders sent");
+    }
     for (tx, msg) in ctl.out.agents.drain(..) {
         let _ = tx.send(msg);
     }
@@ -333,6 +341,9 @@ async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Comman
                 return stepped;
             }
         };
+        if matches!(req, ClientRequest::StepCreate(_)) {
+            berth_protocol::probe::mark("ctl step create read");
+        }
         stepped |= matches!(req, ClientRequest::StepCreate(_));
         // A step's end is acknowledged once it is queued: the actor takes commands in order, so
         // whatever the client does next (another `berth run` in the job, `berth acct --steps`)

@@ -317,6 +317,7 @@ impl Controller {
             kill_grace_ms: self.kill_grace_ms(),
             binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
             rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),
+            step: None,
         }
     }
 

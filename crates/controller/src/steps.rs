@@ -146,7 +146,8 @@ impl Controller {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let grant = self.grant(id, plan, req, peer, now, false)?;
+        let mut grant = self.grant(id, plan, req, peer, now, false)?;
+        self.sign(&mut grant, now);
         Ok(Ok(self.granted(grant)))
     }
 
@@ -174,7 +175,8 @@ impl Controller {
         plan_step(alloc, &topos, in_use, req).map_err(step_error)
     }
 
-    /// Record a planned step (durable before the grant is replied) and hold its cores.
+    /// Record a planned step (durable before the grant is replied) and hold its cores; the
+    /// grant is signed by the caller ([`Self::sign`]).
     fn grant(
         &mut self,
         id: JobId,
@@ -234,7 +236,7 @@ impl Controller {
             conn: Some(peer.conn),
             interactive,
         });
-        let mut grant = StepGrant {
+        let grant = StepGrant {
             job: id,
             step,
             kvsname: format!("berth_{}_{step}", id.0),
@@ -253,16 +255,20 @@ impl Controller {
             kill_grace_ms: self.kill_grace_ms(),
             nodes,
             interactive,
+            attach: false,
             expires_ms: 0,
             mac: String::new(),
         };
-        // Agents start ranks only for a grant signed with the cluster key (docs/protocol.md,
-        // "Authentication").
+        Ok(grant)
+    }
+
+    /// Agents start ranks only for a grant signed with the cluster key (docs/protocol.md,
+    /// "Authentication"); nothing of it may change after this.
+    fn sign(&self, grant: &mut StepGrant, now: f64) {
         if let Some(key) = &self.key {
             let expires = (now * 1000.0) as u64 + berth_protocol::auth::GRANT_LIFETIME.as_millis() as u64;
-            berth_protocol::auth::sign_grant(key, &mut grant, expires);
+            berth_protocol::auth::sign_grant(key, grant, expires);
         }
-        Ok(grant)
     }
 
     /// The answer to `run`: the grant and its tree's link key (empty without a cluster key:
@@ -400,7 +406,19 @@ impl Controller {
             suspension: Default::default(),
         };
         let id = self.start_without_script(job, &peer.user.name, now)?;
-        let grant = self.grant(id, plan, req, peer, now, true)?;
+        // The step rides on its first node's launch order: that agent starts the ranks as soon
+        // as the job is set up there, while `run` is still waiting for its grant (the sync),
+        // and `run` attaches to them (docs/protocol.md, "Control tree").
+        let first = plan.nodes.first().map(|n| n.node.clone());
+        let order = self.out.agents.iter().position(|(_, m)| {
+            matches!(m, ControllerMessage::Launch(s) if s.id == id && Some(&s.allocation.node) == first.as_ref())
+        });
+        let mut grant = self.grant(id, plan, req, peer, now, true)?;
+        grant.attach = order.is_some();
+        self.sign(&mut grant, now);
+        if let Some((_, ControllerMessage::Launch(spec))) = order.and_then(|i| self.out.agents.get_mut(i)) {
+            spec.step = Some(Box::new(grant.clone()));
+        }
         Ok(Ok(self.granted(grant)))
     }
 

@@ -189,6 +189,10 @@ pub struct LaunchSpec {
     /// Contents of the job's rankfile (`--binding-mode pe`): one line per rank.
     #[serde(default)]
     pub rankfile: Option<String>,
+    /// A step to start here as soon as the job is set up (an interactive allocation's one step,
+    /// on its first node): its signed grant, with `attach` set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<Box<crate::step::StepGrant>>,
 }
 
 fn yes() -> bool {

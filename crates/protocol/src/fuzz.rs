@@ -458,13 +458,13 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
     (
         (job_id(), text(), user_identity(), env(), text(), text(), text(), text()),
         (node_allocation(), vec((text(), any::<u32>()), 0..3), of(any::<u64>()), any::<bool>(), texts()),
-        (any::<u64>(), of(binding_mode()), of(text())),
+        (any::<u64>(), of(binding_mode()), of(text()), of(step_grant())),
     )
         .prop_map(
             |(
                 (id, name, user, env, cwd, script, stdout, stderr),
                 (allocation, nodes, walltime_seconds, head, addresses),
-                (kill_grace_ms, binding_mode, rankfile),
+                (kill_grace_ms, binding_mode, rankfile, step),
             )| LaunchSpec {
                 id,
                 name,
@@ -482,6 +482,7 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 kill_grace_ms,
                 binding_mode,
                 rankfile,
+                step: step.map(Box::new),
             },
         )
         .boxed()
@@ -855,13 +856,13 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
     (
         (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
         (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),
-        (vec(node, 0..3), any::<bool>(), any::<u64>(), text()),
+        (vec(node, 0..3), any::<bool>(), any::<u64>(), text(), any::<bool>()),
     )
         .prop_map(
             |(
                 (job, step, kvsname, user, argv, env, cwd),
                 (size, fanout, no_kill, rank_cpusets, bind, notify_signal, kill_grace_ms),
-                (nodes, interactive, expires_ms, mac),
+                (nodes, interactive, expires_ms, mac, attach),
             )| StepGrant {
                 job,
                 step,
@@ -879,6 +880,7 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
                 kill_grace_ms,
                 nodes,
                 interactive,
+                attach,
                 expires_ms,
                 mac,
             },

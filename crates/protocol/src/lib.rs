@@ -10,6 +10,7 @@ pub mod client;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod probe;
 pub mod reservation;
 pub mod step;
 pub mod tree;

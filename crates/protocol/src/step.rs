@@ -62,6 +62,11 @@ pub struct StepGrant {
     pub nodes: Vec<StepNode>,
     /// The step's job was made for it and ends with it.
     pub interactive: bool,
+    /// The first node's agent starts the step from the job's launch order, which carries this
+    /// grant (`LaunchSpec::step`); `run`'s `StepLaunch` to that node then attaches to the
+    /// running step instead of starting it (docs/protocol.md, "Control tree").
+    #[serde(default)]
+    pub attach: bool,
     /// Agents refuse the grant after this (Unix milliseconds); covered by `mac`.
     #[serde(default)]
     pub expires_ms: u64,

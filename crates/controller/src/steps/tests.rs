@@ -465,3 +465,35 @@ fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
     assert_eq!(l[0].node.as_deref(), Some(h.ctl.cluster.nodes[0].name.as_str()));
     assert_eq!(events_of(&h, "auth_refused").len(), 1);
 }
+
+#[test]
+fn an_interactive_step_rides_signed_on_its_first_nodes_launch_order() {
+    use berth_protocol::auth::{now_ms, verify_grant, ClusterKey};
+    let mut h = Harness::new(2);
+    let key = ClusterKey::from_bytes([5; 32]);
+    h.ctl.key = Some(std::sync::Arc::new(key.clone()));
+    h.now = crate::state::unix_now();
+    let g =
+        granted(h.call(interactive(StepRequest { tasks_per_node: Some(2), ..Default::default() }, Some(2)), &ann()));
+    assert!(g.attach, "the first node starts it from the order; run attaches");
+    verify_grant(&key, &g, now_ms()).expect("attach is set before the grant is signed");
+    let launches: Vec<(usize, LaunchSpec)> = h
+        .sent()
+        .into_iter()
+        .filter_map(|(n, m)| match m {
+            ControllerMessage::Launch(s) if s.id == g.job => Some((n, *s)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(launches.len(), 2);
+    let carried: Vec<&str> =
+        launches.iter().filter_map(|(_, s)| s.step.as_ref().map(|_| s.allocation.node.as_str())).collect();
+    assert_eq!(carried, vec![g.nodes[0].name.as_str()], "only the step's first node starts it");
+    let on_order = launches.iter().find_map(|(_, s)| s.step.clone()).unwrap();
+    assert_eq!(*on_order, g, "the order carries the very grant run gets");
+    // A step in a batch job is started by run's launch, as before.
+    let id = h.batch(SubmitOptions { cores: Some(2), ..Default::default() }, &ann());
+    let in_job = granted(h.call(run(Some(id), tasks(2)), &ann()));
+    assert!(!in_job.attach);
+    assert!(h.sent().iter().all(|(_, m)| !matches!(m, ControllerMessage::Launch(s) if s.step.is_some())));
+}

@@ -661,6 +661,7 @@ mod tests {
                 ranks: vec![RankPlace { rank: 0, cpus: berth_core::CpuSet::parse_list("0-1").unwrap() }],
             }],
             interactive: false,
+            attach: false,
             expires_ms: 0,
             mac: String::new(),
         }
