@@ -216,11 +216,16 @@ pub fn start(
 /// child would queue behind its program (0.5-0.8 ms for `-n 2 true` on 2 CPUs). Ranks of one
 /// node are independent; only the local rank numbers (their positions) mean anything.
 fn spawn_order(node: &StepNode, cpumap: &crate::cpumap::CpuMap) -> Vec<usize> {
-    let mut order: Vec<usize> = (0..node.ranks.len()).collect();
     // SAFETY: no arguments; -1 on failure.
     let here = unsafe { libc::sched_getcpu() };
-    if here >= 0 {
-        order.sort_by_key(|&i| cpumap.cpus(&node.ranks[i].cpus).contains(here as u32));
+    spawn_order_from(node, cpumap, u32::try_from(here).ok())
+}
+
+fn spawn_order_from(node: &StepNode, cpumap: &crate::cpumap::CpuMap, here: Option<u32>) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..node.ranks.len()).collect();
+    if let Some(here) = here {
+        // Stable: otherwise in rank order.
+        order.sort_by_key(|&i| cpumap.cpus(&node.ranks[i].cpus).contains(here));
     }
     order
 }
@@ -237,4 +242,31 @@ fn rank_mems(ctx: &JobContext, job: &JobHandle, cpus: &CpuSet) -> String {
         .collect();
     let mems = if local.is_empty() { job_mems } else { local };
     ctx.cpumap.mems(&mems).to_list()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::step::RankPlace;
+    use berth_core::topology::Topology;
+
+    #[test]
+    fn ranks_bound_to_the_spawning_cpu_start_last() {
+        // 4 emulated PUs dealt onto host CPUs 0-1: PU i -> CPU i % 2.
+        let topo = Topology::uniform(1, 1, 4, 1, 1 << 30);
+        let map = crate::cpumap::CpuMap::round_robin(
+            &topo,
+            CpuSet::parse_list("0-1").unwrap(),
+            CpuSet::parse_list("0").unwrap(),
+        );
+        let place = |rank: u32, pus: &str| RankPlace { rank, cpus: CpuSet::parse_list(pus).unwrap() };
+        let node = StepNode {
+            name: "n".into(),
+            address: String::new(),
+            ranks: vec![place(0, "0"), place(1, "1"), place(2, "2"), place(3, "3")],
+        };
+        assert_eq!(spawn_order_from(&node, &map, Some(0)), vec![1, 3, 0, 2]);
+        assert_eq!(spawn_order_from(&node, &map, Some(1)), vec![0, 2, 1, 3]);
+        assert_eq!(spawn_order_from(&node, &map, None), vec![0, 1, 2, 3]);
+    }
 }
