@@ -76,6 +76,7 @@ pub enum ServerError {
 /// Run the controller until SIGTERM or SIGINT.
 pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     let store = Store::open(&cfg.state_dir)?;
+    store.preallocate_wal();
     // No key, no controller: agents could not prove themselves, nor could we.
     let key = Arc::new(ClusterKey::load(cfg.key_file.as_deref().ok_or(ServerError::NoKey)?)?);
     let mut ctl = Controller::load(cfg.clone(), store)?;

@@ -22,6 +22,7 @@ mod advance;
 mod reservations;
 mod suspend;
 mod usage;
+mod wal;
 
 const SCHEMA_VERSION: i64 = 1;
 
@@ -83,6 +84,14 @@ impl Store {
         }
         store.init()?;
         Ok(store)
+    }
+
+    /// Keep the WAL preallocated, so that durable commits overwrite it rather than extend it
+    /// (store/wal.rs). The server does it once at start; a failure only makes commits slower.
+    pub fn preallocate_wal(&self) {
+        if let Err(e) = wal::preallocate(&self.path, wal::WAL_PREALLOCATED) {
+            tracing::warn!("cannot preallocate the state database's WAL ({e}); durable commits will sync slower");
+        }
     }
 
     fn err(&self, source: rusqlite::Error) -> StoreError {
