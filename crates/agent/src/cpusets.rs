@@ -14,10 +14,25 @@ pub struct JobCpusets {
     pub dir: PathBuf,
     /// Rank sub-cpuset directories in rank order (`BERTH_RANK_CPUSETS`).
     pub ranks: Vec<PathBuf>,
-    pub reports: Vec<CgroupReport>,
 }
 
 impl JobCpusets {
+    /// What the kernel holds for the job's cpuset and each rank's (`job` and `ranks` as given
+    /// to [`prepare`]): read for the JobStarted report, after the job has started.
+    pub fn reports(
+        &self,
+        cg: &dyn JobCgroup,
+        mount: &Path,
+        job: &JobLimits,
+        ranks: &[(String, String)],
+    ) -> Vec<CgroupReport> {
+        let mut reports = vec![report(cg, mount, &self.dir, None, &job.cpus, &job.mems)];
+        for (i, ((cpus, mems), d)) in ranks.iter().zip(&self.ranks).enumerate() {
+            reports.push(report(cg, mount, d, Some(i), cpus, mems));
+        }
+        reports
+    }
+
     /// `BERTH_RANK_CPUSETS`: space-separated absolute directories.
     pub fn ranks_env(&self) -> String {
         self.ranks.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(" ")
@@ -61,17 +76,10 @@ pub fn rank_limits(spec: &LaunchSpec, map: &CpuMap, job: &JobLimits) -> Result<V
     Ok(out)
 }
 
-/// Make the rank sub-cpusets, give the job's cpuset to `uid`:`gid`, and read back what the
-/// kernel holds. `mount` is the cpuset hierarchy's mount, for the reported relative paths.
-/// On error the job cgroup may hold some ranks; removing the job removes them.
-pub fn prepare(
-    cg: &dyn JobCgroup,
-    mount: &Path,
-    job: &JobLimits,
-    ranks: &[(String, String)],
-    uid: u32,
-    gid: u32,
-) -> Result<JobCpusets, String> {
+/// Make the rank sub-cpusets and give the job's cpuset to `uid`:`gid` ([`JobCpusets::reports`]
+/// reads back what the kernel holds, off the launch's path). On error the job cgroup may hold
+/// some ranks; removing the job removes them.
+pub fn prepare(cg: &dyn JobCgroup, ranks: &[(String, String)], uid: u32, gid: u32) -> Result<JobCpusets, String> {
     let mut dirs = Vec::with_capacity(ranks.len());
     for (i, (cpus, mems)) in ranks.iter().enumerate() {
         let dir = cg
@@ -80,12 +88,7 @@ pub fn prepare(
         dirs.push(dir);
     }
     cg.chown_cpuset(uid, gid).map_err(|e| format!("cannot give the job's cpuset to uid {uid}: {e}"))?;
-    let dir = cg.cpuset_dir();
-    let mut reports = vec![report(cg, mount, &dir, None, &job.cpus, &job.mems)];
-    for (i, ((cpus, mems), d)) in ranks.iter().zip(&dirs).enumerate() {
-        reports.push(report(cg, mount, d, Some(i), cpus, mems));
-    }
-    Ok(JobCpusets { dir, ranks: dirs, reports })
+    Ok(JobCpusets { dir: cg.cpuset_dir(), ranks: dirs })
 }
 
 /// What the kernel holds for one cgroup; what was asked for if it cannot tell.
@@ -172,18 +175,19 @@ mod tests {
         let ranks = vec![("0-1".to_string(), "0".to_string())];
         let limits = JobLimits { cpus: "0-3".into(), mems: "0".into(), memory_limit_bytes: None };
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        let e = prepare(&job, mount, &limits, &ranks, uid, gid).unwrap_err();
+        let e = prepare(&job, &ranks, uid, gid).unwrap_err();
         assert!(e.starts_with("cannot create the sub-cpuset of rank 0"), "{e}");
         assert!(!dir.join("rank0").exists());
-        let cs = prepare(&job, mount, &limits, &[], uid, gid).unwrap();
+        let cs = prepare(&job, &[], uid, gid).unwrap();
         assert_eq!(cs.dir, dir);
         let want = CgroupReport { path: "berth/n1/job_1".into(), cpus: "0-3".into(), mems: "0".into(), rank: None };
-        assert_eq!(cs.reports, [want]);
+        assert_eq!(cs.reports(&job, mount, &limits, &[]), [want]);
         // No cpuset files at all (controller absent): the request is reported.
         std::fs::remove_file(dir.join("cpuset.cpus.effective")).unwrap();
         let asked = JobLimits { cpus: "1".into(), ..limits };
-        let cs = prepare(&job, mount, &asked, &[], uid, gid).unwrap();
-        assert_eq!((cs.reports[0].cpus.as_str(), cs.reports[0].mems.as_str()), ("1", "0"));
+        let cs = prepare(&job, &[], uid, gid).unwrap();
+        let reports = cs.reports(&job, mount, &asked, &[]);
+        assert_eq!((reports[0].cpus.as_str(), reports[0].mems.as_str()), ("1", "0"));
         assert_eq!(cs.ranks_env(), "");
     }
 }

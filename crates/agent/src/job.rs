@@ -97,7 +97,7 @@ pub async fn run_job(
     let mount = ctx.cgroups.cpuset_mount();
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
-    let started_job = cpusets::prepare(&*cg, &mount, &limits, &ranks, uid, gid).and_then(|sets| {
+    let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).and_then(|sets| {
         let socket = &ctx.agent_socket;
         let shim = ctx.shim.as_deref();
         let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, socket, shim)?) } else { None };
@@ -142,7 +142,11 @@ pub async fn run_job(
                     tracing::warn!(job = %spec.id, "cannot record the job ({e}): a restarted agent would not re-adopt it");
                 }
             }
-            let _ = events.send(AgentMessage::JobStarted { id: spec.id, pid, cgroups: sets.reports.clone() });
+            let _ = events.send(AgentMessage::JobStarted {
+                id: spec.id,
+                pid,
+                cgroups: sets.reports(&*cg, &mount, &limits, &ranks),
+            });
             let script = child.map(|child| Script::Child { child, spool: spool.clone(), shim: ctx.shim.is_some() });
             let walltime = spec.walltime_seconds.map(Duration::from_secs);
             follow(&ctx, job, script, &mut kill, started, walltime).await

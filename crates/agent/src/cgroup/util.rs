@@ -39,6 +39,15 @@ pub(crate) fn read_trimmed(path: &Path) -> Result<String, CgroupError> {
     Ok(read_string(path)?.trim().to_string())
 }
 
+/// [`write_value`] to a file the kernel may not have (false then).
+pub(crate) fn write_optional(path: &Path, value: &str) -> Result<bool, CgroupError> {
+    match write_value(path, value) {
+        Ok(()) => Ok(true),
+        Err(CgroupError::Io { source, .. }) if is_enoent(&source) => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Write `value` with a single write(2): cgroupfs parses each write separately.
 pub(crate) fn write_value(path: &Path, value: &str) -> Result<(), CgroupError> {
     // O_TRUNC is ignored by cgroupfs but keeps plain-file fixtures exact.

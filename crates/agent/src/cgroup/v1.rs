@@ -159,9 +159,8 @@ impl CgroupBackend for V1Backend {
 
     fn create(&self, name: &str, limits: &JobLimits) -> Result<Box<dyn JobCgroup>, CgroupError> {
         let job = self.job(name)?;
-        if let Some(p) = job.paths.unique().into_iter().find(|p| util::is_dir(p)) {
-            return Err(CgroupError::AlreadyExists { path: p.to_path_buf() });
-        }
+        // No look before: a directory that exists fails its mkdir, and only those made here
+        // are removed again (each file operation costs a launch ~15 us).
         let mut created: Vec<PathBuf> = Vec::new();
         let result = (|| {
             for dir in job.paths.unique() {
@@ -176,7 +175,9 @@ impl CgroupBackend for V1Backend {
             if util::read_optional(&oom)?.and_then(|t| util::keyed_u64(&t, "oom_kill_disable")) == Some(1) {
                 util::write_value(&oom, "0")?;
             }
-            util::write_value(&job.paths.freezer.join("freezer.state"), "THAWED")
+            // A new freezer cgroup takes its parent's state: thawed (berth never freezes its
+            // subtree's root; a frozen parent would keep it frozen whatever is written here).
+            Ok(())
         })();
         match result {
             Ok(()) => Ok(Box::new(job)),

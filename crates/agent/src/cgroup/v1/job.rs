@@ -167,10 +167,8 @@ impl JobCgroup for V1Job {
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
         // Pages follow a change of cpuset.mems (a suspended job resumed elsewhere); v2 always
         // migrates. Set before the mems are written; absent on kernels without it.
-        let migrate = self.paths.cpuset.join("cpuset.memory_migrate");
-        if util::read_optional(&migrate)?.is_some_and(|v| v.trim() == "0") {
-            util::write_value(&migrate, "1")?;
-        }
+        // Written without reading it first: every file operation here is on a launch's path.
+        util::write_optional(&self.paths.cpuset.join("cpuset.memory_migrate"), "1")?;
         // Empty lists mean "everything the subtree root has".
         for (file, value) in [("cpuset.cpus", &limits.cpus), ("cpuset.mems", &limits.mems)] {
             let value = if value.trim().is_empty() {
