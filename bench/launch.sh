@@ -8,7 +8,7 @@
 #      SKIP_SLURM=1; NO_BUILD=1; BERTH (binary, default target/release/berth);
 #      PEER (default ../shared/peers/slurm/slurm-peer.sh).
 #
-# 1. Small launch, 4 agents of "package:1 core:16 pu:1", RUNS rounds, the order rotating:
+# 1. Small launch, 4 agents of "package:1 core:16 pu:1", RUNS rounds, each in a random order:
 #    berth run -n 2 true   interactive (outside a job: allocates and frees an allocation)
 #    berth run -n 2 true   in a job (--job of a running 1-node x 2-task batch job)
 #    mpiexec -n 2 true     MPICH hydra, local fork
@@ -85,7 +85,7 @@ say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 ############################################################################ 1. small launch
 say ""
-say "## 1. small launch: -n 2 true, $RUNS rounds, the order rotating, cluster of 4 agents (package:1 core:16 pu:1)"
+say "## 1. small launch: -n 2 true, $RUNS rounds, each in a random order (SEED ${SEED:-1}), cluster of 4 agents (package:1 core:16 pu:1)"
 "$B" --dir "$C4" up --agents 4 --topology "package:1 core:16 pu:1" >/dev/null
 if [ "${SKIP_SLURM:-0}" != 1 ]; then
   if ! command -v srun >/dev/null || ! [ -x /usr/sbin/slurmctld ]; then bash "$PEER" install >/dev/null 2>&1 || true; fi
@@ -139,15 +139,24 @@ for _ in 1 2; do # warm-up, not counted
   mpiexec -n 2 true
   if [ "$SLURM_UP" = 1 ]; then srun -n 2 true; fi
 done
-# The order rotates each round, so each contender starts a round as often as the others (the
-# cyclic order stays: interactive, in a job, mpiexec, srun). What runs right after srun would
-# pay for Slurm's step teardown (its cgroups stay 6-15 ms after srun returns, holding the
-# kernel's cgroup lock): run_timed waits for every launch's job cgroups to be gone.
+# Each round runs the contenders in a fresh random order (seeded: SEED, default 1), so none
+# always follows the same one: what runs right after srun would pay for Slurm's step teardown
+# (its cgroups stay 6-15 ms after srun returns, holding the kernel's cgroup lock; run_timed
+# also waits for every launch's job cgroups to be gone).
+RANDOM=${SEED:-1}
 contenders=(berth-interactive berth-in-job mpiexec)
 if [ "$SLURM_UP" = 1 ]; then contenders+=(srun); fi
 for round in $(seq "$RUNS"); do
-  for place in $(seq 0 $((${#contenders[@]} - 1))); do
-    case ${contenders[$(((round + place) % ${#contenders[@]}))]} in
+  order=("${contenders[@]}")
+  for ((i = ${#order[@]} - 1; i > 0; i--)); do
+    j=$((RANDOM % (i + 1)))
+    t=${order[$i]} && order[$i]=${order[$j]} && order[$j]=$t
+  done
+  for who in "${order[@]}"; do
+    # Filed by what ran just before (the last of the previous round for the first).
+    echo "${prev:-none}" >>"$S/$who.prev"
+    prev=$who
+    case $who in
       berth-interactive) run_timed berth-interactive "$B" --dir "$C4" run --timing -n 2 true ;;
       berth-in-job) run_timed berth-in-job "$B" --dir "$C4" run --timing --job "$HOLD" -n 2 true ;;
       mpiexec) run_timed mpiexec mpiexec -n 2 true ;;
@@ -181,6 +190,14 @@ fmt_stats "  of which all ranks running" "$S/berth-in-job.running"
 fmt_stats "berth run -n 2 true (batch script loop)" "$S/berth-batch-script"
 fmt_stats "mpiexec -n 2 true (MPICH hydra)" "$S/mpiexec"
 if [ "$SLURM_UP" = 1 ]; then fmt_stats "srun -n 2 true (Slurm peer)" "$S/srun"; else say "  srun: NOT MEASURED (Slurm peer did not run)"; fi
+say "median by what ran just before (n):"
+for who in berth-interactive berth-in-job mpiexec srun; do
+  [ -s "$S/$who.prev" ] || continue
+  line=$(paste "$S/$who.prev" "$S/$who" | sort -k1,1 -k2g | awk '
+    { v[$1] = v[$1] " " $2; n[$1]++ }
+    END { for (p in n) { split(substr(v[p], 2), a, " "); printf "  after %s %.1f (%d)", p, a[int((n[p] + 1) / 2)], n[p] } }')
+  printf "  %-20s%s\n" "$who" "$line"
+done
 say "aftermath (from a launch's exit until its job's cgroups are gone; the next launch waits for it):"
 for name in berth-interactive berth-in-job mpiexec srun; do
   [ -s "$S/$name.aftermath-raw" ] || continue
