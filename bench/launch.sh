@@ -111,7 +111,10 @@ mkdir -p "$S"
 # being removed, which holds the kernel's cgroup lock that the next launch needs to start its
 # processes in cgroups (Slurm's stay 6-15 ms after srun returns).
 count_job_cgroups() { # into N_CG; no subshell, so that checking costs next to nothing
-  local d=(/sys/fs/cgroup/*/slurm*/uid_*/job_*/ /sys/fs/cgroup/*/berth/*/*/*/)
+  # Job cgroups of either system, and berth's agents' job records: a job's end is done when
+  # its outcome, synced to disk by the agent, has been acknowledged by the controller (after
+  # its own commit) and the record removed.
+  local d=(/sys/fs/cgroup/*/slurm*/uid_*/job_*/ /sys/fs/cgroup/*/berth/*/*/*/ "$C4"/agents/*/jobs/* "$C4"/agents/*/ended/*)
   N_CG=${#d[@]}
 }
 shopt -s nullglob
@@ -198,7 +201,7 @@ for who in berth-interactive berth-in-job mpiexec srun; do
     END { for (p in n) { split(substr(v[p], 2), a, " "); printf "  after %s %.1f (%d)", p, a[int((n[p] + 1) / 2)], n[p] } }')
   printf "  %-20s%s\n" "$who" "$line"
 done
-say "aftermath (from a launch's exit until its job's cgroups are gone; the next launch waits for it):"
+say "aftermath (from a launch's exit until its job's cgroups and berth's job records are gone; the next launch waits for it):"
 for name in berth-interactive berth-in-job mpiexec srun; do
   [ -s "$S/$name.aftermath-raw" ] || continue
   awk '{printf "%.3f\n", ($2 - $1) * 1000}' "$S/$name.aftermath-raw" >"$S/$name.aftermath"
