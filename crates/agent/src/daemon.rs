@@ -44,6 +44,8 @@ pub struct AgentConfig {
     /// The cluster key (`--key-file`): proves this agent to the controller and the
     /// controller to it, and checks step grants (docs/protocol.md, "Authentication").
     pub key: Arc<ClusterKey>,
+    /// The agent's own nice value (crate::priority); jobs keep the one it started with.
+    pub nice: i32,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -66,6 +68,9 @@ struct Shared {
 }
 
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
+    if let Err(e) = crate::priority::set_agent_nice(cfg.nice) {
+        tracing::warn!("{e}");
+    }
     crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone()));
     let topology = hwtopo::load(&cfg.topology)?;
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);

@@ -14,6 +14,7 @@ pub mod hwtopo;
 pub mod job;
 pub mod pmi;
 pub mod pmi2;
+pub mod priority;
 pub mod rank;
 pub mod records;
 pub mod registry;

@@ -375,6 +375,8 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
         // cpuset, and then the cpuset's CPUs replaced the pin when the child joined it.
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
     }
+    // The jobs' nice value, not the agent's (crate::priority).
+    check(crate::priority::enter_job_nice(), Stage::Session)?;
     // Its own session and process group, so signals reach what it forks.
     check(libc::setsid() >= 0, Stage::Session)?;
     // Raw calls: they change this task only (glibc's wrappers would broadcast to the agent).

@@ -71,7 +71,7 @@ pub(crate) fn enter_job_as_user(
                 return Err(std::io::Error::last_os_error());
             }
         }
-        if libc::setsid() < 0 {
+        if !crate::priority::enter_job_nice() || libc::setsid() < 0 {
             return Err(std::io::Error::last_os_error());
         }
         if libc::setgroups(groups.len(), groups.as_ptr()) != 0 || libc::setgid(gid) != 0 || libc::setuid(uid) != 0 {

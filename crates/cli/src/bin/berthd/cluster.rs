@@ -62,6 +62,10 @@ pub struct AgentArgs {
     /// The cluster key, the same file as the controller's (mode 0600; `berth keygen FILE`).
     #[arg(long, default_value = DEFAULT_AGENT_KEY)]
     key_file: PathBuf,
+    /// The agent's nice value: negative, its short work on a launch's path preempts busy
+    /// ranks; jobs run at the nice the agent was started with. 0 leaves it.
+    #[arg(long, default_value_t = -5, allow_negative_numbers = true)]
+    nice: i32,
 }
 
 /// Where an agent looks for the cluster key when not told.
@@ -123,6 +127,7 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         topology,
         cgroup_root,
         spool_dir,
+        nice: args.nice,
     };
     berth_agent::run(cfg).await?;
     Ok(0)
