@@ -28,7 +28,7 @@ PEER=${PEER:-$REPO/../shared/peers/slurm/slurm-peer.sh}
 if [ "${NO_BUILD:-0}" != 1 ]; then bash scripts/build.sh >&2; fi
 B=$(realpath "${BERTH:-target/release/berth}")
 mkdir -p bench/results
-OUT=$REPO/bench/results/launch-$(date +%Y%m%d-%H%M).txt
+OUT=$REPO/bench/results/launch-$(date +%Y%m%d-%H%M%S).txt
 WORK=$(mktemp -d /tmp/berth-launch.XXXXXX)
 chmod 755 "$WORK" # munged (user munge) must reach the peer's files under it
 C4=$WORK/c4
@@ -85,7 +85,7 @@ say "# load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 ############################################################################ 1. small launch
 say ""
-say "## 1. small launch: -n 2 true, $RUNS rounds, each in a random order (SEED ${SEED:-1}), cluster of 4 agents (package:1 core:16 pu:1)"
+say "## 1. small launch: -n 2 true, $RUNS rounds, each in a random order (SEED ${SEED:-1}), a pause of ${SETTLE} s before each launch, cluster of 4 agents (package:1 core:16 pu:1)"
 "$B" --dir "$C4" up --agents 4 --topology "package:1 core:16 pu:1" >/dev/null
 if [ "${SKIP_SLURM:-0}" != 1 ]; then
   if ! command -v srun >/dev/null || ! [ -x /usr/sbin/slurmctld ]; then bash "$PEER" install >/dev/null 2>&1 || true; fi
