@@ -25,7 +25,10 @@ pub type Connection = (OwnedReadHalf, OwnedWriteHalf);
 
 /// How long a step started from its launch order waits for `run`, and how long `run` waits
 /// for that order to arrive here (it is sent before `run`'s grant, on another connection).
-pub const ATTACH_WAIT: Duration = Duration::from_secs(10);
+/// Long enough for a controller whose disk syncs slowly (`run` has its grant only after the
+/// sync); a `run` that dies before attaching closes its controller connection, which ends the
+/// allocation, and so the ranks, at once.
+pub const ATTACH_WAIT: Duration = Duration::from_secs(30);
 
 /// How long the end of a step nobody attached to is remembered (to tell a late `run` why).
 const KEEP_ENDED: Duration = Duration::from_secs(60);
