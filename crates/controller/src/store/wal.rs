@@ -1,10 +1,11 @@
 //! The write-ahead log kept at least [`WAL_PREALLOCATED`] long, zero-filled past its frames.
 //!
 //! Every durable commit ends with an fdatasync of the WAL. While the commit's frames extend the
-//! file, that fdatasync must also commit the file's new size through the filesystem's journal,
-//! and waits for whatever else is in that journal transaction (on a host shared with agents:
-//! their spool directories and files). Frames written over blocks the file already has need
-//! only the data flush. Measured on this machine's ext4 with a process making and removing
+//! file, that fdatasync must also write the file's new size and block map (the inode; on a
+//! journaling filesystem, a journal commit shared with every other file's metadata change of
+//! the moment, e.g. agents' spool directories on the same host). Frames written over blocks
+//! the file already has need only the data flush. (This machine's ext4 runs without a
+//! journal, `ext4_fsync_nojournal` in perf, and the append still costs 4x under churn.) Measured on this machine's ext4 with a process making and removing
 //! small directories meanwhile: fdatasync after a 12 KB append 530-570 µs median, after a
 //! 12 KB overwrite 130 µs (BENCHMARKS.md, issue 4). Databases preallocate their logs for this
 //! reason (PostgreSQL zero-fills each WAL segment before use).
