@@ -4,11 +4,11 @@
 //! file, that fdatasync must also write the file's new size and block map (the inode; on a
 //! journaling filesystem, a journal commit shared with every other file's metadata change of
 //! the moment, e.g. agents' spool directories on the same host). Frames written over blocks
-//! the file already has need only the data flush. (This machine's ext4 runs without a
-//! journal, `ext4_fsync_nojournal` in perf, and the append still costs 4x under churn.) Measured on this machine's ext4 with a process making and removing
-//! small directories meanwhile: fdatasync after a 12 KB append 530-570 µs median, after a
-//! 12 KB overwrite 130 µs (BENCHMARKS.md, issue 4). Databases preallocate their logs for this
-//! reason (PostgreSQL zero-fills each WAL segment before use).
+//! the file already has need only the data flush. Measured on this machine's ext4 (which runs
+//! without a journal: `ext4_fsync_nojournal` in perf) with a process making and removing small
+//! directories meanwhile: fdatasync after a 12 KB append 530-570 µs median, after a 12 KB
+//! overwrite 130 µs (BENCHMARKS.md, issue 4). Databases preallocate their logs for this reason
+//! (PostgreSQL zero-fills each WAL segment before use).
 //!
 //! Safe for SQLite: it reads frames from the start of the WAL until one fails its salt or
 //! checksum, so zeros after the last frame end the log as its own stale frames after a restart
