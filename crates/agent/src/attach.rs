@@ -49,6 +49,7 @@ pub fn start(ctx: Arc<JobContext>, grant: StepGrant) {
             ctx.registry.attach.job_ended(job, step, why);
             return;
         }
+        berth_protocol::probe::mark("agent prestart checked");
         let attached = ctx.registry.attach.expect(job, step);
         let link = LinkKey::of_grant(&auth.key, &grant);
         crate::shepherd::serve(ctx, grant, subtree, link, Upstream::Awaited(attached)).await;

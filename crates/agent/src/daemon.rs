@@ -341,7 +341,7 @@ fn handle(
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
             if let Some(records) = ctx.records.clone() {
-                tokio::task::spawn_blocking(move || records.forget(id));
+                tokio::spawn(crate::priority::bookkeeping(move || records.forget(id)));
             }
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
@@ -424,7 +424,7 @@ async fn job_ended(
     tracing::info!(job = %id, ?outcome, "ended");
     if let Some(records) = ctx.records.clone() {
         let o = outcome.clone();
-        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || records.save_ended(id, &o)).await {
+        if let Ok(Err(e)) = crate::priority::bookkeeping(move || records.save_ended(id, &o)).await {
             tracing::warn!(job = %id, "cannot record the job's end ({e}): an agent restarted before the controller acknowledges it would not report it");
         }
     }

@@ -137,7 +137,7 @@ pub async fn run_job(
                     cpuset_dir: sets.dir.clone(),
                     spool: spool.clone(),
                 };
-                let saved = tokio::task::spawn_blocking(move || records.save_job(&rec)).await;
+                let saved = crate::priority::bookkeeping(move || records.save_job(&rec)).await;
                 if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
                     tracing::warn!(job = %spec.id, "cannot record the job ({e}): a restarted agent would not re-adopt it");
                 }
@@ -185,7 +185,7 @@ pub(crate) async fn cleanup(
     outcome: JobOutcome,
 ) -> JobOutcome {
     let (id, spool) = (spec.id, spool.to_path_buf());
-    tokio::task::spawn_blocking(move || cleanup_blocking(id, &*cg, &spool, outcome))
+    crate::priority::bookkeeping(move || cleanup_blocking(id, &*cg, &spool, outcome))
         .await
         .unwrap_or_else(|e| JobOutcome { reason: Some(format!("cleanup failed: {e}")), ..Default::default() })
 }

@@ -12,6 +12,8 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The nice value of jobs' processes; `NOT_CHANGED` while the agent keeps its own.
 static JOB_NICE: AtomicI32 = AtomicI32::new(NOT_CHANGED);
+/// The agent's raised priority; `NOT_CHANGED` while it keeps the one it was started with.
+static AGENT_NICE: AtomicI32 = AtomicI32::new(NOT_CHANGED);
 const NOT_CHANGED: i32 = i32::MIN;
 
 /// Give every thread of this process the nice value `nice` (lower only), remembering the one
@@ -32,6 +34,7 @@ pub fn set_agent_nice(nice: i32) -> Result<(), String> {
         format!("cannot set the agent's nice value to {nice}: {e} (it needs root or CAP_SYS_NICE; --nice 0 keeps it)")
     })?;
     JOB_NICE.store(before, Ordering::Relaxed);
+    AGENT_NICE.store(nice, Ordering::Relaxed);
     Ok(())
 }
 
@@ -51,6 +54,36 @@ fn set_every_thread(nice: i32) -> std::io::Result<()> {
 /// Async-signal-safe (one atomic load): for children between fork and exec.
 pub fn job_nice() -> Option<i32> {
     let n = JOB_NICE.load(Ordering::Relaxed);
+    (n != NOT_CHANGED).then_some(n)
+}
+
+/// The nice value bookkeeping runs at (records, a job's teardown): below the jobs' processes,
+/// so that on a busy node it takes the CPU they leave (it is nobody's wait: the launch does not
+/// need it, and a job's end is reported once it is done).
+const BOOKKEEPING_NICE: i32 = 10;
+
+/// Run `f` on a blocking thread at [`BOOKKEEPING_NICE`]. Only when the agent raised its own
+/// priority (it can then restore the thread's: the blocking threads are reused); otherwise at
+/// the agent's priority.
+pub async fn bookkeeping<T, F>(f: F) -> Result<T, tokio::task::JoinError>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let Some(agent_nice) = agent_nice() else { return f() };
+        // SAFETY: setpriority of this thread (tid 0 = the caller), then back to the agent's.
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BOOKKEEPING_NICE) };
+        let out = f();
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, agent_nice) };
+        out
+    })
+    .await
+}
+
+/// The agent's own nice value, if it raised its priority (see [`set_agent_nice`]).
+fn agent_nice() -> Option<i32> {
+    let n = AGENT_NICE.load(Ordering::Relaxed);
     (n != NOT_CHANGED).then_some(n)
 }
 
@@ -98,7 +131,14 @@ mod tests {
             st
         };
         assert_eq!(out, 0, "the child runs at the nice the agent started with");
+        // Bookkeeping runs below the jobs, and its (reused) thread comes back to the agent's.
+        let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
+        let during = rt.block_on(bookkeeping(mine)).unwrap();
+        let after = rt.block_on(async { tokio::task::spawn_blocking(mine).await }).unwrap();
+        assert_eq!((during, after), (BOOKKEEPING_NICE, before - 2));
+        drop(rt);
         set_every_thread(before).unwrap();
         JOB_NICE.store(NOT_CHANGED, Ordering::Relaxed);
+        AGENT_NICE.store(NOT_CHANGED, Ordering::Relaxed);
     }
 }

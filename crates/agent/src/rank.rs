@@ -178,6 +178,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
         errno: 0,
         stage: Stage::Ok,
     };
+    berth_protocol::probe::mark("agent rank clone");
     let pid = clone_vfork(&mut args).map_err(|e| format!("cannot start {program}: {e}"))?;
     if args.stage != Stage::Ok {
         let mut raw = 0;
@@ -185,6 +186,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
         unsafe { libc::waitpid(pid, &mut raw, 0) };
         return Err(explain(program, l.cwd, has_files, args.stage, args.errno));
     }
+    berth_protocol::probe::mark("agent rank cloned");
     // SAFETY: pidfd_open on our unreaped child; the result is a new descriptor or -1.
     let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
     if pidfd < 0 {
@@ -366,7 +368,20 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
     for &fd in &a.join_fds {
         check(libc::write(fd, b"0".as_ptr() as *const c_void, 1) == 1, Stage::Cgroup)?;
     }
-    // After the cgroups: the kernel keeps an affinity within the job's cpuset.
+    // Its own session and process group, so signals reach what it forks.
+    check(libc::setsid() >= 0, Stage::Session)?;
+    for (target, &fd) in a.stdio.iter().enumerate() {
+        if fd >= 0 {
+            check(libc::dup2(fd, target as i32) >= 0, Stage::Stdio)?;
+        }
+    }
+    // Raw calls: they change this task only (glibc's wrappers would broadcast to the agent).
+    check(libc::syscall(libc::SYS_setgroups, a.groups.len(), a.groups.as_ptr()) == 0, Stage::Credentials)?;
+    check(libc::syscall(libc::SYS_setresgid, a.gid, a.gid, a.gid) == 0, Stage::Credentials)?;
+    // The binding as late as can be: it moves this child off the agent's CPU (idle while the
+    // agent waits for the exec) to the rank's, which may be busy; little is left to run there,
+    // at the agent's priority until the nice value below. After the cgroups: the kernel keeps
+    // an affinity within the job's cpuset.
     if let Some(mask) = &a.affinity {
         check(libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask) == 0, Stage::Affinity)?;
     } else if let Some(mask) = &a.inherited {
@@ -375,20 +390,11 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
         // cpuset, and then the cpuset's CPUs replaced the pin when the child joined it.
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
     }
-    // The jobs' nice value, not the agent's (crate::priority).
+    // The jobs' nice value, not the agent's (crate::priority); while still root, which may
+    // be needed to set it.
     check(crate::priority::enter_job_nice(), Stage::Session)?;
-    // Its own session and process group, so signals reach what it forks.
-    check(libc::setsid() >= 0, Stage::Session)?;
-    // Raw calls: they change this task only (glibc's wrappers would broadcast to the agent).
-    check(libc::syscall(libc::SYS_setgroups, a.groups.len(), a.groups.as_ptr()) == 0, Stage::Credentials)?;
-    check(libc::syscall(libc::SYS_setresgid, a.gid, a.gid, a.gid) == 0, Stage::Credentials)?;
     check(libc::syscall(libc::SYS_setresuid, a.uid, a.uid, a.uid) == 0, Stage::Credentials)?;
     check(libc::chdir(a.cwd.as_ptr()) == 0, Stage::Cwd)?;
-    for (target, &fd) in a.stdio.iter().enumerate() {
-        if fd >= 0 {
-            check(libc::dup2(fd, target as i32) >= 0, Stage::Stdio)?;
-        }
-    }
     if let Some((out, err)) = &a.files {
         for (path, target) in [(out, 1), (err, 2)] {
             let fd =

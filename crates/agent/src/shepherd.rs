@@ -136,6 +136,7 @@ where
             }
         });
     }
+    berth_protocol::probe::mark("agent shepherd ready");
     let job = ctx.registry.wait_for(grant.job, JOB_WAIT).await;
     let mut partial = Vec::new();
     let started = match &job {

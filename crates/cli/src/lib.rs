@@ -319,6 +319,7 @@ where
         // run` from a terminal or an open pipe) would hold a timed shutdown for its whole wait.
         rt.shutdown_background();
     }
+    berth_protocol::probe::mark("client exit");
     std::process::exit(code);
 }
 

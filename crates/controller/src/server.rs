@@ -210,6 +210,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             }
         }
         let now = unix_now();
+        berth_protocol::probe::mark("ctl batch");
         let mut stop = false;
         ctl.store.begin()?;
         let result = (|| -> Result<(), StoreError> {
@@ -252,6 +253,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
             return Err(e);
         }
+        berth_protocol::probe::mark("ctl applied");
         let must_sync = ctl.store.commit_written()?;
         berth_protocol::probe::mark("ctl written");
         // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
