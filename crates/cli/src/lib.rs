@@ -11,6 +11,7 @@ pub mod faults;
 pub mod output;
 pub mod reservations;
 pub mod run;
+pub mod run_line;
 pub mod sim;
 pub mod task;
 pub mod topo_view;
@@ -291,6 +292,7 @@ where
     } else {
         tokio::runtime::Builder::new_current_thread().enable_all().build()
     };
+    berth_protocol::probe::mark("client runtime built");
     let rt = match built {
         Ok(rt) => rt,
         Err(e) => {

@@ -26,53 +26,53 @@ use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default, PartialEq)]
 pub struct RunArgs {
     /// Number of ranks (also -np); default: one per free core of the allocation.
     #[arg(short = 'n', long = "ntasks")]
-    ntasks: Option<u32>,
+    pub(crate) ntasks: Option<u32>,
     /// Ranks per node (aprun -N).
     #[arg(short = 'N', long = "tasks-per-node")]
-    tasks_per_node: Option<u32>,
+    pub(crate) tasks_per_node: Option<u32>,
     /// Cores per rank (aprun -d).
     #[arg(short = 'd', long = "cpus-per-task")]
-    cpus_per_task: Option<u32>,
+    pub(crate) cpus_per_task: Option<u32>,
     /// How ranks are bound: linear (consecutive cores), striding (alternate sockets), none.
     #[arg(long, default_value = "linear")]
-    binding: String,
+    pub(crate) binding: String,
     /// Put each rank in its own sub-cpuset (CPUs and local memory) inside the job's.
     #[arg(long = "rank-cpusets")]
-    rank_cpusets: bool,
+    pub(crate) rank_cpusets: bool,
     /// Prefix each output line with its rank ("3: ...").
     #[arg(long, short = 'l')]
-    label: bool,
+    pub(crate) label: bool,
     /// Keep the other ranks running when one fails; they are told (BERTH_FAILED_RANKS).
     #[arg(long = "no-kill")]
-    no_kill: bool,
+    pub(crate) no_kill: bool,
     /// With --no-kill: also send this signal to the survivors when a rank fails.
     #[arg(long = "notify-signal")]
-    notify_signal: Option<String>,
+    pub(crate) notify_signal: Option<String>,
     /// Control tree fanout: 2..32, or "flat".
     #[arg(long, default_value = "8")]
-    fanout: String,
+    pub(crate) fanout: String,
     /// Allow more ranks than free cores: extra ranks share the allocation's CPUs.
     #[arg(long)]
-    overcommit: bool,
+    pub(crate) overcommit: bool,
     /// The job whose allocation to use (default $BERTH_JOB_ID; none: interactive).
     #[arg(long)]
-    job: Option<String>,
+    pub(crate) job: Option<String>,
     /// Interactive only: nodes to allocate.
     #[arg(long)]
-    nodes: Option<u32>,
+    pub(crate) nodes: Option<u32>,
     /// Interactive only: time limit (SECONDS, HH:MM:SS, 10m, ...).
     #[arg(long)]
-    walltime: Option<String>,
+    pub(crate) walltime: Option<String>,
     /// Print launch timings to stderr.
     #[arg(long, hide = true)]
-    timing: bool,
+    pub(crate) timing: bool,
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
-    command: Vec<String>,
+    pub(crate) command: Vec<String>,
 }
 
 /// Flags of `run` that take a value (for rewriting mpirun's `-np`).
@@ -107,7 +107,7 @@ fn subcommand_at(args: &[String]) -> Option<usize> {
 
 /// `berth [--dir D] [--json] run ...` alone, without building clap's tree of every command
 /// (~0.2 ms that every launch would pay): the same flags, `berth run --help` the same help.
-#[derive(clap::Parser, Debug)]
+#[derive(clap::Parser, Debug, PartialEq)]
 #[command(
     name = "berth run",
     version,
@@ -126,8 +126,13 @@ pub struct RunCli {
 
 impl RunCli {
     /// Parse, or print the error or help (as `berth run`) and exit, as clap's `parse_from`.
+    /// The usual short lines take [`crate::run_line::parse_plain`] (clap's parser costs every
+    /// launch ~0.1 ms); anything else, errors and help included, is clap's.
     pub fn parse_line(line: Vec<String>) -> RunCli {
         use clap::{CommandFactory, FromArgMatches};
+        if let Some(cli) = crate::run_line::parse_plain(&line) {
+            return cli;
+        }
         let matches = RunCli::command().bin_name("berth run").get_matches_from(line);
         RunCli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
@@ -178,6 +183,7 @@ fn parse_fanout(s: &str) -> Result<u32> {
 }
 
 pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
+    berth_protocol::probe::mark("client run");
     let t0 = Instant::now();
     let binding = RankBinding::parse(&args.binding)
         .ok_or_else(|| anyhow!("--binding {}: expected linear, striding or none", args.binding))?;
@@ -215,6 +221,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         rank_cpusets: args.rank_cpusets,
         notify_signal,
     };
+    berth_protocol::probe::mark("client request built");
     // One connection for the whole run: an interactive allocation lives as long as it.
     let mut client = Client::connect(dir).await?;
     berth_protocol::probe::mark("client connected");
