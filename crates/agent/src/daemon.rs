@@ -127,6 +127,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         records: Some(records.clone()),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
+    let for_spares = ctx.clone();
+    tokio::spawn(crate::priority::bookkeeping(move || crate::job::make_spares(&for_spares)));
     let shared = Arc::new(Mutex::new(Shared::default()));
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     if let Ok(mut s) = shared.lock() {

@@ -152,7 +152,10 @@ pub async fn run_job(
             follow(&ctx, job, script, &mut kill, started, walltime).await
         }
     };
-    cleanup(&spec, cg, &spool, outcome).await
+    let outcome = cleanup(&spec, cg, &spool, outcome).await;
+    let for_next = ctx.clone();
+    tokio::spawn(crate::priority::bookkeeping(move || make_spares(&for_next)));
+    outcome
 }
 
 /// Follow a job set up here (launched, or re-adopted after an agent restart) to its end:
@@ -216,6 +219,29 @@ pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outc
 }
 
 /// The job's private directory (script, nodefile) and its TMPDIR, owned by the user.
+/// The spare spool directory (with its `tmp`) under the spool root, made ahead like the spare
+/// cgroup ([`make_spares`]) and renamed to the next job's: two directories fewer to make on a
+/// launch's path. Job spools are named by their ids; this name is none.
+const SPARE_SPOOL: &str = ".spare";
+
+/// Make what the next job here takes ready-made: its cgroup ([`CgroupBackend::make_spare`])
+/// and its spool directory. Best effort: a launch without them makes its own.
+pub(crate) fn make_spares(ctx: &JobContext) {
+    if let Err(e) = ctx.cgroups.make_spare() {
+        tracing::debug!(error = %e, "no spare cgroup made");
+    }
+    let spare = ctx.spool_root.join(SPARE_SPOOL);
+    for dir in [spare.clone(), spare.join("tmp")] {
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                tracing::debug!(error = %e, dir = %dir.display(), "no spare spool directory made");
+                return;
+            }
+            _ => {}
+        }
+    }
+}
+
 fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     let uid = spec.user.uid;
     let gid = spec.user.gid;
@@ -223,9 +249,15 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     if spool.exists() {
         std::fs::remove_dir_all(spool).map_err(|e| io("cannot clear stale", e))?;
     }
-    std::fs::DirBuilder::new().mode(0o700).create(spool).map_err(|e| io("cannot create", e))?;
     let tmp = spool.join("tmp");
-    std::fs::DirBuilder::new().mode(0o700).create(&tmp).map_err(|e| io("cannot create tmp in", e))?;
+    let spare = spool.parent().map(|root| root.join(SPARE_SPOOL));
+    if !spare.is_some_and(|spare| std::fs::rename(spare, spool).is_ok()) {
+        std::fs::DirBuilder::new().mode(0o700).create(spool).map_err(|e| io("cannot create", e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(io("cannot create tmp in", e)),
+        _ => {}
+    }
     let nodefile: String =
         spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
     std::fs::write(spool.join("nodefile"), nodefile).map_err(|e| io("cannot write nodefile in", e))?;

@@ -57,25 +57,22 @@ pub fn job_nice() -> Option<i32> {
     (n != NOT_CHANGED).then_some(n)
 }
 
-/// The nice value bookkeeping runs at (records, a job's teardown): below the jobs' processes,
-/// so that on a busy node it takes the CPU they leave (it is nobody's wait: the launch does not
-/// need it, and a job's end is reported once it is done).
-const BOOKKEEPING_NICE: i32 = 10;
-
-/// Run `f` on a blocking thread at [`BOOKKEEPING_NICE`]. Only when the agent raised its own
-/// priority (it can then restore the thread's: the blocking threads are reused); otherwise at
-/// the agent's priority.
+/// Run `f` on a blocking thread at the jobs' priority, not the agent's raised one: bookkeeping
+/// (records, a job's teardown) is nobody's wait, and should not preempt the user's processes
+/// (a `run` exiting, its shell) as the agent's launch work does. Not lower than the jobs':
+/// it takes the kernel's cgroup lock, which a launch next to it needs. Only when the agent
+/// raised its priority (it then can restore the thread's: blocking threads are reused).
 pub async fn bookkeeping<T, F>(f: F) -> Result<T, tokio::task::JoinError>
 where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
-        let Some(agent_nice) = agent_nice() else { return f() };
+        let (Some(agent), Some(jobs)) = (agent_nice(), job_nice()) else { return f() };
         // SAFETY: setpriority of this thread (tid 0 = the caller), then back to the agent's.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, BOOKKEEPING_NICE) };
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, jobs) };
         let out = f();
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, agent_nice) };
+        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, agent) };
         out
     })
     .await
@@ -131,11 +128,11 @@ mod tests {
             st
         };
         assert_eq!(out, 0, "the child runs at the nice the agent started with");
-        // Bookkeeping runs below the jobs, and its (reused) thread comes back to the agent's.
+        // Bookkeeping runs at the jobs' priority, and its (reused) thread comes back to the agent's.
         let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
         let during = rt.block_on(bookkeeping(mine)).unwrap();
         let after = rt.block_on(async { tokio::task::spawn_blocking(mine).await }).unwrap();
-        assert_eq!((during, after), (BOOKKEEPING_NICE, before - 2));
+        assert_eq!((during, after), (before, before - 2));
         drop(rt);
         set_every_thread(before).unwrap();
         JOB_NICE.store(NOT_CHANGED, Ordering::Relaxed);

@@ -97,6 +97,13 @@ pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
     /// Fails with [`CgroupError::AlreadyExists`] if it is already there
     /// (even partially); nothing is left behind on other failures.
     fn create(&self, name: &str, limits: &JobLimits) -> Result<Box<dyn JobCgroup>, CgroupError>;
+    /// Make, unless there is one, a spare child that the next `create` takes by renaming it
+    /// (making the directories is the costliest part of a job's set-up; done ahead, it is off
+    /// the launch's path). `list` shows it; `remove_root` removes it. Ok(()) for a backend
+    /// that keeps none.
+    fn make_spare(&self) -> Result<(), CgroupError> {
+        Ok(())
+    }
     /// Open an existing child (re-adoption after an agent restart); Ok(None)
     /// if absent. A partially created child counts as present.
     fn open(&self, name: &str) -> Result<Option<Box<dyn JobCgroup>>, CgroupError>;

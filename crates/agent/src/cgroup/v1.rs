@@ -9,6 +9,7 @@ use super::util::{self, io_err};
 use super::{CgroupBackend, CgroupError, JobCgroup, JobLimits, MountInfo};
 
 mod job;
+mod spare;
 pub use job::V1Job;
 
 /// One directory per role; roles may share a directory when co-mounted.
@@ -159,6 +160,19 @@ impl CgroupBackend for V1Backend {
 
     fn create(&self, name: &str, limits: &JobLimits) -> Result<Box<dyn JobCgroup>, CgroupError> {
         let job = self.job(name)?;
+        if self.take_spare(&job) {
+            return match job.update(limits) {
+                Ok(()) => Ok(Box::new(job)),
+                Err(e) => {
+                    for dir in job.paths.unique().iter().rev() {
+                        if let Err(e2) = util::remove_tree(dir, Duration::from_millis(200)) {
+                            tracing::warn!(error = %e2, "cleanup after failed create");
+                        }
+                    }
+                    Err(e)
+                }
+            };
+        }
         // No look before: a directory that exists fails its mkdir, and only those made here
         // are removed again (each file operation costs a launch ~15 us).
         let mut created: Vec<PathBuf> = Vec::new();
@@ -170,11 +184,7 @@ impl CgroupBackend for V1Backend {
                 created.push(dir.to_path_buf());
             }
             job.update(limits)?;
-            // Children inherit oom_kill_disable; berth wants the OOM killer on.
-            let oom = job.paths.memory.join("memory.oom_control");
-            if util::read_optional(&oom)?.and_then(|t| util::keyed_u64(&t, "oom_kill_disable")) == Some(1) {
-                util::write_value(&oom, "0")?;
-            }
+            spare::oom_killer_on(&job.paths.memory)?;
             // A new freezer cgroup takes its parent's state: thawed (berth never freezes its
             // subtree's root; a frozen parent would keep it frozen whatever is written here).
             Ok(())
@@ -190,6 +200,10 @@ impl CgroupBackend for V1Backend {
                 Err(e)
             }
         }
+    }
+
+    fn make_spare(&self) -> Result<(), CgroupError> {
+        self.make_spare_dirs()
     }
 
     fn open(&self, name: &str) -> Result<Option<Box<dyn JobCgroup>>, CgroupError> {

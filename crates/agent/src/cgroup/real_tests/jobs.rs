@@ -166,3 +166,47 @@ fn v1_update_limits() {
     job.remove().unwrap();
     r.finish();
 }
+
+#[test]
+fn v1_a_spare_is_taken_by_the_next_create_and_is_no_job() {
+    let Some(r) = v1_root("v1_a_spare_is_taken_by_the_next_create_and_is_no_job", unique("berth-test/cg")) else {
+        return;
+    };
+    let b = &r.backend;
+    let p = r.paths();
+    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
+    b.make_spare().unwrap();
+    b.make_spare().unwrap(); // one is enough: already there
+    assert_eq!(b.list().unwrap(), ["spare"]);
+    let ino = |d: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(d).unwrap());
+    let spare_dirs: Vec<u64> = r.dirs(Some("spare")).iter().map(|d| ino(d)).collect();
+
+    // Taken: the same directories, renamed, limits set, the OOM killer on.
+    let job = b.create("job_1", &limits).unwrap();
+    assert_eq!(r.dirs(Some("job_1")).iter().map(|d| ino(d)).collect::<Vec<_>>(), spare_dirs);
+    assert_eq!(b.list().unwrap(), ["job_1"]);
+    assert_eq!(read(&p.cpuset.join("job_1/cpuset.cpus")), "0");
+    assert_eq!(read(&p.memory.join("job_1/memory.limit_in_bytes")), "67108864");
+    assert!(read(&p.memory.join("job_1/memory.oom_control")).contains("oom_kill_disable 0"));
+    let mut child = spawn_in(&*job, "exec sleep 100");
+    assert_eq!(wait_pids(&*job, 1), vec![child.id() as i32]);
+
+    // A name already there is refused, and the spare stays whole for the next job.
+    b.make_spare().unwrap();
+    assert!(matches!(b.create("job_1", &limits), Err(CgroupError::AlreadyExists { .. })));
+    assert_eq!(b.list().unwrap(), ["job_1", "spare"]);
+    for d in r.dirs(Some("spare")) {
+        assert!(d.is_dir(), "{} gone", d.display());
+    }
+    // job_2 takes it; with none left, job_3's directories are made.
+    b.create("job_2", &limits).unwrap();
+    let job3 = b.create("job_3", &limits).unwrap();
+    assert_eq!(b.list().unwrap(), ["job_1", "job_2", "job_3"]);
+    assert_eq!(read(&p.cpuset.join("job_3/cpuset.mems")), "0");
+    drop(job3);
+
+    job.kill_all(Duration::from_secs(5)).unwrap();
+    wait_child(&mut child, Duration::from_secs(5));
+    b.make_spare().unwrap();
+    r.finish(); // the spare goes with the root
+}
