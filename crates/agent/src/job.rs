@@ -251,7 +251,7 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     }
     let tmp = spool.join("tmp");
     let spare = spool.parent().map(|root| root.join(SPARE_SPOOL));
-    if !spare.is_some_and(|spare| std::fs::rename(spare, spool).is_ok()) {
+    if spare.is_none_or(|spare| std::fs::rename(spare, spool).is_err()) {
         std::fs::DirBuilder::new().mode(0o700).create(spool).map_err(|e| io("cannot create", e))?;
     }
     match std::fs::DirBuilder::new().mode(0o700).create(&tmp) {
