@@ -114,12 +114,15 @@ count_job_cgroups() { # into N_CG; no subshell, so that checking costs next to n
   # Job cgroups of either system, and berth's agents' job records: a job's end is done when
   # its outcome, synced to disk by the agent, has been acknowledged by the controller (after
   # its own commit) and the record removed.
-  local d=(/sys/fs/cgroup/*/slurm*/uid_*/job_*/ /sys/fs/cgroup/*/berth/*/*/*/ "$C4"/agents/*/jobs/* "$C4"/agents/*/ended/*)
+  # (An agent keeps a spare cgroup, named spare, for its next job: not a job's.)
+  # An agent also keeps a spare cgroup for its next job, made again after each job's end:
+  # settled is also every spare back (N_SPARE).
+  local d=(/sys/fs/cgroup/*/slurm*/uid_*/job_*/ /sys/fs/cgroup/*/berth/*/*/job_*/ "$C4"/agents/*/jobs/* "$C4"/agents/*/ended/*)
   N_CG=${#d[@]}
+  local s=(/sys/fs/cgroup/*/berth/*/*/spare/)
+  N_SPARE=${#s[@]}
 }
 shopt -s nullglob
-count_job_cgroups
-CG_BASE=$N_CG # the hold job's
 run_timed() { # name cmd...
   sleep "$SETTLE"
   local t0=$EPOCHREALTIME rc=0
@@ -130,7 +133,7 @@ run_timed() { # name cmd...
   # the next; how long it lasted is reported.
   t0=$EPOCHREALTIME
   local polls=0
-  while count_job_cgroups && [ "$N_CG" -gt "$CG_BASE" ] && [ $polls -lt 2000 ]; do
+  while count_job_cgroups && { [ "$N_CG" -gt "$CG_BASE" ] || [ "$N_SPARE" -lt "$SPARE_BASE" ]; } && [ $polls -lt 2000 ]; do
     polls=$((polls + 1))
     sleep 0.001
   done
@@ -142,6 +145,10 @@ for _ in 1 2; do # warm-up, not counted
   mpiexec -n 2 true
   if [ "$SLURM_UP" = 1 ]; then srun -n 2 true; fi
 done
+sleep 1
+count_job_cgroups
+CG_BASE=$N_CG SPARE_BASE=$N_SPARE # the hold job's; every agent's spare
+say "(settled: $CG_BASE job cgroups and records, the hold job's; $SPARE_BASE spare cgroup directories)"
 # Each round runs the contenders in a fresh random order (seeded: SEED, default 1), so none
 # always follows the same one: what runs right after srun would pay for Slurm's step teardown
 # (its cgroups stay 6-15 ms after srun returns, holding the kernel's cgroup lock; run_timed

@@ -343,7 +343,10 @@ fn handle(
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
             if let Some(records) = ctx.records.clone() {
-                tokio::spawn(crate::priority::bookkeeping(move || records.forget(id)));
+                tokio::spawn(crate::priority::bookkeeping(move || {
+                    let _ = records.forget(id);
+                    berth_protocol::probe::mark("agent forgot");
+                }));
             }
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
@@ -430,6 +433,7 @@ async fn job_ended(
             tracing::warn!(job = %id, "cannot record the job's end ({e}): an agent restarted before the controller acknowledges it would not report it");
         }
     }
+    berth_protocol::probe::mark("agent end saved");
     if let Ok(mut s) = shared.lock() {
         s.running.remove(&id);
         s.unacked.insert(id, outcome.clone());

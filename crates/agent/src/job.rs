@@ -153,8 +153,12 @@ pub async fn run_job(
         }
     };
     let outcome = cleanup(&spec, cg, &spool, outcome).await;
+    berth_protocol::probe::mark("agent cleaned up");
     let for_next = ctx.clone();
-    tokio::spawn(crate::priority::bookkeeping(move || make_spares(&for_next)));
+    tokio::spawn(crate::priority::bookkeeping(move || {
+        make_spares(&for_next);
+        berth_protocol::probe::mark("agent spares made");
+    }));
     outcome
 }
 
@@ -488,6 +492,7 @@ async fn hold(
     walltime: Option<Duration>,
 ) -> JobOutcome {
     let reason = end_request(walltime, kill, suspension).await;
+    berth_protocol::probe::mark("agent end requested");
     suspension.end(spec.id, &cg).await;
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;

@@ -538,9 +538,11 @@ async fn serve_agent(
             return;
         }
         while let Some(msg) = out_rx.recv().await {
+            berth_protocol::probe::mark("ctl writer woke");
             if write_sealed(&mut wr, &mut sealer, &msg).await.is_err() {
                 break;
             }
+            berth_protocol::probe::mark("ctl writer wrote");
         }
     });
     let name = reg.name.clone();

@@ -35,6 +35,9 @@ struct OutEnvelope<'a, T> {
     body: &'a T,
 }
 
+/// How a message of this version begins as `to_json` writes it (`v` first).
+const CURRENT_PREFIX: &str = "{\"v\":2,";
+
 #[derive(Deserialize)]
 struct VersionOnly {
     v: u32,
@@ -60,6 +63,11 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
 
 /// Decode one frame's JSON body (without the length prefix).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProtocolError> {
+    // What `to_json` writes starts so: one parse, where checking the version first is a second
+    // (every frame of a launch is decoded on its path; a sealed one twice, with its body).
+    if body.starts_with(CURRENT_PREFIX.as_bytes()) {
+        return serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(e.to_string()));
+    }
     let version: VersionOnly =
         serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(format!("no protocol version: {e}")))?;
     if version.v != PROTOCOL_VERSION {
@@ -114,6 +122,21 @@ mod tests {
         assert_eq!(got, ClientRequest::Ping);
         drop(a);
         assert!(read_frame::<_, ClientRequest>(&mut b).await.unwrap().is_none());
+    }
+
+    #[test]
+    fn the_version_is_checked_wherever_it_is() {
+        assert_eq!(CURRENT_PREFIX, format!("{{\"v\":{PROTOCOL_VERSION},"), "the prefix follows the version");
+        let written = to_json(&ClientRequest::Ping).unwrap();
+        assert!(written.starts_with(CURRENT_PREFIX.as_bytes()), "{}", String::from_utf8_lossy(&written));
+        assert_eq!(decode::<ClientRequest>(&written).unwrap(), ClientRequest::Ping);
+        let later = br#"{"op":"ping","v":2}"#;
+        assert_eq!(decode::<ClientRequest>(later).unwrap(), ClientRequest::Ping);
+        for other in [&br#"{"v":3,"op":"ping"}"#[..], br#"{"op":"ping","v":1}"#] {
+            assert!(matches!(decode::<ClientRequest>(other), Err(ProtocolError::Version { .. })));
+        }
+        assert!(matches!(decode::<ClientRequest>(br#"{"op":"ping"}"#), Err(ProtocolError::Malformed(_))));
+        assert!(matches!(decode::<ClientRequest>(br#"{"v":2,"op":"nope"}"#), Err(ProtocolError::Malformed(_))));
     }
 
     #[tokio::test]

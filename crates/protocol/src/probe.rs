@@ -14,6 +14,8 @@ fn enabled() -> bool {
 pub fn mark(what: &str) {
     if enabled() {
         let us = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or(0);
-        eprintln!("TT {} {us} {what}", std::process::id());
+        // One write: stderr is unbuffered, and eprintln! would make one per piece.
+        let line = format!("TT {} {us} {what}\n", std::process::id());
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), line.as_bytes());
     }
 }

@@ -460,6 +460,7 @@ where
         None => return Ok(None),
         Some(b) => b,
     };
+    crate::probe::mark("sealed raw read");
     let f: SessionFrame = decode(&body).map_err(|e| match e {
         ProtocolError::Malformed(m) => ProtocolError::Auth(AuthError::Unsigned(m)),
         e => e,

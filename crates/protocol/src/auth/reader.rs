@@ -22,6 +22,7 @@ impl<T: DeserializeOwned + Send + 'static> SealedReader<T> {
         let task = tokio::spawn(async move {
             loop {
                 let msg = read_sealed::<_, T>(&mut rd, &mut opener).await;
+                crate::probe::mark("sealed frame read");
                 let last = !matches!(msg, Ok(Some(_)));
                 if tx.send(msg).is_err() || last {
                     return;
