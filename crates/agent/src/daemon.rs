@@ -344,7 +344,7 @@ fn handle(
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
             if let Some(records) = ctx.records.clone() {
                 tokio::spawn(crate::priority::bookkeeping(move || {
-                    let _ = records.forget(id);
+                    records.forget(id);
                     berth_protocol::probe::mark("agent forgot");
                 }));
             }
