@@ -190,6 +190,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
     tracing::info!("stopping: killing running jobs and removing cgroups");
+    crate::job::stop_spares(&cfg.spool_dir);
     let running: Vec<_> = shared.lock().map(|s| s.running.values().cloned().collect()).unwrap_or_default();
     for tx in running {
         let _ = tx.send("agent stopped".into());

@@ -228,9 +228,22 @@ pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outc
 /// launch's path. Job spools are named by their ids; this name is none.
 const SPARE_SPOOL: &str = ".spare";
 
+/// Set when the agent stops: no spare is made after that (it would outlive the agent).
+static SPARES_STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// The agent is stopping: make no more spares, and remove the spare spool directory (the
+/// spare cgroup goes with the cgroup root).
+pub(crate) fn stop_spares(spool_root: &Path) {
+    SPARES_STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = std::fs::remove_dir_all(spool_root.join(SPARE_SPOOL));
+}
+
 /// Make what the next job here takes ready-made: its cgroup ([`CgroupBackend::make_spare`])
 /// and its spool directory. Best effort: a launch without them makes its own.
 pub(crate) fn make_spares(ctx: &JobContext) {
+    if SPARES_STOPPED.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     if let Err(e) = ctx.cgroups.make_spare() {
         tracing::debug!(error = %e, "no spare cgroup made");
     }
