@@ -153,13 +153,16 @@ pub(crate) fn remove_chain(mount: &Path, rel: &Path) -> Result<(), CgroupError> 
     Ok(())
 }
 
-/// Run `f`, retrying a few times while it fails with ENOENT: another agent
-/// may be removing an empty shared ancestor (remove_root) at the same time.
+/// Run `f`, retrying a few times while it fails with ENOENT, or ENODEV (a file of a cgroup
+/// removed after it was opened): another agent may be removing an empty shared ancestor
+/// (remove_root) at the same time.
 pub(crate) fn retry_vanished(mut f: impl FnMut() -> Result<(), CgroupError>) -> Result<(), CgroupError> {
     let mut tries = 0;
     loop {
         match f() {
-            Err(CgroupError::Io { ref source, .. }) if source.raw_os_error() == Some(libc::ENOENT) && tries < 3 => {
+            Err(CgroupError::Io { ref source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENODEV)) && tries < 3 =>
+            {
                 tries += 1;
             }
             other => return other,
@@ -287,6 +290,25 @@ pub(crate) fn validate_rel(root_rel: &str) -> Result<PathBuf, CgroupError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_root_vanishing_under_a_neighbour_is_retried_other_errors_are_not() {
+        let failing = |errno: i32, times: usize| {
+            let mut calls = 0;
+            let r = retry_vanished(|| {
+                calls += 1;
+                match calls <= times {
+                    true => Err(io_err("read", Path::new("/x"), io::Error::from_raw_os_error(errno))),
+                    false => Ok(()),
+                }
+            });
+            (r.is_ok(), calls)
+        };
+        assert_eq!(failing(libc::ENOENT, 2), (true, 3));
+        assert_eq!(failing(libc::ENODEV, 3), (true, 4), "a file of a cgroup removed after its open");
+        assert_eq!(failing(libc::ENODEV, 4), (false, 4), "not forever");
+        assert_eq!(failing(libc::EACCES, 1), (false, 1));
+    }
 
     #[test]
     fn keyed_values() {
