@@ -222,7 +222,6 @@ pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outc
     outcome
 }
 
-/// The job's private directory (script, nodefile) and its TMPDIR, owned by the user.
 /// The spare spool directory (with its `tmp`) under the spool root, made ahead like the spare
 /// cgroup ([`make_spares`]) and renamed to the next job's: two directories fewer to make on a
 /// launch's path. Job spools are named by their ids; this name is none.
@@ -259,6 +258,7 @@ pub(crate) fn make_spares(ctx: &JobContext) {
     }
 }
 
+/// The job's private directory (script, nodefile) and its TMPDIR, owned by the user.
 fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     let uid = spec.user.uid;
     let gid = spec.user.gid;

@@ -144,6 +144,15 @@ impl V1Backend {
     }
 }
 
+/// Remove the directories a failed `create` made (or took), last first.
+fn remove_made(dirs: Vec<&Path>) {
+    for dir in dirs.into_iter().rev() {
+        if let Err(e) = util::remove_tree(dir, Duration::from_millis(200)) {
+            tracing::warn!(error = %e, "cleanup after failed create");
+        }
+    }
+}
+
 impl CgroupBackend for V1Backend {
     fn prepare_root(&self) -> Result<(), CgroupError> {
         util::retry_vanished(|| self.prepare_once())
@@ -164,11 +173,7 @@ impl CgroupBackend for V1Backend {
             return match job.update(limits) {
                 Ok(()) => Ok(Box::new(job)),
                 Err(e) => {
-                    for dir in job.paths.unique().iter().rev() {
-                        if let Err(e2) = util::remove_tree(dir, Duration::from_millis(200)) {
-                            tracing::warn!(error = %e2, "cleanup after failed create");
-                        }
-                    }
+                    remove_made(job.paths.unique());
                     Err(e)
                 }
             };
@@ -192,11 +197,7 @@ impl CgroupBackend for V1Backend {
         match result {
             Ok(()) => Ok(Box::new(job)),
             Err(e) => {
-                for dir in created.iter().rev() {
-                    if let Err(e2) = util::remove_tree(dir, Duration::from_millis(200)) {
-                        tracing::warn!(error = %e2, "cleanup after failed create");
-                    }
-                }
+                remove_made(created.iter().map(PathBuf::as_path).collect());
                 Err(e)
             }
         }
