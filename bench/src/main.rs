@@ -10,6 +10,7 @@
 //! `berth-bench backfill [--nodes N] [--jobs J] [--policy easy|conservative] [--json]`  one scheduling pass (see backfill.rs)
 //! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)
 //! `berth-bench fuzz [--minutes M] [--targets a,b] [--seed N] [--json]`  bounded fuzzing run (see fuzz.rs)
+//! `berth-bench hostile [--hostile N] [--idle M] [--seconds S]`  hostile local peers: daemons' RSS, `berth jobs` latency (see hostile.rs)
 //!
 //! Each but `placement` prints one JSON line. It starts its own cluster (`berth up`) in a temp dir
 //! with the `berth` binary next to this one (build with `cargo build --release`), and takes it down.
@@ -24,6 +25,7 @@ use tokio::net::UnixStream;
 
 mod backfill;
 mod fuzz;
+mod hostile;
 mod placement;
 mod sim;
 
@@ -147,6 +149,9 @@ async fn run() -> Result<()> {
     }
     if kind == "fuzz" {
         return fuzz::run(&args[2..]);
+    }
+    if kind == "hostile" {
+        return hostile::run(&args[2..]).await;
     }
     let n: usize = args.get(2).map(|s| s.parse()).transpose().context("N")?.unwrap_or(10_000);
     let param: Option<usize> = args.get(3).map(|s| s.parse()).transpose().context("param")?;

@@ -74,7 +74,7 @@ pub fn recover(backend: &dyn CgroupBackend, spool_root: &Path, records: Option<&
                 // agent ran here. What is left of it goes.
                 let outcome = gone_outcome(&rec);
                 let outcome = match found {
-                    Some(cg) => cleanup_blocking(id, &*cg, &rec.spool, outcome),
+                    Some(cg) => cleanup_blocking(id, &*cg, &rec.spool, rec.spec.pids_max, outcome),
                     None => {
                         let _ = std::fs::remove_dir_all(&rec.spool);
                         outcome

@@ -18,7 +18,7 @@ use berth_protocol::auth::{
 };
 use berth_protocol::frame::{decode, to_json};
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
-use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
+use berth_protocol::{read_frame_limited, read_raw_frame, write_frame, ProtocolError};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -72,6 +72,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         tracing::warn!("{e}");
     }
     crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone()));
+    crate::conn::raise_nofile();
     let topology = hwtopo::load(&cfg.topology)?;
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
     backend.prepare_root()?;
@@ -140,7 +141,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         shared.lock().map(|mut s| s.running.insert(id, kill_tx)).ok();
         let (ctx, shared, events) = (ctx.clone(), shared.clone(), events_tx.clone());
         tokio::spawn(async move {
-            let outcome = crate::adopt::run(rec, cg, ctx.clone(), kill_rx).await;
+            let outcome = contained(id, &ctx, crate::adopt::run(rec, cg, ctx.clone(), kill_rx)).await;
             job_ended(id, outcome, &ctx, &shared, &events).await;
         });
     }
@@ -238,8 +239,9 @@ async fn connection(
         .map_err(|e| e.to_string())?;
     let hello = Envelope::seal_body(&cfg.key, LABEL_REGISTER, body, now_ms(), agent_nonce);
     write_frame(&mut wr, &hello).await.map_err(|e| e.to_string())?;
-    let answer = read_raw_frame(&mut rd)
+    let answer = tokio::time::timeout(crate::conn::HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd))
         .await
+        .map_err(|_| format!("the controller at {} did not answer the registration within 10 s", cfg.controller))?
         .map_err(|e| e.to_string())?
         .ok_or("the controller closed the connection during the handshake (does it hold the same cluster key?)")?;
     let (reply, controller_nonce) = match decode::<Envelope>(&answer) {
@@ -409,13 +411,81 @@ fn launch(
     tokio::spawn(async move {
         tracing::info!(job = %id, cgroup = %cgroup_name(id), "starting");
         let step = spec.step.as_ref().map(|g| (g.job, g.step));
-        let outcome = run_job(spec, ctx.clone(), kill_rx, events.clone()).await;
+        let outcome = contained(id, &ctx, run_job(spec, ctx.clone(), kill_rx, events.clone())).await;
         if let Some((job, step)) = step {
             let why = outcome.reason.clone().unwrap_or_else(|| "its job has ended".into());
             ctx.registry.attach.job_ended(job, step, format!("step {job}.{step} did not run: {why}"));
         }
         job_ended(id, outcome, &ctx, &shared, &events).await;
     });
+}
+
+/// Supervise one job in its own task: a panic there (a bug, an input nobody foresaw) ends
+/// that job `failed` with the reason, its processes killed and its cgroup and spool removed,
+/// instead of leaving it running unsupervised with its cores held for ever.
+pub(crate) async fn contained<F>(id: JobId, ctx: &Arc<JobContext>, supervision: F) -> JobOutcome
+where
+    F: std::future::Future<Output = JobOutcome> + Send + 'static,
+{
+    let failure = match tokio::spawn(supervision).await {
+        Ok(outcome) => return outcome,
+        Err(e) => match e.try_into_panic() {
+            Ok(payload) => panic_text(&*payload),
+            Err(e) => format!("its task stopped: {e}"),
+        },
+    };
+    tracing::error!(job = %id, "the supervision of the job failed ({failure}); killing what is left of it");
+    ctx.registry.remove(id);
+    let ctx2 = ctx.clone();
+    let cleaned = crate::priority::bookkeeping(move || reap_failed(id, &ctx2)).await;
+    let cleaned = match cleaned {
+        Ok(Ok(())) => String::new(),
+        Ok(Err(e)) => format!("; cleaning up failed too: {e}"),
+        Err(e) => format!("; cleaning up failed too: {e}"),
+    };
+    JobOutcome {
+        reason: Some(format!("agent_error: the agent's supervision of this job failed ({failure}){cleaned}")),
+        ..Default::default()
+    }
+}
+
+/// What a panic said, if it said it as text.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into());
+    format!("panic: {}", text.chars().take(200).collect::<String>())
+}
+
+/// After a failed supervision: every process of the job killed, its cgroup and spool removed.
+fn reap_failed(id: JobId, ctx: &JobContext) -> Result<(), String> {
+    let mut problems = Vec::new();
+    match ctx.cgroups.open(&cgroup_name(id)) {
+        Ok(Some(cg)) => {
+            let _ = cg.thaw();
+            if let Err(e) = cg.kill_all(Duration::from_secs(10)) {
+                problems.push(format!("killing its processes: {e}"));
+            }
+            if let Err(e) = cg.remove() {
+                problems.push(format!("removing its cgroup: {e}"));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => problems.push(format!("opening its cgroup: {e}")),
+    }
+    let spool = ctx.spool_root.join(id.to_string());
+    if let Err(e) = std::fs::remove_dir_all(&spool) {
+        if e.kind() != std::io::ErrorKind::NotFound {
+            problems.push(format!("removing {}: {e}", spool.display()));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("; "))
+    }
 }
 
 /// A job's part here ended: its outcome is kept (on disk too) until the controller
@@ -451,13 +521,24 @@ async fn serve_status(
     ctx: Arc<JobContext>,
 ) {
     loop {
-        let Ok((mut stream, peer)) = listener.accept().await else { continue };
+        let Ok((mut stream, peer)) = listener.accept().await else {
+            // Out of descriptors, most likely: let some go before trying again.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let Some(handshake) = crate::conn::Handshake::start() else {
+            tracing::warn!(%peer, "connection closed: too many connections waiting for their first frame");
+            continue;
+        };
         let _ = stream.set_nodelay(true);
         let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let Some(auth) = crate::auth::get() else { return };
-            let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
+            // Until its first frame is whole and checked, the peer is nobody (crate::conn).
+            let first = read_frame_limited::<_, AgentQuery>(&mut stream, &crate::conn::first_frame()).await;
+            drop(handshake);
+            let reply = match first {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {
                     berth_protocol::probe::mark("agent step launch read");
                     berth_protocol::tree::keepalive(&stream);

@@ -70,6 +70,7 @@ pub async fn run_job(
         cpus: ctx.cpumap.cpus(&spec.allocation.cpus).to_list(),
         mems: ctx.cpumap.mems(&spec.allocation.mems).to_list(),
         memory_limit_bytes: Some(spec.allocation.memory_bytes),
+        pids_max: spec.pids_max,
     };
     // Checked before anything is made: both come from the controller.
     let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus);
@@ -191,14 +192,20 @@ pub(crate) async fn cleanup(
     spool: &Path,
     outcome: JobOutcome,
 ) -> JobOutcome {
-    let (id, spool) = (spec.id, spool.to_path_buf());
-    crate::priority::bookkeeping(move || cleanup_blocking(id, &*cg, &spool, outcome))
+    let (id, spool, pids_max) = (spec.id, spool.to_path_buf(), spec.pids_max);
+    crate::priority::bookkeeping(move || cleanup_blocking(id, &*cg, &spool, pids_max, outcome))
         .await
         .unwrap_or_else(|e| JobOutcome { reason: Some(format!("cleanup failed: {e}")), ..Default::default() })
 }
 
 /// [`cleanup`], blocking.
-pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outcome: JobOutcome) -> JobOutcome {
+pub(crate) fn cleanup_blocking(
+    id: JobId,
+    cg: &dyn JobCgroup,
+    spool: &Path,
+    pids_max: Option<u64>,
+    outcome: JobOutcome,
+) -> JobOutcome {
     let killed = cg.kill_all(KILL_DEADLINE);
     let usage = cg.usage();
     let removed = cg.remove();
@@ -217,6 +224,15 @@ pub(crate) fn cleanup_blocking(id: JobId, cg: &dyn JobCgroup, spool: &Path, outc
         outcome.peak_memory_bytes = u.peak_memory_bytes;
         if u.oom_kills > 0 && outcome.reason.is_none() {
             outcome.reason = Some("oom".into());
+        }
+        // A job that failed after a fork was refused at its limit failed for that reason.
+        let failed = outcome.exit_code != Some(0) || outcome.signal.is_some();
+        if u.pids_limit_hits > 0 && outcome.reason.is_none() && failed {
+            outcome.reason = Some(format!(
+                "pids_limit: the job reached its limit of {} processes on this node ({} forks refused); ask for more cores or start fewer processes",
+                pids_max.map(|n| n.to_string()).unwrap_or_else(|| "?".into()),
+                u.pids_limit_hits
+            ));
         }
     }
     outcome
@@ -324,6 +340,9 @@ fn start(
 ) -> Result<tokio::process::Child, String> {
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
     let mut setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
+    if let Some(mask) = spec.umask {
+        setup.umask = (mask & 0o777) as libc::mode_t;
+    }
     if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
         // The cpuset already confines the job; the affinity makes the binding explicit.
         setup.affinity = Some(crate::spawn::cpu_mask(&binding.host_cpus())?);
@@ -378,10 +397,38 @@ fn start(
     };
     spawned.map_err(|e| {
         format!(
-            "cannot start the batch script as {} (uid {}): {e}; check that {} and the output paths are accessible to that user",
-            spec.user.name, spec.user.uid, spec.cwd
+            "cannot start the batch script as {} (uid {}): {e}; {}",
+            spec.user.name,
+            spec.user.uid,
+            launch_hint(spec)
         )
     })
+}
+
+/// What to check when the batch script could not start: the path that is missing if one is
+/// (the submit directory, or an output file's directory), else all of them.
+pub(crate) fn launch_hint(spec: &LaunchSpec) -> String {
+    use berth_core::limits::escape_control;
+    let cwd = Path::new(&spec.cwd);
+    if !cwd.is_dir() {
+        return format!("the working directory {} does not exist on this node", escape_control(&spec.cwd));
+    }
+    for (what, file) in [("output", &spec.stdout), ("error", &spec.stderr)] {
+        let path = cwd.join(file);
+        if let Some(parent) = path.parent().filter(|p| !p.is_dir()) {
+            return format!(
+                "the directory {} of the {what} file {} does not exist on this node; create it or submit with another --{what}",
+                escape_control(&parent.display().to_string()),
+                escape_control(&path.display().to_string())
+            );
+        }
+    }
+    format!(
+        "check that {} and the output paths {} and {} are accessible to that user",
+        escape_control(&spec.cwd),
+        escape_control(&spec.stdout),
+        escape_control(&spec.stderr)
+    )
 }
 
 /// The batch script's process as the agent follows it.
@@ -509,7 +556,7 @@ async fn hold(
     suspension.end(spec.id, &cg).await;
     let cg2 = cg.clone();
     let _ = tokio::task::spawn_blocking(move || cg2.signal_all(libc::SIGTERM)).await;
-    let grace = Instant::now() + Duration::from_millis(spec.kill_grace_ms);
+    let grace = Instant::now().checked_add(Duration::from_millis(spec.kill_grace_ms)).unwrap_or_else(Instant::now);
     while Instant::now() < grace && !cg.is_empty().unwrap_or(true) {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -538,8 +585,10 @@ pub(crate) fn outcome_of(spec: &LaunchSpec, ended: Ended, reason: Option<String>
             let e = std::io::Error::from_raw_os_error(errno);
             out.reason = Some(out.reason.unwrap_or_else(|| {
                 format!(
-                    "launch_failed: cannot start the batch script as {} (uid {}): {e}; check that {} and the output paths are accessible to that user",
-                    spec.user.name, spec.user.uid, spec.cwd
+                    "launch_failed: cannot start the batch script as {} (uid {}): {e}; {}",
+                    spec.user.name,
+                    spec.user.uid,
+                    launch_hint(spec)
                 )
             }));
         }

@@ -64,6 +64,11 @@ impl Registry {
         }
     }
 
+    /// Every job running here now.
+    pub fn all(&self) -> Vec<Arc<JobHandle>> {
+        self.jobs.lock().map(|j| j.values().cloned().collect()).unwrap_or_default()
+    }
+
     pub fn get(&self, id: JobId) -> Option<Arc<JobHandle>> {
         self.jobs.lock().ok().and_then(|j| j.get(&id).cloned())
     }

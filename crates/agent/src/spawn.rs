@@ -27,6 +27,8 @@ pub struct ChildSetup {
     /// user needs no path to it): the process, now wholly the user's, is made dumpable again
     /// so that it may read its own /proc/self/fd, as any exec of a plain binary would.
     pub exec_through_proc_fd: bool,
+    /// The file mode mask the process runs with, set before the output files are made.
+    pub umask: libc::mode_t,
 }
 
 /// A kernel CPU mask of `cpus`, built before the fork. Errors for CPUs beyond CPU_SETSIZE.
@@ -103,6 +105,7 @@ impl ChildSetup {
             same_output: stdout == stderr,
             affinity: None,
             exec_through_proc_fd: false,
+            umask: 0o022,
         })
     }
 
@@ -116,6 +119,7 @@ impl ChildSetup {
         let same_output = self.same_output;
         let affinity = self.affinity;
         let dumpable = self.exec_through_proc_fd;
+        let umask = self.umask & 0o777;
         let setup = (self.uid, self.gid, self.groups, self.cwd, self.stdout, self.stderr);
         // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
         unsafe {
@@ -123,6 +127,8 @@ impl ChildSetup {
                 let _ = &keep;
                 let (uid, gid, groups, cwd, out, err) = &setup;
                 enter_job_as_user(&fds, affinity.as_ref(), groups, *gid, *uid, cwd)?;
+                // The submitter's mask: the output files below and everything the job makes.
+                libc::umask(umask);
                 for (path, target) in [(out, 1), (err, 2)] {
                     if target == 2 && same_output {
                         if libc::dup2(1, 2) < 0 {
@@ -133,7 +139,7 @@ impl ChildSetup {
                     let fd = libc::open(
                         path.as_ptr(),
                         libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-                        0o644,
+                        0o666,
                     );
                     if fd < 0 || libc::dup2(fd, target) < 0 {
                         return Err(std::io::Error::last_os_error());

@@ -37,6 +37,19 @@ struct Pause {
     since: Option<Instant>,
 }
 
+/// When a walltime started at `start` ends, with `paused` of suspension added; `None` when
+/// that is beyond what the monotonic clock can represent (it never comes). Whatever the
+/// controller sends, this never overflows: an `Instant` plus a huge `Duration` panics.
+pub(crate) fn walltime_deadline(start: Instant, walltime: Duration, paused: Duration) -> Option<Instant> {
+    // Timers beyond a century are as good as never, and stay well inside tokio's range.
+    const NEVER: Duration = Duration::from_secs(100 * 365 * 86400);
+    let total = walltime.checked_add(paused)?;
+    if total > NEVER {
+        return None;
+    }
+    start.checked_add(total)
+}
+
 /// A job's suspension state on this node (one per [`JobHandle`]).
 pub struct Suspension {
     clock: watch::Sender<Pause>,
@@ -111,13 +124,16 @@ impl Suspension {
                     // The sender lives as long as `self`: changed() cannot fail while we wait.
                     let _ = rx.changed().await;
                 }
-                None => {
-                    let deadline = start + walltime + p.total.saturating_sub(base);
-                    tokio::select! {
+                None => match walltime_deadline(start, walltime, p.total.saturating_sub(base)) {
+                    Some(deadline) => tokio::select! {
                         _ = tokio::time::sleep_until(deadline) => return,
                         _ = rx.changed() => {}
+                    },
+                    // Beyond what the clock can hold: it never passes.
+                    None => {
+                        let _ = rx.changed().await;
                     }
-                }
+                },
             }
         }
     }
@@ -296,6 +312,8 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
         cpus: ctx.cpumap.cpus(&a.cpus).to_list(),
         mems: ctx.cpumap.mems(&a.mems).to_list(),
         memory_limit_bytes: Some(a.memory_bytes),
+        // Kept as the launch set it.
+        pids_max: None,
     };
     let new = limits(to);
     if new.cpus.is_empty() {
@@ -384,5 +402,62 @@ mod tests {
         let t0 = Instant::now();
         s.walltime(Duration::from_secs(2)).await;
         assert_eq!(Instant::now() - t0, Duration::from_secs(2));
+    }
+
+    /// Every walltime the controller accepts (1 s to `[limits] max_walltime_secs`, 365 days by
+    /// default), and any it might send from an older store (up to u64::MAX): the deadline
+    /// never panics, and the job ends exactly when its walltime of unsuspended time is over.
+    fn walltime_case(walltime_secs: u64, suspend_after_ms: u64, suspended_ms: u64) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        rt.block_on(async move {
+            let s = Arc::new(Suspension::new(alloc()));
+            let t0 = Instant::now();
+            let s2 = s.clone();
+            let walltime = Duration::from_secs(walltime_secs);
+            let wall = tokio::spawn(async move {
+                s2.walltime(walltime).await;
+                Instant::now()
+            });
+            let before = Duration::from_millis(suspend_after_ms).min(walltime / 2);
+            tokio::time::sleep(before).await;
+            s.pause();
+            tokio::time::sleep(Duration::from_millis(suspended_ms)).await;
+            s.unpause();
+            // 101 years: past every deadline that can come.
+            let horizon = Duration::from_secs(101 * 365 * 86400);
+            let ended = tokio::time::timeout(horizon, wall).await;
+            match walltime_deadline(t0, walltime, Duration::from_millis(suspended_ms)) {
+                Some(_) => {
+                    let at = ended.expect("the walltime ends").expect("no panic");
+                    assert_eq!(at - t0, walltime + Duration::from_millis(suspended_ms));
+                }
+                None => assert!(ended.is_err(), "a walltime beyond a century never ends"),
+            }
+        });
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        #[test]
+        fn every_accepted_walltime_ends_on_time(
+            w in 1u64..=365 * 86400, after in 0u64..10_000_000, paused in 0u64..100_000_000,
+        ) {
+            walltime_case(w, after, paused);
+        }
+
+        #[test]
+        fn any_walltime_at_all_never_panics(w in proptest::prelude::any::<u64>(), paused in 0u64..u64::MAX / 4) {
+            let start = Instant::now();
+            if let Some(d) = walltime_deadline(start, Duration::from_secs(w), Duration::from_millis(paused)) {
+                proptest::prop_assert!(d >= start);
+            }
+        }
+    }
+
+    #[test]
+    fn the_largest_walltimes_do_not_panic() {
+        for w in [365 * 86400, 9223372036854775807, u64::MAX] {
+            walltime_case(w, 1000, 5000);
+        }
     }
 }

@@ -16,7 +16,7 @@ use berth_core::JobId;
 use berth_protocol::agent::{AgentQuery, AgentReply, Refusal};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::step::{AllocationNode, TaskInfo, TaskReply, TaskRequest};
-use berth_protocol::{read_frame, write_frame, ProtocolError};
+use berth_protocol::{read_frame_limited, write_frame, ProtocolError};
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -325,13 +325,52 @@ pub fn bind_socket(path: &Path) -> Result<UnixListener, String> {
 }
 
 /// Serve the task API on the local socket: `AgentQuery::Task` frames, `AgentReply::Task`
-/// answers, any number per connection.
+/// answers, any number per connection. Connections are capped per uid and in all
+/// ([`crate::conn::LOCAL_CONNECTIONS`]); idle ones are closed ([`crate::conn::LOCAL_IDLE`]).
 pub async fn serve_socket(ctx: Arc<JobContext>, listener: UnixListener) {
+    let tracker = crate::conn::local_tracker();
+    let log = berth_protocol::limits::LogLimiter::new(Duration::from_secs(10));
     loop {
-        let Ok((stream, _)) = listener.accept().await else { continue };
+        let Ok((mut stream, _)) = listener.accept().await else {
+            // Out of descriptors, most likely: let some go before trying again.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let uid = stream.peer_cred().map(|c| c.uid()).unwrap_or(u32::MAX);
+        let slot = match tracker.admit(uid) {
+            Ok(slot) => slot,
+            Err(why) => {
+                if let Some(held_back) = log.allow(&format!("uid {uid}")) {
+                    tracing::warn!(uid, "task API connection refused: {why} ({held_back} more since the last line)");
+                }
+                let message = why.to_string();
+                tokio::spawn(async move {
+                    let reply = AgentReply::Error { message };
+                    let _ = tokio::time::timeout(Duration::from_secs(1), write_frame(&mut stream, &reply)).await;
+                });
+                continue;
+            }
+        };
         let ctx = ctx.clone();
-        tokio::spawn(async move { serve_local(ctx, stream).await });
+        tokio::spawn(async move {
+            serve_local(ctx, stream).await;
+            drop(slot);
+        });
     }
+}
+
+/// Whether `caller` is known here: root, or a process of a job running on this node.
+fn identified(ctx: &JobContext, caller: Caller) -> bool {
+    if caller.uid == 0 {
+        return true;
+    }
+    let Some(pid) = caller.pid else { return false };
+    let mine: Vec<_> = ctx.registry.all().into_iter().filter(|j| j.spec.user.uid == caller.uid).collect();
+    if mine.is_empty() {
+        return false;
+    }
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    mine.iter().any(|j| cgroup_contains(&text, &job_cgroup_rel(ctx, j)))
 }
 
 async fn serve_local(ctx: Arc<JobContext>, mut stream: UnixStream) {
@@ -343,14 +382,19 @@ async fn serve_local(ctx: Arc<JobContext>, mut stream: UnixStream) {
             return;
         }
     };
+    let limits = crate::conn::local_request(identified(&ctx, caller));
     loop {
-        let reply = match read_frame::<_, AgentQuery>(&mut stream).await {
+        let reply = match read_frame_limited::<_, AgentQuery>(&mut stream, &limits).await {
             Ok(Some(AgentQuery::Task { request })) => {
                 AgentReply::Task { reply: handle_local(&ctx, caller, request).await }
             }
             Ok(Some(_)) => AgentReply::Error { message: "only task requests are served on this socket".into() },
             Ok(None) => return,
-            Err(e) => AgentReply::Error { message: e.to_string() },
+            Err(e) => {
+                // The stream is not at a frame's start any more: answer, then close.
+                let _ = write_frame(&mut stream, &AgentReply::Error { message: e.to_string() }).await;
+                return;
+            }
         };
         if write_frame(&mut stream, &reply).await.is_err() {
             return;
@@ -393,7 +437,8 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
                 Ok(ids) => ids,
                 Err(e) => return error(e),
             };
-            let deadline = timeout_ms.map(|ms| tokio::time::Instant::now() + Duration::from_millis(ms));
+            // A timeout beyond what the clock holds is no timeout (an Instant overflow panics).
+            let deadline = timeout_ms.and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
             job.tasks.wait(&ids, deadline).await;
             TaskReply::Tasks { tasks: job.tasks.read(|t| t.infos(&ids)) }
         }
@@ -609,6 +654,41 @@ fn signal_group(pid: u32, sig: i32) {
     }
 }
 
+/// A task's session (it called setsid: its id is the task's pid): once the task has ended,
+/// what it left running in the job's cgroup (`sleep &`, children of children) is killed, as
+/// the PBS node daemon ends a task's session. Processes that left the session (setsid again)
+/// stay in the job's cgroup and end with the job.
+async fn end_session(job: &Arc<JobHandle>, sid: u32) {
+    let Ok(sid) = i32::try_from(sid) else { return };
+    if sid <= 0 {
+        return;
+    }
+    let cg = job.cgroup.clone();
+    let _ = tokio::task::spawn_blocking(move || {
+        for _ in 0..50 {
+            let left: Vec<i32> =
+                cg.pids().unwrap_or_default().into_iter().filter(|p| session_of(*p) == Some(sid)).collect();
+            if left.is_empty() {
+                return;
+            }
+            for p in left {
+                // SAFETY: kill(2) on a process of the job's cgroup in the ended task's session.
+                unsafe { libc::kill(p, libc::SIGKILL) };
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    })
+    .await;
+}
+
+/// The session id of a process (`/proc/PID/stat`, the field after the state and parents).
+fn session_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces and parentheses: fields start after the last ')'.
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(3)?.parse().ok()
+}
+
 /// How a child ended: (exit code, signal).
 fn status_of(st: &std::io::Result<std::process::ExitStatus>) -> (Option<i32>, Option<i32>) {
     match st {
@@ -635,6 +715,7 @@ async fn watch_local(
             },
         }
     };
+    end_session(&job, pid).await;
     let (code, sig) = status_of(&status);
     match status {
         Ok(_) => job.tasks.with(|t| t.exited(id, code, sig, None)),
@@ -839,6 +920,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
         }
     };
     reader.abort();
+    end_session(&job, pid).await;
     if !lost {
         let (exit_code, signal) = status_of(&status);
         let wall_ms = since.elapsed().as_millis() as u64;
@@ -852,6 +934,14 @@ mod tests {
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_session_id_is_read_past_odd_command_names() {
+        let own = session_of(std::process::id() as i32).expect("our own session");
+        // SAFETY: getsid(0) has no preconditions.
+        assert_eq!(own, unsafe { libc::getsid(0) });
+        assert_eq!(session_of(-1), None);
     }
 
     #[test]

@@ -82,7 +82,7 @@ pub async fn run(dir: &Path, json: bool, command: ResvCommand) -> Result<i32> {
             } else if json {
                 println!("{}", serde_json::to_string_pretty(&reservations)?);
             } else {
-                print!("{}", table(&reservations, now));
+                print!("{}", crate::output::terminal_safe(&table(&reservations, now)));
             }
         }
         ClientResponse::AdvanceDeleted { reservation: r } => {
@@ -208,6 +208,7 @@ fn when(t: f64) -> String {
 }
 
 pub fn table(reservations: &[AdvanceInfo], now: f64) -> String {
+    let reservations = &crate::output::escaped(reservations)[..];
     let mut rows: Vec<[String; 8]> =
         vec![["NAME", "START", "END", "STATE", "CORES", "NODES[CPUS]", "FOR", "JOBS"].map(String::from)];
     for r in reservations {

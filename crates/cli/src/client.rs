@@ -4,6 +4,8 @@ use anyhow::{anyhow, bail, Context, Result};
 use berth_protocol::client::{ClientRequest, ClientResponse};
 use berth_protocol::{read_frame, write_frame};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 use tokio::net::UnixStream;
 
 /// Where a cluster lives: `--dir`, else `BERTH_DIR`, else the directory of `BERTH_SOCKET`,
@@ -35,29 +37,84 @@ pub struct Client {
     stream: UnixStream,
 }
 
+/// How long a command waits for a controller that is down (restarting): `--timeout`, else
+/// `BERTH_TIMEOUT` (seconds), else 60 s. A job script's next step then rides out a restart.
+static WAIT_SECS: AtomicU64 = AtomicU64::new(u64::MAX);
+
+/// Set the wait (the `--timeout` flag).
+pub fn set_wait_secs(secs: u64) {
+    WAIT_SECS.store(secs, Ordering::Relaxed);
+}
+
+fn wait_bound() -> Duration {
+    let secs = match WAIT_SECS.load(Ordering::Relaxed) {
+        u64::MAX => std::env::var("BERTH_TIMEOUT").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(60),
+        s => s,
+    };
+    Duration::from_secs(secs.min(86400))
+}
+
+/// The controller may be on its way back: its socket is there with nobody listening (killed,
+/// restarting), or its socket is gone from a directory that holds a cluster.
+fn restarting(e: &std::io::Error, dir: &Path) -> bool {
+    use std::io::ErrorKind;
+    match e.kind() {
+        ErrorKind::ConnectionRefused | ErrorKind::WouldBlock => true,
+        ErrorKind::NotFound => dir.join("controller").is_dir(),
+        _ => false,
+    }
+}
+
 impl Client {
     pub async fn connect(dir: &Path) -> Result<Self> {
         let sock = socket_path(dir);
-        if !sock.exists() {
-            bail!(
-                "no berth controller at {} ({} does not exist); start one with `berth up --dir {}`, or point --dir / BERTH_DIR at a running cluster",
-                dir.display(),
-                sock.display(),
-                dir.display()
-            );
+        let deadline = Instant::now() + wait_bound();
+        let mut pause = Duration::from_millis(50);
+        let mut told = false;
+        loop {
+            let e = match UnixStream::connect(&sock).await {
+                Ok(stream) => return Ok(Client { stream }),
+                Err(e) => e,
+            };
+            if !restarting(&e, dir) || Instant::now() + pause > deadline {
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    bail!(
+                        "no berth controller at {} ({} does not exist); start one with `berth up --dir {}`, or point --dir / BERTH_DIR at a running cluster",
+                        dir.display(),
+                        sock.display(),
+                        dir.display()
+                    );
+                }
+                return Err(e).with_context(|| {
+                    format!(
+                        "the controller at {} is not answering{}; is it running? (`berth up --dir {}` restarts it)",
+                        sock.display(),
+                        if told { format!(" after {} s", wait_bound().as_secs()) } else { String::new() },
+                        dir.display()
+                    )
+                });
+            }
+            if !told {
+                eprintln!(
+                    "berth: the controller at {} is not answering ({e}); waiting up to {} s for it (--timeout)",
+                    sock.display(),
+                    wait_bound().as_secs()
+                );
+                told = true;
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_secs(1));
         }
-        let stream = UnixStream::connect(&sock).await.with_context(|| {
-            format!(
-                "the controller at {} is not answering; is it running? (`berth up --dir {}` restarts it)",
-                sock.display(),
-                dir.display()
-            )
-        })?;
-        Ok(Client { stream })
     }
 
     pub async fn call(&mut self, req: &ClientRequest) -> Result<ClientResponse> {
-        write_frame(&mut self.stream, req).await.context("sending the request to the controller")?;
+        if let Err(e) = write_frame(&mut self.stream, req).await {
+            // A connection the controller refused (too many from this user) carries why.
+            if let Ok(Some(ClientResponse::Error(why))) = read_frame::<_, ClientResponse>(&mut self.stream).await {
+                return Ok(ClientResponse::Error(why));
+            }
+            return Err(anyhow!(e)).context("sending the request to the controller");
+        }
         match read_frame::<_, ClientResponse>(&mut self.stream).await {
             Ok(Some(r)) => Ok(r),
             Ok(None) => Err(anyhow!("the controller closed the connection before answering; check its log and retry")),

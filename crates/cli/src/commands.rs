@@ -98,6 +98,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             print(json, &accounts, || output::share_table(half_life_secs, &accounts))
         }
         Command::Events(args) => crate::events::run(&dir, json, args).await,
+        Command::Status => crate::status::run(&dir, json).await,
         Command::Faults { command } => crate::faults::run(&dir, json, command).await,
         Command::Reservations { all } => crate::reservations::list(&dir, json, all).await,
         Command::Resv { command } => crate::advance::run(&dir, json, command).await,
@@ -141,7 +142,7 @@ fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> Str
     if json {
         println!("{}", serde_json::to_string_pretty(value)?);
     } else {
-        print!("{}", human());
+        print!("{}", output::terminal_safe(&human()));
     }
     Ok(0)
 }
@@ -155,7 +156,25 @@ fn parse_ids(ids: &[String]) -> Result<Vec<JobId>> {
 }
 
 async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Result<i32> {
-    let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
+    // At most MAX_IDS_PER_REQUEST ids per request, so that every answer fits a frame.
+    let batches: Vec<ClientRequest> = {
+        let split = |ids: &[JobId], make: fn(Vec<JobId>) -> ClientRequest| {
+            ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST).map(|b| make(b.to_vec())).collect()
+        };
+        match &req {
+            ClientRequest::Cancel { ids } => split(ids, |ids| ClientRequest::Cancel { ids }),
+            ClientRequest::Hold { ids } => split(ids, |ids| ClientRequest::Hold { ids }),
+            ClientRequest::Release { ids } => split(ids, |ids| ClientRequest::Release { ids }),
+            ClientRequest::Suspend { ids } => split(ids, |ids| ClientRequest::Suspend { ids }),
+            ClientRequest::Resume { ids } => split(ids, |ids| ClientRequest::Resume { ids }),
+            _ => vec![req],
+        }
+    };
+    let mut results = Vec::new();
+    for batch in batches {
+        let ClientResponse::Done { results: r } = request(dir, batch).await? else { bail!("unexpected answer") };
+        results.extend(r);
+    }
     let failed = results.iter().filter(|r| !r.ok).count();
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
@@ -171,11 +190,54 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
+/// The largest script the client sends (the controller has its own, smaller, configured bound).
+const MAX_SCRIPT_BYTES: u64 = 16 << 20;
+
+/// A batch script's text: a regular file of at most 16 MiB in UTF-8 (never a device or a pipe
+/// read without end).
+fn read_script(script: &Path) -> Result<String> {
+    use std::io::Read;
+    let file = std::fs::File::open(script).with_context(|| format!("cannot read batch script {}", script.display()))?;
+    let meta = file.metadata().with_context(|| format!("cannot read batch script {}", script.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file (a directory, device or pipe); submit a script file", script.display());
+    }
+    let mut text = Vec::new();
+    file.take(MAX_SCRIPT_BYTES + 1)
+        .read_to_end(&mut text)
+        .with_context(|| format!("cannot read batch script {}", script.display()))?;
+    if text.len() as u64 > MAX_SCRIPT_BYTES {
+        bail!("{}: script larger than 16 MiB; keep data in files the script reads", script.display());
+    }
+    String::from_utf8(text)
+        .map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))
+}
+
+/// This process's umask (Linux 4.7+ reports it in /proc/self/status; reading it there does not
+/// change it, as umask(2) would).
+fn own_umask() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("Umask:"))?;
+    u32::from_str_radix(line["Umask:".len()..].trim(), 8).ok()
+}
+
+/// `--output`/`--error`: its directory must exist (`%j` and the like are in the file name).
+fn check_output_dir(flag: &str, path: &Path) -> Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        if !dir.is_dir() {
+            bail!(
+                "--{flag} {}: the directory {} does not exist; create it or choose another path",
+                berth_core::limits::escape_control(&path.display().to_string()),
+                berth_core::limits::escape_control(&dir.display().to_string())
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Build the submission of `script` with `flags` as the calling process sees it.
 pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Result<SubmitRequest> {
-    let text = std::fs::read(script).with_context(|| format!("cannot read batch script {}", script.display()))?;
-    let text = String::from_utf8(text)
-        .map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))?;
+    let text = read_script(script)?;
     let mut options = SubmitOptions::default();
     let pairs = [
         ("cores", &flags.cores),
@@ -214,6 +276,17 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
     }
     let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))).collect();
     let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    options.umask = own_umask();
+    // Output directories are checked here, where the user's view of the file system is: the
+    // script's directives count too (the controller reads them again).
+    if let Ok(directives) = berth_core::directives::parse_script(&text) {
+        let given = directives.overlay(options.clone());
+        for (flag, path) in [("output", &given.output), ("error", &given.error)] {
+            if let Some(p) = path {
+                check_output_dir(flag, &cwd.join(p))?;
+            }
+        }
+    }
     let script_name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "job".into());
     Ok(SubmitRequest { script: text, script_name, options, env, cwd: cwd.to_string_lossy().into_owned(), hold })
 }

@@ -54,7 +54,7 @@ pub async fn run(dir: &Path, json: bool, args: EventsArgs) -> Result<i32> {
         if json {
             println!("{}", serde_json::to_string_pretty(&events)?);
         } else {
-            print!("{}", table(&events, true));
+            print!("{}", crate::output::terminal_safe(&table(&events, true)));
         }
         return Ok(0);
     }
@@ -70,7 +70,7 @@ pub async fn run(dir: &Path, json: bool, args: EventsArgs) -> Result<i32> {
             last = last.max(e.id);
         }
         if !json && !batch.is_empty() {
-            print!("{}", table(&batch, header));
+            print!("{}", crate::output::terminal_safe(&table(&batch, header)));
             header = false;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
@@ -105,6 +105,7 @@ async fn fetch(dir: &Path, query: &EventQuery) -> Result<Vec<EventInfo>> {
 }
 
 fn table(events: &[EventInfo], header: bool) -> String {
+    let events = &crate::output::escaped(events)[..];
     let mut out = String::new();
     if header {
         out.push_str(&format!("{:>7}  {:<23} {:<16} {:>7} {:<10} {}\n", "ID", "TIME", "KIND", "JOB", "NODE", "DETAIL"));

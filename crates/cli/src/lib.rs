@@ -13,6 +13,7 @@ pub mod reservations;
 pub mod run;
 pub mod run_line;
 pub mod sim;
+pub mod status;
 pub mod task;
 pub mod topo_view;
 
@@ -29,6 +30,10 @@ pub struct Cli {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
     pub json: bool,
+    /// Seconds to wait for a controller that is down or restarting (default $BERTH_TIMEOUT,
+    /// else 60).
+    #[arg(long, global = true, value_name = "SECS")]
+    pub timeout: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -189,6 +194,9 @@ pub enum Command {
         #[command(subcommand)]
         command: faults::FaultsCommand,
     },
+    /// Is the controller up, and can it write its state (a full disk, a locked database)?
+    /// Exit status 2 while it cannot.
+    Status,
     /// Fair share: each account's configured share, decayed usage and priority factor.
     Share,
     /// The queues: limits, defaults, priority, preemption class, and the jobs each holds.
@@ -308,7 +316,7 @@ where
                     let v = serde_json::json!({"error": {"code": error_code(&e), "message": format!("{e:#}")}});
                     println!("{v}");
                 } else {
-                    eprintln!("berth: {e:#}");
+                    eprintln!("berth: {}", output::terminal_safe(&format!("{e:#}")));
                 }
                 1
             }

@@ -15,6 +15,9 @@ fn main() {
         berth_cli::run_to_exit(cli.json, berth_cli::Role::Client, run::run(&dir, cli.json, cli.args));
     }
     let cli = Cli::parse_from(args);
+    if let Some(secs) = cli.timeout {
+        berth_cli::client::set_wait_secs(secs);
+    }
     berth_cli::default_sigpipe();
     let json = cli.json;
     berth_cli::run_to_exit(json, berth_cli::Role::Client, commands::dispatch(cli.dir, cli.json, cli.command));

@@ -2,6 +2,53 @@
 
 use berth_core::units::{format_duration, format_size};
 use berth_protocol::client::{JobInfo, NodeInfo};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+/// `items` with every control character in every string written as an escape (`\n`,
+/// `\u{1b}`): job names, reasons, paths and event details come from users, and printed raw
+/// they could forge table rows or drive the terminal of whoever reads them (root included).
+pub fn escaped<T: Serialize + DeserializeOwned + Clone>(items: &[T]) -> Vec<T> {
+    let Ok(mut value) = serde_json::to_value(items) else { return items.to_vec() };
+    if !escape_strings(&mut value) {
+        return items.to_vec();
+    }
+    // Tags and numbers are untouched, so this reads back; if not, `terminal_safe` still holds.
+    serde_json::from_value(value).unwrap_or_else(|_| items.to_vec())
+}
+
+/// Escape the control characters of every string in `v`; whether any was changed.
+fn escape_strings(v: &mut serde_json::Value) -> bool {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => match berth_core::limits::escape_control(s) {
+            std::borrow::Cow::Borrowed(_) => false,
+            std::borrow::Cow::Owned(e) => {
+                *s = e;
+                true
+            }
+        },
+        Value::Array(a) => a.iter_mut().fold(false, |any, x| escape_strings(x) | any),
+        Value::Object(o) => o.values_mut().fold(false, |any, x| escape_strings(x) | any),
+        _ => false,
+    }
+}
+
+/// Human output as a whole: every control character but newline and tab escaped.
+pub fn terminal_safe(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
 
 fn local_time(t: f64) -> libc::tm {
     let secs = t as i64;
@@ -52,6 +99,7 @@ fn exit_of(j: &JobInfo) -> String {
 }
 
 pub fn jobs_table(jobs: &[JobInfo]) -> String {
+    let jobs = &escaped(jobs)[..];
     let mut out = format!(
         "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:>8}  {:>7}  {:<5} {:<24} {}\n",
         "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "START", "PRIO", "EXIT", "NODES[CPUS]", "REASON"
@@ -83,6 +131,7 @@ pub fn jobs_table(jobs: &[JobInfo]) -> String {
 }
 
 pub fn job_detail(j: &JobInfo) -> String {
+    let j = &escaped(std::slice::from_ref(j))[0];
     let mut s = String::new();
     let mut kv = |k: &str, v: String| s.push_str(&format!("{k:>14}: {v}\n"));
     kv("id", j.id.to_string());
@@ -195,6 +244,7 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 }
 
 pub fn nodes_table(nodes: &[NodeInfo]) -> String {
+    let nodes = &escaped(nodes)[..];
     let mut out = format!(
         "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
         "NODE", "STATE", "CPUS", "TOPOLOGY", "FREE", "MEM", "MEMORY PER NUMA NODE (used/total)"
@@ -220,6 +270,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
 }
 
 pub fn acct_table(jobs: &[JobInfo]) -> String {
+    let jobs = &escaped(jobs)[..];
     let mut out = format!(
         "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n",
         "ID", "NAME", "USER", "STATE", "EXIT", "WALL(s)", "USER(s)", "SYS(s)", "PEAKMEM", "NODES"
@@ -267,6 +318,7 @@ fn truncate(s: &str, n: usize) -> String {
 
 /// The invocation log (`berth acct --steps`).
 pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
+    let steps = &escaped(steps)[..];
     let mut out = format!(
         "{:>9}  {:<8} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
         "STEP", "START", "HOST", "PID", "USER", "RANKS", "EXIT", "CWD", "COMMAND", "FAILURE"
@@ -295,6 +347,7 @@ pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
 }
 
 pub fn share_table(half_life_secs: f64, accounts: &[berth_core::sched::fairshare::ShareLine]) -> String {
+    let accounts = &escaped(accounts)[..];
     let mut out = format!(
         "usage decays with a half-life of {}\n{:<20} {:>8} {:>14} {:>8} {:>8}\n",
         format_duration(half_life_secs.round() as u64),
@@ -321,6 +374,7 @@ pub fn share_table(half_life_secs: f64, accounts: &[berth_core::sched::fairshare
 }
 
 pub fn queues_table(queues: &[berth_protocol::client::QueueInfo]) -> String {
+    let queues = &escaped(queues)[..];
     let limit = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     let mut out = format!(
         "{:<12} {:<8} {:>5} {:>6} {:>10} {:>10} {:>9} {:>9} {:>6} {:>6} {:>5} {:>7}  {}\n",
@@ -363,4 +417,37 @@ pub fn queues_table(queues: &[berth_protocol::client::QueueInfo]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(name: &str, reason: &str) -> JobInfo {
+        serde_json::from_value(serde_json::json!({
+            "id": 7, "name": name, "user": "mallory", "uid": 1000, "gid": 1000, "state": "failed",
+            "queue": "batch", "request": {"nodes": null, "cores": 1, "tasks_per_node": null,
+            "cpus_per_task": null, "mem_per_node": null, "mem_per_cpu": null, "threads": false},
+            "walltime_seconds": 60, "submit_time": 0.0, "start_time": null, "end_time": null,
+            "allocation": [], "exit_code": 1, "signal": null, "reason": reason,
+            "cwd": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/e", "accounting": null
+        }))
+        .unwrap()
+    }
+
+    /// Issue 16 item 8: a name or reason with newlines and escape sequences neither forges a
+    /// row nor reaches the terminal as a control sequence, in any human table or detail.
+    #[test]
+    fn user_strings_cannot_forge_rows_or_drive_the_terminal() {
+        let hostile = job("x\n     8  forged           root       running\u{1b}]0;pwned\u{7}", "oom\r\u{9b}2J");
+        let jobs = [hostile.clone(), job("plain", "walltime")];
+        for text in [jobs_table(&jobs), acct_table(&jobs), job_detail(&hostile)] {
+            let safe = terminal_safe(&text);
+            assert!(!safe.contains('\u{1b}') && !safe.contains('\u{9b}') && !safe.contains('\r'), "{safe:?}");
+            assert!(!text.lines().any(|l| l.trim_start().starts_with("8  forged")), "a forged row:\n{text}");
+        }
+        assert_eq!(jobs_table(&jobs).lines().count(), 3, "a header and one row per job");
+        assert!(jobs_table(&jobs).contains("x\\n"), "the newline is shown escaped");
+        assert_eq!(terminal_safe("a\tb\nc"), "a\tb\nc", "layout characters stay");
+    }
 }

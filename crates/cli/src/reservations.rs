@@ -19,7 +19,7 @@ pub async fn list(dir: &Path, json: bool, all: bool) -> Result<i32> {
     if json {
         println!("{}", serde_json::to_string_pretty(&reservations)?);
     } else {
-        print!("{}", table(&reservations, now()));
+        print!("{}", crate::output::terminal_safe(&table(&reservations, now())));
     }
     Ok(0)
 }
@@ -50,6 +50,7 @@ fn deadline(r: &ReservationInfo, now: f64) -> String {
 }
 
 pub fn table(reservations: &[ReservationInfo], now: f64) -> String {
+    let reservations = &crate::output::escaped(reservations)[..];
     let mut rows: Vec<[String; 7]> = vec![["ID", "JOB", "USER", "STATE", "HOLDER", "NEXT", "NODES"].map(String::from)];
     for r in reservations {
         let nodes: Vec<String> = r.nodes.iter().map(|n| format!("{}:{}", n.node, n.cpus)).collect();

@@ -246,7 +246,17 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         eprintln!("{v}");
     }
     let end = ClientRequest::StepEnd { job: grant.job, step: grant.step, outcome };
-    match client.call(&end).await {
+    let mut answer = client.call(&end).await;
+    if answer.is_err() {
+        // The controller restarted while the step ran (the connection broke): its record of
+        // the step survived and still holds the step's cores, so the end is sent again once
+        // it is back (the connection waits for it), or the job's later steps would be refused.
+        answer = match Client::connect(dir).await {
+            Ok(mut again) => again.call(&end).await,
+            Err(e) => Err(e),
+        };
+    }
+    match answer {
         Ok(ClientResponse::Error(e)) => eprintln!("berth run: recording the step's end: {e}"),
         Err(e) => eprintln!("berth run: recording the step's end: {e:#}"),
         Ok(_) => {}

@@ -88,7 +88,7 @@ pub async fn run(json: bool, command: TaskCommand) -> Result<i32> {
             if json {
                 println!("{}", serde_json::to_string_pretty(&serde_json::json!({"job": job, "nodes": nodes}))?);
             } else {
-                print!("{}", info_table(&nodes));
+                print!("{}", crate::output::terminal_safe(&info_table(&nodes)));
             }
             Ok(0)
         }
@@ -183,7 +183,7 @@ fn print_tasks(json: bool, tasks: &[TaskInfo]) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(tasks)?);
     } else {
-        print!("{}", tasks_table(tasks));
+        print!("{}", crate::output::terminal_safe(&tasks_table(tasks)));
     }
     Ok(())
 }
@@ -214,6 +214,7 @@ fn wall_of(ms: Option<u64>) -> String {
 }
 
 fn tasks_table(tasks: &[TaskInfo]) -> String {
+    let tasks = &crate::output::escaped(tasks)[..];
     let mut out = format!(
         "{:>4}  {:>4}  {:<12} {:>8}  {:<8} {:>8}  {:<24} {}\n",
         "ID", "NODE", "HOST", "PID", "STATE", "WALL", "EXIT", "COMMAND"

@@ -52,6 +52,10 @@ fn events(c: &Cluster) -> Vec<(String, Option<i64>, Option<String>)> {
 
 #[test]
 fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
+    // A node is down after 10 missed heartbeats here, not 3: the restart below (a pause, then
+    // `berth up`) must not race the detection on a loaded machine. The only test of this
+    // binary, so the variable (read by the controller `berth up` starts) reaches no other.
+    std::env::set_var("BERTH_HEARTBEAT_MISSES", "10");
     let c = Cluster::up(2, "package:1 core:4 pu:1");
     // Every job on node1: node2 takes no work.
     c.json(&["node", "drain", "node2"]);

@@ -87,9 +87,13 @@ fn unreachable_controller_and_bad_config_say_what_to_do() {
     assert!(stderr_of(&o).contains("berth up"), "{}", stderr_of(&o));
     // A stale socket file with nobody behind it.
     std::os::unix::net::UnixListener::bind(tmp.path().join("controller.sock")).unwrap();
-    let o = Command::new(BIN).args(["--dir"]).arg(tmp.path()).arg("jobs").output().unwrap();
+    // Nobody behind it may be a restart: the command waits for its --timeout, says so once.
+    let t0 = std::time::Instant::now();
+    let o = Command::new(BIN).args(["--timeout", "1", "--dir"]).arg(tmp.path()).arg("jobs").output().unwrap();
     assert!(!o.status.success());
-    assert!(stderr_of(&o).contains("not answering"), "{}", stderr_of(&o));
+    let e = stderr_of(&o);
+    assert!(e.contains("not answering after 1 s") && e.matches("waiting up to 1 s").count() == 1, "{e}");
+    assert!(t0.elapsed() < std::time::Duration::from_secs(10), "waited {:?}", t0.elapsed());
 
     std::fs::write(tmp.path().join("berth.toml"), "heartbeat_interval_secs = 1\nkill_grac_secs = 3\n").unwrap();
     let o = Command::new(BIN).args(["--dir"]).arg(tmp.path()).arg("server").output().unwrap();

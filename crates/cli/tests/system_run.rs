@@ -340,13 +340,26 @@ fn agents_in_network_namespaces_run_mpi_and_a_cut_link_dissolves_its_subtree() {
     // lost and killed, run reports it and ends the rest. (The head is wherever the allocation
     // starts; cutting it would be run's own connection, another case.)
     let child = start_run(&c, &["-n", "6", "-N", "2", "--fanout", "2", "sh", "-c", "echo up; exec sleep 120.75"]);
-    std::thread::sleep(Duration::from_secs(2));
-    let jobs = c.json(&["jobs"]);
-    let alloc = jobs.as_array().unwrap().iter().find(|j| j["state"] == "running").expect("the run's allocation")
-        ["allocation"]
-        .as_array()
-        .unwrap()
-        .clone();
+    // Wait for the allocation itself (a fixed pause flakes on a loaded machine).
+    let t0 = std::time::Instant::now();
+    let (jobs, alloc) = loop {
+        let jobs = c.json(&["jobs"]);
+        let running = jobs.as_array().unwrap().iter().find(|j| j["state"] == "running").cloned();
+        if let Some(j) = running.filter(|j| j["allocation"].as_array().is_some_and(|a| !a.is_empty())) {
+            break (jobs, j["allocation"].as_array().unwrap().clone());
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the run's allocation never ran: {jobs:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // ... and for its 6 ranks.
+    loop {
+        let out = Command::new("pgrep").args(["-c", "-f", "^sleep 120.75"]).output().unwrap();
+        if String::from_utf8_lossy(&out.stdout).trim() == "6" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the 6 ranks never all ran");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     assert_eq!(alloc.len(), 3, "{jobs:#}");
     let victim = alloc[2]["node"].as_str().unwrap().to_string();
     let cid = c.cluster_id();

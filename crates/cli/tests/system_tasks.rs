@@ -230,3 +230,31 @@ fn task_commands_outside_a_job_say_so() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("berth task works only inside a job (BERTH_AGENT_SOCKET is not set)"), "{err}");
 }
+
+/// Issue 16 item 16: what a task leaves running in its session (`sleep &`) ends with the task,
+/// on the node it ran on, local or remote, as the PBS node daemon ends a task's session.
+#[test]
+fn a_tasks_background_children_end_with_it() {
+    let c = Cluster::up(2, MAPPED);
+    let bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &bin).unwrap();
+    let script = format!(
+        r#"#!/bin/sh
+#BERTH --nodes 2 --tasks-per-node 1 --walltime 60
+B={}
+for n in 0 1; do
+  id=$($B task spawn --node $n sh -c "sleep 217 & echo \$! > bg$n.pid; exit 0")
+  $B task wait "$id" > /dev/null
+  i=0; while [ ! -s bg$n.pid ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done
+  i=0; while kill -0 "$(cat bg$n.pid)" 2>/dev/null && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+  if kill -0 "$(cat bg$n.pid)" 2>/dev/null; then echo "node$n=alive" >> left.txt; else echo "node$n=gone" >> left.txt; fi
+done
+"#,
+        bin.display()
+    );
+    let id = c.submit("bg.sh", &script, &[]);
+    let j = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
+    let left = read(c.root(), "left.txt");
+    assert_eq!(left, "node0=gone\nnode1=gone\n", "a task's background child outlived it");
+}

@@ -163,6 +163,20 @@ impl Controller {
         if let Some(a) = body.accounts.iter().find(|a| !valid_name(a)) {
             return Err(bad(format!("--accounts: {a:?} is not an account name (letters, digits, _ - .)")));
         }
+        // A typo would make a reservation nobody can use: names must be known here.
+        let verify = self.cfg.verify_names;
+        if let Some(u) = body.users.iter().find(|u| verify && !crate::policy::user_exists(u)) {
+            return Err(bad(format!(
+                "--users: there is no user {u} on this host; check the name (`getent passwd {u}`)"
+            )));
+        }
+        let known_account =
+            |a: &String| !verify || self.cfg.fair_share.shares.contains_key(a) || crate::policy::group_exists(a);
+        if let Some(a) = body.accounts.iter().find(|a| !known_account(a)) {
+            return Err(bad(format!(
+                "--accounts: {a} is neither a group on this host nor an account of the fair-share configuration"
+            )));
+        }
         if body.users.is_empty() && body.accounts.is_empty() {
             return Err(bad("say who may use it: --users a,b and/or --accounts proj".into()));
         }

@@ -83,6 +83,21 @@ pub struct ControllerConfig {
     /// How far a signed timestamp may be from this controller's clock (seconds).
     #[serde(default = "default_replay_window")]
     pub replay_window_secs: u64,
+    /// Bounds on what one submission may ask for and carry (`[limits]`).
+    #[serde(default)]
+    pub limits: berth_core::limits::SubmitLimits,
+    /// Caps on the connections of the local socket, and when idle ones are closed
+    /// (`[connections]`, docs/protocol.md "Limits").
+    #[serde(default)]
+    pub connections: ConnectionsConfig,
+    /// Refuse user and account names this host does not know (`--account`, `resv create
+    /// --users/--accounts`). Off only in unit tests, whose users are made up.
+    #[serde(default = "yes", skip)]
+    pub verify_names: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `[fault]`: the node-failure policy. A job's `--requeue` / `--no-requeue` wins over
@@ -100,6 +115,31 @@ pub struct FaultConfig {
 impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig { requeue: true, max_requeues: 3 }
+    }
+}
+
+/// `[connections]`: what the users of the local socket may hold. Past a cap a connection is
+/// answered with an error saying which, then closed; root has `root_reserve` more places
+/// than `max_total` and no per-user cap, so an administrator can always get in.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConnectionsConfig {
+    /// Connections one user (uid) may hold at once.
+    pub max_per_uid: usize,
+    /// Connections all users but root may hold together (lowered at start to what the
+    /// descriptor limit allows).
+    pub max_total: usize,
+    /// Places kept for root past `max_total`.
+    pub root_reserve: usize,
+    /// A connection with no request in flight that sends nothing this long is closed (those
+    /// holding a `berth run` step are not); also the time a request may take to arrive once
+    /// it has begun.
+    pub idle_timeout_secs: u64,
+}
+
+impl Default for ConnectionsConfig {
+    fn default() -> Self {
+        ConnectionsConfig { max_per_uid: 256, max_total: 4096, root_reserve: 64, idle_timeout_secs: 60 }
     }
 }
 
@@ -281,6 +321,17 @@ impl ControllerConfig {
         }
         if let Err(e) = self.hierarchy() {
             return invalid("interconnect", e.to_string());
+        }
+        let l = &self.limits;
+        if l.max_walltime_secs == 0 || l.max_count == 0 || l.min_mem_bytes > l.max_mem_bytes {
+            return invalid(
+                "limits",
+                "max_walltime_secs and max_count must be at least 1, min_mem_bytes at most max_mem_bytes".into(),
+            );
+        }
+        let c = &self.connections;
+        if c.max_per_uid == 0 || c.max_total == 0 || c.idle_timeout_secs == 0 {
+            return invalid("connections", "max_per_uid, max_total and idle_timeout_secs must be at least 1".into());
         }
         let i = &self.interactive;
         if i.max_nodes == 0 || i.max_cores == 0 || i.max_walltime_secs == 0 {

@@ -5,12 +5,15 @@ use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script;
 use berth_core::job::JobState;
+use berth_core::limits::escape_control;
 use berth_core::node::NodeState;
 use berth_core::placement::cluster::feasible;
 use berth_core::placement::JobRequest;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
-use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest};
+use berth_protocol::client::{
+    ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest, MAX_IDS_PER_REQUEST,
+};
 use std::time::Instant;
 use tokio::sync::oneshot;
 
@@ -62,11 +65,19 @@ impl Controller {
                 protocol: berth_protocol::PROTOCOL_VERSION,
                 nodes: self.cluster.nodes.len(),
                 jobs: self.jobs.len(),
+                state_store: self.store_health.clone(),
             },
             ClientRequest::Submit(sub) => match self.validate_submission(*sub, peer, now) {
                 Ok(job) => ClientResponse::Submitted { id: self.accept(job, now)? },
                 Err(e) => ClientResponse::Error(e),
             },
+            ClientRequest::SubmitBatch { jobs } if jobs.len() > MAX_IDS_PER_REQUEST => error(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} jobs in one batch, more than the {MAX_IDS_PER_REQUEST} allowed; nothing was submitted: send them in batches",
+                    jobs.len()
+                ),
+            ),
             ClientRequest::SubmitBatch { jobs } => {
                 let mut valid = Vec::with_capacity(jobs.len());
                 let mut failure = None;
@@ -158,6 +169,10 @@ impl Controller {
                 resp
             }
             ClientRequest::Signal { job, step, signal } => self.signal(job, step, signal, peer)?,
+            ClientRequest::Suspend { ids } | ClientRequest::Resume { ids } if ids.len() > MAX_IDS_PER_REQUEST => error(
+                ErrorCode::BadRequest,
+                format!("{} job ids in one request, more than the {MAX_IDS_PER_REQUEST} allowed; nothing was done", ids.len()),
+            ),
             ClientRequest::Suspend { ids } => self.suspend_request(ids, false, peer, now)?,
             ClientRequest::Resume { ids } => self.suspend_request(ids, true, peer, now)?,
             ClientRequest::Reservation { request } => self.reservation_request(*request, peer, now)?,
@@ -173,11 +188,21 @@ impl Controller {
     /// Check a submission and build its record, without side effects.
     fn validate_submission(&self, sub: SubmitRequest, peer: &Peer, now: f64) -> Result<JobRecord, ApiError> {
         let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
+        let limits = &self.cfg.limits;
+        let script_name = escape_control(&sub.script_name).chars().take(256).collect::<String>();
+        limits
+            .check_payload(&sub.script, &sub.env)
+            .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
         let directives = parse_script(&sub.script)
-            .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{}: {e}", sub.script_name)))?;
+            .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
         let mut options = directives.overlay(sub.options);
+        limits.check_options(&options).map_err(bad)?;
+        limits.check_path("the submit directory", &sub.cwd).map_err(bad)?;
         if !sub.cwd.starts_with('/') {
-            return Err(bad(format!("submit directory {:?} is not absolute", sub.cwd)));
+            return Err(bad(format!("submit directory {} is not absolute", escape_control(&sub.cwd))));
+        }
+        if let Some(account) = &options.account {
+            self.check_account(account, &peer.user)?;
         }
         if sub.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
             return Err(bad(
@@ -199,6 +224,10 @@ impl Controller {
             .or(self.cfg.default_walltime_secs());
         berth_core::sched::queue::check_in(&self.cfg.queues, &queue, walltime, &request)
             .map_err(|e| ApiError::new(ErrorCode::QueueLimit, e.to_string()))?;
+        if let Some(w) = walltime {
+            // A queue's or the cluster's default is bounded like an asked-for walltime.
+            limits.check_walltime(w).map_err(bad)?;
+        }
         options.walltime = walltime;
         if options.account.is_none() {
             options.account = Some(crate::policy::default_account(peer.user.gid));
@@ -218,7 +247,7 @@ impl Controller {
                 )
             })?;
         }
-        let name = options.name.clone().unwrap_or_else(|| sub.script_name.clone());
+        let name = options.name.clone().unwrap_or(script_name);
         let resolve = |given: &Option<String>, ext: &str| -> String {
             let path = given.clone().unwrap_or_else(|| format!("berth-%j.{ext}"));
             if path.starts_with('/') {
@@ -256,6 +285,33 @@ impl Controller {
         Ok(job)
     }
 
+    /// An account given with `--account`: one of the submitter's groups (the default account
+    /// is the primary group), or one the fair-share configuration lists; admins may charge any.
+    fn check_account(&self, account: &str, user: &UserIdentity) -> Result<(), ApiError> {
+        if !self.cfg.verify_names
+            || self.cfg.fair_share.shares.contains_key(account)
+            || self.cfg.admins.contains(&user.name)
+        {
+            return Ok(());
+        }
+        let mut gids = user.groups.clone();
+        gids.push(user.gid);
+        gids.sort_unstable();
+        gids.dedup();
+        let mine: Vec<String> = gids.into_iter().map(crate::policy::default_account).collect();
+        if mine.iter().any(|g| g == account) {
+            return Ok(());
+        }
+        Err(ApiError::new(
+            ErrorCode::BadRequest,
+            format!(
+                "account {account} is not known: it is neither one of your groups ({}) nor an account of the fair-share configuration; leave --account out to use {}",
+                mine.join(", "),
+                crate::policy::default_account(user.gid)
+            ),
+        ))
+    }
+
     /// Memory per CPU for a job that does not ask: the configured default, but never more per
     /// CPU than the roomiest node has (a job must not be refused for memory it did not ask for).
     pub(crate) fn default_mem_per_cpu(&self) -> u64 {
@@ -291,6 +347,16 @@ impl Controller {
         action: &str,
         op: JobOp,
     ) -> Result<ClientResponse, StoreError> {
+        if ids.len() > MAX_IDS_PER_REQUEST {
+            // Refused before anything is done: the answer (one result per id) must fit a frame.
+            return Ok(error(
+                ErrorCode::BadRequest,
+                format!(
+                    "{} job ids in one {action} request, more than the {MAX_IDS_PER_REQUEST} allowed; nothing was done: send them in batches (`berth` does)",
+                    ids.len()
+                ),
+            ));
+        }
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
             let outcome = match self.jobs.get(&id) {

@@ -4,6 +4,7 @@ pub mod admin;
 pub mod advance;
 pub mod api;
 pub mod config;
+mod conn;
 pub mod fault;
 pub mod handlers;
 pub mod job;

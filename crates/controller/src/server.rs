@@ -8,15 +8,15 @@
 use crate::config::ControllerConfig;
 use crate::handlers::Peer;
 use crate::state::{unix_now, AgentTx, Controller};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WriteBlock};
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::auth::{
-    now_ms, random_nonce, read_sealed, registered_label, session, write_sealed, ClusterKey, Envelope, KeyError,
+    now_ms, random_nonce, read_sealed_limited, registered_label, session, write_sealed, ClusterKey, Envelope, KeyError,
     ReplayGuard, Role, DEFAULT_GUARD_CAPACITY, LABEL_REGISTER,
 };
-use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode};
+use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, StoreHealth};
 use berth_protocol::frame::decode;
-use berth_protocol::{read_frame, read_raw_frame, write_frame, ProtocolError};
+use berth_protocol::{read_frame_limited, read_raw_frame_limited, write_frame, ProtocolError};
 use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -134,19 +134,25 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
             }
         }
     });
+    // Raises the descriptor limit; caps connections per user and in all (docs/protocol.md, "Limits").
+    let limits = crate::conn::Limits::new(&cfg);
     let conn_ids = Arc::new(AtomicU64::new(1));
     let _api = api.serve(tx.clone(), conn_ids.clone());
     let client_tx = tx.clone();
     let client_ids = conn_ids.clone();
+    let client_limits = limits.clone();
     tokio::spawn(async move {
         loop {
             match unix.accept().await {
                 Ok((stream, _)) => {
+                    let Some((stream, slot)) = client_limits.admit(stream) else { continue };
+                    let limits = client_limits.clone();
                     let tx = client_tx.clone();
                     let conn = client_ids.fetch_add(1, Ordering::Relaxed);
                     tokio::spawn(async move {
                         // Only connections that asked for steps can hold any.
-                        if serve_client(stream, conn, tx.clone()).await {
+                        let _slot = slot;
+                        if serve_client(stream, conn, tx.clone(), &limits).await {
                             let _ = tx.send(Command::ClientGone { conn }).await;
                         }
                     });
@@ -167,7 +173,14 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
                     let tx = agent_tx.clone();
                     let id = conn_ids.fetch_add(1, Ordering::Relaxed);
                     let auth = auth.clone();
-                    tokio::spawn(async move { serve_agent(stream, addr.to_string(), id, tx, auth).await });
+                    let Some(handshake) = limits.handshake() else {
+                        tracing::warn!(peer = %addr, "agent connection closed: too many handshakes in progress");
+                        continue;
+                    };
+                    let limits = limits.clone();
+                    tokio::spawn(async move {
+                        serve_agent(stream, addr.to_string(), id, tx, auth, handshake, &limits).await
+                    });
                 }
                 Err(e) => {
                     tracing::warn!("accept on agent port: {e}");
@@ -199,8 +212,32 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     Ok(())
 }
 
+/// The state thread: takes commands in batches, applies each batch in one transaction,
+/// commits, then sends its orders and replies.
+///
+/// When the store cannot be written (its filesystem is full, or another process holds a
+/// lock on the database: [`StoreError::Unwritable`]; a commit that finds the database busy
+/// is first retried with backoff, `commit_retrying`), the controller does not stop:
+/// - the failed batch's transaction is rolled back, and its in-memory changes are undone by
+///   reloading the state from the store (`Controller::reload`, keeping the live connections);
+///   none of its orders leave, every client request in it is answered with `no_space` (or
+///   `unavailable` for a lock) naming the path, and the agent messages and step ends in it
+///   are kept (`Deferred`) to be applied later; an agent registering in it is told to retry;
+/// - until the store is writable again (probed with a small durable write at ticks, with
+///   backoff: `Degraded`), requests that change state are refused up front with the same
+///   error, reads are served, agents' heartbeats are taken, and everything else from the
+///   agents (job starts and ends above all) waits in memory, unacknowledged: an agent keeps
+///   a job's end (on its disk too) until the controller acknowledges it after writing it,
+///   and sends it again when it registers, so a controller restart meanwhile loses nothing;
+/// - when the probe succeeds, the kept messages are applied first, in order, with the next
+///   batch, and scheduling resumes. `berth status` reports the condition meanwhile
+///   (`Controller::store_health`).
+///
+/// Any other store error stops the controller, as before: nothing unrecorded is acknowledged.
 fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(), StoreError> {
     const MAX_BATCH: usize = 4096;
+    let mut deferred: Vec<Deferred> = Vec::new();
+    let mut degraded = Degraded::default();
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::with_capacity(64);
         batch.push(first);
@@ -212,74 +249,385 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
         }
         let now = unix_now();
         berth_protocol::probe::mark("ctl batch");
-        let mut stop = false;
-        ctl.store.begin()?;
-        let result = (|| -> Result<(), StoreError> {
-            for cmd in batch {
-                match cmd {
-                    Command::Client { req, peer, reply } => ctl.handle_client(req, &peer, reply, now)?,
-                    Command::Register { reg, conn_id, tx, node } => {
-                        let name = reg.name.clone();
-                        ctl.handle_register(*reg, conn_id, tx, now)?;
-                        let _ = node.send(
-                            ctl.node_by_name(&name)
-                                .filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)),
-                        );
+        if ctl.store_health.is_some() && degraded.due() {
+            // After a full disk, writing resumes once there is room for more than the probe.
+            let no_space = ctl.store_health.as_ref().is_some_and(|h| h.problem == WriteBlock::NoSpace.as_str());
+            let probe = if no_space && crate::store::free_bytes(ctl.store.path()) < ROOM_TO_RESUME {
+                Err(StoreError::Unwritable {
+                    block: WriteBlock::NoSpace,
+                    path: ctl.store.path().to_path_buf(),
+                    detail: format!("less than {ROOM_TO_RESUME} bytes free"),
+                })
+            } else {
+                ctl.store.probe_write(now)
+            };
+            match probe {
+                Ok(()) => {
+                    let health = ctl.store_health.take();
+                    let what = health.map(|h| format!("{} for {:.1} s: {}", h.problem, now - h.since, h.message));
+                    let what = what.unwrap_or_default();
+                    tracing::info!(kept = deferred.len(), "the state database is writable again (it was {what})");
+                    if let Err(e) = ctl.store.event(now, "store_writable", None, None, &what) {
+                        tracing::warn!("cannot log the store's recovery: {e}");
                     }
-                    Command::Agent { node, conn_id, msg } => ctl.handle_agent(node, conn_id, msg, now)?,
-                    Command::AgentGone { node, conn_id } => ctl.handle_disconnect(node, conn_id, now)?,
-                    Command::ClientGone { conn } => ctl.client_gone(conn, now)?,
-                    Command::AuthRefused { node, detail } => {
-                        ctl.store.event(now, "auth_refused", None, node.as_deref(), &detail)?;
-                    }
-                    Command::Tick => {
-                        ctl.check_heartbeats(now)?;
-                        ctl.check_interactive(now)?;
-                        ctl.check_reservations(now, false)?;
-                        ctl.check_advance(now)?;
-                    }
-                    Command::Shutdown => stop = true,
+                    degraded = Degraded::default();
+                    ctl.dirty = true;
+                    // What waited is applied first, in the order it came.
+                    let kept: Vec<Command> = deferred.drain(..).map(Deferred::into_command).collect();
+                    batch.splice(0..0, kept);
+                }
+                Err(e) if e.unwritable().is_some() => {
+                    degraded.failed();
+                    tracing::debug!("the state database is still not writable: {e}");
+                }
+                Err(e) => {
+                    tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
+                    return Err(e);
                 }
             }
-            if ctl.dirty {
-                ctl.schedule(now)?;
-            }
-            if stop {
-                ctl.closing()?;
-            }
-            Ok(())
-        })();
-        if let Err(e) = result {
-            ctl.store.rollback();
-            tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
-            return Err(e);
         }
-        berth_protocol::probe::mark("ctl applied");
-        let must_sync = ctl.store.commit_written()?;
-        berth_protocol::probe::mark("ctl written");
-        // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
-        // interactive allocation's launch is on its way, and the agent making the job's
-        // cgroups, while the commit is synced and before `run` has its grant.
-        if ctl.agents_before_sync() {
-            send_orders(&mut ctl);
-        }
-        if must_sync {
-            ctl.store.sync_committed()?;
-            berth_protocol::probe::mark("ctl synced");
-            ctl.synced();
-        }
-        send_orders(&mut ctl); // those that had to wait for the sync
-        if !ctl.out.replies.is_empty() {
-            berth_protocol::probe::mark("ctl replies sent");
-        }
-        for (tx, resp) in ctl.out.replies.drain(..) {
-            let _ = tx.send(resp);
-        }
+        let stop;
+        (ctl, stop) = apply_batch(ctl, batch, &mut deferred, now)?;
         if stop {
             break;
         }
     }
     Ok(())
+}
+
+/// Bytes that must be free on the state database's filesystem, after it filled, before
+/// writing is tried again (a write that just fits would only fill it again at once).
+const ROOM_TO_RESUME: u64 = 1 << 20;
+
+/// When to probe again whether the store is writable: at ticks, from every 0.25 s to every
+/// 2 s while it keeps failing.
+#[derive(Default)]
+struct Degraded {
+    next: Option<std::time::Instant>,
+    delay: Duration,
+}
+
+impl Degraded {
+    fn due(&self) -> bool {
+        self.next.is_none_or(|t| std::time::Instant::now() >= t)
+    }
+
+    fn failed(&mut self) {
+        self.delay = (self.delay * 2).clamp(Duration::from_millis(250), Duration::from_secs(2));
+        self.next = Some(std::time::Instant::now() + self.delay);
+    }
+}
+
+/// What could not be written yet and is applied once the store is writable (`run_actor`).
+enum Deferred {
+    Agent {
+        node: usize,
+        conn_id: u64,
+        msg: AgentMessage,
+    },
+    AgentGone {
+        node: usize,
+        conn_id: u64,
+    },
+    ClientGone {
+        conn: u64,
+    },
+    /// A step's end (`berth run` has its answer already: it is acknowledged when queued).
+    StepEnd {
+        req: ClientRequest,
+        peer: Peer,
+    },
+}
+
+impl Deferred {
+    fn into_command(self) -> Command {
+        match self {
+            Deferred::Agent { node, conn_id, msg } => Command::Agent { node, conn_id, msg },
+            Deferred::AgentGone { node, conn_id } => Command::AgentGone { node, conn_id },
+            Deferred::ClientGone { conn } => Command::ClientGone { conn },
+            Deferred::StepEnd { req, peer } => Command::Client { req, peer, reply: oneshot::channel().0 },
+        }
+    }
+}
+
+/// How to answer one command of a batch whose writes fail.
+#[derive(Default)]
+struct OnFailure {
+    /// The client's reply channel (the handler answered into the receiver's other end).
+    reply: Option<(oneshot::Sender<ClientResponse>, oneshot::Receiver<ClientResponse>)>,
+    keep: Option<Deferred>,
+    /// An agent registering: told to try again.
+    reject: Option<AgentTx>,
+}
+
+/// Whether a client request changes what the store holds (refused while it cannot be
+/// written); the others only read (a refusal they log may still fail to be written: then
+/// they get the store's error).
+fn changes_state(req: &ClientRequest) -> bool {
+    use berth_protocol::reservation::ReservationRequest as R;
+    match req {
+        ClientRequest::Ping
+        | ClientRequest::ListJobs { .. }
+        | ClientRequest::ShowJob { .. }
+        | ClientRequest::ListNodes { .. }
+        | ClientRequest::Acct { .. }
+        | ClientRequest::Signal { .. }
+        | ClientRequest::Share
+        | ClientRequest::Queues
+        | ClientRequest::AdvanceList
+        | ClientRequest::Events(_) => false,
+        ClientRequest::Reservation { request } => !matches!(**request, R::Inventory | R::List { .. } | R::Show { .. }),
+        _ => true,
+    }
+}
+
+/// The error a request gets when the store cannot record it.
+fn unrecorded(e: &StoreError) -> ClientResponse {
+    refusal(e.unwritable() == Some(WriteBlock::NoSpace), &e.to_string())
+}
+
+fn refusal(no_space: bool, why: &str) -> ClientResponse {
+    let code = if no_space { ErrorCode::NoSpace } else { ErrorCode::Unavailable };
+    ClientResponse::Error(ApiError::new(code, format!("not done, the controller cannot record it: {why}")))
+}
+
+/// Apply one batch (see `run_actor`); returns the controller (reloaded if the batch failed)
+/// and whether it was told to stop.
+fn apply_batch(
+    mut ctl: Controller,
+    batch: Vec<Command>,
+    deferred: &mut Vec<Deferred>,
+    now: f64,
+) -> Result<(Controller, bool), StoreError> {
+    let mut stop = false;
+    let degraded = ctl.store_health.is_some();
+    let begun = if degraded { ctl.store.begin_deferred() } else { ctl.store.begin() };
+    if let Err(e) = begun {
+        ctl.store.rollback();
+        if e.unwritable().is_none() || degraded {
+            tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
+            return Err(e);
+        }
+        // Nothing of the batch is applied yet: all of it is handled as the store allows.
+        mark_unwritable(&mut ctl, &e, now);
+        return apply_batch(ctl, batch, deferred, now);
+    }
+    let mut undo: Vec<OnFailure> = Vec::with_capacity(batch.len());
+    let mut commands = batch.into_iter();
+    let result = (|| -> Result<(), StoreError> {
+        for cmd in commands.by_ref() {
+            let mut on_failure = OnFailure::default();
+            match cmd {
+                Command::Client { req, peer, reply } => {
+                    if matches!(req, ClientRequest::StepEnd { .. }) {
+                        if degraded {
+                            deferred.push(Deferred::StepEnd { req, peer });
+                            continue;
+                        }
+                        on_failure.keep = Some(Deferred::StepEnd { req: req.clone(), peer: peer.clone() });
+                    } else if degraded && changes_state(&req) {
+                        let (no_space, why) = unwritable_now(&ctl);
+                        let _ = reply.send(refusal(no_space, &why));
+                        continue;
+                    }
+                    let (inner, answer) = oneshot::channel();
+                    on_failure.reply = Some((reply, answer));
+                    undo.push(on_failure);
+                    ctl.handle_client(req, &peer, inner, now)?;
+                }
+                Command::Register { reg, conn_id, tx, node } => {
+                    if degraded {
+                        let reason = format!("{}; try again", unwritable_now(&ctl).1);
+                        let _ = tx.send(ControllerMessage::Rejected { reason });
+                        let _ = node.send(None);
+                        continue;
+                    }
+                    on_failure.reject = Some(tx.clone());
+                    undo.push(on_failure);
+                    let name = reg.name.clone();
+                    ctl.handle_register(*reg, conn_id, tx, now)?;
+                    let _ = node.send(
+                        ctl.node_by_name(&name).filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)),
+                    );
+                }
+                Command::Agent { node, conn_id, msg } => {
+                    if let AgentMessage::Heartbeat { .. } = msg {
+                        if degraded {
+                            // Heard from; what it runs is checked once the store is writable.
+                            if let Some(ex) =
+                                ctl.extra.get_mut(node).filter(|e| e.conn.as_ref().map(|c| c.0) == Some(conn_id))
+                            {
+                                ex.last_heard = std::time::Instant::now();
+                            }
+                            continue;
+                        }
+                    } else if degraded {
+                        if let AgentMessage::JobEnded { id, .. } = &msg {
+                            tracing::warn!(job = %id, node, "job end kept in memory (unacknowledged) until it can be written");
+                        }
+                        deferred.push(Deferred::Agent { node, conn_id, msg });
+                        continue;
+                    } else {
+                        on_failure.keep = Some(Deferred::Agent { node, conn_id, msg: msg.clone() });
+                    }
+                    undo.push(on_failure);
+                    ctl.handle_agent(node, conn_id, msg, now)?;
+                }
+                Command::AgentGone { node, conn_id } => {
+                    if degraded {
+                        deferred.push(Deferred::AgentGone { node, conn_id });
+                        continue;
+                    }
+                    on_failure.keep = Some(Deferred::AgentGone { node, conn_id });
+                    undo.push(on_failure);
+                    ctl.handle_disconnect(node, conn_id, now)?;
+                }
+                Command::ClientGone { conn } => {
+                    if degraded {
+                        deferred.push(Deferred::ClientGone { conn });
+                        continue;
+                    }
+                    on_failure.keep = Some(Deferred::ClientGone { conn });
+                    undo.push(on_failure);
+                    ctl.client_gone(conn, now)?;
+                }
+                Command::AuthRefused { node, detail } => {
+                    // Logged by the connection already; the event waits for nothing.
+                    if !degraded {
+                        ctl.store.event(now, "auth_refused", None, node.as_deref(), &detail)?;
+                    }
+                }
+                Command::Tick => {
+                    if !degraded {
+                        ctl.check_heartbeats(now)?;
+                        ctl.check_interactive(now)?;
+                        ctl.check_reservations(now, false)?;
+                        ctl.check_advance(now)?;
+                    }
+                }
+                Command::Shutdown => stop = true,
+            }
+        }
+        if ctl.dirty && !degraded {
+            ctl.schedule(now)?;
+        }
+        if stop && !degraded {
+            ctl.closing()?;
+        }
+        Ok(())
+    })();
+    berth_protocol::probe::mark("ctl applied");
+    let committed = result.and_then(|()| commit_retrying(&ctl.store));
+    let must_sync = match committed {
+        Ok(must_sync) => must_sync,
+        Err(e) => {
+            ctl.store.rollback();
+            if e.unwritable().is_none() {
+                tracing::error!("state store failed: {e}; stopping so that nothing unrecorded is acknowledged");
+                return Err(e);
+            }
+            // Nothing of this batch leaves: undo it in memory, answer and keep what it held.
+            ctl.out.replies.clear();
+            ctl.out.agents.clear();
+            mark_unwritable(&mut ctl, &e, now);
+            let health = ctl.store_health.take();
+            ctl = ctl.reload()?;
+            ctl.store_health = health;
+            let refused = unrecorded(&e);
+            let mut kept = 0;
+            for f in undo {
+                if let Some((reply, _)) = f.reply {
+                    let _ = reply.send(refused.clone());
+                }
+                if let Some(tx) = f.reject {
+                    let _ = tx.send(ControllerMessage::Rejected { reason: format!("{e}; try again") });
+                }
+                if let Some(d) = f.keep {
+                    deferred.push(d);
+                    kept += 1;
+                }
+            }
+            if kept > 0 {
+                tracing::warn!(kept, "agent messages and step ends kept in memory until the state can be written");
+            }
+            // What the batch had not reached yet is handled as the store allows now.
+            let rest: Vec<Command> = commands.collect();
+            let (ctl, stopped) = apply_batch(ctl, rest, deferred, now)?;
+            return Ok((ctl, stop || stopped));
+        }
+    };
+    berth_protocol::probe::mark("ctl written");
+    // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
+    // interactive allocation's launch is on its way, and the agent making the job's
+    // cgroups, while the commit is synced and before `run` has its grant.
+    if ctl.agents_before_sync() {
+        send_orders(&mut ctl);
+    }
+    if must_sync {
+        ctl.store.sync_committed()?;
+        berth_protocol::probe::mark("ctl synced");
+        ctl.synced();
+    }
+    send_orders(&mut ctl); // those that had to wait for the sync
+    if !ctl.out.replies.is_empty() {
+        berth_protocol::probe::mark("ctl replies sent");
+    }
+    for (tx, resp) in ctl.out.replies.drain(..) {
+        let _ = tx.send(resp);
+    }
+    for f in undo {
+        if let Some((reply, mut answer)) = f.reply {
+            if let Ok(resp) = answer.try_recv() {
+                let _ = reply.send(resp);
+            }
+        }
+    }
+    Ok((ctl, stop))
+}
+
+/// Commit the open transaction, trying again with backoff (20 ms to 0.5 s, 2 s in all on top
+/// of SQLite's own `BUSY_TIMEOUT`) while another process holds the database's lock.
+fn commit_retrying(store: &Store) -> Result<bool, StoreError> {
+    let mut delay = Duration::from_millis(20);
+    let mut waited = Duration::ZERO;
+    loop {
+        match store.commit_written() {
+            Err(e) if e.unwritable() == Some(WriteBlock::Busy) && waited < Duration::from_secs(2) => {
+                tracing::warn!("commit: {e}; trying again in {delay:?}");
+                std::thread::sleep(delay);
+                waited += delay;
+                delay = (delay * 3).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The store cannot be written: say so (log, `berth status`) unless it was known already.
+fn mark_unwritable(ctl: &mut Controller, e: &StoreError, now: f64) {
+    let problem = e.unwritable().map(WriteBlock::as_str).unwrap_or("error").to_string();
+    match &mut ctl.store_health {
+        Some(h) => {
+            h.problem = problem;
+            h.message = e.to_string();
+        }
+        None => {
+            tracing::error!(
+                "cannot write the state database: {e}. Until it can be written, changes are refused \
+                 (`no_space`/`unavailable`), reads are served, running jobs go on and their ends are kept \
+                 until they can be recorded"
+            );
+            ctl.store_health = Some(StoreHealth { problem, message: e.to_string(), since: now });
+        }
+    }
+}
+
+/// The store's current condition: whether the disk is full, and what is wrong.
+fn unwritable_now(ctl: &Controller) -> (bool, String) {
+    match &ctl.store_health {
+        Some(h) => (h.problem == WriteBlock::NoSpace.as_str(), h.message.clone()),
+        None => (false, "the state database cannot be written".into()),
+    }
 }
 
 /// Send the batch's orders to the agents, in order.
@@ -373,7 +721,12 @@ pub fn user_name(uid: u32) -> String {
 }
 
 /// Serve one client connection until it closes; true if it asked for a step.
-async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Command>) -> bool {
+async fn serve_client(
+    mut stream: UnixStream,
+    conn: u64,
+    tx: mpsc::Sender<Command>,
+    limits: &crate::conn::Limits,
+) -> bool {
     let user = match peer_identity(&stream) {
         Ok(u) => u,
         Err(e) => {
@@ -383,10 +736,26 @@ async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Comman
     };
     let peer = Peer { user, conn };
     let mut stepped = false;
+    // Granted a step: `berth run` holds the connection, silent, while the step runs.
+    let mut holds_step = false;
     loop {
-        let req: ClientRequest = match read_frame(&mut stream).await {
+        let req: ClientRequest = match read_frame_limited(&mut stream, &limits.request(holds_step)).await {
             Ok(Some(r)) => r,
             Ok(None) => return stepped,
+            Err(e @ ProtocolError::Idle(_)) => {
+                let msg = format!("the controller {e}");
+                let _ =
+                    write_frame(&mut stream, &ClientResponse::Error(ApiError::new(ErrorCode::Unavailable, msg))).await;
+                return stepped;
+            }
+            Err(e @ ProtocolError::Busy(_)) => {
+                let _ = write_frame(
+                    &mut stream,
+                    &ClientResponse::Error(ApiError::new(ErrorCode::Unavailable, e.to_string())),
+                )
+                .await;
+                return stepped;
+            }
             Err(e) => {
                 let msg = format!("could not read your request: {e}");
                 let _ =
@@ -425,6 +794,7 @@ async fn serve_client(mut stream: UnixStream, conn: u64, tx: mpsc::Sender<Comman
                 "the controller is stopping; try again when it is back",
             )),
         };
+        holds_step |= matches!(resp, ClientResponse::StepGranted { .. });
         if write_frame(&mut stream, &resp).await.is_err() {
             return stepped;
         }
@@ -438,8 +808,7 @@ struct AgentAuth {
     guard: std::sync::Mutex<ReplayGuard>,
 }
 
-/// How long a new agent connection may take to send its registration.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::conn::HANDSHAKE_TIMEOUT;
 
 /// Refuse an agent connection: a tracing warning and event `auth_refused` (node = the name
 /// the peer claimed, if any; detail = its address and why).
@@ -465,9 +834,13 @@ async fn serve_agent(
     conn_id: u64,
     tx: mpsc::Sender<Command>,
     auth: Arc<AgentAuth>,
+    handshake: crate::conn::Handshake,
+    limits: &crate::conn::Limits,
 ) {
     let (mut rd, mut wr) = stream.into_split();
-    let body = match tokio::time::timeout(HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd)).await {
+    let registration = crate::conn::Limits::registration();
+    let first = read_raw_frame_limited(&mut rd, &registration);
+    let body = match tokio::time::timeout(HANDSHAKE_TIMEOUT, first).await {
         Ok(Ok(Some(b))) => b,
         Ok(Ok(None)) => return,
         Ok(Err(e)) => {
@@ -554,8 +927,11 @@ async fn serve_agent(
         let _ = writer.await;
         return;
     };
+    // Authenticated and registered: no longer a handshake; heartbeats keep it from idling.
+    drop(handshake);
+    let session_limits = limits.agent_session();
     loop {
-        match read_sealed::<_, AgentMessage>(&mut rd, &mut opener).await {
+        match read_sealed_limited::<_, AgentMessage>(&mut rd, &mut opener, &session_limits).await {
             Ok(Some(msg)) => {
                 if tx.send(Command::Agent { node, conn_id, msg }).await.is_err() {
                     break;

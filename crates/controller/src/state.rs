@@ -82,6 +82,9 @@ pub struct Controller {
     /// The cluster key step grants are signed with (set by `serve`; without it grants are
     /// unsigned and agents refuse them).
     pub key: Option<std::sync::Arc<berth_protocol::auth::ClusterKey>>,
+    /// Set while the store cannot be written (disk full, database locked): reported by
+    /// `Ping` (`berth status`); see server.rs, `run_actor`.
+    pub store_health: Option<berth_protocol::client::StoreHealth>,
 }
 
 /// Unix time in seconds.
@@ -110,6 +113,7 @@ impl Controller {
             policy: Default::default(),
             reservations: Default::default(),
             key: None,
+            store_health: None,
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         c.next_id = (c.store.max_job_id()? + 1).max(reserved);
@@ -167,6 +171,39 @@ impl Controller {
                 });
             } else {
                 c.store.close_steps(row.job, now, "job ended")?;
+            }
+        }
+        Ok(c)
+    }
+
+    /// The state as the store holds it, after a batch was rolled back (its writes failed:
+    /// server.rs, `run_actor`). The in-memory changes the batch made are undone by reading
+    /// everything back, as a restarted controller would; what lives only in memory and was
+    /// true before the batch is carried over: the agents' connections and when each was last
+    /// heard, the jobs' cgroup reports and kills sent, the steps' client connections, the
+    /// cluster key and the store's health. Nothing of the batch left this process (its
+    /// replies and orders are dropped by the caller), so agents and clients agree with it.
+    pub fn reload(self) -> Result<Controller, StoreError> {
+        let Controller { cfg, store, jobs, cluster, extra, cgroups, steps, key, store_health, .. } = self;
+        let mut c = Controller::load(cfg, store)?;
+        c.key = key;
+        c.store_health = store_health;
+        let old: HashMap<&str, &NodeExtra> = cluster.nodes.iter().map(|n| n.name.as_str()).zip(&extra).collect();
+        for (cap, ex) in c.cluster.nodes.iter().zip(c.extra.iter_mut()) {
+            if let Some(o) = old.get(cap.name.as_str()) {
+                ex.conn = o.conn.clone();
+                ex.last_heard = o.last_heard;
+            }
+        }
+        for (id, job) in c.jobs.iter_mut() {
+            if let Some(o) = jobs.get(id) {
+                job.kill_sent = o.kill_sent.clone();
+            }
+        }
+        c.cgroups = cgroups.into_iter().filter(|(id, _)| c.jobs.contains_key(id)).collect();
+        for (id, live) in c.steps.iter_mut() {
+            for s in live.iter_mut() {
+                s.conn = steps.get(id).and_then(|o| o.iter().find(|x| x.step == s.step)).and_then(|x| x.conn);
             }
         }
         Ok(c)
@@ -318,6 +355,8 @@ impl Controller {
             binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
             rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),
             step: None,
+            umask: job.options.umask,
+            pids_max: self.cfg.limits.pids_max(job.allocation[k].cores),
         }
     }
 

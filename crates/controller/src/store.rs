@@ -8,6 +8,16 @@
 //! commit makes them durable too. Anything else written (jobs, nodes, reservations, usage,
 //! settings) makes the commit synchronous; an update hook sees every row written, so a new
 //! table is durable without anyone having to remember it.
+//!
+//! The state directory is the controller's alone: 0700, its files 0600, owned by the
+//! daemon's user (set when they are made, and put right at every start): job scripts and
+//! environments are in it, and a lock another user took on `state.db-shm` would stop every
+//! write.
+//!
+//! A write that fails because the filesystem is full (SQLITE_FULL, or an I/O error with
+//! ENOSPC/EDQUOT) or because another process holds the database's lock (SQLITE_BUSY after
+//! `BUSY_TIMEOUT`) is [`StoreError::Unwritable`]: the server rolls the batch back and keeps
+//! serving (server.rs, `run_actor`) instead of stopping.
 
 use crate::job::{JobRecord, Usage};
 use berth_core::job::JobState;
@@ -17,6 +27,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 mod advance;
 mod reservations;
@@ -36,10 +47,86 @@ pub enum StoreError {
     Schema { path: PathBuf, found: i64 },
     #[error("state database {path}: cannot write it to disk ({source}); check the disk, then restart the controller")]
     Sync { path: PathBuf, source: std::io::Error },
-    #[error("cannot create state directory {path}: {source}")]
+    #[error("state directory {path}: {source}")]
     Dir { path: PathBuf, source: std::io::Error },
     #[error("state database {path}: stored record for job {id} is unreadable: {detail}")]
     Record { path: PathBuf, id: i64, detail: String },
+    /// The database cannot be written now, but may be later: nothing is lost, writing is
+    /// retried (see the module comment).
+    #[error("{}", unwritable_message(*.block, path, detail))]
+    Unwritable { block: WriteBlock, path: PathBuf, detail: String },
+}
+
+/// Why the state database cannot be written for now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteBlock {
+    /// Its filesystem is full (or the user's quota is reached).
+    NoSpace,
+    /// Another process holds a lock on it.
+    Busy,
+}
+
+impl WriteBlock {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WriteBlock::NoSpace => "no_space",
+            WriteBlock::Busy => "busy",
+        }
+    }
+}
+
+fn unwritable_message(block: WriteBlock, path: &Path, detail: &str) -> String {
+    let dir = path.parent().unwrap_or(path).display();
+    match block {
+        WriteBlock::NoSpace => format!(
+            "no space left on the filesystem of the state database {} ({detail}): free space in {dir} (df {dir})",
+            path.display()
+        ),
+        WriteBlock::Busy => format!(
+            "the state database {} is locked by another process ({detail}): find it with `fuser -v {}-shm {}`",
+            path.display(),
+            path.display(),
+            path.display()
+        ),
+    }
+}
+
+impl StoreError {
+    /// Whether this failure only means "not now" (see [`StoreError::Unwritable`]).
+    pub fn unwritable(&self) -> Option<WriteBlock> {
+        match self {
+            StoreError::Unwritable { block, .. } => Some(*block),
+            _ => None,
+        }
+    }
+}
+
+/// How long a statement waits for another process's lock on the database before it fails
+/// with SQLITE_BUSY (the server then retries: `run_actor`).
+pub const BUSY_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Classify an SQLite error of `conn` on `path`: a full disk or a lock held elsewhere is
+/// [`StoreError::Unwritable`], anything else [`StoreError::Sqlite`].
+fn classify(conn: Option<&Connection>, path: &Path, source: rusqlite::Error) -> StoreError {
+    use rusqlite::ErrorCode as C;
+    let block = match &source {
+        rusqlite::Error::SqliteFailure(e, _) => match e.code {
+            C::DiskFull => Some(WriteBlock::NoSpace),
+            C::DatabaseBusy | C::DatabaseLocked => Some(WriteBlock::Busy),
+            C::SystemIoFailure | C::CannotOpen => {
+                // SAFETY: the handle is valid while `conn` is borrowed; the call only reads
+                // the connection's last system error number.
+                let errno = conn.map(|c| unsafe { rusqlite::ffi::sqlite3_system_errno(c.handle()) }).unwrap_or(0);
+                (errno == libc::ENOSPC || errno == libc::EDQUOT).then_some(WriteBlock::NoSpace)
+            }
+            _ => None,
+        },
+        _ => None,
+    };
+    match block {
+        Some(block) => StoreError::Unwritable { block, path: path.to_path_buf(), detail: source.to_string() },
+        None => StoreError::Sqlite { path: path.to_path_buf(), source },
+    }
 }
 
 pub struct Store {
@@ -66,11 +153,17 @@ pub struct NodeRow {
 
 impl Store {
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::Dir { path: dir.to_path_buf(), source })?;
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+        let dir_err = |path: &Path, source| StoreError::Dir { path: path.to_path_buf(), source };
+        std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir).map_err(|e| dir_err(dir, e))?;
         let path = dir.join("state.db");
         let existed = path.exists();
-        let sql = |source| StoreError::Sqlite { path: path.clone(), source };
+        // Made 0600 before SQLite opens it: its -wal and -shm files take the database's mode.
+        std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path).map_err(|e| dir_err(&path, e))?;
+        secure(dir)?;
+        let sql = |source| classify(None, &path, source);
         let conn = Connection::open(&path).map_err(sql)?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| classify(Some(&conn), &path, e))?;
         // Every statement the controller runs stays prepared (the default keeps 16, fewer
         // than the store has): parsing SQL was a tenth of each batch's work.
         conn.set_prepared_statement_cache_capacity(128);
@@ -90,15 +183,48 @@ impl Store {
     }
 
     /// Keep the WAL preallocated, so that durable commits overwrite it rather than extend it
-    /// (store/wal.rs). The server does it once at start; a failure only makes commits slower.
+    /// (store/wal.rs). The server does it once at start. Best effort: it takes at most a
+    /// quarter of the space free on the filesystem, none when that is under 1 MiB, and gives
+    /// back what it wrote if the disk fills meanwhile; without it commits only sync slower.
     pub fn preallocate_wal(&self) {
-        if let Err(e) = wal::preallocate(&self.path, wal::WAL_PREALLOCATED) {
+        let free = free_bytes(&self.path);
+        let bytes = wal::budget(free);
+        if bytes < wal::WAL_PREALLOCATED {
+            tracing::warn!(
+                free_bytes = free,
+                "little space left on the filesystem of {}: WAL preallocated to {bytes} bytes only \
+                 (durable commits sync slower)",
+                self.path.display()
+            );
+        }
+        if let Err(e) = wal::preallocate(&self.path, bytes) {
             tracing::warn!("cannot preallocate the state database's WAL ({e}); durable commits will sync slower");
         }
     }
 
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the database can be written again (after [`StoreError::Unwritable`]): a small
+    /// durable transaction, waiting at most `wait` for another process's lock.
+    pub fn probe_write(&self, now: f64) -> Result<(), StoreError> {
+        self.conn.busy_timeout(wait_for_probe()).map_err(|e| self.err(e))?;
+        let result = (|| {
+            self.begin()?;
+            if let Err(e) = self.set_meta("write_probe", &now.to_string()) {
+                self.rollback();
+                return Err(e);
+            }
+            self.commit().inspect_err(|_| self.rollback())
+        })();
+        self.conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| self.err(e))?;
+        result
+    }
+
     fn err(&self, source: rusqlite::Error) -> StoreError {
-        StoreError::Sqlite { path: self.path.clone(), source }
+        classify(Some(&self.conn), &self.path, source)
     }
 
     fn check_integrity(&self) -> Result<(), StoreError> {
@@ -175,6 +301,13 @@ impl Store {
         Ok(())
     }
 
+    /// Open a transaction that only takes the write lock when it first writes (the server's
+    /// batches while the database cannot be written: reads need no write lock).
+    pub fn begin_deferred(&self) -> Result<(), StoreError> {
+        self.durable_write.store(false, Ordering::Relaxed);
+        self.run_cached("BEGIN")
+    }
+
     /// Open a transaction. It runs with synchronous=NORMAL (in WAL mode: the commit writes the
     /// frames but does not fsync them); `commit` fsyncs the WAL itself when the transaction
     /// wrote more than the logs, which is what synchronous=FULL would have done. (SQLite does
@@ -202,12 +335,14 @@ impl Store {
     /// Commit the open transaction to the WAL (it survives a crash of this process, not yet a
     /// power loss); true if it wrote more than the logs and must be synced
     /// (`sync_committed`) before anything of it is acknowledged.
+    /// On an error the transaction may still be open: the caller rolls it back (`rollback`),
+    /// or retries the commit.
     pub fn commit_written(&self) -> Result<bool, StoreError> {
-        let committed = self.run_cached("COMMIT");
+        self.run_cached("COMMIT")?;
         let must_sync = self.durable_write.swap(false, Ordering::Relaxed);
         // Writes outside `begin`/`commit` (start-up) stay synchronous on their own.
         self.run_cached("PRAGMA synchronous=FULL")?;
-        committed.map(|()| must_sync)
+        Ok(must_sync)
     }
 
     /// Make the last commit durable (see `commit_written`).
@@ -231,9 +366,14 @@ impl Store {
         self.durable_write.load(Ordering::Relaxed)
     }
 
+    /// Roll the open transaction back (none may be open any more: SQLite rolls some failed
+    /// ones back itself, e.g. on SQLITE_FULL).
     pub fn rollback(&self) {
         self.durable_write.store(false, Ordering::Relaxed);
-        let _ = self.conn.execute_batch("ROLLBACK; PRAGMA synchronous=FULL");
+        if !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        let _ = self.conn.execute_batch("PRAGMA synchronous=FULL");
     }
 
     /// A value of the key-value `meta` table (admin settings such as a node's system CPUs).
@@ -736,6 +876,73 @@ impl StepRow {
     }
 }
 
+/// How long a write probe waits for another process's lock: short, the state thread serves
+/// reads meanwhile.
+fn wait_for_probe() -> Duration {
+    Duration::from_millis(50)
+}
+
+/// Bytes free (to unprivileged users) on the filesystem holding `path`; u64::MAX if unknown.
+pub fn free_bytes(path: &Path) -> u64 {
+    let dir = path.parent().unwrap_or(path);
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return u64::MAX };
+    // SAFETY: `c` is a NUL-terminated path; statvfs writes only into `st`.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return u64::MAX;
+    }
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
+}
+
+/// Make the state directory and its database files the daemon user's alone: the directory
+/// 0700, the files 0600, all owned by this process's user (root gives them back to itself;
+/// another user cannot, and is told).
+fn secure(dir: &Path) -> Result<(), StoreError> {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // SAFETY: geteuid/getegid cannot fail.
+    let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+    let db = dir.join("state.db");
+    let mut paths = vec![(dir.to_path_buf(), 0o700)];
+    for suffix in ["", "-wal", "-shm", "-journal"] {
+        let mut p = db.clone().into_os_string();
+        p.push(suffix);
+        paths.push((PathBuf::from(p), 0o600));
+    }
+    for (path, mode) in paths {
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(StoreError::Dir { path, source }),
+        };
+        if meta.file_type().is_symlink() {
+            let source =
+                std::io::Error::other("it is a symbolic link; the state directory must hold the files themselves");
+            return Err(StoreError::Dir { path, source });
+        }
+        if meta.uid() != uid {
+            if uid != 0 {
+                let source = std::io::Error::other(format!(
+                    "owned by uid {}, not by this controller's user (uid {uid}); chown it or choose another state_dir",
+                    meta.uid()
+                ));
+                return Err(StoreError::Dir { path, source });
+            }
+            tracing::warn!(path = %path.display(), owner = meta.uid(), "state file not owned by root: taken back");
+            std::os::unix::fs::lchown(&path, Some(uid), Some(gid))
+                .map_err(|source| StoreError::Dir { path: path.clone(), source })?;
+        }
+        if meta.mode() & 0o7777 != mode {
+            if meta.mode() & 0o077 != 0 {
+                tracing::warn!(path = %path.display(), mode = format!("{:o}", meta.mode() & 0o7777), "state file readable by others: made private");
+            }
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode))
+                .map_err(|source| StoreError::Dir { path: path.clone(), source })?;
+        }
+    }
+    Ok(())
+}
+
 fn json<T: serde::Serialize>(v: &T) -> String {
     serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
@@ -1019,6 +1226,61 @@ mod tests {
         let sum = store.member_usage(JobId(1)).unwrap();
         assert_eq!((sum.user_cpu_us, sum.system_cpu_us, sum.peak_memory_bytes), (10, 14, 300));
         assert_eq!(store.member_usage(JobId(2)).unwrap(), Usage::default());
+    }
+
+    #[test]
+    fn the_state_directory_and_its_files_are_private_made_so_and_put_right() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("controller");
+        {
+            let store = Store::open(&dir).unwrap();
+            store.preallocate_wal();
+            store.begin().unwrap();
+            store.insert_job(&job(1)).unwrap();
+            store.commit().unwrap();
+            std::mem::forget(store); // the -wal and -shm files stay
+        }
+        assert_eq!(mode(&dir), 0o700);
+        for f in ["state.db", "state.db-wal", "state.db-shm"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f} made private");
+        }
+        // As an older berth left them: opened up; the next start closes them again.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in ["state.db", "state.db-wal", "state.db-shm"] {
+            std::fs::set_permissions(dir.join(f), std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let store = Store::open(&dir).unwrap();
+        assert_eq!(mode(&dir), 0o700);
+        for f in ["state.db", "state.db-wal", "state.db-shm"] {
+            assert_eq!(mode(&dir.join(f)), 0o600, "{f} put right");
+        }
+        assert_eq!(store.count_jobs().unwrap(), 1);
+    }
+
+    #[test]
+    fn a_database_locked_by_another_process_is_unwritable_not_broken() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(dir.path()).unwrap();
+        // Another connection holds the write lock (as a process locking the WAL write byte does).
+        let other = Connection::open(dir.path().join("state.db")).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let t0 = std::time::Instant::now();
+        let e = store.begin().expect_err("locked");
+        assert!(t0.elapsed() >= BUSY_TIMEOUT / 2, "waited for the lock first: {:?}", t0.elapsed());
+        assert_eq!(e.unwritable(), Some(WriteBlock::Busy), "{e}");
+        assert!(e.to_string().contains("state.db") && e.to_string().contains("locked"), "{e}");
+        store.rollback();
+        assert!(store.probe_write(1.0).is_err(), "the probe fails while the lock is held");
+        // Reads go on meanwhile.
+        assert_eq!(store.count_jobs().unwrap(), 0);
+        other.execute_batch("ROLLBACK").unwrap();
+        store.probe_write(2.0).expect("writable once the lock is released");
+        store.begin().unwrap();
+        store.insert_job(&job(1)).unwrap();
+        store.commit().unwrap();
+        assert_eq!(store.count_jobs().unwrap(), 1);
     }
 
     #[test]

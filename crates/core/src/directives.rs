@@ -59,6 +59,10 @@ pub struct SubmitOptions {
     /// Keep running on the surviving nodes when one of the job's other nodes fails.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub no_kill: Option<bool>,
+    /// The submitter's umask, applied to the job and its output files as sbatch does (the
+    /// client sends it; not an option a user writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
@@ -187,6 +191,7 @@ impl SubmitOptions {
             properties: over.properties.or(self.properties),
             account: over.account.or(self.account),
             reservation: over.reservation.or(self.reservation),
+            umask: over.umask.or(self.umask),
             requeue: over.requeue.or(self.requeue),
             no_kill: over.no_kill.or(self.no_kill),
         }

@@ -13,6 +13,7 @@ pub mod fuzz;
 pub mod hierarchy;
 pub mod ids;
 pub mod job;
+pub mod limits;
 pub mod node;
 pub mod placement;
 pub mod sched;

@@ -193,6 +193,14 @@ pub struct LaunchSpec {
     /// on its first node): its signed grant, with `attach` set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub step: Option<Box<crate::step::StepGrant>>,
+    /// The submitter's umask, set in the batch script's process before it opens its output
+    /// files (none: the agent's default, 022).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub umask: Option<u32>,
+    /// The most processes the job may have at once on this node (`[limits] pids_*`); none:
+    /// no limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids_max: Option<u64>,
 }
 
 fn yes() -> bool {

@@ -198,6 +198,10 @@ pub struct AdvanceInfo {
     pub queued_jobs: Vec<JobId>,
 }
 
+/// The most job ids one request may name (`cancel`, `hold`, `release`) and the most jobs one
+/// batch submission may carry: every answer then fits a frame. `berth` sends more in batches.
+pub const MAX_IDS_PER_REQUEST: usize = 10_000;
+
 /// A batch job as submitted. The submitter's uid, gid and groups are not in it: the controller
 /// takes them from the kernel (SO_PEERCRED) so nobody can submit as someone else.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -222,6 +226,11 @@ pub enum ClientResponse {
         protocol: u32,
         nodes: usize,
         jobs: usize,
+        /// Set while the controller cannot write its state database (disk full, database
+        /// locked): what is wrong and since when. Absent when all is well (and from older
+        /// controllers).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        state_store: Option<StoreHealth>,
     },
     Submitted {
         id: JobId,
@@ -309,6 +318,9 @@ pub enum ErrorCode {
     QueueLimit,
     /// No advance reservation of that name.
     UnknownReservation,
+    /// The controller cannot record the request: the filesystem of its state database is
+    /// full. The message names the path; retry once space is freed there.
+    NoSpace,
 }
 
 impl ErrorCode {
@@ -325,8 +337,23 @@ impl ErrorCode {
             ErrorCode::Internal => "internal",
             ErrorCode::QueueLimit => "queue_limit",
             ErrorCode::UnknownReservation => "unknown_reservation",
+            ErrorCode::NoSpace => "no_space",
         }
     }
+}
+
+/// Why the controller cannot write its state database at the moment (`Pong::state_store`).
+/// Meanwhile reads and running jobs go on; requests that change state are refused; job ends
+/// wait in memory (and on the agents) until they can be written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoreHealth {
+    /// `no_space` (the filesystem is full) or `busy` (another process holds a lock on the
+    /// database).
+    pub problem: String,
+    /// What failed, naming the path.
+    pub message: String,
+    /// Unix time since when.
+    pub since: f64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]

@@ -16,7 +16,9 @@ use crate::client::{
     Accounting, AdvanceCreate, AdvanceInfo, ApiError, CgroupInfo, ClientRequest, ClientResponse, ErrorCode, IdResult,
     JobInfo, NodeInfo, NumaInfo, PuHolder, QueueInfo, SubmitRequest, SubnodeInfo,
 };
-use crate::frame::{decode, encode};
+use crate::frame::{
+    decode, encode, read_raw_frame_counted, FrameBudget, FrameLimits, READ_CHUNK, UNIDENTIFIED_FRAME_BYTES,
+};
 use crate::reservation::{
     ConfirmRequest, ErrorBody, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory,
     OptionValue, ReservationErrorCode, ReservationInfo, ReservationReply, ReservationRequest, ReservationState,
@@ -213,8 +215,49 @@ fn check_frame_stream(bytes: &[u8]) {
                     }
                 }
             }
+            // Slow and partial peers: the stream a few bytes per read, under the limits of an
+            // unidentified peer and a shared budget. A frame's buffer never outgrows what
+            // arrived (twice it, or one chunk), whatever length was announced, and every byte
+            // taken from the budget is given back.
+            let step = bytes.len() % 7 + 1;
+            let budget = FrameBudget::new(4 * READ_CHUNK, "the fuzz target's");
+            for max_bytes in [UNIDENTIFIED_FRAME_BYTES, crate::MAX_FRAME_BYTES] {
+                let limits = FrameLimits { max_bytes, budget: Some(&budget), ..FrameLimits::default() };
+                let mut r = Slow { data: bytes, step };
+                for _ in 0..bytes.len() / 4 + 2 {
+                    let before = r.data.len();
+                    let mut peak = 0;
+                    let result = read_raw_frame_counted(&mut r, &limits, &mut peak).await;
+                    let arrived = before - r.data.len();
+                    assert!(peak <= 2 * arrived + READ_CHUNK, "{arrived} bytes arrived, a buffer of {peak}");
+                    assert_eq!(budget.used(), 0, "the budget is given back");
+                    match result {
+                        Ok(Some(body)) => assert!(body.len() <= max_bytes),
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+            }
         })
     });
+}
+
+/// A peer sending `step` bytes per read.
+struct Slow<'a> {
+    data: &'a [u8],
+    step: usize,
+}
+
+impl tokio::io::AsyncRead for Slow<'_> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        _: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let n = self.step.min(buf.remaining()).min(self.data.len());
+        buf.put_slice(&self.data[..n]);
+        self.data = &self.data[n..];
+        std::task::Poll::Ready(Ok(()))
+    }
 }
 
 fn json_mutation_input() -> BoxedStrategy<Vec<u8>> {
@@ -458,13 +501,13 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
     (
         (job_id(), text(), user_identity(), env(), text(), text(), text(), text()),
         (node_allocation(), vec((text(), any::<u32>()), 0..3), of(any::<u64>()), any::<bool>(), texts()),
-        (any::<u64>(), of(binding_mode()), of(text()), of(step_grant())),
+        (any::<u64>(), of(binding_mode()), of(text()), of(step_grant()), of(any::<u32>()), of(any::<u64>())),
     )
         .prop_map(
             |(
                 (id, name, user, env, cwd, script, stdout, stderr),
                 (allocation, nodes, walltime_seconds, head, addresses),
-                (kill_grace_ms, binding_mode, rankfile, step),
+                (kill_grace_ms, binding_mode, rankfile, step, umask, pids_max),
             )| LaunchSpec {
                 id,
                 name,
@@ -483,6 +526,8 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 binding_mode,
                 rankfile,
                 step: step.map(Box::new),
+                umask,
+                pids_max,
             },
         )
         .boxed()
@@ -686,6 +731,7 @@ pub fn error_code() -> BoxedStrategy<ErrorCode> {
         ErrorCode::Internal,
         ErrorCode::QueueLimit,
         ErrorCode::UnknownReservation,
+        ErrorCode::NoSpace,
     ])
     .boxed()
 }
@@ -1016,8 +1062,9 @@ pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
 pub fn client_response() -> BoxedStrategy<ClientResponse> {
     let id_result = (job_id(), any::<bool>(), of(api_error())).prop_map(|(id, ok, error)| IdResult { id, ok, error });
     prop_oneof![
-        (text(), any::<u32>(), any::<usize>(), any::<usize>())
-            .prop_map(|(version, protocol, nodes, jobs)| ClientResponse::Pong { version, protocol, nodes, jobs }),
+        (text(), any::<u32>(), any::<usize>(), any::<usize>()).prop_map(|(version, protocol, nodes, jobs)| {
+            ClientResponse::Pong { version, protocol, nodes, jobs, state_store: None }
+        }),
         job_id().prop_map(|id| ClientResponse::Submitted { id }),
         ids().prop_map(|ids| ClientResponse::SubmittedBatch { ids }),
         vec(job_info(), 0..2).prop_map(|jobs| ClientResponse::Jobs { jobs }),

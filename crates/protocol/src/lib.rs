@@ -10,9 +10,13 @@ pub mod client;
 pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod limits;
 pub mod probe;
 pub mod reservation;
 pub mod step;
 pub mod tree;
 
-pub use frame::{read_frame, read_raw_frame, write_frame, ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION};
+pub use frame::{
+    read_frame, read_frame_limited, read_raw_frame, read_raw_frame_limited, write_frame, FrameBudget, FrameLimits,
+    ProtocolError, MAX_FRAME_BYTES, PROTOCOL_VERSION,
+};

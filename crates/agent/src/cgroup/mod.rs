@@ -72,6 +72,9 @@ pub struct JobLimits {
     pub mems: String,
     /// Hard memory limit (swap included). None means unlimited.
     pub memory_limit_bytes: Option<u64>,
+    /// The most processes (and threads) the job may have at once; None leaves the limit as
+    /// it is (unlimited in a new cgroup). Hitting it makes fork fail in the job (EAGAIN).
+    pub pids_max: Option<u64>,
 }
 
 /// Accounting of a job cgroup (cumulative since creation, descendants included).
@@ -82,6 +85,8 @@ pub struct CgroupUsage {
     pub peak_memory_bytes: u64,
     /// Processes killed by the OOM killer. 0 if the kernel does not count them.
     pub oom_kills: u64,
+    /// Forks refused because the job was at its process limit (`pids.events` "max").
+    pub pids_limit_hits: u64,
 }
 
 /// Creates and removes the agent's cgroup subtree and its job cgroups.

@@ -221,6 +221,8 @@ pub fn mpi_programs() -> &'static Path {
 /// No job cgroup left under the cluster's subtree once its jobs ended (waits up to 15 s).
 pub fn assert_no_job_cgroups(c: &Cluster) {
     let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id());
+    // A wrong path must not pass as "nothing left": the cluster's root exists while it is up.
+    assert!(root.is_dir(), "no cgroup root {} for this cluster: the check looks in the wrong place", root.display());
     let t0 = Instant::now();
     loop {
         let left: Vec<PathBuf> = std::fs::read_dir(&root)

@@ -22,6 +22,18 @@ use std::path::{Path, PathBuf};
 /// plus frame headers).
 pub const WAL_PREALLOCATED: u64 = 8 << 20;
 
+/// How much WAL to preallocate with `free` bytes free on its filesystem: at most a quarter of
+/// them (whole MiB), none under 1 MiB: a nearly full disk is left to the commits themselves.
+pub fn budget(free: u64) -> u64 {
+    const MIB: u64 = 1 << 20;
+    let quarter = (free / 4) / MIB * MIB;
+    if quarter < MIB {
+        0
+    } else {
+        quarter.min(WAL_PREALLOCATED)
+    }
+}
+
 fn wal_path(db: &Path) -> PathBuf {
     let mut wal = db.as_os_str().to_os_string();
     wal.push("-wal");
@@ -30,18 +42,27 @@ fn wal_path(db: &Path) -> PathBuf {
 
 /// Extend `db`'s WAL with zeros to `bytes` (never touching what is there), and make that
 /// durable. Real zeros, not fallocate: blocks fallocate leaves unwritten turn written on the
-/// first overwrite, a metadata change again.
+/// first overwrite, a metadata change again. A new file is made 0600 (the state is private);
+/// on a write error (the disk filled meanwhile) the file is cut back to its length before.
 pub fn preallocate(db: &Path, bytes: u64) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
     let path = wal_path(db);
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&path)?;
-    let mut len = f.metadata()?.len();
+    if bytes == 0 {
+        return Ok(());
+    }
+    let mut f = std::fs::OpenOptions::new().create(true).append(true).mode(0o600).open(&path)?;
+    let before = f.metadata()?.len();
+    let mut len = before;
     if len >= bytes {
         return Ok(());
     }
     let zeros = vec![0u8; 1 << 20];
     while len < bytes {
         let n = ((bytes - len) as usize).min(zeros.len());
-        f.write_all(&zeros[..n])?;
+        if let Err(e) = f.write_all(&zeros[..n]) {
+            let _ = f.set_len(before);
+            return Err(e);
+        }
         len += n as u64;
     }
     f.sync_all()?;
@@ -100,5 +121,22 @@ mod tests {
         let before = std::fs::read(wal_path(&db)).ok();
         preallocate(&db, 1 << 20).unwrap();
         assert_eq!(std::fs::read(wal_path(&db)).ok(), before);
+    }
+
+    #[test]
+    fn a_nearly_full_disk_gets_a_smaller_wal_or_none() {
+        const MIB: u64 = 1 << 20;
+        assert_eq!(budget(u64::MAX), WAL_PREALLOCATED);
+        assert_eq!(budget(100 * MIB), WAL_PREALLOCATED);
+        assert_eq!(budget(12 * MIB), 3 * MIB);
+        assert_eq!(budget(3 * MIB), 0, "3 MB free: no preallocation");
+        assert_eq!(budget(0), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("state.db");
+        preallocate(&db, 0).unwrap();
+        assert!(!wal_path(&db).exists(), "nothing made for a budget of 0");
+        preallocate(&db, MIB).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(wal_path(&db)).unwrap().permissions().mode() & 0o777, 0o600);
     }
 }

@@ -456,7 +456,20 @@ where
     R: tokio::io::AsyncRead + Unpin,
     T: DeserializeOwned,
 {
-    let body = match crate::frame::read_raw_frame(r).await? {
+    read_sealed_limited(r, opener, &crate::frame::FrameLimits::default()).await
+}
+
+/// [`read_sealed`] within `limits` (docs/protocol.md, "Limits").
+pub async fn read_sealed_limited<R, T>(
+    r: &mut R,
+    opener: &mut Opener,
+    limits: &crate::frame::FrameLimits<'_>,
+) -> Result<Option<T>, ProtocolError>
+where
+    R: tokio::io::AsyncRead + Unpin,
+    T: DeserializeOwned,
+{
+    let body = match crate::frame::read_raw_frame_limited(r, limits).await? {
         None => return Ok(None),
         Some(b) => b,
     };

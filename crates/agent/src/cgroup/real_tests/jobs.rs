@@ -11,7 +11,7 @@ fn v1_create_join_kill_remove() {
         return;
     };
     let b = &r.backend;
-    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
+    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
     let job = b.create("job_1", &limits).unwrap();
     let p = r.paths();
     assert_eq!(read(&p.cpuset.join("job_1/cpuset.cpus")), "0");
@@ -73,7 +73,7 @@ fn v1_oom_kill_is_counted() {
     let Some(r) = v1_root("v1_oom_kill_is_counted", unique("berth-test/cg")) else {
         return;
     };
-    let limits = JobLimits { cpus: String::new(), mems: String::new(), memory_limit_bytes: mib(32) };
+    let limits = JobLimits { cpus: String::new(), mems: String::new(), memory_limit_bytes: mib(32), pids_max: None };
     let job = r.backend.create("oom", &limits).unwrap();
     let mut child = spawn_in(&*job, "head -c 300m /dev/zero | tail");
     let st = wait_child(&mut child, Duration::from_secs(60));
@@ -142,7 +142,7 @@ fn v1_update_limits() {
         return;
     };
     let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
-    let mut limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
+    let mut limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
     let job = r.backend.create("upd", &limits).unwrap();
     let dir = r.paths().memory.join("upd");
     let memsw = dir.join("memory.memsw.limit_in_bytes");
@@ -174,7 +174,7 @@ fn v1_a_spare_is_taken_by_the_next_create_and_is_no_job() {
     };
     let b = &r.backend;
     let p = r.paths();
-    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64) };
+    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
     b.make_spare().unwrap();
     b.make_spare().unwrap(); // one is enough: already there
     assert_eq!(b.list().unwrap(), ["spare"]);

@@ -119,3 +119,61 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
     }
     r.finish();
 }
+
+/// Issue 16 item 1: a panic in the supervision of one job ends that job `failed` with the
+/// reason, kills its processes (a setsid'd background child too) and removes its cgroup and
+/// spool, instead of leaving it running unsupervised.
+#[test]
+fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
+    let Some(r) = v1_root("v1_a_panic_in_a_jobs_supervision_ends_it", unique("berth-test/cg")) else {
+        return;
+    };
+    let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
+    let (real, real_mems) = (CpuSet::parse_list(&cpus).unwrap(), CpuSet::parse_list(&mems).unwrap());
+    let topo = Topology::uniform(1, 1, 1, 1, 1 << 30);
+    let cpumap = CpuMap::round_robin(&topo, real, real_mems);
+    let tmp = tempfile::tempdir().unwrap();
+    let spool_root = tmp.path().join("spool");
+    std::fs::create_dir_all(spool_root.join("903")).unwrap();
+    let backend: Arc<dyn CgroupBackend> = Arc::new(r.backend.clone());
+    let ctx = Arc::new(JobContext {
+        cgroups: backend.clone(),
+        cpumap,
+        topology: topo,
+        spool_root: spool_root.clone(),
+        registry: Default::default(),
+        agent_socket: tmp.path().join("agent.sock"),
+        shim: None,
+        records: None,
+    });
+    let limits = crate::cgroup::JobLimits {
+        cpus: cpus.clone(),
+        mems: mems.clone(),
+        memory_limit_bytes: Some(64 << 20),
+        pids_max: None,
+    };
+    let job = backend.create("job_903", &limits).unwrap();
+    let mut child = spawn_in(&*job, "setsid sleep 300 & exec sleep 300");
+    let pids = wait_pids(&*job, 2);
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let outcome = rt.block_on(crate::daemon::contained(berth_core::JobId(903), &ctx, async move {
+        let _job = job;
+        panic!("injected: time arithmetic overflowed");
+    }));
+    let _ = child.wait();
+    assert_eq!(outcome.final_state(), berth_core::job::JobState::Failed, "{outcome:?}");
+    let reason = outcome.reason.clone().unwrap_or_default();
+    assert!(reason.starts_with("agent_error:") && reason.contains("injected"), "{reason}");
+    for pid in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || read(&PathBuf::from(format!("/proc/{pid}/stat"))).contains(") Z"),
+            "pid {pid} survived"
+        );
+    }
+    for d in r.dirs(Some("job_903")) {
+        assert!(!d.exists(), "{} left behind", d.display());
+    }
+    assert!(!spool_root.join("903").exists(), "spool left behind");
+    r.finish();
+}

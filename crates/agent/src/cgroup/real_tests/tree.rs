@@ -65,7 +65,22 @@ fn detect_on_this_host() {
         return;
     }
     match detect("berth-test/detect") {
-        Ok(b) => eprintln!("detected: {b:?}"),
+        Ok(b) => {
+            // This host has the v1 controllers berth needs (cpuset, memory, freezer, cpuacct):
+            // the backend found must be v1 and its mounts must exist.
+            let cpuset = b.cpuset_mount();
+            assert!(
+                cpuset.is_dir(),
+                "detected backend {b:?} names a cpuset mount {} that does not exist",
+                cpuset.display()
+            );
+            let v1_here = std::path::Path::new("/sys/fs/cgroup/cpuset/cpuset.cpus").exists();
+            assert_eq!(
+                v1_here,
+                cpuset.join("cpuset.cpus").exists(),
+                "detected {b:?} on a host with v1 cpuset = {v1_here}"
+            );
+        }
         Err(e) => {
             precondition_failed::<()>("detect_on_this_host", &e.to_string());
         }

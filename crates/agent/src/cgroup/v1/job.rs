@@ -161,7 +161,19 @@ impl JobCgroup for V1Job {
         let oom_kills = util::read_optional(&mem.join("memory.oom_control"))?
             .and_then(|t| util::keyed_u64(&t, "oom_kill"))
             .unwrap_or(0);
-        Ok(CgroupUsage { user_cpu_usec: user, system_cpu_usec: system, peak_memory_bytes: peak, oom_kills })
+        let pids_limit_hits = match &self.paths.pids {
+            Some(dir) => {
+                util::read_optional(&dir.join("pids.events"))?.and_then(|t| util::keyed_u64(&t, "max")).unwrap_or(0)
+            }
+            None => 0,
+        };
+        Ok(CgroupUsage {
+            user_cpu_usec: user,
+            system_cpu_usec: system,
+            peak_memory_bytes: peak,
+            oom_kills,
+            pids_limit_hits,
+        })
     }
 
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
@@ -178,7 +190,11 @@ impl JobCgroup for V1Job {
             };
             util::write_value(&self.paths.cpuset.join(file), &value)?;
         }
-        self.set_memory_limit(limits.memory_limit_bytes)
+        self.set_memory_limit(limits.memory_limit_bytes)?;
+        if let (Some(dir), Some(max)) = (&self.paths.pids, limits.pids_max) {
+            util::write_value(&dir.join("pids.max"), &max.to_string())?;
+        }
+        Ok(())
     }
 
     fn remove(&self) -> Result<(), CgroupError> {
@@ -330,7 +346,13 @@ mod tests {
             ("memory.max_usage_in_bytes", "4096\n"),
             ("memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 2\n"),
         ]);
-        let want = CgroupUsage { user_cpu_usec: 2_500_000, system_cpu_usec: 1, peak_memory_bytes: 4096, oom_kills: 2 };
+        let want = CgroupUsage {
+            user_cpu_usec: 2_500_000,
+            system_cpu_usec: 1,
+            peak_memory_bytes: 4096,
+            oom_kills: 2,
+            pids_limit_hits: 0,
+        };
         assert_eq!(job.usage().unwrap(), want);
     }
 
@@ -354,7 +376,7 @@ mod tests {
     fn update_turns_on_memory_migration() {
         let files = [("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.memory_migrate", "0\n")];
         let (_t, job) = fixture(&[files[0], files[1], files[2], ("memory.limit_in_bytes", "")]);
-        let limits = JobLimits { cpus: "2-3".into(), mems: "1".into(), memory_limit_bytes: Some(4096) };
+        let limits = JobLimits { cpus: "2-3".into(), mems: "1".into(), memory_limit_bytes: Some(4096), pids_max: None };
         job.update(&limits).unwrap();
         let read = |f: &str| std::fs::read_to_string(job.paths.cpuset.join(f)).unwrap();
         assert_eq!([read("cpuset.memory_migrate"), read("cpuset.cpus"), read("cpuset.mems")], ["1", "2-3", "1"]);

@@ -137,6 +137,7 @@ impl JobCgroup for V2Job {
             system_cpu_usec: keyed("cpu.stat", "system_usec")?,
             peak_memory_bytes: peak,
             oom_kills: keyed("memory.events", "oom_kill")?,
+            pids_limit_hits: keyed("pids.events", "max")?,
         })
     }
 
@@ -158,6 +159,11 @@ impl JobCgroup for V2Job {
         if util::is_file(&swap) {
             let v = if limits.memory_limit_bytes.is_some() { "0" } else { "max" };
             util::write_value(&swap, v)?;
+        }
+        // Absent when the pids controller is not enabled for the subtree.
+        let pids = self.dir.join("pids.max");
+        if let (Some(max), true) = (limits.pids_max, util::is_file(&pids)) {
+            util::write_value(&pids, &max.to_string())?;
         }
         Ok(())
     }
@@ -243,7 +249,13 @@ mod tests {
         let u = job.usage().unwrap();
         assert_eq!(
             u,
-            CgroupUsage { user_cpu_usec: 1000, system_cpu_usec: 500, peak_memory_bytes: 33554432, oom_kills: 1 }
+            CgroupUsage {
+                user_cpu_usec: 1000,
+                system_cpu_usec: 500,
+                peak_memory_bytes: 33554432,
+                oom_kills: 1,
+                pids_limit_hits: 0
+            }
         );
         fs::remove_file(job.dir().join("memory.peak")).unwrap();
         assert_eq!(job.usage().unwrap().peak_memory_bytes, 0, "pre-5.19 kernels");
@@ -254,7 +266,8 @@ mod tests {
         let files = ["cpuset.cpus", "cpuset.mems", "memory.max", "memory.swap.max"];
         let (_t, job) = fixture(&files.map(|f| (f, "")));
         let read = |f: &str| fs::read_to_string(job.dir().join(f)).unwrap();
-        let limits = JobLimits { cpus: "1,3".into(), mems: "0".into(), memory_limit_bytes: Some(64 << 20) };
+        let limits =
+            JobLimits { cpus: "1,3".into(), mems: "0".into(), memory_limit_bytes: Some(64 << 20), pids_max: None };
         job.update(&limits).unwrap();
         assert_eq!(files.map(read), ["1,3", "0", "67108864", "0"]);
         job.update(&JobLimits::default()).unwrap();

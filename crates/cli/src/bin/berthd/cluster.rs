@@ -225,6 +225,41 @@ fn spawn_daemon(dir: &Path, who: &str, args: &[String], netns: Option<&str>) -> 
     Ok(pid)
 }
 
+/// How a child of ours ended, if it has (reaped here).
+fn exit_status(pid: i32) -> Option<String> {
+    let mut st = 0;
+    // SAFETY: waitpid on our own child, WNOHANG: returns at once; writes only `st`.
+    if unsafe { libc::waitpid(pid, &mut st, libc::WNOHANG) } != pid {
+        return None;
+    }
+    Some(if libc::WIFEXITED(st) {
+        format!("status {}", libc::WEXITSTATUS(st))
+    } else if libc::WIFSIGNALED(st) {
+        format!("killed by signal {}", libc::WTERMSIG(st))
+    } else {
+        format!("wait status {st}")
+    })
+}
+
+/// Why the controller is not up: `what`, then the end of its log; an empty log (it could not
+/// write it: a full disk, typically) says so with the space left where it keeps its state.
+fn why_not_up(dir: &Path, what: &str) -> String {
+    let tail = log_tail(dir, "server");
+    if !tail.trim().is_empty() {
+        return format!("{what}; its log ends with:\n{tail}");
+    }
+    let state = [dir.join("controller"), dir.to_path_buf()].into_iter().find(|p| p.exists()).unwrap_or_default();
+    let free = berth_controller::store::free_bytes(&state.join("state.db"));
+    format!(
+        "{what}, and its log {} is empty: it could not write it or died first. {} bytes are free on the \
+         filesystem of {} (a full disk? free space there); run `berth server --dir {}` in the foreground to see its error",
+        dir.join("logs").join("server.log").display(),
+        free,
+        state.display(),
+        dir.display()
+    )
+}
+
 fn log_tail(dir: &Path, who: &str) -> String {
     let text = std::fs::read_to_string(dir.join("logs").join(format!("{who}.log"))).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
@@ -299,12 +334,15 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     let dir_s = dir.display().to_string();
     let mut started = vec![];
     if live_pid(dir, "server").is_none() || request(dir, ClientRequest::Ping).await.is_err() {
-        spawn_daemon(dir, "server", &["server".into(), "--dir".into(), dir_s.clone()], None)?;
+        let pid = spawn_daemon(dir, "server", &["server".into(), "--dir".into(), dir_s.clone()], None)?;
         started.push("server".to_string());
         let t0 = Instant::now();
         while request(dir, ClientRequest::Ping).await.is_err() {
+            if let Some(status) = exit_status(pid) {
+                bail!("{}", why_not_up(dir, &format!("the controller exited ({status})")));
+            }
             if t0.elapsed() > Duration::from_secs(15) {
-                bail!("the controller did not come up; its log ends with:\n{}", log_tail(dir, "server"));
+                bail!("{}", why_not_up(dir, "the controller did not come up within 15 s"));
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }

@@ -63,6 +63,9 @@ fn main() {
         berth_agent::shim::main(&args.collect::<Vec<_>>());
     }
     let cli = Cli::parse();
+    // `up`, `down` and the demo poll the controller themselves (and start it): a request
+    // fails at once rather than waiting for a restart as users' commands do.
+    berth_cli::client::set_wait_secs(0);
     let role = match cli.command {
         Command::Server(_) => berth_cli::Role::Controller,
         Command::Agent(_) => berth_cli::Role::Agent,
