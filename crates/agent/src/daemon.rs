@@ -59,12 +59,24 @@ pub enum AgentError {
 }
 
 /// Shared between the connection, the job tasks and the status port.
-#[derive(Default)]
 struct Shared {
     running: BTreeMap<JobId, mpsc::UnboundedSender<String>>,
     /// Ended jobs whose end the controller has not acknowledged.
     unacked: BTreeMap<JobId, JobOutcome>,
     connected: bool,
+    /// The controller's lease on this agent's fenced jobs (crate::fence).
+    lease: crate::fence::LeaseState,
+}
+
+impl Default for Shared {
+    fn default() -> Self {
+        Shared {
+            running: BTreeMap::new(),
+            unacked: BTreeMap::new(),
+            connected: false,
+            lease: crate::fence::LeaseState::new(std::time::Instant::now()),
+        }
+    }
 }
 
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
@@ -166,8 +178,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         real_cpus: real_cpus_text,
         running: vec![],
         ended: vec![],
+        lease: true,
     };
 
+    tokio::spawn(watch_lease(ctx.clone(), shared.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| AgentError::Setup(e.to_string()))?;
     let mut backoff = Duration::from_millis(100);
@@ -217,9 +231,17 @@ async fn connection(
     events_tx: &mpsc::UnboundedSender<AgentMessage>,
     events_rx: &mut mpsc::UnboundedReceiver<AgentMessage>,
 ) -> Result<(), String> {
-    let stream = TcpStream::connect(&cfg.controller)
-        .await
-        .map_err(|e| format!("cannot reach the controller at {}: {e}", cfg.controller))?;
+    shared.lock().map(|mut s| s.lease.connecting()).ok();
+    let stream = match TcpStream::connect(&cfg.controller).await {
+        Ok(s) => s,
+        Err(e) => {
+            if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                // Nobody listens there: the controller is not running, and requeues nothing.
+                shared.lock().map(|mut s| s.lease.refused(std::time::Instant::now())).ok();
+            }
+            return Err(format!("cannot reach the controller at {}: {e}", cfg.controller));
+        }
+    };
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let mut reg = registration.clone();
@@ -238,6 +260,7 @@ async fn connection(
     let body = String::from_utf8(to_json(&AgentMessage::Register(Box::new(reg))).map_err(|e| e.to_string())?)
         .map_err(|e| e.to_string())?;
     let hello = Envelope::seal_body(&cfg.key, LABEL_REGISTER, body, now_ms(), agent_nonce);
+    let hello_sent = std::time::Instant::now();
     write_frame(&mut wr, &hello).await.map_err(|e| e.to_string())?;
     let answer = tokio::time::timeout(crate::conn::HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd))
         .await
@@ -273,7 +296,9 @@ async fn connection(
         },
     };
     let heartbeat = match reply {
-        ControllerMessage::Registered { heartbeat_interval_ms, .. } => {
+        ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, .. } => {
+            let lease = lease_ms.map(Duration::from_millis);
+            shared.lock().map(|mut s| s.lease.registered(lease, hello_sent)).ok();
             Duration::from_millis(heartbeat_interval_ms.max(100))
         }
         ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
@@ -311,8 +336,11 @@ async fn connection(
                 write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
-                let running = shared.lock().map(|s| s.running.keys().copied().collect()).unwrap_or_default();
-                write_sealed(&mut wr, &mut sealer, &AgentMessage::Heartbeat { running }).await.map_err(|e| e.to_string())?;
+                let (running, seq) = shared
+                    .lock()
+                    .map(|mut s| (s.running.keys().copied().collect(), s.lease.heartbeat(std::time::Instant::now())))
+                    .unwrap_or_default();
+                write_sealed(&mut wr, &mut sealer, &AgentMessage::Heartbeat { running, seq }).await.map_err(|e| e.to_string())?;
             }
         }
     }
@@ -352,7 +380,46 @@ fn handle(
                 }));
             }
         }
+        ControllerMessage::Renew { seq } => {
+            shared.lock().map(|mut s| s.lease.renew(seq)).ok();
+        }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
+    }
+}
+
+/// Kill the fenced jobs when the lease runs out (crate::fence): the controller requeues them
+/// a margin later, so the copy it starts elsewhere never overlaps this one.
+async fn watch_lease(ctx: Arc<JobContext>, shared: Arc<Mutex<Shared>>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let Some(lease) = shared.lock().ok().and_then(|mut s| s.lease.expired(std::time::Instant::now())) else {
+            continue;
+        };
+        let fenced: Vec<_> = ctx.registry.all().into_iter().filter(|j| j.spec.fence).collect();
+        tracing::warn!(
+            jobs = fenced.len(),
+            "no word from the controller for {:.1} s (the lease): killing the jobs it requeues elsewhere",
+            lease.as_secs_f64()
+        );
+        for job in fenced {
+            let id = job.spec.id;
+            let reason = format!(
+                "fenced: this node heard nothing from the controller for {:.1} s (its lease); the controller requeues the job elsewhere",
+                lease.as_secs_f64()
+            );
+            if let Some(tx) = shared.lock().ok().and_then(|s| s.running.get(&id).cloned()) {
+                let _ = tx.send(reason);
+            }
+            // At once, not after the kill grace: the lease's margin is for this.
+            let cg = job.cgroup.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = cg.thaw();
+                if let Err(e) = cg.kill_all(Duration::from_secs(10)) {
+                    tracing::error!(job = %id, "fencing: cannot kill the job's processes: {e}");
+                }
+            });
+        }
     }
 }
 

@@ -9,6 +9,7 @@ pub mod conn;
 pub mod cpumap;
 pub mod cpusets;
 pub mod daemon;
+pub mod fence;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod hwtopo;

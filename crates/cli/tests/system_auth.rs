@@ -90,6 +90,7 @@ fn registration(name: &str) -> AgentMessage {
         real_cpus: "0".into(),
         running: vec![],
         ended: vec![],
+        lease: false,
     }))
 }
 
@@ -143,7 +144,7 @@ fn forged_and_replayed_agent_messages_are_refused_and_logged() {
     assert!(node_names(&c).contains(&"replay1".to_string()));
     // On the session: a heartbeat with a bad MAC closes the connection and is logged.
     let (mut sealer, _) = session(&key, &nonce, &controller_nonce, Role::Agent);
-    let mut frame = sealer.seal(&AgentMessage::Heartbeat { running: vec![] }).unwrap();
+    let mut frame = sealer.seal(&AgentMessage::Heartbeat { running: vec![], seq: 0 }).unwrap();
     frame.mac = "00".repeat(32);
     send(&mut s, &frame);
     let t0 = Instant::now();
@@ -443,7 +444,7 @@ fn agents_refuse_a_controller_that_cannot_prove_the_key() {
     let nonce = hello.verify(&key, LABEL_REGISTER).expect("signed with the cluster key");
     // Answered with another key: the agent must not take it.
     let wrong = ClusterKey::random().unwrap();
-    let reply = ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000 };
+    let reply = ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000, lease_ms: None };
     send(&mut s, &Envelope::seal(&wrong, &registered_label(&nonce), &reply).unwrap());
     // Nor a correctly signed answer recorded for another registration (bound to its nonce).
     let (mut s2, _) = listener.accept().unwrap();

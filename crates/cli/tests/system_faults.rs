@@ -234,3 +234,82 @@ fn a_node_dead_at_launch_aborts_the_launch_cleanly() {
     assert!(c.berth(&["up"]).status.success());
     assert_no_job_cgroups(&c);
 }
+
+/// Issue 16 item 15: fencing by lease. A job on a node whose link is cut is requeued
+/// elsewhere; its old copy is stopped by its own agent before the controller requeues it, so
+/// the two copies' intervals never overlap (each writes a timestamp every 50 ms). A
+/// `--no-requeue` job there is not fenced: it runs on, as before, until the node is back.
+#[test]
+fn a_requeued_job_never_runs_twice_at_once() {
+    require_root();
+    let tmp = tempfile::Builder::new().prefix("berth-fence-").tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Cluster::up_with(tmp, 2, TOPO, &["--netns"]);
+    c.json(&["node", "drain", "node2"]);
+    let stamps = c.root().join("stamps");
+    let script = format!(
+        "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 300 ]; do echo \"$BERTH_NODES $(date +%s.%N)\" >> {}; sleep 0.05; i=$((i+1)); done\n",
+        stamps.display()
+    );
+    let requeued = c.submit("twice.sh", &script, &[]);
+    let kept_marks = c.root().join("kept");
+    let kept = c.submit(
+        "kept.sh",
+        &format!(
+            "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 600 ]; do date +%s.%N >> {}; sleep 0.05; i=$((i+1)); done\n",
+            kept_marks.display()
+        ),
+        &["--no-requeue"],
+    );
+    for id in [requeued, kept] {
+        assert_eq!(alloc_nodes(&c.wait_state(id, &["running"], Duration::from_secs(20))), vec!["node1".to_string()]);
+    }
+    while std::fs::read_to_string(&stamps).unwrap_or_default().lines().count() < 5 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.json(&["node", "resume", "node2"]);
+    let cid = c.cluster_id();
+    let (ns, dev) = (format!("berth-{cid}-node1"), format!("bn{cid}1"));
+    let cut_at = now();
+    assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "down"]).status().unwrap().success());
+    wait_event(&c, "node_down", "node1", Duration::from_secs(15));
+    let again = c.wait_state(requeued, &["running"], Duration::from_secs(20));
+    assert_eq!(alloc_nodes(&again), vec!["node2".to_string()], "{again:#}");
+    // Let the new copy write for a while, then bring the link back.
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&stamps).unwrap_or_default().contains("node2 ") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the requeued copy never wrote\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // The --no-requeue job was not fenced: it still ran on node1 after the lease (2 s) ran out.
+    let kept_last: f64 =
+        std::fs::read_to_string(&kept_marks).unwrap().lines().filter_map(|l| l.trim().parse().ok()).fold(0.0, f64::max);
+    assert!(kept_last > cut_at + 3.5, "the --no-requeue job stopped {:.2} s after the cut", kept_last - cut_at);
+    assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "up"]).status().unwrap().success());
+    let text = std::fs::read_to_string(&stamps).unwrap();
+    let of = |node: &str| -> Vec<f64> {
+        text.lines().filter(|l| l.starts_with(&format!("{node} "))).filter_map(|l| l[6..].trim().parse().ok()).collect()
+    };
+    let (first, second) = (of("node1"), of("node2"));
+    let first_end = first.iter().cloned().fold(0.0, f64::max);
+    let second_start = second.iter().cloned().fold(f64::MAX, f64::min);
+    println!(
+        "fencing: old copy's last stamp {:.2} s after the cut, new copy's first {:.2} s after (gap {:.2} s)",
+        first_end - cut_at,
+        second_start - cut_at,
+        second_start - first_end
+    );
+    assert!(first_end < second_start, "the two copies overlapped: {first_end} >= {second_start}\n{text}");
+    let f = c.wait_finished(kept, Duration::from_secs(60));
+    assert_eq!(f["state"], "node_fail", "{f:#}");
+    let t0 = Instant::now();
+    while node_state(&c, "node1") != "up" {
+        assert!(t0.elapsed() < Duration::from_secs(30), "node1 never came back\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.berth(&["cancel", &requeued.to_string()]);
+    c.wait_finished(requeued, Duration::from_secs(30));
+    assert_no_job_cgroups(&c);
+}

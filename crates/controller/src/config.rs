@@ -110,11 +110,15 @@ pub struct FaultConfig {
     pub requeue: bool,
     /// A job requeued this many times for node failures fails on the next one instead.
     pub max_requeues: u32,
+    /// Fencing by lease: an agent that has not heard from the controller for its lease
+    /// (the node timeout less a margin) kills the jobs that would be requeued, so that a
+    /// requeued job never runs twice at once (docs/protocol.md, "Fencing").
+    pub fence: bool,
 }
 
 impl Default for FaultConfig {
     fn default() -> Self {
-        FaultConfig { requeue: true, max_requeues: 3 }
+        FaultConfig { requeue: true, max_requeues: 3, fence: true }
     }
 }
 
@@ -406,6 +410,20 @@ impl ControllerConfig {
     /// How long without a message before a node is marked down.
     pub fn node_timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs_f64(self.heartbeat_interval_secs * self.heartbeat_misses as f64)
+    }
+
+    /// An agent's lease: the node timeout less a margin (a third of it, at least 1 s, and at
+    /// least one heartbeat less), by which the agent has killed its fenced jobs before this
+    /// controller, having heard nothing for the node timeout, requeues them. None when
+    /// fencing is off or the timeout leaves no room for it.
+    pub fn lease(&self) -> Option<std::time::Duration> {
+        if !self.fault.fence {
+            return None;
+        }
+        let timeout = self.node_timeout();
+        let margin = (timeout / 3).max(std::time::Duration::from_secs(1));
+        let lease = timeout.checked_sub(margin)?;
+        (lease >= std::time::Duration::from_secs_f64(self.heartbeat_interval_secs)).then_some(lease)
     }
 }
 

@@ -517,6 +517,7 @@ impl Controller {
             ControllerMessage::Registered {
                 node_id: index as u32,
                 heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64,
+                lease_ms: self.cfg.lease().filter(|_| reg.lease).map(|l| l.as_millis() as u64),
             },
         ));
         // Jobs the agent runs (or holds, on a job's other nodes) that we do not think are
@@ -595,7 +596,7 @@ impl Controller {
         ex.last_heard = Instant::now();
         match msg {
             AgentMessage::Register(_) => {}
-            AgentMessage::Heartbeat { running } => self.check_clean(node, &running, now)?,
+            AgentMessage::Heartbeat { running, .. } => self.check_clean(node, &running, now)?,
             AgentMessage::JobStarted { id, pid, cgroups } => {
                 let node_name = self.cluster.nodes[node].name.clone();
                 if self.jobs.contains_key(&id) {
@@ -616,6 +617,14 @@ impl Controller {
                 let running_here = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node));
                 let first = running_here.is_some_and(|j| Self::head_node(&j.allocation) == Some(node));
                 let running_here = running_here.is_some();
+                if running_here && outcome.reason.as_deref().is_some_and(|r| r.starts_with("fenced:")) {
+                    // The agent fenced it (its lease ran out) before we took the node for
+                    // lost: it is lost all the same, and handled by the failure policy.
+                    let why = "its node lost the controller's lease and stopped it";
+                    self.job_lost_on_node(id, node, why, now)?;
+                    self.send_to_node(node, ControllerMessage::EndAck { id });
+                    return Ok(());
+                }
                 if let (true, Some(job)) = (first, self.jobs.get_mut(&id)) {
                     // The first node decides: its batch script ended (or, for an interactive
                     // allocation, its hold was ended there, e.g. at the walltime).
@@ -680,12 +689,16 @@ impl Controller {
         let timeout = self.cfg.node_timeout();
         for i in 0..self.extra.len() {
             let ex = &self.extra[i];
-            if ex.state == NodeState::Down || ex.instance.is_empty() || ex.last_heard.elapsed() < timeout {
+            // Silent since the later of our record and its connection task's (crate::lease).
+            let silent = match ex.conn.as_ref().and_then(|c| crate::lease::silent_for(c.0)) {
+                Some(s) => s.min(ex.last_heard.elapsed()),
+                None => ex.last_heard.elapsed(),
+            };
+            if ex.state == NodeState::Down || ex.instance.is_empty() || silent < timeout {
                 continue;
             }
             self.extra[i].conn = None;
             let name = self.cluster.nodes[i].name.clone();
-            let silent = self.extra[i].last_heard.elapsed();
             tracing::warn!(node = %name, "no heartbeat for {:?}: node down", silent);
             self.node_failed(i, &format!("missed heartbeats for {:.1} s", silent.as_secs_f64()), now)?;
         }

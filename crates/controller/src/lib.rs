@@ -8,6 +8,7 @@ mod conn;
 pub mod fault;
 pub mod handlers;
 pub mod job;
+pub mod lease;
 pub mod policy;
 pub mod reservations;
 pub mod server;

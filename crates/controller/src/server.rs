@@ -88,6 +88,7 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
             Duration::from_secs(cfg.replay_window_secs.max(1)),
             DEFAULT_GUARD_CAPACITY,
         )),
+        fencing: cfg.lease().is_some(),
     });
     tracing::info!(jobs = ctl.jobs.len(), nodes = ctl.cluster.nodes.len(), "state loaded");
 
@@ -806,6 +807,8 @@ struct AgentAuth {
     key: Arc<ClusterKey>,
     /// Nonces of accepted registrations (one per connection).
     guard: std::sync::Mutex<ReplayGuard>,
+    /// Agents that fence get a lease, renewed here on each heartbeat (crate::lease).
+    fencing: bool,
 }
 
 use crate::conn::HANDSHAKE_TIMEOUT;
@@ -919,6 +922,9 @@ async fn serve_agent(
         }
     });
     let name = reg.name.clone();
+    // Weak: the writer (and with it the connection) ends when the state thread drops the
+    // node's sender (node taken for down, connection replaced), renewals or not.
+    let renew = (auth.fencing && reg.lease).then(|| out_tx.downgrade());
     let (node_tx, node_rx) = oneshot::channel();
     if tx.send(Command::Register { reg, conn_id, tx: out_tx, node: node_tx }).await.is_err() {
         return;
@@ -930,9 +936,18 @@ async fn serve_agent(
     // Authenticated and registered: no longer a handshake; heartbeats keep it from idling.
     drop(handshake);
     let session_limits = limits.agent_session();
+    let heard = crate::lease::open(conn_id);
     loop {
         match read_sealed_limited::<_, AgentMessage>(&mut rd, &mut opener, &session_limits).await {
             Ok(Some(msg)) => {
+                // Stamped before the renewal goes out: the state thread then never judges the
+                // node silent for longer than the agent has gone unrenewed.
+                crate::lease::heard(&heard);
+                if let (Some(renew), AgentMessage::Heartbeat { seq, .. }) = (&renew, &msg) {
+                    if let Some(renew) = renew.upgrade() {
+                        let _ = renew.send(ControllerMessage::Renew { seq: *seq });
+                    }
+                }
                 if tx.send(Command::Agent { node, conn_id, msg }).await.is_err() {
                     break;
                 }
@@ -948,6 +963,7 @@ async fn serve_agent(
             }
         }
     }
+    crate::lease::close(conn_id);
     let _ = tx.send(Command::AgentGone { node, conn_id }).await;
     writer.abort();
 }

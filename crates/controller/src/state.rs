@@ -357,7 +357,15 @@ impl Controller {
             step: None,
             umask: job.options.umask,
             pids_max: self.cfg.limits.pids_max(job.allocation[k].cores),
+            fence: self.cfg.lease().is_some() && self.requeued_if_lost(job, k),
         }
+    }
+
+    /// Whether losing node `k` of the job's allocation would requeue the job (the failure
+    /// policy, crate::fault, without its count of earlier requeues: past it the job fails,
+    /// and a fenced copy is ended all the same).
+    fn requeued_if_lost(&self, job: &JobRecord, k: usize) -> bool {
+        matches!(crate::fault::failure_action(job, k == 0, 0, &self.cfg.fault), crate::fault::FailureAction::Requeue)
     }
 
     pub fn kill_grace_ms(&self) -> u64 {

@@ -58,6 +58,7 @@ pub fn registration(node: usize, instance: &str, running: Vec<JobId>) -> Registr
         real_cpus: "0-7".into(),
         running,
         ended: vec![],
+        lease: false,
     }
 }
 

@@ -15,6 +15,10 @@ pub enum AgentMessage {
     Register(Box<Registration>),
     Heartbeat {
         running: Vec<JobId>,
+        /// Numbers the heartbeats of a session; a controller granting a lease answers each
+        /// with `renew` carrying it (docs/protocol.md, "Fencing").
+        #[serde(default)]
+        seq: u64,
     },
     JobStarted {
         id: JobId,
@@ -94,6 +98,9 @@ pub struct Registration {
     /// `JobEnded` messages follow the registration.
     #[serde(default)]
     pub ended: Vec<JobId>,
+    /// The agent fences (understands `lease_ms` and `renew`).
+    #[serde(default)]
+    pub lease: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -102,6 +109,15 @@ pub enum ControllerMessage {
     Registered {
         node_id: u32,
         heartbeat_interval_ms: u64,
+        /// The lease: an agent that has not been renewed for this long stops the jobs marked
+        /// `fence` (the controller requeues them once it has not heard from the agent for
+        /// longer). Sent only to agents that asked (`Registration::lease`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        lease_ms: Option<u64>,
+    },
+    /// The lease renewed as of heartbeat `seq` (its sending time, as the agent knows it).
+    Renew {
+        seq: u64,
     },
     Rejected {
         reason: String,
@@ -201,6 +217,10 @@ pub struct LaunchSpec {
     /// no limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pids_max: Option<u64>,
+    /// The controller requeues this job if this node goes silent: the agent kills it when
+    /// its lease runs out, so that two copies never run at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fence: bool,
 }
 
 fn yes() -> bool {

@@ -449,17 +449,9 @@ pub fn cgroup_report() -> BoxedStrategy<CgroupReport> {
 }
 
 pub fn registration() -> BoxedStrategy<Registration> {
-    ((text(), text(), text(), text(), text()), topology(), text(), ids(), ids())
-        .prop_map(|((name, hostname, address, instance, version), topology, real_cpus, running, ended)| Registration {
-            name,
-            hostname,
-            address,
-            instance,
-            version,
-            topology,
-            real_cpus,
-            running,
-            ended,
+    ((text(), text(), text(), text(), text()), topology(), text(), ids(), ids(), any::<bool>())
+        .prop_map(|((name, hostname, address, instance, version), topology, real_cpus, running, ended, lease)| {
+            Registration { name, hostname, address, instance, version, topology, real_cpus, running, ended, lease }
         })
         .boxed()
 }
@@ -467,7 +459,7 @@ pub fn registration() -> BoxedStrategy<Registration> {
 pub fn agent_message() -> BoxedStrategy<AgentMessage> {
     prop_oneof![
         registration().prop_map(|r| AgentMessage::Register(Box::new(r))),
-        ids().prop_map(|running| AgentMessage::Heartbeat { running }),
+        (ids(), any::<u64>()).prop_map(|(running, seq)| AgentMessage::Heartbeat { running, seq }),
         (job_id(), any::<u32>(), vec(cgroup_report(), 0..3)).prop_map(|(id, pid, cgroups)| AgentMessage::JobStarted {
             id,
             pid,
@@ -501,13 +493,21 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
     (
         (job_id(), text(), user_identity(), env(), text(), text(), text(), text()),
         (node_allocation(), vec((text(), any::<u32>()), 0..3), of(any::<u64>()), any::<bool>(), texts()),
-        (any::<u64>(), of(binding_mode()), of(text()), of(step_grant()), of(any::<u32>()), of(any::<u64>())),
+        (
+            any::<u64>(),
+            of(binding_mode()),
+            of(text()),
+            of(step_grant()),
+            of(any::<u32>()),
+            of(any::<u64>()),
+            any::<bool>(),
+        ),
     )
         .prop_map(
             |(
                 (id, name, user, env, cwd, script, stdout, stderr),
                 (allocation, nodes, walltime_seconds, head, addresses),
-                (kill_grace_ms, binding_mode, rankfile, step, umask, pids_max),
+                (kill_grace_ms, binding_mode, rankfile, step, umask, pids_max, fence),
             )| LaunchSpec {
                 id,
                 name,
@@ -528,6 +528,7 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 step: step.map(Box::new),
                 umask,
                 pids_max,
+                fence,
             },
         )
         .boxed()
@@ -535,10 +536,10 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
 
 pub fn controller_message() -> BoxedStrategy<ControllerMessage> {
     prop_oneof![
-        (any::<u32>(), any::<u64>()).prop_map(|(node_id, heartbeat_interval_ms)| ControllerMessage::Registered {
-            node_id,
-            heartbeat_interval_ms
+        (any::<u32>(), any::<u64>(), of(any::<u64>())).prop_map(|(node_id, heartbeat_interval_ms, lease_ms)| {
+            ControllerMessage::Registered { node_id, heartbeat_interval_ms, lease_ms }
         }),
+        any::<u64>().prop_map(|seq| ControllerMessage::Renew { seq }),
         text().prop_map(|reason| ControllerMessage::Rejected { reason }),
         launch_spec().prop_map(|l| ControllerMessage::Launch(Box::new(l))),
         (job_id(), text()).prop_map(|(id, reason)| ControllerMessage::Kill { id, reason }),

@@ -156,9 +156,9 @@ fn a_returning_node_takes_no_work_until_what_it_still_runs_is_gone() {
     };
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(h.ctl.jobs[&queued].state, JobState::Queued, "a cleaning node takes no work");
-    h.agent(0, AgentMessage::Heartbeat { running: vec![id] });
+    h.agent(0, AgentMessage::Heartbeat { running: vec![id], seq: 0 });
     assert_eq!(h.ctl.extra[0].state, NodeState::Cleaning);
-    h.agent(0, AgentMessage::Heartbeat { running: vec![] });
+    h.agent(0, AgentMessage::Heartbeat { running: vec![], seq: 0 });
     assert_eq!(h.ctl.extra[0].state, NodeState::Up);
     assert_eq!(events(&h, "node_up"), vec![(None, Some("n0".into()))]);
     h.ctl.schedule(h.now).unwrap();
@@ -263,4 +263,35 @@ fn job_ids_are_reserved_ahead_so_that_agents_may_act_before_the_sync_and_no_id_i
     let next = h.ctl.next_id;
     let mut h = h.restart();
     assert_eq!(held(&mut h).0, next);
+}
+
+/// Issue 16 item 15: the launch marks the jobs a node failure would requeue for fencing
+/// (not `--no-requeue`, not a no-kill job's other nodes); the lease is the node timeout less
+/// its margin; an end the agent reports as fenced requeues the job.
+#[test]
+fn requeueable_jobs_are_fenced_and_a_fenced_end_requeues() {
+    let mut h = Harness::new(4);
+    let lease = h.ctl.cfg.lease().expect("fencing is on by default");
+    let timeout = h.ctl.cfg.node_timeout();
+    assert!(lease < timeout && timeout - lease >= std::time::Duration::from_secs(1), "{lease:?} of {timeout:?}");
+    let plain = h.batch(one_node(None), &ann());
+    let no_requeue = h.batch(one_node(Some(false)), &ann());
+    let no_kill = h.batch(two_nodes(None, Some(true)), &ann());
+    for id in [plain, no_requeue, no_kill] {
+        assert_eq!(h.ctl.jobs[&id].state, JobState::Running, "{id}");
+    }
+    let fence = |h: &Harness, id: JobId, k: usize| h.ctl.launch_spec(&h.ctl.jobs[&id], k).fence;
+    assert!(fence(&h, plain, 0));
+    assert!(!fence(&h, no_requeue, 0));
+    assert!(fence(&h, no_kill, 0), "losing its script's node requeues a no-kill job");
+    assert!(!fence(&h, no_kill, 1), "a no-kill job goes on without its other nodes");
+    let off = Harness::with_config(1, |c| c.fault.fence = false);
+    assert_eq!(off.ctl.cfg.lease(), None);
+
+    // The agent fenced `plain` before we took its node for lost: it is requeued all the same.
+    let node = node_of(&h, plain, 0);
+    let outcome = JobOutcome { signal: Some(9), reason: Some("fenced: lease ran out".into()), ..Default::default() };
+    h.agent(node, AgentMessage::JobEnded { id: plain, outcome });
+    assert_eq!(state_of(&mut h, plain).0, JobState::Queued, "{:?}", state_of(&mut h, plain));
+    assert!(events(&h, "requeue").iter().any(|(j, _)| *j == Some(plain)));
 }
