@@ -109,6 +109,10 @@ impl Client {
 
     pub async fn call(&mut self, req: &ClientRequest) -> Result<ClientResponse> {
         if let Err(e) = write_frame(&mut self.stream, req).await {
+            if let berth_protocol::ProtocolError::TooLarge { len, limit, .. } = e {
+                // Nothing was sent: too large to send at all.
+                bail!("the request is {len} bytes, more than a frame holds ({limit}); send less at once (fewer scripts, a smaller script or environment)");
+            }
             // A connection the controller refused (too many from this user) carries why.
             if let Ok(Some(ClientResponse::Error(why))) = read_frame::<_, ClientResponse>(&mut self.stream).await {
                 return Ok(ClientResponse::Error(why));

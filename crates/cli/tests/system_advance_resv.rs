@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use serde_json::Value;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// 2 single-thread cores per node.
 const MAPPED: &str = "package:1 core:2 pu:1";
@@ -85,10 +85,17 @@ fn a_reserved_node_runs_only_the_reservations_jobs() {
     let out = as_user(&["submit", "--json", "--cores", "1", &script.display().to_string()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let waiting = serde_json::from_slice::<Value>(&out.stdout).unwrap()["id"].as_u64().unwrap();
-    std::thread::sleep(Duration::from_millis(1500));
-    let w = c.show(waiting);
-    assert_eq!(w["state"], "queued", "{w:#}");
-    assert!(w["reason"].as_str().unwrap_or("").contains("advance reservation sys"), "{w:#}");
+    // Wait for the scheduler to say so; the job stays queued all along.
+    let t0 = Instant::now();
+    loop {
+        let w = c.show(waiting);
+        assert_eq!(w["state"], "queued", "{w:#}");
+        if w["reason"].as_str().unwrap_or("").contains("advance reservation sys") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no reservation named in the reason: {w:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     let l = c.json(&["resv", "list"]);
     assert_eq!(l[0]["running_jobs"][0], member, "{l:#}");
@@ -96,13 +103,15 @@ fn a_reserved_node_runs_only_the_reservations_jobs() {
     let d = c.json(&["resv", "delete", "sys"]);
     assert_eq!(d["running_jobs"][0], member, "{d:#}");
     assert!(c.json(&["resv", "list"]).as_array().is_some_and(|a| a.is_empty()));
-    std::thread::sleep(Duration::from_millis(500));
+    // With the reservation gone, the waiting job may use node1's free core: wait for the
+    // scheduler to start it there (no fixed sleep), and the member still runs beside it.
+    let w = c.wait_state(waiting, &["running"], Duration::from_secs(30));
+    assert_eq!(node_of(&w), "node1", "{w:#}");
     assert_eq!(c.show(member)["state"], "running");
-    // With the reservation gone, the waiting job may use node1... once the member ends.
     for id in [other, member, waiting] {
         assert!(c.berth(&["cancel", &id.to_string()]).status.success());
     }
-    for id in [other, member] {
+    for id in [other, member, waiting] {
         c.wait_finished(id, Duration::from_secs(30));
     }
 }

@@ -109,9 +109,20 @@ fn controller_killed_three_times_during_2000_submissions_loses_nothing() {
             std::thread::sleep(Duration::from_millis(5));
         }
         let pid = c.pid_of("server");
+        let failed_before = *failures.lock().unwrap();
         // SAFETY: kill(2) on the controller this test started.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-        std::thread::sleep(Duration::from_millis(300));
+        // Bring it back once it is gone and a submission has met the outage (waiting for
+        // those events, not for a fixed time).
+        let t1 = Instant::now();
+        let outage_unseen = || *failures.lock().unwrap() == failed_before && acked.lock().unwrap().len() < TOTAL;
+        while pid_alive(pid) || outage_unseen() {
+            assert!(
+                t1.elapsed() < Duration::from_secs(30),
+                "the killed controller {pid} lingers, or no submission failed"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let out = c.berth(&["up"]);
         assert!(out.status.success(), "restart: {}", String::from_utf8_lossy(&out.stderr));
     }
@@ -198,11 +209,14 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
     let t0 = Instant::now();
     // SAFETY: kill(2) on the agent this test started.
     assert_eq!(unsafe { libc::kill(agent_pid, libc::SIGKILL) }, 0);
-    let j = c.wait_finished(id, Duration::from_secs(20));
+    let j = c.wait_finished(id, Duration::from_secs(60));
     let detected = t0.elapsed();
     assert_eq!(j["state"], "node_fail", "{j:#}");
-    // Heartbeat 1 s x 3 misses in the local cluster's config, checked every 0.5 s.
-    assert!(detected < Duration::from_secs(6), "took {detected:?} to notice the dead agent");
+    // Heartbeat 1 s x 3 misses in the local cluster's config, checked every 0.5 s: about 3-4 s
+    // (printed for RELIABILITY.md, a figure to read off, not to hold a loaded machine to); the
+    // bound only catches a detection that is broken.
+    println!("dead agent detected after {:.2} s (polled through `berth show`)", detected.as_secs_f64());
+    assert!(detected < Duration::from_secs(20), "took {detected:?} to notice the dead agent");
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).unwrap();
     assert_eq!(n["state"], "down");
@@ -213,7 +227,7 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
     let t1 = Instant::now();
     while pid_alive(job_pid) {
         assert!(
-            t1.elapsed() < Duration::from_secs(15),
+            t1.elapsed() < Duration::from_secs(60),
             "orphaned job process {job_pid} not cleaned up by the restarted agent"
         );
         std::thread::sleep(Duration::from_millis(100));
@@ -221,7 +235,7 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
     // Its directory goes with the rest of the job, just after its processes.
     let spool = std::path::PathBuf::from(format!("/tmp/berth/{}-{node}/{id}", c.cluster_id()));
     while spool.exists() {
-        assert!(t1.elapsed() < Duration::from_secs(15), "{} left behind", spool.display());
+        assert!(t1.elapsed() < Duration::from_secs(60), "{} left behind", spool.display());
         std::thread::sleep(Duration::from_millis(50));
     }
     // The agent logs the job's end just after its cleanup: wait for the line, bounded.
@@ -230,7 +244,7 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
         if log.contains("not running according to the controller") {
             break;
         }
-        assert!(t1.elapsed() < Duration::from_secs(20), "the orphan was not killed on the controller's word:\n{log}");
+        assert!(t1.elapsed() < Duration::from_secs(60), "the orphan was not killed on the controller's word:\n{log}");
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(c.show(id)["state"], "node_fail", "the job's late end does not change its state");
@@ -242,7 +256,7 @@ fn dead_agent_marks_node_down_and_fails_its_job() {
             break;
         }
         assert_eq!(n["state"], "cleaning", "{n:#}");
-        assert!(t1.elapsed() < Duration::from_secs(20), "{node} never came back up: {n:#}");
+        assert!(t1.elapsed() < Duration::from_secs(60), "{node} never came back up: {n:#}");
         std::thread::sleep(Duration::from_millis(100));
     }
     // And it takes work again.

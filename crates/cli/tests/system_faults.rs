@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 /// 2 cores per agent.
 const TOPO: &str = "package:1 core:2 pu:1";
-/// Heartbeats every 1 s, 3 misses (`berth up`'s cluster), checked every 0.5 s, plus slack for a
-/// loaded 2-CPU test machine.
-const DETECTION_BOUND: Duration = Duration::from_secs(6);
+/// Heartbeats every 1 s, 3 misses (`berth up`'s cluster), checked every 0.5 s: detection takes
+/// about 3-4 s, a figure printed for RELIABILITY.md. The bound only catches broken detection,
+/// never a slow loaded 2-CPU test machine; timing is for benchmarks, not tests.
+const DETECTION_BOUND: Duration = Duration::from_secs(20);
 
 fn events(c: &Cluster, kind: &str) -> Vec<Value> {
     c.json(&["events", "--kind", kind, "--limit", "1000"]).as_array().unwrap().clone()
@@ -92,15 +93,15 @@ fn a_cut_link_and_a_killed_agent_are_detected_and_each_job_is_handled_by_its_pol
     // SAFETY: kill(2) on an agent this test started.
     assert_eq!(unsafe { libc::kill(c.pid_of(&killed_node), libc::SIGKILL) }, 0);
 
-    // Both detected within the bound.
-    let cut_seen = wait_event(&c, "node_down", &cut_node, Duration::from_secs(15)) - cut_at;
-    let kill_seen = wait_event(&c, "node_down", &killed_node, Duration::from_secs(15)) - killed_at;
+    // Both detected within the bound (the times are the controller's, from its events).
+    let cut_seen = wait_event(&c, "node_down", &cut_node, DETECTION_BOUND * 3) - cut_at;
+    let kill_seen = wait_event(&c, "node_down", &killed_node, DETECTION_BOUND * 3) - killed_at;
     println!("detection: cut link {cut_seen:.2} s, killed agent {kill_seen:.2} s");
     assert!(cut_seen < DETECTION_BOUND.as_secs_f64(), "cut link detected after {cut_seen:.2} s");
     assert!(kill_seen < DETECTION_BOUND.as_secs_f64(), "killed agent detected after {kill_seen:.2} s");
 
     // Policy: --no-requeue failed; the default requeued; the no-kill job goes on.
-    let f = c.wait_finished(failed, Duration::from_secs(10));
+    let f = c.wait_finished(failed, Duration::from_secs(30));
     assert_eq!(f["state"], "node_fail", "{f:#}");
     assert!(f["reason"].as_str().unwrap().contains("--no-requeue"), "{f:#}");
     let requeues = events(&c, "requeue");

@@ -269,4 +269,33 @@ fn a_request_on_very_many_jobs_gets_an_answer() {
     let e = format!("{:#}", answer.map(|r: ClientResponse| format!("{r:?}")).unwrap_err());
     assert!(e.contains("10002 job ids") && e.contains("nothing was done"), "{e}");
     assert_eq!(c.show(other)["state"], "held");
+
+    // An answer too large for a frame (2,200 jobs with 4 KB output paths in `berth jobs`) is
+    // replaced by an error saying how to ask for less; the connection and controller go on.
+    let long = format!("{}x", "./".repeat(1990));
+    let sub = |i: usize| berth_protocol::client::SubmitRequest {
+        script: "#!/bin/sh\ntrue\n".into(),
+        script_name: format!("j{i}"),
+        options: berth_core::directives::SubmitOptions {
+            output: Some(long.clone()),
+            error: Some(long.clone()),
+            ..Default::default()
+        },
+        env: vec![],
+        cwd: c.root().display().to_string(),
+        hold: true,
+    };
+    // A request too large for a frame is refused by the client at once.
+    let batch = ClientRequest::SubmitBatch { jobs: (0..2200).map(sub).collect() };
+    let e = format!("{:#}", rt.block_on(berth_cli::client::request(&c.dir, batch)).unwrap_err());
+    assert!(e.contains("more than a frame holds"), "{e}");
+    for part in 0..2 {
+        let batch = ClientRequest::SubmitBatch { jobs: (part * 1100..(part + 1) * 1100).map(sub).collect() };
+        let r = rt.block_on(berth_cli::client::request(&c.dir, batch)).expect("1,100 held jobs");
+        assert!(matches!(r, ClientResponse::SubmittedBatch { ref ids } if ids.len() == 1100), "{r:?}");
+    }
+    let o = c.berth(&["jobs"]);
+    let e = stderr_of(&o);
+    assert!(!o.status.success() && e.contains("more than a frame holds") && e.contains("ask for less"), "{e}");
+    assert_eq!(c.show(other)["state"], "held", "the controller still answers");
 }

@@ -796,8 +796,18 @@ async fn serve_client(
             )),
         };
         holds_step |= matches!(resp, ClientResponse::StepGranted { .. });
-        if write_frame(&mut stream, &resp).await.is_err() {
-            return stepped;
+        if let Err(e) = write_frame(&mut stream, &resp).await {
+            let ProtocolError::TooLarge { len, .. } = e else { return stepped };
+            // Every request gets an answer: one too large for a frame is replaced by why.
+            tracing::warn!(uid = peer.user.uid, len, "an answer too large for a frame was replaced by an error");
+            let msg = format!(
+                "the answer is {len} bytes, more than a frame holds ({} bytes); ask for less: `berth jobs --state ...`, `berth acct --limit N`, `berth events --limit N`",
+                berth_protocol::MAX_FRAME_BYTES
+            );
+            let refusal = ClientResponse::Error(ApiError::new(ErrorCode::BadRequest, msg));
+            if write_frame(&mut stream, &refusal).await.is_err() {
+                return stepped;
+            }
         }
     }
 }
