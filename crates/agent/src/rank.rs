@@ -32,6 +32,8 @@ pub struct RankLaunch<'a> {
     /// The rank's end of its PMI socketpair (kept open across exec).
     pub pmi_fd: Option<RawFd>,
     pub stdin: bool,
+    /// The file mode mask it runs with: its job's (the submitter's), else 022.
+    pub umask: Option<u32>,
 }
 
 /// A started rank or task: its pid (a child of the agent, reaped only by [`Process::wait`]),
@@ -118,6 +120,7 @@ struct ChildArgs {
     /// Descriptors to put on 0, 1, 2 (-1: leave; with `files`, 1 and 2 are opened instead).
     stdio: [RawFd; 3],
     keep_fd: Option<RawFd>,
+    umask: libc::mode_t,
     /// Paths to try in order (the PATH search), each a full or relative path.
     candidates: Vec<CString>,
     argv: Vec<*const libc::c_char>,
@@ -172,6 +175,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
         files,
         stdio,
         keep_fd: l.pmi_fd,
+        umask: (l.umask.unwrap_or(0o022) & 0o777) as libc::mode_t,
         argv: null_terminated(&argv_c),
         envp: null_terminated(&env_c),
         candidates,
@@ -395,10 +399,11 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
     check(crate::priority::enter_job_nice(), Stage::Session)?;
     check(libc::syscall(libc::SYS_setresuid, a.uid, a.uid, a.uid) == 0, Stage::Credentials)?;
     check(libc::chdir(a.cwd.as_ptr()) == 0, Stage::Cwd)?;
+    libc::umask(a.umask);
     if let Some((out, err)) = &a.files {
         for (path, target) in [(out, 1), (err, 2)] {
             let fd =
-                libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o644);
+                libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o666);
             check(fd >= 0 && libc::dup2(fd, target) >= 0, Stage::OutputFiles)?;
             libc::close(fd);
         }
@@ -469,6 +474,7 @@ mod tests {
             affinity: None,
             pmi_fd: None,
             stdin: true,
+            umask: None,
         }
     }
 

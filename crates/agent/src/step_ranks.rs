@@ -196,6 +196,7 @@ pub fn start(
             affinity,
             pmi_fd: Some(theirs.as_raw_fd()),
             stdin: place.rank == 0,
+            umask: job.spec.umask,
         })
         .map_err(|e| format!("rank {}: {e}", place.rank))?;
         berth_protocol::probe::mark("agent rank spawned");

@@ -635,6 +635,7 @@ fn spawn_here(
             affinity: None,
             pmi_fd: None,
             stdin: false,
+            umask: job.spec.umask,
         },
         stdout,
         stderr,

@@ -113,7 +113,7 @@ fn a_cut_link_and_a_killed_agent_are_detected_and_each_job_is_handled_by_its_pol
     // The killed agent comes back: it takes work only once what it ran is gone.
     let up = c.berth(&["up"]);
     assert!(up.status.success(), "{}{}", String::from_utf8_lossy(&up.stdout), String::from_utf8_lossy(&up.stderr));
-    wait_event(&c, "node_up", &killed_node, Duration::from_secs(20));
+    wait_event(&c, "node_up", &killed_node, Duration::from_secs(60));
     // The requeued job runs again (on whichever node is free first) and completes.
     let r = c.wait_finished(requeued, Duration::from_secs(60));
     assert_eq!(r["state"], "completed", "{r:#}");

@@ -136,11 +136,16 @@ fn the_submitters_umask_is_the_jobs() {
     let c = Cluster::up(1, "package:1 core:2 pu:1");
     let dir = user_dir(&c, "u");
     let script = dir.join("mask.sh");
-    std::fs::write(&script, "#!/bin/sh\numask\ntouch made-by-job\n").unwrap();
+    let bin = c.root().join("berth-bin");
+    std::fs::copy(BIN, &bin).unwrap();
+    // The batch script, a step's rank and a task all run with the submitter's umask.
+    let text = format!("#!/bin/sh\numask\n{b} run -n 1 sh -c umask\n{b} task wait $({b} task spawn --node 0 --output task.out sh -c umask) >/dev/null\ncat task.out\ntouch made-by-job\n", b = bin.display());
+    std::fs::write(&script, text).unwrap();
     let s = script.display().to_string();
     for (mask, file_mode, shown) in [("077", 0o600, "0077"), ("027", 0o640, "0027"), ("002", 0o664, "0002")] {
         let out = dir.join(format!("out-{mask}"));
         let _ = std::fs::remove_file(dir.join("made-by-job"));
+        let _ = std::fs::remove_file(dir.join("task.out"));
         let o = berth_user(&c, &dir, mask, &["submit", "--json", "--output", &out.display().to_string(), &s]);
         assert!(o.status.success(), "{}", stderr_of(&o));
         let id = serde_json::from_slice::<serde_json::Value>(&o.stdout).unwrap()["id"].as_u64().unwrap();
@@ -149,7 +154,8 @@ fn the_submitters_umask_is_the_jobs() {
         assert_eq!(mode, file_mode, "output under umask {mask}: {mode:o}");
         let made = std::fs::metadata(dir.join("made-by-job")).unwrap().permissions().mode() & 0o777;
         assert_eq!(made, file_mode, "a file the job made under umask {mask}: {made:o}");
-        assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), shown);
+        let text = std::fs::read_to_string(&out).unwrap();
+        assert_eq!(text.lines().collect::<Vec<_>>(), [shown, shown, shown], "script, rank, task: {text}");
     }
 }
 
