@@ -299,7 +299,9 @@ async fn connection(
         ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, .. } => {
             let lease = lease_ms.map(Duration::from_millis);
             shared.lock().map(|mut s| s.lease.registered(lease, hello_sent)).ok();
-            Duration::from_millis(heartbeat_interval_ms.max(100))
+            // At least three renewals per lease: one late or lost renewal does not fence.
+            let every = Duration::from_millis(heartbeat_interval_ms);
+            lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100))
         }
         ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
         other => return Err(format!("unexpected first reply {other:?}")),
