@@ -31,8 +31,8 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
     /// Seconds to wait for a controller that is down or restarting (default $BERTH_TIMEOUT,
-    /// else 60).
-    #[arg(long, global = true, value_name = "SECS")]
+    /// else 60). Given before the command (`berth --timeout 5 jobs`): `task wait` has its own.
+    #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
     #[command(subcommand)]
     pub command: Command,
@@ -344,4 +344,16 @@ fn error_code(e: &anyhow::Error) -> &'static str {
 pub fn default_sigpipe() {
     // SAFETY: setting a signal disposition before any thread starts.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+}
+
+#[cfg(test)]
+mod tests {
+    /// clap checks a command tree only when it is parsed, and only in debug builds: a flag
+    /// name used twice (a global flag and a subcommand's own) panics the client at run time.
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        use clap::CommandFactory;
+        super::Cli::command().debug_assert();
+        crate::run::RunCli::command().debug_assert();
+    }
 }
