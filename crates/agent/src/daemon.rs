@@ -66,6 +66,9 @@ struct Shared {
     connected: bool,
     /// The controller's lease on this agent's fenced jobs (crate::fence).
     lease: crate::fence::LeaseState,
+    /// Step ends reported to the controller and not yet acknowledged: sent again on the
+    /// next registration (a controller restart may have lost them).
+    unacked_steps: BTreeMap<(JobId, u32), AgentMessage>,
 }
 
 impl Default for Shared {
@@ -75,6 +78,7 @@ impl Default for Shared {
             unacked: BTreeMap::new(),
             connected: false,
             lease: crate::fence::LeaseState::new(std::time::Instant::now()),
+            unacked_steps: BTreeMap::new(),
         }
     }
 }
@@ -129,6 +133,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
     let real_cpus_text = cpumap.real_cpus.to_list();
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     let ctx = Arc::new(JobContext {
         cgroups: backend.clone(),
         cpumap,
@@ -138,12 +143,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         agent_socket: cfg.socket.clone(),
         shim,
         records: Some(records.clone()),
+        reports: Some(events_tx.clone()),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let for_spares = ctx.clone();
     tokio::spawn(crate::priority::bookkeeping(move || crate::job::make_spares(&for_spares)));
     let shared = Arc::new(Mutex::new(Shared::default()));
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     if let Ok(mut s) = shared.lock() {
         s.unacked.extend(recovered.ended);
     }
@@ -295,13 +300,13 @@ async fn connection(
             }
         },
     };
-    let heartbeat = match reply {
-        ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, .. } => {
+    let (heartbeat, step_ends) = match reply {
+        ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, step_ends, .. } => {
             let lease = lease_ms.map(Duration::from_millis);
             shared.lock().map(|mut s| s.lease.registered(lease, hello_sent)).ok();
             // At least three renewals per lease: one late or lost renewal does not fence.
             let every = Duration::from_millis(heartbeat_interval_ms);
-            lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100))
+            (lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100)), step_ends)
         }
         ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
         other => return Err(format!("unexpected first reply {other:?}")),
@@ -313,6 +318,13 @@ async fn connection(
     let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
     for (id, outcome) in unacked {
         write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
+    }
+    let steps: Vec<AgentMessage> = match step_ends {
+        true => shared.lock().map(|s| s.unacked_steps.values().cloned().collect()).unwrap_or_default(),
+        false => vec![],
+    };
+    for msg in steps {
+        write_sealed(&mut wr, &mut sealer, &msg).await.map_err(|e| e.to_string())?;
     }
     let mut ticker = tokio::time::interval(heartbeat);
     // Read by their own task: a read cut by select! would lose a frame's bytes (SealedReader).
@@ -334,6 +346,12 @@ async fn connection(
             Some(ev) = events_rx.recv() => {
                 if matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
                     continue;
+                }
+                if let AgentMessage::StepEnded { job, step, .. } = &ev {
+                    if !step_ends {
+                        continue; // a controller that does not take them
+                    }
+                    shared.lock().map(|mut s| s.unacked_steps.insert((*job, *step), ev.clone())).ok();
                 }
                 write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
@@ -381,6 +399,9 @@ fn handle(
                     berth_protocol::probe::mark("agent forgot");
                 }));
             }
+        }
+        ControllerMessage::StepEndAck { job, step } => {
+            shared.lock().map(|mut s| s.unacked_steps.remove(&(job, step))).ok();
         }
         ControllerMessage::Renew { seq } => {
             shared.lock().map(|mut s| s.lease.renew(seq)).ok();

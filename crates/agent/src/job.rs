@@ -39,6 +39,8 @@ pub struct JobContext {
     pub shim: Option<PathBuf>,
     /// The agent's durable job records (re-adoption after a restart); None keeps none.
     pub records: Option<Arc<crate::records::Records>>,
+    /// Messages for the controller (step ends seen at a control tree's root); None: none sent.
+    pub reports: Option<mpsc::UnboundedSender<berth_protocol::agent::AgentMessage>>,
 }
 
 /// How long kill_all may take before the job is reported with processes left.

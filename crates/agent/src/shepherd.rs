@@ -13,7 +13,7 @@
 use crate::job::JobContext;
 use crate::pmi::PmiEvent;
 use crate::step_ranks::{self, LocalRank};
-use berth_protocol::agent::{AgentQuery, Refusal};
+use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
 use berth_protocol::tree::{groups, keepalive, launch_deadline, read_up};
@@ -243,6 +243,8 @@ where
     let mut lingered = false;
     let mut up_alive = true;
     let mut dead_ranks: Vec<u32> = Vec::new();
+    // At the root: how the step ended, for the controller (`StepEndReport`).
+    let mut report = StepEndReport::default();
     loop {
         // Aggregated upward messages.
         if !started_sent && children.iter().all(|c| c.started.is_some() || c.done) {
@@ -340,6 +342,7 @@ where
             Event::StreamClosed => open_streams = open_streams.saturating_sub(1),
             Event::Linger => lingered = true,
             Event::RankExited(exit) => {
+                report.exited(std::slice::from_ref(&exit));
                 alive.remove(&exit.rank);
                 let _ = up_tx.send(TreeUp::Exited { ranks: vec![exit] });
                 if alive.is_empty() && open_streams > 0 {
@@ -353,7 +356,9 @@ where
             Event::Pmi(p) => match p {
                 PmiEvent::BarrierIn { puts } => local_barrier = Some(puts),
                 PmiEvent::Abort { rank, code, message } => {
-                    let _ = up_tx.send(TreeUp::Abort { rank, node: node.name.clone(), code, message });
+                    let abort = TreeUp::Abort { rank, node: node.name.clone(), code, message };
+                    report.saw(&abort);
+                    let _ = up_tx.send(abort);
                 }
                 PmiEvent::Finalized { .. } => {}
                 PmiEvent::ProtocolError { rank, message } => {
@@ -371,6 +376,7 @@ where
                     children[i].tx = None;
                 }
                 other => {
+                    report.saw(&other);
                     let _ = up_tx.send(other);
                 }
             },
@@ -387,7 +393,9 @@ where
                         .filter_map(|&n| grant.nodes.get(n as usize))
                         .flat_map(|n| n.ranks.iter().map(|r| r.rank))
                         .collect();
-                    let _ = up_tx.send(TreeUp::SubtreeLost { nodes: names, ranks, reason });
+                    let lost = TreeUp::SubtreeLost { nodes: names, ranks, reason };
+                    report.saw(&lost);
+                    let _ = up_tx.send(lost);
                 }
             }
         }
@@ -407,7 +415,62 @@ where
     berth_protocol::probe::mark("agent done sent");
     let _ = up_tx.send(TreeUp::Done);
     drop(up_tx);
+    if is_root {
+        if let Some(reports) = ctx.reports.clone() {
+            // After `run`'s own report, normally: the first recorded wins, and `run`'s is the
+            // exact one. This one closes the step when `run` died or lost its report.
+            let msg = report.message(grant.job, grant.step, !local_started);
+            tokio::spawn(async move {
+                tokio::time::sleep(STEP_END_REPORT_DELAY).await;
+                let _ = reports.send(msg);
+            });
+        }
+    }
     let _ = writer.await;
+}
+
+/// How long the root agent waits before reporting a step's end itself (see above).
+const STEP_END_REPORT_DELAY: Duration = Duration::from_secs(2);
+
+/// How a step ended, as its control tree's root sees it: the worst rank status (a signal as
+/// 128 + its number, as `run` counts) and the first abnormal ending.
+#[derive(Default)]
+struct StepEndReport {
+    worst: i32,
+    failure: Option<String>,
+}
+
+impl StepEndReport {
+    fn exited(&mut self, ranks: &[RankExit]) {
+        for e in ranks {
+            let status = match (e.exit_code, e.signal) {
+                (_, Some(s)) => 128 + s,
+                (Some(c), None) => c,
+                (None, None) => 1,
+            };
+            self.worst = self.worst.max(status);
+            if status != 0 && self.failure.is_none() {
+                self.failure = Some(e.describe());
+            }
+        }
+    }
+
+    fn saw(&mut self, up: &TreeUp) {
+        let failure = match up {
+            TreeUp::Exited { ranks } => return self.exited(ranks),
+            TreeUp::LaunchFailed { node, reason } => format!("launch failed on {node}: {reason}"),
+            TreeUp::SubtreeLost { nodes, reason, .. } => format!("lost nodes {}: {reason}", nodes.join(",")),
+            TreeUp::Abort { rank, code, message, .. } => format!("rank {rank} called MPI_Abort({code}) {message}"),
+            _ => return,
+        };
+        self.worst = self.worst.max(1);
+        self.failure.get_or_insert(failure);
+    }
+
+    fn message(self, job: berth_core::JobId, step: u32, launch_failed: bool) -> AgentMessage {
+        let exit_code = if launch_failed { self.worst.max(1) } else { self.worst };
+        AgentMessage::StepEnded { job, step, exit_code, failure: self.failure }
+    }
 }
 
 fn send_down(children: &mut [Child], msg: &TreeDown) {

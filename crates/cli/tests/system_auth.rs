@@ -444,7 +444,8 @@ fn agents_refuse_a_controller_that_cannot_prove_the_key() {
     let nonce = hello.verify(&key, LABEL_REGISTER).expect("signed with the cluster key");
     // Answered with another key: the agent must not take it.
     let wrong = ClusterKey::random().unwrap();
-    let reply = ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000, lease_ms: None };
+    let reply =
+        ControllerMessage::Registered { node_id: 0, heartbeat_interval_ms: 1000, lease_ms: None, step_ends: false };
     send(&mut s, &Envelope::seal(&wrong, &registered_label(&nonce), &reply).unwrap());
     // Nor a correctly signed answer recorded for another registration (bound to its nonce).
     let (mut s2, _) = listener.accept().unwrap();

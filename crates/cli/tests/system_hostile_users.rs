@@ -305,3 +305,53 @@ fn a_request_on_very_many_jobs_gets_an_answer() {
     assert!(!o.status.success() && e.contains("more than a frame holds") && e.contains("ask for less"), "{e}");
     assert_eq!(c.show(other)["state"], "held", "the controller still answers");
 }
+
+/// Item 13: a step whose `berth run` dies while the controller is down (so no closed
+/// connection tells the restarted controller) is closed by the agent at the root of its
+/// control tree, which saw every rank end and reports it when it registers again: the step's
+/// cores are the job's again.
+#[test]
+fn a_step_whose_run_died_during_a_restart_is_closed_by_its_agents() {
+    let c = Cluster::up(2, "package:1 core:2 pu:1");
+    let script = format!(
+        "#!/bin/sh\n#BERTH --nodes 2 --cores 4 --walltime 120\n{b} run -n 4 sleep 60 &\necho $! > run.pid\nwait\ni=0\nuntil {b} run -n 4 true 2>>refusals.txt; do i=$((i+1)); [ $i -ge 60 ] && break; sleep 0.5; done\necho \"second=$? tries=$i\" > steps.txt\n",
+        b = BIN
+    );
+    let id = c.submit("dies.sh", &script, &[]);
+    let t0 = Instant::now();
+    loop {
+        let steps = c.json(&["acct", "--steps"]);
+        if steps.as_array().is_some_and(|a| a.iter().any(|s| s["job"] == id)) {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the first step never started: {steps:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let run_pid: i32 = std::fs::read_to_string(c.root().join("run.pid")).unwrap().trim().parse().unwrap();
+    let server = c.pid_of("server");
+    // SAFETY: kill(2) on the controller and the `berth run` this test started.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    while pid_alive(server) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(unsafe { libc::kill(run_pid, libc::SIGKILL) }, 0);
+    std::thread::sleep(Duration::from_millis(3000));
+    let o = c.berth(&["up"]);
+    assert!(o.status.success(), "restart: {}", stderr_of(&o));
+    let j = c.wait_finished(id, Duration::from_secs(90));
+    assert_eq!(j["state"], "completed", "{j:#}");
+    let text = std::fs::read_to_string(c.root().join("steps.txt")).unwrap();
+    assert!(text.starts_with("second=0 "), "the job's next step never ran: {text}\n{}", c.logs());
+    let steps = c.json(&["acct", "--steps"]);
+    let first = steps.as_array().unwrap().iter().find(|s| s["job"] == id && s["step"] == 1).cloned().unwrap();
+    assert_eq!(first["exit_code"], 137, "closed with its ranks' SIGKILL: {first:#}");
+    let ended = c.json(&["events", "--kind", "step_end", "--limit", "100"]);
+    assert!(
+        ended
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["job"] == id && e["detail"].as_str().unwrap_or("").contains("reported by")),
+        "{ended:#}"
+    );
+}

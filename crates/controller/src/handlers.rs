@@ -518,6 +518,7 @@ impl Controller {
                 node_id: index as u32,
                 heartbeat_interval_ms: (self.cfg.heartbeat_interval_secs * 1000.0) as u64,
                 lease_ms: self.cfg.lease().filter(|_| reg.lease).map(|l| l.as_millis() as u64),
+                step_ends: true,
             },
         ));
         // Jobs the agent runs (or holds, on a job's other nodes) that we do not think are
@@ -660,6 +661,10 @@ impl Controller {
                     }
                 }
                 self.send_to_node(node, ControllerMessage::EndAck { id });
+            }
+            AgentMessage::StepEnded { job, step, exit_code, failure } => {
+                self.agent_step_end(node, job, step, exit_code, failure, now)?;
+                self.send_to_node(node, ControllerMessage::StepEndAck { job, step });
             }
             AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
             AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,

@@ -496,6 +496,34 @@ impl Controller {
         Ok(ClientResponse::Done { results: vec![IdResult { id: job, ok: true, error: None }] })
     }
 
+    /// A step's end as the agent at the root of its control tree saw it (crate docs:
+    /// docs/protocol.md, "Step ends from agents"): closes a batch job's step that `run` did not
+    /// close (it died, or its report was lost to a restart), so the step's cores are the job's
+    /// again. The first end recorded wins; an interactive allocation's step ends with `run`'s
+    /// connection instead.
+    pub(crate) fn agent_step_end(
+        &mut self,
+        node: usize,
+        job: JobId,
+        step: u32,
+        exit_code: i32,
+        failure: Option<String>,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let Some(row) = self.store.get_step(job, step)? else { return Ok(()) };
+        if row.end_time.is_some() || row.interactive {
+            return Ok(());
+        }
+        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        let failure: Option<String> = failure.map(|f| f.chars().take(2000).collect());
+        self.store.end_step(job, step, now, Some(exit_code), failure.as_deref())?;
+        let detail = format!("step {step}: exit {exit_code} (reported by {name}: `berth run` did not report it)");
+        self.store.event(now, "step_end", Some(job), Some(&name), &detail)?;
+        self.drop_live_step(job, step);
+        self.dirty = true;
+        Ok(())
+    }
+
     fn drop_live_step(&mut self, job: JobId, step: u32) {
         if let Some(v) = self.steps.get_mut(&job) {
             v.retain(|s| s.step != step);

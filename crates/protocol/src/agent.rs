@@ -33,6 +33,18 @@ pub enum AgentMessage {
         id: JobId,
         outcome: JobOutcome,
     },
+    /// Every rank of a step has ended, as the agent at the root of its control tree saw it:
+    /// the controller closes the step if `berth run` did not (it died, or its report was lost
+    /// to a controller restart). Resent until `step_end_ack`; sent only to a controller that
+    /// said `step_ends` when it registered the agent.
+    StepEnded {
+        job: JobId,
+        step: u32,
+        /// The worst exit status (a signal as 128 + its number), as `run` would return.
+        exit_code: i32,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        failure: Option<String>,
+    },
     /// Answer to `suspend`: the job's cgroup here is frozen (`error` None), or why not.
     Suspended {
         id: JobId,
@@ -114,6 +126,14 @@ pub enum ControllerMessage {
         /// longer). Sent only to agents that asked (`Registration::lease`).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         lease_ms: Option<u64>,
+        /// This controller takes `step_ended` reports.
+        #[serde(default)]
+        step_ends: bool,
+    },
+    /// A `step_ended` report is recorded.
+    StepEndAck {
+        job: JobId,
+        step: u32,
     },
     /// The lease renewed as of heartbeat `seq` (its sending time, as the agent knows it).
     Renew {

@@ -460,6 +460,8 @@ pub fn agent_message() -> BoxedStrategy<AgentMessage> {
     prop_oneof![
         registration().prop_map(|r| AgentMessage::Register(Box::new(r))),
         (ids(), any::<u64>()).prop_map(|(running, seq)| AgentMessage::Heartbeat { running, seq }),
+        (job_id(), any::<u32>(), any::<i32>(), of(text()))
+            .prop_map(|(job, step, exit_code, failure)| AgentMessage::StepEnded { job, step, exit_code, failure }),
         (job_id(), any::<u32>(), vec(cgroup_report(), 0..3)).prop_map(|(id, pid, cgroups)| AgentMessage::JobStarted {
             id,
             pid,
@@ -536,9 +538,15 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
 
 pub fn controller_message() -> BoxedStrategy<ControllerMessage> {
     prop_oneof![
-        (any::<u32>(), any::<u64>(), of(any::<u64>())).prop_map(|(node_id, heartbeat_interval_ms, lease_ms)| {
-            ControllerMessage::Registered { node_id, heartbeat_interval_ms, lease_ms }
-        }),
+        (any::<u32>(), any::<u64>(), of(any::<u64>()), any::<bool>()).prop_map(
+            |(node_id, heartbeat_interval_ms, lease_ms, step_ends)| ControllerMessage::Registered {
+                node_id,
+                heartbeat_interval_ms,
+                lease_ms,
+                step_ends
+            }
+        ),
+        (job_id(), any::<u32>()).prop_map(|(job, step)| ControllerMessage::StepEndAck { job, step }),
         any::<u64>().prop_map(|seq| ControllerMessage::Renew { seq }),
         text().prop_map(|reason| ControllerMessage::Rejected { reason }),
         launch_spec().prop_map(|l| ControllerMessage::Launch(Box::new(l))),

@@ -644,7 +644,8 @@ mod tests {
     fn the_registered_answer_is_bound_to_the_agent_nonce() {
         let k = key(1);
         let (a1, a2) = (random_nonce(), random_nonce());
-        let msg = ControllerMessage::Registered { node_id: 1, heartbeat_interval_ms: 1000, lease_ms: None };
+        let msg =
+            ControllerMessage::Registered { node_id: 1, heartbeat_interval_ms: 1000, lease_ms: None, step_ends: false };
         let env = Envelope::seal(&k, &registered_label(&a1), &msg).unwrap();
         env.verify(&k, &registered_label(&a1)).unwrap();
         assert_eq!(env.verify(&k, &registered_label(&a2)), Err(AuthError::BadMac));

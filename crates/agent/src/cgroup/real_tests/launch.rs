@@ -65,6 +65,7 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
         agent_socket: tmp.path().join("agent.sock"),
         shim: None,
         records: None,
+        reports: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mem0 = real_mems.iter().next().unwrap().to_string();
@@ -145,6 +146,7 @@ fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
         agent_socket: tmp.path().join("agent.sock"),
         shim: None,
         records: None,
+        reports: None,
     });
     let limits = crate::cgroup::JobLimits {
         cpus: cpus.clone(),

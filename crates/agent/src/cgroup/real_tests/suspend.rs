@@ -48,6 +48,7 @@ fn node(test: &str) -> Option<Node> {
         agent_socket: tmp.path().join("agent.sock"),
         shim: None,
         records: None,
+        reports: None,
     });
     Some(Node { r, tmp, ctx, host })
 }
