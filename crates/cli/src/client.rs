@@ -127,28 +127,12 @@ impl Client {
     }
 }
 
-/// A request that changes nothing: asked again after a controller restart cut its answer.
-fn read_only(req: &ClientRequest) -> bool {
-    matches!(
-        req,
-        ClientRequest::Ping
-            | ClientRequest::ListJobs { .. }
-            | ClientRequest::ShowJob { .. }
-            | ClientRequest::ListNodes { .. }
-            | ClientRequest::Acct { .. }
-            | ClientRequest::Share
-            | ClientRequest::Queues
-            | ClientRequest::AdvanceList
-            | ClientRequest::Events(_)
-    )
-}
-
 /// One request on a fresh connection; protocol-level errors become `Err`. A read whose
 /// answer a controller restart cut off is asked again once the controller is back.
 pub async fn request(dir: &Path, req: ClientRequest) -> Result<ClientResponse> {
     let mut c = Client::connect(dir).await?;
     let answer = match c.call(&req).await {
-        Err(_) if read_only(&req) => Client::connect(dir).await?.call(&req).await?,
+        Err(_) if req.is_query() => Client::connect(dir).await?.call(&req).await?,
         other => other?,
     };
     match answer {

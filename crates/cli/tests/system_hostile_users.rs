@@ -35,6 +35,29 @@ fn berth_user(c: &Cluster, cwd: &std::path::Path, umask: &str, args: &[&str]) ->
     Command::new("runuser").args(["-u", "berthtest", "--", "sh", "-c", &line]).current_dir(cwd).output().unwrap()
 }
 
+/// SIGKILL the cluster's controller and wait until it is gone.
+fn kill_controller(c: &Cluster) {
+    let pid = c.pid_of("server");
+    // SAFETY: kill(2) on the controller this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
+    while pid_alive(pid) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Wait until job `id` has a step in the invocation log.
+fn wait_first_step(c: &Cluster, id: u64) {
+    let t0 = Instant::now();
+    loop {
+        let steps = c.json(&["acct", "--steps"]);
+        if steps.as_array().is_some_and(|a| a.iter().any(|s| s["job"] == id)) {
+            return;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "the first step never started: {steps:#}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn what_a_user_gives_is_bounded_and_checked_at_submission() {
     let c = Cluster::up(1, "package:1 core:2 pu:1");
@@ -181,12 +204,7 @@ fn a_jobs_processes_are_limited_and_the_limit_is_its_end_reason() {
 #[test]
 fn commands_wait_out_a_controller_restart() {
     let c = Cluster::up(1, "package:1 core:2 pu:1");
-    let pid = c.pid_of("server");
-    // SAFETY: kill(2) on the controller this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    while pid_alive(pid) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_controller(&c);
     let script = c.root().join("later.sh");
     std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
     let submit = Command::new(BIN)
@@ -222,21 +240,8 @@ fn a_steps_end_survives_a_controller_restart() {
     let id = c.submit("steps.sh", &script, &[]);
     c.wait_state(id, &["running"], Duration::from_secs(30));
     // Wait for the first step to be running, then kill the controller under it.
-    let t0 = Instant::now();
-    loop {
-        let steps = c.json(&["acct", "--steps"]);
-        if steps.as_array().is_some_and(|a| a.iter().any(|s| s["job"] == id)) {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the first step never started: {steps:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let pid = c.pid_of("server");
-    // SAFETY: kill(2) on the controller this test started.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGKILL) }, 0);
-    while pid_alive(pid) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_first_step(&c, id);
+    kill_controller(&c);
     std::thread::sleep(Duration::from_millis(1000));
     let o = c.berth(&["up"]);
     assert!(o.status.success(), "restart: {}", stderr_of(&o));
@@ -318,22 +323,10 @@ fn a_step_whose_run_died_during_a_restart_is_closed_by_its_agents() {
         b = BIN
     );
     let id = c.submit("dies.sh", &script, &[]);
-    let t0 = Instant::now();
-    loop {
-        let steps = c.json(&["acct", "--steps"]);
-        if steps.as_array().is_some_and(|a| a.iter().any(|s| s["job"] == id)) {
-            break;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(30), "the first step never started: {steps:#}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_first_step(&c, id);
     let run_pid: i32 = std::fs::read_to_string(c.root().join("run.pid")).unwrap().trim().parse().unwrap();
-    let server = c.pid_of("server");
-    // SAFETY: kill(2) on the controller and the `berth run` this test started.
-    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
-    while pid_alive(server) {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    kill_controller(&c);
+    // SAFETY: kill(2) on the `berth run` this test's job started.
     assert_eq!(unsafe { libc::kill(run_pid, libc::SIGKILL) }, 0);
     std::thread::sleep(Duration::from_millis(3000));
     let o = c.berth(&["up"]);

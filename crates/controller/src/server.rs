@@ -365,21 +365,8 @@ struct OnFailure {
 /// written); the others only read (a refusal they log may still fail to be written: then
 /// they get the store's error).
 fn changes_state(req: &ClientRequest) -> bool {
-    use berth_protocol::reservation::ReservationRequest as R;
-    match req {
-        ClientRequest::Ping
-        | ClientRequest::ListJobs { .. }
-        | ClientRequest::ShowJob { .. }
-        | ClientRequest::ListNodes { .. }
-        | ClientRequest::Acct { .. }
-        | ClientRequest::Signal { .. }
-        | ClientRequest::Share
-        | ClientRequest::Queues
-        | ClientRequest::AdvanceList
-        | ClientRequest::Events(_) => false,
-        ClientRequest::Reservation { request } => !matches!(**request, R::Inventory | R::List { .. } | R::Show { .. }),
-        _ => true,
-    }
+    // A signal writes nothing either (but is not a query: sending it twice is not the same).
+    !(req.is_query() || matches!(req, ClientRequest::Signal { .. }))
 }
 
 /// The error a request gets when the store cannot record it.

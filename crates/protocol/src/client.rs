@@ -198,6 +198,29 @@ pub struct AdvanceInfo {
     pub queued_jobs: Vec<JobId>,
 }
 
+impl ClientRequest {
+    /// It only reads: answering it changes nothing, so it may be asked again (a client whose
+    /// answer a controller restart cut off) and needs no write of the state store.
+    pub fn is_query(&self) -> bool {
+        use crate::reservation::ReservationRequest as R;
+        match self {
+            ClientRequest::Ping
+            | ClientRequest::ListJobs { .. }
+            | ClientRequest::ShowJob { .. }
+            | ClientRequest::ListNodes { .. }
+            | ClientRequest::Acct { .. }
+            | ClientRequest::Share
+            | ClientRequest::Queues
+            | ClientRequest::AdvanceList
+            | ClientRequest::Events(_) => true,
+            ClientRequest::Reservation { request } => {
+                matches!(**request, R::Inventory | R::List { .. } | R::Show { .. })
+            }
+            _ => false,
+        }
+    }
+}
+
 /// The most job ids one request may name (`cancel`, `hold`, `release`) and the most jobs one
 /// batch submission may carry: every answer then fits a frame. `berth` sends more in batches.
 pub const MAX_IDS_PER_REQUEST: usize = 10_000;
