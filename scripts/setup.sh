@@ -2,7 +2,7 @@
 # Installs what berth needs to build and run on Debian 12 (idempotent; needs root for apt).
 set -euo pipefail
 need=()
-for pkg in libhwloc-dev libudev-dev pkg-config hwloc mpich libmpich-dev libpmi2-0-dev; do
+for pkg in libhwloc-dev libudev-dev pkg-config hwloc mpich libmpich-dev libpmi2-0-dev sqlite3; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
