@@ -235,8 +235,8 @@ for round in \$(seq $LARGE_RUNS); do
     r "fanout=\$f prog=true" --fanout \$f true
     r "fanout=\$f prog=sleep1" --fanout \$f sleep 1
   done
-  r "probe=16-ranks-1-node" -N 16 -n 16 true
-  r "probe=64-ranks-1-per-node" -N 1 -n 64 true
+  r "probe=16-ranks-1-node" -N 1 -n 16 true
+  r "probe=64-ranks-1-per-node" -N 64 -n 64 true
 done
 EOF
 chmod +x "$WORK/large-job.sh"

@@ -9,6 +9,7 @@
 //!                                     decision time of `place` on emulated nodes (see placement.rs)
 //! `berth-bench backfill [--nodes N] [--jobs J] [--policy easy|conservative] [--json]`  one scheduling pass (see backfill.rs)
 //! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)
+//! `berth-bench easy-oracle [--random N]`  berth's EASY against textbook EASY (see oracle.rs)
 //! `berth-bench fuzz [--minutes M] [--targets a,b] [--seed N] [--json]`  bounded fuzzing run (see fuzz.rs)
 //! `berth-bench hostile [--hostile N] [--idle M] [--seconds S]`  hostile local peers: daemons' RSS, `berth jobs` latency (see hostile.rs)
 //!
@@ -26,6 +27,7 @@ use tokio::net::UnixStream;
 mod backfill;
 mod fuzz;
 mod hostile;
+mod oracle;
 mod placement;
 mod sim;
 
@@ -146,6 +148,9 @@ async fn run() -> Result<()> {
     }
     if kind == "sim" {
         return sim::run(&args[2..]);
+    }
+    if kind == "easy-oracle" {
+        return oracle::run(&args[2..]);
     }
     if kind == "fuzz" {
         return fuzz::run(&args[2..]);

@@ -87,7 +87,7 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
 }
 
 /// `base` repeated (with shifted submit times and fresh ids) until it has `jobs` jobs.
-fn lengthen(base: &Trace, jobs: usize, stretch: f64) -> Trace {
+pub(crate) fn lengthen(base: &Trace, jobs: usize, stretch: f64) -> Trace {
     let first = base.jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
     let last = base.jobs.iter().map(|j| j.submit).fold(f64::NEG_INFINITY, f64::max);
     let period = (last - first) * stretch + 1.0;

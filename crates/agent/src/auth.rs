@@ -24,6 +24,9 @@ pub struct AgentAuth {
     pub key: Arc<ClusterKey>,
     /// This node's name (what grants must name).
     pub name: String,
+    /// This agent process (its registration's `instance`): grants made for an earlier one
+    /// are refused, so the controller can close the steps a restarted agent does not list.
+    pub instance: String,
     guard: Mutex<ReplayGuard>,
     /// (job, step) of grants accepted here, until the grant expires: a grant works once.
     launched: Mutex<HashMap<(JobId, u32), u64>>,
@@ -49,10 +52,11 @@ pub fn get() -> Option<Arc<AgentAuth>> {
 pub type Refused = (Refusal, String);
 
 impl AgentAuth {
-    pub fn new(key: Arc<ClusterKey>, name: String) -> AgentAuth {
+    pub fn new(key: Arc<ClusterKey>, name: String, instance: String) -> AgentAuth {
         AgentAuth {
             key,
             name,
+            instance,
             guard: Mutex::new(ReplayGuard::default()),
             launched: Mutex::new(HashMap::new()),
             reporter: Mutex::new(None),
@@ -113,6 +117,13 @@ impl AgentAuth {
         verify_grant(&self.key, grant, now).map_err(|e| auth(format!("step grant {job}.{step}: {e}")))?;
         let me = subtree.first().and_then(|&i| grant.nodes.get(i as usize));
         match me {
+            Some(n) if n.name == self.name && !n.instance.is_empty() && n.instance != self.instance => {
+                return Err(launch(format!(
+                    "step {job}.{step} was granted before node {}'s agent restarted; its ranks there were killed with \
+                     the old agent: start the step again",
+                    self.name
+                )))
+            }
             Some(n) if n.name == self.name => {}
             Some(n) => {
                 return Err(launch(format!(
@@ -159,5 +170,61 @@ pub fn to_agent(q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
     match get() {
         Some(a) => a.seal_query(&q),
         None => Err("this process has no cluster key to sign agent queries with".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::step::RankPlace;
+    use berth_protocol::agent::UserIdentity;
+    use berth_protocol::auth::{sign_grant, KEY_BYTES};
+    use berth_protocol::step::StepNode;
+
+    fn grant(key: &ClusterKey, instance: &str) -> StepGrant {
+        let mut g = StepGrant {
+            job: JobId(4),
+            step: 2,
+            kvsname: "berth_4_2".into(),
+            user: UserIdentity { uid: 1000, gid: 1000, groups: vec![], name: "ann".into() },
+            argv: vec!["true".into()],
+            env: vec![],
+            cwd: "/".into(),
+            size: 1,
+            fanout: 0,
+            no_kill: false,
+            rank_cpusets: false,
+            bind: true,
+            notify_signal: None,
+            kill_grace_ms: 500,
+            nodes: vec![StepNode {
+                name: "node1".into(),
+                address: "127.0.0.1:1".into(),
+                ranks: vec![RankPlace { rank: 0, cpus: berth_core::CpuSet::parse_list("0").unwrap() }],
+                instance: instance.into(),
+            }],
+            interactive: false,
+            attach: false,
+            expires_ms: 0,
+            mac: String::new(),
+        };
+        sign_grant(key, &mut g, now_ms() + 60_000);
+        g
+    }
+
+    #[test]
+    fn grants_for_an_earlier_agent_process_are_refused() {
+        let key = Arc::new(ClusterKey::from_bytes([7; KEY_BYTES]));
+        let auth = AgentAuth::new(key.clone(), "node1".into(), "reborn".into());
+        auth.check_grant_here(&grant(&key, "reborn"), &[0], now_ms()).unwrap();
+        // Grants made before instance fields existed are not checked.
+        auth.check_grant_here(&grant(&key, ""), &[0], now_ms()).unwrap();
+        let (what, why) = auth.check_grant_here(&grant(&key, "old"), &[0], now_ms()).unwrap_err();
+        assert_eq!(what, Refusal::Launch);
+        assert!(why.contains("granted before node node1's agent restarted"), "{why}");
+        // The instance is under the MAC: changing it breaks the signature.
+        let mut forged = grant(&key, "old");
+        forged.nodes[0].instance = "reborn".into();
+        assert_eq!(auth.check_grant_here(&forged, &[0], now_ms()).unwrap_err().0, Refusal::Auth);
     }
 }

@@ -35,6 +35,8 @@ pub struct AgentConfig {
     pub listen: String,
     pub state_dir: PathBuf,
     pub topology: TopologySource,
+    /// The admin's NUMA node memory sizes (`--numa-memory`), over what hwloc and the OS say.
+    pub numa_memory: hwtopo::NumaMemory,
     /// The agent's cgroup subtree, relative to each controller's mount (e.g. `berth/node1`).
     pub cgroup_root: String,
     /// Parent of per-job spool directories and TMPDIRs.
@@ -87,9 +89,11 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if let Err(e) = crate::priority::set_agent_nice(cfg.nice) {
         tracing::warn!("{e}");
     }
-    crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone()));
+    let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
+    crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone(), instance.clone()));
     crate::conn::raise_nofile();
-    let topology = hwtopo::load(&cfg.topology)?;
+    let facts = hwtopo::MemoryFacts::from_host(cfg.numa_memory.clone(), &cfg.topology);
+    let topology = hwtopo::load_with(&cfg.topology, &facts)?;
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
     backend.prepare_root()?;
     let (cpus, mems) = backend.root_cpus_mems()?;
@@ -131,7 +135,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .await
         .map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
-    let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
     let real_cpus_text = cpumap.real_cpus.to_list();
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     let ctx = Arc::new(JobContext {
@@ -144,17 +147,50 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         shim,
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
+        root_steps: Default::default(),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let for_spares = ctx.clone();
     tokio::spawn(crate::priority::bookkeeping(move || crate::job::make_spares(&for_spares)));
     let shared = Arc::new(Mutex::new(Shared::default()));
     if let Ok(mut s) = shared.lock() {
+        if let Some(held) = records.load_lease() {
+            // The predecessor's lease goes on: a restart while cut off does not stop fencing.
+            let ago = Duration::from_millis(crate::records::now_unix_ms().saturating_sub(held.renewed_unix_ms));
+            s.lease = crate::fence::LeaseState::restored(
+                std::time::Instant::now(),
+                Duration::from_millis(held.lease_ms),
+                ago,
+            );
+        }
         s.unacked.extend(recovered.ended);
+        s.unacked_steps.extend(records.load_step_ends());
     }
+    // A lease that ran out while the agent was down (or is about to): its fenced jobs are
+    // stopped now, as the predecessor would have (crate::fence, `restored`); the controller
+    // requeues them.
+    let lease_over = shared
+        .lock()
+        .ok()
+        .and_then(|s| s.lease.deadline())
+        .is_some_and(|d| d <= std::time::Instant::now() + Duration::from_secs(1));
     for (rec, cg) in recovered.adopted {
         let id = rec.spec.id;
         let (kill_tx, kill_rx) = mpsc::unbounded_channel();
+        if lease_over && rec.spec.fence {
+            tracing::warn!(job = %id, "the lease ran out while the agent was down: stopping the re-adopted job");
+            let _ = kill_tx.send(
+                "fenced: this node's lease from the controller ran out while its agent was down; the controller requeues the job elsewhere"
+                    .to_string(),
+            );
+            let cg = cg.clone();
+            tokio::task::spawn_blocking(move || {
+                let _ = cg.thaw();
+                if let Err(e) = cg.kill_all(Duration::from_secs(10)) {
+                    tracing::error!(job = %id, "fencing: cannot kill the job's processes: {e}");
+                }
+            });
+        }
         shared.lock().map(|mut s| s.running.insert(id, kill_tx)).ok();
         let (ctx, shared, events) = (ctx.clone(), shared.clone(), events_tx.clone());
         tokio::spawn(async move {
@@ -184,6 +220,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         running: vec![],
         ended: vec![],
         lease: true,
+        steps: None,
     };
 
     tokio::spawn(watch_lease(ctx.clone(), shared.clone()));
@@ -254,6 +291,7 @@ async fn connection(
         let s = shared.lock().map_err(|_| "state lock poisoned")?;
         reg.running = s.running.keys().copied().collect();
         reg.ended = s.unacked.keys().copied().collect();
+        reg.steps = Some(open_steps(ctx, &s));
         s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
     };
     if let Some(auth) = crate::auth::get() {
@@ -304,6 +342,7 @@ async fn connection(
         ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, step_ends, .. } => {
             let lease = lease_ms.map(Duration::from_millis);
             shared.lock().map(|mut s| s.lease.registered(lease, hello_sent)).ok();
+            keep_lease(ctx, shared);
             // At least three renewals per lease: one late or lost renewal does not fence.
             let every = Duration::from_millis(heartbeat_interval_ms);
             (lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100)), step_ends)
@@ -348,22 +387,47 @@ async fn connection(
                     continue;
                 }
                 if let AgentMessage::StepEnded { job, step, .. } = &ev {
+                    // From the running steps to the reported ones, in one turn of this loop:
+                    // a heartbeat lists it all along.
+                    ctx.root_steps.remove(*job, *step);
                     if !step_ends {
                         continue; // a controller that does not take them
                     }
                     shared.lock().map(|mut s| s.unacked_steps.insert((*job, *step), ev.clone())).ok();
+                    if let Some(records) = ctx.records.clone() {
+                        let (job, step, msg) = (*job, *step, ev.clone());
+                        tokio::spawn(crate::priority::bookkeeping(move || {
+                            if let Err(e) = records.save_step_end(job, step, &msg) {
+                                tracing::warn!(job = %job, step, "cannot record the step's end: {e}");
+                            }
+                        }));
+                    }
                 }
                 write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
-                let (running, seq) = shared
+                let (running, seq, steps) = shared
                     .lock()
-                    .map(|mut s| (s.running.keys().copied().collect(), s.lease.heartbeat(std::time::Instant::now())))
+                    .map(|mut s| {
+                        let seq = s.lease.heartbeat(std::time::Instant::now());
+                        (s.running.keys().copied().collect(), seq, Some(open_steps(ctx, &s)))
+                    })
                     .unwrap_or_default();
-                write_sealed(&mut wr, &mut sealer, &AgentMessage::Heartbeat { running, seq }).await.map_err(|e| e.to_string())?;
+                let beat = AgentMessage::Heartbeat { running, seq, steps };
+                write_sealed(&mut wr, &mut sealer, &beat).await.map_err(|e| e.to_string())?;
             }
         }
     }
+}
+
+/// The steps rooted here that the controller may not close: running, or ended and reported
+/// but not acknowledged.
+fn open_steps(ctx: &JobContext, shared: &Shared) -> Vec<berth_protocol::agent::StepRef> {
+    let mut steps = ctx.root_steps.list();
+    steps.extend(shared.unacked_steps.keys().map(|&(job, step)| berth_protocol::agent::StepRef { job, step }));
+    steps.sort();
+    steps.dedup();
+    steps
 }
 
 fn handle(
@@ -402,12 +466,34 @@ fn handle(
         }
         ControllerMessage::StepEndAck { job, step } => {
             shared.lock().map(|mut s| s.unacked_steps.remove(&(job, step))).ok();
+            if let Some(records) = ctx.records.clone() {
+                tokio::spawn(crate::priority::bookkeeping(move || records.forget_step_end(job, step)));
+            }
         }
         ControllerMessage::Renew { seq } => {
             shared.lock().map(|mut s| s.lease.renew(seq)).ok();
+            keep_lease(ctx, shared);
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
     }
+}
+
+/// Write the lease as now renewed for a restarted agent (crate::fence, `restored`).
+fn keep_lease(ctx: &JobContext, shared: &Mutex<Shared>) {
+    let Some(records) = ctx.records.clone() else { return };
+    let held = shared.lock().ok().and_then(|s| s.lease.held());
+    let held = held.map(|(lease, renewed)| crate::records::HeldLease {
+        lease_ms: lease.as_millis() as u64,
+        renewed_unix_ms: crate::records::now_unix_ms().saturating_sub(renewed.elapsed().as_millis() as u64),
+    });
+    tokio::spawn(crate::priority::bookkeeping(move || match held {
+        Some(h) => {
+            if let Err(e) = records.save_lease(&h) {
+                tracing::warn!("cannot record the lease: {e}");
+            }
+        }
+        None => records.forget_lease(),
+    }));
 }
 
 /// Kill the fenced jobs when the lease runs out (crate::fence): the controller requeues them

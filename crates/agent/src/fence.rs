@@ -43,6 +43,23 @@ impl LeaseState {
         }
     }
 
+    /// An agent restarted: the lease its predecessor held (`lease.json`, see
+    /// [`LeaseState::held`]), last renewed `renewed_ago` before `now`. The re-adopted fenced
+    /// jobs are killed when it runs out, as the predecessor would have: a restart while cut
+    /// off from the controller does not make them outlive it (the controller requeues them).
+    pub fn restored(now: Instant, lease: Duration, renewed_ago: Duration) -> Self {
+        let mut l = LeaseState::new(now);
+        l.lease = Some(lease);
+        // Long ago (beyond what Instant can hold here): run out at once.
+        l.renewed = now.checked_sub(renewed_ago).unwrap_or_else(|| now.checked_sub(lease).unwrap_or(now));
+        l
+    }
+
+    /// The lease and when it was last renewed, to be kept across an agent restart.
+    pub fn held(&self) -> Option<(Duration, Instant)> {
+        self.lease.map(|l| (l, self.renewed))
+    }
+
     /// Registered: the registration sent at `sent_at` was accepted with `lease`.
     pub fn registered(&mut self, lease: Option<Duration>, sent_at: Instant) {
         self.lease = lease;
@@ -132,6 +149,24 @@ mod tests {
         assert_eq!(l.expired(t0 + secs(5.0)), None, "once per outage");
         l.registered(Some(secs(2.0)), t0 + secs(6.0));
         assert_eq!(l.deadline(), Some(t0 + secs(8.0)), "a new registration renews and re-arms");
+    }
+
+    #[test]
+    fn a_restarted_agent_keeps_its_predecessors_lease() {
+        let t0 = Instant::now();
+        // Renewed 1.5 s before the restart, with a 2 s lease: it runs out 0.5 s after it.
+        let mut l = LeaseState::restored(t0, secs(2.0), secs(1.5));
+        assert_eq!(l.deadline(), Some(t0 + secs(0.5)));
+        assert_eq!(l.held(), Some((secs(2.0), t0 - secs(1.5))));
+        assert_eq!(l.expired(t0 + secs(0.4)), None);
+        assert_eq!(l.expired(t0 + secs(0.5)), Some(secs(2.0)));
+        // Renewed beyond anything an Instant holds: out at once.
+        let mut l = LeaseState::restored(t0, secs(2.0), Duration::MAX);
+        assert!(l.expired(t0).is_some());
+        // A registration in time renews it as usual.
+        let mut l = LeaseState::restored(t0, secs(2.0), secs(1.0));
+        l.registered(Some(secs(2.0)), t0 + secs(0.5));
+        assert_eq!(l.deadline(), Some(t0 + secs(2.5)));
     }
 
     #[test]

@@ -10,23 +10,26 @@
 //! as `data/hwloc` (reached from this crate as `../../data/hwloc`); its README lists the
 //! machines and their shapes. Berth's model of each is kept as JSON in
 //! `crates/core/tests/fixtures/topologies` for the core crate's tests (which have no hwloc);
-//! `fixtures_match_xml` below checks and regenerates them.
+//! `fixtures_match_xml` below checks and regenerates them. Hand-made files for shapes those
+//! exports lack (NUMA nodes without memory, a cgroup-restricted nodeset) are in
+//! `tests/data/hwloc`, whose README says how each was made.
 
-use berth_core::topology::{Core, NumaNode, Package, Topology};
+use berth_core::topology::{Core, MemorySource, NumaNode, Package, Topology};
+use berth_core::units::{format_size, parse_size};
 use berth_core::{CoreError, CpuSet};
+use hwlocality::bitmap::Bitmap;
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::depth::Depth;
 use hwlocality::object::types::ObjectType;
 use hwlocality::object::TopologyObject;
 use hwlocality::topology::builder::{BuildFlags, TopologyBuilder};
 use std::cmp::Reverse;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 type HwTopology = hwlocality::Topology;
-type HwCpuSet = hwlocality::cpu::cpuset::CpuSet;
 
 /// hwloc's own example of a synthetic description, shown when one does not parse.
 const SYNTHETIC_EXAMPLE: &str = "package:2 numa:2 core:4 pu:2";
@@ -118,6 +121,15 @@ pub enum TopologyError {
     #[error("the topology from {origin} cannot be used: {detail}")]
     Unusable { origin: String, detail: String },
 
+    #[error(
+        "--numa-memory {spec:?}: {detail}; give one size for every NUMA node (\"64G\"), sizes by \
+         NUMA node number (\"0=64G,1=64G\"), or both (\"32G,3=16G\")"
+    )]
+    BadNumaMemory { spec: String, detail: String },
+
+    #[error("--numa-memory names NUMA node {node}, which {origin} does not let berth use (it may use {usable})")]
+    NumaMemoryUnknownNode { node: u32, origin: String, usable: String },
+
     #[error("the topology from {origin} is not valid for berth: {error}")]
     Invalid {
         origin: String,
@@ -139,10 +151,124 @@ pub fn parse_spec(spec: &str) -> TopologySource {
     }
 }
 
-/// Load with hwloc and convert to berth's model.
+/// An admin's memory sizes for NUMA nodes (`berth agent --numa-memory`), which win over every
+/// other source: one size for every NUMA node, sizes by NUMA node OS index, or both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NumaMemory {
+    /// The size of every NUMA node not named in `by_node`.
+    pub all: Option<u64>,
+    /// Sizes by NUMA node OS index.
+    pub by_node: BTreeMap<u32, u64>,
+}
+
+impl NumaMemory {
+    /// Parse `"64G"`, `"0=64G,1=64G"` or `"32G,3=16G"`. A size of 0 is refused: a NUMA node
+    /// without memory takes no job, which is not what an admin giving a size means.
+    pub fn parse(spec: &str) -> Result<Self, TopologyError> {
+        let bad = |detail: String| TopologyError::BadNumaMemory { spec: spec.to_string(), detail };
+        let size = |text: &str| match parse_size(text) {
+            Ok(0) => Err(bad(format!("{text:?} is no memory (to keep jobs off a node, drain it)"))),
+            Ok(bytes) => Ok(bytes),
+            Err(e) => Err(bad(e.to_string())),
+        };
+        let mut out = NumaMemory::default();
+        for item in spec.split(',').map(str::trim) {
+            if item.is_empty() {
+                return Err(bad("an item is empty".into()));
+            }
+            match item.split_once('=') {
+                Some((node, bytes)) => {
+                    let node: u32 =
+                        node.trim().parse().map_err(|_| bad(format!("{:?} is not a NUMA node number", node.trim())))?;
+                    if out.by_node.insert(node, size(bytes.trim())?).is_some() {
+                        return Err(bad(format!("NUMA node {node} is given twice")));
+                    }
+                }
+                None if out.all.is_some() => return Err(bad("two sizes for every NUMA node".into())),
+                None => out.all = Some(size(item)?),
+            }
+        }
+        Ok(out)
+    }
+
+    fn get(&self, os_index: u32) -> Option<u64> {
+        self.by_node.get(&os_index).copied().or(self.all)
+    }
+}
+
+/// What the agent knows of memory besides hwloc: an admin's sizes, and the operating system's
+/// counts for the NUMA nodes hwloc gives no memory (a dump or a container where hwloc could not
+/// read the kernel's per-node counts).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MemoryFacts {
+    /// The admin's sizes (`--numa-memory`): they win over every other source.
+    pub config: NumaMemory,
+    /// The OS's size of each NUMA node, by OS index (this machine's: only for `Real`).
+    pub os_nodes: BTreeMap<u32, u64>,
+    /// The machine's total memory, split over the NUMA nodes no other source gives any.
+    pub machine_total: Option<u64>,
+}
+
+impl MemoryFacts {
+    /// Read this host's counts: per-node sizes from `/sys/devices/system/node` only when the
+    /// topology is this machine's (an emulated node's NUMA nodes are not the host's); the
+    /// total from `/proc/meminfo` in every case, since an emulated node's jobs run on this
+    /// host and share its memory.
+    pub fn from_host(config: NumaMemory, source: &TopologySource) -> Self {
+        let mut os_nodes = BTreeMap::new();
+        if *source == TopologySource::Real {
+            if let Ok(dir) = std::fs::read_dir("/sys/devices/system/node") {
+                for entry in dir.flatten() {
+                    let name = entry.file_name();
+                    let Some(index) = name.to_str().and_then(|n| n.strip_prefix("node")?.parse::<u32>().ok()) else {
+                        continue;
+                    };
+                    let bytes = std::fs::read_to_string(entry.path().join("meminfo"))
+                        .ok()
+                        .and_then(|text| meminfo_total(&text));
+                    if let Some(bytes) = bytes {
+                        os_nodes.insert(index, bytes);
+                    }
+                }
+            }
+        }
+        let machine_total = std::fs::read_to_string("/proc/meminfo").ok().and_then(|text| meminfo_total(&text));
+        MemoryFacts { config, os_nodes, machine_total }
+    }
+}
+
+/// The `MemTotal` of `/proc/meminfo` (`MemTotal:  16318412 kB`) or of a NUMA node's
+/// `meminfo` (`Node 0 MemTotal:  16318412 kB`), in bytes; `None` if absent or 0.
+fn meminfo_total(text: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        if !key.trim_end().ends_with("MemTotal") {
+            return None;
+        }
+        let mut words = value.split_whitespace();
+        let number: u64 = words.next()?.parse().ok()?;
+        let unit = match words.next() {
+            None => 1,
+            Some(u) if u.eq_ignore_ascii_case("kB") => 1024,
+            Some(_) => return None,
+        };
+        number.checked_mul(unit).filter(|&b| b > 0)
+    })
+}
+
+/// Load with hwloc and convert to berth's model; NUMA nodes hwloc gives no memory keep 0
+/// (see [`load_with`]).
 pub fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
+    load_with(source, &MemoryFacts::default())
+}
+
+/// Load with hwloc and convert to berth's model, each NUMA node's memory from the best source
+/// `facts` offer: the admin's size, hwloc's, the OS's, the machine's total split over the
+/// nodes still without; 0 (source `unknown`, and the node takes no job) when none knows.
+pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topology, TopologyError> {
     let hw = build(source)?;
-    let topology = convert(&hw).map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
+    let mut topology = convert(&hw).map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
+    assign_memory(&mut topology.numa_nodes, facts, source)?;
     topology.validate().map_err(|error| TopologyError::Invalid { origin: source.to_string(), error })?;
     tracing::debug!(
         source = %source,
@@ -260,8 +386,10 @@ fn check_readable(path: &Path) -> Result<(), TopologyError> {
     }
 }
 
-/// An hwloc cpuset as berth's; `None` if it is infinite or holds an index beyond u32.
-fn to_berth(set: &HwCpuSet) -> Option<CpuSet> {
+/// An hwloc cpuset or nodeset as berth's set; `None` if it is infinite or holds an index
+/// beyond u32.
+fn to_berth<B: AsRef<Bitmap>>(set: &B) -> Option<CpuSet> {
+    let set = set.as_ref();
     set.weight()?;
     let mut out = CpuSet::new();
     for index in set.iter_set() {
@@ -276,15 +404,19 @@ fn os_or_logical(obj: &TopologyObject) -> Result<u32, String> {
     u32::try_from(index).map_err(|_| format!("{} index {index} is too large", obj.object_type()))
 }
 
-/// Convert a loaded hwloc topology. Only the PUs hwloc allows are used (cores left without
-/// PUs are dropped); the others it knows of are listed in `Topology::disallowed`. On the real
-/// machine hwloc already left the disallowed PUs out (default flags, see `build`); a synthetic
-/// or XML topology (built with INCLUDE_DISALLOWED) is whole except for the PUs the file itself
-/// marks disallowed (its `allowed_cpuset`), so an export from a cgroup-restricted machine
-/// yields the same model there and here.
+/// Convert a loaded hwloc topology. Only the PUs and NUMA nodes hwloc allows are used (cores
+/// left without PUs and packages left without cores are dropped); the other PUs it knows of
+/// are listed in `Topology::disallowed`. On the real machine hwloc already left the disallowed
+/// PUs and NUMA nodes out (default flags, see `build`); a synthetic or XML topology (built
+/// with INCLUDE_DISALLOWED) is whole except for what the file itself marks disallowed (its
+/// `allowed_cpuset` and `allowed_nodeset`), so an export from a cgroup-restricted machine
+/// yields the same model there and here. NUMA nodes keep hwloc's memory, 0 if it has none
+/// (`assign_memory` looks further).
 fn convert(hw: &HwTopology) -> Result<Topology, String> {
     let allowed =
         to_berth(&hw.allowed_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of allowed PUs")?;
+    let allowed_numa =
+        to_berth(&hw.allowed_nodeset()).ok_or("hwloc reports an infinite or out-of-range set of allowed NUMA nodes")?;
     let mut disallowed =
         to_berth(&hw.complete_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of PUs")?;
     disallowed.subtract(&allowed);
@@ -300,7 +432,14 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
     // NUMA nodes, in logical order, with their memory and allowed PUs. Nodes without PUs
     // (CXL memory) or sharing their PUs with another node (KNL's MCDRAM) are listed too.
     let mut numa_nodes = Vec::new();
+    let mut numa_objects = 0;
     for obj in hw.objects_with_type(ObjectType::NUMANode) {
+        numa_objects += 1;
+        // Memory outside the allowed nodeset (a cgroup's cpuset.mems) is not berth's to give.
+        let os_index = os_or_logical(obj)?;
+        if !allowed_numa.contains(os_index) {
+            continue;
+        }
         let memory_bytes = match obj.attributes() {
             Some(ObjectAttributes::NUMANode(attr)) => attr.local_memory().map_or(0, |m| m.get()),
             _ => 0,
@@ -315,7 +454,16 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         // hwloc marks special memory (MCDRAM, HBM, NVM, GPU memory) with a subtype;
         // ordinary memory has none (or "DRAM" in newer hwloc).
         let ordinary_memory = obj.subtype().is_none_or(|s| s.to_bytes().eq_ignore_ascii_case(b"DRAM"));
-        numa_nodes.push(NumaNode { os_index: os_or_logical(obj)?, memory_bytes, cpus, special: !ordinary_memory });
+        numa_nodes.push(NumaNode {
+            os_index,
+            memory_bytes,
+            cpus,
+            special: !ordinary_memory,
+            memory_source: MemorySource::Hwloc,
+        });
+    }
+    if numa_objects > 0 && numa_nodes.is_empty() {
+        return Err(format!("hwloc allows none of its {numa_objects} NUMA nodes"));
     }
 
     // Cores: walk PUs in logical order (which follows cores' logical order) and group them by
@@ -359,6 +507,18 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         return Err("it has no usable PUs".into());
     }
 
+    // Packages none of whose PUs are allowed are not berth's (a cgroup confined to some
+    // sockets): drop them and renumber the cores' packages.
+    let mut renumbered: Vec<Option<usize>> = vec![None; packages.len()];
+    let mut kept = Vec::new();
+    for core in &mut cores {
+        core.package = *renumbered[core.package].get_or_insert_with(|| {
+            kept.push(packages[core.package].clone());
+            kept.len() - 1
+        });
+    }
+    let packages = kept;
+
     // A machine without NUMA information: one node with all memory and all PUs.
     if numa_nodes.is_empty() {
         numa_nodes.push(NumaNode {
@@ -366,6 +526,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
             memory_bytes: hw.root_object().total_memory(),
             cpus: cores.iter().flat_map(|c| c.pus.iter().copied()).collect(),
             special: false,
+            memory_source: MemorySource::Hwloc,
         });
     }
 
@@ -395,6 +556,63 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
     }
 
     Ok(Topology { packages, numa_nodes, cores, disallowed })
+}
+
+/// Give every NUMA node its memory from the best source (see [`load_with`]) and record which.
+fn assign_memory(nodes: &mut [NumaNode], facts: &MemoryFacts, source: &TopologySource) -> Result<(), TopologyError> {
+    // A size for a node berth does not have is a typo, or a node the cgroup leaves out.
+    if let Some(&node) = facts.config.by_node.keys().find(|&&os| !nodes.iter().any(|n| n.os_index == os)) {
+        let usable: CpuSet = nodes.iter().map(|n| n.os_index).collect();
+        return Err(TopologyError::NumaMemoryUnknownNode {
+            node,
+            origin: source.to_string(),
+            usable: format!("NUMA nodes {}", usable.to_list()),
+        });
+    }
+    let mut missing = Vec::new();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        if let Some(bytes) = facts.config.get(node.os_index) {
+            (node.memory_bytes, node.memory_source) = (bytes, MemorySource::Config);
+        } else if node.memory_bytes > 0 {
+            node.memory_source = MemorySource::Hwloc;
+        } else if let Some(&bytes) = facts.os_nodes.get(&node.os_index).filter(|&&b| b > 0) {
+            (node.memory_bytes, node.memory_source) = (bytes, MemorySource::Os);
+        } else {
+            missing.push(i);
+        }
+    }
+    if missing.is_empty() {
+        return Ok(());
+    }
+    // What the nodes with a size leave of the total goes to the others in equal parts; if they
+    // leave nothing (an emulated machine larger than this host), the total over all nodes.
+    let known = nodes.iter().fold(0u64, |sum, n| sum.saturating_add(n.memory_bytes));
+    let share = facts.machine_total.and_then(|total| {
+        let left = total.saturating_sub(known) / missing.len() as u64;
+        let share = if left > 0 { left } else { total / nodes.len() as u64 };
+        (share > 0).then_some(share)
+    });
+    let (bytes, memory_source) = match share {
+        Some(share) => (share, MemorySource::Split),
+        None => (0, MemorySource::Unknown),
+    };
+    for &i in &missing {
+        (nodes[i].memory_bytes, nodes[i].memory_source) = (bytes, memory_source);
+    }
+    let listed: CpuSet = missing.iter().map(|&i| nodes[i].os_index).collect();
+    match share {
+        Some(share) => tracing::warn!(
+            "{source}: hwloc gives NUMA nodes {} no memory; each gets {} of the machine's total",
+            listed.to_list(),
+            format_size(share)
+        ),
+        None => tracing::warn!(
+            "{source}: no source gives NUMA nodes {} any memory: they take no job; set their size with \
+             --numa-memory",
+            listed.to_list()
+        ),
+    }
+    Ok(())
 }
 
 /// Each PU's CPU kind as berth numbers kinds: the rank of the kind's hwloc efficiency among
@@ -687,6 +905,194 @@ mod tests {
         assert_eq!(convert(&hw).unwrap(), t);
     }
 
+    /// The hand-made XML files of issue 17 (made with lstopo and edited by hand; how, in
+    /// crates/agent/tests/data/hwloc/README.md).
+    fn issue17(file: &str) -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/hwloc").join(file)
+    }
+
+    fn node_of(t: &Topology) -> berth_core::node::NodeCapacity {
+        berth_core::node::NodeCapacity::new(berth_core::NodeId(0), "n0", std::sync::Arc::new(t.clone()))
+    }
+
+    /// `cores` whole cores with `mem` bytes on one node.
+    fn ask(cores: u32, mem: u64) -> berth_core::placement::JobRequest {
+        use berth_core::job::Shape;
+        berth_core::placement::JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: cores }, mem)
+    }
+
+    /// Placement rules with no "large parallel" jobs, so that wide jobs are placed like others.
+    fn no_large() -> berth_core::placement::PlacementPolicy {
+        let mut policy = berth_core::placement::PlacementPolicy::default();
+        policy.large_parallel_cpus = 0;
+        policy
+    }
+
+    /// Whether a job could ever run on this node, as the controller judges it at submit.
+    fn feasible_on(t: &Topology, req: &berth_core::placement::JobRequest) -> Result<(), String> {
+        let policy = no_large();
+        berth_core::placement::cluster::feasible(&[node_of(t)], &policy, req, |_| true)
+    }
+
+    fn place_on(t: &Topology, req: &berth_core::placement::JobRequest) -> berth_core::job::NodeAllocation {
+        use berth_core::placement::cluster::{place, Placement};
+        let policy = no_large();
+        match place(&[node_of(t)], &policy, req) {
+            Placement::Now(mut a) => a.remove(0),
+            other => panic!("{req:?}: {other:?}"),
+        }
+    }
+
+    /// Issue 17 item 1: an EPYC dump whose NUMA nodes have no `local_memory` gave 0-byte NUMA
+    /// nodes, and every job there a 0-byte memory limit (killed at once). Each node's memory
+    /// now comes from the best source there is, which `berth nodes` shows.
+    #[test]
+    fn issue17_numa_nodes_without_local_memory_get_memory_from_the_best_source() {
+        let file = TopologySource::Xml(issue17("epyc-2p-no-local-memory.xml"));
+        let with = |facts: &MemoryFacts| load_with(&file, facts).unwrap_or_else(|e| panic!("{e}"));
+        let memory = |t: &Topology| -> Vec<(u32, u64, MemorySource)> {
+            t.numa_nodes.iter().map(|n| (n.os_index, n.memory_bytes, n.memory_source)).collect()
+        };
+        let config = |spec: &str| NumaMemory::parse(spec).unwrap();
+
+        // The OS's per-node counts (the real node's /sys/devices/system/node/nodeN/meminfo).
+        let os = MemoryFacts { os_nodes: BTreeMap::from([(0, 32 * GIB), (1, 31 * GIB)]), ..Default::default() };
+        assert_eq!(memory(&with(&os)), vec![(0, 32 * GIB, MemorySource::Os), (1, 31 * GIB, MemorySource::Os)]);
+        // The machine's total (MemTotal of /proc/meminfo) split over the NUMA nodes.
+        let total = MemoryFacts { machine_total: Some(64 * GIB), ..Default::default() };
+        let t = with(&total);
+        assert_eq!(memory(&t), vec![(0, 32 * GIB, MemorySource::Split), (1, 32 * GIB, MemorySource::Split)]);
+        assert_eq!(t.memory_bytes(), 64 * GIB);
+        // The admin's sizes win over every other source; what they leave of the total goes to
+        // the rest.
+        let admin = MemoryFacts { config: config("0=20G"), ..total.clone() };
+        assert_eq!(
+            memory(&with(&admin)),
+            vec![(0, 20 * GIB, MemorySource::Config), (1, 44 * GIB, MemorySource::Split)]
+        );
+        let admin = MemoryFacts { config: config("16G"), ..os.clone() };
+        assert_eq!(
+            memory(&with(&admin)),
+            vec![(0, 16 * GIB, MemorySource::Config), (1, 16 * GIB, MemorySource::Config)]
+        );
+        // An admin's size for a NUMA node the machine does not have is refused, naming it.
+        let err = load_with(&file, &MemoryFacts { config: config("7=16G"), ..Default::default() }).unwrap_err();
+        assert!(matches!(err, TopologyError::NumaMemoryUnknownNode { node: 7, .. }), "{err:?}");
+        assert!(err.to_string().contains("NUMA nodes 0-1"), "{err}");
+        // Memory hwloc gives is kept (and marked as hwloc's) unless the admin says otherwise.
+        let hwloc = synthetic("package:2 numa:1 core:2 pu:1");
+        let t = load_with(&TopologySource::Synthetic("package:2 numa:1 core:2 pu:1".into()), &total).unwrap();
+        assert_eq!(t, hwloc);
+        assert!(t.numa_nodes.iter().all(|n| n.memory_source == MemorySource::Hwloc && n.memory_bytes == GIB));
+
+        // A job placed there gets real memory, never a 0-byte limit.
+        let t = with(&total);
+        let a = place_on(&t, &ask(4, 8 * GIB));
+        assert_eq!((a.memory_bytes, a.numa_memory.iter().map(|s| s.bytes).sum::<u64>()), (8 * GIB, 8 * GIB));
+
+        // No source at all: the NUMA nodes keep 0 bytes, marked unknown, and the node accepts
+        // no job (every job the controller accepts asks some memory): it is infeasible at
+        // submit, with the reason.
+        let t = load(&file).unwrap();
+        assert_eq!(memory(&t), vec![(0, 0, MemorySource::Unknown), (1, 0, MemorySource::Unknown)]);
+        for mem in [1 << 20, GIB] {
+            let why = feasible_on(&t, &ask(1, mem)).unwrap_err();
+            assert!(why.contains("node n0 has no usable memory") && why.contains("--numa-memory"), "{why}");
+        }
+        // One NUMA node with memory, one without: the one without takes no job, its CPUs
+        // included, and lends no memory.
+        let t = load_with(&file, &MemoryFacts { config: config("0=16G"), ..Default::default() }).unwrap();
+        assert_eq!(memory(&t), vec![(0, 16 * GIB, MemorySource::Config), (1, 0, MemorySource::Unknown)]);
+        let a = place_on(&t, &ask(8, GIB));
+        assert_eq!((a.cpus.to_list(), a.mems.to_list()), ("0-15".to_string(), "0".to_string()));
+        let why = feasible_on(&t, &ask(9, GIB)).unwrap_err();
+        assert!(why.contains("NUMA node P#1 take no job: it has no memory"), "{why}");
+        assert!(feasible_on(&t, &ask(1, 17 * GIB)).is_err());
+    }
+
+    #[test]
+    fn numa_memory_override_forms() {
+        let parse = |spec: &str| NumaMemory::parse(spec);
+        assert_eq!(parse("64G").unwrap(), NumaMemory { all: Some(64 * GIB), by_node: BTreeMap::new() });
+        assert_eq!(
+            parse(" 0=64G, 1 = 32G ").unwrap(),
+            NumaMemory { all: None, by_node: BTreeMap::from([(0, 64 * GIB), (1, 32 * GIB)]) }
+        );
+        let mixed = parse("32G,3=16G").unwrap();
+        assert_eq!((mixed.get(0), mixed.get(3)), (Some(32 * GIB), Some(16 * GIB)));
+        for bad in ["", "0", "0=0", "x=1G", "1G,2G", "0=1G,0=2G", "0=lots", "-1=1G", "1G,"] {
+            let err = parse(bad).unwrap_err();
+            assert!(matches!(err, TopologyError::BadNumaMemory { .. }), "{bad:?}: {err:?}");
+            assert!(err.to_string().contains("0=64G,1=64G"), "{err}");
+        }
+    }
+
+    #[test]
+    fn meminfo_totals() {
+        assert_eq!(meminfo_total("MemTotal:       16318412 kB\nMemFree: 1 kB\n"), Some(16318412 * 1024));
+        let node = "Node 1 MemTotal:       65536 kB\nNode 1 MemFree:        1024 kB\n";
+        assert_eq!(meminfo_total(node), Some(64 << 20));
+        for bad in ["", "MemTotal: 0 kB", "MemTotal: lots kB", "MemTotal: 5 MB", "MemFree: 5 kB"] {
+            assert_eq!(meminfo_total(bad), None, "{bad:?}");
+        }
+    }
+
+    /// Issue 17 item 2: an SGI UV export made inside a cgroup allowing 2 NUMA nodes of 8.
+    /// berth counted all 8 nodes' memory (248 GiB where hwloc says 62), 8 sockets, and put
+    /// memory on nodes it may not use. Only the allowed PUs and NUMA nodes count now.
+    #[test]
+    fn issue17_only_the_allowed_nodeset_counts() {
+        let path = issue17("uv-8n-2-allowed.xml");
+        let t = load(&TopologySource::Xml(path.clone())).unwrap();
+        // Capacity: what lstopo -i shows for the file ("Machine (62GB total)", 2 packages).
+        let os = |v: &[NumaNode]| v.iter().map(|n| n.os_index).collect::<Vec<_>>();
+        assert_eq!(os(&t.numa_nodes), vec![2, 5]);
+        assert_eq!(t.memory_bytes(), 62 * GIB);
+        assert_eq!(t.packages, vec![Package { os_index: 2 }, Package { os_index: 5 }]);
+        assert_eq!((t.ge_counts(), t.all_pus().to_list()), ((2, 8, 16), "16-23,40-47".to_string()));
+        assert_eq!(t.disallowed.to_list(), "0-15,24-39,48-63");
+        assert!(t.cores.iter().all(|c| c.package == c.numa.unwrap()), "{:?}", t.cores);
+        assert_eq!(t.numa_nodes[1].cpus.to_list(), "40-47");
+        // Topology and free strings: two sockets.
+        let socket = format!("S{}", "CTT".repeat(4));
+        assert_eq!(t.ge_string(&CpuSet::new()), socket.repeat(2));
+        let node = node_of(&t);
+        assert_eq!(t.ge_string(&node.busy_pus()), socket.repeat(2));
+        assert_eq!((node.free_memory, node.free_core_count), (62 * GIB, 8));
+
+        // Placement: memory only on the allowed nodes, and never more than they have.
+        let why = feasible_on(&t, &ask(1, 70 * GIB)).unwrap_err();
+        assert!(why.contains("62G memory"), "{why}");
+        let a = place_on(&t, &ask(1, 40 * GIB));
+        assert_eq!(a.mems.to_list(), "2,5");
+        assert_eq!(a.numa_memory.iter().map(|s| (s.numa, s.bytes)).collect::<Vec<_>>(), [(2, 31 * GIB), (5, 9 * GIB)]);
+
+        // The real machine's path (default flags: hwloc itself drops what is not allowed)
+        // gives the same model.
+        let hw = HwTopology::builder().from_xml_file(&path).unwrap().build().unwrap();
+        assert_eq!(convert(&hw).unwrap(), t);
+
+        // A cgroup whose CPUs reach a package whose memory it may not use (PUs 48-51 of NUMA
+        // node 6): those cores are berth's, node 6 is not; again as hwloc itself sees it.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let wider =
+            text.replace(r#"allowed_cpuset="0x0000ff00,0x00ff0000""#, r#"allowed_cpuset="0x000fff00,0x00ff0000""#);
+        assert_ne!(wider, text);
+        let dir = tempfile::tempdir().unwrap();
+        let wider_path = dir.path().join("wider.xml");
+        std::fs::write(&wider_path, wider).unwrap();
+        let w = load(&TopologySource::Xml(wider_path.clone())).unwrap();
+        assert_eq!((os(&w.numa_nodes), w.memory_bytes(), w.packages.len()), (vec![2, 5], 62 * GIB, 3));
+        assert_eq!(w.all_pus().to_list(), "16-23,40-51");
+        assert!(w.cores[8..].iter().all(|c| c.numa.is_none() && c.package == 2), "{:?}", w.cores);
+        let hw = HwTopology::builder().from_xml_file(&wider_path).unwrap().build().unwrap();
+        assert_eq!(convert(&hw).unwrap(), w);
+        // An admin's size for a node outside the allowed set is refused.
+        let facts = MemoryFacts { config: NumaMemory::parse("6=31G").unwrap(), ..Default::default() };
+        let err = load_with(&TopologySource::Xml(path), &facts).unwrap_err();
+        assert!(err.to_string().contains("it may use NUMA nodes 2,5"), "{err}");
+    }
+
     /// Golden files for berth-core's placement tests, which cannot run hwloc: berth's model of
     /// every XML in data/hwloc, as JSON.
     #[test]
@@ -705,7 +1111,10 @@ mod tests {
         let mut problems = Vec::new();
         for path in xmls {
             let stem = path.file_stem().unwrap().to_str().unwrap().to_string();
-            let topology = load(&TopologySource::Xml(path.clone())).unwrap();
+            // As an agent on a 16 GiB host emulates it: only an export without memory (Raptor
+            // Lake) takes anything from that, and its golden placements need memory to mean much.
+            let host = MemoryFacts { machine_total: Some(16 * GIB), ..Default::default() };
+            let topology = load_with(&TopologySource::Xml(path.clone()), &host).unwrap();
             let json = serde_json::to_string_pretty(&topology).unwrap() + "\n";
             // What the core crate will read back must be what the agent produced.
             assert_eq!(serde_json::from_str::<Topology>(&json).unwrap(), topology, "{stem}");
@@ -852,8 +1261,10 @@ mod tests {
             assert!(t.cores.iter().all(|c| c.numa.is_some()), "{file}");
             if file.starts_with("Intel-RaptorLake") {
                 assert_eq!(t.memory_bytes(), 0, "{file} has no memory information");
+                assert!(t.numa_nodes.iter().all(|n| n.memory_source == MemorySource::Unknown), "{file}");
             } else {
                 assert!(t.numa_nodes.iter().all(|n| n.memory_bytes > 0), "{file}");
+                assert!(t.numa_nodes.iter().all(|n| n.memory_source == MemorySource::Hwloc), "{file}");
             }
             // Cores are grouped by package, packages in order.
             assert!(t.cores.windows(2).all(|w| w[0].package <= w[1].package), "{file}");

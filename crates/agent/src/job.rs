@@ -41,6 +41,8 @@ pub struct JobContext {
     pub records: Option<Arc<crate::records::Records>>,
     /// Messages for the controller (step ends seen at a control tree's root); None: none sent.
     pub reports: Option<mpsc::UnboundedSender<berth_protocol::agent::AgentMessage>>,
+    /// Steps rooted here whose end the controller has not taken.
+    pub root_steps: crate::registry::RootSteps,
 }
 
 /// How long kill_all may take before the job is reported with processes left.
@@ -497,7 +499,8 @@ async fn supervise(
     walltime: Option<Duration>,
 ) -> JobOutcome {
     let reason: Option<String> = tokio::select! {
-        ended = script.wait() => return finished(spec, ended, None, started),
+        // A kill asked for as the script ended (a fence kills at once) is why it ended.
+        ended = script.wait() => return finished(spec, ended, kill.try_recv().ok(), started),
         r = end_request(walltime, kill, suspension) => Some(r),
     };
     suspension.end(spec.id, &cg).await;

@@ -6,14 +6,17 @@
 //! - `ended/<id>.json`: the [`JobOutcome`] of a job that ended here and whose end the
 //!   controller has not acknowledged yet.
 //!
-//! Both are removed when the controller acknowledges the end (`EndAck`). Every file is
+//! - `step_ends/<job>.<step>.json`: a step's end as its control tree's root reported it
+//!   (`step_ended`), until the controller acknowledges it (`StepEndAck`).
+//!
+//! The first two are removed when the controller acknowledges the end (`EndAck`). Every file is
 //! written to a temporary name and renamed into place; an outcome is also synced (file and
 //! directory): it is the only trace of the job's end if the node loses power before the
 //! controller has it. A job record is not (see `save_job`).
 
 use berth_core::job::JobOutcome;
 use berth_core::JobId;
-use berth_protocol::agent::LaunchSpec;
+use berth_protocol::agent::{AgentMessage, LaunchSpec};
 use serde::{Deserialize, Serialize};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -38,18 +41,31 @@ pub struct JobRecord {
     pub spool: PathBuf,
 }
 
+/// A lease held from the controller, as a restarted agent reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldLease {
+    pub lease_ms: u64,
+    /// When it was last renewed (milliseconds since the Unix epoch).
+    pub renewed_unix_ms: u64,
+}
+
 /// The `jobs/` and `ended/` directories of an agent's state directory.
 #[derive(Debug)]
 pub struct Records {
     jobs: PathBuf,
     ended: PathBuf,
+    step_ends: PathBuf,
 }
 
 impl Records {
     /// Make (root only, 0700) the directories under `state_dir`.
     pub fn open(state_dir: &Path) -> std::io::Result<Records> {
-        let r = Records { jobs: state_dir.join("jobs"), ended: state_dir.join("ended") };
-        for d in [&r.jobs, &r.ended] {
+        let r = Records {
+            jobs: state_dir.join("jobs"),
+            ended: state_dir.join("ended"),
+            step_ends: state_dir.join("step_ends"),
+        };
+        for d in [&r.jobs, &r.ended, &r.step_ends] {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
             std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))?;
         }
@@ -95,6 +111,59 @@ impl Records {
     /// Every ended-but-unacknowledged outcome.
     pub fn load_ended(&self) -> Vec<(JobId, JobOutcome)> {
         load(&self.ended)
+    }
+
+    /// The controller's lease as last renewed (`lease.json` beside `jobs/`), so that a
+    /// restarted agent fences its re-adopted jobs when it runs out (crate::fence). Not synced:
+    /// written at every renewal, needed only after a crash of the agent alone.
+    pub fn save_lease(&self, lease: &HeldLease) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(lease).map_err(std::io::Error::other)?;
+        let dir = self.jobs.parent().unwrap_or(&self.jobs);
+        write_atomically(dir, "lease.json", &bytes, false)
+    }
+
+    /// No lease is held (the controller grants none).
+    pub fn forget_lease(&self) {
+        let dir = self.jobs.parent().unwrap_or(&self.jobs);
+        let _ = std::fs::remove_file(dir.join("lease.json"));
+    }
+
+    pub fn load_lease(&self) -> Option<HeldLease> {
+        let dir = self.jobs.parent().unwrap_or(&self.jobs);
+        std::fs::read(dir.join("lease.json")).ok().and_then(|b| serde_json::from_slice(&b).ok())
+    }
+
+    /// Not synced, as a job record: a restarted agent resends it, so the step closes with its
+    /// exit status rather than as lost.
+    pub fn save_step_end(&self, job: JobId, step: u32, msg: &AgentMessage) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec(msg).map_err(std::io::Error::other)?;
+        write_atomically(&self.step_ends, &format!("{job}.{step}.json"), &bytes, false)
+    }
+
+    pub fn forget_step_end(&self, job: JobId, step: u32) {
+        let _ = std::fs::remove_file(self.step_ends.join(format!("{job}.{step}.json")));
+    }
+
+    /// Every reported-but-unacknowledged step end; unreadable files are logged and removed.
+    pub fn load_step_ends(&self) -> Vec<((JobId, u32), AgentMessage)> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir(&self.step_ends) else { return out };
+        for p in rd.flatten().map(|e| e.path()) {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_string();
+            let parsed = std::fs::read(&p)
+                .ok()
+                .filter(|_| name.ends_with(".json"))
+                .and_then(|b| serde_json::from_slice::<AgentMessage>(&b).ok());
+            match parsed {
+                Some(msg @ AgentMessage::StepEnded { job, step, .. }) => out.push(((job, step), msg)),
+                _ => {
+                    tracing::warn!(file = %p.display(), "removing an unreadable step end record");
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+        out.sort_by_key(|(k, _)| *k);
+        out
     }
 }
 
@@ -198,6 +267,28 @@ mod tests {
             "nodes": [["n", 2]], "walltime_seconds": 60, "kill_grace_ms": 100
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn step_ends_are_kept_until_acknowledged() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = Records::open(tmp.path()).unwrap();
+        let end = |job: u64, step: u32| AgentMessage::StepEnded {
+            job: JobId(job),
+            step,
+            exit_code: 137,
+            failure: Some("rank 0 on n killed by signal 9".into()),
+        };
+        r.save_step_end(JobId(9), 2, &end(9, 2)).unwrap();
+        r.save_step_end(JobId(3), 1, &end(3, 1)).unwrap();
+        // A file that is not a step end, and a torn write: removed, never resent.
+        std::fs::write(tmp.path().join("step_ends/4.1.json"), "{\"op\":\"heartbeat\",\"running\":[]}").unwrap();
+        std::fs::write(tmp.path().join("step_ends/5.1.json.tmp"), "{").unwrap();
+        let loaded = r.load_step_ends();
+        assert_eq!(loaded, vec![((JobId(3), 1), end(3, 1)), ((JobId(9), 2), end(9, 2))]);
+        assert_eq!(std::fs::read_dir(tmp.path().join("step_ends")).unwrap().count(), 2);
+        r.forget_step_end(JobId(9), 2);
+        assert_eq!(r.load_step_ends(), vec![((JobId(3), 1), end(3, 1))]);
     }
 
     #[test]

@@ -3,7 +3,8 @@
 use crate::cgroup::JobCgroup;
 use berth_core::JobId;
 use berth_protocol::agent::LaunchSpec;
-use std::collections::HashMap;
+use berth_protocol::agent::StepRef;
+use std::collections::{BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -86,5 +87,26 @@ impl Registry {
                 return self.get(id);
             }
         }
+    }
+}
+
+/// Steps whose control tree is rooted on this node and whose end the controller has not
+/// taken yet (running, or ended with the report still on its way): listed in registrations
+/// and heartbeats, so the controller closes only the steps no agent knows
+/// (docs/protocol.md, "Step ends from agents").
+#[derive(Default)]
+pub struct RootSteps(Mutex<BTreeSet<StepRef>>);
+
+impl RootSteps {
+    pub fn insert(&self, job: JobId, step: u32) {
+        self.0.lock().map(|mut s| s.insert(StepRef { job, step })).ok();
+    }
+
+    pub fn remove(&self, job: JobId, step: u32) {
+        self.0.lock().map(|mut s| s.remove(&StepRef { job, step })).ok();
+    }
+
+    pub fn list(&self) -> Vec<StepRef> {
+        self.0.lock().map(|s| s.iter().copied().collect()).unwrap_or_default()
     }
 }

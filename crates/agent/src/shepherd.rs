@@ -115,6 +115,10 @@ where
         return;
     };
     let is_root = subtree.len() == grant.nodes.len();
+    if is_root {
+        // Until the controller takes its end (daemon.rs moves it to the unacknowledged reports).
+        ctx.root_steps.insert(grant.job, grant.step);
+    }
 
     // Forward the launch first: the other nodes start while this one does.
     let mut children: Vec<Child> = Vec::new();
@@ -416,14 +420,17 @@ where
     let _ = up_tx.send(TreeUp::Done);
     drop(up_tx);
     if is_root {
-        if let Some(reports) = ctx.reports.clone() {
-            // After `run`'s own report, normally: the first recorded wins, and `run`'s is the
-            // exact one. This one closes the step when `run` died or lost its report.
-            let msg = report.message(grant.job, grant.step, !local_started);
-            tokio::spawn(async move {
-                tokio::time::sleep(STEP_END_REPORT_DELAY).await;
-                let _ = reports.send(msg);
-            });
+        match ctx.reports.clone() {
+            Some(reports) => {
+                // After `run`'s own report, normally: the first recorded wins, and `run`'s is the
+                // exact one. This one closes the step when `run` died or lost its report.
+                let msg = report.message(grant.job, grant.step, !local_started);
+                tokio::spawn(async move {
+                    tokio::time::sleep(STEP_END_REPORT_DELAY).await;
+                    let _ = reports.send(msg);
+                });
+            }
+            None => ctx.root_steps.remove(grant.job, grant.step),
         }
     }
     let _ = writer.await;

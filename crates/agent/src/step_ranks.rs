@@ -265,6 +265,7 @@ mod tests {
             name: "n".into(),
             address: String::new(),
             ranks: vec![place(0, "0"), place(1, "1"), place(2, "2"), place(3, "3")],
+            instance: String::new(),
         };
         assert_eq!(spawn_order_from(&node, &map, Some(0)), vec![1, 3, 0, 2]);
         assert_eq!(spawn_order_from(&node, &map, Some(1)), vec![0, 2, 1, 3]);

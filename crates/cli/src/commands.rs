@@ -182,12 +182,28 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
         for IdResult { id, ok, error } in &results {
             match (ok, error) {
                 (true, _) => println!("job {id} {verb}"),
-                (false, Some(e)) => eprintln!("berth: job {id}: {e}"),
+                (false, Some(e)) => {
+                    eprintln!("berth: {}", crate::output::terminal_safe(&id_error(*id, &e.to_string())))
+                }
                 (false, None) => eprintln!("berth: job {id}: failed"),
             }
         }
     }
     Ok(if failed > 0 { 1 } else { 0 })
+}
+
+/// A controller's error about job `id`, said once: its messages mostly name the job already
+/// ("job 5 is running; ..."), so the id is added only where they do not (issue 17 item 11:
+/// "job 5: job 5 is running").
+fn id_error(id: JobId, e: &str) -> String {
+    let named = e
+        .strip_prefix(&format!("job {id}"))
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with([' ', ':', ';', ',']));
+    if named {
+        e.to_string()
+    } else {
+        format!("job {id}: {e}")
+    }
 }
 
 /// The largest script the client sends (the controller has its own, smaller, configured bound).
@@ -314,4 +330,22 @@ async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags
         ids.iter().for_each(|id| println!("{id}"));
     }
     Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Issue 17 item 11: "job 5: job 5 is running" said the id twice.
+    #[test]
+    fn errors_name_the_job_once() {
+        let id = JobId(5);
+        assert_eq!(
+            id_error(id, "job 5 is running; only queued jobs can be held"),
+            "job 5 is running; only queued jobs can be held"
+        );
+        assert_eq!(id_error(id, "job 5: gone"), "job 5: gone");
+        assert_eq!(id_error(id, "no such job"), "job 5: no such job");
+        assert_eq!(id_error(id, "job 51 is running"), "job 5: job 51 is running");
+    }
 }

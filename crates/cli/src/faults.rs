@@ -42,7 +42,8 @@ pub enum FaultsCommand {
         /// Seconds each failed node stays down.
         #[arg(long, default_value_t = 5.0)]
         downtime: f64,
-        /// The nodes to pick from, in physical order (default: the cluster's, from `berth nodes`).
+        /// The nodes to pick from, in physical order (default: the cluster's, as `berth nodes`
+        /// lists them: `[interconnect] order`, then names in natural order, node2 before node10).
         #[arg(long, value_delimiter = ',')]
         nodes: Vec<String>,
         /// Replay it on the cluster too.

@@ -61,10 +61,65 @@ fn local_time(t: f64) -> libc::tm {
 fn time_of(t: Option<f64>) -> String {
     match t {
         None => "-".into(),
+        Some(t) => when(t, now()),
+    }
+}
+
+/// Unix time now.
+fn now() -> f64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
+}
+
+/// A time for a table, as of `now`: the time of day when it is today, else the month, day and
+/// minute (this year), else the date (issue 17 item 11: a start a year ahead read `~14:58:35`).
+fn when(t: f64, now: f64) -> String {
+    let (tm, today) = (local_time(t), local_time(now));
+    if (tm.tm_year, tm.tm_yday) == (today.tm_year, today.tm_yday) {
+        format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+    } else if tm.tm_year == today.tm_year {
+        format!("{:02}-{:02} {:02}:{:02}", tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min)
+    } else {
+        format!("{:04}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday)
+    }
+}
+
+/// Local date and time to the second (a job's details).
+fn full_time(t: Option<f64>) -> String {
+    match t {
+        None => "-".into(),
         Some(t) => {
             let tm = local_time(t);
-            format!("{:02}:{:02}:{:02}", tm.tm_hour, tm.tm_min, tm.tm_sec)
+            format!(
+                "{:04}-{:02}-{:02} {:02}:{:02}:{:02}",
+                tm.tm_year + 1900,
+                tm.tm_mon + 1,
+                tm.tm_mday,
+                tm.tm_hour,
+                tm.tm_min,
+                tm.tm_sec
+            )
         }
+    }
+}
+
+/// The CPUs (cores, or PUs with `--threads`) a job has, or asks for while it waits: all its
+/// nodes', a binding's count on each node (issue 17 item 11: 16 for a 48-core job over 3
+/// nodes, 1 for a bound job). "-" when the request cannot be read.
+pub fn job_cpus(j: &JobInfo) -> String {
+    let held: u64 = j.allocation.iter().map(|a| a.cores as u64).sum();
+    if held > 0 {
+        return held.to_string();
+    }
+    let r = &j.request;
+    if let Some(count) = j.binding.as_ref().and_then(|b| b.fixed_count()) {
+        return (count as u64 * r.nodes.unwrap_or(1) as u64).to_string();
+    }
+    match r.shape() {
+        Ok(berth_core::job::Shape::PerNode { nodes, cores_per_node }) => {
+            (nodes as u64 * cores_per_node as u64).to_string()
+        }
+        Ok(berth_core::job::Shape::Total { cores, .. }) => cores.to_string(),
+        Err(_) => "-".into(),
     }
 }
 
@@ -101,19 +156,17 @@ fn exit_of(j: &JobInfo) -> String {
 pub fn jobs_table(jobs: &[JobInfo]) -> String {
     let jobs = &escaped(jobs)[..];
     let mut out = format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:>8}  {:>7}  {:<5} {:<24} {}\n",
+        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
         "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "START", "PRIO", "EXIT", "NODES[CPUS]", "REASON"
     );
     for j in jobs {
-        let cores: u32 = j.allocation.iter().map(|a| a.cores).sum();
-        let cores = if cores == 0 { j.request.cores.or(j.request.tasks_per_node).unwrap_or(1) } else { cores };
         out.push_str(&format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>8}  {:>8}  {:>7}  {:<5} {:<24} {}\n",
+            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
             j.id.0,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             j.state.as_str(),
-            cores,
+            job_cpus(j),
             time_of(Some(j.submit_time)),
             // Running: when it started; pending: when the scheduler expects it to ("~").
             match (j.start_time, j.expected_start) {
@@ -153,7 +206,7 @@ pub fn job_detail(j: &JobInfo) -> String {
         );
     }
     if let Some(t) = j.expected_start {
-        kv("expected start", time_of(Some(t)));
+        kv("expected start", full_time(Some(t)));
     }
     let r = &j.request;
     kv(
@@ -173,9 +226,9 @@ pub fn job_detail(j: &JobInfo) -> String {
     if let Some(t) = j.suspended_seconds {
         kv("suspended", format!("{} in total (not counted against the walltime)", format_duration(t.round() as u64)));
     }
-    kv("submitted", time_of(Some(j.submit_time)));
-    kv("started", time_of(j.start_time));
-    kv("ended", time_of(j.end_time));
+    kv("submitted", full_time(Some(j.submit_time)));
+    kv("started", full_time(j.start_time));
+    kv("ended", full_time(j.end_time));
     kv("exit", format!("code {} signal {}", opt(j.exit_code), opt(j.signal)));
     kv("cwd", j.cwd.clone());
     kv("stdout", j.stdout.clone());
@@ -253,7 +306,11 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
         let numa: Vec<String> = n
             .numa
             .iter()
-            .map(|m| format!("{}:{}/{}", m.os_index, format_size(m.allocated_bytes), format_size(m.memory_bytes)))
+            .map(|m| {
+                // Memory hwloc did not give is marked with its source (README, "Agent flags").
+                let source = if m.memory_source.is_hwloc() { String::new() } else { format!("({})", m.memory_source) };
+                format!("{}:{}/{}{source}", m.os_index, format_size(m.allocated_bytes), format_size(m.memory_bytes))
+            })
             .collect();
         out.push_str(&format!(
             "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
@@ -320,7 +377,7 @@ fn truncate(s: &str, n: usize) -> String {
 pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
     let steps = &escaped(steps)[..];
     let mut out = format!(
-        "{:>9}  {:<8} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
+        "{:>9}  {:<11} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
         "STEP", "START", "HOST", "PID", "USER", "RANKS", "EXIT", "CWD", "COMMAND", "FAILURE"
     );
     for s in steps {
@@ -330,7 +387,7 @@ pub fn steps_table(steps: &[berth_protocol::step::StepInfo]) -> String {
             (None, Some(_)) => "-".into(),
         };
         out.push_str(&format!(
-            "{:>9}  {:<8} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
+            "{:>9}  {:<11} {:<12} {:>7} {:<8} {:>5} {:>5}  {:<20} {:<24} {}\n",
             format!("{}.{}", s.job.0, s.step),
             time_of(Some(s.start_time)),
             truncate(&s.host, 12),
@@ -435,6 +492,32 @@ mod tests {
         .unwrap()
     }
 
+    /// Issue 17 item 11: a time not today shows its date; a waiting job's CORES is what it
+    /// asks for over all its nodes, a binding's count per node included.
+    #[test]
+    fn start_shows_the_date_and_cores_count_every_node() {
+        let now = 1_800_000_000.0;
+        assert_eq!(when(now, now).len(), 8, "today: the time of day");
+        assert!(when(now + 2.0 * 86_400.0, now).contains(' '), "{}", when(now + 2.0 * 86_400.0, now));
+        let next_year = when(now + 365.0 * 86_400.0, now);
+        assert_eq!(next_year.len(), 10, "{next_year}");
+        assert!(next_year.starts_with("2028-"), "{next_year}");
+        let mut j = job("wide", "");
+        j.request.cores = None;
+        j.request.nodes = Some(3);
+        j.request.tasks_per_node = Some(16);
+        assert_eq!(job_cpus(&j), "48");
+        j.request = Default::default();
+        j.request.nodes = Some(2);
+        j.binding = Some("linear:4".parse().unwrap());
+        assert_eq!(job_cpus(&j), "8");
+        j.binding = None;
+        j.request = Default::default();
+        j.request.cores = Some(6);
+        assert_eq!(job_cpus(&j), "6");
+        assert!(jobs_table(&[j]).lines().nth(1).is_some_and(|l| l.split_whitespace().nth(4) == Some("6")));
+    }
+
     /// Issue 16 item 8: a name or reason with newlines and escape sequences neither forges a
     /// row nor reaches the terminal as a control sequence, in any human table or detail.
     #[test]
@@ -449,5 +532,27 @@ mod tests {
         assert_eq!(jobs_table(&jobs).lines().count(), 3, "a header and one row per job");
         assert!(jobs_table(&jobs).contains("x\\n"), "the newline is shown escaped");
         assert_eq!(terminal_safe("a\tb\nc"), "a\tb\nc", "layout characters stay");
+    }
+
+    /// Issue 17 item 1: memory hwloc did not give is shown with where it came from.
+    #[test]
+    fn nodes_table_shows_where_numa_memory_came_from() {
+        let numa = |os: u32, source: &str| {
+            let mut n =
+                serde_json::json!({"os_index": os, "memory_bytes": 32u64 << 30, "allocated_bytes": 0, "cpus": "0"});
+            if !source.is_empty() {
+                n["memory_source"] = source.into();
+            }
+            n
+        };
+        let node: NodeInfo = serde_json::from_value(serde_json::json!({
+            "id": 0, "name": "epyc1", "state": "up", "address": "a", "sockets": 2, "cores": 16, "pus": 32,
+            "topology": "SCC", "free": "SCC", "cpus_allocated": 0, "memory_bytes": 128u64 << 30,
+            "memory_allocated_bytes": 0, "real_cpus": "0", "jobs": [], "last_heard_seconds_ago": null,
+            "numa": [numa(0, ""), numa(1, "os"), numa(2, "split"), numa(3, "config")]
+        }))
+        .unwrap();
+        let table = nodes_table(&[node]);
+        assert!(table.contains("0:0B/32G 1:0B/32G(os) 2:0B/32G(split) 3:0B/32G(config)"), "{table}");
     }
 }

@@ -31,8 +31,12 @@ pub struct RunArgs {
     /// Number of ranks (also -np); default: one per free core of the allocation.
     #[arg(short = 'n', long = "ntasks")]
     pub(crate) ntasks: Option<u32>,
-    /// Ranks per node (aprun -N).
-    #[arg(short = 'N', long = "tasks-per-node")]
+    /// Nodes to use, as srun's -N: in a job, that many of its nodes; outside one, the
+    /// interactive allocation's nodes. Ranks are spread evenly over them.
+    #[arg(short = 'N', long = "nodes")]
+    pub(crate) nodes: Option<u32>,
+    /// Ranks per node (srun --ntasks-per-node).
+    #[arg(long = "ntasks-per-node", visible_alias = "tasks-per-node")]
     pub(crate) tasks_per_node: Option<u32>,
     /// Cores per rank (aprun -d).
     #[arg(short = 'd', long = "cpus-per-task")]
@@ -61,9 +65,6 @@ pub struct RunArgs {
     /// The job whose allocation to use (default $BERTH_JOB_ID; none: interactive).
     #[arg(long)]
     pub(crate) job: Option<String>,
-    /// Interactive only: nodes to allocate.
-    #[arg(long)]
-    pub(crate) nodes: Option<u32>,
     /// Interactive only: time limit (SECONDS, HH:MM:SS, 10m, ...).
     #[arg(long)]
     pub(crate) walltime: Option<String>,
@@ -80,6 +81,8 @@ const VALUE_FLAGS: &[&str] = &[
     "-n",
     "--ntasks",
     "-N",
+    "--nodes",
+    "--ntasks-per-node",
     "--tasks-per-node",
     "-d",
     "--cpus-per-task",
@@ -87,7 +90,6 @@ const VALUE_FLAGS: &[&str] = &[
     "--notify-signal",
     "--fanout",
     "--job",
-    "--nodes",
     "--walltime",
     "--dir",
 ];
@@ -205,6 +207,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         job,
         request: StepRequest {
             ntasks: args.ntasks,
+            nodes: args.nodes,
             tasks_per_node: args.tasks_per_node,
             cpus_per_task: args.cpus_per_task,
             overcommit: args.overcommit,

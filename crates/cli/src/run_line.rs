@@ -42,13 +42,13 @@ pub fn parse_plain(line: &[String]) -> Option<RunCli> {
                 match flag {
                     "--dir" => cli.dir = Some(value.clone().into()),
                     "-n" | "--ntasks" => a.ntasks = Some(number()?),
-                    "-N" | "--tasks-per-node" => a.tasks_per_node = Some(number()?),
+                    "-N" | "--nodes" => a.nodes = Some(number()?),
+                    "--ntasks-per-node" | "--tasks-per-node" => a.tasks_per_node = Some(number()?),
                     "-d" | "--cpus-per-task" => a.cpus_per_task = Some(number()?),
                     "--binding" => a.binding = value,
                     "--notify-signal" => a.notify_signal = Some(value),
                     "--fanout" => a.fanout = value,
                     "--job" => a.job = Some(value),
-                    "--nodes" => a.nodes = Some(number()?),
                     "--walltime" => a.walltime = Some(value),
                     _ => return None,
                 }
@@ -79,6 +79,7 @@ mod tests {
             "berth --dir /tmp/c -n 2 true",
             "berth --dir /tmp/c --json -n 2 -N 1 -d 2 --label --no-kill ./a.out -n 5 --label",
             "berth --ntasks 4 --tasks-per-node 2 --cpus-per-task 1 --binding striding --rank-cpusets prog",
+            "berth -n 8 -N 2 --ntasks-per-node 4 --label ./a.out",
             "berth -l --overcommit --timing --fanout flat --job 12 --nodes 3 --walltime 10m prog x",
             "berth --no-kill --notify-signal USR1 --fanout 2 sh -c x",
             "berth -n 0 prog",

@@ -42,6 +42,11 @@ pub struct SimArgs {
     /// trace has none) or the actual run time.
     #[arg(long, default_value = "request", value_parser = ["request", "runtime"])]
     estimate: String,
+    /// Order of jobs submitted at the same second: as in the trace (its line order), or by job
+    /// id. Jobs join the queue in submit order either way; with FCFS priority (no
+    /// --fair-share) this order is their priority order.
+    #[arg(long, default_value = "trace", value_parser = ["trace", "id"])]
+    order: String,
     /// Most reservations one scheduling pass computes (default: every waiting job).
     #[arg(long = "max-reservations", value_name = "N")]
     max_reservations: Option<usize>,
@@ -97,6 +102,7 @@ fn config(args: &SimArgs) -> Result<SimConfig> {
         machine,
         policy: parse_policy(&args.policy).map_err(|e| anyhow!(e))?,
         estimate: args.estimate.parse().map_err(|e: berth_sim::SimError| anyhow!(e))?,
+        order: args.order.parse().map_err(|e: berth_sim::SimError| anyhow!(e))?,
         fair_share: args.fair_share,
         preempt: args.preempt.then(|| berth_sim::preempt_config(args.preempt_cpus)),
         max_reservations: args.max_reservations.unwrap_or(usize::MAX),
@@ -138,6 +144,10 @@ mod tests {
         let c = parse(&["--trace", "t.swf", "--nodes", "2", "--topology", "core:4", "--estimate", "runtime"]).unwrap();
         assert_eq!(c.machine, MachineSpec::Topology { nodes: 2, spec: "core:4".into() });
         assert_eq!(c.estimate, berth_sim::EstimateSource::Runtime);
+        assert_eq!(c.order, berth_sim::SubmitOrder::Trace);
+        let c = parse(&["--trace", "t.swf", "--order", "id"]).unwrap();
+        assert_eq!(c.order, berth_sim::SubmitOrder::Id);
+        assert!(parse(&["--trace", "t.swf", "--order", "submit"]).is_err());
     }
 
     #[test]

@@ -192,6 +192,10 @@ fn numa_line(
     if n.special || info.is_some_and(|m| m.special) {
         tokens.push("special".into());
     }
+    // Memory not from hwloc says where it came from, as in the nodes table.
+    if !n.memory_source.is_hwloc() {
+        tokens.push(format!("memory from {}", n.memory_source));
+    }
     tokens
 }
 
@@ -281,6 +285,7 @@ mod tests {
             cpus: topo.numa_nodes[i as usize].cpus.to_list(),
             exclusive_job: excl.map(JobId),
             special: false,
+            memory_source: Default::default(),
         };
         NodeInfo {
             id: 0,
@@ -369,6 +374,18 @@ n01 mixed: 2 packages, 4 NUMA nodes, 8 cores, 16 PUs; memory 10G/16G used; SCTTC
         assert!(out.starts_with("n01 mixed: 1 package, 1 NUMA node, 4 cores, 4 PUs; memory 10G/16G used;"), "{out}");
         assert!(out.contains("      e[A] e[!] [.] [x]\n"), "{out}");
         assert!(out.ends_with("legend: A=job 5  B=job 6  .=free  x=disallowed  !=several jobs  e[]=E-core\n"), "{out}");
+    }
+
+    /// Issue 17 item 1: a NUMA node whose memory is not hwloc's says where it came from.
+    #[test]
+    fn memory_not_from_hwloc_names_its_source() {
+        let mut n = node();
+        if let Some(topo) = n.layout.as_mut() {
+            topo.numa_nodes[1].memory_source = berth_core::topology::MemorySource::Split;
+        }
+        let out = draw_node(&n, 120);
+        assert!(out.contains("    numa 1  [#####-----]  2G/4G  cpus 4-7  memory from split\n"), "{out}");
+        assert_eq!(out.matches("memory from").count(), 1, "{out}");
     }
 
     /// Inconsistent reports (bad lists, indexes out of range, PUs twice) are drawn, never panic.

@@ -91,6 +91,7 @@ fn registration(name: &str) -> AgentMessage {
         running: vec![],
         ended: vec![],
         lease: false,
+        steps: None,
     }))
 }
 
@@ -144,7 +145,7 @@ fn forged_and_replayed_agent_messages_are_refused_and_logged() {
     assert!(node_names(&c).contains(&"replay1".to_string()));
     // On the session: a heartbeat with a bad MAC closes the connection and is logged.
     let (mut sealer, _) = session(&key, &nonce, &controller_nonce, Role::Agent);
-    let mut frame = sealer.seal(&AgentMessage::Heartbeat { running: vec![], seq: 0 }).unwrap();
+    let mut frame = sealer.seal(&AgentMessage::Heartbeat { running: vec![], seq: 0, steps: None }).unwrap();
     frame.mac = "00".repeat(32);
     send(&mut s, &frame);
     let t0 = Instant::now();
@@ -294,6 +295,7 @@ fn users_and_launches_are_checked() {
                 name: node.clone(),
                 address: address.clone(),
                 ranks: vec![RankPlace { rank: 0, cpus: rank_cpus }],
+                instance: String::new(),
             }],
             interactive: false,
             attach: false,

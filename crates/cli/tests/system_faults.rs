@@ -57,7 +57,7 @@ fn a_cut_link_and_a_killed_agent_are_detected_and_each_job_is_handled_by_its_pol
 
     // A no-kill MPI job on three whole nodes: its ranks work 14 s after a first allreduce.
     let script = format!(
-        "#!/bin/sh\n#BERTH --nodes 3 --cores 6 --no-kill --walltime 300\n{BIN} run --no-kill -N 2 {survivor} 14\necho \"run exited $?\"\n"
+        "#!/bin/sh\n#BERTH --nodes 3 --cores 6 --no-kill --walltime 300\n{BIN} run --no-kill --ntasks-per-node 2 {survivor} 14\necho \"run exited $?\"\n"
     );
     let keep = c.submit("keep.sh", &script, &[]);
     let k = c.wait_state(keep, &["running"], Duration::from_secs(20));
@@ -207,7 +207,7 @@ fn a_node_dead_at_launch_aborts_the_launch_cleanly() {
     let out = Command::new(BIN)
         .arg("--dir")
         .arg(&c.dir)
-        .args(["run", "-N", "2", "-n", "6", "sh", "-c", "echo up-$BERTH_RANK; exec sleep 100.25"])
+        .args(["run", "--ntasks-per-node", "2", "-n", "6", "sh", "-c", "echo up-$BERTH_RANK; exec sleep 100.25"])
         .current_dir(c.root())
         .stdin(std::process::Stdio::null())
         .output()
@@ -312,5 +312,80 @@ fn a_requeued_job_never_runs_twice_at_once() {
     }
     c.berth(&["cancel", &requeued.to_string()]);
     c.wait_finished(requeued, Duration::from_secs(30));
+    assert_no_job_cgroups(&c);
+}
+
+/// Issue 16 item 15, a gap: an agent restarted while cut off used to start without a lease
+/// and run its re-adopted jobs for as long as the cut lasted, beside their requeued copies.
+/// The lease now survives the restart (`lease.json` in the agent's state): the restarted
+/// agent stops the job when the lease its predecessor held runs out.
+#[test]
+fn an_agent_restarted_while_cut_off_still_fences() {
+    require_root();
+    let tmp = tempfile::Builder::new().prefix("berth-fence-restart-").tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Cluster::up_with(tmp, 2, TOPO, &["--netns"]);
+    c.json(&["node", "drain", "node2"]);
+    let stamps = c.root().join("stamps");
+    let script = format!(
+        "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 300 ]; do echo \"$BERTH_NODES $(date +%s.%N)\" >> {}; sleep 0.05; i=$((i+1)); done\n",
+        stamps.display()
+    );
+    let id = c.submit("twice.sh", &script, &[]);
+    assert_eq!(alloc_nodes(&c.wait_state(id, &["running"], Duration::from_secs(20))), vec!["node1".to_string()]);
+    while std::fs::read_to_string(&stamps).unwrap_or_default().lines().count() < 5 {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.json(&["node", "resume", "node2"]);
+    let cid = c.cluster_id();
+    let (ns, dev) = (format!("berth-{cid}-node1"), format!("bn{cid}1"));
+    let cut_at = now();
+    assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "down"]).status().unwrap().success());
+    // The agent dies and is started again at once, still cut off (`berth up` then waits in
+    // vain for it to register: it runs on its own thread).
+    let agent = c.pid_of("node1");
+    // SAFETY: kill(2) on the agent this test started.
+    assert_eq!(unsafe { libc::kill(agent, libc::SIGKILL) }, 0);
+    while pid_alive(agent) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let dir = c.dir.clone();
+    let restart = std::thread::spawn(move || Command::new(BIN).arg("--dir").arg(&dir).arg("up").output());
+    let t0 = Instant::now();
+    while c.pid_of("node1") == agent {
+        assert!(t0.elapsed() < Duration::from_secs(20), "node1's agent was not started again");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_event(&c, "node_down", "node1", Duration::from_secs(15));
+    let again = c.wait_state(id, &["running"], Duration::from_secs(20));
+    assert_eq!(alloc_nodes(&again), vec!["node2".to_string()], "{again:#}");
+    let t0 = Instant::now();
+    while !std::fs::read_to_string(&stamps).unwrap_or_default().contains("node2 ") {
+        assert!(t0.elapsed() < Duration::from_secs(20), "the requeued copy never wrote\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let text = std::fs::read_to_string(&stamps).unwrap();
+    assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "up"]).status().unwrap().success());
+    let _ = restart.join();
+    let of = |node: &str| -> Vec<f64> {
+        text.lines().filter(|l| l.starts_with(&format!("{node} "))).filter_map(|l| l[6..].trim().parse().ok()).collect()
+    };
+    let first_end = of("node1").into_iter().fold(0.0, f64::max);
+    let second_start = of("node2").into_iter().fold(f64::MAX, f64::min);
+    println!(
+        "fencing across a restart: old copy's last stamp {:.2} s after the cut, new copy's first {:.2} s after",
+        first_end - cut_at,
+        second_start - cut_at
+    );
+    assert!(first_end < second_start, "the two copies overlapped: {first_end} >= {second_start}\n{text}\n{}", c.logs());
+    let t0 = Instant::now();
+    while node_state(&c, "node1") != "up" {
+        assert!(t0.elapsed() < Duration::from_secs(30), "node1 never came back\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.berth(&["cancel", &id.to_string()]);
+    c.wait_finished(id, Duration::from_secs(30));
     assert_no_job_cgroups(&c);
 }

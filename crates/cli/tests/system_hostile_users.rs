@@ -348,3 +348,42 @@ fn a_step_whose_run_died_during_a_restart_is_closed_by_its_agents() {
         "{ended:#}"
     );
 }
+
+/// Issue 16 item 13: a step no `run` watches any more (the controller restarted, then its
+/// `run` died) whose root agent restarted (its ranks were killed with it, and with them the
+/// agent's report) is closed when that agent registers again: the job's next step gets its
+/// cores instead of being refused for ever.
+#[test]
+fn a_step_whose_root_agent_restarted_is_closed_when_it_registers() {
+    let c = Cluster::up(1, "package:1 core:2 pu:1");
+    let script = format!(
+        "#!/bin/sh\n#BERTH --cores 2 --walltime 120\n{b} run -n 2 sleep 60 &\necho $! > run.pid\nwait\ni=0\nuntil {b} run -n 2 true 2>>refusals.txt; do i=$((i+1)); [ $i -ge 60 ] && break; sleep 0.5; done\necho \"second=$? tries=$i\" > steps.txt\n",
+        b = BIN
+    );
+    let id = c.submit("rooted.sh", &script, &[]);
+    wait_first_step(&c, id);
+    let run_pid: i32 = std::fs::read_to_string(c.root().join("run.pid")).unwrap().trim().parse().unwrap();
+    kill_controller(&c);
+    let agent = c.pid_of("node1");
+    // SAFETY: kill(2) on the agent this test started.
+    assert_eq!(unsafe { libc::kill(agent, libc::SIGKILL) }, 0);
+    while pid_alive(agent) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SAFETY: kill(2) on the `berth run` this test's job started.
+    assert_eq!(unsafe { libc::kill(run_pid, libc::SIGKILL) }, 0);
+    let o = c.berth(&["up"]);
+    assert!(o.status.success(), "restart: {}", stderr_of(&o));
+    let j = c.wait_finished(id, Duration::from_secs(90));
+    assert_eq!(j["state"], "completed", "{j:#}");
+    let text = std::fs::read_to_string(c.root().join("steps.txt")).unwrap();
+    let refusals = std::fs::read_to_string(c.root().join("refusals.txt")).unwrap_or_default();
+    assert!(text.starts_with("second=0 "), "the job's next step never ran: {text}\n{refusals}\n{}", c.logs());
+    let steps = c.json(&["acct", "--steps"]);
+    let first = steps.as_array().unwrap().iter().find(|s| s["job"] == id && s["step"] == 1).cloned().unwrap();
+    assert!(first["end_time"].is_number(), "{first:#}");
+    assert!(
+        first["failure"].as_str().unwrap_or("").contains("agent at the root of its control tree no longer runs it"),
+        "{first:#}"
+    );
+}

@@ -119,7 +119,7 @@ fn ranks_are_placed_bound_labelled_and_get_the_users_environment() {
     args.extend([own_bin.as_str(), "--dir"]);
     let dir = c.dir.display().to_string();
     args.push(&dir);
-    args.extend(["run", "-n", "8", "-N", "2", "--label", "--rank-cpusets", "rank-report"]);
+    args.extend(["run", "-n", "8", "--ntasks-per-node", "2", "--label", "--rank-cpusets", "rank-report"]);
     let out = Command::new("runuser").args(user).arg("--").args(&args).current_dir(c.root()).output().unwrap();
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "run failed: {stdout}{stderr}\n{}", c.logs());
@@ -249,23 +249,23 @@ fn an_abnormal_exit_kills_all_unless_no_kill_and_signals_reach_every_rank() {
 fn mpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize) {
     let dir = mpi_programs();
     let prog = |n: &str| dir.join(n).display().to_string();
-    let out = run(c, None, &["-n", ranks, "-N", per_node, "--label", &prog("hello")], b"");
+    let out = run(c, None, &["-n", ranks, "--ntasks-per-node", per_node, "--label", &prog("hello")], b"");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "hello: {stdout}{stderr}\n{}", c.logs());
     let n: usize = ranks.parse().unwrap();
     assert_eq!(stdout.matches("hello from rank").count(), n, "{stdout}");
     let steps = c.json(&["acct", "--steps", "--limit", "1"]);
     assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), nodes, "{steps}");
-    let out = run(c, None, &["-n", ranks, "-N", per_node, &prog("allreduce")], b"");
+    let out = run(c, None, &["-n", ranks, "--ntasks-per-node", per_node, &prog("allreduce")], b"");
     let (stdout, stderr) = text(&out);
     let want = n * (n - 1) / 2;
     assert!(out.status.success(), "allreduce: {stdout}{stderr}");
     assert_eq!(stdout.matches(&format!("allreduce sum={want} expected={want}")).count(), n, "{stdout}");
-    let out = run(c, None, &["-n", ranks, "-N", per_node, &prog("ring")], b"");
+    let out = run(c, None, &["-n", ranks, "--ntasks-per-node", per_node, &prog("ring")], b"");
     let (stdout, stderr) = text(&out);
     assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}");
     let t0 = Instant::now();
-    let out = run(c, None, &["-n", ranks, "-N", per_node, &prog("abort")], b"");
+    let out = run(c, None, &["-n", ranks, "--ntasks-per-node", per_node, &prog("abort")], b"");
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(7), "abort: {stdout}{stderr}");
     assert!(stderr.contains("rank 1 on") && stderr.contains("MPI_Abort (code 7)"), "{stderr}");
@@ -339,7 +339,10 @@ fn agents_in_network_namespaces_run_mpi_and_a_cut_link_dissolves_its_subtree() {
     // Cut the link of a node below the head while a run spans all three nodes: its ranks are
     // lost and killed, run reports it and ends the rest. (The head is wherever the allocation
     // starts; cutting it would be run's own connection, another case.)
-    let child = start_run(&c, &["-n", "6", "-N", "2", "--fanout", "2", "sh", "-c", "echo up; exec sleep 120.75"]);
+    let child = start_run(
+        &c,
+        &["-n", "6", "--ntasks-per-node", "2", "--fanout", "2", "sh", "-c", "echo up; exec sleep 120.75"],
+    );
     // Wait for the allocation itself (a fixed pause flakes on a loaded machine).
     let t0 = std::time::Instant::now();
     let (jobs, alloc) = loop {

@@ -13,7 +13,7 @@ use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::{valid_name, SubmitOptions};
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
-use berth_core::placement::cluster::feasible;
+use berth_core::placement::cluster::feasible_when_up as feasible;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{self, AdvanceReservation, Confine, Fit, RunningJob};
 use berth_core::sched::ClusterState;

@@ -195,7 +195,8 @@ impl Default for InteractiveConfig {
 }
 
 /// `[interconnect]`: `blocks = [8, 32, 128, 512]`, or `[[interconnect.switch]]` tables with
-/// `name` and `nodes` (leaf) or `switches` (upper).
+/// `name` and `nodes` (leaf) or `switches` (upper); `order = ["n[1-32]", ...]`: the order nodes
+/// are grouped into blocks and listed in (default: names in natural order, node2 before node10).
 #[derive(Debug, Clone, Default, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct InterconnectConfig {
@@ -203,6 +204,9 @@ pub struct InterconnectConfig {
     pub blocks: Vec<u64>,
     #[serde(default)]
     pub switch: Vec<SwitchDef>,
+    /// Nodes in their physical order (host lists allowed); nodes not named come after, by name.
+    #[serde(default)]
+    pub order: Vec<String>,
 }
 
 fn default_queues() -> Vec<QueueSpec> {
@@ -323,7 +327,7 @@ impl ControllerConfig {
         if !self.interconnect.blocks.is_empty() && !self.interconnect.switch.is_empty() {
             return invalid("interconnect", "give blocks or switches, not both".into());
         }
-        if let Err(e) = self.hierarchy() {
+        if let Err(e) = self.hierarchy().and_then(|_| self.node_order()) {
             return invalid("interconnect", e.to_string());
         }
         let l = &self.limits;
@@ -373,6 +377,20 @@ impl ControllerConfig {
                     );
                 }
             }
+            let property =
+                |p: &String| !p.is_empty() && p.chars().all(|c| c.is_ascii_alphanumeric() || "_-".contains(c));
+            if !q.target_properties.iter().all(property) {
+                return invalid(
+                    "queues",
+                    format!("queue {}: target_properties are names of letters, digits, _ and -", q.name),
+                );
+            }
+            if q.reserved && q.target_properties.is_empty() {
+                return invalid(
+                    "queues",
+                    format!("queue {}: reserved keeps others off its target_properties; set them", q.name),
+                );
+            }
         }
         if self.listen.parse::<std::net::SocketAddr>().is_err() {
             return invalid("listen", format!("{:?} is not an address like 127.0.0.1:7117", self.listen));
@@ -384,10 +402,15 @@ impl ControllerConfig {
         if !self.interconnect.switch.is_empty() {
             Hierarchy::from_switches(&self.interconnect.switch)
         } else if !self.interconnect.blocks.is_empty() {
-            Ok(Hierarchy::blocks(self.interconnect.blocks.clone()))
+            Ok(Hierarchy::blocks_in(self.interconnect.blocks.clone(), self.node_order()?))
         } else {
             Ok(Hierarchy::Flat)
         }
+    }
+
+    /// The order nodes are grouped into blocks and listed in (`[interconnect] order`, then names).
+    pub fn node_order(&self) -> Result<berth_core::hierarchy::NodeOrder, berth_core::CoreError> {
+        berth_core::hierarchy::NodeOrder::listed(&self.interconnect.order)
     }
 
     pub fn system_cpu_set(&self) -> berth_core::CpuSet {
@@ -489,6 +512,20 @@ mod tests {
         assert!(ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).is_err());
         let e = ControllerConfig::load(None, &vec![], &[], &vec![]).unwrap_err().to_string();
         assert!(e.contains("state_dir"), "{e}");
+    }
+
+    /// Queue targets from the file; `reserved` without targets, or a bad property, is an error.
+    #[test]
+    fn queue_subnode_targets() {
+        let base = "state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[[queues]]\nname = \"batch\"\n[[queues]]\nname = \"big\"\n";
+        let f = write(&format!("{base}target_properties = [\"fat\"]\nreserved = true\n"));
+        let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
+        assert_eq!((c.queues[1].target_properties.clone(), c.queues[1].reserved), (vec!["fat".to_string()], true));
+        for (extra, wanted) in [("reserved = true\n", "set them"), ("target_properties = [\"a b\"]\n", "letters")] {
+            let f = write(&format!("{base}{extra}"));
+            let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+            assert!(e.contains("queue big") && e.contains(wanted), "{e}");
+        }
     }
 
     #[test]

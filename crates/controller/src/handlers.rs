@@ -7,7 +7,7 @@ use berth_core::directives::parse_script;
 use berth_core::job::JobState;
 use berth_core::limits::escape_control;
 use berth_core::node::NodeState;
-use berth_core::placement::cluster::feasible;
+use berth_core::placement::cluster::feasible_when_up as feasible;
 use berth_core::placement::JobRequest;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
@@ -134,7 +134,7 @@ impl Controller {
             ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, "hold", Self::hold_one)?,
             ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, "release", Self::release_one)?,
             ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
-                nodes: (0..self.cluster.nodes.len()).map(|i| self.node_info(i, topology)).collect(),
+                nodes: self.nodes_in_order().into_iter().map(|i| self.node_info(i, topology)).collect(),
             },
             ClientRequest::NodeAdmin { name, action, value } => {
                 self.node_admin(&name, &action, value.as_deref(), peer, now)?
@@ -215,7 +215,7 @@ impl Controller {
         if options.mem.is_none() && options.mem_per_cpu.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
-        let request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
+        let mut request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
         // The job's walltime, else its queue's default, else the cluster's default.
         let spec = self.cfg.queues.iter().find(|q| q.name == queue);
         let walltime = spec
@@ -224,6 +224,8 @@ impl Controller {
             .or(self.cfg.default_walltime_secs());
         berth_core::sched::queue::check_in(&self.cfg.queues, &queue, walltime, &request)
             .map_err(|e| ApiError::new(ErrorCode::QueueLimit, e.to_string()))?;
+        // Judged (feasible, advance reservations) where its queue sends it.
+        berth_core::sched::queue::target(&self.cfg.queues, &queue, &mut request);
         if let Some(w) = walltime {
             // A queue's or the cluster's default is bounded like an asked-for walltime.
             limits.check_walltime(w).map_err(bad)?;
@@ -314,15 +316,18 @@ impl Controller {
 
     /// Memory per CPU for a job that does not ask: the configured default, but never more per
     /// CPU than the roomiest node has (a job must not be refused for memory it did not ask for).
+    /// Never 0: a job without memory would be killed at once, so nodes without any do not
+    /// count, and where no node has memory the job keeps the default (and is refused, saying why).
     pub(crate) fn default_mem_per_cpu(&self) -> u64 {
         let roomiest = self
             .cluster
             .nodes
             .iter()
             .map(|n| n.topology.memory_bytes() / n.topology.pu_count().max(1) as u64)
+            .filter(|&per_pu| per_pu > 0)
             .max()
             .unwrap_or(u64::MAX);
-        self.cfg.default_mem_per_core_bytes().min(roomiest)
+        self.cfg.default_mem_per_core_bytes().min(roomiest).max(1)
     }
 
     /// Give a valid job its id and write it; the reply waits for the commit.
@@ -572,6 +577,9 @@ impl Controller {
             // Same agent process, never got the launch (lost with the old connection): requeue.
             self.requeue(id, now, &reg.name, "launch was not received", Some(index))?;
         }
+        if let Some(steps) = &reg.steps {
+            self.reconcile_root_steps(index, steps, restarted, now)?;
+        }
         if !restarted {
             self.resync_suspensions(index);
         }
@@ -597,7 +605,12 @@ impl Controller {
         ex.last_heard = Instant::now();
         match msg {
             AgentMessage::Register(_) => {}
-            AgentMessage::Heartbeat { running, .. } => self.check_clean(node, &running, now)?,
+            AgentMessage::Heartbeat { running, steps, .. } => {
+                self.check_clean(node, &running, now)?;
+                if let Some(steps) = steps {
+                    self.reconcile_root_steps(node, &steps, false, now)?;
+                }
+            }
             AgentMessage::JobStarted { id, pid, cgroups } => {
                 let node_name = self.cluster.nodes[node].name.clone();
                 if self.jobs.contains_key(&id) {

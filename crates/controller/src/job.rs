@@ -79,6 +79,14 @@ impl JobRecord {
         PendingJob { id: self.id, request: self.request(), held: self.state == JobState::Held }
     }
 
+    /// `pending` with where its queue sends it (the queues' subnode targets, see
+    /// `sched::queue::target`): what the scheduling pass places.
+    pub fn pending_in(&self, queues: &[berth_core::sched::queue::QueueSpec]) -> PendingJob {
+        let mut pending = self.pending();
+        berth_core::sched::queue::target(queues, &self.queue, &mut pending.request);
+        pending
+    }
+
     pub fn finish(&mut self, outcome: &JobOutcome, now: f64) {
         self.state = outcome.final_state();
         self.exit_code = outcome.exit_code;

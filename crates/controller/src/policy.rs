@@ -129,7 +129,7 @@ impl Controller {
         let mut queue: Vec<(Priority, f64, QueuedJob, (String, u32))> = Vec::new();
         self.policy.priorities.clear();
         for job in self.jobs.values().filter(|j| j.state.is_pending()) {
-            let pending = job.pending();
+            let pending = job.pending_in(&self.cfg.queues);
             let input = PriorityInput {
                 submit_time: job.submit_time,
                 cpus: pending.request.total_cpus(),
@@ -188,11 +188,15 @@ impl Controller {
                 }
             })
             .collect();
+        let resumes = self.resumes_after(unlimited);
         let running: Vec<RunningJob<_>> = self
             .jobs
             .values()
             .filter(|j| j.state == JobState::Running)
-            .map(|j| RunningJob { id: j.id, alloc: j.allocation.clone(), end: j.expected_end(unlimited) })
+            .map(|j| {
+                let end = j.expected_end(unlimited);
+                RunningJob { id: j.id, alloc: j.allocation.clone(), end: resumes.get(&j.id).map_or(end, |&r| end + r) }
+            })
             .collect();
         let view = self.sched_view();
         let budget_ms = self.cfg.scheduler.reservation_budget_ms;
@@ -233,6 +237,39 @@ impl Controller {
             self.preempt(&queue, now)?;
         }
         Ok(())
+    }
+
+    /// Suspended jobs resume (before anything new starts, `resume_waiting`) as soon as the
+    /// running jobs on their CPUs end, and then run what is left of their walltime: for expected
+    /// starts, those running jobs' CPUs are busy that much longer (issue 17 item 11: a queued
+    /// job's expected start ignored the coming resume). Per running job holding CPUs of jobs
+    /// suspended by the scheduler, the longest such remainder (seconds). Admins' suspensions
+    /// last until `berth resume`: they are not counted.
+    fn resumes_after(&self, unlimited: f64) -> HashMap<JobId, f64> {
+        let mut out: HashMap<JobId, f64> = HashMap::new();
+        let suspended: Vec<&JobRecord> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
+            .collect();
+        if suspended.is_empty() {
+            return out;
+        }
+        for s in suspended {
+            // What it had left when it was suspended (its walltime does not count suspensions).
+            let left = (s.expected_end(unlimited) - s.suspension.since.unwrap_or(0.0)).max(0.0);
+            for r in self.jobs.values().filter(|j| j.state == JobState::Running) {
+                let overlaps = r
+                    .allocation
+                    .iter()
+                    .any(|a| s.allocation.iter().any(|b| a.node_id == b.node_id && a.cpus.intersects(&b.cpus)));
+                if overlaps {
+                    let e = out.entry(r.id).or_default();
+                    *e = e.max(left);
+                }
+            }
+        }
+        out
     }
 
     /// Preemption by suspension: the highest-priority waiting jobs whose score is high enough

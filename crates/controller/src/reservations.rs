@@ -15,7 +15,7 @@ use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
 use berth_core::node::NodeState;
-use berth_core::placement::cluster::feasible;
+use berth_core::placement::cluster::feasible_when_up as feasible;
 use berth_core::placement::JobRequest;
 use berth_core::sched::{self, Placement};
 use berth_core::units::format_size;
@@ -176,7 +176,9 @@ impl Controller {
 
     /// Every node: its `berth nodes` view, what is free, and who holds the rest.
     pub fn inventory(&self, now: f64) -> Inventory {
-        let nodes = (0..self.cluster.nodes.len())
+        let nodes = self
+            .nodes_in_order()
+            .into_iter()
             .map(|i| {
                 let cap = &self.cluster.nodes[i];
                 let topo = &cap.topology;

@@ -42,6 +42,8 @@ pub struct LiveStep {
     pub conn: Option<u64>,
     /// It made its (interactive) job, which ends with it.
     pub interactive: bool,
+    /// When it was granted (Unix seconds): its grant may start it until the grant expires.
+    pub granted_at: f64,
 }
 
 /// Messages to send once the current batch is committed.
@@ -168,6 +170,7 @@ impl Controller {
                     nodes: row.nodes,
                     conn: None,
                     interactive: row.interactive,
+                    granted_at: row.start_time,
                 });
             } else {
                 c.store.close_steps(row.job, now, "job ended")?;
@@ -249,6 +252,12 @@ impl Controller {
 
     pub fn node_by_name(&self, name: &str) -> Option<usize> {
         self.cluster.nodes.iter().position(|n| n.name == name)
+    }
+
+    /// Node indexes in the order nodes are listed (and grouped into blocks): the config's
+    /// `[interconnect] order`, then names in natural order; never registration order.
+    pub fn nodes_in_order(&self) -> Vec<usize> {
+        self.cfg.node_order().unwrap_or_default().arrange(self.cluster.nodes.iter().map(|n| n.name.as_str()))
     }
 
     /// Running (or suspended) jobs whose allocation includes node `id`.
@@ -452,3 +461,6 @@ impl Controller {
         self.store.set_meta(JOB_ID_BOUND, &self.next_id.to_string())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,7 +16,7 @@ use berth_core::sched::{self, Placement};
 use berth_core::step::{plan_step, RankBinding, StepError, StepPlan, StepRequest};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::agent::ControllerMessage;
+use berth_protocol::agent::{ControllerMessage, StepRef};
 use berth_protocol::auth::LinkKey;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
 use berth_protocol::step::{StepCreate, StepGrant, StepNode, StepOutcome};
@@ -25,6 +25,15 @@ type Reply = Result<ClientResponse, StoreError>;
 
 /// Failure recorded for steps whose `run` went away without reporting.
 pub const RUN_DISCONNECTED: &str = "berth run disconnected";
+
+/// Failure recorded for steps that no client watches and whose root agent does not know.
+pub const ROOT_LOST: &str = "lost: the agent at the root of its control tree no longer runs it";
+
+/// Bound on a step's ranks, nodes and cores per rank (as `max_count` bounds a job's).
+const MAX_STEP_COUNT: u32 = 1 << 20;
+
+/// Beyond a grant's lifetime: agents' clocks may run a little behind ours.
+const GRANT_CLOCK_MARGIN_SECS: f64 = 30.0;
 
 fn api(code: ErrorCode, message: impl Into<String>) -> ApiError {
     ApiError::new(code, message)
@@ -56,8 +65,16 @@ fn check_request(req: &StepCreate) -> Result<(), ApiError> {
         }
     }
     let r = &req.request;
-    if r.ntasks == Some(0) || r.tasks_per_node == Some(0) || r.cpus_per_task == Some(0) {
-        return bad("-n, --tasks-per-node and --cpus-per-task must be at least 1".into());
+    if r.ntasks == Some(0) || r.tasks_per_node == Some(0) || r.cpus_per_task == Some(0) || r.nodes == Some(0) {
+        return bad("-n, -N, --ntasks-per-node and --cpus-per-task must be at least 1".into());
+    }
+    // Every rank is planned in memory before anything else is checked.
+    for (flag, v) in
+        [("-n", r.ntasks), ("-N", r.nodes), ("--ntasks-per-node", r.tasks_per_node), ("-c", r.cpus_per_task)]
+    {
+        if v.is_some_and(|v| v > MAX_STEP_COUNT) {
+            return bad(format!("{flag} {} is out of range: at most {MAX_STEP_COUNT}", v.unwrap_or_default()));
+        }
     }
     if req.job.is_none() && req.interactive.nodes == Some(0) {
         return bad("--nodes must be at least 1".into());
@@ -188,18 +205,19 @@ impl Controller {
     ) -> Result<StepGrant, StoreError> {
         let step = self.store.next_step_id(id)?;
         let job_user = self.jobs[&id].user.clone();
+        let job_rank_cpusets = self.jobs[&id].options.rank_cpusets == Some(true);
         let alloc = &self.jobs[&id].allocation;
         let nodes: Vec<StepNode> = plan
             .nodes
             .iter()
-            .map(|n| StepNode {
-                name: n.node.clone(),
-                address: alloc
-                    .get(n.alloc_index)
-                    .and_then(|a| self.extra.get(a.node_id.0 as usize))
-                    .map(|e| e.address.clone())
-                    .unwrap_or_default(),
-                ranks: n.ranks.clone(),
+            .map(|n| {
+                let extra = alloc.get(n.alloc_index).and_then(|a| self.extra.get(a.node_id.0 as usize));
+                StepNode {
+                    name: n.node.clone(),
+                    address: extra.map(|e| e.address.clone()).unwrap_or_default(),
+                    ranks: n.ranks.clone(),
+                    instance: extra.map(|e| e.instance.clone()).unwrap_or_default(),
+                }
             })
             .collect();
         let claims: Vec<(usize, CpuSet)> = if req.request.overcommit {
@@ -235,6 +253,7 @@ impl Controller {
             nodes: row.nodes,
             conn: Some(peer.conn),
             interactive,
+            granted_at: now,
         });
         let grant = StepGrant {
             job: id,
@@ -249,7 +268,8 @@ impl Controller {
             size: plan.size,
             fanout: req.fanout,
             no_kill: req.no_kill,
-            rank_cpusets: req.rank_cpusets,
+            // A job submitted with --rank-cpusets runs its steps' ranks in rank cpusets too.
+            rank_cpusets: req.rank_cpusets || job_rank_cpusets,
             bind: req.request.binding != RankBinding::None,
             notify_signal: req.notify_signal,
             kill_grace_ms: self.kill_grace_ms(),
@@ -521,6 +541,44 @@ impl Controller {
         self.store.event(now, "step_end", Some(job), Some(&name), &detail)?;
         self.drop_live_step(job, step);
         self.dirty = true;
+        Ok(())
+    }
+
+    /// Steps as the agent of `node` knows them (its registration or heartbeat): an open step
+    /// rooted there that no `run` watches (its connection went with a controller restart) and
+    /// that the agent does not list has ended unseen (its ranks were killed with a restarted
+    /// agent, or its `run` died before starting it): closed, so its cores are the job's again.
+    /// A step whose grant can still be used waits, unless the agent restarted since the grant
+    /// (its new instance refuses the grant).
+    pub(crate) fn reconcile_root_steps(
+        &mut self,
+        node: usize,
+        listed: &[StepRef],
+        restarted: bool,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        let Some(name) = self.cluster.nodes.get(node).map(|n| n.name.clone()) else { return Ok(()) };
+        let usable_for = berth_protocol::auth::GRANT_LIFETIME.as_secs_f64() + GRANT_CLOCK_MARGIN_SECS;
+        let mut lost: Vec<(JobId, u32, bool)> = self
+            .steps
+            .iter()
+            .flat_map(|(id, v)| v.iter().map(move |s| (*id, s)))
+            .filter(|(_, s)| s.conn.is_none() && s.nodes.first() == Some(&name))
+            .filter(|(_, s)| restarted || now - s.granted_at > usable_for)
+            .filter(|(id, s)| !listed.contains(&StepRef { job: *id, step: s.step }))
+            .map(|(id, s)| (id, s.step, s.interactive))
+            .collect();
+        lost.sort();
+        for (job, step, interactive) in lost {
+            tracing::warn!(job = %job, step, node = %name, "{ROOT_LOST}");
+            self.store.end_step(job, step, now, None, Some(ROOT_LOST))?;
+            self.store.event(now, "step_end", Some(job), Some(&name), &format!("step {step}: {ROOT_LOST}"))?;
+            self.drop_live_step(job, step);
+            if interactive {
+                self.end_interactive(job, JobState::Failed, None, Some(ROOT_LOST), now)?;
+            }
+            self.dirty = true;
+        }
         Ok(())
     }
 

@@ -4,7 +4,8 @@
 //! A suspended job is frozen on every node of its allocation. It gives its PUs back to the
 //! machine but keeps its memory claimed per NUMA node (its pages stay where they are). It
 //! resumes on its own PUs when they are free, else on as many free cores of the same nodes
-//! (same NUMA nodes first; its memory stays), else it waits, with the reason shown. Its
+//! (same NUMA nodes first; its memory and memory nodes follow the new CPUs as far as they have
+//! room, the agent migrating the pages), else it waits, with the reason shown. Its
 //! walltime does not count the time suspended (the agents' clocks stop; `expected_end` adds
 //! it). Jobs suspended by the pass resume as soon as they can (`resume_waiting`); jobs an
 //! admin suspended only with `berth resume`.
@@ -201,8 +202,8 @@ impl Controller {
     }
 
     /// Resume suspended job `id` if it can run now: on its own PUs where they are free, else
-    /// on as many free cores of the same node (same NUMA nodes first; memory stays where it
-    /// is; the allocation is rewritten). Written as running in the current transaction and
+    /// on as many free cores of the same node (same NUMA nodes first; memory follows the CPUs,
+    /// in the per-NUMA books too; the allocation is rewritten). Written as running in the current transaction and
     /// `resume` sent to its nodes after the commit; otherwise it stays suspended with the
     /// reason returned (e.g. "waiting for 4 cores on n2 to resume (1 free)"). Refused (the
     /// inner error) for a job that is not suspended or is ending. Admin suspensions are
@@ -246,8 +247,17 @@ impl Controller {
             let node = job.allocation[k].node_id.0 as usize;
             let allocation = match to {
                 Some(to) => {
-                    details.push(format!("{}: cpus {} -> {}", to.node, job.allocation[k].cpus, to.cpus));
+                    let from = &job.allocation[k];
+                    details.push(format!(
+                        "{}: cpus {} -> {}, memory nodes {} -> {}",
+                        to.node, from.cpus, to.cpus, from.mems, to.mems
+                    ));
                     moved.push(to.node.clone());
+                    // Its memory moves with it (the agent migrates the pages): so do the books.
+                    if let Some(n) = self.cluster.node_mut(from.node_id) {
+                        n.release_memory(from);
+                        n.claim_memory(&to);
+                    }
                     job.allocation[k] = to.clone();
                     Some(to)
                 }

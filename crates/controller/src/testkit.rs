@@ -59,6 +59,7 @@ pub fn registration(node: usize, instance: &str, running: Vec<JobId>) -> Registr
         running,
         ended: vec![],
         lease: false,
+        steps: None,
     }
 }
 

@@ -62,7 +62,12 @@ impl Controller {
             cores,
             pus,
             topology: topo.ge_string(&Default::default()),
-            free: topo.ge_string(&busy),
+            // What ordinary jobs can get: system CPUs are not free for them (issue 17 item 11).
+            free: topo.ge_string(&{
+                let mut taken = busy.clone();
+                taken.union_with(&cap.system_pus);
+                taken
+            }),
             cpus_allocated: busy.len(),
             memory_bytes: topo.memory_bytes(),
             memory_allocated_bytes: cap
@@ -82,6 +87,7 @@ impl Controller {
                     cpus: n.cpus.to_list(),
                     exclusive_job: exclusive_job(n.os_index),
                     special: n.special,
+                    memory_source: n.memory_source,
                 })
                 .collect(),
             real_cpus: ex.real_cpus.clone(),
@@ -115,5 +121,58 @@ impl Controller {
                 Some(ex.last_heard.elapsed().as_secs_f64())
             },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::*;
+    use berth_core::directives::SubmitOptions;
+    use berth_core::topology::MemorySource;
+    use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, SubmitRequest};
+    use tokio::sync::mpsc;
+
+    fn submit(mem: Option<u64>) -> ClientRequest {
+        ClientRequest::Submit(Box::new(SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_name: "job.sh".into(),
+            options: SubmitOptions { cores: Some(1), mem, ..Default::default() },
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+        }))
+    }
+
+    /// Issue 17 item 1: a node registering NUMA nodes without memory (an agent no source gave
+    /// any) accepts no job: infeasible at submit, saying why, whatever memory the job asks;
+    /// `berth nodes` shows where each NUMA node's memory came from.
+    #[test]
+    fn node_without_memory_makes_jobs_infeasible_and_sources_are_shown() {
+        let mut h = Harness::new(0);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let mut reg = registration(0, "inst0", vec![]);
+        for n in &mut reg.topology.numa_nodes {
+            (n.memory_bytes, n.memory_source) = (0, MemorySource::Unknown);
+        }
+        h.ctl.handle_register(reg, 1, tx, h.now).unwrap();
+        for mem in [None, Some(1 << 30)] {
+            match h.call(submit(mem), &ann()) {
+                ClientResponse::Error(e) => {
+                    assert_eq!(e.code, ErrorCode::Infeasible, "{}", e.message);
+                    assert!(e.message.contains("node n0 has no usable memory"), "{}", e.message);
+                }
+                other => panic!("accepted on a node without memory ({mem:?}): {other:?}"),
+            }
+        }
+        assert_eq!(h.ctl.node_info(0, false).numa[0].memory_source, MemorySource::Unknown);
+
+        // The same node with memory the agent took from the OS: accepted, and shown so.
+        let (tx, _rx2) = mpsc::unbounded_channel();
+        let mut reg = registration(0, "inst1", vec![]);
+        reg.topology.numa_nodes[1].memory_source = MemorySource::Os;
+        h.ctl.handle_register(reg, 2, tx, h.now).unwrap();
+        assert!(matches!(h.call(submit(Some(1 << 20)), &ann()), ClientResponse::Submitted { .. }));
+        let sources: Vec<MemorySource> = h.ctl.node_info(0, false).numa.iter().map(|n| n.memory_source).collect();
+        assert_eq!(sources, [MemorySource::Hwloc, MemorySource::Os]);
     }
 }

@@ -143,6 +143,46 @@ impl BindingStrategy {
     }
 }
 
+impl BindingStrategy {
+    /// Every set of cores the strategy may take on `topo` now, `select`'s choice first, then
+    /// the others in its order of preference, each once. Placement tries the others when the
+    /// first has too little memory near it (a strategy picks cores, not memory).
+    pub fn choices(&self, topo: &Topology, usable: &[bool]) -> Result<Vec<Vec<usize>>, BindMiss> {
+        let first = self.select(topo, usable)?;
+        let n = topo.cores.len();
+        let free = |i: usize| usable.get(i).copied().unwrap_or(false);
+        let mut out = vec![first];
+        match *self {
+            // `select` succeeded, so 0 < amount <= n and the span fits in n.
+            BindingStrategy::Linear { amount, start: None } => {
+                let amount = amount as usize;
+                let mut sockets: Vec<Vec<usize>> = (0..topo.packages.len())
+                    .map(|p| (0..n).filter(|&i| topo.cores[i].package == p).collect())
+                    .collect();
+                // As `linear_any`: empty sockets, then the fullest first, then across sockets.
+                sockets.sort_by_key(|s| {
+                    let count = s.iter().filter(|&&i| free(i)).count();
+                    (count != s.len(), count)
+                });
+                sockets.push((0..n).collect());
+                for s in &sockets {
+                    out.extend(s.windows(amount).filter(|w| w.iter().all(|&i| free(i))).map(<[usize]>::to_vec));
+                }
+            }
+            BindingStrategy::StridingCount { amount, step } => {
+                let (amount, step) = (amount as usize, step as usize);
+                let span = (amount - 1) * step;
+                let picks = |s: usize| (0..amount).map(move |k| s + k * step);
+                out.extend((0..n - span).filter(|&s| picks(s).all(free)).map(|s| picks(s).collect()));
+            }
+            _ => {}
+        }
+        let mut seen = std::collections::HashSet::new();
+        out.retain(|c| seen.insert(c.clone()));
+        Ok(out)
+    }
+}
+
 /// `linear:<amount>` without a start: an empty socket first, then the fullest socket that
 /// still has a run (so emptier sockets stay whole for later jobs), then a run across sockets.
 fn linear_any(topo: &Topology, amount: usize, free: &dyn Fn(usize) -> bool) -> Option<Vec<usize>> {
@@ -555,6 +595,15 @@ mod tests {
                 }
                 Err(BindMiss::Busy(_)) => prop_assert!(on_empty.is_ok()),
                 Err(BindMiss::Never(_)) => prop_assert!(matches!(on_empty, Err(BindMiss::Never(_)))),
+            }
+            // Every choice is one `select` could make: usable, increasing, the same count.
+            if let Ok(all) = x.choices(&topo, usable) {
+                prop_assert_eq!(Ok(all[0].clone()), x.select(&topo, usable));
+                for cores in &all {
+                    prop_assert!(cores.iter().all(|&i| usable[i]));
+                    prop_assert!(cores.windows(2).all(|w| w[0] < w[1]));
+                    prop_assert_eq!(cores.len(), all[0].len());
+                }
             }
         }
     }

@@ -688,8 +688,10 @@ pub fn topology() -> BoxedStrategy<Topology> {
     let uniform =
         (1u32..3, 1u32..3, 1u32..4, 1u32..3, bytes_u64()).prop_map(|(p, n, c, t, m)| Topology::uniform(p, n, c, t, m));
     let package = index_u32().prop_map(|os_index| Package { os_index });
-    let numa = (index_u32(), bytes_u64(), cpuset(), any::<bool>())
-        .prop_map(|(os_index, memory_bytes, cpus, special)| NumaNode { os_index, memory_bytes, cpus, special });
+    let numa =
+        (index_u32(), bytes_u64(), cpuset(), any::<bool>()).prop_map(|(os_index, memory_bytes, cpus, special)| {
+            NumaNode { os_index, memory_bytes, cpus, special, memory_source: Default::default() }
+        });
     let small_or_any = || prop_oneof![8 => 0usize..4, 1 => any::<usize>()];
     let core = (
         small_or_any(),
@@ -1097,9 +1099,11 @@ pub fn step_request() -> BoxedStrategy<StepRequest> {
         count(),
         any::<bool>(),
         prop::sample::select(vec![RankBinding::Linear, RankBinding::Striding, RankBinding::None]),
+        count(),
     )
-        .prop_map(|(ntasks, tasks_per_node, cpus_per_task, overcommit, binding)| StepRequest {
+        .prop_map(|(ntasks, tasks_per_node, cpus_per_task, overcommit, binding, nodes)| StepRequest {
             ntasks,
+            nodes,
             tasks_per_node,
             cpus_per_task,
             overcommit,
@@ -1145,6 +1149,8 @@ pub fn queue_spec() -> BoxedStrategy<QueueSpec> {
                 max_cores_per_user,
                 allowed_properties,
                 allowed_subnodes,
+                target_properties: vec![],
+                reserved: false,
                 priority,
                 preempt_class,
                 enabled,

@@ -2,13 +2,93 @@
 //!
 //! Either switches as in Slurm's topology.conf (leaf switches list nodes, upper switches list
 //! switches), or the seed's building blocks: groups of 8/32/128/512 CPUs taken over the
-//! nodes in id order (seeds/000: "a hierarchy of building blocks of 8, 32, 128 and 512
-//! CPUs"). Each node gets a location: its group at every level, leaf level first.
+//! nodes in their [`NodeOrder`] (seeds/000: "a hierarchy of building blocks of 8, 32, 128 and
+//! 512 CPUs"): an admin's list, else names in natural order (node2 before node10), never the
+//! order agents happened to register in. Each node gets a location: its group at every level,
+//! leaf level first.
 
 use crate::node::NodeCapacity;
 use crate::CoreError;
 use serde::{Deserialize, Serialize};
+use std::cmp::Ordering;
 use std::collections::HashMap;
+
+/// Names in natural order: runs of digits compare as numbers (node2 before node10), the rest
+/// character by character; equal numbers with more leading zeros come later, so the order is
+/// total and agrees with equality.
+pub fn natural_cmp(a: &str, b: &str) -> Ordering {
+    let (mut x, mut y) = (a.as_bytes(), b.as_bytes());
+    let digits = |s: &[u8]| s.iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut zeros = Ordering::Equal;
+    while let (Some(&c), Some(&d)) = (x.first(), y.first()) {
+        if c.is_ascii_digit() && d.is_ascii_digit() {
+            let (m, n) = (digits(x), digits(y));
+            let (p, q) = (&x[..m], &y[..n]);
+            let (ps, qs) = (trim_zeros(p), trim_zeros(q));
+            let by_value = ps.len().cmp(&qs.len()).then_with(|| ps.cmp(qs));
+            if by_value != Ordering::Equal {
+                return by_value;
+            }
+            zeros = zeros.then(m.cmp(&n));
+            x = &x[m..];
+            y = &y[n..];
+        } else {
+            if c != d {
+                return c.cmp(&d);
+            }
+            x = &x[1..];
+            y = &y[1..];
+        }
+    }
+    x.len().cmp(&y.len()).then(zeros)
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let k = s.iter().take_while(|&&c| c == b'0').count();
+    &s[k..]
+}
+
+/// The order nodes are listed and grouped in: the admin's list first, in its order
+/// (`[interconnect] order`, host lists like `n[1-4]` expanded), then every other node by name
+/// in natural order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeOrder {
+    rank: HashMap<String, usize>,
+}
+
+impl NodeOrder {
+    /// From the admin's list; a name given twice is refused.
+    pub fn listed(patterns: &[String]) -> Result<Self, CoreError> {
+        let mut rank = HashMap::new();
+        for pattern in patterns {
+            for name in expand_hostlist(pattern).map_err(|m| CoreError::BadRequest(format!("interconnect: {m}")))? {
+                let next = rank.len();
+                if rank.insert(name.clone(), next).is_some() {
+                    return Err(CoreError::BadRequest(format!("interconnect: order names node {name} twice")));
+                }
+            }
+        }
+        Ok(NodeOrder { rank })
+    }
+
+    pub fn cmp(&self, a: &str, b: &str) -> Ordering {
+        match (self.rank.get(a), self.rank.get(b)) {
+            (Some(i), Some(j)) => i.cmp(j),
+            (Some(_), None) => Ordering::Less,
+            (None, Some(_)) => Ordering::Greater,
+            (None, None) => natural_cmp(a, b),
+        }
+    }
+
+    /// Positions `0..names.len()` of `names` in this order (ties, i.e. the same name twice,
+    /// keep their positions' order).
+    pub fn arrange<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> Vec<usize> {
+        let names: Vec<&str> = names.into_iter().collect();
+        let mut order: Vec<usize> = (0..names.len()).collect();
+        order.sort_by(|&i, &j| self.cmp(names[i], names[j]));
+        order
+    }
+}
 
 /// A switch: leaf switches name nodes, upper switches name switches.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -32,8 +112,8 @@ pub enum Hierarchy {
     Flat,
     /// Node name -> group per level (leaf first).
     Switches { levels: usize, location: HashMap<String, Vec<u32>> },
-    /// Building-block sizes in CPUs, increasing.
-    Blocks(Vec<u64>),
+    /// Building-block sizes in CPUs, increasing, taken over the nodes in `order`.
+    Blocks { sizes: Vec<u64>, order: NodeOrder },
 }
 
 impl Hierarchy {
@@ -93,14 +173,21 @@ impl Hierarchy {
         Ok(Hierarchy::Switches { levels, location })
     }
 
-    pub fn blocks(mut sizes: Vec<u64>) -> Self {
+    /// Building blocks over the nodes in natural name order.
+    pub fn blocks(sizes: Vec<u64>) -> Self {
+        Self::blocks_in(sizes, NodeOrder::default())
+    }
+
+    /// Building blocks over the nodes in `order`.
+    pub fn blocks_in(mut sizes: Vec<u64>, order: NodeOrder) -> Self {
         sizes.retain(|&s| s > 0);
         sizes.sort_unstable();
         sizes.dedup();
-        Hierarchy::Blocks(sizes)
+        Hierarchy::Blocks { sizes, order }
     }
 
-    /// Set every node's `location` (nodes in id order for building blocks).
+    /// Set every node's `location` (building blocks over the nodes in their order, whatever
+    /// their ids).
     pub fn locate_all(&self, nodes: &mut [NodeCapacity]) {
         match self {
             Hierarchy::Flat => nodes.iter_mut().for_each(|n| n.location.clear()),
@@ -109,13 +196,11 @@ impl Hierarchy {
                     n.location = location.get(&n.name).cloned().unwrap_or_else(|| vec![UNPLACED; *levels]);
                 }
             }
-            Hierarchy::Blocks(sizes) => {
+            Hierarchy::Blocks { sizes, order } => {
                 let largest = nodes.iter().map(|n| n.topology.pu_count() as u64).max().unwrap_or(0);
                 let levels: Vec<u64> = sizes.iter().copied().filter(|&s| s > largest).collect();
-                let mut order: Vec<usize> = (0..nodes.len()).collect();
-                order.sort_by_key(|&i| nodes[i].id);
                 let mut offset = 0u64;
-                for i in order {
+                for i in order.arrange(nodes.iter().map(|n| n.name.as_str())) {
                     let pus = nodes[i].topology.pu_count() as u64;
                     nodes[i].location = levels.iter().map(|&s| (offset / s) as u32).collect();
                     offset += pus;
@@ -209,6 +294,50 @@ mod tests {
         assert_eq!(ns[3].location, vec![0, 0]);
         assert_eq!(ns[4].location, vec![1, 0]);
         assert_eq!(ns[17].location, vec![4, 1]);
+    }
+
+    /// Issue 17 item 5: blocks followed the order agents registered in, so "adjacent" nodes
+    /// differed from run to run. They follow names in natural order, or the admin's list.
+    #[test]
+    fn blocks_follow_names_not_registration() {
+        let t = Arc::new(Topology::uniform(1, 16, 2, 1, 1 << 30));
+        // Registered (ids) in a scrambled order.
+        let names = ["node10", "node2", "node1", "node3", "node11", "node4", "node12", "node9"];
+        let mut ns: Vec<NodeCapacity> =
+            names.iter().enumerate().map(|(i, n)| NodeCapacity::new(NodeId(i as u32), *n, t.clone())).collect();
+        Hierarchy::blocks(vec![128]).locate_all(&mut ns);
+        let block = |ns: &[NodeCapacity], name: &str| ns.iter().find(|n| n.name == name).unwrap().location.clone();
+        for n in ["node1", "node2", "node3", "node4"] {
+            assert_eq!(block(&ns, n), vec![0], "{n}");
+        }
+        for n in ["node9", "node10", "node11", "node12"] {
+            assert_eq!(block(&ns, n), vec![1], "{n}");
+        }
+        let order = NodeOrder::listed(&["node[9-12]".into(), "node1".into()]).unwrap();
+        Hierarchy::blocks_in(vec![128], order).locate_all(&mut ns);
+        for n in ["node9", "node10", "node11", "node12"] {
+            assert_eq!(block(&ns, n), vec![0], "{n}");
+        }
+        for n in ["node1", "node2", "node3", "node4"] {
+            assert_eq!(block(&ns, n), vec![1], "{n}");
+        }
+        assert!(NodeOrder::listed(&["n[1-3]".into(), "n2".into()]).is_err());
+    }
+
+    #[test]
+    fn natural_order() {
+        let mut v =
+            vec!["node10", "node2", "node1", "n01", "n1", "node", "rack2-n3", "rack10-n1", "rack2-n10", "a", "B"];
+        v.sort_by(|a, b| natural_cmp(a, b));
+        assert_eq!(
+            v,
+            ["B", "a", "n1", "n01", "node", "node1", "node2", "node10", "rack2-n3", "rack2-n10", "rack10-n1"]
+        );
+        assert_eq!(natural_cmp("x007", "x7"), Ordering::Greater);
+        assert_eq!(natural_cmp("x7", "x7"), Ordering::Equal);
+        assert_eq!(natural_cmp("99999999999999999999999", "100000000000000000000000"), Ordering::Less);
+        let order = NodeOrder::default();
+        assert_eq!(order.arrange(["c10", "c9", "b"]), vec![2, 1, 0]);
     }
 
     #[test]

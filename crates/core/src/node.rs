@@ -363,8 +363,8 @@ impl NodeCapacity {
     /// Where a suspended job's part `na` could resume on this node when its own PUs are not
     /// all free: as many free cores as it holds (PUs with `threads`), on the same PUs where they
     /// are free, then on the NUMA nodes its memory is on, then anywhere, in topology order. Its
-    /// memory stays where it is (same `mems` and per-NUMA shares); a binding of cores does not
-    /// hold on other cores and is dropped. Parts pinned to their PUs (per-rank sub-cpusets,
+    /// memory follows its CPUs (see `memory_following`); a binding of cores does not hold on
+    /// other cores and is dropped. Parts pinned to their PUs (per-rank sub-cpusets,
     /// NUMA nodes held alone, subnodes) cannot move. System PUs only with `system_cpus` (the
     /// job asked for them).
     pub fn relocation_for(
@@ -420,8 +420,77 @@ impl NodeCapacity {
         moved.cpus = units.into_iter().take(need).flat_map(|(_, pus)| pus).collect();
         if moved.cpus != na.cpus {
             moved.binding.clear();
+            self.memory_following(na, &mut moved);
         }
         Ok(moved)
+    }
+
+    /// Move the memory of suspended part `na` after its CPUs, now `moved.cpus` (seeds/000: a
+    /// suspended job's pages migrate with it, or it runs on remote memory and crowds the jobs
+    /// on its old CPUs): onto the NUMA nodes of the new CPUs in proportion to its CPUs there,
+    /// as far as they have room (its own share there counts as room); what does not fit stays
+    /// where it was. `moved.mems` becomes those NUMA nodes and the ones still holding a share.
+    /// The books are not changed: the caller releases `na`'s memory and claims `moved`'s.
+    fn memory_following(&self, na: &NodeAllocation, moved: &mut NodeAllocation) {
+        let topo = &self.topology;
+        let mut own = vec![0u64; topo.numa_nodes.len()];
+        for (i, b) in self.shares(na) {
+            own[i] = own[i].saturating_add(b);
+        }
+        let total: u64 = own.iter().fold(0, |a, &b| a.saturating_add(b));
+        // The new CPUs' NUMA nodes, with how many of its PUs each holds, in topology order.
+        let mut local: Vec<(usize, u64)> = vec![];
+        for core in &topo.cores {
+            let pus = core.pus.iter().filter(|&&p| moved.cpus.contains(p)).count() as u64;
+            if let Some(n) = core.numa.filter(|&n| pus > 0 && !topo.numa_nodes[n].special) {
+                match local.iter_mut().find(|l| l.0 == n) {
+                    Some(l) => l.1 += pus,
+                    None => local.push((n, pus)),
+                }
+            }
+        }
+        let room = |i: usize| self.numa_free[i].saturating_add(own[i]);
+        let mut give = vec![0u64; own.len()];
+        let mut left = total;
+        let weight: u64 = local.iter().map(|l| l.1).sum();
+        for &(i, w) in &local {
+            let want = (total as u128 * w as u128 / weight.max(1) as u128) as u64;
+            let g = want.min(room(i)).min(left);
+            give[i] += g;
+            left -= g;
+        }
+        for &(i, _) in &local {
+            let g = room(i).saturating_sub(give[i]).min(left);
+            give[i] += g;
+            left -= g;
+        }
+        for (i, &b) in own.iter().enumerate() {
+            if !local.iter().any(|l| l.0 == i) {
+                let g = b.min(left);
+                give[i] += g;
+                left -= g;
+            }
+        }
+        if left > 0 {
+            // Books that do not hold its memory (cannot happen while they are kept): leave it.
+            return;
+        }
+        moved.numa_memory = give
+            .iter()
+            .enumerate()
+            .filter(|(_, &b)| b > 0)
+            .map(|(i, &bytes)| crate::job::NumaShare { numa: topo.numa_nodes[i].os_index, bytes })
+            .collect();
+        let mut mems = CpuSet::new();
+        for &(i, _) in &local {
+            mems.insert(topo.numa_nodes[i].os_index);
+        }
+        for s in &moved.numa_memory {
+            mems.insert(s.numa);
+        }
+        if !mems.is_empty() {
+            moved.mems = mems;
+        }
     }
 
     fn take_pus(&mut self, na: &NodeAllocation) {
@@ -573,6 +642,32 @@ mod tests {
         let mut t = a.clone();
         t.cpus = CpuSet::parse_list("2-3").unwrap();
         assert_eq!(n.relocation_for(&t, true, false).unwrap().cpus.to_list(), "4-5");
+    }
+
+    /// Moved to the other NUMA node's CPUs, the memory follows as far as that node has room
+    /// (what it holds there itself counts); the rest stays, and both are in `mems`.
+    #[test]
+    fn relocated_memory_follows_the_cpus_as_far_as_there_is_room() {
+        const MIB: u64 = 1 << 20;
+        let mut n = node();
+        let a = part("0-7", 4, 0, 768 * MIB);
+        n.claim(&a);
+        n.release_pus(&a);
+        n.claim(&part("0-7", 4, 0, 0)); // NUMA 0's cores taken
+        let moved = n.relocation_for(&a, false, false).unwrap();
+        assert_eq!((moved.cpus.to_list(), moved.mems.to_list()), ("8-15".into(), "1".into()));
+        assert_eq!(moved.numa_memory, vec![NumaShare { numa: 1, bytes: 768 * MIB }]);
+        // With 512 MiB of NUMA 1 taken, 256 MiB stays behind.
+        n.claim(&part("", 0, 1, 512 * MIB));
+        let moved = n.relocation_for(&a, false, false).unwrap();
+        assert_eq!((moved.cpus.to_list(), moved.mems.to_list()), ("8-15".into(), "0-1".into()));
+        let shares = vec![NumaShare { numa: 0, bytes: 256 * MIB }, NumaShare { numa: 1, bytes: 512 * MIB }];
+        assert_eq!(moved.numa_memory, shares);
+        assert_eq!(moved.memory_bytes, 768 * MIB);
+        // The books follow: release the old part's memory, claim the new one's.
+        n.release_memory(&a);
+        n.claim_memory(&moved);
+        assert_eq!(n.numa_free, vec![768 * MIB, 0], "NUMA 0 keeps 256 MiB of it, NUMA 1 is full");
     }
 
     #[test]

@@ -44,7 +44,8 @@ impl Clone for ClusterState {
 pub enum PendingReason {
     /// Waiting for resources to free up, with what is missing.
     Resources(String),
-    /// An earlier job is waiting first (FIFO).
+    /// It fits what is free now, but that is kept for higher-priority jobs waiting before it
+    /// (or, without backfill, an earlier job waits first).
     Priority,
     Held,
     /// No node that is up can ever hold it; it waits for larger nodes to come up.
@@ -60,7 +61,9 @@ impl PendingReason {
                 "resources: waiting for cores or memory to free up".into()
             }
             PendingReason::Resources(what) => format!("resources: {what}"),
-            PendingReason::Priority => "priority: an earlier job waits first".into(),
+            PendingReason::Priority => {
+                "priority: what it needs is free now but kept for higher-priority jobs waiting before it; it starts after them, or sooner if more frees up".into()
+            }
             PendingReason::Held => "held: run `berth release <id>`".into(),
             PendingReason::NoSuitableNodes(why) => format!("no suitable node up: {why}"),
             PendingReason::QueueLimit(which) => format!("queue limit: {which}"),
@@ -214,6 +217,10 @@ impl backfill::Machine for ClusterState {
             index.refile(i, &self.nodes[i]);
         }
         fit
+    }
+
+    fn place_preferring(&self, prefer: &[&Allocation], req: &JobRequest) -> backfill::Fit<Allocation> {
+        backfill::place_preferring_on_cluster(self, prefer, req)
     }
 }
 

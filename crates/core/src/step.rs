@@ -38,6 +38,9 @@ impl RankBinding {
 pub struct StepRequest {
     /// Ranks; default: one per free core (divided by `cpus_per_task`).
     pub ntasks: Option<u32>,
+    /// Nodes of the allocation to use (srun's `-N`); default: as many as the ranks need.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
     pub tasks_per_node: Option<u32>,
     /// Cores per rank (default 1).
     pub cpus_per_task: Option<u32>,
@@ -75,7 +78,7 @@ pub struct StepPlan {
 pub enum StepError {
     #[error("-n {asked} needs {needed} cores but only {free} of the job's {total} cores are free{busy}; ask for fewer ranks, wait for the other runs, or pass --overcommit to share CPUs")]
     OverClaim { asked: u32, needed: u32, free: u32, total: u32, busy: String },
-    #[error("--tasks-per-node {per_node} with --cpus-per-task {cpt} needs {needed} cores per node, but node {node} has {free} free; lower it or pass --overcommit")]
+    #[error("--ntasks-per-node {per_node} with --cpus-per-task {cpt} needs {needed} cores per node, but node {node} has {free} free; lower it or pass --overcommit")]
     NodeTooSmall { per_node: u32, cpt: u32, needed: u32, node: String, free: u32 },
     #[error("all {total} cores of the job are in use by other runs; wait for them or pass --overcommit")]
     NoFreeCores { total: u32 },
@@ -120,7 +123,7 @@ pub fn plan_step(
 ) -> Result<StepPlan, StepError> {
     let cpt = req.cpus_per_task.unwrap_or(1);
     if cpt == 0 || req.ntasks == Some(0) || req.tasks_per_node == Some(0) {
-        return Err(StepError::Invalid("-n, --tasks-per-node and --cpus-per-task must be at least 1".into()));
+        return Err(StepError::Invalid("-n, --ntasks-per-node and --cpus-per-task must be at least 1".into()));
     }
     if alloc.is_empty() || topos.len() != alloc.len() || in_use.len() != alloc.len() {
         return Err(StepError::Invalid("the job holds no nodes".into()));
@@ -132,82 +135,85 @@ pub fn plan_step(
     let total: u32 = all.iter().map(|s| s.len() as u32).sum();
     let free_total: u32 = free.iter().map(|s| s.len() as u32).sum();
     // Ranks per node.
-    let counts: Vec<u32> = match req.tasks_per_node {
-        Some(k) => {
-            let n = req.ntasks.unwrap_or(k * alloc.len() as u32);
-            if n > k * alloc.len() as u32 && !req.overcommit {
-                return Err(StepError::Invalid(format!(
-                    "-n {n} with --tasks-per-node {k} needs {} nodes but the job has {}",
-                    n.div_ceil(k),
-                    alloc.len()
-                )));
-            }
-            let mut left = n;
-            let per_node = if n > k * alloc.len() as u32 { n.div_ceil(alloc.len() as u32) } else { k };
-            let counts: Vec<u32> = alloc
-                .iter()
-                .map(|_| {
-                    let c = per_node.min(left);
-                    left -= c;
-                    c
-                })
-                .collect();
-            if !req.overcommit {
-                for (i, &c) in counts.iter().enumerate() {
-                    if c * cpt > free[i].len() as u32 {
-                        return Err(StepError::NodeTooSmall {
-                            per_node: k,
-                            cpt,
-                            needed: c * cpt,
-                            node: alloc[i].node.clone(),
-                            free: free[i].len() as u32,
-                        });
+    let counts: Vec<u32> = match (req.nodes, req.tasks_per_node) {
+        (Some(k), per_node) => counts_on_nodes(alloc, &free, &all, req, k, per_node)?,
+        (None, per_node) => match per_node {
+            Some(k) => {
+                let n = req.ntasks.unwrap_or(k * alloc.len() as u32);
+                if n > k * alloc.len() as u32 && !req.overcommit {
+                    return Err(StepError::Invalid(format!(
+                        "-n {n} with --ntasks-per-node {k} needs {} nodes but the job has {}",
+                        n.div_ceil(k),
+                        alloc.len()
+                    )));
+                }
+                let mut left = n;
+                let per_node = if n > k * alloc.len() as u32 { n.div_ceil(alloc.len() as u32) } else { k };
+                let counts: Vec<u32> = alloc
+                    .iter()
+                    .map(|_| {
+                        let c = per_node.min(left);
+                        left -= c;
+                        c
+                    })
+                    .collect();
+                if !req.overcommit {
+                    for (i, &c) in counts.iter().enumerate() {
+                        if c * cpt > free[i].len() as u32 {
+                            return Err(StepError::NodeTooSmall {
+                                per_node: k,
+                                cpt,
+                                needed: c * cpt,
+                                node: alloc[i].node.clone(),
+                                free: free[i].len() as u32,
+                            });
+                        }
                     }
                 }
-            }
-            counts
-        }
-        None => {
-            let capacity: Vec<u32> = free.iter().map(|s| s.len() as u32 / cpt).collect();
-            let cap_total: u32 = capacity.iter().sum();
-            let n = match req.ntasks {
-                Some(n) => n,
-                None if cap_total > 0 => cap_total,
-                None if req.overcommit => (total / cpt).max(1),
-                None => return Err(StepError::NoFreeCores { total }),
-            };
-            if n <= cap_total {
-                // Block: fill each node's free cores in order.
-                let mut left = n;
-                capacity
-                    .iter()
-                    .map(|&c| {
-                        let take = c.min(left);
-                        left -= take;
-                        take
-                    })
-                    .collect()
-            } else if req.overcommit {
-                // Share: ranks in proportion to each node's cores.
-                let mut left = n;
-                let mut counts: Vec<u32> = all.iter().map(|s| n * s.len() as u32 / total.max(1)).collect();
-                left -= counts.iter().sum::<u32>();
-                let (mut i, len) = (0, counts.len());
-                while left > 0 {
-                    counts[i % len] += 1;
-                    left -= 1;
-                    i += 1;
-                }
                 counts
-            } else {
-                let busy = if free_total < total {
-                    format!(" ({} held by other runs of the job)", total - free_total)
-                } else {
-                    String::new()
-                };
-                return Err(StepError::OverClaim { asked: n, needed: n * cpt, free: free_total, total, busy });
             }
-        }
+            None => {
+                let capacity: Vec<u32> = free.iter().map(|s| s.len() as u32 / cpt).collect();
+                let cap_total: u32 = capacity.iter().sum();
+                let n = match req.ntasks {
+                    Some(n) => n,
+                    None if cap_total > 0 => cap_total,
+                    None if req.overcommit => (total / cpt).max(1),
+                    None => return Err(StepError::NoFreeCores { total }),
+                };
+                if n <= cap_total {
+                    // Block: fill each node's free cores in order.
+                    let mut left = n;
+                    capacity
+                        .iter()
+                        .map(|&c| {
+                            let take = c.min(left);
+                            left -= take;
+                            take
+                        })
+                        .collect()
+                } else if req.overcommit {
+                    // Share: ranks in proportion to each node's cores.
+                    let mut left = n;
+                    let mut counts: Vec<u32> = all.iter().map(|s| n * s.len() as u32 / total.max(1)).collect();
+                    left -= counts.iter().sum::<u32>();
+                    let (mut i, len) = (0, counts.len());
+                    while left > 0 {
+                        counts[i % len] += 1;
+                        left -= 1;
+                        i += 1;
+                    }
+                    counts
+                } else {
+                    let busy = if free_total < total {
+                        format!(" ({} held by other runs of the job)", total - free_total)
+                    } else {
+                        String::new()
+                    };
+                    return Err(StepError::OverClaim { asked: n, needed: n * cpt, free: free_total, total, busy });
+                }
+            }
+        },
     };
     let mut nodes = Vec::new();
     let mut rank = 0u32;
@@ -234,6 +240,76 @@ pub fn plan_step(
         nodes.push(StepNodePlan { alloc_index: i, node: alloc[i].node.clone(), ranks, cpus: used });
     }
     Ok(StepPlan { size: rank, nodes })
+}
+
+/// Ranks per node on exactly `k` nodes of the allocation (srun's `-N k`): the first `k` nodes
+/// (in allocation order) that have room for a rank, or the first `k` when overcommitting;
+/// ranks spread evenly (`-n 8 -N 2`: 4 and 4), or `per_node` each.
+fn counts_on_nodes(
+    alloc: &[NodeAllocation],
+    free: &[Vec<CpuSet>],
+    all: &[Vec<CpuSet>],
+    req: &StepRequest,
+    k: u32,
+    per_node: Option<u32>,
+) -> Result<Vec<u32>, StepError> {
+    let cpt = req.cpus_per_task.unwrap_or(1);
+    let len = alloc.len() as u32;
+    if k == 0 {
+        return Err(StepError::Invalid("-N (nodes) must be at least 1".into()));
+    }
+    if k > len {
+        return Err(StepError::Invalid(format!(
+            "-N {k} asks for {k} nodes but the job has {len}; ask for at most {len} (or submit the job with --nodes {k})"
+        )));
+    }
+    let with_room: Vec<usize> = (0..alloc.len()).filter(|&i| free[i].len() as u32 >= cpt).collect();
+    let chosen: Vec<usize> = if with_room.len() as u32 >= k {
+        with_room.into_iter().take(k as usize).collect()
+    } else if req.overcommit {
+        (0..k as usize).collect()
+    } else {
+        return Err(StepError::Invalid(format!(
+            "-N {k}: only {} of the job's {len} nodes have {cpt} free core(s) for a rank (the others are held by other \
+             runs of the job); wait for them, ask for fewer nodes, or pass --overcommit",
+            with_room.len()
+        )));
+    };
+    let n = match (req.ntasks, per_node) {
+        (Some(n), _) => n,
+        (None, Some(p)) => p.saturating_mul(k),
+        (None, None) if req.overcommit => chosen.iter().map(|&i| all[i].len() as u32 / cpt).sum::<u32>().max(k),
+        (None, None) => chosen.iter().map(|&i| free[i].len() as u32 / cpt).sum(),
+    };
+    if n < k {
+        return Err(StepError::Invalid(format!(
+            "-n {n} ranks cannot use -N {k} nodes: each node gets at least one rank; ask for -n {k} or more, or fewer nodes"
+        )));
+    }
+    if let Some(p) = per_node {
+        if n > p.saturating_mul(k) && !req.overcommit {
+            return Err(StepError::Invalid(format!(
+                "-n {n} with --ntasks-per-node {p} needs {} nodes but -N asks for {k}",
+                n.div_ceil(p)
+            )));
+        }
+    }
+    let mut counts = vec![0u32; alloc.len()];
+    let (base, extra) = (n / k, n % k);
+    for (j, &i) in chosen.iter().enumerate() {
+        let c = base + u32::from((j as u32) < extra);
+        if c.saturating_mul(cpt) > free[i].len() as u32 && !req.overcommit {
+            return Err(StepError::Invalid(format!(
+                "-n {n} over -N {k} nodes puts {c} rank(s) on {}, needing {} cores, but it has {} free; ask for fewer \
+                 ranks or more nodes, or pass --overcommit",
+                alloc[i].node,
+                c.saturating_mul(cpt),
+                free[i].len()
+            )));
+        }
+        counts[i] = c;
+    }
+    Ok(counts)
 }
 
 /// MPICH's `PMI_process_mapping` and friends need ranks per node in node order.

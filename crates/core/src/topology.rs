@@ -24,6 +24,59 @@ pub struct NumaNode {
     /// default since it is usually small or slow.
     #[serde(default, skip_serializing_if = "is_false")]
     pub special: bool,
+    /// Where `memory_bytes` came from. Absent on the wire means hwloc (what agents before
+    /// this field always used).
+    #[serde(default, skip_serializing_if = "MemorySource::is_hwloc")]
+    pub memory_source: MemorySource,
+}
+
+impl NumaNode {
+    /// Whether jobs may be given this node's CPUs or memory: a node with no memory would
+    /// give a job a 0-byte memory limit, and the kernel would kill it at once.
+    pub fn has_memory(&self) -> bool {
+        self.memory_bytes > 0
+    }
+}
+
+/// Where a NUMA node's memory size comes from, best first after the admin's word.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MemorySource {
+    /// hwloc's `local_memory` of the node.
+    #[default]
+    Hwloc,
+    /// The operating system's count for the node (`/sys/devices/system/node/nodeN/meminfo`).
+    Os,
+    /// The machine's total memory split over the NUMA nodes hwloc gave none.
+    Split,
+    /// The admin's override in the agent's configuration (`--numa-memory`).
+    Config,
+    /// No source knew: the node has no usable memory and takes no job. Also what a newer
+    /// agent's unknown source reads as.
+    #[serde(other)]
+    Unknown,
+}
+
+impl MemorySource {
+    pub fn is_hwloc(&self) -> bool {
+        *self == MemorySource::Hwloc
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            MemorySource::Hwloc => "hwloc",
+            MemorySource::Os => "os",
+            MemorySource::Split => "split",
+            MemorySource::Config => "config",
+            MemorySource::Unknown => "unknown",
+        }
+    }
+}
+
+impl std::fmt::Display for MemorySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 fn is_false(b: &bool) -> bool {
@@ -87,7 +140,13 @@ impl Topology {
                     pus.iter().for_each(|&i| cpus.insert(i));
                     t.cores.push(Core { package: p as usize, numa: Some(numa), pus, kind: 0, group: None });
                 }
-                t.numa_nodes.push(NumaNode { os_index: numa as u32, memory_bytes: mem_per_numa, cpus, special: false });
+                t.numa_nodes.push(NumaNode {
+                    os_index: numa as u32,
+                    memory_bytes: mem_per_numa,
+                    cpus,
+                    special: false,
+                    memory_source: MemorySource::Hwloc,
+                });
             }
         }
         t
@@ -242,6 +301,21 @@ mod tests {
         assert_eq!(t.memory_bytes(), 4 << 30);
         assert_eq!(t.mems_for(&CpuSet::parse_list("0-1").unwrap()).to_list(), "0");
         assert_eq!(t.mems_for(&CpuSet::parse_list("7-8").unwrap()).to_list(), "0-1");
+    }
+
+    #[test]
+    fn memory_source_on_the_wire() {
+        // Older agents send no source: hwloc. A source this version does not know: unknown.
+        let old = r#"{"os_index":0,"memory_bytes":1,"cpus":"0"}"#;
+        assert_eq!(serde_json::from_str::<NumaNode>(old).unwrap().memory_source, MemorySource::Hwloc);
+        let newer = r#"{"os_index":0,"memory_bytes":1,"cpus":"0","memory_source":"bios"}"#;
+        assert_eq!(serde_json::from_str::<NumaNode>(newer).unwrap().memory_source, MemorySource::Unknown);
+        let mut n = Topology::uniform(1, 1, 1, 1, 1).numa_nodes.remove(0);
+        assert!(!serde_json::to_string(&n).unwrap().contains("memory_source"));
+        n.memory_source = MemorySource::Split;
+        let text = serde_json::to_string(&n).unwrap();
+        assert!(text.contains(r#""memory_source":"split""#), "{text}");
+        assert_eq!(serde_json::from_str::<NumaNode>(&text).unwrap(), n);
     }
 
     #[test]

@@ -19,6 +19,12 @@ pub enum AgentMessage {
         /// with `renew` carrying it (docs/protocol.md, "Fencing").
         #[serde(default)]
         seq: u64,
+        /// Steps whose control tree is rooted here and whose end the controller has not
+        /// acknowledged (running, or ended and reported): the controller closes an open step
+        /// rooted here that is not listed, once its grant can no longer be used. None: an
+        /// agent that does not say.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        steps: Option<Vec<StepRef>>,
     },
     JobStarted {
         id: JobId,
@@ -113,6 +119,16 @@ pub struct Registration {
     /// The agent fences (understands `lease_ms` and `renew`).
     #[serde(default)]
     pub lease: bool,
+    /// As in `heartbeat`: the steps rooted here that the controller may not close yet.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub steps: Option<Vec<StepRef>>,
+}
+
+/// A step of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct StepRef {
+    pub job: JobId,
+    pub step: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

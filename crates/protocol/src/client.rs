@@ -2,7 +2,7 @@
 
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState, ResourceRequest};
-use berth_core::topology::Topology;
+use berth_core::topology::{MemorySource, Topology};
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
 
@@ -475,6 +475,9 @@ pub struct NumaInfo {
     /// Special memory (MCDRAM, HBM) not given to jobs by default.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub special: bool,
+    /// Where `memory_bytes` came from (absent: hwloc); `berth nodes` shows any other.
+    #[serde(default, skip_serializing_if = "MemorySource::is_hwloc")]
+    pub memory_source: MemorySource,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@
 //! decodes to itself.
 
 use crate::agent::{
-    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Refusal, Registration,
+    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Refusal, Registration, StepRef,
     UserIdentity,
 };
 use crate::auth::{Envelope, SessionFrame};
@@ -449,17 +449,39 @@ pub fn cgroup_report() -> BoxedStrategy<CgroupReport> {
 }
 
 pub fn registration() -> BoxedStrategy<Registration> {
-    ((text(), text(), text(), text(), text()), topology(), text(), ids(), ids(), any::<bool>())
-        .prop_map(|((name, hostname, address, instance, version), topology, real_cpus, running, ended, lease)| {
-            Registration { name, hostname, address, instance, version, topology, real_cpus, running, ended, lease }
-        })
+    ((text(), text(), text(), text(), text()), topology(), text(), ids(), ids(), any::<bool>(), step_refs())
+        .prop_map(
+            |((name, hostname, address, instance, version), topology, real_cpus, running, ended, lease, steps)| {
+                Registration {
+                    name,
+                    hostname,
+                    address,
+                    instance,
+                    version,
+                    topology,
+                    real_cpus,
+                    running,
+                    ended,
+                    lease,
+                    steps,
+                }
+            },
+        )
         .boxed()
+}
+
+pub fn step_refs() -> BoxedStrategy<Option<Vec<StepRef>>> {
+    of(vec((job_id(), any::<u32>()).prop_map(|(job, step)| StepRef { job, step }), 0..3)).boxed()
 }
 
 pub fn agent_message() -> BoxedStrategy<AgentMessage> {
     prop_oneof![
         registration().prop_map(|r| AgentMessage::Register(Box::new(r))),
-        (ids(), any::<u64>()).prop_map(|(running, seq)| AgentMessage::Heartbeat { running, seq }),
+        (ids(), any::<u64>(), step_refs()).prop_map(|(running, seq, steps)| AgentMessage::Heartbeat {
+            running,
+            seq,
+            steps
+        }),
         (job_id(), any::<u32>(), any::<i32>(), of(text()))
             .prop_map(|(job, step, exit_code, failure)| AgentMessage::StepEnded { job, step, exit_code, failure }),
         (job_id(), any::<u32>(), vec(cgroup_report(), 0..3)).prop_map(|(id, pid, cgroups)| AgentMessage::JobStarted {
@@ -847,6 +869,7 @@ pub fn node_info() -> BoxedStrategy<NodeInfo> {
             cpus,
             exclusive_job,
             special,
+            memory_source: Default::default(),
         },
     );
     let subnode = (any::<u32>(), text(), text(), texts()).prop_map(|(index, numa, state, properties)| SubnodeInfo {
@@ -906,8 +929,8 @@ pub fn queue_info() -> BoxedStrategy<QueueInfo> {
 }
 
 pub fn step_grant() -> BoxedStrategy<StepGrant> {
-    let node =
-        (text(), text(), vec(rank_place(), 0..3)).prop_map(|(name, address, ranks)| StepNode { name, address, ranks });
+    let node = (text(), text(), vec(rank_place(), 0..3), text())
+        .prop_map(|(name, address, ranks, instance)| StepNode { name, address, ranks, instance });
     (
         (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
         (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),

@@ -83,6 +83,11 @@ pub struct StepNode {
     pub address: String,
     /// Ranks on this node with their PUs (OS indexes of the node's topology).
     pub ranks: Vec<RankPlace>,
+    /// The agent process the grant is for (its registration's `instance`): an agent that
+    /// restarted since refuses the grant, so the controller may close the steps a restarted
+    /// agent does not list (docs/protocol.md, "Step ends from agents"). Empty: not checked.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance: String,
 }
 
 /// How one rank ended.

@@ -24,7 +24,7 @@
 use crate::machine::{parse_topology, ClusterMachine, PoolMachine};
 use crate::metrics::{self, SimReport};
 use crate::swf::Trace;
-use crate::{EstimateSource, MachineSpec, SimConfig, SimError};
+use crate::{EstimateSource, MachineSpec, SimConfig, SimError, SubmitOrder};
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
@@ -98,7 +98,7 @@ pub struct Skipped {
     pub no_procs: usize,
 }
 
-/// The jobs to simulate, in submit order (ties: trace order), with account names.
+/// The jobs to simulate, in submit order (ties: trace order, or id order), with account names.
 pub(crate) struct Workload {
     pub jobs: Vec<SimJob>,
     pub skipped: Skipped,
@@ -162,7 +162,7 @@ fn size_from_trace(trace: &Trace) -> Result<(u64, String), SimError> {
 
 /// Classify the trace's jobs; `empty` is the machine with nothing running, to tell which
 /// jobs could never fit.
-pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateSource) -> Workload {
+pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateSource, order: SubmitOrder) -> Workload {
     let mut skipped = Skipped::default();
     let mut fits_by_procs: HashMap<u64, bool> = HashMap::new();
     let mut account_index: HashMap<String, usize> = HashMap::new();
@@ -199,8 +199,11 @@ pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateS
         }
         jobs.push(SimJob { trace_id: j.id, submit: j.submit, run, estimate, procs, account, request });
     }
-    // Stable: jobs submitted at the same time keep their trace order.
-    jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit));
+    // Stable: jobs submitted at the same time keep their trace order (or go by id).
+    match order {
+        SubmitOrder::Trace => jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit)),
+        SubmitOrder::Id => jobs.sort_by(|a, b| a.submit.total_cmp(&b.submit).then(a.trace_id.cmp(&b.trace_id))),
+    }
     Workload { jobs, skipped, accounts }
 }
 

@@ -7,6 +7,9 @@
 //! Modelling choices (see also [`engine`]):
 //! - The machine is the trace's `MaxProcs` (else `MaxNodes`) single-core nodes, else as many
 //!   single-core nodes as the largest job needs (traces without a header), unless given.
+//! - Jobs join the queue in submit order; jobs submitted at the same second keep the trace's
+//!   order (its line order), or go by job id with [`SubmitOrder::Id`] (`berth sim --order id`).
+//!   With FCFS priority that order is their priority order.
 //! - A job of P processors asks for P cores anywhere (`Shape::Total { cores: P, chunk: 1 }`),
 //!   no memory.
 //! - The estimate reservations are made with is the requested time (field 9), or the run time
@@ -55,6 +58,28 @@ impl std::str::FromStr for EstimateSource {
     }
 }
 
+/// The order of jobs submitted at the same second (they are otherwise in submit order).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SubmitOrder {
+    /// As they appear in the trace (its line order).
+    #[default]
+    Trace,
+    /// By job id (field 1), lowest first.
+    Id,
+}
+
+impl std::str::FromStr for SubmitOrder {
+    type Err = SimError;
+    fn from_str(s: &str) -> Result<Self, SimError> {
+        match s {
+            "trace" => Ok(SubmitOrder::Trace),
+            "id" => Ok(SubmitOrder::Id),
+            _ => Err(SimError::BadOption(format!("unknown order {s:?}; use trace or id"))),
+        }
+    }
+}
+
 /// Parse a policy name as the CLI spells it.
 pub fn parse_policy(s: &str) -> Result<BackfillPolicy, SimError> {
     match s {
@@ -92,6 +117,8 @@ pub struct SimConfig {
     pub machine: MachineSpec,
     pub policy: BackfillPolicy,
     pub estimate: EstimateSource,
+    /// Order of jobs submitted at the same second.
+    pub order: SubmitOrder,
     /// Order the queue by berth's multifactor priority with fair share per group.
     pub fair_share: bool,
     /// Preemption by suspension (see [`engine`]), with these settings; `None`: off. Needs the
@@ -111,6 +138,7 @@ impl Default for SimConfig {
             machine: MachineSpec::FromTrace,
             policy: BackfillPolicy::Easy,
             estimate: EstimateSource::Request,
+            order: SubmitOrder::Trace,
             fair_share: false,
             preempt: None,
             max_reservations: usize::MAX,

@@ -85,6 +85,73 @@ impl PoolMachine {
         }
         (left == 0).then(|| PoolAlloc { cpus: units * size as u64, runs })
     }
+
+    /// [`PoolMachine::take`] using the cores of `pref` (free ones) first: whole pieces from
+    /// them, node by node, then the other pieces from the other nodes (at most one per node if
+    /// `one_per_node`), each again from `pref`'s cores first. A node holds as many pieces
+    /// either way, so this fits exactly when `take` does.
+    fn take_preferring(&self, mut pref: Bits, units: u64, size: u32, one_per_node: bool) -> Option<PoolAlloc> {
+        let c = self.cores_per_node;
+        let mut avail = self.free.clone();
+        let mut runs = vec![];
+        let mut left = units;
+        let mut used = vec![false; if one_per_node { self.nodes as usize } else { 0 }];
+        for node in 0..self.nodes {
+            let first = node * c;
+            let have = pref.count_range(first, c);
+            let pieces = if one_per_node { u64::from(have >= size) } else { (have / size) as u64 }.min(left);
+            if pieces > 0 {
+                take_both(&mut pref, &mut avail, true, (first, first + c), pieces as u32 * size, &mut runs);
+                left -= pieces;
+                if one_per_node {
+                    used[node as usize] = true;
+                }
+            }
+        }
+        for node in 0..self.nodes {
+            if left == 0 {
+                break;
+            }
+            let first = node * c;
+            let free = avail.count_range(first, c);
+            let pieces =
+                if one_per_node { u64::from(free >= size && !used[node as usize]) } else { (free / size) as u64 };
+            let want = pieces.min(left) as u32 * size;
+            if want > 0 {
+                let got = take_both(&mut pref, &mut avail, true, (first, first + c), want, &mut runs);
+                take_both(&mut pref, &mut avail, false, (first, first + c), want - got, &mut runs);
+                left -= pieces.min(left);
+            }
+        }
+        (left == 0).then(|| PoolAlloc { cpus: units * size as u64, runs })
+    }
+}
+
+/// Take the first `want` cores in `range` of `pref` (if `from_pref`) or of `avail`, off both
+/// sets, appending their runs; returns how many were found.
+fn take_both(
+    pref: &mut Bits,
+    avail: &mut Bits,
+    from_pref: bool,
+    range: (u32, u32),
+    want: u32,
+    runs: &mut Vec<(u32, u32)>,
+) -> u32 {
+    if want == 0 {
+        return 0;
+    }
+    let mut got = vec![];
+    let n = if from_pref {
+        pref.take_first(range.0, range.1, want, &mut got)
+    } else {
+        avail.take_first(range.0, range.1, want, &mut got)
+    };
+    for &(start, len) in &got {
+        pref.clear_range(start, len);
+        avail.clear_range(start, len);
+    }
+    runs.extend(got);
+    n
 }
 
 impl Machine for PoolMachine {
@@ -92,14 +159,7 @@ impl Machine for PoolMachine {
 
     fn place(&self, req: &JobRequest) -> Fit<PoolAlloc> {
         let (nodes, c) = (self.nodes as u64, self.cores_per_node);
-        // (pieces, cores per piece, at most one piece per node)
-        let (units, size, one_per_node) = match req.shape {
-            Shape::Total { cores, chunk } => {
-                let chunk = chunk.max(1);
-                ((cores as u64).div_ceil(chunk as u64), chunk, false)
-            }
-            Shape::PerNode { nodes, cores_per_node } => (nodes as u64, cores_per_node.max(1), true),
-        };
+        let (units, size, one_per_node) = pieces(req);
         let capacity = if one_per_node { nodes } else { nodes * (c / size) as u64 };
         if size > c || units > capacity {
             return Fit::Never(format!("needs {} cores; the machine has {nodes} nodes of {c}", units * size as u64));
@@ -135,6 +195,39 @@ impl Machine for PoolMachine {
 
     fn free_cpus(&self) -> u64 {
         self.free_total
+    }
+
+    fn place_preferring(&self, prefer: &[&PoolAlloc], req: &JobRequest) -> Fit<PoolAlloc> {
+        let fit = self.place(req);
+        if prefer.is_empty() || !matches!(fit, Fit::Now(_)) {
+            return fit;
+        }
+        let mut pref = Bits::empty(self.total_cpus());
+        for &(start, len) in prefer.iter().flat_map(|a| a.runs.iter()) {
+            pref.set_range(start, len);
+        }
+        pref.and_with(&self.free);
+        let (units, size, one_per_node) = pieces(req);
+        if size == 1 && !one_per_node {
+            // Cores anywhere: the first preferred ones, then the first others (as `place`).
+            let (mut avail, mut runs) = (self.free.clone(), vec![]);
+            let all = (0, self.total_cpus() as u32);
+            let got = take_both(&mut pref, &mut avail, true, all, units as u32, &mut runs);
+            take_both(&mut pref, &mut avail, false, all, units as u32 - got, &mut runs);
+            return Fit::Now(PoolAlloc { cpus: units, runs });
+        }
+        self.take_preferring(pref, units, size, one_per_node).map_or(fit, Fit::Now)
+    }
+}
+
+/// A request as the pool sees it: (pieces, cores per piece, at most one piece per node).
+fn pieces(req: &JobRequest) -> (u64, u32, bool) {
+    match req.shape {
+        Shape::Total { cores, chunk } => {
+            let chunk = chunk.max(1);
+            ((cores as u64).div_ceil(chunk as u64), chunk, false)
+        }
+        Shape::PerNode { nodes, cores_per_node } => (nodes as u64, cores_per_node.max(1), true),
     }
 }
 
@@ -196,6 +289,10 @@ impl Machine for ClusterMachine {
 
     fn place_with_claimed(&mut self, extra: &[&Allocation], req: &JobRequest) -> Fit<Allocation> {
         self.state.place_with_claimed(extra, req)
+    }
+
+    fn place_preferring(&self, prefer: &[&Allocation], req: &JobRequest) -> Fit<Allocation> {
+        self.state.place_preferring(prefer, req)
     }
 }
 
@@ -309,6 +406,67 @@ mod tests {
         m.release(&a);
         assert!(matches!(m.place(&two_by_two), Fit::Busy(_)));
         assert!(matches!(m.place(&JobRequest::simple(Shape::Total { cores: 4, chunk: 8 }, 0)), Fit::Never(_)));
+    }
+
+    /// `place_preferring` fits exactly when `place` does, takes only free cores, keeps the
+    /// request's shape, and (cores anywhere) takes as many preferred cores as it can.
+    #[test]
+    fn preferring_fits_as_place_does() {
+        let mut seed = 0x2545_F491_4F6C_DD1Du64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        for _ in 0..3000 {
+            let (nodes, c) = (1 + next(6), 1 + next(4) as u32);
+            let total = nodes as u32 * c;
+            let some = |next: &mut dyn FnMut(u64) -> u64| {
+                let runs: Vec<(u32, u32)> = (0..total).filter(|_| next(2) == 0).map(|i| (i, 1)).collect();
+                PoolAlloc { cpus: runs.len() as u64, runs }
+            };
+            let mut m = PoolMachine::new(nodes, c).unwrap();
+            m.claim(&some(&mut next));
+            let prefer = some(&mut next);
+            let req = if next(2) == 0 {
+                let (cores, chunk) = (1 + next(total as u64) as u32, 1 + next(c as u64) as u32);
+                JobRequest::simple(Shape::Total { cores, chunk }, 0)
+            } else {
+                let (n, per) = (1 + next(nodes) as u32, 1 + next(c as u64) as u32);
+                JobRequest::simple(Shape::PerNode { nodes: n, cores_per_node: per }, 0)
+            };
+            let (plain, preferred) = (m.place(&req), m.place_preferring(&[&prefer], &req));
+            let Fit::Now(a) = &preferred else {
+                assert_eq!(plain, preferred, "{req:?}");
+                continue;
+            };
+            assert!(matches!(plain, Fit::Now(_)), "{req:?}");
+            let mut copy = m.clone();
+            copy.claim(a);
+            assert_eq!(copy.free_cpus(), m.free_cpus() - a.cpus, "{req:?}: free cores only");
+            let mut wanted = Bits::empty(total as u64);
+            for &(s, l) in &prefer.runs {
+                wanted.set_range(s, l);
+            }
+            wanted.and_with(&m.free);
+            let per_node: Vec<u32> = (0..nodes as u32)
+                .map(|n| a.runs.iter().map(|&(s, l)| (s..s + l).filter(|i| i / c == n).count() as u32).sum())
+                .collect();
+            match req.shape {
+                Shape::PerNode { nodes, cores_per_node } => {
+                    assert!(per_node.iter().all(|&k| k == 0 || k == cores_per_node), "{req:?} {per_node:?}");
+                    assert_eq!(per_node.iter().filter(|&&k| k > 0).count(), nodes as usize, "{req:?}");
+                }
+                Shape::Total { chunk, .. } => {
+                    assert!(per_node.iter().all(|&k| k % chunk == 0), "{req:?} {per_node:?}");
+                    if chunk == 1 {
+                        let got: u32 = a.runs.iter().map(|&(s, l)| wanted.count_range(s, l)).sum();
+                        assert_eq!(got as u64, (wanted.count_range(0, total) as u64).min(a.cpus), "{req:?}");
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -293,3 +293,18 @@ fn preemption_needs_the_topology_machine() {
     };
     assert!(matches!(simulate_text(&two_procs(), &config), Err(SimError::BadOption(_))));
 }
+
+/// 1 processor; jobs 7 and 3 submitted at the same second, 7 first in the trace. By default
+/// the trace's order holds (7 runs first); `SubmitOrder::Id` runs 3 first.
+#[test]
+fn same_second_submissions_keep_trace_order_or_go_by_id() {
+    let trace = format!("; MaxProcs: 1\n{}{}", job(7, 5.0, 10.0, 1, -1.0, 1), job(3, 5.0, 20.0, 1, -1.0, 1));
+    let ids_by_start = |order| {
+        let r = simulate_text(&trace, &SimConfig { policy: Fcfs, order, ..SimConfig::default() }).unwrap();
+        let mut jobs: Vec<(f64, u64)> = r.jobs.iter().map(|j| (j.start, j.id)).collect();
+        jobs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        jobs
+    };
+    assert_eq!(ids_by_start(berth_sim::SubmitOrder::Trace), [(5.0, 7), (15.0, 3)]);
+    assert_eq!(ids_by_start(berth_sim::SubmitOrder::Id), [(5.0, 3), (25.0, 7)]);
+}

@@ -156,9 +156,9 @@ fn a_returning_node_takes_no_work_until_what_it_still_runs_is_gone() {
     };
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(h.ctl.jobs[&queued].state, JobState::Queued, "a cleaning node takes no work");
-    h.agent(0, AgentMessage::Heartbeat { running: vec![id], seq: 0 });
+    h.agent(0, AgentMessage::Heartbeat { running: vec![id], seq: 0, steps: None });
     assert_eq!(h.ctl.extra[0].state, NodeState::Cleaning);
-    h.agent(0, AgentMessage::Heartbeat { running: vec![], seq: 0 });
+    h.agent(0, AgentMessage::Heartbeat { running: vec![], seq: 0, steps: None });
     assert_eq!(h.ctl.extra[0].state, NodeState::Up);
     assert_eq!(events(&h, "node_up"), vec![(None, Some("n0".into()))]);
     h.ctl.schedule(h.now).unwrap();

@@ -192,3 +192,98 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
         assert!((h.ctl.jobs[s].suspension.seconds(h.now) - 600.0).abs() < 1.0);
     }
 }
+
+/// Drained or offline subnodes are temporary, like a drained node: a job only they could hold
+/// is taken at submission (not "can never run here"), waits with the reason, and starts once
+/// a subnode is back.
+#[test]
+fn job_for_drained_subnodes_waits_rather_than_being_refused() {
+    use berth_protocol::agent::UserIdentity;
+    let root =
+        crate::handlers::Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 };
+    let mut h = Harness::with_config(1, |c| c.subnode_numa = 1);
+    assert_eq!(h.ctl.cluster.nodes[0].subnodes.len(), 2);
+    for (index, action) in [(0, "drain"), (1, "offline")] {
+        let req = ClientRequest::SubnodeAdmin { node: "n0".into(), index, action: action.into(), value: None };
+        assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
+    }
+    let id = submit(&mut h, opts(1, 100, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, id), JobState::Queued);
+    let why = h.ctl.pending_reasons[&id].describe();
+    assert!(why.contains("drained") && why.contains("offline"), "{why}");
+    let req = ClientRequest::SubnodeAdmin { node: "n0".into(), index: 1, action: "resume".into(), value: None };
+    assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, id), JobState::Running);
+}
+
+/// Issue 17 item 11: a queued job's expected start ignored the coming resume of a suspended
+/// job. A (8 cores, 1000 s) ran 100 s and was suspended by the scheduler for B (8 cores, 200 s);
+/// C (8 cores) starts only once B has ended and A, resumed then, has run its 900 s left.
+#[test]
+fn expected_start_counts_the_resume_of_suspended_jobs() {
+    let mut h = Harness::new(1);
+    let a = h.batch(opts(8, 1000, "phys"), &ann());
+    h.now += 100.0;
+    let by_pass = crate::suspend::SuspendBy::Policy("preempted by job 9".into());
+    assert!(h.ctl.suspend_job(a, h.now, by_pass).unwrap().is_ok());
+    // B starts on A's cores as a preemptor does (in the pass that suspends A).
+    let b = submit(&mut h, opts(8, 200, "phys"));
+    let request = h.ctl.jobs[&b].pending().request;
+    let berth_core::sched::Placement::Now(alloc) = berth_core::sched::place(&h.ctl.sched_view(), &request) else {
+        panic!("B fits A's cores")
+    };
+    h.ctl.start(b, alloc, h.now).unwrap();
+    let c = submit(&mut h, opts(8, 50, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, a), JobState::Suspended);
+    assert_eq!(state(&h, b), JobState::Running);
+    assert_eq!(h.ctl.policy.expected_start.get(&c), Some(&(h.now + 200.0 + 900.0)));
+}
+
+/// Queue targeting (seed 000): queue `fat` runs on subnodes with property `fat` and keeps the
+/// other queues off them; its jobs go nowhere else, the batch queue's nowhere there.
+#[test]
+fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
+    use berth_core::sched::queue::QueueSpec;
+    use berth_protocol::agent::UserIdentity;
+    let root =
+        crate::handlers::Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 };
+    let mut h = Harness::with_config(1, |c| {
+        c.subnode_numa = 1;
+        c.queues = vec![
+            QueueSpec { name: "batch".into(), ..Default::default() },
+            QueueSpec {
+                name: "fat".into(),
+                target_properties: vec!["fat".into()],
+                reserved: true,
+                ..Default::default()
+            },
+        ];
+    });
+    let req = ClientRequest::SubnodeAdmin {
+        node: "n0".into(),
+        index: 1,
+        action: "properties".into(),
+        value: Some("fat".into()),
+    };
+    assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
+    let fat = |cores| SubmitOptions { queue: Some("fat".into()), ..opts(cores, 100, "phys") };
+    let f = submit(&mut h, fat(2));
+    let b = submit(&mut h, opts(4, 100, "phys"));
+    let b2 = submit(&mut h, opts(2, 100, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    let cpus = |h: &Harness, id| h.ctl.jobs[&id].allocation[0].cpus.to_list();
+    assert_eq!((state(&h, f), cpus(&h, f)), (JobState::Running, "4-5".to_string()), "on the fat subnode");
+    assert_eq!((state(&h, b), cpus(&h, b)), (JobState::Running, "0-3".to_string()));
+    assert_eq!(state(&h, b2), JobState::Queued, "2 cores are free, but only on the fat subnode");
+    let why = h.ctl.pending_reasons[&b2].describe();
+    assert!(why.contains("kept for another queue's jobs (fat)"), "{why}");
+    // A fat job bigger than its subnode can never run; a batch job asking for fat is refused.
+    let e = submit_err(&mut h, fat(6));
+    assert_eq!(e.code, berth_protocol::client::ErrorCode::Infeasible, "{e:?}");
+    let asks = SubmitOptions { properties: Some(vec!["fat".into()]), ..opts(1, 100, "phys") };
+    let e = submit_err(&mut h, asks);
+    assert!(e.message.contains("kept for queue fat"), "{e:?}");
+}

@@ -497,3 +497,69 @@ fn an_interactive_step_rides_signed_on_its_first_nodes_launch_order() {
     assert!(!in_job.attach);
     assert!(h.sent().iter().all(|(_, m)| !matches!(m, ControllerMessage::Launch(s) if s.step.is_some())));
 }
+
+#[test]
+fn steps_no_client_watches_are_closed_when_their_root_agent_does_not_know_them() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    let g1 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    let g2 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    assert_eq!(g1.nodes[0].name, g2.nodes[0].name);
+    // Grants name the agent process they are for: a restarted agent refuses them.
+    assert_eq!(g1.nodes[0].instance, "inst0");
+    let root = g1.nodes[0].name.clone();
+    let root_index = h.ctl.node_by_name(&root).unwrap();
+    // The controller restarts: no `run` watches the steps any more.
+    let mut h = h.restart();
+    let live = |h: &Harness| h.ctl.steps.get(&id).map_or(0, |v| v.len());
+    assert_eq!(live(&h), 2);
+    let listed = |steps: &[u32]| Some(steps.iter().map(|&step| StepRef { job: id, step }).collect::<Vec<_>>());
+    // Within the grant's lifetime a step the agent does not list may still start: kept.
+    h.agent(root_index, AgentMessage::Heartbeat { running: vec![id], seq: 1, steps: listed(&[g1.step]) });
+    assert_eq!(live(&h), 2);
+    // An agent that does not say which steps it has: nothing is closed.
+    h.now += 1000.0;
+    h.agent(root_index, AgentMessage::Heartbeat { running: vec![id], seq: 2, steps: None });
+    assert_eq!(live(&h), 2);
+    // Past it, the step the root agent does not list is closed; the listed one stays.
+    h.agent(root_index, AgentMessage::Heartbeat { running: vec![id], seq: 3, steps: listed(&[g1.step]) });
+    assert_eq!(live(&h), 1);
+    let row = h.ctl.store.get_step(id, g2.step).unwrap().unwrap();
+    assert_eq!((row.end_time, row.failure.as_deref()), (Some(h.now), Some(ROOT_LOST)));
+    assert!(h.ctl.store.get_step(id, g1.step).unwrap().unwrap().end_time.is_none());
+    // Its cores are the job's again: a 4-rank step fits beside step 1.
+    let h3 = granted(h.call(run(Some(id), tasks(4)), &ann()));
+    assert_eq!(h3.size, 4);
+    // The root agent restarts (its ranks were killed, its grants refused): open steps rooted
+    // there that it does not list close at once, whatever their age.
+    let (tx, _rx) = mpsc::unbounded_channel();
+    h.txs[root_index] = tx.clone();
+    let mut reg = registration(root_index, "reborn", vec![id]);
+    reg.steps = Some(vec![]);
+    h.ctl.handle_register(reg, 50, tx, h.now).unwrap();
+    // Step 1 (no client since the restart) is closed; step 3's `run` is connected: it reports.
+    assert!(h.ctl.store.get_step(id, g1.step).unwrap().unwrap().end_time.is_some());
+    assert!(h.ctl.store.get_step(id, h3.step).unwrap().unwrap().end_time.is_none());
+    assert_eq!(live(&h), 1);
+}
+
+#[test]
+fn a_plain_run_in_a_job_submitted_with_rank_cpusets_gets_rank_cpusets() {
+    let mut h = Harness::new(1);
+    let with = h.batch(SubmitOptions { cores: Some(4), rank_cpusets: Some(true), ..Default::default() }, &ann());
+    let without = h.batch(SubmitOptions { cores: Some(4), ..Default::default() }, &ann());
+    assert!(granted(h.call(run(Some(with), tasks(2)), &ann())).rank_cpusets);
+    assert!(!granted(h.call(run(Some(without), tasks(2)), &ann())).rank_cpusets);
+}
+
+#[test]
+fn step_counts_are_bounded_before_planning() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(4), ..Default::default() }, &ann());
+    let huge = StepRequest { ntasks: Some(u32::MAX), overcommit: true, ..Default::default() };
+    let e = err(h.call(run(Some(id), huge), &ann()));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("-n 4294967295 is out of range"), "{e}");
+    let e = err(h.call(run(Some(id), StepRequest { nodes: Some(2), ..Default::default() }), &ann()));
+    assert!(e.message.contains("-N 2 asks for 2 nodes but the job has 1"), "{e}");
+}

@@ -127,11 +127,12 @@ fn resume_moves_to_other_cores_when_its_own_are_taken() {
         panic!("not one resume with an allocation: {sent:?}")
     };
     assert_eq!(*id, a);
-    // Its own free cores 2-3 first, then cores of the other NUMA node: memory stays on NUMA 0.
-    assert_eq!((to.cpus.to_list(), to.cores, to.mems.to_list()), ("2-5".into(), 4, "0".into()));
+    // Its own free cores 2-3 first, then cores of the other NUMA node: half its memory follows
+    // the 2 cores there.
+    assert_eq!((to.cpus.to_list(), to.cores, to.mems.to_list()), ("2-5".into(), 4, "0-1".into()));
     assert_eq!(cpus(&h, a), "2-5", "the job's allocation is rewritten");
     assert_eq!(free_pus(&h), "6-7");
-    assert_eq!(numa_used(&h), vec![512 + 64, 0]);
+    assert_eq!(numa_used(&h), vec![256 + 64, 256]);
     // Written: a restart sees the moved allocation.
     let stored = h.ctl.store.get_job(a).unwrap().unwrap();
     assert_eq!((stored.state, stored.allocation[0].cpus.to_list()), (JobState::Running, "2-5".into()));
@@ -329,4 +330,47 @@ fn a_reconnected_agent_is_told_again_and_a_disconnected_one_blocks_suspension() 
     assert!(sent.contains(&(0, ControllerMessage::Suspend { id: a })), "{sent:?}");
     assert!(!sent.iter().any(|(_, m)| matches!(m, ControllerMessage::Kill { .. })), "not killed: {sent:?}");
     assert_eq!(h.ctl.jobs[&a].state, JobState::Suspended);
+}
+
+/// Resumed on the other NUMA node's CPUs, by an admin or by the pass itself, a job's memory
+/// nodes follow its CPUs (the agent migrates the pages) and so do the per-NUMA books; a job
+/// that started meanwhile keeps its own memory where it is.
+#[test]
+fn resume_on_other_numa_node_moves_the_memory_and_the_books() {
+    for by_admin in [true, false] {
+        let mut h = Harness::new(1);
+        let a = h.batch(job(4, 512), &ann());
+        assert_eq!((cpus(&h, a), h.ctl.jobs[&a].allocation[0].mems.to_list()), ("0-3".into(), "0".into()));
+        let x = h.batch(job(4, 64), &bob());
+        h.now += 1.0;
+        assert!(h.ctl.suspend_job(a, h.now, SuspendBy::Admin("root".into())).unwrap().is_ok());
+        let b = h.batch(job(4, 64), &bob());
+        assert_eq!(cpus(&h, b), "0-3", "the new job took the suspended job's cores");
+        if !by_admin {
+            // As if the pass had suspended it for B (preemption): the pass resumes it.
+            h.ctl.jobs.get_mut(&a).unwrap().suspension.by_admin = false;
+        }
+        h.agent(0, ended(x));
+        assert_eq!(numa_used(&h), vec![512 + 64, 0]);
+        h.sent();
+        if by_admin {
+            assert!(resume(&mut h, a).ok);
+        } else {
+            assert_eq!(h.ctl.resume_waiting(h.now).unwrap(), vec![a]);
+        }
+        let sent = h.sent();
+        let [(0, ControllerMessage::Resume { allocation: Some(to), .. })] = &sent[..] else {
+            panic!("not one resume with an allocation: {sent:?}")
+        };
+        assert_eq!((to.cpus.to_list(), to.mems.to_list()), ("4-7".into(), "1".into()), "memory nodes follow");
+        assert_eq!(to.numa_memory, vec![berth_core::job::NumaShare { numa: 1, bytes: 512 * MIB }]);
+        assert_eq!(h.ctl.jobs[&a].allocation[0], *to, "the record is what the agent was sent");
+        assert_eq!(numa_used(&h), vec![64, 512], "the books moved with it");
+        let q = berth_protocol::client::EventQuery { job: Some(a), kinds: vec!["resume".into()], ..Default::default() };
+        let event = h.ctl.store.events(&q).unwrap().pop();
+        assert!(event.as_ref().is_some_and(|e| e.detail.contains("memory nodes 0 -> 1")), "{event:?}");
+        // When it ends, exactly its memory comes back.
+        h.agent(0, ended(a));
+        assert_eq!(numa_used(&h), vec![64, 0]);
+    }
 }

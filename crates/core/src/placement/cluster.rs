@@ -142,12 +142,7 @@ fn per_node(
         None => (0..nodes.len()).filter(keep).collect(),
     };
     if cand.len() < k as usize {
-        return Err(format!(
-            "{k} node(s) with {c} free {} and {} memory wanted, {} such node(s) now",
-            if req.threads { "PUs" } else { "cores" },
-            crate::units::format_size(need),
-            cand.len()
-        ));
+        return Err(short_per_node(nodes, policy, req, k, c, large));
     }
     let ask = |first_fit| NodeAsk { slots: c, req, large, first_fit };
     let last_miss = std::cell::RefCell::new(None::<Miss>);
@@ -190,10 +185,95 @@ fn per_node(
     };
     chosen.ok_or_else(|| match last_miss.into_inner() {
         Some(m) => m.message().to_string(),
-        None => {
-            format!("{} nodes have {c} free units, but not with the NUMA layout and memory the job needs", cand.len())
-        }
+        None => short_layout(req, c, cand.len()),
     })
+}
+
+/// Why `nodes` nodes with `c` free units and the memory wanted, by the counts, do not take
+/// them when placed exactly.
+pub(crate) fn short_layout(req: &JobRequest, c: u32, nodes: usize) -> String {
+    format!(
+        "NUMA layout: {} {} and the memory wanted, but not where the job's placement rules allow; it starts when running jobs free more",
+        have_now(nodes),
+        amount(c as u64, &format!("free {}", unit_of(req)))
+    )
+}
+
+/// Why fewer than `k` nodes can take `c` of the job's units now, by the cached counts: the
+/// first of cores, whole NUMA nodes (large jobs) or memory that too few nodes have.
+pub(crate) fn short_per_node(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    k: u32,
+    c: u32,
+    large: bool,
+) -> String {
+    let need = req.mem.on_node(c);
+    let unit = unit_of(req);
+    // One scan: nodes with `c` free units, those with `c` untouched cores too, and the most
+    // memory free on a node with `c` free units.
+    let (mut with_units, mut whole, mut most) = (0usize, 0usize, 0u64);
+    for n in nodes.iter().filter(|n| n.state.accepts_work() && free_slots(n, req) >= c) {
+        with_units += 1;
+        whole += (n.untouched_cores >= c && n.untouched_memory >= need) as usize;
+        most = most.max(n.free_memory);
+    }
+    if with_units < k as usize {
+        return format!(
+            "{unit}: {} with {} each wanted, {} that many free now; it starts when running jobs free them",
+            count(k as usize, "node"),
+            amount(c as u64, &format!("free {unit}")),
+            have_now(with_units)
+        );
+    }
+    if large && !req.threads && whole < k as usize {
+        return format!(
+            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {} with {c} cores in such NUMA nodes wanted, {} that many now; it starts when the jobs on them end",
+            policy.large_parallel_cpus,
+            count(k as usize, "node"),
+            have_now(whole)
+        );
+    }
+    format!(
+        "memory: {} free beside {} wanted on {}, the nodes with that many free have at most {} free now; it starts when memory frees up",
+        crate::units::format_size(need),
+        amount(c as u64, &format!("free {unit}")),
+        count(k as usize, "node"),
+        crate::units::format_size(most)
+    )
+}
+
+/// "cores" or "PUs": what the job counts.
+fn unit_of(req: &JobRequest) -> &'static str {
+    if req.threads {
+        "PUs"
+    } else {
+        "cores"
+    }
+}
+
+/// "1 node", "3 nodes".
+fn count(n: usize, word: &str) -> String {
+    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
+}
+
+/// "1 core", "4 cores", "1 free PU": `units` is plural.
+fn amount(n: u64, units: &str) -> String {
+    if n == 1 {
+        format!("1 {}", units.strip_suffix('s').unwrap_or(units))
+    } else {
+        format!("{n} {units}")
+    }
+}
+
+/// "no node has", "1 node has", "2 nodes have".
+fn have_now(n: usize) -> String {
+    match n {
+        0 => "no node has".into(),
+        1 => "1 node has".into(),
+        n => format!("{n} nodes have"),
+    }
 }
 
 fn same_top_group(nodes: &[NodeCapacity], alloc: &Allocation) -> bool {
@@ -294,7 +374,10 @@ fn total(
     // position): the index gives it directly, stopping once enough nodes are found.
     let flat = nodes.iter().all(|n| n.location.is_empty());
     let ordered = match index.filter(|_| flat) {
-        Some(ix) => emptiest_first(ix, chunk, cores, |i| usable(&nodes[i]), room)?,
+        Some(ix) => match emptiest_first(ix, chunk, cores, |i| usable(&nodes[i]), room) {
+            Ok(ordered) => ordered,
+            Err(have) => return Err(short_total(nodes, req, cores, chunk, have)),
+        },
         None => {
             let cand: Vec<usize> = match index {
                 Some(ix) => {
@@ -308,7 +391,7 @@ fn total(
             };
             let have: u64 = cand.iter().map(|&i| room(i)).sum();
             if have < cores as u64 {
-                return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+                return Err(short_total(nodes, req, cores, chunk, have));
             }
             // Nodes needed if the emptiest are used: the group to look for must hold that many.
             let k = fewest_holding(cand.iter().map(|&i| room(i)), cores as u64);
@@ -321,6 +404,8 @@ fn total(
     };
     let mut alloc = Vec::new();
     let mut left = cores;
+    // The first miss: the nodes are tried in the same order however they were found.
+    let mut first_miss = None;
     for i in ordered {
         if left == 0 {
             break;
@@ -340,7 +425,8 @@ fn total(
         if hi > 0 {
             match try_fit(hi) {
                 Ok(a) => best = Some((hi, a)),
-                Err(_) => {
+                Err(m) => {
+                    first_miss = first_miss.or(Some(m));
                     while hi - lo > 1 {
                         let mid = lo + (hi - lo) / 2;
                         match try_fit(mid) {
@@ -360,10 +446,65 @@ fn total(
         }
     }
     if left == 0 {
-        Ok(alloc)
-    } else {
-        Err(format!("{cores} units wanted, the nodes free now could give {}", cores - left))
+        return Ok(alloc);
     }
+    Err(short_spread(policy, req, cores, cores - left, first_miss))
+}
+
+/// Why the nodes free now take only `given` of `cores` units spread over them, `miss` being
+/// the first node's answer that fell short.
+pub(crate) fn short_spread(
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    cores: u32,
+    given: u32,
+    miss: Option<Miss>,
+) -> String {
+    let unit = unit_of(req);
+    if req.is_large(policy) {
+        return format!(
+            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {cores} {unit} wanted, such NUMA nodes free now hold {given}; it starts when the jobs on them end",
+            policy.large_parallel_cpus
+        );
+    }
+    match miss {
+        Some(m) => format!(
+            "{} wanted, the nodes free now can take {given} of them ({})",
+            amount(cores as u64, unit),
+            m.message()
+        ),
+        None => format!(
+            "{unit}: {cores} wanted, the nodes free now can take {given} of them; it starts when running jobs free more"
+        ),
+    }
+}
+
+/// Why the nodes free now have room for fewer than `cores` units in chunks of `chunk`, `have`
+/// counting only nodes with the memory a chunk needs: cores, or memory beside them.
+pub(crate) fn short_total(nodes: &[NodeCapacity], req: &JobRequest, cores: u32, chunk: u32, have: u64) -> String {
+    let unit = unit_of(req);
+    let in_chunks = if chunk > 1 { format!(" in chunks of {chunk}") } else { String::new() };
+    let (mut free, mut most) = (0u64, 0u64);
+    for n in nodes.iter().filter(|n| n.state.accepts_work()) {
+        let room = free_slots(n, req) / chunk * chunk;
+        free += room as u64;
+        if room > 0 {
+            most = most.max(n.free_memory);
+        }
+    }
+    if free < cores as u64 {
+        return format!(
+            "{unit}: {cores} wanted{in_chunks}, {free} free now; it starts when running jobs free {} more",
+            cores as u64 - free
+        );
+    }
+    let need = req.mem.on_node(chunk);
+    let per = if chunk > 1 { format!("each {chunk} {unit}") } else { amount(1, unit) };
+    format!(
+        "memory: {} free wanted on a node beside {per}; {free} {unit} are free now, {have} of them on nodes with that much memory free (at most {} on one node); it starts when memory frees up",
+        crate::units::format_size(need),
+        crate::units::format_size(most)
+    )
 }
 
 /// Keep the first `n` of `v` in the order of `key` (distinct for distinct items), sorted: what
@@ -401,15 +542,15 @@ fn fewest_holding(rooms: impl Iterator<Item = u64>, cores: u64) -> usize {
 
 /// The nodes `total` spreads a job of `cores` units over when the cluster has no hierarchy:
 /// the candidates (at least `chunk` free cores, `usable`) by room descending then position,
-/// as many as are needed to reach `cores` and EXTRA_TRIES + 1 more. Err if all of them together
-/// have less room than `cores`.
+/// as many as are needed to reach `cores` and EXTRA_TRIES + 1 more. Err (their room) if all of
+/// them together have less room than `cores`.
 fn emptiest_first(
     ix: &NodeIndex,
     chunk: u32,
     cores: u32,
     usable: impl Fn(usize) -> bool,
     room: impl Fn(usize) -> u64,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<usize>, u64> {
     let mut ordered = vec![];
     let (mut have, mut want) = (0u64, None::<usize>);
     let mut group = vec![];
@@ -437,22 +578,44 @@ fn emptiest_first(
         r -= chunk;
     }
     if have < cores as u64 {
-        return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+        return Err(have);
     }
     Ok(ordered)
 }
 
 /// Could `req` ever run on the nodes `counts` selects, if they were empty (admin settings
-/// such as system CPUs and subnode properties kept)?
+/// such as system CPUs and subnode properties and states kept)? What the scheduler asks: a job
+/// only drained or offline subnodes could hold waits like one for a drained node.
 pub fn feasible(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
     req: &JobRequest,
     counts: impl Fn(&NodeCapacity) -> bool,
 ) -> Result<(), String> {
+    feasible_with(nodes, policy, req, counts, false)
+}
+
+/// `feasible` with the subnodes of those nodes up too: what a submission is judged by. Drained,
+/// offline or down resources are temporary, so a job only they could hold is taken and waits.
+pub fn feasible_when_up(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    counts: impl Fn(&NodeCapacity) -> bool,
+) -> Result<(), String> {
+    feasible_with(nodes, policy, req, counts, true)
+}
+
+fn feasible_with(
+    nodes: &[NodeCapacity],
+    policy: &PlacementPolicy,
+    req: &JobRequest,
+    counts: impl Fn(&NodeCapacity) -> bool,
+    subnodes_up: bool,
+) -> Result<(), String> {
     let usable: Vec<&NodeCapacity> = nodes.iter().filter(|n| counts(n)).collect();
     if usable.is_empty() {
-        return Err("no node is up".into());
+        return Err("nodes: no node is up; it starts once nodes come up".into());
     }
     let large = match req.shape {
         Shape::PerNode { nodes: k, cores_per_node } => {
@@ -474,6 +637,9 @@ pub fn feasible(
             None => {
                 let mut p = n.pristine();
                 p.state = crate::node::NodeState::Up;
+                if subnodes_up {
+                    p.subnodes.iter_mut().for_each(|s| s.state = crate::node::SubnodeState::Up);
+                }
                 kinds.push((n, p, 1));
             }
         }
@@ -493,24 +659,35 @@ pub fn feasible(
     let largest =
         usable.iter().max_by_key(|n| (n.topology.core_count(), n.topology.memory_bytes())).map_or(String::new(), |n| {
             format!(
-                " (largest node up: {} cores, {} PUs, {} memory)",
+                "; the largest node up has {} cores, {} PUs, {} memory",
                 n.topology.core_count(),
                 n.topology.pu_count(),
                 crate::units::format_size(n.topology.memory_bytes())
             )
         });
-    let why = |m: Option<Miss>| format!("{}{largest}", m.map(|m| m.message().to_string()).unwrap_or_default());
+    // Sizes: the largest node says how much to ask for. Properties' reasons carry their fix.
+    let largest = if req.properties.is_empty() {
+        format!("{largest}; ask for less, or wait for nodes that have it to come up")
+    } else {
+        String::new()
+    };
+    let up = count(usable.len(), "node");
     match req.shape {
         Shape::PerNode { nodes: k, cores_per_node } => {
             let (ok, miss) = check(per_node_slots_on(nodes, req, cores_per_node));
-            if ok >= k as usize {
-                Ok(())
-            } else {
-                Err(format!(
-                    "{k} node(s) wanted, {ok} of the {} nodes up could ever hold their part: {}",
-                    usable.len(),
-                    why(miss)
-                ))
+            match miss {
+                _ if ok >= k as usize => Ok(()),
+                // Every node up could hold its part: there are too few of them.
+                None => Err(format!(
+                    "nodes: {} wanted, {up} up; ask for at most {} nodes, or wait for more nodes to come up",
+                    count(k as usize, "node"),
+                    usable.len()
+                )),
+                Some(m) => Err(format!(
+                    "{} wanted, {ok} of the {up} up could ever hold a part: {}{largest}",
+                    count(k as usize, "node"),
+                    m.message()
+                )),
             }
         }
         Shape::Total { cores, chunk } => {
@@ -533,10 +710,17 @@ pub fn feasible(
                 });
                 total += fits.unwrap_or(0) as u64 * *count as u64;
             }
-            if total >= cores as u64 {
-                Ok(())
-            } else {
-                Err(format!("{cores} CPUs wanted, the nodes up could hold at most {total} of them: {}", why(last)))
+            let unit = unit_of(req);
+            match last {
+                _ if total >= cores as u64 => Ok(()),
+                None => Err(format!(
+                    "{unit}: {cores} wanted, the {up} up have {total} in all; ask for at most {total}, or wait for more nodes to come up"
+                )),
+                Some(m) => Err(format!(
+                    "{} wanted, the {up} up could hold at most {total} of them: {}{largest}",
+                    amount(cores as u64, unit),
+                    m.message()
+                )),
             }
         }
     }

@@ -39,15 +39,27 @@ impl<'a> View<'a> {
         let props = &ask.req.properties;
         if !props.is_empty() && node.subnodes.is_empty() {
             return Err(Miss::Never(format!(
-                "node {} has no subnodes, so no properties ({})",
-                node.name,
-                props.join(",")
+                "subnodes: property {} wanted, but node {} has no subnodes; drop --property, or ask an admin to set subnode_numa and the properties",
+                props.join(","),
+                node.name
+            )));
+        }
+        // A job's memory limit here would be 0 bytes, and the kernel kills it at once. (Jobs
+        // asking no memory exist only in tests: the controller gives every job some.)
+        let needs_memory = ask.req.mem.on_node(1) > 0;
+        if needs_memory && !topo.numa_nodes.iter().any(|n| !n.special && n.has_memory()) {
+            return Err(Miss::Never(format!(
+                "memory: node {} has no usable memory (no source gave its NUMA nodes any); \
+                 ask an admin to give their size with the node agent's --numa-memory",
+                node.name
             )));
         }
         let single = ask.req.total_cpus() == 1;
         let numa_ok = (0..topo.numa_nodes.len())
             .map(|n| {
-                if node.numa_exclusive[n] || topo.numa_nodes[n].special {
+                // A NUMA node without memory takes no job, with its CPUs or for its memory.
+                let no_memory = needs_memory && !topo.numa_nodes[n].has_memory();
+                if node.numa_exclusive[n] || topo.numa_nodes[n].special || no_memory {
                     return false;
                 }
                 match node.subnode_of(n).map(|s| &node.subnodes[s]) {
@@ -55,6 +67,7 @@ impl<'a> View<'a> {
                         let has = |p: &str| sub.properties.iter().any(|q| q == p);
                         sub.state == SubnodeState::Up
                             && props.iter().all(|p| has(p))
+                            && !ask.req.avoid_properties.iter().any(|p| has(p))
                             && (!has(PROP_ONLY_PARALLEL) || ask.large)
                             && (!has(PROP_SINGLE_CPU) || single)
                     }
@@ -127,30 +140,30 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
         let usable: Vec<bool> = (0..node.topology.cores.len())
             .map(|i| view.core_usable(i) && (!ask.large || unit_untouched(node.topology.cores[i].numa)))
             .collect();
-        let cores = strategy.select(&node.topology, &usable).map_err(|m| match m {
+        let bind_miss = |m| match m {
             BindMiss::Busy(s) => Miss::Busy(s),
             BindMiss::Never(s) => Miss::Never(s),
-        })?;
-        let items: Vec<Item> = cores
-            .iter()
-            .map(|&i| Item {
-                core: i,
-                pu: None,
-                numa: node.topology.cores[i].numa,
-                package: node.topology.cores[i].package,
-            })
-            .collect();
-        let (exclusive, subnodes) = if !ask.large {
-            (vec![], vec![])
-        } else if node.subnodes.is_empty() {
-            (numas_of(&items), vec![])
-        } else {
-            let mut subs: Vec<usize> = numas_of(&items).iter().filter_map(|&n| node.subnode_of(n)).collect();
-            subs.dedup();
-            let excl = subs.iter().flat_map(|&s| node.subnodes[s].numa.iter().copied()).collect();
-            (excl, subs.iter().map(|&s| s as u32).collect())
         };
-        return finish(&view, policy, &items, need_mem(items.len()), &exclusive, subnodes);
+        let first = strategy.select(&node.topology, &usable).map_err(bind_miss)?;
+        let first_try = finish_bound(&view, policy, &first);
+        if first_try.is_ok() {
+            return first_try;
+        }
+        // The strategy chose without regard to memory: its other choices may have room (cores
+        // spanning more NUMA nodes or subnodes), else "busy" says what the first lacked. Choices
+        // on the same NUMA nodes give the same memory, so each footprint is tried once.
+        let mut tried = vec![footprint(node, &first)];
+        for cores in strategy.choices(&node.topology, &usable).map_err(bind_miss)?.into_iter().skip(1) {
+            let print = footprint(node, &cores);
+            if tried.contains(&print) {
+                continue;
+            }
+            if let Ok(a) = finish_bound(&view, policy, &cores) {
+                return Ok(a);
+            }
+            tried.push(print);
+        }
+        return first_try;
     }
     if ask.large {
         return fit_large(&view, policy, need_mem(ask.slots as usize));
@@ -158,7 +171,19 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
     let need = need_mem(ask.slots as usize);
     let all = view.items(|_| true);
     if all.len() < ask.slots as usize {
-        return Err(Miss::Busy(format!("{} usable {} free on {}", all.len(), unit_name(ask), node.name)));
+        let empty: Vec<String> = node
+            .topology
+            .numa_nodes
+            .iter()
+            .filter(|n| ask.req.mem.on_node(1) > 0 && !n.has_memory() && !n.cpus.is_empty())
+            .map(|n| format!("P#{}", n.os_index))
+            .collect();
+        let why = if empty.is_empty() {
+            String::new()
+        } else {
+            format!(" (the CPUs of NUMA node {} take no job: it has no memory)", empty.join(", "))
+        };
+        return Err(Miss::Busy(format!("{}{why}", short_items(&view, all.len()))));
     }
     let mut tried = None;
     for choice in candidates(&view, policy, &all).into_iter().take(10) {
@@ -168,6 +193,91 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
         }
     }
     Err(tried.unwrap_or_else(|| Miss::Busy(format!("no room for {} {} on {}", ask.slots, unit_name(ask), node.name))))
+}
+
+/// A bound job's allocation on `cores`: large jobs hold their NUMA nodes (whole subnodes where
+/// the node has them) alone.
+fn finish_bound(view: &View, policy: &PlacementPolicy, cores: &[usize]) -> Result<NodeAllocation, Miss> {
+    let node = view.node;
+    let topo = &node.topology;
+    let items: Vec<Item> = cores
+        .iter()
+        .map(|&i| Item { core: i, pu: None, numa: topo.cores[i].numa, package: topo.cores[i].package })
+        .collect();
+    let (exclusive, subnodes) = if !view.ask.large {
+        (vec![], vec![])
+    } else if node.subnodes.is_empty() {
+        (numas_of(&items), vec![])
+    } else {
+        let mut subs: Vec<usize> = numas_of(&items).iter().filter_map(|&n| node.subnode_of(n)).collect();
+        subs.sort_unstable();
+        subs.dedup();
+        let excl = subs.iter().flat_map(|&s| node.subnodes[s].numa.iter().copied()).collect();
+        (excl, subs.iter().map(|&s| s as u32).collect())
+    };
+    finish(view, policy, &items, view.ask.req.mem.on_node(items.len() as u32), &exclusive, subnodes)
+}
+
+/// The NUMA nodes `cores` lie in, with how many of them in each (what memory depends on).
+fn footprint(node: &NodeCapacity, cores: &[usize]) -> Vec<(Option<usize>, usize)> {
+    let mut v: Vec<(Option<usize>, usize)> = vec![];
+    for &i in cores {
+        let numa = node.topology.cores[i].numa;
+        match v.iter_mut().find(|(n, _)| *n == numa) {
+            Some((_, k)) => *k += 1,
+            None => v.push((numa, 1)),
+        }
+    }
+    v.sort_unstable();
+    v
+}
+
+/// Why only `have` of the units the job wants are usable on the node: what keeps the others
+/// from it (subnode properties and states, system CPUs), and what would change that.
+fn short_items(view: &View, have: usize) -> String {
+    let (node, ask) = (view.node, view.ask);
+    let props = &ask.req.properties;
+    let has_all = |k: usize| props.iter().all(|p| node.subnodes[k].properties.iter().any(|q| q == p));
+    let mut notes: Vec<String> = vec![];
+    for (k, sub) in node.subnodes.iter().enumerate().filter(|&(k, _)| has_all(k)) {
+        let has = |p: &str| sub.properties.iter().any(|q| q == p);
+        if sub.state != SubnodeState::Up {
+            notes.push(format!("subnode {k} is {}", sub.state.as_str()));
+        } else if let Some(p) = ask.req.avoid_properties.iter().find(|p| has(p)) {
+            notes.push(format!("subnode {k} is kept for another queue's jobs ({p})"));
+        } else if has(PROP_ONLY_PARALLEL) && !ask.large {
+            notes.push(format!("subnode {k} takes only large parallel jobs ({PROP_ONLY_PARALLEL})"));
+        } else if has(PROP_SINGLE_CPU) && ask.req.total_cpus() != 1 {
+            notes.push(format!("subnode {k} takes only single-CPU jobs ({PROP_SINGLE_CPU})"));
+        }
+    }
+    let props_list = props.join(",");
+    if !props.is_empty() && !(0..node.subnodes.len()).any(has_all) {
+        notes.push(format!(
+            "no subnode of {} has property {props_list}; drop --property, or ask an admin to set it on a subnode",
+            node.name
+        ));
+    }
+    notes.extend(system_note(view));
+    let scope = if props.is_empty() { String::new() } else { format!(" in subnodes with property {props_list}") };
+    let unit = unit_name(ask);
+    let mut text = format!("{unit}: {have} free on {}{scope}, {} wanted", node.name, ask.slots);
+    if !notes.is_empty() {
+        text = format!("{text} ({})", notes.join("; "));
+    }
+    text
+}
+
+/// The free PUs kept from the job because they are system CPUs, if any.
+fn system_note(view: &View) -> Option<String> {
+    let node = view.node;
+    let system = node.system_pus.iter().filter(|&p| node.free_pus.contains(p)).count();
+    match system {
+        _ if view.ask.req.system_cpus => None,
+        0 => None,
+        1 => Some("1 more PU is a system CPU, which only --system-cpus jobs use".into()),
+        n => Some(format!("{n} more PUs are system CPUs, which only --system-cpus jobs use")),
+    }
 }
 
 fn unit_name(ask: &NodeAsk) -> &'static str {
@@ -357,8 +467,11 @@ fn fit_large(view: &View, policy: &PlacementPolicy, need: u64) -> Result<NodeAll
     let Some(chosen) = chosen else {
         let have: usize = free.iter().map(|u| u.2.len()).sum();
         return Err(Miss::Busy(format!(
-            "a large parallel job gets whole NUMA nodes nobody else uses; {} has {have} CPUs in such NUMA nodes, {slots} wanted",
-            node.name
+            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {} has {have} {} free in such NUMA nodes, {slots} wanted{}",
+            policy.large_parallel_cpus,
+            node.name,
+            unit_name(view.ask),
+            system_note(view).map(|n| format!(" ({n})")).unwrap_or_default()
         )));
     };
     let items: Vec<Item> = chosen.iter().flat_map(|&u| free[u].2.iter().copied()).take(slots).collect();

@@ -98,6 +98,10 @@ pub struct JobRequest {
     pub system_cpus: bool,
     /// Subnode properties required.
     pub properties: Vec<String>,
+    /// Subnodes with any of these properties are not for this job: other queues keep them
+    /// (`reserved` queue targets, see `sched::queue::target`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub avoid_properties: Vec<String>,
     /// CPUs per rank when the job wants one sub-cpuset per rank on each node (0: none).
     pub rank_cpus: u32,
 }
@@ -112,6 +116,7 @@ impl JobRequest {
             binding: None,
             system_cpus: false,
             properties: vec![],
+            avoid_properties: vec![],
             rank_cpus: 0,
         }
     }
@@ -160,6 +165,7 @@ impl JobRequest {
             binding: o.binding.clone(),
             system_cpus: o.system_cpus.unwrap_or(false),
             properties: o.properties.clone().unwrap_or_default(),
+            avoid_properties: vec![],
             rank_cpus: if o.rank_cpusets.unwrap_or(false) { o.cpus_per_task.unwrap_or(1) } else { 0 },
         })
     }

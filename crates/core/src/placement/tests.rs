@@ -3,6 +3,7 @@
 //! changes) agree with the placement as it was before the index (`reference`, a full scan with
 //! full sorts), on random clusters after random starts, ends, direct changes and copies.
 
+mod reasons;
 mod reference;
 
 use super::cluster::{place_scanning, place_with, Placement};
@@ -331,7 +332,7 @@ fn the_fullest_node_that_fits_wins_then_the_lowest_id() {
     assert_eq!(nodes_of(&sched::place(&c, &cores(12))), vec![4, 1]);
     assert_eq!(
         sched::place(&c, &cores(40)),
-        Placement::Busy("40 free units wanted in chunks of 1, 27 free now".into())
+        Placement::Busy("cores: 40 wanted, 27 free now; it starts when running jobs free 13 more".into())
     );
 }
 

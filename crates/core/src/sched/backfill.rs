@@ -19,10 +19,12 @@ mod advance;
 mod conservative;
 mod easy;
 mod pass;
+mod prefer;
 mod profile;
 mod timeline;
 
 pub use advance::{machine_at, place_for_window, plan_with_advance, AdvanceReservation, Confine};
+pub use prefer::place_preferring_on_cluster;
 
 use super::PendingReason;
 use crate::placement::JobRequest;
@@ -76,6 +78,14 @@ pub trait Machine: Clone {
             copy.claim(alloc);
         }
         copy.place(req)
+    }
+    /// `place`, taking what `prefer` holds (where free here) before anything else, with the
+    /// same answer whenever `place` does not fit. EASY places its head's reservation so,
+    /// preferring what running jobs free by its start: what is free now stays for backfill
+    /// (textbook EASY's "extra" processors). The default has no preference.
+    fn place_preferring(&self, prefer: &[&Self::Alloc], req: &JobRequest) -> Fit<Self::Alloc> {
+        let _ = prefer;
+        self.place(req)
     }
 }
 
@@ -169,7 +179,7 @@ pub struct PassOutput<A> {
 ///   waits (`Priority`) without being tried.
 /// - `Easy`: jobs start in order until the first busy one, the head. It gets a reservation (its
 ///   `expected_start`): the first time, as running jobs end (overdue ones "now"), at which it
-///   fits, and the resources it would get then. A later job starts now if it fits now and
+///   fits, and the resources it would get then, those freed by then before those free now. A later job starts now if it fits now and
 ///   either ends by then or fits beside the head's resources. Later jobs that do not start wait
 ///   with `Resources` if they do not fit what is free now, else `Priority` (they would need the
 ///   head's resources).

@@ -15,6 +15,8 @@
 
 use super::{place, ClusterState, Placement};
 use crate::job::{Allocation, NodeAllocation};
+use crate::placement::cluster::node_by_id;
+use crate::placement::spread::spread;
 use crate::placement::JobRequest;
 use crate::{JobId, NodeId};
 use serde::{Deserialize, Serialize};
@@ -34,7 +36,9 @@ pub struct PreemptConfig {
     /// Score per preemption class of the job's queue.
     pub class_weight: f64,
     /// Cost of each node the victims span, added to their scores: prefers victims packed on
-    /// few nodes over cheaper ones scattered.
+    /// few nodes over cheaper ones scattered. The preemptor's own spread where it then lands
+    /// (see `placement::spread`: nodes, packages, NUMA nodes) costs as much per unit, so
+    /// victims it runs compactly in win over equally cheap ones it would straddle.
     pub spread_penalty: f64,
     /// Most seconds any job spends suspended, in total over its life.
     pub max_suspended_secs: f64,
@@ -118,10 +122,12 @@ const SEEDS: usize = 8;
 /// None when preemption is off, the candidate's score is below `min_score`, it can start
 /// without preemption (or can never fit), or no allowed set of victims makes room.
 ///
-/// Cheapest: lowest total of the victims' scores plus `spread_penalty` per node they span. A
-/// greedy search adds victims by lowest added cost (more CPUs first at equal cost) until the
-/// candidate fits, then drops any it fits without, most expensive first; it is run from each
-/// of the few cheapest victims, and the cheapest outcome wins.
+/// Cheapest: lowest total of the victims' scores plus `spread_penalty` per node they span and
+/// per unit of the candidate's spread where it lands (seeds/000 scores with the spread). A
+/// greedy search adds victims by lowest added cost (at equal cost those in packages it already
+/// frees first, then more CPUs) until the candidate fits, then drops any it fits without, most
+/// expensive first; it is run from each of the few cheapest victims, and the cheapest outcome
+/// wins.
 pub fn plan_preemption(
     machine: &ClusterState,
     running: &[Preemptible],
@@ -146,14 +152,15 @@ pub fn plan_preemption(
     let alone = |r: &Preemptible| r.score + cfg.spread_penalty * r.alloc.len() as f64;
     pool.sort_by(|a, b| alone(a).total_cmp(&alone(b)));
     pool.truncate(MAX_POOL);
-    let total_cost = |victims: &[&Preemptible]| {
+    let total_cost = |victims: &[&Preemptible], alloc: &Allocation| {
         let nodes: BTreeSet<NodeId> = victims.iter().flat_map(|r| r.alloc.iter().map(|na| na.node_id)).collect();
-        victims.iter().map(|r| r.score).sum::<f64>() + cfg.spread_penalty * nodes.len() as f64
+        let landing = spread(alloc.iter().filter_map(|na| node_by_id(&machine.nodes, na.node_id).map(|n| (n, na))));
+        victims.iter().map(|r| r.score).sum::<f64>() + cfg.spread_penalty * (nodes.len() as u64 + landing) as f64
     };
     let mut best: Option<(f64, Vec<&Preemptible>, Allocation)> = None;
     for seed in 0..pool.len().min(SEEDS) {
         let Some((victims, alloc)) = greedy(machine, &pool, seed, candidate.request, cfg) else { continue };
-        let cost = total_cost(&victims);
+        let cost = total_cost(&victims, &alloc);
         if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
             best = Some((cost, victims, alloc));
         }
@@ -173,6 +180,7 @@ fn greedy<'a>(
     let mut trial = machine.clone();
     let mut chosen: Vec<(&Preemptible, f64)> = vec![];
     let mut nodes: BTreeSet<NodeId> = BTreeSet::new();
+    let mut packages: BTreeSet<(NodeId, usize)> = BTreeSet::new();
     let mut next = Some(seed);
     let mut fit = None;
     while fit.is_none() {
@@ -181,17 +189,23 @@ fn greedy<'a>(
             r.score + cfg.spread_penalty * new_nodes as f64
         };
         let cpus = |r: &Preemptible| r.alloc.iter().map(|na| na.cores as u64).sum::<u64>();
+        // Packages it would free that no victim so far frees: fewer keeps the candidate compact.
+        let new_packages = |r: &Preemptible| packages_of(machine, &r.alloc).difference(&packages).count();
         let pick = next.take().or_else(|| {
-            let cheapest = left
-                .iter()
-                .enumerate()
-                .min_by(|(_, a), (_, b)| cost(a).total_cmp(&cost(b)).then_with(|| cpus(b).cmp(&cpus(a))));
+            let cheapest = left.iter().enumerate().min_by(|(_, a), (_, b)| {
+                cost(a)
+                    .total_cmp(&cost(b))
+                    .then_with(|| new_packages(a).cmp(&new_packages(b)))
+                    .then_with(|| cpus(b).cmp(&cpus(a)))
+            });
             cheapest.map(|(i, _)| i)
         })?;
-        let victim = left.swap_remove(pick);
+        // `remove`, not `swap_remove`: ties keep going to the earlier (cheaper alone) victim.
+        let victim = left.remove(pick);
         let victim_cost = cost(victim);
         trial.release(&cpus_only(&victim.alloc));
         nodes.extend(victim.alloc.iter().map(|na| na.node_id));
+        packages.extend(packages_of(machine, &victim.alloc));
         chosen.push((victim, victim_cost));
         match place(&trial, req) {
             Placement::Now(alloc) => fit = Some(alloc),
@@ -217,6 +231,20 @@ fn greedy<'a>(
     }
     let victims = chosen.iter().zip(keep).filter(|(_, k)| *k).map(|((r, _), _)| *r).collect();
     Some((victims, alloc))
+}
+
+/// The (node, package) pairs an allocation's CPUs lie in.
+fn packages_of(machine: &ClusterState, alloc: &Allocation) -> BTreeSet<(NodeId, usize)> {
+    let mut out = BTreeSet::new();
+    for na in alloc {
+        let Some(node) = node_by_id(&machine.nodes, na.node_id) else { continue };
+        for c in &node.topology.cores {
+            if c.pus.iter().any(|&p| na.cpus.contains(p)) {
+                out.insert((na.node_id, c.package));
+            }
+        }
+    }
+    out
 }
 
 /// A suspended job: its allocation as it was when it ran.

@@ -3,7 +3,10 @@
 //!
 //! Subnodes: `allowed_subnodes = false` keeps a queue's jobs off subnode targeting — they may
 //! not ask for subnode properties (`--property`); `allowed_properties` narrows which
-//! properties they may ask for. Where a job lands otherwise is placement's business.
+//! properties they may ask for. `target_properties` pins the queue itself to subnodes (seeds/
+//! 000 targets queues at subnodes): its jobs run only on subnodes with all those properties,
+//! as if each had asked for them; with `reserved`, jobs of other queues keep off those
+//! subnodes (see [`target`]).
 
 use super::PendingReason;
 use crate::directives::SubmitOptions;
@@ -27,6 +30,10 @@ pub struct QueueSpec {
     pub allowed_properties: Option<Vec<String>>,
     /// Whether jobs may target subnodes by property at all (None: yes).
     pub allowed_subnodes: Option<bool>,
+    /// The queue's jobs run only on subnodes with all of these properties (empty: anywhere).
+    pub target_properties: Vec<String>,
+    /// Jobs of other queues keep off subnodes with any of `target_properties`.
+    pub reserved: bool,
     /// Higher runs first (see [`queue_factor`]).
     pub priority: i32,
     /// Jobs of a higher class may suspend jobs of a lower one (see [`super::preempt`]).
@@ -45,6 +52,8 @@ impl Default for QueueSpec {
             max_cores_per_user: None,
             allowed_properties: None,
             allowed_subnodes: None,
+            target_properties: vec![],
+            reserved: false,
             priority: 0,
             preempt_class: 0,
             enabled: true,
@@ -71,6 +80,10 @@ pub enum QueueError {
     Subnodes { queue: String, asked: String, hint: String },
     #[error("queue {queue} allows the properties {allowed}, not {asked}{hint}")]
     Property { queue: String, allowed: String, asked: String, hint: String },
+    #[error(
+        "subnodes with property {property} are kept for queue {owner}; submit to queue {owner} or drop --property"
+    )]
+    Reserved { property: String, owner: String },
 }
 
 impl QueueSpec {
@@ -135,6 +148,12 @@ pub fn check_in<'a>(
         let known: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
         return Err(QueueError::Unknown { name: name.into(), known: known.join(", ") });
     };
+    // Asking for another queue's reserved subnodes: they would never take the job.
+    for p in &req.properties {
+        if let Some(owner) = reserved_by_other(specs, name, p) {
+            return Err(QueueError::Reserved { property: p.clone(), owner: owner.name.clone() });
+        }
+    }
     if spec.check(walltime, req).is_ok() {
         return Ok(spec);
     }
@@ -144,6 +163,37 @@ pub fn check_in<'a>(
         .find(|other| other.name != spec.name && other.check(other.walltime_or_default(walltime), req).is_ok());
     let hint = alternative.map(|a| format!(" or use queue {}", a.name)).unwrap_or_default();
     spec.check_with_hint(walltime, req, hint).map(|()| spec)
+}
+
+/// A queue other than `queue` that reserves subnodes with property `p` (and `queue` does not
+/// target them too).
+fn reserved_by_other<'a>(specs: &'a [QueueSpec], queue: &str, p: &str) -> Option<&'a QueueSpec> {
+    let own = specs.iter().find(|s| s.name == queue);
+    if own.is_some_and(|q| q.target_properties.iter().any(|t| t == p)) {
+        return None;
+    }
+    specs.iter().find(|s| s.name != queue && s.reserved && s.target_properties.iter().any(|t| t == p))
+}
+
+/// Where queue `queue`'s job `req` may run, as placement reads it: its queue's target
+/// properties are added to those it asked for, and the properties other queues reserve to
+/// those it keeps off. Applied whenever a job is placed (not stored with it), so a change of
+/// the queues' config holds for jobs already queued.
+pub fn target(specs: &[QueueSpec], queue: &str, req: &mut JobRequest) {
+    if let Some(own) = specs.iter().find(|s| s.name == queue) {
+        for p in &own.target_properties {
+            if !req.properties.contains(p) {
+                req.properties.push(p.clone());
+            }
+        }
+    }
+    for other in specs.iter().filter(|s| s.reserved && s.name != queue) {
+        for p in &other.target_properties {
+            if !req.properties.contains(p) && !req.avoid_properties.contains(p) {
+                req.avoid_properties.push(p.clone());
+            }
+        }
+    }
 }
 
 /// Whether a job of `job_cores` must wait because its user already runs `user_running_cores`

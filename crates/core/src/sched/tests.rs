@@ -97,7 +97,7 @@ fn infeasible_reason_is_specific() {
     assert!(why.contains("8G"), "{why}");
     let why =
         check_feasible(&cluster, &JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 5 }, G)).unwrap_err();
-    assert!(why.contains("largest node up: 4 cores"), "{why}");
+    assert!(why.contains("the largest node up has 4 cores"), "{why}");
     assert!(check_feasible(&cluster, &JobRequest::simple(total(8), G)).is_ok());
     assert!(check_feasible(&cluster, &JobRequest::simple(total(9), G)).is_err());
 }
@@ -135,5 +135,37 @@ proptest! {
             prop_assert!(mem <= node.topology.memory_bytes());
             prop_assert!(used.is_subset_of(&node.topology.all_pus()));
         }
+    }
+}
+
+/// A bound job whose cores are in use waits for them (issue 17 item 10: it read "priority: an
+/// earlier job waits first" behind a head with a reservation); a job that fits what is free now
+/// but only on what the head keeps waits for priority.
+#[test]
+fn a_colliding_binding_waits_for_its_cores_not_for_priority() {
+    use super::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob};
+    use super::testkit::{hold, queued, queued_nodes};
+    for policy in [BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+        let mut cluster = ClusterBuilder::new().nodes(1, 1, 8, 8 * G).build();
+        let running = vec![hold(&mut cluster, 9, &[(0, "0-3")], 100.0)];
+        let mut bound = JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 2 }, 0);
+        bound.binding = Some("explicit:0,0:0,1".parse().expect("binding"));
+        let queue = vec![
+            queued_nodes(1, 1, 8, 1000.0),
+            QueuedJob { id: JobId(2), request: bound, walltime: 1000.0, held: false },
+            queued(3, 2, 1000.0),
+        ];
+        let limits = PassLimits { policy, max_reservations: 1, deadline: None };
+        let out = plan(&PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 }, &limits);
+        let reason = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| w.reason.describe());
+        assert_eq!(reason(2).as_deref(), Some("resources: cores 0,1 (socket 0) are in use"), "{policy:?}");
+        assert_eq!(
+            reason(3).as_deref(),
+            Some(
+                "priority: what it needs is free now but kept for higher-priority jobs waiting before it; it starts \
+                 after them, or sooner if more frees up"
+            ),
+            "{policy:?}"
+        );
     }
 }

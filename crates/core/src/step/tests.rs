@@ -114,3 +114,40 @@ fn bad_requests_are_errors() {
     let req = StepRequest { ntasks: Some(3), tasks_per_node: Some(1), ..Default::default() };
     assert!(plan(&a, &t, &[""], req).unwrap_err().to_string().contains("needs 3 nodes"));
 }
+
+#[test]
+fn nodes_means_nodes_as_in_srun() {
+    let t = two_by_four();
+    let a = [node("n1", "0-7"), node("n2", "0-7"), node("n3", "0-7")];
+    // README's `berth run -n 8 -N 2`: 8 ranks over exactly 2 nodes, 4 each.
+    let req = StepRequest { ntasks: Some(8), nodes: Some(2), ..Default::default() };
+    let p = plan(&a, &t, &["", "", ""], req).unwrap();
+    assert_eq!(show(&p), "n1[0:0 1:1 2:2 3:3] n2[4:0 5:1 6:2 7:3]");
+    // Uneven: the first nodes take the extra ranks.
+    let req = StepRequest { ntasks: Some(5), nodes: Some(3), ..Default::default() };
+    let p = plan(&a, &t, &["", "", ""], req).unwrap();
+    assert_eq!(p.nodes.iter().map(|n| n.ranks.len()).collect::<Vec<_>>(), vec![2, 2, 1]);
+    // Without -n: every free core of the chosen nodes; with --ntasks-per-node: that many each.
+    let p = plan(&a, &t, &["", "", ""], StepRequest { nodes: Some(1), ..Default::default() }).unwrap();
+    assert_eq!(show(&p), "n1[0:0 1:1 2:2 3:3 4:4 5:5 6:6 7:7]");
+    let req = StepRequest { nodes: Some(2), tasks_per_node: Some(3), ..Default::default() };
+    assert_eq!(plan(&a, &t, &["", "", ""], req).unwrap().size, 6);
+    // Nodes whose cores other runs hold are passed over.
+    let req = StepRequest { ntasks: Some(2), nodes: Some(2), ..Default::default() };
+    let p = plan(&a, &t, &["0-7", "", ""], req).unwrap();
+    assert_eq!(show(&p), "n2[0:0] n3[1:0]");
+    // Errors name what to change.
+    let err = |req: StepRequest, in_use: &[&str]| plan(&a, &t, in_use, req).unwrap_err().to_string();
+    let e = err(StepRequest { nodes: Some(4), ..Default::default() }, &["", "", ""]);
+    assert!(e.contains("-N 4 asks for 4 nodes but the job has 3"), "{e}");
+    let e = err(StepRequest { ntasks: Some(1), nodes: Some(2), ..Default::default() }, &["", "", ""]);
+    assert!(e.contains("-n 1 ranks cannot use -N 2 nodes"), "{e}");
+    let e = err(StepRequest { ntasks: Some(20), nodes: Some(2), ..Default::default() }, &["", "", ""]);
+    assert!(e.contains("puts 10 rank(s) on n1, needing 10 cores, but it has 8 free"), "{e}");
+    let e = err(StepRequest { ntasks: Some(3), nodes: Some(3), ..Default::default() }, &["0-7", "", ""]);
+    assert!(e.contains("only 2 of the job's 3 nodes have 1 free core(s)"), "{e}");
+    assert!(err(StepRequest { nodes: Some(0), ..Default::default() }, &["", "", ""]).contains("at least 1"));
+    // Overcommit: ranks share the job's CPUs on the first nodes.
+    let req = StepRequest { ntasks: Some(20), nodes: Some(2), overcommit: true, ..Default::default() };
+    assert_eq!(plan(&a, &t, &["", "", ""], req).unwrap().size, 20);
+}

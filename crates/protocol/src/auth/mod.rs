@@ -529,7 +529,7 @@ mod tests {
     }
 
     fn hb() -> AgentMessage {
-        AgentMessage::Heartbeat { running: vec![JobId(3)], seq: 0 }
+        AgentMessage::Heartbeat { running: vec![JobId(3)], seq: 0, steps: None }
     }
 
     #[test]
@@ -674,6 +674,7 @@ mod tests {
                 name: "node1".into(),
                 address: "127.0.0.1:1".into(),
                 ranks: vec![RankPlace { rank: 0, cpus: berth_core::CpuSet::parse_list("0-1").unwrap() }],
+                instance: String::new(),
             }],
             interactive: false,
             attach: false,

@@ -74,7 +74,7 @@ pub(super) fn replay<M: Suspending>(
     trace: &Trace,
     config: &SimConfig,
 ) -> Result<SimResult, SimError> {
-    let work = workload(trace, &machine, config.estimate);
+    let work = workload(trace, &machine, config.estimate, config.order);
     let n = work.jobs.len();
     let mut r = Replay {
         machine,

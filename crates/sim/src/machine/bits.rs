@@ -24,6 +24,18 @@ impl Bits {
         Bits { words }
     }
 
+    /// `len` bits, all clear.
+    pub fn empty(len: u64) -> Self {
+        Bits { words: vec![0; len.div_ceil(64) as usize] }
+    }
+
+    /// Keep only the bits also set in `other` (of the same length).
+    pub fn and_with(&mut self, other: &Bits) {
+        for (w, o) in self.words.iter_mut().zip(&other.words) {
+            *w &= o;
+        }
+    }
+
     /// Call `f(word index, mask)` for the parts of `start..start + len` in each word.
     fn for_range(start: u32, len: u32, mut f: impl FnMut(usize, u64)) {
         let (mut at, end) = (start, start + len);

@@ -210,3 +210,51 @@ fn v1_a_spare_is_taken_by_the_next_create_and_is_no_job() {
     b.make_spare().unwrap();
     r.finish(); // the spare goes with the root
 }
+
+/// A suspended job resumed on other CPUs gets new memory nodes (issue 17 item 3): the move
+/// (freeze, update, thaw, as `suspend::resume` does) sets `cpuset.memory_migrate` so that the
+/// kernel moves its pages, writes `cpuset.mems`, and the job's processes may then use only
+/// the new memory nodes, their pages on them. On a one-NUMA host the page move is trivial; the
+/// files and what the processes see are what is checked.
+#[test]
+fn v1_moved_job_memory_follows_its_mems() {
+    let Some(r) = v1_root("v1_moved_job_memory_follows_its_mems", unique("berth-test/cg")) else {
+        return;
+    };
+    let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
+    let all_cpus = berth_core::CpuSet::parse_list(&cpus).unwrap();
+    let all_mems = berth_core::CpuSet::parse_list(&mems).unwrap();
+    let (first_cpu, last_cpu) = (all_cpus.iter().next().unwrap(), all_cpus.iter().last().unwrap());
+    let first_mem = all_mems.iter().next().unwrap();
+    let limits = |cpu: u32, mems: &str| JobLimits {
+        cpus: cpu.to_string(),
+        mems: mems.into(),
+        memory_limit_bytes: mib(256),
+        pids_max: None,
+    };
+    let job = r.backend.create("mig", &limits(first_cpu, &first_mem.to_string())).unwrap();
+    let memory_migrate = r.paths().cpuset.join("mig/cpuset.memory_migrate");
+    // The shell holds 8 MB it has touched, on its memory node.
+    let mut child = spawn_in(&*job, "a=$(head -c 8000000 /dev/zero | tr '\\0' x); echo ${#a} >/dev/null; sleep 100");
+    let pid = child.id();
+    std::thread::sleep(Duration::from_millis(500));
+    job.freeze().unwrap();
+    job.update(&limits(last_cpu, &mems)).unwrap();
+    job.thaw().unwrap();
+    assert_eq!(read(&memory_migrate), "1", "pages follow a change of cpuset.mems");
+    assert_eq!(read(&r.paths().cpuset.join("mig/cpuset.mems")), mems);
+    assert_eq!(read(&r.paths().cpuset.join("mig/cpuset.cpus")), last_cpu.to_string());
+    let status = read(Path::new(&format!("/proc/{pid}/status")));
+    let allowed = status.lines().find_map(|l| l.strip_prefix("Mems_allowed_list:")).map(str::trim);
+    assert_eq!(allowed, Some(mems.as_str()), "{status}");
+    // Every page of the process is on a node of its new cpuset.mems.
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).unwrap_or_default();
+    for page_node in maps.split_whitespace().filter_map(|t| t.strip_prefix('N')?.split_once('=')?.0.parse::<u32>().ok())
+    {
+        assert!(all_mems.contains(page_node), "a page on node {page_node}, outside {mems}");
+    }
+    job.kill_all(Duration::from_secs(5)).unwrap();
+    let _ = wait_child(&mut child, Duration::from_secs(5));
+    job.remove().unwrap();
+    r.finish();
+}

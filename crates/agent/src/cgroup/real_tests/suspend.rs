@@ -49,6 +49,7 @@ fn node(test: &str) -> Option<Node> {
         shim: None,
         records: None,
         reports: None,
+        root_steps: Default::default(),
     });
     Some(Node { r, tmp, ctx, host })
 }

@@ -50,6 +50,10 @@ pub struct AgentArgs {
     /// Emulate a node from an hwloc XML export.
     #[arg(long)]
     topology_xml: Option<PathBuf>,
+    /// Memory of the NUMA nodes, over what hwloc and the OS say: one size for each ("64G"),
+    /// sizes by NUMA node number ("0=64G,1=64G"), or both ("32G,3=16G").
+    #[arg(long)]
+    numa_memory: Option<String>,
     /// The agent's cgroup subtree (default berth/NAME).
     #[arg(long)]
     cgroup_root: Option<String>,
@@ -108,6 +112,10 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         (None, Some(x)) => TopologySource::Xml(x),
         (None, None) => TopologySource::Real,
     };
+    let numa_memory = match &args.numa_memory {
+        Some(spec) => berth_agent::hwtopo::NumaMemory::parse(spec)?,
+        None => Default::default(),
+    };
     let cgroup_root = args.cgroup_root.unwrap_or_else(|| format!("berth/{}", args.name));
     let spool_dir = args.spool_dir.unwrap_or_else(|| PathBuf::from(SPOOL_PARENT).join(cgroup_root.replace('/', "_")));
     let listen = match args.port {
@@ -125,6 +133,7 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         controller: args.controller,
         listen,
         topology,
+        numa_memory,
         cgroup_root,
         spool_dir,
         nice: args.nice,
@@ -319,7 +328,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
     berth_protocol::auth::ClusterKey::load_or_generate(&key_file)?;
     let config = dir.join("berth.toml");
     let defaults = format!(
-        "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\ndefault_mem_per_core = \"256M\"\n",
+        "# berth controller configuration for the local cluster in this directory.\nlisten = \"{}\"\nheartbeat_interval_secs = 1.0\nheartbeat_misses = 3\nkill_grace_secs = 2.0\n# per CPU of a job without --mem, capped at the roomiest node's memory per PU\ndefault_mem_per_core = \"256M\"\n",
         cluster.controller
     );
     match std::fs::read_to_string(&config) {

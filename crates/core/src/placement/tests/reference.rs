@@ -1,11 +1,12 @@
 //! The placement across nodes as it was before nodes were indexed (commit 5bcbed6, verbatim but
 //! for imports): a full scan of the nodes and full sorts. The indexed placement must decide
-//! exactly as this does.
+//! exactly as this does. Reasons are worded by the same functions (issue 17 item 10 reworded
+//! them), so that only decisions are compared twice.
 #![allow(dead_code)]
 
 use crate::job::{Allocation, Shape};
 use crate::node::NodeCapacity;
-use crate::placement::cluster::{feasible, Placement};
+use crate::placement::cluster::{feasible, short_per_node, short_spread, short_total, Placement};
 use crate::placement::fit::{fit, NodeAsk};
 use crate::placement::spread::spread;
 use crate::placement::{JobRequest, MemRequest, Miss, PlacementPolicy};
@@ -93,12 +94,7 @@ fn per_node(
         })
         .collect();
     if cand.len() < k as usize {
-        return Err(format!(
-            "{k} node(s) with {c} free {} and {} memory wanted, {} such node(s) now",
-            if req.threads { "PUs" } else { "cores" },
-            crate::units::format_size(need),
-            cand.len()
-        ));
+        return Err(short_per_node(nodes, policy, req, k, c, large));
     }
     let ask = |first_fit| NodeAsk { slots: c, req, large, first_fit };
     let last_miss = std::cell::RefCell::new(None::<Miss>);
@@ -141,9 +137,7 @@ fn per_node(
     };
     chosen.ok_or_else(|| match last_miss.into_inner() {
         Some(m) => m.message().to_string(),
-        None => {
-            format!("{} nodes have {c} free units, but not with the NUMA layout and memory the job needs", cand.len())
-        }
+        None => crate::placement::cluster::short_layout(req, c, cand.len()),
     })
 }
 
@@ -239,7 +233,7 @@ fn total(
     let room = |i: usize| (free_slots(&nodes[i], req) / chunk * chunk) as u64;
     let have: u64 = cand.iter().map(|&i| room(i)).sum();
     if have < cores as u64 {
-        return Err(format!("{cores} free units wanted in chunks of {chunk}, {have} free now"));
+        return Err(short_total(nodes, req, cores, chunk, have));
     }
     // Nodes needed if the emptiest are used: the group to look for must hold that many.
     let mut rooms: Vec<u64> = cand.iter().map(|&i| room(i)).collect();
@@ -255,6 +249,7 @@ fn total(
     }
     let mut alloc = Vec::new();
     let mut left = cores;
+    let mut first_miss = None;
     for i in ordered {
         if left == 0 {
             break;
@@ -274,7 +269,8 @@ fn total(
         if hi > 0 {
             match try_fit(hi) {
                 Ok(a) => best = Some((hi, a)),
-                Err(_) => {
+                Err(m) => {
+                    first_miss = first_miss.or(Some(m));
                     while hi - lo > 1 {
                         let mid = lo + (hi - lo) / 2;
                         match try_fit(mid) {
@@ -296,6 +292,6 @@ fn total(
     if left == 0 {
         Ok(alloc)
     } else {
-        Err(format!("{cores} units wanted, the nodes free now could give {}", cores - left))
+        Err(short_spread(policy, req, cores, cores - left, first_miss))
     }
 }

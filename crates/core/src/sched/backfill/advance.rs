@@ -208,6 +208,37 @@ impl Layers {
         why
     }
 
+    /// Why a job that cannot start (beside what is kept for earlier jobs) waits when nothing
+    /// counted says it is busy: the windows ([`Layers::why_not_now`]), what it misses on what is
+    /// free now (a bound job's cores in use, memory), or, when it fits what is free now,
+    /// priority: what it would take is kept for jobs before it. Remembered as `why_not_now`.
+    pub fn why_waiting<M: Machine>(
+        &mut self,
+        windows: &Windows<M::Alloc>,
+        machine: &mut Tracked<M>,
+        k: usize,
+        req: &JobRequest,
+        starts: usize,
+    ) -> PendingReason {
+        if let Some(why) = self.why_not_now(windows, machine, k, req, starts) {
+            return why;
+        }
+        // `usize::MAX` windows: this answer's slot beside `why_not_now`'s.
+        let key = (RequestKey::of(req), usize::MAX);
+        if let Some((at, Some(why))) = self.reasons.get(&key) {
+            if *at == starts {
+                return why.clone();
+            }
+        }
+        let why = match self.memos[0].place(machine, NOW, req) {
+            Fit::Busy(what) => PendingReason::Resources(what),
+            Fit::Never(why) => PendingReason::NoSuitableNodes(why),
+            Fit::Now(_) => PendingReason::Priority,
+        };
+        self.reasons.insert(key, (starts, Some(why.clone())));
+        why
+    }
+
     /// The memo of placements beside no window.
     pub fn base(&mut self) -> &mut Memo {
         &mut self.memos[0]

@@ -155,11 +155,11 @@ pub(super) fn plan<M: Machine>(
                 Fit::Busy(_) => {
                     let reason = match memo.busy_on(&s.machine, NOW, req) {
                         Some(what) => PendingReason::Resources(what),
+                        // Starts only: the reason is not reported (both block alike).
+                        None if !out.reports_waiting() => PendingReason::Priority,
                         None => {
                             let k = windows.layer(s.now, w);
-                            reasons
-                                .why_not_now(windows, &mut s.machine, k, req, out.started())
-                                .unwrap_or(PendingReason::Priority)
+                            reasons.why_waiting(windows, &mut s.machine, k, req, out.started())
                         }
                     };
                     out.wait(job.id, reason, None);

@@ -4,6 +4,14 @@
 //! now if it fits now and either ends by `T` or fits beside `R` (on the machine with `R`
 //! claimed too), so nothing it starts can delay the head.
 //!
+//! Which resources `R` are matters as much as `T`: `R` is placed preferring what the jobs
+//! ending by `T` free (busy now) over what is free now ([`Machine::place_preferring`]), and a
+//! job ending by `T` uses the part of `R` free now before anything else. What stays free
+//! beside `R` is then textbook EASY's "extra" processors; on a machine of interchangeable
+//! cores this pass schedules job for job as textbook EASY (issue 17 item 8: first fit by index
+//! at `T` often put `R` on cores free now, and backfill lost them: lublin_256's mean wait was
+//! 7.7% above textbook EASY's; `sim/tests/textbook_easy.rs` compares the two).
+//!
 //! Reasons of later jobs that do not start: `Resources` when they do not fit what is free now
 //! (by the free count or a remembered answer), else `Priority`: they would have to use what is
 //! kept for the head.
@@ -14,17 +22,19 @@
 //! job becomes the head.
 
 use super::advance::{Layers, Windows};
-use super::conservative::earliest_in;
+use super::conservative::{earliest_in, overlaps};
 use super::pass::{counted_cpus, Detail, Outcome, Tracked, NOW, RESERVED};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
 use crate::placement::JobRequest;
 use crate::sched::PendingReason;
 
-/// The head's reservation: when it starts, and the machine now with its resources claimed.
+/// The head's reservation: when it starts, the machine now with its resources claimed, and
+/// (when part of them is free now) those resources, for jobs ending by then to use first.
 struct Head<M: Machine> {
     at: f64,
     reserved: Tracked<M>,
+    free_now: Option<M::Alloc>,
 }
 
 enum Phase<M: Machine> {
@@ -79,13 +89,23 @@ pub(super) fn plan<M: Machine>(
                         will_run_at(&machine, input.running, &started, &job.request, now)
                     } else {
                         let mut timeline = Timeline::new(&machine, input.running, &started, now);
-                        earliest_in(&mut timeline, &windows.book, &job.request, walltime(job), &[])
+                        let w = walltime(job);
+                        earliest_in(&mut timeline, &windows.book, &job.request, w, &[]).map(|(at, alloc)| {
+                            let beside: Vec<&M::Alloc> =
+                                windows.book.iter().filter(|r| overlaps(r, at, w)).map(|r| &r.alloc).collect();
+                            match timeline.place_preferring_freed(at, &beside, &job.request) {
+                                Fit::Now(preferred) => (at, preferred),
+                                _ => (at, alloc),
+                            }
+                        })
                     };
                     match head {
                         Some((at, alloc)) => {
                             let mut reserved = machine.clone();
                             reserved.claim(&alloc);
-                            phase = Phase::Reserved(Head { at, reserved });
+                            // Fewer CPUs free beside it than now: it holds some that are free now.
+                            let free_now = (reserved.free_cpus() < machine.free_cpus()).then(|| alloc.clone());
+                            phase = Phase::Reserved(Head { at, reserved, free_now });
                             reservations.push(Reservation { id: job.id, start: at, end: at + walltime(job), alloc });
                             out.wait(job.id, reason, Some(at));
                         }
@@ -108,7 +128,14 @@ pub(super) fn plan<M: Machine>(
                 // stay off the head's resources.
                 let short = end <= head.at;
                 let fit = if short {
-                    memos.place(windows, &mut machine, NOW, k, &job.request)
+                    match &head.free_now {
+                        // Use what the head holds first: what else is free stays for jobs
+                        // that run past its start (textbook EASY's extra processors).
+                        Some(reserved) if k == 0 => {
+                            memos.base().place_preferring(&machine, NOW, &[reserved], &job.request)
+                        }
+                        _ => memos.place(windows, &mut machine, NOW, k, &job.request),
+                    }
                 } else {
                     memos.place(windows, &mut head.reserved, RESERVED, k, &job.request)
                 };
@@ -126,9 +153,9 @@ pub(super) fn plan<M: Machine>(
                     Fit::Busy(_) => {
                         let reason = match memos.base().busy_on(&machine, NOW, &job.request) {
                             Some(what) => PendingReason::Resources(what),
-                            None => memos
-                                .why_not_now(windows, &mut machine, k, &job.request, out.started())
-                                .unwrap_or(PendingReason::Priority),
+                            // Starts only: the reason is not reported (both block alike).
+                            None if !out.reports_waiting() => PendingReason::Priority,
+                            None => memos.why_waiting(windows, &mut machine, k, &job.request, out.started()),
                         };
                         out.wait(job.id, reason, None);
                     }
@@ -193,5 +220,9 @@ pub(super) fn will_run_at<M: Machine>(
             None => lo = Some(mid),
         }
     }
-    Some((times[hi], alloc))
+    // Where, at that time: what the jobs ending by then free before what is free now.
+    match timeline.place_preferring_freed(times[hi], &[], req) {
+        Fit::Now(preferred) => Some((times[hi], preferred)),
+        _ => Some((times[hi], alloc)),
+    }
 }

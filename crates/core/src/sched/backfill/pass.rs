@@ -127,7 +127,7 @@ struct Known {
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     known: HashMap<RequestKey, Known>,
-    /// "N cores wanted, M free now", formatted once per (N, M): a pass says it of most of the
+    /// "cores: N wanted, M free now; ...", formatted once per (N, M): a pass says it of most of the
     /// queue, and formatting was a fifth of a pass.
     count_reasons: std::cell::RefCell<HashMap<(u64, u64), String>>,
     pub placements: usize,
@@ -137,6 +137,19 @@ impl Memo {
     /// `machine.place(req)` unless the answer is known, or a count shows it is busy. `state`
     /// names which of the pass's kept states `machine` is ([`NOW`] or [`RESERVED`]).
     pub fn place<M: Machine>(&mut self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Fit<M::Alloc> {
+        self.place_preferring(machine, state, &[], req)
+    }
+
+    /// [`Memo::place`], the placement preferring what `prefer` holds
+    /// ([`Machine::place_preferring`], which fits exactly when `place` does: the same answers
+    /// are remembered).
+    pub fn place_preferring<M: Machine>(
+        &mut self,
+        machine: &Tracked<M>,
+        state: usize,
+        prefer: &[&M::Alloc],
+        req: &JobRequest,
+    ) -> Fit<M::Alloc> {
         let known = self.known.entry(RequestKey::of(req)).or_default();
         if let Some(why) = &known.never {
             return Fit::Never(why.clone());
@@ -149,7 +162,8 @@ impl Memo {
             return Fit::Busy(busy);
         }
         self.placements += 1;
-        let fit = machine.machine.place(req);
+        let fit =
+            if prefer.is_empty() { machine.machine.place(req) } else { machine.machine.place_preferring(prefer, req) };
         known.placed = true;
         match &fit {
             Fit::Never(why) => known.never = Some(why.clone()),
@@ -216,7 +230,12 @@ fn count_busy<M: Machine>(
         return None;
     }
     let mut reasons = reasons.borrow_mut();
-    Some(reasons.entry((need, free)).or_insert_with(|| format!("{need} cores wanted, {free} free now")).clone())
+    Some(
+        reasons
+            .entry((need, free))
+            .or_insert_with(|| format!("cores: {need} wanted, {free} free now; it starts when running jobs free them"))
+            .clone(),
+    )
 }
 
 /// How much a pass reports.

@@ -47,6 +47,25 @@ fn easy_backfills_only_what_ends_before_the_head_starts() {
     assert_eq!(out.backfilled, 1);
 }
 
+/// Issue 17 item 8, on the topology-aware cluster. Two nodes of 4 cores: n0 free, n1 busy until
+/// 50. The head (5 cores) fits at 50; its reservation takes n1, which only then comes free,
+/// and one core of n0, so that 3 cores stay free for jobs running past 50 (textbook EASY's 3
+/// extra processors; first fit by index took n0 and left none). A job ending by 50 uses the
+/// head's core of n0 first, so the long one after it still starts.
+#[test]
+fn easy_reserves_what_is_busy_now_first() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 100, &[(1, "0-3")], 50.0)];
+    let queue = [queued(1, 5, 10.0), queued(2, 2, 40.0), queued(3, 2, 100.0)];
+    let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
+    let limits = PassLimits { policy: BackfillPolicy::Easy, max_reservations: 100, deadline: None };
+    let (out, reservations) = plan_with_reservations(&input, &limits);
+    let head = crate::sched::testkit::alloc_text(&reservations[0].alloc);
+    assert!(head.contains("n1:0-3"), "the head's reservation {head} leaves out the cores busy now");
+    let started: Vec<u64> = out.starts.iter().map(|(id, _)| id.0).collect();
+    assert_eq!(started, [2, 3], "{:?}", summary(&out));
+}
+
 #[test]
 fn conservative_reserves_for_every_job_in_order() {
     let (cluster, running, queue) = two_nodes();

@@ -2,7 +2,8 @@
 //! expected end, and a scratch copy of the machine moved to any time along them.
 
 use super::pass::Tracked;
-use super::{Machine, RunningJob};
+use super::{Fit, Machine, RunningJob};
+use crate::placement::JobRequest;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::ops::Bound::{Excluded, Included};
@@ -188,6 +189,29 @@ impl<'a, M: Machine> Timeline<'a, M> {
             }
         }
         self.at = t;
+    }
+
+    /// Place `req` on the machine as it will be at `t` (beside `extra`, claimed too),
+    /// preferring what the jobs ending by then free over what is free now: EASY's head.
+    pub fn place_preferring_freed(&mut self, t: f64, extra: &[&M::Alloc], req: &JobRequest) -> Fit<M::Alloc> {
+        self.move_to(t);
+        let running = self.running;
+        let freed: Vec<&M::Alloc> = self
+            .held
+            .range(..=At::after_all(t))
+            .map(|(_, &source)| match source {
+                Source::Running(i) => &running[i].alloc,
+                Source::Started(i) => &self.started[i].1,
+            })
+            .collect();
+        if extra.is_empty() {
+            return self.scratch.machine.place_preferring(&freed, req);
+        }
+        let mut beside = self.scratch.machine.clone();
+        for alloc in extra {
+            beside.claim(alloc);
+        }
+        beside.place_preferring(&freed, req)
     }
 
     /// Make snapshot `k` current (with the jobs started since it was taken) and stand on it.

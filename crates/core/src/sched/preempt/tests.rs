@@ -171,3 +171,25 @@ proptest! {
         }
     }
 }
+
+/// Seed 000 scores victims with the spread of the job that preempts them (issue 17 item 7).
+/// One node of 2 packages x 4 cores, four 2-core jobs of equal score, two in each package: a
+/// 4-core preemptor suspends the two of one package and runs there, not one job of each
+/// package with its cores split across both.
+#[test]
+fn victims_chosen_where_the_preemptor_lands_least_spread() {
+    for order in [[1, 2, 3, 4], [1, 3, 2, 4], [4, 1, 3, 2]] {
+        let mut c = ClusterBuilder::new().nodes(1, 2, 4, 8 * G).build();
+        let cpus = |id: u64| ["0-1", "2-3", "4-5", "6-7"][id as usize - 1];
+        let running: Vec<Preemptible> = order.iter().map(|&id| job(&mut c, id, 0, cpus(id), 1.0)).collect();
+        let req = whole_node(4);
+        let p = plan_preemption(&c, &running, &Preemptor { request: &req, score: 500.0, walltime: 60.0 }, &cfg(), 10.0)
+            .unwrap();
+        let text = crate::sched::testkit::alloc_text(&p.alloc);
+        assert!(
+            (ids(&p.victims) == [1, 2] && text == "n0:0-3") || (ids(&p.victims) == [3, 4] && text == "n0:4-7"),
+            "order {order:?}: victims {:?}, preemptor on {text}",
+            ids(&p.victims)
+        );
+    }
+}

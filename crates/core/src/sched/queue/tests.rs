@@ -110,3 +110,60 @@ fn specs_parse_strictly() {
     assert_eq!((spec.name.as_str(), spec.max_walltime_secs, spec.enabled), ("gpu", Some(60), true));
     assert!(serde_json::from_str::<QueueSpec>(r#"{"name":"gpu","max_walltime":60}"#).is_err());
 }
+
+/// Seed 000 targets queues at subnodes (issue 17 item 6). One node, 2 NUMA nodes of 2 cores,
+/// one subnode each; subnode 1 has property `fat`. Queue `fat` targets it: its jobs run only
+/// there. Reserved, other queues' jobs keep off it (and may not ask for it); not reserved, they
+/// may use it too.
+#[test]
+fn queues_target_subnodes_and_reserved_ones_keep_others_off() {
+    use crate::node::NodeCapacity;
+    use crate::placement::cluster::{place, Placement};
+    use crate::placement::PlacementPolicy;
+    use crate::topology::Topology;
+    use std::sync::Arc;
+    let mut node = NodeCapacity::new(crate::NodeId(0), "n0", Arc::new(Topology::uniform(1, 2, 2, 1, 1 << 30)));
+    node.set_subnode_size(1);
+    node.subnodes[1].properties = vec!["fat".into()];
+    node.refresh();
+    let policy = PlacementPolicy::default();
+    let specs = |reserved| {
+        vec![
+            QueueSpec { name: "batch".into(), ..Default::default() },
+            QueueSpec { name: "fat".into(), target_properties: vec!["fat".into()], reserved, ..Default::default() },
+        ]
+    };
+    let two = || JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 2 }, 0);
+    let placed = |nodes: &[NodeCapacity], specs: &[QueueSpec], queue: &str| {
+        let mut req = two();
+        target(specs, queue, &mut req);
+        match place(nodes, &policy, &req) {
+            Placement::Now(a) => a[0].cpus.to_list(),
+            Placement::Busy(why) => format!("busy: {why}"),
+            Placement::Never(why) => format!("never: {why}"),
+        }
+    };
+    let nodes = std::slice::from_ref(&node);
+    assert_eq!(placed(nodes, &specs(true), "fat"), "2-3", "the fat queue's job on its subnode");
+    // Reserved: the plain queue's job only on subnode 0.
+    assert_eq!(placed(nodes, &specs(true), "batch"), "0-1");
+    let mut busy = node.clone();
+    let Placement::Now(first) = place(nodes, &policy, &two()) else { panic!("fits") };
+    assert_eq!(first[0].cpus.to_list(), "0-1");
+    busy.claim(&first[0]);
+    let busy_nodes = std::slice::from_ref(&busy);
+    let batch = placed(busy_nodes, &specs(true), "batch");
+    assert!(batch.starts_with("busy: ") && batch.contains("kept for another queue's jobs (fat)"), "{batch}");
+    assert_eq!(placed(busy_nodes, &specs(false), "batch"), "2-3", "not reserved: others may use it");
+    assert_eq!(placed(busy_nodes, &specs(true), "fat"), "2-3");
+    // Asking for a reserved property from another queue is refused at submission.
+    let mut asks = cores(1);
+    asks.properties = vec!["fat".into()];
+    let e = check_in(&specs(true), "batch", None, &asks).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "subnodes with property fat are kept for queue fat; submit to queue fat or drop --property"
+    );
+    assert!(check_in(&specs(false), "batch", None, &asks).is_ok());
+    assert!(check_in(&specs(true), "fat", None, &asks).is_ok());
+}

@@ -1,0 +1,75 @@
+//! Node order (issue 17 item 5): blocks and listings follow names (natural order) or the
+//! admin's `[interconnect] order`, never the order agents registered in.
+
+use crate::testkit::{ann, registration, Harness};
+use berth_protocol::client::{ClientRequest, ClientResponse};
+use tokio::sync::mpsc;
+
+/// Register agents named `names`, in that order, on a fresh harness with `edit`ed config.
+/// The agents' receiving ends come back too, to keep their channels open.
+type Agents = Vec<mpsc::UnboundedReceiver<berth_protocol::agent::ControllerMessage>>;
+
+fn registered(names: &[&str], edit: impl FnOnce(&mut crate::config::ControllerConfig)) -> (Harness, Agents) {
+    let mut h = Harness::with_config(0, edit);
+    let mut agents = vec![];
+    for (i, name) in names.iter().enumerate() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut reg = registration(i, &format!("inst{i}"), vec![]);
+        reg.name = name.to_string();
+        reg.hostname = name.to_string();
+        h.ctl.handle_register(reg, i as u64 + 1, tx.clone(), h.now).unwrap();
+        h.txs.push(tx);
+        agents.push(rx);
+    }
+    h.sent();
+    (h, agents)
+}
+
+fn listed(h: &mut Harness) -> Vec<String> {
+    match h.call(ClientRequest::ListNodes { topology: false }, &ann()) {
+        ClientResponse::Nodes { nodes } => nodes.into_iter().map(|n| n.name).collect(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn block(h: &Harness, name: &str) -> Vec<u32> {
+    h.ctl.cluster.nodes.iter().find(|n| n.name == name).expect("node").location.clone()
+}
+
+#[test]
+fn nodes_are_listed_and_blocked_by_name_whatever_the_registration_order() {
+    // 8-PU nodes, blocks of 16 PUs: two nodes per block.
+    let names = ["node10", "node2", "node1", "node3"];
+    let (mut h, _agents) = registered(&names, |c| c.interconnect.blocks = vec![16]);
+    assert_eq!(listed(&mut h), ["node1", "node2", "node3", "node10"]);
+    assert_eq!((block(&h, "node1"), block(&h, "node2")), (vec![0], vec![0]));
+    assert_eq!((block(&h, "node3"), block(&h, "node10")), (vec![1], vec![1]));
+    // The same after a restart (nodes loaded from the store).
+    let mut h = h.restart();
+    assert_eq!(listed(&mut h), ["node1", "node2", "node3", "node10"]);
+    assert_eq!(block(&h, "node10"), vec![1]);
+}
+
+#[test]
+fn an_explicit_order_comes_first() {
+    let names = ["node10", "node2", "node1", "node3"];
+    let (mut h, _agents) = registered(&names, |c| {
+        c.interconnect.blocks = vec![16];
+        c.interconnect.order = vec!["node[3-10]".into()];
+    });
+    assert_eq!(listed(&mut h), ["node3", "node10", "node1", "node2"]);
+    assert_eq!((block(&h, "node3"), block(&h, "node10")), (vec![0], vec![0]));
+    assert_eq!((block(&h, "node1"), block(&h, "node2")), (vec![1], vec![1]));
+}
+
+/// Issue 17 item 11: the FREE string showed system CPUs as free; ordinary jobs cannot get them.
+#[test]
+fn the_free_string_counts_system_cpus_as_not_free() {
+    let mut h = Harness::with_config(1, |c| c.system_cpus = "0,4".into());
+    let ClientResponse::Nodes { nodes } = h.call(ClientRequest::ListNodes { topology: false }, &ann()) else {
+        panic!()
+    };
+    assert_eq!(nodes[0].topology, "SCCCCSCCCC");
+    assert_eq!(nodes[0].free, "S.CCCS.CCC");
+    assert_eq!(nodes[0].cpus_allocated, 0);
+}
