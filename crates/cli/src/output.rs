@@ -451,11 +451,16 @@ pub fn queues_table(queues: &[berth_protocol::client::QueueInfo]) -> String {
     );
     for q in queues {
         let s = &q.spec;
-        let props = match (&s.allowed_properties, s.allowed_subnodes) {
+        let mut props = match (&s.allowed_properties, s.allowed_subnodes) {
             (_, Some(false)) => "no subnode properties".to_string(),
             (Some(p), _) => p.join(","),
             (None, _) => "any".into(),
         };
+        if !s.target_properties.is_empty() {
+            // Where the queue's jobs run (and, reserved, where no other queue's do).
+            let only = if s.reserved { ", reserved" } else { "" };
+            props.push_str(&format!("; runs on {}{only}", s.target_properties.join(",")));
+        }
         out.push_str(&format!(
             "{:<12} {:<8} {:>5} {:>6} {:>10} {:>10} {:>9} {:>9} {:>6} {:>6} {:>5} {:>7}  {}\n",
             truncate(&s.name, 12),
@@ -554,5 +559,28 @@ mod tests {
         .unwrap();
         let table = nodes_table(&[node]);
         assert!(table.contains("0:0B/32G 1:0B/32G(os) 2:0B/32G(split) 3:0B/32G(config)"), "{table}");
+    }
+
+    #[test]
+    fn queues_show_their_subnode_targets() {
+        use berth_core::sched::queue::QueueSpec;
+        let q = |spec: QueueSpec| berth_protocol::client::QueueInfo {
+            spec,
+            priority_factor: 0.5,
+            queued: 1,
+            held: 0,
+            running: 2,
+            running_cores: 4,
+        };
+        let fat = QueueSpec {
+            name: "fat".into(),
+            target_properties: vec!["bigmem".into()],
+            reserved: true,
+            ..Default::default()
+        };
+        let table = queues_table(&[q(QueueSpec::default()), q(fat)]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[1].starts_with("batch") && lines[1].ends_with("  any"), "{table}");
+        assert!(lines[2].starts_with("fat") && lines[2].ends_with("  any; runs on bigmem, reserved"), "{table}");
     }
 }
