@@ -76,6 +76,7 @@ fn submission(script: &str, hold: bool, cwd: &Path) -> SubmitRequest {
         env: vec![("PATH".into(), "/usr/bin:/bin".into())],
         cwd: cwd.display().to_string(),
         hold,
+        ignore_unsupported: false,
     }
 }
 

@@ -295,7 +295,10 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
     options.umask = own_umask();
     // Output directories are checked here, where the user's view of the file system is: the
     // script's directives count too (the controller reads them again).
-    if let Ok(directives) = berth_core::directives::parse_script(&text) {
+    if let Ok((directives, warnings)) = berth_core::directives::parse_script_with(&text, flags.ignore_unsupported) {
+        for w in &warnings {
+            eprintln!("berth: warning: {}: {}", script.display(), crate::output::terminal_safe(w));
+        }
         let given = directives.overlay(options.clone());
         for (flag, path) in [("output", &given.output), ("error", &given.error)] {
             if let Some(p) = path {
@@ -304,7 +307,15 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         }
     }
     let script_name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "job".into());
-    Ok(SubmitRequest { script: text, script_name, options, env, cwd: cwd.to_string_lossy().into_owned(), hold })
+    Ok(SubmitRequest {
+        script: text,
+        script_name,
+        options,
+        env,
+        cwd: cwd.to_string_lossy().into_owned(),
+        hold,
+        ignore_unsupported: flags.ignore_unsupported,
+    })
 }
 
 async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags, hold: bool) -> Result<i32> {

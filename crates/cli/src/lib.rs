@@ -101,13 +101,18 @@ pub struct SubmitFlags {
     /// Run in this advance reservation (`berth resv list`; its users or accounts only).
     #[arg(long)]
     reservation: Option<String>,
+    /// Submit although the script has `#SBATCH`/`#PBS` directives berth does not support
+    /// (each is shown as a warning; docs/compat.md lists what is supported).
+    #[arg(long = "ignore-unsupported")]
+    ignore_unsupported: bool,
 }
 
 // Parsed once per process: the size of the largest variant costs nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum Command {
-    /// Submit batch scripts (options also read from `#BERTH` lines; flags win). Several
+    /// Submit batch scripts (options also read from `#BERTH`, `#SBATCH` and `#PBS` lines; flags
+    /// win, then `#BERTH`). Several
     /// scripts are submitted in one transaction: all or none.
     Submit {
         #[arg(required = true)]

@@ -74,6 +74,7 @@ fn controller_killed_three_times_during_2000_submissions_loses_nothing() {
                     env: vec![("PATH".into(), "/usr/bin:/bin".into())],
                     cwd: cwd.clone(),
                     hold: false,
+                    ignore_unsupported: false,
                 }));
                 match call(&sock, &req) {
                     Ok(ClientResponse::Submitted { id }) => acked.lock().unwrap().push(id.0),

@@ -295,6 +295,7 @@ fn a_request_on_very_many_jobs_gets_an_answer() {
         env: vec![],
         cwd: c.root().display().to_string(),
         hold: true,
+        ignore_unsupported: false,
     };
     // A request too large for a frame is refused by the client at once.
     let batch = ClientRequest::SubmitBatch { jobs: (0..2200).map(sub).collect() };

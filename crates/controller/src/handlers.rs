@@ -3,7 +3,7 @@
 use crate::job::JobRecord;
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
-use berth_core::directives::parse_script;
+use berth_core::directives::parse_script_with;
 use berth_core::job::JobState;
 use berth_core::limits::escape_control;
 use berth_core::node::NodeState;
@@ -193,7 +193,7 @@ impl Controller {
         limits
             .check_payload(&sub.script, &sub.env)
             .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
-        let directives = parse_script(&sub.script)
+        let (directives, _warnings) = parse_script_with(&sub.script, sub.ignore_unsupported)
             .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
         let mut options = directives.overlay(sub.options);
         limits.check_options(&options).map_err(bad)?;

@@ -129,6 +129,7 @@ impl Harness {
             env: vec![],
             cwd: "/tmp".into(),
             hold: false,
+            ignore_unsupported: false,
         };
         let ClientResponse::Submitted { id } = self.call(ClientRequest::Submit(Box::new(sub)), peer) else {
             panic!("not submitted")

@@ -140,6 +140,7 @@ mod tests {
             env: vec![],
             cwd: "/tmp".into(),
             hold: false,
+            ignore_unsupported: false,
         }))
     }
 

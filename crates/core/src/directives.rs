@@ -2,13 +2,17 @@
 //!
 //! A directive is spelled exactly like the flag: `#BERTH --cores 4 --mem=2G`. Directives are
 //! read from the lines after `#!` up to the first line that is neither blank nor a comment, as
-//! Slurm and PBS do; flags given on the command line override them.
+//! Slurm and PBS do; flags given on the command line override them. `#SBATCH` and `#PBS`
+//! lines are read too (`foreign`), below `#BERTH` in precedence.
 
 use crate::binding::{BindingMode, BindingStrategy};
 use crate::job::ResourceRequest;
 use crate::units::{parse_duration_secs, parse_size};
 use crate::CoreError;
 use serde::{Deserialize, Serialize};
+
+mod foreign;
+pub use foreign::{parse_foreign, Foreign};
 
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
 
@@ -273,6 +277,24 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
         }
     }
     Ok(opts)
+}
+
+/// Every directive of a script: `#BERTH` over `#SBATCH`/`#PBS` (docs/compat.md). A foreign
+/// directive berth does not support is an error naming its line, unless `ignore_unsupported`:
+/// then it is one of the returned warnings ("line N: ...").
+pub fn parse_script_with(script: &str, ignore_unsupported: bool) -> Result<(SubmitOptions, Vec<String>), CoreError> {
+    let ours = parse_script(script)?;
+    let foreign = parse_foreign(script).map_err(|(line, message)| CoreError::Directive { line, message })?;
+    if !ignore_unsupported {
+        if let Some((line, what)) = foreign.unsupported.first() {
+            return Err(CoreError::Directive {
+                line: *line,
+                message: format!("{what}; remove it, or submit with --ignore-unsupported to go on without it"),
+            });
+        }
+    }
+    let warnings = foreign.unsupported.iter().map(|(line, what)| format!("line {line}: {what}: ignored")).collect();
+    Ok((foreign.options.overlay(ours), warnings))
 }
 
 /// Split on whitespace, honouring double quotes (`--name "my job"`).

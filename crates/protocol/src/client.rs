@@ -239,6 +239,10 @@ pub struct SubmitRequest {
     pub cwd: String,
     #[serde(default)]
     pub hold: bool,
+    /// Submit although `#SBATCH`/`#PBS` directives berth does not support are present
+    /// (`--ignore-unsupported`; the client shows them as warnings).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ignore_unsupported: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

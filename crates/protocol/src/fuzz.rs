@@ -586,14 +586,15 @@ pub fn controller_message() -> BoxedStrategy<ControllerMessage> {
 }
 
 pub fn submit_request() -> BoxedStrategy<SubmitRequest> {
-    (text(), text(), submit_options(), env(), text(), any::<bool>())
-        .prop_map(|(script, script_name, options, env, cwd, hold)| SubmitRequest {
+    (text(), text(), submit_options(), env(), text(), any::<bool>(), any::<bool>())
+        .prop_map(|(script, script_name, options, env, cwd, hold, ignore_unsupported)| SubmitRequest {
             script,
             script_name,
             options,
             env,
             cwd,
             hold,
+            ignore_unsupported,
         })
         .boxed()
 }

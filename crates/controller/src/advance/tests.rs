@@ -34,6 +34,7 @@ fn submit(h: &mut Harness, options: SubmitOptions, peer: &Peer) -> Result<JobId,
         env: vec![],
         cwd: "/tmp".into(),
         hold: false,
+        ignore_unsupported: false,
     };
     match h.call(ClientRequest::Submit(Box::new(sub)), peer) {
         ClientResponse::Submitted { id } => Ok(id),
@@ -205,6 +206,7 @@ fn submissions_to_a_reservation_are_checked() {
         env: vec![],
         cwd: "/tmp".into(),
         hold: false,
+        ignore_unsupported: false,
     };
     let ClientResponse::Submitted { id } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else { panic!() };
     assert_eq!(h.ctl.jobs[&id].options.reservation.as_deref(), Some("maint"));

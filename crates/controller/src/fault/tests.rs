@@ -148,6 +148,7 @@ fn a_returning_node_takes_no_work_until_what_it_still_runs_is_gone() {
             env: vec![],
             cwd: "/tmp".into(),
             hold: false,
+            ignore_unsupported: false,
         };
         match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
             ClientResponse::Submitted { id } => id,
@@ -231,6 +232,7 @@ fn held(h: &mut Harness) -> JobId {
         env: vec![],
         cwd: "/tmp".into(),
         hold: true,
+        ignore_unsupported: false,
     };
     match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
         ClientResponse::Submitted { id } => id,

@@ -23,6 +23,7 @@ fn submit(h: &mut Harness, options: SubmitOptions) -> JobId {
         env: vec![],
         cwd: "/tmp".into(),
         hold: false,
+        ignore_unsupported: false,
     };
     let ClientResponse::Submitted { id } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else {
         panic!("not submitted")
@@ -117,6 +118,7 @@ fn submit_err(h: &mut Harness, options: SubmitOptions) -> berth_protocol::client
         env: vec![],
         cwd: "/tmp".into(),
         hold: false,
+        ignore_unsupported: false,
     };
     match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
         ClientResponse::Error(e) => e,

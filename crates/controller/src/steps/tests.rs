@@ -245,6 +245,7 @@ fn steps_need_a_running_job_of_ones_own() {
         env: vec![],
         cwd: "/tmp".into(),
         hold: false,
+        ignore_unsupported: false,
     };
     let ClientResponse::Submitted { id: q } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else { panic!() };
     let e = err(h.call(run(Some(q), tasks(1)), &ann()));

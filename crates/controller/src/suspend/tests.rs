@@ -80,6 +80,7 @@ fn suspend_frees_the_cores_but_keeps_the_memory() {
             env: vec![],
             cwd: "/tmp".into(),
             hold: false,
+            ignore_unsupported: false,
         };
         match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
             ClientResponse::Submitted { id } => id,

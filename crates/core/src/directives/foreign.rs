@@ -1,0 +1,436 @@
+//! `#SBATCH` (Slurm) and `#PBS` (PBS Pro / Torque) directives, read as their own tools read
+//! them and mapped onto berth's options (the table is docs/compat.md). A directive berth does
+//! not support is never dropped silently: it is an error naming the line and the directive,
+//! or, when the submitter asks (`--ignore-unsupported`), a warning.
+
+use super::SubmitOptions;
+use crate::units::parse_size;
+
+/// What the foreign directives of a script give.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Foreign {
+    pub options: SubmitOptions,
+    /// Directives berth does not support: (line, what and why).
+    pub unsupported: Vec<(usize, String)>,
+}
+
+/// A directive line's dialect, by its prefix.
+fn dialect(line: &str) -> Option<(&'static str, &str)> {
+    for prefix in ["#SBATCH", "#PBS"] {
+        if let Some(rest) = line.strip_prefix(prefix) {
+            if rest.is_empty() || rest.starts_with(char::is_whitespace) {
+                return Some((prefix, rest));
+            }
+        }
+    }
+    None
+}
+
+/// Read the `#SBATCH` and `#PBS` lines of `script`'s directive block (the lines after `#!`
+/// up to the first command). Errors are (line, message): a malformed value of a supported
+/// directive is always an error.
+pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
+    let mut out = Foreign::default();
+    // Resolved once every line is read: their meaning depends on other directives.
+    let mut later = Later::default();
+    for (index, raw) in script.lines().enumerate().skip(1) {
+        let line_no = index + 1;
+        let line = raw.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if !line.starts_with('#') {
+            break;
+        }
+        let Some((prefix, rest)) = dialect(line) else { continue };
+        // Slurm stops reading a line at its first `#` after the directive (a comment).
+        let rest = if prefix == "#SBATCH" { rest.split(" #").next().unwrap_or(rest) } else { rest };
+        let tokens = super::tokenize(rest).map_err(|m| (line_no, m))?;
+        let mut o = out.options.clone();
+        let mut unsupported = Vec::new();
+        let result = if prefix == "#SBATCH" {
+            slurm_line(&tokens, &mut o, &mut later, &mut unsupported)
+        } else {
+            pbs_line(&tokens, &mut o, &mut later, &mut unsupported)
+        };
+        result.map_err(|m| (line_no, format!("{prefix}: {m}")))?;
+        if let Some((line @ 0, n)) = later.ntasks {
+            later.ntasks = Some((line + line_no, n));
+        }
+        out.options = o;
+        out.unsupported.extend(unsupported.into_iter().map(|m| (line_no, format!("{prefix} {m}"))));
+    }
+    let o = &mut out.options;
+    // `-n` is tasks: per node when the node count is known, else the job's total cores.
+    if let Some((line, n)) = later.ntasks {
+        match (o.nodes, o.tasks_per_node) {
+            (Some(nodes), None) => o.tasks_per_node = Some(n.div_ceil(nodes)),
+            (None, Some(per)) => o.nodes = Some(n.div_ceil(per)),
+            (Some(_), Some(_)) => {}
+            (None, None) => {
+                o.cores = Some(
+                    n.checked_mul(o.cpus_per_task.unwrap_or(1))
+                        .ok_or((line, "#SBATCH: -n is too large".to_string()))?,
+                )
+            }
+        }
+    }
+    // PBS `-l mem` is the job's total: per node when the node count is known.
+    if let Some(total) = later.pbs_mem {
+        o.mem = Some(total.div_ceil(u64::from(o.nodes.unwrap_or(1))));
+    }
+    Ok(out)
+}
+
+/// Directives whose meaning depends on others, wherever those are written.
+#[derive(Default)]
+struct Later {
+    /// Slurm's `-n`, with its line.
+    ntasks: Option<(usize, u32)>,
+    /// PBS's `-l mem`.
+    pbs_mem: Option<u64>,
+}
+
+/// Options of one directive line: `(flag, value)` pairs, from `--long=value`, `--long value`,
+/// `-x value` and `-xvalue`; `takes_value` tells which flags have one.
+fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(String, Option<String>)>, String> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < tokens.len() {
+        let tok = &tokens[i];
+        i += 1;
+        let (flag, inline) = if let Some(long) = tok.strip_prefix("--") {
+            match long.split_once('=') {
+                Some((f, v)) => (format!("--{f}"), Some(v.to_string())),
+                None => (tok.clone(), None),
+            }
+        } else if tok.starts_with('-') && tok.len() > 1 {
+            let (f, v) = tok.split_at(2);
+            (f.to_string(), (!v.is_empty()).then(|| v.trim_start_matches('=').to_string()))
+        } else {
+            return Err(format!("expected an option, found {tok:?}"));
+        };
+        let value = match (inline, takes_value(&flag)) {
+            (Some(v), _) => Some(v),
+            (None, true) => {
+                let v = tokens.get(i).cloned().ok_or_else(|| format!("{flag} needs a value"))?;
+                i += 1;
+                Some(v)
+            }
+            (None, false) => None,
+        };
+        out.push((flag, value));
+    }
+    Ok(out)
+}
+
+/// Slurm's flags that take no value (all others take one).
+const SLURM_SWITCHES: &[&str] =
+    &["--requeue", "--no-requeue", "--exclusive", "-H", "--hold", "-W", "--wait", "--parsable", "--overcommit", "-O"];
+
+fn slurm_line(
+    tokens: &[String],
+    o: &mut SubmitOptions,
+    later: &mut Later,
+    unsupported: &mut Vec<String>,
+) -> Result<(), String> {
+    for (flag, value) in pairs(tokens, |f| !SLURM_SWITCHES.contains(&f))? {
+        let v = value.clone().unwrap_or_default();
+        let shown = match &value {
+            Some(v) => format!("{flag}={v}"),
+            None => flag.clone(),
+        };
+        let count = |what: &str| -> Result<u32, String> {
+            v.trim()
+                .parse::<u32>()
+                .ok()
+                .filter(|n| *n > 0)
+                .ok_or_else(|| format!("{what} needs a positive number, got {v:?}"))
+        };
+        match flag.as_str() {
+            "-N" | "--nodes" => {
+                // min[-max]: berth allocates exactly the minimum.
+                let min = v.split('-').next().unwrap_or("");
+                o.nodes = Some(
+                    min.trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| format!("{flag} needs a node count or min-max, got {v:?}"))?,
+                );
+            }
+            "-n" | "--ntasks" => later.ntasks = Some((0, count(&flag)?)),
+            "--ntasks-per-node" => o.tasks_per_node = Some(count(&flag)?),
+            "-c" | "--cpus-per-task" => o.cpus_per_task = Some(count(&flag)?),
+            "--mem" => {
+                let bytes =
+                    slurm_size(&v).ok_or_else(|| format!("{flag} needs a size such as 4000 (MB) or 4G, got {v:?}"))?;
+                if bytes == 0 {
+                    unsupported.push(format!("{shown}: all of a node's memory is not supported; give a size"));
+                } else {
+                    o.mem = Some(bytes);
+                }
+            }
+            "--mem-per-cpu" => {
+                o.mem_per_cpu = Some(
+                    slurm_size(&v)
+                        .filter(|b| *b > 0)
+                        .ok_or_else(|| format!("{flag} needs a size such as 2000 (MB) or 2G, got {v:?}"))?,
+                )
+            }
+            "-t" | "--time" => match slurm_time(&v) {
+                Some(Some(secs)) => o.walltime = Some(secs),
+                Some(None) => unsupported.push(format!("{shown}: an unlimited time is not supported; give a limit")),
+                None => {
+                    return Err(format!(
+                        "{flag}: {v:?} is not a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)"
+                    ))
+                }
+            },
+            "-J" | "--job-name" => o.name = Some(nonempty(&flag, &v)?),
+            "-o" | "--output" => match output_pattern(&v) {
+                Ok(p) => o.output = Some(p),
+                Err(why) => unsupported.push(format!("{shown}: {why}")),
+            },
+            "-e" | "--error" => match output_pattern(&v) {
+                Ok(p) => o.error = Some(p),
+                Err(why) => unsupported.push(format!("{shown}: {why}")),
+            },
+            "-p" | "--partition" => {
+                if v.contains(',') {
+                    unsupported.push(format!("{shown}: a list of partitions is not supported; give one queue"));
+                } else {
+                    o.queue = Some(nonempty(&flag, &v)?);
+                }
+            }
+            "-A" | "--account" => o.account = Some(nonempty(&flag, &v)?),
+            "--requeue" => o.requeue = Some(true),
+            "--no-requeue" => o.requeue = Some(false),
+            "-C" | "--constraint" => {
+                let props: Vec<String> = v.split(['&', ',']).map(|p| p.trim().to_string()).collect();
+                if v.contains(['|', '[', ']', '*']) || props.iter().any(|p| p.is_empty()) {
+                    unsupported.push(format!("{shown}: only a list of required features (a&b or a,b) is supported"));
+                } else {
+                    o.properties = Some(props);
+                }
+            }
+            "--gres" | "-G" | "--gpus" | "--gpus-per-node" | "--gpus-per-task" | "--gpus-per-socket"
+            | "--cpus-per-gpu" | "--mem-per-gpu" | "--gpu-bind" => {
+                unsupported.push(format!("{shown}: GPUs and generic resources are not supported yet"))
+            }
+            _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
+        }
+    }
+    Ok(())
+}
+
+/// PBS flags that take no value.
+const PBS_SWITCHES: &[&str] = &["-V", "-h"];
+
+fn pbs_line(
+    tokens: &[String],
+    o: &mut SubmitOptions,
+    later: &mut Later,
+    unsupported: &mut Vec<String>,
+) -> Result<(), String> {
+    for (flag, value) in pairs(tokens, |f| !PBS_SWITCHES.contains(&f) && f.starts_with('-'))? {
+        let v = value.clone().unwrap_or_default();
+        let shown = match &value {
+            Some(v) => format!("{flag} {v}"),
+            None => flag.clone(),
+        };
+        match flag.as_str() {
+            "-l" => {
+                for res in v.split(',').map(str::trim).filter(|r| !r.is_empty()) {
+                    pbs_resource(res, o, later, unsupported)?;
+                }
+            }
+            "-N" => o.name = Some(nonempty(&flag, &v)?),
+            "-q" => o.queue = Some(nonempty(&flag, &v)?),
+            "-A" => o.account = Some(nonempty(&flag, &v)?),
+            "-o" | "-e" => {
+                if v.contains(':') {
+                    unsupported.push(format!("{shown}: a host:path destination is not supported; give a path"));
+                } else if flag == "-o" {
+                    o.output = Some(nonempty(&flag, &v)?);
+                } else {
+                    o.error = Some(nonempty(&flag, &v)?);
+                }
+            }
+            "-r" => match v.as_str() {
+                "y" => o.requeue = Some(true),
+                "n" => o.requeue = Some(false),
+                _ => return Err(format!("-r takes y or n, got {v:?}")),
+            },
+            _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
+        }
+    }
+    Ok(())
+}
+
+/// One `-l` resource: `select=...`, `nodes=N:ppn=P`, `walltime`, `mem`, `ncpus`, `place`.
+fn pbs_resource(
+    res: &str,
+    o: &mut SubmitOptions,
+    later: &mut Later,
+    unsupported: &mut Vec<String>,
+) -> Result<(), String> {
+    let (name, value) = res.split_once('=').ok_or_else(|| format!("-l {res}: expected name=value"))?;
+    let number = |what: &str, v: &str| -> Result<u32, String> {
+        v.trim()
+            .parse::<u32>()
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| format!("-l {what} needs a positive number, got {v:?}"))
+    };
+    match name.trim() {
+        "select" => {
+            if value.contains('+') {
+                unsupported.push(format!("-l {res}: several chunk kinds (+) are not supported"));
+                return Ok(());
+            }
+            let mut parts = value.split(':');
+            let count = parts.next().unwrap_or("");
+            // `select=ncpus=4` has no leading count: one chunk.
+            let (chunks, rest): (u32, Vec<&str>) = if count.contains('=') {
+                (1, std::iter::once(count).chain(parts).collect())
+            } else {
+                (number("select", count)?, parts.collect())
+            };
+            let (mut ncpus, mut procs) = (1u32, None);
+            for kv in rest {
+                let (k, v) = kv.split_once('=').ok_or_else(|| format!("-l {res}: expected name=value, got {kv:?}"))?;
+                match k {
+                    "ncpus" => ncpus = number("ncpus", v)?,
+                    "mpiprocs" => procs = Some(number("mpiprocs", v)?),
+                    "mem" => o.mem = Some(pbs_size(v).ok_or_else(|| format!("-l {res}: bad size {v:?}"))?),
+                    _ => unsupported.push(format!("-l {res}: chunk resource {k} is not supported")),
+                }
+            }
+            let procs = procs.unwrap_or(1);
+            if ncpus % procs != 0 {
+                return Err(format!("-l {res}: ncpus={ncpus} is not a multiple of mpiprocs={procs}"));
+            }
+            o.nodes = Some(chunks);
+            o.tasks_per_node = Some(procs);
+            o.cpus_per_task = Some(ncpus / procs);
+        }
+        "nodes" => {
+            let mut parts = value.split(':');
+            o.nodes = Some(number("nodes", parts.next().unwrap_or(""))?);
+            for kv in parts {
+                match kv.split_once('=') {
+                    Some(("ppn", p)) => o.tasks_per_node = Some(number("ppn", p)?),
+                    _ => unsupported.push(format!("-l {res}: node property {kv:?} is not supported")),
+                }
+            }
+        }
+        "walltime" => {
+            o.walltime = Some(
+                slurm_hms(value)
+                    .filter(|s| *s > 0)
+                    .ok_or_else(|| format!("-l walltime needs [[HH:]MM:]SS, got {value:?}"))?,
+            )
+        }
+        "mem" => {
+            later.pbs_mem =
+                Some(pbs_size(value).filter(|b| *b > 0).ok_or_else(|| format!("-l mem: bad size {value:?}"))?);
+        }
+        "ncpus" => o.cores = Some(number("ncpus", value)?),
+        "place" => {
+            // berth puts each chunk on its own node, as `scatter` asks.
+            if !value.split(':').all(|p| matches!(p, "scatter" | "free")) {
+                unsupported.push(format!("-l {res}: only place=scatter (and free) is supported"));
+            }
+        }
+        _ => unsupported.push(format!("-l {res}: resource {name} is not supported")),
+    }
+    Ok(())
+}
+
+fn nonempty(flag: &str, v: &str) -> Result<String, String> {
+    if v.trim().is_empty() {
+        Err(format!("{flag} needs a value"))
+    } else {
+        Ok(v.trim().to_string())
+    }
+}
+
+/// Output paths: berth expands `%j` (the job id); Slurm's other patterns are not yet.
+fn output_pattern(v: &str) -> Result<String, String> {
+    let mut chars = v.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c == '%' {
+            match chars.next() {
+                Some('j') => {}
+                other => {
+                    return Err(format!(
+                        "the pattern %{} is not supported (only %j, the job id)",
+                        other.map(String::from).unwrap_or_default()
+                    ))
+                }
+            }
+        }
+    }
+    nonempty("output", v)
+}
+
+/// Slurm sizes: a bare number is megabytes; K, M, G, T suffixes (powers of 1024).
+fn slurm_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let bare = v.chars().all(|c| c.is_ascii_digit());
+    parse_size(&if bare { format!("{v}M") } else { v.to_string() }).ok()
+}
+
+/// PBS sizes: b, kb, mb, gb, tb (case-insensitive); a bare number is bytes.
+fn pbs_size(v: &str) -> Option<u64> {
+    parse_size(v.trim()).ok()
+}
+
+/// Slurm's time formats, in seconds; `Some(None)` for unlimited.
+fn slurm_time(v: &str) -> Option<Option<u64>> {
+    let v = v.trim();
+    if matches!(v.to_ascii_lowercase().as_str(), "unlimited" | "infinite") {
+        return Some(None);
+    }
+    let secs = match v.split_once('-') {
+        Some((days, rest)) => {
+            let days: u64 = days.parse().ok()?;
+            let f: Vec<u64> = rest.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            let (h, m, s) = match f.as_slice() {
+                [h] => (*h, 0, 0),
+                [h, m] => (*h, *m, 0),
+                [h, m, s] => (*h, *m, *s),
+                _ => return None,
+            };
+            days.checked_mul(86_400)?
+                .checked_add(h.checked_mul(3600)?)?
+                .checked_add(m.checked_mul(60)?)?
+                .checked_add(s)?
+        }
+        None => {
+            let f: Vec<u64> = v.split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+            match f.as_slice() {
+                [m] => m.checked_mul(60)?,
+                [m, s] => m.checked_mul(60)?.checked_add(*s)?,
+                [h, m, s] => h.checked_mul(3600)?.checked_add(m.checked_mul(60)?)?.checked_add(*s)?,
+                _ => return None,
+            }
+        }
+    };
+    (secs > 0).then_some(Some(secs))
+}
+
+/// PBS walltime: `[[HH:]MM:]SS`.
+fn slurm_hms(v: &str) -> Option<u64> {
+    let f: Vec<u64> = v.trim().split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
+    match f.as_slice() {
+        [s] => Some(*s),
+        [m, s] => m.checked_mul(60)?.checked_add(*s),
+        [h, m, s] => h.checked_mul(3600)?.checked_add(m.checked_mul(60)?)?.checked_add(*s),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

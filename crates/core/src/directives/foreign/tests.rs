@@ -1,0 +1,121 @@
+use super::*;
+use crate::directives::parse_script_with;
+
+fn opts(script: &str) -> SubmitOptions {
+    let f = parse_foreign(script).unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    f.options
+}
+
+#[test]
+fn slurm_directives_map_onto_berths_options() {
+    let o = opts(
+        "#!/bin/bash\n#SBATCH -N 2 --ntasks=6 -t 1:00\n#SBATCH --job-name=sim -c 2 --mem=4000\n#SBATCH -p long -A physics -o out-%j.txt\n#SBATCH --error err.txt --mem-per-cpu 1G --no-requeue\n#SBATCH -C bigmem&fast\nsrun ./a.out\n#SBATCH -N 9\n",
+    );
+    assert_eq!((o.nodes, o.tasks_per_node, o.cpus_per_task), (Some(2), Some(3), Some(2)));
+    assert_eq!(o.walltime, Some(60), "Slurm's 1:00 is one minute");
+    assert_eq!(o.name.as_deref(), Some("sim"));
+    assert_eq!(o.mem, Some(4000 << 20), "a bare --mem is megabytes");
+    assert_eq!(o.mem_per_cpu, Some(1 << 30));
+    assert_eq!((o.queue.as_deref(), o.account.as_deref()), (Some("long"), Some("physics")));
+    assert_eq!((o.output.as_deref(), o.error.as_deref()), (Some("out-%j.txt"), Some("err.txt")));
+    assert_eq!(o.requeue, Some(false));
+    assert_eq!(o.properties, Some(vec!["bigmem".to_string(), "fast".to_string()]));
+}
+
+#[test]
+fn slurm_times_tasks_and_node_ranges() {
+    let t = |v: &str| opts(&format!("#!/bin/sh\n#SBATCH --time={v}\n")).walltime;
+    assert_eq!(t("30"), Some(1800));
+    assert_eq!(t("10:30"), Some(630));
+    assert_eq!(t("2:00:00"), Some(7200));
+    assert_eq!(t("1-0"), Some(86_400));
+    assert_eq!(t("1-2:30"), Some(86_400 + 2 * 3600 + 1800));
+    assert_eq!(t("1-00:00:05"), Some(86_405));
+    // -n alone is the job's cores (times -c); with a node range the minimum is taken.
+    let o = opts("#!/bin/sh\n#SBATCH -n 4 -c 2\n");
+    assert_eq!((o.cores, o.nodes), (Some(8), None));
+    let o = opts("#!/bin/sh\n#SBATCH -n 5\n#SBATCH --nodes=2-4\n");
+    assert_eq!((o.nodes, o.tasks_per_node), (Some(2), Some(3)), "5 tasks over 2 nodes: 3 per node");
+    let o = opts("#!/bin/sh\n#SBATCH --ntasks-per-node=4 -n 8\n");
+    assert_eq!((o.nodes, o.tasks_per_node), (Some(2), Some(4)));
+}
+
+#[test]
+fn pbs_directives_map_onto_berths_options() {
+    let o = opts("#!/bin/sh\n#PBS -l nodes=2:ppn=3\n#PBS -l walltime=01:30:00,mem=8gb\n#PBS -N sim -q batch -A phys\n#PBS -o out.txt -e err.txt\necho\n");
+    assert_eq!((o.nodes, o.tasks_per_node), (Some(2), Some(3)));
+    assert_eq!(o.walltime, Some(5400));
+    assert_eq!(o.mem, Some(4 << 30), "-l mem is the job's total: 4 GiB on each of 2 nodes");
+    assert_eq!(
+        (o.name.as_deref(), o.queue.as_deref(), o.account.as_deref()),
+        (Some("sim"), Some("batch"), Some("phys"))
+    );
+    assert_eq!((o.output.as_deref(), o.error.as_deref()), (Some("out.txt"), Some("err.txt")));
+    let o = opts("#!/bin/sh\n#PBS -l select=3:ncpus=8:mpiprocs=4:mem=16gb\n#PBS -l place=scatter\n");
+    assert_eq!((o.nodes, o.tasks_per_node, o.cpus_per_task, o.mem), (Some(3), Some(4), Some(2), Some(16 << 30)));
+    let o = opts("#!/bin/sh\n#PBS -l ncpus=4 -r n\n#PBS -l mem=512mb\n");
+    assert_eq!((o.cores, o.requeue, o.mem), (Some(4), Some(false), Some(512 << 20)));
+    let f = parse_foreign("#!/bin/sh\n#PBS -V -h -l place=pack\n").unwrap();
+    assert_eq!(f.unsupported.len(), 3, "{:?}", f.unsupported);
+}
+
+#[test]
+fn nothing_is_silently_ignored() {
+    let f = parse_foreign(
+        "#!/bin/sh\n#SBATCH --mail-type=END --array=1-10\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%x.txt\n",
+    )
+    .unwrap();
+    let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("--mail-type=END"), "{:?}", f.unsupported);
+    assert!(f.unsupported[2].1.contains("GPUs"), "{:?}", f.unsupported);
+    assert!(f.unsupported[4].1.contains("%x"), "{:?}", f.unsupported);
+    // An error by default, naming the line and the directive; warnings when asked.
+    let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --mail-user=ann@example.org\n";
+    let e = parse_script_with(script, false).unwrap_err().to_string();
+    assert!(
+        e.starts_with("line 3:") && e.contains("--mail-user=ann@example.org") && e.contains("--ignore-unsupported"),
+        "{e}"
+    );
+    let (o, warnings) = parse_script_with(script, true).unwrap();
+    assert_eq!(o.cores, Some(2));
+    assert_eq!(warnings.len(), 1);
+    assert!(warnings[0].starts_with("line 3: #SBATCH --mail-user"), "{warnings:?}");
+}
+
+#[test]
+fn berth_directives_win_over_foreign_ones_and_flags_over_both() {
+    let script = "#!/bin/sh\n#SBATCH -J slurm-name -t 10\n#BERTH --name berth-name\n";
+    let (o, _) = parse_script_with(script, false).unwrap();
+    assert_eq!((o.name.as_deref(), o.walltime), (Some("berth-name"), Some(600)));
+    let mut flags = SubmitOptions::default();
+    flags.set("walltime", "30").unwrap();
+    assert_eq!(o.overlay(flags).walltime, Some(30));
+}
+
+#[test]
+fn malformed_values_are_errors_with_the_line() {
+    for (script, needle) in [
+        ("#!/bin/sh\n#SBATCH -N zero\n", "-N needs a node count"),
+        ("#!/bin/sh\n\n#SBATCH --time=soon\n", "not a Slurm time"),
+        ("#!/bin/sh\n#SBATCH --mem=lots\n", "--mem needs a size"),
+        ("#!/bin/sh\n#SBATCH --ntasks\n", "--ntasks needs a value"),
+        ("#!/bin/sh\n#PBS -l select=2:ncpus=3:mpiprocs=2\n", "not a multiple"),
+        ("#!/bin/sh\n#PBS -l walltime=1:2:3:4\n", "walltime needs"),
+        ("#!/bin/sh\n#PBS -l nodes\n", "expected name=value"),
+    ] {
+        let (line, message) = parse_foreign(script).unwrap_err();
+        assert_eq!(line, script.lines().position(|l| l.starts_with("#SBATCH") || l.starts_with("#PBS")).unwrap() + 1);
+        assert!(message.contains(needle), "{script:?}: {message}");
+    }
+}
+
+proptest::proptest! {
+    #[test]
+    fn never_panics(s in ".{0,200}") {
+        let _ = parse_foreign(&format!("#!/bin/sh\n#SBATCH {s}\n"));
+        let _ = parse_foreign(&format!("#!/bin/sh\n#PBS {s}\n"));
+        let _ = parse_foreign(&format!("#!/bin/sh\n#PBS -l {s}\n"));
+    }
+}
