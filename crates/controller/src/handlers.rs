@@ -334,9 +334,8 @@ impl Controller {
     fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
         let id = self.take_job_id()?;
         job.id = id;
-        let idstr = id.to_string();
-        job.stdout = job.stdout.replace("%j", &idstr);
-        job.stderr = job.stderr.replace("%j", &idstr);
+        let expand = |p: &str| berth_core::directives::expand_output(p, id.0, &job.name, &job.user.name);
+        (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
         self.store.insert_job(&job)?;
         self.store.event(now, "submit", Some(id), None, &job.user.name)?;
         self.jobs.insert(id, job);

@@ -214,6 +214,32 @@ impl SubmitOptions {
     }
 }
 
+/// An output or error path with its patterns expanded, as sbatch does: `%j` the job id, `%x`
+/// the job name (a `/` in it becomes `_`), `%u` the user, `%%` a `%`. Anything else after a
+/// `%` is kept as written.
+pub fn expand_output(pattern: &str, id: u64, name: &str, user: &str) -> String {
+    let mut out = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('j') => out.push_str(&id.to_string()),
+            Some('x') => out.push_str(&name.replace('/', "_")),
+            Some('u') => out.push_str(user),
+            Some('%') => out.push('%'),
+            Some(other) => {
+                out.push('%');
+                out.push(other);
+            }
+            None => out.push('%'),
+        }
+    }
+    out
+}
+
 /// Whether `name` may name an account or a reservation: 1 to 64 letters, digits, `_`, `-`, `.`.
 pub fn valid_name(name: &str) -> bool {
     !name.is_empty() && name.len() <= 64 && name.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
@@ -333,6 +359,13 @@ fn tokenize(s: &str) -> Result<Vec<String>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn output_patterns_expand_as_sbatch_does() {
+        assert_eq!(expand_output("/o/%x-%j.%u.out", 42, "my/job", "ann"), "/o/my_job-42.ann.out");
+        assert_eq!(expand_output("100%%-%j%", 7, "n", "u"), "100%-7%");
+        assert_eq!(expand_output("%A_%a", 7, "n", "u"), "%A_%a");
+    }
 
     #[test]
     fn reads_directives_until_first_command() {

@@ -105,7 +105,9 @@ fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(S
                 None => (tok.clone(), None),
             }
         } else if tok.starts_with('-') && tok.len() > 1 {
-            let (f, v) = tok.split_at(2);
+            // `-x` and what follows it (a value written against the flag); `x` may be any char.
+            let cut = tok.char_indices().nth(2).map_or(tok.len(), |(i, _)| i);
+            let (f, v) = tok.split_at(cut);
             (f.to_string(), (!v.is_empty()).then(|| v.trim_start_matches('=').to_string()))
         } else {
             return Err(format!("expected an option, found {tok:?}"));
@@ -356,16 +358,17 @@ fn nonempty(flag: &str, v: &str) -> Result<String, String> {
     }
 }
 
-/// Output paths: berth expands `%j` (the job id); Slurm's other patterns are not yet.
+/// Output paths: berth expands `%j`, `%x`, `%u` and `%%` (`super::expand_output`); Slurm's
+/// others (arrays, nodes, tasks, padded widths) are not yet.
 fn output_pattern(v: &str) -> Result<String, String> {
-    let mut chars = v.chars().peekable();
+    let mut chars = v.chars();
     while let Some(c) = chars.next() {
         if c == '%' {
             match chars.next() {
-                Some('j') => {}
+                Some('j' | 'x' | 'u' | '%') => {}
                 other => {
                     return Err(format!(
-                        "the pattern %{} is not supported (only %j, the job id)",
+                        "the pattern %{} is not supported (%j job id, %x job name, %u user, %% a percent sign are)",
                         other.map(String::from).unwrap_or_default()
                     ))
                 }

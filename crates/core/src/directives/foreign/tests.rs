@@ -63,14 +63,14 @@ fn pbs_directives_map_onto_berths_options() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --mail-type=END --array=1-10\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%x.txt\n",
+        "#!/bin/sh\n#SBATCH --mail-type=END --array=1-10\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%a.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("--mail-type=END"), "{:?}", f.unsupported);
     assert!(f.unsupported[2].1.contains("GPUs"), "{:?}", f.unsupported);
-    assert!(f.unsupported[4].1.contains("%x"), "{:?}", f.unsupported);
+    assert!(f.unsupported[4].1.contains("%a"), "{:?}", f.unsupported);
     // An error by default, naming the line and the directive; warnings when asked.
     let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --mail-user=ann@example.org\n";
     let e = parse_script_with(script, false).unwrap_err().to_string();
