@@ -14,7 +14,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
     let dir = cluster_dir(dir);
     match command {
         Command::Submit { scripts, flags, hold } => submit(&dir, json, &scripts, &flags, hold).await,
-        Command::Jobs { all, state } => {
+        Command::Jobs { all, state, user, name } => {
             let states = state
                 .iter()
                 .map(|s| {
@@ -23,9 +23,11 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
                     })
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let ClientResponse::Jobs { jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await? else {
+            let ClientResponse::Jobs { mut jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await?
+            else {
                 bail!("unexpected answer")
             };
+            keep_matching(&mut jobs, &user, &name);
             print(json, &jobs, || output::jobs_table(&jobs))
         }
         Command::Show { id } => {
@@ -192,6 +194,12 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
+/// `berth jobs --user/--name`: keep the jobs of any of `users` with any of `names` (an empty
+/// list keeps all).
+fn keep_matching(jobs: &mut Vec<berth_protocol::client::JobInfo>, users: &[String], names: &[String]) {
+    jobs.retain(|j| (users.is_empty() || users.contains(&j.user)) && (names.is_empty() || names.contains(&j.name)));
+}
+
 /// A controller's error about job `id`, said once: its messages mostly name the job already
 /// ("job 5 is running; ..."), so the id is added only where they do not (issue 17 item 11:
 /// "job 5: job 5 is running").
@@ -348,6 +356,32 @@ mod tests {
     use super::*;
 
     /// Issue 17 item 11: "job 5: job 5 is running" said the id twice.
+    #[test]
+    fn jobs_filter_by_user_and_name() {
+        let job = |user: &str, name: &str| -> berth_protocol::client::JobInfo {
+            serde_json::from_value(serde_json::json!({
+                "id": 7, "name": name, "user": user, "uid": 1000, "gid": 1000, "state": "queued",
+                "queue": "batch", "request": {"nodes": null, "cores": 1, "tasks_per_node": null,
+                "cpus_per_task": null, "mem_per_node": null, "mem_per_cpu": null, "threads": false},
+                "walltime_seconds": 60, "submit_time": 0.0, "start_time": null, "end_time": null,
+                "allocation": [], "exit_code": null, "signal": null, "reason": null,
+                "cwd": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/e", "accounting": null
+            }))
+            .unwrap()
+        };
+        let all = vec![job("ann", "a"), job("bob", "a"), job("ann", "b")];
+        let kept = |users: &[&str], names: &[&str]| {
+            let mut jobs = all.clone();
+            let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+            keep_matching(&mut jobs, &s(users), &s(names));
+            jobs.iter().map(|j| format!("{}/{}", j.user, j.name)).collect::<Vec<_>>()
+        };
+        assert_eq!(kept(&[], &[]), vec!["ann/a", "bob/a", "ann/b"]);
+        assert_eq!(kept(&["ann"], &[]), vec!["ann/a", "ann/b"]);
+        assert_eq!(kept(&["ann", "bob"], &["a"]), vec!["ann/a", "bob/a"]);
+        assert!(kept(&["eve"], &[]).is_empty());
+    }
+
     #[test]
     fn errors_name_the_job_once() {
         let id = JobId(5);

@@ -130,6 +130,12 @@ pub enum Command {
         /// Only jobs in this state (repeatable).
         #[arg(long)]
         state: Vec<String>,
+        /// Only jobs of these users (comma-separated or repeated, as squeue -u).
+        #[arg(long, short = 'u', value_delimiter = ',')]
+        user: Vec<String>,
+        /// Only jobs with these names (comma-separated or repeated, as squeue -n).
+        #[arg(long, short = 'n', value_delimiter = ',')]
+        name: Vec<String>,
     },
     /// Show one job in full.
     Show { id: String },
