@@ -204,26 +204,12 @@ impl JobTasks {
 
 /// `%j` job id, `%t` task id, `%n` node index, `%%` a percent sign.
 pub fn expand(pattern: &str, job: JobId, task: u64, node: u32) -> String {
-    let mut out = String::with_capacity(pattern.len() + 8);
-    let mut chars = pattern.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('j') => out.push_str(&job.to_string()),
-            Some('t') => out.push_str(&task.to_string()),
-            Some('n') => out.push_str(&node.to_string()),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
+    berth_core::directives::expand_percent(pattern, |c| match c {
+        'j' => Some(job.to_string()),
+        't' => Some(task.to_string()),
+        'n' => Some(node.to_string()),
+        _ => None,
+    })
 }
 
 /// `path` made absolute against `cwd`.

@@ -236,6 +236,26 @@ fn a_node_dead_at_launch_aborts_the_launch_cleanly() {
     assert_no_job_cgroups(&c);
 }
 
+/// A job writing "NODE TIMESTAMP" to `stamps` every 50 ms for 15 s.
+fn stamping_script(stamps: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 300 ]; do echo \"$BERTH_NODES $(date +%s.%N)\" >> {}; sleep 0.05; i=$((i+1)); done\n",
+        stamps.display()
+    )
+}
+
+/// The old copy's (node1) last stamp and the requeued copy's (node2) first.
+fn copies(stamps: &str) -> (f64, f64) {
+    let of = |node: &str| -> Vec<f64> {
+        stamps
+            .lines()
+            .filter(|l| l.starts_with(&format!("{node} ")))
+            .filter_map(|l| l[6..].trim().parse().ok())
+            .collect()
+    };
+    (of("node1").into_iter().fold(0.0, f64::max), of("node2").into_iter().fold(f64::MAX, f64::min))
+}
+
 /// Issue 16 item 15: fencing by lease. A job on a node whose link is cut is requeued
 /// elsewhere; its old copy is stopped by its own agent before the controller requeues it, so
 /// the two copies' intervals never overlap (each writes a timestamp every 50 ms). A
@@ -249,10 +269,7 @@ fn a_requeued_job_never_runs_twice_at_once() {
     let c = Cluster::up_with(tmp, 2, TOPO, &["--netns"]);
     c.json(&["node", "drain", "node2"]);
     let stamps = c.root().join("stamps");
-    let script = format!(
-        "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 300 ]; do echo \"$BERTH_NODES $(date +%s.%N)\" >> {}; sleep 0.05; i=$((i+1)); done\n",
-        stamps.display()
-    );
+    let script = stamping_script(&stamps);
     let requeued = c.submit("twice.sh", &script, &[]);
     let kept_marks = c.root().join("kept");
     let kept = c.submit(
@@ -290,12 +307,7 @@ fn a_requeued_job_never_runs_twice_at_once() {
     assert!(kept_last > cut_at + 3.5, "the --no-requeue job stopped {:.2} s after the cut", kept_last - cut_at);
     assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "up"]).status().unwrap().success());
     let text = std::fs::read_to_string(&stamps).unwrap();
-    let of = |node: &str| -> Vec<f64> {
-        text.lines().filter(|l| l.starts_with(&format!("{node} "))).filter_map(|l| l[6..].trim().parse().ok()).collect()
-    };
-    let (first, second) = (of("node1"), of("node2"));
-    let first_end = first.iter().cloned().fold(0.0, f64::max);
-    let second_start = second.iter().cloned().fold(f64::MAX, f64::min);
+    let (first_end, second_start) = copies(&text);
     println!(
         "fencing: old copy's last stamp {:.2} s after the cut, new copy's first {:.2} s after (gap {:.2} s)",
         first_end - cut_at,
@@ -328,10 +340,7 @@ fn an_agent_restarted_while_cut_off_still_fences() {
     let c = Cluster::up_with(tmp, 2, TOPO, &["--netns"]);
     c.json(&["node", "drain", "node2"]);
     let stamps = c.root().join("stamps");
-    let script = format!(
-        "#!/bin/sh\n#BERTH --cores 1 --walltime 120\ni=0\nwhile [ $i -lt 300 ]; do echo \"$BERTH_NODES $(date +%s.%N)\" >> {}; sleep 0.05; i=$((i+1)); done\n",
-        stamps.display()
-    );
+    let script = stamping_script(&stamps);
     let id = c.submit("twice.sh", &script, &[]);
     assert_eq!(alloc_nodes(&c.wait_state(id, &["running"], Duration::from_secs(20))), vec!["node1".to_string()]);
     while std::fs::read_to_string(&stamps).unwrap_or_default().lines().count() < 5 {
@@ -369,11 +378,7 @@ fn an_agent_restarted_while_cut_off_still_fences() {
     let text = std::fs::read_to_string(&stamps).unwrap();
     assert!(Command::new("ip").args(["-n", &ns, "link", "set", &dev, "up"]).status().unwrap().success());
     let _ = restart.join();
-    let of = |node: &str| -> Vec<f64> {
-        text.lines().filter(|l| l.starts_with(&format!("{node} "))).filter_map(|l| l[6..].trim().parse().ok()).collect()
-    };
-    let first_end = of("node1").into_iter().fold(0.0, f64::max);
-    let second_start = of("node2").into_iter().fold(f64::MAX, f64::min);
+    let (first_end, second_start) = copies(&text);
     println!(
         "fencing across a restart: old copy's last stamp {:.2} s after the cut, new copy's first {:.2} s after",
         first_end - cut_at,

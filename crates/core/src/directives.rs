@@ -218,7 +218,18 @@ impl SubmitOptions {
 /// the job name (a `/` in it becomes `_`), `%u` the user, `%%` a `%`. Anything else after a
 /// `%` is kept as written.
 pub fn expand_output(pattern: &str, id: u64, name: &str, user: &str) -> String {
-    let mut out = String::with_capacity(pattern.len());
+    expand_percent(pattern, |c| match c {
+        'j' => Some(id.to_string()),
+        'x' => Some(name.replace('/', "_")),
+        'u' => Some(user.to_string()),
+        _ => None,
+    })
+}
+
+/// `pattern` with each `%c` replaced by `value(c)` and `%%` by `%`; a `%c` without a value
+/// (and a trailing `%`) is kept as written. Shared by job outputs and the agent's task outputs.
+pub fn expand_percent(pattern: &str, value: impl Fn(char) -> Option<String>) -> String {
+    let mut out = String::with_capacity(pattern.len() + 8);
     let mut chars = pattern.chars();
     while let Some(c) = chars.next() {
         if c != '%' {
@@ -226,14 +237,14 @@ pub fn expand_output(pattern: &str, id: u64, name: &str, user: &str) -> String {
             continue;
         }
         match chars.next() {
-            Some('j') => out.push_str(&id.to_string()),
-            Some('x') => out.push_str(&name.replace('/', "_")),
-            Some('u') => out.push_str(user),
             Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
+            Some(other) => match value(other) {
+                Some(v) => out.push_str(&v),
+                None => {
+                    out.push('%');
+                    out.push(other);
+                }
+            },
             None => out.push('%'),
         }
     }

@@ -329,7 +329,7 @@ fn pbs_resource(
         }
         "walltime" => {
             o.walltime = Some(
-                slurm_hms(value)
+                hms(value)
                     .filter(|s| *s > 0)
                     .ok_or_else(|| format!("-l walltime needs [[HH:]MM:]SS, got {value:?}"))?,
             )
@@ -425,7 +425,7 @@ fn slurm_time(v: &str) -> Option<Option<u64>> {
 }
 
 /// PBS walltime: `[[HH:]MM:]SS`.
-fn slurm_hms(v: &str) -> Option<u64> {
+fn hms(v: &str) -> Option<u64> {
     let f: Vec<u64> = v.trim().split(':').map(|x| x.parse().ok()).collect::<Option<_>>()?;
     match f.as_slice() {
         [s] => Some(*s),
