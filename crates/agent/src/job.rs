@@ -299,6 +299,15 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
         spec.nodes.iter().flat_map(|(n, cores)| std::iter::repeat_n(format!("{n}\n"), *cores as usize)).collect();
     std::fs::write(spool.join("nodefile"), nodefile).map_err(|e| io("cannot write nodefile in", e))?;
     let mut owned = vec![spool.to_path_buf(), tmp, spool.join("nodefile")];
+    // PBS's node file (one line per task) where berth's (one per core) does not serve.
+    if let Some(compat) = spec.compat.as_ref().filter(|_| spec.head && !spec.script.is_empty()) {
+        if crate::compat_env::pbs_nodefile_name(spec, compat) == Some(crate::compat_env::PBS_NODEFILE) {
+            let path = spool.join(crate::compat_env::PBS_NODEFILE);
+            std::fs::write(&path, crate::compat_env::pbs_nodefile_text(spec, compat))
+                .map_err(|e| io("cannot write the PBS node file in", e))?;
+            owned.push(path);
+        }
+    }
     // An interactive allocation or a reservation has no script: no file for it (every file
     // made here is on the path of an interactive `berth run`).
     if !spec.script.is_empty() {
@@ -362,7 +371,8 @@ fn start(
         None => tokio::process::Command::new(spool.join("script")),
     };
     cmd.env_clear();
-    cmd.envs(spec.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let inherited = |k: &str| spec.compat.is_none() || !crate::compat_env::not_from_submitter(k);
+    cmd.envs(spec.env.iter().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.as_str(), v.as_str())));
     let nodes: Vec<&str> = spec.nodes.iter().map(|(n, _)| n.as_str()).collect();
     cmd.env("BERTH_JOB_ID", spec.id.to_string())
         .env("BERTH_JOB_NAME", &spec.name)
@@ -383,6 +393,13 @@ fn start(
     }
     if rankfile(spec).is_some() {
         cmd.env("BERTH_RANKFILE", spool.join("rankfile"));
+    }
+    if let Some(compat) = &spec.compat {
+        let cpus = spec.allocation.cpus.len();
+        cmd.envs(crate::compat_env::job_vars(spec, compat, crate::compat_env::node_index(spec), cpus));
+        if let Some(name) = crate::compat_env::pbs_nodefile_name(spec, compat) {
+            cmd.env("PBS_NODEFILE", spool.join(name));
+        }
     }
     cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
     cmd.kill_on_drop(false);

@@ -5,6 +5,7 @@ pub mod attach;
 pub mod auth;
 pub mod binding;
 pub mod cgroup;
+pub mod compat_env;
 pub mod conn;
 pub mod cpumap;
 pub mod cpusets;

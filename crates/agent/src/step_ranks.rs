@@ -94,7 +94,20 @@ fn node_env(
     if let Some(f) = failures {
         set_vars(&mut env, [("BERTH_FAILED_RANKS", f.display().to_string())]);
     }
+    if let Some(compat) = &job.spec.compat {
+        use crate::compat_env::{job_vars, step_vars};
+        let cpus = job.allocation().cpus.len();
+        let in_job = crate::compat_env::node_index(&job.spec);
+        set_compat(&mut env, job_vars(&job.spec, compat, in_job, cpus));
+        set_compat(&mut env, step_vars(grant, node_index));
+    }
     env
+}
+
+/// Set `vars` over `env` (crate::compat_env).
+fn set_compat(env: &mut Vec<(String, String)>, vars: crate::compat_env::Vars) {
+    env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+    env.extend(vars.into_iter().map(|(k, v)| (k.to_string(), v)));
 }
 
 /// One rank's own variables on top of the node's.
@@ -186,6 +199,9 @@ pub fn start(
         let (ours, theirs) =
             std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?;
         let mut env = rank_env(&base, place.rank, local, &host);
+        if job.spec.compat.is_some() {
+            set_compat(&mut env, crate::compat_env::rank_vars(place.rank, local));
+        }
         env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
         let child = crate::rank::spawn(crate::rank::RankLaunch {
             argv: &grant.argv,

@@ -227,21 +227,27 @@ fn set_vars(env: &mut Vec<(String, String)>, vars: Vec<(&str, String)>) {
 }
 
 /// The caller's environment for task `task` on node `node`, without what belongs to the
-/// caller's own rank or step. The node's own variables are added where the task starts.
-pub fn task_env(caller: &[(String, String)], job: JobId, task: u64, node: u32) -> Vec<(String, String)> {
+/// caller's own rank or step. The node's own variables are added where the task starts;
+/// `compat`: the Slurm and PBS ones too (crate::compat_env).
+pub fn task_env(caller: &[(String, String)], job: JobId, task: u64, node: u32, compat: bool) -> Vec<(String, String)> {
     let mut env: Vec<(String, String)> = caller
         .iter()
-        .filter(|(k, _)| !k.starts_with("PMI_") && !NOT_INHERITED.contains(&k.as_str()))
+        .filter(|(k, _)| {
+            !k.starts_with("PMI_")
+                && !NOT_INHERITED.contains(&k.as_str())
+                && !crate::compat_env::STEP_ONLY.contains(&k.as_str())
+        })
         .cloned()
         .collect();
-    set_vars(
-        &mut env,
-        vec![
-            ("BERTH_JOB_ID", job.to_string()),
-            ("BERTH_TASK_ID", task.to_string()),
-            ("BERTH_NODEID", node.to_string()),
-        ],
-    );
+    let mut vars = vec![
+        ("BERTH_JOB_ID", job.to_string()),
+        ("BERTH_TASK_ID", task.to_string()),
+        ("BERTH_NODEID", node.to_string()),
+    ];
+    if compat {
+        vars.extend(crate::compat_env::task_vars(task, node));
+    }
+    set_vars(&mut env, vars);
     env
 }
 
@@ -553,7 +559,7 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
             (id, out, err)
         });
         ids.push(id);
-        let env = task_env(&ask.env, spec.id, id, ask.node);
+        let env = task_env(&ask.env, spec.id, id, ask.node, spec.compat.is_some());
         let (tx, rx) = mpsc::unbounded_channel();
         job.tasks.with(|t| t.set_signals(id, tx));
         if local {
@@ -610,6 +616,13 @@ fn spawn_here(
             ("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string()),
         ],
     );
+    if let Some(compat) = &job.spec.compat {
+        use crate::compat_env::{job_vars, node_index};
+        // The job's, as on this node (a step's counts do not follow a task started from it).
+        let node = node_index(&job.spec);
+        let cpus = job.allocation().cpus.len();
+        set_vars(&mut env, job_vars(&job.spec, compat, node, cpus));
+    }
     let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
     crate::rank::spawn_to_files(
         crate::rank::RankLaunch {
@@ -1027,7 +1040,7 @@ mod tests {
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-        let env = task_env(&caller, JobId(5), 9, 1);
+        let env = task_env(&caller, JobId(5), 9, 1, false);
         let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
         assert_eq!(get("PATH"), ["/usr/bin"]);
         assert_eq!(get("HOME"), ["/home/u"]);
@@ -1035,6 +1048,23 @@ mod tests {
         assert_eq!(get("BERTH_NODEID"), ["1"]);
         assert_eq!(get("BERTH_JOB_ID"), ["5"]);
         assert_eq!(get("BERTH_TASK_ID"), ["9"]);
+        assert!(get("PBS_TASKNUM").is_empty(), "no Slurm or PBS variables when they are off");
+    }
+
+    #[test]
+    fn task_env_drops_step_variables_and_sets_pbs_ones() {
+        let caller: Vec<(String, String)> =
+            [("SLURM_PROCID", "3"), ("SLURM_LOCALID", "1"), ("SLURM_STEP_ID", "2"), ("SLURM_JOB_ID", "5")]
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+        let env = task_env(&caller, JobId(5), 9, 1, true);
+        let get = |k: &str| env.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert!(get("SLURM_PROCID").is_empty() && get("SLURM_LOCALID").is_empty() && get("SLURM_STEP_ID").is_empty());
+        assert_eq!(get("SLURM_JOB_ID"), ["5"]);
+        assert_eq!(get("PBS_TASKNUM"), ["9"]);
+        assert_eq!(get("PBS_NODENUM"), ["1"]);
+        assert_eq!(get("SLURM_NODEID"), ["1"]);
     }
 
     #[test]

@@ -90,6 +90,9 @@ pub struct ControllerConfig {
     /// (`[connections]`, docs/protocol.md "Limits").
     #[serde(default)]
     pub connections: ConnectionsConfig,
+    /// Slurm and PBS compatibility (`[compat]`, docs/compat.md).
+    #[serde(default)]
+    pub compat: CompatConfig,
     /// Refuse user and account names this host does not know (`--account`, `resv create
     /// --users/--accounts`). Off only in unit tests, whose users are made up.
     #[serde(default = "yes", skip)]
@@ -119,6 +122,21 @@ pub struct FaultConfig {
 impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig { requeue: true, max_requeues: 3, fence: true }
+    }
+}
+
+/// `[compat]`: what berth does for scripts written for Slurm and PBS.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompatConfig {
+    /// Give jobs, their steps and tasks the `SLURM_*` and `PBS_*` variables as well as
+    /// berth's own (docs/compat.md, "Environment").
+    pub environment: bool,
+}
+
+impl Default for CompatConfig {
+    fn default() -> Self {
+        CompatConfig { environment: true }
     }
 }
 
@@ -526,6 +544,18 @@ mod tests {
             let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
             assert!(e.contains("queue big") && e.contains(wanted), "{e}");
         }
+    }
+
+    #[test]
+    fn compat_section() {
+        let base = "state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n";
+        let c = ControllerConfig::load(Some(write(base).path()), &vec![], &[], &vec![]).unwrap();
+        assert!(c.compat.environment, "on by default");
+        let f = write(&format!("{base}[compat]\nenvironment = false\n"));
+        assert!(!ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap().compat.environment);
+        let f = write(&format!("{base}[compat]\nenviron = false\n"));
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("environ"), "{e}");
     }
 
     #[test]

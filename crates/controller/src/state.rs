@@ -367,6 +367,11 @@ impl Controller {
             umask: job.options.umask,
             pids_max: self.cfg.limits.pids_max(job.allocation[k].cores),
             fence: self.cfg.lease().is_some() && self.requeued_if_lost(job, k),
+            compat: self.cfg.compat.environment.then(|| berth_protocol::agent::CompatEnv {
+                cpus_per_task: job.options.cpus_per_task,
+                tasks_per_node: job.options.tasks_per_node,
+                queue: job.queue.clone(),
+            }),
         }
     }
 

@@ -257,6 +257,25 @@ pub struct LaunchSpec {
     /// its lease runs out, so that two copies never run at once.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub fence: bool,
+    /// Give the job's processes the Slurm and PBS variables too (docs/compat.md,
+    /// "Environment"); none: the controller's `[compat] environment` is off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compat: Option<CompatEnv>,
+}
+
+/// What a job's Slurm and PBS variables need besides the rest of its launch.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompatEnv {
+    /// `--cpus-per-task`, if the job gave it (`SLURM_CPUS_PER_TASK` is set only then, as
+    /// Slurm does); tasks are the job's cores divided by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// `--tasks-per-node`, if the job gave it (`SLURM_NTASKS_PER_NODE`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_per_node: Option<u32>,
+    /// The job's queue (`SLURM_JOB_PARTITION`, `PBS_QUEUE`).
+    #[serde(default)]
+    pub queue: String,
 }
 
 fn yes() -> bool {

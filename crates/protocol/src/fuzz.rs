@@ -8,8 +8,8 @@
 //! decodes to itself.
 
 use crate::agent::{
-    AgentMessage, AgentQuery, AgentReply, CgroupReport, ControllerMessage, LaunchSpec, Refusal, Registration, StepRef,
-    UserIdentity,
+    AgentMessage, AgentQuery, AgentReply, CgroupReport, CompatEnv, ControllerMessage, LaunchSpec, Refusal,
+    Registration, StepRef, UserIdentity,
 };
 use crate::auth::{Envelope, SessionFrame};
 use crate::client::{
@@ -525,13 +525,15 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
             of(any::<u32>()),
             of(any::<u64>()),
             any::<bool>(),
+            of((of(any::<u32>()), of(any::<u32>()), text())
+                .prop_map(|(cpus_per_task, tasks_per_node, queue)| CompatEnv { cpus_per_task, tasks_per_node, queue })),
         ),
     )
         .prop_map(
             |(
                 (id, name, user, env, cwd, script, stdout, stderr),
                 (allocation, nodes, walltime_seconds, head, addresses),
-                (kill_grace_ms, binding_mode, rankfile, step, umask, pids_max, fence),
+                (kill_grace_ms, binding_mode, rankfile, step, umask, pids_max, fence, compat),
             )| LaunchSpec {
                 id,
                 name,
@@ -553,6 +555,7 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 umask,
                 pids_max,
                 fence,
+                compat,
             },
         )
         .boxed()

@@ -73,3 +73,24 @@ fn the_free_string_counts_system_cpus_as_not_free() {
     assert_eq!(nodes[0].free, "S.CCCS.CCC");
     assert_eq!(nodes[0].cpus_allocated, 0);
 }
+
+/// Issue 19, "Environment": launches carry what the Slurm and PBS variables need, unless
+/// `[compat] environment = false`.
+#[test]
+fn launches_carry_the_compat_environment_unless_it_is_off() {
+    use berth_core::directives::SubmitOptions;
+    let opts = || SubmitOptions {
+        nodes: Some(2),
+        tasks_per_node: Some(2),
+        cpus_per_task: Some(2),
+        walltime: Some(600),
+        ..Default::default()
+    };
+    let mut h = Harness::new(2);
+    let id = h.batch(opts(), &ann());
+    let compat = h.ctl.launch_spec(&h.ctl.jobs[&id], 1).compat.expect("on by default");
+    assert_eq!((compat.cpus_per_task, compat.tasks_per_node, compat.queue.as_str()), (Some(2), Some(2), "batch"));
+    let mut off = Harness::with_config(2, |c| c.compat.environment = false);
+    let id = off.batch(opts(), &ann());
+    assert_eq!(off.ctl.launch_spec(&off.ctl.jobs[&id], 0).compat, None);
+}
