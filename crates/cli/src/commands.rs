@@ -120,6 +120,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         Command::Task { command } => crate::task::run(json, command).await,
         Command::Sim(args) => crate::sim::run(json, args),
         Command::Keygen { file } => keygen(&file, json),
+        Command::Compat { command } => crate::compat::install::run(json, command),
         Command::Server(_) | Command::Agent(_) | Command::Up(_) | Command::Down(_) | Command::Demo(_) => {
             crate::exec_berthd()
         }

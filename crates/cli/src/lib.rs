@@ -6,6 +6,7 @@
 pub mod advance;
 pub mod client;
 pub mod commands;
+pub mod compat;
 pub mod events;
 pub mod faults;
 pub mod output;
@@ -240,6 +241,12 @@ pub enum Command {
     },
     /// Replay a job trace (SWF) through the scheduler on a virtual clock; needs no cluster.
     Sim(sim::SimArgs),
+    /// Answer to Slurm's and PBS's command names: `compat install DIR` links sbatch, squeue,
+    /// qsub, qstat and the others to berth in DIR (docs/compat.md, "Command names").
+    Compat {
+        #[command(subcommand)]
+        command: compat::install::CompatCommand,
+    },
     /// Run the controller (runs `berthd server`).
     Server(Passthrough),
     /// Run a node agent (runs `berthd agent`).

@@ -6,6 +6,10 @@ use clap::Parser;
 
 fn main() {
     berth_protocol::probe::mark("client main");
+    // Invoked as sbatch, squeue, qsub, ... (links `berth compat install` makes).
+    if let Some(code) = berth_cli::compat::main_by_name(std::env::args_os().collect()) {
+        std::process::exit(code);
+    }
     let args = run::rewrite_np(std::env::args().collect());
     if let Some(line) = run::run_command_line(&args) {
         let cli = run::RunCli::parse_line(line);

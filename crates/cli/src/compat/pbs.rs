@@ -1,0 +1,744 @@
+//! PBS's commands: `qsub`, `qstat`, `qdel`, `qhold`, `qrls`, `pbsnodes`.
+//!
+//! Job ids are printed as PBS prints them, `N.SERVER`, SERVER being this host's name up to its
+//! first dot (the controller is reached through a Unix socket on this host); `N` and
+//! `N.anything` are accepted. qsub's `-l` and `-r` are read exactly as `#PBS` lines are (the
+//! directive table in docs/compat.md).
+
+use super::format::{self as f, short, Arg, Opt};
+use crate::client::request;
+use crate::SubmitFlags;
+use anyhow::{bail, Result};
+use berth_core::directives::SubmitOptions;
+use berth_core::job::JobState;
+use berth_core::JobId;
+use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobInfo};
+use std::path::{Path, PathBuf};
+
+/// PBS's exit status for an unknown job id (PBSE_UNKJOBID 15001, modulo 256).
+pub const EXIT_UNKNOWN_JOB: i32 = 153;
+/// PBS's exit status for a job that has finished (PBSE_HISTJOBID 15139, modulo 256).
+pub const EXIT_FINISHED_JOB: i32 = 35;
+
+fn version_line() -> String {
+    format!("pbs_version = 2022.1.0 (berth {})", env!("CARGO_PKG_VERSION"))
+}
+
+// ---------------------------------------------------------------------------------------
+// qsub
+
+const QSUB_OPTS: &[Opt] = &[
+    short('a', Arg::Required),
+    short('A', Arg::Required),
+    short('c', Arg::Required),
+    short('C', Arg::Required),
+    short('d', Arg::Required),
+    short('e', Arg::Required),
+    short('f', Arg::No),
+    short('F', Arg::Required),
+    short('h', Arg::No),
+    short('I', Arg::No),
+    short('j', Arg::Required),
+    short('J', Arg::Required),
+    short('k', Arg::Required),
+    short('l', Arg::Required),
+    short('m', Arg::Required),
+    short('M', Arg::Required),
+    short('N', Arg::Required),
+    short('o', Arg::Required),
+    short('p', Arg::Required),
+    short('P', Arg::Required),
+    short('q', Arg::Required),
+    short('r', Arg::Required),
+    short('S', Arg::Required),
+    short('t', Arg::Required),
+    short('u', Arg::Required),
+    short('v', Arg::Required),
+    short('V', Arg::No),
+    short('w', Arg::Required),
+    short('W', Arg::Required),
+    short('X', Arg::No),
+    short('z', Arg::No),
+    f::long("version", Arg::No),
+    // berth's own: submit although some options or directives are not supported.
+    f::long("ignore-unsupported", Arg::No),
+];
+
+/// What a qsub command line asks for.
+#[derive(Debug, Default)]
+pub struct QsubPlan {
+    pub flags: SubmitFlags,
+    /// `-l` and `-r`, read as `#PBS` lines are.
+    pub options: SubmitOptions,
+    pub hold: bool,
+    pub quiet: bool,
+    /// `-j oe` / `-j eo`: which stream the other joins ('o' or 'e').
+    pub join: Option<char>,
+    pub chdir: Option<String>,
+    pub vars: Vec<(String, String)>,
+    /// The script file; None: standard input (or `command` after `--`).
+    pub script: Option<String>,
+    /// `qsub [options] -- executable [args]`.
+    pub command: Vec<String>,
+    pub warnings: Vec<String>,
+    pub info: Option<String>,
+}
+
+fn unsupported(plan: &mut QsubPlan, ignore: bool, what: String) -> Result<(), String> {
+    if ignore {
+        plan.warnings.push(what);
+        Ok(())
+    } else {
+        Err(format!("{what}; --ignore-unsupported submits without it"))
+    }
+}
+
+/// Read a qsub command line (pure).
+pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
+    let dashdash = args.iter().position(|a| a == "--");
+    let (opts, command) = match dashdash {
+        Some(i) => (&args[..i], args[i + 1..].to_vec()),
+        None => (args, vec![]),
+    };
+    let p = f::getopt(opts, QSUB_OPTS, true)?;
+    let mut plan = QsubPlan { command, ..Default::default() };
+    let ignore = p.has("--ignore-unsupported");
+    plan.flags.ignore_unsupported = ignore;
+    let mut directives = String::from("#!/bin/sh\n");
+    for (key, value) in &p.options {
+        let v = value.clone().unwrap_or_default();
+        let nonempty = |v: &str| -> Result<String, String> {
+            if v.trim().is_empty() {
+                Err(format!("option {key} needs a value"))
+            } else {
+                Ok(v.trim().to_string())
+            }
+        };
+        match key.as_str() {
+            "-l" | "-r" => {
+                if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
+                    return Err(format!("illegal {key} value {v:?}"));
+                }
+                directives.push_str(&format!("#PBS {key} {v}\n"));
+            }
+            "-N" => plan.flags.name = Some(nonempty(&v)?),
+            "-q" => plan.flags.queue = Some(nonempty(&v)?),
+            "-A" | "-P" => plan.flags.account = Some(nonempty(&v)?),
+            "-o" | "-e" => {
+                if v.contains(':') {
+                    unsupported(
+                        &mut plan,
+                        ignore,
+                        format!("{key} {v}: a host:path destination is not supported; give a path"),
+                    )?;
+                } else if key == "-o" {
+                    plan.flags.output = Some(nonempty(&v)?);
+                } else {
+                    plan.flags.error = Some(nonempty(&v)?);
+                }
+            }
+            "-j" => match v.as_str() {
+                "oe" => plan.join = Some('o'),
+                "eo" => plan.join = Some('e'),
+                "n" => plan.join = None,
+                _ => return Err(format!("illegal -j value {v:?}: oe, eo or n")),
+            },
+            "-h" => plan.hold = true,
+            "-z" => plan.quiet = true,
+            // The job gets the submitting environment in any case.
+            "-V" => {}
+            "-v" => {
+                for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                    match item.split_once('=') {
+                        Some((k, val)) if !k.is_empty() => plan.vars.push((k.to_string(), val.to_string())),
+                        // A name alone: its value here (PBS's meaning).
+                        _ => plan.vars.push((item.to_string(), std::env::var(item).unwrap_or_default())),
+                    }
+                }
+            }
+            "-d" | "-w" => plan.chdir = Some(nonempty(&v)?),
+            "-m" if v == "n" => {}
+            "--ignore-unsupported" => {}
+            "--version" => plan.info = Some(format!("{}\n", version_line())),
+            _ => {
+                let shown = match value {
+                    Some(v) => format!("{key} {v}"),
+                    None => key.clone(),
+                };
+                unsupported(
+                    &mut plan,
+                    ignore,
+                    format!("{shown}: not supported by berth (docs/compat.md lists what is)"),
+                )?
+            }
+        }
+    }
+    if plan.info.is_some() {
+        return Ok(plan);
+    }
+    let foreign = berth_core::directives::parse_foreign(&directives)
+        .map_err(|(_, m)| m.trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
+    plan.options = foreign.options;
+    for (_, what) in foreign.unsupported {
+        unsupported(&mut plan, ignore, what.trim_start_matches("#PBS").trim().to_string())?;
+    }
+    let mut operands = p.operands.into_iter();
+    plan.script = operands.next();
+    if let Some(extra) = operands.next() {
+        return Err(format!("too many arguments ({extra}); arguments to a job go after `--` with an executable"));
+    }
+    if plan.script.is_some() && !plan.command.is_empty() {
+        return Err("give a script or `-- executable [args]`, not both".into());
+    }
+    Ok(plan)
+}
+
+/// A job id as PBS prints it.
+pub fn pbs_id(id: JobId, server: &str) -> String {
+    format!("{}.{server}", id.0)
+}
+
+/// A single-quoted shell word.
+fn shell_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// qsub: submit a script (a file, standard input, or `-- executable args`) and print its id.
+pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let mut plan = match qsub_plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("qsub: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: qsub [-A account] [-e path] [-h] [-j oe|eo|n] [-l resource_list] [-N name] [-o path] [-q queue] [-r y|n] [-v variable_list] [-V] [-z] [script | -- command [arg1 ...]]");
+            return Ok(2);
+        }
+    };
+    if let Some(info) = &plan.info {
+        print!("{info}");
+        return Ok(0);
+    }
+    for w in &plan.warnings {
+        eprintln!("qsub: warning: {}: ignored", crate::output::terminal_safe(w));
+    }
+    let (text, temp, script_name) = match (&plan.script, plan.command.is_empty()) {
+        (Some(path), _) => (std::fs::read_to_string(path).unwrap_or_default(), None, None),
+        (None, false) => {
+            let words: Vec<String> = plan.command.iter().map(|w| shell_quote(w)).collect();
+            let text = format!("#!/bin/sh\n{}\n", words.join(" "));
+            let name = Path::new(&plan.command[0]).file_name().map(|n| n.to_string_lossy().into_owned());
+            (text.clone(), Some(super::TempScript::new(&text)?), name)
+        }
+        (None, true) => {
+            let mut text = super::read_stdin_script()?;
+            if !text.starts_with("#!") {
+                text = format!("#!/bin/sh\n{text}");
+            }
+            (text.clone(), Some(super::TempScript::new(&text)?), Some("STDIN".to_string()))
+        }
+    };
+    let path: PathBuf = match (&temp, &plan.script) {
+        (Some(t), _) => t.path.clone(),
+        (None, Some(p)) => std::env::current_dir()?.join(p),
+        (None, None) => bail!("no script"),
+    };
+    if let Some(d) = &plan.chdir {
+        std::env::set_current_dir(d).map_err(|e| anyhow::anyhow!("cannot change to {d}: {e}"))?;
+    }
+    // PBS's default outputs: NAME.oID and NAME.eID, unless joined.
+    let script = berth_core::directives::parse_script_with(&text, true).map(|(o, _)| o).unwrap_or_default();
+    if plan.flags.output.is_none() && script.output.is_none() {
+        plan.flags.output = Some("%x.o%j".into());
+    }
+    if plan.flags.error.is_none() && script.error.is_none() {
+        plan.flags.error = Some("%x.e%j".into());
+    }
+    match plan.join {
+        Some('o') => plan.flags.error = plan.flags.output.clone().or(script.output),
+        Some('e') => plan.flags.output = plan.flags.error.clone().or(script.error),
+        _ => {}
+    }
+    let mut sub = crate::commands::build_submission(&path, &plan.flags, plan.hold)?;
+    drop(temp);
+    sub.options = sub.options.overlay(std::mem::take(&mut plan.options));
+    if let Some(name) = script_name {
+        sub.script_name = name;
+    }
+    for (k, v) in &plan.vars {
+        sub.env.retain(|(key, _)| key != k);
+        sub.env.push((k.clone(), v.clone()));
+    }
+    let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
+        bail!("unexpected answer")
+    };
+    if !plan.quiet {
+        println!("{}", pbs_id(id, &f::server_name()));
+    }
+    Ok(0)
+}
+
+// ---------------------------------------------------------------------------------------
+// qstat
+
+const QSTAT_OPTS: &[Opt] = &[
+    short('a', Arg::No),
+    short('f', Arg::No),
+    short('H', Arg::No),
+    short('n', Arg::No),
+    short('q', Arg::No),
+    short('Q', Arg::No),
+    short('s', Arg::No),
+    short('u', Arg::Required),
+    short('w', Arg::No),
+    short('x', Arg::No),
+    short('1', Arg::No),
+    f::long("version", Arg::No),
+];
+
+/// A job's PBS state letter.
+pub fn pbs_state(j: &JobInfo) -> char {
+    match j.state {
+        JobState::Queued => 'Q',
+        JobState::Held => 'H',
+        JobState::Running if j.reason.as_deref().is_some_and(|r| r.starts_with("ending")) => 'E',
+        JobState::Running => 'R',
+        JobState::Suspended => 'S',
+        _ => 'F',
+    }
+}
+
+/// CPU time used, as PBS shows it (`0` before the job started).
+fn cpu_time(j: &JobInfo) -> String {
+    match (&j.accounting, j.start_time) {
+        (Some(a), _) => f::pbs_hms((a.user_cpu_seconds + a.system_cpu_seconds) as u64),
+        (None, Some(_)) => f::pbs_hms(0),
+        (None, None) => "0".into(),
+    }
+}
+
+/// PBS cuts a value too wide for its column and marks the cut with `*`.
+fn cut(s: &str, w: usize) -> String {
+    if s.chars().count() <= w {
+        s.to_string()
+    } else {
+        let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+        t.push('*');
+        t
+    }
+}
+
+/// qstat's default table.
+pub fn qstat_table(jobs: &[JobInfo], server: &str) -> String {
+    let jobs = crate::output::escaped(jobs);
+    let mut out = String::from(
+        "Job id            Name             User              Time Use S Queue\n----------------  ---------------- ----------------  -------- - -----\n",
+    );
+    for j in &jobs {
+        out.push_str(&format!(
+            "{:<17} {:<16} {:<17} {:>8} {} {}\n",
+            cut(&pbs_id(j.id, server), 17),
+            cut(&j.name, 16),
+            cut(&j.user, 16),
+            cpu_time(j),
+            pbs_state(j),
+            cut(&j.queue, 5)
+        ));
+    }
+    out
+}
+
+/// qstat's alternate table (`-a`, `-u`): requested nodes, tasks, memory, time, and elapsed.
+pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
+    let jobs = crate::output::escaped(jobs);
+    let mut out = format!(
+        "\n{server}: \n                                                            Req'd  Req'd   Elap\nJob ID          Username Queue    Jobname    SessID NDS TSK Memory Time  S Time\n--------------- -------- -------- ---------- ------ --- --- ------ ----- - -----\n"
+    );
+    for j in &jobs {
+        let hm = |secs: u64| format!("{:02}:{:02}", secs / 3600, secs / 60 % 60);
+        let mem = match (j.request.mem_per_node, j.request.mem_per_cpu) {
+            (Some(b), _) => format!("{}mb", (b * u64::from(f::job_node_count(j))) >> 20),
+            _ => "--".into(),
+        };
+        let elapsed = if j.start_time.is_some() { hm(f::elapsed(j, now)) } else { "--".into() };
+        out.push_str(&format!(
+            "{:<15} {:<8} {:<8} {:<10} {:>6} {:>3} {:>3} {:>6} {:>5} {} {:>5}\n",
+            cut(&pbs_id(j.id, server), 15),
+            cut(&j.user, 8),
+            cut(&j.queue, 8),
+            cut(&j.name, 10),
+            "--",
+            f::job_node_count(j),
+            crate::output::job_cpus(j),
+            mem,
+            j.walltime_seconds.map(hm).unwrap_or_else(|| "--".into()),
+            pbs_state(j),
+            elapsed
+        ));
+    }
+    out
+}
+
+/// `qstat -f`: a job's attributes, one per line.
+pub fn qstat_full(j: &JobInfo, server: &str, now: f64) -> String {
+    let j = &crate::output::escaped(std::slice::from_ref(j))[0];
+    let mut s = format!("Job Id: {}\n", pbs_id(j.id, server));
+    let mut kv = |k: &str, v: String| s.push_str(&format!("    {k} = {v}\n"));
+    kv("Job_Name", j.name.clone());
+    kv("Job_Owner", format!("{}@{server}", j.user));
+    if let Some(a) = &j.accounting {
+        kv("resources_used.cput", f::pbs_hms((a.user_cpu_seconds + a.system_cpu_seconds) as u64));
+        kv("resources_used.mem", format!("{}kb", a.peak_memory_bytes >> 10));
+    }
+    if j.start_time.is_some() {
+        kv("resources_used.walltime", f::pbs_hms(f::elapsed(j, now)));
+    }
+    kv("job_state", pbs_state(j).to_string());
+    kv("queue", j.queue.clone());
+    kv("Account_Name", j.account.clone());
+    if !j.allocation.is_empty() {
+        let hosts: Vec<String> = j.allocation.iter().map(|a| format!("{}/0*{}", a.node, a.cores)).collect();
+        kv("exec_host", hosts.join("+"));
+    }
+    kv("Error_Path", format!("{server}:{}", j.stderr));
+    kv("Output_Path", format!("{server}:{}", j.stdout));
+    kv("Resource_List.ncpus", crate::output::job_cpus(j));
+    kv("Resource_List.nodect", f::job_node_count(j).to_string());
+    if let Some(w) = j.walltime_seconds {
+        kv("Resource_List.walltime", f::pbs_hms(w));
+    }
+    kv("ctime", f::ctime(j.submit_time));
+    if let Some(t) = j.start_time {
+        kv("stime", f::ctime(t));
+    }
+    if let Some(t) = j.end_time {
+        kv("obittime", f::ctime(t));
+    }
+    if let Some(r) = &j.reason {
+        kv("comment", r.clone());
+    }
+    if let Some(c) = j.exit_code {
+        kv("Exit_status", c.to_string());
+    } else if let Some(sig) = j.signal {
+        kv("Exit_status", (256 + sig).to_string());
+    }
+    kv("Variable_List", format!("PBS_O_WORKDIR={}", j.cwd));
+    s.push('\n');
+    s
+}
+
+pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let p = match f::getopt(&args, QSTAT_OPTS, false) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("qstat: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: qstat [-a] [-f] [-x] [-u user_list] [job_identifier...]");
+            return Ok(2);
+        }
+    };
+    if p.has("--version") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
+    for unsupported in ["-q", "-Q"] {
+        if p.has(unsupported) {
+            eprintln!("qstat: {unsupported}: queue status is not supported by berth; `berth queues` shows the queues");
+            return Ok(2);
+        }
+    }
+    let server = f::server_name();
+    let mut ids = Vec::new();
+    for op in &p.operands {
+        match f::parse_job_id(op) {
+            Some(id) => ids.push(id),
+            None => {
+                eprintln!("qstat: illegally formed job identifier: {}", crate::output::terminal_safe(op));
+                return Ok(1);
+            }
+        }
+    }
+    let history = p.has("-x") || p.has("-H");
+    let jobs = if ids.is_empty() {
+        let ClientResponse::Jobs { jobs } =
+            request(dir, ClientRequest::ListJobs { states: vec![], all: history }).await?
+        else {
+            bail!("unexpected answer")
+        };
+        jobs
+    } else {
+        super::jobs_by_id(dir, &ids).await?
+    };
+    let users = p.list("-u");
+    let mut code = 0;
+    let mut shown: Vec<JobInfo> = Vec::new();
+    if ids.is_empty() {
+        shown = jobs
+            .into_iter()
+            .filter(|j| history || !j.state.is_finished())
+            .filter(|j| users.is_empty() || users.contains(&j.user))
+            .collect();
+    } else {
+        for id in &ids {
+            match jobs.iter().find(|j| j.id == *id) {
+                Some(j) if j.state.is_finished() && !history => {
+                    eprintln!(
+                        "qstat: {} Job has finished, use -x or -H to obtain historical job information",
+                        pbs_id(*id, &server)
+                    );
+                    code = EXIT_FINISHED_JOB;
+                }
+                Some(j) => shown.push(j.clone()),
+                None => {
+                    eprintln!("qstat: Unknown Job Id {}", pbs_id(*id, &server));
+                    code = EXIT_UNKNOWN_JOB;
+                }
+            }
+        }
+    }
+    let now = f::now();
+    let text = if p.has("-f") {
+        shown.iter().map(|j| qstat_full(j, &server, now)).collect::<String>()
+    } else if p.has("-a") || !users.is_empty() {
+        qstat_alt_table(&shown, &server, now)
+    } else if shown.is_empty() {
+        String::new()
+    } else {
+        qstat_table(&shown, &server)
+    };
+    print!("{}", crate::output::terminal_safe(&text));
+    Ok(code)
+}
+
+// ---------------------------------------------------------------------------------------
+// qdel
+
+const QDEL_OPTS: &[Opt] = &[short('W', Arg::Required), short('x', Arg::No), f::long("version", Arg::No)];
+
+pub async fn qdel(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let p = match f::getopt(&args, QDEL_OPTS, false) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("qdel: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: qdel [-W force|suppress_email=X] [-x] job_identifier...");
+            return Ok(2);
+        }
+    };
+    if p.has("--version") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
+    if p.operands.is_empty() {
+        eprintln!("usage: qdel [-W force|suppress_email=X] [-x] job_identifier...");
+        return Ok(2);
+    }
+    let server = f::server_name();
+    let mut code = 0;
+    let mut ids = Vec::new();
+    for op in &p.operands {
+        match f::parse_job_id(op) {
+            Some(id) => ids.push(id),
+            None => {
+                eprintln!("qdel: illegally formed job identifier: {}", crate::output::terminal_safe(op));
+                code = 1;
+            }
+        }
+    }
+    for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
+        let ClientResponse::Done { results } = request(dir, ClientRequest::Cancel { ids: chunk.to_vec() }).await?
+        else {
+            bail!("unexpected answer")
+        };
+        for r in results.iter().filter(|r| !r.ok) {
+            let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
+            eprintln!("qdel: {text} {}", pbs_id(r.id, &server));
+            code = status;
+        }
+    }
+    Ok(code)
+}
+
+// ---------------------------------------------------------------------------------------
+// qhold, qrls
+
+/// qhold (`hold`) or qrls (release): `-h u` (user holds, the only kind berth has) accepted.
+pub async fn qhold(dir: &Path, args: Vec<String>, hold: bool) -> Result<i32> {
+    let name = if hold { "qhold" } else { "qrls" };
+    let p = match f::getopt(&args, &[short('h', Arg::Required), f::long("version", Arg::No)], false) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("{name}: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: {name} [-h hold_list] job_identifier...");
+            return Ok(2);
+        }
+    };
+    if p.has("--version") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
+    if let Some(kind) = p.last("-h").filter(|k| *k != "u") {
+        eprintln!(
+            "{name}: hold type {} is not supported by berth (only u, a user hold)",
+            crate::output::terminal_safe(kind)
+        );
+        return Ok(2);
+    }
+    if p.operands.is_empty() {
+        eprintln!("usage: {name} [-h hold_list] job_identifier...");
+        return Ok(2);
+    }
+    let server = f::server_name();
+    let mut code = 0;
+    let mut ids = Vec::new();
+    for op in &p.operands {
+        match f::parse_job_id(op) {
+            Some(id) => ids.push(id),
+            None => {
+                eprintln!("{name}: illegally formed job identifier: {}", crate::output::terminal_safe(op));
+                code = 1;
+            }
+        }
+    }
+    for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
+        let req = if hold {
+            ClientRequest::Hold { ids: chunk.to_vec() }
+        } else {
+            ClientRequest::Release { ids: chunk.to_vec() }
+        };
+        let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
+        for r in results.iter().filter(|r| !r.ok) {
+            let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
+            eprintln!("{name}: {text} {}", pbs_id(r.id, &server));
+            code = status;
+        }
+    }
+    Ok(code)
+}
+
+/// PBS's message and exit status for a request refused for one job.
+fn pbs_error(code: Option<ErrorCode>) -> (&'static str, i32) {
+    match code {
+        Some(ErrorCode::UnknownJob) => ("Unknown Job Id", EXIT_UNKNOWN_JOB),
+        Some(ErrorCode::InvalidState) => ("Job has finished", EXIT_FINISHED_JOB),
+        Some(ErrorCode::NotPermitted) => ("Unauthorized Request", 159),
+        _ => ("Request invalid for state of job", 170),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// pbsnodes
+
+/// A node's PBS state: free, job-busy, offline (drained or draining), down.
+pub fn pbs_node_state(n: &berth_protocol::client::NodeInfo) -> &'static str {
+    match n.state.split_whitespace().next().unwrap_or("") {
+        _ if n.state.contains("not connected") => "down",
+        "up" if n.cpus_allocated >= n.pus => "job-busy",
+        "up" => "free",
+        "draining" | "drained" => "offline",
+        "cleaning" => "job-exclusive",
+        _ => "down",
+    }
+}
+
+/// `pbsnodes -a`: each node's attributes (PBS Pro's layout).
+pub fn pbsnodes_full(nodes: &[berth_protocol::client::NodeInfo], server: &str) -> String {
+    let nodes = crate::output::escaped(nodes);
+    let mut s = String::new();
+    for n in &nodes {
+        s.push_str(&format!("{}\n", n.name));
+        let mut kv = |k: &str, v: String| s.push_str(&format!("     {k} = {v}\n"));
+        kv("Mom", n.name.clone());
+        kv("ntype", "PBS".into());
+        kv("state", pbs_node_state(n).into());
+        kv("pcpus", n.pus.to_string());
+        if !n.jobs.is_empty() {
+            let jobs: Vec<String> = n.jobs.iter().map(|j| pbs_id(*j, server)).collect();
+            kv("jobs", jobs.join(", "));
+        }
+        kv("resources_available.ncpus", n.pus.to_string());
+        kv("resources_available.mem", format!("{}kb", n.memory_bytes >> 10));
+        kv("resources_assigned.ncpus", n.cpus_allocated.to_string());
+        kv("resources_assigned.mem", format!("{}kb", n.memory_allocated_bytes >> 10));
+        s.push('\n');
+    }
+    s
+}
+
+pub async fn pbsnodes(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let table = [
+        short('a', Arg::No),
+        short('l', Arg::No),
+        short('o', Arg::No),
+        short('r', Arg::No),
+        short('C', Arg::Required),
+        short('S', Arg::No),
+        f::long("version", Arg::No),
+    ];
+    let p = match f::getopt(&args, &table, false) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("pbsnodes: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: pbsnodes [-a] [-l] [-o | -r [-C comment]] [node ...]");
+            return Ok(1);
+        }
+    };
+    if p.has("--version") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
+    if p.has("-S") {
+        eprintln!("pbsnodes: -S is not supported by berth; `berth nodes` shows the nodes");
+        return Ok(1);
+    }
+    // -o / -r: mark nodes offline (drain) or clear that (resume); admins only.
+    for (flag, action) in [("-o", "drain"), ("-r", "resume")] {
+        if p.has(flag) {
+            if p.operands.is_empty() {
+                eprintln!("pbsnodes: {flag} needs node names");
+                return Ok(1);
+            }
+            let mut code = 0;
+            for node in &p.operands {
+                let req = ClientRequest::NodeAdmin { name: node.clone(), action: action.into(), value: None };
+                if let Err(e) = request(dir, req).await {
+                    eprintln!(
+                        "pbsnodes: {}: {}",
+                        crate::output::terminal_safe(node),
+                        crate::output::terminal_safe(&format!("{e:#}"))
+                    );
+                    code = 1;
+                }
+            }
+            return Ok(code);
+        }
+    }
+    let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? else {
+        bail!("unexpected answer")
+    };
+    let mut shown = Vec::new();
+    let mut code = 0;
+    if p.operands.is_empty() {
+        shown = nodes;
+    } else {
+        for name in &p.operands {
+            match nodes.iter().find(|n| n.name == *name) {
+                Some(n) => shown.push(n.clone()),
+                None => {
+                    eprintln!("pbsnodes: Unknown node  {}", crate::output::terminal_safe(name));
+                    code = 1;
+                }
+            }
+        }
+    }
+    let text = if p.has("-l") {
+        let mut s = String::new();
+        for n in crate::output::escaped(&shown).iter().filter(|n| matches!(pbs_node_state(n), "down" | "offline")) {
+            s.push_str(&format!("{:<20} {}\n", n.name, pbs_node_state(n)));
+        }
+        s
+    } else {
+        pbsnodes_full(&shown, &f::server_name())
+    };
+    print!("{}", crate::output::terminal_safe(&text));
+    Ok(code)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,150 @@
+use super::*;
+use crate::compat::slurm::tests::{job, running};
+
+fn args(s: &[&str]) -> Vec<String> {
+    s.iter().map(|x| x.to_string()).collect()
+}
+
+#[test]
+fn qsub_options_mean_what_their_directives_mean() {
+    let p =
+        qsub_plan(&args(&["-l", "select=2:ncpus=4:mpiprocs=2:mem=1gb", "-l", "walltime=01:00:00", "job.sh"])).unwrap();
+    assert_eq!(p.options.nodes, Some(2));
+    assert_eq!(p.options.tasks_per_node, Some(2));
+    assert_eq!(p.options.cpus_per_task, Some(2));
+    assert_eq!(p.options.mem, Some(1 << 30));
+    assert_eq!(p.options.walltime, Some(3600));
+    assert_eq!(p.script.as_deref(), Some("job.sh"));
+    let p = qsub_plan(&args(&["-l", "nodes=3:ppn=2,mem=600mb", "-r", "n"])).unwrap();
+    assert_eq!((p.options.nodes, p.options.tasks_per_node), (Some(3), Some(2)));
+    assert_eq!(p.options.mem, Some(200 << 20), "-l mem is the job's total");
+    assert_eq!(p.options.requeue, Some(false));
+    assert_eq!(p.script, None, "standard input");
+}
+
+#[test]
+fn qsub_own_options() {
+    let p = qsub_plan(&args(&[
+        "-N",
+        "pbsjob",
+        "-q",
+        "debug",
+        "-A",
+        "proj",
+        "-o",
+        "out.txt",
+        "-e",
+        "err.txt",
+        "-j",
+        "oe",
+        "-h",
+        "-z",
+        "-V",
+        "-v",
+        "A=1,B=2",
+        "-m",
+        "n",
+        "--",
+        "/bin/echo",
+        "hi there",
+    ]))
+    .unwrap();
+    assert_eq!(p.flags.name.as_deref(), Some("pbsjob"));
+    assert_eq!(p.flags.queue.as_deref(), Some("debug"));
+    assert_eq!(p.flags.account.as_deref(), Some("proj"));
+    assert_eq!(p.flags.output.as_deref(), Some("out.txt"));
+    assert_eq!(p.flags.error.as_deref(), Some("err.txt"));
+    assert_eq!(p.join, Some('o'));
+    assert!(p.hold && p.quiet);
+    assert_eq!(p.vars, vec![("A".into(), "1".into()), ("B".into(), "2".into())]);
+    assert_eq!(p.command, args(&["/bin/echo", "hi there"]));
+    assert_eq!(shell_quote("it's"), "'it'\\''s'");
+}
+
+#[test]
+fn qsub_refuses_by_name_what_it_cannot_do() {
+    assert_eq!(qsub_plan(&args(&["-Y", "x.sh"])).unwrap_err(), "invalid option -- 'Y'");
+    let e = qsub_plan(&args(&["-W", "depend=afterok:5", "x.sh"])).unwrap_err();
+    assert!(e.contains("-W depend=afterok:5") && e.contains("not supported"), "{e}");
+    let e = qsub_plan(&args(&["-l", "select=1:ngpus=1", "x.sh"])).unwrap_err();
+    assert!(e.contains("ngpus"), "{e}");
+    let e = qsub_plan(&args(&["-o", "host:/tmp/o", "x.sh"])).unwrap_err();
+    assert!(e.contains("host:path"), "{e}");
+    assert!(qsub_plan(&args(&["-j", "x", "x.sh"])).is_err());
+    assert!(qsub_plan(&args(&["a.sh", "b.sh"])).is_err());
+    let p = qsub_plan(&args(&["--ignore-unsupported", "-M", "me@x", "-J", "1-3", "x.sh"])).unwrap();
+    assert_eq!(p.warnings.len(), 2);
+}
+
+#[test]
+fn qstat_table_is_pbs() {
+    let mut held = job(12, "a_rather_long_job_name", "someone_long_name", "held");
+    held.queue = "workqueue".into();
+    let t = qstat_table(&[running(11, &["n1"], 0.0), held], "srv");
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines[0], "Job id            Name             User              Time Use S Queue");
+    assert_eq!(lines[1], "----------------  ---------------- ----------------  -------- - -----");
+    assert_eq!(lines[2], "11.srv            sim              ann               00:00:00 R batch");
+    assert_eq!(lines[3], "12.srv            a_rather_long_j* someone_long_na*         0 H work*");
+    for l in &lines[2..] {
+        assert_eq!(l.split_whitespace().count(), 6, "{l}");
+    }
+    let alt = qstat_alt_table(&[running(11, &["n1", "n2"], 0.0)], "srv", 65.0 * 60.0);
+    let last = alt.lines().last().unwrap();
+    assert_eq!(
+        last.split_whitespace().collect::<Vec<_>>(),
+        vec!["11.srv", "ann", "batch", "sim", "--", "2", "4", "--", "01:00", "R", "01:05"]
+    );
+    let full = qstat_full(&running(11, &["n1"], 0.0), "srv", 10.0);
+    assert!(full.starts_with("Job Id: 11.srv\n"), "{full}");
+    for line in [
+        "    Job_Name = sim",
+        "    job_state = R",
+        "    queue = batch",
+        "    exec_host = n1/0*2",
+        "    Resource_List.walltime = 01:00:00",
+    ] {
+        assert!(full.lines().any(|l| l == line), "{line:?} in\n{full}");
+    }
+}
+
+#[test]
+fn pbs_states() {
+    assert_eq!(pbs_state(&job(1, "x", "a", "queued")), 'Q');
+    assert_eq!(pbs_state(&job(1, "x", "a", "held")), 'H');
+    assert_eq!(pbs_state(&job(1, "x", "a", "suspended")), 'S');
+    assert_eq!(pbs_state(&job(1, "x", "a", "completed")), 'F');
+    let mut ending = running(1, &["n"], 0.0);
+    ending.reason = Some("ending: cancelled".into());
+    assert_eq!(pbs_state(&ending), 'E');
+    assert_eq!(pbs_id(JobId(7), "head"), "7.head");
+}
+
+#[test]
+fn pbsnodes_attributes() {
+    let node = |state: &str, alloc: usize| -> berth_protocol::client::NodeInfo {
+        serde_json::from_value(serde_json::json!({
+            "id": 0, "name": "node1", "state": state, "address": "a", "sockets": 1, "cores": 4, "pus": 4,
+            "topology": "SCCCC", "free": "S", "cpus_allocated": alloc, "memory_bytes": 4u64 << 30,
+            "memory_allocated_bytes": 1u64 << 30, "real_cpus": "0", "jobs": [7], "last_heard_seconds_ago": null, "numa": []
+        }))
+        .unwrap()
+    };
+    assert_eq!(pbs_node_state(&node("up", 0)), "free");
+    assert_eq!(pbs_node_state(&node("up", 4)), "job-busy");
+    assert_eq!(pbs_node_state(&node("drained", 0)), "offline");
+    assert_eq!(pbs_node_state(&node("down", 0)), "down");
+    assert_eq!(pbs_node_state(&node("up (not connected)", 0)), "down");
+    let t = pbsnodes_full(&[node("up", 2)], "srv");
+    let lines: Vec<&str> = t.lines().collect();
+    assert_eq!(lines[0], "node1");
+    for l in [
+        "     state = free",
+        "     jobs = 7.srv",
+        "     resources_available.ncpus = 4",
+        "     resources_assigned.ncpus = 2",
+        "     resources_available.mem = 4194304kb",
+    ] {
+        assert!(lines.contains(&l), "{l:?} in\n{t}");
+    }
+}
