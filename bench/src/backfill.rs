@@ -22,7 +22,9 @@ use anyhow::{bail, Context, Result};
 use berth_core::job::{Allocation, NodeAllocation, Shape};
 use berth_core::node::NodeCapacity;
 use berth_core::placement::{JobRequest, MemRequest, PlacementPolicy};
-use berth_core::sched::backfill::{plan, BackfillPolicy, Deadline, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{
+    plan, plan_keeping, BackfillPolicy, Deadline, KeptPlan, PassInput, PassLimits, QueuedJob, RunningJob,
+};
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId, NodeId};
@@ -183,26 +185,39 @@ fn queue(o: &Opts, rng: &mut Rng) -> Vec<QueuedJob> {
 }
 
 /// Time `repeats` passes on the same input; print and return the last pass's output.
+/// How a measured pass plans: afresh, or as the controller does, from the plan the last pass
+/// kept (`Some(None)`: none yet; the pass keeps its own, returned).
+type Keeping<'a> = Option<&'a Option<KeptPlan<ClusterState>>>;
+
 fn measure(
     o: &Opts,
     limits: &PassLimits,
     input: &PassInput<ClusterState>,
     name: &str,
+    keeping: Keeping,
     say: &dyn Fn(String),
-) -> Result<berth_core::sched::backfill::PassOutput<Allocation>> {
+) -> Result<(berth_core::sched::backfill::PassOutput<Allocation>, Option<KeptPlan<ClusterState>>)> {
     let (running, queue) = (input.running, input.queue);
     let (mut times, mut on_cpu) = (vec![], vec![]);
-    let mut last = None;
+    let (mut last, mut left) = (None, None);
     for _ in 0..o.repeats {
+        // Each repeat starts from the same kept plan (copied outside the time measured: the
+        // controller keeps its own between passes).
+        let mut kept = keeping.cloned().flatten();
         let waited = run_delay();
         let t = Instant::now();
         // A fresh budget for each pass, as the controller gives.
         let deadline = o.budget_ms.map(|ms| Deadline { at: monotonic_micros() + ms * 1000, clock: monotonic_micros });
-        let out = plan(input, &PassLimits { deadline, ..*limits });
+        let limits = PassLimits { deadline, ..*limits };
+        let out = match keeping {
+            Some(_) => plan_keeping(input, &limits, &mut kept).0,
+            None => plan(input, &limits),
+        };
         let wall = t.elapsed().as_secs_f64();
         times.push(wall);
         on_cpu.push(wall - (run_delay() - waited));
         last = Some(out);
+        left = kept;
     }
     let out = last.context("no pass ran")?;
     times.sort_by(f64::total_cmp);
@@ -215,6 +230,9 @@ fn measure(
     let priority = count(&|r| matches!(r, PendingReason::Priority));
     let expected = out.waiting.iter().filter(|w| w.expected_start.is_some()).count();
     let decisions = digest(&out);
+    if let Some(k) = &left {
+        say(format!("{name}: kept {} of the last pass's reservations, made {}", k.reused(), k.reservations()));
+    }
     say(format!(
         "{name}: {} running, {} queued: median {:.1} ms (on CPU {:.1} ms), min {:.1} ms, max {:.1} ms over {} \
          passes; {} started \
@@ -241,7 +259,7 @@ fn measure(
                 "expected_starts": expected, "decisions": format!("{decisions:016x}")})
         );
     }
-    Ok(out)
+    Ok((out, left))
 }
 
 /// A digest of every decision of a pass (starts with their allocations, waiting jobs with
@@ -297,7 +315,9 @@ pub fn run(args: &[String]) -> Result<()> {
         t0.elapsed().as_secs_f64()
     ));
     let input = PassInput { machine: &c, running: &running, queue: &queue, now: 0.0 };
-    let first = measure(&o, &limits, &input, "first pass", &say)?;
+    // Conservative passes keep their plan for the next, as the controller's do.
+    let keeps = o.policy == BackfillPolicy::Conservative;
+    let (first, kept) = measure(&o, &limits, &input, "first pass", keeps.then_some(&None), &say)?;
     // Steady state: the first pass's starts run; NEXT_PASS seconds later the jobs expected to end
     // by then (and the overdue ones) have ended, and the rest of the queue is planned again.
     let (mut c2, mut running2) = (c.clone(), vec![]);
@@ -316,6 +336,11 @@ pub fn run(args: &[String]) -> Result<()> {
     let started: std::collections::HashSet<JobId> = first.starts.iter().map(|(id, _)| *id).collect();
     let queue2: Vec<QueuedJob> = queue.iter().filter(|j| !started.contains(&j.id)).cloned().collect();
     let input = PassInput { machine: &c2, running: &running2, queue: &queue2, now: NEXT_PASS };
-    measure(&o, &limits, &input, "next pass", &say)?;
+    if keeps {
+        measure(&o, &limits, &input, "next pass (kept plan)", Some(&kept), &say)?;
+        measure(&o, &limits, &input, "next pass (planned afresh)", None, &say)?;
+    } else {
+        measure(&o, &limits, &input, "next pass", None, &say)?;
+    }
     Ok(())
 }

@@ -10,6 +10,7 @@ pub use crate::placement::cluster::Placement;
 use crate::placement::{cluster, JobRequest, PlacementPolicy};
 use crate::JobId;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 /// The cluster as the scheduler sees it.
 ///
@@ -221,6 +222,35 @@ impl backfill::Machine for ClusterState {
 
     fn place_preferring(&self, prefer: &[&Allocation], req: &JobRequest) -> backfill::Fit<Allocation> {
         backfill::place_preferring_on_cluster(self, prefer, req)
+    }
+
+    /// The same rules and the same nodes, each with the same hardware, state and free
+    /// resources (the cached counts follow from those).
+    fn same_state(&self, other: &Self) -> bool {
+        self.policy == other.policy
+            && self.nodes.len() == other.nodes.len()
+            && self.nodes.iter().zip(&other.nodes).all(|(a, b)| {
+                a.id == b.id
+                    && a.state == b.state
+                    && a.free_pus == b.free_pus
+                    && a.numa_free == b.numa_free
+                    && a.numa_exclusive == b.numa_exclusive
+                    && a.system_pus == b.system_pus
+                    && a.subnodes == b.subnodes
+                    && a.location == b.location
+                    && a.name == b.name
+                    && (Arc::ptr_eq(&a.topology, &b.topology) || a.topology == b.topology)
+            })
+    }
+
+    /// The same parts, in any order.
+    fn same_holding(a: &Allocation, b: &Allocation) -> bool {
+        a.len() == b.len() && a.iter().all(|x| b.contains(x))
+    }
+
+    /// Allocations on different nodes share nothing.
+    fn may_share(a: &Allocation, b: &Allocation) -> bool {
+        a.iter().any(|x| b.iter().any(|y| x.node_id == y.node_id))
     }
 }
 

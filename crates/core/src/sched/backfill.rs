@@ -18,12 +18,16 @@
 mod advance;
 mod conservative;
 mod easy;
+mod kept;
 mod pass;
 mod prefer;
 mod profile;
 mod timeline;
 
-pub use advance::{machine_at, place_for_window, plan_with_advance, AdvanceReservation, Confine};
+pub use advance::{
+    machine_at, place_for_window, plan_with_advance, plan_with_advance_keeping, AdvanceReservation, Confine,
+};
+pub use kept::KeptPlan;
 pub use prefer::place_preferring_on_cluster;
 
 use super::PendingReason;
@@ -49,7 +53,7 @@ pub enum BackfillPolicy {
 /// Where jobs go: the placement side of a pass ("now", "test only", "will run at" are built
 /// from `place` on a clone with some allocations claimed or released).
 pub trait Machine: Clone {
-    type Alloc: Clone + std::fmt::Debug;
+    type Alloc: Clone + std::fmt::Debug + PartialEq;
     /// Place on what is free now: `Now`, `Busy` (fits the machine, not what is free) or `Never`.
     fn place(&self, req: &JobRequest) -> Fit<Self::Alloc>;
     fn claim(&mut self, alloc: &Self::Alloc);
@@ -86,6 +90,23 @@ pub trait Machine: Clone {
     fn place_preferring(&self, prefer: &[&Self::Alloc], req: &JobRequest) -> Fit<Self::Alloc> {
         let _ = prefer;
         self.place(req)
+    }
+    /// Whether `self` and `other` are alike for placement: the same resources, free alike. A
+    /// conservative pass reuses its last plan only on a machine found so ([`plan_keeping`]);
+    /// the default says no, so nothing is ever reused.
+    fn same_state(&self, other: &Self) -> bool {
+        let _ = other;
+        false
+    }
+    /// Whether two allocations hold the same resources (the default: equal as values).
+    fn same_holding(a: &Self::Alloc, b: &Self::Alloc) -> bool {
+        a == b
+    }
+    /// Whether two allocations may hold a resource in common (the default: they may). A kept
+    /// reservation stays only where no job started since may share anything with it.
+    fn may_share(a: &Self::Alloc, b: &Self::Alloc) -> bool {
+        let _ = (a, b);
+        true
     }
 }
 
@@ -215,6 +236,22 @@ pub fn plan_with_reservations<M: Machine>(
     plan_beside(input, limits, &advance::Windows::none(), pass::Detail::Full)
 }
 
+/// [`plan_with_reservations`] that keeps what a conservative pass planned in `kept` and
+/// reuses it in the next pass, planning again only what changed (see the `kept` module):
+/// the pass a controller runs every few seconds over a long queue. Other policies plan from
+/// scratch (and leave `kept` empty).
+pub fn plan_keeping<M: Machine>(
+    input: &PassInput<M>,
+    limits: &PassLimits,
+    kept: &mut Option<KeptPlan<M>>,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    if limits.policy != BackfillPolicy::Conservative {
+        *kept = None;
+        return plan_with_reservations(input, limits);
+    }
+    conservative::plan_keeping(input, limits, &advance::Windows::none(), pass::Detail::Full, kept)
+}
+
 /// [`plan`] when only the starts matter (the trace simulator): the same starts and
 /// `backfilled`, but `waiting` is left empty and the pass stops as soon as every later job
 /// needs more CPUs than are free, so a long queue behind a full machine costs little.
@@ -271,6 +308,8 @@ fn fcfs<M: Machine>(
     out.finish()
 }
 
+#[cfg(test)]
+mod kept_props;
 #[cfg(test)]
 mod proptests;
 #[cfg(test)]

@@ -279,6 +279,22 @@ impl Layers {
     }
 }
 
+/// [`plan_with_advance`] keeping a conservative plan for the next pass
+/// ([`plan_keeping`](super::plan_keeping)) while no advance reservation is in force (with one,
+/// every pass plans from scratch).
+pub fn plan_with_advance_keeping<M: Confine>(
+    input: &PassInput<M>,
+    advance: &[AdvanceReservation<M::Alloc>],
+    limits: &PassLimits,
+    kept: &mut Option<super::KeptPlan<M>>,
+) -> (PassOutput<M::Alloc>, Vec<Reservation<M::Alloc>>) {
+    if advance.is_empty() {
+        return super::plan_keeping(input, limits, kept);
+    }
+    *kept = None;
+    plan_with_advance(input, advance, limits)
+}
+
 /// [`plan_with_reservations`](super::plan_with_reservations) with advance reservations: their
 /// members run only inside them, every other job keeps off them while it would run (see the
 /// module's documentation). The reservations returned are the pass's (EASY's head or the

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 /// A random request: (per node?, count, cores, memory in half GiB, count PUs?).
 type Ask = (bool, u32, u32, u64, bool);
 
-fn request((per_node, count, cores, mem, threads): Ask) -> JobRequest {
+pub(super) fn request((per_node, count, cores, mem, threads): Ask) -> JobRequest {
     let shape = if per_node {
         Shape::PerNode { nodes: count.clamp(1, 2), cores_per_node: cores }
     } else {
@@ -22,17 +22,17 @@ fn request((per_node, count, cores, mem, threads): Ask) -> JobRequest {
     JobRequest { threads, ..JobRequest::simple(shape, mem * G / 2) }
 }
 
-fn ask() -> impl Strategy<Value = Ask> {
+pub(super) fn ask() -> impl Strategy<Value = Ask> {
     (any::<bool>(), 1u32..3, 1u32..5, 0u64..3, proptest::bool::weighted(0.2))
 }
 
 /// A cluster with running jobs placed on it (each with an end, some overdue), and a queue.
-struct Scenario {
-    cluster: ClusterState,
-    running: Vec<RunningJob<Allocation>>,
-    queue: Vec<QueuedJob>,
+pub(super) struct Scenario {
+    pub cluster: ClusterState,
+    pub running: Vec<RunningJob<Allocation>>,
+    pub queue: Vec<QueuedJob>,
     /// Mostly enough for every job; sometimes 1 or 2, to go past the limit.
-    max_reservations: usize,
+    pub max_reservations: usize,
 }
 
 /// Compact, for failure reports: the nodes, what runs where until when, the queue.
@@ -67,7 +67,7 @@ impl std::fmt::Debug for Scenario {
     }
 }
 
-fn scenario() -> impl Strategy<Value = Scenario> {
+pub(super) fn scenario() -> impl Strategy<Value = Scenario> {
     let nodes = (1u32..4, 1u32..3, 2u32..5, 1u32..3);
     let running = proptest::collection::vec((ask(), -20i32..200), 0..10);
     let queue = proptest::collection::vec((ask(), 1u32..300, proptest::bool::weighted(0.1)), 1..14);
@@ -100,7 +100,7 @@ fn run(s: &Scenario, policy: BackfillPolicy) -> (PassOutput<Allocation>, Vec<Res
 }
 
 /// The cluster with nothing running: the running jobs released.
-fn idle(s: &Scenario) -> ClusterState {
+pub(super) fn idle(s: &Scenario) -> ClusterState {
     let mut c = s.cluster.clone();
     for r in &s.running {
         c.release(&r.alloc);
@@ -123,7 +123,7 @@ fn schedule(
 }
 
 /// No PU is held twice and no node's memory is exceeded at any moment of `schedule`.
-fn consistent(s: &Scenario, schedule: &[(f64, f64, Allocation)]) -> Result<(), String> {
+pub(super) fn consistent(s: &Scenario, schedule: &[(f64, f64, Allocation)]) -> Result<(), String> {
     for &(t, _, _) in schedule {
         let mut used: HashMap<u32, CpuSet> = HashMap::new();
         let mut mem: HashMap<u32, u64> = HashMap::new();
