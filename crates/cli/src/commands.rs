@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Result<i32> {
     let dir = cluster_dir(dir);
     match command {
-        Command::Submit { scripts, flags, hold } => submit(&dir, json, &scripts, &flags, hold).await,
+        Command::Submit { scripts, flags, hold, wait } => submit(&dir, json, &scripts, &flags, hold, wait).await,
         Command::Jobs { all, state, user, name } => {
             let states = state
                 .iter()
@@ -281,6 +281,8 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("binding-mode", &flags.binding_mode),
         ("property", &flags.property),
         ("reservation", &flags.reservation),
+        ("dependency", &flags.dependency),
+        ("begin", &flags.begin),
     ];
     for (name, value) in pairs {
         if let Some(v) = value {
@@ -327,7 +329,15 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
     })
 }
 
-async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags, hold: bool) -> Result<i32> {
+async fn submit(
+    dir: &Path,
+    json: bool,
+    scripts: &[PathBuf],
+    flags: &SubmitFlags,
+    hold: bool,
+    wait: bool,
+) -> Result<i32> {
+    use crate::compat::wait::{wait_for, ExitRule};
     if let [script] = scripts {
         let sub = build_submission(script, flags, hold)?;
         let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
@@ -337,6 +347,10 @@ async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags
             println!("{}", serde_json::json!({ "id": id }));
         } else {
             println!("{id}");
+        }
+        if wait {
+            flush_stdout();
+            return wait_for(dir, &[id], ExitRule::Shell).await;
         }
         return Ok(0);
     }
@@ -349,7 +363,17 @@ async fn submit(dir: &Path, json: bool, scripts: &[PathBuf], flags: &SubmitFlags
     } else {
         ids.iter().for_each(|id| println!("{id}"));
     }
+    if wait {
+        flush_stdout();
+        return wait_for(dir, &ids, ExitRule::Shell).await;
+    }
     Ok(0)
+}
+
+/// The ids printed before a wait reach a reader (a pipe) at once.
+fn flush_stdout() {
+    use std::io::Write;
+    let _ = std::io::stdout().flush();
 }
 
 #[cfg(test)]

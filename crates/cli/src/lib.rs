@@ -102,6 +102,14 @@ pub struct SubmitFlags {
     /// Run in this advance reservation (`berth resv list`; its users or accounts only).
     #[arg(long)]
     reservation: Option<String>,
+    /// Start only after other jobs (Slurm's syntax): afterok:ID[:ID...], afterany:, afternotok:,
+    /// after: (started), singleton; terms joined by `,` (all) or `?` (any).
+    #[arg(long, short = 'd')]
+    dependency: Option<String>,
+    /// Start no earlier than: now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS],
+    /// YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, tomorrow (at most a year ahead).
+    #[arg(long)]
+    begin: Option<String>,
     /// Submit although the script has `#SBATCH`/`#PBS` directives berth does not support
     /// (each is shown as a warning; docs/compat.md lists what is supported).
     #[arg(long = "ignore-unsupported")]
@@ -121,8 +129,12 @@ pub enum Command {
         #[command(flatten)]
         flags: SubmitFlags,
         /// Submit held: it waits for `berth release`.
-        #[arg(long)]
+        #[arg(long, short = 'H')]
         hold: bool,
+        /// Do not exit until the jobs end; exit with the job's exit status (the worst of
+        /// several; 128+N for a job killed by signal N, 1 for one that never ran), as sbatch's.
+        #[arg(long, short = 'W')]
+        wait: bool,
     },
     /// List jobs (queued, held, running; all with --all).
     Jobs {

@@ -223,6 +223,12 @@ pub fn job_detail(j: &JobInfo) -> String {
         ),
     );
     kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
+    if let Some(d) = &j.dependency {
+        kv("dependency", d.clone());
+    }
+    if let Some(t) = j.begin_time {
+        kv("begin", full_time(Some(t)));
+    }
     if let Some(t) = j.suspended_seconds {
         kv("suspended", format!("{} in total (not counted against the walltime)", format_duration(t.round() as u64)));
     }

@@ -74,6 +74,10 @@ pub struct RunArgs {
     /// The program and its arguments.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     pub(crate) command: Vec<String>,
+    /// The nodes the step must be on (srun's `--nodelist`, mapped onto `-N`): a grant on
+    /// others is given back unlaunched, with an error.
+    #[arg(skip)]
+    pub(crate) nodelist: Vec<String>,
 }
 
 /// Flags of `run` that take a value (for rewriting mpirun's `-np`).
@@ -231,6 +235,11 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
     let (grant, link) = request_step(&mut client, &create).await?;
     berth_protocol::probe::mark("client granted");
     let granted_ms = t0.elapsed().as_secs_f64() * 1000.0;
+    if let Some(msg) = nodelist_mismatch(&args.nodelist, &grant) {
+        let outcome = StepOutcome { exit_code: 1, failed_at: Some(msg.clone()), ..Default::default() };
+        let _ = client.call(&ClientRequest::StepEnd { job: grant.job, step: grant.step, outcome }).await;
+        bail!(msg);
+    }
     let mut tree = Tree::new(&args, &grant);
     let outcome = tree.drive(&grant, &link, t0, args.timing).await;
     let code = outcome.exit_code;
@@ -269,6 +278,26 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         eprintln!("berth run: timing end_recorded_ms={:.2}", t0.elapsed().as_secs_f64() * 1000.0);
     }
     Ok(code)
+}
+
+/// Why a grant is not on the nodes asked for (`nodelist`, any order), if it is not.
+fn nodelist_mismatch(nodelist: &[String], grant: &StepGrant) -> Option<String> {
+    if nodelist.is_empty() {
+        return None;
+    }
+    let mut want: Vec<&str> = nodelist.iter().map(String::as_str).collect();
+    let mut got: Vec<&str> = grant.nodes.iter().map(|n| n.name.as_str()).collect();
+    want.sort_unstable();
+    want.dedup();
+    got.sort_unstable();
+    got.dedup();
+    (want != got).then(|| {
+        format!(
+            "the step was placed on {} (the job's first nodes with free cores), not on the nodes asked for ({}); nothing was started",
+            got.join(","),
+            want.join(",")
+        )
+    })
 }
 
 /// The grant, and the key the control tree's frames are MAC'd with.

@@ -261,9 +261,9 @@ fn pbs_commands_under_their_names() {
     let o = n.run("qdel", &["999999"], None);
     assert_eq!(o.status.code(), Some(153));
     assert_eq!(text(&o.stderr).trim(), format!("qdel: Unknown Job Id 999999.{server}"));
-    let o = n.run("qsub", &["-W", "depend=afterok:1", "pbs.sh"], None);
+    let o = n.run("qsub", &["-W", "depend=beforeok:1", "pbs.sh"], None);
     assert_ne!(o.status.code(), Some(0));
-    assert!(text(&o.stderr).contains("-W depend=afterok:1"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("-W depend=beforeok:1"), "{}", text(&o.stderr));
 
     // A shell snippet written for PBS: the id from qsub, polled with qstat until it is gone.
     let snippet = format!(

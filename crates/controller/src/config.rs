@@ -181,6 +181,9 @@ pub struct SchedulerConfig {
     /// Wall-clock budget for a pass's reservations (milliseconds; 0: none): past it, the pass
     /// reserves nothing more, as past `max_reservations`, so it cannot hold up the controller.
     pub reservation_budget_ms: u64,
+    /// Cancel a job whose dependency can never be met (Slurm's `kill_invalid_depend`); by
+    /// default it waits, with reason `DependencyNeverSatisfied`, as in Slurm.
+    pub kill_invalid_depend: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -190,6 +193,7 @@ impl Default for SchedulerConfig {
             max_reservations: 200,
             unlimited_walltime_secs: 365 * 86400,
             reservation_budget_ms: 500,
+            kill_invalid_depend: false,
         }
     }
 }

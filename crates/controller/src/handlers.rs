@@ -204,6 +204,7 @@ impl Controller {
         if let Some(account) = &options.account {
             self.check_account(account, &peer.user)?;
         }
+        self.check_depend_submission(&mut options, now)?;
         if sub.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
             return Err(bad(
                 "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into(),
@@ -263,7 +264,7 @@ impl Controller {
             id: JobId(0),
             name,
             user: peer.user.clone(),
-            state: if sub.hold { JobState::Held } else { JobState::Queued },
+            state: if sub.hold || options.hold == Some(true) { JobState::Held } else { JobState::Queued },
             queue,
             options,
             walltime,

@@ -135,6 +135,11 @@ impl JobRecord {
             account: crate::policy::account_of(self),
             priority: None,
             expected_start: None,
+            dependency: self.options.dependency.as_ref().map(ToString::to_string),
+            begin_time: match self.options.begin {
+                Some(berth_core::directives::Begin::At(t)) => Some(t as f64),
+                _ => None,
+            },
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
                 let until = self.end_time.unwrap_or_else(crate::state::unix_now);

@@ -5,6 +5,7 @@ pub mod advance;
 pub mod api;
 pub mod config;
 mod conn;
+pub mod depend;
 pub mod fault;
 pub mod handlers;
 pub mod job;

@@ -1,6 +1,6 @@
 //! Queue policy in the controller: fair-share usage, priority order, one backfill pass.
 //!
-//! The decisions are berth-core's (`sched::backfill::plan_with_advance`, `priority`,
+//! The decisions are berth-core's (`sched::backfill::plan_with_advance_keeping`, `priority`,
 //! `FairShare`); this module only gathers their inputs from the controller's state (advance
 //! reservations and their members from `advance`), keeps what users are shown (priority,
 //! expected start) and persists fair-share usage.
@@ -30,6 +30,10 @@ pub struct PolicyState {
     /// Reasons shown instead of the pass's for jobs of advance reservations (waiting for the
     /// window, or for a reservation they can no longer use).
     pub advance_reasons: HashMap<JobId, String>,
+    /// Jobs waiting for their dependency or begin time (see `depend`).
+    pub depend: crate::depend::DependState,
+    /// The last conservative pass's plan, reused by the next where nothing changed.
+    pub kept_plan: Option<backfill::KeptPlan<berth_core::sched::ClusterState>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -38,6 +42,8 @@ pub struct PassStats {
     pub started: usize,
     pub backfilled: usize,
     pub micros: u64,
+    /// Reservations kept from the pass before (conservative backfill).
+    pub kept_reservations: usize,
 }
 
 /// The account a job's usage is charged to.
@@ -128,7 +134,9 @@ impl Controller {
         let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
         let mut queue: Vec<(Priority, f64, QueuedJob, (String, u32))> = Vec::new();
         self.policy.priorities.clear();
-        for job in self.jobs.values().filter(|j| j.state.is_pending()) {
+        // Jobs whose dependency or begin time does not let them start yet wait outside the pass.
+        let not_yet = self.ineligible(now)?;
+        for job in self.jobs.values().filter(|j| j.state.is_pending() && !not_yet.contains(&j.id)) {
             let pending = job.pending_in(&self.cfg.queues);
             let input = PriorityInput {
                 submit_time: job.submit_time,
@@ -208,7 +216,7 @@ impl Controller {
             deadline,
         };
         let input = PassInput { machine: &view, running: &running, queue: &queue, now };
-        let (out, _) = backfill::plan_with_advance(&input, &advance, &limits);
+        let (out, _) = backfill::plan_with_advance_keeping(&input, &advance, &limits, &mut self.policy.kept_plan);
         self.pending_reasons.clear();
         self.policy.expected_start.clear();
         self.pending_reasons.extend(held_by_limit);
@@ -229,6 +237,7 @@ impl Controller {
             started: out.starts.len(),
             backfilled: out.backfilled,
             micros: began.elapsed().as_micros() as u64,
+            kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),
         };
         for (id, alloc) in out.starts {
             self.start(id, alloc, now)?;

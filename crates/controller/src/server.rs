@@ -491,6 +491,7 @@ fn apply_batch(
                         ctl.check_interactive(now)?;
                         ctl.check_reservations(now, false)?;
                         ctl.check_advance(now)?;
+                        ctl.check_begin(now);
                     }
                 }
                 Command::Shutdown => stop = true,

@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod advance;
+mod depend;
 mod reservations;
 mod suspend;
 mod usage;

@@ -25,9 +25,9 @@ impl Controller {
             })
             .unwrap_or_default();
         if job.state.is_pending() {
-            info.reason = match self.policy.advance_reasons.get(&job.id) {
-                Some(r) => Some(r.clone()),
-                None => self.pending_reasons.get(&job.id).map(|r| r.describe()),
+            info.reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&job.id)) {
+                (Some(r), _) | (None, Some(r)) => Some(r.clone()),
+                (None, None) => self.pending_reasons.get(&job.id).map(|r| r.describe()),
             };
             info.priority = self.policy.priorities.get(&job.id).cloned();
             info.expected_start = self.policy.expected_start.get(&job.id).copied();

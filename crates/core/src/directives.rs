@@ -11,7 +11,9 @@ use crate::units::{parse_duration_secs, parse_size};
 use crate::CoreError;
 use serde::{Deserialize, Serialize};
 
+pub mod depend;
 mod foreign;
+pub use depend::{Begin, DepError, DepKind, DepTerm, Dependency};
 pub use foreign::{parse_foreign, Foreign};
 
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
@@ -67,10 +69,19 @@ pub struct SubmitOptions {
     /// client sends it; not an option a user writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub umask: Option<u32>,
+    /// Start only once other jobs have started or ended so (`--dependency`, Slurm's syntax).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<Dependency>,
+    /// Start no earlier than this (`--begin`); the controller stores it resolved (`Begin::At`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin: Option<Begin>,
+    /// Submit held (`--hold`, `#SBATCH -H`, `#PBS -h`): it waits for `berth release`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold: Option<bool>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 22] = [
+pub const OPTION_NAMES: [&str; 25] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -93,10 +104,14 @@ pub const OPTION_NAMES: [&str; 22] = [
     "requeue",
     "no-requeue",
     "no-kill",
+    "dependency",
+    "begin",
+    "hold",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
-pub const SWITCH_NAMES: [&str; 6] = ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill"];
+pub const SWITCH_NAMES: [&str; 7] =
+    ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill", "hold"];
 
 impl SubmitOptions {
     /// Set one option from its name (`cores`, `mem`, ...) and textual value.
@@ -154,6 +169,11 @@ impl SubmitOptions {
             "requeue" => self.requeue = Some(switch(name, value)?),
             "no-requeue" => self.requeue = Some(!switch(name, value)?),
             "no-kill" => self.no_kill = Some(switch(name, value)?),
+            "hold" => self.hold = Some(switch(name, value)?),
+            "dependency" => {
+                self.dependency = Some(Dependency::parse_slurm(value).map_err(|e| format!("--dependency: {e}"))?)
+            }
+            "begin" => self.begin = Some(Begin::parse(value)?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
             "property" => {
@@ -198,6 +218,9 @@ impl SubmitOptions {
             umask: over.umask.or(self.umask),
             requeue: over.requeue.or(self.requeue),
             no_kill: over.no_kill.or(self.no_kill),
+            dependency: over.dependency.or(self.dependency),
+            begin: over.begin.or(self.begin),
+            hold: over.hold.or(self.hold),
         }
     }
 

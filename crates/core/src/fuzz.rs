@@ -281,7 +281,11 @@ pub fn option_value(name: &str) -> BoxedStrategy<String> {
         "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" => pieces(NUMBERS, 2),
         "mem" | "mem-per-cpu" => size_text(),
         "walltime" => duration_text(),
-        "threads" | "rank-cpusets" | "system-cpus" | "requeue" | "no-requeue" | "no-kill" => one_of(SWITCH_VALUES),
+        "threads" | "rank-cpusets" | "system-cpus" | "requeue" | "no-requeue" | "no-kill" | "hold" => {
+            one_of(SWITCH_VALUES)
+        }
+        "dependency" => pieces(&["afterok", "afterany", ":", "12", "?", ",", "singleton", "after", "x", "_1"], 6),
+        "begin" => pieces(&["now", "+", "60", "hours", "12:30", ":", "2027-01-02", "T", "noon", "x"], 4),
         "binding" => binding_text(),
         "binding-mode" => one_of(MODES),
         "property" => pieces(&["a", "singlecpu", "big_mem", "x-1", ",", " ", ",,", "é", "-"], 6),
@@ -388,6 +392,9 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "requeue" => o.requeue.map(yes_no),
         "no-requeue" => o.requeue.map(|r| yes_no(!r)),
         "no-kill" => o.no_kill.map(yes_no),
+        "hold" => o.hold.map(yes_no),
+        "dependency" => o.dependency.as_ref().map(ToString::to_string),
+        "begin" => o.begin.map(|b| b.to_string()),
         "binding" => o.binding.as_ref().map(ToString::to_string),
         "binding-mode" => o.binding_mode.map(|m| m.to_string()),
         "property" => o.properties.as_ref().map(|p| p.join(",")),

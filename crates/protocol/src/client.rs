@@ -453,6 +453,12 @@ pub struct JobInfo {
     /// ever was; its walltime does not count them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_seconds: Option<f64>,
+    /// The job's dependency, in Slurm's syntax (`afterok:5,afterany:6`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<String>,
+    /// The earliest time it may start (Unix time), if it was given one (`--begin`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub begin_time: Option<f64>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

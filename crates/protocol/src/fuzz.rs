@@ -859,6 +859,8 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 priority,
                 expected_start,
                 suspended_seconds,
+                dependency: None,
+                begin_time: None,
             },
         )
         .boxed()

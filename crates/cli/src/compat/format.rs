@@ -314,56 +314,21 @@ pub fn now() -> f64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
 }
 
-/// Node names in Slurm's host list form: `node[1-3,5],login`. Names ending in digits are
-/// grouped by what precedes the digits (and their zero padding), others listed as they are.
+/// Node names in Slurm's host list form, sorted as Slurm lists a job's or a partition's nodes
+/// (by name, numbers compared as numbers, each once): `node[1-3,5],login`. The ranged form is
+/// `berth_core::hostlist::compress`'s.
 pub fn hostlist<S: AsRef<str>>(names: &[S]) -> String {
-    // (prefix, digits width when zero-padded, number) or the plain name.
-    let mut numbered: Vec<(String, usize, u64)> = Vec::new();
-    let mut plain: Vec<String> = Vec::new();
-    for n in names {
-        let n = n.as_ref();
-        let digits = n.chars().rev().take_while(char::is_ascii_digit).count();
+    // (prefix, number, the name): `node10` after `node9`; a name without digits by its text.
+    let key = |n: &str| {
+        let digits = n.bytes().rev().take_while(u8::is_ascii_digit).count();
         let (prefix, num) = n.split_at(n.len() - digits);
-        match num.parse::<u64>() {
-            Ok(v) if !num.is_empty() && num.len() <= 18 => {
-                let pad = if num.starts_with('0') && num.len() > 1 { num.len() } else { 0 };
-                numbered.push((prefix.to_string(), pad, v));
-            }
-            _ => plain.push(n.to_string()),
-        }
-    }
-    numbered.sort();
-    numbered.dedup();
-    let mut parts: Vec<String> = Vec::new();
-    let mut i = 0;
-    while i < numbered.len() {
-        let (prefix, pad) = (&numbered[i].0, numbered[i].1);
-        let mut ranges: Vec<(u64, u64)> = Vec::new();
-        while i < numbered.len() && numbered[i].0 == *prefix && numbered[i].1 == pad {
-            let v = numbered[i].2;
-            match ranges.last_mut() {
-                Some((_, hi)) if *hi + 1 == v => *hi = v,
-                _ => ranges.push((v, v)),
-            }
-            i += 1;
-        }
-        let num = |v: u64| format!("{v:0pad$}");
-        if let [(lo, hi)] = ranges.as_slice() {
-            if lo == hi {
-                parts.push(format!("{prefix}{}", num(*lo)));
-                continue;
-            }
-        }
-        let inner: Vec<String> = ranges
-            .iter()
-            .map(|(lo, hi)| if lo == hi { num(*lo) } else { format!("{}-{}", num(*lo), num(*hi)) })
-            .collect();
-        parts.push(format!("{prefix}[{}]", inner.join(",")));
-    }
-    plain.sort();
-    plain.dedup();
-    parts.extend(plain);
-    parts.join(",")
+        (prefix.to_string(), num.parse::<u128>().ok(), n.to_string())
+    };
+    let mut sorted: Vec<_> = names.iter().map(|n| key(n.as_ref())).collect();
+    sorted.sort();
+    sorted.dedup();
+    let names: Vec<String> = sorted.into_iter().map(|(_, _, n)| n).collect();
+    berth_core::hostlist::compress(&names)
 }
 
 /// A job's state as Slurm's short code (`squeue %t`) and long name (`%T`).
@@ -412,6 +377,12 @@ pub fn slurm_reason(j: &JobInfo) -> String {
     let r = j.reason.as_deref().unwrap_or("").to_ascii_lowercase();
     if r.is_empty() {
         "None"
+    } else if r.starts_with("dependencyneversatisfied") {
+        "DependencyNeverSatisfied"
+    } else if r.starts_with("dependency") {
+        "Dependency"
+    } else if r.starts_with("begintime") {
+        "BeginTime"
     } else if r.starts_with("resources") {
         "Resources"
     } else if r.starts_with("priority") {
@@ -552,7 +523,8 @@ mod tests {
     fn host_lists_fold_ranges() {
         assert_eq!(hostlist(&["node3", "node1", "node2"]), "node[1-3]");
         assert_eq!(hostlist(&["node1", "node3", "node4"]), "node[1,3-4]");
-        assert_eq!(hostlist(&["n01", "n02", "login", "gpu7"]), "gpu7,n[01-02],login");
+        assert_eq!(hostlist(&["n01", "n02", "login", "gpu7"]), "gpu7,login,n[01-02]");
+        assert_eq!(hostlist(&["node10", "node9", "node9"]), "node[9-10]");
         assert_eq!(hostlist(&["node1"]), "node1");
         assert_eq!(hostlist::<&str>(&[]), "");
     }

@@ -1,6 +1,7 @@
 //! The client under Slurm's and PBS's command names (issue 19, "Under their own names"):
 //! `sbatch`, `squeue`, `scancel`, `sinfo`, `scontrol`, `sacct`, `qsub`, `qstat`, `qdel`,
-//! `qhold`, `qrls`, `pbsnodes`. Invoked as one of them
+//! `qhold`, `qrls`, `pbsnodes`, and the launchers `srun` and `aprun` (`berth run` with their
+//! spellings). Invoked as one of them
 //! (its argv[0], e.g. a link `berth compat install DIR` made), `berth` reads that command's
 //! options, makes the same requests as `berth submit`, `jobs`, `cancel` and `nodes`, and
 //! prints what the original prints, so that scripts parsing it keep working
@@ -8,10 +9,12 @@
 
 pub mod format;
 pub mod install;
+pub mod launch;
 pub mod pbs;
 pub mod sacct;
 pub mod scontrol;
 pub mod slurm;
+pub mod wait;
 
 use anyhow::Result;
 use std::ffi::OsString;
@@ -19,8 +22,10 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 /// Every name the client answers to besides `berth`.
-pub const NAMES: [&str; 12] =
-    ["sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "qsub", "qstat", "qdel", "qhold", "qrls", "pbsnodes"];
+pub const NAMES: [&str; 14] = [
+    "sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "srun", "qsub", "qstat", "qdel", "qhold", "qrls",
+    "pbsnodes", "aprun",
+];
 
 /// If the program was invoked under one of [`NAMES`], run as that command and return its
 /// exit status; else `None` (the caller goes on as `berth`).
@@ -48,6 +53,8 @@ pub fn main_by_name(argv: Vec<OsString>) -> Option<i32> {
         "sinfo" => block_on(&name, slurm::sinfo(&dir, args)),
         "scontrol" => block_on(&name, scontrol::scontrol(&dir, args)),
         "sacct" => block_on(&name, sacct::sacct(&dir, args)),
+        "srun" => block_on(&name, launch::srun(&dir, args)),
+        "aprun" => block_on(&name, launch::aprun(&dir, args)),
         "qsub" => block_on(&name, pbs::qsub(&dir, args)),
         "qstat" => block_on(&name, pbs::qstat(&dir, args)),
         "qdel" => block_on(&name, pbs::qdel(&dir, args)),
@@ -74,7 +81,7 @@ fn block_on(name: &str, body: impl Future<Output = Result<i32>>) -> i32 {
             Err(e) => {
                 let msg = format!("{e:#}");
                 let msg = crate::output::terminal_safe(&msg);
-                if name.starts_with('q') || name == "pbsnodes" {
+                if name.starts_with('q') || name == "pbsnodes" || name == "aprun" {
                     eprintln!("{name}: {msg}");
                 } else {
                     eprintln!("{name}: error: {msg}");

@@ -72,6 +72,8 @@ pub struct QsubPlan {
     pub options: SubmitOptions,
     pub hold: bool,
     pub quiet: bool,
+    /// `-W block=true`: exit when the job ends, with its exit status.
+    pub block: bool,
     /// `-j oe` / `-j eo`: which stream the other joins ('o' or 'e').
     pub join: Option<char>,
     pub chdir: Option<String>,
@@ -158,6 +160,20 @@ pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
             }
             "-d" | "-w" => plan.chdir = Some(nonempty(&v)?),
             "-m" if v == "n" => {}
+            // Dependencies are read as `#PBS -W depend=...` lines are.
+            "-W" if v.trim().starts_with("depend=") => {
+                if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
+                    return Err(format!("illegal {key} value {v:?}"));
+                }
+                directives.push_str(&format!("#PBS -W {v}\n"));
+            }
+            "-W" if v.split_once('=').is_some_and(|(k, _)| k.trim() == "block") => {
+                match v.split_once('=').map(|(_, b)| b.trim().to_ascii_lowercase()).as_deref() {
+                    Some("true") => plan.block = true,
+                    Some("false") => plan.block = false,
+                    _ => return Err(format!("illegal -W value {v:?}: block=true or block=false")),
+                }
+            }
             "--ignore-unsupported" => {}
             "--version" => plan.info = Some(format!("{}\n", version_line())),
             _ => {
@@ -209,7 +225,7 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
         Ok(p) => p,
         Err(e) => {
             eprintln!("qsub: {}", crate::output::terminal_safe(&e));
-            eprintln!("usage: qsub [-A account] [-e path] [-h] [-j oe|eo|n] [-l resource_list] [-N name] [-o path] [-q queue] [-r y|n] [-v variable_list] [-V] [-z] [script | -- command [arg1 ...]]");
+            eprintln!("usage: qsub [-A account] [-e path] [-h] [-j oe|eo|n] [-l resource_list] [-N name] [-o path] [-q queue] [-r y|n] [-v variable_list] [-V] [-W block=true|depend=afterok:ID[:ID]] [-z] [script | -- command [arg1 ...]]");
             return Ok(2);
         }
     };
@@ -273,6 +289,11 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
     if !plan.quiet {
         println!("{}", pbs_id(id, &f::server_name()));
     }
+    if plan.block {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        return super::wait::wait_for(dir, &[id], super::wait::ExitRule::Shell).await;
+    }
     Ok(0)
 }
 
@@ -296,7 +317,11 @@ const QSTAT_OPTS: &[Opt] = &[
 
 /// A job's PBS state letter.
 pub fn pbs_state(j: &JobInfo) -> char {
+    let waits = |what: &str| j.reason.as_deref().is_some_and(|r| r.starts_with(what));
     match j.state {
+        // As PBS: a job waiting for a dependency is held (`H`), for its begin time waiting (`W`).
+        JobState::Queued if waits("Dependency") => 'H',
+        JobState::Queued if waits("BeginTime") => 'W',
         JobState::Queued => 'Q',
         JobState::Held => 'H',
         JobState::Running if j.reason.as_deref().is_some_and(|r| r.starts_with("ending")) => 'E',

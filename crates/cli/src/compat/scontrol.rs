@@ -83,7 +83,11 @@ pub fn job_record(j: &JobInfo, now: f64, oneliner: bool) -> String {
                 ("Account", or_null(&j.account)),
                 ("QOS", "normal".into()),
             ],
-            vec![("JobState", f::slurm_state(j).1.into()), ("Reason", reason), ("Dependency", "(null)".into())],
+            vec![
+                ("JobState", f::slurm_state(j).1.into()),
+                ("Reason", reason),
+                ("Dependency", j.dependency.clone().unwrap_or_else(|| "(null)".into())),
+            ],
             vec![("ExitCode", format!("{}:{}", j.exit_code.unwrap_or(0), j.signal.unwrap_or(0)))],
             vec![
                 ("RunTime", hms(f::elapsed(j, now))),

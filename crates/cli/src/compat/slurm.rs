@@ -144,6 +144,7 @@ const SBATCH_LOCAL: &[&str] = &[
     "--no-kill",
     "--hold",
     "--parsable",
+    "--wait",
     "--wrap",
     "--chdir",
     "--quiet",
@@ -165,6 +166,8 @@ pub struct SbatchPlan {
     pub hold: bool,
     pub parsable: bool,
     pub quiet: bool,
+    /// `-W/--wait`: exit when the job ends, with its exit code.
+    pub wait: bool,
     pub wrap: Option<String>,
     pub chdir: Option<String>,
     /// `--export=ALL,VAR=value`: variables set for the job.
@@ -177,10 +180,10 @@ pub struct SbatchPlan {
 }
 
 const SBATCH_USAGE: &str = "Usage: sbatch [OPTIONS...] script | --wrap=\"command\"
-berth's sbatch supports: -A/--account -c/--cpus-per-task -C/--constraint -D/--chdir
-  -e/--error -H/--hold -J/--job-name -k/--no-kill --mem --mem-per-cpu -N/--nodes
+berth's sbatch supports: -A/--account -b/--begin -c/--cpus-per-task -C/--constraint
+  -d/--dependency -D/--chdir -e/--error -H/--hold -J/--job-name -k/--no-kill --mem --mem-per-cpu -N/--nodes
   -n/--ntasks --ntasks-per-node -o/--output -p/--partition --parsable -Q/--quiet
-  --requeue --no-requeue --reservation -t/--time --export=ALL[,VAR=value] --wrap
+  --requeue --no-requeue --reservation -t/--time --export=ALL[,VAR=value] -W/--wait --wrap
   --ignore-unsupported (berth: submit without options berth does not support)
 Other Slurm options are refused by name; docs/compat.md lists what is supported.
 ";
@@ -229,6 +232,7 @@ pub fn sbatch_plan(args: &[String]) -> Result<SbatchPlan, String> {
             },
             "--hold" => plan.hold = true,
             "--parsable" => plan.parsable = true,
+            "--wait" => plan.wait = true,
             "--quiet" => plan.quiet = true,
             "--verbose" => {}
             "--wrap" => plan.wrap = Some(v),
@@ -374,6 +378,11 @@ pub async fn sbatch(dir: &Path, args: Vec<String>) -> Result<i32> {
         println!("{id}");
     } else if !plan.quiet {
         println!("Submitted batch job {id}");
+    }
+    if plan.wait {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        return super::wait::wait_for(dir, &[id], super::wait::ExitRule::Slurm).await;
     }
     Ok(0)
 }

@@ -289,3 +289,31 @@ fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
     let e = submit_err(&mut h, asks);
     assert!(e.message.contains("kept for queue fat"), "{e:?}");
 }
+
+/// Conservative backfill keeps its reservations from one pass to the next while nothing
+/// changes (here: a job submitted behind them), and plans afresh once a job ends early.
+#[test]
+fn conservative_passes_keep_their_reservations_until_something_changes() {
+    let mut h = Harness::new(2);
+    h.ctl.cfg.scheduler.policy = berth_core::sched::backfill::BackfillPolicy::Conservative;
+    let running = h.batch(opts(16, 1000, "phys"), &ann());
+    let first = submit(&mut h, opts(16, 500, "phys"));
+    let second = submit(&mut h, opts(8, 500, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, running), JobState::Running);
+    let expected = |h: &Harness, id| h.ctl.policy.expected_start.get(&id).copied();
+    assert_eq!(expected(&h, first), Some(h.now + 1000.0));
+    assert_eq!(expected(&h, second), Some(h.now + 1500.0));
+    let third = submit(&mut h, opts(8, 100, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.policy.last_pass.kept_reservations, 2, "both reservations kept");
+    assert_eq!(expected(&h, first), Some(h.now + 1000.0));
+    assert_eq!(expected(&h, second), Some(h.now + 1500.0));
+    assert_eq!(expected(&h, third), Some(h.now + 1500.0), "beside the second, on the other node");
+    // The running job ends 900 s early: every job is planned again, and the first starts.
+    h.now += 100.0;
+    h.agent(0, berth_protocol::agent::AgentMessage::JobEnded { id: running, outcome: Default::default() });
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.policy.last_pass.kept_reservations, 0);
+    assert_eq!(state(&h, first), JobState::Running);
+}

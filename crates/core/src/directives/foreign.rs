@@ -3,6 +3,7 @@
 //! not support is never dropped silently: it is an error naming the line and the directive,
 //! or, when the submitter asks (`--ignore-unsupported`), a warning.
 
+use super::depend::{Begin, DepError, Dependency};
 use super::SubmitOptions;
 use crate::units::parse_size;
 
@@ -208,6 +209,13 @@ fn slurm_line(
             "-A" | "--account" => o.account = Some(nonempty(&flag, &v)?),
             "--requeue" => o.requeue = Some(true),
             "--no-requeue" => o.requeue = Some(false),
+            "-d" | "--dependency" => match Dependency::parse_slurm(&v) {
+                Ok(d) => o.dependency = Some(d),
+                Err(DepError::Unsupported(why)) => unsupported.push(format!("{shown}: {why}")),
+                Err(DepError::Bad(why)) => return Err(format!("{flag}: {why}")),
+            },
+            "-b" | "--begin" => o.begin = Some(Begin::parse(&v).map_err(|e| format!("{flag}: {e}"))?),
+            "-H" | "--hold" => o.hold = Some(true),
             "-C" | "--constraint" => {
                 let props: Vec<String> = v.split(['&', ',']).map(|p| p.trim().to_string()).collect();
                 if v.contains(['|', '[', ']', '*']) || props.iter().any(|p| p.is_empty()) {
@@ -263,6 +271,17 @@ fn pbs_line(
                 "y" => o.requeue = Some(true),
                 "n" => o.requeue = Some(false),
                 _ => return Err(format!("-r takes y or n, got {v:?}")),
+            },
+            "-h" => o.hold = Some(true),
+            "-W" => match v.trim().strip_prefix("depend=") {
+                Some(list) => match Dependency::parse_pbs(list) {
+                    Ok(d) => o.dependency = Some(d),
+                    Err(DepError::Unsupported(why)) => unsupported.push(format!("{shown}: {why}")),
+                    Err(DepError::Bad(why)) => return Err(format!("-W depend: {why}")),
+                },
+                None => {
+                    unsupported.push(format!("{shown}: only -W depend=... is supported (docs/compat.md lists what is)"))
+                }
             },
             _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
         }

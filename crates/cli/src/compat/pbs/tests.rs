@@ -64,8 +64,12 @@ fn qsub_own_options() {
 #[test]
 fn qsub_refuses_by_name_what_it_cannot_do() {
     assert_eq!(qsub_plan(&args(&["-Y", "x.sh"])).unwrap_err(), "invalid option -- 'Y'");
-    let e = qsub_plan(&args(&["-W", "depend=afterok:5", "x.sh"])).unwrap_err();
-    assert!(e.contains("-W depend=afterok:5") && e.contains("not supported"), "{e}");
+    let e = qsub_plan(&args(&["-W", "depend=beforeok:5", "x.sh"])).unwrap_err();
+    assert!(e.contains("-W depend=beforeok:5") && e.contains("not supported"), "{e}");
+    let e = qsub_plan(&args(&["-W", "depend=afterok:x", "x.sh"])).unwrap_err();
+    assert!(e.contains("not a job id"), "{e}");
+    let e = qsub_plan(&args(&["-W", "umask=022", "x.sh"])).unwrap_err();
+    assert!(e.contains("-W umask=022") && e.contains("not supported"), "{e}");
     let e = qsub_plan(&args(&["-l", "select=1:ngpus=1", "x.sh"])).unwrap_err();
     assert!(e.contains("ngpus"), "{e}");
     let e = qsub_plan(&args(&["-o", "host:/tmp/o", "x.sh"])).unwrap_err();
@@ -147,4 +151,34 @@ fn pbsnodes_attributes() {
     ] {
         assert!(lines.contains(&l), "{l:?} in\n{t}");
     }
+}
+
+#[test]
+fn qsub_block() {
+    assert!(qsub_plan(&args(&["-W", "block=true", "x.sh"])).unwrap().block);
+    assert!(qsub_plan(&args(&["-Wblock=True", "x.sh"])).unwrap().block);
+    assert!(!qsub_plan(&args(&["-W", "block=false", "x.sh"])).unwrap().block);
+    assert!(!qsub_plan(&args(&["x.sh"])).unwrap().block);
+    assert!(qsub_plan(&args(&["-W", "block=maybe", "x.sh"])).unwrap_err().contains("block=true"));
+}
+
+#[test]
+fn qsub_dependencies_and_hold() {
+    let p = qsub_plan(&args(&["-W", "depend=afterok:12.head:13", "-h", "x.sh"])).unwrap();
+    assert_eq!(p.options.dependency.as_ref().map(ToString::to_string).as_deref(), Some("afterok:12:13"));
+    assert!(p.hold);
+    let p = qsub_plan(&args(&["-W", "depend=afternotok:4,afterany:5", "x.sh"])).unwrap();
+    assert_eq!(p.options.dependency.unwrap().to_string(), "afternotok:4,afterany:5");
+}
+
+#[test]
+fn qstat_states_of_waiting_jobs() {
+    let mut j = job(3, "w", "ann", "queued");
+    assert_eq!(pbs_state(&j), 'Q');
+    j.reason = Some("Dependency: waits for job 2, running (afterok:2)".into());
+    assert_eq!(pbs_state(&j), 'H');
+    j.reason = Some("DependencyNeverSatisfied: job 2 ended failed (afterok:2)".into());
+    assert_eq!(pbs_state(&j), 'H');
+    j.reason = Some("BeginTime: starts no earlier than 2027-01-01T00:00:00".into());
+    assert_eq!(pbs_state(&j), 'W');
 }

@@ -256,3 +256,45 @@ fn sinfo_node_states() {
     assert_eq!(node_state(&node("n", "drained", 0)).0, "drain");
     assert_eq!(node_state(&node("n", "cleaning", 0)).0, "comp");
 }
+
+#[test]
+fn sbatch_wait() {
+    for spelling in [&["--wait", "x.sh"][..], &["-W", "x.sh"], &["-QW", "x.sh"]] {
+        let p = sbatch_plan(&args(spelling)).unwrap();
+        assert!(p.wait, "{spelling:?}");
+        assert_eq!(p.script.as_deref(), Some("x.sh"));
+    }
+    assert!(!sbatch_plan(&args(&["x.sh"])).unwrap().wait);
+}
+
+#[test]
+fn sbatch_dependency_begin_and_hold() {
+    let p = sbatch_plan(&args(&["-d", "afterok:5:6", "--begin=now+60", "-H", "x.sh"])).unwrap();
+    assert_eq!(p.options.dependency.as_ref().map(ToString::to_string).as_deref(), Some("afterok:5:6"));
+    assert_eq!(p.options.begin, Some(berth_core::directives::Begin::In(60)));
+    assert!(p.hold);
+    let p = sbatch_plan(&args(&["--dependency=afterany:3?singleton", "-b", "teatime", "x.sh"])).unwrap();
+    assert!(p.options.dependency.unwrap().any);
+    assert!(sbatch_plan(&args(&["-d", "afterok:x", "x.sh"])).unwrap_err().contains("not a job id"));
+    assert!(sbatch_plan(&args(&["--begin", "whenever", "x.sh"])).unwrap_err().contains("not a time"));
+    let e = sbatch_plan(&args(&["-d", "aftercorr:3", "x.sh"])).unwrap_err();
+    assert!(e.contains("aftercorr") && e.contains("--ignore-unsupported"), "{e}");
+    let p = sbatch_plan(&args(&["-d", "aftercorr:3", "--ignore-unsupported", "x.sh"])).unwrap();
+    assert_eq!((p.options.dependency, p.warnings.len()), (None, 1));
+}
+
+#[test]
+fn squeue_reasons_for_dependencies_and_begin_times() {
+    let mut j = job(7, "b", "ann", "queued");
+    for (reason, slurm) in [
+        ("Dependency: waits for job 5, running (afterok:5)", "Dependency"),
+        ("DependencyNeverSatisfied: job 5 ended failed (afterok:5); ...", "DependencyNeverSatisfied"),
+        ("BeginTime: starts no earlier than 2027-01-01T00:00:00", "BeginTime"),
+    ] {
+        j.reason = Some(reason.into());
+        assert_eq!(f::slurm_reason(&j), slurm);
+    }
+    j.dependency = Some("afterok:5".into());
+    let record = crate::compat::scontrol::job_record(&j, 2000.0, true);
+    assert!(record.contains("Reason=BeginTime Dependency=afterok:5"), "{record}");
+}

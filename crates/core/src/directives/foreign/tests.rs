@@ -57,7 +57,50 @@ fn pbs_directives_map_onto_berths_options() {
     let o = opts("#!/bin/sh\n#PBS -l ncpus=4 -r n\n#PBS -l mem=512mb\n");
     assert_eq!((o.cores, o.requeue, o.mem), (Some(4), Some(false), Some(512 << 20)));
     let f = parse_foreign("#!/bin/sh\n#PBS -V -h -l place=pack\n").unwrap();
-    assert_eq!(f.unsupported.len(), 3, "{:?}", f.unsupported);
+    assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
+    assert_eq!(f.options.hold, Some(true), "-h submits held");
+}
+
+#[test]
+fn dependencies_begin_and_hold() {
+    use crate::directives::{Begin, DepKind};
+    let o = opts("#!/bin/sh\n#SBATCH -d afterok:4:5\n#SBATCH --begin=now+1hour\n#SBATCH -H\n");
+    assert_eq!(o.dependency.as_ref().map(ToString::to_string).as_deref(), Some("afterok:4:5"));
+    assert_eq!((o.begin, o.hold), (Some(Begin::In(3600)), Some(true)));
+    let o = opts("#!/bin/sh\n#SBATCH --dependency=afterany:3?singleton --hold\n#SBATCH -b 16:00\n");
+    let d = o.dependency.unwrap();
+    assert!(d.any && d.terms[1].kind == DepKind::Singleton);
+    assert_eq!((o.begin, o.hold), (Some(Begin::Clock { hour: 16, minute: 0, second: 0 }), Some(true)));
+    assert_eq!(opts("#!/bin/sh\n#SBATCH -dafterok:9\n").dependency.unwrap().to_string(), "afterok:9");
+    let o = opts("#!/bin/sh\n#PBS -W depend=afterok:12.head:13.head,afternotok:14\n#PBS -h\n");
+    assert_eq!(o.dependency.unwrap().to_string(), "afterok:12:13,afternotok:14");
+    assert_eq!(o.hold, Some(true));
+    // Kinds berth does not have are unsupported (errors, or warnings when asked) ...
+    let f =
+        parse_foreign("#!/bin/sh\n#SBATCH -d aftercorr:3\n#PBS -W depend=beforeok:3\n#PBS -W group_list=x\n").unwrap();
+    let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
+    assert_eq!(lines, vec![2, 3, 4], "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("arrays"), "{:?}", f.unsupported);
+    // ... malformed values are errors naming the line.
+    for (script, needle) in [
+        ("#!/bin/sh\n#SBATCH -d afterok:x\n", "not a job id"),
+        ("#!/bin/sh\n#SBATCH --dependency=afterok:1,afterok:2?afterok:3\n", "mixes"),
+        ("#!/bin/sh\n#SBATCH --begin=soonish\n", "not a time"),
+        ("#!/bin/sh\n#SBATCH --begin=now+500days\n", "a year"),
+        ("#!/bin/sh\n#PBS -W depend=afterok\n", "names no job"),
+    ] {
+        let (line, message) = parse_foreign(script).unwrap_err();
+        assert_eq!(line, 2, "{script:?}");
+        assert!(message.contains(needle), "{script:?}: {message}");
+    }
+    // #BERTH spells them as berth submit's flags.
+    let o =
+        crate::directives::parse_script("#!/bin/sh\n#BERTH --dependency afterok:2 --begin now+60 --hold\n").unwrap();
+    assert_eq!(
+        (o.dependency.unwrap().to_string(), o.begin, o.hold),
+        ("afterok:2".into(), Some(Begin::In(60)), Some(true))
+    );
+    assert!(crate::directives::parse_script("#!/bin/sh\n#BERTH --dependency afterok\n").is_err());
 }
 
 #[test]

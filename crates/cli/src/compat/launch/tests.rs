@@ -1,0 +1,208 @@
+use super::*;
+
+fn v(s: &str) -> Vec<String> {
+    s.split_whitespace().map(String::from).collect()
+}
+
+fn srun(s: &str) -> LaunchPlan {
+    srun_plan(&v(s)).unwrap_or_else(|e| panic!("srun {s}: {e}"))
+}
+
+fn srun_err(s: &str) -> String {
+    match srun_plan(&v(s)) {
+        Ok(p) => panic!("srun {s} accepted: {p:?}"),
+        Err(e) => e,
+    }
+}
+
+fn aprun(s: &str) -> LaunchPlan {
+    aprun_plan(&v(s)).unwrap_or_else(|e| panic!("aprun {s}: {e}"))
+}
+
+fn aprun_err(s: &str) -> String {
+    match aprun_plan(&v(s)) {
+        Ok(p) => panic!("aprun {s} accepted: {p:?}"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn srun_counts_and_label_are_berth_runs() {
+    let p = srun("-n 4 -N 2 -c 2 -l ./a.out -n 9 --label");
+    assert_eq!(p.args.ntasks, Some(4));
+    assert_eq!(p.args.nodes, Some(2));
+    assert_eq!(p.args.cpus_per_task, Some(2));
+    assert!(p.args.label);
+    assert_eq!(p.args.binding, "linear");
+    assert_eq!(p.args.command, v("./a.out -n 9 --label"), "the program's arguments stay its own");
+    // getopt's spellings.
+    let q = srun("--ntasks=4 --nodes=2 --cpus-per-task=2 --label ./a.out -n 9 --label");
+    assert_eq!(p, q);
+    let r = srun("-n4 -N2 -c2 -l ./a.out -n 9 --label");
+    assert_eq!(p, r);
+    // min-max nodes: the minimum; --ntasks-per-node without -N: the nodes it needs.
+    assert_eq!(srun("-N 2-4 true").args.nodes, Some(2));
+    let p = srun("-n 6 --ntasks-per-node 3 true");
+    assert_eq!((p.args.tasks_per_node, p.args.nodes), (Some(3), Some(2)));
+    assert!(srun("-O true").args.overcommit);
+    assert_eq!(srun("--jobid 12 true").args.job.as_deref(), Some("12"));
+    assert_eq!(srun("--jobid=12.batch true").args.job.as_deref(), Some("12"));
+    assert!(srun_err("--jobid x true").contains("--jobid"));
+    assert!(srun_err("-n 0 true").contains("-n") || srun_err("-n 0 true").contains("ntasks"));
+    assert!(srun_err("-n x true").contains("positive number"));
+    assert!(srun_err("-n 2").contains("No command"));
+}
+
+#[test]
+fn srun_kill_options() {
+    assert!(!srun("true").args.no_kill);
+    assert!(srun("-K0 true").args.no_kill);
+    assert!(srun("--kill-on-bad-exit=0 true").args.no_kill);
+    assert!(!srun("-K true").args.no_kill);
+    assert!(srun("-k true").args.no_kill);
+    assert!(srun_err("-K2 true").contains("0 or 1"));
+}
+
+#[test]
+fn srun_mpi_types() {
+    for ok in ["none", "pmi2", "pmi1", "pmi"] {
+        assert_eq!(srun(&format!("--mpi={ok} true")).args.command, v("true"));
+    }
+    let e = srun_err("--mpi=pmix true");
+    assert!(e.contains("--mpi=pmix") && e.contains("PMI-2"), "{e}");
+    assert!(srun_err("--mpi pmix_v3 true").contains("pmix_v3"));
+    assert!(srun("--mpi=list").info.unwrap().contains("pmi2"));
+    let p = srun("--mpi=pmix --ignore-unsupported true");
+    assert_eq!(p.warnings.len(), 1, "{p:?}");
+}
+
+#[test]
+fn srun_cpu_binding() {
+    assert_eq!(srun("--cpu-bind=none true").args.binding, "none");
+    assert_eq!(srun("--cpu-bind=verbose,cores true").args.binding, "linear");
+    assert_eq!(srun("--cpu_bind=threads true").args.binding, "linear");
+    assert_eq!(srun("--cpu-bind=quiet true").args.binding, "linear");
+    assert!(srun_err("--cpu-bind=map_cpu:0,2 true").contains("map_cpu"));
+    assert!(srun_err("--cpu-bind=sockets true").contains("sockets"));
+    assert!(srun_err("--cpu-bind=bogus true").contains("bogus"));
+    assert_eq!(srun("-m block:cyclic true").args.binding, "striding");
+    assert_eq!(srun("-m block true").args.binding, "linear");
+    assert_eq!(srun("--cpu-bind=none -m block:cyclic true").args.binding, "none");
+    assert!(srun_err("-m cyclic true").contains("cyclic"));
+    assert!(srun_err("--distribution=plane=2 true").contains("plane"));
+}
+
+#[test]
+fn srun_streams() {
+    let p = srun("-i none -o out.txt true");
+    assert_eq!(p.stdin, Some(Redirect::Null));
+    assert_eq!(p.stdout, Some(Redirect::File("out.txt".into())));
+    assert_eq!(p.stderr, None, "stderr follows --output (applied when launching)");
+    assert_eq!(srun("--input=0 true").stdin, None);
+    assert_eq!(srun("-e err -o none true").stderr, Some(Redirect::File("err".into())));
+    assert_eq!(srun("-o 100%%.txt true").stdout, Some(Redirect::File("100%.txt".into())));
+    assert!(srun_err("-o out-%t.txt true").contains("patterns"));
+    assert!(srun_err("-o 3 true").contains("one task"));
+    assert!(srun_err("--input=all true").contains("rank 0"));
+}
+
+#[test]
+fn srun_time_chdir_export() {
+    // Outside a job (the test's environment may be inside one: then -t is a note).
+    if std::env::var("BERTH_JOB_ID").is_err() {
+        assert_eq!(srun("-t 10 true").args.walltime.as_deref(), Some("600"));
+        assert_eq!(srun("--time=1-00:00:01 true").args.walltime.as_deref(), Some("86401"));
+    }
+    let p = srun("--jobid 3 -t 5 true");
+    assert_eq!(p.args.walltime, None);
+    assert!(p.warnings[0].contains("time limit"), "{p:?}");
+    assert!(srun_err("-t soon true").contains("Slurm time"));
+    assert_eq!(srun("-D /tmp true").chdir.as_deref(), Some("/tmp"));
+    let p = srun("--export=ALL,A=1,B=x=y true");
+    assert_eq!(p.env, vec![("A".into(), "1".into()), ("B".into(), "x=y".into())]);
+    assert!(srun_err("--export=NONE true").contains("ALL"));
+}
+
+#[test]
+fn srun_refuses_by_name_and_knows_its_options() {
+    let e = srun_err("-p debug true");
+    assert!(e.contains("--partition=debug") && e.contains("not supported"), "{e}");
+    assert!(srun_err("--mem=4G true").contains("--mem=4G"));
+    assert!(srun_err("--pty bash").contains("--pty"));
+    assert_eq!(srun_err("--bogus true"), "unrecognized option '--bogus'");
+    // Accepted as they are: steps never share cores; output is relayed as it comes.
+    assert_eq!(srun("--exclusive -u -v -Q true").args.command, v("true"));
+    assert!(srun("-Q true").quiet);
+    assert!(srun("--help").info.unwrap().contains("berth run"));
+    assert!(srun("-V").info.unwrap().starts_with("slurm "));
+}
+
+#[test]
+fn what_mpich_hydra_passes() {
+    // MPICH 4 (hydra) under Slurm's resource manager: one proxy per node, stdin closed. The
+    // proxy forks the ranks: it is not bound, or they would share its one core.
+    let p = srun("-N 2 -n 2 --input none /usr/bin/hydra_pmi_proxy --control-port h:1 --proxy-id -1");
+    assert_eq!((p.args.ntasks, p.args.nodes), (Some(2), Some(2)));
+    assert_eq!(p.stdin, Some(Redirect::Null));
+    assert_eq!(p.args.binding, "none");
+    assert_eq!(p.args.command[0], "/usr/bin/hydra_pmi_proxy");
+    assert_eq!(srun("--cpu-bind=cores hydra_pmi_proxy").args.binding, "linear", "an explicit binding stands");
+}
+
+#[test]
+fn a_node_list_is_the_jobs_first_nodes_or_refused() {
+    let job = v("node3 node1 node2");
+    let job: Vec<String> = job.into_iter().collect();
+    assert_eq!(nodes_for("node3", Some(1), true, &job).unwrap(), v("node3"));
+    assert_eq!(nodes_for("node[1,3]", None, true, &job).unwrap(), v("node1 node3"));
+    assert_eq!(nodes_for("node1,node3,node3", Some(2), true, &job).unwrap(), v("node1 node3"));
+    let e = nodes_for("node2", Some(1), true, &job).unwrap_err();
+    assert!(e.contains("cannot choose node2") && e.contains("node3"), "{e}");
+    assert!(nodes_for("node[1,3]", Some(3), true, &job).unwrap_err().contains("-N 3"));
+    assert!(nodes_for("node1", None, false, &job).unwrap_err().contains("interactive"));
+    assert!(nodes_for("node1", None, true, &[]).unwrap_err().contains("BERTH_NODES"));
+    assert!(nodes_for("/tmp/hosts", None, true, &job).unwrap_err().contains("file"));
+    assert!(nodes_for("node[1", None, true, &job).is_err());
+    // Outside a job srun refuses a node list, naming it.
+    if std::env::var("BERTH_JOB_ID").is_err() {
+        assert!(srun_err("-w node1 true").contains("--nodelist=node1"));
+    }
+}
+
+#[test]
+fn aprun_spellings() {
+    // -N is PEs per node (srun's -N counts nodes): -n 4 -N 2 is 2 nodes of 2.
+    let p = aprun("-n 4 -N 2 -d 2 -cc depth ./a.out -n 1");
+    assert_eq!(p.args.ntasks, Some(4));
+    assert_eq!(p.args.tasks_per_node, Some(2));
+    assert_eq!(p.args.nodes, Some(2));
+    assert_eq!(p.args.cpus_per_task, Some(2));
+    assert_eq!(p.args.binding, "linear");
+    assert_eq!(p.args.command, v("./a.out -n 1"));
+    assert_eq!(aprun("-n4 -N1 true").args.nodes, Some(4));
+    assert_eq!(aprun("-n 3 -N 2 true").args.nodes, Some(2));
+    assert_eq!(aprun("-n 3 true").args.nodes, None);
+    assert_eq!(aprun("-cc none true").args.binding, "none");
+    assert_eq!(aprun("-ccnone true").args.binding, "none");
+    assert_eq!(aprun("-cc cpu true").args.binding, "linear");
+    assert_eq!(aprun("-e OMP_NUM_THREADS=4 -q -b -B true").env, vec![("OMP_NUM_THREADS".into(), "4".into())]);
+    assert!(aprun("--help").info.unwrap().contains("PEs per node"));
+}
+
+#[test]
+fn aprun_refuses_by_name() {
+    assert!(aprun_err("-cc 0,2,4 true").contains("-cc 0,2,4"));
+    assert!(aprun_err("-cc numa_node true").contains("numa_node"));
+    assert!(aprun_err("-S 2 true").contains("-S 2"));
+    assert!(aprun_err("-j 2 true").contains("-j 2"));
+    assert!(aprun_err("-L 12,13 true").contains("-L"));
+    assert!(aprun_err("-ss true").contains("-ss"));
+    assert_eq!(aprun_err("-x true"), "invalid option -x");
+    assert!(aprun_err("-n").contains("requires an argument"));
+    assert!(aprun_err("-n 0 true").contains("positive"));
+    assert!(aprun_err("-n 2").contains("no executable"));
+    assert!(aprun_err("-n 2 a.out : -n 2 b.out").contains("MPMD"));
+    assert!(aprun_err("-e X true").contains("VAR=value"));
+    let p = aprun("-S 2 --ignore-unsupported true");
+    assert_eq!(p.warnings.len(), 1);
+}

@@ -1,0 +1,358 @@
+//! Job dependencies and begin times: which pending jobs may not start yet, and why.
+//!
+//! A job with a dependency (`--dependency`, Slurm's syntax; `berth_core::directives::depend`)
+//! or a begin time in the future is left out of the scheduling pass (`policy::schedule`) with
+//! the reason users see: `Dependency: ...`, `DependencyNeverSatisfied: ...` or `BeginTime:
+//! ...` (squeue's `(Dependency)`, `(DependencyNeverSatisfied)`, `(BeginTime)`). A dependency
+//! that can never be met (afterok on a job that failed or was cancelled) leaves the job
+//! waiting, as Slurm does by default, until it is cancelled. Both are part of the job's
+//! options, stored with it, so they survive a restart.
+
+use crate::job::JobRecord;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::directives::depend::MAX_BEGIN_AHEAD_SECS;
+use berth_core::directives::{Begin, DepKind, Dependency};
+use berth_core::job::JobState;
+use berth_core::JobId;
+use std::collections::{HashMap, HashSet};
+
+/// What the last pass found, kept for `berth jobs` and the clock.
+#[derive(Debug, Default)]
+pub struct DependState {
+    /// Pending jobs held out of the pass, with the reason shown.
+    pub reasons: HashMap<JobId, String>,
+    /// The earliest begin time still to come: a pass is due then.
+    pub next_begin: Option<f64>,
+    /// Ended jobs' states (and whether they started), read from the store once.
+    ended: HashMap<JobId, (JobState, bool)>,
+}
+
+/// Whether a dependency lets its job start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    Ready,
+    Wait(String),
+    Never(String),
+}
+
+/// Judge `dep` with `lookup` giving a named job's state and whether it started (None: no such
+/// job); `singleton_free`: no other job of the same name and user runs or is ahead.
+pub fn judge(
+    dep: &Dependency,
+    mut lookup: impl FnMut(JobId) -> Option<(JobState, bool)>,
+    singleton_free: bool,
+) -> Verdict {
+    let mut passed = 0;
+    let mut never: Option<String> = None;
+    let mut waiting: Option<String> = None;
+    for term in &dep.terms {
+        // A term passes when every job it names does, and can never pass if one cannot.
+        let mut term_never = None;
+        let mut term_wait = None;
+        if term.kind == DepKind::Singleton {
+            if !singleton_free {
+                term_wait = Some("another job of yours with this name runs or is ahead (singleton)".to_string());
+            }
+        } else {
+            for &id in &term.jobs {
+                let shown = format!("{}:{id}", term.kind.as_str());
+                match lookup(id) {
+                    None => {
+                        term_never = Some(format!("job {id} does not exist ({shown})"));
+                        break;
+                    }
+                    Some((state, started)) => match term.kind.judge(state, started) {
+                        Some(true) => {}
+                        Some(false) => {
+                            term_never = Some(format!("job {id} ended {} ({shown})", state.as_str()));
+                            break;
+                        }
+                        None => {
+                            if term_wait.is_none() {
+                                term_wait = Some(format!("waits for job {id}, {} ({shown})", state.as_str()));
+                            }
+                        }
+                    },
+                }
+            }
+        }
+        match (term_never, term_wait) {
+            (Some(n), _) => {
+                never.get_or_insert(n);
+            }
+            (None, Some(w)) => {
+                waiting.get_or_insert(w);
+            }
+            (None, None) => passed += 1,
+        }
+    }
+    let total = dep.terms.len();
+    if dep.any {
+        if passed > 0 {
+            Verdict::Ready
+        } else if let Some(w) = waiting {
+            Verdict::Wait(w)
+        } else {
+            Verdict::Never(never.unwrap_or_default())
+        }
+    } else if let Some(n) = never {
+        Verdict::Never(n)
+    } else if passed == total {
+        Verdict::Ready
+    } else {
+        Verdict::Wait(waiting.unwrap_or_default())
+    }
+}
+
+/// A begin time as a Unix time: relative ones from `now`, clock times and dates in the local
+/// time zone (the next such clock time: today, or tomorrow once it has passed). Refused when
+/// more than a year ahead.
+pub fn resolve_begin(b: Begin, now: f64) -> Result<u64, String> {
+    let now_s = now.max(0.0) as i64;
+    let at: i64 = match b {
+        Begin::At(t) => i64::try_from(t).unwrap_or(i64::MAX),
+        Begin::In(s) => now_s.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)),
+        Begin::Clock { hour, minute, second } => {
+            let today = local(now_s, None, (hour, minute, second)).ok_or("the local time cannot be computed")?;
+            if today > now_s {
+                today
+            } else {
+                local(now_s, Some(1), (hour, minute, second)).ok_or("the local time cannot be computed")?
+            }
+        }
+        Begin::Tomorrow => local(now_s, Some(1), (0, 0, 0)).ok_or("the local time cannot be computed")?,
+        Begin::Date { year, month, day, hour, minute, second } => {
+            // SAFETY: a zeroed tm is valid; mktime only reads and normalises it.
+            let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+            tm.tm_year = i32::from(year) - 1900;
+            tm.tm_mon = i32::from(month) - 1;
+            tm.tm_mday = i32::from(day);
+            (tm.tm_hour, tm.tm_min, tm.tm_sec) = (i32::from(hour), i32::from(minute), i32::from(second));
+            tm.tm_isdst = -1;
+            // SAFETY: tm is a valid, initialised struct.
+            let t = unsafe { libc::mktime(&mut tm) };
+            if t == -1 || tm.tm_mday != i32::from(day) {
+                return Err(format!("--begin {b}: there is no such date"));
+            }
+            t
+        }
+    };
+    if at > now_s.saturating_add(MAX_BEGIN_AHEAD_SECS as i64) {
+        return Err(format!("--begin {b}: more than a year ahead; give an earlier time"));
+    }
+    // A time already past means: now (as Slurm).
+    Ok(at.max(0) as u64)
+}
+
+/// Local time `hms` on today's date plus `days`, as a Unix time.
+fn local(now: i64, days: Option<i32>, (h, m, s): (u8, u8, u8)) -> Option<i64> {
+    // SAFETY: a zeroed tm is valid; localtime_r writes only into it, mktime reads it.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let secs = now as libc::time_t;
+    // SAFETY: both pointers are to valid, owned values.
+    if unsafe { libc::localtime_r(&secs, &mut tm) }.is_null() {
+        return None;
+    }
+    tm.tm_mday += days.unwrap_or(0);
+    (tm.tm_hour, tm.tm_min, tm.tm_sec) = (i32::from(h), i32::from(m), i32::from(s));
+    tm.tm_isdst = -1;
+    // SAFETY: tm is valid.
+    let t = unsafe { libc::mktime(&mut tm) };
+    (t != -1).then_some(t)
+}
+
+/// Local date and time of a Unix time, to the second.
+pub fn local_text(t: f64) -> String {
+    // SAFETY: as in `local`.
+    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
+    let secs = t as libc::time_t;
+    // SAFETY: both pointers are to valid, owned values.
+    unsafe { libc::localtime_r(&secs, &mut tm) };
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}",
+        tm.tm_year + 1900,
+        tm.tm_mon + 1,
+        tm.tm_mday,
+        tm.tm_hour,
+        tm.tm_min,
+        tm.tm_sec
+    )
+}
+
+impl Controller {
+    /// Check a submission's dependency and begin time, resolving the begin time: every job
+    /// it names must exist.
+    pub(crate) fn check_depend_submission(
+        &self,
+        options: &mut berth_core::directives::SubmitOptions,
+        now: f64,
+    ) -> Result<(), berth_protocol::client::ApiError> {
+        use berth_protocol::client::{ApiError, ErrorCode};
+        if let Some(b) = options.begin {
+            let at = resolve_begin(b, now).map_err(|e| ApiError::new(ErrorCode::BadRequest, e))?;
+            options.begin = Some(Begin::At(at));
+        }
+        if let Some(dep) = &options.dependency {
+            // What the parser guarantees, checked again for requests not made by `berth`.
+            let max = berth_core::directives::depend::MAX_DEPENDENCY_IDS;
+            let malformed = dep.terms.is_empty()
+                || dep.terms.len() > max
+                || dep.job_ids().count() > max
+                || dep.terms.iter().any(|t| (t.kind == DepKind::Singleton) != t.jobs.is_empty())
+                || dep.job_ids().any(|id| id.0 == 0);
+            if malformed {
+                return Err(ApiError::new(
+                    ErrorCode::BadRequest,
+                    format!("--dependency: give 1 to {max} terms naming at most {max} jobs, as afterok:ID[:ID...] or singleton"),
+                ));
+            }
+            for id in dep.job_ids() {
+                let known = self.jobs.contains_key(&id)
+                    || self
+                        .store
+                        .job_state(id)
+                        .map_err(|e| ApiError::new(ErrorCode::Unavailable, e.to_string()))?
+                        .is_some();
+                if !known {
+                    return Err(ApiError::new(
+                        ErrorCode::BadRequest,
+                        format!("--dependency {dep}: job {id} does not exist; `berth jobs --all` lists jobs"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A job's state and whether it started, wherever it is (memory, else the store).
+    fn dep_lookup(&mut self, id: JobId) -> Result<Option<(JobState, bool)>, StoreError> {
+        if let Some(j) = self.jobs.get(&id) {
+            return Ok(Some((j.state, j.start_time.is_some())));
+        }
+        if let Some(s) = self.policy.depend.ended.get(&id) {
+            return Ok(Some(*s));
+        }
+        let found = self.store.job_state(id)?;
+        if let Some(s) = found.filter(|(st, _)| st.is_finished()) {
+            if self.policy.depend.ended.len() >= 100_000 {
+                self.policy.depend.ended.clear();
+            }
+            self.policy.depend.ended.insert(id, s);
+        }
+        Ok(found)
+    }
+
+    /// Pending jobs that may not start yet (begin time to come, dependency not met), each with
+    /// its reason; remembered for `berth jobs` (`DependState::reasons`). Held jobs are left to
+    /// the pass (their reason is the hold).
+    pub fn ineligible(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
+        let mut reasons = HashMap::new();
+        let mut next_begin: Option<f64> = None;
+        let candidates: Vec<JobId> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Queued && (j.options.dependency.is_some() || j.options.begin.is_some()))
+            .map(|j| j.id)
+            .collect();
+        if candidates.is_empty() {
+            self.policy.depend.reasons.clear();
+            self.policy.depend.next_begin = None;
+            return Ok(HashSet::new());
+        }
+        // Singleton: per (user, name), whether a job runs, and the first pending singleton.
+        let mut running: HashSet<(u32, &str)> = HashSet::new();
+        let mut first_singleton: HashMap<(u32, &str), JobId> = HashMap::new();
+        for j in self.jobs.values() {
+            if j.state.has_allocation() {
+                running.insert((j.user.uid, j.name.as_str()));
+            } else if j.state.is_pending() && j.options.dependency.as_ref().is_some_and(Dependency::has_singleton) {
+                first_singleton.entry((j.user.uid, j.name.as_str())).or_insert(j.id);
+            }
+        }
+        let free: HashSet<JobId> = candidates
+            .iter()
+            .filter_map(|id| self.jobs.get(id))
+            .filter(|j| {
+                let key = (j.user.uid, j.name.as_str());
+                !running.contains(&key) && first_singleton.get(&key) == Some(&j.id)
+            })
+            .map(|j| j.id)
+            .collect();
+        for id in candidates {
+            let Some(job) = self.jobs.get(&id) else { continue };
+            if let Some(Begin::At(at)) = job.options.begin {
+                let at = at as f64;
+                if at > now {
+                    next_begin = Some(next_begin.map_or(at, |n: f64| n.min(at)));
+                    reasons.insert(id, format!("BeginTime: starts no earlier than {}", local_text(at)));
+                    continue;
+                }
+            }
+            let Some(dep) = job.options.dependency.clone() else { continue };
+            let mut lookups = Vec::new();
+            for jid in dep.job_ids() {
+                lookups.push((jid, self.dep_lookup(jid)?));
+            }
+            let verdict =
+                judge(&dep, |jid| lookups.iter().find(|(k, _)| *k == jid).and_then(|(_, s)| *s), free.contains(&id));
+            match verdict {
+                Verdict::Ready => {}
+                Verdict::Wait(why) => {
+                    reasons.insert(id, format!("Dependency: {why}"));
+                }
+                Verdict::Never(why) => {
+                    reasons.insert(
+                        id,
+                        format!("DependencyNeverSatisfied: {why}; it will not start: cancel it (`berth cancel {id}`)"),
+                    );
+                }
+            }
+        }
+        if self.cfg.scheduler.kill_invalid_depend {
+            let never: Vec<(JobId, String)> = reasons
+                .iter()
+                .filter(|(_, why)| why.starts_with("DependencyNeverSatisfied"))
+                .map(|(id, why)| (*id, why.clone()))
+                .collect();
+            for (id, why) in never {
+                reasons.remove(&id);
+                self.cancel_never_satisfied(id, &why, now)?;
+            }
+        }
+        let out = reasons.keys().copied().collect();
+        self.policy.depend.reasons = reasons;
+        self.policy.depend.next_begin = next_begin;
+        Ok(out)
+    }
+
+    /// `[scheduler] kill_invalid_depend`: a job whose dependency can never be met is cancelled,
+    /// with that reason.
+    fn cancel_never_satisfied(&mut self, id: JobId, why: &str, now: f64) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        job.state = JobState::Cancelled;
+        job.end_time = Some(now);
+        let reason = why.split("; it will not start").next().unwrap_or(why).to_string();
+        job.reason = Some(reason.clone());
+        self.store.update_job(job)?;
+        self.store.event(now, "cancel", Some(id), None, &reason)?;
+        self.retire(id);
+        Ok(())
+    }
+
+    /// At a tick: a pass is due once the earliest begin time has come.
+    pub fn check_begin(&mut self, now: f64) {
+        if self.policy.depend.next_begin.is_some_and(|t| t <= now) {
+            self.policy.depend.next_begin = None;
+            self.dirty = true;
+        }
+    }
+
+    /// The reason a pending job is held out of the pass, if it is.
+    pub fn depend_reason(&self, job: &JobRecord) -> Option<&String> {
+        self.policy.depend.reasons.get(&job.id)
+    }
+}
+
+#[cfg(test)]
+mod tests;
