@@ -96,13 +96,6 @@ impl Records {
         }
     }
 
-    /// Forget only the job record (its end is recorded in `ended/`).
-    pub fn forget_job(&self, id: JobId) {
-        if std::fs::remove_file(self.jobs.join(file_name(id))).is_ok() {
-            sync_dir(&self.jobs);
-        }
-    }
-
     /// Every readable job record; unreadable ones are logged and removed.
     pub fn load_jobs(&self) -> Vec<JobRecord> {
         load::<JobRecord>(&self.jobs).into_iter().map(|(_, r)| r).collect()

@@ -826,6 +826,7 @@ impl Store {
         Ok(())
     }
 
+    #[cfg(test)]
     pub fn count_jobs(&self) -> Result<usize, StoreError> {
         let n: i64 = self.conn.query_row("SELECT COUNT(*) FROM jobs", [], |r| r.get(0)).map_err(|e| self.err(e))?;
         Ok(n as usize)

@@ -4,11 +4,11 @@
 //! oversubscribes a node's PUs or a NUMA node's memory, and answers "busy now" apart from
 //! "can never fit" so that users are told which.
 
-use crate::job::{Allocation, PendingJob};
+use crate::job::Allocation;
 use crate::node::NodeCapacity;
 pub use crate::placement::cluster::Placement;
 use crate::placement::{cluster, JobRequest, PlacementPolicy};
-use crate::JobId;
+
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -72,12 +72,6 @@ impl PendingReason {
     }
 }
 
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Decisions {
-    pub starts: Vec<(JobId, Allocation)>,
-    pub waiting: Vec<(JobId, PendingReason)>,
-}
-
 impl ClusterState {
     pub fn node_mut(&mut self, id: crate::NodeId) -> Option<&mut NodeCapacity> {
         match self.nodes.binary_search_by_key(&id, |n| n.id) {
@@ -117,44 +111,9 @@ fn node_position(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<usize> {
     }
 }
 
-/// Whether a request could ever fit the nodes that take work if they were empty.
-pub fn check_feasible(cluster: &ClusterState, req: &JobRequest) -> Result<(), String> {
-    cluster::feasible(&cluster.nodes, &cluster.policy, req, |n| n.state.accepts_work())
-}
-
 /// Place one request on what is free now.
 pub fn place(cluster: &ClusterState, req: &JobRequest) -> Placement {
     cluster::place(&cluster.nodes, &cluster.policy, req)
-}
-
-/// One scheduling pass: strict FIFO over `queue` (in priority order). Held jobs and jobs that
-/// can never fit the nodes up are passed over; the first job that is only busy stops the pass.
-pub fn schedule(cluster: &ClusterState, queue: &[PendingJob]) -> Decisions {
-    let mut state = cluster.clone();
-    let mut out = Decisions::default();
-    let mut blocked = false;
-    for job in queue {
-        if job.held {
-            out.waiting.push((job.id, PendingReason::Held));
-            continue;
-        }
-        if blocked {
-            out.waiting.push((job.id, PendingReason::Priority));
-            continue;
-        }
-        match place(&state, &job.request) {
-            Placement::Now(alloc) => {
-                state.claim(&alloc);
-                out.starts.push((job.id, alloc));
-            }
-            Placement::Busy(what) => {
-                out.waiting.push((job.id, PendingReason::Resources(what)));
-                blocked = true;
-            }
-            Placement::Never(why) => out.waiting.push((job.id, PendingReason::NoSuitableNodes(why))),
-        }
-    }
-    out
 }
 
 /// The topology-aware cluster as a backfill [`Machine`](backfill::Machine): what the controller

@@ -273,7 +273,7 @@ fn plan_beside<M: Machine>(
     }
 }
 
-/// Strict priority order, as [`super::schedule`] does (beside `windows`).
+/// Strict priority order (beside `windows`): the first job that is busy stops every later one.
 fn fcfs<M: Machine>(
     input: &PassInput<M>,
     windows: &advance::Windows<M::Alloc>,

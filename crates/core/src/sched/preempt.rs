@@ -113,6 +113,10 @@ pub fn choose_victims(
     plan_preemption(machine, running, candidate, cfg, now).map(|p| p.victims)
 }
 
+/// Waiting jobs tried as preemptors per scheduling pass (by the controller and the
+/// simulator alike), highest priority first: preemption stays bounded on a long queue.
+pub const PREEMPTORS_PER_PASS: usize = 4;
+
 /// Most victims considered: the cheapest ones, so a decision stays quick on a big machine.
 const MAX_POOL: usize = 512;
 /// Greedy searches tried, each starting from a different one of the cheapest victims.

@@ -9,7 +9,6 @@
 //! subnodes (see [`target`]).
 
 use super::PendingReason;
-use crate::directives::SubmitOptions;
 use crate::placement::JobRequest;
 use crate::units::format_duration;
 use serde::{Deserialize, Serialize};
@@ -90,11 +89,6 @@ impl QueueSpec {
     /// The walltime a job gets: its own, else the queue's default, else the queue's maximum.
     pub fn walltime_or_default(&self, walltime: Option<u64>) -> Option<u64> {
         walltime.or(self.default_walltime_secs).or(self.max_walltime_secs)
-    }
-
-    /// Fill in what the queue gives jobs that leave it out (the walltime).
-    pub fn apply_defaults(&self, options: &mut SubmitOptions) {
-        options.walltime = self.walltime_or_default(options.walltime);
     }
 
     /// Whether the queue takes a job of `walltime` (after defaults) asking for `req`.

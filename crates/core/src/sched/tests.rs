@@ -1,15 +1,38 @@
 use super::testkit::{total, ClusterBuilder, G};
 use super::*;
-use crate::job::Shape;
+use crate::job::{Allocation, PendingJob, Shape};
 use crate::node::NodeState;
 use crate::placement::JobRequest;
 use crate::topology::Topology;
-use crate::{CpuSet, NodeId};
+use crate::{CpuSet, JobId, NodeId};
 use proptest::prelude::*;
 use std::sync::Arc;
 
 fn job(id: u64, shape: Shape, mem: u64) -> PendingJob {
     PendingJob { id: JobId(id), request: JobRequest::simple(shape, mem), held: false }
+}
+
+/// What a strict-FIFO pass decided.
+struct Decisions {
+    starts: Vec<(JobId, Allocation)>,
+    waiting: Vec<(JobId, PendingReason)>,
+}
+
+/// One strict-FIFO pass (the backfill pass with `Fcfs`) over `queue` in order.
+fn schedule(cluster: &ClusterState, queue: &[PendingJob]) -> Decisions {
+    use super::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob};
+    let queue: Vec<QueuedJob> = queue
+        .iter()
+        .map(|j| QueuedJob { id: j.id, request: j.request.clone(), walltime: 3600.0, held: j.held })
+        .collect();
+    let limits = PassLimits { policy: BackfillPolicy::Fcfs, max_reservations: 0, deadline: None };
+    let out = plan(&PassInput { machine: cluster, running: &[], queue: &queue, now: 0.0 }, &limits);
+    Decisions { starts: out.starts, waiting: out.waiting.into_iter().map(|w| (w.id, w.reason)).collect() }
+}
+
+/// Whether a request could ever fit the nodes that take work if they were empty.
+fn check_feasible(cluster: &ClusterState, req: &JobRequest) -> Result<(), String> {
+    crate::placement::cluster::feasible(&cluster.nodes, &cluster.policy, req, |n| n.state.accepts_work())
 }
 
 fn summary(d: &Decisions) -> Vec<String> {
@@ -48,7 +71,7 @@ fn busy_head_blocks_fifo_but_held_and_never_do_not() {
     assert_eq!(d.waiting[0], (JobId(2), PendingReason::Held));
     assert!(matches!(d.waiting[1], (JobId(3), PendingReason::NoSuitableNodes(_))));
     assert!(matches!(d.waiting[2], (JobId(5), PendingReason::Resources(_))));
-    // Job 6 (1 core) would fit but must wait behind job 5: FIFO, no backfill in v0.
+    // Job 6 (1 core) would fit but must wait behind job 5: FIFO, no backfill.
     assert_eq!(d.waiting[3], (JobId(6), PendingReason::Priority));
 }
 

@@ -14,12 +14,9 @@ use crate::machine::Suspending;
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::preempt::{
-    plan_preemption, resume_candidates, score, Preemptible, Preemptor, Resume, SuspendedJob,
+    plan_preemption, resume_candidates, score, Preemptible, Preemptor, Resume, SuspendedJob, PREEMPTORS_PER_PASS,
 };
 use berth_core::JobId;
-
-/// Jobs tried as preemptors per pass, as in the controller.
-pub const PREEMPTORS_PER_PASS: usize = 4;
 
 /// A suspended job and the allocation it ran on.
 #[derive(Debug, Clone)]

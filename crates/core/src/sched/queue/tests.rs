@@ -30,12 +30,8 @@ fn queues() -> Vec<QueueSpec> {
 #[test]
 fn defaults_fill_the_walltime_only_when_missing() {
     let q = &queues();
-    let mut o = SubmitOptions::default();
-    q[0].apply_defaults(&mut o);
-    assert_eq!(o.walltime, Some(600));
-    let mut o = SubmitOptions { walltime: Some(60), ..Default::default() };
-    q[0].apply_defaults(&mut o);
-    assert_eq!(o.walltime, Some(60));
+    assert_eq!(q[0].walltime_or_default(None), Some(600));
+    assert_eq!(q[0].walltime_or_default(Some(60)), Some(60));
     // No default: the maximum.
     assert_eq!(q[1].walltime_or_default(None), Some(7 * 86400));
     assert_eq!(QueueSpec::default().walltime_or_default(None), None);
