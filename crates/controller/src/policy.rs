@@ -285,11 +285,10 @@ impl Controller {
     /// (large parallel, or a high preemption class) suspend cheaper running jobs and start on
     /// their CPUs. Bounded: at most `PREEMPTORS_PER_PASS` jobs are tried per pass.
     fn preempt(&mut self, queue: &[QueuedJob], now: f64) -> Result<(), StoreError> {
-        const PREEMPTORS_PER_PASS: usize = 4;
         let cfg = self.cfg.preempt.clone();
         let mut tried = 0;
         for q in queue {
-            if tried >= PREEMPTORS_PER_PASS {
+            if tried >= preempt::PREEMPTORS_PER_PASS {
                 break;
             }
             let waits_for_resources =
