@@ -122,11 +122,7 @@ impl backfill::Machine for ClusterState {
     type Alloc = Allocation;
 
     fn place(&self, req: &JobRequest) -> backfill::Fit<Allocation> {
-        match place(self, req) {
-            Placement::Now(alloc) => backfill::Fit::Now(alloc),
-            Placement::Busy(what) => backfill::Fit::Busy(what),
-            Placement::Never(why) => backfill::Fit::Never(why),
-        }
+        place(self, req)
     }
 
     fn claim(&mut self, alloc: &Allocation) {

@@ -13,15 +13,18 @@ use super::{JobRequest, MemRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
 use crate::node::NodeCapacity;
 
-/// Where a request can go now.
+/// Where a request can go now, on any machine (`A`: what it hands out).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Placement {
-    Now(Allocation),
-    /// Fits the nodes but not what is free now, with what is missing.
+pub enum Fit<A> {
+    Now(A),
+    /// Fits the machine but not what is free now, with what is missing.
     Busy(String),
-    /// Can never fit the nodes that are up, with the reason.
+    /// Can never fit the machine (its nodes that are up), with the reason.
     Never(String),
 }
+
+/// Where a request can go now on the cluster's nodes.
+pub type Placement = Fit<Allocation>;
 
 /// How many of the job's units a node could hold now, by the cached counts.
 fn free_slots(n: &NodeCapacity, req: &JobRequest) -> u32 {

@@ -110,15 +110,8 @@ pub trait Machine: Clone {
     }
 }
 
-/// The answer of [`Machine::place`].
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Fit<A> {
-    Now(A),
-    /// Fits the machine but not what is free now, with what is missing.
-    Busy(String),
-    /// Can never fit, with the reason.
-    Never(String),
-}
+/// The answer of [`Machine::place`]: the placement's own answer, for any machine.
+pub use crate::placement::cluster::Fit;
 
 /// A pending job as a pass sees it.
 #[derive(Debug, Clone, PartialEq)]
