@@ -41,14 +41,14 @@ mod replay;
 pub struct SimResult {
     pub report: SimReport,
     /// Simulated jobs in submit order.
-    pub jobs: Vec<JobRecord>,
+    pub jobs: Vec<JobResult>,
     /// Busy processors and queue length after each event time's pass.
     pub timeline: Vec<Sample>,
 }
 
 /// One simulated job's outcome (a line of the per-job CSV).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub struct JobResult {
     /// The trace's job id (field 1).
     pub id: u64,
     pub submit: f64,
@@ -233,13 +233,13 @@ impl Outcomes {
 
 /// Assemble the result once every job has run.
 pub(crate) fn finish(workload: &Workload, o: Outcomes, timeline: Vec<Sample>, header: metrics::Header) -> SimResult {
-    let jobs: Vec<JobRecord> = workload
+    let jobs: Vec<JobResult> = workload
         .jobs
         .iter()
         .enumerate()
         .map(|(i, j)| {
             let wait = o.start[i] - j.submit;
-            JobRecord {
+            JobResult {
                 id: j.trace_id,
                 submit: j.submit,
                 start: o.start[i],

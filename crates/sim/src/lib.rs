@@ -28,7 +28,7 @@ pub mod metrics;
 pub mod output;
 pub mod swf;
 
-pub use engine::{JobRecord, Sample, SimResult};
+pub use engine::{JobResult, Sample, SimResult};
 pub use error::SimError;
 pub use metrics::SimReport;
 

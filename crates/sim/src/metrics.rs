@@ -1,6 +1,6 @@
 //! The figures a run is judged by.
 
-use crate::engine::{JobRecord, Skipped};
+use crate::engine::{JobResult, Skipped};
 use crate::{policy_name, EstimateSource};
 use berth_core::sched::backfill::BackfillPolicy;
 use serde::{Deserialize, Serialize};
@@ -129,9 +129,9 @@ fn duration(secs: f64) -> String {
 }
 
 /// Summarize the per-job records.
-pub(crate) fn summarize(jobs: &[JobRecord], skipped: Skipped, h: Header) -> SimReport {
+pub(crate) fn summarize(jobs: &[JobResult], skipped: Skipped, h: Header) -> SimReport {
     let n = jobs.len();
-    let mean = |f: fn(&JobRecord) -> f64| if n == 0 { 0.0 } else { jobs.iter().map(f).sum::<f64>() / n as f64 };
+    let mean = |f: fn(&JobResult) -> f64| if n == 0 { 0.0 } else { jobs.iter().map(f).sum::<f64>() / n as f64 };
     let first_submit = jobs.iter().map(|j| j.submit).fold(f64::INFINITY, f64::min);
     let last_end = jobs.iter().map(|j| j.end).fold(f64::NEG_INFINITY, f64::max);
     let makespan = if n == 0 { 0.0 } else { last_end - first_submit };

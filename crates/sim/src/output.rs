@@ -1,13 +1,13 @@
 //! Per-job CSV and the SVG plot of utilization and queue length over time (hand-written SVG:
 //! two panels sharing the time axis, no dependency).
 
-use crate::engine::{JobRecord, Sample};
+use crate::engine::{JobResult, Sample};
 use crate::metrics::SimReport;
 use crate::policy_name;
 use std::fmt::Write;
 
 /// One line per simulated job, in submit order.
-pub fn jobs_csv(jobs: &[JobRecord]) -> String {
+pub fn jobs_csv(jobs: &[JobResult]) -> String {
     let mut out = String::from("id,submit,start,end,wait,run,procs,estimate,bsld,backfilled,suspended\n");
     for j in jobs {
         let _ = writeln!(
