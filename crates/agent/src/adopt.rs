@@ -16,7 +16,7 @@ use crate::cgroup::{CgroupBackend, JobCgroup};
 use crate::job::{
     cgroup_name, cleanup, cleanup_blocking, follow, outcome_of, Ended, JobContext, Script, UNKNOWN_STATUS,
 };
-use crate::records::{now_unix_ms, proc_parent, proc_start_time, JobRecord, Records};
+use crate::records::{now_unix_ms, proc_parent, proc_start_time, LocalJobRecord, Records};
 use crate::registry::JobHandle;
 use crate::shim::Status;
 use crate::suspend::Suspension;
@@ -36,7 +36,7 @@ const KILL_DEADLINE: Duration = Duration::from_secs(10);
 #[derive(Default)]
 pub struct Recovered {
     /// Jobs still running in their cgroups: follow them again with [`run`].
-    pub adopted: Vec<(JobRecord, Arc<dyn JobCgroup>)>,
+    pub adopted: Vec<(LocalJobRecord, Arc<dyn JobCgroup>)>,
     /// Ended jobs whose end the controller has not acknowledged: those that ended before the
     /// restart, and those whose cgroup was gone at the restart.
     pub ended: Vec<(JobId, JobOutcome)>,
@@ -52,7 +52,7 @@ pub fn recover(backend: &dyn CgroupBackend, spool_root: &Path, records: Option<&
     };
     let ended_ids: BTreeSet<JobId> = ended.iter().map(|(id, _)| *id).collect();
     let present: BTreeSet<String> = backend.list().unwrap_or_default().into_iter().collect();
-    let mut adopted: Vec<(JobRecord, Arc<dyn JobCgroup>)> = vec![];
+    let mut adopted: Vec<(LocalJobRecord, Arc<dyn JobCgroup>)> = vec![];
     for rec in jobs {
         let id = rec.spec.id;
         if ended_ids.contains(&id) {
@@ -109,7 +109,7 @@ pub fn recover(backend: &dyn CgroupBackend, spool_root: &Path, records: Option<&
 }
 
 /// The outcome of a recorded job found without its cgroup.
-fn gone_outcome(rec: &JobRecord) -> JobOutcome {
+fn gone_outcome(rec: &LocalJobRecord) -> JobOutcome {
     // The script ended when its shim wrote the status file; without one, the end is now.
     let ended_ms = std::fs::metadata(rec.spool.join(crate::shim::STATUS_FILE))
         .and_then(|m| m.modified())
@@ -134,7 +134,7 @@ fn gone_outcome(rec: &JobRecord) -> JobOutcome {
 /// watched through a pidfd (or found gone), what is left of its walltime enforced, kill
 /// requests honoured; then the same cleanup.
 pub async fn run(
-    rec: JobRecord,
+    rec: LocalJobRecord,
     cg: Arc<dyn JobCgroup>,
     ctx: Arc<JobContext>,
     mut kill: mpsc::UnboundedReceiver<String>,

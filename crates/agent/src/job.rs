@@ -4,7 +4,7 @@ use crate::binding::HostBinding;
 use crate::cgroup::{CgroupBackend, JobCgroup, JobLimits};
 use crate::cpumap::CpuMap;
 use crate::cpusets::{self, JobCpusets};
-use crate::records::JobRecord;
+use crate::records::LocalJobRecord;
 use crate::registry::JobHandle;
 use crate::shim::Status;
 use crate::spawn::ChildSetup;
@@ -132,7 +132,7 @@ pub async fn run_job(
                 // A step waiting for this job (an interactive `berth run`) starts its ranks
                 // first; the record is for a restarted agent, and is written just after.
                 tokio::task::yield_now().await;
-                let rec = JobRecord {
+                let rec = LocalJobRecord {
                     spec: spec.clone(),
                     shim_pid: child.as_ref().map(|_| pid as i32),
                     // Read before the child can be reaped: it is ours until we wait for it.
@@ -180,12 +180,63 @@ pub(crate) async fn follow(
     let id = job.spec.id;
     ctx.registry.insert(job.clone());
     let (spec, cg, suspension) = (&job.spec, job.cgroup.clone(), job.suspension.clone());
+    let early = early_signal(spec, script.as_ref(), &cg, &suspension, walltime);
     let outcome = match script {
         Some(mut script) => supervise(spec, &mut script, cg, kill, &suspension, started, walltime).await,
         None => hold(spec, cg, kill, &suspension, started, walltime).await,
     };
+    if let Some(task) = early {
+        task.abort();
+    }
     ctx.registry.remove(id);
     outcome
+}
+
+/// `--signal=[B:]SIG@SECS`: a task that sends SIG when SECS of the walltime (`walltime`: what
+/// is left of it; time suspended does not count) remain: to every process of the job on this
+/// node, or with `B:` to the batch shell only (on the node that runs it). None when the job
+/// has no such signal or no walltime.
+fn early_signal(
+    spec: &LaunchSpec,
+    script: Option<&Script>,
+    cg: &Arc<dyn JobCgroup>,
+    suspension: &Arc<Suspension>,
+    walltime: Option<Duration>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    let (sig, walltime) = (spec.early_signal.clone()?, walltime?);
+    // The batch shell: the script itself, or the shim's child.
+    let batch = match script {
+        Some(Script::Child { child, shim, .. }) => child.id().map(|pid| (pid as i32, *shim)),
+        _ => None,
+    };
+    if sig.batch_only && batch.is_none() {
+        return None;
+    }
+    let (cg, suspension, id) = (cg.clone(), suspension.clone(), spec.id);
+    Some(tokio::spawn(async move {
+        suspension.walltime(walltime.saturating_sub(Duration::from_secs(sig.secs.into()))).await;
+        tracing::info!(job = %id, signal = sig.signal, batch_only = sig.batch_only, "--signal: {} s of walltime left", sig.secs);
+        match batch.filter(|_| sig.batch_only) {
+            Some((pid, shim)) => {
+                let pids: Vec<i32> = if shim {
+                    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .filter_map(|p| p.parse().ok())
+                        .collect()
+                } else {
+                    vec![pid]
+                };
+                for p in pids.into_iter().filter(|p| *p > 1) {
+                    // SAFETY: kill(2) on a pid of the job's own batch shell.
+                    unsafe { libc::kill(p, sig.signal) };
+                }
+            }
+            None => {
+                let _ = tokio::task::spawn_blocking(move || cg.signal_all(sig.signal)).await;
+            }
+        }
+    }))
 }
 
 /// Nothing of the job survives it: kill what is left, read the accounting, remove the cgroup
@@ -352,7 +403,8 @@ fn start(
     shim: Option<&Path>,
 ) -> Result<tokio::process::Child, String> {
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
-    let mut setup = ChildSetup::new(join, &spec.user, &spec.cwd, &spec.stdout, &spec.stderr)?;
+    let workdir = spec.workdir.as_deref().unwrap_or(&spec.cwd);
+    let mut setup = ChildSetup::new(join, &spec.user, workdir, &spec.stdout, &spec.stderr)?;
     if let Some(mask) = spec.umask {
         setup.umask = (mask & 0o777) as libc::mode_t;
     }
@@ -430,9 +482,10 @@ fn start(
 /// (the submit directory, or an output file's directory), else all of them.
 pub(crate) fn launch_hint(spec: &LaunchSpec) -> String {
     use berth_core::limits::escape_control;
-    let cwd = Path::new(&spec.cwd);
+    let workdir = spec.workdir.as_deref().unwrap_or(&spec.cwd);
+    let cwd = Path::new(workdir);
     if !cwd.is_dir() {
-        return format!("the working directory {} does not exist on this node", escape_control(&spec.cwd));
+        return format!("the working directory {} does not exist on this node", escape_control(workdir));
     }
     for (what, file) in [("output", &spec.stdout), ("error", &spec.stderr)] {
         let path = cwd.join(file);
@@ -446,7 +499,7 @@ pub(crate) fn launch_hint(spec: &LaunchSpec) -> String {
     }
     format!(
         "check that {} and the output paths {} and {} are accessible to that user",
-        escape_control(&spec.cwd),
+        escape_control(workdir),
         escape_control(&spec.stdout),
         escape_control(&spec.stderr)
     )

@@ -2,7 +2,7 @@
 //! still running in its cgroups and reports those that ended while it was down.
 //!
 //! In the agent's state directory (root only):
-//! - `jobs/<id>.json`: a [`JobRecord`], written once the job is set up (its shim started);
+//! - `jobs/<id>.json`: a [`LocalJobRecord`], written once the job is set up (its shim started);
 //! - `ended/<id>.json`: the [`JobOutcome`] of a job that ended here and whose end the
 //!   controller has not acknowledged yet.
 //!
@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 /// A job set up on this node, as a restarted agent needs it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
+pub struct LocalJobRecord {
     pub spec: LaunchSpec,
     /// The shim (the batch script's parent) on the job's first node; None elsewhere.
     pub shim_pid: Option<i32>,
@@ -75,7 +75,7 @@ impl Records {
     /// Not synced: it describes processes that a power loss of this node kills with it, and
     /// a restarted agent needs it only after a crash of the agent alone (the page cache
     /// survives that). The rename keeps it whole.
-    pub fn save_job(&self, rec: &JobRecord) -> std::io::Result<()> {
+    pub fn save_job(&self, rec: &LocalJobRecord) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(rec).map_err(std::io::Error::other)?;
         write_atomically(&self.jobs, &file_name(rec.spec.id), &bytes, false)
     }
@@ -97,8 +97,8 @@ impl Records {
     }
 
     /// Every readable job record; unreadable ones are logged and removed.
-    pub fn load_jobs(&self) -> Vec<JobRecord> {
-        load::<JobRecord>(&self.jobs).into_iter().map(|(_, r)| r).collect()
+    pub fn load_jobs(&self) -> Vec<LocalJobRecord> {
+        load::<LocalJobRecord>(&self.jobs).into_iter().map(|(_, r)| r).collect()
     }
 
     /// Every ended-but-unacknowledged outcome.
@@ -290,7 +290,7 @@ mod tests {
         let r = Records::open(tmp.path()).unwrap();
         use std::os::unix::fs::MetadataExt;
         assert_eq!(std::fs::metadata(tmp.path().join("jobs")).unwrap().mode() & 0o777, 0o700);
-        let rec = JobRecord {
+        let rec = LocalJobRecord {
             spec: spec(7),
             shim_pid: Some(1234),
             shim_start_time: Some(99),

@@ -31,18 +31,24 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             print(json, &jobs, || output::jobs_table(&jobs))
         }
         Command::Show { id } => {
-            let id = parse_id(&id)?;
+            let id = task_ids(&dir, std::slice::from_ref(&id))
+                .await?
+                .first()
+                .copied()
+                .ok_or_else(|| anyhow!("no job id"))?;
             let ClientResponse::Job { job } = request(&dir, ClientRequest::ShowJob { id }).await? else {
                 bail!("unexpected answer")
             };
             print(json, &job, || output::job_detail(&job))
         }
         Command::Cancel { ids } => {
-            per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: parse_ids(&ids)? }).await
+            per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: task_ids(&dir, &ids).await? }).await
         }
-        Command::Hold { ids } => per_id(&dir, json, "held", ClientRequest::Hold { ids: parse_ids(&ids)? }).await,
+        Command::Hold { ids } => {
+            per_id(&dir, json, "held", ClientRequest::Hold { ids: task_ids(&dir, &ids).await? }).await
+        }
         Command::Release { ids } => {
-            per_id(&dir, json, "released", ClientRequest::Release { ids: parse_ids(&ids)? }).await
+            per_id(&dir, json, "released", ClientRequest::Release { ids: task_ids(&dir, &ids).await? }).await
         }
         Command::Suspend { ids } => {
             per_id(&dir, json, "suspended", ClientRequest::Suspend { ids: parse_ids(&ids)? }).await
@@ -152,6 +158,11 @@ fn print<T: serde::Serialize>(json: bool, value: &T, human: impl FnOnce() -> Str
 
 fn parse_id(s: &str) -> Result<JobId> {
     s.parse::<JobId>().map_err(|e| anyhow!(e))
+}
+
+/// Ids where a task of an array may be named `A_i` (`crate::arrays`).
+async fn task_ids(dir: &Path, ids: &[String]) -> Result<Vec<JobId>> {
+    crate::arrays::resolve(dir, ids, parse_id).await
 }
 
 fn parse_ids(ids: &[String]) -> Result<Vec<JobId>> {
@@ -283,6 +294,14 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("reservation", &flags.reservation),
         ("dependency", &flags.dependency),
         ("begin", &flags.begin),
+        ("comment", &flags.comment),
+        ("chdir", &flags.chdir),
+        ("export", &flags.export),
+        ("signal", &flags.signal),
+        ("mail-type", &flags.mail_type),
+        ("mail-user", &flags.mail_user),
+        ("qos", &flags.qos),
+        ("array", &flags.array),
     ];
     for (name, value) in pairs {
         if let Some(v) = value {
@@ -296,6 +315,7 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
         ("requeue", flags.requeue),
         ("no-requeue", flags.no_requeue),
         ("no-kill", flags.no_kill),
+        ("exclusive", flags.exclusive),
     ] {
         if on {
             options.set(name, "").map_err(|e| anyhow!(e))?;
@@ -311,9 +331,14 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
             eprintln!("berth: warning: {}: {}", script.display(), crate::output::terminal_safe(w));
         }
         let given = directives.overlay(options.clone());
+        // `--chdir`: the job's working directory, from which relative outputs are taken.
+        let work_dir = given.chdir.as_ref().map_or_else(|| cwd.clone(), |d| cwd.join(d));
+        if given.chdir.is_some() && !work_dir.is_dir() {
+            bail!("--chdir {}: no such directory", crate::output::terminal_safe(&work_dir.display().to_string()));
+        }
         for (flag, path) in [("output", &given.output), ("error", &given.error)] {
             if let Some(p) = path {
-                check_output_dir(flag, &cwd.join(p))?;
+                check_output_dir(flag, &work_dir.join(p))?;
             }
         }
     }

@@ -4,6 +4,7 @@
 //! server|agent|up|down|demo` execute.
 
 pub mod advance;
+pub mod arrays;
 pub mod client;
 pub mod commands;
 pub mod compat;
@@ -110,6 +111,36 @@ pub struct SubmitFlags {
     /// YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, tomorrow (at most a year ahead).
     #[arg(long)]
     begin: Option<String>,
+    /// A comment kept with the job (shown by `berth show`, `scontrol show job`).
+    #[arg(long)]
+    comment: Option<String>,
+    /// The job's working directory (default: the submit directory, which stays
+    /// BERTH_SUBMIT_DIR); relative output paths are taken from it.
+    #[arg(long, short = 'D')]
+    chdir: Option<String>,
+    /// What of this environment the job gets: ALL (default), NONE, or [ALL,|NONE,]VAR[=value],...
+    #[arg(long)]
+    export: Option<String>,
+    /// [B:]SIG[@SECS]: send SIG SECS seconds (default 60) before the walltime ends (B: the
+    /// batch shell only).
+    #[arg(long)]
+    signal: Option<String>,
+    /// BEGIN,END,FAIL,REQUEUE,ALL,NONE: events the cluster's notify hook is called for.
+    #[arg(long = "mail-type")]
+    mail_type: Option<String>,
+    /// Who is notified (default: you).
+    #[arg(long = "mail-user")]
+    mail_user: Option<String>,
+    /// Whole nodes: no other job shares the job's nodes.
+    #[arg(long)]
+    exclusive: bool,
+    /// Slurm's QOS: the queue of that name (`normal`: none).
+    #[arg(long)]
+    qos: Option<String>,
+    /// A job array, one task per index: 0-15, 1,3,5-7, 0-15:4, with a running limit 0-99%10
+    /// (tasks shown A_i; %A and %a in output names).
+    #[arg(long, short = 'a')]
+    array: Option<String>,
     /// Submit although the script has `#SBATCH`/`#PBS` directives berth does not support
     /// (each is shown as a warning; docs/compat.md lists what is supported).
     #[arg(long = "ignore-unsupported")]

@@ -162,7 +162,7 @@ pub fn jobs_table(jobs: &[JobInfo]) -> String {
     for j in jobs {
         out.push_str(&format!(
             "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
-            j.id.0,
+            crate::arrays::shown_id(j),
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             j.state.as_str(),
@@ -188,6 +188,15 @@ pub fn job_detail(j: &JobInfo) -> String {
     let mut s = String::new();
     let mut kv = |k: &str, v: String| s.push_str(&format!("{k:>14}: {v}\n"));
     kv("id", j.id.to_string());
+    if let (Some(a), Some(i)) = (j.array_job, j.array_index) {
+        kv(
+            "array",
+            format!(
+                "{a}_{i} (task {i} of array {a}{})",
+                j.array_limit.map(|l| format!(", at most {l} at once")).unwrap_or_default()
+            ),
+        );
+    }
     kv("name", j.name.clone());
     kv("user", format!("{} (uid {}, gid {})", j.user, j.uid, j.gid));
     kv("state", j.state.as_str().into());
@@ -228,6 +237,21 @@ pub fn job_detail(j: &JobInfo) -> String {
     }
     if let Some(t) = j.begin_time {
         kv("begin", full_time(Some(t)));
+    }
+    if let Some(c) = &j.comment {
+        kv("comment", c.clone());
+    }
+    if let Some(d) = &j.work_dir {
+        kv("workdir", d.clone());
+    }
+    if let Some(m) = &j.mail_type {
+        kv("mail", format!("{m} to {}", j.mail_user.clone().unwrap_or_else(|| j.user.clone())));
+    }
+    if let Some(s) = &j.early_signal {
+        kv("signal", format!("{s} (signal@seconds before the walltime ends)"));
+    }
+    if j.exclusive {
+        kv("exclusive", "whole nodes".into());
     }
     if let Some(t) = j.suspended_seconds {
         kv("suspended", format!("{} in total (not counted against the walltime)", format_duration(t.round() as u64)));

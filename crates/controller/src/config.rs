@@ -93,6 +93,9 @@ pub struct ControllerConfig {
     /// Slurm and PBS compatibility (`[compat]`, docs/compat.md).
     #[serde(default)]
     pub compat: CompatConfig,
+    /// Job notifications (`[notify]`: `command`, `timeout_secs`), for `--mail-type`.
+    #[serde(default)]
+    pub notify: crate::notify::NotifyConfig,
     /// Refuse user and account names this host does not know (`--account`, `resv create
     /// --users/--accounts`). Off only in unit tests, whose users are made up.
     #[serde(default = "yes", skip)]
@@ -184,6 +187,9 @@ pub struct SchedulerConfig {
     /// Cancel a job whose dependency can never be met (Slurm's `kill_invalid_depend`); by
     /// default it waits, with reason `DependencyNeverSatisfied`, as in Slurm.
     pub kill_invalid_depend: bool,
+    /// A job array's indexes run from 0 to one less than this (Slurm's `MaxArraySize`, whose
+    /// default it has): a bigger array is refused.
+    pub max_array_size: u32,
 }
 
 impl Default for SchedulerConfig {
@@ -194,6 +200,7 @@ impl Default for SchedulerConfig {
             unlimited_walltime_secs: 365 * 86400,
             reservation_budget_ms: 500,
             kill_invalid_depend: false,
+            max_array_size: berth_core::directives::array::DEFAULT_MAX_ARRAY_SIZE,
         }
     }
 }
@@ -331,6 +338,9 @@ impl ControllerConfig {
         }
         if self.heartbeat_misses == 0 {
             return invalid("heartbeat_misses", "must be at least 1".into());
+        }
+        if let Err(e) = self.notify.validate() {
+            return invalid("notify", e);
         }
         if !(self.kill_grace_secs >= 0.0 && self.kill_grace_secs <= 3600.0) {
             return invalid("kill_grace_secs", format!("{} is not between 0 and 3600 seconds", self.kill_grace_secs));

@@ -227,6 +227,10 @@ impl Controller {
 
     /// A job's state and whether it started, wherever it is (memory, else the store).
     fn dep_lookup(&mut self, id: JobId) -> Result<Option<(JobState, bool)>, StoreError> {
+        // An array's id: all its tasks (`crate::array`).
+        if let Some(s) = self.array_dep_state(id)? {
+            return Ok(Some(s));
+        }
         if let Some(j) = self.jobs.get(&id) {
             return Ok(Some((j.state, j.start_time.is_some())));
         }
@@ -247,6 +251,16 @@ impl Controller {
     /// its reason; remembered for `berth jobs` (`DependState::reasons`). Held jobs are left to
     /// the pass (their reason is the hold).
     pub fn ineligible(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
+        let mut out = self.ineligible_by_depend(now)?;
+        // Tasks beyond their array's running limit (`crate::array`).
+        for (id, why) in self.throttled(&out) {
+            out.insert(id);
+            self.policy.depend.reasons.insert(id, why);
+        }
+        Ok(out)
+    }
+
+    fn ineligible_by_depend(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
         let mut reasons = HashMap::new();
         let mut next_begin: Option<f64> = None;
         let candidates: Vec<JobId> = self

@@ -116,6 +116,7 @@ impl Controller {
         job.kill_sent = None;
         job.reason = Some(format!("requeued: {why}"));
         self.store.update_job(job)?;
+        crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Requeue);
         self.store.event(now, "requeue", Some(id), Some(node), why)?;
         self.store.close_steps(id, now, "job requeued")?;
         self.steps.remove(&id);

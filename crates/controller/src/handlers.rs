@@ -68,6 +68,10 @@ impl Controller {
                 state_store: self.store_health.clone(),
             },
             ClientRequest::Submit(sub) => match self.validate_submission(*sub, peer, now) {
+                Ok(job) if job.options.array.is_some() => match self.accept_array(job, now)? {
+                    Ok(id) => ClientResponse::Submitted { id },
+                    Err(e) => ClientResponse::Error(e),
+                },
                 Ok(job) => ClientResponse::Submitted { id: self.accept(job, now)? },
                 Err(e) => ClientResponse::Error(e),
             },
@@ -83,6 +87,13 @@ impl Controller {
                 let mut failure = None;
                 for (i, sub) in jobs.into_iter().enumerate() {
                     match self.validate_submission(sub, peer, now) {
+                        Ok(j) if j.options.array.is_some() => {
+                            failure = Some(ApiError::new(
+                                ErrorCode::BadRequest,
+                                format!("job {i} of the batch is an array: submit arrays one at a time; nothing was submitted"),
+                            ));
+                            break;
+                        }
                         Ok(j) => valid.push(j),
                         Err(e) => {
                             failure = Some(ApiError::new(
@@ -130,9 +141,15 @@ impl Controller {
                     None => unknown_job(id),
                 }
             }
-            ClientRequest::Cancel { ids } => self.for_each_id(ids, peer, now, "cancel", Self::cancel_one)?,
-            ClientRequest::Hold { ids } => self.for_each_id(ids, peer, now, "hold", Self::hold_one)?,
-            ClientRequest::Release { ids } => self.for_each_id(ids, peer, now, "release", Self::release_one)?,
+            ClientRequest::Cancel { ids } => {
+                self.for_each_id_or_array(ids, peer, now, "cancel", crate::array::Whole::Active, Self::cancel_one)?
+            }
+            ClientRequest::Hold { ids } => {
+                self.for_each_id_or_array(ids, peer, now, "hold", crate::array::Whole::Pending, Self::hold_one)?
+            }
+            ClientRequest::Release { ids } => {
+                self.for_each_id_or_array(ids, peer, now, "release", crate::array::Whole::Pending, Self::release_one)?
+            }
             ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
                 nodes: self.nodes_in_order().into_iter().map(|i| self.node_info(i, topology)).collect(),
             },
@@ -205,11 +222,27 @@ impl Controller {
             self.check_account(account, &peer.user)?;
         }
         self.check_depend_submission(&mut options, now)?;
+        crate::array::check_submission(&mut options, self.cfg.scheduler.max_array_size).map_err(bad)?;
         if sub.env.iter().any(|(k, v)| k.is_empty() || k.contains(['=', '\0']) || v.contains('\0')) {
             return Err(bad(
                 "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into(),
             ));
         }
+        self.map_qos(&mut options)?;
+        self.map_exclusive(&mut options).map_err(bad)?;
+        // `--chdir`: the job's working directory, absolute (a relative one from the submit
+        // directory); its outputs' relative paths are taken from it, as Slurm does.
+        if let Some(dir) = options.chdir.take() {
+            let abs = if dir.starts_with('/') { dir } else { format!("{}/{dir}", sub.cwd.trim_end_matches('/')) };
+            limits.check_path("--chdir", &abs).map_err(bad)?;
+            options.chdir = Some(abs);
+        }
+        let work_dir = options.chdir.clone().unwrap_or_else(|| sub.cwd.clone());
+        // `--export` (`#PBS -V`/`-v`): what of the submitting environment the job gets.
+        let env = match &options.export {
+            Some(export) => export.apply(&sub.env),
+            None => sub.env,
+        };
         let queue = options.queue.clone().unwrap_or_else(|| self.cfg.default_queue().to_string());
         // Without --mem or --mem-per-cpu a job gets the default per CPU, but never more per CPU
         // than the roomiest node has: a job must not be refused for memory it did not ask for.
@@ -256,7 +289,7 @@ impl Controller {
             if path.starts_with('/') {
                 path
             } else {
-                format!("{}/{}", sub.cwd.trim_end_matches('/'), path)
+                format!("{}/{}", work_dir.trim_end_matches('/'), path)
             }
         };
         let (stdout, stderr) = (resolve(&options.output, "out"), resolve(&options.error, "err"));
@@ -279,13 +312,41 @@ impl Controller {
             stdout,
             stderr,
             script: sub.script,
-            env: sub.env,
+            env,
             usage: None,
             kill_sent: None,
             suspension: Default::default(),
         };
         job.validate().map_err(bad)?;
         Ok(job)
+    }
+
+    /// `--qos NAME` (Slurm's `-q`): berth has no QOS of its own; a QOS is the queue of that
+    /// name (it must agree with `--queue`/`--partition` if both are given). `normal`, Slurm's
+    /// default QOS, changes nothing where no queue has that name. Anything else is refused
+    /// naming it.
+    fn map_qos(&self, options: &mut berth_core::directives::SubmitOptions) -> Result<(), ApiError> {
+        let Some(qos) = options.qos.clone() else { return Ok(()) };
+        let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
+        if self.cfg.queues.iter().any(|q| q.name == qos) {
+            match &options.queue {
+                Some(q) if *q != qos => Err(bad(format!(
+                    "--qos {qos} maps to the queue {qos}, but the queue (--queue/--partition) {q} was given too; give one of them"
+                ))),
+                _ => {
+                    options.queue = Some(qos);
+                    Ok(())
+                }
+            }
+        } else if qos == "normal" {
+            Ok(())
+        } else {
+            let names: Vec<&str> = self.cfg.queues.iter().map(|q| q.name.as_str()).collect();
+            Err(bad(format!(
+                "QOS {qos} does not exist: berth maps a QOS onto the queue of that name, and the queues are {} (normal, Slurm's default QOS, is accepted as no QOS)",
+                names.join(", ")
+            )))
+        }
     }
 
     /// An account given with `--account`: one of the submitter's groups (the default account
@@ -332,10 +393,24 @@ impl Controller {
     }
 
     /// Give a valid job its id and write it; the reply waits for the commit.
-    fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
+    pub(crate) fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
         let id = self.take_job_id()?;
         job.id = id;
-        let expand = |p: &str| berth_core::directives::expand_output(p, id.0, &job.name, &job.user.name);
+        // The first task of an array gives the array its id (`crate::array`).
+        if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
+            t.job = id.0;
+        }
+        let task = job.options.array_task;
+        let expand =
+            |p: &str| berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref());
+        // `%N`, `%n`, `%t` are known when the job starts: such a path is expanded then, whole.
+        let expand = |p: &str| {
+            if berth_core::directives::extra::has_node_patterns(p) {
+                p.to_string()
+            } else {
+                expand(p)
+            }
+        };
         (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
         self.store.insert_job(&job)?;
         self.store.event(now, "submit", Some(id), None, &job.user.name)?;
@@ -344,7 +419,7 @@ impl Controller {
         Ok(id)
     }
 
-    fn for_each_id(
+    pub(crate) fn for_each_id(
         &mut self,
         ids: Vec<JobId>,
         peer: &Peer,
@@ -392,7 +467,7 @@ impl Controller {
         Ok(ClientResponse::Done { results })
     }
 
-    fn cancel_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+    pub(crate) fn cancel_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
         if job.state.is_pending() {
             job.state = JobState::Cancelled;
@@ -417,11 +492,11 @@ impl Controller {
         Ok(Ok(()))
     }
 
-    fn hold_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+    pub(crate) fn hold_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
         self.move_pending(id, JobState::Queued, JobState::Held, ("hold", "held"), now)
     }
 
-    fn release_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
+    pub(crate) fn release_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
         self.move_pending(id, JobState::Held, JobState::Queued, ("release", "released"), now)
     }
 

@@ -140,6 +140,19 @@ impl JobRecord {
                 Some(berth_core::directives::Begin::At(t)) => Some(t as f64),
                 _ => None,
             },
+            array_job: self.options.array_task.map(|t| JobId(t.job)),
+            array_index: self.options.array_task.map(|t| t.index),
+            array_limit: self.options.array_task.and_then(|t| t.limit),
+            comment: self.options.comment.clone(),
+            work_dir: self.options.chdir.clone(),
+            mail_type: self.options.mail_type.map(|m| m.slurm()),
+            mail_user: self.options.mail_type.and(self.options.mail_user.clone()),
+            early_signal: self
+                .options
+                .signal
+                .as_ref()
+                .map(|s| format!("{}{}@{}", if s.batch_only { "B:" } else { "" }, s.signal, s.secs)),
+            exclusive: self.options.exclusive == Some(true),
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
                 let until = self.end_time.unwrap_or_else(crate::state::unix_now);

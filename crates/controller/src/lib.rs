@@ -3,13 +3,16 @@
 pub mod admin;
 pub mod advance;
 pub mod api;
+pub mod array;
 pub mod config;
 mod conn;
 pub mod depend;
+mod exclusive;
 pub mod fault;
 pub mod handlers;
 pub mod job;
 pub mod lease;
+pub mod notify;
 pub mod policy;
 pub mod reservations;
 pub mod server;

@@ -293,6 +293,9 @@ impl Controller {
     /// written to the store.
     pub fn retire(&mut self, id: JobId) {
         if let Some(job) = self.jobs.remove(&id) {
+            if let Some(event) = crate::notify::end_event(&job) {
+                crate::notify::notify(&self.cfg.notify, &job, event);
+            }
             if !job.allocation.is_empty() {
                 // A job that ended suspended gave its PUs back when it was suspended.
                 crate::suspend::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
@@ -332,6 +335,7 @@ impl Controller {
         job.reason = None;
         self.store.update_job(job)?;
         let node_name = job.allocation[0].node.clone();
+        crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Begin);
         self.store.event(now, "start", Some(id), Some(&node_name), "")?;
         self.launch_all(id);
         Ok(())
@@ -342,6 +346,7 @@ impl Controller {
         // `berth run` and friends inside the job find this controller.
         let mut env: Vec<(String, String)> = job.env.iter().filter(|(k, _)| k != "BERTH_SOCKET").cloned().collect();
         env.push(("BERTH_SOCKET".into(), self.cfg.socket.display().to_string()));
+        crate::array::environment(job, self.cfg.compat.environment, &mut env);
         LaunchSpec {
             id: job.id,
             name: job.name.clone(),
@@ -349,8 +354,8 @@ impl Controller {
             env,
             cwd: job.cwd.clone(),
             script: job.script.clone(),
-            stdout: job.stdout.clone(),
-            stderr: job.stderr.clone(),
+            stdout: output_at_start(job, &job.stdout),
+            stderr: output_at_start(job, &job.stderr),
             allocation: job.allocation[k].clone(),
             nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
             walltime_seconds: job.walltime,
@@ -372,6 +377,8 @@ impl Controller {
                 tasks_per_node: job.options.tasks_per_node,
                 queue: job.queue.clone(),
             }),
+            workdir: job.options.chdir.clone(),
+            early_signal: job.options.signal.clone(),
         }
     }
 
@@ -469,3 +476,21 @@ impl Controller {
 
 #[cfg(test)]
 mod tests;
+
+/// An output path with `%N`, `%n`, `%t` (and the rest) expanded now that the job has nodes;
+/// other paths were expanded when the job was accepted.
+fn output_at_start(job: &JobRecord, path: &str) -> String {
+    match job.allocation.first() {
+        Some(first) if berth_core::directives::extra::has_node_patterns(path) => {
+            berth_core::directives::extra::expand_at_start(
+                path,
+                job.id.0,
+                &job.name,
+                &job.user.name,
+                job.options.array_task.as_ref(),
+                &first.node,
+            )
+        }
+        _ => path.to_string(),
+    }
+}

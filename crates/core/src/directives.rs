@@ -11,9 +11,13 @@ use crate::units::{parse_duration_secs, parse_size};
 use crate::CoreError;
 use serde::{Deserialize, Serialize};
 
+pub mod array;
 pub mod depend;
+pub mod extra;
 mod foreign;
+pub use array::{ArraySpec, ArrayTask};
 pub use depend::{Begin, DepError, DepKind, DepTerm, Dependency};
+pub use extra::{Export, MailTypes, SignalSpec};
 pub use foreign::{parse_foreign, Foreign};
 
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
@@ -78,10 +82,41 @@ pub struct SubmitOptions {
     /// Submit held (`--hold`, `#SBATCH -H`, `#PBS -h`): it waits for `berth release`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hold: Option<bool>,
+    /// `--comment`: kept with the job and shown (bounded, printable).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// `--chdir` (`-D`): the job's working directory (the controller makes it absolute from
+    /// the submit directory); the submit directory stays `SLURM_SUBMIT_DIR`/`PBS_O_WORKDIR`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chdir: Option<String>,
+    /// `--export` (`#PBS -V`/`-v`): what of the submitting environment the job gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export: Option<Export>,
+    /// `--signal`: a signal sent some seconds before the walltime ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signal: Option<SignalSpec>,
+    /// `--mail-type` (`#PBS -m`): events the controller's notify hook is called for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail_type: Option<MailTypes>,
+    /// `--mail-user` (`#PBS -M`): who is notified (default: the job's user).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail_user: Option<String>,
+    /// `--exclusive`: no other job shares the job's nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclusive: Option<bool>,
+    /// `--qos` (Slurm's `-q`): mapped by the controller onto the queue of that name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    /// A job array (`--array 0-15%4`): one task per index, each a job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array: Option<ArraySpec>,
+    /// This job is a task of an array (set by the controller; not an option a user writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_task: Option<ArrayTask>,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 25] = [
+pub const OPTION_NAMES: [&str; 34] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -107,11 +142,20 @@ pub const OPTION_NAMES: [&str; 25] = [
     "dependency",
     "begin",
     "hold",
+    "comment",
+    "chdir",
+    "export",
+    "signal",
+    "mail-type",
+    "mail-user",
+    "exclusive",
+    "qos",
+    "array",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
-pub const SWITCH_NAMES: [&str; 7] =
-    ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill", "hold"];
+pub const SWITCH_NAMES: [&str; 8] =
+    ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill", "hold", "exclusive"];
 
 impl SubmitOptions {
     /// Set one option from its name (`cores`, `mem`, ...) and textual value.
@@ -174,6 +218,23 @@ impl SubmitOptions {
                 self.dependency = Some(Dependency::parse_slurm(value).map_err(|e| format!("--dependency: {e}"))?)
             }
             "begin" => self.begin = Some(Begin::parse(value)?),
+            "comment" => self.comment = Some(extra::parse_comment(value)?),
+            "chdir" => self.chdir = Some(extra::parse_chdir(value)?),
+            "export" => self.export = Some(Export::parse_slurm(value)?),
+            "signal" => self.signal = Some(SignalSpec::parse(value)?),
+            "mail-type" => self.mail_type = Some(MailTypes::parse_slurm(value)?),
+            "mail-user" => self.mail_user = Some(extra::parse_mail_user(value)?),
+            "exclusive" => self.exclusive = Some(switch(name, value)?),
+            "qos" => {
+                let q = text(value)?;
+                if !valid_name(&q) {
+                    return Err(format!(
+                        "--qos needs a name of letters, digits, _ - and . (at most 64), got {value:?}"
+                    ));
+                }
+                self.qos = Some(q)
+            }
+            "array" => self.array = Some(ArraySpec::parse_slurm(value)?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
             "property" => {
@@ -221,6 +282,16 @@ impl SubmitOptions {
             dependency: over.dependency.or(self.dependency),
             begin: over.begin.or(self.begin),
             hold: over.hold.or(self.hold),
+            comment: over.comment.or(self.comment),
+            chdir: over.chdir.or(self.chdir),
+            export: over.export.or(self.export),
+            signal: over.signal.or(self.signal),
+            mail_type: over.mail_type.or(self.mail_type),
+            mail_user: over.mail_user.or(self.mail_user),
+            exclusive: over.exclusive.or(self.exclusive),
+            qos: over.qos.or(self.qos),
+            array: over.array.or(self.array),
+            array_task: over.array_task.or(self.array_task),
         }
     }
 
@@ -241,7 +312,15 @@ impl SubmitOptions {
 /// the job name (a `/` in it becomes `_`), `%u` the user, `%%` a `%`. Anything else after a
 /// `%` is kept as written.
 pub fn expand_output(pattern: &str, id: u64, name: &str, user: &str) -> String {
+    expand_output_in(pattern, id, name, user, None)
+}
+
+/// `expand_output` for a job that may be a task of an array: `%A` the array's id, `%a` the
+/// task's index (for a job of no array, as Slurm: its id, and 4294967294).
+pub fn expand_output_in(pattern: &str, id: u64, name: &str, user: &str, array: Option<&ArrayTask>) -> String {
     expand_percent(pattern, |c| match c {
+        'A' => Some(array.map_or(id, |t| t.job).to_string()),
+        'a' => Some(array.map_or(u64::from(u32::MAX - 1), |t| u64::from(t.index)).to_string()),
         'j' => Some(id.to_string()),
         'x' => Some(name.replace('/', "_")),
         'u' => Some(user.to_string()),
@@ -395,10 +474,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn array_patterns_expand() {
+        let t = array::tasks(40, &[1, 2], None)[1];
+        assert_eq!(expand_output_in("%A_%a-%j.out", 41, "n", "u", Some(&t)), "40_2-41.out");
+        assert_eq!(expand_output_in("%A_%a.out", 7, "n", "u", None), "7_4294967294.out");
+        assert_eq!(expand_output_in("%%A%%a", 7, "n", "u", Some(&t)), "%A%a");
+    }
+
+    #[test]
     fn output_patterns_expand_as_sbatch_does() {
         assert_eq!(expand_output("/o/%x-%j.%u.out", 42, "my/job", "ann"), "/o/my_job-42.ann.out");
         assert_eq!(expand_output("100%%-%j%", 7, "n", "u"), "100%-7%");
-        assert_eq!(expand_output("%A_%a", 7, "n", "u"), "%A_%a");
+        assert_eq!(expand_output("%A_%a", 7, "n", "u"), "7_4294967294", "as Slurm, for a job of no array");
     }
 
     #[test]

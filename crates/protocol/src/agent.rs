@@ -261,6 +261,14 @@ pub struct LaunchSpec {
     /// "Environment"); none: the controller's `[compat] environment` is off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub compat: Option<CompatEnv>,
+    /// The batch script's working directory (`--chdir`); none: `cwd`, the submit directory
+    /// (which `SLURM_SUBMIT_DIR`, `PBS_O_WORKDIR` and `BERTH_SUBMIT_DIR` stay).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workdir: Option<String>,
+    /// `--signal`: sent this many seconds before the walltime ends (to the batch shell only,
+    /// or to every process of the job on this node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_signal: Option<berth_core::directives::SignalSpec>,
 }
 
 /// What a job's Slurm and PBS variables need besides the rest of its launch.

@@ -459,6 +459,31 @@ pub struct JobInfo {
     /// The earliest time it may start (Unix time), if it was given one (`--begin`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub begin_time: Option<f64>,
+    /// Of a task of a job array: the array's id (shown `A_i`) and the task's index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_job: Option<JobId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_index: Option<u32>,
+    /// The array's running limit (`%N`), if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_limit: Option<u32>,
+    /// Options recorded with the job (`--comment`, `--chdir`, `--mail-*`, `--signal`,
+    /// `--exclusive`); docs/compat.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    /// The working directory, when `--chdir` gave one other than the submit directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub work_dir: Option<String>,
+    /// `--mail-type` in Slurm's spelling (`END,FAIL`), if given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail_type: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail_user: Option<String>,
+    /// `--signal` as given back in Slurm's spelling (`B:10@60`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub early_signal: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exclusive: bool,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

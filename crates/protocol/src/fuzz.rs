@@ -556,6 +556,8 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 pids_max,
                 fence,
                 compat,
+                workdir: None,
+                early_signal: None,
             },
         )
         .boxed()
@@ -861,6 +863,15 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 suspended_seconds,
                 dependency: None,
                 begin_time: None,
+                array_job: None,
+                array_index: None,
+                array_limit: None,
+                comment: None,
+                work_dir: None,
+                mail_type: None,
+                mail_user: None,
+                early_signal: None,
+                exclusive: false,
             },
         )
         .boxed()

@@ -383,6 +383,8 @@ pub fn slurm_reason(j: &JobInfo) -> String {
         "Dependency"
     } else if r.starts_with("begintime") {
         "BeginTime"
+    } else if r.starts_with("jobarraytasklimit") {
+        "JobArrayTaskLimit"
     } else if r.starts_with("resources") {
         "Resources"
     } else if r.starts_with("priority") {
@@ -442,7 +444,9 @@ pub fn server_name() -> String {
 
 /// A job id as users of either dialect write it: `12`, `12.server`, `12.server.domain`.
 pub fn parse_job_id(s: &str) -> Option<berth_core::JobId> {
+    // PBS names an array `N[]` (`N[].server`): its id, which stands for all its tasks.
     let head = s.trim().split('.').next()?;
+    let head = head.strip_suffix("[]").unwrap_or(head);
     head.parse::<u64>().ok().filter(|n| *n > 0).map(berth_core::JobId)
 }
 
@@ -534,6 +538,8 @@ mod tests {
         assert_eq!(parse_job_id("12"), Some(berth_core::JobId(12)));
         assert_eq!(parse_job_id("12.server.example.org"), Some(berth_core::JobId(12)));
         assert_eq!(parse_job_id("x"), None);
+        assert_eq!(parse_job_id("12[].server"), Some(berth_core::JobId(12)));
+        assert_eq!(parse_job_id("12[3]"), None);
         assert_eq!(parse_job_id("0"), None);
         assert!(slurm_states("pd").unwrap().contains(&JobState::Held));
         assert_eq!(slurm_states("ALL").unwrap().len(), JobState::ALL.len());

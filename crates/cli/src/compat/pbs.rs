@@ -159,7 +159,20 @@ pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
                 }
             }
             "-d" | "-w" => plan.chdir = Some(nonempty(&v)?),
-            "-m" if v == "n" => {}
+            // Arrays are read as `#PBS -J` lines are.
+            "-J" => {
+                if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
+                    return Err(format!("illegal {key} value {v:?}"));
+                }
+                directives.push_str(&format!("#PBS -J {v}\n"));
+            }
+            // Notifications are read as `#PBS -m`/`-M` lines are.
+            "-m" | "-M" => {
+                if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
+                    return Err(format!("illegal {key} value {v:?}"));
+                }
+                directives.push_str(&format!("#PBS {key} {v}\n"));
+            }
             // Dependencies are read as `#PBS -W depend=...` lines are.
             "-W" if v.trim().starts_with("depend=") => {
                 if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
@@ -214,6 +227,14 @@ pub fn pbs_id(id: JobId, server: &str) -> String {
     format!("{}.{server}", id.0)
 }
 
+/// A job's id as qstat shows it: a task of an array as PBS's subjob `A[i].server`.
+pub fn pbs_job_id(j: &JobInfo, server: &str) -> String {
+    match (j.array_job, j.array_index) {
+        (Some(a), Some(i)) => format!("{}[{i}].{server}", a.0),
+        _ => pbs_id(j.id, server),
+    }
+}
+
 /// A single-quoted shell word.
 fn shell_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
@@ -260,13 +281,15 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
     if let Some(d) = &plan.chdir {
         std::env::set_current_dir(d).map_err(|e| anyhow::anyhow!("cannot change to {d}: {e}"))?;
     }
-    // PBS's default outputs: NAME.oID and NAME.eID, unless joined.
+    // PBS's default outputs: NAME.oID and NAME.eID (a subjob's NAME.oID.INDEX), unless joined.
     let script = berth_core::directives::parse_script_with(&text, true).map(|(o, _)| o).unwrap_or_default();
+    let array = plan.options.array.is_some() || script.array.is_some();
+    let seq = if array { "%A.%a" } else { "%j" };
     if plan.flags.output.is_none() && script.output.is_none() {
-        plan.flags.output = Some("%x.o%j".into());
+        plan.flags.output = Some(format!("%x.o{seq}"));
     }
     if plan.flags.error.is_none() && script.error.is_none() {
-        plan.flags.error = Some("%x.e%j".into());
+        plan.flags.error = Some(format!("%x.e{seq}"));
     }
     match plan.join {
         Some('o') => plan.flags.error = plan.flags.output.clone().or(script.output),
@@ -287,7 +310,9 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
         bail!("unexpected answer")
     };
     if !plan.quiet {
-        println!("{}", pbs_id(id, &f::server_name()));
+        // An array's id as PBS prints it: `N[].server`.
+        let shown = if array { format!("{}[].{}", id.0, f::server_name()) } else { pbs_id(id, &f::server_name()) };
+        println!("{shown}");
     }
     if plan.block {
         use std::io::Write;
@@ -360,7 +385,7 @@ pub fn qstat_table(jobs: &[JobInfo], server: &str) -> String {
     for j in &jobs {
         out.push_str(&format!(
             "{:<17} {:<16} {:<17} {:>8} {} {}\n",
-            cut(&pbs_id(j.id, server), 17),
+            cut(&pbs_job_id(j, server), 17),
             cut(&j.name, 16),
             cut(&j.user, 16),
             cpu_time(j),
@@ -386,7 +411,7 @@ pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
         let elapsed = if j.start_time.is_some() { hm(f::elapsed(j, now)) } else { "--".into() };
         out.push_str(&format!(
             "{:<15} {:<8} {:<8} {:<10} {:>6} {:>3} {:>3} {:>6} {:>5} {} {:>5}\n",
-            cut(&pbs_id(j.id, server), 15),
+            cut(&pbs_job_id(j, server), 15),
             cut(&j.user, 8),
             cut(&j.queue, 8),
             cut(&j.name, 10),
@@ -405,7 +430,7 @@ pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
 /// `qstat -f`: a job's attributes, one per line.
 pub fn qstat_full(j: &JobInfo, server: &str, now: f64) -> String {
     let j = &crate::output::escaped(std::slice::from_ref(j))[0];
-    let mut s = format!("Job Id: {}\n", pbs_id(j.id, server));
+    let mut s = format!("Job Id: {}\n", pbs_job_id(j, server));
     let mut kv = |k: &str, v: String| s.push_str(&format!("    {k} = {v}\n"));
     kv("Job_Name", j.name.clone());
     kv("Job_Owner", format!("{}@{server}", j.user));

@@ -76,7 +76,16 @@ pub fn job_record(j: &JobInfo, now: f64, oneliner: bool) -> String {
     };
     record(
         &[
-            vec![("JobId", j.id.to_string()), ("JobName", j.name.clone())],
+            match (j.array_job, j.array_index) {
+                // As Slurm: a task's array and index beside its own id.
+                (Some(a), Some(i)) => vec![
+                    ("JobId", j.id.to_string()),
+                    ("ArrayJobId", a.to_string()),
+                    ("ArrayTaskId", i.to_string()),
+                    ("JobName", j.name.clone()),
+                ],
+                _ => vec![("JobId", j.id.to_string()), ("JobName", j.name.clone())],
+            },
             vec![("UserId", format!("{}({})", j.user, j.uid)), ("GroupId", format!("({})", j.gid))],
             vec![
                 ("Priority", j.priority.as_ref().map(|p| format!("{:.0}", p.total)).unwrap_or_else(|| "0".into())),
@@ -105,7 +114,9 @@ pub fn job_record(j: &JobInfo, now: f64, oneliner: bool) -> String {
                 ("CPUs/Task", j.request.cpus_per_task.unwrap_or(1).to_string()),
             ],
             vec![("MinMemoryNode", mem)],
-            vec![("WorkDir", j.cwd.clone())],
+            vec![("WorkDir", j.work_dir.clone().unwrap_or_else(|| j.cwd.clone()))],
+            // As Slurm: only when the job has one.
+            j.comment.iter().map(|c| ("Comment", c.clone())).collect(),
             vec![("StdErr", j.stderr.clone())],
             vec![("StdIn", "/dev/null".into())],
             vec![("StdOut", j.stdout.clone())],

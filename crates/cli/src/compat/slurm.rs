@@ -146,9 +146,7 @@ const SBATCH_LOCAL: &[&str] = &[
     "--parsable",
     "--wait",
     "--wrap",
-    "--chdir",
     "--quiet",
-    "--export",
     "--verbose",
     "--ignore-unsupported",
     "--help",
@@ -183,7 +181,8 @@ const SBATCH_USAGE: &str = "Usage: sbatch [OPTIONS...] script | --wrap=\"command
 berth's sbatch supports: -A/--account -b/--begin -c/--cpus-per-task -C/--constraint
   -d/--dependency -D/--chdir -e/--error -H/--hold -J/--job-name -k/--no-kill --mem --mem-per-cpu -N/--nodes
   -n/--ntasks --ntasks-per-node -o/--output -p/--partition --parsable -Q/--quiet
-  --requeue --no-requeue --reservation -t/--time --export=ALL[,VAR=value] -W/--wait --wrap
+  --requeue --no-requeue --reservation -t/--time --export=ALL|NONE|[ALL,]VAR[=value],... -W/--wait --wrap
+  --comment --signal --mail-type --mail-user --exclusive -q/--qos
   --ignore-unsupported (berth: submit without options berth does not support)
 Other Slurm options are refused by name; docs/compat.md lists what is supported.
 ";
@@ -308,9 +307,9 @@ fn nonempty(key: &str, v: &str) -> Result<String, String> {
 fn output_pattern(key: &str, v: &str) -> Result<String, String> {
     let mut chars = v.chars();
     while let Some(c) = chars.next() {
-        if c == '%' && !matches!(chars.next(), Some('j' | 'x' | 'u' | '%')) {
+        if c == '%' && !matches!(chars.next(), Some('j' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%')) {
             return Err(format!(
-                "{key}={v}: only the patterns %j (job id), %x (job name), %u (user) and %% are supported"
+                "{key}={v}: only the patterns %j (job id), %x (job name), %u (user), %A (array id), %a (array index) and %% are supported"
             ));
         }
     }
@@ -428,6 +427,8 @@ pub struct SqueueQuery {
     /// None: pending, running, suspended and completing jobs (squeue's default).
     pub states: Option<Vec<JobState>>,
     pub info: Option<String>,
+    /// `-r`: one line per array task (else an array's queued tasks are one line, `A_[3-9]`).
+    pub array: bool,
 }
 
 pub fn squeue_query(args: &[String]) -> Result<SqueueQuery, String> {
@@ -474,6 +475,7 @@ pub fn squeue_query(args: &[String]) -> Result<SqueueQuery, String> {
         accounts: p.list("--account"),
         states,
         info,
+        array: p.has("--array"),
     })
 }
 
@@ -489,7 +491,7 @@ impl SqueueQuery {
             None => !self.ids.is_empty() || !j.state.is_finished(),
         };
         state_ok
-            && (self.ids.is_empty() || self.ids.contains(&j.id))
+            && (self.ids.is_empty() || self.ids.contains(&j.id) || j.array_job.is_some_and(|a| self.ids.contains(&a)))
             && (self.users.is_empty() || self.users.contains(&j.user))
             && (self.names.is_empty() || self.names.contains(&j.name))
             && (self.partitions.is_empty() || self.partitions.contains(&j.queue))
@@ -530,7 +532,8 @@ fn squeue_header(c: char) -> &'static str {
 pub fn squeue_field(j: &JobInfo, c: char, now: f64) -> String {
     let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
     match c {
-        'i' | 'A' => j.id.to_string(),
+        'i' => crate::arrays::shown_id(j),
+        'A' => j.array_job.unwrap_or(j.id).to_string(),
         'P' => j.queue.clone(),
         'j' => j.name.clone(),
         'u' => j.user.clone(),
@@ -577,8 +580,12 @@ pub fn squeue_table(q: &SqueueQuery, jobs: &[JobInfo], now: f64) -> String {
         out.push_str(f::render(&q.format, |c| squeue_header(c).to_string()).trim_end());
         out.push('\n');
     }
-    for j in &jobs {
-        out.push_str(&f::render(&q.format, |c| squeue_field(j, c, now)));
+    let folded = if q.array { jobs.iter().map(|j| (j, None)).collect() } else { crate::arrays::fold_queued(&jobs) };
+    for (j, id) in folded {
+        out.push_str(&f::render(&q.format, |c| match (&id, c) {
+            (Some(id), 'i') => id.clone(),
+            _ => squeue_field(j, c, now),
+        }));
         out.push('\n');
     }
     out
@@ -651,6 +658,8 @@ const SCANCEL_OPTS: &[Opt] = &[
 #[derive(Debug, PartialEq)]
 pub struct ScancelQuery {
     pub ids: Vec<JobId>,
+    /// Tasks of arrays named `A_i`: (array, index), looked up before cancelling.
+    pub tasks: Vec<(JobId, u32)>,
     pub filter: SqueueQuery,
     pub signal: Option<i32>,
     pub quiet: bool,
@@ -670,11 +679,15 @@ pub fn scancel_query(args: &[String]) -> Result<ScancelQuery, String> {
     } else {
         None
     };
-    let ids = p
-        .operands
-        .iter()
-        .map(|s| f::parse_job_id(s).filter(|_| !s.contains('_')).ok_or_else(|| format!("Invalid job id {s}")))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (mut ids, mut tasks) = (Vec::new(), Vec::new());
+    for s in &p.operands {
+        match crate::arrays::split_task(s) {
+            Some(t) => tasks.push(t),
+            None => {
+                ids.push(f::parse_job_id(s).filter(|_| !s.contains('_')).ok_or_else(|| format!("Invalid job id {s}"))?)
+            }
+        }
+    }
     let signal = match p.last("--signal") {
         Some(s) => Some(berth_protocol::step::parse_signal(s).ok_or_else(|| format!("Invalid signal name {s}"))?),
         None => None,
@@ -701,8 +714,9 @@ pub fn scancel_query(args: &[String]) -> Result<ScancelQuery, String> {
         accounts: p.list("--account"),
         states,
         info: None,
+        array: true,
     };
-    Ok(ScancelQuery { ids, filter, signal, quiet: p.has("--quiet"), verbose: p.has("--verbose"), info })
+    Ok(ScancelQuery { ids, tasks, filter, signal, quiet: p.has("--quiet"), verbose: p.has("--verbose"), info })
 }
 
 impl ScancelQuery {
@@ -741,9 +755,28 @@ pub async fn scancel(dir: &Path, args: Vec<String>) -> Result<i32> {
     if q.filter.me {
         q.filter.users.push(own_user_name());
     }
-    if q.ids.is_empty() && !q.has_filter() {
+    if q.ids.is_empty() && q.tasks.is_empty() && !q.has_filter() {
         eprintln!("scancel: error: No job identification provided");
         return Ok(1);
+    }
+    if !q.tasks.is_empty() {
+        // `A_i`: the task's own id (Slurm: an unknown task is an invalid job id).
+        let ClientResponse::Jobs { jobs } =
+            request(dir, ClientRequest::ListJobs { states: vec![], all: false }).await?
+        else {
+            bail!("unexpected answer")
+        };
+        for (array, index) in q.tasks.clone() {
+            match crate::arrays::find_task(&jobs, array, index) {
+                Some(id) => q.ids.push(id),
+                None => {
+                    if !q.quiet {
+                        eprintln!("scancel: error: Kill job error on job id {array}_{index}: Invalid job id specified");
+                    }
+                    return Ok(1);
+                }
+            }
+        }
     }
     let mut ids = q.ids.clone();
     if q.has_filter() {

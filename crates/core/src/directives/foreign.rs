@@ -3,6 +3,7 @@
 //! not support is never dropped silently: it is an error naming the line and the directive,
 //! or, when the submitter asks (`--ignore-unsupported`), a warning.
 
+use super::array::ArraySpec;
 use super::depend::{Begin, DepError, Dependency};
 use super::SubmitOptions;
 use crate::units::parse_size;
@@ -216,6 +217,22 @@ fn slurm_line(
             },
             "-b" | "--begin" => o.begin = Some(Begin::parse(&v).map_err(|e| format!("{flag}: {e}"))?),
             "-H" | "--hold" => o.hold = Some(true),
+            "--comment" => {
+                o.comment = Some(super::extra::parse_comment(&v).map_err(|e| e.replace("--comment", &flag))?)
+            }
+            "-D" | "--chdir" => o.chdir = Some(super::extra::parse_chdir(&v)?),
+            "--export" => o.export = Some(super::Export::parse_slurm(&v)?),
+            "--signal" => o.signal = Some(super::SignalSpec::parse(&v)?),
+            "--mail-type" => o.mail_type = Some(super::MailTypes::parse_slurm(&v)?),
+            "--mail-user" => o.mail_user = Some(super::extra::parse_mail_user(&v)?),
+            "--exclusive" => match value.as_deref() {
+                None => o.exclusive = Some(true),
+                Some(_) => {
+                    unsupported.push(format!("{shown}: only --exclusive (whole nodes) is supported, not =user or =mcs"))
+                }
+            },
+            "-q" | "--qos" => o.qos = Some(nonempty(&flag, &v)?),
+            "-a" | "--array" => o.array = Some(ArraySpec::parse_slurm(&v).map_err(|e| format!("{flag}: {e}"))?),
             "-C" | "--constraint" => {
                 let props: Vec<String> = v.split(['&', ',']).map(|p| p.trim().to_string()).collect();
                 if v.contains(['|', '[', ']', '*']) || props.iter().any(|p| p.is_empty()) {
@@ -273,6 +290,25 @@ fn pbs_line(
                 _ => return Err(format!("-r takes y or n, got {v:?}")),
             },
             "-h" => o.hold = Some(true),
+            // berth passes the whole submitting environment, as -V asks.
+            "-V" => {
+                o.export = Some(
+                    o.export
+                        .take()
+                        .map(|e| super::Export { all: true, ..e })
+                        .unwrap_or(super::Export { all: true, vars: vec![] }),
+                )
+            }
+            "-v" => {
+                let mut e = super::Export::parse_pbs(&v)?;
+                if let Some(before) = o.export.take() {
+                    e.vars.splice(0..0, before.vars);
+                }
+                o.export = Some(e)
+            }
+            "-m" => o.mail_type = Some(super::MailTypes::parse_pbs(&v)?),
+            "-M" => o.mail_user = Some(super::extra::parse_mail_user(&v).map_err(|e| e.replace("--mail-user", "-M"))?),
+            "-J" => o.array = Some(ArraySpec::parse_pbs(&v)?),
             "-W" => match v.trim().strip_prefix("depend=") {
                 Some(list) => match Dependency::parse_pbs(list) {
                     Ok(d) => o.dependency = Some(d),
@@ -384,10 +420,10 @@ fn output_pattern(v: &str) -> Result<String, String> {
     while let Some(c) = chars.next() {
         if c == '%' {
             match chars.next() {
-                Some('j' | 'x' | 'u' | '%') => {}
+                Some('j' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%') => {}
                 other => {
                     return Err(format!(
-                        "the pattern %{} is not supported (%j job id, %x job name, %u user, %% a percent sign are)",
+                        "the pattern %{} is not supported (%j job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)",
                         other.map(String::from).unwrap_or_default()
                     ))
                 }

@@ -76,8 +76,12 @@ fn qsub_refuses_by_name_what_it_cannot_do() {
     assert!(e.contains("host:path"), "{e}");
     assert!(qsub_plan(&args(&["-j", "x", "x.sh"])).is_err());
     assert!(qsub_plan(&args(&["a.sh", "b.sh"])).is_err());
-    let p = qsub_plan(&args(&["--ignore-unsupported", "-M", "me@x", "-J", "1-3", "x.sh"])).unwrap();
+    let p = qsub_plan(&args(&["--ignore-unsupported", "-a", "1200", "-I", "x.sh"])).unwrap();
     assert_eq!(p.warnings.len(), 2);
+    // Arrays: -J as `#PBS -J`.
+    let p = qsub_plan(&args(&["-J", "1-10:2", "x.sh"])).unwrap();
+    assert_eq!(p.options.array.map(|a| a.to_string()).as_deref(), Some("1-10:2"));
+    assert!(qsub_plan(&args(&["-J", "5", "x.sh"])).unwrap_err().contains("give a range"));
 }
 
 #[test]
@@ -181,4 +185,21 @@ fn qstat_states_of_waiting_jobs() {
     assert_eq!(pbs_state(&j), 'H');
     j.reason = Some("BeginTime: starts no earlier than 2027-01-01T00:00:00".into());
     assert_eq!(pbs_state(&j), 'W');
+}
+
+#[test]
+fn array_tasks_are_pbs_subjobs() {
+    let mut j: JobInfo = serde_json::from_value(serde_json::json!({
+        "id": 12, "name": "a", "user": "ann", "uid": 1, "gid": 1, "state": "queued", "queue": "batch",
+        "request": {"nodes": null, "cores": 1, "tasks_per_node": null, "cpus_per_task": null,
+        "mem_per_node": null, "mem_per_cpu": null, "threads": false},
+        "walltime_seconds": 60, "submit_time": 0.0, "start_time": null, "end_time": null,
+        "allocation": [], "exit_code": null, "signal": null, "reason": null,
+        "cwd": "/", "stdout": "/o", "stderr": "/e", "accounting": null
+    }))
+    .unwrap();
+    assert_eq!(pbs_job_id(&j, "srv"), "12.srv");
+    (j.array_job, j.array_index) = (Some(JobId(10)), Some(3));
+    assert_eq!(pbs_job_id(&j, "srv"), "10[3].srv");
+    assert!(qstat_table(&[j], "srv").contains("10[3].srv"));
 }

@@ -76,8 +76,11 @@ fn sbatch_own_options() {
     assert_eq!(p.flags.error.as_deref(), Some("err-%x.txt"));
     assert_eq!(p.flags.queue.as_deref(), Some("debug"));
     assert_eq!(p.flags.account.as_deref(), Some("physics"));
-    assert_eq!(p.chdir.as_deref(), Some("/tmp"));
-    assert_eq!(p.export, vec![("FOO".to_string(), "bar".to_string())]);
+    assert_eq!(p.options.chdir.as_deref(), Some("/tmp"));
+    assert_eq!(
+        p.options.export,
+        Some(berth_core::directives::Export { all: true, vars: vec![("FOO".into(), Some("bar".into()))] })
+    );
     assert_eq!(p.wrap.as_deref(), Some("echo hi"));
     assert!(sbatch_plan(&args(&["--version"])).unwrap().info.unwrap().starts_with("slurm "));
 }
@@ -86,22 +89,25 @@ fn sbatch_own_options() {
 fn sbatch_refuses_by_name_what_it_cannot_do() {
     let e = sbatch_plan(&args(&["--bogus", "x.sh"])).unwrap_err();
     assert_eq!(e, "unrecognized option '--bogus'");
-    let e = sbatch_plan(&args(&["--mail-type=END", "x.sh"])).unwrap_err();
-    assert!(e.contains("--mail-type=END") && e.contains("not supported") && e.contains("--ignore-unsupported"), "{e}");
+    let e = sbatch_plan(&args(&["--licenses=lic", "x.sh"])).unwrap_err();
+    assert!(e.contains("--licenses=lic") && e.contains("not supported") && e.contains("--ignore-unsupported"), "{e}");
+    let e = sbatch_plan(&args(&["--mail-type=TIME_LIMIT_50", "x.sh"])).unwrap_err();
+    assert!(e.contains("TIME_LIMIT_50"), "{e}");
     let e = sbatch_plan(&args(&["--gres=gpu:1", "x.sh"])).unwrap_err();
     assert!(e.contains("GPUs"), "{e}");
-    let e = sbatch_plan(&args(&["-o", "out-%A_%a.txt", "x.sh"])).unwrap_err();
+    let e = sbatch_plan(&args(&["-o", "out-%5j.txt", "x.sh"])).unwrap_err();
     assert!(e.contains("%j"), "{e}");
     let e = sbatch_plan(&args(&["-t", "soon", "x.sh"])).unwrap_err();
     assert!(e.starts_with("--time"), "{e}");
     let e = sbatch_plan(&args(&["x.sh", "arg1"])).unwrap_err();
     assert!(e.contains("arg1"), "{e}");
-    assert!(sbatch_plan(&args(&["--export=NONE", "x.sh"])).unwrap_err().contains("ALL"));
+    let none = sbatch_plan(&args(&["--export=NONE,FOO=bar", "x.sh"])).unwrap();
+    assert_eq!(none.options.export.map(|e| e.all), Some(false));
     assert!(sbatch_plan(&args(&["-J", "a\"b", "-N", "1\"", "x.sh"])).is_err(), "a quote in a directive value");
     // With --ignore-unsupported: warnings, and the rest still applies.
-    let p = sbatch_plan(&args(&["--ignore-unsupported", "--mail-type=END", "--qos=high", "-N", "3", "x.sh"])).unwrap();
+    let p = sbatch_plan(&args(&["--ignore-unsupported", "--licenses=lic", "--wckey=w", "-N", "3", "x.sh"])).unwrap();
     assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
-    assert!(p.warnings[0].starts_with("--mail-type=END"), "{:?}", p.warnings);
+    assert!(p.warnings[0].starts_with("--licenses=lic"), "{:?}", p.warnings);
     assert_eq!(p.options.nodes, Some(3));
     assert!(p.flags.ignore_unsupported);
 }
@@ -191,7 +197,9 @@ fn scancel_reads_ids_and_filters() {
     assert!(q.filter.keeps(&job(1, "sim", "ann", "queued")));
     assert!(!q.filter.keeps(&running(2, &["n1"], 0.0)));
     assert!(scancel_query(&args(&["abc"])).unwrap_err().contains("abc"));
-    assert!(scancel_query(&args(&["5_3"])).is_err(), "array tasks do not exist yet");
+    let q = scancel_query(&args(&["5_3", "7"])).unwrap();
+    assert_eq!((q.ids, q.tasks), (vec![JobId(7)], vec![(JobId(5), 3)]), "A_i: a task, looked up");
+    assert!(scancel_query(&args(&["5_x"])).is_err());
     assert!(scancel_query(&args(&["-s", "NOPE", "5"])).is_err());
 }
 
@@ -297,4 +305,26 @@ fn squeue_reasons_for_dependencies_and_begin_times() {
     j.dependency = Some("afterok:5".into());
     let record = crate::compat::scontrol::job_record(&j, 2000.0, true);
     assert!(record.contains("Reason=BeginTime Dependency=afterok:5"), "{record}");
+}
+
+#[test]
+fn arrays_through_sbatch_and_squeue() {
+    let p = sbatch_plan(&args(&["-a", "1-4%2", "-o", "%A_%a.out", "x.sh"])).unwrap();
+    assert_eq!(p.options.array.map(|a| a.to_string()).as_deref(), Some("1-4%2"));
+    assert_eq!(p.flags.output.as_deref(), Some("%A_%a.out"));
+    let p = sbatch_plan(&args(&["--array=0-15:4", "x.sh"])).unwrap();
+    assert_eq!(p.options.array.map(|a| a.to_string()).as_deref(), Some("0-15:4"));
+    let e = sbatch_plan(&args(&["--array=4-1", "x.sh"])).unwrap_err();
+    assert!(e.contains("ends before it starts"), "{e}");
+    let mut t = job(12, "arr", "ann", "queued");
+    (t.array_job, t.array_index) = (Some(JobId(10)), Some(3));
+    t.reason = Some("JobArrayTaskLimit: array 10 runs at most 2 tasks at once (%2)".into());
+    assert_eq!(squeue_field(&t, 'i', 0.0), "10_3");
+    assert_eq!(squeue_field(&t, 'A', 0.0), "10");
+    assert_eq!(squeue_field(&t, 'r', 0.0), "JobArrayTaskLimit");
+    let plain = job(9, "x", "ann", "queued");
+    assert_eq!((squeue_field(&plain, 'i', 0.0), squeue_field(&plain, 'A', 0.0)), ("9".into(), "9".into()));
+    // -j A lists its tasks.
+    let q = squeue_query(&args(&["-j", "10"])).unwrap();
+    assert!(q.keeps(&t) && !q.keeps(&plain));
 }

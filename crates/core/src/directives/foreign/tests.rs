@@ -57,7 +57,7 @@ fn pbs_directives_map_onto_berths_options() {
     let o = opts("#!/bin/sh\n#PBS -l ncpus=4 -r n\n#PBS -l mem=512mb\n");
     assert_eq!((o.cores, o.requeue, o.mem), (Some(4), Some(false), Some(512 << 20)));
     let f = parse_foreign("#!/bin/sh\n#PBS -V -h -l place=pack\n").unwrap();
-    assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
+    assert_eq!(f.unsupported.len(), 1, "-V is supported (the whole environment): {:?}", f.unsupported);
     assert_eq!(f.options.hold, Some(true), "-h submits held");
 }
 
@@ -106,25 +106,22 @@ fn dependencies_begin_and_hold() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --mail-type=END --array=1-10\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%a.txt\n",
+        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%5j.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
-    assert!(f.unsupported[0].1.contains("--mail-type=END"), "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("--uid=5"), "{:?}", f.unsupported);
     assert!(f.unsupported[2].1.contains("GPUs"), "{:?}", f.unsupported);
-    assert!(f.unsupported[4].1.contains("%a"), "{:?}", f.unsupported);
+    assert!(f.unsupported[4].1.contains("%5"), "{:?}", f.unsupported);
     // An error by default, naming the line and the directive; warnings when asked.
-    let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --mail-user=ann@example.org\n";
+    let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --licenses=lic\n";
     let e = parse_script_with(script, false).unwrap_err().to_string();
-    assert!(
-        e.starts_with("line 3:") && e.contains("--mail-user=ann@example.org") && e.contains("--ignore-unsupported"),
-        "{e}"
-    );
+    assert!(e.starts_with("line 3:") && e.contains("--licenses=lic") && e.contains("--ignore-unsupported"), "{e}");
     let (o, warnings) = parse_script_with(script, true).unwrap();
     assert_eq!(o.cores, Some(2));
     assert_eq!(warnings.len(), 1);
-    assert!(warnings[0].starts_with("line 3: #SBATCH --mail-user"), "{warnings:?}");
+    assert!(warnings[0].starts_with("line 3: #SBATCH --licenses"), "{warnings:?}");
 }
 
 #[test]
@@ -161,4 +158,33 @@ proptest::proptest! {
         let _ = parse_foreign(&format!("#!/bin/sh\n#PBS {s}\n"));
         let _ = parse_foreign(&format!("#!/bin/sh\n#PBS -l {s}\n"));
     }
+}
+
+#[test]
+fn arrays_in_every_dialect() {
+    let spec = |script: &str| opts(script).array.map(|a| a.to_string());
+    assert_eq!(spec("#!/bin/sh\n#SBATCH --array=1-4%2\n").as_deref(), Some("1-4%2"));
+    assert_eq!(spec("#!/bin/sh\n#SBATCH -a 1,3,5-7\n").as_deref(), Some("1,3,5-7"));
+    assert_eq!(spec("#!/bin/sh\n#SBATCH -a0-15:4\n").as_deref(), Some("0-15:4"));
+    assert_eq!(spec("#!/bin/sh\n#SBATCH --array 0-99%10\n").as_deref(), Some("0-99%10"));
+    assert_eq!(spec("#!/bin/sh\n#PBS -J 1-10:2\n").as_deref(), Some("1-10:2"));
+    assert_eq!(spec("#!/bin/sh\n#PBS -J 0-7%3\n").as_deref(), Some("0-7%3"));
+    let (o, _) = parse_script_with("#!/bin/sh\n#SBATCH -a 1-9\n#BERTH --array 2-3\n", false).unwrap();
+    assert_eq!(o.array.unwrap().to_string(), "2-3", "#BERTH wins");
+    // %A and %a are array patterns now.
+    let o = opts("#!/bin/sh\n#SBATCH --array=1-2 -o %A_%a.out -e err-%a\n");
+    assert_eq!((o.output.as_deref(), o.error.as_deref()), (Some("%A_%a.out"), Some("err-%a")));
+    for (script, needle) in [
+        ("#!/bin/sh\n#SBATCH --array=5-1\n", "ends before it starts"),
+        ("#!/bin/sh\n#SBATCH -a 1-4%0\n", "running limit"),
+        ("#!/bin/sh\n#SBATCH --array=x\n", "not a whole number"),
+        ("#!/bin/sh\n#PBS -J 5\n", "give a range"),
+        ("#!/bin/sh\n#PBS -J 1-1\n", "at least two"),
+    ] {
+        let (line, message) = parse_foreign(script).unwrap_err();
+        assert_eq!(line, 2, "{script:?}");
+        assert!(message.contains(needle), "{script:?}: {message}");
+    }
+    let e = crate::directives::parse_script("#!/bin/sh\n#BERTH --array 1-4:0\n").unwrap_err().to_string();
+    assert!(e.contains("step"), "{e}");
 }

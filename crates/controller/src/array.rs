@@ -1,0 +1,253 @@
+//! Job arrays (`--array 0-15%4`, `#SBATCH -a`, `#PBS -J`): one submission, one task per
+//! index, each task an ordinary job of its own id that knows its array (`ArrayTask` in its
+//! options). Their ids are consecutive and the array's id is its first task's (as Slurm's
+//! `ArrayJobId`): `A_i` is shown for each task. All tasks are written in the transaction of
+//! the submission, so the array id is returned only once every task is on disk.
+//!
+//! - the running limit `%N`: at most N tasks of the array hold an allocation at once; the
+//!   others wait outside the scheduling pass (`throttled`, reason `JobArrayTaskLimit`);
+//! - `berth cancel A` (`scancel A`, `qdel A[]`) cancels every task; `hold`/`release` of A act
+//!   on every pending task; a task's own id acts on that task alone;
+//! - a dependency on A (`afterok:A`) is one on every task (`dep_state`).
+
+use crate::handlers::Peer;
+use crate::job::JobRecord;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::directives::array::tasks;
+use berth_core::directives::SubmitOptions;
+use berth_core::job::JobState;
+use berth_core::JobId;
+use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, MAX_IDS_PER_REQUEST};
+use std::collections::{HashMap, HashSet};
+
+/// Reason of a task held back by its array's running limit (squeue's `JobArrayTaskLimit`).
+pub const TASK_LIMIT_REASON: &str = "JobArrayTaskLimit";
+
+/// At submission: a task's identity is the controller's to give (never the client's), and
+/// the array must be well formed and within `max_size` (`[scheduler] max_array_size`).
+pub fn check_submission(options: &mut SubmitOptions, max_size: u32) -> Result<(), String> {
+    options.array_task = None;
+    if let Some(spec) = &options.array {
+        spec.indexes(max_size)?;
+    }
+    Ok(())
+}
+
+/// What an action on a whole array does to each of its tasks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Whole {
+    /// Every task not ended (cancel).
+    Active,
+    /// Every pending task (hold, release).
+    Pending,
+}
+
+type JobOp = fn(&mut Controller, JobId, f64) -> Result<Result<(), ApiError>, StoreError>;
+
+impl Controller {
+    /// Write the tasks of an array job (its options validated by `validate_submission`): its
+    /// id is the first task's.
+    pub(crate) fn accept_array(&mut self, job: JobRecord, now: f64) -> Result<Result<JobId, ApiError>, StoreError> {
+        let Some(spec) = job.options.array.clone() else { return Ok(Ok(self.accept(job, now)?)) };
+        let indexes = match spec.indexes(self.cfg.scheduler.max_array_size) {
+            Ok(i) => i,
+            Err(e) => return Ok(Err(ApiError::new(ErrorCode::BadRequest, e))),
+        };
+        let mut first = None;
+        // Job 0 is no job: `accept` gives the first task's id to the array.
+        for task in tasks(0, &indexes, spec.limit) {
+            let mut t = job.clone();
+            t.options.array = None;
+            t.options.array_task =
+                Some(berth_core::directives::ArrayTask { job: first.map_or(0, |f: JobId| f.0), ..task });
+            let id = self.accept(t, now)?;
+            first.get_or_insert(id);
+        }
+        Ok(first.ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string())))
+    }
+
+    /// The tasks of array `id` still in memory (pending or running), in index order; empty
+    /// when `id` is not an array's id.
+    pub fn array_tasks(&self, id: JobId) -> Vec<JobId> {
+        let count = match self.jobs.get(&id).and_then(|j| j.options.array_task) {
+            Some(t) if t.job == id.0 => u64::from(t.count),
+            Some(_) => return vec![],
+            // The first task has ended: its siblings, consecutive ids, still say so.
+            None => match self.jobs.range(id..).next() {
+                Some((_, j)) if j.options.array_task.is_some_and(|t| t.job == id.0) => {
+                    j.options.array_task.map_or(0, |t| u64::from(t.count))
+                }
+                _ => return vec![],
+            },
+        };
+        let end = JobId(id.0.saturating_add(count));
+        self.jobs
+            .range(id..end)
+            .filter(|(_, j)| j.options.array_task.is_some_and(|t| t.job == id.0))
+            .map(|(k, _)| *k)
+            .collect()
+    }
+
+    /// Cancel, hold or release `ids`, where the id of an array stands for all its tasks (a
+    /// task's own id for itself): one result per id given.
+    pub(crate) fn for_each_id_or_array(
+        &mut self,
+        ids: Vec<JobId>,
+        peer: &Peer,
+        now: f64,
+        action: &str,
+        whole: Whole,
+        op: JobOp,
+    ) -> Result<ClientResponse, StoreError> {
+        if ids.len() > MAX_IDS_PER_REQUEST || ids.iter().all(|id| self.array_tasks(*id).is_empty()) {
+            return self.for_each_id(ids, peer, now, action, op);
+        }
+        let mut results = Vec::with_capacity(ids.len());
+        for id in ids {
+            let members = self.array_tasks(id);
+            if members.is_empty() {
+                if let ClientResponse::Done { results: r } = self.for_each_id(vec![id], peer, now, action, op)? {
+                    results.extend(r);
+                }
+                continue;
+            }
+            let owner = self.jobs.get(&members[0]).map(|j| (j.user.uid, j.user.name.clone()));
+            if let Some((_, name)) = owner.filter(|(uid, _)| *uid != peer.user.uid && !self.is_admin(peer)) {
+                self.denied(peer, action, Some(id), &name)?;
+                let e = ApiError::new(
+                    ErrorCode::NotPermitted,
+                    format!("array {id} belongs to {name}; you may only act on your own jobs"),
+                );
+                results.push(IdResult { id, ok: false, error: Some(e) });
+                continue;
+            }
+            let mut failure = None;
+            let mut acted = 0;
+            for task in members {
+                let pending = self.jobs.get(&task).is_some_and(|j| j.state.is_pending());
+                if whole == Whole::Pending && !pending {
+                    continue;
+                }
+                acted += 1;
+                if let Err(e) = op(self, task, now)? {
+                    failure.get_or_insert(e);
+                }
+            }
+            if acted == 0 && failure.is_none() {
+                failure =
+                    Some(ApiError::new(ErrorCode::InvalidState, format!("array {id} has no pending task to {action}")));
+            }
+            results.push(match failure {
+                None => IdResult { id, ok: true, error: None },
+                Some(e) => IdResult { id, ok: false, error: Some(e) },
+            });
+        }
+        Ok(ClientResponse::Done { results })
+    }
+
+    /// Queued tasks held back by their array's running limit, with the reason shown: of each
+    /// array with a limit, only as many of its queued tasks (in index order) as the limit
+    /// leaves room for, beside its running ones, go to the pass. `not_yet`: tasks already held
+    /// out for another reason (they take no room).
+    pub fn throttled(&self, not_yet: &HashSet<JobId>) -> HashMap<JobId, String> {
+        let mut running: HashMap<u64, u32> = HashMap::new();
+        let mut queued: HashMap<u64, Vec<JobId>> = HashMap::new();
+        for j in self.jobs.values() {
+            let Some(t) = j.options.array_task.filter(|t| t.limit.is_some()) else { continue };
+            if j.state.has_allocation() {
+                *running.entry(t.job).or_default() += 1;
+            } else if j.state == JobState::Queued && !not_yet.contains(&j.id) {
+                queued.entry(t.job).or_default().push(j.id);
+            }
+        }
+        let mut out = HashMap::new();
+        for (array, ids) in queued {
+            let limit =
+                self.jobs.get(&ids[0]).and_then(|j| j.options.array_task).and_then(|t| t.limit).unwrap_or(u32::MAX);
+            let room = limit.saturating_sub(running.get(&array).copied().unwrap_or(0)) as usize;
+            for id in ids.into_iter().skip(room) {
+                out.insert(
+                    id,
+                    format!("{TASK_LIMIT_REASON}: array {array} runs at most {limit} tasks at once (%{limit})"),
+                );
+            }
+        }
+        out
+    }
+
+    /// A dependency's view of array `id` (when `id` is one): its tasks as one job. While a
+    /// task is pending or running, that task's state (pending first: not every task started);
+    /// once all ended, completed if all completed, else the first other end.
+    pub fn array_dep_state(&mut self, id: JobId) -> Result<Option<(JobState, bool)>, StoreError> {
+        let known = match self.jobs.get(&id) {
+            Some(j) => Some(j.options.array_task),
+            // The first task has ended: a sibling still running says so (consecutive ids).
+            None => {
+                self.jobs.range(id..).next().and_then(|(_, j)| j.options.array_task).filter(|t| t.job == id.0).map(Some)
+            }
+        };
+        let task = match known {
+            Some(t) => t,
+            None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
+        };
+        let Some(task) = task.filter(|t| t.job == id.0) else { return Ok(None) };
+        let ids = (id.0..id.0.saturating_add(u64::from(task.count))).map(JobId);
+        let (mut pending, mut running, mut ended) = (None, None, None);
+        let mut any_started = false;
+        for tid in ids {
+            match self.jobs.get(&tid).map(|j| j.state) {
+                Some(s) if s.is_pending() => {
+                    pending.get_or_insert(s);
+                }
+                Some(s) => {
+                    running.get_or_insert(s);
+                    any_started = true;
+                }
+                None => {
+                    if pending.is_some() {
+                        continue;
+                    }
+                    if let Some((s, started)) = self.store.job_state(tid)? {
+                        any_started |= started;
+                        if s != JobState::Completed {
+                            ended.get_or_insert(s);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(Some(match (pending, running, ended) {
+            (Some(s), _, _) => (s, false),
+            (None, Some(s), _) => (s, true),
+            (None, None, Some(s)) => (s, any_started),
+            (None, None, None) => (JobState::Completed, true),
+        }))
+    }
+}
+
+/// The array variables of a task's environment (`SLURM_ARRAY_*`, `PBS_ARRAY_*` when the
+/// Slurm and PBS variables are on, `BERTH_ARRAY_*` always); those of the submitter's own
+/// environment (a job submitted from a task) are never passed on.
+pub fn environment(job: &JobRecord, compat: bool, env: &mut Vec<(String, String)>) {
+    env.retain(|(k, _)| {
+        !(k.starts_with("SLURM_ARRAY_") || k.starts_with("PBS_ARRAY_") || k.starts_with("BERTH_ARRAY_"))
+    });
+    let Some(t) = job.options.array_task else { return };
+    let mut add = |k: &str, v: String| env.push((k.to_string(), v));
+    add("BERTH_ARRAY_JOB_ID", t.job.to_string());
+    add("BERTH_ARRAY_TASK_ID", t.index.to_string());
+    if compat {
+        add("SLURM_ARRAY_JOB_ID", t.job.to_string());
+        add("SLURM_ARRAY_TASK_ID", t.index.to_string());
+        add("SLURM_ARRAY_TASK_COUNT", t.count.to_string());
+        add("SLURM_ARRAY_TASK_MIN", t.min.to_string());
+        add("SLURM_ARRAY_TASK_MAX", t.max.to_string());
+        add("SLURM_ARRAY_TASK_STEP", t.step.to_string());
+        add("PBS_ARRAY_INDEX", t.index.to_string());
+        add("PBS_ARRAY_ID", format!("{}[]", t.job));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,137 @@
+//! `--exclusive` (Slurm's, berth's own): the job gets whole nodes, so no other job shares
+//! them. berth has no node-level exclusive flag in placement; a job holding every core (PU
+//! with `--threads`) of its nodes is what keeps others off them. So at submission the job is
+//! rewritten to its node count times the cores of a node: `--nodes K --cores K×C`, K being
+//! the nodes its request needed (its `--nodes`, else as many C-core nodes as its cores
+//! fill), C the cores a node has for jobs (outside system CPUs unless `--system-cpus`).
+//! Nodes must all have the same C; on a cluster of mixed sizes `--exclusive` is refused
+//! naming the sizes. `--tasks-per-node` and `--cores` are replaced: the job's tasks are then
+//! its cores (divided by `--cpus-per-task`, which must divide C).
+
+use crate::state::Controller;
+use berth_core::directives::SubmitOptions;
+use berth_core::job::Shape;
+use berth_core::placement::JobRequest;
+
+impl Controller {
+    /// Rewrite an `--exclusive` job as whole nodes (see the module); Err: why it cannot be.
+    pub(crate) fn map_exclusive(&self, options: &mut SubmitOptions) -> Result<(), String> {
+        if options.exclusive != Some(true) {
+            return Ok(());
+        }
+        let threads = options.threads.unwrap_or(false);
+        let system = options.system_cpus.unwrap_or(false);
+        let mut sizes: Vec<u32> = self
+            .cluster
+            .nodes
+            .iter()
+            .map(|n| {
+                let p = n.pristine();
+                if threads {
+                    p.free_pu_count
+                } else if system {
+                    p.free_core_count_with_system
+                } else {
+                    p.free_core_count
+                }
+            })
+            .collect();
+        sizes.sort_unstable();
+        sizes.dedup();
+        let per_node = match sizes.as_slice() {
+            [] => return Err("--exclusive needs the nodes' size, and no node has registered yet; try again".into()),
+            [c] => *c,
+            many => {
+                let list: Vec<String> = many.iter().map(u32::to_string).collect();
+                return Err(format!(
+                    "--exclusive takes whole nodes, and this cluster's nodes differ in size ({} {}); ask for whole nodes with --nodes N --tasks-per-node C instead",
+                    list.join(", "),
+                    if threads { "PUs" } else { "cores" }
+                ));
+            }
+        };
+        if per_node == 0 {
+            return Err("--exclusive: the nodes have no cores for jobs".into());
+        }
+        let request = JobRequest::from_options(options).map_err(|e| e.to_string())?;
+        let nodes = match request.shape {
+            Shape::PerNode { nodes, cores_per_node } if cores_per_node <= per_node => nodes,
+            Shape::PerNode { cores_per_node, .. } => {
+                return Err(format!(
+                    "--exclusive: {cores_per_node} cores per node asked for, more than a node's {per_node}"
+                ))
+            }
+            Shape::Total { cores, .. } => cores.div_ceil(per_node),
+        };
+        let cpt = options.cpus_per_task.unwrap_or(1);
+        if per_node % cpt != 0 {
+            return Err(format!(
+                "--exclusive: --cpus-per-task {cpt} does not divide a node's {per_node} cores; the job's tasks would not fill its nodes"
+            ));
+        }
+        options.nodes = Some(nodes);
+        options.cores = Some(nodes.checked_mul(per_node).ok_or("--exclusive: too many cores")?);
+        options.tasks_per_node = None;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::testkit::*;
+    use berth_core::directives::SubmitOptions;
+    use berth_core::job::JobState;
+    use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
+
+    fn submit(h: &mut Harness, options: SubmitOptions) -> ClientResponse {
+        h.call(
+            ClientRequest::Submit(Box::new(SubmitRequest {
+                script: "#!/bin/sh\ntrue\n".into(),
+                script_name: "job.sh".into(),
+                options,
+                env: vec![],
+                cwd: "/tmp".into(),
+                hold: false,
+                ignore_unsupported: false,
+            })),
+            &ann(),
+        )
+    }
+
+    fn opts() -> SubmitOptions {
+        SubmitOptions { cores: Some(1), walltime: Some(600), mem_per_cpu: Some(1 << 20), ..Default::default() }
+    }
+
+    #[test]
+    fn an_exclusive_job_holds_whole_nodes_and_shares_none() {
+        let mut h = Harness::new(2);
+        // One core of node 0 taken: an exclusive 1-core job goes to the other node, whole.
+        let small = h.batch(opts(), &ann());
+        let ClientResponse::Submitted { id } = submit(&mut h, SubmitOptions { exclusive: Some(true), ..opts() }) else {
+            panic!("refused")
+        };
+        h.ctl.schedule(h.now).unwrap();
+        let job = &h.ctl.jobs[&id];
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!((job.options.nodes, job.options.cores), (Some(1), Some(8)), "a node of 8 cores");
+        assert_eq!(job.allocation.len(), 1);
+        assert_eq!(job.allocation[0].cores, 8);
+        assert_ne!(job.allocation[0].node_id, h.ctl.jobs[&small].allocation[0].node_id);
+        // Nothing else fits beside it: a third 1-core job goes to the first node.
+        let other = h.batch(opts(), &ann());
+        assert_ne!(h.ctl.jobs[&other].allocation[0].node_id, job_node(&h, id));
+        // Two nodes, exclusive, with tasks per node: whole nodes too (waits for them).
+        let two =
+            SubmitOptions { exclusive: Some(true), nodes: Some(2), tasks_per_node: Some(2), cores: None, ..opts() };
+        let ClientResponse::Submitted { id: two } = submit(&mut h, two) else { panic!("refused") };
+        assert_eq!((h.ctl.jobs[&two].options.nodes, h.ctl.jobs[&two].options.cores), (Some(2), Some(16)));
+        // Bad: cpus-per-task not dividing a node.
+        let bad = SubmitOptions { exclusive: Some(true), cpus_per_task: Some(3), cores: Some(3), ..opts() };
+        let ClientResponse::Error(e) = submit(&mut h, bad) else { panic!("accepted") };
+        assert!(e.message.contains("--cpus-per-task 3"), "{}", e.message);
+    }
+
+    fn job_node(h: &Harness, id: berth_core::JobId) -> berth_core::NodeId {
+        h.ctl.jobs[&id].allocation[0].node_id
+    }
+}
