@@ -251,6 +251,11 @@ fn run<M: Machine>(
             None => f.plan_one(&mut s, job, w, was.as_ref().map_or(f64::NEG_INFINITY, |r| r.0), &mut out),
         };
         recording &= !past_limit;
+        // A job left without a reservation (past the limit or the time budget, or nowhere to
+        // go) ends the kept prefix: no later job keeps one that this job could not get.
+        if past_limit || matches!(decided, Decided::Waits(None)) {
+            reuse = None;
+        }
         if let Some(r) = reuse.as_mut() {
             let now = (s.now, s.now + w);
             match &decided {

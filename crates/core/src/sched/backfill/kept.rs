@@ -13,12 +13,15 @@
 //!   walltimes and holds (a job cancelled, inserted, reordered or changed ends the prefix
 //!   there: the jobs before it never depended on it).
 //!
-//! In the prefix every job is still tried now exactly as a full pass tries it; one that starts
-//! now gives up its reservation, and a later kept reservation that may share resources with it
-//! ([`Machine::may_share`]) while both run ends the prefix. A reservation due by now that
-//! cannot start ends it too. So a kept reservation is always valid (its resources are free
-//! then, beside every earlier job), and no later job ever delays it; it may be later than a
-//! fresh plan would find when the last pass's search skipped a time (see `conservative`'s
+//! In the prefix every job is still tried now as a full pass tries it (a due one first on its
+//! reserved resources); one that starts now gives up its reservation. A kept reservation that
+//! may share resources ([`Machine::may_share`]) with something this pass changed (a job
+//! started now, a reservation planned again; on the same allocation only the time outside the
+//! old reservation counts) while both hold them is planned again, from its old start; so is a
+//! due one that cannot start. A job left without a reservation (past the limit or the pass's
+//! time budget) ends the prefix. So a kept reservation is always valid (its resources are
+//! free then, beside every earlier job), and no later job ever delays it; it may be later than
+//! a fresh plan would find when the last pass's search skipped a time (see `conservative`'s
 //! thinning), as a fresh plan's may be.
 
 use super::timeline::clamp_end;
