@@ -398,6 +398,26 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "binding" => o.binding.as_ref().map(ToString::to_string),
         "binding-mode" => o.binding_mode.map(|m| m.to_string()),
         "property" => o.properties.as_ref().map(|p| p.join(",")),
+        "comment" => o.comment.clone(),
+        "chdir" => o.chdir.clone(),
+        "export" => o.export.as_ref().map(|e| {
+            let vars = e.vars.iter().map(|(k, v)| match v {
+                Some(v) => format!("{k}={v}"),
+                None => k.clone(),
+            });
+            std::iter::once(if e.all { "ALL".to_string() } else { "NONE".to_string() })
+                .chain(vars)
+                .collect::<Vec<_>>()
+                .join(",")
+        }),
+        "signal" => {
+            o.signal.as_ref().map(|s| format!("{}{}@{}", if s.batch_only { "B:" } else { "" }, s.signal, s.secs))
+        }
+        "mail-type" => o.mail_type.as_ref().map(|m| m.slurm()),
+        "mail-user" => o.mail_user.clone(),
+        "exclusive" => o.exclusive.map(yes_no),
+        "qos" => o.qos.clone(),
+        "array" => o.array.as_ref().map(ToString::to_string),
         _ => None,
     }
 }
