@@ -112,7 +112,9 @@ pub fn resolve_begin(b: Begin, now: f64) -> Result<u64, String> {
     let now_s = now.max(0.0) as i64;
     let at: i64 = match b {
         Begin::At(t) => i64::try_from(t).unwrap_or(i64::MAX),
-        Begin::In(s) => now_s.saturating_add(i64::try_from(s).unwrap_or(i64::MAX)),
+        // No earlier than `now + s`: the second rounded up, not down (`now` itself stays now).
+        Begin::In(0) => now_s,
+        Begin::In(s) => (now.max(0.0).ceil() as i64).saturating_add(i64::try_from(s).unwrap_or(i64::MAX)),
         Begin::Clock { hour, minute, second } => {
             let today = local(now_s, None, (hour, minute, second)).ok_or("the local time cannot be computed")?;
             if today > now_s {
