@@ -44,7 +44,11 @@ fn set_every_thread(nice: i32) -> std::io::Result<()> {
         let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<libc::id_t>().ok()) else { continue };
         // SAFETY: setpriority of one of our own threads.
         if unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, nice) } != 0 {
-            return Err(std::io::Error::last_os_error());
+            let error = std::io::Error::last_os_error();
+            // A thread that ended between the listing and the call has no nice value to set.
+            if error.raw_os_error() != Some(libc::ESRCH) {
+                return Err(error);
+            }
         }
     }
     Ok(())
