@@ -2,7 +2,9 @@
 # Installs what berth needs to build and run on Debian 12 (idempotent; needs root for apt).
 set -euo pipefail
 need=()
-for pkg in libhwloc-dev libudev-dev pkg-config hwloc mpich libmpich-dev libpmi2-0-dev sqlite3; do
+# python3-venv: the real-tools system test installs submitit and dask-jobqueue from PyPI
+# into a virtual environment (crates/cli/tests/system_real_tools.rs).
+for pkg in libhwloc-dev libudev-dev pkg-config hwloc mpich libmpich-dev libpmi2-0-dev sqlite3 python3 python3-venv; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

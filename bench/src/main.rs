@@ -272,7 +272,18 @@ async fn run() -> Result<()> {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             let elapsed = t0.elapsed();
-            let r = call(&mut s, &ClientRequest::Acct { limit: Some(n as u32), steps: false }).await?;
+            let r = call(
+                &mut s,
+                &ClientRequest::Acct {
+                    limit: Some(n as u32),
+                    steps: false,
+                    since: None,
+                    until: None,
+                    users: vec![],
+                    active: false,
+                },
+            )
+            .await?;
             let ClientResponse::Acct { jobs } = r else { bail!("unexpected answer") };
             let completed = jobs.iter().filter(|j| j.state.as_str() == "completed").count();
             if completed != n {

@@ -45,7 +45,26 @@ fn tasks(cores: u32, compat: &CompatEnv) -> u32 {
 
 /// The job's tasks over all its nodes (`SLURM_NTASKS`, `PBS_NP`, the PBS node file's lines).
 pub fn job_tasks(spec: &LaunchSpec, compat: &CompatEnv) -> u64 {
-    spec.nodes.iter().map(|(_, cores)| u64::from(tasks(*cores, compat))).sum()
+    node_tasks(spec, compat).iter().sum()
+}
+
+/// The job's tasks on each of its nodes: one per `--cpus-per-task` CPUs, or, for an
+/// `--exclusive` job, the tasks it asked for on its whole nodes (so many per node when it
+/// gave that, else filling each node's CPUs in order), as Slurm lays them out.
+pub fn node_tasks(spec: &LaunchSpec, compat: &CompatEnv) -> Vec<u64> {
+    let Some(asked) = compat.tasks else {
+        return spec.nodes.iter().map(|(_, cores)| u64::from(tasks(*cores, compat))).collect();
+    };
+    let mut left = u64::from(asked.total);
+    spec.nodes
+        .iter()
+        .map(|(_, cores)| {
+            let room = asked.per_node.map_or(u64::from(cores / cpus_per_task(compat)), u64::from);
+            let here = room.min(left);
+            left -= here;
+            here
+        })
+        .collect()
 }
 
 /// Counts per node in Slurm's form, runs folded: 2, 2, 2, 1 is `2(x3),1`
@@ -88,7 +107,7 @@ pub fn job_vars(spec: &LaunchSpec, compat: &CompatEnv, node: usize, cpus_on_node
         ("SLURM_NNODES", nnodes),
         ("SLURM_NTASKS", ntasks.clone()),
         ("SLURM_NPROCS", ntasks.clone()),
-        ("SLURM_TASKS_PER_NODE", per_node(spec.nodes.iter().map(|(_, cores)| u64::from(tasks(*cores, compat))))),
+        ("SLURM_TASKS_PER_NODE", per_node(node_tasks(spec, compat))),
         ("SLURM_CPUS_ON_NODE", cpus_on_node.to_string()),
         ("SLURM_NODEID", node.to_string()),
         ("SLURM_SUBMIT_DIR", spec.cwd.clone()),
@@ -116,7 +135,7 @@ pub fn pbs_nodefile_name(spec: &LaunchSpec, compat: &CompatEnv) -> Option<&'stat
     if !spec.nodes.iter().all(|(n, _)| safe_host(n)) {
         return None;
     }
-    Some(if cpus_per_task(compat) == 1 { "nodefile" } else { PBS_NODEFILE })
+    Some(if cpus_per_task(compat) == 1 && compat.tasks.is_none() { "nodefile" } else { PBS_NODEFILE })
 }
 
 /// A host name as a line of a node file: no whitespace, no control characters.
@@ -128,8 +147,9 @@ fn safe_host(name: &str) -> bool {
 pub fn pbs_nodefile_text(spec: &LaunchSpec, compat: &CompatEnv) -> String {
     spec.nodes
         .iter()
-        .filter(|(n, _)| safe_host(n))
-        .flat_map(|(n, cores)| std::iter::repeat_n(n.as_str(), tasks(*cores, compat) as usize))
+        .zip(node_tasks(spec, compat))
+        .filter(|((n, _), _)| safe_host(n))
+        .flat_map(|((n, _), count)| std::iter::repeat_n(n.as_str(), count as usize))
         .fold(String::new(), |mut s, n| {
             s.push_str(n);
             s.push('\n');
@@ -193,7 +213,7 @@ mod tests {
     #[test]
     fn job_variables() {
         let s = spec(&[("node1", 4), ("node2", 4), ("node3", 4), ("node10", 4)], "node2");
-        let c = CompatEnv { cpus_per_task: Some(2), tasks_per_node: Some(2), queue: "batch".into() };
+        let c = CompatEnv { cpus_per_task: Some(2), tasks_per_node: Some(2), queue: "batch".into(), tasks: None };
         let v = job_vars(&s, &c, node_index(&s), 4);
         for (k, want) in [
             ("SLURM_JOB_ID", "42"),
@@ -223,6 +243,29 @@ mod tests {
         ] {
             assert_eq!(get(&v, k), Some(want), "{k}");
         }
+    }
+
+    #[test]
+    fn an_exclusive_job_counts_the_tasks_it_asked_for() {
+        use berth_core::directives::JobTasks;
+        // `--exclusive -N 2 -n 6` on 8-core nodes: whole nodes, 3 tasks on each.
+        let s = spec(&[("a01", 8), ("a02", 8)], "a01");
+        let c = CompatEnv {
+            tasks_per_node: Some(3),
+            tasks: Some(JobTasks { total: 6, per_node: Some(3) }),
+            ..Default::default()
+        };
+        let v = job_vars(&s, &c, 0, 8);
+        assert_eq!(get(&v, "SLURM_NTASKS"), Some("6"), "not the 16 cores");
+        assert_eq!(get(&v, "PBS_NP"), Some("6"));
+        assert_eq!(get(&v, "SLURM_TASKS_PER_NODE"), Some("3(x2)"));
+        assert_eq!(get(&v, "SLURM_CPUS_ON_NODE"), Some("8"), "the whole node's CPUs");
+        assert_eq!(pbs_nodefile_name(&s, &c), Some(PBS_NODEFILE), "one line per task, not per core");
+        assert_eq!(pbs_nodefile_text(&s, &c), "a01\na01\na01\na02\na02\na02\n");
+        // `-n 10` without a node count: the nodes' CPUs in order.
+        let c = CompatEnv { tasks: Some(JobTasks { total: 10, per_node: None }), ..Default::default() };
+        let v = job_vars(&s, &c, 0, 8);
+        assert_eq!((get(&v, "SLURM_NTASKS"), get(&v, "SLURM_TASKS_PER_NODE")), (Some("10"), Some("8,2")));
     }
 
     #[test]

@@ -408,6 +408,7 @@ fn start(
     if let Some(mask) = spec.umask {
         setup.umask = (mask & 0o777) as libc::mode_t;
     }
+    setup.append = spec.open_append;
     if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
         // The cpuset already confines the job; the affinity makes the binding explicit.
         setup.affinity = Some(crate::spawn::cpu_mask(&binding.host_cpus())?);

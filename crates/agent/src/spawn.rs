@@ -29,6 +29,8 @@ pub struct ChildSetup {
     pub exec_through_proc_fd: bool,
     /// The file mode mask the process runs with, set before the output files are made.
     pub umask: libc::mode_t,
+    /// Append to the output files rather than truncate them (`--open-mode=append`).
+    pub append: bool,
 }
 
 /// A kernel CPU mask of `cpus`, built before the fork. Errors for CPUs beyond CPU_SETSIZE.
@@ -106,6 +108,7 @@ impl ChildSetup {
             affinity: None,
             exec_through_proc_fd: false,
             umask: 0o022,
+            append: false,
         })
     }
 
@@ -120,6 +123,7 @@ impl ChildSetup {
         let affinity = self.affinity;
         let dumpable = self.exec_through_proc_fd;
         let umask = self.umask & 0o777;
+        let mode = if self.append { libc::O_APPEND } else { libc::O_TRUNC };
         let setup = (self.uid, self.gid, self.groups, self.cwd, self.stdout, self.stderr);
         // SAFETY: the closure only makes async-signal-safe system calls on data prepared above.
         unsafe {
@@ -136,11 +140,7 @@ impl ChildSetup {
                         }
                         break;
                     }
-                    let fd = libc::open(
-                        path.as_ptr(),
-                        libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_CLOEXEC,
-                        0o666,
-                    );
+                    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | mode | libc::O_CLOEXEC, 0o666);
                     if fd < 0 || libc::dup2(fd, target) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }

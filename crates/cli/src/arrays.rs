@@ -16,41 +16,6 @@ pub fn shown_id(j: &JobInfo) -> String {
     }
 }
 
-/// squeue's lines: the queued tasks of an array waiting for the same reason are one line, the
-/// first's, shown `A_[1-3,5%2]` (indexes folded, the running limit after `%`), as Slurm does;
-/// every other job is its own line, `None`: its own id.
-pub fn fold_queued(jobs: &[JobInfo]) -> Vec<(&JobInfo, Option<String>)> {
-    use std::collections::HashMap;
-    let key = |j: &JobInfo| -> Option<(JobId, String)> {
-        let a = j.array_job.filter(|_| j.state == berth_core::job::JobState::Queued && j.array_index.is_some())?;
-        Some((a, crate::compat::format::slurm_reason(j)))
-    };
-    let mut groups: HashMap<(JobId, String), Vec<u32>> = HashMap::new();
-    for j in jobs {
-        if let (Some(k), Some(i)) = (key(j), j.array_index) {
-            groups.entry(k).or_default().push(i);
-        }
-    }
-    let mut out = Vec::with_capacity(jobs.len());
-    for j in jobs {
-        let Some(k) = key(j) else {
-            out.push((j, None));
-            continue;
-        };
-        match groups.remove(&k) {
-            // The group's first line stands for all of it; the others are left out.
-            Some(mut indexes) if indexes.len() > 1 => {
-                indexes.sort_unstable();
-                let limit = j.array_limit.map(|l| format!("%{l}")).unwrap_or_default();
-                out.push((j, Some(format!("{}_[{}{limit}]", k.0, berth_core::directives::array::fold(&indexes)))));
-            }
-            Some(_) => out.push((j, None)),
-            None => {}
-        }
-    }
-    out
-}
-
 /// `A_i` (also `A_i.server`): the array's id and the task's index.
 pub fn split_task(s: &str) -> Option<(JobId, u32)> {
     let head = s.trim().split('.').next()?;
@@ -98,32 +63,6 @@ pub async fn resolve(dir: &Path, given: &[String], parse: impl Fn(&str) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn queued_tasks_fold_into_one_line() {
-        let task = |id: u64, i: u32, state: &str| -> JobInfo {
-            let mut j: JobInfo = serde_json::from_value(serde_json::json!({
-                "id": id, "name": "a", "user": "ann", "uid": 1, "gid": 1, "state": state, "queue": "batch",
-                "request": {"nodes": null, "cores": 1, "tasks_per_node": null, "cpus_per_task": null,
-                "mem_per_node": null, "mem_per_cpu": null, "threads": false},
-                "walltime_seconds": 60, "submit_time": 0.0, "start_time": null, "end_time": null,
-                "allocation": [], "exit_code": null, "signal": null, "reason": "JobArrayTaskLimit: ...",
-                "cwd": "/", "stdout": "/o", "stderr": "/e", "accounting": null
-            }))
-            .unwrap();
-            (j.array_job, j.array_index, j.array_limit) = (Some(JobId(10)), Some(i), Some(2));
-            j
-        };
-        let mut plain = task(9, 0, "queued");
-        (plain.array_job, plain.array_index) = (None, None);
-        let jobs =
-            vec![plain, task(10, 1, "running"), task(11, 2, "queued"), task(12, 3, "queued"), task(13, 5, "queued")];
-        let shown: Vec<String> =
-            fold_queued(&jobs).into_iter().map(|(j, id)| id.unwrap_or_else(|| shown_id(j))).collect();
-        assert_eq!(shown, vec!["9", "10_1", "10_[2-3,5%2]"]);
-        let one = vec![task(11, 2, "queued")];
-        assert_eq!(fold_queued(&one)[0].1, None, "a lone task keeps its own id");
-    }
 
     #[test]
     fn task_ids() {

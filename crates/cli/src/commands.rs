@@ -13,23 +13,37 @@ use std::path::{Path, PathBuf};
 pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Result<i32> {
     let dir = cluster_dir(dir);
     match command {
-        Command::Submit { scripts, flags, hold, wait } => submit(&dir, json, &scripts, &flags, hold, wait).await,
-        Command::Jobs { all, state, user, name } => {
-            let states = state
+        Command::Submit { scripts, wrap, flags, hold, wait } => {
+            let sources = match wrap {
+                Some(cmd) => vec![Source::Wrap(cmd)],
+                None => scripts.into_iter().map(Source::from_arg).collect(),
+            };
+            submit(&dir, json, sources, &flags, hold, wait).await
+        }
+        Command::Jobs { all, state, user, me, name, queue, array, no_fold } => {
+            let states = parse_states(&state)?;
+            let mut filter = JobFilter { users: user, names: name, queues: queue, arrays: Vec::new() };
+            filter.arrays = array
                 .iter()
-                .map(|s| {
-                    JobState::parse(s).ok_or_else(|| {
-                        anyhow!("unknown state {s:?}; states are {}", JobState::ALL.map(|s| s.as_str()).join(", "))
-                    })
+                .filter(|a| !a.trim().is_empty())
+                .map(|a| {
+                    crate::compat::format::parse_job_id(a)
+                        .filter(|_| !a.contains('_'))
+                        .ok_or_else(|| anyhow!("--array {a:?}: give an array's id, e.g. --array 12"))
                 })
                 .collect::<Result<Vec<_>>>()?;
+            if me {
+                filter.users.push(crate::compat::slurm::own_user_name());
+            }
             let ClientResponse::Jobs { mut jobs } = request(&dir, ClientRequest::ListJobs { states, all }).await?
             else {
                 bail!("unexpected answer")
             };
-            keep_matching(&mut jobs, &user, &name);
-            print(json, &jobs, || output::jobs_table(&jobs))
+            filter.apply(&mut jobs);
+            // JSON keeps one object per task; the table folds an array's pending tasks.
+            print(json, &jobs, || output::jobs_table_folded(&jobs, !no_fold))
         }
+        Command::Wait { ids, timeout } => wait(&dir, json, &ids, timeout).await,
         Command::Show { id } => {
             let id = task_ids(&dir, std::slice::from_ref(&id))
                 .await?
@@ -41,6 +55,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             };
             print(json, &job, || output::job_detail(&job))
         }
+        Command::Alloc(args) => crate::alloc::alloc_command(&dir, json, args).await,
         Command::Cancel { ids } => {
             per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: task_ids(&dir, &ids).await? }).await
         }
@@ -49,6 +64,17 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         }
         Command::Release { ids } => {
             per_id(&dir, json, "released", ClientRequest::Release { ids: task_ids(&dir, &ids).await? }).await
+        }
+        Command::Update(args) => {
+            let id = task_ids(&dir, std::slice::from_ref(&args.id))
+                .await?
+                .first()
+                .copied()
+                .ok_or_else(|| anyhow!("no job id"))?;
+            crate::changes::update(&dir, json, id, &args).await
+        }
+        Command::Requeue { ids } => {
+            per_id(&dir, json, "requeued", ClientRequest::Requeue { ids: task_ids(&dir, &ids).await? }).await
         }
         Command::Suspend { ids } => {
             per_id(&dir, json, "suspended", ClientRequest::Suspend { ids: parse_ids(&ids)? }).await
@@ -83,16 +109,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
-        Command::Acct { limit, steps: true } => {
-            let req = ClientRequest::Acct { limit: Some(limit), steps: true };
-            let ClientResponse::Steps { steps } = request(&dir, req).await? else { bail!("unexpected answer") };
-            print(json, &steps, || output::steps_table(&steps))
-        }
-        Command::Acct { limit, steps: false } => {
-            let req = ClientRequest::Acct { limit: Some(limit), steps: false };
-            let ClientResponse::Acct { jobs } = request(&dir, req).await? else { bail!("unexpected answer") };
-            print(json, &jobs, || output::acct_table(&jobs))
-        }
+        Command::Acct { limit, steps, filter } => crate::compat::sacct::native(&dir, json, limit, steps, filter).await,
         Command::Queues => {
             let ClientResponse::Queues { queues } = request(&dir, ClientRequest::Queues).await? else {
                 bail!("unexpected answer")
@@ -179,6 +196,7 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
             ClientRequest::Cancel { ids } => split(ids, |ids| ClientRequest::Cancel { ids }),
             ClientRequest::Hold { ids } => split(ids, |ids| ClientRequest::Hold { ids }),
             ClientRequest::Release { ids } => split(ids, |ids| ClientRequest::Release { ids }),
+            ClientRequest::Requeue { ids } => split(ids, |ids| ClientRequest::Requeue { ids }),
             ClientRequest::Suspend { ids } => split(ids, |ids| ClientRequest::Suspend { ids }),
             ClientRequest::Resume { ids } => split(ids, |ids| ClientRequest::Resume { ids }),
             _ => vec![req],
@@ -206,10 +224,86 @@ async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Resul
     Ok(if failed > 0 { 1 } else { 0 })
 }
 
-/// `berth jobs --user/--name`: keep the jobs of any of `users` with any of `names` (an empty
-/// list keeps all).
-fn keep_matching(jobs: &mut Vec<berth_protocol::client::JobInfo>, users: &[String], names: &[String]) {
-    jobs.retain(|j| (users.is_empty() || users.contains(&j.user)) && (names.is_empty() || names.contains(&j.name)));
+/// `berth jobs --state`: berth's state names (any case), `pending` (queued and held) and
+/// `finished` (every end state); empty items (`a,,b`) are skipped.
+fn parse_states(given: &[String]) -> Result<Vec<JobState>> {
+    let mut states = Vec::new();
+    for s in given.iter().map(|s| s.trim().to_ascii_lowercase()).filter(|s| !s.is_empty()) {
+        let more: Vec<JobState> = match s.as_str() {
+            "pending" => vec![JobState::Queued, JobState::Held],
+            "finished" | "ended" => JobState::ALL.into_iter().filter(|s| s.is_finished()).collect(),
+            _ => vec![JobState::parse(&s).ok_or_else(|| {
+                anyhow!(
+                    "unknown state {s:?}; states are {}, pending (queued and held) and finished",
+                    JobState::ALL.map(|s| s.as_str()).join(", ")
+                )
+            })?],
+        };
+        for st in more {
+            if !states.contains(&st) {
+                states.push(st);
+            }
+        }
+    }
+    Ok(states)
+}
+
+/// `berth jobs --user/--me/--name/--queue/--array`: a job is kept if it passes every filter
+/// given (each a list, any of which passes; an empty list passes all).
+#[derive(Debug, Default)]
+struct JobFilter {
+    users: Vec<String>,
+    names: Vec<String>,
+    queues: Vec<String>,
+    /// Arrays' ids: only their tasks.
+    arrays: Vec<JobId>,
+}
+
+impl JobFilter {
+    fn keeps(&self, j: &berth_protocol::client::JobInfo) -> bool {
+        let any = |list: &[String], v: &String| list.is_empty() || list.contains(v);
+        any(&self.users, &j.user)
+            && any(&self.names, &j.name)
+            && any(&self.queues, &j.queue)
+            && (self.arrays.is_empty() || j.array_job.is_some_and(|a| self.arrays.contains(&a)))
+    }
+
+    fn apply(&self, jobs: &mut Vec<berth_protocol::client::JobInfo>) {
+        jobs.retain(|j| self.keeps(j));
+    }
+}
+
+/// `berth wait ID...`: `N` (an array's id: every task of it), `N.server`, `N[]`, or `A_i`
+/// (that task); prints how each ended and exits with their status (`compat::wait`).
+async fn wait(dir: &Path, json: bool, given: &[String], timeout: Option<u64>) -> Result<i32> {
+    use crate::compat::wait::{self, ExitRule, Target};
+    let mut targets: Vec<Target> = Vec::with_capacity(given.len());
+    for s in given {
+        let t = if crate::arrays::split_task(s).is_some() {
+            let id = task_ids(dir, std::slice::from_ref(s)).await?[0];
+            Target { id, whole_array: false, shown: s.trim().to_string() }
+        } else {
+            let id = crate::compat::format::parse_job_id(s).ok_or_else(|| {
+                anyhow!("{s:?} is not a job id; give N (an array's id: all its tasks) or A_i (one task)")
+            })?;
+            Target { id, whole_array: true, shown: id.to_string() }
+        };
+        if !targets.iter().any(|o| o.id == t.id && o.whole_array == t.whole_array) {
+            targets.push(t);
+        }
+    }
+    let report = wait::wait(dir, &targets, ExitRule::Shell, timeout.map(std::time::Duration::from_secs)).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        let text: String = report.jobs.iter().map(wait::human).collect();
+        print!("{}", output::terminal_safe(&text));
+        if report.timed_out {
+            let left = report.jobs.iter().filter(|o| !o.ended).count();
+            eprintln!("berth: gave up after {} s: {left} of {} not ended", timeout.unwrap_or(0), report.jobs.len());
+        }
+    }
+    Ok(report.exit)
 }
 
 /// A controller's error about job `id`, said once: its messages mostly name the job already
@@ -232,21 +326,69 @@ const MAX_SCRIPT_BYTES: u64 = 16 << 20;
 /// A batch script's text: a regular file of at most 16 MiB in UTF-8 (never a device or a pipe
 /// read without end).
 fn read_script(script: &Path) -> Result<String> {
-    use std::io::Read;
     let file = std::fs::File::open(script).with_context(|| format!("cannot read batch script {}", script.display()))?;
     let meta = file.metadata().with_context(|| format!("cannot read batch script {}", script.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file (a directory, device or pipe); submit a script file", script.display());
     }
+    read_bounded(file, &script.display().to_string())
+}
+
+/// At most 16 MiB of UTF-8 text from `from` (`what` names it in errors): a script file's or
+/// standard input's.
+pub fn read_bounded(from: impl std::io::Read, what: &str) -> Result<String> {
+    use std::io::Read;
     let mut text = Vec::new();
-    file.take(MAX_SCRIPT_BYTES + 1)
-        .read_to_end(&mut text)
-        .with_context(|| format!("cannot read batch script {}", script.display()))?;
+    from.take(MAX_SCRIPT_BYTES + 1).read_to_end(&mut text).with_context(|| format!("cannot read {what}"))?;
     if text.len() as u64 > MAX_SCRIPT_BYTES {
-        bail!("{}: script larger than 16 MiB; keep data in files the script reads", script.display());
+        bail!("{what}: script larger than 16 MiB; keep data in files the script reads");
     }
-    String::from_utf8(text)
-        .map_err(|_| anyhow!("{} is not a text file (not UTF-8); submit a shell script", script.display()))
+    String::from_utf8(text).map_err(|_| anyhow!("{what} is not text (not UTF-8); submit a shell script"))
+}
+
+/// `berth submit -`: the script on standard input (at most 16 MiB, as a file); refused when
+/// standard input is a terminal (nothing was piped in) or empty.
+pub fn read_stdin_script() -> Result<String> {
+    use std::io::IsTerminal;
+    let stdin = std::io::stdin();
+    if stdin.is_terminal() {
+        bail!("`-` reads the script from standard input, which is a terminal; pipe a script in (`berth submit - < job.sh`) or give its file");
+    }
+    let text = read_bounded(stdin.lock(), "standard input")?;
+    if text.trim().is_empty() {
+        bail!("the script on standard input is empty");
+    }
+    Ok(text)
+}
+
+/// The script `--wrap CMD` submits (sbatch's and `berth submit`'s): `#!/bin/sh`, a comment
+/// naming `by`, then CMD.
+pub fn wrap_script(cmd: &str, by: &str) -> Result<String> {
+    if cmd.trim().is_empty() {
+        bail!("--wrap needs a command");
+    }
+    Ok(format!("#!/bin/sh\n# This script was created by {by}.\n\n{cmd}\n"))
+}
+
+/// Where a submitted script comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    File(PathBuf),
+    /// `-`: standard input (job name `stdin`).
+    Stdin,
+    /// `--wrap CMD` (job name `wrap`).
+    Wrap(String),
+}
+
+impl Source {
+    /// A script argument: `-` is standard input.
+    pub fn from_arg(p: PathBuf) -> Source {
+        if p.as_os_str() == "-" {
+            Source::Stdin
+        } else {
+            Source::File(p)
+        }
+    }
 }
 
 /// This process's umask (Linux 4.7+ reports it in /proc/self/status; reading it there does not
@@ -274,6 +416,30 @@ fn check_output_dir(flag: &str, path: &Path) -> Result<()> {
 /// Build the submission of `script` with `flags` as the calling process sees it.
 pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Result<SubmitRequest> {
     let text = read_script(script)?;
+    let script_name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "job".into());
+    build_text_submission(text, &script.display().to_string(), script_name, flags, hold)
+}
+
+/// Build the submission of a script from `source`.
+pub fn build_source_submission(source: &Source, flags: &SubmitFlags, hold: bool) -> Result<SubmitRequest> {
+    match source {
+        Source::File(path) => build_submission(path, flags, hold),
+        Source::Stdin => build_text_submission(read_stdin_script()?, "standard input", "stdin".into(), flags, hold),
+        Source::Wrap(cmd) => {
+            build_text_submission(wrap_script(cmd, "berth submit --wrap")?, "--wrap", "wrap".into(), flags, hold)
+        }
+    }
+}
+
+/// Build the submission of the script `text` (`label` names it in messages, `script_name`
+/// is the job's name unless it is given one).
+pub fn build_text_submission(
+    text: String,
+    label: &str,
+    script_name: String,
+    flags: &SubmitFlags,
+    hold: bool,
+) -> Result<SubmitRequest> {
     let mut options = SubmitOptions::default();
     let pairs = [
         ("cores", &flags.cores),
@@ -328,7 +494,7 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
     // script's directives count too (the controller reads them again).
     if let Ok((directives, warnings)) = berth_core::directives::parse_script_with(&text, flags.ignore_unsupported) {
         for w in &warnings {
-            eprintln!("berth: warning: {}: {}", script.display(), crate::output::terminal_safe(w));
+            eprintln!("berth: warning: {}: {}", crate::output::terminal_safe(label), crate::output::terminal_safe(w));
         }
         let given = directives.overlay(options.clone());
         // `--chdir`: the job's working directory, from which relative outputs are taken.
@@ -342,7 +508,6 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
             }
         }
     }
-    let script_name = script.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "job".into());
     Ok(SubmitRequest {
         script: text,
         script_name,
@@ -357,14 +522,17 @@ pub fn build_submission(script: &Path, flags: &SubmitFlags, hold: bool) -> Resul
 async fn submit(
     dir: &Path,
     json: bool,
-    scripts: &[PathBuf],
+    scripts: Vec<Source>,
     flags: &SubmitFlags,
     hold: bool,
     wait: bool,
 ) -> Result<i32> {
     use crate::compat::wait::{wait_for, ExitRule};
-    if let [script] = scripts {
-        let sub = build_submission(script, flags, hold)?;
+    if scripts.iter().filter(|s| **s == Source::Stdin).count() > 1 {
+        bail!("`-` (standard input) may be given once");
+    }
+    if let [script] = &scripts[..] {
+        let sub = build_source_submission(script, flags, hold)?;
         let ClientResponse::Submitted { id } = request(dir, ClientRequest::Submit(Box::new(sub))).await? else {
             bail!("unexpected answer")
         };
@@ -379,7 +547,7 @@ async fn submit(
         }
         return Ok(0);
     }
-    let jobs = scripts.iter().map(|s| build_submission(s, flags, hold)).collect::<Result<Vec<_>>>()?;
+    let jobs = scripts.iter().map(|s| build_source_submission(s, flags, hold)).collect::<Result<Vec<_>>>()?;
     let ClientResponse::SubmittedBatch { ids } = request(dir, ClientRequest::SubmitBatch { jobs }).await? else {
         bail!("unexpected answer")
     };
@@ -405,31 +573,72 @@ fn flush_stdout() {
 mod tests {
     use super::*;
 
-    /// Issue 17 item 11: "job 5: job 5 is running" said the id twice.
+    /// Issue 19: `berth jobs --user/--me/--name/--queue/--array` (every filter given must pass).
     #[test]
-    fn jobs_filter_by_user_and_name() {
-        let job = |user: &str, name: &str| -> berth_protocol::client::JobInfo {
-            serde_json::from_value(serde_json::json!({
+    fn jobs_filter_by_user_name_queue_and_array() {
+        let job = |user: &str, name: &str, queue: &str, array: Option<u64>| -> berth_protocol::client::JobInfo {
+            let mut j: berth_protocol::client::JobInfo = serde_json::from_value(serde_json::json!({
                 "id": 7, "name": name, "user": user, "uid": 1000, "gid": 1000, "state": "queued",
-                "queue": "batch", "request": {"nodes": null, "cores": 1, "tasks_per_node": null,
+                "queue": queue, "request": {"nodes": null, "cores": 1, "tasks_per_node": null,
                 "cpus_per_task": null, "mem_per_node": null, "mem_per_cpu": null, "threads": false},
                 "walltime_seconds": 60, "submit_time": 0.0, "start_time": null, "end_time": null,
                 "allocation": [], "exit_code": null, "signal": null, "reason": null,
                 "cwd": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/e", "accounting": null
             }))
-            .unwrap()
+            .unwrap();
+            (j.array_job, j.array_index) = (array.map(JobId), array.map(|_| 0));
+            j
         };
-        let all = vec![job("ann", "a"), job("bob", "a"), job("ann", "b")];
-        let kept = |users: &[&str], names: &[&str]| {
+        let all =
+            vec![job("ann", "a", "batch", None), job("bob", "a", "fat", Some(12)), job("ann", "b", "fat", Some(20))];
+        let kept = |users: &[&str], names: &[&str], queues: &[&str], arrays: &[u64]| {
             let mut jobs = all.clone();
             let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-            keep_matching(&mut jobs, &s(users), &s(names));
+            let filter = JobFilter {
+                users: s(users),
+                names: s(names),
+                queues: s(queues),
+                arrays: arrays.iter().map(|a| JobId(*a)).collect(),
+            };
+            filter.apply(&mut jobs);
             jobs.iter().map(|j| format!("{}/{}", j.user, j.name)).collect::<Vec<_>>()
         };
-        assert_eq!(kept(&[], &[]), vec!["ann/a", "bob/a", "ann/b"]);
-        assert_eq!(kept(&["ann"], &[]), vec!["ann/a", "ann/b"]);
-        assert_eq!(kept(&["ann", "bob"], &["a"]), vec!["ann/a", "bob/a"]);
-        assert!(kept(&["eve"], &[]).is_empty());
+        assert_eq!(kept(&[], &[], &[], &[]), vec!["ann/a", "bob/a", "ann/b"]);
+        assert_eq!(kept(&["ann"], &[], &[], &[]), vec!["ann/a", "ann/b"]);
+        assert_eq!(kept(&["ann", "bob"], &["a"], &[], &[]), vec!["ann/a", "bob/a"]);
+        assert!(kept(&["eve"], &[], &[], &[]).is_empty());
+        assert_eq!(kept(&[], &[], &["fat"], &[]), vec!["bob/a", "ann/b"]);
+        assert_eq!(kept(&["ann"], &[], &["fat"], &[]), vec!["ann/b"]);
+        assert_eq!(kept(&[], &[], &[], &[12]), vec!["bob/a"]);
+        assert_eq!(kept(&[], &[], &[], &[12, 20]), vec!["bob/a", "ann/b"]);
+        assert!(kept(&[], &[], &[], &[7]).is_empty(), "a job that is no array's task");
+    }
+
+    #[test]
+    fn job_states_are_read_in_lists_and_groups() {
+        use JobState::*;
+        let s = |v: &[&str]| parse_states(&v.iter().map(|x| x.to_string()).collect::<Vec<_>>());
+        assert_eq!(s(&["running"]).unwrap(), vec![Running]);
+        assert_eq!(s(&["Queued", "", "held", "queued"]).unwrap(), vec![Queued, Held]);
+        assert_eq!(s(&["pending", "running"]).unwrap(), vec![Queued, Held, Running]);
+        assert_eq!(s(&["finished"]).unwrap(), vec![Completed, Failed, Cancelled, Timeout, NodeFail]);
+        let e = s(&["done"]).unwrap_err().to_string();
+        assert!(e.contains("unknown state \"done\"") && e.contains("node_fail"), "{e}");
+    }
+
+    #[test]
+    fn wrap_and_standard_input_scripts() {
+        assert_eq!(
+            wrap_script("echo hi; exit 3", "berth submit --wrap").unwrap(),
+            "#!/bin/sh\n# This script was created by berth submit --wrap.\n\necho hi; exit 3\n"
+        );
+        assert!(wrap_script("  ", "x").unwrap_err().to_string().contains("needs a command"));
+        assert_eq!(Source::from_arg("-".into()), Source::Stdin);
+        assert_eq!(Source::from_arg("./-".into()), Source::File("./-".into()));
+        let big = vec![b'#'; (MAX_SCRIPT_BYTES + 1) as usize];
+        assert!(read_bounded(&big[..], "standard input").unwrap_err().to_string().contains("larger than 16 MiB"));
+        assert!(read_bounded(&[0xff, 0xfe][..], "standard input").unwrap_err().to_string().contains("not UTF-8"));
+        assert_eq!(read_bounded(&b"#!/bin/sh\ntrue\n"[..], "x").unwrap(), "#!/bin/sh\ntrue\n");
     }
 
     #[test]

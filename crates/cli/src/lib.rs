@@ -4,12 +4,15 @@
 //! server|agent|up|down|demo` execute.
 
 pub mod advance;
+pub mod alloc;
 pub mod arrays;
+pub mod changes;
 pub mod client;
 pub mod commands;
 pub mod compat;
 pub mod events;
 pub mod faults;
+pub mod fold;
 pub mod output;
 pub mod reservations;
 pub mod run;
@@ -155,8 +158,13 @@ pub enum Command {
     /// win, then `#BERTH`). Several
     /// scripts are submitted in one transaction: all or none.
     Submit {
-        #[arg(required = true)]
+        /// Script files; `-` reads the script from standard input (at most 16 MiB, as a file).
+        #[arg(required_unless_present = "wrap")]
         scripts: Vec<PathBuf>,
+        /// Submit CMD as the job: a script `#!/bin/sh` then CMD (as sbatch --wrap; job name
+        /// `wrap`).
+        #[arg(long, value_name = "CMD", conflicts_with = "scripts")]
+        wrap: Option<String>,
         #[command(flatten)]
         flags: SubmitFlags,
         /// Submit held: it waits for `berth release`.
@@ -167,19 +175,43 @@ pub enum Command {
         #[arg(long, short = 'W')]
         wait: bool,
     },
-    /// List jobs (queued, held, running; all with --all).
+    /// List jobs (queued, held, running; all with --all). The pending tasks of an array in
+    /// the same state for the same reason are one line, `A_[3-9%2]` (not with --json).
     Jobs {
         #[arg(long)]
         all: bool,
-        /// Only jobs in this state (repeatable).
-        #[arg(long)]
+        /// Only jobs in these states (comma-separated or repeated; `pending`: queued and held,
+        /// `finished`: every end state).
+        #[arg(long, short = 't', value_delimiter = ',')]
         state: Vec<String>,
         /// Only jobs of these users (comma-separated or repeated, as squeue -u).
         #[arg(long, short = 'u', value_delimiter = ',')]
         user: Vec<String>,
+        /// Only your own jobs (with --user: theirs and yours).
+        #[arg(long)]
+        me: bool,
         /// Only jobs with these names (comma-separated or repeated, as squeue -n).
         #[arg(long, short = 'n', value_delimiter = ',')]
         name: Vec<String>,
+        /// Only jobs in these queues (comma-separated or repeated, as squeue -p).
+        #[arg(long, short = 'q', value_delimiter = ',')]
+        queue: Vec<String>,
+        /// Only the tasks of these arrays (their ids, comma-separated or repeated).
+        #[arg(long, value_delimiter = ',')]
+        array: Vec<String>,
+        /// One line per array task: pending tasks are not folded (squeue's -r).
+        #[arg(long = "no-fold", short = 'r')]
+        no_fold: bool,
+    },
+    /// Wait until jobs have ended: an array's id waits for all its tasks (`A_i`: that task).
+    /// Prints how each ended; exits with the job's exit status (the highest of several; 128+N
+    /// for a job killed by signal N, 1 for one that never ran), 124 on --timeout.
+    Wait {
+        #[arg(required = true)]
+        ids: Vec<String>,
+        /// Give up after SECS seconds (at most a year; 0: look once).
+        #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(0..=crate::compat::wait::MAX_TIMEOUT_SECS))]
+        timeout: Option<u64>,
     },
     /// Show one job in full.
     Show { id: String },
@@ -195,6 +227,15 @@ pub enum Command {
     },
     /// Release held jobs.
     Release {
+        #[arg(required = true)]
+        ids: Vec<String>,
+    },
+    /// Change a pending job: walltime, cores, nodes, tasks, queue, name, dependency, and
+    /// (admins) priority; checked as a submission. A running job's walltime may be lowered.
+    Update(changes::UpdateArgs),
+    /// Put running or ended batch jobs back in the queue, to run again from the start (a
+    /// running one is killed first).
+    Requeue {
         #[arg(required = true)]
         ids: Vec<String>,
     },
@@ -234,13 +275,16 @@ pub enum Command {
         target: String,
         value: Option<String>,
     },
-    /// Accounting of finished jobs, or with --steps the invocation log of `berth run`.
+    /// Accounting of finished jobs (sacct's filters and fields: --starttime, --endtime, --user,
+    /// --name, --state, -j, --format), or with --steps the invocation log of `berth run`.
     Acct {
         #[arg(long, default_value_t = 100)]
         limit: u32,
         /// Every `berth run`: time, host, pid, user, job, directory, command, exit, failure.
         #[arg(long)]
         steps: bool,
+        #[command(flatten)]
+        filter: compat::sacct::AcctArgs,
     },
     /// The event log: nodes up and down, job starts, ends and requeues, refused requests.
     Events(events::EventsArgs),
@@ -270,6 +314,9 @@ pub enum Command {
     },
     /// Run a parallel program: inside a job on its allocation, outside one interactively.
     Run(run::RunArgs),
+    /// Wait in the queue for an allocation, then run CMD (default: your shell) here with it:
+    /// `berth run` in CMD runs on its nodes (salloc). Released when CMD exits.
+    Alloc(alloc::AllocArgs),
     /// Send a signal to a job's processes on every node, or to one step's ranks (JOB.STEP).
     Signal {
         /// JOB or JOB.STEP

@@ -153,16 +153,28 @@ fn exit_of(j: &JobInfo) -> String {
     }
 }
 
+/// `berth jobs`' table, a line per job.
 pub fn jobs_table(jobs: &[JobInfo]) -> String {
+    jobs_table_folded(jobs, false)
+}
+
+/// `berth jobs`' table; with `fold`, the pending tasks of an array in the same state for the
+/// same reason are one line, the first's, shown `A_[3-9%2]` (`crate::fold`).
+pub fn jobs_table_folded(jobs: &[JobInfo], fold: bool) -> String {
     let jobs = &escaped(jobs)[..];
+    let lines = if fold { crate::fold::jobs_lines(jobs) } else { crate::fold::unfolded(jobs) };
+    let ids: Vec<String> =
+        lines.iter().map(|(j, id)| id.clone().unwrap_or_else(|| crate::arrays::shown_id(j))).collect();
+    // A folded id may be wider than the column: the column grows, the rows stay aligned.
+    let w = ids.iter().map(|i| i.len()).max().unwrap_or(0).max(6);
     let mut out = format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
+        "{:>w$}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
         "ID", "NAME", "USER", "STATE", "CORES", "SUBMIT", "START", "PRIO", "EXIT", "NODES[CPUS]", "REASON"
     );
-    for j in jobs {
+    for ((j, _), id) in lines.iter().zip(&ids) {
         out.push_str(&format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
-            crate::arrays::shown_id(j),
+            "{:>w$}  {:<16} {:<10} {:<10} {:>5}  {:>11}  {:>12}  {:>7}  {:<5} {:<24} {}\n",
+            id,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
             j.state.as_str(),
@@ -177,7 +189,8 @@ pub fn jobs_table(jobs: &[JobInfo]) -> String {
             j.priority.as_ref().map(|p| format!("{:.0}", p.total)).unwrap_or("-".into()),
             exit_of(j),
             truncate(&alloc_summary(j), 24),
-            j.reason.as_deref().unwrap_or("")
+            // A job that is not a batch job says what it is (`alloc`, `interactive`, ...).
+            j.reason.clone().or_else(|| j.kind.as_ref().map(|k| format!("({k})"))).unwrap_or_default()
         ));
     }
     out
@@ -198,6 +211,9 @@ pub fn job_detail(j: &JobInfo) -> String {
         );
     }
     kv("name", j.name.clone());
+    if let Some(k) = &j.kind {
+        kv("kind", k.clone());
+    }
     kv("user", format!("{} (uid {}, gid {})", j.user, j.uid, j.gid));
     kv("state", j.state.as_str().into());
     if let Some(r) = &j.reason {
@@ -251,7 +267,17 @@ pub fn job_detail(j: &JobInfo) -> String {
         kv("signal", format!("{s} (signal@seconds before the walltime ends)"));
     }
     if j.exclusive {
-        kv("exclusive", "whole nodes".into());
+        kv(
+            "exclusive",
+            match j.tasks {
+                Some(t) => format!(
+                    "whole nodes, {} task(s){}",
+                    t.total,
+                    t.per_node.map(|k| format!(", {k} per node")).unwrap_or_default()
+                ),
+                None => "whole nodes".into(),
+            },
+        );
     }
     if let Some(t) = j.suspended_seconds {
         kv("suspended", format!("{} in total (not counted against the walltime)", format_duration(t.round() as u64)));
@@ -525,6 +551,30 @@ mod tests {
             "cwd": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/e", "accounting": null
         }))
         .unwrap()
+    }
+
+    /// Issue 19: `berth jobs` folds an array's pending tasks into one line; its ID column
+    /// grows to the folded id, the other columns stay aligned.
+    #[test]
+    fn jobs_table_folds_pending_array_tasks() {
+        let task = |id: u64, index: u32, state: &str| {
+            let mut j = job("arr", "");
+            j.id = berth_core::JobId(id);
+            j.state = berth_core::job::JobState::parse(state).unwrap();
+            (j.array_job, j.array_index, j.exit_code) = (Some(berth_core::JobId(12)), Some(index), None);
+            j
+        };
+        let mut jobs = vec![task(12, 1, "running")];
+        jobs.extend((3..=2_000u32).map(|i| task(10 + u64::from(i), i, "queued")));
+        let folded = jobs_table_folded(&jobs, true);
+        let lines: Vec<&str> = folded.lines().collect();
+        assert_eq!(lines.len(), 3, "{folded}");
+        assert_eq!(lines[1].split_whitespace().next(), Some("12_1"));
+        assert_eq!(lines[2].split_whitespace().next(), Some("12_[3-2000]"));
+        let name_at = |l: &str| l.find("arr").or_else(|| l.find("NAME"));
+        assert_eq!(name_at(lines[0]), name_at(lines[2]), "aligned:\n{folded}");
+        assert_eq!(name_at(lines[1]), name_at(lines[2]), "aligned:\n{folded}");
+        assert_eq!(jobs_table_folded(&jobs, false).lines().count(), jobs.len() + 1, "--no-fold: a line per task");
     }
 
     /// Issue 17 item 11: a time not today shows its date; a waiting job's CORES is what it

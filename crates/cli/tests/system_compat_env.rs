@@ -130,7 +130,7 @@ fn the_switch_turns_them_off() {
     let c = Cluster::up_configured(1, TOPO, "[compat]\nenvironment = false\n");
     let script = format!(
         r#"#!/bin/sh
-#SBATCH -n 2
+#SBATCH -n 2 -o berth-%j.out -e berth-%j.err
 env | grep -E '^(SLURM|PBS)_' > off.env
 {BIN} run -n 2 sh -c 'env | grep -E "^(SLURM|PBS)_"' >> off.env
 echo "berth=$BERTH_JOB_ID"

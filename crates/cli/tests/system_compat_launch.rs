@@ -85,7 +85,7 @@ fn srun_and_aprun_outside_and_inside_a_job() {
     // Inside a job: steps of the job, on its allocation.
     let b = bin.display();
     let script = format!(
-        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2\n\
+        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2 -o berth-%j.out -e berth-%j.err\n\
          {b}/srun -n 2 -l hostname\n\
          {b}/srun -n 2 -N 2 sh -c 'echo srun $SLURM_PROCID on $BERTH_NODEID of job $BERTH_JOB_ID'\n\
          {b}/aprun -n 2 -N 1 sh -c 'echo aprun $BERTH_RANK on $BERTH_NODEID'\n\
@@ -160,7 +160,7 @@ fn mpich_mpiexec_in_a_job_launches_through_srun() {
     let bin = install(&c);
     let hello = mpi_programs().join("hello");
     let script = format!(
-        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2\nexport PATH={}:$PATH\nmpiexec -n 4 {}\n",
+        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2 -o berth-%j.out -e berth-%j.err\nexport PATH={}:$PATH\nmpiexec -n 4 {}\n",
         bin.display(),
         hello.display()
     );

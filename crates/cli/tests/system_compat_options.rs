@@ -1,7 +1,8 @@
 //! System test: the options of issue 19 beyond resources, on a live cluster (docs/compat.md):
 //! `--chdir`, `--export=NONE,FOO=bar`, `#PBS -v`, `--signal=USR1@3` before a short walltime,
 //! `--mail-type=END` through the `[notify]` hook, `--comment` shown by `berth show` and
-//! `scontrol show job`-style output, `--exclusive` on a 2-node cluster, `%N` in output names.
+//! `scontrol show job`-style output, `--exclusive` on a 2-node cluster (keeping its task
+//! count), Slurm's joined default output, `%N` in output names.
 
 mod common;
 
@@ -107,11 +108,12 @@ fn compat_options_on_a_live_cluster() {
     }
 
     // --signal=USR1@3 with a 6 s walltime: the trap runs about 3 s in, before the walltime.
+    // The 6 s are berth's own `--walltime 6`: Slurm's `-t 0:06` is rounded up to a minute.
     let sig_file = root.join("sig.txt");
     let signal = c.submit(
         "signal.sh",
         &format!(
-            "#!/bin/sh\n#SBATCH --signal=USR1@3 -t 0:06\ntrap 'echo got-usr1 > {}; exit 0' USR1\ni=0\nwhile [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n",
+            "#!/bin/sh\n#SBATCH --signal=USR1@3\n#BERTH --walltime 6\ntrap 'echo got-usr1 > {}; exit 0' USR1\ni=0\nwhile [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done\n",
             sig_file.display()
         ),
         &[],
@@ -144,7 +146,12 @@ fn compat_options_on_a_live_cluster() {
     // --exclusive on 2 nodes of 2 cores: next to a 1-core job, it gets the other node whole.
     let small = c.submit("small.sh", "#!/bin/sh\n#SBATCH -n 1 -t 1 -o small-%N-%n-%t.out\necho small\nsleep 3\n", &[]);
     c.wait_state(small, &["running"], Duration::from_secs(30));
-    let excl = c.submit("excl.sh", "#!/bin/sh\n#SBATCH -n 1 --exclusive -t 1\necho $SLURM_CPUS_ON_NODE\n", &[]);
+    // Its stderr goes with its stdout to slurm-ID.out (Slurm's default, no -o/-e given).
+    let excl = c.submit(
+        "excl.sh",
+        "#!/bin/sh\n#SBATCH -n 1 --exclusive -t 1\necho $SLURM_CPUS_ON_NODE $SLURM_NTASKS\necho to-stderr >&2\n",
+        &[],
+    );
     let e = c.wait_finished(excl, Duration::from_secs(60));
     let s = c.show(small);
     assert_eq!(e["state"], "completed", "{e:#}");
@@ -152,7 +159,11 @@ fn compat_options_on_a_live_cluster() {
     assert_eq!(e["allocation"].as_array().unwrap().len(), 1);
     assert_eq!(e["allocation"][0]["cores"], 2, "the whole node: {e:#}");
     assert_ne!(e["allocation"][0]["node"], s["allocation"][0]["node"], "never beside another job");
-    assert_eq!(read(std::path::Path::new(e["stdout"].as_str().unwrap())), "2\n");
+    // The whole node's 2 CPUs, and the 1 task asked for (as Slurm's SLURM_NTASKS).
+    assert_eq!(e["stdout"], e["stderr"], "one file: {e:#}");
+    assert_eq!(e["tasks"]["total"], 1, "{e:#}");
+    assert_eq!(e["stdout"], root.join(format!("slurm-{excl}.out")).display().to_string());
+    assert_eq!(read(&root.join(format!("slurm-{excl}.out"))), "2 1\nto-stderr\n");
     // %N (first node), %n and %t (0 for the batch script) in the output name.
     let s = c.wait_finished(small, Duration::from_secs(60));
     let node = s["allocation"][0]["node"].as_str().unwrap().to_string();

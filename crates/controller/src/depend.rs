@@ -7,6 +7,10 @@
 //! that can never be met (afterok on a job that failed or was cancelled) leaves the job
 //! waiting, as Slurm does by default, until it is cancelled. Both are part of the job's
 //! options, stored with it, so they survive a restart.
+//!
+//! `aftercorr:A` (arrays): task `i` of the dependent array waits for task `i` of array `A`
+//! to end successfully (never, if it failed). As in Slurm, a dependent job that is no array
+//! task, or an index `A` has no task of, waits for `A` as a whole, as `afterok:A` does.
 
 use crate::job::JobRecord;
 use crate::state::Controller;
@@ -26,6 +30,18 @@ pub struct DependState {
     pub next_begin: Option<f64>,
     /// Ended jobs' states (and whether they started), read from the store once.
     ended: HashMap<JobId, (JobState, bool)>,
+    /// `aftercorr`: the task of array `.0` with index `.1` (None: it has none), found once.
+    corresponding: HashMap<(JobId, u32), Option<JobId>>,
+    /// Requeued jobs whose previous run is still ending on some of its nodes: kept out of
+    /// the pass until it has ended there (`crate::update`).
+    pub(crate) requeued: HashMap<JobId, crate::update::OldRun>,
+}
+
+impl DependState {
+    /// A job ended is pending again (`berth requeue`): its state is read anew.
+    pub(crate) fn forget_ended(&mut self, id: JobId) {
+        self.ended.remove(&id);
+    }
 }
 
 /// Whether a dependency lets its job start.
@@ -36,11 +52,12 @@ pub enum Verdict {
     Never(String),
 }
 
-/// Judge `dep` with `lookup` giving a named job's state and whether it started (None: no such
-/// job); `singleton_free`: no other job of the same name and user runs or is ahead.
+/// Judge `dep` with `lookup` giving a job a term of that kind names: its state and whether it
+/// started (None: no such job); `singleton_free`: no other job of the same name and user runs
+/// or is ahead.
 pub fn judge(
     dep: &Dependency,
-    mut lookup: impl FnMut(JobId) -> Option<(JobState, bool)>,
+    mut lookup: impl FnMut(DepKind, JobId) -> Option<(JobState, bool)>,
     singleton_free: bool,
 ) -> Verdict {
     let mut passed = 0;
@@ -57,7 +74,7 @@ pub fn judge(
         } else {
             for &id in &term.jobs {
                 let shown = format!("{}:{id}", term.kind.as_str());
-                match lookup(id) {
+                match lookup(term.kind, id) {
                     None => {
                         term_never = Some(format!("job {id} does not exist ({shown})"));
                         break;
@@ -227,12 +244,89 @@ impl Controller {
         Ok(())
     }
 
+    /// `dep` with each `aftercorr:A` naming the task of array `A` of the dependent's own
+    /// index (`task`), where there is one (returned too: each is judged alone); else `A`
+    /// itself is kept (Slurm's rule: the whole job, as `afterok`).
+    fn corresponding_tasks(
+        &mut self,
+        mut dep: Dependency,
+        task: Option<berth_core::directives::ArrayTask>,
+    ) -> Result<(Dependency, HashSet<JobId>), StoreError> {
+        let mut tasks = HashSet::new();
+        let Some(task) = task else { return Ok((dep, tasks)) };
+        for term in dep.terms.iter_mut().filter(|t| t.kind == DepKind::Aftercorr) {
+            for id in term.jobs.iter_mut() {
+                if let Some(corr) = self.corresponding_task(*id, task.index)? {
+                    *id = corr;
+                    tasks.insert(corr);
+                }
+            }
+        }
+        Ok((dep, tasks))
+    }
+
+    /// The task of array `array` with index `index`, if it has one. Its tasks have
+    /// consecutive ids in ascending index order (`crate::array`): a guess from the array's
+    /// step, else a binary search, each look at a task in memory or in the store.
+    fn corresponding_task(&mut self, array: JobId, index: u32) -> Result<Option<JobId>, StoreError> {
+        if let Some(found) = self.policy.depend.corresponding.get(&(array, index)) {
+            return Ok(*found);
+        }
+        let found = self.find_task(array, index)?;
+        let cache = &mut self.policy.depend.corresponding;
+        if cache.len() >= 100_000 {
+            cache.clear();
+        }
+        cache.insert((array, index), found);
+        Ok(found)
+    }
+
+    fn find_task(&self, array: JobId, index: u32) -> Result<Option<JobId>, StoreError> {
+        // What a task says of its array, if job `id` is a task of `array`.
+        let task_of = |id: JobId| -> Result<Option<berth_core::directives::ArrayTask>, StoreError> {
+            let t = match self.jobs.get(&id) {
+                Some(j) => j.options.array_task,
+                None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
+            };
+            Ok(t.filter(|t| t.job == array.0))
+        };
+        let Some(first) = task_of(array)? else { return Ok(None) };
+        if index < first.min || index > first.max {
+            return Ok(None);
+        }
+        let count = u64::from(first.count);
+        let step = first.step.max(1);
+        if (index - first.min).is_multiple_of(step) {
+            let pos = u64::from((index - first.min) / step);
+            if pos < count && task_of(JobId(array.0 + pos))?.is_some_and(|t| t.index == index) {
+                return Ok(Some(JobId(array.0 + pos)));
+            }
+        }
+        let (mut lo, mut hi) = (0u64, count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let id = JobId(array.0 + mid);
+            let Some(t) = task_of(id)? else { return Ok(None) };
+            match t.index.cmp(&index) {
+                std::cmp::Ordering::Equal => return Ok(Some(id)),
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+            }
+        }
+        Ok(None)
+    }
+
     /// A job's state and whether it started, wherever it is (memory, else the store).
     fn dep_lookup(&mut self, id: JobId) -> Result<Option<(JobState, bool)>, StoreError> {
         // An array's id: all its tasks (`crate::array`).
         if let Some(s) = self.array_dep_state(id)? {
             return Ok(Some(s));
         }
+        self.job_lookup(id)
+    }
+
+    /// Job `id`'s own state and whether it started (of a task: that task alone).
+    fn job_lookup(&mut self, id: JobId) -> Result<Option<(JobState, bool)>, StoreError> {
         if let Some(j) = self.jobs.get(&id) {
             return Ok(Some((j.state, j.start_time.is_some())));
         }
@@ -254,6 +348,11 @@ impl Controller {
     /// the pass (their reason is the hold).
     pub fn ineligible(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
         let mut out = self.ineligible_by_depend(now)?;
+        // Requeued jobs whose previous run has not ended everywhere yet (`crate::update`).
+        for (id, why) in self.old_runs_waited_for(now) {
+            out.insert(id);
+            self.policy.depend.reasons.insert(id, why);
+        }
         // Tasks beyond their array's running limit (`crate::array`).
         for (id, why) in self.throttled(&out) {
             out.insert(id);
@@ -306,12 +405,28 @@ impl Controller {
                 }
             }
             let Some(dep) = job.options.dependency.clone() else { continue };
+            let task = job.options.array_task;
+            let (dep, tasks) = self.corresponding_tasks(dep, task)?;
+            // An `aftercorr` term's task is that task alone, even when its id is its array's.
+            let task_only = |kind: DepKind, jid: JobId| kind == DepKind::Aftercorr && tasks.contains(&jid);
             let mut lookups = Vec::new();
-            for jid in dep.job_ids() {
-                lookups.push((jid, self.dep_lookup(jid)?));
+            for term in &dep.terms {
+                for &jid in &term.jobs {
+                    let alone = task_only(term.kind, jid);
+                    if !lookups.iter().any(|(k, a, _)| *k == jid && *a == alone) {
+                        let found = if alone { self.job_lookup(jid)? } else { self.dep_lookup(jid)? };
+                        lookups.push((jid, alone, found));
+                    }
+                }
             }
-            let verdict =
-                judge(&dep, |jid| lookups.iter().find(|(k, _)| *k == jid).and_then(|(_, s)| *s), free.contains(&id));
+            let verdict = judge(
+                &dep,
+                |kind, jid| {
+                    let alone = task_only(kind, jid);
+                    lookups.iter().find(|(k, a, _)| *k == jid && *a == alone).and_then(|(_, _, s)| *s)
+                },
+                free.contains(&id),
+            );
             match verdict {
                 Verdict::Ready => {}
                 Verdict::Wait(why) => {

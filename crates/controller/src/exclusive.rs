@@ -5,17 +5,22 @@
 //! the nodes its request needed (its `--nodes`, else as many C-core nodes as its cores
 //! fill), C the cores a node has for jobs (outside system CPUs unless `--system-cpus`).
 //! Nodes must all have the same C; on a cluster of mixed sizes `--exclusive` is refused
-//! naming the sizes. `--tasks-per-node` and `--cores` are replaced: the job's tasks are then
-//! its cores (divided by `--cpus-per-task`, which must divide C).
+//! naming the sizes. `--tasks-per-node` and `--cores` are replaced, but the job keeps the
+//! tasks it asked for, as Slurm's does (`-N 1 -n 16` on 128-core nodes: 16 tasks on a whole
+//! node): they are recorded in `SubmitOptions::tasks`, which gives `SLURM_NTASKS` (and the
+//! other task counts of the job's environment), `berth run`'s default inside the job and
+//! `berth show`'s `exclusive:` line. `--cpus-per-task` must divide C.
 
 use crate::state::Controller;
-use berth_core::directives::SubmitOptions;
+use berth_core::directives::{JobTasks, SubmitOptions};
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 
 impl Controller {
     /// Rewrite an `--exclusive` job as whole nodes (see the module); Err: why it cannot be.
     pub(crate) fn map_exclusive(&self, options: &mut SubmitOptions) -> Result<(), String> {
+        // Only this sets it (a submission's is dropped: `validate_submission`).
+        let recorded = options.tasks.take();
         if options.exclusive != Some(true) {
             return Ok(());
         }
@@ -69,9 +74,24 @@ impl Controller {
                 "--exclusive: --cpus-per-task {cpt} does not divide a node's {per_node} cores; the job's tasks would not fill its nodes"
             ));
         }
+        let cores = nodes.checked_mul(per_node).ok_or("--exclusive: too many cores")?;
+        // The tasks asked for (`shape` checked that --cpus-per-task divides them), unless the
+        // options are still this job's rewritten whole nodes (`berth update` of a setting
+        // other than its size): then those recorded at submission.
+        let rewritten =
+            options.tasks_per_node.is_none() && options.nodes == Some(nodes) && options.cores == Some(cores);
+        let tasks = match (request.shape, recorded) {
+            (_, Some(t)) if rewritten && t.total <= cores => t,
+            (Shape::PerNode { nodes, cores_per_node }, _) => {
+                let k = cores_per_node / cpt;
+                JobTasks { total: nodes.checked_mul(k).ok_or("--exclusive: too many tasks")?, per_node: Some(k) }
+            }
+            (Shape::Total { cores, .. }, _) => JobTasks { total: cores / cpt, per_node: None },
+        };
         options.nodes = Some(nodes);
-        options.cores = Some(nodes.checked_mul(per_node).ok_or("--exclusive: too many cores")?);
+        options.cores = Some(cores);
         options.tasks_per_node = None;
+        options.tasks = Some(tasks);
         Ok(())
     }
 }
@@ -129,6 +149,74 @@ mod tests {
         let bad = SubmitOptions { exclusive: Some(true), cpus_per_task: Some(3), cores: Some(3), ..opts() };
         let ClientResponse::Error(e) = submit(&mut h, bad) else { panic!("accepted") };
         assert!(e.message.contains("--cpus-per-task 3"), "{}", e.message);
+    }
+
+    #[test]
+    fn an_exclusive_job_keeps_the_tasks_it_asked_for() {
+        use berth_core::directives::JobTasks;
+        use berth_core::step::StepRequest;
+        use berth_protocol::step::{InteractiveAsk, StepCreate};
+        let mut h = Harness::new(2);
+        // `--exclusive -N 1 -n 3` on nodes of 8 cores: the whole node, 3 tasks on it (Slurm's
+        // SLURM_NTASKS=3, not 8).
+        let o = SubmitOptions { exclusive: Some(true), nodes: Some(1), tasks_per_node: Some(3), cores: None, ..opts() };
+        let ClientResponse::Submitted { id } = submit(&mut h, o) else { panic!("refused") };
+        h.ctl.schedule(h.now).unwrap();
+        let job = &h.ctl.jobs[&id];
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!((job.options.nodes, job.options.cores, job.allocation[0].cores), (Some(1), Some(8), 8));
+        let three = JobTasks { total: 3, per_node: Some(3) };
+        assert_eq!(job.options.tasks, Some(three));
+        // What the agent sets SLURM_NTASKS and SLURM_NTASKS_PER_NODE from; what berth show says.
+        let compat = h.ctl.launch_spec(job, 0).compat.expect("[compat] environment is on by default");
+        assert_eq!((compat.tasks, compat.tasks_per_node), (Some(three), Some(3)));
+        assert_eq!(job.info().tasks, Some(three));
+        // `berth update` of another setting keeps them; of its tasks, takes the new count.
+        let mut again = job.options.clone();
+        h.ctl.map_exclusive(&mut again).unwrap();
+        assert_eq!((again.tasks, again.cores), (Some(three), Some(8)));
+        again.tasks_per_node = Some(8);
+        again.cores = None;
+        h.ctl.map_exclusive(&mut again).unwrap();
+        assert_eq!(again.tasks, Some(JobTasks { total: 8, per_node: Some(8) }));
+        // `berth run` without a task count inside it: its 3 tasks, not 8.
+        let step = |request: StepRequest| {
+            ClientRequest::StepCreate(Box::new(StepCreate {
+                job: Some(id),
+                request,
+                interactive: InteractiveAsk::default(),
+                argv: vec!["./a.out".into()],
+                env: vec![],
+                cwd: "/tmp".into(),
+                host: "login1".into(),
+                pid: 4242,
+                fanout: 0,
+                no_kill: false,
+                rank_cpusets: false,
+                notify_signal: None,
+            }))
+        };
+        let ClientResponse::StepGranted { grant, .. } = h.call(step(StepRequest::default()), &ann()) else {
+            panic!("no step")
+        };
+        assert_eq!(grant.size, 3, "the job's tasks by default");
+        // Asked for, the step may use the whole node.
+        let ClientResponse::StepGranted { grant, .. } =
+            h.call(step(StepRequest { ntasks: Some(5), ..Default::default() }), &ann())
+        else {
+            panic!("no step")
+        };
+        assert_eq!(grant.size, 5);
+        // `-n 5` without a node count: 5 tasks over the nodes they need (one, whole).
+        let o = SubmitOptions { exclusive: Some(true), cores: Some(5), ..opts() };
+        let ClientResponse::Submitted { id: five } = submit(&mut h, o) else { panic!("refused") };
+        let j = &h.ctl.jobs[&five];
+        assert_eq!((j.options.nodes, j.options.cores), (Some(1), Some(8)));
+        assert_eq!(j.options.tasks, Some(JobTasks { total: 5, per_node: None }));
+        // A submission cannot set the record itself.
+        let forged = SubmitOptions { tasks: Some(JobTasks { total: 99, per_node: None }), ..opts() };
+        let ClientResponse::Submitted { id: plain } = submit(&mut h, forged) else { panic!("refused") };
+        assert_eq!(h.ctl.jobs[&plain].options.tasks, None);
     }
 
     fn job_node(h: &Harness, id: berth_core::JobId) -> berth_core::NodeId {

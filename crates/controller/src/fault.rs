@@ -98,7 +98,8 @@ impl Controller {
 
     /// Put a running job back in the queue: its steps are closed, what is left of it on its
     /// other nodes (but `except`) is killed, its resources freed. Its next run starts with a
-    /// fresh walltime clock.
+    /// fresh walltime clock, once the old one has ended on those nodes. Also `berth requeue`'s
+    /// (`crate::update`).
     pub fn requeue(
         &mut self,
         id: JobId,
@@ -122,6 +123,8 @@ impl Controller {
         self.steps.remove(&id);
         self.cgroups.remove(&id);
         self.kill_on_nodes(id, &alloc, "job requeued", except);
+        // It starts again once its old run has ended where it was killed (`crate::update`).
+        self.await_old_run(id, &alloc, except, now);
         crate::suspend::release(&mut self.cluster, &alloc, suspended);
         self.dirty = true;
         Ok(())

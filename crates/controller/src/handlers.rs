@@ -52,6 +52,39 @@ impl Controller {
         self.store.event(crate::state::unix_now(), "denied", job, None, &detail)
     }
 
+    /// `acct` for jobs: the finished ones matching (and the active ones when asked).
+    fn acct(
+        &self,
+        limit: Option<u32>,
+        since: Option<f64>,
+        until: Option<f64>,
+        users: &[String],
+        active: bool,
+    ) -> Result<ClientResponse, StoreError> {
+        use berth_protocol::client::{JobInfo, ACCT_MAX_JOBS, ACCT_MAX_USERS};
+        if users.len() > ACCT_MAX_USERS {
+            return Ok(error(
+                ErrorCode::BadRequest,
+                format!("acct names {} users; at most {ACCT_MAX_USERS} at once", users.len()),
+            ));
+        }
+        let (since, until) = (since.filter(|t| t.is_finite()), until.filter(|t| t.is_finite()));
+        let limit = limit.unwrap_or(100).min(ACCT_MAX_JOBS);
+        let mut jobs: Vec<JobInfo> =
+            self.store.finished_jobs_in(since, until, users, limit)?.iter().map(|j| j.info()).collect();
+        jobs.reverse();
+        if active {
+            let kept = |j: &JobInfo| {
+                since.is_none_or(|s| j.end_time.is_none_or(|e| e >= s))
+                    && until.is_none_or(|u| j.start_time.unwrap_or(j.submit_time) <= u)
+                    && (users.is_empty() || users.contains(&j.user))
+            };
+            jobs.extend(self.jobs.values().map(|j| self.job_info(j)).filter(kept));
+            jobs.sort_by_key(|j| j.id);
+        }
+        Ok(ClientResponse::Acct { jobs })
+    }
+
     pub fn handle_client(
         &mut self,
         req: ClientRequest,
@@ -159,14 +192,11 @@ impl Controller {
             ClientRequest::SubnodeAdmin { node, index, action, value } => {
                 self.subnode_admin(&node, index, &action, value.as_deref(), peer, now)?
             }
-            ClientRequest::Acct { limit, steps: true } => ClientResponse::Steps {
-                steps: self.store.recent_steps(limit.unwrap_or(100))?.iter().map(|s| s.info()).collect(),
+            ClientRequest::Acct { limit, steps: true, .. } => ClientResponse::Steps {
+                steps: self.store.recent_steps(limit.unwrap_or(100).min(berth_protocol::client::ACCT_MAX_JOBS))?.iter().map(|s| s.info()).collect(),
             },
-            ClientRequest::Acct { limit, steps: false } => {
-                let mut jobs: Vec<_> =
-                    self.store.finished_jobs(limit.unwrap_or(100))?.iter().map(|j| j.info()).collect();
-                jobs.reverse();
-                ClientResponse::Acct { jobs }
+            ClientRequest::Acct { limit, steps: false, since, until, users, active } => {
+                self.acct(limit, since, until, &users, active)?
             }
             ClientRequest::StepCreate(req) => self.step_create(*req, peer, now)?,
             ClientRequest::Queues => ClientResponse::Queues { queues: self.queue_infos() },
@@ -197,13 +227,17 @@ impl Controller {
             ClientRequest::AdvanceList => self.advance_list_response(now)?,
             ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
             ClientRequest::Events(q) => ClientResponse::Events { events: self.store.events(&q)? },
+            ClientRequest::Update { id, change } => self.update_request(id, change, peer, now)?,
+            ClientRequest::Requeue { ids } => self.requeue_request(ids, peer, now)?,
+            ClientRequest::Alloc(req) => self.alloc_request(*req, peer, now)?,
+            ClientRequest::AllocEnd { id, exit_code } => self.alloc_end(id, exit_code, peer, now)?,
         };
         self.reply(reply, response);
         Ok(())
     }
 
     /// Check a submission and build its record, without side effects.
-    fn validate_submission(&self, sub: SubmitRequest, peer: &Peer, now: f64) -> Result<JobRecord, ApiError> {
+    pub(crate) fn validate_submission(&self, sub: SubmitRequest, peer: &Peer, now: f64) -> Result<JobRecord, ApiError> {
         let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
         let limits = &self.cfg.limits;
         let script_name = escape_control(&sub.script_name).chars().take(256).collect::<String>();
@@ -213,7 +247,16 @@ impl Controller {
         let (directives, _warnings) = parse_script_with(&sub.script, sub.ignore_unsupported)
             .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
         let mut options = directives.overlay(sub.options);
+        // Only `alloc_request` makes allocations; only `map_exclusive` records tasks.
+        options.alloc = None;
+        options.tasks = None;
         limits.check_options(&options).map_err(bad)?;
+        if options.priority.is_some() && !self.is_admin(peer) {
+            return Err(ApiError::new(
+                ErrorCode::NotPermitted,
+                "only admins may set a job's priority (config key `admins`)",
+            ));
+        }
         limits.check_path("the submit directory", &sub.cwd).map_err(bad)?;
         if !sub.cwd.starts_with('/') {
             return Err(bad(format!("submit directory {} is not absolute", escape_control(&sub.cwd))));
@@ -249,50 +292,28 @@ impl Controller {
         if options.mem.is_none() && options.mem_per_cpu.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
-        let mut request = JobRequest::from_options(&options).map_err(|e| bad(e.to_string()))?;
         // The job's walltime, else its queue's default, else the cluster's default.
         let spec = self.cfg.queues.iter().find(|q| q.name == queue);
         let walltime = spec
             .and_then(|q| q.walltime_or_default(options.walltime))
             .or(options.walltime)
             .or(self.cfg.default_walltime_secs());
-        berth_core::sched::queue::check_in(&self.cfg.queues, &queue, walltime, &request)
-            .map_err(|e| ApiError::new(ErrorCode::QueueLimit, e.to_string()))?;
-        // Judged (feasible, advance reservations) where its queue sends it.
-        berth_core::sched::queue::target(&self.cfg.queues, &queue, &mut request);
-        if let Some(w) = walltime {
-            // A queue's or the cluster's default is bounded like an asked-for walltime.
-            limits.check_walltime(w).map_err(bad)?;
-        }
-        options.walltime = walltime;
         if options.account.is_none() {
             options.account = Some(crate::policy::default_account(peer.user.gid));
         }
-        if let (Some(name), Some(account)) = (&options.reservation, &options.account) {
-            self.check_advance_submission(name, &peer.user, account, walltime, &request, now)?;
-        }
-        if !self.cluster.nodes.is_empty() {
-            // Judge against every node that ever registered, as if up: a down node may return.
-            let registered = |n: &berth_core::node::NodeCapacity| {
-                self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
-            };
-            feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
-                ApiError::new(
-                    ErrorCode::Infeasible,
-                    format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
-                )
-            })?;
-        }
+        self.check_fit(&options, &queue, walltime, &peer.user, now)?;
+        options.walltime = walltime;
         let name = options.name.clone().unwrap_or(script_name);
-        let resolve = |given: &Option<String>, ext: &str| -> String {
-            let path = given.clone().unwrap_or_else(|| format!("berth-%j.{ext}"));
+        // The dialect's defaults and joins (Slurm: stderr with stdout, `slurm-%j.out`; PBS `-j`).
+        let resolve = |path: String| -> String {
             if path.starts_with('/') {
                 path
             } else {
                 format!("{}/{}", work_dir.trim_end_matches('/'), path)
             }
         };
-        let (stdout, stderr) = (resolve(&options.output, "out"), resolve(&options.error, "err"));
+        let (out, err) = berth_core::directives::output_patterns(&options);
+        let (stdout, stderr) = (resolve(out), resolve(err));
         let job = JobRecord {
             id: JobId(0),
             name,
@@ -319,6 +340,46 @@ impl Controller {
         };
         job.validate().map_err(bad)?;
         Ok(job)
+    }
+
+    /// Whether a job of these options may run in `queue` with `walltime` (defaults applied):
+    /// its shape, the queue's limits, the cluster's walltime bound, its advance reservation,
+    /// and whether any node could ever hold it. The checks of a submission, which `berth
+    /// update` makes too (update.rs).
+    pub(crate) fn check_fit(
+        &self,
+        options: &berth_core::directives::SubmitOptions,
+        queue: &str,
+        walltime: Option<u64>,
+        user: &UserIdentity,
+        now: f64,
+    ) -> Result<(), ApiError> {
+        let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
+        let mut request = JobRequest::from_options(options).map_err(|e| bad(e.to_string()))?;
+        berth_core::sched::queue::check_in(&self.cfg.queues, queue, walltime, &request)
+            .map_err(|e| ApiError::new(ErrorCode::QueueLimit, e.to_string()))?;
+        // Judged (feasible, advance reservations) where its queue sends it.
+        berth_core::sched::queue::target(&self.cfg.queues, queue, &mut request);
+        if let Some(w) = walltime {
+            // A queue's or the cluster's default is bounded like an asked-for walltime.
+            self.cfg.limits.check_walltime(w).map_err(bad)?;
+        }
+        if let (Some(name), Some(account)) = (&options.reservation, &options.account) {
+            self.check_advance_submission(name, user, account, walltime, &request, now)?;
+        }
+        if !self.cluster.nodes.is_empty() {
+            // Judge against every node that ever registered, as if up: a down node may return.
+            let registered = |n: &berth_core::node::NodeCapacity| {
+                self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
+            };
+            feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
+                ApiError::new(
+                    ErrorCode::Infeasible,
+                    format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
+                )
+            })?;
+        }
+        Ok(())
     }
 
     /// `--qos NAME` (Slurm's `-q`): berth has no QOS of its own; a QOS is the queue of that
@@ -554,6 +615,7 @@ impl Controller {
             }
         };
         let restarted = self.extra[index].instance != reg.instance;
+        self.old_runs_on_register(index, &reg.running, &reg.ended)?;
         let ours = self.jobs_on_node(index);
         if *self.cluster.nodes[index].topology != reg.topology {
             // New hardware description: rebuild the free map from the jobs still allocated here.
@@ -746,6 +808,10 @@ impl Controller {
                             let detail = outcome.reason.clone().unwrap_or_default();
                             self.store.event(now, "member_ended", Some(id), Some(&node_name), &detail)?;
                         }
+                    }
+                    if !running_here {
+                        // A requeued job's previous run ended here (`crate::update`).
+                        self.old_run_ended(id, node)?;
                     }
                 }
                 self.send_to_node(node, ControllerMessage::EndAck { id });

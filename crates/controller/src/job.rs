@@ -53,10 +53,24 @@ pub const INTERACTIVE_QUEUE: &str = "interactive";
 pub const RESERVATION_QUEUE: &str = "reservation";
 
 impl JobRecord {
-    /// It has no batch script (an interactive allocation or a reservation): the controller
-    /// ends it, and every node only holds its cgroup for steps and tasks.
+    /// It has no batch script (an interactive allocation, a reservation, or an allocation of
+    /// `berth alloc`): the controller ends it, and every node only holds its cgroup for steps
+    /// and tasks.
     pub fn is_interactive(&self) -> bool {
-        self.queue == INTERACTIVE_QUEUE || self.queue == RESERVATION_QUEUE
+        self.queue == INTERACTIVE_QUEUE || self.queue == RESERVATION_QUEUE || self.options.alloc.is_some()
+    }
+
+    /// What it is when not a batch job (`JobInfo::kind`).
+    pub fn kind(&self) -> Option<&'static str> {
+        if self.options.alloc.is_some() {
+            Some("alloc")
+        } else if self.queue == INTERACTIVE_QUEUE {
+            Some("interactive")
+        } else if self.queue == RESERVATION_QUEUE {
+            Some("reservation")
+        } else {
+            None
+        }
     }
 
     /// Node `id` holds part of the job.
@@ -135,6 +149,7 @@ impl JobRecord {
             account: crate::policy::account_of(self),
             priority: None,
             expected_start: None,
+            kind: self.kind().map(str::to_string),
             dependency: self.options.dependency.as_ref().map(ToString::to_string),
             begin_time: match self.options.begin {
                 Some(berth_core::directives::Begin::At(t)) => Some(t as f64),
@@ -143,6 +158,7 @@ impl JobRecord {
             array_job: self.options.array_task.map(|t| JobId(t.job)),
             array_index: self.options.array_task.map(|t| t.index),
             array_limit: self.options.array_task.and_then(|t| t.limit),
+            array_count: self.options.array_task.map(|t| t.count),
             comment: self.options.comment.clone(),
             work_dir: self.options.chdir.clone(),
             mail_type: self.options.mail_type.map(|m| m.slurm()),
@@ -153,6 +169,7 @@ impl JobRecord {
                 .as_ref()
                 .map(|s| format!("{}{}@{}", if s.batch_only { "B:" } else { "" }, s.signal, s.secs)),
             exclusive: self.options.exclusive == Some(true),
+            tasks: self.options.tasks,
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
                 let until = self.end_time.unwrap_or_else(crate::state::unix_now);

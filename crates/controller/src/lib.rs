@@ -2,6 +2,7 @@
 
 pub mod admin;
 pub mod advance;
+pub mod alloc;
 pub mod api;
 pub mod array;
 pub mod config;
@@ -20,6 +21,7 @@ pub mod state;
 pub mod steps;
 pub mod store;
 pub mod suspend;
+pub mod update;
 pub mod views;
 
 #[cfg(test)]

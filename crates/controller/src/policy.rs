@@ -144,7 +144,11 @@ impl Controller {
                 queue_factor: self.queue_factor(&job.queue),
                 fair_share_factor: self.policy.fair_share.factor(&account_of(job)),
             };
-            let p = priority(&self.cfg.priority, &input, now, machine_cpus.max(1));
+            let mut p = priority(&self.cfg.priority, &input, now, machine_cpus.max(1));
+            if let Some(admin) = job.options.priority {
+                // An admin's priority (`berth update --priority`) replaces the computed one.
+                p.total = f64::from(admin);
+            }
             self.policy.priorities.insert(job.id, p.clone());
             let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
             queue.push((

@@ -489,6 +489,7 @@ fn apply_batch(
                     if !degraded {
                         ctl.check_heartbeats(now)?;
                         ctl.check_interactive(now)?;
+                        ctl.check_lowered_walltimes(now)?;
                         ctl.check_reservations(now, false)?;
                         ctl.check_advance(now)?;
                         ctl.check_begin(now);
@@ -755,7 +756,8 @@ async fn serve_client(
         if matches!(req, ClientRequest::StepCreate(_)) {
             berth_protocol::probe::mark("ctl step create read");
         }
-        stepped |= matches!(req, ClientRequest::StepCreate(_));
+        // An allocation (`berth alloc`) is held by its connection as a step is.
+        stepped |= matches!(req, ClientRequest::StepCreate(_) | ClientRequest::Alloc(_));
         // A step's end is acknowledged once it is queued: the actor takes commands in order, so
         // whatever the client does next (another `berth run` in the job, `berth acct --steps`)
         // is handled after it, and `run` exits without waiting for the state thread (the
@@ -783,7 +785,9 @@ async fn serve_client(
                 "the controller is stopping; try again when it is back",
             )),
         };
-        holds_step |= matches!(resp, ClientResponse::StepGranted { .. });
+        // `berth alloc` holds its allocation (answered `submitted`) as `run` holds a step.
+        holds_step |= matches!(resp, ClientResponse::StepGranted { .. })
+            || (stepped && matches!(resp, ClientResponse::Submitted { .. }));
         if let Err(e) = write_frame(&mut stream, &resp).await {
             let ProtocolError::TooLarge { len, .. } = e else { return stepped };
             // Every request gets an answer: one too large for a frame is replaced by why.

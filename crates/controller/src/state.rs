@@ -87,6 +87,9 @@ pub struct Controller {
     /// Set while the store cannot be written (disk full, database locked): reported by
     /// `Ping` (`berth status`); see server.rs, `run_actor`.
     pub store_health: Option<berth_protocol::client::StoreHealth>,
+    /// The client connection holding each allocation of `berth alloc` (see `alloc`); in
+    /// memory only: a restart ends the allocations it held.
+    pub alloc_holders: HashMap<JobId, u64>,
 }
 
 /// Unix time in seconds.
@@ -116,6 +119,7 @@ impl Controller {
             reservations: Default::default(),
             key: None,
             store_health: None,
+            alloc_holders: HashMap::new(),
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         c.next_id = (c.store.max_job_id()? + 1).max(reserved);
@@ -187,8 +191,10 @@ impl Controller {
     /// cluster key and the store's health. Nothing of the batch left this process (its
     /// replies and orders are dropped by the caller), so agents and clients agree with it.
     pub fn reload(self) -> Result<Controller, StoreError> {
-        let Controller { cfg, store, jobs, cluster, extra, cgroups, steps, key, store_health, .. } = self;
+        let Controller { cfg, store, jobs, cluster, extra, cgroups, steps, key, store_health, alloc_holders, .. } =
+            self;
         let mut c = Controller::load(cfg, store)?;
+        c.alloc_holders = alloc_holders;
         c.key = key;
         c.store_health = store_health;
         let old: HashMap<&str, &NodeExtra> = cluster.nodes.iter().map(|n| n.name.as_str()).zip(&extra).collect();
@@ -374,11 +380,14 @@ impl Controller {
             fence: self.cfg.lease().is_some() && self.requeued_if_lost(job, k),
             compat: self.cfg.compat.environment.then(|| berth_protocol::agent::CompatEnv {
                 cpus_per_task: job.options.cpus_per_task,
-                tasks_per_node: job.options.tasks_per_node,
+                // An --exclusive job's own (its options hold whole nodes).
+                tasks_per_node: job.options.tasks.map_or(job.options.tasks_per_node, |t| t.per_node),
                 queue: job.queue.clone(),
+                tasks: job.options.tasks,
             }),
             workdir: job.options.chdir.clone(),
             early_signal: job.options.signal.clone(),
+            open_append: job.options.open_append.unwrap_or(false),
         }
     }
 

@@ -147,7 +147,7 @@ impl Controller {
     fn step_in_job(
         &mut self,
         id: JobId,
-        req: StepCreate,
+        mut req: StepCreate,
         peer: &Peer,
         now: f64,
     ) -> Result<Result<ClientResponse, ApiError>, StoreError> {
@@ -157,6 +157,15 @@ impl Controller {
         };
         if let Some(r) = &job.kill_sent {
             return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it takes no new steps"))));
+        }
+        // An --exclusive job's steps take its tasks by default, not every CPU of its whole
+        // nodes (as srun in Slurm's exclusive allocation).
+        if let Some(t) = job.options.tasks {
+            let r = &mut req.request;
+            if r.ntasks.is_none() && r.nodes.is_none() && r.tasks_per_node.is_none() {
+                r.ntasks = Some(t.total);
+                r.tasks_per_node = t.per_node;
+            }
         }
         let in_use = self.in_use(id, &job.allocation);
         let plan = match self.plan(&job.allocation, &in_use, &req.request) {
@@ -600,6 +609,7 @@ impl Controller {
             .flat_map(|(id, v)| v.iter().filter(|s| s.conn == Some(conn)).map(|s| (*id, s.step, s.interactive)))
             .collect();
         gone.sort();
+        self.allocs_gone(conn, now)?;
         for (job, step, interactive) in gone {
             tracing::info!(job = %job, step, "berth run disconnected without ending its step");
             self.store.end_step(job, step, now, None, Some(RUN_DISCONNECTED))?;
@@ -615,6 +625,7 @@ impl Controller {
     /// Interactive allocations past their walltime end (the controller enforces it: there is
     /// no batch script whose agent would).
     pub fn check_interactive(&mut self, now: f64) -> Result<(), StoreError> {
+        self.check_allocs(now)?;
         let over: Vec<JobId> = self
             .jobs
             .values()

@@ -478,6 +478,28 @@ impl Store {
         Ok(())
     }
 
+    /// Write what `berth update` changes of a job: its name, queue, options (the request)
+    /// and walltime.
+    pub fn rewrite_job(&self, j: &JobRecord) -> Result<(), StoreError> {
+        let mut st = self
+            .conn
+            .prepare_cached("UPDATE jobs SET name=?2, queue=?3, request=?4, walltime=?5 WHERE id=?1")
+            .map_err(|e| self.err(e))?;
+        st.execute(params![j.id.0 as i64, j.name, j.queue, json(&j.options), j.walltime.map(|w| w as i64)])
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// Forget what an ended job's run used (its accounting row and its other nodes' usage):
+    /// it was requeued to run again (`berth requeue`).
+    pub fn forget_run(&self, id: JobId) -> Result<(), StoreError> {
+        for sql in ["DELETE FROM accounting WHERE job_id = ?1", "DELETE FROM member_usage WHERE job_id = ?1"] {
+            let mut st = self.conn.prepare_cached(sql).map_err(|e| self.err(e))?;
+            st.execute([id.0 as i64]).map_err(|e| self.err(e))?;
+        }
+        Ok(())
+    }
+
     pub fn insert_accounting(&self, j: &JobRecord) -> Result<(), StoreError> {
         let Some(acct) = &j.usage else { return Ok(()) };
         let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
@@ -594,6 +616,31 @@ impl Store {
             "WHERE j.state NOT IN ('queued','held','running','suspended') ORDER BY j.id DESC LIMIT ?1",
             &[&(limit as i64)],
         )
+    }
+
+    /// Finished jobs, most recent first, at most `limit`: those not ended before `since`,
+    /// started (else submitted) by `until`, of one of `users` (all when empty).
+    pub fn finished_jobs_in(
+        &self,
+        since: Option<f64>,
+        until: Option<f64>,
+        users: &[String],
+        limit: u32,
+    ) -> Result<Vec<JobRecord>, StoreError> {
+        let mut filter = String::from(
+            "WHERE j.state NOT IN ('queued','held','running','suspended')
+               AND (?1 IS NULL OR j.end_time IS NULL OR j.end_time >= ?1)
+               AND (?2 IS NULL OR COALESCE(j.start_time, j.submit_time) <= ?2)",
+        );
+        let limit = limit as i64;
+        let mut args: Vec<&dyn rusqlite::ToSql> = vec![&since, &until, &limit];
+        if !users.is_empty() {
+            let marks: Vec<String> = (0..users.len()).map(|i| format!("?{}", i + 4)).collect();
+            filter.push_str(&format!(" AND j.user IN ({})", marks.join(",")));
+            args.extend(users.iter().map(|u| u as &dyn rusqlite::ToSql));
+        }
+        filter.push_str(" ORDER BY j.id DESC LIMIT ?3");
+        self.query_jobs(&filter, &args)
     }
 
     pub fn insert_step(&self, s: &StepRow) -> Result<(), StoreError> {

@@ -18,7 +18,7 @@ mod foreign;
 pub use array::{ArraySpec, ArrayTask};
 pub use depend::{Begin, DepError, DepKind, DepTerm, Dependency};
 pub use extra::{Export, MailTypes, SignalSpec};
-pub use foreign::{parse_foreign, Foreign};
+pub use foreign::{output_patterns, parse_foreign, Foreign};
 
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
 
@@ -107,12 +107,75 @@ pub struct SubmitOptions {
     /// `--qos` (Slurm's `-q`): mapped by the controller onto the queue of that name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub qos: Option<String>,
+    /// An admin's priority for the job (`berth update --priority`, `scontrol update
+    /// Priority=`): it replaces the computed one in the queue's order, as Slurm's does. Set
+    /// by admins only (the controller refuses it from anyone else).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
     /// A job array (`--array 0-15%4`): one task per index, each a job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array: Option<ArraySpec>,
     /// This job is a task of an array (set by the controller; not an option a user writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_task: Option<ArrayTask>,
+    /// This job is an allocation (`berth alloc`, Slurm's `salloc`): queued like a batch job but
+    /// with no batch script (set by the controller; not an option a user writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub alloc: Option<AllocKind>,
+    /// Slurm's `--open-mode`: `Some(true)` appends to the output files instead of truncating
+    /// them (sbatch and `#SBATCH` only; berth's own default truncates, as Slurm's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub open_append: Option<bool>,
+    /// How standard error and standard output share files when the job does not name both:
+    /// Slurm's rule (`#SBATCH` lines or `sbatch`), PBS's `-j oe|eo|n`; berth's own default
+    /// (none) is two files, `berth-%j.out` and `berth-%j.err` (`foreign::output_patterns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub join: Option<Join>,
+    /// The tasks of a job that holds more CPUs than its tasks use: an `--exclusive` job keeps
+    /// the task count it asked for on its whole nodes, as Slurm (set by the controller; not an
+    /// option a user writes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<JobTasks>,
+}
+
+/// How a job's standard error and output share files (`SubmitOptions::join`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Join {
+    /// Slurm's: standard error goes to the output file unless `--error` names one; the output
+    /// defaults to `slurm-%j.out` (`slurm-%A_%a.out` for an array).
+    #[serde(rename = "slurm")]
+    Slurm,
+    /// PBS `-j oe`: standard error goes to the output file (an error path is not used).
+    #[serde(rename = "oe")]
+    Output,
+    /// PBS `-j eo`: standard output goes to the error file.
+    #[serde(rename = "eo")]
+    Error,
+    /// PBS `-j n`: two files, as berth's own default.
+    #[serde(rename = "n")]
+    Neither,
+}
+
+/// An `--exclusive` job's tasks (`SubmitOptions::tasks`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobTasks {
+    /// The job's tasks (`SLURM_NTASKS`).
+    pub total: u32,
+    /// Tasks on each node, when the job gave them (`--tasks-per-node`, `-N` with `-n`); else
+    /// they fill the nodes in order, each task `--cpus-per-task` CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub per_node: Option<u32>,
+}
+
+/// How an allocation (`berth alloc`) ends besides `cancel` and its walltime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AllocKind {
+    /// Held by its client's connection: it ends when the client's command exits or the
+    /// connection closes (so also with a controller restart).
+    Held,
+    /// `--no-shell`: kept until its walltime or `berth cancel`.
+    NoShell,
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
@@ -290,8 +353,13 @@ impl SubmitOptions {
             mail_user: over.mail_user.or(self.mail_user),
             exclusive: over.exclusive.or(self.exclusive),
             qos: over.qos.or(self.qos),
+            priority: over.priority.or(self.priority),
             array: over.array.or(self.array),
             array_task: over.array_task.or(self.array_task),
+            alloc: over.alloc.or(self.alloc),
+            open_append: over.open_append.or(self.open_append),
+            join: over.join.or(self.join),
+            tasks: over.tasks.or(self.tasks),
         }
     }
 
@@ -321,7 +389,8 @@ pub fn expand_output_in(pattern: &str, id: u64, name: &str, user: &str, array: O
     expand_percent(pattern, |c| match c {
         'A' => Some(array.map_or(id, |t| t.job).to_string()),
         'a' => Some(array.map_or(u64::from(u32::MAX - 1), |t| u64::from(t.index)).to_string()),
-        'j' => Some(id.to_string()),
+        // `%J` is jobid.stepid; the batch script's step is named by the job id alone.
+        'j' | 'J' => Some(id.to_string()),
         'x' => Some(name.replace('/', "_")),
         'u' => Some(user.to_string()),
         _ => None,

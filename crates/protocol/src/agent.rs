@@ -269,6 +269,10 @@ pub struct LaunchSpec {
     /// or to every process of the job on this node).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub early_signal: Option<berth_core::directives::SignalSpec>,
+    /// Open the batch script's output files for appending (Slurm's `--open-mode=append`),
+    /// not truncated.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub open_append: bool,
 }
 
 /// What a job's Slurm and PBS variables need besides the rest of its launch.
@@ -284,6 +288,11 @@ pub struct CompatEnv {
     /// The job's queue (`SLURM_JOB_PARTITION`, `PBS_QUEUE`).
     #[serde(default)]
     pub queue: String,
+    /// An `--exclusive` job's tasks, fewer than its whole nodes' CPUs (`SLURM_NTASKS`,
+    /// `SLURM_TASKS_PER_NODE`, `PBS_NP`, the PBS node file); else its cores over
+    /// `cpus_per_task`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<berth_core::directives::JobTasks>,
 }
 
 fn yes() -> bool {

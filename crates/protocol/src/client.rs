@@ -62,6 +62,18 @@ pub enum ClientRequest {
         /// The invocation log of `berth run` steps instead of jobs.
         #[serde(default)]
         steps: bool,
+        /// Only jobs not ended before this time (Unix seconds): sacct's `--starttime`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        since: Option<f64>,
+        /// Only jobs started (or, not started, submitted) by this time: `--endtime`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        until: Option<f64>,
+        /// Only these users' jobs (names; at most [`ACCT_MAX_USERS`]); empty: everyone's.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        users: Vec<String>,
+        /// Also the jobs not finished yet (queued, held, running, suspended), as sacct lists.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        active: bool,
     },
     /// `berth run`: a step inside a job, or an interactive allocation and its step.
     StepCreate(Box<crate::step::StepCreate>),
@@ -108,6 +120,80 @@ pub enum ClientRequest {
     /// The event log (`berth events`): node up/down, job starts, ends, requeues, refusals.
     /// Answered with `events`, oldest first.
     Events(EventQuery),
+    /// Change a job (`berth update`, `scontrol update`, `qalter`): a pending one's walltime,
+    /// size, queue, name, dependency or (admins only) priority, checked as at submission; a
+    /// running one's walltime, lowered only. The id of an array changes each of its pending
+    /// tasks. Answered with `done`: one result per job changed (all or none are).
+    Update {
+        id: JobId,
+        change: JobChange,
+    },
+    /// Put running or ended batch jobs back in the queue, to run again from the start
+    /// (`berth requeue`, `scontrol requeue`, `qrerun`); a running one is killed first.
+    /// Answered with `done`.
+    Requeue {
+        ids: Vec<JobId>,
+    },
+    /// `berth alloc` (Slurm's `salloc`): queue an allocation, a job with no batch script;
+    /// answered `submitted` once it is stored. Unless `no_shell`, it is held by this
+    /// connection: it ends when the connection closes (docs/protocol.md, "Allocations").
+    Alloc(Box<AllocRequest>),
+    /// The holder of an allocation releases it: its command exited with `exit_code`
+    /// (answered with `done`).
+    AllocEnd {
+        id: JobId,
+        exit_code: i32,
+    },
+}
+
+/// An allocation's request (`berth alloc`): its resources as a batch job's (`submit.script`
+/// must be empty: there is none).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AllocRequest {
+    pub submit: SubmitRequest,
+    /// `--no-shell`: kept until its walltime or `berth cancel`, not held by the connection
+    /// once granted (while it waits, closing the connection still cancels it).
+    #[serde(default)]
+    pub no_shell: bool,
+}
+
+/// What `update` changes: each field given replaces the job's (docs/protocol.md, "Changing
+/// jobs"); none given changes nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobChange {
+    /// Seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub walltime: Option<u64>,
+    /// Total cores (drops `tasks_per_node` unless it is given too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cores: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// Tasks per node (drops `cores` unless it is given too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks_per_node: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_task: Option<u32>,
+    /// Tasks in all (Slurm's `NumTasks`, `-n`): per node when the job has a node count, else
+    /// that many times its CPUs per task in cores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Slurm's syntax (`afterok:5`); empty: no dependency any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dependency: Option<String>,
+    /// Admins only: the job's priority, instead of the computed one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority: Option<u32>,
+}
+
+impl JobChange {
+    pub fn is_empty(&self) -> bool {
+        *self == JobChange::default()
+    }
 }
 
 /// Which events to list: those after `after_id` (to follow the log), of some kinds, about one
@@ -197,6 +283,11 @@ pub struct AdvanceInfo {
     #[serde(default)]
     pub queued_jobs: Vec<JobId>,
 }
+
+/// The most users one `acct` request may name.
+pub const ACCT_MAX_USERS: usize = 64;
+/// The most jobs one `acct` answer holds (a larger `limit` is this).
+pub const ACCT_MAX_JOBS: u32 = 10_000;
 
 impl ClientRequest {
     /// It only reads: answering it changes nothing, so it may be asked again (a client whose
@@ -453,6 +544,10 @@ pub struct JobInfo {
     /// ever was; its walltime does not count them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub suspended_seconds: Option<f64>,
+    /// What the job is when it is not a batch job: `alloc` (`berth alloc`), `interactive`
+    /// (`berth run` outside a job) or `reservation` (the reservations API).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// The job's dependency, in Slurm's syntax (`afterok:5,afterany:6`), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dependency: Option<String>,
@@ -467,6 +562,9 @@ pub struct JobInfo {
     /// The array's running limit (`%N`), if it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub array_limit: Option<u32>,
+    /// How many tasks the array has (their ids are consecutive from the array's id).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub array_count: Option<u32>,
     /// Options recorded with the job (`--comment`, `--chdir`, `--mail-*`, `--signal`,
     /// `--exclusive`); docs/compat.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -484,6 +582,9 @@ pub struct JobInfo {
     pub early_signal: Option<String>,
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub exclusive: bool,
+    /// An `--exclusive` job's tasks: it holds whole nodes but keeps the tasks it asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tasks: Option<berth_core::directives::JobTasks>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

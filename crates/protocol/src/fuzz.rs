@@ -525,8 +525,9 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
             of(any::<u32>()),
             of(any::<u64>()),
             any::<bool>(),
-            of((of(any::<u32>()), of(any::<u32>()), text())
-                .prop_map(|(cpus_per_task, tasks_per_node, queue)| CompatEnv { cpus_per_task, tasks_per_node, queue })),
+            of((of(any::<u32>()), of(any::<u32>()), text()).prop_map(|(cpus_per_task, tasks_per_node, queue)| {
+                CompatEnv { cpus_per_task, tasks_per_node, queue, tasks: None }
+            })),
         ),
     )
         .prop_map(
@@ -558,6 +559,7 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 compat,
                 workdir: None,
                 early_signal: None,
+                open_append: head && fence,
             },
         )
         .boxed()
@@ -708,6 +710,38 @@ pub fn advance_create() -> BoxedStrategy<AdvanceCreate> {
         .boxed()
 }
 
+pub fn job_change() -> BoxedStrategy<crate::client::JobChange> {
+    (
+        of(any::<u64>()),
+        of(any::<u32>()),
+        of(any::<u32>()),
+        of(any::<u32>()),
+        of(any::<u32>()),
+        of(any::<u32>()),
+        of(text()),
+        of(text()),
+        of(text()),
+        of(any::<u32>()),
+    )
+        .prop_map(
+            |(walltime, cores, nodes, tasks_per_node, cpus_per_task, tasks, queue, name, dependency, priority)| {
+                crate::client::JobChange {
+                    walltime,
+                    cores,
+                    nodes,
+                    tasks_per_node,
+                    cpus_per_task,
+                    tasks,
+                    queue,
+                    name,
+                    dependency,
+                    priority,
+                }
+            },
+        )
+        .boxed()
+}
+
 pub fn client_request() -> BoxedStrategy<ClientRequest> {
     prop_oneof![
         Just(ClientRequest::Ping),
@@ -722,7 +756,16 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         (text(), text(), of(text())).prop_map(|(name, action, value)| ClientRequest::NodeAdmin { name, action, value }),
         (text(), any::<u32>(), text(), of(text()))
             .prop_map(|(node, index, action, value)| ClientRequest::SubnodeAdmin { node, index, action, value }),
-        (of(any::<u32>()), any::<bool>()).prop_map(|(limit, steps)| ClientRequest::Acct { limit, steps }),
+        (of(any::<u32>()), any::<bool>(), f64_opt(), f64_opt(), texts(), any::<bool>()).prop_map(
+            |(limit, steps, since, until, users, active)| ClientRequest::Acct {
+                limit,
+                steps,
+                since,
+                until,
+                users,
+                active
+            }
+        ),
         step_create().prop_map(|s| ClientRequest::StepCreate(Box::new(s))),
         (job_id(), any::<u32>(), step_outcome()).prop_map(|(job, step, outcome)| ClientRequest::StepEnd {
             job,
@@ -739,7 +782,13 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         reservation_request().prop_map(|r| ClientRequest::Reservation { request: Box::new(r) }),
         ids().prop_map(|ids| ClientRequest::Suspend { ids }),
         ids().prop_map(|ids| ClientRequest::Resume { ids }),
+        (job_id(), job_change()).prop_map(|(id, change)| ClientRequest::Update { id, change }),
+        ids().prop_map(|ids| ClientRequest::Requeue { ids }),
         advance_create().prop_map(|a| ClientRequest::AdvanceCreate(Box::new(a))),
+        (submit_request(), any::<bool>()).prop_map(|(submit, no_shell)| ClientRequest::Alloc(Box::new(
+            crate::client::AllocRequest { submit, no_shell }
+        ))),
+        (job_id(), any::<i32>()).prop_map(|(id, exit_code)| ClientRequest::AllocEnd { id, exit_code }),
         Just(ClientRequest::AdvanceList),
         text().prop_map(|name| ClientRequest::AdvanceDelete { name }),
         (of(any::<u64>()), prop::collection::vec(text(), 0..3), of(job_id()), of(text()), of(any::<u32>())).prop_map(
@@ -861,17 +910,20 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 priority,
                 expected_start,
                 suspended_seconds,
+                kind: None,
                 dependency: None,
                 begin_time: None,
                 array_job: None,
                 array_index: None,
                 array_limit: None,
+                array_count: None,
                 comment: None,
                 work_dir: None,
                 mail_type: None,
                 mail_user: None,
                 early_signal: None,
                 exclusive: false,
+                tasks: None,
             },
         )
         .boxed()

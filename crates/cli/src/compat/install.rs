@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(Subcommand, Debug)]
 pub enum CompatCommand {
-    /// Make links named sbatch, squeue, scancel, sinfo, scontrol, sacct, srun, qsub, qstat,
-    /// qdel, qhold, qrls, pbsnodes and aprun to this berth in DIR (created if missing). Run
-    /// again, it changes nothing; a link to another program is replaced only with --force,
-    /// and a file that is not a link never.
+    /// Make links named sbatch, squeue, scancel, sinfo, scontrol, sacct, srun, salloc, qsub, qstat,
+    /// qdel, qhold, qrls, qalter, qrerun, pbsnodes and aprun to this berth in DIR (created if
+    /// missing). Run again, it changes nothing; a link to another program is replaced only
+    /// with --force, and a file that is not a link never.
     Install {
         dir: PathBuf,
         /// Replace links of these names that point elsewhere.

@@ -217,6 +217,8 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     let mut nodelist: Option<String> = None;
     let mut time: Option<String> = None;
     let mut mpi: Option<String> = std::env::var("SLURM_MPI_TYPE").ok().filter(|s| !s.is_empty());
+    // -i/-o/-e FILE, read once the step's shape is known (their patterns depend on it).
+    let mut streams: [Option<(String, String)>; 3] = [None, None, None];
     for (key, value) in &p.options {
         let v = value.clone().unwrap_or_default();
         let shown = match value {
@@ -276,10 +278,10 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
                     ignore,
                     format!("{shown}: berth sends standard input to rank 0 only (--input=0)"),
                 )?,
-                _ => plan.stdin = Some(stream_file(key, &v)?),
+                _ => streams[0] = Some((key.clone(), v)),
             },
-            "--output" => plan.stdout = Some(stream_file(key, &v)?),
-            "--error" => plan.stderr = Some(stream_file(key, &v)?),
+            "--output" => streams[1] = Some((key.clone(), v)),
+            "--error" => streams[2] = Some((key.clone(), v)),
             "--time" => time = Some(v),
             "--chdir" => plan.chdir = Some(v.trim().to_string()).filter(|d| !d.is_empty()),
             "--export" => {
@@ -340,6 +342,17 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     }
     if let (Some(n), Some(k), None) = (plan.args.ntasks, plan.args.tasks_per_node, plan.args.nodes) {
         plan.args.nodes = Some(n.div_ceil(k));
+    }
+    let names = StepNames::from_env(&plan.args);
+    for (slot, stream) in streams.into_iter().enumerate() {
+        if let Some((key, v)) = stream {
+            let r = Some(stream_file(&key, &v, &names)?);
+            match slot {
+                0 => plan.stdin = r,
+                1 => plan.stdout = r,
+                _ => plan.stderr = r,
+            }
+        }
     }
     if let Some(t) = time {
         let secs = slurm_time(&t)?;
@@ -409,8 +422,44 @@ fn distribution(v: &str) -> Result<Option<&'static str>, String> {
     }
 }
 
-/// `-i/-o/-e FILE`: one file for every rank's stream; srun's per-task patterns are not.
-fn stream_file(key: &str, v: &str) -> Result<Redirect, String> {
+/// What srun's file name patterns stand for in this step, where one value holds for every
+/// rank (berth relays every rank's stream through srun's own: one file for the step).
+#[derive(Debug, Default)]
+struct StepNames {
+    /// `%j`: the job's id (`--jobid`, else `$SLURM_JOB_ID`/`$BERTH_JOB_ID`).
+    job: Option<String>,
+    /// `%x`: the job's name.
+    name: Option<String>,
+    /// `%A`/`%a`: the array's id and the task's index.
+    array: Option<(String, String)>,
+    /// `%u`: the user.
+    user: Option<String>,
+    /// The step's task count, when known: `-n`, else the job's (`$SLURM_NTASKS`) when the
+    /// step takes the job's shape (no `-N`/`--ntasks-per-node`).
+    tasks: Option<u32>,
+}
+
+impl StepNames {
+    fn from_env(args: &RunArgs) -> StepNames {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let in_own_job = args.job.is_none() || args.job == var("BERTH_JOB_ID");
+        let job_tasks = (in_job(args) && in_own_job && args.nodes.is_none() && args.tasks_per_node.is_none())
+            .then(|| var("SLURM_NTASKS").and_then(|n| n.parse().ok()))
+            .flatten();
+        StepNames {
+            job: args.job.clone().or_else(|| var("SLURM_JOB_ID")).or_else(|| var("BERTH_JOB_ID")),
+            name: var("SLURM_JOB_NAME").filter(|_| in_own_job),
+            array: var("SLURM_ARRAY_JOB_ID").zip(var("SLURM_ARRAY_TASK_ID")).filter(|_| in_own_job),
+            user: var("USER").or_else(|| var("LOGNAME")),
+            tasks: args.ntasks.or(job_tasks),
+        }
+    }
+}
+
+/// `-i/-o/-e FILE`: one file for every rank's stream. srun's patterns that mean the same for
+/// every rank are expanded (`%j %x %u %A %a %%`, and `%t %n` of a one-task step: 0); the
+/// others would need a file per rank and are refused naming the pattern.
+fn stream_file(key: &str, v: &str, names: &StepNames) -> Result<Redirect, String> {
     if v == "none" {
         return Ok(Redirect::Null);
     }
@@ -420,12 +469,49 @@ fn stream_file(key: &str, v: &str) -> Result<Redirect, String> {
     if v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!("{key}={v}: one task's stream alone is not supported; give a file name"));
     }
-    if v.replace("%%", "").contains('%') {
-        return Err(format!(
-            "{key}={v}: berth's srun writes every rank's stream to one file; patterns (%j, %t, ...) are not supported"
-        ));
+    let mut out = String::with_capacity(v.len());
+    let mut chars = v.chars();
+    while let Some(c) = chars.next() {
+        if c != '%' {
+            out.push(c);
+            continue;
+        }
+        // Slurm's optional zero-padding width (`%4t`) before the letter.
+        let mut width = String::new();
+        let letter = loop {
+            match chars.next() {
+                Some(d) if d.is_ascii_digit() && width.len() < 2 => width.push(d),
+                other => break other,
+            }
+        };
+        let width: usize = width.parse().unwrap_or(0);
+        let single = names.tasks == Some(1);
+        let value = match letter {
+            Some('%') => Some("%".to_string()),
+            Some('j') => names.job.clone(),
+            Some('x') => names.name.clone(),
+            Some('u') => names.user.clone(),
+            Some('A') => names.array.as_ref().map(|a| a.0.clone()),
+            Some('a') => names.array.as_ref().map(|a| a.1.clone()),
+            Some('t' | 'n') if single => Some("0".into()),
+            _ => None,
+        };
+        match value {
+            Some(text) => out.push_str(&format!("{text:0>width$}")),
+            None => {
+                let pat = letter.map(|l| format!("%{l}")).unwrap_or_else(|| "%".into());
+                let why = match letter {
+                    Some('t' | 'n') => {
+                        "berth writes every rank's stream to one file, so per-task patterns need a one-task step (-n 1)"
+                    }
+                    Some('j' | 'x' | 'A' | 'a' | 'u') => "its value is not known here (not inside a job of that kind)",
+                    _ => "berth's srun expands %j %x %u %A %a %% (and %t %n of a one-task step)",
+                };
+                return Err(format!("{key}={v}: pattern {pat}: {why}"));
+            }
+        }
     }
-    Ok(Redirect::File(v.replace("%%", "%")))
+    Ok(Redirect::File(out))
 }
 
 /// A Slurm time (`-t`), read by the `#SBATCH` reader so that it means what it means there.

@@ -1,7 +1,7 @@
 //! The client under Slurm's and PBS's command names (issue 19, "Under their own names"):
 //! `sbatch`, `squeue`, `scancel`, `sinfo`, `scontrol`, `sacct`, `qsub`, `qstat`, `qdel`,
-//! `qhold`, `qrls`, `pbsnodes`, and the launchers `srun` and `aprun` (`berth run` with their
-//! spellings). Invoked as one of them
+//! `qhold`, `qrls`, `qalter`, `qrerun`, `pbsnodes`, and the launchers `srun` and `aprun` (`berth run` with their
+//! spellings), and `salloc` (`berth alloc`). Invoked as one of them
 //! (its argv[0], e.g. a link `berth compat install DIR` made), `berth` reads that command's
 //! options, makes the same requests as `berth submit`, `jobs`, `cancel` and `nodes`, and
 //! prints what the original prints, so that scripts parsing it keep working
@@ -12,6 +12,7 @@ pub mod install;
 pub mod launch;
 pub mod pbs;
 pub mod sacct;
+pub mod salloc;
 pub mod scontrol;
 pub mod slurm;
 pub mod wait;
@@ -22,9 +23,9 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 
 /// Every name the client answers to besides `berth`.
-pub const NAMES: [&str; 14] = [
-    "sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "srun", "qsub", "qstat", "qdel", "qhold", "qrls",
-    "pbsnodes", "aprun",
+pub const NAMES: [&str; 17] = [
+    "sbatch", "squeue", "scancel", "sinfo", "scontrol", "sacct", "srun", "salloc", "qsub", "qstat", "qdel", "qhold",
+    "qrls", "qalter", "qrerun", "pbsnodes", "aprun",
 ];
 
 /// If the program was invoked under one of [`NAMES`], run as that command and return its
@@ -54,12 +55,15 @@ pub fn main_by_name(argv: Vec<OsString>) -> Option<i32> {
         "scontrol" => block_on(&name, scontrol::scontrol(&dir, args)),
         "sacct" => block_on(&name, sacct::sacct(&dir, args)),
         "srun" => block_on(&name, launch::srun(&dir, args)),
+        "salloc" => block_on(&name, salloc::salloc(&dir, args)),
         "aprun" => block_on(&name, launch::aprun(&dir, args)),
         "qsub" => block_on(&name, pbs::qsub(&dir, args)),
         "qstat" => block_on(&name, pbs::qstat(&dir, args)),
         "qdel" => block_on(&name, pbs::qdel(&dir, args)),
         "qhold" => block_on(&name, pbs::qhold(&dir, args, true)),
         "qrls" => block_on(&name, pbs::qhold(&dir, args, false)),
+        "qalter" => block_on(&name, pbs::qalter(&dir, args)),
+        "qrerun" => block_on(&name, pbs::qrerun(&dir, args)),
         "pbsnodes" => block_on(&name, pbs::pbsnodes(&dir, args)),
         _ => return None,
     })
@@ -127,15 +131,9 @@ impl Drop for TempScript {
     }
 }
 
-/// Standard input as a script's text (at most 16 MiB, UTF-8).
+/// Standard input as a script's text (at most 16 MiB, UTF-8: the bound of a script file).
 pub fn read_stdin_script() -> Result<String> {
-    use std::io::Read;
-    let mut text = Vec::new();
-    std::io::stdin().take((16 << 20) + 1).read_to_end(&mut text)?;
-    if text.len() > 16 << 20 {
-        anyhow::bail!("the script on standard input is larger than 16 MiB");
-    }
-    String::from_utf8(text).map_err(|_| anyhow::anyhow!("the script on standard input is not UTF-8 text"))
+    crate::commands::read_bounded(std::io::stdin().lock(), "the script on standard input")
 }
 
 /// The jobs with these ids, each asked for alone (cheaper than listing every job, finished

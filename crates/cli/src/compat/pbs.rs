@@ -1,4 +1,4 @@
-//! PBS's commands: `qsub`, `qstat`, `qdel`, `qhold`, `qrls`, `pbsnodes`.
+//! PBS's commands: `qsub`, `qstat`, `qdel`, `qhold`, `qrls`, `qalter`, `qrerun`, `pbsnodes`.
 //!
 //! Job ids are printed as PBS prints them, `N.SERVER`, SERVER being this host's name up to its
 //! first dot (the controller is reached through a Unix socket on this host); `N` and
@@ -7,12 +7,13 @@
 
 use super::format::{self as f, short, Arg, Opt};
 use crate::client::request;
+use crate::fold::PbsLine;
 use crate::SubmitFlags;
 use anyhow::{bail, Result};
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::JobId;
-use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobInfo};
+use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobChange, JobInfo};
 use std::path::{Path, PathBuf};
 
 /// PBS's exit status for an unknown job id (PBSE_UNKJOBID 15001, modulo 256).
@@ -139,12 +140,16 @@ pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
                     plan.flags.error = Some(nonempty(&v)?);
                 }
             }
-            "-j" => match v.as_str() {
-                "oe" => plan.join = Some('o'),
-                "eo" => plan.join = Some('e'),
-                "n" => plan.join = None,
-                _ => return Err(format!("illegal -j value {v:?}: oe, eo or n")),
-            },
+            "-j" => {
+                plan.join = match v.as_str() {
+                    "oe" => Some('o'),
+                    "eo" => Some('e'),
+                    "n" => None,
+                    _ => return Err(format!("illegal -j value {v:?}: oe, eo or n")),
+                };
+                // Recorded as `#PBS -j` is (`SubmitOptions::join`): over the script's own.
+                directives.push_str(&format!("#PBS -j {v}\n"));
+            }
             "-h" => plan.hold = true,
             "-z" => plan.quiet = true,
             // The job gets the submitting environment in any case.
@@ -291,6 +296,16 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
     if plan.flags.error.is_none() && script.error.is_none() {
         plan.flags.error = Some(format!("%x.e{seq}"));
     }
+    // A path that is a directory (`-o logs/`, as dask-jobqueue writes): the default name in it.
+    for (given, from_script, kind) in
+        [(&mut plan.flags.output, &script.output, 'o'), (&mut plan.flags.error, &script.error, 'e')]
+    {
+        if let Some(p) = given.as_ref().or(from_script.as_ref()) {
+            if p.ends_with('/') || Path::new(p).is_dir() {
+                *given = Some(format!("{}/%x.{kind}{seq}", p.trim_end_matches('/')));
+            }
+        }
+    }
     match plan.join {
         Some('o') => plan.flags.error = plan.flags.output.clone().or(script.output),
         Some('e') => plan.flags.output = plan.flags.error.clone().or(script.error),
@@ -328,11 +343,14 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
 const QSTAT_OPTS: &[Opt] = &[
     short('a', Arg::No),
     short('f', Arg::No),
+    short('F', Arg::Required),
     short('H', Arg::No),
+    short('J', Arg::No),
     short('n', Arg::No),
     short('q', Arg::No),
     short('Q', Arg::No),
     short('s', Arg::No),
+    short('t', Arg::No),
     short('u', Arg::Required),
     short('w', Arg::No),
     short('x', Arg::No),
@@ -376,20 +394,35 @@ fn cut(s: &str, w: usize) -> String {
     }
 }
 
-/// qstat's default table.
+/// qstat's default table, a line per job.
 pub fn qstat_table(jobs: &[JobInfo], server: &str) -> String {
     let jobs = crate::output::escaped(jobs);
+    let lines: Vec<PbsLine> = jobs.iter().map(|job| PbsLine { job, array: None }).collect();
+    qstat_lines_table(&lines, server)
+}
+
+/// A line's id, state and CPU time: an array's `A[].server` (`crate::fold::pbs_lines`).
+fn line_fields(l: &PbsLine, server: &str) -> (String, char, String) {
+    match &l.array {
+        Some(a) => (format!("{}[].{server}", a.id), a.state, "0".into()),
+        None => (pbs_job_id(l.job, server), pbs_state(l.job), cpu_time(l.job)),
+    }
+}
+
+/// qstat's default table of `lines` (their jobs' strings already escaped).
+pub fn qstat_lines_table(lines: &[PbsLine], server: &str) -> String {
     let mut out = String::from(
         "Job id            Name             User              Time Use S Queue\n----------------  ---------------- ----------------  -------- - -----\n",
     );
-    for j in &jobs {
+    for l in lines {
+        let (j, (id, state, cpu)) = (l.job, line_fields(l, server));
         out.push_str(&format!(
             "{:<17} {:<16} {:<17} {:>8} {} {}\n",
-            cut(&pbs_job_id(j, server), 17),
+            cut(&id, 17),
             cut(&j.name, 16),
             cut(&j.user, 16),
-            cpu_time(j),
-            pbs_state(j),
+            cpu,
+            state,
             cut(&j.queue, 5)
         ));
     }
@@ -399,19 +432,26 @@ pub fn qstat_table(jobs: &[JobInfo], server: &str) -> String {
 /// qstat's alternate table (`-a`, `-u`): requested nodes, tasks, memory, time, and elapsed.
 pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
     let jobs = crate::output::escaped(jobs);
+    let lines: Vec<PbsLine> = jobs.iter().map(|job| PbsLine { job, array: None }).collect();
+    qstat_lines_alt_table(&lines, server, now)
+}
+
+/// qstat's alternate table of `lines` (their jobs' strings already escaped).
+pub fn qstat_lines_alt_table(lines: &[PbsLine], server: &str, now: f64) -> String {
     let mut out = format!(
         "\n{server}: \n                                                            Req'd  Req'd   Elap\nJob ID          Username Queue    Jobname    SessID NDS TSK Memory Time  S Time\n--------------- -------- -------- ---------- ------ --- --- ------ ----- - -----\n"
     );
-    for j in &jobs {
+    for l in lines {
+        let (j, (id, state, _)) = (l.job, line_fields(l, server));
         let hm = |secs: u64| format!("{:02}:{:02}", secs / 3600, secs / 60 % 60);
         let mem = match (j.request.mem_per_node, j.request.mem_per_cpu) {
             (Some(b), _) => format!("{}mb", (b * u64::from(f::job_node_count(j))) >> 20),
             _ => "--".into(),
         };
-        let elapsed = if j.start_time.is_some() { hm(f::elapsed(j, now)) } else { "--".into() };
+        let elapsed = if j.start_time.is_some() && l.array.is_none() { hm(f::elapsed(j, now)) } else { "--".into() };
         out.push_str(&format!(
             "{:<15} {:<8} {:<8} {:<10} {:>6} {:>3} {:>3} {:>6} {:>5} {} {:>5}\n",
-            cut(&pbs_job_id(j, server), 15),
+            cut(&id, 15),
             cut(&j.user, 8),
             cut(&j.queue, 8),
             cut(&j.name, 10),
@@ -420,7 +460,7 @@ pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
             crate::output::job_cpus(j),
             mem,
             j.walltime_seconds.map(hm).unwrap_or_else(|| "--".into()),
-            pbs_state(j),
+            state,
             elapsed
         ));
     }
@@ -430,7 +470,25 @@ pub fn qstat_alt_table(jobs: &[JobInfo], server: &str, now: f64) -> String {
 /// `qstat -f`: a job's attributes, one per line.
 pub fn qstat_full(j: &JobInfo, server: &str, now: f64) -> String {
     let j = &crate::output::escaped(std::slice::from_ref(j))[0];
-    let mut s = format!("Job Id: {}\n", pbs_job_id(j, server));
+    qstat_line_full(&PbsLine { job: j, array: None }, server, now)
+}
+
+/// `qstat -f` of a line (its job's strings already escaped): an array's record has its
+/// first subjob's request, `array = True` and its subjobs' counts, as PBS's.
+pub fn qstat_line_full(l: &PbsLine, server: &str, now: f64) -> String {
+    let mut whole;
+    let j = match &l.array {
+        Some(_) => {
+            // What is the first subjob's own (where it runs, its end) is not the array's.
+            whole = l.job.clone();
+            (whole.allocation, whole.start_time, whole.end_time) = (vec![], None, None);
+            (whole.exit_code, whole.signal, whole.accounting, whole.reason) = (None, None, None, None);
+            &whole
+        }
+        None => l.job,
+    };
+    let (id, state, _) = line_fields(l, server);
+    let mut s = format!("Job Id: {id}\n");
     let mut kv = |k: &str, v: String| s.push_str(&format!("    {k} = {v}\n"));
     kv("Job_Name", j.name.clone());
     kv("Job_Owner", format!("{}@{server}", j.user));
@@ -441,7 +499,7 @@ pub fn qstat_full(j: &JobInfo, server: &str, now: f64) -> String {
     if j.start_time.is_some() {
         kv("resources_used.walltime", f::pbs_hms(f::elapsed(j, now)));
     }
-    kv("job_state", pbs_state(j).to_string());
+    kv("job_state", state.to_string());
     kv("queue", j.queue.clone());
     kv("Account_Name", j.account.clone());
     if !j.allocation.is_empty() {
@@ -471,8 +529,60 @@ pub fn qstat_full(j: &JobInfo, server: &str, now: f64) -> String {
         kv("Exit_status", (256 + sig).to_string());
     }
     kv("Variable_List", format!("PBS_O_WORKDIR={}", j.cwd));
+    if let Some(a) = &l.array {
+        kv("array", "True".into());
+        kv("array_indices_submitted", berth_core::directives::array::fold(&a.indexes));
+        kv("array_state_count", format!("Queued:{} Running:{} Exiting:0 Expired:{}", a.queued, a.running, a.expired));
+    }
     s.push('\n');
     s
+}
+
+/// `qstat -f -F json`: the `-f` records as PBS Pro's JSON: `{"timestamp", "pbs_version",
+/// "pbs_server", "Jobs": {ID: {attribute: value}}}`, dotted attributes (`Resource_List.ncpus`)
+/// nested, whole numbers as numbers, `Variable_List` an object.
+pub fn qstat_json(full: &str, server: &str, now: f64) -> String {
+    use serde_json::{Map, Value};
+    let value = |v: &str| match v.parse::<i64>() {
+        Ok(n) if !v.starts_with('+') && (v == "0" || !v.starts_with('0')) => Value::from(n),
+        _ => Value::from(v),
+    };
+    let mut jobs = Map::new();
+    let mut current: Option<(String, Map<String, Value>)> = None;
+    for line in full.lines() {
+        if let Some(id) = line.strip_prefix("Job Id: ") {
+            if let Some((id, attrs)) = current.take() {
+                jobs.insert(id, Value::Object(attrs));
+            }
+            current = Some((id.to_string(), Map::new()));
+        } else if let (Some((_, attrs)), Some((k, v))) = (current.as_mut(), line.trim().split_once(" = ")) {
+            if k == "Variable_List" {
+                let vars: Map<String, Value> = v
+                    .split(',')
+                    .filter_map(|kv| kv.split_once('='))
+                    .map(|(a, b)| (a.to_string(), Value::from(b)))
+                    .collect();
+                attrs.insert(k.to_string(), Value::Object(vars));
+            } else if let Some((outer, inner)) = k.split_once('.') {
+                let slot = attrs.entry(outer.to_string()).or_insert_with(|| Value::Object(Map::new()));
+                if let Value::Object(m) = slot {
+                    m.insert(inner.to_string(), value(v));
+                }
+            } else {
+                attrs.insert(k.to_string(), value(v));
+            }
+        }
+    }
+    if let Some((id, attrs)) = current {
+        jobs.insert(id, Value::Object(attrs));
+    }
+    let out = serde_json::json!({
+        "timestamp": now as i64,
+        "pbs_version": "2022.1.0",
+        "pbs_server": server,
+        "Jobs": jobs,
+    });
+    format!("{}\n", serde_json::to_string_pretty(&out).unwrap_or_default())
 }
 
 pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
@@ -480,7 +590,7 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
         Ok(p) => p,
         Err(e) => {
             eprintln!("qstat: {}", crate::output::terminal_safe(&e));
-            eprintln!("usage: qstat [-a] [-f] [-x] [-u user_list] [job_identifier...]");
+            eprintln!("usage: qstat [-a] [-f] [-t] [-J] [-x] [-u user_list] [job_identifier...]");
             return Ok(2);
         }
     };
@@ -488,6 +598,18 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
         println!("{}", version_line());
         return Ok(0);
     }
+    let json = match p.last("-F") {
+        None => false,
+        Some("json") if p.has("-f") => true,
+        Some("json") => {
+            eprintln!("qstat: -F json needs -f (qstat -f -F json)");
+            return Ok(2);
+        }
+        Some(other) => {
+            eprintln!("qstat: -F {}: berth's qstat writes json only", crate::output::terminal_safe(other));
+            return Ok(2);
+        }
+    };
     for unsupported in ["-q", "-Q"] {
         if p.has(unsupported) {
             eprintln!("qstat: {unsupported}: queue status is not supported by berth; `berth queues` shows the queues");
@@ -519,6 +641,8 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
     let users = p.list("-u");
     let mut code = 0;
     let mut shown: Vec<JobInfo> = Vec::new();
+    // An array's id (`A[]`, or A): its subjobs, from one list of the jobs.
+    let mut listed: Option<Vec<JobInfo>> = None;
     if ids.is_empty() {
         shown = jobs
             .into_iter()
@@ -528,6 +652,26 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
     } else {
         for id in &ids {
             match jobs.iter().find(|j| j.id == *id) {
+                Some(j) if j.array_job == Some(*id) => {
+                    if listed.is_none() {
+                        let ClientResponse::Jobs { jobs } =
+                            request(dir, ClientRequest::ListJobs { states: vec![], all: history }).await?
+                        else {
+                            bail!("unexpected answer")
+                        };
+                        listed = Some(jobs);
+                    }
+                    let tasks = listed.iter().flatten().filter(|t| t.array_job == Some(*id));
+                    let before = shown.len();
+                    shown.extend(tasks.filter(|t| history || !t.state.is_finished()).cloned());
+                    if shown.len() == before {
+                        eprintln!(
+                            "qstat: {}[].{server} Job has finished, use -x or -H to obtain historical job information",
+                            id.0
+                        );
+                        code = EXIT_FINISHED_JOB;
+                    }
+                }
                 Some(j) if j.state.is_finished() && !history => {
                     eprintln!(
                         "qstat: {} Job has finished, use -x or -H to obtain historical job information",
@@ -544,14 +688,19 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
     }
     let now = f::now();
-    let text = if p.has("-f") {
-        shown.iter().map(|j| qstat_full(j, &server, now)).collect::<String>()
+    // PBS's rule: an array is one line `A[].server`; `-t` adds its subjobs, `-J` shows arrays only.
+    let shown = crate::output::escaped(&shown);
+    let lines = crate::fold::pbs_lines(&shown, p.has("-t"), p.has("-J"));
+    let text = if json {
+        qstat_json(&lines.iter().map(|l| qstat_line_full(l, &server, now)).collect::<String>(), &server, now)
+    } else if p.has("-f") {
+        lines.iter().map(|l| qstat_line_full(l, &server, now)).collect::<String>()
     } else if p.has("-a") || !users.is_empty() {
-        qstat_alt_table(&shown, &server, now)
-    } else if shown.is_empty() {
+        qstat_lines_alt_table(&lines, &server, now)
+    } else if lines.is_empty() {
         String::new()
     } else {
-        qstat_table(&shown, &server)
+        qstat_lines_table(&lines, &server)
     };
     print!("{}", crate::output::terminal_safe(&text));
     Ok(code)
@@ -670,6 +819,162 @@ fn pbs_error(code: Option<ErrorCode>) -> (&'static str, i32) {
         Some(ErrorCode::NotPermitted) => ("Unauthorized Request", 159),
         _ => ("Request invalid for state of job", 170),
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// qalter, qrerun
+
+const QALTER_OPTS: &[Opt] = &[
+    short('l', Arg::Required),
+    short('N', Arg::Required),
+    short('q', Arg::Required),
+    short('W', Arg::Required),
+    f::long("version", Arg::No),
+];
+
+const QALTER_USAGE: &str =
+    "usage: qalter [-l resource_list] [-N name] [-q queue] [-W depend=dependency_list] job_identifier...";
+
+/// What a qalter command line asks for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct QalterPlan {
+    pub ids: Vec<JobId>,
+    pub change: JobChange,
+    pub info: Option<String>,
+}
+
+/// Read a qalter command line (pure): `-l` read as `#PBS -l` lines are (walltime, select,
+/// nodes, ncpus), `-N`, `-q`, `-W depend=`.
+pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
+    let p = f::getopt(args, QALTER_OPTS, false)?;
+    let mut plan = QalterPlan::default();
+    if p.has("--version") {
+        plan.info = Some(format!("{}\n", version_line()));
+        return Ok(plan);
+    }
+    let mut directives = String::from("#!/bin/sh\n");
+    for (key, value) in &p.options {
+        let v = value.clone().unwrap_or_default();
+        if v.trim().is_empty() {
+            return Err(format!("option {key} needs a value"));
+        }
+        match key.as_str() {
+            "-l" => {
+                if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
+                    return Err(format!("illegal -l value {v:?}"));
+                }
+                directives.push_str(&format!("#PBS -l {v}\n"));
+            }
+            "-N" => plan.change.name = Some(v.trim().to_string()),
+            "-q" => plan.change.queue = Some(v.trim().to_string()),
+            "-W" => match v.trim().strip_prefix("depend=") {
+                Some(d) => {
+                    let dep = berth_core::directives::Dependency::parse_pbs(d)
+                        .map_err(|e| format!("illegal -W value {v:?}: {e}"))?;
+                    plan.change.dependency = Some(dep.to_string());
+                }
+                None => return Err(format!("-W {v}: only depend= is supported by berth")),
+            },
+            _ => {}
+        }
+    }
+    let foreign = berth_core::directives::parse_foreign(&directives)
+        .map_err(|(_, m)| m.trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
+    if let Some((_, what)) = foreign.unsupported.first() {
+        return Err(what.trim_start_matches("#PBS").trim().to_string());
+    }
+    let o = foreign.options;
+    if o.mem.is_some() || o.exclusive.is_some() {
+        return Err("-l: changing a job's memory or placement is not supported by berth".into());
+    }
+    let c = &mut plan.change;
+    (c.walltime, c.nodes, c.tasks_per_node, c.cpus_per_task, c.cores) =
+        (o.walltime, o.nodes, o.tasks_per_node, o.cpus_per_task, o.cores);
+    for op in &p.operands {
+        plan.ids.push(f::parse_job_id(op).ok_or_else(|| format!("illegally formed job identifier: {op}"))?);
+    }
+    if plan.ids.is_empty() {
+        return Err("no job identifier given".into());
+    }
+    if plan.change.is_empty() {
+        return Err("no attribute to alter given".into());
+    }
+    Ok(plan)
+}
+
+/// qalter: change queued jobs (a running one's walltime, lowered). Silent when done, as PBS's.
+pub async fn qalter(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let plan = match qalter_plan(&args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("qalter: {}", crate::output::terminal_safe(&e));
+            eprintln!("{QALTER_USAGE}");
+            return Ok(2);
+        }
+    };
+    if let Some(info) = &plan.info {
+        print!("{info}");
+        return Ok(0);
+    }
+    let server = f::server_name();
+    let mut code = 0;
+    for id in plan.ids {
+        if let Err(e) = crate::changes::send(dir, id, plan.change.clone()).await {
+            let Some(api) = e.downcast_ref::<berth_protocol::client::ApiError>() else { return Err(e) };
+            let (text, status) = pbs_error(Some(api.code));
+            let text = match api.code {
+                ErrorCode::UnknownJob | ErrorCode::NotPermitted => text.to_string(),
+                _ => api.message.clone(),
+            };
+            eprintln!("qalter: {} {}", crate::output::terminal_safe(&text), pbs_id(id, &server));
+            code = status;
+        }
+    }
+    Ok(code)
+}
+
+/// qrerun: requeue running (or ended) jobs, to run again from the start.
+pub async fn qrerun(dir: &Path, args: Vec<String>) -> Result<i32> {
+    let p = match f::getopt(&args, &[short('W', Arg::Required), f::long("version", Arg::No)], false) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("qrerun: {}", crate::output::terminal_safe(&e));
+            eprintln!("usage: qrerun [-W force] job_identifier...");
+            return Ok(2);
+        }
+    };
+    if p.has("--version") {
+        println!("{}", version_line());
+        return Ok(0);
+    }
+    if p.operands.is_empty() {
+        eprintln!("usage: qrerun [-W force] job_identifier...");
+        return Ok(2);
+    }
+    let server = f::server_name();
+    let mut code = 0;
+    let mut ids = Vec::new();
+    for op in &p.operands {
+        match f::parse_job_id(op) {
+            Some(id) => ids.push(id),
+            None => {
+                eprintln!("qrerun: illegally formed job identifier: {}", crate::output::terminal_safe(op));
+                code = 1;
+            }
+        }
+    }
+    for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
+        let ClientResponse::Done { results } = request(dir, ClientRequest::Requeue { ids: chunk.to_vec() }).await?
+        else {
+            bail!("unexpected answer")
+        };
+        for r in results.iter().filter(|r| !r.ok) {
+            let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
+            eprintln!("qrerun: {text} {}", pbs_id(r.id, &server));
+            code = status;
+        }
+    }
+    Ok(code)
 }
 
 // ---------------------------------------------------------------------------------------

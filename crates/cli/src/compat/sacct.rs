@@ -7,7 +7,7 @@ use super::slurm::own_user_name;
 use crate::client::request;
 use anyhow::{bail, Result};
 use berth_core::job::JobState;
-use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo};
+use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo, ACCT_MAX_JOBS, ACCT_MAX_USERS};
 use std::path::Path;
 
 const SACCT_OPTS: &[Opt] = &[
@@ -123,21 +123,46 @@ fn midnight(now: f64) -> f64 {
     }
 }
 
-/// sacct's time forms: `YYYY-MM-DD[THH:MM[:SS]]`, `HH:MM[:SS]` (today), `now[-N{seconds,
-/// minutes,hours,days,weeks}]`, `today`, `midnight`.
+/// Local time of `now`'s day at `h:m:s`, `days` later, as a Unix time.
+fn at_time_of_day(now: f64, days: i32, h: i32, m: i32, sec: i32) -> Option<f64> {
+    let secs = now as libc::time_t;
+    // SAFETY: a zeroed tm is valid; localtime_r writes only into it, mktime reads it.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        libc::localtime_r(&secs, &mut tm);
+        (tm.tm_hour, tm.tm_min, tm.tm_sec) = (h, m, sec);
+        tm.tm_mday += days;
+        tm.tm_isdst = -1;
+        let t = libc::mktime(&mut tm);
+        (t != -1).then_some(t as f64)
+    }
+}
+
+/// A date read: (year, none for this year; month 1-12; day).
+type Ymd = (Option<i32>, i32, i32);
+
+/// Slurm's time forms (sacct `-S`/`-E`, as its `parse_time`): `YYYY-MM-DD[THH:MM[:SS]]`,
+/// `MMDD[YY]`, `MM/DD[/YY]` and `MM.DD[.YY]` (each optionally `-HH:MM[:SS]`), `HH:MM[:SS]`
+/// (today), `now[{+|-}N[seconds|minutes|hours|days|weeks]]`, `today`, `midnight`,
+/// `tomorrow`, `noon`, `elevenses`, `fika`, `teatime`. A two-digit year is 20YY.
 pub fn parse_time(s: &str, now: f64) -> Option<f64> {
     let s = s.trim();
     let lower = s.to_ascii_lowercase();
-    if lower == "now" {
-        return Some(now);
-    }
-    if lower == "today" || lower == "midnight" {
-        return Some(midnight(now));
+    match lower.as_str() {
+        "now" => return Some(now),
+        "today" | "midnight" => return Some(midnight(now)),
+        "tomorrow" => return at_time_of_day(now, 1, 0, 0, 0),
+        "noon" => return at_time_of_day(now, 0, 12, 0, 0),
+        "elevenses" => return at_time_of_day(now, 0, 11, 0, 0),
+        "fika" => return at_time_of_day(now, 0, 15, 0, 0),
+        "teatime" => return at_time_of_day(now, 0, 16, 0, 0),
+        _ => {}
     }
     if let Some(rest) = lower.strip_prefix("now-").or_else(|| lower.strip_prefix("now+")) {
         let sign = if lower.starts_with("now-") { -1.0 } else { 1.0 };
         let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
-        let n: f64 = digits.parse().ok()?;
+        // Bounded: at most 100 years either way.
+        let n: f64 = digits.parse::<u32>().ok()?.into();
         let unit = match &rest[digits.len()..] {
             "" | "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
             "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
@@ -146,23 +171,65 @@ pub fn parse_time(s: &str, now: f64) -> Option<f64> {
             "w" | "week" | "weeks" => 7.0 * 86_400.0,
             _ => return None,
         };
-        return Some(now + sign * n * unit);
+        let delta = n * unit;
+        return (delta <= 100.0 * 366.0 * 86_400.0).then_some(now + sign * delta);
     }
-    let num = |v: &str| v.parse::<i32>().ok();
-    let (date, time) = match s.split_once('T') {
-        Some((d, t)) => (Some(d), Some(t)),
-        None if s.contains('-') => (Some(s), None),
-        None => (None, Some(s)),
+    let num = |v: &str| -> Option<i32> {
+        (!v.is_empty() && v.len() <= 4 && v.bytes().all(|b| b.is_ascii_digit())).then(|| v.parse().ok()).flatten()
     };
-    // SAFETY: as in `midnight`.
+    let year = |v: &str| -> Option<i32> {
+        let y = num(v)?;
+        Some(if v.len() == 2 { 2000 + y } else { y })
+    };
+    // (date as (year or None for this year, month, day), time as (h, m, s)).
+    let (date, time): (Option<Ymd>, Option<&str>) =
+        if s.len() >= 10 && s.as_bytes()[4] == b'-' && s.as_bytes()[7] == b'-' {
+            let (d, t) = match s.split_once('T') {
+                Some((d, t)) => (d, Some(t)),
+                None => (s, None),
+            };
+            let p: Vec<&str> = d.split('-').collect();
+            let [y, m, day] = p.as_slice() else { return None };
+            if y.len() != 4 {
+                return None;
+            }
+            (Some((Some(num(y)?), num(m)?, num(day)?)), t)
+        } else if s.contains(':') && !s.contains(['/', '.', '-']) {
+            (None, Some(s))
+        } else {
+            let (d, t) = match s.split_once('-') {
+                Some((d, t)) => (d, Some(t)),
+                None => (s, None),
+            };
+            let date = if d.contains(['/', '.']) {
+                let p: Vec<&str> = d.split(['/', '.']).collect();
+                match p.as_slice() {
+                    [m, day] => (None, num(m)?, num(day)?),
+                    [m, day, y] => (Some(year(y)?), num(m)?, num(day)?),
+                    _ => return None,
+                }
+            } else {
+                match d.len() {
+                    4 => (None, num(&d[..2])?, num(&d[2..])?),
+                    6 => (Some(year(&d[4..])?), num(&d[..2])?, num(&d[2..4])?),
+                    _ => return None,
+                }
+            };
+            (Some(date), t)
+        };
+    // SAFETY: a zeroed tm is valid; localtime_r writes only into it.
     let mut tm: libc::tm = unsafe { std::mem::zeroed() };
     let secs = now as libc::time_t;
     unsafe { libc::localtime_r(&secs, &mut tm) };
     (tm.tm_hour, tm.tm_min, tm.tm_sec) = (0, 0, 0);
-    if let Some(d) = date {
-        let p: Vec<&str> = d.split('-').collect();
-        let [y, m, day] = p.as_slice() else { return None };
-        (tm.tm_year, tm.tm_mon, tm.tm_mday) = (num(y)? - 1900, num(m)? - 1, num(day)?);
+    if let Some((y, m, day)) = date {
+        if let Some(y) = y {
+            if !(1970..=9999).contains(&y) {
+                return None;
+            }
+            tm.tm_year = y - 1900;
+        }
+        (tm.tm_mon, tm.tm_mday) = (m - 1, day);
     }
     if let Some(t) = time {
         let p: Vec<i32> = t.split(':').map(num).collect::<Option<_>>()?;
@@ -172,7 +239,12 @@ pub fn parse_time(s: &str, now: f64) -> Option<f64> {
             _ => return None,
         }
     }
-    if !(0..12).contains(&tm.tm_mon) || !(1..=31).contains(&tm.tm_mday) || !(0..24).contains(&tm.tm_hour) {
+    if !(0..12).contains(&tm.tm_mon)
+        || !(1..=31).contains(&tm.tm_mday)
+        || !(0..24).contains(&tm.tm_hour)
+        || !(0..60).contains(&tm.tm_min)
+        || !(0..=60).contains(&tm.tm_sec)
+    {
         return None;
     }
     tm.tm_isdst = -1;
@@ -239,6 +311,10 @@ pub fn sacct_query(args: &[String], now: f64) -> Result<SacctQuery, String> {
             .map(|v| parse_time(v, now).ok_or_else(|| format!("invalid time specification {v:?} for {key}")))
             .transpose()
     };
+    let users = p.list("--user");
+    if users.len() > ACCT_MAX_USERS {
+        return Err(format!("--user names {} users; at most {ACCT_MAX_USERS}", users.len()));
+    }
     let parsable = if p.has("--parsable2") {
         Some(false)
     } else if p.has("--parsable") {
@@ -251,7 +327,7 @@ pub fn sacct_query(args: &[String], now: f64) -> Result<SacctQuery, String> {
         header: !p.has("--noheader"),
         parsable,
         all_users: p.has("--allusers"),
-        users: p.list("--user"),
+        users,
         ids,
         names: p.list("--name"),
         partitions: p.list("--partition"),
@@ -264,6 +340,27 @@ pub fn sacct_query(args: &[String], now: f64) -> Result<SacctQuery, String> {
 }
 
 impl SacctQuery {
+    /// The time window without `-j`: `-S` (default: midnight today, or now with `-s`, as
+    /// sacct) to `-E` (default: none, i.e. now).
+    pub fn window(&self, now: f64) -> (f64, Option<f64>) {
+        let from = self.start.unwrap_or_else(|| if self.states.is_some() { now } else { midnight(now) });
+        (from, self.end)
+    }
+
+    /// The controller's `acct` request that holds every job this query may list (the rest
+    /// of the filtering is [`SacctQuery::keeps`]).
+    pub fn request(&self, me: &str, now: f64, active: bool) -> ClientRequest {
+        let (since, until) = if self.ids.is_empty() { (Some(self.window(now).0), self.end) } else { (None, None) };
+        let users = if !self.users.is_empty() {
+            self.users.clone()
+        } else if self.all_users || !self.ids.is_empty() {
+            vec![]
+        } else {
+            vec![me.to_string()]
+        };
+        ClientRequest::Acct { limit: Some(ACCT_MAX_JOBS), steps: false, since, until, users, active }
+    }
+
     /// Whether job `j` is listed: the filters, and (without ids) in the time window, by
     /// default since midnight.
     pub fn keeps(&self, j: &JobInfo, me: &str, now: f64) -> bool {
@@ -272,8 +369,8 @@ impl SacctQuery {
                 return false;
             }
         } else {
-            let from = self.start.unwrap_or_else(|| midnight(now));
-            let to = self.end.unwrap_or(f64::INFINITY);
+            let (from, to) = self.window(now);
+            let to = to.unwrap_or(f64::INFINITY);
             let began = j.start_time.unwrap_or(j.submit_time);
             if j.end_time.is_some_and(|e| e < from) || began > to {
                 return false;
@@ -417,19 +514,176 @@ pub async fn sacct(dir: &Path, args: Vec<String>) -> Result<i32> {
         print!("{info}");
         return Ok(0);
     }
+    let me = own_user_name();
     let mut jobs = if q.ids.is_empty() {
-        let ClientResponse::Jobs { jobs } = request(dir, ClientRequest::ListJobs { states: vec![], all: true }).await?
-        else {
-            bail!("unexpected answer")
-        };
-        jobs
+        match request(dir, q.request(&me, now, true)).await? {
+            ClientResponse::Acct { jobs } => jobs,
+            ClientResponse::Error(e) => {
+                eprintln!("sacct: error: {}", crate::output::terminal_safe(&e.message));
+                return Ok(1);
+            }
+            _ => bail!("unexpected answer"),
+        }
     } else {
         // An unknown id lists nothing, as in sacct.
         super::jobs_by_id(dir, &q.ids).await?
     };
-    let me = own_user_name();
     jobs.retain(|j| q.keeps(j, &me, now));
     print!("{}", crate::output::terminal_safe(&sacct_table(&q, &jobs, now)));
+    Ok(0)
+}
+
+/// `berth acct`'s filters and columns: sacct's, natively (docs/compat.md, "Accounting").
+#[derive(clap::Args, Debug, Default, Clone, PartialEq, Eq)]
+pub struct AcctArgs {
+    /// Columns, by sacct's field names with an optional width (`JobID,State,Elapsed%12`);
+    /// `--format help` lists them. Default: berth's own table.
+    #[arg(long, short = 'o', value_name = "FIELDS")]
+    pub format: Option<String>,
+    /// Jobs not ended before this time (Slurm's forms: YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS],
+    /// now[-N[units]], MMDD[YY], MM/DD[/YY]). Default: midnight today (now with --state),
+    /// none with --jobs.
+    #[arg(long, short = 'S', value_name = "TIME")]
+    pub starttime: Option<String>,
+    /// Jobs started (or submitted) by this time. Default: now.
+    #[arg(long, short = 'E', value_name = "TIME")]
+    pub endtime: Option<String>,
+    /// Only these users' jobs (comma list). Default: everyone's.
+    #[arg(long, short = 'u', value_delimiter = ',')]
+    pub user: Vec<String>,
+    /// Only jobs of these names (comma list).
+    #[arg(long, value_delimiter = ',')]
+    pub name: Vec<String>,
+    /// Only jobs in these states: berth's names or Slurm's (CD, F, CA, TO, NF, R, PD).
+    #[arg(long, short = 's', value_delimiter = ',')]
+    pub state: Vec<String>,
+    /// Only these jobs (comma list of ids); any time.
+    #[arg(long = "jobs", short = 'j', value_delimiter = ',', value_name = "IDS")]
+    pub jobs: Vec<String>,
+}
+
+impl AcctArgs {
+    fn is_empty(&self) -> bool {
+        *self == AcctArgs::default()
+    }
+
+    /// The query these arguments make: everyone's jobs unless `--user`.
+    pub fn query(&self, now: f64) -> Result<SacctQuery, String> {
+        let columns = match self.format.as_deref() {
+            Some(spec) => parse_columns(spec)?,
+            None => vec![],
+        };
+        if self.user.len() > ACCT_MAX_USERS {
+            return Err(format!("--user names {} users; at most {ACCT_MAX_USERS}", self.user.len()));
+        }
+        let ids = self
+            .jobs
+            .iter()
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| f::parse_job_id(s.trim()).ok_or_else(|| format!("invalid job id {s:?} in --jobs")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if ids.len() > berth_protocol::client::MAX_IDS_PER_REQUEST {
+            return Err(format!(
+                "--jobs names {} jobs; at most {}",
+                ids.len(),
+                berth_protocol::client::MAX_IDS_PER_REQUEST
+            ));
+        }
+        let states = if self.state.is_empty() {
+            None
+        } else {
+            let mut all = Vec::new();
+            for s in &self.state {
+                match JobState::parse(&s.to_ascii_lowercase()).map(|st| vec![st]).or_else(|| f::slurm_states(s)) {
+                    Some(st) => all.extend(st),
+                    None => {
+                        return Err(format!(
+                            "unknown state {s:?}: give berth's names ({}) or Slurm's (CD, F, CA, TO, NF, R, PD)",
+                            JobState::ALL.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")
+                        ))
+                    }
+                }
+            }
+            Some(all)
+        };
+        let time = |key: &str, v: &Option<String>| -> Result<Option<f64>, String> {
+            v.as_deref()
+                .map(|v| {
+                    parse_time(v, now).ok_or_else(|| {
+                        format!("{key} {v:?} is not a time; give YYYY-MM-DD[THH:MM[:SS]], HH:MM[:SS], now-2hours, MMDD[YY] or MM/DD[/YY]")
+                    })
+                })
+                .transpose()
+        };
+        Ok(SacctQuery {
+            columns,
+            header: true,
+            parsable: None,
+            all_users: true,
+            users: self.user.clone(),
+            ids,
+            names: self.name.clone(),
+            partitions: vec![],
+            accounts: vec![],
+            states,
+            start: time("--starttime", &self.starttime)?,
+            end: time("--endtime", &self.endtime)?,
+            info: None,
+        })
+    }
+}
+
+/// `berth acct`: finished jobs (with `--state`, active ones too), filtered as sacct's; with
+/// `--steps` the invocation log of `berth run`.
+pub async fn native(dir: &Path, json: bool, limit: u32, steps: bool, args: AcctArgs) -> Result<i32> {
+    if steps {
+        if !args.is_empty() {
+            bail!("--steps takes only --limit; the job filters (--user, --starttime, ...) are for jobs");
+        }
+        let req = ClientRequest::Acct {
+            limit: Some(limit),
+            steps: true,
+            since: None,
+            until: None,
+            users: vec![],
+            active: false,
+        };
+        let ClientResponse::Steps { steps } = request(dir, req).await? else { bail!("unexpected answer") };
+        if json {
+            println!("{}", serde_json::to_string_pretty(&steps)?);
+        } else {
+            print!("{}", crate::output::terminal_safe(&crate::output::steps_table(&steps)));
+        }
+        return Ok(0);
+    }
+    if args.format.as_deref().is_some_and(|f| f.eq_ignore_ascii_case("help")) {
+        println!("{}", FIELDS.iter().map(|(n, _, _)| *n).collect::<Vec<_>>().join(" "));
+        return Ok(0);
+    }
+    let now = f::now();
+    let q = args.query(now).map_err(|e| anyhow::anyhow!(e))?;
+    let active = q.states.as_ref().is_some_and(|s| s.iter().any(|st| !st.is_finished()));
+    let mut req = q.request("", now, active);
+    if let ClientRequest::Acct { limit: l, .. } = &mut req {
+        *l = Some(limit.min(ACCT_MAX_JOBS));
+    }
+    let mut jobs = if q.ids.is_empty() {
+        match request(dir, req).await? {
+            ClientResponse::Acct { jobs } => jobs,
+            ClientResponse::Error(e) => bail!("{}", e.message),
+            _ => bail!("unexpected answer"),
+        }
+    } else {
+        super::jobs_by_id(dir, &q.ids).await?
+    };
+    jobs.retain(|j| q.keeps(j, "", now) && (active || j.state.is_finished()));
+    if json {
+        println!("{}", serde_json::to_string_pretty(&jobs)?);
+    } else if q.columns.is_empty() {
+        print!("{}", crate::output::terminal_safe(&crate::output::acct_table(&jobs)));
+    } else {
+        print!("{}", crate::output::terminal_safe(&sacct_table(&q, &jobs, now)));
+    }
     Ok(0)
 }
 
@@ -440,6 +694,61 @@ mod tests {
 
     fn args(s: &[&str]) -> Vec<String> {
         s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn acct_requests_carry_the_filters() {
+        let now = 2_000_000_000.0;
+        let q = sacct_query(&args(&["-S", "now-1hours", "-E", "now"]), now).unwrap();
+        assert_eq!(
+            q.request("ann", now, true),
+            ClientRequest::Acct {
+                limit: Some(ACCT_MAX_JOBS),
+                steps: false,
+                since: Some(now - 3600.0),
+                until: Some(now),
+                users: vec!["ann".into()],
+                active: true
+            }
+        );
+        let q = sacct_query(&args(&["-a"]), now).unwrap();
+        let ClientRequest::Acct { since, users, .. } = q.request("ann", now, true) else { panic!() };
+        assert_eq!((since, users), (Some(midnight(now)), vec![]));
+        let q = sacct_query(&args(&["-j", "4", "-u", "bob"]), now).unwrap();
+        let ClientRequest::Acct { since, until, users, .. } = q.request("ann", now, true) else { panic!() };
+        assert_eq!((since, until, users), (None, None, vec!["bob".to_string()]), "-j: any time");
+        let many: Vec<String> = (0..=ACCT_MAX_USERS).map(|i| format!("u{i}")).collect();
+        assert!(sacct_query(&args(&["-u", &many.join(",")]), now).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn native_acct_arguments() {
+        let now = 2_000_000_000.0;
+        let a = AcctArgs {
+            format: Some("jobid,state".into()),
+            starttime: Some("now-2days".into()),
+            user: vec!["ann".into()],
+            state: vec!["completed".into(), "CA".into()],
+            ..AcctArgs::default()
+        };
+        let q = a.query(now).unwrap();
+        assert_eq!(q.columns.iter().map(|c| c.name).collect::<Vec<_>>(), ["JobID", "State"]);
+        assert_eq!(q.states, Some(vec![JobState::Completed, JobState::Cancelled]));
+        assert_eq!(q.start, Some(now - 2.0 * 86_400.0));
+        let mut done = job(3, "x", "ann", "completed");
+        done.end_time = Some(now - 3600.0);
+        assert!(q.keeps(&done, "", now));
+        assert!(!q.keeps(&job(4, "x", "bob", "completed"), "", now), "--user");
+        let bad = AcctArgs { starttime: Some("someday".into()), ..AcctArgs::default() };
+        assert!(bad.query(now).unwrap_err().contains("is not a time"));
+        let bad = AcctArgs { state: vec!["sleeping".into()], ..AcctArgs::default() };
+        assert!(bad.query(now).unwrap_err().contains("unknown state"));
+        let bad = AcctArgs { jobs: vec!["x1".into()], ..AcctArgs::default() };
+        assert!(bad.query(now).is_err());
+        // Without -S or -j: today only, everyone's.
+        let q = AcctArgs::default().query(now).unwrap();
+        assert_eq!(q.window(now).0, midnight(now));
+        assert!(q.all_users);
     }
 
     #[test]
@@ -484,6 +793,23 @@ mod tests {
         assert!(parse_time("2026-11-25T10:00", now).is_some());
         assert!(parse_time("10:00:00", now).is_some());
         assert!(parse_time("yesterday-ish", now).is_none());
+        // Slurm's other forms: MMDD[YY], MM/DD[/YY], MM.DD[.YY], each with -HH:MM[:SS].
+        let iso = parse_time("2026-03-04", now).unwrap();
+        assert_eq!(parse_time("030426", now), Some(iso));
+        assert_eq!(parse_time("03/04/26", now), Some(iso));
+        assert_eq!(parse_time("03.04.2026", now), Some(iso));
+        assert_eq!(parse_time("03/04/26-10:30", now), Some(iso + 10.5 * 3600.0));
+        assert_eq!(parse_time("2026-03-04T10:30:15", now), Some(iso + 10.5 * 3600.0 + 15.0));
+        assert!(parse_time("0304", now).is_some());
+        assert_eq!(parse_time("0304", now), parse_time("03/04", now));
+        assert!(parse_time("0304-25:00", now).is_none() && parse_time("13/01", now).is_none());
+        assert!(parse_time("now-99999999999weeks", now).is_none(), "bounded");
+        assert_eq!(parse_time("noon", now), Some(midnight(now) + 12.0 * 3600.0));
+        assert_eq!(parse_time("tomorrow", now), Some(midnight(midnight(now) + 36.0 * 3600.0)));
+        // -s without -S: from now, as sacct.
+        let q = sacct_query(&args(&["-s", "CD"]), now).unwrap();
+        assert_eq!(q.window(now), (now, None));
+        assert_eq!(sacct_query(&[], now).unwrap().window(now), (midnight(now), None));
         assert!(parse_time("2026-13-01", now).is_none());
     }
 }

@@ -1,12 +1,13 @@
-//! Slurm's `scontrol`: `show job|node|partition`, `hold`, `release`, `suspend`, `resume`.
-//! Its `Key=Value` records are what tools parse (`scontrol show job N`, `-o` one line each).
+//! Slurm's `scontrol`: `show job|node|partition`, `hold`, `release`, `suspend`, `resume`,
+//! `update JobId=N Key=Value...` and `requeue`. Its `Key=Value` records are what tools parse
+//! (`scontrol show job N`, `-o` one line each).
 
 use super::format::{self as f, both, long, Arg, Opt};
 use super::slurm::{node_state, slurm_error, SLURM_VERSION};
 use crate::client::request;
 use anyhow::{bail, Result};
 use berth_core::JobId;
-use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo, NodeInfo, QueueInfo};
+use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobChange, JobInfo, NodeInfo, QueueInfo};
 use std::path::Path;
 
 const SCONTROL_OPTS: &[Opt] = &[
@@ -20,7 +21,7 @@ const SCONTROL_OPTS: &[Opt] = &[
     long("usage", Arg::No),
 ];
 
-const USAGE: &str = "Usage: scontrol [-o] [-Q] show job [ID] | show node [NAME] | show partition [NAME] | hold IDS | release IDS | suspend IDS | resume IDS\n";
+const USAGE: &str = "Usage: scontrol [-o] [-Q] show job [ID] | show node [NAME] | show partition [NAME] | hold IDS | release IDS | suspend IDS | resume IDS | requeue IDS | update JobId=ID [TimeLimit=T] [NumNodes=N] [NumCPUs=N] [NumTasks=N] [Partition=P] [JobName=NAME] [Dependency=D] [Priority=N]\n";
 
 /// HH:MM:SS, days as `D-HH:MM:SS`, as scontrol prints times.
 fn hms(secs: u64) -> String {
@@ -195,7 +196,8 @@ pub async fn scontrol(dir: &Path, args: Vec<String>) -> Result<i32> {
             let which = words.get(2).map(|w| w.trim_start_matches("jobid=").to_string());
             show(dir, &what, which.as_deref(), oneliner).await
         }
-        "hold" | "release" | "suspend" | "resume" | "uhold" => {
+        "update" => update(dir, &words[1..], quiet).await,
+        "hold" | "release" | "suspend" | "resume" | "uhold" | "requeue" => {
             let mut ids: Vec<JobId> = Vec::new();
             for w in words.iter().skip(1).flat_map(|w| w.split(',')) {
                 let w = w.trim_start_matches("jobid=");
@@ -215,6 +217,7 @@ pub async fn scontrol(dir: &Path, args: Vec<String>) -> Result<i32> {
                 "hold" | "uhold" => ClientRequest::Hold { ids },
                 "release" => ClientRequest::Release { ids },
                 "suspend" => ClientRequest::Suspend { ids },
+                "requeue" => ClientRequest::Requeue { ids },
                 _ => ClientRequest::Resume { ids },
             };
             let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
@@ -230,12 +233,157 @@ pub async fn scontrol(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
         other => {
             eprintln!(
-                "scontrol: error: {} is not supported by berth (show job|node|partition, hold, release, suspend, resume are; docs/compat.md)",
+                "scontrol: error: {} is not supported by berth (show job|node|partition, hold, release, suspend, resume, update job, requeue are; docs/compat.md)",
                 crate::output::terminal_safe(other)
             );
             Ok(1)
         }
     }
+}
+
+/// A `TimeLimit=` value: a time, or `+T`/`-T` to add to or take from the job's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimeLimit {
+    Set(u64),
+    Add(u64),
+    Sub(u64),
+}
+
+/// What `scontrol update JobId=ID Key=Value...` asks for.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct UpdatePlan {
+    /// As given (`N`, `A_i`), comma-separated in `JobId=`.
+    pub ids: Vec<String>,
+    pub time: Option<TimeLimit>,
+    pub change: JobChange,
+}
+
+/// A Slurm time (`-t`'s formats: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]]), read by the
+/// `#SBATCH -t` directive's parser.
+fn slurm_time(v: &str) -> Result<u64, String> {
+    if v.is_empty() || v.chars().any(|c| c.is_whitespace() || c == '#') {
+        return Err(format!("Invalid TimeLimit {v:?}"));
+    }
+    let parsed = berth_core::directives::parse_foreign(&format!("#!/bin/sh\n#SBATCH -t {v}\n"));
+    match parsed {
+        Ok(f) if f.unsupported.is_empty() => f.options.walltime.ok_or_else(|| format!("Invalid TimeLimit {v:?}")),
+        Ok(_) => Err(format!("TimeLimit={v}: an unlimited time is not supported by berth; give a limit")),
+        Err((_, m)) => Err(format!("Invalid TimeLimit {v:?}: {}", m.trim_start_matches("#SBATCH: "))),
+    }
+}
+
+/// Read `scontrol update`'s words (after `update`): `Key=Value` pairs, keys in any case.
+pub fn update_plan(words: &[String]) -> Result<UpdatePlan, String> {
+    let mut plan = UpdatePlan::default();
+    let count = |k: &str, v: &str| -> Result<u32, String> {
+        v.trim().parse::<u32>().ok().filter(|n| *n > 0).ok_or_else(|| format!("Invalid {k} value: {v}"))
+    };
+    for w in words {
+        let Some((key, value)) = w.split_once('=') else {
+            return Err(format!("Invalid input: {w}; give Key=Value pairs, such as JobId=12 TimeLimit=30"));
+        };
+        let c = &mut plan.change;
+        match key.to_ascii_lowercase().as_str() {
+            "jobid" | "job" => plan.ids.extend(value.split(',').filter(|s| !s.is_empty()).map(String::from)),
+            "timelimit" => {
+                plan.time = Some(match value.as_bytes().first() {
+                    Some(b'+') => TimeLimit::Add(slurm_time(&value[1..])?),
+                    Some(b'-') => TimeLimit::Sub(slurm_time(&value[1..])?),
+                    _ => TimeLimit::Set(slurm_time(value)?),
+                })
+            }
+            "numnodes" | "reqnodes" => {
+                // min[-max]: berth places a job on a node count it is given.
+                let (min, max) = value.split_once('-').unwrap_or((value, value));
+                let (min, max) = (count(key, min)?, count(key, max)?);
+                if min != max {
+                    return Err(format!("{key}={value}: a range of node counts is not supported; give one count"));
+                }
+                c.nodes = Some(min);
+            }
+            "numcpus" | "mincpusnode" => c.cores = Some(count(key, value)?),
+            "numtasks" | "reqtasks" => c.tasks = Some(count(key, value)?),
+            "partition" => c.queue = Some(value.to_string()),
+            "name" | "jobname" => c.name = Some(value.to_string()),
+            "dependency" => {
+                // Checked here as sbatch's -d is; empty removes it.
+                if !value.trim().is_empty() {
+                    berth_core::directives::Dependency::parse_slurm(value)
+                        .map_err(|e| format!("Invalid dependency {value}: {e}"))?;
+                }
+                c.dependency = Some(value.to_string());
+            }
+            "priority" => {
+                c.priority = Some(value.trim().parse::<u32>().map_err(|_| format!("Invalid Priority value: {value}"))?)
+            }
+            _ => return Err(format!("Update of this parameter is not supported: {w}")),
+        }
+    }
+    if plan.ids.is_empty() {
+        return Err("No job identification provided: give JobId=ID".into());
+    }
+    if plan.change.is_empty() && plan.time.is_none() {
+        return Err("No changes specified".into());
+    }
+    Ok(plan)
+}
+
+/// `scontrol update JobId=ID Key=Value...`: nothing printed when it is done, as Slurm's.
+async fn update(dir: &Path, words: &[String], quiet: bool) -> Result<i32> {
+    let say = |m: &str| {
+        if !quiet {
+            eprintln!("{}", crate::output::terminal_safe(m));
+        }
+    };
+    let plan = match update_plan(words) {
+        Ok(p) => p,
+        Err(e) => {
+            say(&format!("scontrol: error: {e}"));
+            return Ok(1);
+        }
+    };
+    let parse = |w: &str| f::parse_job_id(w).ok_or_else(|| anyhow::anyhow!("Invalid job id specified: {w}"));
+    let ids = match crate::arrays::resolve(dir, &plan.ids, parse).await {
+        Ok(ids) => ids,
+        Err(e) => {
+            say(&format!("slurm_update error: {e:#}"));
+            return Ok(1);
+        }
+    };
+    let mut code = 0;
+    for id in ids {
+        let mut change = plan.change.clone();
+        if let Some(t) = plan.time {
+            // `+T`/`-T` are relative to the job's own limit.
+            let current = match t {
+                TimeLimit::Set(_) => None,
+                _ => match request(dir, ClientRequest::ShowJob { id }).await {
+                    Ok(ClientResponse::Job { job }) => job.walltime_seconds,
+                    _ => None,
+                },
+            };
+            change.walltime = match (t, current) {
+                (TimeLimit::Set(secs), _) => Some(secs),
+                (TimeLimit::Add(d), Some(cur)) => Some(cur.saturating_add(d)),
+                (TimeLimit::Sub(d), Some(cur)) => Some(cur.saturating_sub(d).max(1)),
+                (_, None) => {
+                    say(&format!("slurm_update error: job {id} has no time limit to add to or take from"));
+                    code = 1;
+                    continue;
+                }
+            };
+        }
+        if let Err(e) = crate::changes::send(dir, id, change).await {
+            let why = match e.downcast_ref::<berth_protocol::client::ApiError>() {
+                Some(api) if api.code == ErrorCode::UnknownJob => "Invalid job id specified".to_string(),
+                Some(api) => api.message.clone(),
+                None => format!("{e:#}"),
+            };
+            say(&format!("slurm_update error: {why}"));
+            code = 1;
+        }
+    }
+    Ok(code)
 }
 
 async fn show(dir: &Path, what: &str, which: Option<&str>, oneliner: bool) -> Result<i32> {
@@ -343,5 +491,53 @@ mod tests {
         assert_eq!(one.lines().count(), 1, "{one}");
         assert!(one.contains("JobState=PENDING Reason=JobHeldUser"), "{one}");
         assert_eq!(hms(90_061), "1-01:01:01");
+    }
+
+    fn words(s: &[&str]) -> Vec<String> {
+        s.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn update_reads_slurm_keys_and_times() {
+        let p = update_plan(&words(&[
+            "JobId=12",
+            "TimeLimit=1:30:00",
+            "NumNodes=2",
+            "NumCPUs=8",
+            "Partition=long",
+            "JobName=sim",
+            "Dependency=afterok:5",
+            "Priority=100",
+        ]))
+        .unwrap();
+        assert_eq!(p.ids, vec!["12"]);
+        assert_eq!(p.time, Some(TimeLimit::Set(5400)));
+        let c = &p.change;
+        assert_eq!(
+            (c.nodes, c.cores, c.queue.as_deref(), c.name.as_deref()),
+            (Some(2), Some(8), Some("long"), Some("sim"))
+        );
+        assert_eq!((c.dependency.as_deref(), c.priority), (Some("afterok:5"), Some(100)));
+        // Every Slurm time format, relative ones, keys in any case.
+        let time = |v: &str| update_plan(&words(&["jobid=3", &format!("timelimit={v}")])).map(|p| p.time.unwrap());
+        assert_eq!(time("30"), Ok(TimeLimit::Set(1800)), "minutes");
+        assert_eq!(time("10:00"), Ok(TimeLimit::Set(600)), "MM:SS");
+        assert_eq!(time("2-12"), Ok(TimeLimit::Set(2 * 86_400 + 12 * 3600)), "D-HH");
+        assert_eq!(time("1-0:30"), Ok(TimeLimit::Set(86_400 + 1800)), "D-HH:MM");
+        assert_eq!(time("+30"), Ok(TimeLimit::Add(1800)));
+        assert_eq!(time("-1:00"), Ok(TimeLimit::Sub(60)));
+        assert!(time("soon").unwrap_err().contains("Invalid TimeLimit"));
+        assert!(time("UNLIMITED").unwrap_err().contains("unlimited"));
+        let p = update_plan(&words(&["JobId=4_2,7", "NumTasks=6", "Name=x", "Dependency="])).unwrap();
+        assert_eq!(p.ids, vec!["4_2", "7"]);
+        assert_eq!((p.change.tasks, p.change.dependency.as_deref()), (Some(6), Some("")));
+        let err = |w: &[&str]| update_plan(&words(w)).unwrap_err();
+        assert!(err(&["TimeLimit=10"]).contains("JobId"));
+        assert!(err(&["JobId=3"]).contains("No changes"));
+        assert!(err(&["JobId=3", "QOS=high"]).contains("not supported: QOS=high"));
+        assert!(err(&["JobId=3", "NumNodes=2-4"]).contains("range"));
+        assert!(err(&["JobId=3", "NumCPUs=0"]).contains("Invalid"));
+        assert!(err(&["JobId=3", "Dependency=afterok:x"]).contains("Invalid dependency"));
+        assert!(err(&["JobId=3", "oops"]).contains("Key=Value"));
     }
 }

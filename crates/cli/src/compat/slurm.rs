@@ -27,7 +27,7 @@ fn version_line() -> String {
 
 /// sbatch's options (all of Slurm 23.11's, so that one berth lacks is named as unsupported
 /// rather than unknown).
-const SBATCH_OPTS: &[Opt] = &[
+pub(crate) const SBATCH_OPTS: &[Opt] = &[
     both('A', "account", Arg::Required),
     long("acctg-freq", Arg::Required),
     both('a', "array", Arg::Required),
@@ -307,9 +307,9 @@ fn nonempty(key: &str, v: &str) -> Result<String, String> {
 fn output_pattern(key: &str, v: &str) -> Result<String, String> {
     let mut chars = v.chars();
     while let Some(c) = chars.next() {
-        if c == '%' && !matches!(chars.next(), Some('j' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%')) {
+        if c == '%' && !matches!(chars.next(), Some('j' | 'J' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%')) {
             return Err(format!(
-                "{key}={v}: only the patterns %j (job id), %x (job name), %u (user), %A (array id), %a (array index) and %% are supported"
+                "{key}={v}: only the patterns %j and %J (job id), %x (job name), %u (user), %A (array id), %a (array index) and %% are supported"
             ));
         }
     }
@@ -333,15 +333,15 @@ pub async fn sbatch(dir: &Path, args: Vec<String>) -> Result<i32> {
     for w in &plan.warnings {
         eprintln!("sbatch: warning: {}: ignored", crate::output::terminal_safe(w));
     }
-    let (text, temp, script_name) = match (&plan.wrap, &plan.script) {
+    let (temp, script_name) = match (&plan.wrap, &plan.script) {
         (Some(cmd), _) => {
-            let text = format!("#!/bin/sh\n# This script was created by sbatch --wrap.\n\n{cmd}\n");
-            (text.clone(), Some(super::TempScript::new(&text)?), Some("wrap"))
+            let text = crate::commands::wrap_script(cmd, "sbatch --wrap")?;
+            (Some(super::TempScript::new(&text)?), Some("wrap"))
         }
-        (None, Some(path)) => (std::fs::read_to_string(path).unwrap_or_default(), None, None),
+        (None, Some(_)) => (None, None),
         (None, None) => {
             let text = super::read_stdin_script()?;
-            (text.clone(), Some(super::TempScript::new(&text)?), Some("sbatch"))
+            (Some(super::TempScript::new(&text)?), Some("sbatch"))
         }
     };
     let path: PathBuf = match (&temp, &plan.script) {
@@ -352,17 +352,12 @@ pub async fn sbatch(dir: &Path, args: Vec<String>) -> Result<i32> {
     if let Some(d) = &plan.chdir {
         std::env::set_current_dir(d).map_err(|e| anyhow!("chdir({d}): {e}"))?;
     }
-    // Slurm's default output, stdout and stderr together: slurm-%j.out.
-    let script = berth_core::directives::parse_script_with(&text, true).map(|(o, _)| o).unwrap_or_default();
-    if plan.flags.output.is_none() && script.output.is_none() {
-        plan.flags.output = Some("slurm-%j.out".into());
-    }
-    if plan.flags.error.is_none() && script.error.is_none() {
-        plan.flags.error = plan.flags.output.clone().or(script.output);
-    }
     let mut sub = crate::commands::build_submission(&path, &plan.flags, plan.hold)?;
     drop(temp);
     sub.options = sub.options.overlay(std::mem::take(&mut plan.options));
+    // Slurm's outputs: stderr with stdout unless -e, by default slurm-%j.out (slurm-%A_%a.out
+    // for an array); the controller applies it (berth_core::directives::output_patterns).
+    sub.options.join = Some(berth_core::directives::Join::Slurm);
     if let Some(name) = script_name {
         sub.script_name = name.into();
     }
@@ -580,7 +575,7 @@ pub fn squeue_table(q: &SqueueQuery, jobs: &[JobInfo], now: f64) -> String {
         out.push_str(f::render(&q.format, |c| squeue_header(c).to_string()).trim_end());
         out.push('\n');
     }
-    let folded = if q.array { jobs.iter().map(|j| (j, None)).collect() } else { crate::arrays::fold_queued(&jobs) };
+    let folded = if q.array { crate::fold::unfolded(&jobs) } else { crate::fold::squeue_lines(&jobs) };
     for (j, id) in folded {
         out.push_str(&f::render(&q.format, |c| match (&id, c) {
             (Some(id), 'i') => id.clone(),

@@ -179,7 +179,7 @@ fn a_waiting_dependency_survives_a_restart() {
 #[test]
 fn judging() {
     let dep = |s: &str| Dependency::parse_slurm(s).unwrap();
-    let states = |id: JobId| match id.0 {
+    let states = |_, id: JobId| match id.0 {
         1 => Some((JobState::Completed, true)),
         2 => Some((JobState::Failed, true)),
         3 => Some((JobState::Running, true)),
@@ -249,4 +249,58 @@ fn malformed_dependencies_from_api_clients_are_refused() {
         let ClientResponse::Error(e) = h.call(submit_req(o), &ann()) else { panic!("{dep:?} accepted") };
         assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
     }
+}
+
+fn array(spec: &str, dependency: Option<&str>) -> SubmitOptions {
+    SubmitOptions { array: Some(berth_core::directives::ArraySpec::parse_slurm(spec).unwrap()), ..opts(dependency) }
+}
+
+#[test]
+fn aftercorr_waits_for_the_task_of_the_same_index_else_for_the_whole_job() {
+    let mut h = Harness::new(2);
+    let a = submit(&mut h, array("0-1", None));
+    h.ctl.schedule(h.now).unwrap();
+    let (a0, a1) = (a, JobId(a.0 + 1));
+    assert_eq!((state(&h, a0), state(&h, a1)), (JobState::Running, JobState::Running));
+    // Task i of b follows task i of a; task 2, of no counterpart, follows a as a whole.
+    let b = submit(&mut h, array("0-2", Some(&format!("aftercorr:{a}"))));
+    let (b0, b1, b2) = (b, JobId(b.0 + 1), JobId(b.0 + 2));
+    // A job of no array follows a as a whole too (Slurm's rule).
+    let lone = submit(&mut h, opts(Some(&format!("aftercorr:{a}"))));
+    h.ctl.schedule(h.now).unwrap();
+    for id in [b0, b1, b2, lone] {
+        assert_eq!(state(&h, id), JobState::Queued);
+        assert!(reason(&mut h, id).starts_with("Dependency: waits for job"), "{}", reason(&mut h, id));
+    }
+    // Task 0 of a, whose id is the array's, alone.
+    end(&mut h, a0, 0);
+    assert_eq!(state(&h, b0), JobState::Running, "its counterpart completed, while task 1 runs");
+    assert_eq!(state(&h, b1), JobState::Queued);
+    assert_eq!(state(&h, b2), JobState::Queued, "a is not over yet");
+    assert_eq!(state(&h, lone), JobState::Queued);
+    end(&mut h, a1, 0);
+    assert_eq!(state(&h, b1), JobState::Running, "its counterpart completed");
+    assert_eq!(state(&h, b2), JobState::Running, "a completed as a whole");
+    assert_eq!(state(&h, lone), JobState::Running);
+    // Shown as given.
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: b1 }, &ann()) else { panic!() };
+    assert_eq!(job.dependency, Some(format!("aftercorr:{a}")));
+}
+
+#[test]
+fn aftercorr_never_runs_a_task_whose_counterpart_failed_and_finds_tasks_of_uneven_indexes() {
+    let mut h = Harness::new(2);
+    let a = submit(&mut h, array("1,4,9", None));
+    h.ctl.schedule(h.now).unwrap();
+    let (a1, a4, a9) = (a, JobId(a.0 + 1), JobId(a.0 + 2));
+    let b = submit(&mut h, array("4,9", Some(&format!("aftercorr:{a}"))));
+    let (b4, b9) = (b, JobId(b.0 + 1));
+    end(&mut h, a9, 0);
+    assert_eq!(state(&h, b9), JobState::Running, "task 9 of a is the third of its ids");
+    end(&mut h, a4, 2);
+    assert_eq!(state(&h, b4), JobState::Queued);
+    let why = reason(&mut h, b4);
+    assert!(why.starts_with("DependencyNeverSatisfied") && why.contains(&a4.to_string()), "{why}");
+    end(&mut h, a1, 0);
+    assert_eq!(state(&h, b4), JobState::Queued, "never, whatever the other tasks do");
 }

@@ -94,3 +94,47 @@ fn launches_carry_the_compat_environment_unless_it_is_off() {
     let id = off.batch(opts(), &ann());
     assert_eq!(off.ctl.launch_spec(&off.ctl.jobs[&id], 0).compat, None);
 }
+
+/// Issue 19: a job's outputs follow its dialect, and both streams named by one pattern stay
+/// one file after every expansion (`%j` at submission, `%N %n %t` at start), so the agent
+/// opens it once (`same_output`).
+#[test]
+fn outputs_follow_the_dialect_and_one_pattern_stays_one_file() {
+    let mut h = Harness::new(1);
+    let mut submit = |script: &str| -> (String, String) {
+        let sub = berth_protocol::client::SubmitRequest {
+            script: script.into(),
+            script_name: "job.sh".into(),
+            options: berth_core::directives::SubmitOptions {
+                walltime: Some(60),
+                mem_per_cpu: Some(1 << 20),
+                ..Default::default()
+            },
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+            ignore_unsupported: false,
+        };
+        let ClientResponse::Submitted { id } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else {
+            panic!("not submitted: {script}")
+        };
+        h.ctl.schedule(h.now).unwrap();
+        let job = &h.ctl.jobs[&id];
+        assert!(!job.allocation.is_empty(), "{script} did not start");
+        let spec = h.ctl.launch_spec(job, 0);
+        let (out, err) = (spec.stdout.replace(&id.to_string(), "ID"), spec.stderr.replace(&id.to_string(), "ID"));
+        let node = job.allocation[0].node.clone();
+        h.agent(0, berth_protocol::agent::AgentMessage::JobEnded { id, outcome: Default::default() });
+        (out.replace(&node, "NODE"), err.replace(&node, "NODE"))
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    assert_eq!(submit("#!/bin/sh\ntrue\n"), pair("/tmp/berth-ID.out", "/tmp/berth-ID.err"), "berth's own");
+    assert_eq!(submit("#!/bin/sh\n#SBATCH -n 1\ntrue\n"), pair("/tmp/slurm-ID.out", "/tmp/slurm-ID.out"));
+    assert_eq!(
+        submit("#!/bin/sh\n#SBATCH -o o-%N-%n-%t-%j.txt\ntrue\n"),
+        pair("/tmp/o-NODE-0-0-ID.txt", "/tmp/o-NODE-0-0-ID.txt"),
+        "one pattern with start-time parts: one file"
+    );
+    assert_eq!(submit("#!/bin/sh\n#SBATCH -e e.txt\ntrue\n"), pair("/tmp/slurm-ID.out", "/tmp/e.txt"));
+    assert_eq!(submit("#!/bin/sh\n#PBS -j oe\n#PBS -o /o/x.log\ntrue\n"), pair("/o/x.log", "/o/x.log"));
+}

@@ -210,7 +210,10 @@ fn steps_share_a_job_on_disjoint_cores() {
     let e = err(h.call(run(Some(id), tasks(1)), &ann()));
     assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
     // The invocation log, newest first; `show` lists the job's steps.
-    let ClientResponse::Steps { steps } = h.call(ClientRequest::Acct { limit: None, steps: true }, &bob()) else {
+    let ClientResponse::Steps { steps } = h.call(
+        ClientRequest::Acct { limit: None, steps: true, since: None, until: None, users: vec![], active: false },
+        &bob(),
+    ) else {
         panic!()
     };
     assert_eq!(steps.iter().map(|s| s.step).collect::<Vec<_>>(), vec![4, 3, 2, 1]);

@@ -27,6 +27,11 @@ pub enum DepKind {
     Afternotok,
     /// No other job of the same name and user runs (one at a time, in submission order).
     Singleton,
+    /// Of job arrays: task `i` of this array waits for task `i` of the named array to end
+    /// successfully (Slurm's `aftercorr`). A job that is no array task, or whose index the
+    /// named job has no task of, waits for the named job as a whole, as with `afterok`
+    /// (Slurm's rule); the controller finds the corresponding task (`depend.rs`).
+    Aftercorr,
 }
 
 impl DepKind {
@@ -37,13 +42,21 @@ impl DepKind {
             DepKind::Afterok => "afterok",
             DepKind::Afternotok => "afternotok",
             DepKind::Singleton => "singleton",
+            DepKind::Aftercorr => "aftercorr",
         }
     }
 
     fn parse(s: &str) -> Option<Self> {
-        [DepKind::After, DepKind::Afterany, DepKind::Afterok, DepKind::Afternotok, DepKind::Singleton]
-            .into_iter()
-            .find(|k| k.as_str() == s)
+        [
+            DepKind::After,
+            DepKind::Afterany,
+            DepKind::Afterok,
+            DepKind::Afternotok,
+            DepKind::Singleton,
+            DepKind::Aftercorr,
+        ]
+        .into_iter()
+        .find(|k| k.as_str() == s)
     }
 
     /// Whether a job the term names, in `state` (`started`: it ever ran), lets the term
@@ -52,7 +65,7 @@ impl DepKind {
         match self {
             DepKind::After if started || state.has_allocation() || state.is_finished() => Some(true),
             DepKind::Afterany if state.is_finished() => Some(true),
-            DepKind::Afterok if state.is_finished() => Some(state == JobState::Completed),
+            DepKind::Afterok | DepKind::Aftercorr if state.is_finished() => Some(state == JobState::Completed),
             DepKind::Afternotok if state.is_finished() => Some(state != JobState::Completed),
             _ => None,
         }
@@ -93,7 +106,7 @@ impl fmt::Display for DepError {
 
 impl Dependency {
     /// Slurm's syntax: `afterok:ID[:ID...]`, `afterany:`, `afternotok:`, `after:`,
-    /// `singleton`, terms separated by `,` (all) or `?` (any), not both.
+    /// `aftercorr:` (arrays), `singleton`, terms separated by `,` (all) or `?` (any), not both.
     pub fn parse_slurm(s: &str) -> Result<Self, DepError> {
         Self::parse(s, false)
     }
@@ -123,13 +136,15 @@ impl Dependency {
             let item = item.trim();
             let mut parts = item.split(':');
             let word = parts.next().unwrap_or("").to_ascii_lowercase();
-            let Some(kind) = DepKind::parse(&word) else {
-                let known = "after, afterany, afterok, afternotok, singleton";
+            // `aftercorr` is Slurm's alone: PBS has no such kind.
+            let Some(kind) = DepKind::parse(&word).filter(|k| !(pbs && *k == DepKind::Aftercorr)) else {
+                let known = if pbs {
+                    "after, afterany, afterok, afternotok"
+                } else {
+                    "after, afterany, afterok, afternotok, aftercorr, singleton"
+                };
                 return Err(match word.as_str() {
                     "" => bad(format!("{s:?} has an empty dependency term")),
-                    "aftercorr" => DepError::Unsupported(format!(
-                        "dependency {item}: aftercorr is for job arrays, which berth does not have yet"
-                    )),
                     "afterburstbuffer" | "expand" | "before" | "beforeok" | "beforenotok" | "beforeany" | "on" => {
                         DepError::Unsupported(format!("dependency {item}: {word} is not supported (berth has {known})"))
                     }
@@ -182,7 +197,7 @@ fn parse_id(id: &str, pbs: bool, item: &str) -> Result<JobId, DepError> {
     }
     if id.contains('_') {
         return Err(DepError::Unsupported(format!(
-            "dependency {item}: array tasks (ID_N) are not supported; berth has no job arrays yet"
+            "dependency {item}: a task of an array (ID_N) cannot be named; name the array (ID: all its tasks) or use aftercorr:ID"
         )));
     }
     match number.parse::<u64>() {
@@ -363,7 +378,8 @@ mod tests {
         assert!(bad("waitfor:1").contains("unknown kind"));
         assert!(bad("afterok:1,,afterok:2").contains("empty"));
         assert!(bad("singleton:4").contains("takes no job ids"));
-        assert!(unsupported("aftercorr:4").contains("arrays"));
+        assert_eq!(slurm("aftercorr:4").terms[0], DepTerm { kind: DepKind::Aftercorr, jobs: vec![JobId(4)] });
+        assert_eq!(slurm("aftercorr:4,afterok:5").to_string(), "aftercorr:4,afterok:5", "reads back");
         assert!(unsupported("after:4+10").contains("delay"));
         assert!(unsupported("afterok:4_1").contains("array"));
         assert!(unsupported("expand:4").contains("not supported"));
@@ -382,6 +398,7 @@ mod tests {
         assert!(matches!(Dependency::parse_pbs("afterok:x.srv"), Err(DepError::Bad(_))));
         assert!(matches!(Dependency::parse_pbs("afterok:1?afterok:2"), Err(DepError::Bad(_))));
         assert!(matches!(Dependency::parse_pbs("singleton"), Err(DepError::Bad(_))));
+        assert!(matches!(Dependency::parse_pbs("aftercorr:3"), Err(DepError::Bad(_))), "Slurm's alone");
     }
 
     #[test]
@@ -391,6 +408,9 @@ mod tests {
         assert_eq!(DepKind::Afterok.judge(Failed, true), Some(false));
         assert_eq!(DepKind::Afterok.judge(Cancelled, false), Some(false));
         assert_eq!(DepKind::Afterok.judge(Running, true), None);
+        assert_eq!(DepKind::Aftercorr.judge(Completed, true), Some(true));
+        assert_eq!(DepKind::Aftercorr.judge(Failed, true), Some(false), "never, once it failed");
+        assert_eq!(DepKind::Aftercorr.judge(Queued, false), None);
         assert_eq!(DepKind::Afternotok.judge(Timeout, true), Some(true));
         assert_eq!(DepKind::Afternotok.judge(Completed, true), Some(false));
         assert_eq!(DepKind::Afternotok.judge(Queued, false), None);

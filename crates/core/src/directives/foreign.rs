@@ -5,7 +5,7 @@
 
 use super::array::ArraySpec;
 use super::depend::{Begin, DepError, Dependency};
-use super::SubmitOptions;
+use super::{Join, SubmitOptions};
 use crate::units::parse_size;
 
 /// What the foreign directives of a script give.
@@ -34,7 +34,16 @@ fn dialect(line: &str) -> Option<(&'static str, &str)> {
 pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
     let mut out = Foreign::default();
     // Resolved once every line is read: their meaning depends on other directives.
-    let mut later = Later::default();
+    let mut later = Later {
+        shebang: script
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("#!"))
+            .and_then(|l| l.split_whitespace().next())
+            .map(String::from),
+        ..Later::default()
+    };
+    let mut slurm = false;
     for (index, raw) in script.lines().enumerate().skip(1) {
         let line_no = index + 1;
         let line = raw.trim();
@@ -51,6 +60,7 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
         let mut o = out.options.clone();
         let mut unsupported = Vec::new();
         let result = if prefix == "#SBATCH" {
+            slurm = true;
             slurm_line(&tokens, &mut o, &mut later, &mut unsupported)
         } else {
             pbs_line(&tokens, &mut o, &mut later, &mut unsupported)
@@ -63,6 +73,10 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
         out.unsupported.extend(unsupported.into_iter().map(|m| (line_no, format!("{prefix} {m}"))));
     }
     let o = &mut out.options;
+    // A Slurm script's outputs follow Slurm's rule (`output_patterns`), unless `#PBS -j` says.
+    if slurm && o.join.is_none() {
+        o.join = Some(Join::Slurm);
+    }
     // `-n` is tasks: per node when the node count is known, else the job's total cores.
     if let Some((line, n)) = later.ntasks {
         match (o.nodes, o.tasks_per_node) {
@@ -91,11 +105,25 @@ struct Later {
     ntasks: Option<(usize, u32)>,
     /// PBS's `-l mem`.
     pbs_mem: Option<u64>,
+    /// The script's interpreter, from its `#!` line (PBS's `-S` must name it).
+    shebang: Option<String>,
 }
 
 /// Options of one directive line: `(flag, value)` pairs, from `--long=value`, `--long value`,
 /// `-x value` and `-xvalue`; `takes_value` tells which flags have one.
 fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(String, Option<String>)>, String> {
+    pairs_with(tokens, takes_value, |_| false)
+}
+
+/// `pairs`, where a flag for which `optional` holds (one berth does not know, so it cannot
+/// tell whether it takes a value) has none when no value follows it (the line ends, or the
+/// next word is an option): `#SBATCH --get-user-env` is then an unsupported directive, not
+/// a malformed one.
+fn pairs_with(
+    tokens: &[String],
+    takes_value: impl Fn(&str) -> bool,
+    optional: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Option<String>)>, String> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
@@ -116,6 +144,7 @@ fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(S
         };
         let value = match (inline, takes_value(&flag)) {
             (Some(v), _) => Some(v),
+            (None, true) if optional(&flag) && tokens.get(i).is_none_or(|t| t.starts_with('-')) => None,
             (None, true) => {
                 let v = tokens.get(i).cloned().ok_or_else(|| format!("{flag} needs a value"))?;
                 i += 1;
@@ -129,8 +158,84 @@ fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(S
 }
 
 /// Slurm's flags that take no value (all others take one).
-const SLURM_SWITCHES: &[&str] =
-    &["--requeue", "--no-requeue", "--exclusive", "-H", "--hold", "-W", "--wait", "--parsable", "--overcommit", "-O"];
+const SLURM_SWITCHES: &[&str] = &[
+    "--requeue",
+    "--no-requeue",
+    "--exclusive",
+    "-H",
+    "--hold",
+    "-W",
+    "--wait",
+    "--parsable",
+    "--overcommit",
+    "-O",
+    "-k",
+    "--no-kill",
+    "--contiguous",
+    "--spread-job",
+    "--use-min-nodes",
+    "--test-only",
+    "--reboot",
+    "--ignore-pbs",
+    "-s",
+    "--oversubscribe",
+    "-Q",
+    "--quiet",
+    "-v",
+    "--verbose",
+];
+
+/// Slurm's flags that take a value and that berth reads (`slurm_line`): a value is required.
+/// Any other flag may be written without one (`--get-user-env`).
+const SLURM_VALUED: &[&str] = &[
+    "-N",
+    "--nodes",
+    "-n",
+    "--ntasks",
+    "--ntasks-per-node",
+    "-c",
+    "--cpus-per-task",
+    "--mem",
+    "--mem-per-cpu",
+    "-t",
+    "--time",
+    "-J",
+    "--job-name",
+    "-o",
+    "--output",
+    "-e",
+    "--error",
+    "-p",
+    "--partition",
+    "-A",
+    "--account",
+    "-d",
+    "--dependency",
+    "-b",
+    "--begin",
+    "--comment",
+    "-D",
+    "--chdir",
+    "--export",
+    "--signal",
+    "--mail-type",
+    "--mail-user",
+    "-q",
+    "--qos",
+    "-a",
+    "--array",
+    "-C",
+    "--constraint",
+    "--gres",
+    "-G",
+    "--gpus",
+    "--gpus-per-node",
+    "--gpus-per-task",
+    "--gpus-per-socket",
+    "--cpus-per-gpu",
+    "--mem-per-gpu",
+    "--gpu-bind",
+];
 
 fn slurm_line(
     tokens: &[String],
@@ -138,7 +243,7 @@ fn slurm_line(
     later: &mut Later,
     unsupported: &mut Vec<String>,
 ) -> Result<(), String> {
-    for (flag, value) in pairs(tokens, |f| !SLURM_SWITCHES.contains(&f))? {
+    for (flag, value) in pairs_with(tokens, |f| !SLURM_SWITCHES.contains(&f), |f| !SLURM_VALUED.contains(&f))? {
         let v = value.clone().unwrap_or_default();
         let shown = match &value {
             Some(v) => format!("{flag}={v}"),
@@ -217,6 +322,12 @@ fn slurm_line(
             },
             "-b" | "--begin" => o.begin = Some(Begin::parse(&v).map_err(|e| format!("{flag}: {e}"))?),
             "-H" | "--hold" => o.hold = Some(true),
+            // Keep running when one of the job's nodes fails: berth's `--no-kill`.
+            "-k" | "--no-kill" => match value.as_deref() {
+                None => o.no_kill = Some(true),
+                Some(v) if v.eq_ignore_ascii_case("off") => o.no_kill = Some(false),
+                Some(_) => return Err(format!("{flag} takes no value (or =off), got {v:?}")),
+            },
             "--comment" => {
                 o.comment = Some(super::extra::parse_comment(&v).map_err(|e| e.replace("--comment", &flag))?)
             }
@@ -232,6 +343,18 @@ fn slurm_line(
                 }
             },
             "-q" | "--qos" => o.qos = Some(nonempty(&flag, &v)?),
+            "--open-mode" => {
+                o.open_append = Some(match v.trim() {
+                    "append" | "a" | "A" => true,
+                    "truncate" | "t" | "T" => false,
+                    _ => return Err(format!("{flag} takes append or truncate, got {v:?}")),
+                })
+            }
+            // Accounting's workload key: recorded by Slurm only with TrackWCKey=yes (off by
+            // default), where it changes nothing about the job; berth tracks none either.
+            "--wckey" => {
+                nonempty(&flag, &v)?;
+            }
             "-a" | "--array" => o.array = Some(ArraySpec::parse_slurm(&v).map_err(|e| format!("{flag}: {e}"))?),
             "-C" | "--constraint" => {
                 let props: Vec<String> = v.split(['&', ',']).map(|p| p.trim().to_string()).collect();
@@ -273,6 +396,21 @@ fn pbs_line(
                 }
             }
             "-N" => o.name = Some(nonempty(&flag, &v)?),
+            // The interpreter of the script: berth runs a script with its `#!` line, so `-S`
+            // naming that interpreter (`#!/bin/bash` and `-S /bin/bash`, as parsl writes) is
+            // what happens anyway; another one is not supported.
+            "-S" => {
+                let shell = v.split(',').next().unwrap_or("").split('@').next().unwrap_or("").trim();
+                if shell.is_empty() {
+                    return Err("-S needs the path of a shell".into());
+                }
+                if later.shebang.as_deref() != Some(shell) {
+                    unsupported.push(format!(
+                        "{shown}: berth runs the script with its #! line ({}); make that line #!{shell}",
+                        later.shebang.as_deref().unwrap_or("none")
+                    ));
+                }
+            }
             "-q" => o.queue = Some(nonempty(&flag, &v)?),
             "-A" => o.account = Some(nonempty(&flag, &v)?),
             "-o" | "-e" => {
@@ -283,6 +421,14 @@ fn pbs_line(
                 } else {
                     o.error = Some(nonempty(&flag, &v)?);
                 }
+            }
+            "-j" => {
+                o.join = Some(match v.trim() {
+                    "oe" => Join::Output,
+                    "eo" => Join::Error,
+                    "n" => Join::Neither,
+                    _ => return Err(format!("-j takes oe, eo or n, got {v:?}")),
+                })
             }
             "-r" => match v.as_str() {
                 "y" => o.requeue = Some(true),
@@ -325,6 +471,10 @@ fn pbs_line(
     Ok(())
 }
 
+/// PBS resources that ask for GPUs (PBS Pro's `ngpus`, `gpu_type`, `gpu_model`; Torque's
+/// `gpus`): refused as Slurm's `--gres`/`--gpus*` are.
+const PBS_GPU_RESOURCES: &[&str] = &["ngpus", "gpus", "gpu_type", "gpu_model", "naccelerators", "accelerator_model"];
+
 /// One `-l` resource: `select=...`, `nodes=N:ppn=P`, `walltime`, `mem`, `ncpus`, `place`.
 fn pbs_resource(
     res: &str,
@@ -361,6 +511,14 @@ fn pbs_resource(
                     "ncpus" => ncpus = number("ncpus", v)?,
                     "mpiprocs" => procs = Some(number("mpiprocs", v)?),
                     "mem" => o.mem = Some(pbs_size(v).ok_or_else(|| format!("-l {res}: bad size {v:?}"))?),
+                    // OpenMP threads per rank: the job gets ncpus/mpiprocs CPUs per rank in
+                    // any case; the count itself only sets OMP_NUM_THREADS under PBS.
+                    "ompthreads" => {
+                        number("ompthreads", v)?;
+                    }
+                    k if PBS_GPU_RESOURCES.contains(&k) => {
+                        unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
+                    }
                     _ => unsupported.push(format!("-l {res}: chunk resource {k} is not supported")),
                 }
             }
@@ -378,6 +536,9 @@ fn pbs_resource(
             for kv in parts {
                 match kv.split_once('=') {
                     Some(("ppn", p)) => o.tasks_per_node = Some(number("ppn", p)?),
+                    Some((k, _)) if PBS_GPU_RESOURCES.contains(&k) => {
+                        unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
+                    }
                     _ => unsupported.push(format!("-l {res}: node property {kv:?} is not supported")),
                 }
             }
@@ -395,10 +556,23 @@ fn pbs_resource(
         }
         "ncpus" => o.cores = Some(number("ncpus", value)?),
         "place" => {
-            // berth puts each chunk on its own node, as `scatter` asks.
-            if !value.split(':').all(|p| matches!(p, "scatter" | "free")) {
-                unsupported.push(format!("-l {res}: only place=scatter (and free) is supported"));
+            // berth puts each chunk on its own node, as `scatter` asks; `excl` (and `exclhost`)
+            // is berth's `--exclusive`, `shared` its default.
+            for p in value.split(':') {
+                match p {
+                    "scatter" | "free" | "shared" => {}
+                    "excl" | "exclhost" => o.exclusive = Some(true),
+                    _ => {
+                        unsupported.push(format!(
+                            "-l {res}: only place=scatter (and free), with excl, exclhost or shared, is supported"
+                        ));
+                        break;
+                    }
+                }
             }
+        }
+        k if PBS_GPU_RESOURCES.contains(&k) => {
+            unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
         }
         _ => unsupported.push(format!("-l {res}: resource {name} is not supported")),
     }
@@ -413,6 +587,32 @@ fn nonempty(flag: &str, v: &str) -> Result<String, String> {
     }
 }
 
+/// The output and error patterns of a job with these options (relative to its working
+/// directory): those it names, else the defaults of its dialect (`SubmitOptions::join`).
+/// berth's own: `berth-%j.out` and `berth-%j.err`. Slurm's: standard error with standard
+/// output unless `--error` names a file, the output `slurm-%j.out` (`slurm-%A_%a.out` for an
+/// array). PBS's `-j oe`: standard error into the output file; `-j eo`: the other way round.
+/// Equal patterns are one file, both streams open on it (the agent's `same_output`).
+pub fn output_patterns(o: &SubmitOptions) -> (String, String) {
+    let join = o.join;
+    let default_out = match join {
+        Some(Join::Slurm) if o.array.is_some() || o.array_task.is_some() => "slurm-%A_%a.out",
+        Some(Join::Slurm) => "slurm-%j.out",
+        _ => "berth-%j.out",
+    };
+    let out = o.output.clone().unwrap_or_else(|| default_out.to_string());
+    let err = match (join, &o.error) {
+        (Some(Join::Output), _) | (Some(Join::Slurm), None) => out.clone(),
+        (_, Some(e)) => e.clone(),
+        (_, None) => "berth-%j.err".to_string(),
+    };
+    if join == Some(Join::Error) {
+        (err.clone(), err)
+    } else {
+        (out, err)
+    }
+}
+
 /// Output paths: berth expands `%j`, `%x`, `%u` and `%%` (`super::expand_output`); Slurm's
 /// others (arrays, nodes, tasks, padded widths) are not yet.
 fn output_pattern(v: &str) -> Result<String, String> {
@@ -420,10 +620,10 @@ fn output_pattern(v: &str) -> Result<String, String> {
     while let Some(c) = chars.next() {
         if c == '%' {
             match chars.next() {
-                Some('j' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%') => {}
+                Some('j' | 'J' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%') => {}
                 other => {
                     return Err(format!(
-                        "the pattern %{} is not supported (%j job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)",
+                        "the pattern %{} is not supported (%j or %J job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)",
                         other.map(String::from).unwrap_or_default()
                     ))
                 }
@@ -445,7 +645,8 @@ fn pbs_size(v: &str) -> Option<u64> {
     parse_size(v.trim()).ok()
 }
 
-/// Slurm's time formats, in seconds; `Some(None)` for unlimited.
+/// Slurm's time formats, in seconds, rounded up to whole minutes as Slurm does (its limits
+/// are minutes: `-t 45:30` is 46 minutes, `0:06` one); `Some(None)` for unlimited.
 fn slurm_time(v: &str) -> Option<Option<u64>> {
     let v = v.trim();
     if matches!(v.to_ascii_lowercase().as_str(), "unlimited" | "infinite") {
@@ -476,7 +677,7 @@ fn slurm_time(v: &str) -> Option<Option<u64>> {
             }
         }
     };
-    (secs > 0).then_some(Some(secs))
+    (secs > 0).then_some(Some(secs.div_ceil(60).checked_mul(60)?))
 }
 
 /// PBS walltime: `[[HH:]MM:]SS`.

@@ -151,8 +151,18 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
         println!("{}", serde_json::json!({"jobs": finished, "verdicts": verdicts, "ok": ok}));
     } else {
         println!("\n$ berth acct");
-        if let ClientResponse::Acct { jobs } =
-            request(dir, ClientRequest::Acct { limit: Some(20), steps: false }).await?
+        if let ClientResponse::Acct { jobs } = request(
+            dir,
+            ClientRequest::Acct {
+                limit: Some(20),
+                steps: false,
+                since: None,
+                until: None,
+                users: vec![],
+                active: false,
+            },
+        )
+        .await?
         {
             print!("{}", output::acct_table(&jobs));
         }

@@ -102,6 +102,12 @@ fn srun_streams() {
     assert_eq!(srun("-e err -o none true").stderr, Some(Redirect::File("err".into())));
     assert_eq!(srun("-o 100%%.txt true").stdout, Some(Redirect::File("100%.txt".into())));
     assert!(srun_err("-o out-%t.txt true").contains("patterns"));
+    // Patterns with one value for the whole step are expanded (submitit's `%j_%t_log.out`).
+    let p = srun("--jobid 7 -n 1 -o /d/%j_%t_log.out -e /d/%j_%4t.err true");
+    assert_eq!(p.stdout, Some(Redirect::File("/d/7_0_log.out".into())));
+    assert_eq!(p.stderr, Some(Redirect::File("/d/7_0000.err".into())));
+    assert!(srun_err("--jobid 7 -n 2 -o %j_%t.out true").contains("one-task step"));
+    assert!(srun_err("--jobid 7 -n 1 -o %s.out true").contains("%s"));
     assert!(srun_err("-o 3 true").contains("one task"));
     assert!(srun_err("--input=all true").contains("rank 0"));
 }
@@ -111,7 +117,8 @@ fn srun_time_chdir_export() {
     // Outside a job (the test's environment may be inside one: then -t is a note).
     if std::env::var("BERTH_JOB_ID").is_err() {
         assert_eq!(srun("-t 10 true").args.walltime.as_deref(), Some("600"));
-        assert_eq!(srun("--time=1-00:00:01 true").args.walltime.as_deref(), Some("86401"));
+        // Rounded up to the minute, as Slurm keeps its limits.
+        assert_eq!(srun("--time=1-00:00:01 true").args.walltime.as_deref(), Some("86460"));
     }
     let p = srun("--jobid 3 -t 5 true");
     assert_eq!(p.args.walltime, None);

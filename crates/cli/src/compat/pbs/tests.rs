@@ -117,6 +117,24 @@ fn qstat_table_is_pbs() {
 }
 
 #[test]
+fn qstat_full_as_json() {
+    // `qstat -f -F json` (parsl's PBSProProvider reads it): PBS Pro's layout.
+    let mut two = running(12, &["n1"], 0.0);
+    two.name = "second".into();
+    let full = qstat_full(&running(11, &["n1"], 0.0), "srv", 10.0) + &qstat_full(&two, "srv", 10.0);
+    let v: serde_json::Value = serde_json::from_str(&qstat_json(&full, "srv", 10.0)).unwrap();
+    assert_eq!(v["pbs_server"], "srv");
+    assert_eq!(v["timestamp"], 10);
+    let job = &v["Jobs"]["11.srv"];
+    assert_eq!(job["Job_Name"], "sim");
+    assert_eq!(job["job_state"], "R");
+    assert_eq!(job["Resource_List"]["walltime"], "01:00:00");
+    assert_eq!(job["Resource_List"]["nodect"], 1);
+    assert!(job["Variable_List"]["PBS_O_WORKDIR"].is_string(), "{job:#}");
+    assert_eq!(v["Jobs"]["12.srv"]["Job_Name"], "second");
+}
+
+#[test]
 fn pbs_states() {
     assert_eq!(pbs_state(&job(1, "x", "a", "queued")), 'Q');
     assert_eq!(pbs_state(&job(1, "x", "a", "held")), 'H');
@@ -202,4 +220,27 @@ fn array_tasks_are_pbs_subjobs() {
     (j.array_job, j.array_index) = (Some(JobId(10)), Some(3));
     assert_eq!(pbs_job_id(&j, "srv"), "10[3].srv");
     assert!(qstat_table(&[j], "srv").contains("10[3].srv"));
+}
+
+#[test]
+fn qalter_reads_resources_as_pbs_lines_and_refuses_what_it_cannot_change() {
+    let a = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let p = qalter_plan(&a(&["-l", "walltime=01:30:00", "-N", "renamed", "-q", "long", "12.server"])).unwrap();
+    assert_eq!(p.ids, vec![JobId(12)]);
+    let c = &p.change;
+    assert_eq!((c.walltime, c.name.as_deref(), c.queue.as_deref()), (Some(5400), Some("renamed"), Some("long")));
+    let p = qalter_plan(&a(&["-l", "select=2:ncpus=4:mpiprocs=2", "7", "8[]"])).unwrap();
+    assert_eq!(p.ids, vec![JobId(7), JobId(8)]);
+    assert_eq!((p.change.nodes, p.change.tasks_per_node, p.change.cpus_per_task), (Some(2), Some(2), Some(2)));
+    let p = qalter_plan(&a(&["-l", "nodes=3:ppn=4", "-W", "depend=afterok:5.server:6", "9"])).unwrap();
+    assert_eq!((p.change.nodes, p.change.tasks_per_node), (Some(3), Some(4)));
+    assert_eq!(p.change.dependency.as_deref(), Some("afterok:5:6"), "in Slurm's syntax for the controller");
+    let err = |s: &[&str]| qalter_plan(&a(s)).unwrap_err();
+    assert!(err(&["-l", "mem=4gb", "3"]).contains("memory"));
+    assert!(err(&["-l", "software=x", "3"]).contains("not supported"));
+    assert!(err(&["-W", "group_list=x", "3"]).contains("depend"));
+    assert!(err(&["-N", "x"]).contains("no job identifier"));
+    assert!(err(&["3"]).contains("no attribute"));
+    assert!(err(&["-l", "walltime=1:00", "x.y"]).contains("illegally formed"));
+    assert!(qalter_plan(&a(&["--version"])).unwrap().info.is_some());
 }

@@ -86,6 +86,20 @@ fn sbatch_own_options() {
 }
 
 #[test]
+fn sbatch_takes_what_submitit_writes() {
+    // submitit's scripts: --open-mode=append, --wckey (accounting only, as Slurm without
+    // TrackWCKey), --signal=USR2@90; dask-jobqueue's -o name-%J.out.
+    let p =
+        sbatch_plan(&args(&["--open-mode=append", "--wckey=submitit", "--signal=USR2@90", "-o", "w-%J.out", "x.sh"]))
+            .unwrap();
+    assert_eq!(p.options.open_append, Some(true));
+    assert!(p.warnings.is_empty(), "{:?}", p.warnings);
+    assert_eq!(sbatch_plan(&args(&["--open-mode=truncate", "x.sh"])).unwrap().options.open_append, Some(false));
+    assert!(sbatch_plan(&args(&["--open-mode=sideways", "x.sh"])).unwrap_err().contains("append or truncate"));
+    assert!(sbatch_plan(&args(&["--wckey=", "x.sh"])).is_err());
+}
+
+#[test]
 fn sbatch_refuses_by_name_what_it_cannot_do() {
     let e = sbatch_plan(&args(&["--bogus", "x.sh"])).unwrap_err();
     assert_eq!(e, "unrecognized option '--bogus'");
@@ -105,7 +119,8 @@ fn sbatch_refuses_by_name_what_it_cannot_do() {
     assert_eq!(none.options.export.map(|e| e.all), Some(false));
     assert!(sbatch_plan(&args(&["-J", "a\"b", "-N", "1\"", "x.sh"])).is_err(), "a quote in a directive value");
     // With --ignore-unsupported: warnings, and the rest still applies.
-    let p = sbatch_plan(&args(&["--ignore-unsupported", "--licenses=lic", "--wckey=w", "-N", "3", "x.sh"])).unwrap();
+    let p =
+        sbatch_plan(&args(&["--ignore-unsupported", "--licenses=lic", "--mcs-label=w", "-N", "3", "x.sh"])).unwrap();
     assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
     assert!(p.warnings[0].starts_with("--licenses=lic"), "{:?}", p.warnings);
     assert_eq!(p.options.nodes, Some(3));
@@ -285,9 +300,9 @@ fn sbatch_dependency_begin_and_hold() {
     assert!(p.options.dependency.unwrap().any);
     assert!(sbatch_plan(&args(&["-d", "afterok:x", "x.sh"])).unwrap_err().contains("not a job id"));
     assert!(sbatch_plan(&args(&["--begin", "whenever", "x.sh"])).unwrap_err().contains("not a time"));
-    let e = sbatch_plan(&args(&["-d", "aftercorr:3", "x.sh"])).unwrap_err();
-    assert!(e.contains("aftercorr") && e.contains("--ignore-unsupported"), "{e}");
-    let p = sbatch_plan(&args(&["-d", "aftercorr:3", "--ignore-unsupported", "x.sh"])).unwrap();
+    let e = sbatch_plan(&args(&["-d", "expand:3", "x.sh"])).unwrap_err();
+    assert!(e.contains("expand") && e.contains("--ignore-unsupported"), "{e}");
+    let p = sbatch_plan(&args(&["-d", "expand:3", "--ignore-unsupported", "x.sh"])).unwrap();
     assert_eq!((p.options.dependency, p.warnings.len()), (None, 1));
 }
 

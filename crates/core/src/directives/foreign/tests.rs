@@ -27,11 +27,15 @@ fn slurm_directives_map_onto_berths_options() {
 fn slurm_times_tasks_and_node_ranges() {
     let t = |v: &str| opts(&format!("#!/bin/sh\n#SBATCH --time={v}\n")).walltime;
     assert_eq!(t("30"), Some(1800));
-    assert_eq!(t("10:30"), Some(630));
+    // Slurm's limits are minutes: a time with seconds is rounded up, as Slurm does.
+    assert_eq!(t("10:30"), Some(660));
+    assert_eq!(t("0:06"), Some(60));
+    assert_eq!(t("45:00"), Some(2700));
     assert_eq!(t("2:00:00"), Some(7200));
     assert_eq!(t("1-0"), Some(86_400));
     assert_eq!(t("1-2:30"), Some(86_400 + 2 * 3600 + 1800));
-    assert_eq!(t("1-00:00:05"), Some(86_405));
+    assert_eq!(t("1-00:00:05"), Some(86_460));
+    assert_eq!(t("1:00:01"), Some(3660));
     // -n alone is the job's cores (times -c); with a node range the minimum is taken.
     let o = opts("#!/bin/sh\n#SBATCH -n 4 -c 2\n");
     assert_eq!((o.cores, o.nodes), (Some(8), None));
@@ -76,11 +80,13 @@ fn dependencies_begin_and_hold() {
     assert_eq!(o.dependency.unwrap().to_string(), "afterok:12:13,afternotok:14");
     assert_eq!(o.hold, Some(true));
     // Kinds berth does not have are unsupported (errors, or warnings when asked) ...
-    let f =
-        parse_foreign("#!/bin/sh\n#SBATCH -d aftercorr:3\n#PBS -W depend=beforeok:3\n#PBS -W group_list=x\n").unwrap();
+    let f = parse_foreign("#!/bin/sh\n#SBATCH -d expand:3\n#PBS -W depend=beforeok:3\n#PBS -W group_list=x\n").unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 3, 4], "{:?}", f.unsupported);
-    assert!(f.unsupported[0].1.contains("arrays"), "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("expand"), "{:?}", f.unsupported);
+    // `aftercorr` (arrays) is read.
+    let o = opts("#!/bin/sh\n#SBATCH -d aftercorr:3\n");
+    assert_eq!(o.dependency.map(|d| d.to_string()).as_deref(), Some("aftercorr:3"));
     // ... malformed values are errors naming the line.
     for (script, needle) in [
         ("#!/bin/sh\n#SBATCH -d afterok:x\n", "not a job id"),
@@ -106,7 +112,7 @@ fn dependencies_begin_and_hold() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=gpu:a100:2\n#PBS -j oe\n#SBATCH -o out-%5j.txt\n",
+        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=gpu:a100:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
@@ -187,4 +193,73 @@ fn arrays_in_every_dialect() {
     }
     let e = crate::directives::parse_script("#!/bin/sh\n#BERTH --array 1-4:0\n").unwrap_err().to_string();
     assert!(e.contains("step"), "{e}");
+}
+
+#[test]
+fn corpus_fixes_no_kill_unknown_switches_ompthreads_excl_and_pbs_gpus() {
+    // -k/--no-kill is berth's --no-kill.
+    assert_eq!(opts("#!/bin/sh\n#SBATCH -k -n 2\n").no_kill, Some(true));
+    assert_eq!(opts("#!/bin/sh\n#SBATCH --no-kill=off\n").no_kill, Some(false));
+    // An unknown option with no value after it is unsupported, not malformed.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --get-user-env\n#SBATCH --get-user-env -n 2\n").unwrap();
+    assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("--get-user-env: not supported"), "{:?}", f.unsupported);
+    assert_eq!(f.options.cores, Some(2));
+    // ... but a known one still needs its value.
+    assert!(parse_foreign("#!/bin/sh\n#SBATCH --time\n").is_err());
+    // PBS: ompthreads is read, place=...:excl is exclusive.
+    let o = opts("#!/bin/sh\n#PBS -l select=2:ncpus=128:mpiprocs=4:ompthreads=32\n#PBS -l place=scatter:excl\n");
+    assert_eq!((o.nodes, o.tasks_per_node, o.cpus_per_task, o.exclusive), (Some(2), Some(4), Some(32), Some(true)));
+    assert!(parse_foreign("#!/bin/sh\n#PBS -l select=1:ncpus=4:ompthreads=0\n").is_err());
+    // PBS GPU requests, every spelling, refused as GPUs.
+    for line in ["#PBS -l select=1:ncpus=4:ngpus=1", "#PBS -l nodes=1:ppn=4:gpus=2", "#PBS -l ngpus=2"] {
+        let f = parse_foreign(&format!("#!/bin/sh\n{line}\n")).unwrap();
+        assert_eq!(f.unsupported.len(), 1, "{line}: {:?}", f.unsupported);
+        let (_, what) = &f.unsupported[0];
+        assert!(what.ends_with("GPUs and generic resources are not supported yet"), "{what}");
+    }
+}
+
+#[test]
+fn outputs_follow_the_dialect_of_the_script() {
+    use crate::directives::Join;
+    let patterns = |script: &str| output_patterns(&parse_script_with(script, false).unwrap().0);
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    // berth's own: two files.
+    assert_eq!(patterns("#!/bin/sh\ntrue\n"), pair("berth-%j.out", "berth-%j.err"));
+    assert_eq!(patterns("#!/bin/sh\n#BERTH --output o.txt\n"), pair("o.txt", "berth-%j.err"));
+    assert_eq!(patterns("#!/bin/sh\n#PBS -l ncpus=2\n"), pair("berth-%j.out", "berth-%j.err"));
+    // Slurm's: stderr with stdout unless -e; slurm-%j.out (slurm-%A_%a.out for an array).
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -n 2\n"), pair("slurm-%j.out", "slurm-%j.out"));
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -a 1-3\n"), pair("slurm-%A_%a.out", "slurm-%A_%a.out"));
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -o x-%N.out\n"), pair("x-%N.out", "x-%N.out"));
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -e e.txt\n"), pair("slurm-%j.out", "e.txt"));
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -o o.txt -e e.txt\n"), pair("o.txt", "e.txt"));
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -n 1\n#BERTH --output b.txt\n"), pair("b.txt", "b.txt"));
+    // The command line (sbatch -o c.txt over #SBATCH -o a.txt): both to c.txt, as Slurm.
+    let (script, _) = parse_script_with("#!/bin/sh\n#SBATCH -o a.txt\n", false).unwrap();
+    assert_eq!(script.join, Some(Join::Slurm));
+    let flags = SubmitOptions { output: Some("c.txt".into()), ..Default::default() };
+    assert_eq!(output_patterns(&script.overlay(flags)), pair("c.txt", "c.txt"));
+    // PBS's -j: oe joins stderr into the output file (whatever -e says), eo the other way, n not.
+    assert_eq!(patterns("#!/bin/sh\n#PBS -j oe\n#PBS -o o -e e\n"), pair("o", "o"));
+    assert_eq!(patterns("#!/bin/sh\n#PBS -j oe\n"), pair("berth-%j.out", "berth-%j.out"));
+    assert_eq!(patterns("#!/bin/sh\n#PBS -j eo -o o -e e\n"), pair("e", "e"));
+    assert_eq!(patterns("#!/bin/sh\n#PBS -j n -o o\n"), pair("o", "berth-%j.err"));
+    // An explicit #PBS -j is kept over a Slurm script's rule; a bad -j is an error on its line.
+    assert_eq!(patterns("#!/bin/sh\n#SBATCH -o o\n#PBS -j n\n"), pair("o", "berth-%j.err"));
+    let (line, message) = parse_foreign("#!/bin/sh\n#PBS -j oo\n").unwrap_err();
+    assert_eq!(line, 2);
+    assert!(message.contains("oe, eo or n"), "{message}");
+}
+
+#[test]
+fn pbs_shell_must_be_the_scripts_own() {
+    // parsl's PBSProProvider: `#!/bin/bash` and `#PBS -S /bin/bash`.
+    let f = parse_foreign("#!/bin/bash\n#PBS -S /bin/bash\n#PBS -N p\n").unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    assert_eq!(f.options.name.as_deref(), Some("p"));
+    let f = parse_foreign("#!/bin/sh\n#PBS -S /bin/csh\n").unwrap();
+    assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("#!/bin/csh"), "{:?}", f.unsupported);
 }

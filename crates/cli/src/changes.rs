@@ -1,0 +1,135 @@
+//! `berth update`: change a pending job (or lower a running job's walltime); the request
+//! `scontrol update` and `qalter` make too (`send`). The controller checks the change as a
+//! submission (crates/controller/src/update.rs, docs/protocol.md "Changing jobs").
+
+use crate::client::request;
+use anyhow::{anyhow, bail, Result};
+use berth_core::directives::SubmitOptions;
+use berth_core::JobId;
+use berth_protocol::client::{ClientRequest, ClientResponse, IdResult, JobChange};
+use clap::Args;
+use std::path::Path;
+
+#[derive(Args, Debug, Default, Clone)]
+pub struct UpdateArgs {
+    /// The job: an array's id changes each of its pending tasks, `A_i` one task.
+    pub id: String,
+    /// SECONDS, HH:MM:SS, D-HH:MM:SS, or 10m / 2h (a running job's may only be lowered).
+    #[arg(long)]
+    pub walltime: Option<String>,
+    /// Total cores (replaces --tasks-per-node unless it is given too).
+    #[arg(long)]
+    pub cores: Option<String>,
+    #[arg(long)]
+    pub nodes: Option<String>,
+    /// Tasks per node (replaces --cores unless it is given too).
+    #[arg(long = "tasks-per-node")]
+    pub tasks_per_node: Option<String>,
+    #[arg(long = "cpus-per-task")]
+    pub cpus_per_task: Option<String>,
+    /// Tasks in all, as Slurm's -n: per node when the job has a node count, else cores.
+    #[arg(long)]
+    pub tasks: Option<String>,
+    #[arg(long, short = 'q')]
+    pub queue: Option<String>,
+    #[arg(long)]
+    pub name: Option<String>,
+    /// As at submission (afterok:ID, ...); "" removes it.
+    #[arg(long, short = 'd')]
+    pub dependency: Option<String>,
+    /// Admins: the job's priority, instead of the computed one.
+    #[arg(long)]
+    pub priority: Option<u32>,
+}
+
+impl UpdateArgs {
+    /// The change asked for, each value read as `berth submit` reads it.
+    pub fn change(&self) -> Result<JobChange> {
+        let mut o = SubmitOptions::default();
+        for (name, value) in [
+            ("walltime", &self.walltime),
+            ("cores", &self.cores),
+            ("nodes", &self.nodes),
+            ("tasks-per-node", &self.tasks_per_node),
+            ("cpus-per-task", &self.cpus_per_task),
+            ("queue", &self.queue),
+            ("name", &self.name),
+        ] {
+            if let Some(v) = value {
+                o.set(name, v).map_err(|e| anyhow!(e))?;
+            }
+        }
+        let tasks = match &self.tasks {
+            Some(t) => Some(
+                t.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| anyhow!("--tasks needs a positive whole number, got {t:?}"))?,
+            ),
+            None => None,
+        };
+        let change = JobChange {
+            walltime: o.walltime,
+            cores: o.cores,
+            nodes: o.nodes,
+            tasks_per_node: o.tasks_per_node,
+            cpus_per_task: o.cpus_per_task,
+            tasks,
+            queue: o.queue,
+            name: o.name,
+            dependency: self.dependency.clone(),
+            priority: self.priority,
+        };
+        if change.is_empty() {
+            bail!("nothing to change: give --walltime, --cores, --nodes, --tasks-per-node, --cpus-per-task, --tasks, --queue, --name, --dependency or --priority");
+        }
+        Ok(change)
+    }
+}
+
+/// Ask the controller to make `change` to job `id`: the ids of the jobs changed (an array's
+/// pending tasks, or the job).
+pub async fn send(dir: &Path, id: JobId, change: JobChange) -> Result<Vec<IdResult>> {
+    match request(dir, ClientRequest::Update { id, change }).await? {
+        ClientResponse::Done { results } => Ok(results),
+        _ => bail!("unexpected answer"),
+    }
+}
+
+/// `berth update`: `job N updated` for each job changed (the results with --json).
+pub async fn update(dir: &Path, json: bool, id: JobId, args: &UpdateArgs) -> Result<i32> {
+    let results = send(dir, id, args.change()?).await?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&results)?);
+    } else {
+        for r in &results {
+            println!("job {} updated", r.id);
+        }
+    }
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_are_read_as_at_submission() {
+        let args = UpdateArgs {
+            id: "5".into(),
+            walltime: Some("1:30:00".into()),
+            cores: Some("4".into()),
+            name: Some("x".into()),
+            dependency: Some(String::new()),
+            ..Default::default()
+        };
+        let c = args.change().unwrap();
+        assert_eq!((c.walltime, c.cores, c.name.as_deref()), (Some(5400), Some(4), Some("x")));
+        assert_eq!(c.dependency.as_deref(), Some(""), "removes the dependency");
+        let bad = UpdateArgs { id: "5".into(), cores: Some("0".into()), ..Default::default() };
+        assert!(bad.change().unwrap_err().to_string().contains("--cores"));
+        let none = UpdateArgs { id: "5".into(), ..Default::default() };
+        assert!(none.change().unwrap_err().to_string().contains("nothing to change"));
+    }
+}

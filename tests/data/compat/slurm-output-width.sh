@@ -1,0 +1,5 @@
+#!/bin/bash
+# A padded pattern (%4j) is not supported.
+#SBATCH -n 1
+#SBATCH -o out-%4j.txt
+hostname

@@ -1,0 +1,5 @@
+#!/bin/bash
+# Slurm time format: hours:minutes:seconds.
+#SBATCH --time=12:00:00
+#SBATCH -n 2
+srun ./a.out

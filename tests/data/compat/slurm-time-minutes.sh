@@ -1,0 +1,5 @@
+#!/bin/bash
+# Slurm time format: minutes.
+#SBATCH -t 90
+#SBATCH -n 2
+srun ./a.out
