@@ -39,7 +39,7 @@ pub fn start(ctx: Arc<JobContext>, grant: StepGrant) {
     tokio::spawn(async move {
         let (job, step) = (grant.job, grant.step);
         berth_protocol::probe::mark("agent prestart begin");
-        let Some(auth) = crate::auth::get() else {
+        let Some(auth) = ctx.auth.clone() else {
             ctx.registry.attach.job_ended(job, step, "this agent has no cluster key to check the grant with".into());
             return;
         };

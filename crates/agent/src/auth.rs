@@ -13,7 +13,7 @@ use berth_protocol::auth::{
 use berth_protocol::frame::to_json;
 use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 
@@ -32,20 +32,6 @@ pub struct AgentAuth {
     launched: Mutex<HashMap<(JobId, u32), u64>>,
     /// Where refusals go to the controller (the connection's outgoing events).
     reporter: Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>,
-}
-
-static AUTH: OnceLock<Arc<AgentAuth>> = OnceLock::new();
-
-/// Make `auth` this process's (the agent daemon does it once at start).
-pub fn install(auth: AgentAuth) -> Arc<AgentAuth> {
-    let a = Arc::new(auth);
-    let _ = AUTH.set(a.clone());
-    AUTH.get().cloned().unwrap_or(a)
-}
-
-/// This process's, once installed.
-pub fn get() -> Option<Arc<AgentAuth>> {
-    AUTH.get().cloned()
 }
 
 /// A refusal: what kind, and why (said to the caller, logged, reported).
@@ -165,9 +151,10 @@ impl AgentAuth {
     }
 }
 
-/// A query to another agent, signed, and the key of the connection it opens.
-pub fn to_agent(q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
-    match get() {
+/// A query to another agent, signed with `auth` (the agent's, from its [`JobContext`]), and
+/// the key of the connection it opens.
+pub fn to_agent(auth: Option<&AgentAuth>, q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
+    match auth {
         Some(a) => a.seal_query(&q),
         None => Err("this process has no cluster key to sign agent queries with".into()),
     }

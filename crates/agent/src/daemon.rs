@@ -90,7 +90,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         tracing::warn!("{e}");
     }
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
-    crate::auth::install(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone(), instance.clone()));
+    let auth = Arc::new(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone(), instance.clone()));
     crate::conn::raise_nofile();
     let facts = hwtopo::MemoryFacts::from_host(cfg.numa_memory.clone(), &cfg.topology);
     let topology = hwtopo::load_with(&cfg.topology, &facts)?;
@@ -148,6 +148,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
         root_steps: Default::default(),
+        auth: Some(auth),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let for_spares = ctx.clone();
@@ -294,7 +295,7 @@ async fn connection(
         reg.steps = Some(open_steps(ctx, &s));
         s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
     };
-    if let Some(auth) = crate::auth::get() {
+    if let Some(auth) = &ctx.auth {
         auth.set_reporter(events_tx.clone());
     }
     // The registration is signed and carries our nonce; the answer must be signed and bound
@@ -710,7 +711,7 @@ async fn serve_status(
         let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
         let ctx = ctx.clone();
         tokio::spawn(async move {
-            let Some(auth) = crate::auth::get() else { return };
+            let Some(auth) = ctx.auth.clone() else { return };
             // Until its first frame is whole and checked, the peer is nobody (crate::conn).
             let first = read_frame_limited::<_, AgentQuery>(&mut stream, &crate::conn::first_frame()).await;
             drop(handshake);

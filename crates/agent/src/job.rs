@@ -43,6 +43,8 @@ pub struct JobContext {
     pub reports: Option<mpsc::UnboundedSender<berth_protocol::agent::AgentMessage>>,
     /// Steps rooted here whose end the controller has not taken.
     pub root_steps: crate::registry::RootSteps,
+    /// The agent's key and grant checks; None (tests) signs nothing and accepts no grant.
+    pub auth: Option<Arc<crate::auth::AgentAuth>>,
 }
 
 /// How long kill_all may take before the job is reported with processes left.

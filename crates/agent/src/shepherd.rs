@@ -80,15 +80,15 @@ where
     let key = (grant.job, grant.step);
     let writer = match up {
         Upstream::Connected(rd, wr) => {
-            tokio::spawn(read_down(rd, opener, key, ev_tx.clone()));
+            tokio::spawn(read_down(rd, opener, key, ctx.auth.clone(), ev_tx.clone()));
             tokio::spawn(write_up(wr, sealer, up_rx))
         }
         Upstream::Awaited(attached) => {
-            let ev_tx = ev_tx.clone();
+            let (ev_tx, auth) = (ev_tx.clone(), ctx.auth.clone());
             tokio::spawn(async move {
                 match tokio::time::timeout(crate::attach::ATTACH_WAIT, attached).await {
                     Ok(Ok((rd, wr))) => {
-                        tokio::spawn(read_down(rd, opener, key, ev_tx));
+                        tokio::spawn(read_down(rd, opener, key, auth, ev_tx));
                         write_up(wr, sealer, up_rx).await
                     }
                     _ => {
@@ -124,7 +124,8 @@ where
     let mut children: Vec<Child> = Vec::new();
     for (i, group) in groups(&subtree[1..], grant.fanout).into_iter().enumerate() {
         let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(run_child(grant.clone(), group.clone(), link.clone(), i, rx, ev_tx.clone()));
+        let auth = ctx.auth.clone();
+        tokio::spawn(run_child(grant.clone(), group.clone(), link.clone(), auth, i, rx, ev_tx.clone()));
         children.push(Child { nodes: group, tx: Some(tx), started: None, barrier: false, done: false });
     }
 
@@ -546,6 +547,7 @@ async fn read_down<R: AsyncRead + Unpin>(
     mut r: R,
     mut opener: Opener,
     (job, step): (berth_core::JobId, u32),
+    auth: Option<Arc<crate::auth::AgentAuth>>,
     ev: mpsc::UnboundedSender<Event>,
 ) {
     loop {
@@ -563,7 +565,7 @@ async fn read_down<R: AsyncRead + Unpin>(
                 if let ProtocolError::Auth(why) = &e {
                     // Someone else's frame on the step's connection: the step ends as if the
                     // connection broke (nothing it asked is done), and the refusal is logged.
-                    if let Some(auth) = crate::auth::get() {
+                    if let Some(auth) = &auth {
                         auth.refuse(
                             Refusal::Auth,
                             Some(job),
@@ -583,6 +585,7 @@ async fn run_child(
     grant: StepGrant,
     group: Vec<u32>,
     link: LinkKey,
+    auth: Option<Arc<crate::auth::AgentAuth>>,
     index: usize,
     mut down: mpsc::UnboundedReceiver<TreeDown>,
     ev: mpsc::UnboundedSender<Event>,
@@ -648,7 +651,7 @@ async fn run_child(
                 break;
             }
             Err(e) => {
-                if let (ProtocolError::Auth(why), Some(auth)) = (&e, crate::auth::get()) {
+                if let (ProtocolError::Auth(why), Some(auth)) = (&e, &auth) {
                     auth.refuse(
                         Refusal::Auth,
                         Some(job),

@@ -415,7 +415,7 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         Err(e) => return error(e),
     };
     match req {
-        TaskRequest::Info { .. } => info(&job).await,
+        TaskRequest::Info { .. } => info(ctx, &job).await,
         TaskRequest::Spawn { node, argv, env, cwd, count, output, error: err, .. } => {
             let out = output.unwrap_or_else(|| DEFAULT_OUTPUT.into());
             let err = err.unwrap_or_else(|| DEFAULT_ERROR.into());
@@ -463,7 +463,7 @@ fn own_node(job: &JobHandle) -> AllocationNode {
 }
 
 /// Every node of the allocation; the CPUs of other nodes are asked of their agents.
-async fn info(job: &Arc<JobHandle>) -> TaskReply {
+async fn info(ctx: &JobContext, job: &Arc<JobHandle>) -> TaskReply {
     let spec = &job.spec;
     let own = own_node(job);
     let mut asks = Vec::new();
@@ -480,12 +480,15 @@ async fn info(job: &Arc<JobHandle>) -> TaskReply {
             asks.push(tokio::spawn(std::future::ready(own.clone())));
             continue;
         }
-        let id = spec.id;
+        let (id, auth) = (spec.id, ctx.auth.clone());
         asks.push(tokio::spawn(async move {
             let ask = async {
                 let mut s = TcpStream::connect(&address).await.ok()?;
-                let (q, link) =
-                    crate::auth::to_agent(AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } }).ok()?;
+                let (q, link) = crate::auth::to_agent(
+                    auth.as_deref(),
+                    AgentQuery::Task { request: TaskRequest::RemoteInfo { job: id } },
+                )
+                .ok()?;
                 write_frame(&mut s, &q).await.ok()?;
                 let (_, mut opener) = link.query_link(TreeEnd::Above);
                 match read_sealed::<_, AgentReply>(&mut s, &mut opener).await.ok()?? {
@@ -746,7 +749,7 @@ async fn drive_remote(
     };
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
-    let (query, link) = match crate::auth::to_agent(AgentQuery::Task { request: req }) {
+    let (query, link) = match crate::auth::to_agent(ctx.auth.as_deref(), AgentQuery::Task { request: req }) {
         Ok(x) => x,
         Err(e) => return fail(format!("signing the task for node {node}: {e}")),
     };
@@ -881,7 +884,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
         signal_group(pid, libc::SIGKILL);
     }
     let (tx, mut down) = mpsc::unbounded_channel();
-    let job_id = ask.job;
+    let (job_id, auth) = (ask.job, ctx.auth.clone());
     let reader = tokio::spawn(async move {
         loop {
             match read_sealed::<_, TaskRequest>(&mut rd, &mut opener).await {
@@ -894,7 +897,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
                 end => {
                     // Someone else's frame on the connection counts as losing it (the task
                     // is killed), and is logged.
-                    if let (Err(ProtocolError::Auth(why)), Some(auth)) = (&end, crate::auth::get()) {
+                    if let (Err(ProtocolError::Auth(why)), Some(auth)) = (&end, &auth) {
                         let detail = format!("task connection frame for job {job_id} refused: {why}");
                         auth.refuse(Refusal::Auth, Some(job_id), &detail);
                     }

@@ -67,6 +67,7 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
         records: None,
         reports: None,
         root_steps: Default::default(),
+        auth: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mem0 = real_mems.iter().next().unwrap().to_string();
@@ -149,6 +150,7 @@ fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
         records: None,
         reports: None,
         root_steps: Default::default(),
+        auth: None,
     });
     let limits = crate::cgroup::JobLimits {
         cpus: cpus.clone(),

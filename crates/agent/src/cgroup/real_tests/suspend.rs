@@ -50,6 +50,7 @@ fn node(test: &str) -> Option<Node> {
         records: None,
         reports: None,
         root_steps: Default::default(),
+        auth: None,
     });
     Some(Node { r, tmp, ctx, host })
 }
