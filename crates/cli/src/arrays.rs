@@ -32,8 +32,19 @@ pub fn find_task(jobs: &[JobInfo], array: JobId, index: u32) -> Option<JobId> {
 /// Ids as given (`N`, `N.server`, `A_i`): the tasks' own ids looked up (active jobs first,
 /// then finished ones); `parse` reads the other forms.
 pub async fn resolve(dir: &Path, given: &[String], parse: impl Fn(&str) -> Result<JobId>) -> Result<Vec<JobId>> {
+    Ok(resolve_tasks(dir, given, parse).await?.0)
+}
+
+/// [`resolve`], with the ids that were given as `A_i`: those name one task, even the first
+/// (whose id is its array's), where `A` names every task (a request's `only`).
+pub async fn resolve_tasks(
+    dir: &Path,
+    given: &[String],
+    parse: impl Fn(&str) -> Result<JobId>,
+) -> Result<(Vec<JobId>, Vec<JobId>)> {
     let mut lists: Vec<Vec<JobInfo>> = Vec::new();
     let mut out = Vec::with_capacity(given.len());
+    let mut only = Vec::new();
     for s in given {
         let Some((array, index)) = split_task(s) else {
             out.push(parse(s)?);
@@ -55,9 +66,11 @@ pub async fn resolve(dir: &Path, given: &[String], parse: impl Fn(&str) -> Resul
                 break;
             }
         }
-        out.push(found.ok_or_else(|| anyhow!("job {array}_{index} does not exist; `berth jobs --all` lists jobs"))?);
+        let task = found.ok_or_else(|| anyhow!("job {array}_{index} does not exist; `berth jobs --all` lists jobs"))?;
+        out.push(task);
+        only.push(task);
     }
-    Ok(out)
+    Ok((out, only))
 }
 
 #[cfg(test)]

@@ -57,13 +57,16 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
         }
         Command::Alloc(args) => crate::alloc::alloc_command(&dir, json, args).await,
         Command::Cancel { ids } => {
-            per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids: task_ids(&dir, &ids).await? }).await
+            let (ids, only) = crate::arrays::resolve_tasks(&dir, &ids, parse_id).await?;
+            per_id(&dir, json, "cancelled", ClientRequest::Cancel { ids, only }).await
         }
         Command::Hold { ids } => {
-            per_id(&dir, json, "held", ClientRequest::Hold { ids: task_ids(&dir, &ids).await? }).await
+            let (ids, only) = crate::arrays::resolve_tasks(&dir, &ids, parse_id).await?;
+            per_id(&dir, json, "held", ClientRequest::Hold { ids, only }).await
         }
         Command::Release { ids } => {
-            per_id(&dir, json, "released", ClientRequest::Release { ids: task_ids(&dir, &ids).await? }).await
+            let (ids, only) = crate::arrays::resolve_tasks(&dir, &ids, parse_id).await?;
+            per_id(&dir, json, "released", ClientRequest::Release { ids, only }).await
         }
         Command::Update(args) => {
             let id = task_ids(&dir, std::slice::from_ref(&args.id))
@@ -74,7 +77,8 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             crate::changes::update(&dir, json, id, &args).await
         }
         Command::Requeue { ids } => {
-            per_id(&dir, json, "requeued", ClientRequest::Requeue { ids: task_ids(&dir, &ids).await? }).await
+            let (ids, only) = crate::arrays::resolve_tasks(&dir, &ids, parse_id).await?;
+            per_id(&dir, json, "requeued", ClientRequest::Requeue { ids, only }).await
         }
         Command::Suspend { ids } => {
             per_id(&dir, json, "suspended", ClientRequest::Suspend { ids: parse_ids(&ids)? }).await
@@ -189,16 +193,19 @@ fn parse_ids(ids: &[String]) -> Result<Vec<JobId>> {
 async fn per_id(dir: &Path, json: bool, verb: &str, req: ClientRequest) -> Result<i32> {
     // At most MAX_IDS_PER_REQUEST ids per request, so that every answer fits a frame.
     let batches: Vec<ClientRequest> = {
-        let split = |ids: &[JobId], make: fn(Vec<JobId>) -> ClientRequest| {
-            ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST).map(|b| make(b.to_vec())).collect()
+        // Each batch with those of its ids that name one task.
+        let split = |ids: &[JobId], only: &[JobId], make: fn(Vec<JobId>, Vec<JobId>) -> ClientRequest| {
+            ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST)
+                .map(|b| make(b.to_vec(), only.iter().copied().filter(|i| b.contains(i)).collect()))
+                .collect()
         };
         match &req {
-            ClientRequest::Cancel { ids } => split(ids, |ids| ClientRequest::Cancel { ids }),
-            ClientRequest::Hold { ids } => split(ids, |ids| ClientRequest::Hold { ids }),
-            ClientRequest::Release { ids } => split(ids, |ids| ClientRequest::Release { ids }),
-            ClientRequest::Requeue { ids } => split(ids, |ids| ClientRequest::Requeue { ids }),
-            ClientRequest::Suspend { ids } => split(ids, |ids| ClientRequest::Suspend { ids }),
-            ClientRequest::Resume { ids } => split(ids, |ids| ClientRequest::Resume { ids }),
+            ClientRequest::Cancel { ids, only } => split(ids, only, |ids, only| ClientRequest::Cancel { ids, only }),
+            ClientRequest::Hold { ids, only } => split(ids, only, |ids, only| ClientRequest::Hold { ids, only }),
+            ClientRequest::Release { ids, only } => split(ids, only, |ids, only| ClientRequest::Release { ids, only }),
+            ClientRequest::Requeue { ids, only } => split(ids, only, |ids, only| ClientRequest::Requeue { ids, only }),
+            ClientRequest::Suspend { ids } => split(ids, &[], |ids, _| ClientRequest::Suspend { ids }),
+            ClientRequest::Resume { ids } => split(ids, &[], |ids, _| ClientRequest::Resume { ids }),
             _ => vec![req],
         }
     };

@@ -128,10 +128,15 @@ fn arrays_run_within_their_limit_and_cancel_whole_or_one_task() {
     assert_eq!(j["state"], "cancelled");
     assert!(tasks(&c, b).iter().all(|j| j["state"] != "cancelled"), "only task 5 cancelled");
     assert_eq!(tasks(&c, b).len(), 5);
+    // `A_0` names the first task alone, though its id is the array's (`berth cancel` too).
+    let o = c.berth(&["cancel", &format!("{b}_0")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(c.wait_finished(b, LONG)["state"], "cancelled");
+    assert_eq!(tasks(&c, b).len(), 4, "only task 0 cancelled: {:?}", tasks(&c, b));
     let o = named(&c, "scancel", &[&format!("{b}_9")]);
     assert!(!o.status.success() && text(&o.stderr).contains("Invalid job id"), "{}", text(&o.stderr));
     named_ok(&c, "scancel", &[&b.to_string()]);
-    for id in b..b + 5 {
+    for id in b + 1..b + 5 {
         assert_eq!(c.wait_finished(id, LONG)["state"], "cancelled", "task {id}");
     }
     // Too big an array is refused, saying why.

@@ -276,7 +276,7 @@ fn a_request_on_very_many_jobs_gets_an_answer() {
     let mut many: Vec<berth_core::JobId> = (2_000_000..2_010_001u64).map(berth_core::JobId).collect();
     many.push(berth_core::JobId(other));
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-    let answer = rt.block_on(berth_cli::client::request(&c.dir, ClientRequest::Cancel { ids: many }));
+    let answer = rt.block_on(berth_cli::client::request(&c.dir, ClientRequest::Cancel { ids: many, only: vec![] }));
     let e = format!("{:#}", answer.map(|r: ClientResponse| format!("{r:?}")).unwrap_err());
     assert!(e.contains("10002 job ids") && e.contains("nothing was done"), "{e}");
     assert_eq!(c.show(other)["state"], "held");

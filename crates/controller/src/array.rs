@@ -90,22 +90,24 @@ impl Controller {
     }
 
     /// Cancel, hold or release `ids`, where the id of an array stands for all its tasks (a
-    /// task's own id for itself): one result per id given.
+    /// task's own id for itself, and so does an array's id in `only`: its first task named
+    /// `A_i`): one result per id given.
     pub(crate) fn for_each_id_or_array(
         &mut self,
-        ids: Vec<JobId>,
+        (ids, only): (Vec<JobId>, &[JobId]),
         peer: &Peer,
         now: f64,
         action: &str,
         whole: Whole,
         op: JobOp,
     ) -> Result<ClientResponse, StoreError> {
-        if ids.len() > MAX_IDS_PER_REQUEST || ids.iter().all(|id| self.array_tasks(*id).is_empty()) {
+        let members_of = |c: &Self, id: JobId| if only.contains(&id) { vec![] } else { c.array_tasks(id) };
+        if ids.len() > MAX_IDS_PER_REQUEST || ids.iter().all(|id| members_of(self, *id).is_empty()) {
             return self.for_each_id(ids, peer, now, action, op);
         }
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
-            let members = self.array_tasks(id);
+            let members = members_of(self, id);
             if members.is_empty() {
                 if let ClientResponse::Done { results: r } = self.for_each_id(vec![id], peer, now, action, op)? {
                     results.extend(r);

@@ -174,14 +174,14 @@ impl Controller {
                     None => unknown_job(id),
                 }
             }
-            ClientRequest::Cancel { ids } => {
-                self.for_each_id_or_array(ids, peer, now, "cancel", crate::array::Whole::Active, Self::cancel_one)?
+            ClientRequest::Cancel { ids, only } => {
+                self.for_each_id_or_array((ids, &only), peer, now, "cancel", crate::array::Whole::Active, Self::cancel_one)?
             }
-            ClientRequest::Hold { ids } => {
-                self.for_each_id_or_array(ids, peer, now, "hold", crate::array::Whole::Pending, Self::hold_one)?
+            ClientRequest::Hold { ids, only } => {
+                self.for_each_id_or_array((ids, &only), peer, now, "hold", crate::array::Whole::Pending, Self::hold_one)?
             }
-            ClientRequest::Release { ids } => {
-                self.for_each_id_or_array(ids, peer, now, "release", crate::array::Whole::Pending, Self::release_one)?
+            ClientRequest::Release { ids, only } => {
+                self.for_each_id_or_array((ids, &only), peer, now, "release", crate::array::Whole::Pending, Self::release_one)?
             }
             ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
                 nodes: self.nodes_in_order().into_iter().map(|i| self.node_info(i, topology)).collect(),
@@ -228,7 +228,7 @@ impl Controller {
             ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
             ClientRequest::Events(q) => ClientResponse::Events { events: self.store.events(&q)? },
             ClientRequest::Update { id, change } => self.update_request(id, change, peer, now)?,
-            ClientRequest::Requeue { ids } => self.requeue_request(ids, peer, now)?,
+            ClientRequest::Requeue { ids, only } => self.requeue_request(ids, &only, peer, now)?,
             ClientRequest::Alloc(req) => self.alloc_request(*req, peer, now)?,
             ClientRequest::AllocEnd { id, exit_code } => self.alloc_end(id, exit_code, peer, now)?,
         };

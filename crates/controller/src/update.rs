@@ -323,6 +323,7 @@ impl Controller {
     pub(crate) fn requeue_request(
         &mut self,
         ids: Vec<JobId>,
+        only: &[JobId],
         peer: &Peer,
         now: f64,
     ) -> Result<ClientResponse, StoreError> {
@@ -337,7 +338,7 @@ impl Controller {
         }
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
-            let outcome = self.requeue_id(id, peer, now)?;
+            let outcome = self.requeue_id(id, only.contains(&id), peer, now)?;
             results.push(match outcome {
                 Ok(()) => IdResult { id, ok: true, error: None },
                 Err(e) => IdResult { id, ok: false, error: Some(e) },
@@ -346,8 +347,15 @@ impl Controller {
         Ok(ClientResponse::Done { results })
     }
 
-    fn requeue_id(&mut self, id: JobId, peer: &Peer, now: f64) -> Result<Result<(), ApiError>, StoreError> {
-        let tasks = self.array_ids(id)?;
+    /// `task_only`: `id` names one task (`A_i`), even its array's first.
+    fn requeue_id(
+        &mut self,
+        id: JobId,
+        task_only: bool,
+        peer: &Peer,
+        now: f64,
+    ) -> Result<Result<(), ApiError>, StoreError> {
+        let tasks = if task_only { vec![] } else { self.array_ids(id)? };
         let Some(owner) = self.record(tasks.first().copied().unwrap_or(id))?.map(|j| j.user) else {
             return Ok(Err(ApiError::new(
                 ErrorCode::UnknownJob,

@@ -27,12 +27,24 @@ pub enum ClientRequest {
     },
     Cancel {
         ids: Vec<JobId>,
+        /// Those of `ids` that name one array task (`A_i`), not every task as an array's id
+        /// does: an array's first task has the array's id.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        only: Vec<JobId>,
     },
     Hold {
         ids: Vec<JobId>,
+        /// Those of `ids` that name one array task (`A_i`), not every task as an array's id
+        /// does: an array's first task has the array's id.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        only: Vec<JobId>,
     },
     Release {
         ids: Vec<JobId>,
+        /// Those of `ids` that name one array task (`A_i`), not every task as an array's id
+        /// does: an array's first task has the array's id.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        only: Vec<JobId>,
     },
     ListNodes {
         /// Include each node's full topology and which job holds which PU.
@@ -133,6 +145,10 @@ pub enum ClientRequest {
     /// Answered with `done`.
     Requeue {
         ids: Vec<JobId>,
+        /// Those of `ids` that name one array task (`A_i`), not every task as an array's id
+        /// does: an array's first task has the array's id.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        only: Vec<JobId>,
     },
     /// `berth alloc` (Slurm's `salloc`): queue an allocation, a job with no batch script;
     /// answered `submitted` once it is stored. Unless `no_shell`, it is held by this

@@ -749,9 +749,9 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         vec(submit_request(), 0..3).prop_map(|jobs| ClientRequest::SubmitBatch { jobs }),
         (vec(job_state(), 0..3), any::<bool>()).prop_map(|(states, all)| ClientRequest::ListJobs { states, all }),
         job_id().prop_map(|id| ClientRequest::ShowJob { id }),
-        ids().prop_map(|ids| ClientRequest::Cancel { ids }),
-        ids().prop_map(|ids| ClientRequest::Hold { ids }),
-        ids().prop_map(|ids| ClientRequest::Release { ids }),
+        (ids(), ids()).prop_map(|(ids, only)| ClientRequest::Cancel { ids, only }),
+        ids().prop_map(|ids| ClientRequest::Hold { ids, only: vec![] }),
+        ids().prop_map(|ids| ClientRequest::Release { ids, only: vec![] }),
         any::<bool>().prop_map(|topology| ClientRequest::ListNodes { topology }),
         (text(), text(), of(text())).prop_map(|(name, action, value)| ClientRequest::NodeAdmin { name, action, value }),
         (text(), any::<u32>(), text(), of(text()))
@@ -783,7 +783,7 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         ids().prop_map(|ids| ClientRequest::Suspend { ids }),
         ids().prop_map(|ids| ClientRequest::Resume { ids }),
         (job_id(), job_change()).prop_map(|(id, change)| ClientRequest::Update { id, change }),
-        ids().prop_map(|ids| ClientRequest::Requeue { ids }),
+        ids().prop_map(|ids| ClientRequest::Requeue { ids, only: vec![] }),
         advance_create().prop_map(|a| ClientRequest::AdvanceCreate(Box::new(a))),
         (submit_request(), any::<bool>()).prop_map(|(submit, no_shell)| ClientRequest::Alloc(Box::new(
             crate::client::AllocRequest { submit, no_shell }

@@ -741,7 +741,8 @@ pub async fn qdel(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
     }
     for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
-        let ClientResponse::Done { results } = request(dir, ClientRequest::Cancel { ids: chunk.to_vec() }).await?
+        let ClientResponse::Done { results } =
+            request(dir, ClientRequest::Cancel { ids: chunk.to_vec(), only: vec![] }).await?
         else {
             bail!("unexpected answer")
         };
@@ -797,9 +798,9 @@ pub async fn qhold(dir: &Path, args: Vec<String>, hold: bool) -> Result<i32> {
     }
     for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
         let req = if hold {
-            ClientRequest::Hold { ids: chunk.to_vec() }
+            ClientRequest::Hold { ids: chunk.to_vec(), only: vec![] }
         } else {
-            ClientRequest::Release { ids: chunk.to_vec() }
+            ClientRequest::Release { ids: chunk.to_vec(), only: vec![] }
         };
         let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
         for r in results.iter().filter(|r| !r.ok) {
@@ -964,7 +965,8 @@ pub async fn qrerun(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
     }
     for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
-        let ClientResponse::Done { results } = request(dir, ClientRequest::Requeue { ids: chunk.to_vec() }).await?
+        let ClientResponse::Done { results } =
+            request(dir, ClientRequest::Requeue { ids: chunk.to_vec(), only: vec![] }).await?
         else {
             bail!("unexpected answer")
         };

@@ -6,7 +6,6 @@ use super::format::{self as f, both, long, Arg, Opt};
 use super::slurm::{node_state, slurm_error, SLURM_VERSION};
 use crate::client::request;
 use anyhow::{bail, Result};
-use berth_core::JobId;
 use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobChange, JobInfo, NodeInfo, QueueInfo};
 use std::path::Path;
 
@@ -198,26 +197,34 @@ pub async fn scontrol(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
         "update" => update(dir, &words[1..], quiet).await,
         "hold" | "release" | "suspend" | "resume" | "uhold" | "requeue" => {
-            let mut ids: Vec<JobId> = Vec::new();
-            for w in words.iter().skip(1).flat_map(|w| w.split(',')) {
-                let w = w.trim_start_matches("jobid=");
-                match f::parse_job_id(w) {
-                    Some(id) => ids.push(id),
-                    None => {
-                        eprintln!("Invalid job id specified for job {}", crate::output::terminal_safe(w));
-                        return Ok(1);
-                    }
+            // `N`, `A_i` (that task alone, even the first), `N[]`.
+            let given: Vec<String> = words
+                .iter()
+                .skip(1)
+                .flat_map(|w| w.split(','))
+                .map(|w| w.trim_start_matches("jobid=").to_string())
+                .collect();
+            let parse = |w: &str| {
+                f::parse_job_id(w).ok_or_else(|| {
+                    anyhow::anyhow!("Invalid job id specified for job {}", crate::output::terminal_safe(w))
+                })
+            };
+            let (ids, only) = match crate::arrays::resolve_tasks(dir, &given, parse).await {
+                Ok(x) => x,
+                Err(e) => {
+                    eprintln!("{e:#}");
+                    return Ok(1);
                 }
-            }
+            };
             if ids.is_empty() {
                 eprintln!("scontrol: error: {verb}: give job ids");
                 return Ok(1);
             }
             let req = match verb.as_str() {
-                "hold" | "uhold" => ClientRequest::Hold { ids },
-                "release" => ClientRequest::Release { ids },
+                "hold" | "uhold" => ClientRequest::Hold { ids, only },
+                "release" => ClientRequest::Release { ids, only },
                 "suspend" => ClientRequest::Suspend { ids },
-                "requeue" => ClientRequest::Requeue { ids },
+                "requeue" => ClientRequest::Requeue { ids, only },
                 _ => ClientRequest::Resume { ids },
             };
             let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };

@@ -754,6 +754,8 @@ pub async fn scancel(dir: &Path, args: Vec<String>) -> Result<i32> {
         eprintln!("scancel: error: No job identification provided");
         return Ok(1);
     }
+    // Ids given as `A_i`: that task alone, even an array's first (whose id is the array's).
+    let mut only = Vec::new();
     if !q.tasks.is_empty() {
         // `A_i`: the task's own id (Slurm: an unknown task is an invalid job id).
         let ClientResponse::Jobs { jobs } =
@@ -763,7 +765,10 @@ pub async fn scancel(dir: &Path, args: Vec<String>) -> Result<i32> {
         };
         for (array, index) in q.tasks.clone() {
             match crate::arrays::find_task(&jobs, array, index) {
-                Some(id) => q.ids.push(id),
+                Some(id) => {
+                    q.ids.push(id);
+                    only.push(id);
+                }
                 None => {
                     if !q.quiet {
                         eprintln!("scancel: error: Kill job error on job id {array}_{index}: Invalid job id specified");
@@ -807,8 +812,14 @@ pub async fn scancel(dir: &Path, args: Vec<String>) -> Result<i32> {
                 results
             }
             None => {
-                let ClientResponse::Done { results } =
-                    request(dir, ClientRequest::Cancel { ids: chunk.to_vec() }).await?
+                let ClientResponse::Done { results } = request(
+                    dir,
+                    ClientRequest::Cancel {
+                        ids: chunk.to_vec(),
+                        only: only.iter().copied().filter(|i| chunk.contains(i)).collect(),
+                    },
+                )
+                .await?
                 else {
                     bail!("unexpected answer")
                 };

@@ -143,7 +143,9 @@ fn no_shell_outlives_its_connection_once_granted_until_cancelled() {
     h.ctl.client_gone(ann().conn, h.now).unwrap();
     h.ctl.check_interactive(h.now + 1.0).unwrap();
     assert_eq!(state(&h, id), JobState::Running);
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![id] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![id], only: vec![] }, &ann()) else {
+        panic!()
+    };
     assert!(results[0].ok);
     assert_eq!(stored(&h, id).state, JobState::Cancelled);
     assert_eq!(h.free_cores(), 8);

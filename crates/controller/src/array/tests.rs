@@ -155,26 +155,42 @@ fn cancel_hold_and_release_a_whole_array_or_one_task() {
     h.ctl.schedule(h.now).unwrap();
     let tasks = h.ctl.array_tasks(a);
     // One task by its own id.
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![tasks[7]] }, &ann()) else {
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![tasks[7]], only: vec![] }, &ann())
+    else {
         panic!()
     };
     assert!(results[0].ok);
     assert_eq!(state(&h, tasks[7]), JobState::Cancelled);
     assert_eq!(state(&h, tasks[8]), JobState::Queued);
+    // The first task named `A_0` (its id is the array's): that task alone.
+    let ClientResponse::Done { results } = h.call(ClientRequest::Hold { ids: vec![a], only: vec![a] }, &ann()) else {
+        panic!()
+    };
+    assert!(!results[0].ok, "the first task runs: nothing to hold, and no other task held: {results:?}");
+    assert_eq!(state(&h, tasks[8]), JobState::Queued);
+    assert_eq!(state(&h, tasks[0]), JobState::Running);
     // Hold and release of the array: its pending tasks.
-    let ClientResponse::Done { results } = h.call(ClientRequest::Hold { ids: vec![a] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Hold { ids: vec![a], only: vec![] }, &ann()) else {
+        panic!()
+    };
     assert!(results[0].ok, "{results:?}");
     assert_eq!(state(&h, tasks[8]), JobState::Held);
     assert_eq!(state(&h, tasks[0]), JobState::Running);
-    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![a] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![a], only: vec![] }, &ann()) else {
+        panic!()
+    };
     assert!(results[0].ok, "{results:?}");
     assert_eq!(state(&h, tasks[8]), JobState::Queued);
     // Someone else may not.
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a] }, &bob()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a], only: vec![] }, &bob()) else {
+        panic!()
+    };
     assert!(!results[0].ok);
     // The first task ended: the array's id still names the rest.
     end(&mut h, a, 0);
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a], only: vec![] }, &ann()) else {
+        panic!()
+    };
     assert_eq!(results.len(), 1);
     assert!(results[0].ok, "{results:?}");
     h.sent();
@@ -241,4 +257,27 @@ fn an_array_survives_a_restart() {
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(running(&h, a), 1, "the limit holds after a restart");
     let _ = h.sent().into_iter().filter(|(_, m)| matches!(m, ControllerMessage::Launch(_))).count();
+}
+
+#[test]
+fn the_first_task_named_alone_is_cancelled_alone() {
+    let mut h = Harness::new(1);
+    let a = submit(&mut h, opts("0-3%1"));
+    let tasks = h.ctl.array_tasks(a);
+    assert_eq!(tasks[0], a, "the first task has the array's id");
+    // `A_0` (the client sends it in `only`): that task, pending, and no other.
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a], only: vec![a] }, &ann()) else {
+        panic!()
+    };
+    assert!(results[0].ok, "{results:?}");
+    assert_eq!(state(&h, a), JobState::Cancelled);
+    for t in &tasks[1..] {
+        assert_eq!(state(&h, *t), JobState::Queued, "task {t}");
+    }
+    // The array's id without `only` still names every task left.
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![a], only: vec![] }, &ann()) else {
+        panic!()
+    };
+    assert!(results[0].ok, "{results:?}");
+    assert!(tasks.iter().all(|t| state(&h, *t) == JobState::Cancelled));
 }

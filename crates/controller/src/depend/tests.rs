@@ -80,7 +80,10 @@ fn afterok_afternotok_afterany_after_wait_then_run_or_never() {
     // It stays so (Slurm's default) until cancelled.
     h.ctl.schedule(h.now + 100.0).unwrap();
     assert_eq!(state(&h, notok), JobState::Queued);
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![notok] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![notok], only: vec![] }, &ann())
+    else {
+        panic!()
+    };
     assert!(results[0].ok);
     assert_eq!(state(&h, notok), JobState::Cancelled);
 }
@@ -168,7 +171,9 @@ fn a_waiting_dependency_survives_a_restart() {
     assert!(reason(&mut h, b).starts_with("Dependency:"));
     let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: b }, &ann()) else { panic!() };
     assert_eq!((job.dependency, job.begin_time), (Some(format!("afterok:{a}")), Some(1005.0)));
-    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![a] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![a], only: vec![] }, &ann()) else {
+        panic!()
+    };
     assert!(results[0].ok);
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, a), JobState::Running);

@@ -395,7 +395,10 @@ fn walltime_and_cancel_release() {
     assert!(row.release_reason.as_deref().unwrap().contains("timeout"), "{row:?}");
     // `berth cancel` on its job releases it too.
     let r = reserve(&mut h, two_by_two(), &ann());
-    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![r.job] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Cancel { ids: vec![r.job], only: vec![] }, &ann())
+    else {
+        panic!()
+    };
     assert!(results[0].ok);
     let shown = ok(ask(&mut h, ReservationRequest::Show { id: r.id }, &ann()));
     assert_eq!(shown.state, ReservationState::Released);

@@ -114,7 +114,7 @@ fn cancel_and_node_loss_kill_every_node() {
     let mut h = Harness::new(2);
     let id = h.batch(SubmitOptions { nodes: Some(2), cores: Some(4), ..Default::default() }, &ann());
     h.sent();
-    assert!(done(h.call(ClientRequest::Cancel { ids: vec![id] }, &ann())).ok);
+    assert!(done(h.call(ClientRequest::Cancel { ids: vec![id], only: vec![] }, &ann())).ok);
     let kills: Vec<usize> = h
         .sent()
         .into_iter()
@@ -409,7 +409,7 @@ fn interactive_walltime_and_cancel() {
     h.ctl.check_interactive(h.now + 60.0).unwrap();
     assert_eq!(h.ctl.store.get_job(g.job).unwrap().unwrap().state, JobState::Timeout);
     let g = granted(h.call(interactive(tasks(1), None), &ann()));
-    assert!(done(h.call(ClientRequest::Cancel { ids: vec![g.job] }, &ann())).ok);
+    assert!(done(h.call(ClientRequest::Cancel { ids: vec![g.job], only: vec![] }, &ann())).ok);
     assert_eq!(h.ctl.store.get_job(g.job).unwrap().unwrap().state, JobState::Cancelled);
     assert_eq!(h.free_cores(), 8);
     // `run` reports afterwards: its status is kept, the allocation stays ended.
@@ -427,9 +427,9 @@ fn refusals_of_other_users_jobs_are_logged_as_denied() {
     let mut h = Harness::new(2);
     let id = h.batch(SubmitOptions { cores: Some(1), ..Default::default() }, &ann());
     for (req, action) in [
-        (ClientRequest::Cancel { ids: vec![id] }, "cancel"),
-        (ClientRequest::Hold { ids: vec![id] }, "hold"),
-        (ClientRequest::Release { ids: vec![id] }, "release"),
+        (ClientRequest::Cancel { ids: vec![id], only: vec![] }, "cancel"),
+        (ClientRequest::Hold { ids: vec![id], only: vec![] }, "hold"),
+        (ClientRequest::Release { ids: vec![id], only: vec![] }, "release"),
         (ClientRequest::Signal { job: id, step: None, signal: 10 }, "signal"),
     ] {
         let r = done(h.call(req, &bob()));

@@ -221,7 +221,7 @@ fn a_suspended_job_is_signalled_cancelled_and_frees_only_its_memory() {
     assert!(r.ok, "{r:?}");
     assert_eq!(h.sent(), vec![(0, ControllerMessage::Signal { id: a, step: None, signal: 10 })]);
     // Its owner cancels it: the agent thaws and kills it, and reports its end.
-    assert!(done(h.call(ClientRequest::Cancel { ids: vec![a] }, &ann())).ok);
+    assert!(done(h.call(ClientRequest::Cancel { ids: vec![a], only: vec![] }, &ann())).ok);
     assert_eq!(h.sent(), vec![(0, ControllerMessage::Kill { id: a, reason: "cancelled".into() })]);
     assert!(h.ctl.resume_waiting(h.now).unwrap().is_empty(), "an ending job is not resumed");
     h.now += 12.0;

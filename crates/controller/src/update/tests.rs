@@ -62,7 +62,7 @@ fn state(h: &Harness, id: JobId) -> JobState {
 }
 
 fn requeue(h: &mut Harness, id: JobId, peer: &Peer) -> Result<(), ApiError> {
-    match h.call(ClientRequest::Requeue { ids: vec![id] }, peer) {
+    match h.call(ClientRequest::Requeue { ids: vec![id], only: vec![] }, peer) {
         ClientResponse::Done { mut results } => match results.pop().unwrap() {
             IdResult { ok: true, .. } => Ok(()),
             IdResult { error, .. } => Err(error.unwrap()),
@@ -90,7 +90,10 @@ fn a_held_jobs_walltime_and_cores_change_durably_and_hold_from_the_next_pass() {
     assert_eq!((job.walltime, job.options.walltime, job.options.cores), (Some(1200), Some(1200), Some(4)));
     assert_eq!(job.name, "bigger");
     // Released, it runs with its new size.
-    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![id] }, &ann()) else { panic!() };
+    let ClientResponse::Done { results } = h.call(ClientRequest::Release { ids: vec![id], only: vec![] }, &ann())
+    else {
+        panic!()
+    };
     assert!(results[0].ok);
     h.ctl.schedule(h.now).unwrap();
     let job = &h.ctl.jobs[&id];
