@@ -54,17 +54,33 @@ impl Controller {
             Ok(i) => i,
             Err(e) => return Ok(Err(ApiError::new(ErrorCode::BadRequest, e))),
         };
-        let mut first = None;
-        // Job 0 is no job: `accept` gives the first task's id to the array.
-        for task in tasks(0, &indexes, spec.limit) {
-            let mut t = job.clone();
-            t.options.array = None;
-            t.options.array_task =
-                Some(berth_core::directives::ArrayTask { job: first.map_or(0, |f: JobId| f.0), ..task });
-            let id = self.accept(t, now)?;
-            first.get_or_insert(id);
+        let Some((&min, &max)) = indexes.first().zip(indexes.last()) else {
+            return Ok(Err(ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string())));
+        };
+        // Consecutive ids, the first the array's; every task is written in this transaction,
+        // the first with the script and environment, the others sharing them (one copy in
+        // memory and on disk), and one `submit` event says so for all.
+        let first = self.take_job_ids(indexes.len() as u64)?;
+        let mut template = job;
+        template.options.array = None;
+        let user = template.user.name.clone();
+        for (k, task) in tasks(first.0, &indexes, spec.limit).into_iter().enumerate() {
+            let mut t = template.clone();
+            t.options.array_task = Some(task);
+            let id = JobId(first.0 + k as u64);
+            self.accept_as(t, id, (k > 0).then_some(first))?;
         }
-        Ok(first.ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string())))
+        let detail = format!(
+            "{user}: array {first}, {} tasks, indexes {}",
+            indexes.len(),
+            if indexes.len() as u64 == u64::from(max.saturating_sub(min)) + 1 {
+                format!("{min}-{max}")
+            } else {
+                berth_core::directives::array::fold(&indexes)
+            }
+        );
+        self.store.event(now, "submit", Some(first), None, &detail)?;
+        Ok(Ok(first))
     }
 
     /// The tasks of array `id` still in memory (pending or running), in index order; empty
@@ -194,36 +210,36 @@ impl Controller {
             None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
         };
         let Some(task) = task.filter(|t| t.job == id.0) else { return Ok(None) };
-        let ids = (id.0..id.0.saturating_add(u64::from(task.count))).map(JobId);
-        let (mut pending, mut running, mut ended) = (None, None, None);
-        let mut any_started = false;
-        for tid in ids {
-            match self.jobs.get(&tid).map(|j| j.state) {
-                Some(s) if s.is_pending() => {
-                    pending.get_or_insert(s);
-                }
-                Some(s) => {
-                    running.get_or_insert(s);
-                    any_started = true;
-                }
-                None => {
-                    if pending.is_some() {
-                        continue;
-                    }
-                    if let Some((s, started)) = self.store.job_state(tid)? {
-                        any_started |= started;
-                        if s != JobState::Completed {
-                            ended.get_or_insert(s);
-                        }
-                    }
+        let end = JobId(id.0.saturating_add(u64::from(task.count)));
+        // The tasks in memory decide alone while there are any (pending first: not every task
+        // started); only once all ended are their states read from the store, so that a job
+        // waiting on a large array costs each pass no more than the array's live tasks.
+        let (mut pending, mut running) = (None, None);
+        for (_, j) in self.jobs.range(id..end).filter(|(_, j)| j.options.array_task.is_some_and(|t| t.job == id.0)) {
+            if j.state.is_pending() {
+                pending.get_or_insert(j.state);
+            } else {
+                running.get_or_insert(j.state);
+            }
+        }
+        if let Some(s) = pending {
+            return Ok(Some((s, false)));
+        }
+        if let Some(s) = running {
+            return Ok(Some((s, true)));
+        }
+        let (mut ended, mut any_started) = (None, false);
+        for tid in (id.0..end.0).map(JobId) {
+            if let Some((s, started)) = self.store.job_state(tid)? {
+                any_started |= started;
+                if s != JobState::Completed {
+                    ended.get_or_insert(s);
                 }
             }
         }
-        Ok(Some(match (pending, running, ended) {
-            (Some(s), _, _) => (s, false),
-            (None, Some(s), _) => (s, true),
-            (None, None, Some(s)) => (s, any_started),
-            (None, None, None) => (JobState::Completed, true),
+        Ok(Some(match ended {
+            Some(s) => (s, any_started),
+            None => (JobState::Completed, true),
         }))
     }
 }

@@ -332,8 +332,8 @@ impl Controller {
             cwd: sub.cwd,
             stdout,
             stderr,
-            script: sub.script,
-            env,
+            script: sub.script.into(),
+            env: std::sync::Arc::new(env),
             usage: None,
             kill_sent: None,
             suspension: Default::default(),
@@ -454,8 +454,22 @@ impl Controller {
     }
 
     /// Give a valid job its id and write it; the reply waits for the commit.
-    pub(crate) fn accept(&mut self, mut job: JobRecord, now: f64) -> Result<JobId, StoreError> {
+    pub(crate) fn accept(&mut self, job: JobRecord, now: f64) -> Result<JobId, StoreError> {
         let id = self.take_job_id()?;
+        let user = job.user.name.clone();
+        self.accept_as(job, id, None)?;
+        self.store.event(now, "submit", Some(id), None, &user)?;
+        Ok(id)
+    }
+
+    /// Write a valid job as `id` (taken with `take_job_id(s)`), with no `submit` event (the
+    /// caller's); `script_of`: a job already written whose script and environment it shares.
+    pub(crate) fn accept_as(
+        &mut self,
+        mut job: JobRecord,
+        id: JobId,
+        script_of: Option<JobId>,
+    ) -> Result<(), StoreError> {
         job.id = id;
         // The first task of an array gives the array its id (`crate::array`).
         if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
@@ -473,11 +487,10 @@ impl Controller {
             }
         };
         (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
-        self.store.insert_job(&job)?;
-        self.store.event(now, "submit", Some(id), None, &job.user.name)?;
+        self.store.insert_job_sharing(&job, script_of)?;
         self.jobs.insert(id, job);
         self.dirty = true;
-        Ok(id)
+        Ok(())
     }
 
     pub(crate) fn for_each_id(

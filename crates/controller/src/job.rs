@@ -35,8 +35,9 @@ pub struct JobRecord {
     pub cwd: String,
     pub stdout: String,
     pub stderr: String,
-    pub script: String,
-    pub env: Vec<(String, String)>,
+    /// Shared by the tasks of an array (one copy in memory, one row on disk: `store`).
+    pub script: std::sync::Arc<str>,
+    pub env: std::sync::Arc<Vec<(String, String)>>,
     pub usage: Option<Usage>,
     /// A kill was sent and the job's end is awaited (not persisted: resent after a restart).
     pub kill_sent: Option<String>,

@@ -233,7 +233,7 @@ mod tests {
         let env = vec![("PATH".to_string(), "/bin".to_string()), ("FOO".to_string(), "old".to_string())];
         let id = id_of(submit(&mut h, o, env));
         let job = &h.ctl.jobs[&id];
-        assert_eq!(job.env, vec![("FOO".to_string(), "bar".to_string())], "--export=NONE,FOO=bar");
+        assert_eq!(*job.env, vec![("FOO".to_string(), "bar".to_string())], "--export=NONE,FOO=bar");
         assert_eq!(job.options.chdir.as_deref(), Some("/home/ann/run/sub/dir"));
         assert_eq!(job.stdout, format!("/home/ann/run/sub/dir/o-{id}.txt"), "outputs from the working directory");
         assert_eq!(job.cwd, "/home/ann/run", "the submit directory stays");

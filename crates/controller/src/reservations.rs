@@ -379,11 +379,11 @@ impl Controller {
             cwd: "/".into(),
             stdout: "/dev/null".into(),
             stderr: "/dev/null".into(),
-            script: String::new(),
-            env: vec![
+            script: "".into(),
+            env: std::sync::Arc::new(vec![
                 ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
                 ("BERTH_RESERVATION_ID".into(), id.to_string()),
-            ],
+            ]),
             usage: None,
             kill_sent: None,
             suspension: Default::default(),

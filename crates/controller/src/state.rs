@@ -359,7 +359,7 @@ impl Controller {
             user: job.user.clone(),
             env,
             cwd: job.cwd.clone(),
-            script: job.script.clone(),
+            script: job.script.to_string(),
             stdout: output_at_start(job, &job.stdout),
             stderr: output_at_start(job, &job.stderr),
             allocation: job.allocation[k].clone(),
@@ -452,8 +452,13 @@ impl Controller {
     /// The next job id. Ids are reserved ahead in blocks, written with the batch that takes
     /// them, so that the next batches' ids are already reserved on disk (`agents_before_sync`).
     pub(crate) fn take_job_id(&mut self) -> Result<JobId, StoreError> {
+        self.take_job_ids(1)
+    }
+
+    /// `n` consecutive ids (at least one), the first returned; the bound on disk moves once.
+    pub(crate) fn take_job_ids(&mut self, n: u64) -> Result<JobId, StoreError> {
         let id = JobId(self.next_id);
-        self.next_id += 1;
+        self.next_id += n.max(1);
         if self.next_id + JOB_ID_BLOCK / 2 > self.id_bound {
             self.id_bound = self.next_id + JOB_ID_BLOCK;
             self.store.set_meta(JOB_ID_BOUND, &self.id_bound.to_string())?;

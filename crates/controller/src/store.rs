@@ -24,6 +24,7 @@ use berth_core::job::JobState;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -36,7 +37,8 @@ mod suspend;
 mod usage;
 mod wal;
 
-const SCHEMA_VERSION: i64 = 1;
+/// 2: `jobs.script_of`, the row whose script and environment an array task shares (`insert_job`).
+const SCHEMA_VERSION: i64 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -240,9 +242,12 @@ impl Store {
 
     fn init(&mut self) -> Result<(), StoreError> {
         // WAL with synchronous=FULL: a commit is on disk when it returns, even on power loss.
+        // A page cache of up to 64 MiB (SQLite's default is 2 MiB): a large transaction (a
+        // 100,000-task array) is written once, at its commit, not spilled to the WAL page by
+        // page as it grows, and job lookups stay in memory.
         self.conn
             .execute_batch(
-                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON;
+                "PRAGMA journal_mode=WAL; PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON; PRAGMA cache_size=-65536;
                  CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
                  CREATE TABLE IF NOT EXISTS jobs (
                     id INTEGER PRIMARY KEY, name TEXT NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
@@ -250,7 +255,8 @@ impl Store {
                     request TEXT NOT NULL, walltime INTEGER, submit_time REAL NOT NULL,
                     start_time REAL, end_time REAL, allocation TEXT NOT NULL DEFAULT '[]',
                     exit_code INTEGER, signal INTEGER, reason TEXT, cwd TEXT NOT NULL,
-                    stdout TEXT NOT NULL, stderr TEXT NOT NULL, script TEXT NOT NULL, env TEXT NOT NULL);
+                    stdout TEXT NOT NULL, stderr TEXT NOT NULL, script TEXT NOT NULL, env TEXT NOT NULL,
+                    script_of INTEGER);
                  CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state);
                  CREATE TABLE IF NOT EXISTS accounting (
                     job_id INTEGER PRIMARY KEY REFERENCES jobs(id), uid INTEGER NOT NULL, user TEXT NOT NULL,
@@ -294,7 +300,18 @@ impl Store {
             }
             Some(v) => {
                 let found = v.parse::<i64>().unwrap_or(-1);
-                if found != SCHEMA_VERSION {
+                if found == 1 {
+                    // Version 1 had no shared scripts: every row holds its own (script_of NULL).
+                    self.conn
+                        .execute_batch(
+                            "BEGIN IMMEDIATE; ALTER TABLE jobs ADD COLUMN script_of INTEGER;
+                             UPDATE meta SET value = '2' WHERE key = 'schema_version'; COMMIT;",
+                        )
+                        .map_err(|e| {
+                            let _ = self.conn.execute_batch("ROLLBACK");
+                            self.err(e)
+                        })?;
+                } else if found != SCHEMA_VERSION {
                     return Err(StoreError::Schema { path: self.path.clone(), found });
                 }
             }
@@ -419,14 +436,25 @@ impl Store {
     }
 
     pub fn insert_job(&self, j: &JobRecord) -> Result<(), StoreError> {
+        self.insert_job_sharing(j, None)
+    }
+
+    /// Insert `j`; with `script_of`, a job already written whose script and environment are
+    /// the same (an array's first task): this row keeps none of its own and is read with that
+    /// one's (`query_jobs`).
+    pub fn insert_job_sharing(&self, j: &JobRecord, script_of: Option<JobId>) -> Result<(), StoreError> {
         let mut st = self
             .conn
             .prepare_cached(
                 "INSERT INTO jobs (id, name, uid, gid, user, groups, state, queue, request, walltime, submit_time,
-                  start_time, end_time, allocation, exit_code, signal, reason, cwd, stdout, stderr, script, env)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+                  start_time, end_time, allocation, exit_code, signal, reason, cwd, stdout, stderr, script, env, script_of)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
             )
             .map_err(|e| self.err(e))?;
+        let (script, env) = match script_of {
+            Some(_) => ("", "[]".to_string()),
+            None => (&*j.script, json(&*j.env)),
+        };
         st.execute(params![
             j.id.0 as i64,
             j.name,
@@ -448,8 +476,9 @@ impl Store {
             j.cwd,
             j.stdout,
             j.stderr,
-            j.script,
-            json(&j.env),
+            script,
+            env,
+            script_of.map(|s| s.0 as i64),
         ])
         .map_err(|e| self.err(e))?;
         Ok(())
@@ -584,19 +613,26 @@ impl Store {
 
     const JOB_COLUMNS: &'static str = "j.id, j.name, j.uid, j.gid, j.user, j.groups, j.state, j.queue, j.request, j.walltime,
         j.submit_time, j.start_time, j.end_time, j.allocation, j.exit_code, j.signal, j.reason, j.cwd, j.stdout, j.stderr,
-        j.script, j.env, a.wall_ms, a.user_cpu_us, a.system_cpu_us, a.peak_memory_bytes,
-        s.total_secs, s.since, s.by_admin, s.count";
+        COALESCE(o.script, j.script), COALESCE(o.env, j.env), a.wall_ms, a.user_cpu_us, a.system_cpu_us,
+        a.peak_memory_bytes, s.total_secs, s.since, s.by_admin, s.count, j.script_of";
 
     fn query_jobs(&self, filter: &str, args: &[&dyn rusqlite::ToSql]) -> Result<Vec<JobRecord>, StoreError> {
         let sql =
-            format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id LEFT JOIN suspensions s ON s.job_id = j.id {filter}", Self::JOB_COLUMNS);
+            format!("SELECT {} FROM jobs j LEFT JOIN accounting a ON a.job_id = j.id LEFT JOIN suspensions s ON s.job_id = j.id LEFT JOIN jobs o ON o.id = j.script_of {filter}", Self::JOB_COLUMNS);
         let mut st = self.conn.prepare_cached(&sql).map_err(|e| self.err(e))?;
         let raw = st.query_map(args, RawJob::from_row).map_err(|e| self.err(e))?;
         let mut out = Vec::new();
+        // The tasks of an array share one script and environment in memory as on disk.
+        let mut shared: HashMap<i64, Shared> = HashMap::new();
         for r in raw {
             let r = r.map_err(|e| self.err(e))?;
             let id = r.id;
-            out.push(r.into_record().map_err(|detail| StoreError::Record { path: self.path.clone(), id, detail })?);
+            let record = r.into_record(&mut shared).map_err(|detail| StoreError::Record {
+                path: self.path.clone(),
+                id,
+                detail,
+            })?;
+            out.push(record);
         }
         Ok(out)
     }
@@ -1022,7 +1058,11 @@ struct RawJob {
     env: String,
     usage: Option<(i64, i64, i64, i64)>,
     suspension: crate::suspend::Suspension,
+    script_of: Option<i64>,
 }
+
+/// The script and environment of the jobs that share them (by the `script_of` row).
+type Shared = (Arc<str>, Arc<Vec<(String, String)>>);
 
 impl RawJob {
     fn from_row(r: &Row) -> rusqlite::Result<Self> {
@@ -1055,16 +1095,28 @@ impl RawJob {
                 None => None,
             },
             suspension: suspend::from_columns(r.get(26)?, r.get(27)?, r.get(28)?, r.get(29)?),
+            script_of: r.get(30)?,
         })
     }
 
-    fn into_record(self) -> Result<JobRecord, String> {
+    fn into_record(self, shared: &mut HashMap<i64, Shared>) -> Result<JobRecord, String> {
         let de = |what: &str, s: &str| format!("{what} column: {s}");
         let state = JobState::parse(&self.state).ok_or_else(|| de("state", &self.state))?;
         let options = serde_json::from_str(&self.request).map_err(|e| de("request", &e.to_string()))?;
         let allocation = serde_json::from_str(&self.allocation).map_err(|e| de("allocation", &e.to_string()))?;
         let groups = serde_json::from_str(&self.groups).map_err(|e| de("groups", &e.to_string()))?;
-        let env = serde_json::from_str(&self.env).map_err(|e| de("env", &e.to_string()))?;
+        let (script, env) = match self.script_of.and_then(|o| shared.get(&o)) {
+            Some((s, e)) => (s.clone(), e.clone()),
+            None => {
+                let env: Vec<(String, String)> =
+                    serde_json::from_str(&self.env).map_err(|e| de("env", &e.to_string()))?;
+                let pair: Shared = (self.script.into(), Arc::new(env));
+                if let Some(o) = self.script_of {
+                    shared.insert(o, pair.clone());
+                }
+                pair
+            }
+        };
         let record = JobRecord {
             id: JobId(self.id as u64),
             name: self.name,
@@ -1083,7 +1135,7 @@ impl RawJob {
             cwd: self.cwd,
             stdout: self.stdout,
             stderr: self.stderr,
-            script: self.script,
+            script,
             env,
             usage: self.usage.map(|(w, u, s, m)| crate::job::Usage {
                 wall_ms: w as u64,
@@ -1125,7 +1177,7 @@ mod tests {
             stdout: "/home/ann/o".into(),
             stderr: "/home/ann/e".into(),
             script: "#!/bin/sh\ntrue\n".into(),
-            env: vec![("PATH".into(), "/bin".into())],
+            env: Arc::new(vec![("PATH".into(), "/bin".into())]),
             usage: None,
             kill_sent: None,
             suspension: Default::default(),
@@ -1330,6 +1382,75 @@ mod tests {
         store.insert_job(&job(1)).unwrap();
         store.commit().unwrap();
         assert_eq!(store.count_jobs().unwrap(), 1);
+    }
+
+    #[test]
+    fn array_tasks_share_one_script_on_disk_and_in_memory() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let store = Store::open(dir.path()).unwrap();
+            store.begin().unwrap();
+            store.insert_job(&job(1)).unwrap();
+            store.insert_job_sharing(&job(2), Some(JobId(1))).unwrap();
+            store.insert_job_sharing(&job(3), Some(JobId(1))).unwrap();
+            store.commit().unwrap();
+            let own: (String, String) = store
+                .conn
+                .query_row("SELECT script, env FROM jobs WHERE id = 3", [], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap();
+            assert_eq!(own, (String::new(), "[]".to_string()), "a task keeps no copy of its own");
+        }
+        let store = Store::open(dir.path()).unwrap();
+        let active = store.load_active_jobs().unwrap();
+        assert_eq!(active.len(), 3);
+        for j in &active {
+            assert_eq!(&*j.script, "#!/bin/sh\ntrue\n");
+            assert_eq!(*j.env, vec![("PATH".to_string(), "/bin".to_string())]);
+        }
+        assert!(Arc::ptr_eq(&active[1].script, &active[2].script), "one copy in memory");
+        assert_eq!(&*store.get_job(JobId(2)).unwrap().unwrap().script, "#!/bin/sh\ntrue\n");
+    }
+
+    #[test]
+    fn a_version_1_state_database_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let conn = Connection::open(dir.path().join("state.db")).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+                 INSERT INTO meta VALUES ('schema_version', '1');
+                 CREATE TABLE jobs (
+                    id INTEGER PRIMARY KEY, name TEXT NOT NULL, uid INTEGER NOT NULL, gid INTEGER NOT NULL,
+                    user TEXT NOT NULL, groups TEXT NOT NULL, state TEXT NOT NULL, queue TEXT NOT NULL,
+                    request TEXT NOT NULL, walltime INTEGER, submit_time REAL NOT NULL,
+                    start_time REAL, end_time REAL, allocation TEXT NOT NULL DEFAULT '[]',
+                    exit_code INTEGER, signal INTEGER, reason TEXT, cwd TEXT NOT NULL,
+                    stdout TEXT NOT NULL, stderr TEXT NOT NULL, script TEXT NOT NULL, env TEXT NOT NULL);",
+            )
+            .unwrap();
+            conn.execute(
+                "INSERT INTO jobs (id, name, uid, gid, user, groups, state, queue, request, walltime, submit_time,
+                    cwd, stdout, stderr, script, env)
+                 VALUES (4, 'old', 1000, 100, 'ann', '[100]', 'queued', 'batch', ?1, 60, 1.0,
+                    '/home/ann', 'o', 'e', 'echo old', '[[\"A\",\"b\"]]')",
+                [json(&job(4).options)],
+            )
+            .unwrap();
+        }
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.get_meta("schema_version").unwrap().as_deref(), Some("2"));
+        let active = store.load_active_jobs().unwrap();
+        assert_eq!(active.len(), 1);
+        assert_eq!(&*active[0].script, "echo old");
+        assert_eq!(*active[0].env, vec![("A".to_string(), "b".to_string())]);
+        store.begin().unwrap();
+        store.insert_job(&job(5)).unwrap();
+        store.insert_job_sharing(&job(6), Some(JobId(5))).unwrap();
+        store.commit().unwrap();
+        drop(store);
+        let store = Store::open(dir.path()).unwrap();
+        assert_eq!(store.load_active_jobs().unwrap().len(), 3);
+        assert_eq!(&*store.get_job(JobId(6)).unwrap().unwrap().script, "#!/bin/sh\ntrue\n");
     }
 
     #[test]

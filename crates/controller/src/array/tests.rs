@@ -254,6 +254,18 @@ fn an_array_survives_a_restart() {
     assert_eq!(h.ctl.array_tasks(a), before);
     let t = h.ctl.jobs[&before[4]].options.array_task.unwrap();
     assert_eq!((t.job, t.index, t.count, t.limit), (a.0, 4, 6, Some(1)));
+    // The script and environment, written once for the array, are every task's again.
+    for id in &before {
+        let j = &h.ctl.jobs[id];
+        assert_eq!(&*j.script, "#!/bin/sh\ntrue\n", "task {id}");
+        assert_eq!(*j.env, vec![("SLURM_ARRAY_TASK_ID".to_string(), "99".to_string())], "task {id}");
+    }
+    assert!(std::sync::Arc::ptr_eq(&h.ctl.jobs[&before[1]].script, &h.ctl.jobs[&before[5]].script));
+    let stored = h.ctl.store.get_job(before[3]).unwrap().unwrap();
+    assert_eq!(&*stored.script, "#!/bin/sh\ntrue\n");
+    // One `submit` event for the whole array.
+    assert_eq!(h.ctl.store.count_events(a, "submit").unwrap(), 1);
+    assert_eq!(h.ctl.store.count_events(before[2], "submit").unwrap(), 0);
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(running(&h, a), 1, "the limit holds after a restart");
     let _ = h.sent().into_iter().filter(|(_, m)| matches!(m, ControllerMessage::Launch(_))).count();
