@@ -53,7 +53,7 @@ impl Controller {
                 "an allocation cannot be a job array (--array); submit a batch array with `berth submit --array`",
             ));
         }
-        job.script = String::new();
+        job.script = std::sync::Arc::from("");
         job.options.alloc = Some(if req.no_shell { AllocKind::NoShell } else { AllocKind::Held });
         // Its command runs where `berth alloc` runs, with the user's terminal.
         job.stdout = "/dev/null".into();
