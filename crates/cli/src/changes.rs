@@ -89,17 +89,17 @@ impl UpdateArgs {
 }
 
 /// Ask the controller to make `change` to job `id`: the ids of the jobs changed (an array's
-/// pending tasks, or the job).
-pub async fn send(dir: &Path, id: JobId, change: JobChange) -> Result<Vec<IdResult>> {
-    match request(dir, ClientRequest::Update { id, change }).await? {
+/// pending tasks, or the job). `task_only`: `id` was given as `A_i` (that task alone).
+pub async fn send(dir: &Path, id: JobId, task_only: bool, change: JobChange) -> Result<Vec<IdResult>> {
+    match request(dir, ClientRequest::Update { id, change, task_only }).await? {
         ClientResponse::Done { results } => Ok(results),
         _ => bail!("unexpected answer"),
     }
 }
 
 /// `berth update`: `job N updated` for each job changed (the results with --json).
-pub async fn update(dir: &Path, json: bool, id: JobId, args: &UpdateArgs) -> Result<i32> {
-    let results = send(dir, id, args.change()?).await?;
+pub async fn update(dir: &Path, json: bool, (id, task_only): (JobId, bool), args: &UpdateArgs) -> Result<i32> {
+    let results = send(dir, id, task_only, args.change()?).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&results)?);
     } else {

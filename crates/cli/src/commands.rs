@@ -69,12 +69,9 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             per_id(&dir, json, "released", ClientRequest::Release { ids, only }).await
         }
         Command::Update(args) => {
-            let id = task_ids(&dir, std::slice::from_ref(&args.id))
-                .await?
-                .first()
-                .copied()
-                .ok_or_else(|| anyhow!("no job id"))?;
-            crate::changes::update(&dir, json, id, &args).await
+            let (ids, only) = crate::arrays::resolve_tasks(&dir, std::slice::from_ref(&args.id), parse_id).await?;
+            let id = ids.first().copied().ok_or_else(|| anyhow!("no job id"))?;
+            crate::changes::update(&dir, json, (id, only.contains(&id)), &args).await
         }
         Command::Requeue { ids } => {
             let (ids, only) = crate::arrays::resolve_tasks(&dir, &ids, parse_id).await?;

@@ -227,7 +227,9 @@ impl Controller {
             ClientRequest::AdvanceList => self.advance_list_response(now)?,
             ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
             ClientRequest::Events(q) => ClientResponse::Events { events: self.store.events(&q)? },
-            ClientRequest::Update { id, change } => self.update_request(id, change, peer, now)?,
+            ClientRequest::Update { id, change, task_only } => {
+                self.update_request((id, task_only), change, peer, now)?
+            }
             ClientRequest::Requeue { ids, only } => self.requeue_request(ids, &only, peer, now)?,
             ClientRequest::Alloc(req) => self.alloc_request(*req, peer, now)?,
             ClientRequest::AllocEnd { id, exit_code } => self.alloc_end(id, exit_code, peer, now)?,

@@ -50,9 +50,10 @@ type Checked = Result<(JobRecord, Vec<String>), ApiError>;
 
 impl Controller {
     /// `update`: see the module.
+    /// `task_only`: `id` names one task (`A_i`), even its array's first.
     pub(crate) fn update_request(
         &mut self,
-        id: JobId,
+        (id, task_only): (JobId, bool),
         change: JobChange,
         peer: &Peer,
         now: f64,
@@ -64,7 +65,7 @@ impl Controller {
             ));
         }
         // The jobs it names: an array's id stands for its pending tasks.
-        let members = self.array_tasks(id);
+        let members = if task_only { vec![] } else { self.array_tasks(id) };
         let array = !members.is_empty();
         let targets: Vec<JobId> = if array {
             members.iter().copied().filter(|t| self.jobs[t].state.is_pending()).collect()

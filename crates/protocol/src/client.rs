@@ -139,6 +139,9 @@ pub enum ClientRequest {
     Update {
         id: JobId,
         change: JobChange,
+        /// `id` names one task (`A_i`), even its array's first (whose id is the array's).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        task_only: bool,
     },
     /// Put running or ended batch jobs back in the queue, to run again from the start
     /// (`berth requeue`, `scontrol requeue`, `qrerun`); a running one is killed first.

@@ -782,7 +782,11 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         reservation_request().prop_map(|r| ClientRequest::Reservation { request: Box::new(r) }),
         ids().prop_map(|ids| ClientRequest::Suspend { ids }),
         ids().prop_map(|ids| ClientRequest::Resume { ids }),
-        (job_id(), job_change()).prop_map(|(id, change)| ClientRequest::Update { id, change }),
+        (job_id(), job_change(), any::<bool>()).prop_map(|(id, change, task_only)| ClientRequest::Update {
+            id,
+            change,
+            task_only
+        }),
         ids().prop_map(|ids| ClientRequest::Requeue { ids, only: vec![] }),
         advance_create().prop_map(|a| ClientRequest::AdvanceCreate(Box::new(a))),
         (submit_request(), any::<bool>()).prop_map(|(submit, no_shell)| ClientRequest::Alloc(Box::new(

@@ -920,7 +920,7 @@ pub async fn qalter(dir: &Path, args: Vec<String>) -> Result<i32> {
     let server = f::server_name();
     let mut code = 0;
     for id in plan.ids {
-        if let Err(e) = crate::changes::send(dir, id, plan.change.clone()).await {
+        if let Err(e) = crate::changes::send(dir, id, false, plan.change.clone()).await {
             let Some(api) = e.downcast_ref::<berth_protocol::client::ApiError>() else { return Err(e) };
             let (text, status) = pbs_error(Some(api.code));
             let text = match api.code {

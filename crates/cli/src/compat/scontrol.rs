@@ -350,8 +350,8 @@ async fn update(dir: &Path, words: &[String], quiet: bool) -> Result<i32> {
         }
     };
     let parse = |w: &str| f::parse_job_id(w).ok_or_else(|| anyhow::anyhow!("Invalid job id specified: {w}"));
-    let ids = match crate::arrays::resolve(dir, &plan.ids, parse).await {
-        Ok(ids) => ids,
+    let (ids, only) = match crate::arrays::resolve_tasks(dir, &plan.ids, parse).await {
+        Ok(x) => x,
         Err(e) => {
             say(&format!("slurm_update error: {e:#}"));
             return Ok(1);
@@ -380,7 +380,7 @@ async fn update(dir: &Path, words: &[String], quiet: bool) -> Result<i32> {
                 }
             };
         }
-        if let Err(e) = crate::changes::send(dir, id, change).await {
+        if let Err(e) = crate::changes::send(dir, id, only.contains(&id), change).await {
             let why = match e.downcast_ref::<berth_protocol::client::ApiError>() {
                 Some(api) if api.code == ErrorCode::UnknownJob => "Invalid job id specified".to_string(),
                 Some(api) => api.message.clone(),
