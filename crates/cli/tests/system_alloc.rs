@@ -10,10 +10,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// PATH with `first` (then berth's own directory) in front: commands in the allocation find
 /// `berth`, and `srun` is berth's rather than a Slurm installed on the host.
 fn path_with(first: &Path) -> String {

@@ -10,10 +10,6 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// `berth compat install` into the test directory; the directory of the links.
 fn install(c: &Cluster) -> PathBuf {
     let bin = c.root().join("bin");

@@ -38,10 +38,6 @@ impl Names<'_> {
     }
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 fn install(c: &Cluster) -> Names<'_> {
     let bin = c.root().join("bin");
     let v = c.json(&["compat", "install", &bin.display().to_string()]);

@@ -6,31 +6,9 @@ mod common;
 
 use common::*;
 use serde_json::Value;
-use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(60);
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-/// Run a command name installed by `berth compat install` (`bin/NAME`).
-fn named(c: &Cluster, name: &str, args: &[&str]) -> Output {
-    Command::new(c.root().join("bin").join(name))
-        .args(args)
-        .env("BERTH_DIR", &c.dir)
-        .current_dir(c.root())
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|e| panic!("run {name}: {e}"))
-}
-
-fn named_ok(c: &Cluster, name: &str, args: &[&str]) -> String {
-    let o = named(c, name, args);
-    assert!(o.status.success(), "{name} {args:?}: {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
-    text(&o.stdout)
-}
 
 /// squeue's reason for job `id` (`%r`).
 fn squeue_reason(c: &Cluster, id: u64) -> String {

@@ -30,10 +30,6 @@ fn tools_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/tools")
 }
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// A virtual environment with the pinned tools, made once under the target directory (kept
 /// between runs: pip then only checks the pins). Panics, with pip's output, when it cannot be
 /// made: no PyPI, no `python3 -m venv` (scripts/setup.sh installs python3-venv).

@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 
 const LONG: Duration = Duration::from_secs(60);
 
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
 /// `berth ARGS` with `stdin` on its standard input.
 fn berth_stdin(c: &Cluster, args: &[&str], stdin: &str) -> Output {
     let mut child = Command::new(BIN)

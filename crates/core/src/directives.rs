@@ -23,41 +23,52 @@ pub use foreign::{output_patterns, parse_foreign, Foreign};
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
 
 /// Every option a submission can carry, each optional so directives and flags can be merged.
+/// Options not given are left out of the JSON (stored with every job: an array has many).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SubmitOptions {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cores: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks_per_node: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus_per_task: Option<u32>,
     /// Memory per node, bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem: Option<u64>,
     /// Walltime, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub walltime: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue: Option<String>,
     /// Memory per CPU, bytes.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_cpu: Option<u64>,
     /// Count hardware threads (PUs) rather than cores.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub threads: Option<bool>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding: Option<BindingStrategy>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub binding_mode: Option<BindingMode>,
     /// Make one sub-cpuset per rank inside the job's cpuset on each node.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank_cpusets: Option<bool>,
     /// The job may use the nodes' system CPUs.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_cpus: Option<bool>,
     /// Subnode properties the job needs (e.g. `singlecpu`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub properties: Option<Vec<String>>,
     /// The account (project) fair share charges; default: the user's primary group.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<String>,
     /// The advance reservation the job runs in (its users or accounts only).
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -3,10 +3,33 @@
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_berth");
+
+/// A command's output as text (lossy).
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Run a command name installed by `berth compat install` (`ROOT/bin/NAME`) against `c`.
+pub fn named(c: &Cluster, name: &str, args: &[&str]) -> Output {
+    Command::new(c.root().join("bin").join(name))
+        .args(args)
+        .env("BERTH_DIR", &c.dir)
+        .current_dir(c.root())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap_or_else(|e| panic!("run {name}: {e}"))
+}
+
+/// [`named`], which must succeed: its standard output.
+pub fn named_ok(c: &Cluster, name: &str, args: &[&str]) -> String {
+    let o = named(c, name, args);
+    assert!(o.status.success(), "{name} {args:?}: {:?}\n{}{}", o.status, text(&o.stdout), text(&o.stderr));
+    text(&o.stdout)
+}
 
 /// System tests need root and cgroup v1/v2 controllers: say so loudly instead of passing.
 pub fn require_root() {
