@@ -354,6 +354,8 @@ async fn run_command(
     }
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..]).envs(alloc_env(job, dir)).current_dir(cwd);
+    // This process, as the child will see it as its parent (to tell if it died already).
+    let parent = std::process::id() as libc::pid_t;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -365,10 +367,25 @@ async fn run_command(
                 // shell not in the foreground stops itself); SIGTTOU is still ignored here.
                 libc::tcsetpgrp(0, libc::getpid());
             }
-            // The command ends with this process even if it is killed outright.
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP);
-            for s in [libc::SIGINT, libc::SIGQUIT, libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGPIPE] {
+            // Default dispositions, even those this process inherited ignored (`nohup berth
+            // alloc`): the command must be able to die of the SIGHUP below.
+            for s in [
+                libc::SIGHUP,
+                libc::SIGTERM,
+                libc::SIGINT,
+                libc::SIGQUIT,
+                libc::SIGTSTP,
+                libc::SIGTTIN,
+                libc::SIGTTOU,
+                libc::SIGPIPE,
+            ] {
                 libc::signal(s, libc::SIG_DFL);
+            }
+            // The command ends with this process even if it is killed outright; if that
+            // happened between fork and here, the signal will never come: end now.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGHUP);
+            if libc::getppid() != parent {
+                libc::_exit(129);
             }
             Ok(())
         });
