@@ -728,31 +728,7 @@ pub async fn qdel(dir: &Path, args: Vec<String>) -> Result<i32> {
         eprintln!("usage: qdel [-W force|suppress_email=X] [-x] job_identifier...");
         return Ok(2);
     }
-    let server = f::server_name();
-    let mut code = 0;
-    let mut ids = Vec::new();
-    for op in &p.operands {
-        match f::parse_job_id(op) {
-            Some(id) => ids.push(id),
-            None => {
-                eprintln!("qdel: illegally formed job identifier: {}", crate::output::terminal_safe(op));
-                code = 1;
-            }
-        }
-    }
-    for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
-        let ClientResponse::Done { results } =
-            request(dir, ClientRequest::Cancel { ids: chunk.to_vec(), only: vec![] }).await?
-        else {
-            bail!("unexpected answer")
-        };
-        for r in results.iter().filter(|r| !r.ok) {
-            let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
-            eprintln!("qdel: {text} {}", pbs_id(r.id, &server));
-            code = status;
-        }
-    }
-    Ok(code)
+    on_each_job(dir, "qdel", &p.operands, |ids| ClientRequest::Cancel { ids, only: vec![] }).await
 }
 
 // ---------------------------------------------------------------------------------------
@@ -784,10 +760,27 @@ pub async fn qhold(dir: &Path, args: Vec<String>, hold: bool) -> Result<i32> {
         eprintln!("usage: {name} [-h hold_list] job_identifier...");
         return Ok(2);
     }
+    let make: fn(Vec<JobId>) -> ClientRequest = if hold {
+        |ids| ClientRequest::Hold { ids, only: vec![] }
+    } else {
+        |ids| ClientRequest::Release { ids, only: vec![] }
+    };
+    on_each_job(dir, name, &p.operands, make).await
+}
+
+/// qdel, qhold, qrls, qrerun: `make` a request for the jobs named (`N`, `N.server`, `N[]`),
+/// in batches; PBS's message for each job refused (or not a job identifier), the exit status
+/// of the last one.
+async fn on_each_job(
+    dir: &Path,
+    name: &str,
+    operands: &[String],
+    make: fn(Vec<JobId>) -> ClientRequest,
+) -> Result<i32> {
     let server = f::server_name();
     let mut code = 0;
     let mut ids = Vec::new();
-    for op in &p.operands {
+    for op in operands {
         match f::parse_job_id(op) {
             Some(id) => ids.push(id),
             None => {
@@ -797,12 +790,9 @@ pub async fn qhold(dir: &Path, args: Vec<String>, hold: bool) -> Result<i32> {
         }
     }
     for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
-        let req = if hold {
-            ClientRequest::Hold { ids: chunk.to_vec(), only: vec![] }
-        } else {
-            ClientRequest::Release { ids: chunk.to_vec(), only: vec![] }
+        let ClientResponse::Done { results } = request(dir, make(chunk.to_vec())).await? else {
+            bail!("unexpected answer")
         };
-        let ClientResponse::Done { results } = request(dir, req).await? else { bail!("unexpected answer") };
         for r in results.iter().filter(|r| !r.ok) {
             let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
             eprintln!("{name}: {text} {}", pbs_id(r.id, &server));
@@ -952,31 +942,7 @@ pub async fn qrerun(dir: &Path, args: Vec<String>) -> Result<i32> {
         eprintln!("usage: qrerun [-W force] job_identifier...");
         return Ok(2);
     }
-    let server = f::server_name();
-    let mut code = 0;
-    let mut ids = Vec::new();
-    for op in &p.operands {
-        match f::parse_job_id(op) {
-            Some(id) => ids.push(id),
-            None => {
-                eprintln!("qrerun: illegally formed job identifier: {}", crate::output::terminal_safe(op));
-                code = 1;
-            }
-        }
-    }
-    for chunk in ids.chunks(berth_protocol::client::MAX_IDS_PER_REQUEST) {
-        let ClientResponse::Done { results } =
-            request(dir, ClientRequest::Requeue { ids: chunk.to_vec(), only: vec![] }).await?
-        else {
-            bail!("unexpected answer")
-        };
-        for r in results.iter().filter(|r| !r.ok) {
-            let (text, status) = pbs_error(r.error.as_ref().map(|e| e.code));
-            eprintln!("qrerun: {text} {}", pbs_id(r.id, &server));
-            code = status;
-        }
-    }
-    Ok(code)
+    on_each_job(dir, "qrerun", &p.operands, |ids| ClientRequest::Requeue { ids, only: vec![] }).await
 }
 
 // ---------------------------------------------------------------------------------------
