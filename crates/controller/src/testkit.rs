@@ -120,20 +120,26 @@ impl Harness {
         self.ctl.handle_agent(node, node as u64 + 1, msg, self.now).unwrap();
     }
 
-    /// Submit a batch job and start it.
-    pub fn batch(&mut self, options: SubmitOptions, peer: &Peer) -> JobId {
+    /// Submit a batch job (`hold`: held), not scheduled yet.
+    pub fn submit_as(&mut self, options: SubmitOptions, hold: bool, peer: &Peer) -> JobId {
         let sub = SubmitRequest {
             script: "#!/bin/sh\ntrue\n".into(),
             script_name: "job.sh".into(),
             options,
             env: vec![],
             cwd: "/tmp".into(),
-            hold: false,
+            hold,
             ignore_unsupported: false,
         };
-        let ClientResponse::Submitted { id } = self.call(ClientRequest::Submit(Box::new(sub)), peer) else {
-            panic!("not submitted")
-        };
+        match self.call(ClientRequest::Submit(Box::new(sub)), peer) {
+            ClientResponse::Submitted { id } => id,
+            other => panic!("not submitted: {other:?}"),
+        }
+    }
+
+    /// Submit a batch job and start it.
+    pub fn batch(&mut self, options: SubmitOptions, peer: &Peer) -> JobId {
+        let id = self.submit_as(options, false, peer);
         self.ctl.schedule(self.now).unwrap();
         assert_eq!(self.ctl.jobs[&id].state, JobState::Running);
         id

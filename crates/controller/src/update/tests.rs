@@ -14,19 +14,7 @@ fn opts(cores: u32) -> SubmitOptions {
 }
 
 fn submit(h: &mut Harness, options: SubmitOptions, hold: bool) -> JobId {
-    let sub = SubmitRequest {
-        script: "#!/bin/sh\ntrue\n".into(),
-        script_name: "job.sh".into(),
-        options,
-        env: vec![],
-        cwd: "/tmp".into(),
-        hold,
-        ignore_unsupported: false,
-    };
-    match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
-        ClientResponse::Submitted { id } => id,
-        other => panic!("not submitted: {other:?}"),
-    }
+    h.submit_as(options, hold, &ann())
 }
 
 fn update(h: &mut Harness, id: JobId, change: JobChange, peer: &Peer) -> Result<Vec<JobInfo>, ApiError> {
