@@ -105,8 +105,10 @@ print(",".join(map(str, [f["NumNodes"].split("-")[0], f["NumTasks"], f["NumCPUs"
 '
 }
 
-# berth's `show --json` -> the same fields. Tasks: an --exclusive job's own (`tasks`), else
-# nodes x tasks-per-node, else cores / cpus per task, else one per node (or one); CPUs: cores, else tasks x cpus per task. Nodes "*":
+# berth's `show --json` -> the same fields. Tasks: the job's recorded ones (`tasks`: --exclusive,
+# or an uneven `-N 2 -n 5`), else nodes x tasks-per-node, else cores / cpus per task, else one
+# per node (or one); CPUs: cores, else nodes x tasks-per-node x cpus per task, else tasks x cpus
+# per task. Nodes "*":
 # berth asked for cores anywhere (Slurm shows its minimum). Memory only when the script set it
 # (berth applies a per-CPU default otherwise; Slurm none here).
 berth_fields() {
@@ -118,7 +120,9 @@ if j.get("tasks"): tasks = j["tasks"]["total"]
 elif r.get("nodes") and r.get("tasks_per_node"): tasks = r["nodes"] * r["tasks_per_node"]
 elif r.get("cores"): tasks = r["cores"] // cpt
 else: tasks = r.get("nodes") or 1
-cpus = r.get("cores") or tasks * cpt
+if r.get("cores"): cpus = r["cores"]
+elif r.get("nodes") and r.get("tasks_per_node"): cpus = r["nodes"] * r["tasks_per_node"] * cpt
+else: cpus = tasks * cpt
 mem = "-"
 if sys.argv[1] == "1":
     if r.get("mem_per_node"): mem = "%d/node" % (r["mem_per_node"] >> 20)

@@ -19,9 +19,11 @@ use berth_core::placement::JobRequest;
 impl Controller {
     /// Rewrite an `--exclusive` job as whole nodes (see the module); Err: why it cannot be.
     pub(crate) fn map_exclusive(&self, options: &mut SubmitOptions) -> Result<(), String> {
-        // Only this sets it (a submission's is dropped: `validate_submission`).
+        // Only this sets it: a submission's is kept only as an uneven task count of its shape.
         let recorded = options.tasks.take();
+        let uneven = recorded.filter(|t| uneven_tasks(options, t).is_some());
         if options.exclusive != Some(true) {
+            options.tasks = uneven;
             return Ok(());
         }
         let threads = options.threads.unwrap_or(false);
@@ -82,6 +84,10 @@ impl Controller {
             options.tasks_per_node.is_none() && options.nodes == Some(nodes) && options.cores == Some(cores);
         let tasks = match (request.shape, recorded) {
             (_, Some(t)) if rewritten && t.total <= cores => t,
+            // `--exclusive -N 2 -n 5`: 3 + 2 on the whole nodes.
+            (Shape::PerNode { cores_per_node, .. }, Some(t)) if uneven.is_some() => {
+                JobTasks { total: t.total, per_node: Some(cores_per_node / cpt) }
+            }
             (Shape::PerNode { nodes, cores_per_node }, _) => {
                 let k = cores_per_node / cpt;
                 JobTasks { total: nodes.checked_mul(k).ok_or("--exclusive: too many tasks")?, per_node: Some(k) }
@@ -94,6 +100,15 @@ impl Controller {
         options.tasks = Some(tasks);
         Ok(())
     }
+}
+
+/// The tasks a node holds when `tasks` is an uneven count the job's shape allows (see
+/// `JobTasks::fill_nodes_unevenly`).
+fn uneven_tasks(options: &SubmitOptions, tasks: &JobTasks) -> Option<u32> {
+    let request = JobRequest::from_options(options).ok()?;
+    let Shape::PerNode { nodes, cores_per_node } = request.shape else { return None };
+    let per_node = cores_per_node / options.cpus_per_task.unwrap_or(1).max(1);
+    tasks.fill_nodes_unevenly(nodes, per_node).then_some(per_node)
 }
 
 #[cfg(test)]
@@ -217,6 +232,65 @@ mod tests {
         let forged = SubmitOptions { tasks: Some(JobTasks { total: 99, per_node: None }), ..opts() };
         let ClientResponse::Submitted { id: plain } = submit(&mut h, forged) else { panic!("refused") };
         assert_eq!(h.ctl.jobs[&plain].options.tasks, None);
+    }
+
+    fn submit_script(h: &mut Harness, script: &str) -> berth_core::JobId {
+        let sub = SubmitRequest {
+            script: script.into(),
+            script_name: "job.sh".into(),
+            options: SubmitOptions { walltime: Some(600), mem_per_cpu: Some(1 << 20), ..Default::default() },
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+            ignore_unsupported: false,
+        };
+        match h.call(ClientRequest::Submit(Box::new(sub)), &ann()) {
+            ClientResponse::Submitted { id } => id,
+            other => panic!("refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn slurm_uneven_tasks_are_kept_and_laid_out_3_then_2() {
+        use berth_core::directives::JobTasks;
+        let mut h = Harness::new(2);
+        // `-N 2 -n 5`: 3 CPUs on each node (shapes are even), 5 tasks, as Slurm's SLURM_NTASKS.
+        let id = submit_script(&mut h, "#!/bin/sh\n#SBATCH -N 2 -n 5\ntrue\n");
+        h.ctl.schedule(h.now).unwrap();
+        let job = &h.ctl.jobs[&id];
+        assert_eq!(job.state, JobState::Running);
+        assert_eq!((job.options.nodes, job.options.tasks_per_node), (Some(2), Some(3)));
+        assert_eq!(job.options.tasks, Some(JobTasks { total: 5, per_node: None }));
+        let compat = h.ctl.launch_spec(job, 0).compat.expect("[compat] environment is on by default");
+        // No SLURM_NTASKS_PER_NODE: the job did not give one (as Slurm).
+        assert_eq!((compat.tasks, compat.tasks_per_node), (Some(JobTasks { total: 5, per_node: None }), None));
+        // Exclusive: whole nodes of 8, still 5 tasks, 3 on the first node and 2 on the second.
+        let ex = submit_script(&mut h, "#!/bin/sh\n#SBATCH -N 2 -n 5 --exclusive\ntrue\n");
+        let job = &h.ctl.jobs[&ex];
+        assert_eq!((job.options.nodes, job.options.cores), (Some(2), Some(16)));
+        assert_eq!(job.options.tasks, Some(JobTasks { total: 5, per_node: Some(3) }));
+        // An even count needs no record; a count the shape cannot hold is not kept.
+        let even = submit_script(&mut h, "#!/bin/sh\n#SBATCH -N 2 -n 6\ntrue\n");
+        assert_eq!(h.ctl.jobs[&even].options.tasks, None);
+        let sub = SubmitRequest {
+            script: "#!/bin/sh\ntrue\n".into(),
+            script_name: "job.sh".into(),
+            options: SubmitOptions {
+                nodes: Some(2),
+                tasks_per_node: Some(3),
+                tasks: Some(JobTasks { total: 3, per_node: None }),
+                walltime: Some(600),
+                ..Default::default()
+            },
+            env: vec![],
+            cwd: "/tmp".into(),
+            hold: false,
+            ignore_unsupported: false,
+        };
+        let ClientResponse::Submitted { id: odd } = h.call(ClientRequest::Submit(Box::new(sub)), &ann()) else {
+            panic!("refused")
+        };
+        assert_eq!(h.ctl.jobs[&odd].options.tasks, None, "3 tasks would leave a node empty");
     }
 
     fn job_node(h: &Harness, id: berth_core::JobId) -> berth_core::NodeId {

@@ -249,9 +249,8 @@ impl Controller {
         let (directives, _warnings) = parse_script_with(&sub.script, sub.ignore_unsupported)
             .map_err(|e| ApiError::new(ErrorCode::InvalidScript, format!("{script_name}: {e}")))?;
         let mut options = directives.overlay(sub.options);
-        // Only `alloc_request` makes allocations; only `map_exclusive` records tasks.
+        // Only `alloc_request` makes allocations; `map_exclusive` checks tasks (below).
         options.alloc = None;
-        options.tasks = None;
         limits.check_options(&options).map_err(bad)?;
         if options.priority.is_some() && !self.is_admin(peer) {
             return Err(ApiError::new(

@@ -167,7 +167,8 @@ pub enum Join {
     Neither,
 }
 
-/// An `--exclusive` job's tasks (`SubmitOptions::tasks`).
+/// The tasks of a job whose CPUs its tasks do not fill (`SubmitOptions::tasks`): an
+/// `--exclusive` job's, or Slurm's `-N 2 -n 5` (5 tasks, laid out 3 + 2 on nodes of 3 cores).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobTasks {
     /// The job's tasks (`SLURM_NTASKS`).
@@ -176,6 +177,17 @@ pub struct JobTasks {
     /// they fill the nodes in order, each task `--cpus-per-task` CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub per_node: Option<u32>,
+}
+
+impl JobTasks {
+    /// Whether these are a task count that leaves the last of `nodes` nodes of `per_node`
+    /// tasks each partly empty (`-N 2 -n 5`: 3 + 2), the only uneven count a job may give;
+    /// anything else is not kept (the tasks follow from the cores).
+    pub fn fill_nodes_unevenly(&self, nodes: u32, per_node: u32) -> bool {
+        let full = u64::from(nodes) * u64::from(per_node);
+        let total = u64::from(self.total);
+        self.per_node.is_none() && nodes > 1 && total < full && total > full - u64::from(per_node)
+    }
 }
 
 /// How an allocation (`berth alloc`) ends besides `cancel` and its walltime.

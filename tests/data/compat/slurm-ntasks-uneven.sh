@@ -1,5 +1,5 @@
 #!/bin/bash
-# Five ranks on two nodes: Slurm places 3+2, berth's uniform shape asks 3 per node.
+# Five ranks on two nodes: Slurm places 3+2; berth holds 3 CPUs a node and keeps the 5 tasks.
 #SBATCH -N 2
 #SBATCH -n 5
 #SBATCH -t 5

@@ -80,7 +80,13 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
     // `-n` is tasks: per node when the node count is known, else the job's total cores.
     if let Some((line, n)) = later.ntasks {
         match (o.nodes, o.tasks_per_node) {
-            (Some(nodes), None) => o.tasks_per_node = Some(n.div_ceil(nodes)),
+            (Some(nodes), None) => {
+                o.tasks_per_node = Some(n.div_ceil(nodes));
+                // Uneven (`-N 2 -n 5`): 3 CPUs a node, and the job's 5 tasks kept (3 + 2).
+                if !n.is_multiple_of(nodes) {
+                    o.tasks = Some(super::JobTasks { total: n, per_node: None });
+                }
+            }
             (None, Some(per)) => o.nodes = Some(n.div_ceil(per)),
             (Some(_), Some(_)) => {}
             (None, None) => {

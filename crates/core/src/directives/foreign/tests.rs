@@ -41,6 +41,9 @@ fn slurm_times_tasks_and_node_ranges() {
     assert_eq!((o.cores, o.nodes), (Some(8), None));
     let o = opts("#!/bin/sh\n#SBATCH -n 5\n#SBATCH --nodes=2-4\n");
     assert_eq!((o.nodes, o.tasks_per_node), (Some(2), Some(3)), "5 tasks over 2 nodes: 3 per node");
+    let five = crate::directives::JobTasks { total: 5, per_node: None };
+    assert_eq!(o.tasks, Some(five), "and the job's 5 tasks kept (3 + 2, as Slurm lays them out)");
+    assert_eq!(opts("#!/bin/sh\n#SBATCH -N 2 -n 6\n").tasks, None, "even: the tasks follow from the cores");
     let o = opts("#!/bin/sh\n#SBATCH --ntasks-per-node=4 -n 8\n");
     assert_eq!((o.nodes, o.tasks_per_node), (Some(2), Some(4)));
 }
