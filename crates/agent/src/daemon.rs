@@ -456,6 +456,7 @@ fn handle(
         ControllerMessage::Resume { id, allocation } => {
             suspend_op(ctx, shared, events, id, Op::Resume(allocation.map(Box::new)))
         }
+        ControllerMessage::SetWalltime { id, walltime_seconds } => set_walltime(ctx, id, walltime_seconds),
         ControllerMessage::EndAck { id } => {
             shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
             if let Some(records) = ctx.records.clone() {
@@ -547,6 +548,28 @@ fn suspend_op(
 
 /// `berth signal`: one step's local ranks, or every process of the job here. A suspended
 /// job's processes get it now and act on it when the job resumes.
+/// An admin raised a running job's walltime (`ControllerMessage::SetWalltime`; never below
+/// the one it was launched with): its deadlines move (the `--signal` one too), and its record
+/// says so for a restarted agent.
+fn set_walltime(ctx: &Arc<JobContext>, id: JobId, secs: u64) {
+    let Some(job) = ctx.registry.get(id) else {
+        tracing::info!(job = %id, "walltime for a job not running here");
+        return;
+    };
+    // Unlimited stays unlimited.
+    let Some(launched) = job.spec.walltime_seconds else { return };
+    let secs = secs.max(launched);
+    job.suspension.extend(Duration::from_secs(secs - launched));
+    tracing::info!(job = %id, walltime = secs, "walltime raised");
+    if let Some(records) = ctx.records.clone() {
+        tokio::spawn(crate::priority::bookkeeping(move || {
+            if let Err(e) = records.save_walltime(id, secs) {
+                tracing::warn!(job = %id, "cannot record the raised walltime: {e}");
+            }
+        }));
+    }
+}
+
 fn signal_job(ctx: &Arc<JobContext>, id: JobId, step: Option<u32>, signal: i32) {
     let Some(job) = ctx.registry.get(id) else {
         tracing::info!(job = %id, "signal for a job not running here");

@@ -80,6 +80,17 @@ impl Records {
         write_atomically(&self.jobs, &file_name(rec.spec.id), &bytes, false)
     }
 
+    /// A running job's walltime was raised to `secs`: a restarted agent enforces that one.
+    pub fn save_walltime(&self, id: JobId, secs: u64) -> std::io::Result<()> {
+        let bytes = std::fs::read(self.jobs.join(file_name(id)))?;
+        let mut rec: LocalJobRecord = serde_json::from_slice(&bytes).map_err(std::io::Error::other)?;
+        if rec.spec.walltime_seconds == Some(secs) {
+            return Ok(());
+        }
+        rec.spec.walltime_seconds = Some(secs);
+        self.save_job(&rec)
+    }
+
     pub fn save_ended(&self, id: JobId, outcome: &JobOutcome) -> std::io::Result<()> {
         let bytes = serde_json::to_vec(outcome).map_err(std::io::Error::other)?;
         write_atomically(&self.ended, &file_name(id), &bytes, true)

@@ -35,6 +35,8 @@ struct Pause {
     total: Duration,
     /// The current suspension's start.
     since: Option<Instant>,
+    /// Walltime added to the one the job was launched with (an admin raised it).
+    extended: Duration,
 }
 
 /// When a walltime started at `start` ends, with `paused` of suspension added; `None` when
@@ -112,10 +114,14 @@ impl Suspension {
     }
 
     /// Returns once `walltime` of time not suspended has passed since the call: the deadline
-    /// moves by every suspension, and does not pass while the job is suspended.
+    /// moves by every suspension, and does not pass while the job is suspended; it moves too
+    /// when the walltime is raised (`extend`).
     pub async fn walltime(&self, walltime: Duration) {
         let start = Instant::now();
-        let base = self.clock.borrow().total;
+        let (base, base_extended) = {
+            let p = self.clock.borrow();
+            (p.total, p.extended)
+        };
         let mut rx = self.clock.subscribe();
         loop {
             let p = *rx.borrow_and_update();
@@ -124,7 +130,10 @@ impl Suspension {
                     // The sender lives as long as `self`: changed() cannot fail while we wait.
                     let _ = rx.changed().await;
                 }
-                None => match walltime_deadline(start, walltime, p.total.saturating_sub(base)) {
+                None => match walltime
+                    .checked_add(p.extended.saturating_sub(base_extended))
+                    .and_then(|w| walltime_deadline(start, w, p.total.saturating_sub(base)))
+                {
                     Some(deadline) => tokio::select! {
                         _ = tokio::time::sleep_until(deadline) => return,
                         _ = rx.changed() => {}
@@ -136,6 +145,16 @@ impl Suspension {
                 },
             }
         }
+    }
+
+    /// The walltime is now the one the job was launched with plus `by` (an admin raised it):
+    /// every `walltime` wait moves its deadline. Setting the same value again changes nothing.
+    pub fn extend(&self, by: Duration) {
+        self.clock.send_if_modified(|p| {
+            let changed = p.extended != by;
+            p.extended = by;
+            changed
+        });
     }
 
     /// The job is ending (walltime or kill): refuse further freezing and thaw it if it is
@@ -391,6 +410,24 @@ mod tests {
         assert_eq!(s.paused(), Duration::from_secs(10));
         let ended = wall.await.unwrap();
         assert_eq!(ended - t0, Duration::from_secs(13), "3 s of walltime + 10 s suspended");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_raised_walltime_moves_the_deadline_and_counts_from_the_start() {
+        let s = Arc::new(Suspension::new(alloc()));
+        let t0 = Instant::now();
+        let s2 = s.clone();
+        let wall = tokio::spawn(async move {
+            s2.walltime(Duration::from_secs(10)).await;
+            Instant::now()
+        });
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        s.extend(Duration::from_secs(20));
+        s.extend(Duration::from_secs(20)); // told again (a re-registered agent): no change
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert!(!wall.is_finished(), "ended at the walltime it was launched with");
+        let ended = wall.await.unwrap();
+        assert_eq!(ended - t0, Duration::from_secs(30), "10 s launched + 20 s added, from the start");
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,7 +14,7 @@ use std::path::Path;
 pub struct UpdateArgs {
     /// The job: an array's id changes each of its pending tasks, `A_i` one task.
     pub id: String,
-    /// SECONDS, HH:MM:SS, D-HH:MM:SS, or 10m / 2h (a running job's may only be lowered).
+    /// SECONDS, HH:MM:SS, D-HH:MM:SS, or 10m / 2h (a running job's: lowered, or raised by an admin).
     #[arg(long)]
     pub walltime: Option<String>,
     /// Total cores (replaces --tasks-per-node unless it is given too).

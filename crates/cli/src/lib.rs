@@ -231,7 +231,7 @@ pub enum Command {
         ids: Vec<String>,
     },
     /// Change a pending job: walltime, cores, nodes, tasks, queue, name, dependency, and
-    /// (admins) priority; checked as a submission. A running job's walltime may be lowered.
+    /// (admins) priority; checked as a submission. A running job's walltime may be lowered (raised by admins).
     Update(changes::UpdateArgs),
     /// Put running or ended batch jobs back in the queue, to run again from the start (a
     /// running one is killed first).

@@ -129,3 +129,18 @@ fn update_requeue_and_aftercorr() {
     assert_eq!(j["state"], "queued");
     c.json(&["cancel", &b1.to_string()]);
 }
+
+#[test]
+fn an_admin_raises_a_running_jobs_walltime_past_the_one_it_started_with() {
+    let c = Cluster::up(1, "package:1 core:2 pu:1");
+    let out = c.root().join("raised.out");
+    let script = "#!/bin/sh\nsleep 10\necho finished\n";
+    let id = c.submit("raised.sh", script, &["--walltime", "6", "--output", &out.display().to_string()]);
+    c.wait_state(id, &["running"], LONG);
+    // root is an admin: raised well before the 6 s pass; its node is told and keeps it running.
+    named_ok(&c, "scontrol", &["update", &format!("JobId={id}"), "TimeLimit=+1"]);
+    assert_eq!(c.show(id)["walltime_seconds"], 66, "6 s and one more minute");
+    let done = c.wait_finished(id, LONG);
+    assert_eq!(done["state"], "completed", "it ran past the 6 s it started with: {done:#}\n{}", c.logs());
+    assert_eq!(std::fs::read_to_string(&out).unwrap_or_default().trim(), "finished");
+}

@@ -701,6 +701,9 @@ impl Controller {
                 }
                 if let Some(reason) = job.kill_sent.clone() {
                     self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
+                } else if let (true, Some(walltime_seconds)) = (reg.running.contains(&id), job.options.walltime) {
+                    // An admin may have raised it while the agent was away (idempotent).
+                    self.out.agents.push((tx.clone(), ControllerMessage::SetWalltime { id, walltime_seconds }));
                 }
                 continue;
             }

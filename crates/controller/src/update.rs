@@ -8,9 +8,11 @@
 //!   change it fails is refused with the reason, and nothing is changed. It is written with an
 //!   `update` event in the batch's transaction (durable before the reply, which lists the jobs
 //!   changed) and holds from the next scheduling pass.
-//!   Of a running job only the walltime may change, and only down (the name too, which is
-//!   only shown): its nodes enforce the walltime it started with, so the controller ends it
+//!   Of a running job only the walltime and the name (only shown) may change. Lowered (by
+//!   its owner): its nodes enforce the walltime it started with, so the controller ends it
 //!   at the lower one (`check_lowered_walltimes`); `--signal` still counts from the first.
+//!   Raised (admins only, as Slurm; not an interactive allocation, whose client has its own
+//!   clock): its nodes are told (`SetWalltime`, again when an agent registers).
 //!   The id of an array changes every pending task of it (as `scontrol update JobId=A`), a
 //!   task's own id that task; every task is checked before any is changed. Only the job's
 //!   owner or an admin may change it; only an admin may set a priority, which then replaces
@@ -32,6 +34,7 @@ use berth_core::directives::Dependency;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::NodeState;
 use berth_core::JobId;
+use berth_protocol::agent::ControllerMessage;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, JobChange, MAX_IDS_PER_REQUEST};
 use std::collections::HashSet;
 
@@ -107,7 +110,7 @@ impl Controller {
         own.push(id);
         let mut changed = Vec::with_capacity(targets.len());
         for t in &targets {
-            match self.changed(&self.jobs[t], &change, &own, now) {
+            match self.changed(&self.jobs[t], &change, (&own, admin), now) {
                 Ok(c) => changed.push(c),
                 Err(e) if array => {
                     let message = format!("array {id}, task {t}: {}; nothing was changed", e.message);
@@ -124,6 +127,10 @@ impl Controller {
             self.store.event(now, "update", Some(job.id), None, &detail)?;
             tracing::info!(job = %job.id, "updated: {detail}");
             results.push(IdResult { id: job.id, ok: true, error: None });
+            let raised = self.jobs.get(&job.id).is_some_and(|old| old.options.walltime != job.options.walltime);
+            if raised && job.state.has_allocation() {
+                self.send_walltime(&job);
+            }
             self.jobs.insert(job.id, job);
         }
         self.dirty = true;
@@ -132,8 +139,8 @@ impl Controller {
 
     /// Job `job` as `change` makes it, checked as a submission is, and what changed (for the
     /// event); or why it cannot be. `own`: the jobs this update is about (the job, or its
-    /// array's tasks), which its dependency may not lead back to.
-    fn changed(&self, job: &JobRecord, c: &JobChange, own: &[JobId], now: f64) -> Checked {
+    /// array's tasks), which its dependency may not lead back to; `admin`: the caller is one.
+    fn changed(&self, job: &JobRecord, c: &JobChange, (own, admin): (&[JobId], bool), now: f64) -> Checked {
         let id = job.id;
         let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
         let state = |m: String| ApiError::new(ErrorCode::InvalidState, m);
@@ -157,13 +164,27 @@ impl Controller {
             }
             if let Some(w) = c.walltime {
                 if let Some(current) = job.walltime.filter(|cur| w > *cur) {
-                    return Err(state(format!(
-                        "job {id} is {}: its walltime can only be lowered, from {current} s (asked for {w} s)",
-                        job.state.as_str()
-                    )));
+                    if !admin {
+                        return Err(ApiError::new(
+                            ErrorCode::NotPermitted,
+                            format!(
+                                "job {id} is {}: only admins may raise its walltime (from {current} s to {w} s); you may lower it",
+                                job.state.as_str()
+                            ),
+                        ));
+                    }
+                    if job.is_interactive() {
+                        return Err(state(format!(
+                            "job {id} is an interactive allocation: its walltime can only be lowered, from {current} s (asked for {w} s)"
+                        )));
+                    }
                 }
                 self.cfg.limits.check_walltime(w).map_err(bad)?;
-                // `options.walltime` stays what its nodes enforce (`check_lowered_walltimes`).
+                // `options.walltime` is what its nodes enforce: raised, they are told
+                // (`update_request`); lowered, the controller ends it (`check_lowered_walltimes`).
+                if job.options.walltime.is_some_and(|enforced| w > enforced) {
+                    new.options.walltime = Some(w);
+                }
                 new.walltime = Some(w);
                 said.push(format!("walltime={w}"));
             }
@@ -293,6 +314,15 @@ impl Controller {
             }
         }
         false
+    }
+
+    /// Tell the nodes of `job` the walltime they enforce (`options.walltime`, raised by an
+    /// admin); once more to an agent that registers again (it may have missed it).
+    pub(crate) fn send_walltime(&mut self, job: &JobRecord) {
+        let Some(walltime_seconds) = job.options.walltime else { return };
+        for a in &job.allocation {
+            self.send_to_node(a.node_id.0 as usize, ControllerMessage::SetWalltime { id: job.id, walltime_seconds });
+        }
     }
 
     /// Running batch jobs whose walltime an update lowered below the one their nodes enforce

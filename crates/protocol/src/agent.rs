@@ -185,6 +185,14 @@ pub enum ControllerMessage {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         allocation: Option<NodeAllocation>,
     },
+    /// The job's walltime is now `walltime_seconds` from its start (time suspended not
+    /// counted): an admin raised it (`berth update`), or a re-registered agent is told it
+    /// again. Never below the walltime the job was launched with (the controller ends a job
+    /// whose walltime was lowered itself). Not answered.
+    SetWalltime {
+        id: JobId,
+        walltime_seconds: u64,
+    },
 }
 
 /// A cgroup the agent made, as the kernel holds it.

@@ -588,6 +588,8 @@ pub fn controller_message() -> BoxedStrategy<ControllerMessage> {
         }),
         job_id().prop_map(|id| ControllerMessage::Suspend { id }),
         (job_id(), of(node_allocation())).prop_map(|(id, allocation)| ControllerMessage::Resume { id, allocation }),
+        (job_id(), any::<u64>())
+            .prop_map(|(id, walltime_seconds)| ControllerMessage::SetWalltime { id, walltime_seconds }),
     ]
     .boxed()
 }

@@ -893,7 +893,7 @@ pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
     Ok(plan)
 }
 
-/// qalter: change queued jobs (a running one's walltime, lowered). Silent when done, as PBS's.
+/// qalter: change queued jobs (a running one's walltime: lowered, or raised by an admin). Silent when done, as PBS's.
 pub async fn qalter(dir: &Path, args: Vec<String>) -> Result<i32> {
     let plan = match qalter_plan(&args) {
         Ok(p) => p,

@@ -138,14 +138,14 @@ fn an_admins_priority_replaces_the_computed_one() {
 }
 
 #[test]
-fn a_running_jobs_walltime_is_only_lowered_and_then_enforced() {
+fn a_running_jobs_walltime_is_lowered_by_its_owner_raised_by_admins_and_enforced() {
     let mut h = Harness::new(1);
     let id = h.batch(opts(1), &ann());
     let e = update(&mut h, id, walltime(1200), &ann()).unwrap_err();
-    assert_eq!(e.code, ErrorCode::InvalidState);
-    assert!(e.message.contains("only be lowered"), "{e}");
-    let e = update(&mut h, id, walltime(1200), &root()).unwrap_err();
-    assert!(e.message.contains("only be lowered"), "admins too: its node enforces the first: {e}");
+    assert_eq!(e.code, ErrorCode::NotPermitted);
+    assert!(e.message.contains("only admins may raise"), "{e}");
+    assert_eq!(h.ctl.jobs[&id].walltime, Some(600), "unchanged");
+    h.sent();
     let e = update(&mut h, id, JobChange { cores: Some(2), ..Default::default() }, &ann()).unwrap_err();
     assert_eq!(e.code, ErrorCode::InvalidState);
     assert!(e.message.contains("is running"), "{e}");
@@ -170,6 +170,33 @@ fn a_running_jobs_walltime_is_only_lowered_and_then_enforced() {
         AgentMessage::JobEnded { id, outcome: JobOutcome { reason: Some("walltime".into()), ..Default::default() } },
     );
     assert_eq!(state(&h, id), JobState::Timeout);
+}
+
+#[test]
+fn an_admin_raises_a_running_jobs_walltime_and_its_nodes_are_told() {
+    let mut h = Harness::new(2);
+    let id = h.batch(SubmitOptions { nodes: Some(2), ..opts(2) }, &ann());
+    h.sent();
+    // Lowered by its owner, then raised back by an admin below what the nodes enforce:
+    // the controller alone ends it, nothing is sent.
+    update(&mut h, id, walltime(100), &ann()).unwrap();
+    update(&mut h, id, walltime(300), &root()).unwrap();
+    assert_eq!((h.ctl.jobs[&id].walltime, h.ctl.jobs[&id].options.walltime), (Some(300), Some(600)));
+    assert!(h.sent().is_empty());
+    // Above it: both nodes are told, durably recorded (a restarted controller keeps it).
+    let jobs = update(&mut h, id, walltime(7200), &root()).unwrap();
+    assert_eq!(jobs[0].walltime_seconds, Some(7200));
+    let job = &h.ctl.jobs[&id];
+    assert_eq!((job.walltime, job.options.walltime), (Some(7200), Some(7200)));
+    let stored = h.ctl.store.get_job(id).unwrap().expect("stored");
+    assert_eq!((stored.walltime, stored.options.walltime), (Some(7200), Some(7200)));
+    let mut sent = h.sent();
+    sent.sort_by_key(|(n, _)| *n);
+    let told = ControllerMessage::SetWalltime { id, walltime_seconds: 7200 };
+    assert_eq!(sent, vec![(0, told.clone()), (1, told)]);
+    // Not killed at the old limit: the controller's own check leaves it.
+    h.ctl.check_lowered_walltimes(h.now + 700.0).unwrap();
+    assert!(h.sent().is_empty());
 }
 
 #[test]
