@@ -133,6 +133,7 @@ fn update_requeue_and_aftercorr() {
 #[test]
 fn an_admin_raises_a_running_jobs_walltime_past_the_one_it_started_with() {
     let c = Cluster::up(1, "package:1 core:2 pu:1");
+    c.json(&["compat", "install", &c.root().join("bin").display().to_string()]);
     let out = c.root().join("raised.out");
     let script = "#!/bin/sh\nsleep 10\necho finished\n";
     let id = c.submit("raised.sh", script, &["--walltime", "6", "--output", &out.display().to_string()]);
