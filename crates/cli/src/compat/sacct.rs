@@ -92,14 +92,19 @@ pub fn parse_columns(spec: &str) -> Result<Vec<Column>, String> {
         let (name, width) = match item.split_once('%') {
             Some((n, w)) => (
                 n,
-                Some(w.parse::<usize>().ok().filter(|w| *w <= 4096).ok_or_else(|| format!("bad width in {item:?}"))?),
+                Some(w.parse::<usize>().ok().filter(|w| *w <= 4096).ok_or_else(|| {
+                    let shown: String = item.chars().take(64).collect();
+                    format!("bad width in {shown:?}")
+                })?),
             ),
             None => (item, None),
         };
-        let &(canon, default, left) = FIELDS
-            .iter()
-            .find(|(n, _, _)| n.eq_ignore_ascii_case(name))
-            .ok_or_else(|| format!("Invalid field requested: \"{name}\"; `sacct -e` lists the fields berth fills"))?;
+        let &(canon, default, left) =
+            FIELDS.iter().find(|(n, _, _)| n.eq_ignore_ascii_case(name)).ok_or_else(|| {
+                // Shown as typed, but cut and with control characters escaped.
+                let shown: String = berth_core::limits::escape_control(name).chars().take(64).collect();
+                format!("Invalid field requested: \"{shown}\"; `sacct -e` lists the fields berth fills")
+            })?;
         out.push(Column { name: canon, width: width.unwrap_or(default), left });
     }
     if out.is_empty() {
@@ -719,6 +724,16 @@ mod tests {
         assert_eq!((since, until, users), (None, None, vec!["bob".to_string()]), "-j: any time");
         let many: Vec<String> = (0..=ACCT_MAX_USERS).map(|i| format!("u{i}")).collect();
         assert!(sacct_query(&args(&["-u", &many.join(",")]), now).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn an_unknown_field_is_named_cut_and_escaped() {
+        let long = format!("Bogus\x1b[31m{}", "x".repeat(5000));
+        let e = parse_columns(&format!("jobid,{long}")).unwrap_err();
+        assert!(e.starts_with("Invalid field requested: \"Bogus\\u{1b}[31m"), "{e}");
+        assert!(e.len() < 200 && !e.contains('\x1b'), "{e}");
+        let e = parse_columns(&format!("jobid%{}", "9".repeat(5000))).unwrap_err();
+        assert!(e.starts_with("bad width in") && e.len() < 200, "{e}");
     }
 
     #[test]
