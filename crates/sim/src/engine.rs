@@ -9,6 +9,11 @@
 //! nothing (fewer CPUs free than the smallest queued job needs, or under FCFS than the first
 //! job needs): `plan` is a pure function, so the schedule is the same as with every pass run.
 //!
+//! Conservative backfill on a pool of single-core nodes is planned by processor counts and
+//! kept from pass to pass (`counted`: textbook conservative backfill, with compression when a
+//! job ends early); there the simulator also passes at reservations' starts, and at every
+//! submission and early end.
+//!
 //! Checked in debug builds (so in the tests): no job starts before its submission or twice,
 //! never more processors are busy than the machine has, and the pass's backfill count matches
 //! the jobs the simulator sees started out of order.
@@ -32,6 +37,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 mod accounting;
+mod counted;
 mod preempt;
 mod queue;
 mod replay;

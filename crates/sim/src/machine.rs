@@ -302,6 +302,12 @@ pub trait Suspending: Machine {
     fn cluster(&self) -> Option<&ClusterState> {
         None
     }
+    /// Whether any free cores do for any job, so that counts decide where jobs fit: single-core
+    /// nodes (every request of the simulator is "N cores anywhere"). Conservative backfill
+    /// then plans by counts (`engine::counted`).
+    fn counts_suffice(&self) -> bool {
+        false
+    }
     fn as_allocation(_alloc: &Self::Alloc) -> Option<&Allocation> {
         None
     }
@@ -310,7 +316,11 @@ pub trait Suspending: Machine {
     }
 }
 
-impl Suspending for PoolMachine {}
+impl Suspending for PoolMachine {
+    fn counts_suffice(&self) -> bool {
+        self.cores_per_node == 1
+    }
+}
 
 impl Suspending for ClusterMachine {
     fn cluster(&self) -> Option<&ClusterState> {

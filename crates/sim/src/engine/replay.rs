@@ -1,6 +1,7 @@
 //! The event loop (see the parent module for the order of things at each event time).
 
 use super::accounting::Accounting;
+use super::counted::{CountPlan, Job};
 use super::preempt::Suspended;
 use super::queue::Queue;
 use super::{finish, queued, workload, Outcomes, Sample, SimResult, Workload};
@@ -8,7 +9,9 @@ use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
-use berth_core::sched::backfill::{plan, plan_starts, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{
+    plan, plan_starts, BackfillPolicy, Fit, PassInput, PassLimits, QueuedJob, RunningJob,
+};
 use berth_core::sched::PendingReason;
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
@@ -65,6 +68,9 @@ pub(super) struct Replay<'a, M: Suspending> {
     backfilled_total: usize,
     pub suspensions: usize,
     pub preemptions: usize,
+    /// Conservative backfill by counts, kept between passes, where counts decide (see
+    /// `counted`); else `plan` decides.
+    counted: Option<CountPlan>,
 }
 
 pub(super) fn replay<M: Suspending>(
@@ -76,6 +82,13 @@ pub(super) fn replay<M: Suspending>(
 ) -> Result<SimResult, SimError> {
     let work = workload(trace, &machine, config.estimate, config.order);
     let n = work.jobs.len();
+    // Unlimited reservations, no preemption: what `counted` implements.
+    let by_counts = config.policy == BackfillPolicy::Conservative
+        && machine.counts_suffice()
+        && config.preempt.is_none()
+        && config.max_reservations == usize::MAX;
+    // Fair share reorders the queue at every pass: a kept plan would be of another order.
+    let counted = by_counts.then(|| CountPlan::new(total_cpus, !config.fair_share));
     let mut r = Replay {
         machine,
         total_cpus,
@@ -99,6 +112,7 @@ pub(super) fn replay<M: Suspending>(
         backfilled_total: 0,
         suspensions: 0,
         preemptions: 0,
+        counted,
     };
     while let Some(now) = r.next_time() {
         if let Some(acc) = r.accounting.as_mut() {
@@ -109,7 +123,8 @@ pub(super) fn replay<M: Suspending>(
         r.submit(now);
         r.pass(now);
         r.timeline.push(Sample { time: now, busy_procs: r.busy, queued: r.queue.len() });
-        if r.running.is_empty() && r.submitted == n && !(r.queue.is_empty() && r.suspended.is_empty()) {
+        let waking = r.counted.as_ref().and_then(CountPlan::wake).is_some();
+        if r.running.is_empty() && r.submitted == n && !(r.queue.is_empty() && r.suspended.is_empty()) && !waking {
             return Err(r.stuck(now));
         }
     }
@@ -129,9 +144,11 @@ pub(super) fn replay<M: Suspending>(
 }
 
 impl<M: Suspending> Replay<'_, M> {
-    /// The next event time: the earliest end or submission, if any is left.
+    /// The next event time: the earliest end or submission, if any is left, or a reservation's
+    /// start (conservative by counts: one may start when nothing ends, see `counted`).
     fn next_time(&self) -> Option<f64> {
-        let next_end = self.ends.peek().map(|e| e.0.time);
+        let wake = self.counted.as_ref().and_then(CountPlan::wake);
+        let next_end = self.ends.peek().map(|e| e.0.time).into_iter().chain(wake).min_by(f64::total_cmp);
         let next_submit = self.work.jobs.get(self.submitted).map(|j| j.submit);
         match (next_end, next_submit) {
             (Some(e), Some(s)) => Some(e.min(s)),
@@ -147,6 +164,9 @@ impl<M: Suspending> Replay<'_, M> {
             }
             self.ends.pop();
             if segment == self.segment[job] && self.slot[job] != usize::MAX {
+                if let Some(plan) = self.counted.as_mut() {
+                    plan.ended(time, self.running[self.slot[job]].end, self.work.jobs[job].procs);
+                }
                 self.stop(job);
                 self.outcomes.end[job] = time;
             }
@@ -184,7 +204,10 @@ impl<M: Suspending> Replay<'_, M> {
     /// job fits. `plan` is pure, so skipping it changes no decision. While a queued job could
     /// preempt, every pass runs (it may start by suspending others when nothing is free).
     fn pass(&mut self, now: f64) {
-        let every = self.config.every_pass || self.may_preempt();
+        // A kept plan changes with early ends and new jobs: planned when they come, as a pass
+        // at every event plans them, or the plan could differ (see `counted`).
+        let replan = self.counted.as_ref().is_some_and(|p| p.must_pass() || p.planned() < self.submitted);
+        let every = self.config.every_pass || self.may_preempt() || replan;
         let free = self.machine.free_cpus();
         match self.queue.smallest() {
             Some(smallest) if free >= smallest || every => {}
@@ -196,6 +219,9 @@ impl<M: Suspending> Replay<'_, M> {
         let head = self.work.jobs[self.queue.jobs()[0].id.0 as usize].procs;
         if self.config.policy == BackfillPolicy::Fcfs && free < head && !every {
             return;
+        }
+        if self.counted.is_some() {
+            return self.counted_pass(now);
         }
         let limits =
             PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations, deadline: None };
@@ -226,6 +252,39 @@ impl<M: Suspending> Replay<'_, M> {
         self.preempt(now, &waiting_for_resources);
     }
 
+    /// A pass of conservative backfill by counts (see `counted`): from the kept plan when it
+    /// holds, else afresh; the jobs starting get their cores first fit, in priority order.
+    fn counted_pass(&mut self, now: f64) {
+        let jobs = &self.work.jobs;
+        let job = |i: usize| Job { index: i, cpus: jobs[i].procs, walltime: jobs[i].estimate.max(0.0) };
+        let (free, submitted, slot) = (self.machine.free_cpus(), self.submitted, &self.slot);
+        let Some(plan) = self.counted.as_mut() else { return };
+        let new = plan.planned()..submitted;
+        let kept = match plan.can_keep(now, |i| slot[i] != usize::MAX) {
+            true => plan.pass_kept(now, free, new.map(job), submitted),
+            false => None,
+        };
+        let starts = kept.unwrap_or_else(|| {
+            let running = self.running.iter().map(|r| (jobs[r.id.0 as usize].procs, r.end));
+            let queue: Vec<Job> = self.queue.jobs().iter().map(|q| job(q.id.0 as usize)).collect();
+            plan.pass_afresh(now, free, running, &queue, submitted)
+        });
+        self.passes += 1;
+        for &i in &starts {
+            match self.machine.place(&self.work.jobs[i].request) {
+                Fit::Now(alloc) => self.start(now, i, alloc),
+                // The plan starts a job only on processors free now.
+                _ => panic!("job {i} planned to start at {now} does not fit the free cores"),
+            }
+        }
+        if !starts.is_empty() {
+            let marked = mark_backfilled(self.queue.jobs(), &self.started, starts.len(), &mut self.outcomes.backfilled);
+            self.backfilled_total += marked;
+            let jobs = &self.work.jobs;
+            self.queue.remove_started(&self.started, starts.len(), |i| jobs[i].procs);
+        }
+    }
+
     /// Start job `index` on `alloc` at `now`.
     pub fn start(&mut self, now: f64, index: usize, alloc: M::Alloc) {
         debug_assert!(index < self.submitted && !self.started[index], "job {index} started twice or unsubmitted");
@@ -247,6 +306,9 @@ impl<M: Suspending> Replay<'_, M> {
         let left = self.remaining[index];
         let estimate_left = (job.estimate - (job.run - left)).max(0.0);
         self.segment_start[index] = now;
+        if let Some(plan) = self.counted.as_mut() {
+            plan.started(index, now + estimate_left, now + left);
+        }
         self.slot[index] = self.running.len();
         self.running.push(RunningJob { id: JobId(index as u64), alloc, end: now + estimate_left });
         self.ends.push(Reverse(End { time: now + left, job: index, segment: self.segment[index] }));
