@@ -43,10 +43,21 @@ impl Steps {
         for s in &mut self.steps[a..b] {
             s.1 += cpus;
         }
+        self.merge(a, b);
+    }
+
+    /// Steps `b`, then `a`, joined to the one before when equal: compression moves
+    /// reservations back and forth, and the profile keeps only the times at which it changes.
+    fn merge(&mut self, a: usize, b: usize) {
+        for i in [b, a] {
+            if i > 0 && i < self.steps.len() && self.steps[i].1 == self.steps[i - 1].1 {
+                self.steps.remove(i);
+            }
+        }
     }
 
     /// `cpus` no longer committed over `[from, to)` (they were added over an interval holding
-    /// it). Equal neighbours are left split: they cost a step each, not a wrong answer.
+    /// it).
     pub fn remove(&mut self, from: f64, to: f64, cpus: u64) {
         if cpus == 0 || from.total_cmp(&to).is_ge() {
             return;
@@ -56,6 +67,7 @@ impl Steps {
             debug_assert!(s.1 >= cpus, "removing {cpus} processors from {} at {}", s.1, s.0);
             s.1 -= cpus;
         }
+        self.merge(a, b);
     }
 
     /// Processors committed at time `t`.
