@@ -19,6 +19,11 @@
 //!   it now fits, beside all the others. Its old time still fits, so none moves later.
 //! - Otherwise (a job running past its estimate, whose processors a reservation counted on;
 //!   a queue reordered by fair share) the pass plans afresh, as the definition says.
+//!
+//! What the simulator owes the plan: a pass at every submission and early end (so that new
+//! jobs and compression happen when a pass at every event would do them: skipping idle passes
+//! then changes nothing) and at every reservation's start ([`CountPlan::wake`]: a compressed
+//! reservation may start when nothing ends).
 
 mod steps;
 #[cfg(test)]
