@@ -114,6 +114,22 @@ fn srun_and_aprun_outside_and_inside_a_job() {
     // Every step is in the job's invocation log.
     let steps = c.show(id)["steps"].as_array().map(|s| s.len()).unwrap_or(0);
     assert!(steps >= 5, "steps of job {id}: {steps}");
+    // sacct lists them after the job, as `N.S` lines (not with -X); with -j and without.
+    let fields = ["-P", "-n", "-o", "JobID,JobName,State,NNodes"];
+    let id_text = id.to_string();
+    let by_id: Vec<&str> = ["-j", id_text.as_str()].into_iter().chain(fields).collect();
+    for args in [by_id.clone(), fields.to_vec()] {
+        let o = run(&c, &bin, "sacct", &args);
+        let acct = text(&o.stdout);
+        let lines: Vec<&str> = acct.lines().filter(|l| l.starts_with(&format!("{id}"))).collect();
+        assert!(lines[0].starts_with(&format!("{id}|")) && lines[0].contains("|COMPLETED|2"), "{acct}");
+        assert_eq!(lines.len(), 1 + steps, "the job and each step: {acct}");
+        // berth numbers steps from 1, as SLURM_STEP_ID inside them says.
+        let first = format!("{id}.1|hostname|COMPLETED|");
+        assert!(lines[1].starts_with(&first), "srun -n 2 -l hostname: {acct}");
+    }
+    let x: Vec<&str> = by_id.into_iter().chain(["-X"]).collect();
+    assert_eq!(text(&run(&c, &bin, "sacct", &x).stdout).lines().count(), 1);
 }
 
 #[test]

@@ -56,12 +56,12 @@ impl Controller {
     fn acct(
         &self,
         limit: Option<u32>,
-        since: Option<f64>,
-        until: Option<f64>,
+        (since, until): (Option<f64>, Option<f64>),
         users: &[String],
         active: bool,
+        with_steps: bool,
     ) -> Result<ClientResponse, StoreError> {
-        use berth_protocol::client::{JobInfo, ACCT_MAX_JOBS, ACCT_MAX_USERS};
+        use berth_protocol::client::{JobInfo, ACCT_MAX_JOBS, ACCT_MAX_STEPS, ACCT_MAX_USERS};
         if users.len() > ACCT_MAX_USERS {
             return Ok(error(
                 ErrorCode::BadRequest,
@@ -81,6 +81,25 @@ impl Controller {
             };
             jobs.extend(self.jobs.values().map(|j| self.job_info(j)).filter(kept));
             jobs.sort_by_key(|j| j.id);
+        }
+        if with_steps {
+            // sacct's `N.0` lines: the program alone (not its arguments) keeps the answer small.
+            let mut left = ACCT_MAX_STEPS;
+            for j in &mut jobs {
+                let steps = self.store.job_steps(j.id)?;
+                if steps.len() > left {
+                    break;
+                }
+                left -= steps.len();
+                j.steps = steps
+                    .iter()
+                    .map(|s| {
+                        let mut info = s.info();
+                        info.argv.truncate(1);
+                        info
+                    })
+                    .collect();
+            }
         }
         Ok(ClientResponse::Acct { jobs })
     }
@@ -195,8 +214,8 @@ impl Controller {
             ClientRequest::Acct { limit, steps: true, .. } => ClientResponse::Steps {
                 steps: self.store.recent_steps(limit.unwrap_or(100).min(berth_protocol::client::ACCT_MAX_JOBS))?.iter().map(|s| s.info()).collect(),
             },
-            ClientRequest::Acct { limit, steps: false, since, until, users, active } => {
-                self.acct(limit, since, until, &users, active)?
+            ClientRequest::Acct { limit, steps: false, since, until, users, active, with_steps } => {
+                self.acct(limit, (since, until), &users, active, with_steps)?
             }
             ClientRequest::StepCreate(req) => self.step_create(*req, peer, now)?,
             ClientRequest::Queues => ClientResponse::Queues { queues: self.queue_infos() },

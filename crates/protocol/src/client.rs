@@ -1,6 +1,7 @@
 //! Messages between the CLI (or any API client) and the controller.
 
 use berth_core::directives::SubmitOptions;
+use berth_core::gpu::Gpu;
 use berth_core::job::{Allocation, JobState, ResourceRequest};
 use berth_core::topology::{MemorySource, Topology};
 use berth_core::JobId;
@@ -86,6 +87,10 @@ pub enum ClientRequest {
         /// Also the jobs not finished yet (queued, held, running, suspended), as sacct lists.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         active: bool,
+        /// Also each job's steps (`JobInfo::steps`, argv cut to the program), at most
+        /// [`ACCT_MAX_STEPS`] in the answer: sacct's `N.0` lines.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        with_steps: bool,
     },
     /// `berth run`: a step inside a job, or an interactive allocation and its step.
     StepCreate(Box<crate::step::StepCreate>),
@@ -307,6 +312,8 @@ pub struct AdvanceInfo {
 pub const ACCT_MAX_USERS: usize = 64;
 /// The most jobs one `acct` answer holds (a larger `limit` is this).
 pub const ACCT_MAX_JOBS: u32 = 10_000;
+/// The most steps one `acct` answer holds (`with_steps`); the jobs after are sent without.
+pub const ACCT_MAX_STEPS: usize = 10_000;
 
 impl ClientRequest {
     /// It only reads: answering it changes nothing, so it may be asked again (a client whose
@@ -667,6 +674,9 @@ pub struct NodeInfo {
     /// Which job holds which PUs, when the topology is asked for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pu_jobs: Vec<PuHolder>,
+    /// The node's GPUs (absent when it has none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
 }
 
 /// PUs of a node held by one job.

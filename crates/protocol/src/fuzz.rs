@@ -758,14 +758,15 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         (text(), text(), of(text())).prop_map(|(name, action, value)| ClientRequest::NodeAdmin { name, action, value }),
         (text(), any::<u32>(), text(), of(text()))
             .prop_map(|(node, index, action, value)| ClientRequest::SubnodeAdmin { node, index, action, value }),
-        (of(any::<u32>()), any::<bool>(), f64_opt(), f64_opt(), texts(), any::<bool>()).prop_map(
-            |(limit, steps, since, until, users, active)| ClientRequest::Acct {
+        (of(any::<u32>()), any::<bool>(), f64_opt(), f64_opt(), texts(), any::<bool>(), any::<bool>()).prop_map(
+            |(limit, steps, since, until, users, active, with_steps)| ClientRequest::Acct {
                 limit,
                 steps,
                 since,
                 until,
                 users,
-                active
+                active,
+                with_steps
             }
         ),
         step_create().prop_map(|s| ClientRequest::StepCreate(Box::new(s))),
@@ -985,6 +986,7 @@ pub fn node_info() -> BoxedStrategy<NodeInfo> {
                 subnodes,
                 layout,
                 pu_jobs,
+                gpus: vec![],
             },
         )
         .boxed()

@@ -140,12 +140,23 @@ pub fn read_stdin_script() -> Result<String> {
 /// ones included, for a script polling one job); ids the controller does not know are left
 /// out.
 pub async fn jobs_by_id(dir: &Path, ids: &[berth_core::JobId]) -> Result<Vec<berth_protocol::client::JobInfo>> {
+    jobs_by_id_with(dir, ids, false).await
+}
+
+/// [`jobs_by_id`], keeping each job's steps when `steps` (sacct's `N.S` lines).
+pub async fn jobs_by_id_with(
+    dir: &Path,
+    ids: &[berth_core::JobId],
+    steps: bool,
+) -> Result<Vec<berth_protocol::client::JobInfo>> {
     use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode};
     let mut out = Vec::with_capacity(ids.len());
     for &id in ids {
         match crate::client::request(dir, ClientRequest::ShowJob { id }).await {
             Ok(ClientResponse::Job { mut job }) => {
-                job.steps.clear();
+                if !steps {
+                    job.steps.clear();
+                }
                 out.push(*job)
             }
             Ok(_) => anyhow::bail!("unexpected answer"),

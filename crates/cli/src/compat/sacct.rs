@@ -1,6 +1,7 @@
 //! Slurm's `sacct`: jobs (running and finished) with their accounting, in sacct's columns,
-//! `-P`/`-p` parsable, `-o FIELD[%WIDTH],...`. berth records no job steps as sacct's
-//! `N.batch` lines: each job is one line, as with `sacct -X`.
+//! `-P`/`-p` parsable, `-o FIELD[%WIDTH],...`. Each job's line is followed by one per step
+//! (`berth run`/`srun` inside it: `N.0`, `N.1`, ...; not with `-X`). berth has no `N.batch`
+//! or `N.extern` steps: the batch script's accounting is the job's own line.
 
 use super::format::{self as f, both, long, Arg, Opt};
 use super::slurm::own_user_name;
@@ -275,6 +276,8 @@ pub struct SacctQuery {
     pub start: Option<f64>,
     pub end: Option<f64>,
     pub info: Option<String>,
+    /// A line for each step of a job (`N.0`) after its own; not with `-X`.
+    pub steps: bool,
 }
 
 pub fn sacct_query(args: &[String], now: f64) -> Result<SacctQuery, String> {
@@ -341,6 +344,7 @@ pub fn sacct_query(args: &[String], now: f64) -> Result<SacctQuery, String> {
         start: time("--starttime")?,
         end: time("--endtime")?,
         info,
+        steps: !p.has("--allocations"),
     })
 }
 
@@ -363,7 +367,8 @@ impl SacctQuery {
         } else {
             vec![me.to_string()]
         };
-        ClientRequest::Acct { limit: Some(ACCT_MAX_JOBS), steps: false, since, until, users, active }
+        let with_steps = self.steps;
+        ClientRequest::Acct { limit: Some(ACCT_MAX_JOBS), steps: false, since, until, users, active, with_steps }
     }
 
     /// Whether job `j` is listed: the filters, and (without ids) in the time window, by
@@ -502,8 +507,56 @@ pub fn sacct_table(q: &SacctQuery, jobs: &[JobInfo], now: f64) -> String {
     }
     for j in &jobs {
         line(q.columns.iter().map(|c| sacct_field(j, c.name, now)).collect(), &mut out);
+        if q.steps {
+            for s in &j.steps {
+                line(q.columns.iter().map(|c| step_field(j, s, c.name, now)).collect(), &mut out);
+            }
+        }
     }
     out
+}
+
+/// One field of a job's step (`berth run`/`srun` inside it) as sacct prints its `N.S` line;
+/// what berth does not record per step is blank, as sacct leaves what it lacks.
+pub fn step_field(j: &JobInfo, s: &berth_protocol::step::StepInfo, name: &str, now: f64) -> String {
+    let elapsed = (s.end_time.unwrap_or(now) - s.start_time).max(0.0) as u64;
+    let cpus = u64::from(s.size) * u64::from(j.request.cpus_per_task.unwrap_or(1));
+    let hms = |secs: u64| match secs / 86_400 {
+        0 => f::pbs_hms(secs),
+        d => format!("{d}-{}", f::pbs_hms(secs % 86_400)),
+    };
+    // A rank ended by signal N reports 128+N (`berth run`'s status): sacct's `0:N`.
+    let (code, signal) = match s.exit_code {
+        Some(c) if (129..=128 + 64).contains(&c) => (0, c - 128),
+        Some(c) => (c, 0),
+        None => (0, 0),
+    };
+    match name {
+        "JobID" | "JobIDRaw" => format!("{}.{}", j.id, s.step),
+        "JobName" => s.argv.first().map(|a| a.rsplit('/').next().unwrap_or(a).to_string()).unwrap_or_default(),
+        "Account" => j.account.clone(),
+        "AllocCPUS" | "NCPUS" | "ReqCPUS" => cpus.to_string(),
+        "State" => match (s.end_time, &s.failure, s.exit_code) {
+            (None, _, _) => "RUNNING".into(),
+            (Some(_), None, Some(0)) => "COMPLETED".into(),
+            (Some(_), Some(f), _) if f.contains("cancel") => "CANCELLED".into(),
+            _ => "FAILED".into(),
+        },
+        "ExitCode" => format!("{code}:{signal}"),
+        "User" => s.user.clone(),
+        "UID" => s.uid.to_string(),
+        "GID" => j.gid.to_string(),
+        "Elapsed" => hms(elapsed),
+        "ElapsedRaw" => elapsed.to_string(),
+        "Submit" | "Start" => f::iso_time(s.start_time),
+        "End" => s.end_time.map(f::iso_time).unwrap_or_else(|| "Unknown".into()),
+        "NNodes" | "AllocNodes" => s.nodes.len().to_string(),
+        "NodeList" => f::hostlist(&s.nodes),
+        "CPUTime" => hms(elapsed * cpus),
+        "CPUTimeRAW" => (elapsed * cpus).to_string(),
+        "WorkDir" => s.cwd.clone(),
+        _ => String::new(),
+    }
 }
 
 pub async fn sacct(dir: &Path, args: Vec<String>) -> Result<i32> {
@@ -531,7 +584,7 @@ pub async fn sacct(dir: &Path, args: Vec<String>) -> Result<i32> {
         }
     } else {
         // An unknown id lists nothing, as in sacct.
-        super::jobs_by_id(dir, &q.ids).await?
+        super::jobs_by_id_with(dir, &q.ids, q.steps).await?
     };
     jobs.retain(|j| q.keeps(j, &me, now));
     print!("{}", crate::output::terminal_safe(&sacct_table(&q, &jobs, now)));
@@ -634,6 +687,8 @@ impl AcctArgs {
             start: time("--starttime", &self.starttime)?,
             end: time("--endtime", &self.endtime)?,
             info: None,
+            // `berth acct --steps` is the step log; its job table has one line a job.
+            steps: false,
         })
     }
 }
@@ -652,6 +707,7 @@ pub async fn native(dir: &Path, json: bool, limit: u32, steps: bool, args: AcctA
             until: None,
             users: vec![],
             active: false,
+            with_steps: false,
         };
         let ClientResponse::Steps { steps } = request(dir, req).await? else { bail!("unexpected answer") };
         if json {
@@ -713,7 +769,8 @@ mod tests {
                 since: Some(now - 3600.0),
                 until: Some(now),
                 users: vec!["ann".into()],
-                active: true
+                active: true,
+                with_steps: true,
             }
         );
         let q = sacct_query(&args(&["-a"]), now).unwrap();
@@ -724,6 +781,46 @@ mod tests {
         assert_eq!((since, until, users), (None, None, vec!["bob".to_string()]), "-j: any time");
         let many: Vec<String> = (0..=ACCT_MAX_USERS).map(|i| format!("u{i}")).collect();
         assert!(sacct_query(&args(&["-u", &many.join(",")]), now).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn steps_follow_their_job_unless_x() {
+        let now = 2_000_000_000.0;
+        let mut j = job(7, "sim", "ann", "completed");
+        j.request.cpus_per_task = Some(2);
+        let step = |n: u32, exit: Option<i32>, end: Option<f64>| berth_protocol::step::StepInfo {
+            job: j.id,
+            step: n,
+            user: "ann".into(),
+            uid: 1000,
+            start_time: now - 100.0,
+            end_time: end,
+            host: "login".into(),
+            pid: 1,
+            cwd: "/home/ann".into(),
+            argv: vec!["/opt/bin/a.out".into()],
+            size: 4,
+            nodes: vec!["n1".into(), "n2".into()],
+            exit_code: exit,
+            failure: None,
+            interactive: false,
+        };
+        j.steps = vec![step(0, Some(0), Some(now - 40.0)), step(1, Some(137), Some(now)), step(2, None, None)];
+        let fields = ["-P", "-n", "-o", "JobID,JobName,AllocCPUS,State,ExitCode,Elapsed,NNodes,NodeList"];
+        let q = sacct_query(&args(&fields), now).unwrap();
+        assert!(q.steps);
+        let table = sacct_table(&q, std::slice::from_ref(&j), now);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[0].starts_with("7|"), "{table}");
+        assert_eq!(lines[1], "7.0|a.out|8|COMPLETED|0:0|00:01:00|2|n[1-2]");
+        assert_eq!(lines[2], "7.1|a.out|8|FAILED|0:9|00:01:40|2|n[1-2]", "killed by signal 9");
+        assert_eq!(lines[3], "7.2|a.out|8|RUNNING|0:0|00:01:40|2|n[1-2]");
+        let with_x: Vec<&str> = fields.iter().copied().chain(["-X"]).collect();
+        let q = sacct_query(&args(&with_x), now).unwrap();
+        assert_eq!(sacct_table(&q, std::slice::from_ref(&j), now).lines().count(), 1, "-X: the job alone");
+        let ClientRequest::Acct { with_steps, .. } = q.request("ann", now, true) else { panic!() };
+        assert!(!with_steps);
     }
 
     #[test]

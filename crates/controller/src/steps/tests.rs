@@ -211,7 +211,15 @@ fn steps_share_a_job_on_disjoint_cores() {
     assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
     // The invocation log, newest first; `show` lists the job's steps.
     let ClientResponse::Steps { steps } = h.call(
-        ClientRequest::Acct { limit: None, steps: true, since: None, until: None, users: vec![], active: false },
+        ClientRequest::Acct {
+            limit: None,
+            steps: true,
+            since: None,
+            until: None,
+            users: vec![],
+            active: false,
+            with_steps: false,
+        },
         &bob(),
     ) else {
         panic!()

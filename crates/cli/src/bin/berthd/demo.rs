@@ -160,6 +160,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
                 until: None,
                 users: vec![],
                 active: false,
+                with_steps: false,
             },
         )
         .await?
