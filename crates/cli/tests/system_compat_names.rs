@@ -209,6 +209,15 @@ fn pbs_commands_under_their_names() {
     c.wait_finished(stdin_job, Duration::from_secs(60));
     let out = std::fs::read_to_string(c.root().join(format!("STDIN.o{stdin_job}"))).expect("STDIN.oN");
     assert_eq!(out, "from-stdin\ne\n");
+    // -S: the shell a script without #! runs under; one naming another shell is refused.
+    let said = n.ok("qsub", &["-S", "/bin/bash", "-N", "bashed"], Some("echo shell=${BASH_VERSION:+bash}\n"));
+    let bashed: u64 = said.trim().split('.').next().unwrap().parse().unwrap();
+    c.wait_finished(bashed, Duration::from_secs(60));
+    let out = std::fs::read_to_string(c.root().join(format!("bashed.o{bashed}"))).expect("bashed.oN");
+    assert_eq!(out, "shell=bash\n");
+    let o = n.run("qsub", &["-S", "/bin/bash", "pbs.sh"], None);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("make that line #!/bin/bash"), "{}", text(&o.stderr));
 
     // qstat: PBS's table with a held job; -f; qdel; finished and unknown ids.
     let held = n.ok("qsub", &["-h", "-N", "waiting", "pbs.sh"], None);

@@ -85,6 +85,9 @@ pub struct QsubPlan {
     pub command: Vec<String>,
     pub warnings: Vec<String>,
     pub info: Option<String>,
+    /// `-S PATH`: the shell the job runs under (its script's `#!` line must name it; a
+    /// command or a script from standard input without one gets it).
+    pub shell: Option<String>,
 }
 
 fn unsupported(plan: &mut QsubPlan, ignore: bool, what: String) -> Result<(), String> {
@@ -164,6 +167,14 @@ pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
                 }
             }
             "-d" | "-w" => plan.chdir = Some(nonempty(&v)?),
+            // `-S path[@host][,...]`: the first path (berth has one host per submission).
+            "-S" => {
+                let shell = v.split(',').next().unwrap_or("").split('@').next().unwrap_or("").trim();
+                if !shell.starts_with('/') || shell.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                    return Err(format!("illegal -S value {v:?}: give the absolute path of a shell"));
+                }
+                plan.shell = Some(shell.to_string());
+            }
             // Arrays are read as `#PBS -J` lines are.
             "-J" => {
                 if v.contains(['"', '\n', '\r']) || v.chars().any(char::is_whitespace) {
@@ -262,22 +273,38 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
     for w in &plan.warnings {
         eprintln!("qsub: warning: {}: ignored", crate::output::terminal_safe(w));
     }
+    let interpreter = plan.shell.clone().unwrap_or_else(|| "/bin/sh".into());
     let (text, temp, script_name) = match (&plan.script, plan.command.is_empty()) {
         (Some(path), _) => (std::fs::read_to_string(path).unwrap_or_default(), None, None),
         (None, false) => {
             let words: Vec<String> = plan.command.iter().map(|w| shell_quote(w)).collect();
-            let text = format!("#!/bin/sh\n{}\n", words.join(" "));
+            let text = format!("#!{interpreter}\n{}\n", words.join(" "));
             let name = Path::new(&plan.command[0]).file_name().map(|n| n.to_string_lossy().into_owned());
             (text.clone(), Some(super::TempScript::new(&text)?), name)
         }
         (None, true) => {
             let mut text = super::read_stdin_script()?;
             if !text.starts_with("#!") {
-                text = format!("#!/bin/sh\n{text}");
+                text = format!("#!{interpreter}\n{text}");
             }
             (text.clone(), Some(super::TempScript::new(&text)?), Some("STDIN".to_string()))
         }
     };
+    // berth runs a script with its `#!` line: `-S` naming that interpreter is what happens.
+    if let Some(shell) = &plan.shell {
+        let first = text.lines().next().and_then(|l| l.strip_prefix("#!")).and_then(|l| l.split_whitespace().next());
+        if first != Some(shell.as_str()) {
+            let what = format!(
+                "-S {shell}: berth runs the script with its #! line ({}); make that line #!{shell}",
+                first.unwrap_or("none")
+            );
+            if !plan.flags.ignore_unsupported {
+                eprintln!("qsub: {}", crate::output::terminal_safe(&what));
+                return Ok(2);
+            }
+            eprintln!("qsub: warning: {}: ignored", crate::output::terminal_safe(&what));
+        }
+    }
     let path: PathBuf = match (&temp, &plan.script) {
         (Some(t), _) => t.path.clone(),
         (None, Some(p)) => std::env::current_dir()?.join(p),

@@ -85,6 +85,14 @@ fn qsub_refuses_by_name_what_it_cannot_do() {
 }
 
 #[test]
+fn qsub_shell_is_the_first_path_and_must_be_absolute() {
+    let p = qsub_plan(&args(&["-S", "/bin/bash@login1,/bin/sh", "x.sh"])).unwrap();
+    assert_eq!(p.shell.as_deref(), Some("/bin/bash"));
+    assert!(qsub_plan(&args(&["-S", "bash", "x.sh"])).unwrap_err().contains("absolute path"));
+    assert!(qsub_plan(&args(&["-S", "/bin/ba sh", "x.sh"])).is_err());
+}
+
+#[test]
 fn qstat_table_is_pbs() {
     let mut held = job(12, "a_rather_long_job_name", "someone_long_name", "held");
     held.queue = "workqueue".into();
