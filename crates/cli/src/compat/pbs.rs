@@ -369,6 +369,7 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
 
 const QSTAT_OPTS: &[Opt] = &[
     short('a', Arg::No),
+    short('D', Arg::Required),
     short('f', Arg::No),
     short('F', Arg::Required),
     short('H', Arg::No),
@@ -612,6 +613,31 @@ pub fn qstat_json(full: &str, server: &str, now: f64) -> String {
     format!("{}\n", serde_json::to_string_pretty(&out).unwrap_or_default())
 }
 
+/// `qstat -f -F dsv [-D DELIM]`: each `-f` record on one line, PBS Pro's way:
+/// `Job Id: ID|attribute=value|...`, a delimiter inside a value escaped with `\\`.
+pub fn qstat_dsv(full: &str, delimiter: &str) -> String {
+    let escape = |v: &str| v.replace('\\', "\\\\").replace(delimiter, &format!("\\{delimiter}"));
+    let mut out = String::new();
+    let mut fields: Vec<String> = Vec::new();
+    let mut flush = |fields: &mut Vec<String>, out: &mut String| {
+        if !fields.is_empty() {
+            out.push_str(&fields.join(delimiter));
+            out.push('\n');
+            fields.clear();
+        }
+    };
+    for line in full.lines() {
+        if let Some(id) = line.strip_prefix("Job Id: ") {
+            flush(&mut fields, &mut out);
+            fields.push(format!("Job Id: {}", escape(id)));
+        } else if let (false, Some((k, v))) = (fields.is_empty(), line.trim().split_once(" = ")) {
+            fields.push(format!("{k}={}", escape(v)));
+        }
+    }
+    flush(&mut fields, &mut out);
+    out
+}
+
 pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
     let p = match f::getopt(&args, QSTAT_OPTS, false) {
         Ok(p) => p,
@@ -625,18 +651,23 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
         println!("{}", version_line());
         return Ok(0);
     }
-    let json = match p.last("-F") {
-        None => false,
-        Some("json") if p.has("-f") => true,
-        Some("json") => {
-            eprintln!("qstat: -F json needs -f (qstat -f -F json)");
+    let format = match p.last("-F") {
+        None => None,
+        Some(f @ ("json" | "dsv")) if p.has("-f") => Some(f),
+        Some(f @ ("json" | "dsv")) => {
+            eprintln!("qstat: -F {f} needs -f (qstat -f -F {f})");
             return Ok(2);
         }
         Some(other) => {
-            eprintln!("qstat: -F {}: berth's qstat writes json only", crate::output::terminal_safe(other));
+            eprintln!("qstat: -F {}: berth's qstat writes json or dsv", crate::output::terminal_safe(other));
             return Ok(2);
         }
     };
+    let delimiter = p.last("-D").unwrap_or("|");
+    if delimiter.is_empty() || delimiter.chars().any(|c| c.is_control() || c == '=') {
+        eprintln!("qstat: -D: give a delimiter of printable characters other than '='");
+        return Ok(2);
+    }
     for unsupported in ["-q", "-Q"] {
         if p.has(unsupported) {
             eprintln!("qstat: {unsupported}: queue status is not supported by berth; `berth queues` shows the queues");
@@ -718,8 +749,13 @@ pub async fn qstat(dir: &Path, args: Vec<String>) -> Result<i32> {
     // PBS's rule: an array is one line `A[].server`; `-t` adds its subjobs, `-J` shows arrays only.
     let shown = crate::output::escaped(&shown);
     let lines = crate::fold::pbs_lines(&shown, p.has("-t"), p.has("-J"));
-    let text = if json {
-        qstat_json(&lines.iter().map(|l| qstat_line_full(l, &server, now)).collect::<String>(), &server, now)
+    let text = if let Some(format) = format {
+        let full = lines.iter().map(|l| qstat_line_full(l, &server, now)).collect::<String>();
+        if format == "json" {
+            qstat_json(&full, &server, now)
+        } else {
+            qstat_dsv(&full, delimiter)
+        }
     } else if p.has("-f") {
         lines.iter().map(|l| qstat_line_full(l, &server, now)).collect::<String>()
     } else if p.has("-a") || !users.is_empty() {

@@ -143,6 +143,23 @@ fn qstat_full_as_json() {
 }
 
 #[test]
+fn qstat_full_as_dsv() {
+    // `qstat -f -F dsv`: one line a job, `Job Id: ID|attribute=value|...`.
+    let mut two = running(12, &["n1"], 0.0);
+    two.name = "a|b".into();
+    let full = qstat_full(&running(11, &["n1"], 0.0), "srv", 10.0) + &qstat_full(&two, "srv", 10.0);
+    let dsv = qstat_dsv(&full, "|");
+    let lines: Vec<&str> = dsv.lines().collect();
+    assert_eq!(lines.len(), 2, "{dsv}");
+    assert!(lines[0].starts_with("Job Id: 11.srv|Job_Name=sim|"), "{dsv}");
+    assert!(lines[0].split('|').any(|f| f == "job_state=R"), "{dsv}");
+    assert!(lines[0].split('|').any(|f| f == "Resource_List.walltime=01:00:00"), "{dsv}");
+    assert!(lines[1].contains("|Job_Name=a\\|b|"), "the delimiter in a value is escaped: {dsv}");
+    let other = qstat_dsv(&full, ";;");
+    assert!(other.starts_with("Job Id: 11.srv;;Job_Name=sim;;"), "{other}");
+}
+
+#[test]
 fn pbs_states() {
     assert_eq!(pbs_state(&job(1, "x", "a", "queued")), 'Q');
     assert_eq!(pbs_state(&job(1, "x", "a", "held")), 'H');
