@@ -11,8 +11,10 @@
 //! machines and their shapes. Berth's model of each is kept as JSON in
 //! `crates/core/tests/fixtures/topologies` for the core crate's tests (which have no hwloc);
 //! `fixtures_match_xml` below checks and regenerates them. Hand-made files for shapes those
-//! exports lack (NUMA nodes without memory, a cgroup-restricted nodeset) are in
-//! `tests/data/hwloc`, whose README says how each was made.
+//! exports lack (NUMA nodes without memory, a cgroup-restricted nodeset, 4- and 8-GPU nodes
+//! with NVLink) are in `tests/data/hwloc`, whose README says how each was made.
+//!
+//! I/O objects are kept (hwloc drops them by default) so that `crate::gpus` finds the GPUs.
 
 use berth_core::topology::{Core, MemorySource, NumaNode, Package, Topology};
 use berth_core::units::{format_size, parse_size};
@@ -22,7 +24,7 @@ use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::depth::Depth;
 use hwlocality::object::types::ObjectType;
 use hwlocality::object::TopologyObject;
-use hwlocality::topology::builder::{BuildFlags, TopologyBuilder};
+use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -54,6 +56,20 @@ pub enum TopologySource {
     Synthetic(String),
     /// An hwloc XML export, e.g. from `lstopo FILE.xml` on the machine to emulate.
     Xml(PathBuf),
+    /// An emulated node (`base` synthetic or XML) with `per_numa` emulated GPUs added to each
+    /// NUMA node (`berth agent --gpus-per-numa N`, see [`Topology::add_emulated_gpus`]).
+    WithGpus { base: Box<TopologySource>, per_numa: u32 },
+}
+
+impl TopologySource {
+    /// `self` with `per_numa` emulated GPUs per NUMA node (none: `self` unchanged).
+    pub fn with_emulated_gpus(self, per_numa: u32) -> Self {
+        if per_numa == 0 {
+            self
+        } else {
+            TopologySource::WithGpus { base: Box::new(self), per_numa }
+        }
+    }
 }
 
 impl fmt::Display for TopologySource {
@@ -62,6 +78,9 @@ impl fmt::Display for TopologySource {
             TopologySource::Real => f.write_str("this machine"),
             TopologySource::Synthetic(spec) => write!(f, "synthetic topology {spec:?}"),
             TopologySource::Xml(path) => write!(f, "topology XML file {}", path.display()),
+            TopologySource::WithGpus { base, per_numa } => {
+                write!(f, "{base} with {per_numa} emulated GPUs per NUMA node")
+            }
         }
     }
 }
@@ -129,6 +148,12 @@ pub enum TopologyError {
 
     #[error("--numa-memory names NUMA node {node}, which {origin} does not let berth use (it may use {usable})")]
     NumaMemoryUnknownNode { node: u32, origin: String, usable: String },
+
+    #[error(
+        "--gpus-per-numa emulates GPUs on an emulated node only: give a synthetic topology or \
+         xml:FILE too (this machine's own GPUs are found by hwloc)"
+    )]
+    GpusOnRealMachine,
 
     #[error("the topology from {origin} is not valid for berth: {error}")]
     Invalid {
@@ -266,9 +291,21 @@ pub fn load(source: &TopologySource) -> Result<Topology, TopologyError> {
 /// `facts` offer: the admin's size, hwloc's, the OS's, the machine's total split over the
 /// nodes still without; 0 (source `unknown`, and the node takes no job) when none knows.
 pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topology, TopologyError> {
-    let hw = build(source)?;
+    let (hw_source, emulated_gpus) = match source {
+        TopologySource::WithGpus { base, .. } if matches!(**base, TopologySource::Real) => {
+            return Err(TopologyError::GpusOnRealMachine)
+        }
+        TopologySource::WithGpus { base, per_numa } => (&**base, *per_numa),
+        other => (other, 0),
+    };
+    let hw = build(hw_source)?;
     let mut topology = convert(&hw).map_err(|detail| TopologyError::Unusable { origin: source.to_string(), detail })?;
     assign_memory(&mut topology.numa_nodes, facts, source)?;
+    if emulated_gpus > 0 {
+        topology
+            .add_emulated_gpus(emulated_gpus)
+            .map_err(|error| TopologyError::Invalid { origin: source.to_string(), error })?;
+    }
     topology.validate().map_err(|error| TopologyError::Invalid { origin: source.to_string(), error })?;
     tracing::debug!(
         source = %source,
@@ -277,6 +314,7 @@ pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topolog
         cores = topology.core_count(),
         pus = topology.pu_count(),
         memory_bytes = topology.memory_bytes(),
+        gpus = topology.gpus.len(),
         "loaded topology"
     );
     Ok(topology)
@@ -285,7 +323,7 @@ pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topolog
 /// Run an hwloc builder step. hwlocality (an alpha) panics with `unreachable!` when hwloc
 /// fails with an errno it does not expect, which libxml2-backed XML parsing can do on bad
 /// input; user input must not crash the agent, so such a panic becomes an error here.
-fn guarded<T>(step: impl FnOnce() -> T) -> Result<T, String> {
+pub(crate) fn guarded<T>(step: impl FnOnce() -> T) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(step)).map_err(|panic| {
         let message = panic
             .downcast_ref::<String>()
@@ -302,12 +340,18 @@ fn foreign_builder() -> Result<TopologyBuilder, String> {
     HwTopology::builder().with_flags(BuildFlags::INCLUDE_DISALLOWED).map_err(|e| e.to_string())
 }
 
+/// Keep hwloc's important I/O objects (PCI devices, their bridges and OS devices such as
+/// `cuda0`): hwloc 2 drops them by default, and GPUs are found among them (crate::gpus).
+fn with_io(builder: TopologyBuilder) -> Result<TopologyBuilder, String> {
+    builder.with_io_type_filter(TypeFilter::KeepImportant).map_err(|e| e.to_string())
+}
+
 fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
     match source {
         TopologySource::Real => {
             // Default flags: hwloc leaves out PUs and NUMA nodes this process may not use
             // (cgroup cpusets), so they are absent from berth's model too.
-            guarded(|| HwTopology::builder().build().map_err(|e| e.to_string()))
+            guarded(|| with_io(HwTopology::builder())?.build().map_err(|e| e.to_string()))
                 .and_then(|r| r)
                 .map_err(|detail| TopologyError::Discovery { detail })
         }
@@ -325,13 +369,14 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
                 guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
             guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
+        TopologySource::WithGpus { base, .. } => build(base),
         TopologySource::Xml(path) => {
             if path.as_os_str().is_empty() {
                 return Err(TopologyError::NoXmlPath);
             }
             check_readable(path)?;
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
-            let builder = foreign_builder().map_err(bad)?;
+            let builder = foreign_builder().and_then(with_io).map_err(bad)?;
             let builder =
                 guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
             guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
@@ -518,6 +563,9 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         });
     }
     let packages = kept;
+    // berth's package index of each hwloc Package object that kept cores (for GPU locality).
+    let package_index: HashMap<u64, usize> =
+        package_of.iter().filter_map(|(&gp, &old)| Some((gp, renumbered[old]?))).collect();
 
     // A machine without NUMA information: one node with all memory and all PUs.
     if numa_nodes.is_empty() {
@@ -555,7 +603,8 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         core.group = group;
     }
 
-    Ok(Topology { packages, numa_nodes, cores, disallowed })
+    let (gpus, gpu_links) = crate::gpus::discover(hw, &numa_nodes, &allowed, &package_index);
+    Ok(Topology { packages, numa_nodes, cores, disallowed, gpus, gpu_links })
 }
 
 /// Give every NUMA node its memory from the best source (see [`load_with`]) and record which.
@@ -900,8 +949,8 @@ mod tests {
         assert_eq!(t.cores[1..], whole.cores[2..]);
 
         // The real machine's path (default flags: hwloc itself drops the disallowed PUs and
-        // keeps them only in the complete cpuset) gives the same model.
-        let hw = HwTopology::builder().from_xml_file(&path).unwrap().build().unwrap();
+        // keeps them only in the complete cpuset; I/O kept, for GPUs) gives the same model.
+        let hw = with_io(HwTopology::builder()).unwrap().from_xml_file(&path).unwrap().build().unwrap();
         assert_eq!(convert(&hw).unwrap(), t);
     }
 

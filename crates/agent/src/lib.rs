@@ -11,6 +11,7 @@ pub mod cpumap;
 pub mod cpusets;
 pub mod daemon;
 pub mod fence;
+pub mod gpus;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod hwtopo;

@@ -354,9 +354,19 @@ fn opt<T: ToString>(v: Option<T>) -> String {
 
 pub fn nodes_table(nodes: &[NodeInfo]) -> String {
     let nodes = &escaped(nodes)[..];
+    // A GPUS column only when some node has GPUs, so that GPU-less clusters look as before.
+    let with_gpus = nodes.iter().any(|n| !n.gpus.is_empty());
+    let gpus_column = |text: &str| if with_gpus { format!(" {text:>4}") } else { String::new() };
     let mut out = format!(
-        "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
-        "NODE", "STATE", "CPUS", "TOPOLOGY", "FREE", "MEM", "MEMORY PER NUMA NODE (used/total)"
+        "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}  {}\n",
+        "NODE",
+        "STATE",
+        "CPUS",
+        "TOPOLOGY",
+        "FREE",
+        "MEM",
+        gpus_column("GPUS"),
+        "MEMORY PER NUMA NODE (used/total)"
     );
     for n in nodes {
         let numa: Vec<String> = n
@@ -369,13 +379,14 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             })
             .collect();
         out.push_str(&format!(
-            "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}  {}\n",
+            "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}  {}\n",
             n.name,
             n.state,
             format!("{}/{}", n.cpus_allocated, n.pus),
             truncate(&n.topology, 24),
             truncate(&n.free, 24),
             format_size(n.memory_bytes),
+            gpus_column(&n.gpus.len().to_string()),
             numa.join(" ")
         ));
     }
@@ -639,6 +650,37 @@ mod tests {
         .unwrap();
         let table = nodes_table(&[node]);
         assert!(table.contains("0:0B/32G 1:0B/32G(os) 2:0B/32G(split) 3:0B/32G(config)"), "{table}");
+    }
+
+    /// Issue 20: a GPUS column when some node has GPUs, none otherwise; `--json` lists them.
+    #[test]
+    fn nodes_table_counts_gpus_only_when_there_are_some() {
+        let node = |name: &str, gpus: u32| -> NodeInfo {
+            let mut topo = berth_core::topology::Topology::uniform(2, 1, 1, 1, 1 << 30);
+            topo.add_emulated_gpus(gpus).unwrap();
+            serde_json::from_value(serde_json::json!({
+                "id": 0, "name": name, "state": "up", "address": "a", "sockets": 2, "cores": 2, "pus": 2,
+                "topology": "SCSC", "free": "SCSC", "cpus_allocated": 0, "memory_bytes": 2u64 << 30,
+                "memory_allocated_bytes": 0, "real_cpus": "0", "jobs": [], "last_heard_seconds_ago": null,
+                "numa": [], "gpus": topo.gpus
+            }))
+            .unwrap()
+        };
+        let plain = nodes_table(&[node("cpu1", 0)]);
+        assert!(!plain.contains("GPUS"), "{plain}");
+        assert!(plain.starts_with("NODE       STATE                 CPUS TOPOLOGY"), "{plain}");
+        let (cpu, gpu) = (node("cpu1", 0), node("gpu1", 2));
+        assert_eq!(gpu.gpus.len(), 4);
+        let table = nodes_table(&[cpu.clone(), gpu.clone()]);
+        let lines: Vec<&str> = table.lines().collect();
+        assert!(lines[0].contains("      MEM GPUS  MEMORY PER NUMA NODE"), "{table}");
+        assert!(lines[1].ends_with("       2G    0  "), "{table}");
+        assert!(lines[2].ends_with("       2G    4  "), "{table}");
+        // The JSON of a node has its GPUs; a node without has no `gpus` key.
+        let json = serde_json::to_value([&cpu, &gpu]).unwrap();
+        assert!(json[0].get("gpus").is_none(), "{json}");
+        assert_eq!(json[1]["gpus"].as_array().map(Vec::len), Some(4));
+        assert_eq!(json[1]["gpus"][3]["numa"], 1);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! input: unreadable cpu lists and PUs outside the topology become `note:` lines, unknown
 //! indexes get labels.
 
+use berth_core::gpu::Gpu;
 use berth_core::topology::{Core, Topology};
 use berth_core::units::format_size;
 use berth_core::{CpuSet, JobId};
@@ -44,8 +45,10 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
         Some(_) => node.topology.chars().take(width - 3).chain(['…']).collect(),
         None => node.topology.clone(),
     };
+    // GPUs are named only on nodes that have some, so other drawings stay as they were.
+    let gpus = if topo.gpus.is_empty() { String::new() } else { format!(", {}", count(topo.gpus.len(), "GPU")) };
     let header = format!(
-        "{} {}: {}, {}, {}, {}; memory {}/{} used; {}",
+        "{} {}: {}, {}, {}, {}{gpus}; memory {}/{} used; {}",
         node.name,
         node.state,
         count(topo.packages.len(), "package"),
@@ -101,6 +104,7 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
 
     // NUMA OS indexes padded to one width so the memory bars line up.
     let pad = topo.numa_nodes.iter().map(|n| n.os_index.to_string().len()).max().unwrap_or(1);
+    let mut gpus_drawn: BTreeSet<u32> = BTreeSet::new();
     // Packages and NUMA nodes in the order their cores come, so bad indexes still get drawn.
     for p in first_seen(topo.cores.iter().map(|c| c.package)) {
         let label =
@@ -112,7 +116,22 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
             let pus: CpuSet = here.iter().flat_map(|c| c.pus.iter().copied()).collect();
             fill(&mut out, &numa_line(node, topo, numa, &pus, pad, &letter_of), "  ", 4, 8, width);
             fill(&mut out, &here.iter().map(|c| group(c)).collect::<Vec<_>>(), " ", 6, 6, width);
+            // The NUMA node's GPUs beside its cores.
+            let local: Vec<&Gpu> = match numa.and_then(|i| topo.numa_nodes.get(i)) {
+                Some(n) => topo.numa_gpus(n.os_index).filter(|g| !gpus_drawn.contains(&g.index)).collect(),
+                None => vec![],
+            };
+            if !local.is_empty() {
+                gpus_drawn.extend(local.iter().map(|g| g.index));
+                fill(&mut out, &local.iter().map(|g| gpu_token(g)).collect::<Vec<_>>(), " ", 6, 6, width);
+            }
         }
+    }
+    // GPUs hwloc could not put on one NUMA node (locality unknown or spanning several).
+    let unplaced: Vec<String> = topo.gpus.iter().filter(|g| !gpus_drawn.contains(&g.index)).map(gpu_token).collect();
+    if !unplaced.is_empty() {
+        fill(&mut out, &["GPUs without a NUMA node".to_string()], " ", 2, 4, width);
+        fill(&mut out, &unplaced, " ", 6, 6, width);
     }
     // Memory-only NUMA nodes (HBM, NVM without cores) belong to no package we know of.
     let coreless: Vec<usize> =
@@ -149,6 +168,12 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
     }
     if hybrid {
         legend.push("e[]=E-core".into());
+    }
+    if !topo.gpus.is_empty() {
+        legend.push("<gpu N TYPE>=GPU".into());
+    }
+    if topo.gpus.iter().any(|g| g.link_group.is_some()) {
+        legend.push("~K=linked GPUs (NVLink group K)".into());
     }
     legend[0] = format!("legend: {}", legend[0]);
     fill(&mut out, &legend, "  ", 2, 4, width);
@@ -197,6 +222,12 @@ fn numa_line(
         tokens.push(format!("memory from {}", n.memory_source));
     }
     tokens
+}
+
+/// One GPU as drawn: `<gpu 0 a100-sxm4-80gb ~0>`, `~0` its link group.
+fn gpu_token(g: &Gpu) -> String {
+    let link = g.link_group.map_or(String::new(), |l| format!(" ~{l}"));
+    format!("<gpu {} {}{link}>", g.index, short(&g.type_name()))
 }
 
 fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
@@ -309,6 +340,7 @@ mod tests {
                 SubnodeInfo { index: 0, numa: "0-1".into(), state: "up".into(), properties: vec![] },
                 SubnodeInfo { index: 1, numa: "2-3".into(), state: "drained".into(), properties: vec!["fat".into()] },
             ],
+            gpus: vec![],
             pu_jobs: vec![
                 PuHolder { job: JobId(42), cpus: "8-13".into() },
                 PuHolder { job: JobId(17), cpus: "0-5".into() },
@@ -374,6 +406,29 @@ n01 mixed: 2 packages, 4 NUMA nodes, 8 cores, 16 PUs; memory 10G/16G used; SCTTC
         assert!(out.starts_with("n01 mixed: 1 package, 1 NUMA node, 4 cores, 4 PUs; memory 10G/16G used;"), "{out}");
         assert!(out.contains("      e[A] e[!] [.] [x]\n"), "{out}");
         assert!(out.ends_with("legend: A=job 5  B=job 6  .=free  x=disallowed  !=several jobs  e[]=E-core\n"), "{out}");
+    }
+
+    /// Issue 20: each NUMA node's GPUs are drawn under its cores, with their type and link
+    /// group; GPUs without a NUMA node get a section of their own.
+    #[test]
+    fn gpus_beside_their_numa_node() {
+        let mut n = node();
+        let topo = n.layout.as_mut().unwrap();
+        topo.add_emulated_gpus(1).unwrap();
+        topo.gpus[1].link_group = None;
+        let mut far = topo.gpus[3].clone();
+        (far.index, far.numa, far.emulated, far.model) = (4, None, false, Some("NVIDIA H100 80GB HBM3".into()));
+        topo.gpus.push(far);
+        topo.validate().unwrap();
+        let out = draw_node(&n, 120);
+        assert!(out.starts_with("n01 mixed: 2 packages, 4 NUMA nodes, 8 cores, 16 PUs, 5 GPUs; memory"), "{out}");
+        assert!(out.contains("      [AA] [AA]\n      <gpu 0 emulated ~0>\n    numa 1"), "{out}");
+        assert!(out.contains("      [AA] [..]\n      <gpu 1 emulated>\n  package 1"), "{out}");
+        let tail = "      [BB] [.s]\n      <gpu 3 emulated ~2>\n  GPUs without a NUMA node\n      <gpu 4 hbm3 ~2>\n";
+        assert!(out.contains(tail), "{out}");
+        assert!(out.ends_with("s=system  <gpu N TYPE>=GPU  ~K=linked GPUs (NVLink group K)\n"), "{out}");
+        // Without GPUs the drawing is unchanged (draws_the_test_node).
+        assert!(!draw_node(&node(), 120).contains("gpu"));
     }
 
     /// Issue 17 item 1: a NUMA node whose memory is not hwloc's says where it came from.

@@ -104,6 +104,7 @@ impl Controller {
                 })
                 .collect(),
             layout: with_topology.then(|| (**topo).clone()),
+            gpus: topo.gpus.clone(),
             pu_jobs: if with_topology {
                 // Suspended jobs lend their PUs: only running jobs hold them.
                 parts

@@ -734,7 +734,14 @@ pub fn topology() -> BoxedStrategy<Topology> {
         prop::collection::vec(core, 0..6),
         cpuset(),
     )
-        .prop_map(|(packages, numa_nodes, cores, disallowed)| Topology { packages, numa_nodes, cores, disallowed });
+        .prop_map(|(packages, numa_nodes, cores, disallowed)| Topology {
+            packages,
+            numa_nodes,
+            cores,
+            disallowed,
+            gpus: vec![],
+            gpu_links: vec![],
+        });
     prop_oneof![uniform, free].boxed()
 }
 

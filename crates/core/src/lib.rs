@@ -10,6 +10,7 @@ pub mod error;
 pub mod faults;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod gpu;
 pub mod hierarchy;
 pub mod hostlist;
 pub mod ids;

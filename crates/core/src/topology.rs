@@ -3,6 +3,7 @@
 //! Built by the agent from hwloc (real machine, synthetic string or XML) and sent to the
 //! controller at registration. PUs are named by their OS index, as the kernel's cpusets do.
 
+use crate::gpu::{self, Gpu, GpuLink, GpuVendor};
 use crate::{CoreError, CpuSet};
 use serde::{Deserialize, Serialize};
 
@@ -115,6 +116,12 @@ pub struct Topology {
     /// agent's own cpuset); never allocated, shown in the topology drawing.
     #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
     pub disallowed: CpuSet,
+    /// The node's GPUs, by [`Gpu::index`] (see [`crate::gpu`]); absent on the wire when none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<Gpu>,
+    /// GPU-to-GPU links (NVLink and the like) between `gpus`, when the hardware reports them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_links: Vec<GpuLink>,
 }
 
 impl Topology {
@@ -127,7 +134,14 @@ impl Topology {
         pus_per_core: u32,
         mem_per_numa: u64,
     ) -> Self {
-        let mut t = Topology { packages: vec![], numa_nodes: vec![], cores: vec![], disallowed: CpuSet::new() };
+        let mut t = Topology {
+            packages: vec![],
+            numa_nodes: vec![],
+            cores: vec![],
+            disallowed: CpuSet::new(),
+            gpus: vec![],
+            gpu_links: vec![],
+        };
         let mut pu = 0;
         for p in 0..packages {
             t.packages.push(Package { os_index: p });
@@ -186,7 +200,116 @@ impl Topology {
                 seen.insert(pu);
             }
         }
+        self.validate_gpus(&seen)
+    }
+
+    /// The GPUs' invariants: bounded counts and texts, indexes in order, locality naming NUMA
+    /// nodes, packages and PUs the node has, links between distinct existing GPUs.
+    fn validate_gpus(&self, pus: &CpuSet) -> Result<(), CoreError> {
+        let bad = |m: String| Err(CoreError::BadTopology(m));
+        if self.gpus.len() > gpu::MAX_GPUS {
+            return bad(format!("{} GPUs, more than the {} berth accepts", self.gpus.len(), gpu::MAX_GPUS));
+        }
+        let long = |s: &str| s.is_empty() || s.len() > gpu::MAX_GPU_TEXT;
+        let mut names = std::collections::HashSet::new();
+        for (i, g) in self.gpus.iter().enumerate() {
+            if g.index as usize != i {
+                return bad(format!("GPU {i} is numbered {}; GPUs are numbered 0, 1, ... in order", g.index));
+            }
+            if let Some(n) = g.numa.filter(|&n| self.numa_by_os(n).is_none()) {
+                return bad(format!("GPU {i} names NUMA node {n}, which the node does not have"));
+            }
+            if let Some(p) = g.package.filter(|&p| p >= self.packages.len()) {
+                return bad(format!("GPU {i} names package {p} of {}", self.packages.len()));
+            }
+            if let Some(pu) = g.cpus.iter().find(|&pu| !pus.contains(pu) && !self.disallowed.contains(pu)) {
+                return bad(format!("GPU {i} is local to PU {pu}, which the node does not have"));
+            }
+            if g.os_devices.len() > gpu::MAX_OS_DEVICES {
+                return bad(format!(
+                    "GPU {i} lists {} OS devices, more than {}",
+                    g.os_devices.len(),
+                    gpu::MAX_OS_DEVICES
+                ));
+            }
+            for name in &g.os_devices {
+                if long(name) {
+                    return bad(format!("GPU {i} has an empty or overlong OS device name"));
+                }
+                if !names.insert(name.as_str()) {
+                    return bad(format!("OS device {name:?} belongs to two GPUs"));
+                }
+            }
+            if [&g.model, &g.pci_bus_id, &g.uuid].into_iter().flatten().any(|s| long(s)) {
+                return bad(format!("GPU {i} has an empty or overlong model, PCI id or UUID"));
+            }
+            if g.link_group.is_some_and(|l| l as usize >= self.gpus.len()) {
+                return bad(format!("GPU {i} names link group {:?}; groups are numbered by GPU", g.link_group));
+            }
+        }
+        let mut pairs = std::collections::HashSet::new();
+        for l in &self.gpu_links {
+            if l.a >= l.b || l.b as usize >= self.gpus.len() {
+                return bad(format!("GPU link {}-{}: links join two GPUs a < b of {}", l.a, l.b, self.gpus.len()));
+            }
+            if !pairs.insert((l.a, l.b)) {
+                return bad(format!("GPU link {}-{} is listed twice", l.a, l.b));
+            }
+        }
         Ok(())
+    }
+
+    /// Give every NUMA node with PUs and ordinary memory `per_numa` emulated GPUs local to it
+    /// (`berth up --gpus-per-numa N`), numbered after any GPUs already there; the GPUs of one
+    /// package form one link group, as on a node whose GPUs are linked per socket.
+    pub fn add_emulated_gpus(&mut self, per_numa: u32) -> Result<(), CoreError> {
+        let bad = |m: String| Err(CoreError::BadTopology(m));
+        if per_numa > gpu::MAX_EMULATED_PER_NUMA {
+            return bad(format!("{per_numa} emulated GPUs per NUMA node, more than {}", gpu::MAX_EMULATED_PER_NUMA));
+        }
+        let mut added = vec![];
+        for (n, node) in self.numa_nodes.iter().enumerate() {
+            if node.special || node.cpus.is_empty() {
+                continue;
+            }
+            let package = self.cores.iter().find(|c| c.numa == Some(n)).map(|c| c.package);
+            for _ in 0..per_numa {
+                added.push((node.os_index, package, node.cpus.clone()));
+            }
+        }
+        if self.gpus.len() + added.len() > gpu::MAX_GPUS {
+            return bad(format!(
+                "{} GPUs, more than the {} berth accepts",
+                self.gpus.len() + added.len(),
+                gpu::MAX_GPUS
+            ));
+        }
+        // The first emulated GPU of each package names its link group.
+        let mut group_of_package = std::collections::HashMap::new();
+        for (numa, package, cpus) in added {
+            let index = self.gpus.len() as u32;
+            let link_group = package.map(|p| *group_of_package.entry(p).or_insert(index));
+            self.gpus.push(Gpu {
+                index,
+                vendor: GpuVendor::Other,
+                model: Some("emulated".into()),
+                pci_bus_id: None,
+                numa: Some(numa),
+                package,
+                cpus,
+                os_devices: vec![],
+                uuid: None,
+                memory_bytes: None,
+                link_group,
+                emulated: true,
+            });
+        }
+        Ok(())
+    }
+
+    /// The GPUs local to the NUMA node with OS index `os_index`.
+    pub fn numa_gpus(&self, os_index: u32) -> impl Iterator<Item = &Gpu> + '_ {
+        self.gpus.iter().filter(move |g| g.numa == Some(os_index))
     }
 
     pub fn pu_count(&self) -> usize {
@@ -325,5 +448,86 @@ mod tests {
         assert!(t.validate().is_err());
         t.cores[1].package = 5;
         assert!(t.validate().is_err());
+    }
+
+    #[test]
+    fn gpus_off_the_wire_when_none() {
+        // A topology without GPUs serializes as before GPUs existed, and old data parses.
+        let t = Topology::uniform(1, 2, 2, 1, 1 << 30);
+        let text = serde_json::to_string(&t).unwrap();
+        assert!(!text.contains("gpu"), "{text}");
+        assert_eq!(serde_json::from_str::<Topology>(&text).unwrap(), t);
+    }
+
+    #[test]
+    fn emulated_gpus_are_local_to_their_numa_node() {
+        let mut t = Topology::uniform(2, 2, 2, 2, 1 << 30);
+        t.add_emulated_gpus(2).unwrap();
+        t.validate().unwrap();
+        assert_eq!(t.gpus.len(), 8);
+        for (i, g) in t.gpus.iter().enumerate() {
+            assert_eq!(g.index as usize, i);
+            assert!(g.emulated);
+            assert_eq!(g.type_name(), "emulated");
+            let numa = t.numa_by_os(g.numa.unwrap()).unwrap();
+            assert_eq!(numa, i / 2, "two GPUs per NUMA node, in order");
+            assert_eq!(g.cpus, t.numa_nodes[numa].cpus);
+            assert_eq!(g.package, Some(i / 4));
+            // One link group per package, named by its first GPU.
+            assert_eq!(g.link_group, Some(if i < 4 { 0 } else { 4 }));
+        }
+        assert_eq!(t.numa_gpus(1).map(|g| g.index).collect::<Vec<_>>(), vec![2, 3]);
+        let text = serde_json::to_string(&t).unwrap();
+        assert_eq!(serde_json::from_str::<Topology>(&text).unwrap(), t);
+        // Bounded.
+        let mut big = Topology::uniform(1, 1, 1, 1, 1);
+        assert!(big.add_emulated_gpus(gpu::MAX_EMULATED_PER_NUMA + 1).is_err());
+        assert!(big.gpus.is_empty());
+    }
+
+    #[test]
+    fn validate_refuses_bad_gpus() {
+        let mut good = Topology::uniform(2, 1, 2, 1, 1 << 30);
+        good.add_emulated_gpus(1).unwrap();
+        good.gpu_links = vec![GpuLink { a: 0, b: 1, bandwidth_mbs: 25_000 }];
+        good.validate().unwrap();
+        let refused = |edit: &dyn Fn(&mut Topology), why: &str| {
+            let mut t = good.clone();
+            edit(&mut t);
+            let err = t.validate().unwrap_err().to_string();
+            assert!(err.contains(why), "{err}");
+        };
+        refused(&|t| t.gpus[1].numa = Some(7), "NUMA node 7");
+        refused(&|t| t.gpus[0].package = Some(2), "package 2");
+        refused(&|t| t.gpus[0].index = 1, "numbered 1");
+        refused(&|t| t.gpus[0].cpus.insert(99), "PU 99");
+        refused(&|t| t.gpus[0].link_group = Some(5), "link group");
+        refused(&|t| t.gpu_links[0].b = 2, "link 0-2");
+        refused(&|t| t.gpu_links.push(GpuLink { a: 1, b: 0, bandwidth_mbs: 0 }), "link 1-0");
+        refused(&|t| t.gpu_links.push(t.gpu_links[0].clone()), "twice");
+        refused(
+            &|t| {
+                t.gpus[0].os_devices = vec!["cuda0".into()];
+                t.gpus[1].os_devices = vec!["cuda0".into()];
+            },
+            "two GPUs",
+        );
+        refused(&|t| t.gpus[0].model = Some("x".repeat(gpu::MAX_GPU_TEXT + 1)), "overlong");
+        refused(
+            &|t| {
+                let g = t.gpus[0].clone();
+                t.gpus = (0..=gpu::MAX_GPUS as u32).map(|index| Gpu { index, ..g.clone() }).collect();
+            },
+            "more than",
+        );
+    }
+
+    #[test]
+    fn link_groups_are_connected_parts() {
+        let link = |a, b| GpuLink { a, b, bandwidth_mbs: 1 };
+        // 0-1, 2-3-4 (chain), 5 alone.
+        let groups = gpu::link_groups(6, &[link(0, 1), link(3, 4), link(2, 3)]);
+        assert_eq!(groups, vec![Some(0), Some(0), Some(2), Some(2), Some(2), None]);
+        assert_eq!(gpu::link_groups(2, &[link(0, 5)]), vec![None, None]);
     }
 }

@@ -619,7 +619,7 @@ pub fn qstat_dsv(full: &str, delimiter: &str) -> String {
     let escape = |v: &str| v.replace('\\', "\\\\").replace(delimiter, &format!("\\{delimiter}"));
     let mut out = String::new();
     let mut fields: Vec<String> = Vec::new();
-    let mut flush = |fields: &mut Vec<String>, out: &mut String| {
+    let flush = |fields: &mut Vec<String>, out: &mut String| {
         if !fields.is_empty() {
             out.push_str(&fields.join(delimiter));
             out.push('\n');

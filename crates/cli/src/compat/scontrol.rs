@@ -137,6 +137,8 @@ pub fn node_record(n: &NodeInfo, partitions: &[String], oneliner: bool) -> Strin
                 ("CPUEfctv", n.pus.to_string()),
                 ("CPUTot", n.pus.to_string()),
             ],
+            // Slurm's form, `gpu:TYPE:COUNT(S:SOCKETS)`; only on nodes with GPUs.
+            gres(n).map(|g| vec![("Gres", g)]).unwrap_or_default(),
             vec![("NodeAddr", n.address.clone()), ("NodeHostName", n.name.clone())],
             vec![
                 ("RealMemory", (n.memory_bytes >> 20).to_string()),
@@ -149,6 +151,28 @@ pub fn node_record(n: &NodeInfo, partitions: &[String], oneliner: bool) -> Strin
         ],
         oneliner,
     )
+}
+
+/// A node's GPUs as Slurm's `Gres=`: `gpu:TYPE:COUNT(S:SOCKETS)` per type, sockets (package
+/// indexes) when every GPU of the type has one; `None` for a node without GPUs.
+fn gres(n: &NodeInfo) -> Option<String> {
+    let mut types: std::collections::BTreeMap<String, (usize, Option<berth_core::CpuSet>)> = Default::default();
+    for g in &n.gpus {
+        let entry = types.entry(g.type_name()).or_insert((0, Some(Default::default())));
+        entry.0 += 1;
+        match (g.package, &mut entry.1) {
+            (Some(p), Some(set)) => set.insert(p as u32),
+            _ => entry.1 = None,
+        }
+    }
+    let parts: Vec<String> = types
+        .into_iter()
+        .map(|(ty, (count, sockets))| match sockets {
+            Some(s) if !s.is_empty() => format!("gpu:{ty}:{count}(S:{})", s.to_list()),
+            _ => format!("gpu:{ty}:{count}"),
+        })
+        .collect();
+    (!parts.is_empty()).then(|| parts.join(","))
 }
 
 /// `scontrol show partition`: one queue's record.
@@ -476,6 +500,30 @@ async fn show(dir: &Path, what: &str, which: Option<&str>, oneliner: bool) -> Re
 mod tests {
     use super::*;
     use crate::compat::slurm::tests::{job, running};
+
+    /// Issue 20: `Gres=` in Slurm's form on a node with GPUs, no such line without.
+    #[test]
+    fn show_node_gres_only_with_gpus() {
+        let node = |gpus: u32| -> NodeInfo {
+            let mut topo = berth_core::topology::Topology::uniform(2, 2, 1, 1, 1 << 30);
+            topo.add_emulated_gpus(gpus).unwrap();
+            serde_json::from_value(serde_json::json!({
+                "id": 0, "name": "gpu1", "state": "up", "address": "a", "sockets": 2, "cores": 4, "pus": 4,
+                "topology": "SCCSCC", "free": "SCCSCC", "cpus_allocated": 0, "memory_bytes": 4u64 << 30,
+                "memory_allocated_bytes": 0, "real_cpus": "0", "jobs": [], "last_heard_seconds_ago": null,
+                "numa": [], "gpus": topo.gpus
+            }))
+            .unwrap()
+        };
+        let r = node_record(&node(2), &["batch".into()], false);
+        assert!(r.lines().any(|l| l == "   Gres=gpu:emulated:8(S:0-1)"), "{r}");
+        let mut mixed = node(1);
+        mixed.gpus[3].emulated = false;
+        mixed.gpus[3].model = Some("Tesla K40m".into());
+        mixed.gpus[3].package = None;
+        assert_eq!(gres(&mixed).as_deref(), Some("gpu:emulated:3(S:0-1),gpu:k40m:1"));
+        assert!(!node_record(&node(0), &[], false).contains("Gres"));
+    }
 
     #[test]
     fn show_job_is_key_value_records() {

@@ -50,6 +50,10 @@ pub struct AgentArgs {
     /// Emulate a node from an hwloc XML export.
     #[arg(long)]
     topology_xml: Option<PathBuf>,
+    /// Add N emulated GPUs to each NUMA node of the emulated node (with --topology-synthetic
+    /// or --topology-xml), local to it; for tests and demos of GPU nodes.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    gpus_per_numa: u32,
     /// Memory of the NUMA nodes, over what hwloc and the OS say: one size for each ("64G"),
     /// sizes by NUMA node number ("0=64G,1=64G"), or both ("32G,3=16G").
     #[arg(long)]
@@ -111,7 +115,8 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         (Some(s), _) => TopologySource::Synthetic(s),
         (None, Some(x)) => TopologySource::Xml(x),
         (None, None) => TopologySource::Real,
-    };
+    }
+    .with_emulated_gpus(args.gpus_per_numa);
     let numa_memory = match &args.numa_memory {
         Some(spec) => berth_agent::hwtopo::NumaMemory::parse(spec)?,
         None => Default::default(),
@@ -152,6 +157,27 @@ struct ClusterFile {
     /// Each agent in its own network namespace (`berth up --netns`).
     #[serde(default)]
     netns: bool,
+    /// Emulated GPUs per NUMA node of each agent (`berth up --gpus-per-numa`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    gpus_per_numa: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
+}
+
+/// The agent's flags for a topology source.
+fn source_args(source: &TopologySource) -> Vec<String> {
+    match source {
+        TopologySource::Real => vec![],
+        TopologySource::Synthetic(s) => vec!["--topology-synthetic".into(), s.clone()],
+        TopologySource::Xml(p) => vec!["--topology-xml".into(), p.display().to_string()],
+        TopologySource::WithGpus { base, per_numa } => {
+            let mut args = source_args(base);
+            args.extend(["--gpus-per-numa".into(), per_numa.to_string()]);
+            args
+        }
+    }
 }
 
 /// Where local agents keep per-job directories; root-owned, 0711.
@@ -276,6 +302,21 @@ fn log_tail(dir: &Path, who: &str) -> String {
 }
 
 pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<String>, netns: bool) -> Result<i32> {
+    up_with_gpus(dir, json, agents, topology, netns, None).await
+}
+
+/// `berth up`, with `--gpus-per-numa N` when given (kept in the cluster file for later `up`s).
+pub async fn up_with_gpus(
+    dir: &Path,
+    json: bool,
+    agents: Option<usize>,
+    topology: Option<String>,
+    netns: bool,
+    gpus_per_numa: Option<u32>,
+) -> Result<i32> {
+    if gpus_per_numa.is_some_and(|n| n > berth_core::gpu::MAX_EMULATED_PER_NUMA) {
+        bail!("--gpus-per-numa must be at most {}", berth_core::gpu::MAX_EMULATED_PER_NUMA);
+    }
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let previous = read_cluster(dir)?;
     let cluster = match previous {
@@ -285,6 +326,9 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             }
             if let Some(t) = topology {
                 c.topology = t;
+            }
+            if let Some(n) = gpus_per_numa {
+                c.gpus_per_numa = n;
             }
             c
         }
@@ -306,6 +350,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
                 agents: agents.unwrap_or(3),
                 topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
                 netns,
+                gpus_per_numa: gpus_per_numa.unwrap_or(0),
             }
         }
     };
@@ -321,6 +366,9 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
         if !p.exists() {
             bail!("topology file {} does not exist", p.display());
         }
+    }
+    if cluster.gpus_per_numa > 0 && parse_spec(&cluster.topology) == TopologySource::Real {
+        bail!("--gpus-per-numa emulates GPUs on emulated nodes: give --topology too (a synthetic string or xml:FILE)");
     }
     std::fs::write(cluster_file(dir), serde_json::to_string_pretty(&cluster)?)?;
     // The key the controller and the agents prove themselves with (made once, kept).
@@ -356,7 +404,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    let source = parse_spec(&cluster.topology);
+    let source = parse_spec(&cluster.topology).with_emulated_gpus(cluster.gpus_per_numa);
     let names: Vec<String> = (1..=cluster.agents).map(|i| format!("node{i}")).collect();
     for (i, name) in names.iter().enumerate() {
         if live_pid(dir, name).is_some() {
@@ -378,11 +426,7 @@ pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<
             "--key-file".into(),
             key_file.display().to_string(),
         ];
-        match &source {
-            TopologySource::Real => {}
-            TopologySource::Synthetic(s) => args.extend(["--topology-synthetic".into(), s.clone()]),
-            TopologySource::Xml(p) => args.extend(["--topology-xml".into(), p.display().to_string()]),
-        }
+        args.extend(source_args(&source));
         let ns = layout.namespace(i);
         if cluster.netns {
             args.extend(["--listen".into(), format!("{}:0", layout.agent_ip(i))]);

@@ -44,6 +44,9 @@ enum Command {
         /// Put each agent in its own network namespace on a bridge (root; for multi-host tests).
         #[arg(long)]
         netns: bool,
+        /// Emulate N GPUs on each NUMA node of every agent (not with --topology real).
+        #[arg(long, value_name = "N")]
+        gpus_per_numa: Option<u32>,
     },
     /// Stop the local cluster and remove its cgroups.
     Down,
@@ -85,7 +88,9 @@ fn main() {
         match cli.command {
             Command::Server(args) => cluster::server(&dir, args).await,
             Command::Agent(args) => cluster::agent(args).await,
-            Command::Up { agents, topology, netns } => cluster::up(&dir, json, agents, topology, netns).await,
+            Command::Up { agents, topology, netns, gpus_per_numa } => {
+                cluster::up_with_gpus(&dir, json, agents, topology, netns, gpus_per_numa).await
+            }
             Command::Down => cluster::down(&dir, json).await,
             Command::Demo { keep } => demo::run(json, keep).await,
         }

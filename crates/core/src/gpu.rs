@@ -1,0 +1,176 @@
+//! A node's GPUs as berth sees them: where each sits (NUMA node, package, local PUs), what it
+//! is (vendor, model, PCI address), which OS devices are this GPU, and which GPUs are linked
+//! to each other (NVLink and the like).
+//!
+//! Built by the agent from hwloc (`crates/agent/src/gpus.rs`: OS devices of GPU and
+//! co-processor kind, grouped by PCI device) or emulated for tests and `berth up`
+//! ([`crate::topology::Topology::add_emulated_gpus`]). Placement, allocation, device cgroups and
+//! the jobs' environment (`CUDA_VISIBLE_DEVICES`, ...) build on this model; see docs/gpus.md.
+
+use crate::CpuSet;
+use serde::{Deserialize, Serialize};
+
+/// The most GPUs one node may report: far beyond any machine (the largest have 16), small
+/// enough that per-GPU tables and link matrices stay cheap.
+pub const MAX_GPUS: usize = 256;
+
+/// The most OS devices one GPU may list (CUDA, NVML, OpenCL, DRM card and render nodes...).
+pub const MAX_OS_DEVICES: usize = 32;
+
+/// The longest name or text berth keeps for a GPU (model, OS device name, PCI id, UUID).
+pub const MAX_GPU_TEXT: usize = 256;
+
+/// The most GPUs `--gpus-per-numa` may emulate on one NUMA node.
+pub const MAX_EMULATED_PER_NUMA: u32 = 16;
+
+/// Who made the GPU: decides later which environment variables and device files a job gets
+/// (`CUDA_VISIBLE_DEVICES` and `/dev/nvidia*` for NVIDIA, `ROCR_VISIBLE_DEVICES` and
+/// `/dev/kfd` + `/dev/dri` for AMD, `ZE_AFFINITY_MASK` for Intel).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuVendor {
+    Nvidia,
+    Amd,
+    Intel,
+    /// Any other maker, an emulated GPU, and what a newer agent's unknown vendor reads as.
+    #[default]
+    #[serde(other)]
+    Other,
+}
+
+impl GpuVendor {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            GpuVendor::Nvidia => "nvidia",
+            GpuVendor::Amd => "amd",
+            GpuVendor::Intel => "intel",
+            GpuVendor::Other => "other",
+        }
+    }
+
+    /// The vendor of a PCI vendor id (0x10de NVIDIA, 0x1002 AMD, 0x8086 Intel).
+    pub fn from_pci_vendor(id: u16) -> Self {
+        match id {
+            0x10de => GpuVendor::Nvidia,
+            0x1002 | 0x1022 => GpuVendor::Amd,
+            0x8086 => GpuVendor::Intel,
+            _ => GpuVendor::Other,
+        }
+    }
+}
+
+impl std::fmt::Display for GpuVendor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One GPU of a node.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// berth's number for the GPU on its node, its position in `Topology::gpus`: 0, 1, ... in
+    /// PCI bus order (the order of NVML, `nvidia-smi` and Slurm's NVML autodetection).
+    pub index: u32,
+    pub vendor: GpuVendor,
+    /// The model as the driver names it (hwloc's `GPUModel`, else the PCI device name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// PCI address, `domain:bus:device.function` in hex (`0000:84:00.0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+    /// OS index of the NUMA node the GPU is attached to, when hwloc places it on exactly one
+    /// NUMA node with memory; `None` when it cannot place it or its locality spans several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<u32>,
+    /// Index into `Topology::packages` of the package the GPU is attached to, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub package: Option<usize>,
+    /// The PUs (OS indexes) local to the GPU: the cpuset of hwloc's nearest non-I/O ancestor,
+    /// restricted to the PUs berth may use. Empty when unknown.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub cpus: CpuSet,
+    /// The OS devices that are this GPU, as hwloc names them: `cuda0`, `nvml0`, `opencl0d1`,
+    /// `rsmi0`, `ze0`, and the DRM `card0`/`renderD128` of the same PCI device.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub os_devices: Vec<String>,
+    /// The driver's UUID (NVML's `GPU-...`, RSMI's, Level Zero's), when hwloc gives it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uuid: Option<String>,
+    /// Device memory, when a backend reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// GPUs with the same link group are connected by GPU-to-GPU links (NVLink, NVSwitch,
+    /// xGMI), directly or through one another: the connected parts of `Topology::gpu_links`,
+    /// numbered by their lowest GPU index. `None` for a GPU with no such link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_group: Option<u32>,
+    /// Not real hardware: added by `--gpus-per-numa` to an emulated node.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub emulated: bool,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
+impl Gpu {
+    /// The number of the OS device named `prefix` + number (`cuda3` -> 3 for "cuda"), e.g. the
+    /// CUDA ordinal for `CUDA_VISIBLE_DEVICES`.
+    pub fn os_device_number(&self, prefix: &str) -> Option<u32> {
+        self.os_devices.iter().find_map(|d| {
+            let n = d.strip_prefix(prefix)?;
+            (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok())?
+        })
+    }
+
+    /// A short type name for views and, later, `--gpu-type` (`gres=gpu:TYPE:N`): the model's
+    /// last word in lower case (`Tesla K40m` -> `k40m`, `NVIDIA A100-SXM4-80GB` ->
+    /// `a100-sxm4-80gb`), `emulated` for emulated GPUs, else the vendor.
+    pub fn type_name(&self) -> String {
+        if self.emulated {
+            return "emulated".into();
+        }
+        match self.model.as_deref().and_then(|m| m.split_whitespace().last()) {
+            Some(word) => word.to_ascii_lowercase(),
+            None => self.vendor.as_str().into(),
+        }
+    }
+}
+
+/// A GPU-to-GPU link, between `Topology::gpus[a]` and `[b]` (`a < b`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuLink {
+    pub a: u32,
+    pub b: u32,
+    /// Bandwidth in MB/s, as hwloc's `NVLinkBandwidth` matrix gives it (about 25000 per
+    /// NVLink 2/3 link and direction); 0 when only the link's existence is known.
+    #[serde(default)]
+    pub bandwidth_mbs: u64,
+}
+
+/// Link groups from links: the connected parts of the link graph, each numbered by its
+/// lowest GPU index; GPUs without a link get `None`.
+pub fn link_groups(gpus: usize, links: &[GpuLink]) -> Vec<Option<u32>> {
+    // Union-find over GPU indexes, the root kept as the lowest index.
+    let mut parent: Vec<usize> = (0..gpus).collect();
+    fn root(parent: &mut [usize], mut i: usize) -> usize {
+        while parent[i] != i {
+            parent[i] = parent[parent[i]];
+            i = parent[i];
+        }
+        i
+    }
+    let mut linked = vec![false; gpus];
+    for link in links {
+        let (a, b) = (link.a as usize, link.b as usize);
+        if a >= gpus || b >= gpus || a == b {
+            continue;
+        }
+        linked[a] = true;
+        linked[b] = true;
+        let (ra, rb) = (root(&mut parent, a), root(&mut parent, b));
+        let (lo, hi) = (ra.min(rb), ra.max(rb));
+        parent[hi] = lo;
+    }
+    (0..gpus).map(|i| linked[i].then(|| root(&mut parent, i) as u32)).collect()
+}
