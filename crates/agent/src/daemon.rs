@@ -113,10 +113,11 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Leftovers of an earlier agent in our subtree: the jobs it recorded are re-adopted (or
     // reported ended); the rest is killed and removed.
     let recovered = crate::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
-    // The batch scripts' shim is this binary (`berth __berth-shim`), resolved once.
-    // It is held open and exec'd as /proc/self/fd/N: the job's user needs no search permission
-    // on the directories of the agent's binary (a build tree under a private directory).
-    let shim = match std::env::current_exe().and_then(std::fs::File::open) {
+    // The batch scripts' shim (`berth __berth-shim`: the client beside this binary, or this
+    // binary; crate::shim::open_binary), resolved once. It is held open and exec'd as
+    // /proc/self/fd/N: the job's user needs no search permission on the directories of the
+    // agent's binary (a build tree under a private directory).
+    let shim = match std::env::current_exe().and_then(|exe| crate::shim::open_binary(&exe)) {
         Ok(exe) => {
             use std::os::fd::IntoRawFd;
             // Open (close-on-exec) for the agent's lifetime.

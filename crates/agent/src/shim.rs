@@ -1,164 +1,79 @@
-//! The per-job shim: the batch script's parent, so that its exit status outlives the agent.
-//!
-//! The agent starts `berth __berth-shim <status file> <script>` (the berth binary itself, see
-//! [`SHIM_ARG`]) instead of the script, with the job's setup (cgroup, user, session, cwd,
-//! environment, output files). The shim starts the script, waits for it, writes its exit
-//! status to `<spool>/exit_status` (tmp + rename) and ends the same way: the same exit code,
-//! or killed by the same signal. An agent that is alive sees the script's status as the
-//! shim's; an agent restarted while the job ran (re-adoption, see `adopt.rs`) waits for the
-//! shim with a pidfd and reads the file.
-//!
-//! The shim is accounted in the job's cgroup: it uses only std and libc, no runtime, and
-//! allocates next to nothing.
+//! The per-job shim (see [`berth_shim`], its own small crate, so that the `berth` client
+//! can be it), and which binary the agent starts as the shim.
 
-use std::ffi::OsString;
-use std::io::Write;
+pub use berth_shim::*;
 
-/// The hidden first argument of `berth` that runs [`main`].
-pub const SHIM_ARG: &str = "__berth-shim";
-/// The status file's name in the job's spool directory.
-pub const STATUS_FILE: &str = "exit_status";
-/// The shim's exit code when the script could not be started (as shells do).
-const CANNOT_EXEC: i32 = 127;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
 
-/// How the batch script ended, as the shim records it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Status {
-    Code(i32),
-    Signal(i32),
-    /// The script could not be started: the errno of the attempt.
-    LaunchError(i32),
+/// The binary to start as every batch script's shim, opened (close-on-exec) so that it is
+/// exec'd as `/proc/self/fd/N` and the job's user needs no search permission on its directory.
+///
+/// The `berth` client beside `agent_exe` (the running `berthd`) when it is a shim of this
+/// contract ([`CHECK_ARG`] answered with [`check_reply`]), has the same owner as the agent's
+/// binary and is writable by no one else: it starts in a fraction of the time `berthd` takes
+/// (a smaller executable without the daemon's libraries, static in release builds), and a
+/// shim starts for every batch job. Else `agent_exe` itself, which always is one.
+pub fn open_binary(agent_exe: &Path) -> std::io::Result<std::fs::File> {
+    if let Some(client) = agent_exe.parent().map(|d| d.join("berth")) {
+        match open_client(agent_exe, &client) {
+            Ok(f) => return Ok(f),
+            Err(why) => tracing::debug!(client = %client.display(), "the job shim is this binary: {why}"),
+        }
+    }
+    std::fs::File::open(agent_exe)
 }
 
-impl Status {
-    /// `{"exit_code":N}`, `{"signal":N}` or `{"launch_error":ERRNO}`.
-    pub fn encode(self) -> String {
-        match self {
-            Status::Code(c) => format!("{{\"exit_code\":{c}}}\n"),
-            Status::Signal(s) => format!("{{\"signal\":{s}}}\n"),
-            Status::LaunchError(e) => format!("{{\"launch_error\":{e}}}\n"),
-        }
+/// `client`, opened, if it may serve as the shim (see [`open_binary`]).
+fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, String> {
+    let file = std::fs::File::open(client).map_err(|e| format!("cannot open it: {e}"))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    let ours = std::fs::metadata(agent_exe).map_err(|e| e.to_string())?;
+    if !meta.is_file() || meta.uid() != ours.uid() || meta.mode() & 0o022 != 0 || meta.mode() & 0o111 == 0 {
+        return Err(format!(
+            "not an executable of the agent binary's owner writable by no one else (uid {}, mode {:o})",
+            meta.uid(),
+            meta.mode() & 0o7777
+        ));
     }
-
-    /// The reverse of [`Status::encode`]; None for anything else (a file the job's user may
-    /// have changed is not trusted beyond its shape).
-    pub fn decode(text: &str) -> Option<Status> {
-        let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
-        let (key, value) = inner.split_once(':')?;
-        let value: i32 = value.trim().parse().ok()?;
-        match key.trim() {
-            "\"exit_code\"" => Some(Status::Code(value)),
-            "\"signal\"" if value > 0 && value < 65 => Some(Status::Signal(value)),
-            "\"launch_error\"" => Some(Status::LaunchError(value)),
-            _ => None,
-        }
-    }
-
-    /// Read the status file of a job's spool directory; None if absent or malformed.
-    pub fn read(spool: &std::path::Path) -> Option<Status> {
-        Status::decode(&std::fs::read_to_string(spool.join(STATUS_FILE)).ok()?)
-    }
-}
-
-/// Signals berth and users send to the whole job (`berth signal`, cancel, walltime): the shim
-/// lets them pass to the script and outlives them. A handler (not SIG_IGN, which exec would
-/// keep) is reset to the default in the script by exec.
-const PASSED: [libc::c_int; 11] = [
-    libc::SIGTERM,
-    libc::SIGINT,
-    libc::SIGHUP,
-    libc::SIGQUIT,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-    libc::SIGALRM,
-    libc::SIGTSTP,
-    libc::SIGTTIN,
-    libc::SIGTTOU,
-    libc::SIGWINCH,
-];
-
-extern "C" fn ignore(_: libc::c_int) {}
-
-/// `berth __berth-shim <status file> <script>`: never returns.
-pub fn main(args: &[OsString]) -> ! {
-    let (Some(status_file), Some(script)) = (args.first(), args.get(1)) else {
-        let _ = writeln!(std::io::stderr(), "berth: {SHIM_ARG} needs a status file and a script");
-        std::process::exit(2);
-    };
-    for sig in PASSED {
-        // SAFETY: installing a handler that does nothing; sigaction with a zeroed mask.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
-            sa.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut sa.sa_mask);
-            libc::sigaction(sig, &sa, std::ptr::null_mut());
-        }
-    }
-    let status = match spawn(script) {
-        Ok(mut child) => match child.wait() {
-            Ok(st) => {
-                use std::os::unix::process::ExitStatusExt;
-                match (st.code(), st.signal()) {
-                    (Some(c), _) => Status::Code(c),
-                    (None, Some(s)) => Status::Signal(s),
-                    (None, None) => Status::Code(CANNOT_EXEC),
-                }
+    // The very file opened answers (a rename in between changes nothing).
+    use std::os::fd::AsRawFd;
+    let path = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let mut child = std::process::Command::new(&path)
+        .arg(SHIM_ARG)
+        .arg(CHECK_ARG)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| format!("cannot run it: {e}"))?;
+    // A shim answers at once; anything else does not hold up the agent's start.
+    let deadline = std::time::Instant::now() + CHECK_DEADLINE;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(std::time::Duration::from_millis(5)),
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!("it did not answer within {CHECK_DEADLINE:?}"));
             }
-            Err(e) => {
-                let _ = writeln!(std::io::stderr(), "berth: lost track of the batch script: {e}");
-                Status::Code(CANNOT_EXEC)
-            }
-        },
-        Err(e) => {
-            let _ = writeln!(std::io::stderr(), "berth: cannot start the batch script: {e}");
-            Status::LaunchError(e.raw_os_error().unwrap_or(libc::ENOEXEC))
+            Err(e) => return Err(format!("cannot wait for it: {e}")),
         }
     };
-    let path = std::path::Path::new(status_file);
-    let mut tmp = OsString::from(status_file);
-    tmp.push(".tmp");
-    if std::fs::write(&tmp, status.encode()).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-        let _ = std::fs::remove_file(&tmp);
+    let mut answer = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        use std::io::Read;
+        let _ = out.read_to_end(&mut answer);
     }
-    match status {
-        Status::Code(c) => std::process::exit(c),
-        Status::LaunchError(_) => std::process::exit(CANNOT_EXEC),
-        Status::Signal(s) => die_of(s),
+    if !status.success() || answer != check_reply().as_bytes() {
+        return Err(format!("it is no shim of this version ({status})"));
     }
+    Ok(file)
 }
 
-/// Start the script with everything inherited; retry briefly on ETXTBSY (another child of
-/// the agent, forked while the agent wrote the script, may hold it open until its own exec).
-fn spawn(script: &OsString) -> std::io::Result<std::process::Child> {
-    let mut attempt = 0;
-    loop {
-        match std::process::Command::new(script).spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 50 => {
-                attempt += 1;
-                std::thread::sleep(std::time::Duration::from_millis(2));
-            }
-            other => return other,
-        }
-    }
-}
-
-/// End killed by `sig`, as the script was (without a core dump of the shim).
-fn die_of(sig: libc::c_int) -> ! {
-    // SAFETY: plain system calls on this process.
-    unsafe {
-        let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-        libc::setrlimit(libc::RLIMIT_CORE, &none);
-        libc::signal(sig, libc::SIG_DFL);
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigaddset(&mut set, sig);
-        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
-        libc::raise(sig);
-    }
-    // A signal whose default is not to end the process (it could not have killed the script).
-    std::process::exit(128 + sig)
-}
+/// How long the `berth` beside the agent may take to answer [`CHECK_ARG`].
+const CHECK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[cfg(test)]
 mod tests {
@@ -175,6 +90,33 @@ mod tests {
         for bad in ["", "{}", "{\"exit_code\":x}", "{\"signal\":0}", "{\"other\":1}", "exit_code:1"] {
             assert_eq!(Status::decode(bad), None, "{bad}");
         }
+    }
+
+    /// Which file `open_binary` chose, by inode.
+    fn same_file(f: &std::fs::File, path: &Path) -> bool {
+        f.metadata().unwrap().ino() == std::fs::metadata(path).unwrap().ino()
+    }
+
+    #[test]
+    fn the_agent_binary_is_the_shim_unless_a_checked_client_is_beside_it() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().unwrap();
+        let agent = tmp.path().join("berthd");
+        std::fs::write(&agent, b"agent").unwrap();
+        // No client beside it.
+        assert!(same_file(&open_binary(&agent).unwrap(), &agent));
+        // A client that is no shim of this version (an older berth: a usage error).
+        let client = tmp.path().join("berth");
+        std::fs::copy("/bin/false", &client).unwrap();
+        assert!(same_file(&open_binary(&agent).unwrap(), &agent));
+        // One that answers anything else on stdout.
+        std::fs::copy("/bin/echo", &client).unwrap();
+        assert!(open_client(&agent, &client).unwrap_err().contains("no shim"));
+        assert!(same_file(&open_binary(&agent).unwrap(), &agent));
+        // Writable by its group: never run, whatever it is.
+        std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o775)).unwrap();
+        assert!(open_client(&agent, &client).unwrap_err().contains("writable"));
+        assert!(same_file(&open_binary(&agent).unwrap(), &agent));
     }
 
     #[test]

@@ -5,6 +5,12 @@ use berth_cli::{commands, run, Cli};
 use clap::Parser;
 
 fn main() {
+    // The batch script's shim, which the agent starts from this smaller binary when it is
+    // installed beside berthd (the berth-shim crate): nothing else first.
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == berth_shim::SHIM_ARG) {
+        berth_shim::main(&args.collect::<Vec<_>>());
+    }
     berth_protocol::probe::mark("client main");
     // Invoked as sbatch, squeue, qsub, ... (links `berth compat install` makes).
     if let Some(code) = berth_cli::compat::main_by_name(std::env::args_os().collect()) {

@@ -39,6 +39,22 @@ fn jobs_run_in_cgroups_holding_exactly_their_cpus() {
 }
 
 #[test]
+fn the_batch_script_runs_under_the_berth_client_as_its_shim() {
+    // berthd's agent starts the `berth` beside it as each script's shim (it starts faster),
+    // after checking that it is one; the shim keeps the script's exit status.
+    let out = Command::new(BIN).args(["__berth-shim", "--check"]).output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "berth-shim 1\n");
+    let c = Cluster::up(1, MAPPED);
+    let id = c.submit("parent.sh", "#!/bin/sh\nreadlink /proc/$PPID/exe\nexit 3\n", &[]);
+    let j = c.wait_finished(id, Duration::from_secs(30));
+    assert_eq!(j["exit_code"], 3, "{j:#}");
+    let out = std::fs::read_to_string(j["stdout"].as_str().unwrap()).unwrap();
+    let client = std::fs::canonicalize(BIN).unwrap();
+    assert_eq!(out.trim(), client.to_str().unwrap(), "the script's parent is not the berth client");
+}
+
+#[test]
 fn emulated_pus_map_round_robin_onto_real_cpus() {
     let c = Cluster::up(1, BIG);
     let id = c.submit(

@@ -62,8 +62,8 @@ fn main() {
     // The batch script's shim (started by the agent in the job's cgroup, as the user): no
     // argument parsing, logging or runtime.
     let mut args = std::env::args_os();
-    if args.nth(1).is_some_and(|a| a == berth_agent::shim::SHIM_ARG) {
-        berth_agent::shim::main(&args.collect::<Vec<_>>());
+    if args.nth(1).is_some_and(|a| a == berth_shim::SHIM_ARG) {
+        berth_shim::main(&args.collect::<Vec<_>>());
     }
     let cli = Cli::parse();
     // `up`, `down` and the demo poll the controller themselves (and start it): a request

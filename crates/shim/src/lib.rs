@@ -1,0 +1,180 @@
+//! The per-job shim: the batch script's parent, so that its exit status outlives the agent.
+//!
+//! The agent starts `<shim binary> __berth-shim <status file> <script>` instead of the
+//! script, with the job's setup (cgroup, user, session, cwd, environment, output files). The
+//! shim binary is the `berth` client beside the agent's `berthd` when it answers
+//! [`CHECK_ARG`] with [`check_reply`] (it starts faster: no daemon libraries, and a static,
+//! non-relocated executable in release builds), else `berthd` itself; both run [`main`]
+//! for [`SHIM_ARG`] before anything else. The shim starts the script, waits for it, writes its
+//! exit status to `<spool>/exit_status` (tmp + rename) and ends the same way: the same exit
+//! code, or killed by the same signal. An agent that is alive sees the script's status as the
+//! shim's; an agent restarted while the job ran (re-adoption, see the agent's `adopt.rs`)
+//! waits for the shim with a pidfd and reads the file.
+//!
+//! The shim is accounted in the job's cgroup: it uses only std and libc, no runtime, and
+//! allocates next to nothing. It lives here, in a crate both binaries link, so that the client
+//! need not link the agent (and its topology libraries) to be the shim.
+
+use std::ffi::OsString;
+use std::io::Write;
+
+/// The hidden first argument of `berth` and `berthd` that runs [`main`].
+pub const SHIM_ARG: &str = "__berth-shim";
+/// `<binary> __berth-shim --check` prints [`check_reply`] and exits 0: how the agent tells a
+/// `berth` beside it that is a shim of this format from an older one (which has no shim).
+pub const CHECK_ARG: &str = "--check";
+/// The version of the shim's contract (its arguments, the status file): bumped when it changes.
+const SHIM_VERSION: u32 = 1;
+
+/// What [`CHECK_ARG`] prints.
+pub fn check_reply() -> String {
+    format!("berth-shim {SHIM_VERSION}\n")
+}
+
+/// The status file's name in the job's spool directory.
+pub const STATUS_FILE: &str = "exit_status";
+/// The shim's exit code when the script could not be started (as shells do).
+const CANNOT_EXEC: i32 = 127;
+
+/// How the batch script ended, as the shim records it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Code(i32),
+    Signal(i32),
+    /// The script could not be started: the errno of the attempt.
+    LaunchError(i32),
+}
+
+impl Status {
+    /// `{"exit_code":N}`, `{"signal":N}` or `{"launch_error":ERRNO}`.
+    pub fn encode(self) -> String {
+        match self {
+            Status::Code(c) => format!("{{\"exit_code\":{c}}}\n"),
+            Status::Signal(s) => format!("{{\"signal\":{s}}}\n"),
+            Status::LaunchError(e) => format!("{{\"launch_error\":{e}}}\n"),
+        }
+    }
+
+    /// The reverse of [`Status::encode`]; None for anything else (a file the job's user may
+    /// have changed is not trusted beyond its shape).
+    pub fn decode(text: &str) -> Option<Status> {
+        let inner = text.trim().strip_prefix('{')?.strip_suffix('}')?;
+        let (key, value) = inner.split_once(':')?;
+        let value: i32 = value.trim().parse().ok()?;
+        match key.trim() {
+            "\"exit_code\"" => Some(Status::Code(value)),
+            "\"signal\"" if value > 0 && value < 65 => Some(Status::Signal(value)),
+            "\"launch_error\"" => Some(Status::LaunchError(value)),
+            _ => None,
+        }
+    }
+
+    /// Read the status file of a job's spool directory; None if absent or malformed.
+    pub fn read(spool: &std::path::Path) -> Option<Status> {
+        Status::decode(&std::fs::read_to_string(spool.join(STATUS_FILE)).ok()?)
+    }
+}
+
+/// Signals berth and users send to the whole job (`berth signal`, cancel, walltime): the shim
+/// lets them pass to the script and outlives them. A handler (not SIG_IGN, which exec would
+/// keep) is reset to the default in the script by exec.
+const PASSED: [libc::c_int; 11] = [
+    libc::SIGTERM,
+    libc::SIGINT,
+    libc::SIGHUP,
+    libc::SIGQUIT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGALRM,
+    libc::SIGTSTP,
+    libc::SIGTTIN,
+    libc::SIGTTOU,
+    libc::SIGWINCH,
+];
+
+extern "C" fn ignore(_: libc::c_int) {}
+
+/// `berth __berth-shim <status file> <script>`: never returns.
+pub fn main(args: &[OsString]) -> ! {
+    if args.len() == 1 && args[0] == CHECK_ARG {
+        let ok = std::io::stdout().write_all(check_reply().as_bytes()).and_then(|_| std::io::stdout().flush());
+        std::process::exit(if ok.is_ok() { 0 } else { 1 });
+    }
+    let (Some(status_file), Some(script)) = (args.first(), args.get(1)) else {
+        let _ = writeln!(std::io::stderr(), "berth: {SHIM_ARG} needs a status file and a script");
+        std::process::exit(2);
+    };
+    for sig in PASSED {
+        // SAFETY: installing a handler that does nothing; sigaction with a zeroed mask.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = ignore as extern "C" fn(libc::c_int) as usize;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut());
+        }
+    }
+    let status = match spawn(script) {
+        Ok(mut child) => match child.wait() {
+            Ok(st) => {
+                use std::os::unix::process::ExitStatusExt;
+                match (st.code(), st.signal()) {
+                    (Some(c), _) => Status::Code(c),
+                    (None, Some(s)) => Status::Signal(s),
+                    (None, None) => Status::Code(CANNOT_EXEC),
+                }
+            }
+            Err(e) => {
+                let _ = writeln!(std::io::stderr(), "berth: lost track of the batch script: {e}");
+                Status::Code(CANNOT_EXEC)
+            }
+        },
+        Err(e) => {
+            let _ = writeln!(std::io::stderr(), "berth: cannot start the batch script: {e}");
+            Status::LaunchError(e.raw_os_error().unwrap_or(libc::ENOEXEC))
+        }
+    };
+    let path = std::path::Path::new(status_file);
+    let mut tmp = OsString::from(status_file);
+    tmp.push(".tmp");
+    if std::fs::write(&tmp, status.encode()).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    match status {
+        Status::Code(c) => std::process::exit(c),
+        Status::LaunchError(_) => std::process::exit(CANNOT_EXEC),
+        Status::Signal(s) => die_of(s),
+    }
+}
+
+/// Start the script with everything inherited; retry briefly on ETXTBSY (another child of
+/// the agent, forked while the agent wrote the script, may hold it open until its own exec).
+fn spawn(script: &OsString) -> std::io::Result<std::process::Child> {
+    let mut attempt = 0;
+    loop {
+        match std::process::Command::new(script).spawn() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 50 => {
+                attempt += 1;
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            other => return other,
+        }
+    }
+}
+
+/// End killed by `sig`, as the script was (without a core dump of the shim).
+fn die_of(sig: libc::c_int) -> ! {
+    // SAFETY: plain system calls on this process.
+    unsafe {
+        let none = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        libc::setrlimit(libc::RLIMIT_CORE, &none);
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(sig);
+    }
+    // A signal whose default is not to end the process (it could not have killed the script).
+    std::process::exit(128 + sig)
+}
