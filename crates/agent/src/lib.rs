@@ -11,9 +11,9 @@ pub mod cpumap;
 pub mod cpusets;
 pub mod daemon;
 pub mod fence;
-pub mod gpus;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod gpus;
 pub mod hwtopo;
 pub mod job;
 pub mod pmi;
