@@ -6,7 +6,7 @@
 //! lines are read too (`foreign`), below `#BERTH` in precedence.
 
 use crate::binding::{BindingMode, BindingStrategy};
-use crate::job::ResourceRequest;
+use crate::job::{valid_gpu_type, ResourceRequest, MAX_GPUS_PER_JOB, MAX_GPUS_PER_NODE};
 use crate::units::{parse_duration_secs, parse_size};
 use crate::CoreError;
 use serde::{Deserialize, Serialize};
@@ -147,6 +147,15 @@ pub struct SubmitOptions {
     /// option a user writes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<JobTasks>,
+    /// `--gpus`: GPUs of the whole job, spread evenly over its nodes (Slurm's `--gpus`, `-G`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// `--gpus-per-node`: GPUs on each node (Slurm's `--gres=gpu:N`, PBS `select=...:ngpus=N`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// `--gpu-type`: only GPUs of this type (`berth nodes --topology` shows each GPU's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -202,7 +211,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 34] = [
+pub const OPTION_NAMES: [&str; 37] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -237,6 +246,9 @@ pub const OPTION_NAMES: [&str; 34] = [
     "exclusive",
     "qos",
     "array",
+    "gpus",
+    "gpus-per-node",
+    "gpu-type",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -321,6 +333,9 @@ impl SubmitOptions {
                 self.qos = Some(q)
             }
             "array" => self.array = Some(ArraySpec::parse_slurm(value)?),
+            "gpus" => self.gpus = Some(gpu_count(name, value, MAX_GPUS_PER_JOB)?),
+            "gpus-per-node" => self.gpus_per_node = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
+            "gpu-type" => self.gpu_type = Some(gpu_type(name, value)?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
             "property" => {
@@ -383,6 +398,9 @@ impl SubmitOptions {
             open_append: over.open_append.or(self.open_append),
             join: over.join.or(self.join),
             tasks: over.tasks.or(self.tasks),
+            gpus: over.gpus.or(self.gpus),
+            gpus_per_node: over.gpus_per_node.or(self.gpus_per_node),
+            gpu_type: over.gpu_type.or(self.gpu_type),
         }
     }
 
@@ -395,8 +413,31 @@ impl SubmitOptions {
             mem_per_node: self.mem,
             mem_per_cpu: self.mem_per_cpu,
             threads: self.threads.unwrap_or(false),
+            gpus: self.gpus,
+            gpus_per_node: self.gpus_per_node,
+            gpu_type: self.gpu_type.clone(),
         }
     }
+}
+
+/// A GPU count from 1 to `max`, for `--NAME`.
+pub(crate) fn gpu_count(name: &str, value: &str, max: u32) -> Result<u32, String> {
+    value
+        .trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("--{name} needs a whole number from 1 to {max}, got {value:?}"))
+}
+
+/// A GPU type name (`a100`, `v100`, `a100-sxm4-80gb`), for `--NAME`; kept in lower case, as
+/// `Gpu::type_name` gives types.
+pub(crate) fn gpu_type(name: &str, value: &str) -> Result<String, String> {
+    let t = value.trim();
+    if !valid_gpu_type(t) {
+        return Err(format!("--{name} needs a type of letters, digits, _ - and . (at most 64), got {value:?}"));
+    }
+    Ok(t.to_ascii_lowercase())
 }
 
 /// An output or error path with its patterns expanded, as sbatch does: `%j` the job id, `%x`
@@ -621,6 +662,21 @@ mod tests {
         // Options written before the field existed still read.
         let old: SubmitOptions = serde_json::from_str(r#"{"cores":2,"nodes":null,"tasks_per_node":null,"cpus_per_task":null,"mem":null,"walltime":null,"name":null,"output":null,"error":null,"queue":null}"#).unwrap();
         assert_eq!(old.reservation, None);
+    }
+
+    #[test]
+    fn gpu_directives() {
+        let o = parse_script("#!/bin/sh\n#BERTH --gpus 4 --gpu-type A100-SXM4\n#BERTH --gpus-per-node=2\n").unwrap();
+        assert_eq!((o.gpus, o.gpus_per_node, o.gpu_type.as_deref()), (Some(4), Some(2), Some("a100-sxm4")));
+        let r = o.request();
+        assert_eq!((r.gpus, r.gpus_per_node, r.gpu_type.as_deref()), (Some(4), Some(2), Some("a100-sxm4")));
+        for bad in ["--gpus 0", "--gpus 65537", "--gpus-per-node 257", "--gpus-per-node x", "--gpu-type \"a b\""] {
+            assert!(parse_script(&format!("#!/bin/sh\n#BERTH {bad}\n")).is_err(), "{bad}");
+        }
+        // Options without GPUs serialize as before: no GPU keys.
+        let plain = parse_script("#!/bin/sh\n#BERTH --cores 2\n").unwrap();
+        assert_eq!(serde_json::to_string(&plain).unwrap(), r#"{"cores":2}"#);
+        assert!(!serde_json::to_string(&plain.request()).unwrap().contains("gpu"));
     }
 
     #[test]

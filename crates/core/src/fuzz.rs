@@ -278,7 +278,8 @@ const MODES: &[&str] = &["set", "env", "pe", "SET", "", "bind"];
 /// A value for option `name`: usually well-formed, often at a limit, sometimes junk.
 pub fn option_value(name: &str) -> BoxedStrategy<String> {
     let own = match name {
-        "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" => pieces(NUMBERS, 2),
+        "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" | "gpus" | "gpus-per-node" => pieces(NUMBERS, 2),
+        "gpu-type" => pieces(&["a100", "v100", "-", "sxm4", ".", "_", "A100", "é", " ", "x123456789"], 9),
         "mem" | "mem-per-cpu" => size_text(),
         "walltime" => duration_text(),
         "threads" | "rank-cpusets" | "system-cpus" | "requeue" | "no-requeue" | "no-kill" | "hold" => {
@@ -418,6 +419,9 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "exclusive" => o.exclusive.map(yes_no),
         "qos" => o.qos.clone(),
         "array" => o.array.as_ref().map(ToString::to_string),
+        "gpus" => o.gpus.map(|v| v.to_string()),
+        "gpus-per-node" => o.gpus_per_node.map(|v| v.to_string()),
+        "gpu-type" => o.gpu_type.clone(),
         _ => None,
     }
 }
@@ -428,6 +432,9 @@ fn assert_sane_options(o: &SubmitOptions) {
         assert_ne!(v, Some(0), "--{name} 0 accepted");
     }
     assert_ne!(o.walltime, Some(0), "--walltime 0 accepted");
+    assert!(o.gpus.is_none_or(|g| (1..=crate::job::MAX_GPUS_PER_JOB).contains(&g)), "--gpus {:?}", o.gpus);
+    assert!(o.gpus_per_node.is_none_or(|g| (1..=crate::job::MAX_GPUS_PER_NODE).contains(&g)));
+    assert!(o.gpu_type.as_deref().is_none_or(crate::job::valid_gpu_type));
     for v in [&o.name, &o.output, &o.error, &o.queue, &o.account, &o.reservation].into_iter().flatten() {
         assert!(!v.is_empty(), "empty text value accepted");
     }
@@ -436,6 +443,9 @@ fn assert_sane_options(o: &SubmitOptions) {
     }
     // The scheduler turns every accepted request into a shape or an error, never a panic.
     if let Ok(shape) = o.request().shape() {
+        if let Ok(per_node) = o.request().gpus_on_each_node(&shape) {
+            assert!(per_node <= crate::job::MAX_GPUS_PER_NODE);
+        }
         match shape {
             crate::job::Shape::PerNode { nodes, cores_per_node } => assert!(nodes > 0 && cores_per_node > 0),
             crate::job::Shape::Total { cores, chunk } => assert!(cores > 0 && chunk > 0 && cores % chunk == 0),
@@ -1059,16 +1069,31 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
         proptest::option::of(any::<u64>()),
         proptest::option::of(any::<u64>()),
         any::<bool>(),
+        (count(), count(), proptest::option::of(short_text())),
     )
-        .prop_map(|(nodes, cores, tasks_per_node, cpus_per_task, mem_per_node, mem_per_cpu, threads)| ResourceRequest {
-            nodes,
-            cores,
-            tasks_per_node,
-            cpus_per_task,
-            mem_per_node,
-            mem_per_cpu,
-            threads,
-        })
+        .prop_map(
+            |(
+                nodes,
+                cores,
+                tasks_per_node,
+                cpus_per_task,
+                mem_per_node,
+                mem_per_cpu,
+                threads,
+                (gpus, gpus_per_node, gpu_type),
+            )| ResourceRequest {
+                nodes,
+                cores,
+                tasks_per_node,
+                cpus_per_task,
+                mem_per_node,
+                mem_per_cpu,
+                threads,
+                gpus,
+                gpus_per_node,
+                gpu_type,
+            },
+        )
         .boxed()
 }
 
@@ -1081,12 +1106,13 @@ pub fn node_allocation() -> BoxedStrategy<NodeAllocation> {
             prop::collection::vec(any::<u32>(), 0..3),
             prop::collection::vec(any::<(u32, u32)>(), 0..3),
             prop::collection::vec((cpuset(), cpuset()).prop_map(|(cpus, mems)| RankSet { cpus, mems }), 0..3),
+            prop::collection::vec(any::<u32>(), 0..3),
         ),
     )
         .prop_map(
             |(
                 (node_id, node, cpus, cores, mems, memory_bytes),
-                (numa_memory, exclusive_numa, subnodes, binding, ranks),
+                (numa_memory, exclusive_numa, subnodes, binding, ranks, gpus),
             )| {
                 NodeAllocation {
                     node_id: NodeId(node_id),
@@ -1100,6 +1126,7 @@ pub fn node_allocation() -> BoxedStrategy<NodeAllocation> {
                     subnodes,
                     binding,
                     ranks,
+                    gpus,
                 }
             },
         )

@@ -79,7 +79,22 @@ pub struct ResourceRequest {
     /// Count hardware threads (PUs) instead of whole cores.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub threads: bool,
+    /// GPUs of the whole job (`--gpus`, Slurm's `--gpus`/`-G`), spread evenly over its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// GPUs on each node (`--gpus-per-node`, Slurm's `--gres=gpu:N`, PBS `ngpus=`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// Only GPUs of this type (`--gpu-type`, compared with `Gpu::type_name`, any case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
 }
+
+/// The most GPUs a job may ask for on one node (as many as a node may have).
+pub const MAX_GPUS_PER_NODE: u32 = crate::gpu::MAX_GPUS as u32;
+
+/// The most GPUs a job may ask for in all.
+pub const MAX_GPUS_PER_JOB: u32 = 65_536;
 
 /// The shape the scheduler places: either an exact count of cores on each of `nodes` nodes,
 /// or a total number of cores packed onto as few nodes as first-fit finds.
@@ -130,8 +145,74 @@ impl ResourceRequest {
         if !cores.is_multiple_of(cpt) {
             return bad(format!("--cores {cores} is not a multiple of --cpus-per-task {cpt}"));
         }
+        if self.wants_gpus() {
+            // A GPU job that names no node count runs on one node, its GPUs and cores together.
+            return Ok(Shape::PerNode { nodes: 1, cores_per_node: cores });
+        }
         Ok(Shape::Total { cores, chunk: cpt })
     }
+
+    /// Whether the job asks for GPUs at all.
+    pub fn wants_gpus(&self) -> bool {
+        self.gpus.is_some() || self.gpus_per_node.is_some()
+    }
+
+    /// The GPUs the job needs on each of its nodes (0: none), from `--gpus` or
+    /// `--gpus-per-node` and the node count of `shape`, with a reason when they contradict
+    /// each other, do not spread evenly or exceed the bounds.
+    pub fn gpus_on_each_node(&self, shape: &Shape) -> Result<u32, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(m));
+        if self.gpus == Some(0) || self.gpus_per_node == Some(0) {
+            return bad("--gpus and --gpus-per-node must be at least 1".into());
+        }
+        if let Some(t) = &self.gpu_type {
+            if !self.wants_gpus() {
+                return bad(format!("--gpu-type {t} needs --gpus or --gpus-per-node"));
+            }
+            if !valid_gpu_type(t) {
+                return bad(format!("--gpu-type needs a name of letters, digits, _ - and . (at most 64), got {t:?}"));
+            }
+        }
+        let nodes = match *shape {
+            Shape::PerNode { nodes, .. } => nodes,
+            Shape::Total { .. } => 1,
+        };
+        if let Some(total) = self.gpus {
+            if total > MAX_GPUS_PER_JOB {
+                return bad(format!("--gpus {total}: at most {MAX_GPUS_PER_JOB} GPUs a job"));
+            }
+        }
+        let per_node = match (self.gpus, self.gpus_per_node) {
+            (None, None) => return Ok(0),
+            (_, Some(per_node)) => {
+                if let Some(total) = self.gpus {
+                    if u64::from(total) != u64::from(per_node) * u64::from(nodes) {
+                        return bad(format!(
+                            "--gpus {total} contradicts --gpus-per-node {per_node} on {nodes} node(s); give only one of them"
+                        ));
+                    }
+                }
+                per_node
+            }
+            (Some(total), None) => {
+                if !total.is_multiple_of(nodes) {
+                    return bad(format!(
+                        "--gpus {total} cannot be spread evenly over {nodes} nodes; give a multiple of {nodes} or use --gpus-per-node"
+                    ));
+                }
+                total / nodes
+            }
+        };
+        if per_node > MAX_GPUS_PER_NODE {
+            return bad(format!("{per_node} GPUs per node: at most {MAX_GPUS_PER_NODE}"));
+        }
+        Ok(per_node)
+    }
+}
+
+/// Whether `t` may name a GPU type: 1 to 64 letters, digits, `_`, `-`, `.`.
+pub fn valid_gpu_type(t: &str) -> bool {
+    !t.is_empty() && t.len() <= 64 && t.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
 }
 
 /// The resources a running job holds on one node.
@@ -160,6 +241,9 @@ pub struct NodeAllocation {
     /// Per-rank sub-cpusets, when the job asked for them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ranks: Vec<RankSet>,
+    /// The GPUs the job holds on the node (`Gpu::index` on that node), in increasing order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 /// Memory reserved for a job on one NUMA node.
@@ -236,6 +320,35 @@ mod tests {
         assert!(req(Some(2), Some(5), Some(2), None).shape().is_err());
         assert!(req(Some(0), None, None, None).shape().is_err());
         assert!(req(None, Some(5), None, Some(2)).shape().is_err());
+    }
+
+    #[test]
+    fn gpu_requests() {
+        let gpus = |nodes, gpus, per_node, kind: Option<&str>| {
+            let r = ResourceRequest {
+                nodes,
+                gpus,
+                gpus_per_node: per_node,
+                gpu_type: kind.map(String::from),
+                ..Default::default()
+            };
+            r.shape().and_then(|s| r.gpus_on_each_node(&s).map(|g| (s, g)))
+        };
+        // A GPU job without --nodes is one node; without GPUs the shape is unchanged.
+        assert_eq!(gpus(None, Some(3), None, None).unwrap(), (Shape::PerNode { nodes: 1, cores_per_node: 1 }, 3));
+        assert_eq!(gpus(None, None, None, None).unwrap(), (Shape::Total { cores: 1, chunk: 1 }, 0));
+        assert_eq!(gpus(Some(2), Some(8), None, None).unwrap().1, 4);
+        assert_eq!(gpus(Some(2), None, Some(4), Some("a100")).unwrap().1, 4);
+        assert_eq!(gpus(Some(2), Some(8), Some(4), None).unwrap().1, 4);
+        let err = |r: Result<(Shape, u32), CoreError>| r.unwrap_err().to_string();
+        assert!(err(gpus(Some(2), Some(3), None, None)).contains("spread evenly"));
+        assert!(err(gpus(Some(2), Some(6), Some(4), None)).contains("contradicts"));
+        assert!(err(gpus(None, None, None, Some("a100"))).contains("needs --gpus"));
+        assert!(err(gpus(None, Some(1), None, Some("a 100"))).contains("--gpu-type"));
+        assert!(err(gpus(None, Some(0), None, None)).contains("at least 1"));
+        assert!(err(gpus(None, None, Some(257), None)).contains("at most 256"));
+        assert!(err(gpus(Some(1), Some(300), None, None)).contains("at most 256"));
+        assert!(err(gpus(Some(1000), Some(MAX_GPUS_PER_JOB + 1000), None, None)).contains("GPUs a job"));
     }
 
     #[test]

@@ -566,6 +566,7 @@ mod tests {
             subnodes: vec![],
             binding: vec![],
             ranks: vec![],
+            gpus: vec![],
         }
     }
 

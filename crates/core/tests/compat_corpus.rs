@@ -169,11 +169,9 @@ fn the_corpus_covers_what_it_must() {
     assert!(count(&|_, e| e.contains("dependency = ")) >= 4, "dependency scripts");
     assert!(count(&|_, e| e.contains("exclusive = true")) >= 2, "exclusive scripts");
     assert!(count(&|_, e| e.contains("mem_per_cpu = ")) >= 4, "memory-per-CPU scripts");
-    assert!(
-        count(&|_, e| e.starts_with("reject = ") && e.contains("GPUs and generic resources are not supported yet"))
-            >= 4,
-        "GPU requests rejected"
-    );
+    assert!(count(&|_, e| e.contains("gpus_per_node = ") || e.contains("gpus = ")) >= 5, "GPU requests read");
+    assert!(count(&|s, e| s.contains("ngpus=") && e.contains("gpus_per_node = ")) >= 1, "PBS ngpus read");
+    assert!(count(&|_, e| e.contains("reject = ") && e.contains("generic resource")) >= 1, "other gres refused");
     assert!(count(&|_, e| e.contains("reject = line ")) >= 10, "rejected scripts, with their line");
     assert!(count(&|_, e| e.contains("with = --ignore-unsupported")) >= 4, "--ignore-unsupported scripts");
     // Every Slurm time format.

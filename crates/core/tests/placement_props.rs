@@ -213,6 +213,8 @@ fn build_request(s: &ReqSpec, t: &Topology, cluster_nodes: u32) -> JobRequest {
         properties: s.property.map(|p| vec![p.to_string()]).unwrap_or_default(),
         avoid_properties: vec![],
         rank_cpus: s.rank_cpus,
+        gpus_per_node: 0,
+        gpu_type: None,
     }
 }
 

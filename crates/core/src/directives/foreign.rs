@@ -6,6 +6,7 @@
 use super::array::ArraySpec;
 use super::depend::{Begin, DepError, Dependency};
 use super::{Join, SubmitOptions};
+use crate::job::{MAX_GPUS_PER_JOB, MAX_GPUS_PER_NODE};
 use crate::units::parse_size;
 
 /// What the foreign directives of a script give.
@@ -370,10 +371,54 @@ fn slurm_line(
                     o.properties = Some(props);
                 }
             }
-            "--gres" | "-G" | "--gpus" | "--gpus-per-node" | "--gpus-per-task" | "--gpus-per-socket"
-            | "--cpus-per-gpu" | "--mem-per-gpu" | "--gpu-bind" => {
-                unsupported.push(format!("{shown}: GPUs and generic resources are not supported yet"))
+            // Generic resources per node: `gpu[:type][:count]` items; berth knows GPUs only.
+            "--gres" => {
+                for item in v.split(',').map(str::trim) {
+                    let mut parts = item.split(':');
+                    let name = parts.next().unwrap_or("");
+                    if name != "gpu" {
+                        unsupported.push(format!(
+                            "{shown}: generic resource {name:?} is not supported (of --gres, only gpu is)"
+                        ));
+                        continue;
+                    }
+                    let rest: Vec<&str> = parts.collect();
+                    let (kind, count) = match rest.as_slice() {
+                        [] => (None, "1"),
+                        [one] if one.parse::<u64>().is_ok() => (None, *one),
+                        [kind] => (Some(*kind), "1"),
+                        [kind, count] => (Some(*kind), *count),
+                        _ => return Err(format!("{flag}: {item:?} is not gpu[:type][:count]")),
+                    };
+                    o.gpus_per_node = Some(slurm_gpu_count(&flag, count, MAX_GPUS_PER_NODE)?);
+                    if let Some(kind) = kind {
+                        o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
+                    }
+                }
             }
+            // `[type:]count`, for the whole job or for each node.
+            "-G" | "--gpus" | "--gpus-per-node" => {
+                if v.contains(',') {
+                    unsupported.push(format!("{shown}: GPUs of several types in one job are not supported"));
+                    continue;
+                }
+                let (kind, count) = match v.rsplit_once(':') {
+                    Some((kind, count)) => (Some(kind), count),
+                    None => (None, v.as_str()),
+                };
+                if flag == "--gpus-per-node" {
+                    o.gpus_per_node = Some(slurm_gpu_count(&flag, count, MAX_GPUS_PER_NODE)?);
+                } else {
+                    o.gpus = Some(slurm_gpu_count(&flag, count, MAX_GPUS_PER_JOB)?);
+                }
+                if let Some(kind) = kind {
+                    o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
+                }
+            }
+            "--gpus-per-task" | "--gpus-per-socket" | "--cpus-per-gpu" | "--mem-per-gpu" | "--gpu-bind" => unsupported
+                .push(format!(
+                    "{shown}: not supported yet (of the GPU options, --gres=gpu, --gpus and --gpus-per-node are)"
+                )),
             _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
         }
     }
@@ -477,9 +522,18 @@ fn pbs_line(
     Ok(())
 }
 
-/// PBS resources that ask for GPUs (PBS Pro's `ngpus`, `gpu_type`, `gpu_model`; Torque's
-/// `gpus`): refused as Slurm's `--gres`/`--gpus*` are.
+/// PBS resources for GPUs berth does not read (`ngpus` and `gpu_type` in a chunk, Torque's
+/// `gpus=` on `nodes=` and a job-wide `ngpus` it does).
 const PBS_GPU_RESOURCES: &[&str] = &["ngpus", "gpus", "gpu_type", "gpu_model", "naccelerators", "accelerator_model"];
+
+/// A GPU count from a foreign directive: 1 to `max`.
+fn slurm_gpu_count(flag: &str, v: &str, max: u32) -> Result<u32, String> {
+    v.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|n| (1..=max).contains(n))
+        .ok_or_else(|| format!("{flag} needs a GPU count from 1 to {max}, got {v:?}"))
+}
 
 /// One `-l` resource: `select=...`, `nodes=N:ppn=P`, `walltime`, `mem`, `ncpus`, `place`.
 fn pbs_resource(
@@ -522,9 +576,12 @@ fn pbs_resource(
                     "ompthreads" => {
                         number("ompthreads", v)?;
                     }
-                    k if PBS_GPU_RESOURCES.contains(&k) => {
-                        unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
-                    }
+                    // GPUs of each chunk, so of each node.
+                    "ngpus" => o.gpus_per_node = Some(slurm_gpu_count("-l ngpus", v, MAX_GPUS_PER_NODE)?),
+                    "gpu_type" => o.gpu_type = Some(super::gpu_type("gpu_type", v)?),
+                    k if PBS_GPU_RESOURCES.contains(&k) => unsupported.push(format!(
+                        "-l {res}: chunk resource {k} is not supported (of the GPU resources, ngpus and gpu_type are)"
+                    )),
                     _ => unsupported.push(format!("-l {res}: chunk resource {k} is not supported")),
                 }
             }
@@ -542,9 +599,10 @@ fn pbs_resource(
             for kv in parts {
                 match kv.split_once('=') {
                     Some(("ppn", p)) => o.tasks_per_node = Some(number("ppn", p)?),
-                    Some((k, _)) if PBS_GPU_RESOURCES.contains(&k) => {
-                        unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
-                    }
+                    // Torque's GPUs per node.
+                    Some(("gpus", g)) => o.gpus_per_node = Some(slurm_gpu_count("-l gpus", g, MAX_GPUS_PER_NODE)?),
+                    Some((k, _)) if PBS_GPU_RESOURCES.contains(&k) => unsupported
+                        .push(format!("-l {res}: node resource {k} is not supported (of the GPU resources, gpus is)")),
                     _ => unsupported.push(format!("-l {res}: node property {kv:?} is not supported")),
                 }
             }
@@ -577,9 +635,11 @@ fn pbs_resource(
                 }
             }
         }
-        k if PBS_GPU_RESOURCES.contains(&k) => {
-            unsupported.push(format!("-l {res}: GPUs and generic resources are not supported yet"))
-        }
+        // PBS Pro's job-wide GPU count.
+        "ngpus" => o.gpus = Some(slurm_gpu_count("-l ngpus", value, MAX_GPUS_PER_JOB)?),
+        k if PBS_GPU_RESOURCES.contains(&k) => unsupported.push(format!(
+            "-l {res}: resource {k} is not supported (of the GPU resources, ngpus and select's ngpus and gpu_type are)"
+        )),
         _ => unsupported.push(format!("-l {res}: resource {name} is not supported")),
     }
     Ok(())

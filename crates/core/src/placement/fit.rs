@@ -583,6 +583,7 @@ fn finish(
         subnodes,
         binding,
         ranks: vec![],
+        gpus: vec![],
     };
     if let Some(ranks) = alloc.cores.checked_div(view.ask.req.rank_cpus) {
         alloc.ranks = super::ranks::split(topo, &alloc, ranks.max(1));

@@ -104,6 +104,16 @@ pub struct JobRequest {
     pub avoid_properties: Vec<String>,
     /// CPUs per rank when the job wants one sub-cpuset per rank on each node (0: none).
     pub rank_cpus: u32,
+    /// GPUs the job needs on each of its nodes (0: none).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus_per_node: u32,
+    /// Only GPUs of this type (`Gpu::type_name`, lower case).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 impl JobRequest {
@@ -118,6 +128,8 @@ impl JobRequest {
             properties: vec![],
             avoid_properties: vec![],
             rank_cpus: 0,
+            gpus_per_node: 0,
+            gpu_type: None,
         }
     }
 
@@ -150,6 +162,7 @@ impl JobRequest {
             }
             shape = Shape::PerNode { nodes, cores_per_node: per_node };
         }
+        let gpus_per_node = request.gpus_on_each_node(&shape)?;
         let mem = match (o.mem, o.mem_per_cpu) {
             (Some(_), Some(_)) => {
                 return Err(CoreError::BadRequest("give --mem (per node) or --mem-per-cpu, not both".into()))
@@ -167,6 +180,8 @@ impl JobRequest {
             properties: o.properties.clone().unwrap_or_default(),
             avoid_properties: vec![],
             rank_cpus: if o.rank_cpusets.unwrap_or(false) { o.cpus_per_task.unwrap_or(1) } else { 0 },
+            gpus_per_node,
+            gpu_type: if gpus_per_node > 0 { request.gpu_type.as_ref().map(|t| t.to_ascii_lowercase()) } else { None },
         })
     }
 

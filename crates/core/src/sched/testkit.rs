@@ -78,6 +78,7 @@ pub fn hold(cluster: &mut ClusterState, id: u64, parts: &[(usize, &str)], end: f
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
+                gpus: vec![],
             }
         })
         .collect();

@@ -15,6 +15,7 @@ fn node(name: &str, cpus: &str) -> NodeAllocation {
         subnodes: vec![],
         binding: vec![],
         ranks: vec![],
+        gpus: vec![],
     }
 }
 

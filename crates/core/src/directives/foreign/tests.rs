@@ -115,13 +115,13 @@ fn dependencies_begin_and_hold() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=gpu:a100:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
+        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=fpga:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("--uid=5"), "{:?}", f.unsupported);
-    assert!(f.unsupported[2].1.contains("GPUs"), "{:?}", f.unsupported);
+    assert!(f.unsupported[2].1.contains("--gres=fpga:2: generic resource"), "{:?}", f.unsupported);
     assert!(f.unsupported[4].1.contains("%5"), "{:?}", f.unsupported);
     // An error by default, naming the line and the directive; warnings when asked.
     let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --licenses=lic\n";
@@ -214,13 +214,45 @@ fn corpus_fixes_no_kill_unknown_switches_ompthreads_excl_and_pbs_gpus() {
     let o = opts("#!/bin/sh\n#PBS -l select=2:ncpus=128:mpiprocs=4:ompthreads=32\n#PBS -l place=scatter:excl\n");
     assert_eq!((o.nodes, o.tasks_per_node, o.cpus_per_task, o.exclusive), (Some(2), Some(4), Some(32), Some(true)));
     assert!(parse_foreign("#!/bin/sh\n#PBS -l select=1:ncpus=4:ompthreads=0\n").is_err());
-    // PBS GPU requests, every spelling, refused as GPUs.
-    for line in ["#PBS -l select=1:ncpus=4:ngpus=1", "#PBS -l nodes=1:ppn=4:gpus=2", "#PBS -l ngpus=2"] {
-        let f = parse_foreign(&format!("#!/bin/sh\n{line}\n")).unwrap();
-        assert_eq!(f.unsupported.len(), 1, "{line}: {:?}", f.unsupported);
-        let (_, what) = &f.unsupported[0];
-        assert!(what.ends_with("GPUs and generic resources are not supported yet"), "{what}");
+    // PBS GPU requests: per chunk (so per node), Torque's per node, PBS Pro's job-wide.
+    let o = opts("#!/bin/sh\n#PBS -l select=2:ncpus=4:ngpus=2:gpu_type=A100\n");
+    assert_eq!((o.nodes, o.gpus_per_node, o.gpu_type.as_deref()), (Some(2), Some(2), Some("a100")));
+    assert_eq!(opts("#!/bin/sh\n#PBS -l nodes=1:ppn=4:gpus=2\n").gpus_per_node, Some(2));
+    assert_eq!(opts("#!/bin/sh\n#PBS -l ngpus=3\n").gpus, Some(3));
+    for bad in ["#PBS -l select=1:ngpus=0", "#PBS -l select=1:ngpus=257", "#PBS -l ngpus=x"] {
+        assert!(parse_foreign(&format!("#!/bin/sh\n{bad}\n")).is_err(), "{bad}");
     }
+    let f = parse_foreign("#!/bin/sh\n#PBS -l select=1:ncpus=4:naccelerators=1\n").unwrap();
+    assert!(f.unsupported[0].1.contains("naccelerators is not supported"), "{:?}", f.unsupported);
+}
+
+#[test]
+fn slurm_gpu_requests() {
+    let opts = |s: &str| parse_foreign(s).unwrap().options;
+    let o = opts("#!/bin/sh\n#SBATCH --gres=gpu:V100:2\n");
+    assert_eq!((o.gpus_per_node, o.gpu_type.as_deref(), o.gpus), (Some(2), Some("v100"), None));
+    assert_eq!(opts("#!/bin/sh\n#SBATCH --gres=gpu\n").gpus_per_node, Some(1));
+    assert_eq!(opts("#!/bin/sh\n#SBATCH --gres=gpu:3\n").gpus_per_node, Some(3));
+    let o = opts("#!/bin/sh\n#SBATCH --gres=gpu:a100\n");
+    assert_eq!((o.gpus_per_node, o.gpu_type.as_deref()), (Some(1), Some("a100")));
+    let o = opts("#!/bin/sh\n#SBATCH -G 4\n");
+    assert_eq!((o.gpus, o.gpus_per_node), (Some(4), None));
+    let o = opts("#!/bin/sh\n#SBATCH --gpus=a100:8\n");
+    assert_eq!((o.gpus, o.gpu_type.as_deref()), (Some(8), Some("a100")));
+    assert_eq!(opts("#!/bin/sh\n#SBATCH --gpus-per-node=2\n").gpus_per_node, Some(2));
+    // Bounded, and malformed counts are errors.
+    for bad in ["--gres=gpu:0", "--gres=gpu:a:b:c", "--gpus-per-node=257", "--gpus=0", "-G x", "--gres=gpu:a b:1"] {
+        assert!(parse_foreign(&format!("#!/bin/sh\n#SBATCH {bad}\n")).is_err(), "{bad}");
+    }
+    // Other generic resources stay refused, naming the directive; the GPU part is kept.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=gpu:v100:1,nvme:10\n").unwrap();
+    assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("--gres=gpu:v100:1,nvme:10: generic resource \"nvme\""), "{:?}", f.unsupported);
+    assert_eq!(f.options.gpus_per_node, Some(1));
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-task=1 --gpus=a100:1,v100:1\n").unwrap();
+    assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("not supported yet"), "{:?}", f.unsupported);
+    assert!(f.unsupported[1].1.contains("several types"), "{:?}", f.unsupported);
 }
 
 #[test]

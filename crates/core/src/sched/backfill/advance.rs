@@ -94,6 +94,7 @@ impl Confine for ClusterState {
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
+                gpus: vec![],
             });
         }
         out.claim(&take);

@@ -132,5 +132,6 @@ fn pus_only(node_id: NodeId, node: &str, cpus: CpuSet) -> NodeAllocation {
         subnodes: vec![],
         binding: vec![],
         ranks: vec![],
+        gpus: vec![],
     }
 }

@@ -202,6 +202,7 @@ fn part(cluster: &ClusterState, node: usize, cpus: &str) -> Allocation {
         subnodes: vec![],
         binding: vec![],
         ranks: vec![],
+        gpus: vec![],
     }]
 }
 
