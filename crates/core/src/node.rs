@@ -135,6 +135,11 @@ pub struct NodeCapacity {
     /// Cores and memory of NUMA nodes nobody uses at all (what a large job can take).
     pub untouched_cores: u32,
     pub untouched_memory: u64,
+    /// Whether each GPU (`topology.gpus`, by index) is free: not held by any job, running or
+    /// suspended (a suspended job keeps its GPUs, as its memory).
+    pub gpu_free: Vec<bool>,
+    /// Cached: free GPUs (`gpu_free` counted).
+    pub free_gpu_count: u32,
 }
 
 /// Why a suspended job's part cannot resume elsewhere on its node.
@@ -180,6 +185,8 @@ impl NodeCapacity {
             free_pu_count: self.free_pu_count,
             untouched_cores: self.untouched_cores,
             untouched_memory: self.untouched_memory,
+            gpu_free: self.gpu_free.clone(),
+            free_gpu_count: self.free_gpu_count,
         }
     }
 
@@ -187,6 +194,7 @@ impl NodeCapacity {
         let free_pus = topology.all_pus();
         let numa_free = topology.numa_nodes.iter().map(|n| n.memory_bytes).collect();
         let numa_exclusive = vec![false; topology.numa_nodes.len()];
+        let gpu_free = vec![true; topology.gpus.len()];
         let mut n = NodeCapacity {
             id,
             name,
@@ -204,6 +212,8 @@ impl NodeCapacity {
             free_pu_count: 0,
             untouched_cores: 0,
             untouched_memory: 0,
+            gpu_free,
+            free_gpu_count: 0,
         };
         n.recount();
         n
@@ -277,6 +287,7 @@ impl NodeCapacity {
         }
         self.untouched_cores = ucores;
         self.untouched_memory = umem;
+        self.free_gpu_count = self.gpu_free.iter().filter(|f| **f).count() as u32;
         self.free_memory =
             self.numa_free.iter().zip(&topo.numa_nodes).filter(|(_, n)| !n.special).map(|(f, _)| *f).sum();
     }
@@ -514,9 +525,15 @@ impl NodeCapacity {
         }
     }
 
+    /// A job's memory and its GPUs: both stay with a suspended job.
     fn take_memory(&mut self, na: &NodeAllocation) {
         for (idx, bytes) in self.shares(na) {
             self.numa_free[idx] = self.numa_free[idx].saturating_sub(bytes);
+        }
+        for &g in &na.gpus {
+            if let Some(free) = self.gpu_free.get_mut(g as usize) {
+                *free = false;
+            }
         }
     }
 
@@ -524,6 +541,29 @@ impl NodeCapacity {
         for (idx, bytes) in self.shares(na) {
             let size = self.topology.numa_nodes[idx].memory_bytes;
             self.numa_free[idx] = (self.numa_free[idx] + bytes).min(size);
+        }
+        for &g in &na.gpus {
+            if let Some(free) = self.gpu_free.get_mut(g as usize) {
+                *free = true;
+            }
+        }
+    }
+
+    /// The free GPUs of type `kind` (any type: `None`), by index.
+    pub fn free_gpus_of<'a>(&'a self, kind: Option<&'a str>) -> impl Iterator<Item = u32> + 'a {
+        self.topology
+            .gpus
+            .iter()
+            .zip(&self.gpu_free)
+            .filter(move |(g, free)| **free && kind.is_none_or(|k| g.type_name().eq_ignore_ascii_case(k)))
+            .map(|(g, _)| g.index)
+    }
+
+    /// How many GPUs of type `kind` (any: `None`) are free now.
+    pub fn free_gpu_count_of(&self, kind: Option<&str>) -> u32 {
+        match kind {
+            None => self.free_gpu_count,
+            Some(_) => self.free_gpus_of(kind).count() as u32,
         }
     }
 

@@ -128,6 +128,7 @@ fn per_node(
             && n.free_memory >= need
             // A large job needs NUMA nodes nobody touches: count only those.
             && (!large || req.threads || (n.untouched_cores >= c && n.untouched_memory >= need))
+            && (req.gpus_per_node == 0 || n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node)
     };
     // With an index, the nodes with `c` free cores (or, for a large job, `c` untouched cores),
     // whichever are fewer, in id order; else every node.
@@ -229,6 +230,25 @@ pub(crate) fn short_per_node(
             amount(c as u64, &format!("free {unit}")),
             have_now(with_units)
         );
+    }
+    if req.gpus_per_node > 0 {
+        let kind = req.gpu_type.as_deref();
+        let with_gpus = nodes
+            .iter()
+            .filter(|n| {
+                n.state.accepts_work() && free_slots(n, req) >= c && n.free_gpu_count_of(kind) >= req.gpus_per_node
+            })
+            .count();
+        if with_gpus < k as usize {
+            let what = kind.map_or("GPUs".to_string(), |t| format!("GPUs of type {t}"));
+            return format!(
+                "{what}: {} with {} free {what} and {} each wanted, {} that many free now; it starts when running or suspended jobs free them",
+                count(k as usize, "node"),
+                req.gpus_per_node,
+                amount(c as u64, &format!("free {unit}")),
+                have_now(with_gpus)
+            );
+        }
     }
     if large && !req.threads && whole < k as usize {
         return format!(

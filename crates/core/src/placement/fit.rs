@@ -31,10 +31,12 @@ struct View<'a> {
     node: &'a NodeCapacity,
     ask: &'a NodeAsk<'a>,
     numa_ok: Vec<bool>,
+    /// Only these PUs (those local to the job's GPUs), when set.
+    only: Option<&'a CpuSet>,
 }
 
 impl<'a> View<'a> {
-    fn new(node: &'a NodeCapacity, ask: &'a NodeAsk<'a>) -> Result<Self, Miss> {
+    fn new(node: &'a NodeCapacity, ask: &'a NodeAsk<'a>, only: Option<&'a CpuSet>) -> Result<Self, Miss> {
         let topo = &node.topology;
         let props = &ask.req.properties;
         if !props.is_empty() && node.subnodes.is_empty() {
@@ -75,7 +77,7 @@ impl<'a> View<'a> {
                 }
             })
             .collect();
-        Ok(View { node, ask, numa_ok })
+        Ok(View { node, ask, numa_ok, only })
     }
 
     fn numa_allowed(&self, numa: Option<usize>) -> bool {
@@ -83,7 +85,9 @@ impl<'a> View<'a> {
     }
 
     fn pu_usable(&self, pu: u32) -> bool {
-        self.node.free_pus.contains(pu) && (self.ask.req.system_cpus || !self.node.system_pus.contains(pu))
+        self.node.free_pus.contains(pu)
+            && (self.ask.req.system_cpus || !self.node.system_pus.contains(pu))
+            && self.only.is_none_or(|only| only.contains(pu))
     }
 
     fn core_usable(&self, core: usize) -> bool {
@@ -124,9 +128,135 @@ impl<'a> View<'a> {
     }
 }
 
-/// Place `ask` on `node` now, or say why not.
+/// Place `ask` on `node` now, or say why not. A job with GPUs gets them with its cores: the
+/// GPU choices of [`gpu_choices`] in turn, each with cores from the PUs local to its GPUs;
+/// when none has room there, the first choice with cores anywhere on the node.
 pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Result<NodeAllocation, Miss> {
-    let view = View::new(node, ask)?;
+    if ask.req.gpus_per_node == 0 {
+        return fit_cores(node, policy, ask, None);
+    }
+    let choices = gpu_choices(node, ask.req)?;
+    for gpus in &choices {
+        let mut local = CpuSet::new();
+        for &g in gpus {
+            if let Some(gpu) = node.topology.gpus.get(g as usize) {
+                local.union_with(&gpu.cpus);
+            }
+        }
+        if local.is_empty() {
+            continue;
+        }
+        if let Ok(mut a) = fit_cores(node, policy, ask, Some(&local)) {
+            a.gpus = gpus.clone();
+            return Ok(a);
+        }
+    }
+    let mut a = fit_cores(node, policy, ask, None)?;
+    a.gpus = choices[0].clone();
+    Ok(a)
+}
+
+/// The most GPU choices [`fit`] tries on one node.
+const GPU_CHOICES: usize = 8;
+
+/// Sets of free GPUs a job could get on `node`, best first (never empty): for a multi-GPU job,
+/// inside one link group when one holds it (only those; the group with the fewest free GPUs
+/// that still holds the job first, so larger groups stay whole for larger jobs); else inside
+/// one NUMA node, then one package (fewest free first likewise), then the lowest free indexes. GPUs of the job's type only. `Never` when the node does not have that
+/// many such GPUs at all, `Busy` when they are taken.
+pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>>, Miss> {
+    let want = req.gpus_per_node as usize;
+    let kind = req.gpu_type.as_deref();
+    let gpus = &node.topology.gpus;
+    let of_type = |g: &crate::gpu::Gpu| kind.is_none_or(|k| g.type_name().eq_ignore_ascii_case(k));
+    let what = match kind {
+        Some(k) => format!("GPUs of type {k}"),
+        None => "GPUs".to_string(),
+    };
+    let have = gpus.iter().filter(|g| of_type(g)).count();
+    if have < want {
+        let types: Vec<String> = {
+            let mut t: Vec<String> = gpus.iter().map(|g| g.type_name()).collect();
+            t.sort();
+            t.dedup();
+            t
+        };
+        let types = if kind.is_some() && !types.is_empty() {
+            format!(" (its types: {})", types.join(", "))
+        } else {
+            String::new()
+        };
+        return Err(Miss::Never(format!("{what}: node {} has {have}, {want} wanted{types}", node.name)));
+    }
+    let free: Vec<u32> = node.free_gpus_of(kind).collect();
+    if free.len() < want {
+        return Err(Miss::Busy(format!(
+            "{what}: {} free on {}, {want} wanted; it starts when running or suspended jobs free them",
+            free.len(),
+            node.name
+        )));
+    }
+    let mut out: Vec<Vec<u32>> = vec![];
+    let push = |out: &mut Vec<Vec<u32>>, set: Vec<u32>| {
+        if set.len() == want && !out.contains(&set) && out.len() < GPU_CHOICES {
+            out.push(set);
+        }
+    };
+    // Groups of free GPUs by a key; each group that holds the job, fewest free first.
+    let grouped = |key: &dyn Fn(&crate::gpu::Gpu) -> Option<u32>| -> Vec<Vec<u32>> {
+        let mut groups: Vec<(u32, Vec<u32>)> = vec![];
+        for &g in &free {
+            let Some(k) = gpus.get(g as usize).and_then(key) else { continue };
+            match groups.iter_mut().find(|(q, _)| *q == k) {
+                Some((_, v)) => v.push(g),
+                None => groups.push((k, vec![g])),
+            }
+        }
+        let mut fit: Vec<Vec<u32>> = groups.into_iter().map(|(_, v)| v).filter(|v| v.len() >= want).collect();
+        fit.sort_by_key(|v| (v.len(), v[0]));
+        // Inside each group, its NUMA nodes that hold the job alone first (their cores are
+        // local to all its GPUs), then the group's lowest free GPUs.
+        let mut sets = vec![];
+        for v in fit {
+            let mut numas: Vec<Option<u32>> = v.iter().map(|&g| gpus[g as usize].numa).collect();
+            numas.dedup();
+            for n in numas.into_iter().flatten() {
+                let here: Vec<u32> = v.iter().copied().filter(|&g| gpus[g as usize].numa == Some(n)).collect();
+                if here.len() >= want {
+                    sets.push(here[..want].to_vec());
+                }
+            }
+            sets.push(v[..want].to_vec());
+        }
+        sets
+    };
+    if want > 1 {
+        for set in grouped(&|g| g.link_group) {
+            push(&mut out, set);
+        }
+        // One link group holds the job: only such choices, so it is never given split GPUs.
+        if !out.is_empty() {
+            return Ok(out);
+        }
+    }
+    for set in grouped(&|g| g.numa) {
+        push(&mut out, set);
+    }
+    for set in grouped(&|g| g.package.map(|p| p as u32)) {
+        push(&mut out, set);
+    }
+    push(&mut out, free[..want].to_vec());
+    Ok(out)
+}
+
+/// [`fit`] for the cores alone, on the PUs of `only` when given.
+fn fit_cores(
+    node: &NodeCapacity,
+    policy: &PlacementPolicy,
+    ask: &NodeAsk,
+    only: Option<&CpuSet>,
+) -> Result<NodeAllocation, Miss> {
+    let view = View::new(node, ask, only)?;
     let need_mem = |items: usize| ask.req.mem.on_node(items as u32);
     if let Some(strategy) = &ask.req.binding {
         // A large bound job takes NUMA nodes nobody touches, whole subnodes where defined.

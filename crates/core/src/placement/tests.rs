@@ -3,6 +3,7 @@
 //! changes) agree with the placement as it was before the index (`reference`, a full scan with
 //! full sorts), on random clusters after random starts, ends, direct changes and copies.
 
+mod gpu;
 mod reasons;
 mod reference;
 

@@ -1,0 +1,219 @@
+//! GPUs placed with cores (issue 20): never given twice, cores local to the job's GPUs when the
+//! node has room there, a multi-GPU job inside one link group when one holds it; the reasons a
+//! GPU job waits or can never run.
+
+use crate::job::{Allocation, NodeAllocation, Shape};
+use crate::node::NodeCapacity;
+use crate::placement::cluster::{place, Placement};
+use crate::placement::{JobRequest, PlacementPolicy};
+use crate::topology::Topology;
+use crate::{CpuSet, NodeId};
+use proptest::prelude::*;
+use std::sync::Arc;
+
+const GIB: u64 = 1 << 30;
+
+/// 2 packages x 2 NUMA nodes x 4 cores, 2 emulated GPUs per NUMA node (local to its PUs), the
+/// 4 GPUs of a package in one link group.
+fn gpu_node() -> NodeCapacity {
+    let mut t = Topology::uniform(2, 2, 4, 1, 4 * GIB);
+    t.add_emulated_gpus(2).expect("emulated GPUs");
+    NodeCapacity::new(NodeId(0), "g0", Arc::new(t))
+}
+
+fn job(cores: u32, gpus: u32) -> JobRequest {
+    JobRequest { gpus_per_node: gpus, ..JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: cores }, 0) }
+}
+
+fn placed(nodes: &[NodeCapacity], req: &JobRequest) -> Placement {
+    place(nodes, &PlacementPolicy::default(), req)
+}
+
+fn now(p: Placement) -> NodeAllocation {
+    match p {
+        Placement::Now(mut a) => a.remove(0),
+        other => panic!("not placed: {other:?}"),
+    }
+}
+
+/// The PUs local to `gpus` on `node`.
+fn local(node: &NodeCapacity, gpus: &[u32]) -> CpuSet {
+    let mut s = CpuSet::new();
+    for &g in gpus {
+        s.union_with(&node.topology.gpus[g as usize].cpus);
+    }
+    s
+}
+
+fn group(node: &NodeCapacity, g: u32) -> Option<u32> {
+    node.topology.gpus[g as usize].link_group
+}
+
+#[test]
+fn gpus_and_cores_are_chosen_together() {
+    let mut n = gpu_node();
+    // One GPU with 2 cores: both cores local to it.
+    let a = now(placed(std::slice::from_ref(&n), &job(2, 1)));
+    assert_eq!(a.gpus.len(), 1);
+    assert!(a.cpus.is_subset_of(&local(&n, &a.gpus)), "{a:?}");
+    n.claim(&a);
+    assert_eq!(n.free_gpu_count, 7);
+    // Four GPUs: one link group (one package), cores local to them.
+    let b = now(placed(std::slice::from_ref(&n), &job(4, 4)));
+    assert_eq!(b.gpus.len(), 4);
+    assert!(b.gpus.iter().all(|&g| group(&n, g) == group(&n, b.gpus[0])), "{:?}", b.gpus);
+    assert!(b.cpus.is_subset_of(&local(&n, &b.gpus)), "{b:?}");
+    assert!(b.gpus.iter().all(|g| !a.gpus.contains(g)));
+    n.claim(&b);
+    // Releasing gives the GPUs back.
+    n.release(&a);
+    n.release(&b);
+    assert_eq!(n.free_gpu_count, 8);
+    assert!(n.gpu_free.iter().all(|f| *f));
+}
+
+#[test]
+fn two_gpus_keep_to_one_numa_node_of_a_link_group() {
+    let n = gpu_node();
+    let a = now(placed(std::slice::from_ref(&n), &job(4, 2)));
+    let numa: Vec<Option<u32>> = a.gpus.iter().map(|&g| n.topology.gpus[g as usize].numa).collect();
+    assert_eq!(numa[0], numa[1], "{:?}", a.gpus);
+    assert!(a.cpus.is_subset_of(&local(&n, &a.gpus)));
+}
+
+#[test]
+fn remote_cores_when_the_gpus_neighbours_are_busy() {
+    let mut n = gpu_node();
+    // Every core of NUMA node 0 taken by a CPU-only job, and the GPUs of all other NUMA
+    // nodes by GPU jobs with no cores there... so only NUMA node 0's GPUs are free.
+    let cpu_job = now(placed(std::slice::from_ref(&n), &job(4, 0)));
+    assert!(cpu_job.gpus.is_empty());
+    n.claim(&cpu_job);
+    let busy_numa = n.topology.numa_nodes.iter().position(|m| cpu_job.cpus.is_subset_of(&m.cpus)).unwrap() as u32;
+    let others: Vec<u32> = n.topology.gpus.iter().filter(|g| g.numa != Some(busy_numa)).map(|g| g.index).collect();
+    let hold = NodeAllocation { gpus: others, ..cpu_job.clone() };
+    let hold = NodeAllocation { cpus: CpuSet::new(), memory_bytes: 0, numa_memory: vec![], ..hold };
+    n.claim(&hold);
+    assert_eq!(n.free_gpu_count, 2);
+    let a = now(placed(std::slice::from_ref(&n), &job(2, 1)));
+    assert_eq!(n.topology.gpus[a.gpus[0] as usize].numa, Some(busy_numa));
+    assert!(!a.cpus.is_subset_of(&local(&n, &a.gpus)), "its neighbours are busy: cores elsewhere");
+    assert_eq!(a.cores, 2);
+}
+
+#[test]
+fn too_many_gpus_never_fit_and_busy_gpus_wait() {
+    let mut n = gpu_node();
+    match placed(std::slice::from_ref(&n), &job(1, 9)) {
+        Placement::Never(why) => assert!(why.contains("GPUs: node g0 has 8, 9 wanted"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let typed = JobRequest { gpu_type: Some("a100".into()), ..job(1, 1) };
+    match placed(std::slice::from_ref(&n), &typed) {
+        Placement::Never(why) => assert!(why.contains("GPUs of type a100") && why.contains("emulated"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let emulated = JobRequest { gpu_type: Some("Emulated".into()), ..job(1, 1) };
+    assert!(matches!(placed(std::slice::from_ref(&n), &emulated), Placement::Now(_)));
+    let all = now(placed(std::slice::from_ref(&n), &job(2, 8)));
+    n.claim(&all);
+    match placed(std::slice::from_ref(&n), &job(1, 1)) {
+        Placement::Busy(why) => assert!(why.contains("GPUs"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    // A node without GPUs never takes a GPU job; jobs without GPUs do not see GPUs.
+    let plain = NodeCapacity::new(NodeId(1), "c0", Arc::new(Topology::uniform(1, 1, 4, 1, GIB)));
+    assert!(matches!(placed(std::slice::from_ref(&plain), &job(1, 1)), Placement::Never(_)));
+    assert!(now(placed(std::slice::from_ref(&plain), &job(1, 0))).gpus.is_empty());
+}
+
+#[test]
+fn a_suspended_job_keeps_its_gpus() {
+    let mut n = gpu_node();
+    let a = now(placed(std::slice::from_ref(&n), &job(2, 2)));
+    n.claim(&a);
+    n.release_pus(&a);
+    assert_eq!(n.free_gpu_count, 6, "PUs given back, GPUs kept");
+    let cpus_only = crate::sched::preempt::cpus_only(&vec![a.clone()]);
+    assert!(cpus_only[0].gpus.is_empty());
+    n.claim_pus(&a);
+    n.release(&a);
+    assert_eq!(n.free_gpu_count, 8);
+}
+
+#[test]
+fn allocations_without_gpus_serialize_as_before() {
+    let n = gpu_node();
+    let a = now(placed(std::slice::from_ref(&n), &job(1, 0)));
+    assert!(!serde_json::to_string(&a).unwrap().contains("gpus"));
+    let b = now(placed(std::slice::from_ref(&n), &job(1, 1)));
+    let json = serde_json::to_string(&b).unwrap();
+    assert!(json.contains("\"gpus\":["), "{json}");
+    assert_eq!(serde_json::from_str::<NodeAllocation>(&json).unwrap(), b);
+}
+
+/// Whether some NUMA node has `g` free GPUs (of one link group when `g > 1`) and `c` free
+/// cores: then the job must get cores local to its GPUs.
+fn room_near_gpus(n: &NodeCapacity, c: u32, g: u32) -> bool {
+    n.topology.numa_nodes.iter().enumerate().any(|(i, m)| {
+        let free_gpus: Vec<&crate::gpu::Gpu> =
+            n.topology.gpus.iter().filter(|x| x.numa == Some(m.os_index) && n.gpu_free[x.index as usize]).collect();
+        let free_cores = n
+            .topology
+            .cores
+            .iter()
+            .filter(|core| core.numa == Some(i) && core.pus.iter().all(|&p| n.free_pus.contains(p)))
+            .count() as u32;
+        free_gpus.len() as u32 >= g && free_cores >= c
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Random starts and ends of GPU jobs on one node.
+    #[test]
+    fn gpus_are_never_given_twice_and_stay_near(ops in prop::collection::vec((0u8..4, 1u32..6, 1u32..5), 1..40)) {
+        let mut n = gpu_node();
+        let mut held: Vec<Allocation> = vec![];
+        for (kind, cores, gpus) in ops {
+            if kind == 0 && !held.is_empty() {
+                let a = held.remove(cores as usize % held.len());
+                n.release(&a[0]);
+            } else {
+                let req = job(cores, gpus);
+                let near = room_near_gpus(&n, cores, gpus);
+                let linked_room = gpus > 1 && n.topology.gpus.iter().any(|g| {
+                    n.topology.gpus.iter().filter(|h| h.link_group.is_some() && h.link_group == g.link_group && n.gpu_free[h.index as usize]).count() as u32 >= gpus
+                });
+                if let Placement::Now(a) = placed(std::slice::from_ref(&n), &req) {
+                    let na = &a[0];
+                    prop_assert_eq!(na.gpus.len() as u32, gpus);
+                    prop_assert!(na.gpus.iter().all(|&g| n.gpu_free[g as usize]), "a GPU given twice: {:?}", na.gpus);
+                    if near {
+                        prop_assert!(na.cpus.is_subset_of(&local(&n, &na.gpus)), "cores {} not near GPUs {:?}", na.cpus.to_list(), na.gpus);
+                    }
+                    if linked_room {
+                        prop_assert!(na.gpus.iter().all(|&g| group(&n, g) == group(&n, na.gpus[0])), "split GPUs {:?}", na.gpus);
+                    }
+                    n.claim(na);
+                    held.push(a);
+                } else {
+                    prop_assert!(!near, "room near GPUs but not placed");
+                }
+            }
+            // The books: every GPU held by exactly one live job, the rest free.
+            let mut owner = vec![0u32; n.topology.gpus.len()];
+            for a in &held {
+                for &g in &a[0].gpus {
+                    owner[g as usize] += 1;
+                }
+            }
+            prop_assert!(owner.iter().all(|&k| k <= 1), "{:?}", owner);
+            for (g, &k) in owner.iter().enumerate() {
+                prop_assert_eq!(n.gpu_free[g], k == 0);
+            }
+            prop_assert_eq!(n.free_gpu_count as usize, owner.iter().filter(|&&k| k == 0).count());
+        }
+    }
+}
