@@ -1203,6 +1203,37 @@ mod tests {
         );
     }
 
+    /// The hand-made GPU exports (`tests/data/hwloc/gpu*.xml`) as the core crate's GPU
+    /// placement tests read them (`crates/core/tests/fixtures/gpu/`), checked like the others.
+    #[test]
+    fn gpu_fixtures_match_xml() {
+        const BLESS: &str = "BERTH_BLESS=1 cargo test -p berth-agent gpu_fixtures_match_xml";
+        let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let fixtures = here.join("../core/tests/fixtures/gpu");
+        let bless = std::env::var("BERTH_BLESS").is_ok_and(|v| v == "1");
+        let mut problems = Vec::new();
+        for stem in ["gpu4-2p-nvlink-pairs", "gpu8-2p4n-nvlink-quads"] {
+            let path = here.join("tests/data/hwloc").join(format!("{stem}.xml"));
+            let host = MemoryFacts { machine_total: Some(16 * GIB), ..Default::default() };
+            let topology = load_with(&TopologySource::Xml(path.clone()), &host).unwrap();
+            assert_eq!(topology.gpus.len(), if stem.starts_with("gpu4") { 4 } else { 8 }, "{stem}");
+            let json = serde_json::to_string_pretty(&topology).unwrap() + "\n";
+            assert_eq!(serde_json::from_str::<Topology>(&json).unwrap(), topology, "{stem}");
+            let fixture = fixtures.join(format!("{stem}.json"));
+            if bless {
+                std::fs::create_dir_all(&fixtures).unwrap();
+                std::fs::write(&fixture, &json).unwrap();
+                continue;
+            }
+            match std::fs::read_to_string(&fixture) {
+                Ok(stored) if stored == json => {}
+                Ok(_) => problems.push(format!("{} differs from the model of {}", fixture.display(), path.display())),
+                Err(e) => problems.push(format!("cannot read {}: {e}", fixture.display())),
+            }
+        }
+        assert!(problems.is_empty(), "{}\nto (re)generate them, if intended, run `{BLESS}`", problems.join("\n"));
+    }
+
     #[test]
     fn parse_spec_forms() {
         assert_eq!(parse_spec("real"), TopologySource::Real);
