@@ -131,6 +131,9 @@ pub struct StepRef {
     pub step: u32,
 }
 
+// `Resume` carries a whole `NodeAllocation` (with its GPUs since issue 20): messages are few
+// and short-lived, so the size of the enum does not matter; boxing it would only add churn.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum ControllerMessage {
