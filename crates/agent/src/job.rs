@@ -107,7 +107,9 @@ pub async fn run_job(
     let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).and_then(|sets| {
         let socket = &ctx.agent_socket;
         let shim = ctx.shim.as_deref();
-        let child = if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, socket, shim)?) } else { None };
+        let gpus = berth_core::gpu::job_env(&ctx.topology.gpus, &spec.allocation.gpus);
+        let child =
+            if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, &gpus, socket, shim)?) } else { None };
         Ok((child, sets))
     });
     let outcome = match started_job {
@@ -395,12 +397,14 @@ fn rankfile(spec: &LaunchSpec) -> Option<&str> {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn start(
     spec: &LaunchSpec,
     spool: &Path,
     cg: &dyn JobCgroup,
     sets: &JobCpusets,
     binding: &HostBinding,
+    gpus: &[(&str, String)],
     agent_socket: &Path,
     shim: Option<&Path>,
 ) -> Result<tokio::process::Child, String> {
@@ -440,6 +444,8 @@ fn start(
         .env("TMPDIR", spool.join("tmp"))
         .env("BERTH_CPUSET", &sets.dir)
         .env("BERTH_AGENT_SOCKET", agent_socket);
+    // The job's GPUs (none: nothing set): CUDA_VISIBLE_DEVICES and its peers, BERTH_GPUS.
+    cmd.envs(gpus.iter().map(|(k, v)| (*k, v.as_str())));
     if !sets.ranks.is_empty() {
         cmd.env("BERTH_RANK_CPUSETS", sets.ranks_env());
     }

@@ -589,6 +589,8 @@ impl Controller {
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
+                // Reservations do not hold GPUs yet (docs/gpus.md).
+                gpus: vec![],
             });
         }
         Ok(alloc)

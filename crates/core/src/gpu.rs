@@ -174,3 +174,77 @@ pub fn link_groups(gpus: usize, links: &[GpuLink]) -> Vec<Option<u32>> {
     }
     (0..gpus).map(|i| linked[i].then(|| root(&mut parent, i) as u32)).collect()
 }
+
+/// The environment a job gets for its GPUs `held` (indexes into `gpus`, the node's), as Slurm
+/// sets it: `BERTH_GPUS` (berth's indexes), `GPU_DEVICE_ORDINAL` (the same), and the vendor's
+/// variable with the driver's numbers: `CUDA_VISIBLE_DEVICES` (the `cudaN` ordinal, else
+/// `nvmlN`, else berth's index) for NVIDIA GPUs and GPUs of no known vendor (emulated ones),
+/// `ROCR_VISIBLE_DEVICES` (`rsmiN`) for AMD, `ZE_AFFINITY_MASK` (`zeN`) for Intel. Nothing for
+/// a job without GPUs. berth does not confine the devices yet, so the numbers are the node's,
+/// not renumbered from 0.
+pub fn job_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> {
+    let mine: Vec<&Gpu> = held.iter().filter_map(|&i| gpus.get(i as usize)).collect();
+    if mine.is_empty() {
+        return vec![];
+    }
+    let list = |f: &dyn Fn(&Gpu) -> u32, of: &dyn Fn(&Gpu) -> bool| -> Option<String> {
+        let v: Vec<String> = mine.iter().filter(|g| of(g)).map(|g| f(g).to_string()).collect();
+        (!v.is_empty()).then(|| v.join(","))
+    };
+    let ours = list(&|g| g.index, &|_| true).unwrap_or_default();
+    let mut env = vec![("BERTH_GPUS", ours.clone()), ("GPU_DEVICE_ORDINAL", ours)];
+    let number = |g: &Gpu, names: &[&str]| names.iter().find_map(|n| g.os_device_number(n)).unwrap_or(g.index);
+    if let Some(v) =
+        list(&|g| number(g, &["cuda", "nvml"]), &|g| matches!(g.vendor, GpuVendor::Nvidia | GpuVendor::Other))
+    {
+        env.push(("CUDA_VISIBLE_DEVICES", v));
+    }
+    if let Some(v) = list(&|g| number(g, &["rsmi"]), &|g| g.vendor == GpuVendor::Amd) {
+        env.push(("ROCR_VISIBLE_DEVICES", v));
+    }
+    if let Some(v) = list(&|g| number(g, &["ze"]), &|g| g.vendor == GpuVendor::Intel) {
+        env.push(("ZE_AFFINITY_MASK", v));
+    }
+    env
+}
+
+#[cfg(test)]
+mod env_tests {
+    use super::*;
+
+    fn gpu(index: u32, vendor: GpuVendor, devices: &[&str]) -> Gpu {
+        let mut t = crate::topology::Topology::uniform(1, 1, 1, 1, 1 << 30);
+        t.add_emulated_gpus(1).expect("one GPU");
+        let mut g = t.gpus.remove(0);
+        g.index = index;
+        g.vendor = vendor;
+        g.emulated = false;
+        g.os_devices = devices.iter().map(|d| d.to_string()).collect();
+        g
+    }
+
+    #[test]
+    fn each_vendor_gets_its_variable() {
+        let gpus = vec![
+            gpu(0, GpuVendor::Nvidia, &["cuda1", "nvml0", "card1"]),
+            gpu(1, GpuVendor::Nvidia, &["nvml1"]),
+            gpu(2, GpuVendor::Amd, &["rsmi0", "opencl0d0"]),
+            gpu(3, GpuVendor::Intel, &["ze4"]),
+            gpu(4, GpuVendor::Other, &[]),
+        ];
+        let env = job_env(&gpus, &[0, 1, 2, 3, 4]);
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("BERTH_GPUS"), Some("0,1,2,3,4"));
+        assert_eq!(get("GPU_DEVICE_ORDINAL"), Some("0,1,2,3,4"));
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("1,1,4"), "cuda ordinal, else nvml, else berth's");
+        assert_eq!(get("ROCR_VISIBLE_DEVICES"), Some("0"));
+        assert_eq!(get("ZE_AFFINITY_MASK"), Some("4"));
+        let env = job_env(&gpus, &[2]);
+        assert_eq!(
+            env.iter().map(|(k, _)| *k).collect::<Vec<_>>(),
+            ["BERTH_GPUS", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"]
+        );
+        assert!(job_env(&gpus, &[]).is_empty(), "no GPUs, no variables");
+        assert!(job_env(&gpus, &[99]).is_empty(), "an index the node lacks is ignored");
+    }
+}
