@@ -75,6 +75,15 @@ pub struct SubmitFlags {
     /// Memory per allocated CPU, e.g. 1G (instead of --mem per node).
     #[arg(long = "mem-per-cpu")]
     mem_per_cpu: Option<String>,
+    /// GPUs of the whole job, spread evenly over its nodes (without --nodes: one node).
+    #[arg(long)]
+    gpus: Option<String>,
+    /// GPUs on each node (at most 256).
+    #[arg(long = "gpus-per-node")]
+    gpus_per_node: Option<String>,
+    /// Only GPUs of this type (as `berth nodes --topology` names them, e.g. a100).
+    #[arg(long = "gpu-type")]
+    gpu_type: Option<String>,
     /// Count hardware threads (PUs) rather than whole cores.
     #[arg(long)]
     threads: bool,

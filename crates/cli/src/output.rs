@@ -247,6 +247,17 @@ pub fn job_detail(j: &JobInfo) -> String {
             if r.threads { " threads" } else { "" }
         ),
     );
+    if r.wants_gpus() {
+        let mut g = match (r.gpus, r.gpus_per_node) {
+            (_, Some(n)) => format!("{n} per node"),
+            (Some(n), None) => format!("{n} in all"),
+            (None, None) => String::new(),
+        };
+        if let Some(t) = &r.gpu_type {
+            g.push_str(&format!(" of type {t}"));
+        }
+        kv("gpus wanted", g);
+    }
     kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
     if let Some(d) = &j.dependency {
         kv("dependency", d.clone());
@@ -305,6 +316,10 @@ pub fn job_detail(j: &JobInfo) -> String {
                 if per_numa.is_empty() { String::new() } else { format!(" ({})", per_numa.join(" ")) }
             ),
         );
+        if !a.gpus.is_empty() {
+            let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
+            kv("gpus", format!("{}: {}", a.node, gpus.join(",")));
+        }
         if !a.exclusive_numa.is_empty() {
             kv("exclusive", format!("{}: NUMA nodes {} held alone", a.node, a.exclusive_numa));
         }
