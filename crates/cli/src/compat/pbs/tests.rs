@@ -70,8 +70,11 @@ fn qsub_refuses_by_name_what_it_cannot_do() {
     assert!(e.contains("not a job id"), "{e}");
     let e = qsub_plan(&args(&["-W", "umask=022", "x.sh"])).unwrap_err();
     assert!(e.contains("-W umask=022") && e.contains("not supported"), "{e}");
-    let e = qsub_plan(&args(&["-l", "select=1:ngpus=1", "x.sh"])).unwrap_err();
-    assert!(e.contains("ngpus"), "{e}");
+    // GPUs are read (issue 20); other accelerator resources are refused by name.
+    let p = qsub_plan(&args(&["-l", "select=1:ngpus=2", "x.sh"])).unwrap();
+    assert_eq!(p.options.gpus_per_node, Some(2));
+    let e = qsub_plan(&args(&["-l", "select=1:naccelerators=1", "x.sh"])).unwrap_err();
+    assert!(e.contains("naccelerators"), "{e}");
     let e = qsub_plan(&args(&["-o", "host:/tmp/o", "x.sh"])).unwrap_err();
     assert!(e.contains("host:path"), "{e}");
     assert!(qsub_plan(&args(&["-j", "x", "x.sh"])).is_err());

@@ -107,8 +107,11 @@ fn sbatch_refuses_by_name_what_it_cannot_do() {
     assert!(e.contains("--licenses=lic") && e.contains("not supported") && e.contains("--ignore-unsupported"), "{e}");
     let e = sbatch_plan(&args(&["--mail-type=TIME_LIMIT_50", "x.sh"])).unwrap_err();
     assert!(e.contains("TIME_LIMIT_50"), "{e}");
-    let e = sbatch_plan(&args(&["--gres=gpu:1", "x.sh"])).unwrap_err();
-    assert!(e.contains("GPUs"), "{e}");
+    // GPUs are read (issue 20); other generic resources are refused by name.
+    let p = sbatch_plan(&args(&["--gres=gpu:a100:2", "x.sh"])).unwrap();
+    assert_eq!((p.options.gpus_per_node, p.options.gpu_type.as_deref()), (Some(2), Some("a100")));
+    let e = sbatch_plan(&args(&["--gres=nvme:10", "x.sh"])).unwrap_err();
+    assert!(e.contains("--gres=nvme:10") && e.contains("generic resource"), "{e}");
     let e = sbatch_plan(&args(&["-o", "out-%5j.txt", "x.sh"])).unwrap_err();
     assert!(e.contains("%j"), "{e}");
     let e = sbatch_plan(&args(&["-t", "soon", "x.sh"])).unwrap_err();
