@@ -317,3 +317,19 @@ fn conservative_passes_keep_their_reservations_until_something_changes() {
     assert_eq!(h.ctl.policy.last_pass.kept_reservations, 0);
     assert_eq!(state(&h, first), JobState::Running);
 }
+
+/// A job asking for more GPUs than any node has is refused at submission, saying so; the
+/// same request without GPUs is taken.
+#[test]
+fn a_gpu_job_no_node_can_hold_is_refused_at_submission() {
+    let mut h = Harness::new(1);
+    let e = submit_err(&mut h, SubmitOptions { gpus_per_node: Some(2), ..opts(1, 100, "phys") });
+    assert_eq!(e.code, berth_protocol::client::ErrorCode::Infeasible, "{e:?}");
+    assert!(e.message.contains("GPUs: node n0 has 0, 2 wanted"), "{e:?}");
+    let e = submit_err(&mut h, SubmitOptions { gpus: Some(3), nodes: Some(2), ..opts(2, 100, "phys") });
+    assert!(e.message.contains("spread evenly"), "{e:?}");
+    let id = submit(&mut h, opts(1, 100, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert!(h.ctl.jobs[&id].allocation[0].gpus.is_empty());
+}
