@@ -68,6 +68,20 @@ impl Harness {
         Self::with_config(nodes, |_| {})
     }
 
+    /// Like `new`, with nodes of this topology (e.g. with GPUs).
+    pub fn with_topology(nodes: usize, topology: Topology) -> Harness {
+        let mut h = Self::with_config(0, |_| {});
+        for i in 0..nodes {
+            let (tx, rx) = mpsc::unbounded_channel();
+            let reg = Registration { topology: topology.clone(), ..registration(i, &format!("inst{i}"), vec![]) };
+            h.ctl.handle_register(reg, i as u64 + 1, tx.clone(), h.now).unwrap();
+            h.txs.push(tx);
+            h._rxs.push(rx);
+        }
+        h.sent();
+        h
+    }
+
     /// Like `new`, with the config changed by `edit` first (queues, policy, ...).
     pub fn with_config(nodes: usize, edit: impl FnOnce(&mut ControllerConfig)) -> Harness {
         let dir = tempfile::tempdir().unwrap();

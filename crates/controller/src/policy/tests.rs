@@ -333,3 +333,32 @@ fn a_gpu_job_no_node_can_hold_is_refused_at_submission() {
     assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
     assert!(h.ctl.jobs[&id].allocation[0].gpus.is_empty());
 }
+
+/// GPU jobs on a node of 2 GPUs (one per package): each gets a GPU and cores beside it, a
+/// third waits with a reason naming GPUs while a job without GPUs still starts.
+#[test]
+fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
+    let mut t = topo();
+    t.add_emulated_gpus(1).unwrap();
+    let mut h = Harness::with_topology(1, t);
+    let gpu_job = || SubmitOptions { gpus: Some(1), ..opts(2, 100, "phys") };
+    let (a, b, c) = (submit(&mut h, gpu_job()), submit(&mut h, gpu_job()), submit(&mut h, gpu_job()));
+    let plain = submit(&mut h, opts(2, 100, "phys"));
+    h.ctl.schedule(h.now).unwrap();
+    let topo = h.ctl.cluster.nodes[0].topology.clone();
+    let mut given = vec![];
+    for id in [a, b] {
+        let part = &h.ctl.jobs[&id].allocation[0];
+        assert_eq!((h.ctl.jobs[&id].state, part.gpus.len()), (JobState::Running, 1));
+        assert!(part.cpus.is_subset_of(&topo.gpus[part.gpus[0] as usize].cpus), "{part:?}");
+        given.push(part.gpus[0]);
+    }
+    given.sort();
+    assert_eq!(given, [0, 1], "each GPU to one job");
+    assert_eq!(state(&h, plain), JobState::Running);
+    assert!(h.ctl.jobs[&plain].allocation[0].gpus.is_empty());
+    assert_eq!(state(&h, c), JobState::Queued);
+    let why = h.ctl.pending_reasons[&c].describe();
+    assert!(why.contains("GPUs"), "{why}");
+    assert_eq!(h.ctl.cluster.nodes[0].free_gpu_count, 0);
+}
