@@ -619,6 +619,8 @@ fn spawn_here(
             ("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string()),
         ],
     );
+    // The job's GPUs on this node, as the batch script gets them (none: nothing set).
+    set_vars(&mut env, berth_core::gpu::job_env(&ctx.topology.gpus, &job.allocation().gpus));
     if let Some(compat) = &job.spec.compat {
         use crate::compat_env::{job_vars, node_index};
         // The job's, as on this node (a step's counts do not follow a task started from it).
