@@ -3,7 +3,7 @@
 //! (tests/fixtures/gpu/*.json, checked against the XML by the agent's `gpu_fixtures_match_xml`).
 //!
 //! A fixed script of GPU and CPU-only jobs is placed one after another on one node, each
-//! success claimed, some ended; every step is one line of tests/golden/gpu/<machine>.txt.
+//! success claimed, some ended; every step is one line of tests/golden_gpu/<machine>.txt.
 //! Besides the comparison, each step is checked: no GPU given twice, a multi-GPU job inside
 //! one link group when one had room, cores local to the GPUs when their NUMA node had room.
 //! `BERTH_BLESS=1` rewrites the golden files; review the diff before committing it.
@@ -161,7 +161,7 @@ fn run(stem: &str) -> String {
 #[test]
 fn gpu_placements_match_the_goldens() {
     let bless = std::env::var("BERTH_BLESS").is_ok_and(|v| v == "1");
-    let dir = tests_dir().join("golden/gpu");
+    let dir = tests_dir().join("golden_gpu");
     let mut problems = vec![];
     for stem in ["gpu4-2p-nvlink-pairs", "gpu8-2p4n-nvlink-quads"] {
         let got = run(stem);
