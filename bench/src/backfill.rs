@@ -125,6 +125,7 @@ fn part(n: &NodeCapacity, first: u32, cores: u32) -> NodeAllocation {
         subnodes: vec![],
         binding: vec![],
         ranks: vec![],
+        gpus: vec![],
     }
 }
 

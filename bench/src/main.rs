@@ -281,6 +281,7 @@ async fn run() -> Result<()> {
                     until: None,
                     users: vec![],
                     active: false,
+                    with_steps: false,
                 },
             )
             .await?;
