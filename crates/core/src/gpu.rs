@@ -135,6 +135,18 @@ impl Gpu {
             None => self.vendor.as_str().into(),
         }
     }
+
+    /// Whether `--gpu-type KIND` (any case) names this GPU: its type name, a word of its model
+    /// split at spaces and dashes (`a100` for "NVIDIA A100 80GB PCIe" and for
+    /// "NVIDIA A100-SXM4-80GB", as sites name Slurm's gres types), or its vendor.
+    pub fn is_type(&self, kind: &str) -> bool {
+        self.type_name().eq_ignore_ascii_case(kind)
+            || self.vendor.as_str().eq_ignore_ascii_case(kind)
+            || (!self.emulated
+                && self.model.as_deref().is_some_and(|m| {
+                    m.split(|c: char| c.is_whitespace() || c == '-').any(|w| w.eq_ignore_ascii_case(kind))
+                }))
+    }
 }
 
 /// A GPU-to-GPU link, between `Topology::gpus[a]` and `[b]` (`a < b`).
@@ -221,6 +233,23 @@ mod env_tests {
         g.emulated = false;
         g.os_devices = devices.iter().map(|d| d.to_string()).collect();
         g
+    }
+
+    #[test]
+    fn a_gpu_type_is_a_word_of_its_model_or_its_vendor() {
+        let mut pcie = gpu(0, GpuVendor::Nvidia, &["cuda0"]);
+        pcie.model = Some("NVIDIA A100 80GB PCIe".into());
+        let mut sxm = gpu(1, GpuVendor::Nvidia, &["cuda1"]);
+        sxm.model = Some("NVIDIA A100-SXM4-80GB".into());
+        for g in [&pcie, &sxm] {
+            assert!(g.is_type("a100") && g.is_type("A100") && g.is_type("nvidia"), "{:?}", g.model);
+            assert!(!g.is_type("h100") && !g.is_type("a10") && !g.is_type(""), "{:?}", g.model);
+        }
+        assert!(pcie.is_type("pcie") && !pcie.is_type("sxm4"));
+        assert!(sxm.is_type("a100-sxm4-80gb") && sxm.is_type("sxm4"));
+        let mut emulated = gpu(2, GpuVendor::Other, &[]);
+        emulated.emulated = true;
+        assert!(emulated.is_type("emulated") && !emulated.is_type("a100"));
     }
 
     #[test]

@@ -555,7 +555,7 @@ impl NodeCapacity {
             .gpus
             .iter()
             .zip(&self.gpu_free)
-            .filter(move |(g, free)| **free && kind.is_none_or(|k| g.type_name().eq_ignore_ascii_case(k)))
+            .filter(move |(g, free)| **free && kind.is_none_or(|k| g.is_type(k)))
             .map(|(g, _)| g.index)
     }
 

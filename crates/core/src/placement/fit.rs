@@ -168,7 +168,7 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
     let want = req.gpus_per_node as usize;
     let kind = req.gpu_type.as_deref();
     let gpus = &node.topology.gpus;
-    let of_type = |g: &crate::gpu::Gpu| kind.is_none_or(|k| g.type_name().eq_ignore_ascii_case(k));
+    let of_type = |g: &crate::gpu::Gpu| kind.is_none_or(|k| g.is_type(k));
     let what = match kind {
         Some(k) => format!("GPUs of type {k}"),
         None => "GPUs".to_string(),
