@@ -30,8 +30,16 @@ pub const STEP_ONLY: &[&str] = &[
 /// rank would otherwise carry that rank's `SLURM_PROCID`, or its `SLURM_CPUS_PER_TASK`).
 pub fn not_from_submitter(name: &str) -> bool {
     STEP_ONLY.contains(&name)
-        || ["SLURM_CPUS_PER_TASK", "SLURM_NTASKS_PER_NODE", "PBS_NODEFILE", "PBS_TASKNUM", "PBS_NODENUM"]
-            .contains(&name)
+        || [
+            "SLURM_CPUS_PER_TASK",
+            "SLURM_NTASKS_PER_NODE",
+            "SLURM_JOB_GPUS",
+            "SLURM_GPUS_ON_NODE",
+            "PBS_NODEFILE",
+            "PBS_TASKNUM",
+            "PBS_NODENUM",
+        ]
+        .contains(&name)
 }
 
 fn cpus_per_task(compat: &CompatEnv) -> u32 {
@@ -124,6 +132,13 @@ pub fn job_vars(spec: &LaunchSpec, compat: &CompatEnv, node: usize, cpus_on_node
     }
     if let Some(t) = compat.tasks_per_node {
         vars.push(("SLURM_NTASKS_PER_NODE", t.to_string()));
+    }
+    // A GPU job's GPUs on this node (berth's indexes, as `BERTH_GPUS`), as Slurm's gres/gpu.
+    let gpus = &spec.allocation.gpus;
+    if !gpus.is_empty() {
+        let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        vars.push(("SLURM_JOB_GPUS", list.join(",")));
+        vars.push(("SLURM_GPUS_ON_NODE", gpus.len().to_string()));
     }
     vars
 }
@@ -266,6 +281,17 @@ mod tests {
         let c = CompatEnv { tasks: Some(JobTasks { total: 10, per_node: None }), ..Default::default() };
         let v = job_vars(&s, &c, 0, 8);
         assert_eq!((get(&v, "SLURM_NTASKS"), get(&v, "SLURM_TASKS_PER_NODE")), (Some("10"), Some("8,2")));
+    }
+
+    #[test]
+    fn a_gpu_jobs_gpus_on_the_node() {
+        let mut s = spec(&[("g1", 4)], "g1");
+        let v = job_vars(&s, &CompatEnv::default(), 0, 4);
+        assert_eq!((get(&v, "SLURM_JOB_GPUS"), get(&v, "SLURM_GPUS_ON_NODE")), (None, None), "no GPUs: unset");
+        s.allocation.gpus = vec![1, 3];
+        let v = job_vars(&s, &CompatEnv::default(), 0, 4);
+        assert_eq!((get(&v, "SLURM_JOB_GPUS"), get(&v, "SLURM_GPUS_ON_NODE")), (Some("1,3"), Some("2")));
+        assert!(not_from_submitter("SLURM_JOB_GPUS") && not_from_submitter("SLURM_GPUS_ON_NODE"));
     }
 
     #[test]
