@@ -371,7 +371,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
     let nodes = &escaped(nodes)[..];
     // A GPUS column only when some node has GPUs, so that GPU-less clusters look as before.
     let with_gpus = nodes.iter().any(|n| !n.gpus.is_empty());
-    let gpus_column = |text: &str| if with_gpus { format!(" {text:>4}") } else { String::new() };
+    let gpus_column = |text: &str| if with_gpus { format!(" {text:>5}") } else { String::new() };
     let mut out = format!(
         "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}  {}\n",
         "NODE",
@@ -401,7 +401,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             truncate(&n.topology, 24),
             truncate(&n.free, 24),
             format_size(n.memory_bytes),
-            gpus_column(&n.gpus.len().to_string()),
+            gpus_column(&format!("{}/{}", n.gpus_allocated, n.gpus.len())),
             numa.join(" ")
         ));
     }
@@ -684,18 +684,20 @@ mod tests {
         let plain = nodes_table(&[node("cpu1", 0)]);
         assert!(!plain.contains("GPUS"), "{plain}");
         assert!(plain.starts_with("NODE       STATE                 CPUS TOPOLOGY"), "{plain}");
-        let (cpu, gpu) = (node("cpu1", 0), node("gpu1", 2));
+        let (cpu, mut gpu) = (node("cpu1", 0), node("gpu1", 2));
         assert_eq!(gpu.gpus.len(), 4);
+        gpu.gpus_allocated = 3;
         let table = nodes_table(&[cpu.clone(), gpu.clone()]);
         let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].contains("      MEM GPUS  MEMORY PER NUMA NODE"), "{table}");
-        assert!(lines[1].ends_with("       2G    0  "), "{table}");
-        assert!(lines[2].ends_with("       2G    4  "), "{table}");
+        assert!(lines[0].contains("      MEM  GPUS  MEMORY PER NUMA NODE"), "{table}");
+        assert!(lines[1].ends_with("       2G   0/0  "), "{table}");
+        assert!(lines[2].ends_with("       2G   3/4  "), "{table}");
         // The JSON of a node has its GPUs; a node without has no `gpus` key.
         let json = serde_json::to_value([&cpu, &gpu]).unwrap();
         assert!(json[0].get("gpus").is_none(), "{json}");
         assert_eq!(json[1]["gpus"].as_array().map(Vec::len), Some(4));
         assert_eq!(json[1]["gpus"][3]["numa"], 1);
+        assert_eq!((json[0].get("gpus_allocated"), &json[1]["gpus_allocated"]), (None, &serde_json::json!(3)));
     }
 
     #[test]

@@ -341,6 +341,7 @@ mod tests {
                 SubnodeInfo { index: 1, numa: "2-3".into(), state: "drained".into(), properties: vec!["fat".into()] },
             ],
             gpus: vec![],
+            gpus_allocated: 0,
             pu_jobs: vec![
                 PuHolder { job: JobId(42), cpus: "8-13".into() },
                 PuHolder { job: JobId(17), cpus: "0-5".into() },

@@ -105,6 +105,7 @@ impl Controller {
                 .collect(),
             layout: with_topology.then(|| (**topo).clone()),
             gpus: topo.gpus.clone(),
+            gpus_allocated: (topo.gpus.len() as u32).saturating_sub(cap.free_gpu_count_of(None)),
             pu_jobs: if with_topology {
                 // Suspended jobs lend their PUs: only running jobs hold them.
                 parts

@@ -677,6 +677,13 @@ pub struct NodeInfo {
     /// The node's GPUs (absent when it has none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<Gpu>,
+    /// How many of them jobs hold (suspended jobs keep theirs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus_allocated: u32,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// PUs of a node held by one job.

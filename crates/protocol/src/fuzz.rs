@@ -987,6 +987,7 @@ pub fn node_info() -> BoxedStrategy<NodeInfo> {
                 layout,
                 pu_jobs,
                 gpus: vec![],
+                gpus_allocated: 0,
             },
         )
         .boxed()

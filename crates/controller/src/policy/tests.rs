@@ -361,4 +361,6 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     let why = h.ctl.pending_reasons[&c].describe();
     assert!(why.contains("GPUs"), "{why}");
     assert_eq!(h.ctl.cluster.nodes[0].free_gpu_count, 0);
+    let info = h.ctl.node_info(0, false);
+    assert_eq!((info.gpus_allocated, info.gpus.len()), (2, 2), "`berth nodes`: GPUs used/total");
 }
