@@ -7,7 +7,6 @@ use crate::cpusets::{self, JobCpusets};
 use crate::records::LocalJobRecord;
 use crate::registry::JobHandle;
 use crate::shim::Status;
-use crate::spawn::ChildSetup;
 use crate::suspend::Suspension;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
@@ -407,84 +406,138 @@ fn start(
     gpus: &[(&str, String)],
     agent_socket: &Path,
     shim: Option<&Path>,
-) -> Result<tokio::process::Child, String> {
+) -> Result<crate::rank::Process, String> {
+    // Kept open until the spawn returned: the child joins the cgroups through them.
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
+    let join_fds: Vec<std::os::fd::RawFd> = join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
     let workdir = spec.workdir.as_deref().unwrap_or(&spec.cwd);
-    let mut setup = ChildSetup::new(join, &spec.user, workdir, &spec.stdout, &spec.stderr)?;
-    if let Some(mask) = spec.umask {
-        setup.umask = (mask & 0o777) as libc::mode_t;
-    }
-    setup.append = spec.open_append;
-    if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
+    let affinity = if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
         // The cpuset already confines the job; the affinity makes the binding explicit.
-        setup.affinity = Some(crate::spawn::cpu_mask(&binding.host_cpus())?);
-    }
-    let mut cmd = match shim {
-        // The shim starts the script and keeps its exit status (see shim.rs).
-        Some(exe) => {
-            setup.exec_through_proc_fd = exe.starts_with("/proc/self/fd");
-            let mut c = tokio::process::Command::new(exe);
-            c.arg(crate::shim::SHIM_ARG).arg(spool.join(crate::shim::STATUS_FILE)).arg(spool.join("script"));
-            c
-        }
-        None => tokio::process::Command::new(spool.join("script")),
+        Some(crate::spawn::cpu_mask(&binding.host_cpus())?)
+    } else {
+        None
     };
-    cmd.env_clear();
-    let inherited = |k: &str| spec.compat.is_none() || !crate::compat_env::not_from_submitter(k);
-    cmd.envs(spec.env.iter().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.as_str(), v.as_str())));
-    let nodes: Vec<&str> = spec.nodes.iter().map(|(n, _)| n.as_str()).collect();
-    cmd.env("BERTH_JOB_ID", spec.id.to_string())
-        .env("BERTH_JOB_NAME", &spec.name)
-        .env("BERTH_NODES", nodes.join(","))
-        .env("BERTH_NUM_NODES", nodes.len().to_string())
-        .env("BERTH_NODEFILE", spool.join("nodefile"))
-        .env("BERTH_CPUS", spec.allocation.cpus.to_list())
-        .env("BERTH_CORES", spec.allocation.cores.to_string())
-        .env("BERTH_SUBMIT_DIR", &spec.cwd)
-        .env("TMPDIR", spool.join("tmp"))
-        .env("BERTH_CPUSET", &sets.dir)
-        .env("BERTH_AGENT_SOCKET", agent_socket);
-    // The job's GPUs (none: nothing set): CUDA_VISIBLE_DEVICES and its peers, BERTH_GPUS.
-    cmd.envs(gpus.iter().map(|(k, v)| (*k, v.as_str())));
-    if !sets.ranks.is_empty() {
-        cmd.env("BERTH_RANK_CPUSETS", sets.ranks_env());
-    }
-    if !binding.is_empty() {
-        cmd.env("BERTH_BINDING", binding.omp_places()).env("BERTH_BINDING_CORES", binding.cores_env());
-    }
-    if rankfile(spec).is_some() {
-        cmd.env("BERTH_RANKFILE", spool.join("rankfile"));
-    }
-    if let Some(compat) = &spec.compat {
-        let cpus = spec.allocation.cpus.len();
-        cmd.envs(crate::compat_env::job_vars(spec, compat, crate::compat_env::node_index(spec), cpus));
-        if let Some(name) = crate::compat_env::pbs_nodefile_name(spec, compat) {
-            cmd.env("PBS_NODEFILE", spool.join(name));
-        }
-    }
-    cmd.stdin(std::process::Stdio::null()).stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null());
-    cmd.kill_on_drop(false);
-    setup.apply(&mut cmd);
+    let text = |p: &Path| {
+        p.to_str().map(str::to_string).ok_or_else(|| format!("the agent's path {} is not UTF-8", p.display()))
+    };
+    let (status_file, script) = (text(&spool.join(crate::shim::STATUS_FILE))?, text(&spool.join("script"))?);
+    let argv: Vec<String> = match shim {
+        // The shim starts the script and keeps its exit status (see shim.rs).
+        Some(exe) => vec![text(exe)?, crate::shim::SHIM_ARG.to_string(), status_file, script],
+        None => vec![script],
+    };
+    let env = script_env(spec, spool, sets, binding, gpus, agent_socket)?;
+    let output = crate::rank::ScriptOutput {
+        stdout: &spec.stdout,
+        stderr: &spec.stderr,
+        append: spec.open_append,
+        dumpable: shim.is_some_and(|exe| exe.starts_with("/proc/self/fd")),
+    };
+    let launch = || crate::rank::RankLaunch {
+        argv: &argv,
+        env: env.clone(),
+        cwd: workdir,
+        user: &spec.user,
+        join_fds: join_fds.clone(),
+        affinity,
+        pmi_fd: None,
+        stdin: false,
+        umask: Some(spec.umask.unwrap_or(0o022)),
+    };
     // ETXTBSY: another thread forked while the script file was open for writing, and that child
     // holds the descriptor until its own exec. It clears within milliseconds; retry briefly.
     let mut attempt = 0;
     let spawned = loop {
-        match cmd.spawn() {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && attempt < 50 => {
+        match crate::rank::spawn_script(launch(), &output) {
+            Err(e) if e.errno == libc::ETXTBSY && attempt < 50 => {
                 attempt += 1;
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
             other => break other,
         }
     };
+    drop(join);
     spawned.map_err(|e| {
         format!(
-            "cannot start the batch script as {} (uid {}): {e}; {}",
+            "cannot start the batch script as {} (uid {}): {}; {}",
             spec.user.name,
             spec.user.uid,
+            e.message,
             launch_hint(spec)
         )
     })
+}
+
+/// The batch script's environment: exactly the submitter's (less what must not come from
+/// them), then berth's variables, the GPUs' and the Slurm/PBS ones.
+fn script_env(
+    spec: &LaunchSpec,
+    spool: &Path,
+    sets: &JobCpusets,
+    binding: &HostBinding,
+    gpus: &[(&str, String)],
+    agent_socket: &Path,
+) -> Result<Vec<(String, String)>, String> {
+    let path =
+        |p: PathBuf| p.into_os_string().into_string().map_err(|p| format!("the agent's path {p:?} is not UTF-8"));
+    let inherited = |k: &str| spec.compat.is_none() || !crate::compat_env::not_from_submitter(k);
+    let mut env: Vec<(String, String)> =
+        spec.env.iter().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.clone(), v.clone())).collect();
+    let nodes: Vec<&str> = spec.nodes.iter().map(|(n, _)| n.as_str()).collect();
+    let mut set = |k: &str, v: String| env.push((k.to_string(), v));
+    set("BERTH_JOB_ID", spec.id.to_string());
+    set("BERTH_JOB_NAME", spec.name.clone());
+    set("BERTH_NODES", nodes.join(","));
+    set("BERTH_NUM_NODES", nodes.len().to_string());
+    set("BERTH_NODEFILE", path(spool.join("nodefile"))?);
+    set("BERTH_CPUS", spec.allocation.cpus.to_list());
+    set("BERTH_CORES", spec.allocation.cores.to_string());
+    set("BERTH_SUBMIT_DIR", spec.cwd.clone());
+    set("TMPDIR", path(spool.join("tmp"))?);
+    set("BERTH_CPUSET", path(sets.dir.clone())?);
+    set("BERTH_AGENT_SOCKET", path(agent_socket.to_path_buf())?);
+    // The job's GPUs (none: nothing set): CUDA_VISIBLE_DEVICES and its peers, BERTH_GPUS.
+    for (k, v) in gpus {
+        set(k, v.clone());
+    }
+    if !sets.ranks.is_empty() {
+        set("BERTH_RANK_CPUSETS", sets.ranks_env());
+    }
+    if !binding.is_empty() {
+        set("BERTH_BINDING", binding.omp_places());
+        set("BERTH_BINDING_CORES", binding.cores_env());
+    }
+    if rankfile(spec).is_some() {
+        set("BERTH_RANKFILE", path(spool.join("rankfile"))?);
+    }
+    if let Some(compat) = &spec.compat {
+        let cpus = spec.allocation.cpus.len();
+        let vars = crate::compat_env::job_vars(spec, compat, crate::compat_env::node_index(spec), cpus);
+        for (k, v) in vars {
+            set(k, v);
+        }
+        if let Some(name) = crate::compat_env::pbs_nodefile_name(spec, compat) {
+            set("PBS_NODEFILE", path(spool.join(name))?);
+        }
+    }
+    Ok(last_wins(env))
+}
+
+/// One entry per name, the last one set (a submitter's `BERTH_JOB_ID` from inside another
+/// job is replaced, not shadowing: getenv would return the first of two), in first-set order.
+fn last_wins(env: Vec<(String, String)>) -> Vec<(String, String)> {
+    let mut at: std::collections::HashMap<String, usize> = std::collections::HashMap::with_capacity(env.len());
+    let mut out: Vec<(String, String)> = Vec::with_capacity(env.len());
+    for (k, v) in env {
+        match at.get(&k) {
+            Some(&i) => out[i].1 = v,
+            None => {
+                at.insert(k.clone(), out.len());
+                out.push((k, v));
+            }
+        }
+    }
+    out
 }
 
 /// What to check when the batch script could not start: the path that is missing if one is
@@ -517,7 +570,7 @@ pub(crate) fn launch_hint(spec: &LaunchSpec) -> String {
 /// The batch script's process as the agent follows it.
 pub(crate) enum Script {
     /// Started by this agent: the shim (`shim`), or the script itself.
-    Child { child: tokio::process::Child, spool: PathBuf, shim: bool },
+    Child { child: crate::rank::Process, spool: PathBuf, shim: bool },
     /// A shim started by an earlier agent: its end is seen through a pidfd, its status read
     /// from the spool directory.
     Adopted { pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, spool: PathBuf },

@@ -77,7 +77,7 @@ impl Process {
 
 /// Spawn the rank with its stdout and stderr on pipes.
 pub fn spawn(l: RankLaunch<'_>) -> Result<Process, String> {
-    spawn_with(l, None)
+    spawn_with(l, None).map_err(|e| e.message)
 }
 
 /// Like [`spawn`], but stdout and stderr are appended to `stdout` and `stderr` (a task of the
@@ -85,8 +85,63 @@ pub fn spawn(l: RankLaunch<'_>) -> Result<Process, String> {
 /// directory: the user's permissions apply, and relative paths are relative to that directory.
 pub fn spawn_to_files(l: RankLaunch<'_>, stdout: &str, stderr: &str) -> Result<Process, String> {
     let path = |what: &str, p: &str| CString::new(p).map_err(|_| format!("the {what} path contains a NUL byte"));
-    let files = (path("output", stdout)?, path("error", stderr)?);
+    let files =
+        OutputFiles { stdout: path("output", stdout)?, stderr: path("error", stderr)?, ..OutputFiles::default() };
+    spawn_with(l, Some(files)).map_err(|e| e.message)
+}
+
+/// Where a batch script's stdout and stderr go (see [`spawn_script`]).
+pub struct ScriptOutput<'a> {
+    pub stdout: &'a str,
+    pub stderr: &'a str,
+    /// Append (`--open-mode=append`) rather than truncate.
+    pub append: bool,
+    /// Exec'd through `/proc/self/fd/N` (the agent's open binary, so the user needs no path
+    /// to it): the process, now wholly the user's, is made dumpable again so that it may read
+    /// its own /proc/self/fd, as any exec of a plain binary would.
+    pub dumpable: bool,
+}
+
+/// Why a process did not start: the message for the user, and the errno of the failing step
+/// (0 when it failed before the clone).
+#[derive(Debug)]
+pub struct SpawnError {
+    pub errno: i32,
+    pub message: String,
+}
+
+impl From<String> for SpawnError {
+    fn from(message: String) -> Self {
+        SpawnError { errno: 0, message }
+    }
+}
+
+/// Spawn a job's batch script (or the shim that runs it) the way ranks are spawned (no fork
+/// of the agent), stdin on /dev/null and stdout/stderr to its output files, opened by the
+/// child as the user: truncated unless `append`, one open file when both name the same path.
+pub fn spawn_script(l: RankLaunch<'_>, out: &ScriptOutput<'_>) -> Result<Process, SpawnError> {
+    let path = |what: &str, p: &str| CString::new(p).map_err(|_| format!("the {what} path contains a NUL byte"));
+    let files = OutputFiles {
+        stdout: path("output", out.stdout)?,
+        stderr: path("error", out.stderr)?,
+        truncate: !out.append,
+        shared: out.stdout == out.stderr,
+        dumpable: out.dumpable,
+    };
     spawn_with(l, Some(files))
+}
+
+/// Output files the child opens as the user after entering its directory.
+#[derive(Default)]
+struct OutputFiles {
+    stdout: CString,
+    stderr: CString,
+    /// O_TRUNC, else O_APPEND.
+    truncate: bool,
+    /// stdout and stderr name the same file: one open file, not two racing offsets.
+    shared: bool,
+    /// Made dumpable after dropping to the user (see [`ScriptOutput::dumpable`]).
+    dumpable: bool,
 }
 
 /// Steps of the child, to say which one failed.
@@ -116,7 +171,7 @@ struct ChildArgs {
     uid: libc::uid_t,
     gid: libc::gid_t,
     cwd: CString,
-    files: Option<(CString, CString)>,
+    files: Option<OutputFiles>,
     /// Descriptors to put on 0, 1, 2 (-1: leave; with `files`, 1 and 2 are opened instead).
     stdio: [RawFd; 3],
     keep_fd: Option<RawFd>,
@@ -129,8 +184,8 @@ struct ChildArgs {
     stage: Stage,
 }
 
-fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Process, String> {
-    let Some(program) = l.argv.first() else { return Err("no command to run".into()) };
+fn spawn_with(l: RankLaunch<'_>, files: Option<OutputFiles>) -> Result<Process, SpawnError> {
+    let Some(program) = l.argv.first() else { return Err(SpawnError::from("no command to run".to_string())) };
     let nul = |what: &str| format!("{what} contains a NUL byte");
     let cwd =
         CString::new(std::path::Path::new(l.cwd).as_os_str().as_bytes()).map_err(|_| nul("the working directory"))?;
@@ -188,7 +243,10 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
         let mut raw = 0;
         // SAFETY: reap the child that failed before exec (it has exited: CLONE_VFORK).
         unsafe { libc::waitpid(pid, &mut raw, 0) };
-        return Err(explain(program, l.cwd, has_files, args.stage, args.errno));
+        return Err(SpawnError {
+            errno: args.errno,
+            message: explain(program, l.cwd, has_files, args.stage, args.errno),
+        });
     }
     berth_protocol::probe::mark("agent rank cloned");
     // SAFETY: pidfd_open on our unreaped child; the result is a new descriptor or -1.
@@ -200,7 +258,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<(CString, CString)>) -> Result<Pr
             libc::kill(pid, libc::SIGKILL);
             libc::waitpid(pid, std::ptr::null_mut(), 0);
         }
-        return Err(format!("cannot watch {program} (pidfd_open): {e}"));
+        return Err(format!("cannot watch {program} (pidfd_open): {e}").into());
     }
     // SAFETY: a new descriptor owned from here on, registered once and closed only by `exited`.
     let exited = unsafe { AsyncFd::register(OwnedFd::from_raw_fd(pidfd)) }
@@ -400,12 +458,21 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
     check(libc::syscall(libc::SYS_setresuid, a.uid, a.uid, a.uid) == 0, Stage::Credentials)?;
     check(libc::chdir(a.cwd.as_ptr()) == 0, Stage::Cwd)?;
     libc::umask(a.umask);
-    if let Some((out, err)) = &a.files {
-        for (path, target) in [(out, 1), (err, 2)] {
-            let fd =
-                libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | libc::O_APPEND | libc::O_CLOEXEC, 0o666);
+    if let Some(f) = &a.files {
+        let mode = if f.truncate { libc::O_TRUNC } else { libc::O_APPEND };
+        for (path, target) in [(&f.stdout, 1), (&f.stderr, 2)] {
+            if target == 2 && f.shared {
+                check(libc::dup2(1, 2) >= 0, Stage::OutputFiles)?;
+                break;
+            }
+            let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CREAT | mode | libc::O_CLOEXEC, 0o666);
             check(fd >= 0 && libc::dup2(fd, target) >= 0, Stage::OutputFiles)?;
             libc::close(fd);
+        }
+        // The mm is shared with the agent until exec: this sets the agent's flag as well,
+        // which is a root process's default anyway (the setresuid above had cleared it).
+        if f.dumpable {
+            check(libc::prctl(libc::PR_SET_DUMPABLE, 1, 0, 0, 0) == 0, Stage::Session)?;
         }
     }
     if let Some(fd) = a.keep_fd {
@@ -524,6 +591,33 @@ mod tests {
         // SAFETY: waitpid with WNOHANG on any child of ours.
         let r = unsafe { libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) };
         assert!(r <= 0, "an unreaped child {r}");
+    }
+
+    #[tokio::test]
+    async fn a_batch_script_truncates_or_appends_and_shares_one_output_file() {
+        let user = me();
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path().to_str().unwrap().to_string();
+        // As the agent starts a batch script: stdin on /dev/null.
+        let script = |a| RankLaunch { stdin: false, ..launch(a, &user, &cwd) };
+        std::fs::write(dir.path().join("job.out"), "an older run's output, longer than this one\n").unwrap();
+        let a = argv(&["sh", "-c", "echo 1; echo 2 >&2; echo 3; read x || echo stdin-empty"]);
+        let out = ScriptOutput { stdout: "job.out", stderr: "job.out", append: false, dumpable: false };
+        let mut p = spawn_script(script(&a), &out).unwrap();
+        assert!(p.stdin.is_none() && p.stdout.is_none());
+        assert!(p.wait().await.unwrap().success());
+        // Truncated, and one open file: the lines in the order written, none overwritten.
+        assert_eq!(std::fs::read_to_string(dir.path().join("job.out")).unwrap(), "1\n2\n3\nstdin-empty\n");
+        let out = ScriptOutput { stdout: "job.out", stderr: "job.err", append: true, dumpable: false };
+        let a = argv(&["sh", "-c", "echo 4; echo e >&2"]);
+        assert!(spawn_script(script(&a), &out).unwrap().wait().await.unwrap().success());
+        assert_eq!(std::fs::read_to_string(dir.path().join("job.out")).unwrap(), "1\n2\n3\nstdin-empty\n4\n");
+        assert_eq!(std::fs::read_to_string(dir.path().join("job.err")).unwrap(), "e\n");
+        // A missing program: the stage and errno, for the agent's message and its ETXTBSY retry.
+        let a = argv(&[&format!("{cwd}/no-such-script")]);
+        let Err(e) = spawn_script(script(&a), &out) else { panic!("a missing script started") };
+        assert_eq!(e.errno, libc::ENOENT, "{e:?}");
+        assert!(e.message.contains("command not found"), "{e:?}");
     }
 
     #[tokio::test]
