@@ -349,7 +349,7 @@ impl Controller {
     pub fn ineligible(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
         let mut out = self.ineligible_by_depend(now)?;
         // Requeued jobs whose previous run has not ended everywhere yet (`crate::update`).
-        for (id, why) in self.old_runs_waited_for(now) {
+        for (id, why) in self.old_runs_waited_for(now)? {
             out.insert(id);
             self.policy.depend.reasons.insert(id, why);
         }

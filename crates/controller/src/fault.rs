@@ -124,7 +124,7 @@ impl Controller {
         self.cgroups.remove(&id);
         self.kill_on_nodes(id, &alloc, "job requeued", except);
         // It starts again once its old run has ended where it was killed (`crate::update`).
-        self.await_old_run(id, &alloc, except, now);
+        self.await_old_run(id, &alloc, except, now)?;
         crate::suspend::release(&mut self.cluster, &alloc, suspended);
         self.dirty = true;
         Ok(())

@@ -163,6 +163,7 @@ impl Controller {
         }
         c.reservations = crate::reservations::Reservations::load(&c.store)?;
         c.policy.advance = crate::advance::AdvanceBook::load(&c.store)?;
+        c.load_old_runs()?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
         let now = unix_now();
         for row in c.store.live_steps()? {

@@ -494,16 +494,24 @@ impl Controller {
 
     /// A requeued job's previous run (on `alloc`, but `except`) was told to end: the job
     /// waits until each of those nodes has reported it ended (`old_run_ended`), registered
-    /// again without it, or is down.
-    pub(crate) fn await_old_run(&mut self, id: JobId, alloc: &Allocation, except: Option<usize>, now: f64) {
+    /// again without it, or is down. Kept in the store too: a restarted controller still waits.
+    pub(crate) fn await_old_run(
+        &mut self,
+        id: JobId,
+        alloc: &Allocation,
+        except: Option<usize>,
+        now: f64,
+    ) -> Result<(), StoreError> {
         let nodes: Vec<usize> = alloc
             .iter()
             .map(|a| a.node_id.0 as usize)
             .filter(|n| Some(*n) != except && self.extra.get(*n).is_some_and(|e| e.state != NodeState::Down))
             .collect();
         if !nodes.is_empty() {
+            self.store.save_old_run(id, &nodes, now)?;
             self.policy.depend.requeued.insert(id, OldRun { nodes, since: now });
         }
+        Ok(())
     }
 
     /// Node `node` reported job `id` ended while the job does not run there: if it is a
@@ -512,8 +520,11 @@ impl Controller {
     pub(crate) fn old_run_ended(&mut self, id: JobId, node: usize) -> Result<(), StoreError> {
         if let Some(w) = self.policy.depend.requeued.get_mut(&id) {
             w.nodes.retain(|n| *n != node);
-            if w.nodes.is_empty() {
+            if !w.nodes.is_empty() {
+                self.store.save_old_run(id, &w.nodes, w.since)?;
+            } else {
                 self.policy.depend.requeued.remove(&id);
+                self.store.forget_old_run(id)?;
                 if self.jobs.get(&id).is_some_and(|j| j.state.is_pending()) {
                     self.store.forget_run(id)?;
                 }
@@ -549,16 +560,24 @@ impl Controller {
     /// (`BeginTime`, as a requeued job in Slurm). Down nodes wait no more (their jobs are
     /// handled as lost; a node back is clean before it takes work), nor waits that lasted
     /// `OLD_RUN_PATIENCE_SECS`.
-    pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Vec<(JobId, String)> {
+    pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Result<Vec<(JobId, String)>, StoreError> {
         let (jobs, extra) = (&self.jobs, &self.extra);
+        let mut over = Vec::new();
         self.policy.depend.requeued.retain(|id, w| {
             w.nodes.retain(|n| extra.get(*n).is_some_and(|e| e.state != NodeState::Down));
             let patient = now - w.since < OLD_RUN_PATIENCE_SECS;
             if !patient {
                 tracing::warn!(job = %id, nodes = ?w.nodes, "no end of the requeued job's previous run reported: it may start again");
             }
-            patient && !w.nodes.is_empty() && jobs.get(id).is_some_and(|j| j.state.is_pending())
+            let waits = patient && !w.nodes.is_empty() && jobs.get(id).is_some_and(|j| j.state.is_pending());
+            if !waits {
+                over.push(*id);
+            }
+            waits
         });
+        for id in over {
+            self.store.forget_old_run(id)?;
+        }
         let mut out: Vec<(JobId, String)> = self
             .policy
             .depend
@@ -571,7 +590,16 @@ impl Controller {
             })
             .collect();
         out.sort_by_key(|(id, _)| *id);
-        out
+        Ok(out)
+    }
+
+    /// At start: the waits a previous controller recorded (see [`Controller::await_old_run`]).
+    pub(crate) fn load_old_runs(&mut self) -> Result<(), StoreError> {
+        self.store.init_old_runs()?;
+        for (id, nodes, since) in self.store.load_old_runs()? {
+            self.policy.depend.requeued.insert(id, OldRun { nodes, since });
+        }
+        Ok(())
     }
 }
 

@@ -351,6 +351,30 @@ fn a_requeued_running_job_runs_again_once_its_old_run_has_ended() {
 }
 
 #[test]
+fn a_requeued_jobs_wait_for_its_old_run_survives_a_controller_restart() {
+    let mut h = Harness::new(1);
+    let id = h.batch(opts(8), &ann());
+    requeue(&mut h, id, &ann()).unwrap();
+    h.sent();
+    let mut h = h.restart();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, id), JobState::Queued, "the restarted controller still waits for the old run");
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id }, &ann()) else { panic!() };
+    let why = job.reason.unwrap_or_default();
+    assert!(why.starts_with("BeginTime: requeued") && why.contains("n0"), "{why}");
+    h.agent(0, AgentMessage::JobEnded { id, outcome: JobOutcome { signal: Some(9), ..Default::default() } });
+    assert!(h.ctl.store.load_old_runs().unwrap().is_empty(), "the wait is forgotten once over");
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, id), JobState::Running);
+    // And a wait that ran out of patience is forgotten in the store as well.
+    requeue(&mut h, id, &ann()).unwrap();
+    assert_eq!(h.ctl.store.load_old_runs().unwrap().len(), 1);
+    h.now += OLD_RUN_PATIENCE_SECS + 1.0;
+    h.ctl.schedule(h.now).unwrap();
+    assert!(h.ctl.store.load_old_runs().unwrap().is_empty());
+}
+
+#[test]
 fn an_ended_job_is_requeued_and_runs_again_and_so_is_an_arrays_every_started_task() {
     let mut h = Harness::new(1);
     let id = h.batch(opts(1), &ann());
