@@ -9,8 +9,11 @@
 //! control reach it as under salloc.
 //!
 //! This process holds the allocation over its connection to the controller: it is released
-//! when the command exits (with its exit code), when this process dies or loses the
-//! controller, by `berth cancel`, or at the walltime; then the command gets SIGHUP, SIGTERM
+//! when the command exits (with its exit code), when this process dies, by `berth cancel`, or
+//! at the walltime. A controller restart cuts the connection: this process connects again and
+//! holds the allocation over the new one (`AllocHold`); the restarted controller waits
+//! `ALLOC_RECLAIM_SECS` for it, and so does this process before it gives the allocation up.
+//! When the allocation ends, then the command gets SIGHUP, SIGTERM
 //! two seconds later, SIGKILL ten seconds after that. Ctrl-C while waiting cancels the
 //! request. `--no-shell` waits for the grant, prints the job id and leaves the allocation
 //! until its walltime or `berth cancel`.
@@ -21,7 +24,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::JobId;
-use berth_protocol::client::{AllocRequest, ClientRequest, ClientResponse, JobInfo, SubmitRequest};
+use berth_protocol::client::{AllocRequest, ClientRequest, ClientResponse, JobInfo, SubmitRequest, ALLOC_RECLAIM_SECS};
 use clap::Args;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -164,6 +167,58 @@ impl Signals {
     }
 }
 
+/// The allocation as last seen, across a controller restart (see the module).
+struct Holder<'a> {
+    dir: &'a Path,
+    id: JobId,
+    voice: Voice,
+    lost_since: Option<Instant>,
+}
+
+impl Holder<'_> {
+    /// The job now; `Ok(None)` while the controller is away and may come back; `Err` why the
+    /// allocation is lost to this process.
+    async fn check(&mut self, client: &mut Client) -> Result<Option<JobInfo>, String> {
+        let id = self.id;
+        if self.lost_since.is_none() {
+            match client.call(&ClientRequest::ShowJob { id }).await {
+                Ok(ClientResponse::Job { job }) => return Ok(Some(*job)),
+                Ok(ClientResponse::Error(e)) => return Err(e.to_string()),
+                Ok(_) => return Err("unexpected answer".into()),
+                Err(e) => {
+                    self.voice.say(
+                        false,
+                        format!(
+                            "lost the controller ({e:#}); holding job {id} again once it is back (up to {} s)",
+                            ALLOC_RECLAIM_SECS
+                        ),
+                        format!("lost the controller; holding job allocation {id} again once it is back"),
+                    );
+                    self.lost_since = Some(Instant::now());
+                }
+            }
+        }
+        let Ok(mut again) = Client::connect_once(self.dir).await else {
+            let away = self.lost_since.map_or(0.0, |t| t.elapsed().as_secs_f64());
+            return if away > ALLOC_RECLAIM_SECS {
+                Err(format!("lost the controller for {away:.0} s"))
+            } else {
+                Ok(None)
+            };
+        };
+        match again.call(&ClientRequest::AllocHold { id }).await {
+            Ok(ClientResponse::Done { .. }) => {}
+            Ok(ClientResponse::Error(e)) => return Err(e.to_string()),
+            // Back but not answering yet: try again at the next check.
+            Ok(_) | Err(_) => return Ok(None),
+        }
+        self.voice.say(false, format!("holding job {id} again"), format!("job allocation {id} held again"));
+        self.lost_since = None;
+        *client = again;
+        show(client, id).await.map(Some).map_err(|e| format!("{e:#}"))
+    }
+}
+
 async fn show(client: &mut Client, id: JobId) -> Result<JobInfo> {
     match client.call(&ClientRequest::ShowJob { id }).await? {
         ClientResponse::Job { job } => Ok(*job),
@@ -193,8 +248,19 @@ pub async fn run_alloc(dir: &Path, plan: AllocPlan) -> Result<i32> {
     };
     // Wait for the grant; a signal cancels the request.
     let mut told = false;
+    let mut holder = Holder { dir, id, voice, lost_since: None };
     let job = loop {
-        let job = show(&mut client, id).await?;
+        let job = match holder.check(&mut client).await {
+            Ok(Some(job)) => job,
+            Ok(None) => {
+                if let Some(sig) = signals.next(Duration::from_millis(500)).await {
+                    voice.say(false, format!("job {id} given up"), format!("Job allocation {id} has been revoked."));
+                    return Ok(128 + sig);
+                }
+                continue;
+            }
+            Err(why) => bail!("job {id}: {}", crate::output::terminal_safe(&why)),
+        };
         match job.state {
             JobState::Running => break job,
             s if s.is_finished() => {
@@ -236,7 +302,7 @@ pub async fn run_alloc(dir: &Path, plan: AllocPlan) -> Result<i32> {
     } else {
         plan.command
     };
-    let code = run_command(&mut client, &mut signals, &job, dir, &cwd, &argv, voice).await;
+    let code = run_command(&mut client, &mut signals, &job, &mut holder, &cwd, &argv).await;
     let code = match code {
         Ok(c) => c,
         Err(e) => {
@@ -340,11 +406,11 @@ async fn run_command(
     client: &mut Client,
     signals: &mut Signals,
     job: &JobInfo,
-    dir: &Path,
+    holder: &mut Holder<'_>,
     cwd: &str,
     argv: &[String],
-    voice: Voice,
 ) -> Result<i32> {
+    let (dir, voice) = (holder.dir, holder.voice);
     use std::os::unix::process::CommandExt;
     let id = job.id;
     let tty = own_terminal();
@@ -438,10 +504,11 @@ async fn run_command(
         }
         if revoked.is_none() && last_check.elapsed() >= Duration::from_secs(1) {
             last_check = Instant::now();
-            let why = match show(client, id).await {
-                Ok(j) if j.state == JobState::Running => None,
-                Ok(j) => Some(ended(&j)),
-                Err(e) => Some(format!("lost the controller: {e:#}")),
+            let why = match holder.check(client).await {
+                Ok(Some(j)) if j.state == JobState::Running => None,
+                Ok(Some(j)) => Some(ended(&j)),
+                Ok(None) => None,
+                Err(e) => Some(e),
             };
             if let Some(why) = why {
                 voice.say(

@@ -107,6 +107,11 @@ impl Client {
         }
     }
 
+    /// One attempt, no waiting for a restarting controller (the caller retries).
+    pub async fn connect_once(dir: &Path) -> std::io::Result<Self> {
+        UnixStream::connect(socket_path(dir)).await.map(|stream| Client { stream })
+    }
+
     pub async fn call(&mut self, req: &ClientRequest) -> Result<ClientResponse> {
         if let Err(e) = write_frame(&mut self.stream, req).await {
             if let berth_protocol::ProtocolError::TooLarge { len, limit, .. } = e {

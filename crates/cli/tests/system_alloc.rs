@@ -244,3 +244,52 @@ fn alloc_waits_behind_a_batch_job_and_salloc_speaks_slurm() {
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("salloc: error: --wrap"), "{}", text(&o.stderr));
 }
+
+/// A controller restart does not end an allocation: `berth alloc` connects again and holds it
+/// over the new connection (`AllocHold`), its command runs on, and its exit releases it.
+#[test]
+fn an_allocation_outlives_a_controller_restart() {
+    let c = Cluster::up(1, "package:1 core:2 pu:1");
+    let path = path_with(&c.root().join("no-bin"));
+    let err = std::fs::File::create(c.root().join("alloc.err")).unwrap();
+    let mut child = Command::new(BIN)
+        .args(["alloc", "--cores", "1", "--", "sh", "-c", "sleep 8; echo done > held.txt"])
+        .env("BERTH_DIR", &c.dir)
+        .env("PATH", &path)
+        .env_remove("BERTH_JOB_ID")
+        .current_dir(c.root())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(err)
+        .spawn()
+        .expect("spawn berth alloc");
+    let id = active_alloc(&c, "running");
+    let server = c.pid_of("server");
+    // SAFETY: kill(2) of the controller this test started.
+    assert_eq!(unsafe { libc::kill(server, libc::SIGKILL) }, 0);
+    let t0 = Instant::now();
+    // SAFETY: signal 0 only checks that the pid exists.
+    while unsafe { libc::kill(server, 0) } == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(1500));
+    let o = c.berth(&["up"]);
+    assert!(o.status.success(), "restart: {}", text(&o.stderr));
+    let t0 = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if t0.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            panic!("berth alloc did not end: {}", std::fs::read_to_string(c.root().join("alloc.err")).unwrap());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let err = std::fs::read_to_string(c.root().join("alloc.err")).unwrap();
+    assert!(status.success(), "{status:?}: {err}\n{}", c.logs());
+    assert!(err.contains(&format!("holding job {id} again")), "{err}");
+    assert_eq!(std::fs::read_to_string(c.root().join("held.txt")).unwrap_or_default(), "done\n", "{err}");
+    let j = c.wait_finished(id, Duration::from_secs(20));
+    assert_eq!(j["state"].as_str(), Some("completed"), "released by its command's exit: {j:#}");
+}

@@ -108,6 +108,43 @@ impl Controller {
         Ok(done)
     }
 
+    /// `AllocHold`: the holder of allocation `id` lost its connection (a controller restart)
+    /// and holds it again over this one.
+    pub(crate) fn alloc_hold(&mut self, id: JobId, peer: &Peer) -> Result<ClientResponse, StoreError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Ok(match self.store.get_job(id)? {
+                Some(_) => error(ErrorCode::InvalidState, format!("job {id} has ended; it cannot be held again")),
+                None => error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs")),
+            });
+        };
+        let holdable = job.options.alloc == Some(AllocKind::Held)
+            || (job.options.alloc == Some(AllocKind::NoShell) && job.state.is_pending());
+        if !holdable || !(job.state.is_pending() || job.state == JobState::Running) {
+            return Ok(error(
+                ErrorCode::InvalidState,
+                format!("job {id} is not an allocation waiting for or held by a `berth alloc`"),
+            ));
+        }
+        if job.user.uid != peer.user.uid && !self.is_admin(peer) {
+            let whose = job.user.name.clone();
+            self.denied(peer, "hold", Some(id), &whose)?;
+            return Ok(error(
+                ErrorCode::NotPermitted,
+                format!("job {id} belongs to {whose}; you may only hold your own allocations"),
+            ));
+        }
+        match self.alloc_holders.get(&id) {
+            Some(&conn) if conn != peer.conn => Ok(error(
+                ErrorCode::InvalidState,
+                format!("job {id} is held by another `berth alloc`; it ends when that one exits"),
+            )),
+            _ => {
+                self.alloc_holders.insert(id, peer.conn);
+                Ok(ClientResponse::Done { results: vec![IdResult { id, ok: true, error: None }] })
+            }
+        }
+    }
+
     /// A client connection closed: the allocations it held end (a waiting request is
     /// cancelled; a granted `--no-shell` allocation stays).
     pub(crate) fn allocs_gone(&mut self, conn: u64, now: f64) -> Result<(), StoreError> {
@@ -120,12 +157,17 @@ impl Controller {
         Ok(())
     }
 
-    /// Allocations whose holder is not connected (after a controller restart) end; holders of
-    /// jobs that have ended are forgotten. Run on every tick (`check_interactive`).
+    /// Allocations whose holder is not connected (after a controller restart) end, once their
+    /// holders had `ALLOC_RECLAIM_SECS` to come back (`alloc_hold`); holders of jobs that have
+    /// ended are forgotten. Run on every tick (`check_interactive`).
     pub(crate) fn check_allocs(&mut self, now: f64) -> Result<(), StoreError> {
         let jobs = &self.jobs;
         self.alloc_holders
             .retain(|id, _| jobs.get(id).is_some_and(|j| j.state.is_pending() || j.state.has_allocation()));
+        let until = *self.alloc_reclaim_until.get_or_insert(now + berth_protocol::client::ALLOC_RECLAIM_SECS);
+        if now < until {
+            return Ok(());
+        }
         let orphans: Vec<JobId> = self
             .jobs
             .values()

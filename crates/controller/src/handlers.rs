@@ -252,6 +252,7 @@ impl Controller {
             ClientRequest::Requeue { ids, only } => self.requeue_request(ids, &only, peer, now)?,
             ClientRequest::Alloc(req) => self.alloc_request(*req, peer, now)?,
             ClientRequest::AllocEnd { id, exit_code } => self.alloc_end(id, exit_code, peer, now)?,
+            ClientRequest::AllocHold { id } => self.alloc_hold(id, peer)?,
         };
         self.reply(reply, response);
         Ok(())

@@ -88,8 +88,11 @@ pub struct Controller {
     /// `Ping` (`berth status`); see server.rs, `run_actor`.
     pub store_health: Option<berth_protocol::client::StoreHealth>,
     /// The client connection holding each allocation of `berth alloc` (see `alloc`); in
-    /// memory only: a restart ends the allocations it held.
+    /// memory only: after a restart, holders hold their allocations again (`AllocHold`).
     pub alloc_holders: HashMap<JobId, u64>,
+    /// Until then (a minute after the first tick), allocations nobody holds are kept for their
+    /// holders to come back (`berth_protocol::client::ALLOC_RECLAIM_SECS`); set at that tick.
+    pub alloc_reclaim_until: Option<f64>,
 }
 
 /// Unix time in seconds.
@@ -120,6 +123,7 @@ impl Controller {
             key: None,
             store_health: None,
             alloc_holders: HashMap::new(),
+            alloc_reclaim_until: None,
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         c.next_id = (c.store.max_job_id()? + 1).max(reserved);
@@ -192,10 +196,23 @@ impl Controller {
     /// cluster key and the store's health. Nothing of the batch left this process (its
     /// replies and orders are dropped by the caller), so agents and clients agree with it.
     pub fn reload(self) -> Result<Controller, StoreError> {
-        let Controller { cfg, store, jobs, cluster, extra, cgroups, steps, key, store_health, alloc_holders, .. } =
-            self;
+        let Controller {
+            cfg,
+            store,
+            jobs,
+            cluster,
+            extra,
+            cgroups,
+            steps,
+            key,
+            store_health,
+            alloc_holders,
+            alloc_reclaim_until,
+            ..
+        } = self;
         let mut c = Controller::load(cfg, store)?;
         c.alloc_holders = alloc_holders;
+        c.alloc_reclaim_until = alloc_reclaim_until;
         c.key = key;
         c.store_health = store_health;
         let old: HashMap<&str, &NodeExtra> = cluster.nodes.iter().map(|n| n.name.as_str()).zip(&extra).collect();

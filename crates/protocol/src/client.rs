@@ -168,7 +168,17 @@ pub enum ClientRequest {
         id: JobId,
         exit_code: i32,
     },
+    /// The holder of an allocation whose connection a controller restart cut holds it again
+    /// over this connection (answered with `done`; refused if another connection holds it, or
+    /// it is not an active allocation of the sender's). A restarted controller waits
+    /// `ALLOC_RECLAIM_SECS` for holders before it ends allocations nobody holds.
+    AllocHold {
+        id: JobId,
+    },
 }
+
+/// How long a restarted controller keeps allocations whose holder has not come back.
+pub const ALLOC_RECLAIM_SECS: f64 = 60.0;
 
 /// An allocation's request (`berth alloc`): its resources as a batch job's (`submit.script`
 /// must be empty: there is none).

@@ -796,6 +796,7 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
             crate::client::AllocRequest { submit, no_shell }
         ))),
         (job_id(), any::<i32>()).prop_map(|(id, exit_code)| ClientRequest::AllocEnd { id, exit_code }),
+        job_id().prop_map(|id| ClientRequest::AllocHold { id }),
         Just(ClientRequest::AdvanceList),
         text().prop_map(|name| ClientRequest::AdvanceDelete { name }),
         (of(any::<u64>()), prop::collection::vec(text(), 0..3), of(job_id()), of(text()), of(any::<u32>())).prop_map(

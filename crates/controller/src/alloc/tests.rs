@@ -161,12 +161,50 @@ fn after_a_restart_allocations_whose_client_is_gone_end() {
     let waiting_no_shell = alloc(&mut h, cores(8), true);
     h.ctl.schedule(h.now).unwrap();
     let mut h = h.restart();
+    // Their holders have a minute to hold them again (`berth alloc` reconnects).
+    h.ctl.check_interactive(h.now).unwrap();
+    assert_eq!(state(&h, held), JobState::Running);
+    assert_eq!(state(&h, waiting_held), JobState::Queued);
+    h.now += berth_protocol::client::ALLOC_RECLAIM_SECS + 1.0;
     h.ctl.check_interactive(h.now).unwrap();
     assert_eq!(stored(&h, held).state, JobState::Failed);
     assert_eq!(stored(&h, held).reason.as_deref(), Some(ALLOC_CLIENT_GONE));
     assert_eq!(state(&h, no_shell), JobState::Running);
     assert_eq!(stored(&h, waiting_held).state, JobState::Cancelled);
     assert_eq!(stored(&h, waiting_no_shell).state, JobState::Cancelled);
+}
+
+#[test]
+fn after_a_restart_holders_hold_their_allocations_again_and_only_theirs() {
+    let mut h = Harness::new(1);
+    let held = alloc(&mut h, cores(2), false);
+    h.ctl.schedule(h.now).unwrap();
+    let waiting = alloc(&mut h, cores(8), false);
+    let batch = h.batch(cores(1), &ann());
+    let mut h = h.restart();
+    h.ctl.check_interactive(h.now).unwrap();
+    let hold = |h: &mut Harness, id: JobId, peer: &Peer| h.call(ClientRequest::AllocHold { id }, peer);
+    let ClientResponse::Error(e) = hold(&mut h, held, &bob()) else { panic!("bob held ann's allocation") };
+    assert_eq!(e.code, ErrorCode::NotPermitted);
+    let ClientResponse::Error(e) = hold(&mut h, batch, &ann()) else { panic!("a batch job held") };
+    assert_eq!(e.code, ErrorCode::InvalidState);
+    let ClientResponse::Error(e) = hold(&mut h, JobId(999), &ann()) else { panic!("an unknown job held") };
+    assert_eq!(e.code, ErrorCode::UnknownJob);
+    for id in [held, waiting] {
+        assert!(matches!(hold(&mut h, id, &ann()), ClientResponse::Done { .. }), "job {id}");
+    }
+    // Another connection of ann's cannot take it over while the first holds it.
+    let mut other = ann();
+    other.conn += 1000;
+    let ClientResponse::Error(e) = hold(&mut h, held, &other) else { panic!("held twice") };
+    assert!(e.message.contains("held by another"), "{e}");
+    h.now += berth_protocol::client::ALLOC_RECLAIM_SECS + 1.0;
+    h.ctl.check_interactive(h.now).unwrap();
+    assert_eq!(state(&h, held), JobState::Running, "held again: kept");
+    assert_eq!(state(&h, waiting), JobState::Queued);
+    // The holder's connection closes: it ends as before.
+    h.ctl.allocs_gone(ann().conn, h.now).unwrap();
+    assert_eq!(stored(&h, held).state, JobState::Failed);
 }
 
 #[test]
