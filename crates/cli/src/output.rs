@@ -410,12 +410,25 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
 
 pub fn acct_table(jobs: &[JobInfo]) -> String {
     let jobs = &escaped(jobs)[..];
+    // GPU-seconds only when a job had GPUs: the table of a site without GPUs stays as it was.
+    let gpus = jobs.iter().any(|j| j.accounting.as_ref().is_some_and(|a| a.gpu_seconds > 0.0));
+    let gpu_col = |v: &str| if gpus { format!(" {v:>9}") } else { String::new() };
     let mut out = format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n",
-        "ID", "NAME", "USER", "STATE", "EXIT", "WALL(s)", "USER(s)", "SYS(s)", "PEAKMEM", "NODES"
+        "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}  {}\n",
+        "ID",
+        "NAME",
+        "USER",
+        "STATE",
+        "EXIT",
+        "WALL(s)",
+        "USER(s)",
+        "SYS(s)",
+        "PEAKMEM",
+        gpu_col("GPU(s)"),
+        "NODES"
     );
     for j in jobs {
-        let (w, u, s, m) = j
+        let (w, u, s, m, g) = j
             .accounting
             .as_ref()
             .map(|a| {
@@ -424,12 +437,13 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
                     format!("{:.2}", a.user_cpu_seconds),
                     format!("{:.2}", a.system_cpu_seconds),
                     format_size(a.peak_memory_bytes),
+                    format!("{:.2}", a.gpu_seconds),
                 )
             })
-            .unwrap_or(("-".into(), "-".into(), "-".into(), "-".into()));
+            .unwrap_or(("-".into(), "-".into(), "-".into(), "-".into(), "-".into()));
         let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
         out.push_str(&format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}  {}\n",
+            "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}  {}\n",
             j.id.0,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
@@ -439,6 +453,7 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
             u,
             s,
             m,
+            gpu_col(&g),
             nodes.join(",")
         ));
     }

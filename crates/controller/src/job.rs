@@ -142,6 +142,8 @@ impl JobRecord {
                 user_cpu_seconds: u.user_cpu_us as f64 / 1e6,
                 system_cpu_seconds: u.system_cpu_us as f64 / 1e6,
                 peak_memory_bytes: u.peak_memory_bytes,
+                gpu_seconds: self.allocation.iter().map(|a| a.gpus.len()).sum::<usize>() as f64 * u.wall_ms as f64
+                    / 1000.0,
             }),
             cgroups: vec![],
             steps: vec![],

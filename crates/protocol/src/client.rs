@@ -530,6 +530,13 @@ pub struct Accounting {
     pub user_cpu_seconds: f64,
     pub system_cpu_seconds: f64,
     pub peak_memory_bytes: u64,
+    /// GPUs held times the wall time (Slurm's `gres/gpu` TRES seconds); 0 without GPUs.
+    #[serde(default, skip_serializing_if = "is_no_time")]
+    pub gpu_seconds: f64,
+}
+
+fn is_no_time(x: &f64) -> bool {
+    *x == 0.0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -865,12 +865,13 @@ pub fn step_info() -> BoxedStrategy<StepInfo> {
 }
 
 pub fn job_info() -> BoxedStrategy<JobInfo> {
-    let accounting = (finite_f64(), finite_f64(), finite_f64(), any::<u64>()).prop_map(
-        |(wall_seconds, user_cpu_seconds, system_cpu_seconds, peak_memory_bytes)| Accounting {
+    let accounting = (finite_f64(), finite_f64(), finite_f64(), any::<u64>(), finite_f64()).prop_map(
+        |(wall_seconds, user_cpu_seconds, system_cpu_seconds, peak_memory_bytes, gpu_seconds)| Accounting {
             wall_seconds,
             user_cpu_seconds,
             system_cpu_seconds,
             peak_memory_bytes,
+            gpu_seconds,
         },
     );
     let cgroup = (text(), text(), text(), text(), of(any::<u32>()))

@@ -69,6 +69,7 @@ const FIELDS: &[(&str, usize, bool)] = &[
     ("SystemCPU", 10, false),
     ("CPUTime", 10, false),
     ("CPUTimeRAW", 10, false),
+    ("AllocTRES", 30, true),
     ("WorkDir", 20, true),
     ("Reason", 20, false),
     ("Priority", 10, false),
@@ -399,6 +400,17 @@ impl SacctQuery {
     }
 }
 
+/// What a job holds, as Slurm's AllocTRES (`billing=4,cpu=4,gres/gpu=2,node=1`, types in
+/// Slurm's order); empty for a job that holds nothing (yet).
+fn alloc_tres(j: &JobInfo, cpus: u64) -> String {
+    if j.allocation.is_empty() {
+        return String::new();
+    }
+    let gpus: usize = j.allocation.iter().map(|a| a.gpus.len()).sum();
+    let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
+    format!("billing={cpus},cpu={cpus}{gpus},node={}", f::job_node_count(j))
+}
+
 /// One field of a job as sacct prints it.
 pub fn sacct_field(j: &JobInfo, name: &str, now: f64) -> String {
     let time = |t: Option<f64>| t.map(f::iso_time).unwrap_or_else(|| "Unknown".into());
@@ -456,6 +468,7 @@ pub fn sacct_field(j: &JobInfo, name: &str, now: f64) -> String {
         "SystemCPU" => cpu.map(|(_, s)| cpu_text(s)).unwrap_or_else(|| "00:00:00".into()),
         "CPUTime" => hms(elapsed * alloc),
         "CPUTimeRAW" => (elapsed * alloc).to_string(),
+        "AllocTRES" => alloc_tres(j, alloc),
         "WorkDir" => j.cwd.clone(),
         "Reason" => f::slurm_reason(j),
         "Priority" => j.priority.as_ref().map(|p| format!("{:.0}", p.total)).unwrap_or_else(|| "0".into()),
@@ -884,6 +897,28 @@ mod tests {
         assert!(sacct_query(&args(&["-o", "JobName%3"]), now).is_ok());
         let q = sacct_query(&args(&["-o", "JobName%3", "-n"]), now).unwrap();
         assert_eq!(sacct_table(&q, &[job(1, "longname", "a", "queued")], now), "lo+ \n");
+    }
+
+    #[test]
+    fn gpu_jobs_show_their_gpus_in_alloc_tres_and_gpu_seconds_in_berth_acct() {
+        let now = 2_000_000_000.0;
+        let mut j = running(6, &["node1"], now - 100.0);
+        assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,node=1");
+        j.allocation[0].gpus = vec![0, 3];
+        assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1");
+        let table = crate::output::acct_table(std::slice::from_ref(&j));
+        assert!(!table.contains("GPU(s)"), "no accounting yet, no GPU column: {table}");
+        j.accounting = Some(berth_protocol::client::Accounting {
+            wall_seconds: 60.0,
+            user_cpu_seconds: 1.0,
+            system_cpu_seconds: 0.5,
+            peak_memory_bytes: 1 << 20,
+            gpu_seconds: 120.0,
+        });
+        let table = crate::output::acct_table(std::slice::from_ref(&j));
+        let (head, row) = table.split_once('\n').unwrap();
+        assert!(head.contains("PEAKMEM    GPU(s)  NODES"), "{head}");
+        assert!(row.contains("120.00  node1"), "{row}");
     }
 
     #[test]
