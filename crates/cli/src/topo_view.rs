@@ -14,7 +14,7 @@ use berth_core::gpu::Gpu;
 use berth_core::topology::{Core, Topology};
 use berth_core::units::format_size;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::client::{NodeInfo, PuHolder};
+use berth_protocol::client::{GpuHolder, NodeInfo, PuHolder};
 use std::collections::{BTreeSet, HashMap};
 
 /// Job letters in order of job id; `s` and `x` are left out as they mark system and disallowed
@@ -24,9 +24,9 @@ const LETTERS: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrtuvwyz0123456
 const OVERFLOW: char = '+';
 const BAR_WIDTH: u64 = 10;
 
-/// Each job holding PUs with its letter, in order of job id.
-pub fn job_letters(pu_jobs: &[PuHolder]) -> Vec<(char, JobId)> {
-    let ids: BTreeSet<JobId> = pu_jobs.iter().map(|h| h.job).collect();
+/// Each job holding PUs (or GPUs) with its letter, in order of job id.
+pub fn job_letters(pu_jobs: &[PuHolder], gpu_jobs: &[GpuHolder]) -> Vec<(char, JobId)> {
+    let ids: BTreeSet<JobId> = pu_jobs.iter().map(|h| h.job).chain(gpu_jobs.iter().map(|h| h.job)).collect();
     let mut letters = LETTERS.chars();
     ids.into_iter().map(|id| (letters.next().unwrap_or(OVERFLOW), id)).collect()
 }
@@ -62,7 +62,7 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
     fill(&mut out, &words(&header), " ", 0, 2, width);
 
     let mut notes = Vec::new();
-    let letters = job_letters(&node.pu_jobs);
+    let letters = job_letters(&node.pu_jobs, &node.gpu_jobs);
     let letter_of = |job: JobId| letters.iter().find(|(_, j)| *j == job).map(|(c, _)| *c);
     let all = topo.all_pus();
     let mut held: HashMap<u32, char> = HashMap::new();
@@ -102,6 +102,17 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
         g
     };
 
+    // The letter of the job holding each GPU ('!' if the books say several do).
+    let mut gpu_held: HashMap<u32, char> = HashMap::new();
+    for h in &node.gpu_jobs {
+        let c = letter_of(h.job).unwrap_or(OVERFLOW);
+        for &g in &h.gpus {
+            if gpu_held.insert(g, c).is_some_and(|prev| prev != c) {
+                gpu_held.insert(g, '!');
+            }
+        }
+    }
+    let gpu_holder = |g: &Gpu| gpu_held.get(&g.index).copied();
     // NUMA OS indexes padded to one width so the memory bars line up.
     let pad = topo.numa_nodes.iter().map(|n| n.os_index.to_string().len()).max().unwrap_or(1);
     let mut gpus_drawn: BTreeSet<u32> = BTreeSet::new();
@@ -123,12 +134,20 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
             };
             if !local.is_empty() {
                 gpus_drawn.extend(local.iter().map(|g| g.index));
-                fill(&mut out, &local.iter().map(|g| gpu_token(g)).collect::<Vec<_>>(), " ", 6, 6, width);
+                fill(
+                    &mut out,
+                    &local.iter().map(|g| gpu_token(g, gpu_holder(g))).collect::<Vec<_>>(),
+                    " ",
+                    6,
+                    6,
+                    width,
+                );
             }
         }
     }
     // GPUs hwloc could not put on one NUMA node (locality unknown or spanning several).
-    let unplaced: Vec<String> = topo.gpus.iter().filter(|g| !gpus_drawn.contains(&g.index)).map(gpu_token).collect();
+    let unplaced: Vec<String> =
+        topo.gpus.iter().filter(|g| !gpus_drawn.contains(&g.index)).map(|g| gpu_token(g, gpu_holder(g))).collect();
     if !unplaced.is_empty() {
         fill(&mut out, &["GPUs without a NUMA node".to_string()], " ", 2, 4, width);
         fill(&mut out, &unplaced, " ", 6, 6, width);
@@ -171,6 +190,9 @@ pub fn draw_node(node: &NodeInfo, width: usize) -> String {
     }
     if !topo.gpus.is_empty() {
         legend.push("<gpu N TYPE>=GPU".into());
+    }
+    if !gpu_held.is_empty() {
+        legend.push("<L gpu ..>=held by job L".into());
     }
     if topo.gpus.iter().any(|g| g.link_group.is_some()) {
         legend.push("~K=linked GPUs (NVLink group K)".into());
@@ -224,10 +246,12 @@ fn numa_line(
     tokens
 }
 
-/// One GPU as drawn: `<gpu 0 a100-sxm4-80gb ~0>`, `~0` its link group.
-fn gpu_token(g: &Gpu) -> String {
+/// One GPU as drawn: `<gpu 0 a100-sxm4-80gb ~0>`, `~0` its link group; `<A gpu 0 ...>` when
+/// job A holds it.
+fn gpu_token(g: &Gpu, holder: Option<char>) -> String {
     let link = g.link_group.map_or(String::new(), |l| format!(" ~{l}"));
-    format!("<gpu {} {}{link}>", g.index, short(&g.type_name()))
+    let held = holder.map_or(String::new(), |c| format!("{c} "));
+    format!("<{held}gpu {} {}{link}>", g.index, short(&g.type_name()))
 }
 
 fn first_seen<T: PartialEq>(items: impl Iterator<Item = T>) -> Vec<T> {
@@ -342,6 +366,7 @@ mod tests {
             ],
             gpus: vec![],
             gpus_allocated: 0,
+            gpu_jobs: vec![],
             pu_jobs: vec![
                 PuHolder { job: JobId(42), cpus: "8-13".into() },
                 PuHolder { job: JobId(17), cpus: "0-5".into() },
@@ -392,7 +417,7 @@ n01 mixed: 2 packages, 4 NUMA nodes, 8 cores, 16 PUs; memory 10G/16G used; SCTTC
     #[test]
     fn letters_kinds_and_conflicts() {
         let holders: Vec<PuHolder> = (1..=70).rev().map(|j| PuHolder { job: JobId(j), cpus: String::new() }).collect();
-        let letters: String = job_letters(&holders).iter().map(|(c, _)| *c).collect();
+        let letters: String = job_letters(&holders, &[]).iter().map(|(c, _)| *c).collect();
         assert_eq!(&letters[..30], "ABCDEFGHIJKLMNOPQRSTUVWXYZabcd");
         assert!(!letters.contains(['s', 'x']) && letters.ends_with("89++++++++++"));
 
@@ -430,6 +455,25 @@ n01 mixed: 2 packages, 4 NUMA nodes, 8 cores, 16 PUs; memory 10G/16G used; SCTTC
         assert!(out.ends_with("s=system  <gpu N TYPE>=GPU  ~K=linked GPUs (NVLink group K)\n"), "{out}");
         // Without GPUs the drawing is unchanged (draws_the_test_node).
         assert!(!draw_node(&node(), 120).contains("gpu"));
+    }
+
+    /// Issue 20: a held GPU carries its job's letter; a job holding only GPUs (suspended: its
+    /// PUs lent) still gets one.
+    #[test]
+    fn held_gpus_carry_their_jobs_letter() {
+        let mut n = node();
+        n.layout.as_mut().unwrap().add_emulated_gpus(1).unwrap();
+        n.gpu_jobs = vec![
+            GpuHolder { job: JobId(17), gpus: vec![0] },
+            GpuHolder { job: JobId(9), gpus: vec![3] },
+            GpuHolder { job: JobId(42), gpus: vec![3] },
+        ];
+        let out = draw_node(&n, 120);
+        // Letters by job id: 9 A, 17 B, 42 C.
+        assert!(out.contains("<B gpu 0 emulated ~0>"), "{out}");
+        assert!(out.contains("<gpu 1 emulated ~0>"), "a free GPU is drawn as before: {out}");
+        assert!(out.contains("<! gpu 3 emulated ~2>"), "two jobs on one GPU is shown: {out}");
+        assert!(out.contains("A=job 9") && out.contains("<L gpu ..>=held by job L"), "{out}");
     }
 
     /// Issue 17 item 1: a NUMA node whose memory is not hwloc's says where it came from.

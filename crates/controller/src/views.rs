@@ -106,6 +106,15 @@ impl Controller {
             layout: with_topology.then(|| (**topo).clone()),
             gpus: topo.gpus.clone(),
             gpus_allocated: (topo.gpus.len() as u32).saturating_sub(cap.free_gpu_count_of(None)),
+            gpu_jobs: if with_topology {
+                parts
+                    .iter()
+                    .filter(|(_, a)| !a.gpus.is_empty())
+                    .map(|(id, a)| berth_protocol::client::GpuHolder { job: *id, gpus: a.gpus.clone() })
+                    .collect()
+            } else {
+                vec![]
+            },
             pu_jobs: if with_topology {
                 // Suspended jobs lend their PUs: only running jobs hold them.
                 parts

@@ -697,6 +697,17 @@ pub struct NodeInfo {
     /// How many of them jobs hold (suspended jobs keep theirs).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus_allocated: u32,
+    /// Which job holds which GPUs (suspended jobs included), when the topology is asked for.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_jobs: Vec<GpuHolder>,
+}
+
+/// GPUs of a node held by one job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuHolder {
+    pub job: JobId,
+    /// The GPUs' indexes on the node (`Gpu::index`).
+    pub gpus: Vec<u32>,
 }
 
 fn is_zero(n: &u32) -> bool {

@@ -990,6 +990,7 @@ pub fn node_info() -> BoxedStrategy<NodeInfo> {
                 pu_jobs,
                 gpus: vec![],
                 gpus_allocated: 0,
+                gpu_jobs: vec![],
             },
         )
         .boxed()
