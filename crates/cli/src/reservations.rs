@@ -109,6 +109,7 @@ mod tests {
                 mems: "0".into(),
                 memory_bytes: 1 << 30,
                 numa_memory: vec![],
+                gpus: vec![],
             }],
             released_at: None,
             release_reason: None,

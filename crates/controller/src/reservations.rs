@@ -196,6 +196,7 @@ impl Controller {
                             user: job.user.name.clone(),
                             cpus: part.cpus.to_list(),
                             memory_bytes: part.memory_bytes,
+                            gpus: part.gpus.clone(),
                         })
                     })
                     .collect();
@@ -216,6 +217,7 @@ impl Controller {
                             NumaFree { os_index: n.os_index, free_bytes: *bytes, free_cpus: cpus.to_list() }
                         })
                         .collect(),
+                    free_gpus: cap.free_gpus_of(None).collect(),
                     holders,
                 }
             })
@@ -259,6 +261,7 @@ impl Controller {
                 mems: a.mems.to_list(),
                 memory_bytes: a.memory_bytes,
                 numa_memory: a.numa_memory.iter().map(|s| NumaMemory { numa: s.numa, bytes: s.bytes }).collect(),
+                gpus: a.gpus.clone(),
             })
             .collect();
         Ok(ReservationInfo {

@@ -659,16 +659,24 @@ pub fn option_value() -> BoxedStrategy<OptionValue> {
 
 pub fn reserve_request() -> BoxedStrategy<ReserveRequest> {
     let opt = || of(option_value());
-    let resources = (opt(), opt(), opt(), opt(), opt(), opt(), opt(), opt()).prop_map(
-        |(nodes, cores, tasks_per_node, cpus_per_task, mem, mem_per_cpu, threads, property)| ReserveResources {
-            nodes,
-            cores,
-            tasks_per_node,
-            cpus_per_task,
-            mem,
-            mem_per_cpu,
-            threads,
-            property,
+    let resources = ((opt(), opt(), opt(), opt(), opt(), opt(), opt(), opt()), (opt(), opt(), opt())).prop_map(
+        |(
+            (nodes, cores, tasks_per_node, cpus_per_task, mem, mem_per_cpu, threads, property),
+            (gpus, gpus_per_node, gpu_type),
+        )| {
+            ReserveResources {
+                nodes,
+                cores,
+                tasks_per_node,
+                cpus_per_task,
+                mem,
+                mem_per_cpu,
+                threads,
+                property,
+                gpus,
+                gpus_per_node,
+                gpu_type,
+            }
         },
     );
     let node = (text(), of(prop_oneof![text(), core_fuzz::option_value("cores")]))
@@ -1058,8 +1066,8 @@ pub fn holder() -> BoxedStrategy<Holder> {
 
 pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
     let numa = any::<(u32, u64)>().prop_map(|(numa, bytes)| NumaMemory { numa, bytes });
-    let node = (text(), text(), text(), any::<u32>(), text(), any::<u64>(), vec(numa, 0..2)).prop_map(
-        |(node, address, cpus, cores, mems, memory_bytes, numa_memory)| ReservedNode {
+    let node = (text(), text(), text(), any::<u32>(), text(), any::<u64>(), vec(numa, 0..2), vec(any::<u32>(), 0..3))
+        .prop_map(|(node, address, cpus, cores, mems, memory_bytes, numa_memory, gpus)| ReservedNode {
             node,
             address,
             cpus,
@@ -1067,8 +1075,8 @@ pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
             mems,
             memory_bytes,
             numa_memory,
-        },
-    );
+            gpus,
+        });
     let state = prop::sample::select(vec![
         ReservationState::Unconfirmed,
         ReservationState::Confirmed,
@@ -1118,18 +1126,28 @@ pub fn inventory() -> BoxedStrategy<Inventory> {
         free_bytes,
         free_cpus,
     });
-    let holder = (job_id(), of(any::<u64>()), text(), text(), any::<u64>()).prop_map(
-        |(job, reservation, user, cpus, memory_bytes)| NodeHolder { job, reservation, user, cpus, memory_bytes },
+    let holder = (job_id(), of(any::<u64>()), text(), text(), any::<u64>(), vec(any::<u32>(), 0..3)).prop_map(
+        |(job, reservation, user, cpus, memory_bytes, gpus)| NodeHolder {
+            job,
+            reservation,
+            user,
+            cpus,
+            memory_bytes,
+            gpus,
+        },
     );
-    let node = (node_info(), any::<u32>(), any::<u32>(), text(), any::<u64>(), vec(numa_free, 0..2), vec(holder, 0..2))
-        .prop_map(|(info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, holders)| InventoryNode {
-            info,
-            free_cores,
-            free_pus,
-            free_cpus,
-            free_memory_bytes,
-            numa_free,
-            holders,
+    let node = (
+        node_info(),
+        any::<u32>(),
+        any::<u32>(),
+        text(),
+        any::<u64>(),
+        vec(numa_free, 0..2),
+        vec(any::<u32>(), 0..3),
+        vec(holder, 0..2),
+    )
+        .prop_map(|(info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders)| {
+            InventoryNode { info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders }
         });
     (finite_f64(), vec(node, 0..2)).prop_map(|(time, nodes)| Inventory { time, nodes }).boxed()
 }

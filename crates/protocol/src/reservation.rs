@@ -133,6 +133,13 @@ pub struct ReserveResources {
     pub threads: Option<OptionValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub property: Option<OptionValue>,
+    /// GPUs of the whole reservation, spread evenly over its nodes (`--gpus`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<OptionValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<OptionValue>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<OptionValue>,
 }
 
 impl ReserveResources {
@@ -147,6 +154,9 @@ impl ReserveResources {
             ("mem-per-cpu", &self.mem_per_cpu),
             ("threads", &self.threads),
             ("property", &self.property),
+            ("gpus", &self.gpus),
+            ("gpus-per-node", &self.gpus_per_node),
+            ("gpu-type", &self.gpu_type),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
@@ -282,6 +292,9 @@ pub struct ReservedNode {
     pub mems: String,
     pub memory_bytes: u64,
     pub numa_memory: Vec<NumaMemory>,
+    /// GPUs held (indexes on the node, as `berth nodes --json` numbers them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 /// A reservation as the API shows it.
@@ -341,6 +354,9 @@ pub struct InventoryNode {
     pub free_memory_bytes: u64,
     /// Free memory and PUs per NUMA node.
     pub numa_free: Vec<NumaFree>,
+    /// The free GPUs (indexes; absent when none is free).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub free_gpus: Vec<u32>,
     /// Jobs and reservations holding resources on the node.
     pub holders: Vec<NodeHolder>,
 }
@@ -362,6 +378,9 @@ pub struct NodeHolder {
     pub user: String,
     pub cpus: String,
     pub memory_bytes: u64,
+    /// GPUs held (indexes; absent when none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
 }
 
 /// Stable error codes of the reservations API, each with its HTTP status.
@@ -503,8 +522,12 @@ mod tests {
         assert_eq!(r.walltime.as_text(), "10:00");
         let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resoures":{}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field `resoures`"), "{e}");
-        let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resources":{"gpus":1}}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown field `gpus`"), "{e}");
+        let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resources":{"licenses":1}}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `licenses`"), "{e}");
+        let r: ReserveRequest =
+            serde_json::from_str(r#"{"walltime":60,"resources":{"gpus_per_node":2,"gpu_type":"a100"}}"#).unwrap();
+        let e: Vec<(&str, String)> = r.resources.entries().into_iter().map(|(k, v)| (k, v.as_text())).collect();
+        assert_eq!(e, vec![("gpus-per-node", "2".into()), ("gpu-type", "a100".into())]);
         let e = serde_json::from_str::<ReserveRequest>(r#"{"resources":{}}"#).unwrap_err();
         assert!(e.to_string().contains("walltime"), "{e}");
         let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":-3}"#).unwrap_err();

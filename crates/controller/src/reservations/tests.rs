@@ -491,3 +491,35 @@ fn restart_keeps_reservations() {
     check(&mut h);
     assert_eq!(h.ctl.reservations.live.keys().copied().collect::<Vec<_>>(), vec![r.id]);
 }
+
+/// Issue 20: a reservation asks for GPUs as a job does; it holds them (shown per node), the
+/// inventory lists the node's free GPUs and who holds the others, and a GPU job cannot take
+/// the reserved ones.
+#[test]
+fn a_reservation_holds_gpus_and_the_inventory_counts_them() {
+    let mut t = berth_core::topology::Topology::uniform(2, 1, 4, 1, 8 << 30);
+    t.add_emulated_gpus(1).unwrap();
+    let mut h = Harness::with_topology(1, t);
+    let body = reserve_body(ReserveResources { cores: num(1), gpus: num(1), ..Default::default() });
+    let r = reserve(&mut h, body, &ann());
+    assert_eq!(r.nodes.len(), 1);
+    assert_eq!(r.nodes[0].gpus.len(), 1, "{r:?}");
+    let held = r.nodes[0].gpus[0];
+    let ReservationReply::Inventory(inv) = ask(&mut h, ReservationRequest::Inventory, &bob()) else { panic!() };
+    let node = &inv.nodes[0];
+    assert_eq!(node.free_gpus.len(), 1);
+    assert!(!node.free_gpus.contains(&held), "{node:?}");
+    assert!(node.holders.iter().any(|x| x.job == r.job && x.gpus == vec![held]), "{:?}", node.holders);
+    // The other GPU goes to a job; a third GPU request waits.
+    let gpu_job = || berth_core::directives::SubmitOptions { cores: Some(1), gpus: Some(1), ..Default::default() };
+    let a = h.batch(gpu_job(), &bob());
+    assert_eq!(h.ctl.jobs[&a].allocation[0].gpus.len(), 1);
+    assert_ne!(h.ctl.jobs[&a].allocation[0].gpus[0], held);
+    let b = h.submit_as(gpu_job(), false, &bob());
+    h.ctl.schedule(h.now).unwrap();
+    assert!(h.ctl.jobs[&b].state.is_pending(), "no GPU left for it");
+    // More GPUs than the node has: infeasible, said at once.
+    let body = reserve_body(ReserveResources { gpus_per_node: num(3), ..Default::default() });
+    let e = failed(ask(&mut h, ReservationRequest::Reserve { body }, &ann()));
+    assert!(e.message.contains("GPU"), "{e:?}");
+}
