@@ -145,7 +145,13 @@ mod tests {
         // Emulated 2 NUMA x 2 cores x 2 PUs onto host CPUs 0-3 and one memory node.
         let topo = Topology::uniform(1, 2, 2, 2, 1 << 30);
         let map = CpuMap::round_robin(&topo, set("0-3"), set("0"));
-        let job = JobLimits { cpus: "0-3".into(), mems: "0".into(), memory_limit_bytes: None, pids_max: None };
+        let job = JobLimits {
+            cpus: "0-3".into(),
+            mems: "0".into(),
+            memory_limit_bytes: None,
+            pids_max: None,
+            deny_devices: vec![],
+        };
         let s = spec("0-7", "0-1", &[("0-3", "0"), ("4-7", "1"), ("6", "")]);
         let want = [("0-3", "0"), ("0-3", "0"), ("2", "0")].map(|(c, m)| (c.to_string(), m.to_string()));
         assert_eq!(rank_limits(&s, &map, &job).unwrap(), want);
@@ -173,7 +179,13 @@ mod tests {
         // The real mkdir makes no interface files in a fixture: without cpuset files,
         // make_child fails and leaves nothing behind.
         let ranks = vec![("0-1".to_string(), "0".to_string())];
-        let limits = JobLimits { cpus: "0-3".into(), mems: "0".into(), memory_limit_bytes: None, pids_max: None };
+        let limits = JobLimits {
+            cpus: "0-3".into(),
+            mems: "0".into(),
+            memory_limit_bytes: None,
+            pids_max: None,
+            deny_devices: vec![],
+        };
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
         let e = prepare(&job, &ranks, uid, gid).unwrap_err();
         assert!(e.starts_with("cannot create the sub-cpuset of rank 0"), "{e}");

@@ -48,6 +48,10 @@ pub struct AgentConfig {
     pub key: Arc<ClusterKey>,
     /// The agent's own nice value (crate::priority); jobs keep the one it started with.
     pub nice: i32,
+    /// Where the GPUs' device files are (`--gpu-device-dir`): stand-ins for an emulated
+    /// node's GPUs (`DIR/nvidia0`, ...); None: `/dev` on the real machine, none on an
+    /// emulated one (crate::gpu_devices).
+    pub gpu_device_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -93,8 +97,14 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let auth = Arc::new(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone(), instance.clone()));
     crate::conn::raise_nofile();
     let facts = hwtopo::MemoryFacts::from_host(cfg.numa_memory.clone(), &cfg.topology);
-    let topology = hwtopo::load_with(&cfg.topology, &facts)?;
-    let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect(&cfg.cgroup_root)?);
+    let mut topology = hwtopo::load_with(&cfg.topology, &facts)?;
+    let real = cfg.topology == TopologySource::Real;
+    crate::gpu_devices::assign_device_files(&mut topology, real, cfg.gpu_device_dir.as_deref());
+    topology.validate().map_err(|e| AgentError::Setup(format!("--gpu-device-dir: {e}")))?;
+    let has_gpu_files = topology.gpus.iter().any(|g| !g.device_files.is_empty());
+    let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect_with_devices(&cfg.cgroup_root, has_gpu_files)?);
+    let gpus_contained = has_gpu_files && backend.contains_devices();
+    crate::gpu_devices::containment_warning(&topology, gpus_contained, backend.version() == 2);
     backend.prepare_root()?;
     let (cpus, mems) = backend.root_cpus_mems()?;
     let real_cpus = CpuSet::parse_list(&cpus).map_err(|e| AgentError::Setup(e.to_string()))?;

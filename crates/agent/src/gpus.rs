@@ -191,6 +191,7 @@ pub(crate) fn discover(
             memory_bytes: memory_of(&devs),
             link_group: None,
             emulated: false,
+            device_files: vec![],
         };
         found.push((gpu, devs.iter().map(|d| d.global_persistent_index()).collect()));
     }

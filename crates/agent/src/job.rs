@@ -76,6 +76,11 @@ pub async fn run_job(
         mems: ctx.cpumap.mems(&spec.allocation.mems).to_list(),
         memory_limit_bytes: Some(spec.allocation.memory_bytes),
         pids_max: spec.pids_max,
+        deny_devices: if ctx.cgroups.contains_devices() {
+            crate::gpu_devices::deny_rules(&ctx.topology.gpus, &spec.allocation.gpus)
+        } else {
+            vec![]
+        },
     };
     // Checked before anything is made: both come from the controller.
     let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus);

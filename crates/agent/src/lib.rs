@@ -13,6 +13,7 @@ pub mod daemon;
 pub mod fence;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
+pub mod gpu_devices;
 pub mod gpus;
 pub mod hwtopo;
 pub mod job;

@@ -331,8 +331,9 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
         cpus: ctx.cpumap.cpus(&a.cpus).to_list(),
         mems: ctx.cpumap.mems(&a.mems).to_list(),
         memory_limit_bytes: Some(a.memory_bytes),
-        // Kept as the launch set it.
+        // Kept as the launch set it, as are the denied devices (rules are only added).
         pids_max: None,
+        deny_devices: vec![],
     };
     let new = limits(to);
     if new.cpus.is_empty() {

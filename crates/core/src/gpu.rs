@@ -107,6 +107,13 @@ pub struct Gpu {
     /// Not real hardware: added by `--gpus-per-numa` to an emulated node.
     #[serde(default, skip_serializing_if = "is_false")]
     pub emulated: bool,
+    /// The device files that are this GPU (absolute paths): `/dev/nvidia0`,
+    /// `/dev/dri/card1`, `/dev/dri/renderD128`; on an emulated node, stand-ins under the
+    /// agent's `--gpu-device-dir`. The devices cgroup of every job on the node denies those
+    /// of the GPUs it does not hold. Empty when unknown (XML topologies without a device
+    /// directory: their devices are another machine's).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub device_files: Vec<String>,
 }
 
 fn is_false(b: &bool) -> bool {
@@ -121,6 +128,29 @@ impl Gpu {
             let n = d.strip_prefix(prefix)?;
             (!n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())).then(|| n.parse().ok())?
         })
+    }
+
+    /// The names of this GPU's device files, relative to the device directory (`/dev`):
+    /// `nvidiaN` for NVIDIA GPUs and GPUs of no known vendor (emulated ones), N its NVML
+    /// index, else CUDA ordinal, else berth's index (the driver's minor number, which
+    /// follows NVML's PCI order; the agent reads the true minor from
+    /// `/proc/driver/nvidia/gpus/BUS/information` where it can), and `dri/cardN` /
+    /// `dri/renderDN` for each DRM OS device (AMD's and Intel's per-GPU devices; NVIDIA's
+    /// too when its DRM driver is loaded).
+    pub fn device_names(&self) -> Vec<String> {
+        let mut names = Vec::new();
+        if matches!(self.vendor, GpuVendor::Nvidia | GpuVendor::Other) {
+            let n = ["nvml", "cuda"].iter().find_map(|p| self.os_device_number(p)).unwrap_or(self.index);
+            names.push(format!("nvidia{n}"));
+        }
+        for d in &self.os_devices {
+            for prefix in ["card", "renderD"] {
+                if d.strip_prefix(prefix).is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())) {
+                    names.push(format!("dri/{d}"));
+                }
+            }
+        }
+        names
     }
 
     /// A short type name for views and, later, `--gpu-type` (`gres=gpu:TYPE:N`): the model's
@@ -147,6 +177,21 @@ impl Gpu {
                     m.split(|c: char| c.is_whitespace() || c == '-').any(|w| w.eq_ignore_ascii_case(kind))
                 }))
     }
+}
+
+/// The device number (major, minor) a GPU device file under the real `/dev` has by the
+/// drivers' fixed numbering, for a file that does not exist (yet): NVIDIA's `/dev/nvidiaN`
+/// is character device 195:N (the driver's `nvidia-modprobe` makes them on first use, so a
+/// job could have one made after it started), DRM's `/dev/dri/cardN` and `renderDN` are
+/// 226:N. None for any other path.
+pub fn known_device_number(path: &str) -> Option<(u32, u32)> {
+    let number = |s: &str| (!s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?;
+    if let Some(n) = path.strip_prefix("/dev/nvidia") {
+        return number(n).map(|n| (195, n));
+    }
+    let drm = path.strip_prefix("/dev/dri/")?;
+    let n = drm.strip_prefix("renderD").or_else(|| drm.strip_prefix("card"))?;
+    number(n).map(|n| (226, n))
 }
 
 /// A GPU-to-GPU link, between `Topology::gpus[a]` and `[b]` (`a < b`).
@@ -224,6 +269,16 @@ pub fn job_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> {
 mod env_tests {
     use super::*;
 
+    #[test]
+    fn real_device_numbers_follow_the_drivers() {
+        assert_eq!(known_device_number("/dev/nvidia3"), Some((195, 3)));
+        assert_eq!(known_device_number("/dev/dri/renderD128"), Some((226, 128)));
+        assert_eq!(known_device_number("/dev/dri/card1"), Some((226, 1)));
+        for other in ["/dev/nvidiactl", "/dev/nvidia-uvm", "/tmp/x/nvidia0", "/dev/dri/by-path", "/dev/nvidia"] {
+            assert_eq!(known_device_number(other), None, "{other}");
+        }
+    }
+
     fn gpu(index: u32, vendor: GpuVendor, devices: &[&str]) -> Gpu {
         let mut t = crate::topology::Topology::uniform(1, 1, 1, 1, 1 << 30);
         t.add_emulated_gpus(1).expect("one GPU");
@@ -268,6 +323,13 @@ mod env_tests {
         assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("1,1,4"), "cuda ordinal, else nvml, else berth's");
         assert_eq!(get("ROCR_VISIBLE_DEVICES"), Some("0"));
         assert_eq!(get("ZE_AFFINITY_MASK"), Some("4"));
+        let names: Vec<Vec<String>> = gpus.iter().map(Gpu::device_names).collect();
+        assert_eq!(names[0], ["nvidia0", "dri/card1"], "NVML's index names /dev/nvidiaN");
+        assert_eq!(names[1], ["nvidia1"]);
+        assert!(names[2].is_empty() && names[3].is_empty(), "AMD/Intel without DRM devices: none known");
+        assert_eq!(names[4], ["nvidia4"], "no OS device: berth's index");
+        let amd = gpu(5, GpuVendor::Amd, &["rsmi0", "card2", "renderD129", "cardx"]);
+        assert_eq!(amd.device_names(), ["dri/card2", "dri/renderD129"]);
         let env = job_env(&gpus, &[2]);
         assert_eq!(
             env.iter().map(|(k, _)| *k).collect::<Vec<_>>(),

@@ -240,6 +240,19 @@ impl Topology {
                     return bad(format!("OS device {name:?} belongs to two GPUs"));
                 }
             }
+            if g.device_files.len() > gpu::MAX_OS_DEVICES {
+                return bad(format!(
+                    "GPU {i} lists {} device files, more than {}",
+                    g.device_files.len(),
+                    gpu::MAX_OS_DEVICES
+                ));
+            }
+            if let Some(f) = g.device_files.iter().find(|f| long(f) || !f.starts_with('/') || f.contains("/../")) {
+                return bad(format!(
+                    "GPU {i} has device file {f:?}: device files are absolute paths of at most {} bytes",
+                    gpu::MAX_GPU_TEXT
+                ));
+            }
             if [&g.model, &g.pci_bus_id, &g.uuid].into_iter().flatten().any(|s| long(s)) {
                 return bad(format!("GPU {i} has an empty or overlong model, PCI id or UUID"));
             }
@@ -302,6 +315,7 @@ impl Topology {
                 memory_bytes: None,
                 link_group,
                 emulated: true,
+                device_files: vec![],
             });
         }
         Ok(())

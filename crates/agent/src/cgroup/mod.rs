@@ -75,6 +75,11 @@ pub struct JobLimits {
     /// The most processes (and threads) the job may have at once; None leaves the limit as
     /// it is (unlimited in a new cgroup). Hitting it makes fork fail in the job (EAGAIN).
     pub pids_max: Option<u64>,
+    /// Character devices (major, minor) the job must not open: the node's GPUs it does not
+    /// hold (crate::gpu_devices::deny_rules). Written to the v1 `devices` controller when the
+    /// backend contains devices ([`CgroupBackend::contains_devices`]); rules are only ever
+    /// added, so an `update` with none leaves the job's as they are.
+    pub deny_devices: Vec<(u32, u32)>,
 }
 
 /// Accounting of a job cgroup (cumulative since creation, descendants included).
@@ -117,6 +122,14 @@ pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
     /// Kill and remove all children, then remove the root and the ancestors
     /// that became empty, up to and including the top directory of the subtree.
     fn remove_root(&self) -> Result<(), CgroupError>;
+    /// Whether jobs' `JobLimits::deny_devices` are enforced: a v1 backend made with the
+    /// `devices` hierarchy ([`detect_with_devices`]). cgroup v2 filters devices with an eBPF
+    /// program berth does not load yet: false there.
+    fn contains_devices(&self) -> bool {
+        false
+    }
+    /// The cgroup version: 1 or 2.
+    fn version(&self) -> u8;
     /// Mount point of the hierarchy holding the cpuset controller; job cpuset
     /// paths are reported relative to it.
     fn cpuset_mount(&self) -> PathBuf;
@@ -197,13 +210,20 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
 /// another cgroup2 mount (e.g. /sys/fs/cgroup/unified) offers cpuset and
 /// memory; else v1 if the cpuset and memory hierarchies are mounted.
 pub fn detect(root_rel: &str) -> Result<Box<dyn CgroupBackend>, CgroupError> {
+    detect_with_devices(root_rel, false)
+}
+
+/// [`detect`], on cgroup v1 with the `devices` hierarchy too when `devices` (a node with
+/// GPUs to contain) and it is mounted: jobs then join a devices cgroup that denies
+/// `JobLimits::deny_devices`.
+pub fn detect_with_devices(root_rel: &str, devices: bool) -> Result<Box<dyn CgroupBackend>, CgroupError> {
     let path = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(path).map_err(|e| util::io_err("read", path, e))?;
     let mounts = parse_mountinfo(&text);
     let read = |p: &Path| std::fs::read_to_string(p.join("cgroup.controllers")).ok();
     match choose(&mounts, &read)? {
         Choice::V2(mount) => Ok(Box::new(v2::V2Backend::new(mount, root_rel)?)),
-        Choice::V1 => Ok(Box::new(v1::V1Backend::from_mounts(&mounts, root_rel)?)),
+        Choice::V1 => Ok(Box::new(v1::V1Backend::from_mounts_with(&mounts, root_rel, devices)?)),
     }
 }
 

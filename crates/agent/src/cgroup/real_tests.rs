@@ -63,6 +63,7 @@ impl Root {
         let p = self.paths();
         let mut v = vec![p.cpuset, p.memory, p.freezer, p.cpuacct];
         v.extend(p.pids);
+        v.extend(p.devices);
         v.into_iter().map(|d| job.map(|j| d.join(j)).unwrap_or(d)).collect()
     }
 
@@ -76,10 +77,19 @@ impl Root {
 }
 
 fn v1_root(test: &str, rel: String) -> Option<Root> {
+    v1_root_with(test, rel, false)
+}
+
+/// [`v1_root`], with the `devices` hierarchy when `devices` (a GPU node's backend).
+fn v1_root_with(test: &str, rel: String, devices: bool) -> Option<Root> {
     if !is_root() {
         return precondition_failed(test, "not running as root");
     }
-    let backend = match V1Backend::new(&rel) {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").map(|t| parse_mountinfo(&t)).unwrap_or_default();
+    if devices && v1_mount(&mounts, "devices").is_none() {
+        return precondition_failed(test, "the cgroup v1 devices controller is not mounted");
+    }
+    let backend = match V1Backend::from_mounts_with(&mounts, &rel, devices) {
         Ok(b) => b,
         Err(e) => return precondition_failed(test, &e.to_string()),
     };

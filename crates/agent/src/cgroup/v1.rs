@@ -20,6 +20,8 @@ pub struct V1Paths {
     pub freezer: PathBuf,
     pub cpuacct: PathBuf,
     pub pids: Option<PathBuf>,
+    /// The `devices` hierarchy, used only on a node with GPUs to contain.
+    pub devices: Option<PathBuf>,
 }
 
 impl V1Paths {
@@ -30,6 +32,7 @@ impl V1Paths {
             freezer: self.freezer.join(rel),
             cpuacct: self.cpuacct.join(rel),
             pids: self.pids.as_ref().map(|p| p.join(rel)),
+            devices: self.devices.as_ref().map(|p| p.join(rel)),
         }
     }
 
@@ -37,7 +40,7 @@ impl V1Paths {
     fn unique(&self) -> Vec<&Path> {
         let mut out: Vec<&Path> = Vec::new();
         let all = [&self.cpuset, &self.memory, &self.freezer, &self.cpuacct];
-        for p in all.into_iter().chain(self.pids.as_ref()) {
+        for p in all.into_iter().chain(self.pids.as_ref()).chain(self.devices.as_ref()) {
             if !out.contains(&p.as_path()) {
                 out.push(p);
             }
@@ -62,6 +65,12 @@ impl V1Backend {
     }
 
     pub(crate) fn from_mounts(mounts: &[MountInfo], root_rel: &str) -> Result<Self, CgroupError> {
+        Self::from_mounts_with(mounts, root_rel, false)
+    }
+
+    /// [`V1Backend::from_mounts`], with the `devices` hierarchy too when `devices` and it is
+    /// mounted.
+    pub(crate) fn from_mounts_with(mounts: &[MountInfo], root_rel: &str, devices: bool) -> Result<Self, CgroupError> {
         let find = |c| super::v1_mount(mounts, c);
         let (cpuset, memory, freezer, cpuacct) = (find("cpuset"), find("memory"), find("freezer"), find("cpuacct"));
         let missing: Vec<&str> =
@@ -78,6 +87,7 @@ impl V1Backend {
                     freezer,
                     cpuacct,
                     pids: find("pids"),
+                    devices: if devices { find("devices") } else { None },
                 },
                 root_rel,
             ),
@@ -241,6 +251,14 @@ impl CgroupBackend for V1Backend {
         Ok(())
     }
 
+    fn contains_devices(&self) -> bool {
+        self.mounts.devices.is_some()
+    }
+
+    fn version(&self) -> u8 {
+        1
+    }
+
     fn cpuset_mount(&self) -> PathBuf {
         self.mounts.cpuset.clone()
     }
@@ -257,6 +275,7 @@ mod tests {
             freezer: "/cg/freezer".into(),
             cpuacct: cpuacct.into(),
             pids: None,
+            devices: None,
         }
     }
 

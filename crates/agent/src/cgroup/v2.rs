@@ -156,6 +156,10 @@ impl CgroupBackend for V2Backend {
         }
     }
 
+    fn version(&self) -> u8 {
+        2
+    }
+
     fn cpuset_mount(&self) -> PathBuf {
         self.mount.clone()
     }

@@ -11,7 +11,13 @@ fn v1_create_join_kill_remove() {
         return;
     };
     let b = &r.backend;
-    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
+    let limits = JobLimits {
+        cpus: "0".into(),
+        mems: "0".into(),
+        memory_limit_bytes: mib(64),
+        pids_max: None,
+        deny_devices: vec![],
+    };
     let job = b.create("job_1", &limits).unwrap();
     let p = r.paths();
     assert_eq!(read(&p.cpuset.join("job_1/cpuset.cpus")), "0");
@@ -68,12 +74,61 @@ fn v1_create_join_kill_remove() {
     r.finish();
 }
 
+/// A GPU node's job: its devices cgroup denies the stand-ins of the GPUs it does not hold
+/// (here a copy of /dev/random's numbers, 1:8), the one it holds (/dev/full's, 1:7) opens.
+#[test]
+fn v1_devices_deny_other_gpus() {
+    let Some(r) = v1_root_with("v1_devices_deny_other_gpus", unique("berth-test/cg"), true) else {
+        return;
+    };
+    let b = &r.backend;
+    assert!(b.contains_devices());
+    let tmp = tempfile::tempdir().unwrap();
+    let (mine, other) = (tmp.path().join("nvidia0"), tmp.path().join("nvidia1"));
+    for (path, minor) in [(&mine, 7), (&other, 8)] {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C path; mknod has no other precondition.
+        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, minor)) };
+        assert_eq!(rc, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+    }
+    let mut topo = berth_core::topology::Topology::uniform(1, 2, 1, 1, 1 << 30);
+    topo.add_emulated_gpus(1).unwrap();
+    crate::gpu_devices::assign_device_files(&mut topo, false, Some(tmp.path()));
+    let deny = crate::gpu_devices::deny_rules(&topo.gpus, &[0]);
+    assert_eq!(deny, [(1, 8)]);
+    let limits = JobLimits { deny_devices: deny, ..JobLimits::default() };
+    let job = b.create("job_gpu", &limits).unwrap();
+    let dir = r.paths().devices.unwrap().join("job_gpu");
+    let list = read(&dir.join("devices.list"));
+    assert!(!list.contains("c 1:8") && !list.is_empty(), "1:8 no longer allowed: {list}");
+    let script = format!(
+        "head -c1 {} >/dev/null || exit 3; if head -c1 {} >/dev/null 2>&1; then exit 4; fi; exit 0",
+        mine.display(),
+        other.display()
+    );
+    let mut child = spawn_in(&*job, &script);
+    let status = wait_child(&mut child, Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "3: own GPU refused, 4: other GPU opened");
+    // Outside the job the other stand-in opens: the rule is the job's only.
+    assert!(std::fs::File::open(&other).is_ok());
+    job.kill_all(Duration::from_secs(5)).unwrap();
+    job.remove().unwrap();
+    assert!(!dir.exists(), "the devices cgroup goes with the job");
+    r.finish();
+}
+
 #[test]
 fn v1_oom_kill_is_counted() {
     let Some(r) = v1_root("v1_oom_kill_is_counted", unique("berth-test/cg")) else {
         return;
     };
-    let limits = JobLimits { cpus: String::new(), mems: String::new(), memory_limit_bytes: mib(32), pids_max: None };
+    let limits = JobLimits {
+        cpus: String::new(),
+        mems: String::new(),
+        memory_limit_bytes: mib(32),
+        pids_max: None,
+        deny_devices: vec![],
+    };
     let job = r.backend.create("oom", &limits).unwrap();
     let mut child = spawn_in(&*job, "head -c 300m /dev/zero | tail");
     let st = wait_child(&mut child, Duration::from_secs(60));
@@ -142,7 +197,13 @@ fn v1_update_limits() {
         return;
     };
     let (cpus, mems) = r.backend.root_cpus_mems().unwrap();
-    let mut limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
+    let mut limits = JobLimits {
+        cpus: "0".into(),
+        mems: "0".into(),
+        memory_limit_bytes: mib(64),
+        pids_max: None,
+        deny_devices: vec![],
+    };
     let job = r.backend.create("upd", &limits).unwrap();
     let dir = r.paths().memory.join("upd");
     let memsw = dir.join("memory.memsw.limit_in_bytes");
@@ -174,7 +235,13 @@ fn v1_a_spare_is_taken_by_the_next_create_and_is_no_job() {
     };
     let b = &r.backend;
     let p = r.paths();
-    let limits = JobLimits { cpus: "0".into(), mems: "0".into(), memory_limit_bytes: mib(64), pids_max: None };
+    let limits = JobLimits {
+        cpus: "0".into(),
+        mems: "0".into(),
+        memory_limit_bytes: mib(64),
+        pids_max: None,
+        deny_devices: vec![],
+    };
     b.make_spare().unwrap();
     b.make_spare().unwrap(); // one is enough: already there
     assert_eq!(b.list().unwrap(), ["spare"]);
@@ -231,6 +298,7 @@ fn v1_moved_job_memory_follows_its_mems() {
         mems: mems.into(),
         memory_limit_bytes: mib(256),
         pids_max: None,
+        deny_devices: vec![],
     };
     let job = r.backend.create("mig", &limits(first_cpu, &first_mem.to_string())).unwrap();
     let memory_migrate = r.paths().cpuset.join("mig/cpuset.memory_migrate");

@@ -157,6 +157,7 @@ fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
         mems: mems.clone(),
         memory_limit_bytes: Some(64 << 20),
         pids_max: None,
+        deny_devices: vec![],
     };
     let job = backend.create("job_903", &limits).unwrap();
     let mut child = spawn_in(&*job, "setsid sleep 300 & exec sleep 300");

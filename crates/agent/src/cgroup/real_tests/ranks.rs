@@ -62,7 +62,13 @@ fn v1_rank_cpusets_owned_by_user_and_removed_with_job() {
     let (c0, c1) = (host[0].to_string(), host.get(1).unwrap_or(&host[0]).to_string());
     let mem = CpuSet::parse_list(&mems).unwrap().iter().next().unwrap().to_string();
     let job_cpus = CpuSet::from_iter_u32(host.iter().copied()).to_list();
-    let limits = JobLimits { cpus: job_cpus.clone(), mems: mem.clone(), memory_limit_bytes: mib(64), pids_max: None };
+    let limits = JobLimits {
+        cpus: job_cpus.clone(),
+        mems: mem.clone(),
+        memory_limit_bytes: mib(64),
+        pids_max: None,
+        deny_devices: vec![],
+    };
     let job = r.backend.create("ranks", &limits).unwrap();
     let dir = job.cpuset_dir();
     assert_eq!(dir, r.paths().cpuset.join("ranks"));

@@ -194,6 +194,13 @@ impl JobCgroup for V1Job {
         if let (Some(dir), Some(max)) = (&self.paths.pids, limits.pids_max) {
             util::write_value(&dir.join("pids.max"), &max.to_string())?;
         }
+        if let Some(dir) = &self.paths.devices {
+            // One rule a write (the kernel takes one); "rwm": no read, write or mknod.
+            let deny = dir.join("devices.deny");
+            for (major, minor) in &limits.deny_devices {
+                util::write_value(&deny, &format!("c {major}:{minor} rwm"))?;
+            }
+        }
         Ok(())
     }
 
@@ -300,6 +307,7 @@ mod tests {
             freezer: dir.clone(),
             cpuacct: dir.clone(),
             pids: None,
+            devices: None,
         };
         let job = V1Job { name: "job_1".into(), paths, root_cpuset: dir };
         (tmp, job)
@@ -376,7 +384,13 @@ mod tests {
     fn update_turns_on_memory_migration() {
         let files = [("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.memory_migrate", "0\n")];
         let (_t, job) = fixture(&[files[0], files[1], files[2], ("memory.limit_in_bytes", "")]);
-        let limits = JobLimits { cpus: "2-3".into(), mems: "1".into(), memory_limit_bytes: Some(4096), pids_max: None };
+        let limits = JobLimits {
+            cpus: "2-3".into(),
+            mems: "1".into(),
+            memory_limit_bytes: Some(4096),
+            pids_max: None,
+            deny_devices: vec![],
+        };
         job.update(&limits).unwrap();
         let read = |f: &str| std::fs::read_to_string(job.paths.cpuset.join(f)).unwrap();
         assert_eq!([read("cpuset.memory_migrate"), read("cpuset.cpus"), read("cpuset.mems")], ["1", "2-3", "1"]);

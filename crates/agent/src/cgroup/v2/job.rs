@@ -266,8 +266,13 @@ mod tests {
         let files = ["cpuset.cpus", "cpuset.mems", "memory.max", "memory.swap.max"];
         let (_t, job) = fixture(&files.map(|f| (f, "")));
         let read = |f: &str| fs::read_to_string(job.dir().join(f)).unwrap();
-        let limits =
-            JobLimits { cpus: "1,3".into(), mems: "0".into(), memory_limit_bytes: Some(64 << 20), pids_max: None };
+        let limits = JobLimits {
+            cpus: "1,3".into(),
+            mems: "0".into(),
+            memory_limit_bytes: Some(64 << 20),
+            pids_max: None,
+            deny_devices: vec![],
+        };
         job.update(&limits).unwrap();
         assert_eq!(files.map(read), ["1,3", "0", "67108864", "0"]);
         job.update(&JobLimits::default()).unwrap();

@@ -54,6 +54,12 @@ pub struct AgentArgs {
     /// or --topology-xml), local to it; for tests and demos of GPU nodes.
     #[arg(long, value_name = "N", default_value_t = 0)]
     gpus_per_numa: u32,
+    /// Where the GPUs' device files are: stand-ins for an emulated node's GPUs, GPU N's
+    /// named as on a real node (`DIR/nvidiaN`, made e.g. with `mknod DIR/nvidia0 c 195 0`);
+    /// jobs' devices cgroups deny the other GPUs' (default: /dev on the real machine, none
+    /// on an emulated one).
+    #[arg(long, value_name = "DIR")]
+    gpu_device_dir: Option<PathBuf>,
     /// Memory of the NUMA nodes, over what hwloc and the OS say: one size for each ("64G"),
     /// sizes by NUMA node number ("0=64G,1=64G"), or both ("32G,3=16G").
     #[arg(long)]
@@ -142,6 +148,7 @@ pub async fn agent(args: AgentArgs) -> Result<i32> {
         cgroup_root,
         spool_dir,
         nice: args.nice,
+        gpu_device_dir: args.gpu_device_dir,
     };
     berth_agent::run(cfg).await?;
     Ok(0)
@@ -160,6 +167,10 @@ struct ClusterFile {
     /// Emulated GPUs per NUMA node of each agent (`berth up --gpus-per-numa`).
     #[serde(default, skip_serializing_if = "is_zero")]
     gpus_per_numa: u32,
+    /// The agents' `--gpu-device-dir` (`berth up --gpu-device-dir`): their GPUs' stand-in
+    /// device files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    gpu_device_dir: Option<PathBuf>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -302,7 +313,7 @@ fn log_tail(dir: &Path, who: &str) -> String {
 }
 
 pub async fn up(dir: &Path, json: bool, agents: Option<usize>, topology: Option<String>, netns: bool) -> Result<i32> {
-    up_with_gpus(dir, json, agents, topology, netns, None).await
+    up_with_gpus(dir, json, agents, topology, netns, None, None).await
 }
 
 /// `berth up`, with `--gpus-per-numa N` when given (kept in the cluster file for later `up`s).
@@ -313,7 +324,14 @@ pub async fn up_with_gpus(
     topology: Option<String>,
     netns: bool,
     gpus_per_numa: Option<u32>,
+    gpu_device_dir: Option<PathBuf>,
 ) -> Result<i32> {
+    // The agents run elsewhere (their own working directory): the path must be absolute.
+    let gpu_device_dir = match gpu_device_dir {
+        Some(d) if !d.is_dir() => bail!("--gpu-device-dir {}: no such directory", d.display()),
+        Some(d) => Some(std::fs::canonicalize(&d).with_context(|| format!("--gpu-device-dir {}", d.display()))?),
+        None => None,
+    };
     if gpus_per_numa.is_some_and(|n| n > berth_core::gpu::MAX_EMULATED_PER_NUMA) {
         bail!("--gpus-per-numa must be at most {}", berth_core::gpu::MAX_EMULATED_PER_NUMA);
     }
@@ -329,6 +347,9 @@ pub async fn up_with_gpus(
             }
             if let Some(n) = gpus_per_numa {
                 c.gpus_per_numa = n;
+            }
+            if gpu_device_dir.is_some() {
+                c.gpu_device_dir = gpu_device_dir;
             }
             c
         }
@@ -351,6 +372,7 @@ pub async fn up_with_gpus(
                 topology: topology.unwrap_or_else(|| DEFAULT_TOPOLOGY.into()),
                 netns,
                 gpus_per_numa: gpus_per_numa.unwrap_or(0),
+                gpu_device_dir,
             }
         }
     };
@@ -427,6 +449,9 @@ pub async fn up_with_gpus(
             key_file.display().to_string(),
         ];
         args.extend(source_args(&source));
+        if let Some(d) = &cluster.gpu_device_dir {
+            args.extend(["--gpu-device-dir".into(), d.display().to_string()]);
+        }
         let ns = layout.namespace(i);
         if cluster.netns {
             args.extend(["--listen".into(), format!("{}:0", layout.agent_ip(i))]);

@@ -47,6 +47,10 @@ enum Command {
         /// Emulate N GPUs on each NUMA node of every agent (not with --topology real).
         #[arg(long, value_name = "N")]
         gpus_per_numa: Option<u32>,
+        /// The agents' GPU device files are in DIR (`DIR/nvidia0`, ...: stand-ins made with
+        /// mknod for emulated GPUs); jobs' devices cgroups deny the GPUs they do not hold.
+        #[arg(long, value_name = "DIR")]
+        gpu_device_dir: Option<std::path::PathBuf>,
     },
     /// Stop the local cluster and remove its cgroups.
     Down,
@@ -88,8 +92,8 @@ fn main() {
         match cli.command {
             Command::Server(args) => cluster::server(&dir, args).await,
             Command::Agent(args) => cluster::agent(args).await,
-            Command::Up { agents, topology, netns, gpus_per_numa } => {
-                cluster::up_with_gpus(&dir, json, agents, topology, netns, gpus_per_numa).await
+            Command::Up { agents, topology, netns, gpus_per_numa, gpu_device_dir } => {
+                cluster::up_with_gpus(&dir, json, agents, topology, netns, gpus_per_numa, gpu_device_dir).await
             }
             Command::Down => cluster::down(&dir, json).await,
             Command::Demo { keep } => demo::run(json, keep).await,

@@ -1,0 +1,101 @@
+//! System tests of GPU jobs on emulated GPU nodes (issue 20): device containment with the
+//! cgroup v1 `devices` controller, on stand-in device files made with mknod.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// One package, two NUMA nodes of two cores: with `--gpus-per-numa 1`, GPU 0 on NUMA node 0
+/// and GPU 1 on NUMA node 1.
+const TOPO: &str = "package:1 numa:2 core:2 pu:1";
+
+/// A cluster of one emulated 2-GPU node whose GPUs' device files are stand-ins in `DEV`:
+/// `nvidia0` with /dev/full's numbers (1:7), `nvidia1` with /dev/random's (1:8), both
+/// readable by anyone, so that a denied open is the cgroup's doing.
+fn gpu_cluster() -> (Cluster, PathBuf) {
+    require_root();
+    let devices = cgroup_mount("devices");
+    assert!(
+        devices.join("devices.deny").exists(),
+        "this test needs the cgroup v1 devices controller at {} (mount -t cgroup -o devices cgroup {0})",
+        devices.display()
+    );
+    let tmp = tempfile::Builder::new().prefix("berth-test-").tempdir().expect("tempdir");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let dev = tmp.path().join("dev");
+    std::fs::create_dir(&dev).unwrap();
+    for (gpu, minor) in [(0, 7), (1, 8)] {
+        let path = dev.join(format!("nvidia{gpu}"));
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid C path; mknod has no other precondition.
+        let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, minor)) };
+        assert_eq!(rc, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    let dev_s = dev.display().to_string();
+    let c = Cluster::up_with(tmp, 1, TOPO, &["--gpus-per-numa", "1", "--gpu-device-dir", &dev_s]);
+    (c, dev)
+}
+
+/// The script's report of each stand-in: `nvidiaN ok` or `nvidiaN denied: ERROR`.
+fn probe_script(dev: &Path) -> String {
+    format!(
+        "#!/bin/sh\necho \"gpus=$BERTH_GPUS cuda=$CUDA_VISIBLE_DEVICES\"\ngrep devices /proc/self/cgroup\n\
+         for i in 0 1; do\n  if err=$(head -c1 {dev}/nvidia$i 2>&1 >/dev/null); then echo \"nvidia$i ok\"; \
+         else echo \"nvidia$i denied: $err\"; fi\ndone\n",
+        dev = dev.display()
+    )
+}
+
+fn job_devices_cgroup(c: &Cluster, id: u64) -> PathBuf {
+    cgroup_mount("devices").join("berth").join(c.cluster_id()).join("node1").join(format!("job_{id}"))
+}
+
+fn wait_gone(path: &Path, c: &Cluster) {
+    let t0 = Instant::now();
+    while path.exists() {
+        assert!(t0.elapsed() < Duration::from_secs(15), "{} left after the job\n{}", path.display(), c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_gpu_job_opens_its_gpu_and_not_the_others() {
+    let (c, dev) = gpu_cluster();
+    let nodes = c.json(&["nodes"]);
+    let gpus = &nodes[0]["gpus"];
+    assert_eq!(gpus.as_array().map(Vec::len), Some(2), "{nodes:#}");
+    assert_eq!(gpus[0]["device_files"][0], format!("{}/nvidia0", dev.display()), "{nodes:#}");
+
+    let script = probe_script(&dev);
+    let id = c.submit("gpu.sh", &script, &["--gpus", "1", "--gpu-type", "emulated"]);
+    let j = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap();
+    let mine: u32 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("gpus=")?.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no BERTH_GPUS in the output:\n{out}"));
+    let other = 1 - mine;
+    assert!(out.contains(&format!("nvidia{mine} ok")), "its own GPU opens:\n{out}");
+    assert!(
+        out.contains(&format!("nvidia{other} denied:")) && out.contains("Operation not permitted"),
+        "the other GPU is EPERM:\n{out}"
+    );
+    assert!(out.contains(&format!("/node1/job_{id}")), "the job ran in its devices cgroup:\n{out}");
+    wait_gone(&job_devices_cgroup(&c, id), &c);
+
+    // A job without GPUs on a GPU node gets none of them.
+    let id = c.submit("nogpu.sh", &script, &[]);
+    let j = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap();
+    assert!(out.contains("nvidia0 denied:") && out.contains("nvidia1 denied:"), "{out}");
+    wait_gone(&job_devices_cgroup(&c, id), &c);
+    // Outside any job, the stand-ins open: the rules are the jobs' own.
+    assert!(std::fs::File::open(dev.join("nvidia1")).is_ok());
+    assert_no_job_cgroups(&c);
+}
