@@ -111,7 +111,8 @@ pub async fn run_job(
     let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).and_then(|sets| {
         let socket = &ctx.agent_socket;
         let shim = ctx.shim.as_deref();
-        let gpus = berth_core::gpu::job_env(&ctx.topology.gpus, &spec.allocation.gpus);
+        let held = &spec.allocation.gpus;
+        let gpus = berth_core::gpu::gpu_env(&ctx.topology.gpus, held, held, ctx.cgroups.contains_devices());
         let child =
             if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, &gpus, socket, shim)?) } else { None };
         Ok((child, sets))

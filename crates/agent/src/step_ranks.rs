@@ -175,6 +175,7 @@ pub fn start(
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
     // Opened once for the step: every rank joins through the same files.
     let job_join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+    let rank_gpus = gpus_of_ranks(ctx, job, grant, node)?;
     for local in spawn_order(node, &ctx.cpumap) {
         let place = &node.ranks[local];
         let host = ctx.cpumap.cpus(&place.cpus);
@@ -199,6 +200,10 @@ pub fn start(
         let (ours, theirs) =
             std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?;
         let mut env = rank_env(&base, place.rank, local, &host);
+        if let Some(vars) = rank_gpus.get(local) {
+            env.retain(|(k, _)| !GPU_VARS.contains(&k.as_str()));
+            env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.clone())));
+        }
         if job.spec.compat.is_some() {
             set_compat(&mut env, crate::compat_env::rank_vars(place.rank, local));
         }
@@ -225,6 +230,49 @@ pub fn start(
         partial.push(LocalRank { rank: place.rank, child });
     }
     Ok(StartedRanks { ranks: std::mem::take(partial), pmi, failures_file, sub_cpusets })
+}
+
+/// The GPU variables a rank's environment may carry from its job (replaced per rank).
+const GPU_VARS: [&str; 5] =
+    ["BERTH_GPUS", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"];
+
+/// Each local rank's GPU variables (indexed as `node.ranks`), when the job holds GPUs on this
+/// node: with `BERTH_GPUS_PER_TASK` or `BERTH_GPU_BIND` in the step's environment (`berth run
+/// --gpus-per-task`/`--gpu-bind`, or the job's), each rank its own
+/// ([`berth_core::gpu::rank_gpus`], `closest` unless told); else every rank the job's GPUs
+/// on the node. Empty for a node where the job has none.
+fn gpus_of_ranks(
+    ctx: &JobContext,
+    job: &JobHandle,
+    grant: &StepGrant,
+    node: &StepNode,
+) -> Result<Vec<Vec<(&'static str, String)>>, String> {
+    use berth_core::gpu::{gpu_env, rank_gpus, GpuBind};
+    let held = &job.allocation().gpus;
+    if held.is_empty() {
+        return Ok(vec![]);
+    }
+    let var = |name: &str| grant.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string());
+    let per_task = match var("BERTH_GPUS_PER_TASK") {
+        Some(v) => Some(
+            v.parse::<u32>()
+                .ok()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| format!("BERTH_GPUS_PER_TASK={v:?}: give a count of GPUs per rank, at least 1"))?,
+        ),
+        None => None,
+    };
+    let bind = var("BERTH_GPU_BIND").filter(|b| !b.is_empty()).map(|b| GpuBind::parse(&b)).transpose()?;
+    let relative = ctx.cgroups.contains_devices();
+    let gpus = &ctx.topology.gpus;
+    let sets: Vec<Vec<u32>> = match (per_task, bind) {
+        (None, None) => vec![held.clone(); node.ranks.len()],
+        (per_task, bind) => {
+            let cpus: Vec<berth_core::CpuSet> = node.ranks.iter().map(|r| r.cpus.clone()).collect();
+            rank_gpus(gpus, held, &cpus, per_task.unwrap_or(1), &bind.unwrap_or(GpuBind::Closest))?
+        }
+    };
+    Ok(sets.iter().map(|mine| gpu_env(gpus, held, mine, relative)).collect())
 }
 
 /// The order to start the node's ranks in (indexes into its ranks): those whose CPUs exclude

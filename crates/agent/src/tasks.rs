@@ -620,7 +620,8 @@ fn spawn_here(
         ],
     );
     // The job's GPUs on this node, as the batch script gets them (none: nothing set).
-    set_vars(&mut env, berth_core::gpu::job_env(&ctx.topology.gpus, &job.allocation().gpus));
+    let held = &job.allocation().gpus;
+    set_vars(&mut env, berth_core::gpu::gpu_env(&ctx.topology.gpus, held, held, ctx.cgroups.contains_devices()));
     if let Some(compat) = &job.spec.compat {
         use crate::compat_env::{job_vars, node_index};
         // The job's, as on this node (a step's counts do not follow a task started from it).

@@ -84,6 +84,18 @@ pub struct SubmitFlags {
     /// Only GPUs of this type (as `berth nodes --topology` names them, e.g. a100).
     #[arg(long = "gpu-type")]
     gpu_type: Option<String>,
+    /// CPUs per GPU: the job's CPUs on a node are its GPUs there times N (instead of --cores).
+    #[arg(long = "cpus-per-gpu")]
+    cpus_per_gpu: Option<String>,
+    /// Memory per GPU, e.g. 16G: the job's memory on a node is its GPUs there times it.
+    #[arg(long = "mem-per-gpu")]
+    mem_per_gpu: Option<String>,
+    /// GPUs per task: the job gets tasks x N, its `berth run` ranks N each (--gpu-bind).
+    #[arg(long = "gpus-per-task")]
+    gpus_per_task: Option<String>,
+    /// How the job's `berth run` ranks get GPUs: closest, none or map:I,J,...
+    #[arg(long = "gpu-bind")]
+    gpu_bind: Option<String>,
     /// Count hardware threads (PUs) rather than whole cores.
     #[arg(long)]
     threads: bool,

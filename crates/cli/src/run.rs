@@ -47,6 +47,14 @@ pub struct RunArgs {
     /// Put each rank in its own sub-cpuset (CPUs and local memory) inside the job's.
     #[arg(long = "rank-cpusets")]
     pub(crate) rank_cpusets: bool,
+    /// GPUs per rank, each rank's own and nearest its cores (outside a job, the interactive
+    /// allocation gets ranks x N GPUs); default: the job's --gpus-per-task.
+    #[arg(long = "gpus-per-task")]
+    pub(crate) gpus_per_task: Option<u32>,
+    /// How ranks get GPUs: closest (default with --gpus-per-task), none (every rank all the
+    /// job's GPUs on its node), map:I,J,... (local rank i the node's GPU in place i).
+    #[arg(long = "gpu-bind")]
+    pub(crate) gpu_bind: Option<String>,
     /// Prefix each output line with its rank ("3: ...").
     #[arg(long, short = 'l')]
     pub(crate) label: bool,
@@ -216,10 +224,11 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
             cpus_per_task: args.cpus_per_task,
             overcommit: args.overcommit,
             binding,
+            gpus_per_task: args.gpus_per_task,
         },
         interactive: InteractiveAsk { nodes: args.nodes, walltime_seconds },
         argv: args.command.clone(),
-        env: std::env::vars().collect(),
+        env: gpu_binding_env(std::env::vars().collect(), args.gpus_per_task, args.gpu_bind.as_deref())?,
         cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
         host: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
         pid: std::process::id(),
@@ -781,4 +790,29 @@ mod tests {
         assert!(parse_fanout("1").is_err());
         assert!(parse_fanout("33").is_err());
     }
+}
+
+/// The step's environment with `--gpus-per-task`/`--gpu-bind` as `BERTH_GPUS_PER_TASK` and
+/// `BERTH_GPU_BIND`, which the agents read to give each rank its GPUs; without the flags the
+/// job's (inherited from its script's environment) stay.
+fn gpu_binding_env(
+    mut env: Vec<(String, String)>,
+    per_task: Option<u32>,
+    bind: Option<&str>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    if per_task == Some(0) {
+        anyhow::bail!("--gpus-per-task must be at least 1");
+    }
+    if let Some(b) = bind {
+        berth_core::gpu::GpuBind::parse(b).map_err(anyhow::Error::msg)?;
+    }
+    for (name, value) in
+        [("BERTH_GPUS_PER_TASK", per_task.map(|n| n.to_string())), ("BERTH_GPU_BIND", bind.map(String::from))]
+    {
+        if let Some(v) = value {
+            env.retain(|(k, _)| k != name);
+            env.push((name.to_string(), v));
+        }
+    }
+    Ok(env)
 }

@@ -14,7 +14,7 @@ const TOPO: &str = "package:1 numa:2 core:2 pu:1";
 /// A cluster of one emulated 2-GPU node whose GPUs' device files are stand-ins in `DEV`:
 /// `nvidia0` with /dev/full's numbers (1:7), `nvidia1` with /dev/random's (1:8), both
 /// readable by anyone, so that a denied open is the cgroup's doing.
-fn gpu_cluster() -> (Cluster, PathBuf) {
+fn gpu_cluster(topology: &str) -> (Cluster, PathBuf) {
     require_root();
     let devices = cgroup_mount("devices");
     assert!(
@@ -36,7 +36,7 @@ fn gpu_cluster() -> (Cluster, PathBuf) {
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
     }
     let dev_s = dev.display().to_string();
-    let c = Cluster::up_with(tmp, 1, TOPO, &["--gpus-per-numa", "1", "--gpu-device-dir", &dev_s]);
+    let c = Cluster::up_with(tmp, 1, topology, &["--gpus-per-numa", "1", "--gpu-device-dir", &dev_s]);
     (c, dev)
 }
 
@@ -64,7 +64,7 @@ fn wait_gone(path: &Path, c: &Cluster) {
 
 #[test]
 fn a_gpu_job_opens_its_gpu_and_not_the_others() {
-    let (c, dev) = gpu_cluster();
+    let (c, dev) = gpu_cluster(TOPO);
     let nodes = c.json(&["nodes"]);
     let gpus = &nodes[0]["gpus"];
     assert_eq!(gpus.as_array().map(Vec::len), Some(2), "{nodes:#}");
@@ -98,4 +98,67 @@ fn a_gpu_job_opens_its_gpu_and_not_the_others() {
     // Outside any job, the stand-ins open: the rules are the jobs' own.
     assert!(std::fs::File::open(dev.join("nvidia1")).is_ok());
     assert_no_job_cgroups(&c);
+}
+
+/// `berth run -n 2 --gpus-per-task 1` on a node of two NUMA nodes, one core and one GPU each:
+/// the interactive allocation takes both, each rank runs on one NUMA node's core and gets the
+/// GPU of that NUMA node, in its own CUDA_VISIBLE_DEVICES.
+#[test]
+fn each_rank_gets_the_gpu_next_to_its_core() {
+    let (c, _dev) = gpu_cluster("package:1 numa:2 core:1 pu:1");
+    // The emulated node's PUs map onto the host's CPUs in order (round robin): PU i is host
+    // CPU real[i % n], so with two host CPUs a rank's BERTH_RANK_CPUS names its PU.
+    let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id()).join("node1").join("cpuset.cpus");
+    let real = expand(&std::fs::read_to_string(&root).unwrap());
+    assert!(
+        real.len() >= 2,
+        "this test needs 2 host CPUs in {} to tell the ranks' cores apart: {real:?}",
+        root.display()
+    );
+    let nodes = c.json(&["nodes"]);
+    let gpus = nodes[0]["gpus"].as_array().cloned().unwrap_or_default();
+    assert_eq!(gpus.len(), 2, "{nodes:#}");
+    let out = c.berth(&[
+        "run",
+        "-n",
+        "2",
+        "--gpus-per-task",
+        "1",
+        "--label",
+        "sh",
+        "-c",
+        "echo \"rank=$BERTH_RANK cpus=$BERTH_RANK_CPUS gpus=$BERTH_GPUS cuda=$CUDA_VISIBLE_DEVICES\"",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{text}{}\n{}", String::from_utf8_lossy(&out.stderr), c.logs());
+    let mut seen_gpus = vec![];
+    let mut seen_cuda = vec![];
+    for line in text.lines().filter(|l| l.contains("rank=")) {
+        let field = |k: &str| line.split(' ').find_map(|w| w.strip_prefix(k)).unwrap_or("").to_string();
+        let (cpus, gpu, cuda) = (field("cpus="), field("gpus="), field("cuda="));
+        let g: usize = gpu.parse().unwrap_or_else(|_| panic!("one GPU per rank: {line}"));
+        // The GPU's local PU (the node's topology) as the host CPU the rank runs on.
+        let pu: usize = gpus[g]["cpus"].as_str().and_then(|l| l.parse().ok()).unwrap_or_else(|| panic!("{nodes:#}"));
+        assert_eq!(cpus, real[pu % real.len()].to_string(), "rank not next to its GPU {g}: {line}");
+        seen_gpus.push(gpu);
+        seen_cuda.push(cuda);
+    }
+    seen_gpus.sort();
+    seen_cuda.sort();
+    assert_eq!(seen_gpus, ["0", "1"], "{text}");
+    // Under the devices cgroup the job's two GPUs are 0 and 1 to CUDA: one each.
+    assert_eq!(seen_cuda, ["0", "1"], "{text}");
+    assert_no_job_cgroups(&c);
+}
+
+/// A kernel CPU list ("0-1,3") as its CPUs.
+fn expand(list: &str) -> Vec<u32> {
+    let mut out = vec![];
+    for part in list.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => out.extend(a.parse::<u32>().unwrap()..=b.parse::<u32>().unwrap()),
+            None => out.push(part.parse().unwrap()),
+        }
+    }
+    out
 }

@@ -303,14 +303,24 @@ impl Controller {
         }
         let work_dir = options.chdir.clone().unwrap_or_else(|| sub.cwd.clone());
         // `--export` (`#PBS -V`/`-v`): what of the submitting environment the job gets.
-        let env = match &options.export {
+        let mut env = match &options.export {
             Some(export) => export.apply(&sub.env),
             None => sub.env,
         };
+        // `berth run` in the job gives its ranks their GPUs by these (docs/gpus.md).
+        for (name, value) in [
+            ("BERTH_GPUS_PER_TASK", options.gpus_per_task.map(|n| n.to_string())),
+            ("BERTH_GPU_BIND", options.gpu_bind.clone()),
+        ] {
+            if let Some(v) = value {
+                env.retain(|(k, _)| k != name);
+                env.push((name.to_string(), v));
+            }
+        }
         let queue = options.queue.clone().unwrap_or_else(|| self.cfg.default_queue().to_string());
         // Without --mem or --mem-per-cpu a job gets the default per CPU, but never more per CPU
         // than the roomiest node has: a job must not be refused for memory it did not ask for.
-        if options.mem.is_none() && options.mem_per_cpu.is_none() {
+        if options.mem.is_none() && options.mem_per_cpu.is_none() && options.mem_per_gpu.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
         // The job's walltime, else its queue's default, else the cluster's default.

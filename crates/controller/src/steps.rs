@@ -338,6 +338,16 @@ impl Controller {
             }
             (None, None) => options.cores = Some(ntasks.checked_mul(cpt).ok_or_else(too_large)?),
         }
+        if let Some(g) = r.gpus_per_task {
+            if g == 0 {
+                return Err(api(ErrorCode::BadRequest, "--gpus-per-task must be at least 1".to_string()));
+            }
+            // Each rank its own GPUs: per node as many as its ranks there, else in all.
+            match options.tasks_per_node {
+                Some(k) => options.gpus_per_node = Some(k.checked_mul(g).ok_or_else(too_large)?),
+                None => options.gpus = Some(ntasks.checked_mul(g).ok_or_else(too_large)?),
+            }
+        }
         let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
         let cores = request.total_cpus();
         if cores > lim.max_cores as u64 {

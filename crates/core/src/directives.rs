@@ -156,6 +156,21 @@ pub struct SubmitOptions {
     /// `--gpu-type`: only GPUs of this type (`berth nodes --topology` shows each GPU's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// `--cpus-per-gpu`: the job's CPUs on each node are this many per GPU there (Slurm's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_gpu: Option<u32>,
+    /// `--mem-per-gpu`: the job's memory on each node is this many bytes per GPU there
+    /// (Slurm's; instead of `--mem` or `--mem-per-cpu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_gpu: Option<u64>,
+    /// `--gpus-per-task`: each task's own GPUs; the job gets tasks x N (Slurm's). Its steps'
+    /// ranks get theirs by `--gpu-bind` (`BERTH_GPUS_PER_TASK` in the job's environment).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_task: Option<u32>,
+    /// `--gpu-bind closest|none|map:I,J,...` (`berth_core::gpu::GpuBind`), kept as written
+    /// once checked; the job's steps get it as `BERTH_GPU_BIND`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_bind: Option<String>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -211,7 +226,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 37] = [
+pub const OPTION_NAMES: [&str; 41] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -249,6 +264,10 @@ pub const OPTION_NAMES: [&str; 37] = [
     "gpus",
     "gpus-per-node",
     "gpu-type",
+    "cpus-per-gpu",
+    "mem-per-gpu",
+    "gpus-per-task",
+    "gpu-bind",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -336,6 +355,10 @@ impl SubmitOptions {
             "gpus" => self.gpus = Some(gpu_count(name, value, MAX_GPUS_PER_JOB)?),
             "gpus-per-node" => self.gpus_per_node = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-type" => self.gpu_type = Some(gpu_type(name, value)?),
+            "cpus-per-gpu" => self.cpus_per_gpu = Some(cpus_per_gpu(value)?),
+            "gpus-per-task" => self.gpus_per_task = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
+            "gpu-bind" => self.gpu_bind = Some(crate::gpu::GpuBind::parse(value)?.to_string()),
+            "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(|e| format!("--mem-per-gpu: {e}"))?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
             "property" => {
@@ -401,6 +424,10 @@ impl SubmitOptions {
             gpus: over.gpus.or(self.gpus),
             gpus_per_node: over.gpus_per_node.or(self.gpus_per_node),
             gpu_type: over.gpu_type.or(self.gpu_type),
+            cpus_per_gpu: over.cpus_per_gpu.or(self.cpus_per_gpu),
+            mem_per_gpu: over.mem_per_gpu.or(self.mem_per_gpu),
+            gpus_per_task: over.gpus_per_task.or(self.gpus_per_task),
+            gpu_bind: over.gpu_bind.or(self.gpu_bind),
         }
     }
 
@@ -413,10 +440,37 @@ impl SubmitOptions {
             mem_per_node: self.mem,
             mem_per_cpu: self.mem_per_cpu,
             threads: self.threads.unwrap_or(false),
-            gpus: self.gpus,
-            gpus_per_node: self.gpus_per_node,
+            gpus: self.gpus.or_else(|| self.gpus_from_tasks(false)),
+            gpus_per_node: self.gpus_per_node.or_else(|| self.gpus_from_tasks(true)),
             gpu_type: self.gpu_type.clone(),
+            cpus_per_gpu: self.cpus_per_gpu,
+            mem_per_gpu: self.mem_per_gpu,
         }
+    }
+}
+
+impl SubmitOptions {
+    /// The GPUs `--gpus-per-task` asks for when neither `--gpus` nor `--gpus-per-node` says:
+    /// with `--tasks-per-node` that many a node (`per_node`), else the job's tasks (its cores
+    /// over `--cpus-per-task`) times N in all.
+    fn gpus_from_tasks(&self, per_node: bool) -> Option<u32> {
+        let g = self.gpus_per_task?;
+        if self.gpus.is_some() || self.gpus_per_node.is_some() {
+            return None;
+        }
+        match (self.tasks_per_node, per_node) {
+            (Some(k), true) => k.checked_mul(g),
+            (None, false) => (self.cores.unwrap_or(1) / self.cpus_per_task.unwrap_or(1).max(1)).max(1).checked_mul(g),
+            _ => None,
+        }
+    }
+}
+
+/// `--cpus-per-gpu`: 1 to 4096 CPUs per GPU.
+fn cpus_per_gpu(value: &str) -> Result<u32, String> {
+    match value.trim().parse::<u32>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("--cpus-per-gpu needs a count of CPUs per GPU from 1 to 4096, got {value:?}")),
     }
 }
 
@@ -670,6 +724,18 @@ mod tests {
         assert_eq!((o.gpus, o.gpus_per_node, o.gpu_type.as_deref()), (Some(4), Some(2), Some("a100-sxm4")));
         let r = o.request();
         assert_eq!((r.gpus, r.gpus_per_node, r.gpu_type.as_deref()), (Some(4), Some(2), Some("a100-sxm4")));
+        let o = parse_script("#!/bin/sh\n#BERTH --cores 4 --gpus-per-task 1 --gpu-bind map_gpu:1,0\n").unwrap();
+        assert_eq!((o.gpus_per_task, o.gpu_bind.as_deref()), (Some(1), Some("map:1,0")));
+        assert_eq!((o.request().gpus, o.request().gpus_per_node), (Some(4), None), "4 tasks x 1");
+        let o = parse_script("#!/bin/sh\n#BERTH --nodes 2 --tasks-per-node 2 --gpus-per-task 2\n").unwrap();
+        assert_eq!((o.request().gpus, o.request().gpus_per_node), (None, Some(4)));
+        let o = parse_script("#!/bin/sh\n#BERTH --gpus 1 --gpus-per-task 2\n").unwrap();
+        assert_eq!((o.request().gpus, o.request().gpus_per_node), (Some(1), None), "an explicit count wins");
+        let o = parse_script("#!/bin/sh\n#BERTH --gpus 2 --cpus-per-gpu 3 --mem-per-gpu 2G\n").unwrap();
+        assert_eq!((o.cpus_per_gpu, o.mem_per_gpu), (Some(3), Some(2 << 30)));
+        for bad in ["--gpu-bind single:1", "--gpus-per-task 0", "--cpus-per-gpu 0", "--mem-per-gpu x"] {
+            assert!(parse_script(&format!("#!/bin/sh\n#BERTH {bad}\n")).is_err(), "{bad}");
+        }
         for bad in ["--gpus 0", "--gpus 65537", "--gpus-per-node 257", "--gpus-per-node x", "--gpu-type \"a b\""] {
             assert!(parse_script(&format!("#!/bin/sh\n#BERTH {bad}\n")).is_err(), "{bad}");
         }

@@ -278,9 +278,11 @@ const MODES: &[&str] = &["set", "env", "pe", "SET", "", "bind"];
 /// A value for option `name`: usually well-formed, often at a limit, sometimes junk.
 pub fn option_value(name: &str) -> BoxedStrategy<String> {
     let own = match name {
-        "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" | "gpus" | "gpus-per-node" => pieces(NUMBERS, 2),
+        "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" | "gpus" | "gpus-per-node" | "cpus-per-gpu"
+        | "gpus-per-task" => pieces(NUMBERS, 2),
+        "gpu-bind" => pieces(&["closest", "none", "map:", "map_gpu:", "0", ",", "1", "x", "255", "256"], 5),
         "gpu-type" => pieces(&["a100", "v100", "-", "sxm4", ".", "_", "A100", "é", " ", "x123456789"], 9),
-        "mem" | "mem-per-cpu" => size_text(),
+        "mem" | "mem-per-cpu" | "mem-per-gpu" => size_text(),
         "walltime" => duration_text(),
         "threads" | "rank-cpusets" | "system-cpus" | "requeue" | "no-requeue" | "no-kill" | "hold" => {
             one_of(SWITCH_VALUES)
@@ -422,6 +424,10 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "gpus" => o.gpus.map(|v| v.to_string()),
         "gpus-per-node" => o.gpus_per_node.map(|v| v.to_string()),
         "gpu-type" => o.gpu_type.clone(),
+        "cpus-per-gpu" => o.cpus_per_gpu.map(|v| v.to_string()),
+        "mem-per-gpu" => o.mem_per_gpu.map(|v| v.to_string()),
+        "gpus-per-task" => o.gpus_per_task.map(|v| v.to_string()),
+        "gpu-bind" => o.gpu_bind.clone(),
         _ => None,
     }
 }
@@ -1069,7 +1075,7 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
         proptest::option::of(any::<u64>()),
         proptest::option::of(any::<u64>()),
         any::<bool>(),
-        (count(), count(), proptest::option::of(short_text())),
+        (count(), count(), proptest::option::of(short_text()), count(), proptest::option::of(any::<u64>())),
     )
         .prop_map(
             |(
@@ -1080,7 +1086,7 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
                 mem_per_node,
                 mem_per_cpu,
                 threads,
-                (gpus, gpus_per_node, gpu_type),
+                (gpus, gpus_per_node, gpu_type, cpus_per_gpu, mem_per_gpu),
             )| ResourceRequest {
                 nodes,
                 cores,
@@ -1092,6 +1098,8 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
                 gpus,
                 gpus_per_node,
                 gpu_type,
+                cpus_per_gpu,
+                mem_per_gpu,
             },
         )
         .boxed()
@@ -1161,14 +1169,16 @@ pub fn step_request() -> BoxedStrategy<StepRequest> {
         any::<bool>(),
         prop::sample::select(vec![RankBinding::Linear, RankBinding::Striding, RankBinding::None]),
         count(),
+        count(),
     )
-        .prop_map(|(ntasks, tasks_per_node, cpus_per_task, overcommit, binding, nodes)| StepRequest {
+        .prop_map(|(ntasks, tasks_per_node, cpus_per_task, overcommit, binding, nodes, gpus_per_task)| StepRequest {
             ntasks,
             nodes,
             tasks_per_node,
             cpus_per_task,
             overcommit,
             binding,
+            gpus_per_task,
         })
         .boxed()
 }

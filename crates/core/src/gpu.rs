@@ -240,6 +240,55 @@ pub fn link_groups(gpus: usize, links: &[GpuLink]) -> Vec<Option<u32>> {
 /// a job without GPUs. berth does not confine the devices yet, so the numbers are the node's,
 /// not renumbered from 0.
 pub fn job_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> {
+    gpu_env(gpus, held, held, false)
+}
+
+/// The GPU variables of a process that uses GPUs `mine` of the job's `visible` ones on a node
+/// (a rank's, or the job's own with `mine == visible`). `BERTH_GPUS` names the node's GPUs
+/// (berth's indexes). With `relative` (the node's devices cgroup hides the job's other GPUs:
+/// the CUDA, ROCm and Level Zero runtimes then number the GPUs they can open from 0, in PCI
+/// order), `GPU_DEVICE_ORDINAL` and the vendor's variable give each GPU's position among the
+/// job's GPUs of its vendor, as Slurm does under `ConstrainDevices`; else the node's numbers
+/// as [`job_env`] says.
+pub fn gpu_env(gpus: &[Gpu], visible: &[u32], mine: &[u32], relative: bool) -> Vec<(&'static str, String)> {
+    if !relative {
+        return node_numbered_env(gpus, mine);
+    }
+    let mut env = node_numbered_env(gpus, mine);
+    let seen: Vec<&Gpu> = {
+        let mut v: Vec<u32> = visible.to_vec();
+        v.sort_unstable();
+        v.dedup();
+        v.iter().filter_map(|&i| gpus.get(i as usize)).collect()
+    };
+    let class = |g: &Gpu| match g.vendor {
+        GpuVendor::Nvidia | GpuVendor::Other => 0,
+        GpuVendor::Amd => 1,
+        GpuVendor::Intel => 2,
+    };
+    let position = |g: &Gpu| seen.iter().filter(|s| class(s) == class(g) && s.index < g.index).count();
+    let list = |of: &dyn Fn(&Gpu) -> bool| -> String {
+        let v: Vec<String> = mine
+            .iter()
+            .filter_map(|&i| gpus.get(i as usize))
+            .filter(|g| of(g))
+            .map(|g| position(g).to_string())
+            .collect();
+        v.join(",")
+    };
+    for (name, value) in env.iter_mut() {
+        *value = match *name {
+            "GPU_DEVICE_ORDINAL" => list(&|_| true),
+            "CUDA_VISIBLE_DEVICES" => list(&|g| class(g) == 0),
+            "ROCR_VISIBLE_DEVICES" => list(&|g| class(g) == 1),
+            "ZE_AFFINITY_MASK" => list(&|g| class(g) == 2),
+            _ => continue,
+        };
+    }
+    env
+}
+
+fn node_numbered_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> {
     let mine: Vec<&Gpu> = held.iter().filter_map(|&i| gpus.get(i as usize)).collect();
     if mine.is_empty() {
         return vec![];
@@ -263,6 +312,206 @@ pub fn job_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> {
         env.push(("ZE_AFFINITY_MASK", v));
     }
     env
+}
+
+/// How the ranks of a step share the job's GPUs on a node (`--gpu-bind`, Slurm's spelling).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GpuBind {
+    /// Each rank gets the GPUs nearest its CPUs (`closest`), its own when the job has enough.
+    Closest,
+    /// No binding: every rank sees all the job's GPUs on its node (`none`).
+    None,
+    /// Local rank i gets the node's GPU `list[i % len]` (`map:0,1` or Slurm's `map_gpu:0,1`).
+    Map(Vec<u32>),
+}
+
+impl GpuBind {
+    /// Parse `closest`, `none`, `map:I,J,...` or `map_gpu:I,J,...` (GPU indexes on the node).
+    pub fn parse(text: &str) -> Result<GpuBind, String> {
+        let t = text.trim();
+        match t {
+            "closest" => return Ok(GpuBind::Closest),
+            "none" => return Ok(GpuBind::None),
+            _ => {}
+        }
+        let list = t.strip_prefix("map_gpu:").or_else(|| t.strip_prefix("map:")).ok_or_else(|| {
+            format!("--gpu-bind needs closest, none or map:I,J,... (GPU indexes on the node), got {text:?}")
+        })?;
+        let ids: Result<Vec<u32>, _> = list.split(',').map(|i| i.trim().parse::<u32>()).collect();
+        match ids {
+            Ok(ids) if !ids.is_empty() && ids.len() <= MAX_GPUS && ids.iter().all(|&i| (i as usize) < MAX_GPUS) => {
+                Ok(GpuBind::Map(ids))
+            }
+            _ => Err(format!(
+                "--gpu-bind map: needs GPU indexes 0 to {} separated by commas, got {text:?}",
+                MAX_GPUS - 1
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for GpuBind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuBind::Closest => f.write_str("closest"),
+            GpuBind::None => f.write_str("none"),
+            GpuBind::Map(ids) => {
+                let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+                write!(f, "map:{}", ids.join(","))
+            }
+        }
+    }
+}
+
+/// The GPUs of each local rank on a node: `held` are the job's GPUs there (indexes into
+/// `gpus`), `ranks` each rank's PUs, `per_task` the GPUs each rank gets with `closest`.
+///
+/// `closest`: ranks are served most constrained first (those with the fewest of the job's
+/// GPUs local to their PUs, ranks with none last); each takes `per_task` GPUs, preferring GPUs
+/// no rank has yet, then the most of its PUs local to the GPU, then the GPU of its package,
+/// then the lowest index. So a job with a GPU for each rank gives each its own, local to it
+/// when the placement allows; with fewer, ranks share. `none`: every rank all of `held`.
+/// `map`: rank i the node's GPU `list[i % len]`, which the job must hold.
+pub fn rank_gpus(
+    gpus: &[Gpu],
+    held: &[u32],
+    ranks: &[CpuSet],
+    per_task: u32,
+    bind: &GpuBind,
+) -> Result<Vec<Vec<u32>>, String> {
+    let mut held: Vec<u32> = held.iter().copied().filter(|&i| (i as usize) < gpus.len()).collect();
+    held.sort_unstable();
+    held.dedup();
+    if held.is_empty() {
+        return Ok(vec![vec![]; ranks.len()]);
+    }
+    match bind {
+        GpuBind::None => Ok(vec![held; ranks.len()]),
+        GpuBind::Map(ids) => {
+            if let Some(bad) = ids.iter().find(|i| !held.contains(i)) {
+                let have: Vec<String> = held.iter().map(u32::to_string).collect();
+                return Err(format!(
+                    "--gpu-bind map names GPU {bad}, which the job does not hold on this node (its GPUs here: {})",
+                    have.join(",")
+                ));
+            }
+            Ok((0..ranks.len()).map(|i| vec![ids[i % ids.len()]]).collect())
+        }
+        GpuBind::Closest => {
+            let per_task = (per_task.max(1) as usize).min(held.len());
+            let local = |g: u32, cpus: &CpuSet| gpus[g as usize].cpus.iter().filter(|&pu| cpus.contains(pu)).count();
+            let package_of_rank =
+                |cpus: &CpuSet| held.iter().find(|&&g| local(g, cpus) > 0).and_then(|&g| gpus[g as usize].package);
+            let mut order: Vec<usize> = (0..ranks.len()).collect();
+            order.sort_by_key(|&r| {
+                let n = held.iter().filter(|&&g| local(g, &ranks[r]) > 0).count();
+                (n == 0, n, r)
+            });
+            let mut uses = vec![0usize; gpus.len()];
+            let mut out = vec![vec![]; ranks.len()];
+            for r in order {
+                let cpus = &ranks[r];
+                let package = package_of_rank(cpus);
+                let mut choice: Vec<u32> = held.clone();
+                choice.sort_by_key(|&g| {
+                    let same_package = package.is_some() && gpus[g as usize].package == package;
+                    (uses[g as usize], std::cmp::Reverse(local(g, cpus)), !same_package, g)
+                });
+                choice.truncate(per_task);
+                choice.sort_unstable();
+                for &g in &choice {
+                    uses[g as usize] += 1;
+                }
+                out[r] = choice;
+            }
+            Ok(out)
+        }
+    }
+}
+
+#[cfg(test)]
+mod rank_tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    /// 2 packages x 2 NUMA nodes x 2 cores (1 PU each), 1 GPU per NUMA node: GPU g is local to
+    /// PUs 2g and 2g+1, and GPUs 0-1 / 2-3 share a package.
+    fn node() -> Topology {
+        let mut t = Topology::uniform(2, 2, 2, 1, 1 << 30);
+        t.add_emulated_gpus(1).unwrap();
+        t
+    }
+
+    fn sets(lists: &[&str]) -> Vec<CpuSet> {
+        lists.iter().map(|l| CpuSet::parse_list(l).unwrap()).collect()
+    }
+
+    #[test]
+    fn closest_gives_each_rank_its_own_local_gpu() {
+        let t = node();
+        for g in &t.gpus {
+            assert_eq!(g.cpus.len(), 2, "{g:?}");
+        }
+        let pus = |g: usize| t.gpus[g].cpus.to_list();
+        // Ranks listed against the GPUs' order: each still gets the GPU local to it.
+        let ranks = sets(&[&pus(3), &pus(1), &pus(0), &pus(2)]);
+        let got = rank_gpus(&t.gpus, &[0, 1, 2, 3], &ranks, 1, &GpuBind::Closest).unwrap();
+        assert_eq!(got, [vec![3], vec![1], vec![0], vec![2]]);
+        // Two ranks on NUMA node 0's PUs, the job holding GPUs 0 and 1: one each, the local
+        // one to the first, the same package's to the second.
+        let two = sets(&[&pus(0), &pus(0)]);
+        assert_eq!(rank_gpus(&t.gpus, &[0, 1], &two, 1, &GpuBind::Closest).unwrap(), [vec![0], vec![1]]);
+        // Two GPUs a rank.
+        let ranks = sets(&[&pus(2), &pus(0)]);
+        let got = rank_gpus(&t.gpus, &[0, 1, 2, 3], &ranks, 2, &GpuBind::Closest).unwrap();
+        assert_eq!(got, [vec![2, 3], vec![0, 1]], "the local GPU and its package's");
+    }
+
+    #[test]
+    fn a_rank_with_a_local_gpu_is_served_before_one_without() {
+        let t = node();
+        let pus = |g: usize| t.gpus[g].cpus.to_list();
+        // Rank 0 runs where the job has no GPU; rank 1 next to GPU 1. Rank 1 keeps GPU 1.
+        let ranks = sets(&[&pus(3), &pus(1)]);
+        assert_eq!(rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &GpuBind::Closest).unwrap(), [vec![0], vec![1]]);
+    }
+
+    #[test]
+    fn more_ranks_than_gpus_share_them_evenly() {
+        let t = node();
+        let pus = |g: usize| t.gpus[g].cpus.to_list();
+        let ranks = sets(&[&pus(0), &pus(0), &pus(1), &pus(1)]);
+        let got = rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &GpuBind::Closest).unwrap();
+        assert_eq!(got, [vec![0], vec![1], vec![1], vec![0]], "each GPU twice");
+        let counts = [0, 1].map(|g| got.iter().filter(|r| r.contains(&g)).count());
+        assert_eq!(counts, [2, 2]);
+        // per_task above the job's GPUs: all of them.
+        assert_eq!(rank_gpus(&t.gpus, &[0, 1], &ranks[..1], 5, &GpuBind::Closest).unwrap(), [vec![0, 1]]);
+    }
+
+    #[test]
+    fn none_and_map() {
+        let t = node();
+        let ranks = sets(&["0", "1", "2"]);
+        assert_eq!(rank_gpus(&t.gpus, &[1, 0], &ranks, 1, &GpuBind::None).unwrap(), vec![vec![0, 1]; 3]);
+        let map = GpuBind::parse("map_gpu:1,0").unwrap();
+        assert_eq!(map, GpuBind::Map(vec![1, 0]));
+        assert_eq!(rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &map).unwrap(), [vec![1], vec![0], vec![1]]);
+        let err = rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &GpuBind::Map(vec![3])).unwrap_err();
+        assert!(err.contains("GPU 3") && err.contains("0,1"), "{err}");
+        assert_eq!(rank_gpus(&t.gpus, &[], &ranks, 1, &GpuBind::Closest).unwrap(), vec![Vec::<u32>::new(); 3]);
+    }
+
+    #[test]
+    fn gpu_bind_texts() {
+        for ok in ["closest", "none", "map:0,1,2", "map:7"] {
+            assert_eq!(GpuBind::parse(ok).unwrap().to_string(), ok);
+        }
+        assert_eq!(GpuBind::parse(" map_gpu:0 ").unwrap().to_string(), "map:0");
+        for bad in ["", "map:", "map:a", "map:256", "single:1", "mask_gpu:0x1", "Closest"] {
+            assert!(GpuBind::parse(bad).is_err(), "{bad}");
+        }
+    }
 }
 
 #[cfg(test)]
@@ -336,6 +585,17 @@ mod env_tests {
             ["BERTH_GPUS", "GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES"]
         );
         assert!(job_env(&gpus, &[]).is_empty(), "no GPUs, no variables");
+        // Under a devices cgroup the runtimes number the job's GPUs from 0: a rank with the
+        // job's second NVIDIA GPU and its AMD one.
+        let env = gpu_env(&gpus, &[0, 1, 2, 4], &[1, 2], true);
+        let get = |k: &str| env.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("BERTH_GPUS"), Some("1,2"), "berth's names stay the node's");
+        assert_eq!(get("CUDA_VISIBLE_DEVICES"), Some("1"));
+        assert_eq!(get("ROCR_VISIBLE_DEVICES"), Some("0"));
+        assert_eq!(get("GPU_DEVICE_ORDINAL"), Some("1,0"));
+        let env = gpu_env(&gpus, &[4], &[4], true);
+        assert!(env.contains(&("CUDA_VISIBLE_DEVICES", "0".into())), "{env:?}");
+        assert_eq!(gpu_env(&gpus, &[1, 2], &[1, 2], false), job_env(&gpus, &[1, 2]));
         assert!(job_env(&gpus, &[99]).is_empty(), "an index the node lacks is ignored");
     }
 }

@@ -88,6 +88,13 @@ pub struct ResourceRequest {
     /// Only GPUs of this type (`--gpu-type`, compared with `Gpu::type_name`, any case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// CPUs per GPU (`--cpus-per-gpu`): the job's CPUs on a node are its GPUs there times this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus_per_gpu: Option<u32>,
+    /// Memory per GPU, bytes (`--mem-per-gpu`): the job's memory on a node is its GPUs there
+    /// times this; excludes `mem_per_node` and `mem_per_cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mem_per_gpu: Option<u64>,
 }
 
 /// The most GPUs a job may ask for on one node (as many as a node may have).
@@ -120,6 +127,9 @@ impl ResourceRequest {
                 return bad(format!("{name} must be at least 1"));
             }
         }
+        if let Some(cpg) = self.cpus_per_gpu {
+            return self.shape_from_gpus(cpg);
+        }
         if let Some(tpn) = self.tasks_per_node {
             let nodes = self.nodes.unwrap_or(1);
             let per_node = tpn.checked_mul(cpt).ok_or(CoreError::BadRequest("request too large".into()))?;
@@ -150,6 +160,36 @@ impl ResourceRequest {
             return Ok(Shape::PerNode { nodes: 1, cores_per_node: cores });
         }
         Ok(Shape::Total { cores, chunk: cpt })
+    }
+
+    /// The shape of a `--cpus-per-gpu` job, as Slurm: on each of its nodes (`--nodes`, else
+    /// one) its GPUs there times `cpg` CPUs. `--cores` and `--cpus-per-task` say the same
+    /// another way and are refused with it; `--tasks-per-node` tasks share the CPUs (at
+    /// least one each).
+    fn shape_from_gpus(&self, cpg: u32) -> Result<Shape, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(m));
+        if cpg == 0 {
+            return bad("--cpus-per-gpu must be at least 1".into());
+        }
+        if !self.wants_gpus() {
+            return bad(format!("--cpus-per-gpu {cpg} needs --gpus or --gpus-per-node"));
+        }
+        if self.cores.is_some() || self.cpus_per_task.is_some() {
+            return bad(format!(
+                "--cpus-per-gpu {cpg} sets the job's CPUs from its GPUs; give it or --cores/--cpus-per-task, not both"
+            ));
+        }
+        let nodes = self.nodes.unwrap_or(1);
+        let gpus = self.gpus_on_each_node(&Shape::PerNode { nodes, cores_per_node: 1 })?;
+        let Some(per_node) = gpus.checked_mul(cpg) else {
+            return bad(format!("{gpus} GPUs x --cpus-per-gpu {cpg}: request too large"));
+        };
+        if let Some(tpn) = self.tasks_per_node.filter(|&t| t > per_node) {
+            return bad(format!(
+                "--tasks-per-node {tpn} is more than the {per_node} CPUs of {gpus} GPU(s) x --cpus-per-gpu {cpg} on a node; raise --cpus-per-gpu"
+            ));
+        }
+        Ok(Shape::PerNode { nodes, cores_per_node: per_node })
     }
 
     /// Whether the job asks for GPUs at all.
@@ -320,6 +360,31 @@ mod tests {
         assert!(req(Some(2), Some(5), Some(2), None).shape().is_err());
         assert!(req(Some(0), None, None, None).shape().is_err());
         assert!(req(None, Some(5), None, Some(2)).shape().is_err());
+    }
+
+    #[test]
+    fn cpus_per_gpu_scales_with_the_gpus_on_a_node() {
+        let r = |nodes, gpus, per_node, cpg| ResourceRequest {
+            nodes,
+            gpus,
+            gpus_per_node: per_node,
+            cpus_per_gpu: Some(cpg),
+            ..Default::default()
+        };
+        let pn = |nodes, cores_per_node| Shape::PerNode { nodes, cores_per_node };
+        assert_eq!(r(None, Some(2), None, 4).shape().unwrap(), pn(1, 8), "2 GPUs x 4 on one node");
+        assert_eq!(r(Some(2), Some(6), None, 3).shape().unwrap(), pn(2, 9), "3 GPUs a node x 3");
+        assert_eq!(r(Some(3), None, Some(2), 5).shape().unwrap(), pn(3, 10));
+        let err = |x: ResourceRequest| x.shape().unwrap_err().to_string();
+        assert!(err(r(None, None, None, 4)).contains("needs --gpus"));
+        assert!(err(r(None, Some(1), None, 0)).contains("at least 1"));
+        assert!(err(ResourceRequest { cores: Some(8), ..r(None, Some(2), None, 4) }).contains("not both"));
+        assert!(err(ResourceRequest { cpus_per_task: Some(2), ..r(None, Some(2), None, 4) }).contains("not both"));
+        assert!(err(r(Some(2), Some(3), None, 4)).contains("spread evenly"));
+        let tasks = ResourceRequest { tasks_per_node: Some(2), ..r(None, Some(2), None, 4) };
+        assert_eq!(tasks.shape().unwrap(), pn(1, 8), "tasks share the GPUs' CPUs");
+        let too_many = ResourceRequest { tasks_per_node: Some(9), ..r(None, Some(2), None, 4) };
+        assert!(err(too_many).contains("raise --cpus-per-gpu"));
     }
 
     #[test]

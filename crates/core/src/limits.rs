@@ -124,7 +124,7 @@ impl SubmitLimits {
                 }
             }
         }
-        for (flag, value) in [("--mem", o.mem), ("--mem-per-cpu", o.mem_per_cpu)] {
+        for (flag, value) in [("--mem", o.mem), ("--mem-per-cpu", o.mem_per_cpu), ("--mem-per-gpu", o.mem_per_gpu)] {
             if let Some(bytes) = value {
                 if bytes == 0 {
                     return Err(format!(

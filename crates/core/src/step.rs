@@ -48,6 +48,11 @@ pub struct StepRequest {
     pub overcommit: bool,
     #[serde(default)]
     pub binding: RankBinding,
+    /// GPUs per rank (`berth run --gpus-per-task`): an interactive allocation asks for this
+    /// many per rank; the ranks' own GPUs follow `BERTH_GPUS_PER_TASK`/`BERTH_GPU_BIND` in
+    /// the step's environment (docs/gpus.md, "Per-rank GPUs").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_task: Option<u32>,
 }
 
 /// One rank's place: the node (index into the job's allocation) and its PUs there.

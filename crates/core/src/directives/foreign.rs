@@ -415,10 +415,36 @@ fn slurm_line(
                     o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
                 }
             }
-            "--gpus-per-task" | "--gpus-per-socket" | "--cpus-per-gpu" | "--mem-per-gpu" | "--gpu-bind" => unsupported
-                .push(format!(
-                    "{shown}: not supported yet (of the GPU options, --gres=gpu, --gpus and --gpus-per-node are)"
-                )),
+            "--cpus-per-gpu" => o.cpus_per_gpu = Some(count(&flag)?),
+            "--mem-per-gpu" => {
+                o.mem_per_gpu = Some(
+                    slurm_size(&v)
+                        .filter(|b| *b > 0)
+                        .ok_or_else(|| format!("{flag} needs a size such as 16000 (MB) or 16G, got {v:?}"))?,
+                )
+            }
+            "--gpus-per-task" => {
+                if v.contains(',') {
+                    unsupported.push(format!("{shown}: GPUs of several types in one job are not supported"));
+                    continue;
+                }
+                let (kind, n) = match v.rsplit_once(':') {
+                    Some((kind, n)) => (Some(kind), n),
+                    None => (None, v.as_str()),
+                };
+                o.gpus_per_task = Some(slurm_gpu_count(&flag, n, MAX_GPUS_PER_NODE)?);
+                if let Some(kind) = kind {
+                    o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
+                }
+            }
+            // Slurm's verbose, and the maps berth knows; others (single:, mask_gpu:) refused.
+            "--gpu-bind" => match crate::gpu::GpuBind::parse(v.trim_start_matches("verbose,")) {
+                Ok(b) => o.gpu_bind = Some(b.to_string()),
+                Err(e) => unsupported.push(format!("{shown}: {e}")),
+            },
+            "--gpus-per-socket" => unsupported.push(format!(
+                "{shown}: not supported yet (of the GPU options, --gres=gpu, --gpus, --gpus-per-node, --gpus-per-task, --gpu-bind, --cpus-per-gpu and --mem-per-gpu are)"
+            )),
             _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
         }
     }

@@ -163,13 +163,24 @@ impl JobRequest {
             shape = Shape::PerNode { nodes, cores_per_node: per_node };
         }
         let gpus_per_node = request.gpus_on_each_node(&shape)?;
-        let mem = match (o.mem, o.mem_per_cpu) {
-            (Some(_), Some(_)) => {
-                return Err(CoreError::BadRequest("give --mem (per node) or --mem-per-cpu, not both".into()))
+        let mem = match (o.mem, o.mem_per_cpu, o.mem_per_gpu) {
+            (Some(m), None, None) => MemRequest::PerNode(m),
+            (None, Some(m), None) => MemRequest::PerCpu(m),
+            // Slurm's --mem-per-gpu: per node, the GPUs there times the size.
+            (None, None, Some(m)) if gpus_per_node == 0 => {
+                return Err(CoreError::BadRequest(format!(
+                    "--mem-per-gpu {m} needs --gpus or --gpus-per-node (or give --mem or --mem-per-cpu)"
+                )))
             }
-            (Some(m), None) => MemRequest::PerNode(m),
-            (None, Some(m)) => MemRequest::PerCpu(m),
-            (None, None) => MemRequest::PerNode(0),
+            (None, None, Some(m)) => MemRequest::PerNode(m.checked_mul(u64::from(gpus_per_node)).ok_or_else(|| {
+                CoreError::BadRequest(format!("--mem-per-gpu {m} x {gpus_per_node} GPUs: request too large"))
+            })?),
+            (None, None, None) => MemRequest::PerNode(0),
+            _ => {
+                return Err(CoreError::BadRequest(
+                    "give one of --mem (per node), --mem-per-cpu and --mem-per-gpu, not several".into(),
+                ))
+            }
         };
         Ok(JobRequest {
             shape,

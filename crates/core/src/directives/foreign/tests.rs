@@ -249,10 +249,24 @@ fn slurm_gpu_requests() {
     assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("--gres=gpu:v100:1,nvme:10: generic resource \"nvme\""), "{:?}", f.unsupported);
     assert_eq!(f.options.gpus_per_node, Some(1));
-    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-task=1 --gpus=a100:1,v100:1\n").unwrap();
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=1 --gpus=a100:1,v100:1\n").unwrap();
     assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("not supported yet"), "{:?}", f.unsupported);
     assert!(f.unsupported[1].1.contains("several types"), "{:?}", f.unsupported);
+    // Per-task GPUs and their binding, the CPUs and memory per GPU are read.
+    let f = parse_foreign(
+        "#!/bin/sh\n#SBATCH -n 4 --gpus-per-task=a100:1 --gpu-bind=verbose,closest\n#SBATCH --cpus-per-gpu=8 --mem-per-gpu=16G\n",
+    )
+    .unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    let o = &f.options;
+    assert_eq!(
+        (o.gpus_per_task, o.gpu_type.as_deref(), o.gpu_bind.as_deref()),
+        (Some(1), Some("a100"), Some("closest"))
+    );
+    assert_eq!((o.cpus_per_gpu, o.mem_per_gpu), (Some(8), Some(16 << 30)));
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpu-bind=single:1\n").unwrap();
+    assert!(f.unsupported[0].1.contains("--gpu-bind needs closest"), "{:?}", f.unsupported);
 }
 
 #[test]
