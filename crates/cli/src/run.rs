@@ -719,9 +719,45 @@ fn forward_signals(down: mpsc::UnboundedSender<TreeDown>) {
     }
 }
 
+/// The step's environment with `--gpus-per-task`/`--gpu-bind` as `BERTH_GPUS_PER_TASK` and
+/// `BERTH_GPU_BIND`, which the agents read to give each rank its GPUs; without the flags the
+/// job's (inherited from its script's environment) stay.
+fn gpu_binding_env(
+    mut env: Vec<(String, String)>,
+    per_task: Option<u32>,
+    bind: Option<&str>,
+) -> anyhow::Result<Vec<(String, String)>> {
+    if per_task == Some(0) {
+        anyhow::bail!("--gpus-per-task must be at least 1");
+    }
+    if let Some(b) = bind {
+        berth_core::gpu::GpuBind::parse(b).map_err(anyhow::Error::msg)?;
+    }
+    for (name, value) in
+        [("BERTH_GPUS_PER_TASK", per_task.map(|n| n.to_string())), ("BERTH_GPU_BIND", bind.map(String::from))]
+    {
+        if let Some(v) = value {
+            env.retain(|(k, _)| k != name);
+            env.push((name.to_string(), v));
+        }
+    }
+    Ok(env)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn gpu_flags_reach_the_ranks_environment() {
+        let env = vec![("BERTH_GPUS_PER_TASK".to_string(), "3".to_string()), ("HOME".into(), "/h".into())];
+        let got = gpu_binding_env(env.clone(), Some(1), Some("map_gpu:1")).unwrap();
+        let get = |k: &str| got.iter().filter(|(n, _)| n == k).map(|(_, v)| v.as_str()).collect::<Vec<_>>();
+        assert_eq!((get("BERTH_GPUS_PER_TASK"), get("BERTH_GPU_BIND")), (vec!["1"], vec!["map_gpu:1"]));
+        assert_eq!(gpu_binding_env(env.clone(), None, None).unwrap(), env, "the job's stay without flags");
+        assert!(gpu_binding_env(env.clone(), Some(0), None).is_err());
+        assert!(gpu_binding_env(env, None, Some("single:1")).unwrap_err().to_string().contains("--gpu-bind"));
+    }
 
     fn v(s: &str) -> Vec<String> {
         s.split_whitespace().map(String::from).collect()
@@ -790,29 +826,4 @@ mod tests {
         assert!(parse_fanout("1").is_err());
         assert!(parse_fanout("33").is_err());
     }
-}
-
-/// The step's environment with `--gpus-per-task`/`--gpu-bind` as `BERTH_GPUS_PER_TASK` and
-/// `BERTH_GPU_BIND`, which the agents read to give each rank its GPUs; without the flags the
-/// job's (inherited from its script's environment) stay.
-fn gpu_binding_env(
-    mut env: Vec<(String, String)>,
-    per_task: Option<u32>,
-    bind: Option<&str>,
-) -> anyhow::Result<Vec<(String, String)>> {
-    if per_task == Some(0) {
-        anyhow::bail!("--gpus-per-task must be at least 1");
-    }
-    if let Some(b) = bind {
-        berth_core::gpu::GpuBind::parse(b).map_err(anyhow::Error::msg)?;
-    }
-    for (name, value) in
-        [("BERTH_GPUS_PER_TASK", per_task.map(|n| n.to_string())), ("BERTH_GPU_BIND", bind.map(String::from))]
-    {
-        if let Some(v) = value {
-            env.retain(|(k, _)| k != name);
-            env.push((name.to_string(), v));
-        }
-    }
-    Ok(env)
 }

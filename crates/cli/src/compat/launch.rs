@@ -235,6 +235,12 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
             }
             "--ntasks-per-node" => a.tasks_per_node = Some(count(key, &v)?),
             "--cpus-per-task" => a.cpus_per_task = Some(count(key, &v)?),
+            // [TYPE:]N: the type is the job's to choose (its GPUs are of it already).
+            "--gpus-per-task" => a.gpus_per_task = Some(count(key, v.rsplit(':').next().unwrap_or(""))?),
+            "--gpu-bind" => match berth_core::gpu::GpuBind::parse(v.trim_start_matches("verbose,")) {
+                Ok(b) => a.gpu_bind = Some(b.to_string()),
+                Err(why) => refuse(&mut plan, ignore, format!("{shown}: {why}"))?,
+            },
             "--label" => a.label = true,
             "--overcommit" => a.overcommit = true,
             "--jobid" => {
