@@ -18,6 +18,7 @@ pub mod gpus;
 pub mod hwtopo;
 pub mod job;
 pub mod pmi;
+pub mod pmix;
 pub mod pmi2;
 pub mod priority;
 pub mod rank;

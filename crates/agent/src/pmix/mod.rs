@@ -1,0 +1,390 @@
+//! The agent's PMIx server (OpenPMIx's server library, libpmix), for Open MPI and other PMIx
+//! clients: one server per agent process (libpmix allows one per process), one namespace per
+//! step (`berth.JOB.STEP`) registered while the step's ranks run on this node.
+//!
+//! The C glue (shim.c) fills PMIx's structures with PMIx's own macros; this module only calls
+//! its flat functions. libpmix calls back from its progress thread: the callbacks copy what
+//! they are given and queue it to the step's shepherd ([`PmixEvent`]), found by namespace.
+//!
+//! A fence (`PMIx_Fence`, the modex of `MPI_Init`) reaches the agent once every local rank
+//! has entered it, with the node's data: the shepherd sends it up the control tree as a
+//! barrier (as PMI-1's), and completes the fence with every node's data concatenated in
+//! node order when the barrier comes back down ([`FenceToken::complete`]).
+
+use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use tokio::sync::mpsc;
+
+mod sys {
+    use std::ffi::{c_char, c_int, c_void};
+
+    pub type FenceFn =
+        unsafe extern "C" fn(nspace: *const c_char, data: *const c_char, ndata: usize, token: *mut c_void);
+    pub type AbortFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, status: c_int, msg: *const c_char);
+    pub type FinalizedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32);
+
+    extern "C" {
+        pub fn berth_pmix_init(
+            tmpdir: *const c_char,
+            fence: FenceFn,
+            abort: AbortFn,
+            finalized: FinalizedFn,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+        #[allow(clippy::too_many_arguments)]
+        pub fn berth_pmix_register(
+            nspace: *const c_char,
+            jobid: *const c_char,
+            size: u32,
+            appnum: u32,
+            nodes: *const *const c_char,
+            nnodes: u32,
+            me: u32,
+            rank_node: *const u32,
+            rank_local: *const u32,
+            nsdir: *const c_char,
+            uid: u32,
+            gid: u32,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+        pub fn berth_pmix_setup_fork(
+            nspace: *const c_char,
+            rank: u32,
+            env: *mut *mut *mut c_char,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+        pub fn berth_pmix_free_env(env: *mut *mut c_char);
+        pub fn berth_pmix_deregister(nspace: *const c_char);
+        pub fn berth_pmix_fence_done(token: *mut c_void, ok: c_int, data: *const c_char, ndata: usize);
+        pub fn berth_pmix_notify_lost(nspace: *const c_char, rank: u32) -> c_int;
+    }
+}
+
+/// What a step's ranks ask of the PMIx server.
+#[derive(Debug)]
+pub enum PmixEvent {
+    /// Every local rank entered a fence: this node's data. Complete `token` with all nodes'.
+    Fence { data: Vec<u8>, token: FenceToken },
+    /// A rank called `PMIx_Abort` (Open MPI's `MPI_Abort`).
+    Abort { rank: u32, code: i32, message: String },
+    /// A rank called `PMIx_Finalize`.
+    Finalized { rank: u32 },
+}
+
+/// A fence libpmix waits on. Dropped without [`FenceToken::complete`], it fails the fence
+/// (the ranks' `PMIx_Fence` returns an error rather than hanging).
+#[derive(Debug)]
+pub struct FenceToken(*mut c_void);
+
+// SAFETY: the token is an opaque heap block of shim.c, completed at most once (complete and
+// drop take it), and libpmix's completion callback may be called from any thread.
+unsafe impl Send for FenceToken {}
+
+impl FenceToken {
+    /// Complete the fence with every participating node's data, concatenated.
+    pub fn complete(mut self, data: &[u8]) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        // SAFETY: `t` came from shim.c's fence callback and is completed once (nulled here).
+        unsafe { sys::berth_pmix_fence_done(t, 1, data.as_ptr().cast(), data.len()) };
+    }
+}
+
+impl Drop for FenceToken {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: as in complete; a failed fence with no data.
+            unsafe { sys::berth_pmix_fence_done(self.0, 0, std::ptr::null(), 0) };
+        }
+    }
+}
+
+/// The shepherds' queues, by namespace.
+fn routes() -> &'static Mutex<HashMap<String, mpsc::UnboundedSender<PmixEvent>>> {
+    static ROUTES: OnceLock<Mutex<HashMap<String, mpsc::UnboundedSender<PmixEvent>>>> = OnceLock::new();
+    ROUTES.get_or_init(Default::default)
+}
+
+fn route(nspace: *const c_char, ev: PmixEvent) {
+    if nspace.is_null() {
+        return;
+    }
+    // SAFETY: libpmix passes a NUL-terminated namespace (pmix_proc_t.nspace).
+    let ns = unsafe { CStr::from_ptr(nspace) }.to_string_lossy();
+    let tx = routes().lock().ok().and_then(|r| r.get(ns.as_ref()).cloned());
+    match tx {
+        // A fence of a namespace gone: its token fails the fence when dropped here.
+        Some(tx) => drop(tx.send(ev)),
+        None => tracing::debug!("PMIx event for unknown namespace {ns}"),
+    }
+}
+
+unsafe extern "C" fn on_fence(nspace: *const c_char, data: *const c_char, ndata: usize, token: *mut c_void) {
+    let data = if data.is_null() || ndata == 0 {
+        Vec::new()
+    } else {
+        // SAFETY: libpmix's fence data: `ndata` bytes at `data`, valid during this call.
+        unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec()
+    };
+    route(nspace, PmixEvent::Fence { data, token: FenceToken(token) });
+}
+
+unsafe extern "C" fn on_abort(nspace: *const c_char, rank: u32, status: c_int, msg: *const c_char) {
+    let message = if msg.is_null() {
+        String::new()
+    } else {
+        // SAFETY: shim.c passes a NUL-terminated message ("" when the client gave none).
+        unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
+    };
+    route(nspace, PmixEvent::Abort { rank, code: status, message });
+}
+
+unsafe extern "C" fn on_finalized(nspace: *const c_char, rank: u32) {
+    route(nspace, PmixEvent::Finalized { rank });
+}
+
+const ERR_LEN: usize = 512;
+
+fn err_text(buf: &[u8]) -> String {
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+fn cstring(what: &str, s: &str) -> Result<CString, String> {
+    CString::new(s).map_err(|_| format!("the PMIx {what} {s:?} contains a NUL byte"))
+}
+
+/// Start this process's PMIx server (once; later calls return the first outcome), its
+/// rendezvous files under `tmpdir`.
+pub fn ensure_server(tmpdir: &Path) -> Result<(), String> {
+    static SERVER: OnceLock<Result<(), String>> = OnceLock::new();
+    SERVER
+        .get_or_init(|| {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::create_dir_all(tmpdir).map_err(|e| format!("cannot create {}: {e}", tmpdir.display()))?;
+            // Ranks run as their users and read the server's files here.
+            std::fs::set_permissions(tmpdir, std::fs::Permissions::from_mode(0o755))
+                .map_err(|e| format!("chmod {}: {e}", tmpdir.display()))?;
+            let dir = cstring("directory", &tmpdir.display().to_string())?;
+            let mut err = [0u8; ERR_LEN];
+            // SAFETY: NUL-terminated path, callbacks with the signatures shim.c declares, and
+            // an error buffer of ERR_LEN bytes; called once per process (OnceLock).
+            let rc = unsafe {
+                sys::berth_pmix_init(dir.as_ptr(), on_fence, on_abort, on_finalized, err.as_mut_ptr().cast(), ERR_LEN)
+            };
+            if rc != 0 {
+                return Err(format!("cannot start the PMIx server: {}", err_text(&err)));
+            }
+            Ok(())
+        })
+        .clone()
+}
+
+/// A step's namespace on this node.
+pub struct NamespaceSpec<'a> {
+    pub name: String,
+    pub jobid: String,
+    pub size: u32,
+    pub appnum: u32,
+    /// Node names, in node order.
+    pub nodes: Vec<&'a str>,
+    /// This node's index.
+    pub me: u32,
+    /// Each rank's node index (indexed by rank).
+    pub rank_node: Vec<u32>,
+    /// Each rank's index among its node's ranks.
+    pub rank_local: Vec<u32>,
+    /// A directory for the namespace (PMIX_NSDIR).
+    pub nsdir: &'a Path,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+/// A registered namespace: deregistered (its clients too) when dropped.
+pub struct Namespace {
+    name: CString,
+    key: String,
+}
+
+impl Namespace {
+    /// Register the step's namespace and this node's ranks as its clients; the server's
+    /// events for it go to `events`.
+    pub fn register(spec: &NamespaceSpec, events: mpsc::UnboundedSender<PmixEvent>) -> Result<Namespace, String> {
+        let n = spec.size as usize;
+        if spec.rank_node.len() != n || spec.rank_local.len() != n || spec.me as usize >= spec.nodes.len() {
+            return Err(format!("inconsistent PMIx namespace {} (size {n})", spec.name));
+        }
+        if spec.rank_node.iter().any(|&i| i as usize >= spec.nodes.len()) {
+            return Err(format!("a rank of PMIx namespace {} is on no node", spec.name));
+        }
+        let name = cstring("namespace", &spec.name)?;
+        let jobid = cstring("job id", &spec.jobid)?;
+        let nsdir = cstring("directory", &spec.nsdir.display().to_string())?;
+        let nodes: Vec<CString> = spec.nodes.iter().map(|n| cstring("node name", n)).collect::<Result<_, _>>()?;
+        let node_ptrs: Vec<*const c_char> = nodes.iter().map(|n| n.as_ptr()).collect();
+        if let Ok(mut r) = routes().lock() {
+            r.insert(spec.name.clone(), events);
+        }
+        let mut err = [0u8; ERR_LEN];
+        // SAFETY: NUL-terminated strings, `nodes.len()` node pointers, `size` entries in both
+        // rank arrays (checked above), all alive across the call; an ERR_LEN error buffer.
+        let rc = unsafe {
+            sys::berth_pmix_register(
+                name.as_ptr(),
+                jobid.as_ptr(),
+                spec.size,
+                spec.appnum,
+                node_ptrs.as_ptr(),
+                node_ptrs.len() as u32,
+                spec.me,
+                spec.rank_node.as_ptr(),
+                spec.rank_local.as_ptr(),
+                nsdir.as_ptr(),
+                spec.uid,
+                spec.gid,
+                err.as_mut_ptr().cast(),
+                ERR_LEN,
+            )
+        };
+        let ns = Namespace { name, key: spec.name.clone() };
+        if rc != 0 {
+            return Err(err_text(&err));
+        }
+        Ok(ns)
+    }
+
+    /// The variables a local rank needs to reach the server (PMIX_NAMESPACE, PMIX_RANK,
+    /// PMIX_SERVER_URI*, ...).
+    pub fn fork_env(&self, rank: u32) -> Result<Vec<(String, String)>, String> {
+        let mut env: *mut *mut c_char = std::ptr::null_mut();
+        let mut err = [0u8; ERR_LEN];
+        // SAFETY: a registered namespace, an out pointer for libpmix's NULL-ended array.
+        let rc =
+            unsafe { sys::berth_pmix_setup_fork(self.name.as_ptr(), rank, &mut env, err.as_mut_ptr().cast(), ERR_LEN) };
+        let mut vars = Vec::new();
+        if !env.is_null() {
+            let mut p = env;
+            // SAFETY: a NULL-terminated array of NUL-terminated strings from libpmix, read
+            // up to its terminator, then freed once by shim.c.
+            unsafe {
+                while !(*p).is_null() {
+                    let s = CStr::from_ptr(*p).to_string_lossy();
+                    if let Some((k, v)) = s.split_once('=') {
+                        vars.push((k.to_string(), v.to_string()));
+                    }
+                    p = p.add(1);
+                }
+                sys::berth_pmix_free_env(env);
+            }
+        }
+        if rc != 0 {
+            return Err(err_text(&err));
+        }
+        Ok(vars)
+    }
+
+    /// Tell the step's ranks here that `rank` was lost (event PMIX_ERR_PROC_ABORTED).
+    pub fn notify_lost(&self, rank: u32) -> bool {
+        // SAFETY: a registered namespace.
+        unsafe { sys::berth_pmix_notify_lost(self.name.as_ptr(), rank) == 0 }
+    }
+}
+
+impl Drop for Namespace {
+    fn drop(&mut self) {
+        if let Ok(mut r) = routes().lock() {
+            r.remove(&self.key);
+        }
+        // SAFETY: the namespace registered by `register` (deregistering an unknown one is a
+        // no-op in libpmix).
+        unsafe { sys::berth_pmix_deregister(self.name.as_ptr()) };
+    }
+}
+
+/// The data of one fence from every node, as the control tree's barrier carries it: one key
+/// per node.
+pub fn fence_key(node: u32) -> String {
+    format!("pmix-fence.{node}")
+}
+
+/// Every node's fence data out of a barrier's key-value pairs, concatenated in node order;
+/// None when the barrier carries none (a PMI barrier).
+pub fn fence_data(kvs: &[(String, String)]) -> Option<Result<Vec<u8>, String>> {
+    let mut parts: Vec<(u32, &str)> = kvs
+        .iter()
+        .filter_map(|(k, v)| k.strip_prefix("pmix-fence.").and_then(|n| n.parse().ok()).map(|n| (n, v.as_str())))
+        .collect();
+    if parts.is_empty() {
+        return None;
+    }
+    parts.sort_by_key(|(n, _)| *n);
+    let mut all = Vec::new();
+    for (n, hex) in parts {
+        match berth_protocol::auth::unhex(hex) {
+            Some(mut b) => all.append(&mut b),
+            None => return Some(Err(format!("node {n}'s PMIx fence data is not hex"))),
+        }
+    }
+    Some(Ok(all))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fence_data_is_concatenated_in_node_order_and_pmi_barriers_carry_none() {
+        let kvs = vec![
+            (fence_key(2), "0304".to_string()),
+            ("PMI_key".to_string(), "v".to_string()),
+            (fence_key(0), "01".to_string()),
+            (fence_key(10), "ff".to_string()),
+        ];
+        assert_eq!(fence_data(&kvs), Some(Ok(vec![1, 3, 4, 0xff])));
+        assert_eq!(fence_data(&[("PMI_key".into(), "v".into())]), None);
+        assert!(matches!(fence_data(&[(fence_key(1), "zz".into())]), Some(Err(_))));
+    }
+
+    /// The real server: a namespace of 3 ranks over 2 nodes, 2 of them here, gives each local
+    /// rank the variables Open MPI looks for; a second namespace registers beside it.
+    #[test]
+    fn a_registered_namespace_gives_its_ranks_the_servers_address() {
+        let tmp = tempfile::tempdir().unwrap();
+        ensure_server(&tmp.path().join("pmix")).expect("PMIx server");
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let spec = NamespaceSpec {
+            name: "berth.test.1".into(),
+            jobid: "test.1".into(),
+            size: 3,
+            appnum: 0,
+            nodes: vec!["n0", "n1"],
+            me: 0,
+            rank_node: vec![0, 0, 1],
+            rank_local: vec![0, 1, 0],
+            nsdir: tmp.path(),
+            uid: unsafe_ids().0,
+            gid: unsafe_ids().1,
+        };
+        let ns = Namespace::register(&spec, tx.clone()).expect("register");
+        let env = ns.fork_env(1).expect("setup_fork");
+        let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(get("PMIX_NAMESPACE").as_deref(), Some("berth.test.1"), "{env:?}");
+        assert_eq!(get("PMIX_RANK").as_deref(), Some("1"), "{env:?}");
+        assert!(get("PMIX_SERVER_URI41").or(get("PMIX_SERVER_URI4")).is_some(), "{env:?}");
+        let spec2 = NamespaceSpec { name: "berth.test.2".into(), ..spec };
+        let ns2 = Namespace::register(&spec2, tx).expect("a second namespace");
+        assert_eq!(ns2.fork_env(0).unwrap().iter().find(|(k, _)| k == "PMIX_RANK").map(|(_, v)| v.as_str()), Some("0"));
+        drop(ns);
+        drop(ns2);
+        assert!(routes().lock().unwrap().is_empty());
+    }
+
+    fn unsafe_ids() -> (u32, u32) {
+        // SAFETY: no arguments, cannot fail.
+        unsafe { (libc::getuid(), libc::getgid()) }
+    }
+}

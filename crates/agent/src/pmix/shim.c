@@ -1,0 +1,357 @@
+/* berth's glue to OpenPMIx's server library (libpmix, Debian libpmix-dev 4.2).
+ *
+ * PMIx's API is built of large structs filled through macros (PMIX_INFO_LOAD,
+ * PMIX_DATA_ARRAY_CREATE, ...): they are used here, in C, against the installed headers, so
+ * no struct layout is restated by hand in Rust. Rust (src/pmix/mod.rs) sees only the flat
+ * functions below and three callbacks.
+ *
+ * Threads: PMIx calls the server module's functions from its own progress thread; the
+ * callbacks into Rust only copy their arguments and queue them. Completing a fence
+ * (berth_pmix_fence_done) may be called from any thread (PMIx thread-shifts it).
+ */
+#include <pmix.h>
+#include <pmix_server.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef void (*berth_fence_fn)(const char *nspace, const char *data, size_t ndata, void *token);
+typedef void (*berth_abort_fn)(const char *nspace, uint32_t rank, int status, const char *msg);
+typedef void (*berth_finalized_fn)(const char *nspace, uint32_t rank);
+
+static berth_fence_fn on_fence;
+static berth_abort_fn on_abort;
+static berth_finalized_fn on_finalized;
+
+struct fence_token {
+    pmix_modex_cbfunc_t cbfunc;
+    void *cbdata;
+};
+
+static pmix_status_t s_client_connected(const pmix_proc_t *proc, void *obj, pmix_op_cbfunc_t cbfunc,
+                                        void *cbdata)
+{
+    (void)proc; (void)obj; (void)cbfunc; (void)cbdata;
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+static pmix_status_t s_client_finalized(const pmix_proc_t *proc, void *obj, pmix_op_cbfunc_t cbfunc,
+                                        void *cbdata)
+{
+    (void)obj; (void)cbfunc; (void)cbdata;
+    if (on_finalized != NULL) {
+        on_finalized(proc->nspace, proc->rank);
+    }
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+static pmix_status_t s_abort(const pmix_proc_t *proc, void *obj, int status, const char msg[],
+                             pmix_proc_t procs[], size_t nprocs, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)obj; (void)procs; (void)nprocs; (void)cbfunc; (void)cbdata;
+    /* Whatever procs it names, an abort ends the whole step (as MPI_Abort under PMI-1). The
+     * client is released at once; the step's end follows from the shepherd. */
+    on_abort(proc->nspace, proc->rank, status, msg == NULL ? "" : msg);
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+static pmix_status_t s_fence_nb(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[],
+                                size_t ninfo, char *data, size_t ndata, pmix_modex_cbfunc_t cbfunc,
+                                void *cbdata)
+{
+    (void)info; (void)ninfo;
+    if (nprocs == 0 || procs == NULL) {
+        return PMIX_ERR_BAD_PARAM;
+    }
+    struct fence_token *t = malloc(sizeof(*t));
+    if (t == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_fence(procs[0].nspace, data, ndata, t);
+    return PMIX_SUCCESS;
+}
+
+static pmix_server_module_t module = {
+    .client_connected = s_client_connected,
+    .client_finalized = s_client_finalized,
+    .abort = s_abort,
+    .fence_nb = s_fence_nb,
+};
+
+static void release_blob(void *cbdata)
+{
+    free(cbdata);
+}
+
+/* Complete a fence started by on_fence with the data of all nodes (concatenated). */
+void berth_pmix_fence_done(void *token, int ok, const char *data, size_t ndata)
+{
+    struct fence_token *t = token;
+    char *copy = malloc(ndata > 0 ? ndata : 1);
+    if (copy == NULL) {
+        t->cbfunc(PMIX_ERR_NOMEM, NULL, 0, t->cbdata, NULL, NULL);
+        free(t);
+        return;
+    }
+    if (ndata > 0) {
+        memcpy(copy, data, ndata);
+    }
+    t->cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, copy, ndata, t->cbdata, release_blob, copy);
+    free(t);
+}
+
+struct waiter {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int done;
+    pmix_status_t status;
+};
+
+static void op_done(pmix_status_t status, void *cbdata)
+{
+    struct waiter *w = cbdata;
+    pthread_mutex_lock(&w->m);
+    w->status = status;
+    w->done = 1;
+    pthread_cond_signal(&w->c);
+    pthread_mutex_unlock(&w->m);
+}
+
+static void waiter_init(struct waiter *w)
+{
+    pthread_mutex_init(&w->m, NULL);
+    pthread_cond_init(&w->c, NULL);
+    w->done = 0;
+    w->status = PMIX_SUCCESS;
+}
+
+/* Wait for an operation that returned `rc` and calls op_done with `w` when it completes. */
+static pmix_status_t waiter_wait(struct waiter *w, pmix_status_t rc)
+{
+    if (rc == PMIX_OPERATION_SUCCEEDED) {
+        rc = PMIX_SUCCESS;
+    } else if (rc == PMIX_SUCCESS) {
+        pthread_mutex_lock(&w->m);
+        while (!w->done) {
+            pthread_cond_wait(&w->c, &w->m);
+        }
+        rc = w->status;
+        pthread_mutex_unlock(&w->m);
+    }
+    pthread_mutex_destroy(&w->m);
+    pthread_cond_destroy(&w->c);
+    return rc;
+}
+
+static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
+{
+    snprintf(err, errlen, "%s failed: %s (%d)", what, PMIx_Error_string(rc), rc);
+}
+
+/* Start the server (once per process). `tmpdir`: where its rendezvous sockets go. */
+int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
+                    berth_finalized_fn finalized, char *err, size_t errlen)
+{
+    on_fence = fence;
+    on_abort = abort_fn;
+    on_finalized = finalized;
+    pmix_info_t *info;
+    bool no = false;
+    PMIX_INFO_CREATE(info, 4);
+    PMIX_INFO_LOAD(&info[0], PMIX_SERVER_TMPDIR, tmpdir, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[1], PMIX_SYSTEM_TMPDIR, tmpdir, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[2], PMIX_SERVER_TOOL_SUPPORT, &no, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[3], PMIX_SERVER_SYSTEM_SUPPORT, &no, PMIX_BOOL);
+    pmix_status_t rc = PMIx_server_init(&module, info, 4);
+    PMIX_INFO_FREE(info, 4);
+    if (rc != PMIX_SUCCESS) {
+        say(err, errlen, "PMIx_server_init", rc);
+        return -1;
+    }
+    return 0;
+}
+
+/* Register a step's namespace and its local clients.
+ *   nodes[nnodes]: node names in node order; me: this node's index;
+ *   rank_node[size], rank_local[size]: each rank's node index and its index among its node's ranks;
+ *   appnum: the application number of every rank. */
+int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, uint32_t appnum,
+                        const char *const *nodes, uint32_t nnodes, uint32_t me, const uint32_t *rank_node,
+                        const uint32_t *rank_local, const char *nsdir, uint32_t uid, uint32_t gid,
+                        char *err, size_t errlen)
+{
+    pmix_status_t rc;
+    /* Node names "a,b,c" and ranks per node "0,1;2,3" for PMIx's own regular expressions. */
+    size_t hl = 1;
+    for (uint32_t n = 0; n < nnodes; n++) {
+        hl += strlen(nodes[n]) + 1;
+    }
+    char *hosts = calloc(1, hl);
+    char *ppn = calloc(1, (size_t)size * 12 + nnodes + 1);
+    char *peers = calloc(1, (size_t)size * 12 + 1);
+    if (hosts == NULL || ppn == NULL || peers == NULL) {
+        free(hosts); free(ppn); free(peers);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    uint32_t nlocal = 0, leader = UINT32_MAX;
+    for (uint32_t n = 0; n < nnodes; n++) {
+        if (n > 0) {
+            strcat(hosts, ",");
+            strcat(ppn, ";");
+        }
+        strcat(hosts, nodes[n]);
+        int first = 1;
+        for (uint32_t r = 0; r < size; r++) {
+            if (rank_node[r] != n) {
+                continue;
+            }
+            char num[16];
+            snprintf(num, sizeof num, "%s%u", first ? "" : ",", r);
+            strcat(ppn, num);
+            first = 0;
+            if (n == me) {
+                snprintf(num, sizeof num, "%s%u", nlocal == 0 ? "" : ",", r);
+                strcat(peers, num);
+                if (leader == UINT32_MAX) {
+                    leader = r;
+                }
+                nlocal++;
+            }
+        }
+    }
+    char *node_map = NULL, *proc_map = NULL;
+    rc = PMIx_generate_regex(hosts, &node_map);
+    if (rc == PMIX_SUCCESS) {
+        rc = PMIx_generate_ppn(ppn, &proc_map);
+    }
+    free(hosts);
+    free(ppn);
+    if (rc != PMIX_SUCCESS) {
+        free(peers);
+        free(node_map);
+        say(err, errlen, "PMIx_generate_regex", rc);
+        return -1;
+    }
+    size_t njob = 16, ninfo = njob + size;
+    pmix_info_t *info;
+    PMIX_INFO_CREATE(info, ninfo);
+    size_t k = 0;
+    uint32_t one_app = 1;
+    pmix_rank_t zero_rank = 0, ldr = leader == UINT32_MAX ? 0 : leader;
+    PMIX_INFO_LOAD(&info[k++], PMIX_UNIV_SIZE, &size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_JOB_SIZE, &size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_MAX_PROCS, &size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_JOBID, jobid, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NUM_NODES, &nnodes, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NODE_MAP, node_map, PMIX_REGEX);
+    PMIX_INFO_LOAD(&info[k++], PMIX_PROC_MAP, proc_map, PMIX_REGEX);
+    PMIX_INFO_LOAD(&info[k++], PMIX_JOB_NUM_APPS, &one_app, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_APPLDR, &zero_rank, PMIX_PROC_RANK);
+    PMIX_INFO_LOAD(&info[k++], PMIX_APP_SIZE, &size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NODE_SIZE, &nlocal, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, peers, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[k++], PMIX_LOCALLDR, &ldr, PMIX_PROC_RANK);
+    PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, nodes[me], PMIX_STRING);
+    PMIX_INFO_LOAD(&info[k++], PMIX_NSDIR, nsdir, PMIX_STRING);
+    free(peers);
+    free(node_map);
+    free(proc_map);
+    /* Every rank's own data, remote ones included (no direct modex is needed for them). */
+    for (uint32_t r = 0; r < size; r++) {
+        pmix_data_array_t *arr;
+        PMIX_DATA_ARRAY_CREATE(arr, 8, PMIX_INFO);
+        pmix_info_t *p = arr->array;
+        pmix_rank_t rank = r;
+        uint16_t local = (uint16_t)rank_local[r];
+        uint32_t nodeid = rank_node[r];
+        PMIX_INFO_LOAD(&p[0], PMIX_RANK, &rank, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&p[1], PMIX_APPNUM, &appnum, PMIX_UINT32);
+        PMIX_INFO_LOAD(&p[2], PMIX_GLOBAL_RANK, &rank, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&p[3], PMIX_APP_RANK, &rank, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&p[4], PMIX_LOCAL_RANK, &local, PMIX_UINT16);
+        PMIX_INFO_LOAD(&p[5], PMIX_NODE_RANK, &local, PMIX_UINT16);
+        PMIX_INFO_LOAD(&p[6], PMIX_NODEID, &nodeid, PMIX_UINT32);
+        PMIX_INFO_LOAD(&p[7], PMIX_HOSTNAME, nodes[nodeid < nnodes ? nodeid : 0], PMIX_STRING);
+        PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
+        PMIX_DATA_ARRAY_FREE(arr);
+    }
+    struct waiter w;
+    waiter_init(&w);
+    rc = waiter_wait(&w, PMIx_server_register_nspace(nspace, (int)nlocal, info, k, op_done, &w));
+    PMIX_INFO_FREE(info, ninfo);
+    if (rc != PMIX_SUCCESS) {
+        say(err, errlen, "PMIx_server_register_nspace", rc);
+        return -1;
+    }
+    for (uint32_t r = 0; r < size; r++) {
+        if (rank_node[r] != me) {
+            continue;
+        }
+        pmix_proc_t proc;
+        PMIX_PROC_LOAD(&proc, nspace, r);
+        waiter_init(&w);
+        rc = waiter_wait(&w, PMIx_server_register_client(&proc, uid, gid, NULL, op_done, &w));
+        if (rc != PMIX_SUCCESS) {
+            say(err, errlen, "PMIx_server_register_client", rc);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The environment a local rank needs to reach the server: "KEY=VALUE" strings, NULL-ended,
+ * freed with berth_pmix_free_env. */
+int berth_pmix_setup_fork(const char *nspace, uint32_t rank, char ***env, char *err, size_t errlen)
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace, rank);
+    *env = NULL;
+    pmix_status_t rc = PMIx_server_setup_fork(&proc, env);
+    if (rc != PMIX_SUCCESS) {
+        say(err, errlen, "PMIx_server_setup_fork", rc);
+        return -1;
+    }
+    return 0;
+}
+
+void berth_pmix_free_env(char **env)
+{
+    if (env == NULL) {
+        return;
+    }
+    for (char **e = env; *e != NULL; e++) {
+        free(*e);
+    }
+    free(env);
+}
+
+/* Forget a step's namespace (and its clients). */
+void berth_pmix_deregister(const char *nspace)
+{
+    struct waiter w;
+    waiter_init(&w);
+    PMIx_server_deregister_nspace(nspace, op_done, &w);
+    (void)waiter_wait(&w, PMIX_SUCCESS);
+}
+
+/* Tell the namespace's ranks that `rank` ended abnormally (PMIX_ERR_PROC_ABORTED). */
+int berth_pmix_notify_lost(const char *nspace, uint32_t rank)
+{
+    pmix_proc_t source;
+    PMIX_PROC_LOAD(&source, nspace, rank);
+    pmix_info_t *info;
+    PMIX_INFO_CREATE(info, 1);
+    PMIX_INFO_LOAD(&info[0], PMIX_EVENT_AFFECTED_PROC, &source, PMIX_PROC);
+    struct waiter w;
+    waiter_init(&w);
+    pmix_status_t rc = waiter_wait(
+        &w, PMIx_Notify_event(PMIX_ERR_PROC_ABORTED, &source, PMIX_RANGE_NAMESPACE, info, 1, op_done, &w));
+    PMIX_INFO_FREE(info, 1);
+    return rc == PMIX_SUCCESS ? 0 : -1;
+}
