@@ -44,6 +44,7 @@ enum Event {
     StreamClosed,
     RankExited(RankExit),
     Pmi(PmiEvent),
+    Pmix(crate::pmix::PmixEvent),
     Signal(i32),
     KillNow,
     Linger,
@@ -141,23 +142,38 @@ where
             }
         });
     }
+    let (pmix_tx, mut pmix_rx) = mpsc::unbounded_channel::<crate::pmix::PmixEvent>();
+    {
+        let ev_tx = ev_tx.clone();
+        tokio::spawn(async move {
+            while let Some(e) = pmix_rx.recv().await {
+                if ev_tx.send(Event::Pmix(e)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
     berth_protocol::probe::mark("agent shepherd ready");
     let job = ctx.registry.wait_for(grant.job, JOB_WAIT).await;
     let mut partial = Vec::new();
     let started = match &job {
         None => Err(format!("job {} is not running on node {}", grant.job, node.name)),
-        Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, &mut partial),
+        Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, pmix_tx, &mut partial),
     };
     let mut alive: HashMap<u32, i32> = HashMap::new();
     let mut stdin: Option<tokio::net::unix::pipe::Sender> = None;
     let mut open_streams = 0usize;
     let mut pmi = None;
+    let mut pmix = None;
+    // A PMIx fence this node's ranks wait on (completed by the barrier's way down).
+    let mut pmix_fence: Option<crate::pmix::FenceToken> = None;
     let mut sub_cpusets = vec![];
     let mut failures_file = None;
     let mut local_started = false;
     let ranks: Vec<LocalRank> = match started {
         Ok(s) => {
             pmi = Some(s.pmi);
+            pmix = s.pmix;
             sub_cpusets = s.sub_cpusets;
             failures_file = s.failures_file;
             local_started = true;
@@ -269,9 +285,7 @@ where
             }
             if is_root {
                 send_down(&mut children, &TreeDown::BarrierOut { kvs: puts.clone() });
-                if let Some(p) = &pmi {
-                    p.barrier_out(puts);
-                }
+                barrier_out(puts, pmi.as_ref(), &mut pmix_fence);
             } else {
                 let _ = up_tx.send(TreeUp::BarrierIn { puts });
             }
@@ -297,9 +311,7 @@ where
                 }
                 TreeDown::BarrierOut { kvs } => {
                     send_down(&mut children, &TreeDown::BarrierOut { kvs: kvs.clone() });
-                    if let Some(p) = &pmi {
-                        p.barrier_out(kvs);
-                    }
+                    barrier_out(kvs, pmi.as_ref(), &mut pmix_fence);
                 }
                 TreeDown::RankFailed { exit } => {
                     send_down(&mut children, &TreeDown::RankFailed { exit: exit.clone() });
@@ -308,6 +320,9 @@ where
                     if let Some(p) = &pmi {
                         let list: Vec<String> = dead_ranks.iter().map(|r| r.to_string()).collect();
                         p.set("PMI_dead_processes", &list.join(","));
+                    }
+                    if let Some(ns) = &pmix {
+                        ns.notify_lost(exit.rank);
                     }
                     if let Some(sig) = grant.notify_signal {
                         signal_all(&alive, sig);
@@ -370,6 +385,19 @@ where
                     tracing::warn!(job = %grant.job, step = grant.step, rank, "PMI: {message}");
                 }
             },
+            Event::Pmix(p) => match p {
+                crate::pmix::PmixEvent::Fence { data, token } => {
+                    // The node's ranks all entered the fence: up the tree as a barrier.
+                    pmix_fence = Some(token);
+                    local_barrier = Some(vec![(crate::pmix::fence_key(me), berth_protocol::auth::hex(&data))]);
+                }
+                crate::pmix::PmixEvent::Abort { rank, code, message } => {
+                    let abort = TreeUp::Abort { rank, node: node.name.clone(), code, message };
+                    report.saw(&abort);
+                    let _ = up_tx.send(abort);
+                }
+                crate::pmix::PmixEvent::Finalized { .. } => {}
+            },
             Event::Child(i, msg) => match msg {
                 TreeUp::Started { nodes, ranks } => children[i].started = Some((nodes, ranks)),
                 TreeUp::BarrierIn { mut puts } => {
@@ -405,6 +433,9 @@ where
             }
         }
     }
+    // Deregisters the step's PMIx namespace (a fence still pending fails).
+    drop(pmix_fence);
+    drop(pmix);
     if let Some(job) = &job {
         if let Ok(mut steps) = job.steps.lock() {
             steps.remove(&grant.step);
@@ -478,6 +509,30 @@ impl StepEndReport {
     fn message(self, job: berth_core::JobId, step: u32, launch_failed: bool) -> AgentMessage {
         let exit_code = if launch_failed { self.worst.max(1) } else { self.worst };
         AgentMessage::StepEnded { job, step, exit_code, failure: self.failure }
+    }
+}
+
+/// A barrier came back down: a PMIx fence's data completes the pending fence, anything else
+/// is PMI's.
+fn barrier_out(
+    kvs: Vec<(String, String)>,
+    pmi: Option<&crate::pmi::PmiServer>,
+    fence: &mut Option<crate::pmix::FenceToken>,
+) {
+    match crate::pmix::fence_data(&kvs) {
+        Some(data) => match (fence.take(), data) {
+            (Some(token), Ok(all)) => token.complete(&all),
+            (Some(token), Err(e)) => {
+                tracing::warn!("PMIx fence failed: {e}");
+                drop(token);
+            }
+            (None, _) => tracing::warn!("a PMIx fence's data came down, but no fence is pending here"),
+        },
+        None => {
+            if let Some(p) = pmi {
+                p.barrier_out(kvs);
+            }
+        }
     }
 }
 

@@ -21,6 +21,8 @@ pub struct LocalRank {
 pub struct StartedRanks {
     pub ranks: Vec<LocalRank>,
     pub pmi: PmiServer,
+    /// The step's PMIx namespace here (deregistered when dropped), when PMIx is offered.
+    pub pmix: Option<crate::pmix::Namespace>,
     /// Where survivors read about failed ranks (`BERTH_FAILED_RANKS`): `--no-kill` steps only
     /// (otherwise a failure ends them all and nobody would read it).
     pub failures_file: Option<PathBuf>,
@@ -144,6 +146,7 @@ pub fn start(
     grant: &StepGrant,
     node_index: usize,
     pmi_events: mpsc::UnboundedSender<PmiEvent>,
+    pmix_events: mpsc::UnboundedSender<crate::pmix::PmixEvent>,
     partial: &mut Vec<LocalRank>,
 ) -> Result<StartedRanks, String> {
     let node = &grant.nodes[node_index];
@@ -170,6 +173,7 @@ pub fn start(
     } else {
         None
     };
+    let pmix = pmix_namespace(ctx, job, grant, node_index, pmix_events)?;
     let mut sub_cpusets = Vec::new();
     let mut base = node_env(grant, node_index, job, failures_file.as_deref());
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
@@ -207,6 +211,11 @@ pub fn start(
         if job.spec.compat.is_some() {
             set_compat(&mut env, crate::compat_env::rank_vars(place.rank, local));
         }
+        if let Some(ns) = &pmix {
+            let vars = ns.fork_env(place.rank).map_err(|e| format!("rank {}: {e}", place.rank))?;
+            env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
+            env.extend(vars);
+        }
         env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
         let child = crate::rank::spawn(crate::rank::RankLaunch {
             argv: &grant.argv,
@@ -229,7 +238,51 @@ pub fn start(
         tokio::spawn(async move { server.serve_rank(rank, stream).await });
         partial.push(LocalRank { rank: place.rank, child });
     }
-    Ok(StartedRanks { ranks: std::mem::take(partial), pmi, failures_file, sub_cpusets })
+    Ok(StartedRanks { ranks: std::mem::take(partial), pmi, pmix, failures_file, sub_cpusets })
+}
+
+/// The PMIx namespace of the step on this node (`berth.JOB.STEP`), its events to `events`.
+/// A server that cannot start costs only PMIx: the ranks still get PMI-1/PMI-2.
+fn pmix_namespace(
+    ctx: &JobContext,
+    job: &JobHandle,
+    grant: &StepGrant,
+    node_index: usize,
+    events: mpsc::UnboundedSender<crate::pmix::PmixEvent>,
+) -> Result<Option<crate::pmix::Namespace>, String> {
+    if let Err(e) = crate::pmix::ensure_server(&ctx.spool_root.join("pmix")) {
+        tracing::warn!(job = %grant.job, step = grant.step, "no PMIx for this step: {e}");
+        return Ok(None);
+    }
+    let size = grant.size as usize;
+    let (mut rank_node, mut rank_local) = (vec![u32::MAX; size], vec![0u32; size]);
+    for (n, node) in grant.nodes.iter().enumerate() {
+        for (i, r) in node.ranks.iter().enumerate() {
+            match rank_node.get_mut(r.rank as usize) {
+                Some(slot) => *slot = n as u32,
+                None => return Err(format!("rank {} is beyond the step's size {size}", r.rank)),
+            }
+            rank_local[r.rank as usize] = i as u32;
+        }
+    }
+    if let Some(r) = rank_node.iter().position(|&n| n == u32::MAX) {
+        return Err(format!("rank {r} of the step is on no node"));
+    }
+    let nsdir = job.tmpdir();
+    let spec = crate::pmix::NamespaceSpec {
+        name: format!("berth.{}.{}", grant.job, grant.step),
+        jobid: format!("{}.{}", grant.job, grant.step),
+        size: grant.size,
+        appnum: 0,
+        nodes: grant.nodes.iter().map(|n| n.name.as_str()).collect(),
+        me: node_index as u32,
+        rank_node,
+        rank_local,
+        nsdir: &nsdir,
+        uid: grant.user.uid,
+        gid: grant.user.gid,
+    };
+    crate::pmix::Namespace::register(&spec, events).map(Some).map_err(|e| format!("PMIx: {e}"))
 }
 
 /// The GPU variables a rank's environment may carry from its job (replaced per rank).
