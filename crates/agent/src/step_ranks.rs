@@ -177,6 +177,13 @@ pub fn start(
     let mut sub_cpusets = Vec::new();
     let mut base = node_env(grant, node_index, job, failures_file.as_deref());
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
+    // Open MPI names its shared-memory segments after the host name, the job (from the PMIx
+    // namespace) and the local rank: agents sharing one host (emulated nodes) would collide
+    // in /dev/shm. The job's TMPDIR is per node and removed with the job; a user's own
+    // setting wins.
+    if pmix.is_some() && !base.iter().any(|(k, _)| k == OMPI_VADER_DIR) {
+        base.push((OMPI_VADER_DIR.into(), job.tmpdir().display().to_string()));
+    }
     // Opened once for the step: every rank joins through the same files.
     let job_join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
     let rank_gpus = gpus_of_ranks(ctx, job, grant, node)?;
@@ -240,6 +247,8 @@ pub fn start(
     }
     Ok(StartedRanks { ranks: std::mem::take(partial), pmi, pmix, failures_file, sub_cpusets })
 }
+
+const OMPI_VADER_DIR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
 /// The PMIx namespace of the step on this node (`berth.JOB.STEP`), its events to `events`.
 /// A server that cannot start costs only PMIx: the ranks still get PMI-1/PMI-2.
