@@ -201,16 +201,30 @@ pub fn cgroup_mount(ctrl: &str) -> PathBuf {
     PathBuf::from("/sys/fs/cgroup").join(ctrl)
 }
 
-/// The MPI test programs (crates/agent/tests/mpi/*.c), built with mpicc into a directory named
-/// after their sources: built once, reused by later test processes, never piling up.
+/// The MPI test programs (crates/agent/tests/mpi/*.c), built with MPICH's mpicc into a
+/// directory named after their sources: built once, reused by later test processes, never
+/// piling up.
 pub fn mpi_programs() -> &'static Path {
-    const PROGRAMS: [&str; 5] = ["hello", "allreduce", "ring", "abort", "survivor"];
+    static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| build_mpi_programs("mpicc.mpich", "install mpich libmpich-dev (scripts/setup.sh)"))
+}
+
+/// The same programs built with Open MPI's mpicc (they run through the agents' PMIx server).
+pub fn openmpi_programs() -> &'static Path {
     static DIR: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     DIR.get_or_init(|| {
+        build_mpi_programs("mpicc.openmpi", "install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)")
+    })
+}
+
+fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
+    const PROGRAMS: [&str; 5] = ["hello", "allreduce", "ring", "abort", "survivor"];
+    {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi");
         let mut h = std::collections::hash_map::DefaultHasher::new();
+        mpicc.hash(&mut h);
         for name in PROGRAMS {
             name.hash(&mut h);
             std::fs::read(src.join(format!("{name}.c"))).expect("read an MPI test source").hash(&mut h);
@@ -220,25 +234,25 @@ pub fn mpi_programs() -> &'static Path {
             return out;
         }
         // Built aside, then renamed into place whole: a reader never sees half a set.
-        let tmp = std::env::temp_dir().join(format!("berth-mpi-build-{}", std::process::id()));
+        let tmp = std::env::temp_dir().join(format!("berth-mpi-build-{mpicc}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp).unwrap();
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
         for name in PROGRAMS {
-            let status = Command::new("mpicc")
+            let status = Command::new(mpicc)
                 .arg("-o")
                 .arg(tmp.join(name))
                 .arg(src.join(format!("{name}.c")))
                 .status()
-                .unwrap_or_else(|e| panic!("cannot run mpicc ({e}): install mpich libmpich-dev (scripts/setup.sh)"));
-            assert!(status.success(), "mpicc {name}.c failed");
+                .unwrap_or_else(|e| panic!("cannot run {mpicc} ({e}): {install}"));
+            assert!(status.success(), "{mpicc} {name}.c failed");
         }
         if std::fs::rename(&tmp, &out).is_err() {
             // Another test process (another checkout's tests too) put the same set there first.
             let _ = std::fs::remove_dir_all(&tmp);
         }
         out
-    })
+    }
 }
 
 /// No job cgroup left under the cluster's subtree once its jobs ended (waits up to 15 s).

@@ -1,0 +1,112 @@
+//! System tests of Open MPI programs (Debian's Open MPI 4.1, built with `mpicc.openmpi`)
+//! launched directly by `berth run` through the agents' PMIx server: one agent, then two
+//! (the modex crosses the control tree), MPI_Abort's code, and MPICH beside them.
+
+mod common;
+
+use common::*;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// 4 cores per agent: PUs map round-robin onto the host's 2 CPUs.
+const TOPO: &str = "package:2 core:2 pu:1";
+
+fn text(o: &Output) -> (String, String) {
+    (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
+}
+
+/// `berth run ARGS` in the cluster with `env` added to the caller's environment.
+fn run(c: &Cluster, env: &[(&str, &str)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--dir").arg(&c.dir).arg("run").args(args).current_dir(c.root());
+    cmd.envs(env.iter().copied());
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("start berth run");
+    let t0 = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if t0.elapsed() > Duration::from_secs(90) {
+            let _ = child.kill();
+            panic!("berth run {args:?} did not end within 90 s\n{}", c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// No process of ours left: `marker` is a unique argument of the test's rank commands.
+fn assert_no_process(marker: &str) {
+    let t0 = Instant::now();
+    loop {
+        let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
+        if !out.status.success() {
+            return;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            panic!("processes matching {marker:?} survived: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Open MPI's TCP transport between nodes: the test's agents all run on this host, whose
+/// other interfaces (containers' bridges, other tests' veths) come and go.
+const OMPI_ENV: [(&str, &str); 1] = [("OMPI_MCA_btl_tcp_if_include", "lo")];
+
+fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[&str]) {
+    let dir = openmpi_programs();
+    let prog = |n: &str| dir.join(n).display().to_string();
+    let n: usize = ranks.parse().unwrap();
+    let base = |p: &str| -> Vec<String> {
+        let mut a: Vec<String> = mpi.iter().map(|s| s.to_string()).collect();
+        a.extend(["-n", ranks, "--ntasks-per-node", per_node, "--label"].map(String::from));
+        a.push(prog(p));
+        a
+    };
+    let args = base("hello");
+    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "hello: {stdout}{stderr}\n{}", c.logs());
+    assert_eq!(stdout.matches("hello from rank").count(), n, "{stdout}");
+    for r in 0..n {
+        assert!(stdout.contains(&format!("hello from rank {r} of {n}")), "rank {r} missing: {stdout}");
+    }
+    let steps = c.json(&["acct", "--steps", "--limit", "1"]);
+    assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), nodes, "{steps}");
+    let args = base("allreduce");
+    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    let want = n * (n - 1) / 2;
+    assert!(out.status.success(), "allreduce: {stdout}{stderr}");
+    assert_eq!(stdout.matches(&format!("allreduce sum={want} expected={want}")).count(), n, "{stdout}");
+    let args = base("ring");
+    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}");
+    let t0 = Instant::now();
+    let args = base("abort");
+    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(7), "abort: {stdout}{stderr}");
+    assert!(stderr.contains("rank 1 on") && stderr.contains("MPI_Abort (code 7)"), "{stderr}");
+    assert!(!stdout.contains("was not killed"), "{stdout}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "abort took {:?}", t0.elapsed());
+    assert_no_process(&prog("abort"));
+}
+
+#[test]
+fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_the_step() {
+    let c = Cluster::up(2, TOPO);
+    // The default (`auto`) offers PMIx beside PMI-1/PMI-2.
+    openmpi_suite(&c, "2", "2", 1, &[]);
+    openmpi_suite(&c, "4", "2", 2, &[]);
+    let steps = c.json(&["acct", "--steps"]);
+    let abort = steps.as_array().unwrap().iter().find(|s| s["exit_code"] == 7).expect("abort step");
+    assert!(abort["failure"].as_str().unwrap().contains("MPI_Abort"), "{abort}");
+    // MPICH keeps working beside it, under the same default.
+    let hello = mpi_programs().join("hello").display().to_string();
+    let out = run(&c, &[], &["-n", "4", "--ntasks-per-node", "2", &hello]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "MPICH hello: {stdout}{stderr}");
+    assert_eq!(stdout.matches("hello from rank").count(), 4, "{stdout}");
+    assert_no_job_cgroups(&c);
+}
