@@ -184,6 +184,7 @@ mod tests {
             bind: true,
             notify_signal: None,
             kill_grace_ms: 500,
+            mpi: Default::default(),
             nodes: vec![StepNode {
                 name: "node1".into(),
                 address: "127.0.0.1:1".into(),

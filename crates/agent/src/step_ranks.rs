@@ -208,8 +208,12 @@ pub fn start(
             rank_procs = Some(procs);
         }
         let affinity = if grant.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
-        let (ours, theirs) =
-            std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?;
+        // PMI-1/PMI-2's socket, unless the step asked for PMIx (or nothing) only.
+        let pair = if grant.mpi.offers_pmi() {
+            Some(std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?)
+        } else {
+            None
+        };
         let mut env = rank_env(&base, place.rank, local, &host);
         if let Some(vars) = rank_gpus.get(local) {
             env.retain(|(k, _)| !GPU_VARS.contains(&k.as_str()));
@@ -223,7 +227,11 @@ pub fn start(
             env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
             env.extend(vars);
         }
-        env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
+        if let Some((_, theirs)) = &pair {
+            env.push(("PMI_FD".into(), theirs.as_raw_fd().to_string()));
+        } else {
+            env.retain(|(k, _)| k != "PMI_SIZE" && k != "PMI_RANK");
+        }
         let child = crate::rank::spawn(crate::rank::RankLaunch {
             argv: &grant.argv,
             env,
@@ -231,18 +239,21 @@ pub fn start(
             user: &grant.user,
             join_fds: join,
             affinity,
-            pmi_fd: Some(theirs.as_raw_fd()),
+            pmi_fd: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
             stdin: place.rank == 0,
             umask: job.spec.umask,
         })
         .map_err(|e| format!("rank {}: {e}", place.rank))?;
         berth_protocol::probe::mark("agent rank spawned");
-        drop((theirs, rank_procs));
-        ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
-        let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
-        let server = pmi.clone();
-        let rank = place.rank;
-        tokio::spawn(async move { server.serve_rank(rank, stream).await });
+        drop(rank_procs);
+        if let Some((ours, theirs)) = pair {
+            drop(theirs);
+            ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
+            let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
+            let server = pmi.clone();
+            let rank = place.rank;
+            tokio::spawn(async move { server.serve_rank(rank, stream).await });
+        }
         partial.push(LocalRank { rank: place.rank, child });
     }
     Ok(StartedRanks { ranks: std::mem::take(partial), pmi, pmix, failures_file, sub_cpusets })
@@ -251,7 +262,8 @@ pub fn start(
 const OMPI_VADER_DIR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
 /// The PMIx namespace of the step on this node (`berth.JOB.STEP`), its events to `events`.
-/// A server that cannot start costs only PMIx: the ranks still get PMI-1/PMI-2.
+/// Under `--mpi auto`, a server that cannot start costs only PMIx: the ranks still get
+/// PMI-1/PMI-2.
 fn pmix_namespace(
     ctx: &JobContext,
     job: &JobHandle,
@@ -259,7 +271,13 @@ fn pmix_namespace(
     node_index: usize,
     events: mpsc::UnboundedSender<crate::pmix::PmixEvent>,
 ) -> Result<Option<crate::pmix::Namespace>, String> {
+    if !grant.mpi.offers_pmix() {
+        return Ok(None);
+    }
     if let Err(e) = crate::pmix::ensure_server(&ctx.spool_root.join("pmix")) {
+        if grant.mpi == berth_core::step::MpiKind::Pmix {
+            return Err(format!("{e}; check that libpmix is installed (scripts/setup.sh) or run with --mpi pmi2"));
+        }
         tracing::warn!(job = %grant.job, step = grant.step, "no PMIx for this step: {e}");
         return Ok(None);
     }

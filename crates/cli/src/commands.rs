@@ -467,6 +467,7 @@ pub fn build_text_submission(
         ("gpu-bind", &flags.gpu_bind),
         ("binding", &flags.binding),
         ("binding-mode", &flags.binding_mode),
+        ("mpi", &flags.mpi),
         ("property", &flags.property),
         ("reservation", &flags.reservation),
         ("dependency", &flags.dependency),

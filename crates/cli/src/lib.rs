@@ -109,6 +109,10 @@ pub struct SubmitFlags {
     /// One sub-cpuset per rank (per --cpus-per-task CPUs) inside the job's cpuset on each node.
     #[arg(long = "rank-cpusets")]
     rank_cpusets: bool,
+    /// What the job's steps offer their ranks unless `berth run --mpi` says: auto (PMI-1/PMI-2
+    /// and PMIx), pmix, pmi2, pmi1, none.
+    #[arg(long)]
+    mpi: Option<String>,
     /// May use the nodes' system CPUs.
     #[arg(long = "system-cpus")]
     system_cpus: bool,

@@ -76,6 +76,10 @@ pub struct RunArgs {
     /// Interactive only: time limit (SECONDS, HH:MM:SS, 10m, ...).
     #[arg(long)]
     pub(crate) walltime: Option<String>,
+    /// What the ranks are offered: auto (PMI-1/PMI-2 and PMIx: MPICH and Open MPI), pmix,
+    /// pmi2, pmi1, none. Default: the job's `--mpi`, else auto.
+    #[arg(long)]
+    pub(crate) mpi: Option<String>,
     /// Print launch timings to stderr.
     #[arg(long, hide = true)]
     pub(crate) timing: bool,
@@ -215,6 +219,13 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         Some(w) => Some(berth_core::units::parse_duration_secs(w)?),
         None => None,
     };
+    let mpi = match &args.mpi {
+        Some(m) => Some(
+            berth_core::step::MpiKind::parse(m)
+                .ok_or_else(|| anyhow!("--mpi takes {}, not {m:?}", berth_core::step::MPI_KINDS))?,
+        ),
+        None => None,
+    };
     let create = StepCreate {
         job,
         request: StepRequest {
@@ -236,6 +247,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         no_kill: args.no_kill,
         rank_cpusets: args.rank_cpusets,
         notify_signal,
+        mpi,
     };
     berth_protocol::probe::mark("client request built");
     // One connection for the whole run: an interactive allocation lives as long as it.

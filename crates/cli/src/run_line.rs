@@ -50,6 +50,7 @@ pub fn parse_plain(line: &[String]) -> Option<RunCli> {
                     "--fanout" => a.fanout = value,
                     "--job" => a.job = Some(value),
                     "--walltime" => a.walltime = Some(value),
+                    "--mpi" => a.mpi = Some(value),
                     _ => return None,
                 }
                 i += 2;
@@ -83,6 +84,7 @@ mod tests {
             "berth -l --overcommit --timing --fanout flat --job 12 --nodes 3 --walltime 10m prog x",
             "berth --no-kill --notify-signal USR1 --fanout 2 sh -c x",
             "berth -n 0 prog",
+            "berth --mpi pmix -n 2 ./a.out",
         ];
         for line in plain {
             let parsed = parse_plain(&v(line)).unwrap_or_else(|| panic!("not taken as plain: {line}"));

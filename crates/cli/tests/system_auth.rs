@@ -291,6 +291,7 @@ fn users_and_launches_are_checked() {
             bind: true,
             notify_signal: None,
             kill_grace_ms: 500,
+            mpi: Default::default(),
             nodes: vec![StepNode {
                 name: node.clone(),
                 address: address.clone(),
@@ -491,6 +492,7 @@ fn interactive_grant(c: &Cluster, argv: &[&str]) -> (std::os::unix::net::UnixStr
         no_kill: false,
         rank_cpusets: false,
         notify_signal: None,
+        mpi: None,
     };
     s.write_all(&encode(&ClientRequest::StepCreate(Box::new(create))).unwrap()).unwrap();
     let mut len = [0u8; 4];

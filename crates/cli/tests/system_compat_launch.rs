@@ -61,9 +61,9 @@ fn srun_and_aprun_outside_and_inside_a_job() {
     // The worst rank's status; refusals name the option, exit 1.
     let o = run(&c, &bin, "srun", &["-n", "2", "sh", "-c", "exit 7"]);
     assert_eq!(o.status.code(), Some(7), "{}", text(&o.stderr));
-    let o = run(&c, &bin, "srun", &["--mpi=pmix", "-n", "1", "true"]);
+    let o = run(&c, &bin, "srun", &["--mpi=cray_shasta", "-n", "1", "true"]);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stderr).starts_with("srun: error: --mpi=pmix"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).starts_with("srun: error: --mpi=cray_shasta"), "{}", text(&o.stderr));
     let o = run(&c, &bin, "aprun", &["-n", "1", "-cc", "0,1", "true"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).starts_with("aprun: -cc 0,1"), "{}", text(&o.stderr));

@@ -98,7 +98,7 @@ fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_th
     let c = Cluster::up(2, TOPO);
     // The default (`auto`) offers PMIx beside PMI-1/PMI-2.
     openmpi_suite(&c, "2", "2", 1, &[]);
-    openmpi_suite(&c, "4", "2", 2, &[]);
+    openmpi_suite(&c, "4", "2", 2, &["--mpi", "pmix"]);
     let steps = c.json(&["acct", "--steps"]);
     let abort = steps.as_array().unwrap().iter().find(|s| s["exit_code"] == 7).expect("abort step");
     assert!(abort["failure"].as_str().unwrap().contains("MPI_Abort"), "{abort}");
@@ -108,5 +108,46 @@ fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_th
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "MPICH hello: {stdout}{stderr}");
     assert_eq!(stdout.matches("hello from rank").count(), 4, "{stdout}");
+    assert_no_job_cgroups(&c);
+}
+
+/// What `--mpi` offers the ranks: `PMI_FD` (PMI-1/PMI-2), a PMIx namespace, both (auto, the
+/// default) or neither; `#BERTH --mpi` sets a job's default, `run --mpi` overrides it, srun's
+/// `--mpi=pmix` is taken.
+#[test]
+fn mpi_kind_chooses_what_the_ranks_are_offered() {
+    let c = Cluster::up(1, TOPO);
+    let probe = ["sh", "-c", "echo fd=${PMI_FD:-no} ns=${PMIX_NAMESPACE:-no}"];
+    let seen = |mpi: &[&str]| -> String {
+        let mut args: Vec<&str> = mpi.to_vec();
+        args.extend_from_slice(&probe);
+        let out = run(&c, &[], &args);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "--mpi {mpi:?}: {stdout}{stderr}");
+        stdout.trim().to_string()
+    };
+    let both = seen(&[]);
+    assert!(both.starts_with("fd=") && !both.starts_with("fd=no") && both.contains(" ns=berth."), "{both}");
+    let auto = seen(&["--mpi", "auto"]);
+    assert!(!auto.starts_with("fd=no") && auto.contains(" ns=berth."), "{auto}");
+    let pmix = seen(&["--mpi", "pmix"]);
+    assert!(pmix.starts_with("fd=no ns=berth."), "{pmix}");
+    let pmi2 = seen(&["--mpi", "pmi2"]);
+    assert!(!pmi2.starts_with("fd=no") && pmi2.ends_with(" ns=no"), "{pmi2}");
+    assert_eq!(seen(&["--mpi", "none"]), "fd=no ns=no");
+    let bad = run(&c, &[], &["--mpi", "openmpi", "true"]);
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(text(&bad).1.contains("--mpi takes auto, pmix, pmi2, pmi1 or none"), "{}", text(&bad).1);
+    // A job's default, overridden by run's own --mpi.
+    let script = format!(
+        "#!/bin/sh\n#BERTH --mpi pmi1\n{BIN} run sh -c 'echo job fd=${{PMI_FD:-no}} ns=${{PMIX_NAMESPACE:-no}}'\n\
+         {BIN} run --mpi pmix sh -c 'echo run fd=${{PMI_FD:-no}} ns=${{PMIX_NAMESPACE:-no}}'\n"
+    );
+    let id = c.submit("mpi.sh", &script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap();
+    assert!(out.contains("job fd=") && !out.contains("job fd=no") && out.contains(" ns=no"), "{out}");
+    assert!(out.contains("run fd=no ns=berth."), "{out}");
     assert_no_job_cgroups(&c);
 }

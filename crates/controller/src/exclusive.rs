@@ -209,6 +209,7 @@ mod tests {
                 no_kill: false,
                 rank_cpusets: false,
                 notify_signal: None,
+                mpi: None,
             }))
         };
         let ClientResponse::StepGranted { grant, .. } = h.call(step(StepRequest::default()), &ann()) else {

@@ -215,6 +215,8 @@ impl Controller {
         let step = self.store.next_step_id(id)?;
         let job_user = self.jobs[&id].user.clone();
         let job_rank_cpusets = self.jobs[&id].options.rank_cpusets == Some(true);
+        // `run --mpi`, else the job's `#BERTH --mpi`, else both kinds of server.
+        let job_mpi = self.jobs[&id].options.mpi;
         let alloc = &self.jobs[&id].allocation;
         let nodes: Vec<StepNode> = plan
             .nodes
@@ -282,6 +284,7 @@ impl Controller {
             bind: req.request.binding != RankBinding::None,
             notify_signal: req.notify_signal,
             kill_grace_ms: self.kill_grace_ms(),
+            mpi: req.mpi.or(job_mpi).unwrap_or_default(),
             nodes,
             interactive,
             attach: false,

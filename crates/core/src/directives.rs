@@ -61,6 +61,9 @@ pub struct SubmitOptions {
     /// Make one sub-cpuset per rank inside the job's cpuset on each node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank_cpusets: Option<bool>,
+    /// The process-management interfaces of the job's steps unless `berth run --mpi` says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mpi: Option<crate::step::MpiKind>,
     /// The job may use the nodes' system CPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub system_cpus: Option<bool>,
@@ -226,7 +229,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 41] = [
+pub const OPTION_NAMES: [&str; 42] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -242,6 +245,7 @@ pub const OPTION_NAMES: [&str; 41] = [
     "binding",
     "binding-mode",
     "rank-cpusets",
+    "mpi",
     "system-cpus",
     "property",
     "account",
@@ -326,6 +330,13 @@ impl SubmitOptions {
             "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value).map_err(|e| e.to_string())?),
             "threads" => self.threads = Some(switch(name, value)?),
             "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
+            "mpi" => {
+                let v = text(value)?;
+                self.mpi = Some(
+                    crate::step::MpiKind::parse(&v)
+                        .ok_or_else(|| format!("--mpi takes {}, got {value:?}", crate::step::MPI_KINDS))?,
+                )
+            }
             "system-cpus" => self.system_cpus = Some(switch(name, value)?),
             "requeue" => self.requeue = Some(switch(name, value)?),
             "no-requeue" => self.requeue = Some(!switch(name, value)?),
@@ -396,6 +407,7 @@ impl SubmitOptions {
             binding: over.binding.or(self.binding),
             binding_mode: over.binding_mode.or(self.binding_mode),
             rank_cpusets: over.rank_cpusets.or(self.rank_cpusets),
+            mpi: over.mpi.or(self.mpi),
             system_cpus: over.system_cpus.or(self.system_cpus),
             properties: over.properties.or(self.properties),
             account: over.account.or(self.account),

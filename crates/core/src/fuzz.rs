@@ -291,6 +291,7 @@ pub fn option_value(name: &str) -> BoxedStrategy<String> {
         "begin" => pieces(&["now", "+", "60", "hours", "12:30", ":", "2027-01-02", "T", "noon", "x"], 4),
         "binding" => binding_text(),
         "binding-mode" => one_of(MODES),
+        "mpi" => one_of(&["auto", "pmix", "pmix_v4", "pmi2", "pmi1", "pmi", "none", "", "PMIX", "openmpi"]),
         "property" => pieces(&["a", "singlecpu", "big_mem", "x-1", ",", " ", ",,", "é", "-"], 6),
         "account" | "reservation" => pieces(&["proj", "a", "_", "-", ".", "1", "é", " ", "/", "x123456789"], 9),
         _ => junk_text(16),
@@ -390,6 +391,7 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "reservation" => o.reservation.clone(),
         "threads" => o.threads.map(yes_no),
         "rank-cpusets" => o.rank_cpusets.map(yes_no),
+        "mpi" => o.mpi.map(|m| m.name().to_string()),
         "system-cpus" => o.system_cpus.map(yes_no),
         // `no-requeue` is the same setting spelled the other way round.
         "requeue" => o.requeue.map(yes_no),

@@ -23,6 +23,57 @@ pub enum RankBinding {
     None,
 }
 
+/// The process-management interfaces a step's ranks are offered (`berth run --mpi`, srun's
+/// `--mpi=`, `#BERTH --mpi`): PMI-1/PMI-2 on `PMI_FD` (MPICH), PMIx (Open MPI), both, or none.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MpiKind {
+    /// Both: MPICH and Open MPI programs run without flags.
+    #[default]
+    Auto,
+    Pmix,
+    Pmi2,
+    Pmi1,
+    None,
+}
+
+impl MpiKind {
+    /// The names `berth run --mpi` and srun's `--mpi=` take (Slurm's `pmix_v4`, `pmi` too).
+    pub fn parse(s: &str) -> Option<MpiKind> {
+        match s {
+            "auto" => Some(MpiKind::Auto),
+            "pmix" | "pmix_v2" | "pmix_v3" | "pmix_v4" | "pmix_v5" => Some(MpiKind::Pmix),
+            "pmi2" => Some(MpiKind::Pmi2),
+            "pmi1" | "pmi" => Some(MpiKind::Pmi1),
+            "none" => Some(MpiKind::None),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MpiKind::Auto => "auto",
+            MpiKind::Pmix => "pmix",
+            MpiKind::Pmi2 => "pmi2",
+            MpiKind::Pmi1 => "pmi1",
+            MpiKind::None => "none",
+        }
+    }
+
+    /// Ranks get `PMI_FD` (PMI-1 and PMI-2 share it).
+    pub fn offers_pmi(self) -> bool {
+        matches!(self, MpiKind::Auto | MpiKind::Pmi2 | MpiKind::Pmi1)
+    }
+
+    /// Ranks get a PMIx namespace.
+    pub fn offers_pmix(self) -> bool {
+        matches!(self, MpiKind::Auto | MpiKind::Pmix)
+    }
+}
+
+/// What `--mpi` accepts, for error messages.
+pub const MPI_KINDS: &str = "auto, pmix, pmi2, pmi1 or none";
+
 impl RankBinding {
     pub fn parse(s: &str) -> Option<RankBinding> {
         match s {

@@ -611,12 +611,12 @@ pub fn submit_request() -> BoxedStrategy<SubmitRequest> {
 pub fn step_create() -> BoxedStrategy<StepCreate> {
     (
         (of(job_id()), step_request(), of(any::<u32>()), of(any::<u64>()), texts(), env()),
-        (text(), text(), any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), of(any::<i32>())),
+        (text(), text(), any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), of(any::<i32>()), of(mpi_kind())),
     )
         .prop_map(
             |(
                 (job, request, nodes, walltime_seconds, argv, env),
-                (cwd, host, pid, fanout, no_kill, rank_cpusets, notify_signal),
+                (cwd, host, pid, fanout, no_kill, rank_cpusets, notify_signal, mpi),
             )| StepCreate {
                 job,
                 request,
@@ -630,9 +630,15 @@ pub fn step_create() -> BoxedStrategy<StepCreate> {
                 no_kill,
                 rank_cpusets,
                 notify_signal,
+                mpi,
             },
         )
         .boxed()
+}
+
+pub fn mpi_kind() -> BoxedStrategy<berth_core::step::MpiKind> {
+    use berth_core::step::MpiKind;
+    prop::sample::select(vec![MpiKind::Auto, MpiKind::Pmix, MpiKind::Pmi2, MpiKind::Pmi1, MpiKind::None]).boxed()
 }
 
 pub fn rank_exit() -> BoxedStrategy<RankExit> {
@@ -1023,13 +1029,13 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
     (
         (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
         (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),
-        (vec(node, 0..3), any::<bool>(), any::<u64>(), text(), any::<bool>()),
+        (vec(node, 0..3), any::<bool>(), any::<u64>(), text(), any::<bool>(), mpi_kind()),
     )
         .prop_map(
             |(
                 (job, step, kvsname, user, argv, env, cwd),
                 (size, fanout, no_kill, rank_cpusets, bind, notify_signal, kill_grace_ms),
-                (nodes, interactive, expires_ms, mac, attach),
+                (nodes, interactive, expires_ms, mac, attach, mpi),
             )| StepGrant {
                 job,
                 step,
@@ -1045,6 +1051,7 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
                 bind,
                 notify_signal,
                 kill_grace_ms,
+                mpi,
                 nodes,
                 interactive,
                 attach,

@@ -2,7 +2,7 @@
 //! and the task API inside a job. See docs/protocol.md, "Steps and the control tree".
 
 use crate::agent::UserIdentity;
-use berth_core::step::{RankPlace, StepRequest};
+use berth_core::step::{MpiKind, RankPlace, StepRequest};
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
 
@@ -29,6 +29,9 @@ pub struct StepCreate {
     /// Sent to surviving ranks when another fails in no-kill mode.
     #[serde(default)]
     pub notify_signal: Option<i32>,
+    /// `--mpi`; None: the job's `#BERTH --mpi`, else auto.
+    #[serde(default)]
+    pub mpi: Option<MpiKind>,
 }
 
 /// Resources of an interactive allocation (outside a batch job).
@@ -58,6 +61,9 @@ pub struct StepGrant {
     pub bind: bool,
     pub notify_signal: Option<i32>,
     pub kill_grace_ms: u64,
+    /// The process-management interfaces offered to the ranks (PMI-1/PMI-2, PMIx).
+    #[serde(default)]
+    pub mpi: MpiKind,
     /// Nodes with ranks, in rank order; index = BERTH_NODEID.
     pub nodes: Vec<StepNode>,
     /// The step's job was made for it and ends with it.

@@ -197,7 +197,7 @@ const SRUN_USAGE: &str = "Usage: srun [OPTIONS(0)...] executable [args...]
 berth's srun is `berth run`: a step of the job in BERTH_JOB_ID (or --jobid), else an
 interactive allocation. It supports: -n/--ntasks -N/--nodes --ntasks-per-node
   -c/--cpus-per-task -l/--label -O/--overcommit -K/--kill-on-bad-exit -k/--no-kill
-  --mpi=none|pmi2|pmi1|pmi --cpu-bind=none|cores|threads|rank[,quiet|verbose]
+  --mpi=none|pmi2|pmi1|pmi|pmix|auto --cpu-bind=none|cores|threads|rank[,quiet|verbose]
   -m/--distribution=block[:block|cyclic] -i/--input=none|0|FILE -o/--output=none|FILE
   -e/--error=none|FILE -t/--time -D/--chdir --jobid --export=ALL[,VAR=value]
   -w/--nodelist (the job's first nodes only) --exclusive -u -Q -v
@@ -321,16 +321,19 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     }
     if let Some(m) = &mpi {
         match m.as_str() {
-            // berth serves PMI-1 and PMI-2 on every rank's PMI_FD (docs/launcher.md, "PMI").
-            "none" | "pmi2" | "pmi1" | "pmi" => {}
+            // berth serves PMI-1 and PMI-2 on every rank's PMI_FD, and PMIx (docs/launcher.md,
+            // "PMI", "PMIx").
             "list" => {
-                plan.info = Some("MPI plugin types are...\n\tnone\n\tpmi2\n\tpmi1\n".into());
+                plan.info = Some("MPI plugin types are...\n\tnone\n\tpmi2\n\tpmi1\n\tpmix\n\tauto\n".into());
             }
-            other => refuse(
-                &mut plan,
-                ignore,
-                format!("--mpi={other}: berth serves PMI-1 and PMI-2 (none, pmi2, pmi1), not {other}"),
-            )?,
+            other => match berth_core::step::MpiKind::parse(other) {
+                Some(_) => plan.args.mpi = Some(other.to_string()),
+                None => refuse(
+                    &mut plan,
+                    ignore,
+                    format!("--mpi={other}: berth serves {}, not {other}", berth_core::step::MPI_KINDS),
+                )?,
+            },
         }
     }
     if plan.info.is_some() {

@@ -423,6 +423,7 @@ fn claims_are_steps_and_release_kills_them() {
             no_kill: false,
             rank_cpusets: false,
             notify_signal: None,
+            mpi: None,
         }))
     };
     // Only its owner (or an admin) claims it.

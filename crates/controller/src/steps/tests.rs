@@ -20,6 +20,7 @@ fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
         no_kill: false,
         rank_cpusets: false,
         notify_signal: None,
+        mpi: None,
     }))
 }
 

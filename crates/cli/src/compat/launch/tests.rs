@@ -65,15 +65,19 @@ fn srun_kill_options() {
 
 #[test]
 fn srun_mpi_types() {
-    for ok in ["none", "pmi2", "pmi1", "pmi"] {
-        assert_eq!(srun(&format!("--mpi={ok} true")).args.command, v("true"));
+    for ok in ["none", "pmi2", "pmi1", "pmi", "pmix", "pmix_v4", "auto"] {
+        let p = srun(&format!("--mpi={ok} true"));
+        assert_eq!(p.args.command, v("true"));
+        assert_eq!(p.args.mpi.as_deref(), Some(ok), "carried to the step");
     }
-    let e = srun_err("--mpi=pmix true");
-    assert!(e.contains("--mpi=pmix") && e.contains("PMI-2"), "{e}");
-    assert!(srun_err("--mpi pmix_v3 true").contains("pmix_v3"));
-    assert!(srun("--mpi=list").info.unwrap().contains("pmi2"));
-    let p = srun("--mpi=pmix --ignore-unsupported true");
+    assert_eq!(srun("--mpi pmix_v3 true").args.mpi.as_deref(), Some("pmix_v3"));
+    let e = srun_err("--mpi=cray_shasta true");
+    assert!(e.contains("--mpi=cray_shasta") && e.contains("pmix"), "{e}");
+    let list = srun("--mpi=list").info.unwrap();
+    assert!(list.contains("pmi2") && list.contains("pmix"), "{list}");
+    let p = srun("--mpi=cray_shasta --ignore-unsupported true");
     assert_eq!(p.warnings.len(), 1, "{p:?}");
+    assert_eq!(p.args.mpi, None);
 }
 
 #[test]
