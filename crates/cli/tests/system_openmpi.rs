@@ -52,7 +52,7 @@ fn assert_no_process(marker: &str) {
 /// other interfaces (containers' bridges, other tests' veths) come and go.
 const OMPI_ENV: [(&str, &str); 1] = [("OMPI_MCA_btl_tcp_if_include", "lo")];
 
-fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[&str]) {
+fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[&str], env: &[(&str, &str)]) {
     let dir = openmpi_programs();
     let prog = |n: &str| dir.join(n).display().to_string();
     let n: usize = ranks.parse().unwrap();
@@ -63,7 +63,7 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
         a
     };
     let args = base("hello");
-    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "hello: {stdout}{stderr}\n{}", c.logs());
     assert_eq!(stdout.matches("hello from rank").count(), n, "{stdout}");
@@ -73,18 +73,18 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     let steps = c.json(&["acct", "--steps", "--limit", "1"]);
     assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), nodes, "{steps}");
     let args = base("allreduce");
-    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     let want = n * (n - 1) / 2;
     assert!(out.status.success(), "allreduce: {stdout}{stderr}");
     assert_eq!(stdout.matches(&format!("allreduce sum={want} expected={want}")).count(), n, "{stdout}");
     let args = base("ring");
-    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}");
     let t0 = Instant::now();
     let args = base("abort");
-    let out = run(c, &OMPI_ENV, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(7), "abort: {stdout}{stderr}");
     assert!(stderr.contains("rank 1 on") && stderr.contains("MPI_Abort (code 7)"), "{stderr}");
@@ -93,12 +93,17 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     assert_no_process(&prog("abort"));
 }
 
+/// The namespace test makes and removes veths and bridges: Open MPI lists the interfaces in
+/// MPI_Init, so the MPI tests of this file never run beside it.
+static NETWORK_CHURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_the_step() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(2, TOPO);
     // The default (`auto`) offers PMIx beside PMI-1/PMI-2.
-    openmpi_suite(&c, "2", "2", 1, &[]);
-    openmpi_suite(&c, "4", "2", 2, &["--mpi", "pmix"]);
+    openmpi_suite(&c, "2", "2", 1, &[], &OMPI_ENV);
+    openmpi_suite(&c, "4", "2", 2, &["--mpi", "pmix"], &OMPI_ENV);
     let steps = c.json(&["acct", "--steps"]);
     let abort = steps.as_array().unwrap().iter().find(|s| s["exit_code"] == 7).expect("abort step");
     assert!(abort["failure"].as_str().unwrap().contains("MPI_Abort"), "{abort}");
@@ -149,5 +154,22 @@ fn mpi_kind_chooses_what_the_ranks_are_offered() {
     let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap();
     assert!(out.contains("job fd=") && !out.contains("job fd=no") && out.contains(" ns=no"), "{out}");
     assert!(out.contains("run fd=no ns=berth."), "{out}");
+    assert_no_job_cgroups(&c);
+}
+
+/// Agents in their own network namespaces (`berth up --netns`): the modex crosses the control
+/// tree between namespaces and Open MPI's TCP transport uses the agents' own addresses.
+#[test]
+fn open_mpi_runs_across_agents_in_network_namespaces() {
+    require_root();
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = tempfile::Builder::new().prefix("berth-netns-").tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let c = Cluster::up_with(tmp, 2, TOPO, &["--netns"]);
+    let nodes = c.json(&["nodes"]);
+    let addrs: Vec<&str> = nodes.as_array().unwrap().iter().map(|n| n["address"].as_str().unwrap()).collect();
+    assert!(addrs.iter().all(|a| a.starts_with("10.213.")), "agents have their own addresses: {addrs:?}");
+    openmpi_suite(&c, "4", "2", 2, &[], &[("OMPI_MCA_btl_tcp_if_include", "10.213.0.0/16")]);
     assert_no_job_cgroups(&c);
 }
