@@ -233,6 +233,7 @@ pub mod fairshare;
 pub mod preempt;
 pub mod priority;
 pub mod queue;
+pub mod round;
 
 #[cfg(test)]
 mod testkit;

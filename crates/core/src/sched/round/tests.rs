@@ -1,0 +1,172 @@
+//! Whole rounds from plain values, each checked against its full decisions written out.
+
+use super::*;
+use crate::sched::backfill::BackfillPolicy;
+use crate::sched::preempt::Preemptible;
+use crate::sched::preempt::PREEMPTORS_PER_PASS;
+use crate::sched::testkit::{alloc_text, hold, queued, ClusterBuilder};
+
+/// Every decision of a round, one line each, in order.
+fn snapshot(d: &RoundDecisions<Allocation>) -> Vec<String> {
+    let mut lines = vec![];
+    for (id, how) in &d.resumes {
+        match how {
+            Resume::InPlace => lines.push(format!("resume {id} in place")),
+            Resume::Relocated(a) => lines.push(format!("resume {id} moved to {}", alloc_text(a))),
+        }
+    }
+    for s in &d.starts {
+        let how = if s.backfilled { " (backfilled)" } else { "" };
+        lines.push(format!("start {} on {}{how}", s.id, alloc_text(&s.alloc)));
+    }
+    for p in &d.preemptions {
+        let victims: Vec<String> = p.victims.iter().map(|v| v.to_string()).collect();
+        lines.push(format!("suspend {} to start {} on {}", victims.join(","), p.id, alloc_text(&p.alloc)));
+    }
+    for w in &d.waiting {
+        let at = w.expected_start.map(|t| format!(", expected at {t}")).unwrap_or_default();
+        lines.push(format!("wait {}: {}{at}", w.id, w.reason.describe()));
+    }
+    for (id, p) in &d.priorities {
+        lines.push(format!("priority {id}: {}", p.total));
+    }
+    lines.push(format!("passed {}, backfilled {}", d.passed, d.backfilled));
+    lines
+}
+
+fn limits(policy: BackfillPolicy) -> PassLimits {
+    PassLimits { policy, max_reservations: 100, deadline: None }
+}
+
+fn input<'a>(
+    machine: &'a ClusterState,
+    running: &'a [RunningJob<Allocation>],
+    queue: &'a [QueuedJob],
+) -> RoundInput<'a, ClusterState> {
+    RoundInput {
+        machine,
+        running,
+        queue,
+        priority: None,
+        user_limits: None,
+        suspended: &[],
+        relocate: true,
+        preempt: None,
+        limits: limits(BackfillPolicy::Easy),
+        reasons: true,
+        idle_unless: None,
+    }
+}
+
+fn prio(submit_time: f64, cpus: u64) -> JobPriority {
+    JobPriority { input: PriorityInput { submit_time, cpus, queue_factor: 0.0, fair_share_factor: 0.0 }, admin: None }
+}
+
+/// One node of 8 cores, 6 busy until t=100. In priority order (the oldest first, whatever the
+/// order given): job 1 (4 cores) waits for resources with its expected start; job 2 (2 cores,
+/// done by then) starts out of order; job 3 would take its user past the queue's limit.
+#[test]
+fn backfill_wait_with_expected_start_and_user_limit() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 8, 0).build();
+    let running = vec![hold(&mut cluster, 100, &[(0, "0-5")], 100.0)];
+    let queue = vec![queued(3, 2, 50.0), queued(2, 2, 50.0), queued(1, 4, 50.0)];
+    let weights =
+        PriorityWeights { age: 1000.0, size: 0.0, queue: 0.0, fair_share: 0.0, max_age_secs: 100.0, favor_large: true };
+    let jobs = [prio(5.0, 2), prio(10.0, 2), prio(0.0, 4)];
+    let spec = QueueSpec { name: "small".into(), max_cores_per_user: Some(3), ..Default::default() };
+    let per_job = [Some((&spec, ("small".to_string(), 7))), None, None];
+    let mut users = HashMap::new();
+    users.insert(("small".to_string(), 7), 2);
+    let mut i = input(&cluster, &running, &queue);
+    i.priority = Some(PriorityRound { weights: &weights, machine_cpus: 8, jobs: &jobs });
+    i.user_limits = Some(UserLimits { jobs: &per_job, running: &users });
+    let d = round(&i, 20.0);
+    assert_eq!(
+        snapshot(&d),
+        [
+            "start 2 on n0:6-7 (backfilled)",
+            "wait 1: resources: cores: 4 wanted, 2 free now; it starts when running jobs free 2 more, expected at 100",
+            "wait 3: queue limit: queue small lets one user run 3 cores at once; yours use 2, this job needs 2",
+            "priority 3: 150",
+            "priority 2: 100",
+            "priority 1: 200",
+            "passed true, backfilled 1",
+        ]
+    );
+}
+
+/// Two nodes of 4 cores. Job 7, suspended on n0, resumes in place (n0 is free again); job 9
+/// (class 1: score 1000) finds nothing free and suspends job 3 (score 0) on n1 to start there.
+#[test]
+fn resume_then_preemption_by_suspension() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(1, "0-3")], 500.0)];
+    let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let was = hold(&mut scratch, 7, &[(0, "0-3")], 0.0);
+    let suspended =
+        [SuspendedInput { job: SuspendedJob { id: JobId(7), alloc: was.alloc }, walltime_left: 40.0, victim: None }];
+    let victims =
+        [Preemptible { id: JobId(3), alloc: running[0].alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 }];
+    let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
+    let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true }];
+    let mut i = input(&cluster, &running, &queue);
+    i.suspended = &suspended;
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims });
+    let d = round(&i, 30.0);
+    assert_eq!(snapshot(&d), ["resume 7 in place", "suspend 3 to start 9 on n1:0-3", "passed true, backfilled 0"]);
+    // Without preemption, job 9 waits until job 7 (resumed, 40 s left) ends.
+    i.preempt = None;
+    assert_eq!(
+        snapshot(&round(&i, 30.0)),
+        [
+            "resume 7 in place",
+            "wait 9: resources: cores: 1 node with 4 free cores each wanted, no node has that many free now; it starts when running jobs free them, expected at 70",
+            "passed true, backfilled 0",
+        ]
+    );
+}
+
+/// Five high-score jobs wait for resources: only the first `PREEMPTORS_PER_PASS` are tried,
+/// each on the state the one before left.
+#[test]
+fn preemptors_per_round_are_bounded() {
+    let mut cluster = ClusterBuilder::new().nodes(6, 1, 2, 0).build();
+    let running: Vec<_> = (0..6).map(|n| hold(&mut cluster, 100 + n as u64, &[(n, "0-1")], 1e6)).collect();
+    let victims: Vec<Preemptible> = running
+        .iter()
+        .map(|r| Preemptible { id: r.id, alloc: r.alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 })
+        .collect();
+    let queue: Vec<QueuedJob> = (1..=5).map(|id| queued(id, 2, 10.0)).collect();
+    let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true }; 5];
+    let mut i = input(&cluster, &running, &queue);
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims });
+    let d = round(&i, 0.0);
+    assert_eq!(d.preemptions.len(), PREEMPTORS_PER_PASS);
+    let victims: Vec<JobId> = d.preemptions.iter().flat_map(|p| p.victims.clone()).collect();
+    let mut distinct = victims.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert_eq!(distinct.len(), victims.len(), "a job suspended twice: {victims:?}");
+    assert_eq!(d.waiting.iter().map(|w| w.id.0).collect::<Vec<_>>(), [5]);
+}
+
+/// Fewer CPUs free than the smallest job needs: no pass (nothing could start), resumes still.
+#[test]
+fn idle_round_skips_the_pass() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 1, &[(0, "0-2")], 10.0)];
+    let queue = vec![queued(2, 2, 5.0)];
+    let mut i = input(&cluster, &running, &queue);
+    i.idle_unless = Some(2);
+    assert_eq!(snapshot(&round(&i, 0.0)), ["passed false, backfilled 0"]);
+    i.idle_unless = None;
+    assert_eq!(
+        snapshot(&round(&i, 0.0)),
+        [
+            "wait 2: resources: cores: 2 wanted, 1 free now; it starts when running jobs free 1 more, expected at 10",
+            "passed true, backfilled 0",
+        ]
+    );
+}
