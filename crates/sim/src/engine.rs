@@ -38,7 +38,7 @@ use std::collections::HashMap;
 
 mod accounting;
 mod counted;
-mod preempt;
+mod round;
 mod queue;
 mod replay;
 

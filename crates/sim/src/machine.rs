@@ -13,6 +13,7 @@ use berth_core::job::{Allocation, Shape};
 use berth_core::node::NodeCapacity;
 use berth_core::placement::{JobRequest, PlacementPolicy};
 use berth_core::sched::backfill::{Fit, Machine};
+use berth_core::sched::round::RoundMachine;
 use berth_core::sched::ClusterState;
 use berth_core::topology::Topology;
 use berth_core::NodeId;
@@ -296,25 +297,19 @@ impl Machine for ClusterMachine {
     }
 }
 
-/// What preemption needs of a machine: berth's preemption model works on the topology-aware
+/// What the simulator needs of a machine beyond a round's (preemption works on the topology-aware
 /// [`ClusterState`] and its allocations, so only [`ClusterMachine`] offers them.
-pub trait Suspending: Machine {
-    fn cluster(&self) -> Option<&ClusterState> {
-        None
-    }
+pub trait Suspending: RoundMachine {
     /// Whether any free cores do for any job, so that counts decide where jobs fit: single-core
     /// nodes (every request of the simulator is "N cores anywhere"). Conservative backfill
     /// then plans by counts (`engine::counted`).
     fn counts_suffice(&self) -> bool {
         false
     }
-    fn as_allocation(_alloc: &Self::Alloc) -> Option<&Allocation> {
-        None
-    }
-    fn from_allocation(_alloc: Allocation) -> Option<Self::Alloc> {
-        None
-    }
 }
+
+/// A pool has no topology: no preemption, no resumes.
+impl RoundMachine for PoolMachine {}
 
 impl Suspending for PoolMachine {
     fn counts_suffice(&self) -> bool {
@@ -322,7 +317,7 @@ impl Suspending for PoolMachine {
     }
 }
 
-impl Suspending for ClusterMachine {
+impl RoundMachine for ClusterMachine {
     fn cluster(&self) -> Option<&ClusterState> {
         Some(&self.state)
     }
@@ -333,6 +328,8 @@ impl Suspending for ClusterMachine {
         Some(alloc)
     }
 }
+
+impl Suspending for ClusterMachine {}
 
 /// A node topology from an hwloc-style synthetic string, e.g. `package:2 numa:2 core:8 pu:2`
 /// (counts per parent level; levels left out count 1).

@@ -4,6 +4,7 @@ use super::SimJob;
 use berth_core::sched::backfill::QueuedJob;
 use berth_core::sched::fairshare::{FairShare, FairShareConfig};
 use berth_core::sched::priority::{priority, PriorityInput, PriorityWeights};
+use berth_core::sched::round::JobPriority;
 
 /// Fair-share usage and the priority it feeds.
 pub(super) struct Accounting {
@@ -55,5 +56,29 @@ impl Accounting {
         }
         let p = &self.priority;
         queue.sort_by(|a, b| p[b.id.0 as usize].total_cmp(&p[a.id.0 as usize]).then(a.id.cmp(&b.id)));
+    }
+
+    /// The priority weights (the controller's defaults).
+    pub fn weights(&self) -> &PriorityWeights {
+        &self.weights
+    }
+
+    /// Each queued job's priority inputs, for the round to order the queue by (the trace's
+    /// queue numbers carry no priority: queue factor 0).
+    pub fn priorities(&self, queue: &[QueuedJob], jobs: &[SimJob], names: &[String]) -> Vec<JobPriority> {
+        let factors: Vec<f64> = names.iter().map(|n| self.share.factor(n)).collect();
+        queue
+            .iter()
+            .map(|q| {
+                let job = &jobs[q.id.0 as usize];
+                let input = PriorityInput {
+                    submit_time: job.submit,
+                    cpus: job.procs,
+                    queue_factor: 0.0,
+                    fair_share_factor: factors[job.account],
+                };
+                JobPriority { input, admin: None }
+            })
+            .collect()
     }
 }

@@ -2,17 +2,14 @@
 
 use super::accounting::Accounting;
 use super::counted::{CountPlan, Job};
-use super::preempt::Suspended;
 use super::queue::Queue;
+use super::round::Suspended;
 use super::{finish, queued, workload, Outcomes, Sample, SimResult, Workload};
 use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
-use berth_core::sched::backfill::{
-    plan, plan_starts, BackfillPolicy, Fit, PassInput, PassLimits, QueuedJob, RunningJob,
-};
-use berth_core::sched::PendingReason;
+use berth_core::sched::backfill::{BackfillPolicy, Fit, QueuedJob, RunningJob};
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -46,7 +43,7 @@ pub(super) struct Replay<'a, M: Suspending> {
     pub total_cpus: u64,
     pub config: &'a SimConfig,
     pub work: &'a Workload,
-    accounting: Option<Accounting>,
+    pub accounting: Option<Accounting>,
     pub queue: Queue,
     pub running: Vec<RunningJob<M::Alloc>>,
     /// Where each running job sits in `running` (swap_remove keeps removal O(1)).
@@ -60,12 +57,12 @@ pub(super) struct Replay<'a, M: Suspending> {
     /// actual run time left at its beginning.
     segment: Vec<u32>,
     segment_start: Vec<f64>,
-    remaining: Vec<f64>,
+    pub remaining: Vec<f64>,
     pub suspended: Vec<Suspended<M::Alloc>>,
     pub outcomes: Outcomes,
     timeline: Vec<Sample>,
-    passes: usize,
-    backfilled_total: usize,
+    pub passes: usize,
+    pub backfilled_total: usize,
     pub suspensions: usize,
     pub preemptions: usize,
     /// Conservative backfill by counts, kept between passes, where counts decide (see
@@ -119,7 +116,6 @@ pub(super) fn replay<M: Suspending>(
             acc.charge_to(now, &work.accounts);
         }
         r.complete(now);
-        r.resume(now);
         r.submit(now);
         r.pass(now);
         r.timeline.push(Sample { time: now, busy_procs: r.busy, queued: r.queue.len() });
@@ -199,15 +195,21 @@ impl<M: Suspending> Replay<'_, M> {
         }
     }
 
-    /// One scheduling pass, unless it provably starts nothing: with fewer CPUs free than the
-    /// smallest queued job needs nothing fits, and under FCFS nothing starts unless the first
-    /// job fits. `plan` is pure, so skipping it changes no decision. While a queued job could
+    /// One scheduling round (`berth_core::sched::round`: resumes, priority order, the pass,
+    /// preemption), or with conservative backfill by counts one pass of `counted`. A pass that
+    /// provably starts nothing is skipped: with fewer CPUs free than the smallest queued job
+    /// needs nothing fits, and under FCFS nothing starts unless the first job fits. Decisions
+    /// are a pure function of state, so skipping changes none. While a queued job could
     /// preempt, every pass runs (it may start by suspending others when nothing is free).
     fn pass(&mut self, now: f64) {
+        if self.counted.is_none() {
+            let every = self.config.every_pass || self.may_preempt();
+            return self.round(now, every);
+        }
         // A kept plan changes with early ends and new jobs: planned when they come, as a pass
         // at every event plans them, or the plan could differ (see `counted`).
         let replan = self.counted.as_ref().is_some_and(|p| p.must_pass() || p.planned() < self.submitted);
-        let every = self.config.every_pass || self.may_preempt() || replan;
+        let every = self.config.every_pass || replan;
         let free = self.machine.free_cpus();
         match self.queue.smallest() {
             Some(smallest) if free >= smallest || every => {}
@@ -220,36 +222,7 @@ impl<M: Suspending> Replay<'_, M> {
         if self.config.policy == BackfillPolicy::Fcfs && free < head && !every {
             return;
         }
-        if self.counted.is_some() {
-            return self.counted_pass(now);
-        }
-        let limits =
-            PassLimits { policy: self.config.policy, max_reservations: self.config.max_reservations, deadline: None };
-        let input = PassInput { machine: &self.machine, running: &self.running, queue: self.queue.jobs(), now };
-        // Why jobs wait matters only to preemption (who waits for resources).
-        let out = match self.config.preempt {
-            Some(_) => plan(&input, &limits),
-            None => plan_starts(&input, &limits),
-        };
-        self.passes += 1;
-        self.backfilled_total += out.backfilled;
-        let waiting_for_resources: Vec<JobId> = match self.config.preempt {
-            Some(_) => {
-                out.waiting.iter().filter(|w| matches!(w.reason, PendingReason::Resources(_))).map(|w| w.id).collect()
-            }
-            None => vec![],
-        };
-        let count = out.starts.len();
-        for (id, alloc) in out.starts {
-            self.start(now, id.0 as usize, alloc);
-        }
-        if count > 0 {
-            let marked = mark_backfilled(self.queue.jobs(), &self.started, count, &mut self.outcomes.backfilled);
-            debug_assert_eq!(marked, out.backfilled, "backfill counts disagree at t={now}");
-            let jobs = &self.work.jobs;
-            self.queue.remove_started(&self.started, count, |i| jobs[i].procs);
-        }
-        self.preempt(now, &waiting_for_resources);
+        self.counted_pass(now)
     }
 
     /// A pass of conservative backfill by counts (see `counted`): from the kept plan when it
