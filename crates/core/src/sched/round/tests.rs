@@ -170,3 +170,28 @@ fn idle_round_skips_the_pass() {
         ]
     );
 }
+
+/// Job 7 was suspended on n0:0-3, which job 3 now holds: it resumes moved to the free cores of
+/// the same node (and job 9 finds nothing left); without relocation it stays suspended.
+#[test]
+fn resume_moved_to_other_cores_of_its_node() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 8, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 50.0)];
+    let mut scratch = ClusterBuilder::new().nodes(1, 1, 8, 0).build();
+    let was = hold(&mut scratch, 7, &[(0, "0-3")], 0.0);
+    let suspended =
+        [SuspendedInput { job: SuspendedJob { id: JobId(7), alloc: was.alloc }, walltime_left: 20.0, victim: None }];
+    let queue = vec![queued(9, 4, 10.0)];
+    let mut i = input(&cluster, &running, &queue);
+    i.suspended = &suspended;
+    assert_eq!(
+        snapshot(&round(&i, 0.0)),
+        [
+            "resume 7 moved to n0:4-7",
+            "wait 9: resources: cores: 4 wanted, 0 free now; it starts when running jobs free 4 more, expected at 20",
+            "passed true, backfilled 0",
+        ]
+    );
+    i.relocate = false;
+    assert_eq!(snapshot(&round(&i, 0.0)), ["start 9 on n0:4-7", "passed true, backfilled 0"]);
+}
