@@ -38,9 +38,9 @@ use std::collections::HashMap;
 
 mod accounting;
 mod counted;
-mod round;
 mod queue;
 mod replay;
+mod round;
 
 /// What one run produced.
 #[derive(Debug, Clone)]
