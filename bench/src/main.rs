@@ -11,6 +11,7 @@
 //! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)
 //! `berth-bench easy-oracle [--random N]`  berth's EASY against textbook EASY (see oracle.rs)
 //! `berth-bench fuzz [--minutes M] [--targets a,b] [--seed N] [--json]`  bounded fuzzing run (see fuzz.rs)
+//! `berth-bench seal [N] [--json]`         seal+open of a sealed launch order, no network (see seal.rs)
 //! `berth-bench hostile [--hostile N] [--idle M] [--seconds S]`  hostile local peers: daemons' RSS, `berth jobs` latency (see hostile.rs)
 //!
 //! Each but `placement` prints one JSON line. It starts its own cluster (`berth up`) in a temp dir
@@ -29,6 +30,7 @@ mod fuzz;
 mod hostile;
 mod oracle;
 mod placement;
+mod seal;
 mod sim;
 
 fn berth_bin() -> Result<PathBuf> {
@@ -155,6 +157,9 @@ async fn run() -> Result<()> {
     }
     if kind == "fuzz" {
         return fuzz::run(&args[2..]);
+    }
+    if kind == "seal" {
+        return seal::run(&args[2..]).await;
     }
     if kind == "hostile" {
         return hostile::run(&args[2..]).await;
