@@ -10,7 +10,6 @@ use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
 use berth_protocol::auth::{
     now_ms, random_nonce, verify_grant, ClusterKey, Envelope, LinkKey, ReplayGuard, LABEL_AGENT_QUERY,
 };
-use berth_protocol::frame::to_json;
 use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -66,10 +65,8 @@ impl AgentAuth {
     /// Sign a query to another agent; the key of the connection it opens (every later frame,
     /// both ways, is sealed under it).
     pub fn seal_query(&self, q: &AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
-        let body = to_json(q).map_err(|e| e.to_string())?;
-        let body = String::from_utf8(body).map_err(|e| e.to_string())?;
         let nonce = random_nonce();
-        let env = Envelope::seal_body(&self.key, LABEL_AGENT_QUERY, body, now_ms(), nonce);
+        let env = Envelope::seal_at(&self.key, LABEL_AGENT_QUERY, q, now_ms(), nonce).map_err(|e| e.to_string())?;
         Ok((AgentQuery::Sealed(env), LinkKey::of_query(&self.key, &nonce)))
     }
 

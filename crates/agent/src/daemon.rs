@@ -16,7 +16,7 @@ use berth_protocol::auth::{
     check_time, now_ms, random_nonce, registered_label, session, write_sealed, ClusterKey, Envelope, LinkKey, Role,
     SealedReader, TreeEnd, DEFAULT_WINDOW, LABEL_REGISTER,
 };
-use berth_protocol::frame::{decode, to_json};
+use berth_protocol::frame::decode;
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
 use berth_protocol::{read_frame_limited, read_raw_frame, write_frame, ProtocolError};
 use std::collections::BTreeMap;
@@ -312,9 +312,9 @@ async fn connection(
     // The registration is signed and carries our nonce; the answer must be signed and bound
     // to that nonce; both nonces key the session every later frame is checked with.
     let agent_nonce = random_nonce();
-    let body = String::from_utf8(to_json(&AgentMessage::Register(Box::new(reg))).map_err(|e| e.to_string())?)
-        .map_err(|e| e.to_string())?;
-    let hello = Envelope::seal_body(&cfg.key, LABEL_REGISTER, body, now_ms(), agent_nonce);
+    let hello =
+        Envelope::seal_at(&cfg.key, LABEL_REGISTER, &AgentMessage::Register(Box::new(reg)), now_ms(), agent_nonce)
+            .map_err(|e| e.to_string())?;
     let hello_sent = std::time::Instant::now();
     write_frame(&mut wr, &hello).await.map_err(|e| e.to_string())?;
     let answer = tokio::time::timeout(crate::conn::HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd))

@@ -123,11 +123,25 @@ fn forged_and_replayed_agent_messages_are_refused_and_logged() {
     assert!(recv(&mut s).is_none());
     assert_eq!(wait_event(&c, "auth_refused", "not signed")["node"], "forged2");
 
+    // An agent of the previous protocol version (its signed body a string holding the
+    // message): refused, both versions named, to it and in the event.
+    let mut s = connect(&addr);
+    let inner = serde_json::json!({"v": 2, "op": "register", "name": "old2"}).to_string();
+    let old = serde_json::json!({"v": 2, "ts": 1, "nonce": "00".repeat(16), "body": inner, "mac": "00".repeat(32)});
+    let old = serde_json::to_vec(&old).unwrap();
+    s.write_all(&[&(old.len() as u32).to_be_bytes()[..], &old].concat()).unwrap();
+    let answer: ControllerMessage = decode(&recv(&mut s).expect("an answer")).unwrap();
+    assert!(
+        matches!(&answer, ControllerMessage::Rejected { reason } if reason.contains("protocol version 2, not 3")),
+        "{answer:?}"
+    );
+    assert!(recv(&mut s).is_none());
+    assert_eq!(wait_event(&c, "auth_refused", "protocol version 2")["node"], "old2");
+
     // A registration with a good MAC but a stale timestamp.
     let mut s = connect(&addr);
-    let body = String::from_utf8(berth_protocol::frame::to_json(&registration("stale1")).unwrap()).unwrap();
     let old = berth_protocol::auth::now_ms() - 300_000;
-    send(&mut s, &Envelope::seal_body(&key, LABEL_REGISTER, body, old, random_nonce()));
+    send(&mut s, &Envelope::seal_at(&key, LABEL_REGISTER, &registration("stale1"), old, random_nonce()).unwrap());
     assert!(recv(&mut s).is_some());
     assert!(recv(&mut s).is_none());
     assert_eq!(wait_event(&c, "auth_refused", "in the past")["node"], "stale1");
@@ -135,8 +149,9 @@ fn forged_and_replayed_agent_messages_are_refused_and_logged() {
     // (b) A correctly signed registration, accepted once; the controller proves the key
     // back, bound to our nonce.
     let nonce = random_nonce();
-    let body = String::from_utf8(berth_protocol::frame::to_json(&registration("replay1")).unwrap()).unwrap();
-    let hello = Envelope::seal_body(&key, LABEL_REGISTER, body, berth_protocol::auth::now_ms(), nonce);
+    let hello =
+        Envelope::seal_at(&key, LABEL_REGISTER, &registration("replay1"), berth_protocol::auth::now_ms(), nonce)
+            .unwrap();
     let mut s = connect(&addr);
     send(&mut s, &hello);
     let reply: Envelope = decode(&recv(&mut s).expect("an answer")).unwrap();

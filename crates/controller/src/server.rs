@@ -826,8 +826,13 @@ async fn auth_refused(tx: &mpsc::Sender<Command>, addr: &str, node: Option<Strin
 /// The node name a (perhaps forged) first frame claims, for the log only.
 fn claimed_name(body: &[u8]) -> Option<String> {
     // Signed or not, of this version or not: look for a name without trusting anything.
-    let inner = decode::<Envelope>(body).map(|e| e.body.into_bytes()).unwrap_or_else(|_| body.to_vec());
-    let v: serde_json::Value = serde_json::from_slice(&inner).ok()?;
+    // The body is the message (this version), a string holding it (version 2), or absent.
+    let outer: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let v = match outer.get("body") {
+        Some(serde_json::Value::String(s)) => serde_json::from_str(s).ok()?,
+        Some(inner @ serde_json::Value::Object(_)) => inner.clone(),
+        _ => outer,
+    };
     v.get("name").and_then(|n| n.as_str()).map(|n| n.chars().take(64).collect())
 }
 
@@ -909,9 +914,10 @@ async fn serve_agent(
         // The first answer (registered or rejected) proves the key and binds the session to
         // both nonces; every later frame is a session frame.
         let Some(first) = out_rx.recv().await else { return };
-        let Ok(body) = berth_protocol::frame::to_json(&first) else { return };
-        let body = String::from_utf8_lossy(&body).into_owned();
-        let env = Envelope::seal_body(&key, &registered_label(&agent_nonce), body, now_ms(), controller_nonce);
+        let Ok(env) = Envelope::seal_at(&key, &registered_label(&agent_nonce), &first, now_ms(), controller_nonce)
+        else {
+            return;
+        };
         if write_frame(&mut wr, &env).await.is_err() {
             return;
         }

@@ -311,7 +311,11 @@ fn yes() -> bool {
 }
 
 /// Requests an agent answers on its own port.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+///
+/// Read by hand ([`Deserialize`] below), not by serde's internally tagged enums: those buffer
+/// the fields first, which would lose the exact bytes of a sealed query's body (its MAC covers
+/// them).
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum AgentQuery {
     Status,
@@ -329,6 +333,74 @@ pub enum AgentQuery {
     /// Another agent's request, signed with the cluster key (`body` is an `AgentQuery`;
     /// label `berth/v2/agent-query`). Agent-to-agent `task` requests must come this way.
     Sealed(crate::auth::Envelope),
+}
+
+const QUERY_OPS: &[&str] = &["status", "step_launch", "task", "sealed"];
+
+#[derive(Deserialize)]
+struct StepLaunchFields {
+    grant: Box<crate::step::StepGrant>,
+    subtree: Vec<u32>,
+}
+
+#[derive(Deserialize)]
+struct TaskFields {
+    request: crate::step::TaskRequest,
+}
+
+/// The query `op` names, from the rest of its fields.
+fn query_of<'de, D: serde::Deserializer<'de>>(op: &str, rest: D) -> Result<AgentQuery, D::Error> {
+    use serde::de::{Error, IgnoredAny};
+    Ok(match op {
+        "status" => {
+            IgnoredAny::deserialize(rest)?;
+            AgentQuery::Status
+        }
+        "step_launch" => {
+            let f = StepLaunchFields::deserialize(rest)?;
+            AgentQuery::StepLaunch { grant: f.grant, subtree: f.subtree }
+        }
+        "task" => AgentQuery::Task { request: TaskFields::deserialize(rest)?.request },
+        "sealed" => AgentQuery::Sealed(crate::auth::Envelope::deserialize(rest)?),
+        other => return Err(D::Error::unknown_variant(other, QUERY_OPS)),
+    })
+}
+
+impl<'de> Deserialize<'de> for AgentQuery {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AgentQuery, D::Error> {
+        struct Query;
+        impl<'de> serde::de::Visitor<'de> for Query {
+            type Value = AgentQuery;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an agent query: an object with \"op\"")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<AgentQuery, A::Error> {
+                use serde::de::Error;
+                // As berth writes it, `op` first (after the frame's `v`): the other fields are
+                // read straight from the input, so a sealed body keeps its bytes. Otherwise
+                // through a JSON value (a sealed body is then written anew, and its MAC fails
+                // unless its bytes were already so).
+                let mut fields = serde_json::Map::new();
+                let mut op = None;
+                while let Some(k) = map.next_key::<String>()? {
+                    if k == "op" && op.is_none() {
+                        let name: String = map.next_value()?;
+                        if fields.keys().all(|k| k == "v") {
+                            return query_of(&name, serde::de::value::MapAccessDeserializer::new(map));
+                        }
+                        op = Some(name);
+                    } else {
+                        fields.insert(k, map.next_value()?);
+                    }
+                }
+                let Some(op) = op else { return Err(A::Error::missing_field("op")) };
+                query_of(&op, serde_json::Value::Object(fields)).map_err(A::Error::custom)
+            }
+        }
+        d.deserialize_map(Query)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -354,5 +426,41 @@ mod tests {
         assert_eq!(text, r#"{"op":"resumed","id":7}"#);
         let m: AgentMessage = serde_json::from_str(r#"{"op":"suspended","id":7,"error":"x"}"#).unwrap();
         assert_eq!(m, AgentMessage::Suspended { id: JobId(7), error: Some("x".into()) });
+    }
+
+    #[test]
+    fn agent_queries_are_read_by_hand_and_a_sealed_body_keeps_its_bytes() {
+        use crate::auth::{ClusterKey, Envelope, ReplayGuard, KEY_BYTES, LABEL_AGENT_QUERY};
+        use crate::frame::{decode, encode};
+        use crate::step::TaskRequest;
+        let key = ClusterKey::from_bytes([5; KEY_BYTES]);
+        let task = AgentQuery::Task { request: TaskRequest::RemoteInfo { job: JobId(8) } };
+        let sealed = AgentQuery::Sealed(Envelope::seal(&key, LABEL_AGENT_QUERY, &task).unwrap());
+        for q in [AgentQuery::Status, task.clone(), sealed.clone()] {
+            // As framed (`v`, then `op` first), and from a JSON value (keys sorted: `op` later).
+            let framed = encode(&q).unwrap();
+            assert_eq!(decode::<AgentQuery>(&framed[4..]).unwrap(), q);
+            let value = serde_json::to_value(&q).unwrap();
+            let back: AgentQuery = serde_json::from_value(value).unwrap();
+            if !matches!(q, AgentQuery::Sealed(_)) {
+                assert_eq!(back, q);
+            }
+        }
+        // The sealed query read from its frame verifies, and holds the task.
+        let framed = encode(&sealed).unwrap();
+        let Ok(AgentQuery::Sealed(env)) = decode::<AgentQuery>(&framed[4..]) else { panic!("a sealed query") };
+        env.open(&key, LABEL_AGENT_QUERY, &mut ReplayGuard::default(), crate::auth::now_ms()).unwrap();
+        assert_eq!(env.message::<AgentQuery>().unwrap(), task);
+        // Its body edited is refused.
+        let text = String::from_utf8(framed[4..].to_vec()).unwrap().replace("\"job\":8", "\"job\":9");
+        let Ok(AgentQuery::Sealed(env)) = decode::<AgentQuery>(text.as_bytes()) else { panic!("a sealed query") };
+        assert_eq!(env.verify(&key, LABEL_AGENT_QUERY), Err(crate::auth::AuthError::BadMac));
+        // Unknown or missing `op`, wrong fields: errors, not panics.
+        for bad in [r#"{"v":3,"op":"nope"}"#, r#"{"v":3,"x":1}"#, r#"{"v":3,"op":"task"}"#, r#"{"v":3,"op":7}"#] {
+            assert!(decode::<AgentQuery>(bad.as_bytes()).is_err(), "{bad}");
+        }
+        let e = decode::<AgentQuery>(br#"{"v":3,"op":"nope"}"#).unwrap_err().to_string();
+        assert!(e.contains("nope") && e.contains("step_launch"), "{e}");
+        assert!(serde_json::from_str::<AgentQuery>(r#"{"x":1,"op":"status"}"#).is_ok());
     }
 }

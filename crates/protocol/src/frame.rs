@@ -7,8 +7,9 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bumped on any incompatible change to a message (2: daemons authenticate with the cluster
-/// key, docs/protocol.md "Authentication").
-pub const PROTOCOL_VERSION: u32 = 2;
+/// key; 3: a signed message's body is the message's JSON itself, not a string holding it;
+/// docs/protocol.md "Authentication").
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Larger frames are refused: no legitimate message comes near it, and it bounds what a
 /// garbage peer can make us allocate.
@@ -44,7 +45,7 @@ struct OutEnvelope<'a, T> {
 }
 
 /// How a message of this version begins as `to_json` writes it (`v` first).
-const CURRENT_PREFIX: &str = "{\"v\":2,";
+const CURRENT_PREFIX: &str = "{\"v\":3,";
 
 #[derive(Deserialize)]
 struct VersionOnly {
@@ -71,17 +72,24 @@ pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>, ProtocolError> {
 
 /// Decode one frame's JSON body (without the length prefix).
 pub fn decode<T: DeserializeOwned>(body: &[u8]) -> Result<T, ProtocolError> {
-    // What `to_json` writes starts so: one parse, where checking the version first is a second
-    // (every frame of a launch is decoded on its path; a sealed one twice, with its body).
+    check_version(body)?;
+    serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+/// Is `body` (a frame's JSON) of this protocol version? [`ProtocolError::Version`] names the
+/// peer's when it is another.
+pub(crate) fn check_version(body: &[u8]) -> Result<(), ProtocolError> {
+    // What `to_json` writes starts so: no parse, where reading the version is one more (every
+    // frame of a launch is decoded on its path).
     if body.starts_with(CURRENT_PREFIX.as_bytes()) {
-        return serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(e.to_string()));
+        return Ok(());
     }
     let version: VersionOnly =
         serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(format!("no protocol version: {e}")))?;
     if version.v != PROTOCOL_VERSION {
         return Err(ProtocolError::Version { theirs: version.v });
     }
-    serde_json::from_slice(body).map_err(|e| ProtocolError::Malformed(e.to_string()))
+    Ok(())
 }
 
 pub async fn write_frame<W: AsyncWrite + Unpin, T: Serialize>(w: &mut W, msg: &T) -> Result<(), ProtocolError> {
@@ -302,13 +310,16 @@ mod tests {
         let written = to_json(&ClientRequest::Ping).unwrap();
         assert!(written.starts_with(CURRENT_PREFIX.as_bytes()), "{}", String::from_utf8_lossy(&written));
         assert_eq!(decode::<ClientRequest>(&written).unwrap(), ClientRequest::Ping);
-        let later = br#"{"op":"ping","v":2}"#;
+        let later = br#"{"op":"ping","v":3}"#;
         assert_eq!(decode::<ClientRequest>(later).unwrap(), ClientRequest::Ping);
-        for other in [&br#"{"v":3,"op":"ping"}"#[..], br#"{"op":"ping","v":1}"#] {
+        for other in [&br#"{"v":4,"op":"ping"}"#[..], br#"{"op":"ping","v":1}"#, br#"{"v":2,"op":"ping"}"#] {
             assert!(matches!(decode::<ClientRequest>(other), Err(ProtocolError::Version { .. })));
         }
+        // An old peer is told both versions.
+        let old = decode::<ClientRequest>(br#"{"v":2,"op":"ping"}"#).unwrap_err().to_string();
+        assert!(old.contains("version 2") && old.contains("speaks 3"), "{old}");
         assert!(matches!(decode::<ClientRequest>(br#"{"op":"ping"}"#), Err(ProtocolError::Malformed(_))));
-        assert!(matches!(decode::<ClientRequest>(br#"{"v":2,"op":"nope"}"#), Err(ProtocolError::Malformed(_))));
+        assert!(matches!(decode::<ClientRequest>(br#"{"v":3,"op":"nope"}"#), Err(ProtocolError::Malformed(_))));
     }
 
     #[tokio::test]
@@ -452,7 +463,7 @@ mod tests {
         }
 
         #[test]
-        fn decoders_never_panic_on_json(s in "\\{\"v\":2,\"op\":\"[a-z_]{0,12}\"(,\"[a-z_]{1,8}\":(1|\"x\"|null|\\[\\]|\\{\\}))*\\}") {
+        fn decoders_never_panic_on_json(s in "\\{\"v\":3,\"op\":\"[a-z_]{0,12}\"(,\"[a-z_]{1,8}\":(1|\"x\"|null|\\[\\]|\\{\\}))*\\}") {
             let _ = decode::<ClientRequest>(s.as_bytes());
             let _ = decode::<crate::agent::AgentMessage>(s.as_bytes());
         }

@@ -307,23 +307,34 @@ fn check_roundtrip(bytes: &[u8]) {
 
 const FUZZ_KEY: [u8; 32] = [0x42; 32];
 
+/// Input tags of the auth target.
+const AUTH_EDITED: u8 = 0;
+const AUTH_OTHER: u8 = 1;
+
 fn auth_input() -> BoxedStrategy<Vec<u8>> {
     use crate::auth::{session, sign_grant, ClusterKey, Envelope, Role, LABEL_REGISTER};
     let key = ClusterKey::from_bytes(FUZZ_KEY);
     let k2 = key.clone();
+    // A session frame as `write_sealed` sends it, then one byte of it edited: `AUTH_EDITED`,
+    // the byte's place (4 bytes), the XOR (1 byte), the frame's JSON.
+    let edited = (agent_message(), any::<u32>(), 1..=255u8).prop_map(move |(m, at, x)| {
+        let (mut tx, _) = session(&k2, &[1; 16], &[2; 16], Role::Agent);
+        let frame = tx.seal_frame(&m).expect("seals");
+        let mut input = vec![AUTH_EDITED];
+        input.extend_from_slice(&at.to_be_bytes());
+        input.push(x);
+        input.extend_from_slice(&frame[4..]);
+        input
+    });
     let signed = prop_oneof![
         agent_message().prop_map(move |m| body(&Envelope::seal(&key, LABEL_REGISTER, &m).expect("seals"))),
-        agent_message().prop_map(move |m| {
-            let (mut tx, _) = session(&k2, &[1; 16], &[2; 16], Role::Agent);
-            body(&tx.seal(&m).expect("seals"))
-        }),
         step_grant().prop_map(|mut g| {
             sign_grant(&ClusterKey::from_bytes(FUZZ_KEY), &mut g, u64::MAX);
             body(&g)
         }),
     ];
     // Flip one byte of what was signed (inside the JSON), or make it up entirely.
-    prop_oneof![
+    let other = prop_oneof![
         (signed, any::<usize>(), 1..=255u8).prop_map(|(mut b, at, x)| {
             let i = at % b.len().max(1);
             if let Some(c) = b.get_mut(i) {
@@ -334,14 +345,31 @@ fn auth_input() -> BoxedStrategy<Vec<u8>> {
         vec(any::<u8>(), 0..256),
         (envelope(), session_frame()).prop_map(|(e, f)| [body(&e), body(&f)].concat()),
     ]
-    .boxed()
+    .prop_map(|b| [vec![AUTH_OTHER], b].concat());
+    prop_oneof![2 => edited, 3 => other].boxed()
 }
 
 fn check_auth(bytes: &[u8]) {
     use crate::auth::{now_ms, session, verify_grant, ClusterKey, Envelope, ReplayGuard, Role, LABEL_REGISTER};
-    // Whether an edit that leaves the decoded message unchanged (whitespace, escapes) still
-    // verifies is fine either way: the MAC covers what is decoded, never raw bytes.
     let key = ClusterKey::from_bytes(FUZZ_KEY);
+    let Some((&tag, bytes)) = bytes.split_first() else { return };
+    if tag == AUTH_EDITED && bytes.len() > 5 {
+        // The MAC covers the body's bytes as sent: the frame as sealed opens to its message;
+        // edited in any one byte it is refused, or (a hex digit of the MAC changing case) opens
+        // to the very same message. Never to another one.
+        let (at, x, frame) = (u32::from_be_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]), bytes[4], &bytes[5..]);
+        let (_, mut rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+        let Ok(original) = rx.open_frame::<AgentMessage>(frame) else { return };
+        let mut edited = frame.to_vec();
+        let i = at as usize % edited.len();
+        edited[i] ^= x;
+        let (_, mut rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+        if let Ok(m) = rx.open_frame::<AgentMessage>(&edited) {
+            assert_eq!(m, original, "an edited frame opened to another message");
+            assert!(edited[i].eq_ignore_ascii_case(&frame[i]), "byte {i} edited, and the frame still opens");
+        }
+        return;
+    }
     if let Ok(env) = decode::<Envelope>(bytes) {
         let mut guard = ReplayGuard::default();
         let _ = env.open(&key, LABEL_REGISTER, &mut guard, now_ms());
@@ -351,6 +379,8 @@ fn check_auth(bytes: &[u8]) {
         let (_, mut rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
         let _ = rx.open::<AgentMessage>(&f);
     }
+    let (_, mut rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+    let _ = rx.open_frame::<AgentMessage>(bytes);
     if let Ok(g) = decode::<StepGrant>(bytes) {
         let _ = verify_grant(&key, &g, 0);
     }
@@ -505,12 +535,24 @@ pub fn agent_message() -> BoxedStrategy<AgentMessage> {
     .boxed()
 }
 
+/// A signed message's body: a message's JSON, or any JSON value.
+fn signed_body() -> BoxedStrategy<crate::auth::Body> {
+    prop_oneof![
+        agent_message().prop_map(|m| crate::auth::to_body(&m).expect("a message encodes")),
+        controller_message().prop_map(|m| crate::auth::to_body(&m).expect("a message encodes")),
+        text().prop_map(|t| crate::auth::to_body(&t).expect("a string encodes")),
+    ]
+    .boxed()
+}
+
 pub fn envelope() -> BoxedStrategy<Envelope> {
-    (any::<u64>(), text(), text(), text()).prop_map(|(ts, nonce, body, mac)| Envelope { ts, nonce, body, mac }).boxed()
+    (any::<u64>(), text(), signed_body(), text())
+        .prop_map(|(ts, nonce, body, mac)| Envelope { ts, nonce, body, mac })
+        .boxed()
 }
 
 pub fn session_frame() -> BoxedStrategy<SessionFrame> {
-    (any::<u64>(), text(), text()).prop_map(|(seq, body, mac)| SessionFrame { seq, body, mac }).boxed()
+    (any::<u64>(), signed_body(), text()).prop_map(|(seq, body, mac)| SessionFrame { seq, body, mac }).boxed()
 }
 
 pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {

@@ -83,6 +83,20 @@ proptest! {
     }
 
     #[test]
+    fn sealed_messages_are_written_once_and_open_to_themselves(c in fuzz::controller_message(), a in fuzz::agent_message()) {
+        use berth_protocol::auth::{session, ClusterKey, Role};
+        let key = ClusterKey::from_bytes([9; 32]);
+        let (mut ctl_tx, mut ctl_rx) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+        let (mut agent_tx, mut agent_rx) = session(&key, &[1; 16], &[2; 16], Role::Agent);
+        let (mut twin, _) = session(&key, &[1; 16], &[2; 16], Role::Controller);
+        let down = ctl_tx.seal_frame(&c).unwrap();
+        prop_assert_eq!(&down, &berth_protocol::frame::encode(&twin.seal(&c).unwrap()).unwrap());
+        prop_assert_eq!(agent_rx.open_frame::<berth_protocol::agent::ControllerMessage>(&down[4..]).unwrap(), c);
+        let up = agent_tx.seal_frame(&a).unwrap();
+        prop_assert_eq!(ctl_rx.open_frame::<berth_protocol::agent::AgentMessage>(&up[4..]).unwrap(), a);
+    }
+
+    #[test]
     fn agent_query_and_reply_roundtrip(q in fuzz::agent_query(), r in fuzz::agent_reply()) {
         prop_assert_eq!(roundtrip(&q), q);
         prop_assert_eq!(roundtrip(&r), r);

@@ -4,11 +4,12 @@
 //! See docs/protocol.md, "Authentication". Everything here proves *who* sent a message (a
 //! holder of the cluster key) and that it is fresh; nothing here encrypts.
 
-use crate::frame::{decode, to_json, ProtocolError};
+use crate::frame::ProtocolError;
 use crate::step::StepGrant;
 use hmac::{Hmac, Mac};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 use sha2::Sha256;
 use std::collections::{BTreeSet, HashMap};
 use std::path::Path;
@@ -257,21 +258,45 @@ fn tag_from_hex(s: &str) -> Result<Vec<u8>, AuthError> {
     unhex(s).filter(|b| b.len() == 32).ok_or_else(|| AuthError::Malformed("mac must be 64 hex digits".into()))
 }
 
+/// A signed message's body: the message's JSON itself (no `"v"`: the frame holding it has
+/// one), kept as the exact bytes that arrived, which are what the MAC covers. Serialized once
+/// by the sender, parsed once by the receiver.
+pub type Body = Box<RawValue>;
+
+/// The message `msg` as a body.
+pub fn to_body<T: Serialize>(msg: &T) -> Result<Body, ProtocolError> {
+    serde_json::value::to_raw_value(msg).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
+/// The message a body holds (call only once its MAC is checked).
+pub fn from_body<T: DeserializeOwned>(body: &RawValue) -> Result<T, ProtocolError> {
+    serde_json::from_str(body.get()).map_err(|e| ProtocolError::Malformed(e.to_string()))
+}
+
 /// A message signed on its own: who (a key holder), when (`ts`), and once (`nonce`).
 ///
 /// The MAC covers: the label's length (4 bytes, big-endian), the label, `ts` (8 bytes,
-/// big-endian), the 16 nonce bytes, and `body` (the inner message's JSON, exactly as sent).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// big-endian), the 16 nonce bytes, and `body`'s bytes exactly as they stand in the frame
+/// (from its `{` to its `}`).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Envelope {
     /// Unix milliseconds, the sender's clock.
     pub ts: u64,
     /// 16 random bytes, hex.
     pub nonce: String,
-    /// The signed message: a complete frame body (JSON with `"v"`).
-    pub body: String,
+    /// The signed message's JSON.
+    pub body: Body,
     /// HMAC-SHA256, hex.
     pub mac: String,
 }
+
+impl PartialEq for Envelope {
+    fn eq(&self, other: &Envelope) -> bool {
+        self.ts == other.ts && self.nonce == other.nonce && self.body.get() == other.body.get() && self.mac == other.mac
+    }
+}
+
+impl Eq for Envelope {}
 
 fn envelope_mac(key: &ClusterKey, label: &[u8], ts: u64, nonce: &Nonce, body: &[u8]) -> [u8; 32] {
     key.mac(&[&(label.len() as u32).to_be_bytes(), label, &ts.to_be_bytes(), nonce, body])
@@ -280,12 +305,22 @@ fn envelope_mac(key: &ClusterKey, label: &[u8], ts: u64, nonce: &Nonce, body: &[
 impl Envelope {
     /// Sign `msg` for `label` now, with a fresh nonce.
     pub fn seal<T: Serialize>(key: &ClusterKey, label: &[u8], msg: &T) -> Result<Envelope, ProtocolError> {
-        let body = String::from_utf8(to_json(msg)?).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
-        Ok(Envelope::seal_body(key, label, body, now_ms(), random_nonce()))
+        Envelope::seal_at(key, label, msg, now_ms(), random_nonce())
     }
 
-    pub fn seal_body(key: &ClusterKey, label: &[u8], body: String, ts: u64, nonce: Nonce) -> Envelope {
-        let mac = envelope_mac(key, label, ts, &nonce, body.as_bytes());
+    /// Sign `msg` for `label` with this time and nonce.
+    pub fn seal_at<T: Serialize>(
+        key: &ClusterKey,
+        label: &[u8],
+        msg: &T,
+        ts: u64,
+        nonce: Nonce,
+    ) -> Result<Envelope, ProtocolError> {
+        Ok(Envelope::seal_body(key, label, to_body(msg)?, ts, nonce))
+    }
+
+    pub fn seal_body(key: &ClusterKey, label: &[u8], body: Body, ts: u64, nonce: Nonce) -> Envelope {
+        let mac = envelope_mac(key, label, ts, &nonce, body.get().as_bytes());
         Envelope { ts, nonce: hex(&nonce), body, mac: hex(&mac) }
     }
 
@@ -294,7 +329,7 @@ impl Envelope {
         let nonce = nonce_from_hex(&self.nonce)?;
         let tag = tag_from_hex(&self.mac)?;
         let parts: [&[u8]; 5] =
-            [&(label.len() as u32).to_be_bytes(), label, &self.ts.to_be_bytes(), &nonce, self.body.as_bytes()];
+            [&(label.len() as u32).to_be_bytes(), label, &self.ts.to_be_bytes(), &nonce, self.body.get().as_bytes()];
         if !hmac_verify(&key.0, &parts, &tag) {
             return Err(AuthError::BadMac);
         }
@@ -310,7 +345,7 @@ impl Envelope {
 
     /// The signed message (call only after `verify` or `open`).
     pub fn message<T: DeserializeOwned>(&self) -> Result<T, ProtocolError> {
-        decode(self.body.as_bytes())
+        from_body(&self.body)
     }
 }
 
@@ -377,12 +412,31 @@ impl ReplayGuard {
 }
 
 /// A frame of an authenticated connection: its place in the sequence, the message, the MAC
-/// under the session key (label of the direction, `seq` as 8 bytes big-endian, `body`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// under the session key (label of the direction, `seq` as 8 bytes big-endian, `body`'s bytes
+/// exactly as they stand in the frame).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct SessionFrame {
     pub seq: u64,
-    pub body: String,
+    pub body: Body,
     pub mac: String,
+}
+
+impl PartialEq for SessionFrame {
+    fn eq(&self, other: &SessionFrame) -> bool {
+        self.seq == other.seq && self.body.get() == other.body.get() && self.mac == other.mac
+    }
+}
+
+impl Eq for SessionFrame {}
+
+/// A session frame as read: its body borrowed from the bytes that arrived.
+#[derive(Deserialize)]
+struct SessionFrameIn<'a> {
+    seq: u64,
+    #[serde(borrow)]
+    body: &'a RawValue,
+    #[serde(borrow)]
+    mac: &'a str,
 }
 
 /// Which end of an agent-controller connection we are.
@@ -417,26 +471,67 @@ pub fn session(key: &ClusterKey, agent_nonce: &Nonce, controller_nonce: &Nonce, 
 }
 
 impl Sealer {
+    /// The next frame, as a value.
     pub fn seal<T: Serialize>(&mut self, msg: &T) -> Result<SessionFrame, ProtocolError> {
-        let body = String::from_utf8(to_json(msg)?).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
+        let body = to_body(msg)?;
         let seq = self.next;
         self.next += 1;
-        let mac = hmac(&self.key, &[self.label, &seq.to_be_bytes(), body.as_bytes()]);
+        let mac = hmac(&self.key, &[self.label, &seq.to_be_bytes(), body.get().as_bytes()]);
         Ok(SessionFrame { seq, body, mac: hex(&mac) })
+    }
+
+    /// The next frame's bytes, length prefix included: the message serialized once, straight
+    /// into the frame, the MAC over those bytes (what [`write_sealed`] sends).
+    pub fn seal_frame<T: Serialize>(&mut self, msg: &T) -> Result<Vec<u8>, ProtocolError> {
+        use std::io::Write;
+        let seq = self.next;
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(&[0; 4]);
+        // Writing to a Vec cannot fail.
+        let _ = write!(out, "{{\"v\":{},\"seq\":{seq},\"body\":", crate::PROTOCOL_VERSION);
+        let start = out.len();
+        serde_json::to_writer(&mut out, msg).map_err(|e| ProtocolError::Malformed(e.to_string()))?;
+        let mac = hmac(&self.key, &[self.label, &seq.to_be_bytes(), &out[start..]]);
+        out.extend_from_slice(b",\"mac\":\"");
+        out.extend_from_slice(hex(&mac).as_bytes());
+        out.extend_from_slice(b"\"}");
+        let len = out.len() - 4;
+        if len > crate::MAX_FRAME_BYTES {
+            return Err(ProtocolError::TooLarge { len, limit: crate::MAX_FRAME_BYTES, why: "" });
+        }
+        out[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        self.next += 1;
+        Ok(out)
     }
 }
 
 impl Opener {
+    /// Check a frame (MAC, then sequence) and decode its message.
     pub fn open<T: DeserializeOwned>(&mut self, f: &SessionFrame) -> Result<T, ProtocolError> {
-        let tag = tag_from_hex(&f.mac)?;
-        if !hmac_verify(&self.key, &[self.label, &f.seq.to_be_bytes(), f.body.as_bytes()], &tag) {
+        self.check(f.seq, &f.body, &f.mac)?;
+        from_body(&f.body)
+    }
+
+    /// Check and decode a frame's JSON as it arrived (without the length prefix): the frame is
+    /// scanned once, its body checked as raw bytes and then parsed once.
+    pub fn open_frame<T: DeserializeOwned>(&mut self, frame: &[u8]) -> Result<T, ProtocolError> {
+        crate::frame::check_version(frame)?;
+        let f: SessionFrameIn<'_> =
+            serde_json::from_slice(frame).map_err(|e| ProtocolError::Auth(AuthError::Unsigned(e.to_string())))?;
+        self.check(f.seq, f.body, f.mac)?;
+        from_body(f.body)
+    }
+
+    fn check(&mut self, seq: u64, body: &RawValue, mac: &str) -> Result<(), ProtocolError> {
+        let tag = tag_from_hex(mac)?;
+        if !hmac_verify(&self.key, &[self.label, &seq.to_be_bytes(), body.get().as_bytes()], &tag) {
             return Err(AuthError::BadMac.into());
         }
-        if f.seq != self.next {
-            return Err(AuthError::Sequence { expected: self.next, got: f.seq }.into());
+        if seq != self.next {
+            return Err(AuthError::Sequence { expected: self.next, got: seq }.into());
         }
         self.next += 1;
-        decode(f.body.as_bytes())
+        Ok(())
     }
 }
 
@@ -446,8 +541,11 @@ where
     W: tokio::io::AsyncWrite + Unpin,
     T: Serialize,
 {
-    let f = sealer.seal(msg)?;
-    crate::frame::write_frame(w, &f).await
+    use tokio::io::AsyncWriteExt;
+    let bytes = sealer.seal_frame(msg)?;
+    w.write_all(&bytes).await?;
+    w.flush().await?;
+    Ok(())
 }
 
 /// Read the next frame of the session; `Ok(None)` at a clean end.
@@ -474,11 +572,7 @@ where
         Some(b) => b,
     };
     crate::probe::mark("sealed raw read");
-    let f: SessionFrame = decode(&body).map_err(|e| match e {
-        ProtocolError::Malformed(m) => ProtocolError::Auth(AuthError::Unsigned(m)),
-        e => e,
-    })?;
-    opener.open(&f).map(Some)
+    opener.open_frame(&body).map(Some)
 }
 
 /// The label the controller signs its handshake answer with: bound to the agent's nonce, so
@@ -522,7 +616,12 @@ pub fn verify_grant(key: &ClusterKey, grant: &StepGrant, now: u64) -> Result<(),
 mod tests {
     use super::*;
     use crate::agent::{AgentMessage, ControllerMessage};
+    use crate::frame::{decode, encode, to_json};
     use berth_core::JobId;
+
+    fn raw(s: &str) -> Body {
+        RawValue::from_string(s.to_string()).unwrap()
+    }
 
     fn key(b: u8) -> ClusterKey {
         ClusterKey::from_bytes([b; KEY_BYTES])
@@ -550,8 +649,13 @@ mod tests {
         let k = key(1);
         let env = Envelope::seal(&k, LABEL_REGISTER, &hb()).unwrap();
         let mut body = env.clone();
-        body.body = body.body.replace('3', "4");
+        body.body = raw(&body.body.get().replace('3', "4"));
         assert_eq!(body.verify(&k, LABEL_REGISTER), Err(AuthError::BadMac));
+        // The same message written otherwise (a space): the MAC covers the bytes.
+        let mut spaced = env.clone();
+        spaced.body = raw(&spaced.body.get().replacen(':', ": ", 1));
+        assert_eq!(spaced.message::<AgentMessage>().unwrap(), hb());
+        assert_eq!(spaced.verify(&k, LABEL_REGISTER), Err(AuthError::BadMac));
         let mut ts = env.clone();
         ts.ts += 1;
         assert_eq!(ts.verify(&k, LABEL_REGISTER), Err(AuthError::BadMac));
@@ -574,20 +678,20 @@ mod tests {
         let k = key(1);
         let now = now_ms();
         let mut g = ReplayGuard::new(Duration::from_secs(60), 100);
-        let env = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now, random_nonce());
+        let env = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), now, random_nonce());
         env.open(&k, LABEL_REGISTER, &mut g, now).unwrap();
         assert_eq!(env.open(&k, LABEL_REGISTER, &mut g, now + 1000), Err(AuthError::Replayed));
-        let stale = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now - 61_000, random_nonce());
+        let stale = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), now - 61_000, random_nonce());
         assert_eq!(stale.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Stale(61_000)));
-        let future = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now + 61_000, random_nonce());
+        let future = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), now + 61_000, random_nonce());
         assert_eq!(future.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Future(61_000)));
-        let far = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), u64::MAX, random_nonce());
+        let far = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), u64::MAX, random_nonce());
         assert!(matches!(far.open(&k, LABEL_REGISTER, &mut g, now), Err(AuthError::Future(_))));
-        let edge = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now - 59_000, random_nonce());
+        let edge = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), now - 59_000, random_nonce());
         edge.open(&k, LABEL_REGISTER, &mut g, now).unwrap();
         // A configurable window.
         let mut tight = ReplayGuard::new(Duration::from_secs(5), 100);
-        let e = Envelope::seal_body(&k, LABEL_REGISTER, "{}".into(), now - 6_000, random_nonce());
+        let e = Envelope::seal_body(&k, LABEL_REGISTER, raw("{}"), now - 6_000, random_nonce());
         assert_eq!(e.open(&k, LABEL_REGISTER, &mut tight, now), Err(AuthError::Stale(6_000)));
     }
 
@@ -625,7 +729,7 @@ mod tests {
             Err(ProtocolError::Auth(AuthError::Sequence { expected: 2, got: 1 }))
         ));
         let mut bad = f2.clone();
-        bad.body = bad.body.replace('3', "9");
+        bad.body = raw(&bad.body.get().replace('3', "9"));
         assert!(matches!(ctl_rx.open::<AgentMessage>(&bad), Err(ProtocolError::Auth(AuthError::BadMac))));
         assert_eq!(ctl_rx.open::<AgentMessage>(&f2).unwrap(), hb());
         // A frame reflected back to its sender does not verify (direction labels).
@@ -649,6 +753,66 @@ mod tests {
         let env = Envelope::seal(&k, &registered_label(&a1), &msg).unwrap();
         env.verify(&k, &registered_label(&a1)).unwrap();
         assert_eq!(env.verify(&k, &registered_label(&a2)), Err(AuthError::BadMac));
+    }
+
+    #[test]
+    fn a_sealed_message_is_json_in_the_frame_written_once_and_checked_as_bytes() {
+        let k = key(7);
+        let (a, c) = (random_nonce(), random_nonce());
+        let (mut tx, _) = session(&k, &a, &c, Role::Controller);
+        let (mut tx2, _) = session(&k, &a, &c, Role::Controller);
+        let msg = ControllerMessage::Kill { id: JobId(4), reason: "quote \" and \u{e9}".into() };
+        // Written straight into the frame, or as a value and then framed: the same bytes.
+        let bytes = tx.seal_frame(&msg).unwrap();
+        assert_eq!(bytes, encode(&tx2.seal(&msg).unwrap()).unwrap());
+        let json = &bytes[4..];
+        assert_eq!(u32::from_be_bytes(bytes[..4].try_into().unwrap()) as usize, json.len());
+        let text = std::str::from_utf8(json).unwrap();
+        assert!(text.starts_with("{\"v\":3,\"seq\":1,\"body\":{\"op\":\"kill\""), "{text}");
+        let v: serde_json::Value = serde_json::from_slice(json).unwrap();
+        assert!(v["body"].is_object(), "the body is the message, not a string: {text}");
+        // Opened from the bytes, and from the decoded value.
+        let (_, mut rx) = session(&k, &a, &c, Role::Agent);
+        assert_eq!(rx.open_frame::<ControllerMessage>(json).unwrap(), msg);
+        let (_, mut rx) = session(&k, &a, &c, Role::Agent);
+        assert_eq!(rx.open::<ControllerMessage>(&decode::<SessionFrame>(json).unwrap()).unwrap(), msg);
+        // Every single-byte edit of the frame is refused, never read as another message.
+        for i in 0..json.len() {
+            for x in [1u8, 0x20, 0x80] {
+                let mut edited = json.to_vec();
+                edited[i] ^= x;
+                let (_, mut rx) = session(&k, &a, &c, Role::Agent);
+                match rx.open_frame::<ControllerMessage>(&edited) {
+                    Err(_) => {}
+                    // A hex digit's case (the MAC's): the same MAC.
+                    Ok(m) => assert!(m == msg && edited[i].eq_ignore_ascii_case(&json[i]), "byte {i} ^ {x} opened"),
+                }
+            }
+        }
+        // Whitespace that changes nothing in the message still changes the bytes the MAC covers.
+        let spaced = text.replacen("\"body\":{\"op\":", "\"body\":{\"op\": ", 1);
+        let (_, mut rx) = session(&k, &a, &c, Role::Agent);
+        assert!(matches!(
+            rx.open_frame::<ControllerMessage>(spaced.as_bytes()),
+            Err(ProtocolError::Auth(AuthError::BadMac))
+        ));
+        // An envelope's body is the message too.
+        let env = Envelope::seal(&k, LABEL_REGISTER, &hb()).unwrap();
+        let text = String::from_utf8(to_json(&env).unwrap()).unwrap();
+        assert!(text.contains("\"body\":{\"op\":\"heartbeat\""), "{text}");
+    }
+
+    #[test]
+    fn a_frame_of_the_previous_version_is_refused_naming_both_versions() {
+        let k = key(7);
+        let (_, mut rx) = session(&k, &[1; 16], &[2; 16], Role::Agent);
+        let old = br#"{"v":2,"seq":1,"body":"{\"v\":2,\"op\":\"end_ack\",\"id\":1}","mac":"00"}"#;
+        let e = rx.open_frame::<ControllerMessage>(old).unwrap_err();
+        assert!(matches!(e, ProtocolError::Version { theirs: 2 }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("version 2") && text.contains("speaks 3"), "{text}");
+        let old_env = br#"{"v":2,"ts":1,"nonce":"00","body":"{}","mac":"00"}"#;
+        assert!(matches!(decode::<Envelope>(old_env), Err(ProtocolError::Version { theirs: 2 })));
     }
 
     fn grant() -> StepGrant {

@@ -146,7 +146,7 @@ mod tests {
         // Altered.
         let (_, mut open) = lk.link(0, TreeEnd::Below);
         let mut bad = f1.clone();
-        bad.body = bad.body.replace("10", "9");
+        bad.body = serde_json::value::RawValue::from_string(bad.body.get().replace("10", "9")).unwrap();
         assert_eq!(auth_err(open.open(&bad)), AuthError::BadMac);
 
         // Sent back the other way (an upward frame's label differs).
