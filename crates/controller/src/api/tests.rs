@@ -194,9 +194,12 @@ async fn http_reserve_confirm_release_and_errors() {
     // Errors: malformed, unknown field, busy, never, unknown id, path, method.
     let (s, v) = json(&sock, "POST", "/v1/reservations", "{not json").await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
-    let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"gpus":1}}"#).await;
+    let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"licenses":1}}"#).await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
-    assert!(v["error"]["message"].as_str().unwrap().contains("unknown field `gpus`"), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("unknown field `licenses`"), "{v}");
+    // GPUs on a node without any: infeasible, with the reason.
+    let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"gpus":1}}"#).await;
+    assert_eq!((s, code(&v)), (422, "infeasible"), "{v}");
     let (s, v) =
         json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"nodes":2,"tasks_per_node":7}}"#).await;
     assert_eq!((s, code(&v)), (409, "try_again"));
