@@ -16,7 +16,7 @@ const HOLDER: &str = r#"
 use strict; use IO::Socket::UNIX; use Socket;
 $SIG{PIPE} = 'IGNORE'; $| = 1;
 my ($path, $n) = @ARGV;
-my $req = '{"v":2,"op":"ping"}';
+my $req = '{"v":3,"op":"ping"}';
 my @held;
 sub take { my ($s, $n) = @_; my $b = '';
   while (length($b) < $n) { my $r = sysread($s, $b, $n - length($b), length($b)); return undef unless $r; }
