@@ -33,21 +33,6 @@ fn run(c: &Cluster, env: &[(&str, &str)], args: &[&str]) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// No process of ours left: `marker` is a unique argument of the test's rank commands.
-fn assert_no_process(marker: &str) {
-    let t0 = Instant::now();
-    loop {
-        let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
-        if !out.status.success() {
-            return;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            panic!("processes matching {marker:?} survived: {}", String::from_utf8_lossy(&out.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 /// Open MPI's TCP transport between nodes: the test's agents all run on this host, whose
 /// other interfaces (containers' bridges, other tests' veths) come and go.
 const OMPI_ENV: [(&str, &str); 1] = [("OMPI_MCA_btl_tcp_if_include", "lo")];

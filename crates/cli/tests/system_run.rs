@@ -67,21 +67,6 @@ fn wait_output(mut child: std::process::Child, limit: Duration) -> Output {
     child.wait_with_output().unwrap()
 }
 
-/// No process of ours left: `marker` is a unique argument of the test's rank commands.
-fn assert_no_process(marker: &str) {
-    let t0 = Instant::now();
-    loop {
-        let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
-        if !out.status.success() {
-            return;
-        }
-        if t0.elapsed() > Duration::from_secs(10) {
-            panic!("processes matching {marker:?} survived: {}", String::from_utf8_lossy(&out.stdout));
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn sorted_lines(s: &str) -> Vec<String> {
     let mut v: Vec<String> = s.lines().map(String::from).collect();
     v.sort();

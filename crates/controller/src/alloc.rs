@@ -86,13 +86,8 @@ impl Controller {
                 format!("job {id} is not an allocation (`berth alloc`); end it with `berth cancel {id}`"),
             ));
         }
-        if job.user.uid != peer.user.uid && !self.is_admin(peer) {
-            let whose = job.user.name.clone();
-            self.denied(peer, "release", Some(id), &whose)?;
-            return Ok(error(
-                ErrorCode::NotPermitted,
-                format!("job {id} belongs to {whose}; you may only release your own allocations"),
-            ));
+        if let Some(refused) = self.not_the_owner(peer, "release", id)? {
+            return Ok(refused);
         }
         self.alloc_holders.remove(&id);
         if job.state.is_pending() {
@@ -125,13 +120,8 @@ impl Controller {
                 format!("job {id} is not an allocation waiting for or held by a `berth alloc`"),
             ));
         }
-        if job.user.uid != peer.user.uid && !self.is_admin(peer) {
-            let whose = job.user.name.clone();
-            self.denied(peer, "hold", Some(id), &whose)?;
-            return Ok(error(
-                ErrorCode::NotPermitted,
-                format!("job {id} belongs to {whose}; you may only hold your own allocations"),
-            ));
+        if let Some(refused) = self.not_the_owner(peer, "hold", id)? {
+            return Ok(refused);
         }
         match self.alloc_holders.get(&id) {
             Some(&conn) if conn != peer.conn => Ok(error(
@@ -143,6 +133,20 @@ impl Controller {
                 Ok(ClientResponse::Done { results: vec![IdResult { id, ok: true, error: None }] })
             }
         }
+    }
+
+    /// The refusal (logged as denied) when `peer` may not `action` allocation `id` (a job in
+    /// memory): it is neither the owner's nor the peer an admin.
+    fn not_the_owner(&self, peer: &Peer, action: &str, id: JobId) -> Result<Option<ClientResponse>, StoreError> {
+        let Some(job) = self.jobs.get(&id) else { return Ok(None) };
+        if job.user.uid == peer.user.uid || self.is_admin(peer) {
+            return Ok(None);
+        }
+        self.denied(peer, action, Some(id), &job.user.name)?;
+        Ok(Some(error(
+            ErrorCode::NotPermitted,
+            format!("job {id} belongs to {}; you may only {action} your own allocations", job.user.name),
+        )))
     }
 
     /// A client connection closed: the allocations it held end (a waiting request is

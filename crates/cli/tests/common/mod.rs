@@ -255,6 +255,21 @@ fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
     }
 }
 
+/// No process of ours left: `marker` is a unique argument of the test's rank commands.
+pub fn assert_no_process(marker: &str) {
+    let t0 = Instant::now();
+    loop {
+        let out = Command::new("pgrep").args(["-f", marker]).output().unwrap();
+        if !out.status.success() {
+            return;
+        }
+        if t0.elapsed() > Duration::from_secs(10) {
+            panic!("processes matching {marker:?} survived: {}", String::from_utf8_lossy(&out.stdout));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// No job cgroup left under the cluster's subtree once its jobs ended (waits up to 15 s).
 pub fn assert_no_job_cgroups(c: &Cluster) {
     let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id());
