@@ -469,7 +469,7 @@ where
 fn error_code(e: &anyhow::Error) -> &'static str {
     match e.downcast_ref::<berth_protocol::client::ApiError>() {
         Some(api) => api.code.as_str(),
-        None => "client",
+        None => berth_protocol::ErrorCode::Client.as_str(),
     }
 }
 

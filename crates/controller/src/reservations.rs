@@ -24,9 +24,9 @@ use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::ClientResponse;
 use berth_protocol::reservation::{
     ConfirmRequest, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory, ReservationError,
-    ReservationErrorCode as Code, ReservationInfo, ReservationReply, ReservationRequest, ReservationState,
-    ReserveRequest, ReservedNode,
+    ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest, ReservedNode,
 };
+use berth_protocol::ErrorCode as Code;
 use std::collections::BTreeMap;
 
 type Answer<T> = Result<Result<T, ReservationError>, StoreError>;

@@ -77,7 +77,8 @@ pub enum AgentMessage {
     },
 }
 
-/// What an agent refused (the controller's event kind).
+/// What an agent refused (the controller's event kind: `ErrorCode::from(refusal)`,
+/// `auth_refused` or `launch_refused` in docs/errors.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
@@ -90,11 +91,9 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// The event kind the controller records: the refusal's error code.
     pub fn event_kind(self) -> &'static str {
-        match self {
-            Refusal::Auth => "auth_refused",
-            Refusal::Launch => "launch_refused",
-        }
+        crate::error::ErrorCode::from(self).as_str()
     }
 }
 

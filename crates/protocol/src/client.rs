@@ -455,46 +455,9 @@ pub struct IdResult {
     pub error: Option<ApiError>,
 }
 
-/// Stable error codes: scripts may match on them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ErrorCode {
-    BadRequest,
-    InvalidScript,
-    Infeasible,
-    UnknownJob,
-    UnknownNode,
-    NotPermitted,
-    InvalidState,
-    Unavailable,
-    Internal,
-    /// The job breaks a limit of its queue (walltime, cores, properties) or the queue is closed.
-    QueueLimit,
-    /// No advance reservation of that name.
-    UnknownReservation,
-    /// The controller cannot record the request: the filesystem of its state database is
-    /// full. The message names the path; retry once space is freed there.
-    NoSpace,
-}
-
-impl ErrorCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ErrorCode::BadRequest => "bad_request",
-            ErrorCode::InvalidScript => "invalid_script",
-            ErrorCode::Infeasible => "infeasible",
-            ErrorCode::UnknownJob => "unknown_job",
-            ErrorCode::UnknownNode => "unknown_node",
-            ErrorCode::NotPermitted => "not_permitted",
-            ErrorCode::InvalidState => "invalid_state",
-            ErrorCode::Unavailable => "unavailable",
-            ErrorCode::Internal => "internal",
-            ErrorCode::QueueLimit => "queue_limit",
-            ErrorCode::UnknownReservation => "unknown_reservation",
-            ErrorCode::NoSpace => "no_space",
-        }
-    }
-}
+/// Stable error codes: scripts may match on them. One table for the socket, the HTTP API and
+/// the agents' refusals (crates/protocol/src/error.rs, docs/errors.md).
+pub use crate::error::ErrorCode;
 
 /// Why the controller cannot write its state database at the moment (`Pong::state_store`).
 /// Meanwhile reads and running jobs go on; requests that change state are refused; job ends

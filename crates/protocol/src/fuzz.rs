@@ -21,8 +21,8 @@ use crate::frame::{
 };
 use crate::reservation::{
     ConfirmRequest, ErrorBody, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory,
-    OptionValue, ReservationErrorCode, ReservationInfo, ReservationReply, ReservationRequest, ReservationState,
-    ReserveRequest, ReserveResources, ReservedNode,
+    OptionValue, ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest,
+    ReserveResources, ReservedNode,
 };
 use crate::step::{
     AllocationNode, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepInfo, StepNode, StepOutcome, TaskInfo,
@@ -868,22 +868,9 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
     .boxed()
 }
 
+/// Any code of the one table (docs/errors.md).
 pub fn error_code() -> BoxedStrategy<ErrorCode> {
-    prop::sample::select(vec![
-        ErrorCode::BadRequest,
-        ErrorCode::InvalidScript,
-        ErrorCode::Infeasible,
-        ErrorCode::UnknownJob,
-        ErrorCode::UnknownNode,
-        ErrorCode::NotPermitted,
-        ErrorCode::InvalidState,
-        ErrorCode::Unavailable,
-        ErrorCode::Internal,
-        ErrorCode::QueueLimit,
-        ErrorCode::UnknownReservation,
-        ErrorCode::NoSpace,
-    ])
-    .boxed()
+    prop::sample::select(ErrorCode::ALL.to_vec()).boxed()
 }
 
 pub fn api_error() -> BoxedStrategy<ApiError> {
@@ -1164,7 +1151,7 @@ pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
 }
 
 pub fn reservation_error() -> BoxedStrategy<crate::reservation::ReservationError> {
-    (prop::sample::select(ReservationErrorCode::ALL.to_vec()), text(), of(text()))
+    (error_code(), text(), of(text()))
         .prop_map(|(code, message, reason)| crate::reservation::ReservationError { code, message, reason })
         .boxed()
 }

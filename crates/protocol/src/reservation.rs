@@ -8,6 +8,7 @@
 //! unknown fields, so a misspelt field is an error rather than silently ignored.
 
 use crate::client::NodeInfo;
+use crate::error::ErrorCode;
 use crate::step::StepInfo;
 use berth_core::JobId;
 use serde::de::{self, Visitor};
@@ -383,106 +384,11 @@ pub struct NodeHolder {
     pub gpus: Vec<u32>,
 }
 
-/// Stable error codes of the reservations API, each with its HTTP status.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ReservationErrorCode {
-    /// 400: malformed JSON, an unknown field, a bad value.
-    BadRequest,
-    /// 401: TCP without a valid bearer token.
-    Unauthorized,
-    /// 403: not yours, or not an admin.
-    NotPermitted,
-    /// 404: no such path.
-    NotFound,
-    /// 404: no such reservation.
-    UnknownReservation,
-    /// 405: the path exists, the method does not.
-    MethodNotAllowed,
-    /// 409: busy now; try again later (the reason says what is missing).
-    TryAgain,
-    /// 409: the reservation is not in a state that allows this (e.g. already released).
-    InvalidState,
-    /// 413: body larger than the limit.
-    PayloadTooLarge,
-    /// 422: can never fit (the reason says why).
-    Infeasible,
-    /// 422: a node of the resource list does not exist.
-    UnknownNode,
-    /// 422: the named user does not exist here.
-    UnknownUser,
-    /// 422: the holder job does not exist.
-    UnknownJob,
-    /// 422: the holder process does not exist.
-    UnknownProcess,
-    /// 503: the controller is stopping.
-    Unavailable,
-    /// 500.
-    Internal,
-}
-
-impl ReservationErrorCode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::BadRequest => "bad_request",
-            Self::Unauthorized => "unauthorized",
-            Self::NotPermitted => "not_permitted",
-            Self::NotFound => "not_found",
-            Self::UnknownReservation => "unknown_reservation",
-            Self::MethodNotAllowed => "method_not_allowed",
-            Self::TryAgain => "try_again",
-            Self::InvalidState => "invalid_state",
-            Self::PayloadTooLarge => "payload_too_large",
-            Self::Infeasible => "infeasible",
-            Self::UnknownNode => "unknown_node",
-            Self::UnknownUser => "unknown_user",
-            Self::UnknownJob => "unknown_job",
-            Self::UnknownProcess => "unknown_process",
-            Self::Unavailable => "unavailable",
-            Self::Internal => "internal",
-        }
-    }
-
-    /// The HTTP status the API answers with.
-    pub fn status(self) -> u16 {
-        match self {
-            Self::BadRequest => 400,
-            Self::Unauthorized => 401,
-            Self::NotPermitted => 403,
-            Self::NotFound | Self::UnknownReservation => 404,
-            Self::MethodNotAllowed => 405,
-            Self::TryAgain | Self::InvalidState => 409,
-            Self::PayloadTooLarge => 413,
-            Self::Infeasible | Self::UnknownNode | Self::UnknownUser | Self::UnknownJob | Self::UnknownProcess => 422,
-            Self::Unavailable => 503,
-            Self::Internal => 500,
-        }
-    }
-
-    pub const ALL: [ReservationErrorCode; 16] = [
-        Self::BadRequest,
-        Self::Unauthorized,
-        Self::NotPermitted,
-        Self::NotFound,
-        Self::UnknownReservation,
-        Self::MethodNotAllowed,
-        Self::TryAgain,
-        Self::InvalidState,
-        Self::PayloadTooLarge,
-        Self::Infeasible,
-        Self::UnknownNode,
-        Self::UnknownUser,
-        Self::UnknownJob,
-        Self::UnknownProcess,
-        Self::Unavailable,
-        Self::Internal,
-    ];
-}
-
 /// The error body: `{"error": {"code": "...", "message": "...", "reason": "..."}}`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservationError {
-    pub code: ReservationErrorCode,
+    /// One of the codes of docs/errors.md; the HTTP status is `code.status()`.
+    pub code: ErrorCode,
     /// What went wrong and what to do.
     pub message: String,
     /// For `try_again` and `infeasible`: the placement's reason alone.
@@ -491,11 +397,11 @@ pub struct ReservationError {
 }
 
 impl ReservationError {
-    pub fn new(code: ReservationErrorCode, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         ReservationError { code, message: message.into(), reason: None }
     }
 
-    pub fn with_reason(code: ReservationErrorCode, message: impl Into<String>, reason: impl Into<String>) -> Self {
+    pub fn with_reason(code: ErrorCode, message: impl Into<String>, reason: impl Into<String>) -> Self {
         ReservationError { code, message: message.into(), reason: Some(reason.into()) }
     }
 }
@@ -566,17 +472,5 @@ mod tests {
         };
         let bytes = crate::frame::encode(&req).unwrap();
         assert_eq!(crate::frame::decode::<ClientRequest>(&bytes[4..]).unwrap(), req);
-    }
-
-    #[test]
-    fn error_codes_have_statuses() {
-        for c in ReservationErrorCode::ALL {
-            let s = c.status();
-            assert!((400..600).contains(&s));
-            let json = serde_json::to_string(&c).unwrap();
-            assert_eq!(json, format!("\"{}\"", c.as_str()));
-        }
-        assert_eq!(ReservationErrorCode::TryAgain.status(), 409);
-        assert_eq!(ReservationErrorCode::Infeasible.status(), 422);
     }
 }

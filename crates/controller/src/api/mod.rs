@@ -14,9 +14,9 @@ use crate::server::{Command, ServerError};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse};
 use berth_protocol::reservation::{
-    ConfirmRequest, ErrorBody, ReservationError, ReservationErrorCode as Code, ReservationReply, ReservationRequest,
-    ReserveRequest,
+    ConfirmRequest, ErrorBody, ReservationError, ReservationReply, ReservationRequest, ReserveRequest,
 };
+use berth_protocol::ErrorCode as Code;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, AUTHORIZATION, CONTENT_TYPE, LOCATION, WWW_AUTHENTICATE};
@@ -536,19 +536,10 @@ fn reply_response(reply: ReservationReply) -> Response<Full<Bytes>> {
     }
 }
 
+/// A refusal of the controller's socket as an HTTP error: the same code (one table,
+/// docs/errors.md), whose `status()` the response carries.
 fn from_api_error(e: ApiError) -> ReservationError {
-    // By name, so that codes added to the client protocol map to `internal` until placed here.
-    let code = match e.code.as_str() {
-        "bad_request" | "invalid_script" => Code::BadRequest,
-        "infeasible" => Code::Infeasible,
-        "unknown_job" => Code::UnknownJob,
-        "unknown_node" => Code::UnknownNode,
-        "not_permitted" => Code::NotPermitted,
-        "invalid_state" => Code::InvalidState,
-        "unavailable" => Code::Unavailable,
-        _ => Code::Internal,
-    };
-    ReservationError::new(code, e.message)
+    ReservationError::new(e.code, e.message)
 }
 
 #[cfg(test)]
