@@ -60,7 +60,7 @@ pub async fn run(dir: &Path, json: bool, cmd: FaultsCommand) -> Result<i32> {
             replay(dir, json, &events, speed).await
         }
         FaultsCommand::Random { seed, count, mode, group, interval, downtime, nodes, apply } => {
-            let mode: FaultMode = mode.parse().map_err(|e: String| anyhow!(e))?;
+            let mode: FaultMode = mode.parse()?;
             if count > MAX_RANDOM_FAULTS {
                 bail!("--count {count} is more than {MAX_RANDOM_FAULTS} failures; generate fewer at a time");
             }

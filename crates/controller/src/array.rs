@@ -29,7 +29,7 @@ pub const TASK_LIMIT_REASON: &str = "JobArrayTaskLimit";
 pub fn check_submission(options: &mut SubmitOptions, max_size: u32) -> Result<(), String> {
     options.array_task = None;
     if let Some(spec) = &options.array {
-        spec.indexes(max_size)?;
+        spec.indexes(max_size).map_err(|e| e.to_string())?;
     }
     Ok(())
 }
@@ -52,7 +52,7 @@ impl Controller {
         let Some(spec) = job.options.array.clone() else { return Ok(Ok(self.accept(job, now)?)) };
         let indexes = match spec.indexes(self.cfg.scheduler.max_array_size) {
             Ok(i) => i,
-            Err(e) => return Ok(Err(ApiError::new(ErrorCode::BadRequest, e))),
+            Err(e) => return Ok(Err(ApiError::new(ErrorCode::BadRequest, e.to_string()))),
         };
         let Some((&min, &max)) = indexes.first().zip(indexes.last()) else {
             return Ok(Err(ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string())));

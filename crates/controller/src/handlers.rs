@@ -271,14 +271,14 @@ impl Controller {
         let mut options = directives.overlay(sub.options);
         // Only `alloc_request` makes allocations; `map_exclusive` checks tasks (below).
         options.alloc = None;
-        limits.check_options(&options).map_err(bad)?;
+        limits.check_options(&options).map_err(|e| bad(e.to_string()))?;
         if options.priority.is_some() && !self.is_admin(peer) {
             return Err(ApiError::new(
                 ErrorCode::NotPermitted,
                 "only admins may set a job's priority (config key `admins`)",
             ));
         }
-        limits.check_path("the submit directory", &sub.cwd).map_err(bad)?;
+        limits.check_path("the submit directory", &sub.cwd).map_err(|e| bad(e.to_string()))?;
         if !sub.cwd.starts_with('/') {
             return Err(bad(format!("submit directory {} is not absolute", escape_control(&sub.cwd))));
         }
@@ -298,7 +298,7 @@ impl Controller {
         // directory); its outputs' relative paths are taken from it, as Slurm does.
         if let Some(dir) = options.chdir.take() {
             let abs = if dir.starts_with('/') { dir } else { format!("{}/{dir}", sub.cwd.trim_end_matches('/')) };
-            limits.check_path("--chdir", &abs).map_err(bad)?;
+            limits.check_path("--chdir", &abs).map_err(|e| bad(e.to_string()))?;
             options.chdir = Some(abs);
         }
         let work_dir = options.chdir.clone().unwrap_or_else(|| sub.cwd.clone());
@@ -393,7 +393,7 @@ impl Controller {
         berth_core::sched::queue::target(&self.cfg.queues, queue, &mut request);
         if let Some(w) = walltime {
             // A queue's or the cluster's default is bounded like an asked-for walltime.
-            self.cfg.limits.check_walltime(w).map_err(bad)?;
+            self.cfg.limits.check_walltime(w).map_err(|e| bad(e.to_string()))?;
         }
         if let (Some(name), Some(account)) = (&options.reservation, &options.account) {
             self.check_advance_submission(name, user, account, walltime, &request, now)?;

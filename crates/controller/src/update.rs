@@ -149,7 +149,7 @@ impl Controller {
         if let Some(name) = &c.name {
             let mut o = job.options.clone();
             o.name = Some(name.clone());
-            self.cfg.limits.check_options(&o).map_err(bad)?;
+            self.cfg.limits.check_options(&o).map_err(|e| bad(e.to_string()))?;
             new.options.name = Some(name.clone());
             new.name = name.clone();
             said.push(format!("name={name}"));
@@ -179,7 +179,7 @@ impl Controller {
                         )));
                     }
                 }
-                self.cfg.limits.check_walltime(w).map_err(bad)?;
+                self.cfg.limits.check_walltime(w).map_err(|e| bad(e.to_string()))?;
                 // `options.walltime` is what its nodes enforce: raised, they are told
                 // (`update_request`); lowered, the controller ends it (`check_lowered_walltimes`).
                 if job.options.walltime.is_some_and(|enforced| w > enforced) {
@@ -286,7 +286,7 @@ impl Controller {
         if let Some(w) = c.walltime {
             said.push(format!("walltime={w}"));
         }
-        self.cfg.limits.check_options(&o).map_err(bad)?;
+        self.cfg.limits.check_options(&o).map_err(|e| bad(e.to_string()))?;
         self.check_fit(&o, &new.queue, walltime, &job.user, now)?;
         o.walltime = walltime;
         new.walltime = walltime;

@@ -262,25 +262,61 @@ fn never(topo: &Topology, problem: String) -> BindMiss {
 const FORMS: &str = "expected linear:<n>[:[<socket>,]<core>], striding:<first>-<last>:<step>, \
      striding:<s>,<c>-<s>,<c>:<step>, striding:<n>:<step> or explicit:<s>,<c>[:<s>,<c>...]";
 
-/// A decimal u32 made of digits only: no sign, no spaces, not empty.
-fn number(s: &str, what: &str) -> Result<u32, String> {
-    if s.is_empty() {
-        return Err(format!("empty {what}"));
-    }
-    if !s.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!("{what} {s:?} is not a number"));
-    }
-    s.parse().map_err(|_| format!("{what} {s} is too large"))
+/// Why a binding or a binding mode cannot be read; the messages quote what was given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingParseError {
+    /// `--binding`: what is wrong, followed by the accepted forms.
+    #[error("bad binding {text:?}: {problem}; {FORMS}")]
+    Strategy { text: String, problem: BindingSyntax },
+    /// `--binding-mode`.
+    #[error("unknown binding mode {0:?}: use set, env or pe")]
+    Mode(String),
 }
 
-fn positive(s: &str, what: &str) -> Result<u32, String> {
+/// What is wrong in the text of a binding strategy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingSyntax {
+    #[error("missing ':' after the strategy name")]
+    MissingColon,
+    #[error("empty {what}")]
+    Empty { what: &'static str },
+    #[error("{what} {text:?} is not a number")]
+    NotANumber { what: &'static str, text: String },
+    #[error("{what} {text} is too large")]
+    TooLarge { what: &'static str, text: String },
+    #[error("{what} must be at least 1")]
+    Zero { what: &'static str },
+    #[error("first core {first} comes after last core {last}")]
+    Reversed { first: CoreRef, last: CoreRef },
+    #[error("{0:?} is not a <socket>,<core> pair")]
+    NotAPair(String),
+    #[error("core {socket},{core} is named twice")]
+    NamedTwice { socket: u32, core: u32 },
+    #[error("wrong number of ':' fields for {0}")]
+    FieldCount(String),
+    #[error("unknown strategy {0:?}")]
+    UnknownStrategy(String),
+}
+
+/// A decimal u32 made of digits only: no sign, no spaces, not empty.
+fn number(s: &str, what: &'static str) -> Result<u32, BindingSyntax> {
+    if s.is_empty() {
+        return Err(BindingSyntax::Empty { what });
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(BindingSyntax::NotANumber { what, text: s.into() });
+    }
+    s.parse().map_err(|_| BindingSyntax::TooLarge { what, text: s.into() })
+}
+
+fn positive(s: &str, what: &'static str) -> Result<u32, BindingSyntax> {
     match number(s, what)? {
-        0 => Err(format!("{what} must be at least 1")),
+        0 => Err(BindingSyntax::Zero { what }),
         n => Ok(n),
     }
 }
 
-fn core_ref(s: &str) -> Result<CoreRef, String> {
+fn core_ref(s: &str) -> Result<CoreRef, BindingSyntax> {
     match s.split_once(',') {
         Some((socket, core)) => Ok(CoreRef::Socket(number(socket, "socket")?, number(core, "core")?)),
         None => Ok(CoreRef::Global(number(s, "core")?)),
@@ -296,8 +332,8 @@ fn ordered(a: CoreRef, b: CoreRef) -> bool {
     }
 }
 
-fn parse(s: &str) -> Result<BindingStrategy, String> {
-    let (kind, rest) = s.split_once(':').ok_or("missing ':' after the strategy name")?;
+fn parse(s: &str) -> Result<BindingStrategy, BindingSyntax> {
+    let (kind, rest) = s.split_once(':').ok_or(BindingSyntax::MissingColon)?;
     let fields: Vec<&str> = rest.split(':').collect();
     match (kind, fields.as_slice()) {
         ("linear", [amount]) => Ok(BindingStrategy::Linear { amount: positive(amount, "amount")?, start: None }),
@@ -311,7 +347,7 @@ fn parse(s: &str) -> Result<BindingStrategy, String> {
             };
             let (first, last) = (core_ref(a)?, core_ref(b)?);
             if !ordered(first, last) {
-                return Err(format!("first core {first} comes after last core {last}"));
+                return Err(BindingSyntax::Reversed { first, last });
             }
             Ok(BindingStrategy::StridingRange { first, last, step })
         }
@@ -320,25 +356,25 @@ fn parse(s: &str) -> Result<BindingStrategy, String> {
             let mut seen = std::collections::BTreeSet::new();
             for pair in pairs {
                 let CoreRef::Socket(s, c) = core_ref(pair)? else {
-                    return Err(format!("{pair:?} is not a <socket>,<core> pair"));
+                    return Err(BindingSyntax::NotAPair(pair.to_string()));
                 };
                 if !seen.insert((s, c)) {
-                    return Err(format!("core {s},{c} is named twice"));
+                    return Err(BindingSyntax::NamedTwice { socket: s, core: c });
                 }
                 cores.push((s, c));
             }
             Ok(BindingStrategy::Explicit { cores })
         }
-        ("linear" | "striding", _) => Err(format!("wrong number of ':' fields for {kind}")),
-        _ => Err(format!("unknown strategy {kind:?}")),
+        ("linear" | "striding", _) => Err(BindingSyntax::FieldCount(kind.to_string())),
+        _ => Err(BindingSyntax::UnknownStrategy(kind.to_string())),
     }
 }
 
 impl std::str::FromStr for BindingStrategy {
-    type Err = String;
+    type Err = BindingParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         let s = s.trim();
-        parse(s).map_err(|e| format!("bad binding {s:?}: {e}; {FORMS}"))
+        parse(s).map_err(|problem| BindingParseError::Strategy { text: s.to_string(), problem })
     }
 }
 
@@ -359,13 +395,13 @@ impl fmt::Display for BindingStrategy {
 }
 
 impl std::str::FromStr for BindingMode {
-    type Err = String;
+    type Err = BindingParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "set" => Ok(BindingMode::Set),
             "env" => Ok(BindingMode::Env),
             "pe" => Ok(BindingMode::Pe),
-            _ => Err(format!("unknown binding mode {s:?}: use set, env or pe")),
+            _ => Err(BindingParseError::Mode(s.to_string())),
         }
     }
 }
@@ -452,13 +488,32 @@ mod tests {
             "|striding:a:1|explicit:|explicit:1|explicit:0,0:0,0|explicit:0,0:|explicit:0,0::1,1",
         );
         for text in bad.split('|') {
-            let err = text.parse::<BindingStrategy>().expect_err(text);
+            let err = text.parse::<BindingStrategy>().expect_err(text).to_string();
             assert!(err.contains("expected linear:<n>"), "{text}: {err}");
         }
         let err = "striding:0-3:0".parse::<BindingStrategy>().unwrap_err();
-        assert!(err.contains("step must be at least 1"), "{err}");
+        assert!(err.to_string().contains("step must be at least 1"), "{err}");
         let err = "explicit:0,0:0,0".parse::<BindingStrategy>().unwrap_err();
-        assert!(err.contains("core 0,0 is named twice"), "{err}");
+        assert_eq!(
+            err,
+            BindingParseError::Strategy {
+                text: "explicit:0,0:0,0".into(),
+                problem: BindingSyntax::NamedTwice { socket: 0, core: 0 }
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("bad binding \"explicit:0,0:0,0\": core 0,0 is named twice; {FORMS}"),
+            "the message is what it was as a String"
+        );
+        assert_eq!(
+            " packed:2 ".parse::<BindingStrategy>().unwrap_err().to_string(),
+            format!("bad binding \"packed:2\": unknown strategy \"packed\"; {FORMS}")
+        );
+        assert_eq!(
+            "bind".parse::<BindingMode>().unwrap_err().to_string(),
+            "unknown binding mode \"bind\": use set, env or pe"
+        );
     }
 
     #[test]

@@ -15,8 +15,8 @@ pub mod array;
 pub mod depend;
 pub mod extra;
 mod foreign;
-pub use array::{ArraySpec, ArrayTask};
-pub use depend::{Begin, DepError, DepKind, DepTerm, Dependency};
+pub use array::{ArrayError, ArraySpec, ArrayTask};
+pub use depend::{Begin, BeginError, DepError, DepKind, DepTerm, Dependency};
 pub use extra::{Export, MailTypes, SignalSpec};
 pub use foreign::{output_patterns, parse_foreign, Foreign};
 
@@ -345,7 +345,7 @@ impl SubmitOptions {
             "dependency" => {
                 self.dependency = Some(Dependency::parse_slurm(value).map_err(|e| format!("--dependency: {e}"))?)
             }
-            "begin" => self.begin = Some(Begin::parse(value)?),
+            "begin" => self.begin = Some(Begin::parse(value).map_err(|e| e.to_string())?),
             "comment" => self.comment = Some(extra::parse_comment(value)?),
             "chdir" => self.chdir = Some(extra::parse_chdir(value)?),
             "export" => self.export = Some(Export::parse_slurm(value)?),
@@ -362,7 +362,7 @@ impl SubmitOptions {
                 }
                 self.qos = Some(q)
             }
-            "array" => self.array = Some(ArraySpec::parse_slurm(value)?),
+            "array" => self.array = Some(ArraySpec::parse_slurm(value).map_err(|e| e.to_string())?),
             "gpus" => self.gpus = Some(gpu_count(name, value, MAX_GPUS_PER_JOB)?),
             "gpus-per-node" => self.gpus_per_node = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-type" => self.gpu_type = Some(gpu_type(name, value)?),

@@ -104,14 +104,19 @@ pub enum FaultMode {
     Unrelated,
 }
 
+/// A `--mode` of random faults that is none of the three.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?}; use single, adjacent or unrelated")]
+pub struct UnknownFaultMode(pub String);
+
 impl std::str::FromStr for FaultMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownFaultMode;
+    fn from_str(s: &str) -> Result<Self, UnknownFaultMode> {
         match s {
             "single" => Ok(FaultMode::Single),
             "adjacent" => Ok(FaultMode::Adjacent),
             "unrelated" => Ok(FaultMode::Unrelated),
-            _ => Err(format!("unknown mode {s:?}; use single, adjacent or unrelated")),
+            _ => Err(UnknownFaultMode(s.to_string())),
         }
     }
 }
@@ -214,6 +219,14 @@ impl SplitMix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fault_modes_parse_and_an_unknown_one_is_named() {
+        assert_eq!("adjacent".parse::<FaultMode>(), Ok(FaultMode::Adjacent));
+        let e = "blade".parse::<FaultMode>().unwrap_err();
+        assert_eq!(e, UnknownFaultMode("blade".into()));
+        assert_eq!(e.to_string(), "unknown mode \"blade\"; use single, adjacent or unrelated");
+    }
 
     fn nodes(n: usize) -> Vec<String> {
         (1..=n).map(|i| format!("node{i}")).collect()

@@ -9,6 +9,58 @@ use crate::directives::SubmitOptions;
 use crate::units::format_size;
 use serde::Deserialize;
 
+/// Why a submission breaks a bound of `[limits]`. The messages name the flag or field, show what
+/// the user gave with control characters escaped, and say what to do.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LimitError {
+    #[error("{what} is empty; give one or leave the option out")]
+    LabelEmpty { what: String },
+    #[error("{what} is {len} bytes long, more than the {max} allowed; shorten it")]
+    LabelTooLong { what: String, len: usize, max: usize },
+    /// `shown` is the value with control characters escaped.
+    #[error("{what} {shown} holds the control character {found:?}; use printable characters only")]
+    LabelControl { what: String, shown: String, found: char },
+    #[error("{flag} must be at least 1")]
+    CountZero { flag: &'static str },
+    #[error("{flag} {n} is more than this cluster allows ({max})")]
+    CountTooLarge { flag: &'static str, n: u32, max: u32 },
+    #[error("{flag} 0 asks for no memory, and no process starts in none; give a size such as 1G")]
+    MemoryZero { flag: &'static str },
+    #[error("{flag} {} is less than the {} a job needs at least; ask for more", format_size(*bytes), format_size(*min))]
+    MemoryTooSmall { flag: &'static str, bytes: u64, min: u64 },
+    #[error("{flag} {} is more than this cluster allows ({})", format_size(*bytes), format_size(*max))]
+    MemoryTooLarge { flag: &'static str, bytes: u64, max: u64 },
+    /// `shown` is the name with control characters escaped.
+    #[error("{flag} needs a name of 1 to 64 letters, digits, _ - and ., got {shown}")]
+    BadName { flag: &'static str, shown: String },
+    #[error("umask {0:o} is not a file mode mask (0 to 777 octal)")]
+    BadUmask(u32),
+    #[error("{n} properties asked for; at most {max} are allowed")]
+    TooManyProperties { n: usize, max: usize },
+    /// `shown` is the property with control characters escaped.
+    #[error("--property needs names of 1 to 64 letters, digits, _ and -, got {shown}")]
+    BadProperty { shown: String },
+    #[error("--walltime must be at least one second")]
+    WalltimeZero,
+    #[error("--walltime {secs} s is longer than this cluster allows ({max} s = {} days); ask for less", max / 86400)]
+    WalltimeTooLong { secs: u64, max: u64 },
+    #[error("{what} is empty")]
+    PathEmpty { what: String },
+    #[error("{what} is {len} bytes long, more than the {max} allowed")]
+    PathTooLong { what: String, len: usize, max: usize },
+    /// `shown` is the path with control characters escaped.
+    #[error("{what} {shown} holds a control character (newline, escape, ...); use a plain path")]
+    PathControl { what: String, shown: String },
+    #[error("the script is {}, larger than the {} this cluster accepts; keep data out of the script", format_size(*bytes as u64), format_size(*max as u64))]
+    ScriptTooLarge { bytes: usize, max: usize },
+    #[error("line {line} ends with a carriage return (DOS line endings); convert the script, e.g. with dos2unix")]
+    DosLineEnding { line: usize },
+    #[error("the environment holds {n} variables, more than the {max} allowed; unset some")]
+    TooManyVariables { n: usize, max: usize },
+    #[error("the environment is {}, larger than the {} allowed; unset large variables", format_size(*bytes as u64), format_size(*max as u64))]
+    EnvironmentTooLarge { bytes: usize, max: usize },
+}
+
 /// `[limits]`: what one submission may ask for and carry.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -59,19 +111,15 @@ impl Default for SubmitLimits {
 }
 
 /// A short string shown to people (job names, queue names): printable, and not too long.
-pub fn check_label(what: &str, value: &str, max_bytes: usize) -> Result<(), String> {
+pub fn check_label(what: &str, value: &str, max_bytes: usize) -> Result<(), LimitError> {
     if value.is_empty() {
-        return Err(format!("{what} is empty; give one or leave the option out"));
+        return Err(LimitError::LabelEmpty { what: what.into() });
     }
     if value.len() > max_bytes {
-        return Err(format!("{what} is {} bytes long, more than the {max_bytes} allowed; shorten it", value.len()));
+        return Err(LimitError::LabelTooLong { what: what.into(), len: value.len(), max: max_bytes });
     }
-    if let Some(c) = value.chars().find(|c| c.is_control()) {
-        return Err(format!(
-            "{what} {} holds the control character {:?}; use printable characters only",
-            escape_control(value),
-            c
-        ));
+    if let Some(found) = value.chars().find(|c| c.is_control()) {
+        return Err(LimitError::LabelControl { what: what.into(), shown: escape_control(value).into_owned(), found });
     }
     Ok(())
 }
@@ -107,7 +155,7 @@ impl SubmitLimits {
     }
 
     /// Check every option a user set against these bounds.
-    pub fn check_options(&self, o: &SubmitOptions) -> Result<(), String> {
+    pub fn check_options(&self, o: &SubmitOptions) -> Result<(), LimitError> {
         let counts = [
             ("--cores", o.cores),
             ("--nodes", o.nodes),
@@ -117,33 +165,23 @@ impl SubmitLimits {
         for (flag, value) in counts {
             if let Some(n) = value {
                 if n == 0 {
-                    return Err(format!("{flag} must be at least 1"));
+                    return Err(LimitError::CountZero { flag });
                 }
                 if n > self.max_count {
-                    return Err(format!("{flag} {n} is more than this cluster allows ({})", self.max_count));
+                    return Err(LimitError::CountTooLarge { flag, n, max: self.max_count });
                 }
             }
         }
         for (flag, value) in [("--mem", o.mem), ("--mem-per-cpu", o.mem_per_cpu), ("--mem-per-gpu", o.mem_per_gpu)] {
             if let Some(bytes) = value {
                 if bytes == 0 {
-                    return Err(format!(
-                        "{flag} 0 asks for no memory, and no process starts in none; give a size such as 1G"
-                    ));
+                    return Err(LimitError::MemoryZero { flag });
                 }
                 if bytes < self.min_mem_bytes {
-                    return Err(format!(
-                        "{flag} {} is less than the {} a job needs at least; ask for more",
-                        format_size(bytes),
-                        format_size(self.min_mem_bytes)
-                    ));
+                    return Err(LimitError::MemoryTooSmall { flag, bytes, min: self.min_mem_bytes });
                 }
                 if bytes > self.max_mem_bytes {
-                    return Err(format!(
-                        "{flag} {} is more than this cluster allows ({})",
-                        format_size(bytes),
-                        format_size(self.max_mem_bytes)
-                    ));
+                    return Err(LimitError::MemoryTooLarge { flag, bytes, max: self.max_mem_bytes });
                 }
             }
         }
@@ -163,100 +201,66 @@ impl SubmitLimits {
         }
         if let Some(a) = &o.account {
             if !crate::directives::valid_name(a) {
-                return Err(format!(
-                    "--account needs a name of 1 to 64 letters, digits, _ - and ., got {}",
-                    escape_control(a)
-                ));
+                return Err(LimitError::BadName { flag: "--account", shown: escape_control(a).into_owned() });
             }
         }
         if let Some(r) = &o.reservation {
             if !crate::directives::valid_name(r) {
-                return Err(format!(
-                    "--reservation needs a name of 1 to 64 letters, digits, _ - and ., got {}",
-                    escape_control(r)
-                ));
+                return Err(LimitError::BadName { flag: "--reservation", shown: escape_control(r).into_owned() });
             }
         }
         if let Some(mask) = o.umask.filter(|m| *m > 0o777) {
-            return Err(format!("umask {mask:o} is not a file mode mask (0 to 777 octal)"));
+            return Err(LimitError::BadUmask(mask));
         }
         if let Some(props) = &o.properties {
             if props.len() > self.max_properties {
-                return Err(format!(
-                    "{} properties asked for; at most {} are allowed",
-                    props.len(),
-                    self.max_properties
-                ));
+                return Err(LimitError::TooManyProperties { n: props.len(), max: self.max_properties });
             }
             if let Some(p) = props.iter().find(|p| !crate::directives::valid_name(p)) {
-                return Err(format!(
-                    "--property needs names of 1 to 64 letters, digits, _ and -, got {}",
-                    escape_control(p)
-                ));
+                return Err(LimitError::BadProperty { shown: escape_control(p).into_owned() });
             }
         }
         Ok(())
     }
 
-    pub fn check_walltime(&self, secs: u64) -> Result<(), String> {
+    pub fn check_walltime(&self, secs: u64) -> Result<(), LimitError> {
         if secs == 0 {
-            return Err("--walltime must be at least one second".into());
+            return Err(LimitError::WalltimeZero);
         }
         if secs > self.max_walltime_secs {
-            return Err(format!(
-                "--walltime {secs} s is longer than this cluster allows ({} s = {} days); ask for less",
-                self.max_walltime_secs,
-                self.max_walltime_secs / 86400
-            ));
+            return Err(LimitError::WalltimeTooLong { secs, max: self.max_walltime_secs });
         }
         Ok(())
     }
 
     /// An output, error or working-directory path.
-    pub fn check_path(&self, what: &str, path: &str) -> Result<(), String> {
+    pub fn check_path(&self, what: &str, path: &str) -> Result<(), LimitError> {
         if path.is_empty() {
-            return Err(format!("{what} is empty"));
+            return Err(LimitError::PathEmpty { what: what.into() });
         }
         if path.len() > self.max_path_bytes {
-            return Err(format!("{what} is {} bytes long, more than the {} allowed", path.len(), self.max_path_bytes));
+            return Err(LimitError::PathTooLong { what: what.into(), len: path.len(), max: self.max_path_bytes });
         }
         if path.contains(|c: char| c.is_control()) {
-            return Err(format!(
-                "{what} {} holds a control character (newline, escape, ...); use a plain path",
-                escape_control(path)
-            ));
+            return Err(LimitError::PathControl { what: what.into(), shown: escape_control(path).into_owned() });
         }
         Ok(())
     }
 
     /// The script and the environment a submission carries.
-    pub fn check_payload(&self, script: &str, env: &[(String, String)]) -> Result<(), String> {
+    pub fn check_payload(&self, script: &str, env: &[(String, String)]) -> Result<(), LimitError> {
         if script.len() > self.max_script_bytes {
-            return Err(format!(
-                "the script is {}, larger than the {} this cluster accepts; keep data out of the script",
-                format_size(script.len() as u64),
-                format_size(self.max_script_bytes as u64)
-            ));
+            return Err(LimitError::ScriptTooLarge { bytes: script.len(), max: self.max_script_bytes });
         }
         if let Some(line) = crlf_line(script) {
-            return Err(format!(
-                "line {line} ends with a carriage return (DOS line endings); convert the script, e.g. with dos2unix"
-            ));
+            return Err(LimitError::DosLineEnding { line });
         }
         if env.len() > self.max_env_vars {
-            return Err(format!(
-                "the environment holds {} variables, more than the {} allowed; unset some",
-                env.len(),
-                self.max_env_vars
-            ));
+            return Err(LimitError::TooManyVariables { n: env.len(), max: self.max_env_vars });
         }
         let bytes: usize = env.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
         if bytes > self.max_env_bytes {
-            return Err(format!(
-                "the environment is {}, larger than the {} allowed; unset large variables",
-                format_size(bytes as u64),
-                format_size(self.max_env_bytes as u64)
-            ));
+            return Err(LimitError::EnvironmentTooLarge { bytes, max: self.max_env_bytes });
         }
         Ok(())
     }
@@ -270,18 +274,20 @@ mod tests {
     fn every_number_is_bounded_with_a_message_naming_the_flag() {
         let l = SubmitLimits::default();
         let huge = SubmitOptions { walltime: Some(9223372036854775807), ..Default::default() };
-        let e = l.check_options(&huge).unwrap_err();
+        let e = l.check_options(&huge).unwrap_err().to_string();
         assert!(e.contains("--walltime") && e.contains("365 days"), "{e}");
         assert!(l.check_options(&SubmitOptions { walltime: Some(365 * 86400), ..Default::default() }).is_ok());
-        let e = l.check_options(&SubmitOptions { cores: Some(u32::MAX), ..Default::default() }).unwrap_err();
+        let e =
+            l.check_options(&SubmitOptions { cores: Some(u32::MAX), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("--cores"), "{e}");
-        let e = l.check_options(&SubmitOptions { nodes: Some(0), ..Default::default() }).unwrap_err();
+        let e = l.check_options(&SubmitOptions { nodes: Some(0), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("--nodes must be at least 1"), "{e}");
-        let e = l.check_options(&SubmitOptions { mem: Some(0), ..Default::default() }).unwrap_err();
+        let e = l.check_options(&SubmitOptions { mem: Some(0), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("--mem 0"), "{e}");
-        let e = l.check_options(&SubmitOptions { mem_per_cpu: Some(1000), ..Default::default() }).unwrap_err();
+        let e =
+            l.check_options(&SubmitOptions { mem_per_cpu: Some(1000), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("--mem-per-cpu") && e.contains("at least"), "{e}");
-        let e = l.check_options(&SubmitOptions { mem: Some(u64::MAX), ..Default::default() }).unwrap_err();
+        let e = l.check_options(&SubmitOptions { mem: Some(u64::MAX), ..Default::default() }).unwrap_err().to_string();
         assert!(e.contains("more than this cluster allows"), "{e}");
     }
 
@@ -290,15 +296,39 @@ mod tests {
         let l = SubmitLimits::default();
         for bad in ["a\nb", "\u{1b}]0;owned\u{7}", "x\u{9b}31m"] {
             let o = SubmitOptions { name: Some(bad.into()), ..Default::default() };
-            let e = l.check_options(&o).unwrap_err();
+            let e = l.check_options(&o).unwrap_err().to_string();
             assert!(!e.chars().any(|c| c.is_control()), "the error itself is escaped: {e:?}");
         }
         let o = SubmitOptions { name: Some("x".repeat(120_000)), ..Default::default() };
-        assert!(l.check_options(&o).unwrap_err().contains("120000 bytes"));
+        assert!(l.check_options(&o).unwrap_err().to_string().contains("120000 bytes"));
         let o = SubmitOptions { name: Some("résumé run 3".into()), ..Default::default() };
         assert!(l.check_options(&o).is_ok(), "non-ASCII printable names are fine");
         let o = SubmitOptions { output: Some("/tmp/a\nb".into()), ..Default::default() };
-        assert!(l.check_options(&o).unwrap_err().contains("--output"));
+        assert!(l.check_options(&o).unwrap_err().to_string().contains("--output"));
+    }
+
+    #[test]
+    fn errors_are_typed_and_their_messages_unchanged() {
+        let l = SubmitLimits::default();
+        let e = l.check_walltime(u64::MAX).unwrap_err();
+        assert_eq!(e, LimitError::WalltimeTooLong { secs: u64::MAX, max: 365 * 86400 });
+        assert_eq!(
+            e.to_string(),
+            "--walltime 18446744073709551615 s is longer than this cluster allows (31536000 s = 365 days); ask for less"
+        );
+        let e = l.check_options(&SubmitOptions { mem: Some(1000), ..Default::default() }).unwrap_err();
+        assert_eq!(e.to_string(), "--mem 1000B is less than the 1M a job needs at least; ask for more");
+        let e = check_label("the job name", "a\tb", 10).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the job name a\\tb holds the control character '\\t'; use printable characters only"
+        );
+        let e = l.check_options(&SubmitOptions { umask: Some(0o1777), ..Default::default() }).unwrap_err();
+        assert_eq!(
+            (e.clone(), e.to_string()),
+            (LimitError::BadUmask(0o1777), "umask 1777 is not a file mode mask (0 to 777 octal)".into())
+        );
+        assert_eq!(l.check_payload("a\r\n", &[]).unwrap_err(), LimitError::DosLineEnding { line: 1 });
     }
 
     #[test]
@@ -311,14 +341,14 @@ mod tests {
     #[test]
     fn dos_scripts_are_refused_naming_the_line() {
         let l = SubmitLimits::default();
-        let e = l.check_payload("#!/bin/sh\r\necho hi\r\n", &[]).unwrap_err();
+        let e = l.check_payload("#!/bin/sh\r\necho hi\r\n", &[]).unwrap_err().to_string();
         assert!(e.starts_with("line 1 ends with a carriage return") && e.contains("dos2unix"), "{e}");
-        let e = l.check_payload("#!/bin/sh\necho hi\r\n", &[]).unwrap_err();
+        let e = l.check_payload("#!/bin/sh\necho hi\r\n", &[]).unwrap_err().to_string();
         assert!(e.starts_with("line 2 "), "{e}");
         assert!(l.check_payload("#!/bin/sh\necho 'a\rb'\n", &[]).is_ok(), "a CR inside a line is the user's business");
         let big = format!("#!/bin/sh\n#{}\n", "x".repeat(5 << 20));
-        assert!(l.check_payload(&big, &[]).unwrap_err().contains("larger than the 4M"));
+        assert!(l.check_payload(&big, &[]).unwrap_err().to_string().contains("larger than the 4M"));
         let env = vec![("K".to_string(), "v".repeat(2 << 20))];
-        assert!(l.check_payload("#!/bin/sh\n", &env).unwrap_err().contains("environment"));
+        assert!(l.check_payload("#!/bin/sh\n", &env).unwrap_err().to_string().contains("environment"));
     }
 }

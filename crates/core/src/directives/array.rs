@@ -45,45 +45,83 @@ pub struct ArrayTask {
     pub limit: Option<u32>,
 }
 
-fn number(s: &str, what: &str, whole: &str) -> Result<u32, String> {
+/// Why an array specification is refused: the messages quote the whole specification
+/// (`whole`) and say what to give instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ArrayError {
+    #[error("array {whole:?}: {what} {text:?} is not a whole number")]
+    NotANumber { whole: String, what: &'static str, text: String },
+    #[error("array {whole:?}: {what} {text} is above {MAX_INDEX}")]
+    AboveMax { whole: String, what: &'static str, text: String },
+    #[error("--array needs indexes, such as 0-15, 1,3,5-7, 0-15:4 or 0-99%10")]
+    NoIndexes,
+    #[error("array {0:?}: more than 1000 ranges")]
+    TooManyRanges(String),
+    #[error("-J {0:?}: give a range X-Y[:Z], such as 1-10 or 1-10:2")]
+    PbsNotARange(String),
+    #[error("-J {0:?}: a PBS array needs at least two indexes (X < Y)")]
+    PbsOneIndex(String),
+    #[error("--array: give 1 to 1000 ranges")]
+    RangeCount,
+    #[error("--array: the running limit %N must be at least 1")]
+    ZeroLimit,
+    #[error("--array: {0} is not a range (start <= end, step >= 1)")]
+    BadRange(ArrayRange),
+    #[error(
+        "--array {spec}: index {index} is above the largest allowed here, {} (an array has at most {max_size} indexes, 0 to {}: the controller's [scheduler] max_array_size, as Slurm's MaxArraySize)",
+        max_size.saturating_sub(1),
+        max_size.saturating_sub(1)
+    )]
+    AboveMaxSize { spec: String, index: u32, max_size: u32 },
+    #[error("array {whole:?}: the running limit %{text} must be a whole number of at least 1")]
+    BadLimit { whole: String, text: String },
+    #[error("array {whole:?}: {part} ends before it starts")]
+    Reversed { whole: String, part: String },
+    #[error("array {whole:?}: a step (:{step}) needs a range, such as 0-15:4")]
+    StepWithoutRange { whole: String, step: String },
+    #[error("array {0:?}: the step must be at least 1")]
+    ZeroStep(String),
+}
+
+fn number(s: &str, what: &'static str, whole: &str) -> Result<u32, ArrayError> {
     let s = s.trim();
     if s.is_empty() || !s.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!("array {whole:?}: {what} {s:?} is not a whole number"));
+        return Err(ArrayError::NotANumber { whole: whole.into(), what, text: s.into() });
     }
     match s.parse::<u32>() {
         Ok(n) if n <= MAX_INDEX => Ok(n),
-        _ => Err(format!("array {whole:?}: {what} {s} is above {MAX_INDEX}")),
+        _ => Err(ArrayError::AboveMax { whole: whole.into(), what, text: s.into() }),
     }
 }
 
 impl ArraySpec {
     /// Slurm's `--array`: `N`, `N-M`, `N-M:S`, separated by commas, then `%L`.
-    pub fn parse_slurm(text: &str) -> Result<ArraySpec, String> {
+    pub fn parse_slurm(text: &str) -> Result<ArraySpec, ArrayError> {
         let whole = text.trim();
         let (list, limit) = split_limit(whole)?;
         if list.is_empty() {
-            return Err("--array needs indexes, such as 0-15, 1,3,5-7, 0-15:4 or 0-99%10".into());
+            return Err(ArrayError::NoIndexes);
         }
         let mut ranges = Vec::new();
         for part in list.split(',') {
             ranges.push(range(part, whole)?);
         }
         if ranges.len() > 1000 {
-            return Err(format!("array {whole:?}: more than 1000 ranges"));
+            return Err(ArrayError::TooManyRanges(whole.into()));
         }
         Ok(ArraySpec { ranges, limit })
     }
 
     /// PBS's `-J X-Y[:Z][%L]`: one range of at least two indexes.
-    pub fn parse_pbs(text: &str) -> Result<ArraySpec, String> {
+    pub fn parse_pbs(text: &str) -> Result<ArraySpec, ArrayError> {
         let whole = text.trim();
         let (list, limit) = split_limit(whole)?;
         if !list.contains('-') || list.contains(',') {
-            return Err(format!("-J {whole:?}: give a range X-Y[:Z], such as 1-10 or 1-10:2"));
+            return Err(ArrayError::PbsNotARange(whole.into()));
         }
         let r = range(list, whole)?;
         if r.start == r.end {
-            return Err(format!("-J {whole:?}: a PBS array needs at least two indexes (X < Y)"));
+            return Err(ArrayError::PbsOneIndex(whole.into()));
         }
         Ok(ArraySpec { ranges: vec![r], limit })
     }
@@ -91,25 +129,20 @@ impl ArraySpec {
     /// Its indexes, ascending, each once: refused (saying why) when one is not below
     /// `max_size` (Slurm's `MaxArraySize`) or the spec is malformed (a request not made by
     /// `berth`).
-    pub fn indexes(&self, max_size: u32) -> Result<Vec<u32>, String> {
+    pub fn indexes(&self, max_size: u32) -> Result<Vec<u32>, ArrayError> {
         if self.ranges.is_empty() || self.ranges.len() > 1000 {
-            return Err("--array: give 1 to 1000 ranges".into());
+            return Err(ArrayError::RangeCount);
         }
         if self.limit == Some(0) {
-            return Err("--array: the running limit %N must be at least 1".into());
+            return Err(ArrayError::ZeroLimit);
         }
         let mut seen = vec![false; max_size.min(MAX_INDEX + 1) as usize];
         for r in &self.ranges {
             if r.step == 0 || r.start > r.end {
-                return Err(format!("--array: {r} is not a range (start <= end, step >= 1)"));
+                return Err(ArrayError::BadRange(*r));
             }
             if r.end >= max_size || r.end > MAX_INDEX {
-                return Err(format!(
-                    "--array {self}: index {} is above the largest allowed here, {} (an array has at most {max_size} indexes, 0 to {}: the controller's [scheduler] max_array_size, as Slurm's MaxArraySize)",
-                    r.end,
-                    max_size.saturating_sub(1),
-                    max_size.saturating_sub(1)
-                ));
+                return Err(ArrayError::AboveMaxSize { spec: self.to_string(), index: r.end, max_size });
             }
             let mut i = r.start;
             loop {
@@ -124,20 +157,20 @@ impl ArraySpec {
     }
 }
 
-fn split_limit(whole: &str) -> Result<(&str, Option<u32>), String> {
+fn split_limit(whole: &str) -> Result<(&str, Option<u32>), ArrayError> {
     match whole.split_once('%') {
         None => Ok((whole, None)),
         Some((list, l)) => {
             let l = l.trim();
             match l.parse::<u32>() {
                 Ok(n) if n > 0 && l.chars().all(|c| c.is_ascii_digit()) => Ok((list.trim(), Some(n))),
-                _ => Err(format!("array {whole:?}: the running limit %{l} must be a whole number of at least 1")),
+                _ => Err(ArrayError::BadLimit { whole: whole.into(), text: l.into() }),
             }
         }
     }
 }
 
-fn range(part: &str, whole: &str) -> Result<ArrayRange, String> {
+fn range(part: &str, whole: &str) -> Result<ArrayRange, ArrayError> {
     let part = part.trim();
     let (span, step) = match part.split_once(':') {
         Some((span, step)) => (span, Some(step)),
@@ -151,16 +184,16 @@ fn range(part: &str, whole: &str) -> Result<ArrayRange, String> {
         }
     };
     if start > end {
-        return Err(format!("array {whole:?}: {part} ends before it starts"));
+        return Err(ArrayError::Reversed { whole: whole.into(), part: part.into() });
     }
     let step = match step {
         Some(s) => {
             if !span.contains('-') {
-                return Err(format!("array {whole:?}: a step (:{s}) needs a range, such as 0-15:4"));
+                return Err(ArrayError::StepWithoutRange { whole: whole.into(), step: s.into() });
             }
             let s = number(s, "step", whole)?;
             if s == 0 {
-                return Err(format!("array {whole:?}: the step must be at least 1"));
+                return Err(ArrayError::ZeroStep(whole.into()));
             }
             s
         }
@@ -268,15 +301,24 @@ mod tests {
             assert!(ArraySpec::parse_slurm(bad).is_err(), "{bad:?} accepted");
         }
         let msg = ArraySpec::parse_slurm("3-1").unwrap_err();
-        assert!(msg.contains("ends before it starts"), "{msg}");
+        assert_eq!(msg, ArrayError::Reversed { whole: "3-1".into(), part: "3-1".into() });
+        assert_eq!(msg.to_string(), "array \"3-1\": 3-1 ends before it starts");
+        assert_eq!(
+            ArraySpec::parse_slurm("1-4%x").unwrap_err().to_string(),
+            "array \"1-4%x\": the running limit %x must be a whole number of at least 1"
+        );
     }
 
     #[test]
     fn bounded_by_max_array_size() {
         let s = ArraySpec::parse_slurm("0-10000").unwrap();
         assert_eq!(s.indexes(10_001).unwrap().len(), 10_001);
-        let e = ArraySpec::parse_slurm("1-10001").unwrap().indexes(10_001).unwrap_err();
-        assert!(e.contains("max_array_size") && e.contains("10000"), "{e}");
+        let e = ArraySpec::parse_slurm("1-10001").unwrap().indexes(10_001).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "--array 1-10001: index 10001 is above the largest allowed here, 10000 (an array has at most 10001 \
+             indexes, 0 to 10000: the controller's [scheduler] max_array_size, as Slurm's MaxArraySize)"
+        );
         assert!(ArraySpec::parse_slurm("1-100000%50").unwrap().indexes(100_001).is_ok());
         // Malformed specs from a client other than berth.
         let bad = ArraySpec { ranges: vec![ArrayRange { start: 3, end: 1, step: 1 }], limit: None };

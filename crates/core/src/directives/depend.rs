@@ -240,18 +240,25 @@ pub enum Begin {
     At(u64),
 }
 
+/// Why a `--begin` value is refused; the message quotes it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BeginError {
+    #[error(
+        "--begin {0:?} is not a time: give now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, today or tomorrow"
+    )]
+    NotATime(String),
+    #[error("--begin {0}: at most a year ahead")]
+    TooFarAhead(String),
+}
+
 impl Begin {
     /// Slurm's `--begin` forms: `now[+N[seconds|minutes|hours|days|weeks]]` (a bare count
     /// is seconds), `HH:MM[:SS]`, `YYYY-MM-DD[THH:MM[:SS]]`, `midnight`, `noon`, `elevenses`,
     /// `fika`, `teatime`, `today`, `tomorrow`.
-    pub fn parse(s: &str) -> Result<Begin, String> {
+    pub fn parse(s: &str) -> Result<Begin, BeginError> {
         let s = s.trim();
         let lower = s.to_ascii_lowercase();
-        let bad = || {
-            format!(
-                "--begin {s:?} is not a time: give now+N[seconds|minutes|hours|days|weeks], HH:MM[:SS], YYYY-MM-DD[THH:MM[:SS]], midnight, noon, teatime, today or tomorrow"
-            )
-        };
+        let bad = || BeginError::NotATime(s.to_string());
         let clock = |hour, minute| Ok(Begin::Clock { hour, minute, second: 0 });
         match lower.as_str() {
             "now" | "today" => return Ok(Begin::In(0)),
@@ -278,7 +285,7 @@ impl Begin {
             let secs = count
                 .checked_mul(unit_secs)
                 .filter(|s| *s <= MAX_BEGIN_AHEAD_SECS)
-                .ok_or_else(|| format!("--begin {s}: at most a year ahead"))?;
+                .ok_or_else(|| BeginError::TooFarAhead(s.to_string()))?;
             return Ok(Begin::In(secs));
         }
         let hms = |t: &str| -> Option<(u8, u8, u8)> {
@@ -466,7 +473,8 @@ mod tests {
         ] {
             assert!(Begin::parse(bad).is_err(), "{bad:?} accepted");
         }
-        assert!(Begin::parse("now+400days").unwrap_err().contains("a year"));
+        assert_eq!(Begin::parse("now+400days").unwrap_err().to_string(), "--begin now+400days: at most a year ahead");
+        assert_eq!(Begin::parse(" 25:00 ").unwrap_err(), BeginError::NotATime("25:00".into()));
         assert_eq!(p("now+366days"), Begin::In(MAX_BEGIN_AHEAD_SECS));
     }
 

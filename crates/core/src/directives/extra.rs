@@ -13,29 +13,81 @@ pub const MAX_MAIL_USER_BYTES: usize = 256;
 /// The latest `--signal` may come before the walltime ends (Slurm's limit: 65535 s).
 pub const MAX_SIGNAL_SECS: u32 = 65_535;
 
+/// Why the value of one of these options is refused; the message names the option (Slurm's
+/// spelling; the PBS front end renames it) and what to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionValueError {
+    #[error("--comment needs a value")]
+    CommentEmpty,
+    #[error("--comment is {0} bytes, more than the {MAX_COMMENT_BYTES} allowed")]
+    CommentTooLong(usize),
+    #[error("--comment must not hold control characters (newlines, escapes)")]
+    CommentControl,
+    #[error("--chdir needs a directory")]
+    ChdirEmpty,
+    #[error("--chdir: the directory name must not hold control characters")]
+    ChdirControl,
+    #[error("--export needs ALL, NONE or variables, got {0:?}")]
+    ExportEmpty(String),
+    #[error("-v needs VAR[=value],..., got {0:?}")]
+    PbsVarsEmpty(String),
+    #[error("{flag}: {name:?} is not a variable name (letters, digits and _)")]
+    BadVariableName { flag: &'static str, name: String },
+    #[error("{flag}: the value of {name} holds a NUL byte")]
+    NulInValue { flag: &'static str, name: String },
+    #[error("{flag} names more than {MAX_EXPORT_VARS} variables")]
+    TooManyVariables { flag: &'static str },
+    #[error("--signal: {0:?} is not a number of seconds (0 to {MAX_SIGNAL_SECS})")]
+    SignalSeconds(String),
+    #[error("--signal: {0:?} is not a signal (a number 1-64 or a name such as USR1, SIGTERM)")]
+    NotASignal(String),
+    #[error("--mail-type: {0} is not supported (BEGIN, END, FAIL, REQUEUE, ALL and NONE are)")]
+    MailType(String),
+    #[error("--mail-type needs a value")]
+    MailTypeEmpty,
+    #[error("-m takes a, b, e (any of them) or n, got {0:?}")]
+    PbsMailType(String),
+    #[error("-m needs a value")]
+    PbsMailTypeEmpty,
+    #[error("--mail-user needs an address")]
+    MailUserEmpty,
+    #[error("--mail-user is longer than {MAX_MAIL_USER_BYTES} bytes")]
+    MailUserTooLong,
+    #[error("--mail-user: {0:?} is not an address")]
+    NotAnAddress(String),
+}
+
+/// The option parsers that still gather errors as text (`SubmitOptions::set`, the Slurm and
+/// PBS directives) take these as their messages.
+impl From<OptionValueError> for String {
+    fn from(e: OptionValueError) -> String {
+        e.to_string()
+    }
+}
+
 /// `--comment TEXT`: any printable text (no control characters), at most
 /// [`MAX_COMMENT_BYTES`].
-pub fn parse_comment(v: &str) -> Result<String, String> {
+pub fn parse_comment(v: &str) -> Result<String, OptionValueError> {
     if v.is_empty() {
-        return Err("--comment needs a value".into());
+        return Err(OptionValueError::CommentEmpty);
     }
     if v.len() > MAX_COMMENT_BYTES {
-        return Err(format!("--comment is {} bytes, more than the {MAX_COMMENT_BYTES} allowed", v.len()));
+        return Err(OptionValueError::CommentTooLong(v.len()));
     }
     if v.chars().any(char::is_control) {
-        return Err("--comment must not hold control characters (newlines, escapes)".into());
+        return Err(OptionValueError::CommentControl);
     }
     Ok(v.to_string())
 }
 
 /// `--chdir DIR`: a path without NUL or control characters; a relative one is taken from the
 /// submit directory (the controller makes it absolute).
-pub fn parse_chdir(v: &str) -> Result<String, String> {
+pub fn parse_chdir(v: &str) -> Result<String, OptionValueError> {
     if v.trim().is_empty() {
-        return Err("--chdir needs a directory".into());
+        return Err(OptionValueError::ChdirEmpty);
     }
     if v.chars().any(char::is_control) {
-        return Err("--chdir: the directory name must not hold control characters".into());
+        return Err(OptionValueError::ChdirControl);
     }
     Ok(v.to_string())
 }
@@ -54,7 +106,7 @@ pub struct Export {
 impl Export {
     /// Slurm's `--export=ALL|NONE|[ALL,]VAR[=value][,...]` (`NONE,VAR=value` too). Without
     /// `ALL` only the variables named are passed, as Slurm does.
-    pub fn parse_slurm(v: &str) -> Result<Export, String> {
+    pub fn parse_slurm(v: &str) -> Result<Export, OptionValueError> {
         let mut items = v.split(',').map(str::trim).peekable();
         let mut e = Export::default();
         match items.peek().copied() {
@@ -69,17 +121,17 @@ impl Export {
         }
         e.vars = parse_vars(items, "--export")?;
         if !e.all && e.vars.is_empty() && v.trim() != "NONE" {
-            return Err(format!("--export needs ALL, NONE or variables, got {v:?}"));
+            return Err(OptionValueError::ExportEmpty(v.to_string()));
         }
         Ok(e)
     }
 
     /// PBS's `-v VAR[=value],...`: those variables besides the rest of the environment
     /// (berth passes the whole submitting environment as `-V` does).
-    pub fn parse_pbs(v: &str) -> Result<Export, String> {
+    pub fn parse_pbs(v: &str) -> Result<Export, OptionValueError> {
         let vars = parse_vars(v.split(',').map(str::trim), "-v")?;
         if vars.is_empty() {
-            return Err(format!("-v needs VAR[=value],..., got {v:?}"));
+            return Err(OptionValueError::PbsVarsEmpty(v.to_string()));
         }
         Ok(Export { all: true, vars })
     }
@@ -101,7 +153,10 @@ impl Export {
     }
 }
 
-fn parse_vars<'a>(items: impl Iterator<Item = &'a str>, flag: &str) -> Result<Vec<(String, Option<String>)>, String> {
+fn parse_vars<'a>(
+    items: impl Iterator<Item = &'a str>,
+    flag: &'static str,
+) -> Result<Vec<(String, Option<String>)>, OptionValueError> {
     let mut vars = Vec::new();
     for item in items {
         if item.is_empty() {
@@ -114,14 +169,14 @@ fn parse_vars<'a>(items: impl Iterator<Item = &'a str>, flag: &str) -> Result<Ve
         let valid = k.chars().next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
             && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
         if !valid {
-            return Err(format!("{flag}: {k:?} is not a variable name (letters, digits and _)"));
+            return Err(OptionValueError::BadVariableName { flag, name: k.to_string() });
         }
         if v.as_deref().is_some_and(|v| v.contains('\0')) {
-            return Err(format!("{flag}: the value of {k} holds a NUL byte"));
+            return Err(OptionValueError::NulInValue { flag, name: k.to_string() });
         }
         vars.push((k.to_string(), v));
         if vars.len() > MAX_EXPORT_VARS {
-            return Err(format!("{flag} names more than {MAX_EXPORT_VARS} variables"));
+            return Err(OptionValueError::TooManyVariables { flag });
         }
     }
     Ok(vars)
@@ -140,7 +195,7 @@ pub struct SignalSpec {
 }
 
 impl SignalSpec {
-    pub fn parse(v: &str) -> Result<SignalSpec, String> {
+    pub fn parse(v: &str) -> Result<SignalSpec, OptionValueError> {
         let mut rest = v.trim();
         let mut batch_only = false;
         loop {
@@ -155,19 +210,18 @@ impl SignalSpec {
                 break;
             }
         }
-        let (sig, secs) =
-            match rest.split_once('@') {
-                Some((s, t)) => (
-                    s,
-                    t.trim().parse::<u32>().ok().filter(|n| *n <= MAX_SIGNAL_SECS).ok_or_else(|| {
-                        format!("--signal: {t:?} is not a number of seconds (0 to {MAX_SIGNAL_SECS})")
-                    })?,
-                ),
-                None => (rest, 60),
-            };
-        let signal = signal_number(sig).ok_or_else(|| {
-            format!("--signal: {sig:?} is not a signal (a number 1-64 or a name such as USR1, SIGTERM)")
-        })?;
+        let (sig, secs) = match rest.split_once('@') {
+            Some((s, t)) => (
+                s,
+                t.trim()
+                    .parse::<u32>()
+                    .ok()
+                    .filter(|n| *n <= MAX_SIGNAL_SECS)
+                    .ok_or_else(|| OptionValueError::SignalSeconds(t.to_string()))?,
+            ),
+            None => (rest, 60),
+        };
+        let signal = signal_number(sig).ok_or_else(|| OptionValueError::NotASignal(sig.to_string()))?;
         Ok(SignalSpec { signal, secs, batch_only })
     }
 }
@@ -221,7 +275,7 @@ pub struct MailTypes {
 
 impl MailTypes {
     /// Slurm's `--mail-type=BEGIN,END,FAIL,REQUEUE,ALL,NONE` (`ALL`: all four; `NONE`: none).
-    pub fn parse_slurm(v: &str) -> Result<MailTypes, String> {
+    pub fn parse_slurm(v: &str) -> Result<MailTypes, OptionValueError> {
         let mut m = MailTypes::default();
         for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             match item.to_ascii_uppercase().as_str() {
@@ -231,21 +285,17 @@ impl MailTypes {
                 "FAIL" => m.fail = true,
                 "REQUEUE" => m.requeue = true,
                 "ALL" => m = MailTypes { begin: true, end: true, fail: true, requeue: true },
-                other => {
-                    return Err(format!(
-                        "--mail-type: {other} is not supported (BEGIN, END, FAIL, REQUEUE, ALL and NONE are)"
-                    ))
-                }
+                other => return Err(OptionValueError::MailType(other.to_string())),
             }
         }
         if v.trim().is_empty() {
-            return Err("--mail-type needs a value".into());
+            return Err(OptionValueError::MailTypeEmpty);
         }
         Ok(m)
     }
 
     /// PBS's `-m`: `a` (aborted: FAIL), `b` (begin), `e` (end), or `n` (none).
-    pub fn parse_pbs(v: &str) -> Result<MailTypes, String> {
+    pub fn parse_pbs(v: &str) -> Result<MailTypes, OptionValueError> {
         let v = v.trim();
         if v == "n" {
             return Ok(MailTypes::default());
@@ -256,11 +306,11 @@ impl MailTypes {
                 'a' => m.fail = true,
                 'b' => m.begin = true,
                 'e' => m.end = true,
-                _ => return Err(format!("-m takes a, b, e (any of them) or n, got {v:?}")),
+                _ => return Err(OptionValueError::PbsMailType(v.to_string())),
             }
         }
         if v.is_empty() {
-            return Err("-m needs a value".into());
+            return Err(OptionValueError::PbsMailTypeEmpty);
         }
         Ok(m)
     }
@@ -285,16 +335,16 @@ impl MailTypes {
 }
 
 /// `--mail-user ADDR` (PBS `-M`): one address of printable characters, no spaces.
-pub fn parse_mail_user(v: &str) -> Result<String, String> {
+pub fn parse_mail_user(v: &str) -> Result<String, OptionValueError> {
     let v = v.trim();
     if v.is_empty() {
-        return Err("--mail-user needs an address".into());
+        return Err(OptionValueError::MailUserEmpty);
     }
     if v.len() > MAX_MAIL_USER_BYTES {
-        return Err(format!("--mail-user is longer than {MAX_MAIL_USER_BYTES} bytes"));
+        return Err(OptionValueError::MailUserTooLong);
     }
     if v.chars().any(|c| c.is_control() || c.is_whitespace()) || v.starts_with('-') {
-        return Err(format!("--mail-user: {v:?} is not an address"));
+        return Err(OptionValueError::NotAnAddress(v.to_string()));
     }
     Ok(v.to_string())
 }
@@ -389,6 +439,24 @@ mod tests {
         assert_eq!(v.apply(&sub), env(&[("FOO", "bar"), ("PATH", "/bin")]));
         assert!(Export::parse_pbs("").is_err());
         assert!(Export::parse_pbs("=x").is_err());
+    }
+
+    #[test]
+    fn errors_are_typed_and_their_messages_unchanged() {
+        assert_eq!(SignalSpec::parse("USR1@x").unwrap_err(), OptionValueError::SignalSeconds("x".into()));
+        assert_eq!(
+            SignalSpec::parse("USR3").unwrap_err().to_string(),
+            "--signal: \"USR3\" is not a signal (a number 1-64 or a name such as USR1, SIGTERM)"
+        );
+        assert_eq!(
+            Export::parse_slurm("ALL,1BAD=x").unwrap_err().to_string(),
+            "--export: \"1BAD\" is not a variable name (letters, digits and _)"
+        );
+        assert_eq!(
+            MailTypes::parse_slurm("TIME_LIMIT_90").unwrap_err().to_string(),
+            "--mail-type: TIME_LIMIT_90 is not supported (BEGIN, END, FAIL, REQUEUE, ALL and NONE are)"
+        );
+        assert_eq!(String::from(OptionValueError::CommentEmpty), "--comment needs a value");
     }
 
     #[test]

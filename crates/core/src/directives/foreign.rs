@@ -336,7 +336,8 @@ fn slurm_line(
                 Some(_) => return Err(format!("{flag} takes no value (or =off), got {v:?}")),
             },
             "--comment" => {
-                o.comment = Some(super::extra::parse_comment(&v).map_err(|e| e.replace("--comment", &flag))?)
+                let comment = super::extra::parse_comment(&v);
+                o.comment = Some(comment.map_err(|e| e.to_string().replace("--comment", &flag))?)
             }
             "-D" | "--chdir" => o.chdir = Some(super::extra::parse_chdir(&v)?),
             "--export" => o.export = Some(super::Export::parse_slurm(&v)?),
@@ -530,8 +531,11 @@ fn pbs_line(
                 o.export = Some(e)
             }
             "-m" => o.mail_type = Some(super::MailTypes::parse_pbs(&v)?),
-            "-M" => o.mail_user = Some(super::extra::parse_mail_user(&v).map_err(|e| e.replace("--mail-user", "-M"))?),
-            "-J" => o.array = Some(ArraySpec::parse_pbs(&v)?),
+            "-M" => {
+                o.mail_user =
+                    Some(super::extra::parse_mail_user(&v).map_err(|e| e.to_string().replace("--mail-user", "-M"))?)
+            }
+            "-J" => o.array = Some(ArraySpec::parse_pbs(&v).map_err(|e| e.to_string())?),
             "-W" => match v.trim().strip_prefix("depend=") {
                 Some(list) => match Dependency::parse_pbs(list) {
                     Ok(d) => o.dependency = Some(d),
