@@ -1,6 +1,6 @@
 //! `berth update`: change a pending job (or lower a running job's walltime); the request
 //! `scontrol update` and `qalter` make too (`send`). The controller checks the change as a
-//! submission (crates/controller/src/update.rs, docs/protocol.md "Changing jobs").
+//! submission (crates/controller/src/update.rs, docs/protocol/01-client.md "Changing jobs").
 
 use crate::client::request;
 use anyhow::{anyhow, bail, Result};

@@ -1,6 +1,6 @@
 //! `berth task`: the task API (seeds/001, PBS TM) from inside a job. Talks to the local agent
 //! on `$BERTH_AGENT_SOCKET`, for the job `$BERTH_JOB_ID`; both are set in every process of a
-//! job (batch script, ranks of `berth run`, tasks). See docs/protocol.md, "Task API".
+//! job (batch script, ranks of `berth run`, tasks). See docs/protocol/04-task-api.md, "Task API".
 
 use anyhow::{anyhow, bail, Context, Result};
 use berth_core::JobId;

@@ -1,4 +1,4 @@
-//! Authentication between daemons and permissions between users (docs/protocol.md,
+//! Authentication between daemons and permissions between users (docs/protocol/06-auth.md,
 //! "Authentication"), on a real local cluster, as root: forged and replayed agent messages,
 //! a user cancelling another user's job, launches with tampered grants or on CPUs the job
 //! does not hold, forged and replayed frames on a step's control tree. Everything is refused
@@ -526,7 +526,8 @@ fn rank_running(marker: &str) -> bool {
 }
 
 /// The first node of an interactive step starts it from the job's launch order; `run`
-/// attaches to it (docs/protocol.md, "Control tree"): what the ranks wrote meanwhile waits for
+/// attaches to it (docs/protocol/01-client.md, "An interactive step starts from its launch
+/// order"): what the ranks wrote meanwhile waits for
 /// it, a second attach with the same grant is refused, and a step nobody attaches to is
 /// killed after the attach wait.
 #[test]

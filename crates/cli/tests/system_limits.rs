@@ -1,6 +1,6 @@
 //! Hostile local users (issue 16, items 3 and 4): connections past the per-user cap are refused
 //! with a message while root still gets in, and peers announcing 16 MiB frames they never send
-//! do not grow the controller. Real daemons, real sockets; docs/protocol.md "Limits".
+//! do not grow the controller. Real daemons, real sockets; docs/protocol/00-framing.md "Limits".
 
 mod common;
 use common::*;

@@ -1,4 +1,4 @@
-//! Allocations (`berth alloc`, Slurm's `salloc`; docs/protocol.md, "Allocations").
+//! Allocations (`berth alloc`, Slurm's `salloc`; docs/protocol/01-client.md, "Allocations").
 //!
 //! An allocation is a job with no batch script (`SubmitOptions::alloc`): validated, stored
 //! and queued as a batch job is, so priority, backfill, queue limits and fair share apply to

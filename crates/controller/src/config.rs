@@ -77,7 +77,7 @@ pub struct ControllerConfig {
     #[serde(default)]
     pub fault: FaultConfig,
     /// The cluster key agents and the controller prove themselves with (`berth keygen`;
-    /// docs/protocol.md, "Authentication"). `berth server` defaults it to DIR/cluster.key.
+    /// docs/protocol/06-auth.md, "Authentication"). `berth server` defaults it to DIR/cluster.key.
     #[serde(default)]
     pub key_file: Option<PathBuf>,
     /// How far a signed timestamp may be from this controller's clock (seconds).
@@ -87,7 +87,7 @@ pub struct ControllerConfig {
     #[serde(default)]
     pub limits: berth_core::limits::SubmitLimits,
     /// Caps on the connections of the local socket, and when idle ones are closed
-    /// (`[connections]`, docs/protocol.md "Limits").
+    /// (`[connections]`, docs/protocol/00-framing.md "Limits").
     #[serde(default)]
     pub connections: ConnectionsConfig,
     /// Slurm and PBS compatibility (`[compat]`, docs/compat.md).
@@ -118,7 +118,7 @@ pub struct FaultConfig {
     pub max_requeues: u32,
     /// Fencing by lease: an agent that has not heard from the controller for its lease
     /// (the node timeout less a margin) kills the jobs that would be requeued, so that a
-    /// requeued job never runs twice at once (docs/protocol.md, "Fencing").
+    /// requeued job never runs twice at once (docs/protocol/02-agent.md, "Fencing").
     pub fence: bool,
 }
 

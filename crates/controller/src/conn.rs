@@ -1,4 +1,4 @@
-//! What a peer may hold of the controller (docs/protocol.md, "Limits"): connections per user
+//! What a peer may hold of the controller (docs/protocol/00-framing.md, "Limits"): connections per user
 //! and in all on the local socket, frames that grow with what arrives within a budget shared
 //! by every connection, and timeouts so that idle or silent peers let go.
 //!

@@ -1,4 +1,4 @@
-//! Fencing by lease (docs/protocol.md, "Fencing"): the connection task of an agent that
+//! Fencing by lease (docs/protocol/02-agent.md, "Fencing"): the connection task of an agent that
 //! fences answers each of its heartbeats with `renew` at once, and stamps when it last heard
 //! from it here. The state thread judges a node's silence by the later of that stamp and its
 //! own record, so a node is never taken for silent (and its jobs requeued) while its agent

@@ -135,7 +135,7 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
             }
         }
     });
-    // Raises the descriptor limit; caps connections per user and in all (docs/protocol.md, "Limits").
+    // Raises the descriptor limit; caps connections per user and in all (docs/protocol/00-framing.md, "Limits").
     let limits = crate::conn::Limits::new(&cfg);
     let conn_ids = Arc::new(AtomicU64::new(1));
     let _api = api.serve(tx.clone(), conn_ids.clone());
@@ -836,7 +836,7 @@ fn claimed_name(body: &[u8]) -> Option<String> {
     v.get("name").and_then(|n| n.as_str()).map(|n| n.chars().take(64).collect())
 }
 
-/// One agent connection: the signed handshake (docs/protocol.md, "Authentication"), then
+/// One agent connection: the signed handshake (docs/protocol/06-auth.md, "Authentication"), then
 /// session frames both ways until it closes.
 async fn serve_agent(
     stream: tokio::net::TcpStream,

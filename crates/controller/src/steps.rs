@@ -1,5 +1,5 @@
 //! Steps (`berth run`): grants inside a running job's allocation, interactive allocations made
-//! for one step, their ends, and signals. See docs/protocol.md, "Steps (berth run)".
+//! for one step, their ends, and signals. See docs/protocol/01-client.md, "Steps (berth run)".
 //!
 //! A step claims whole cores of its job (`berth_core::step::plan_step`); the claims of the
 //! steps that have not ended are kept in memory and in the store (`steps` table), so a second
@@ -294,7 +294,7 @@ impl Controller {
         Ok(grant)
     }
 
-    /// Agents start ranks only for a grant signed with the cluster key (docs/protocol.md,
+    /// Agents start ranks only for a grant signed with the cluster key (docs/protocol/06-auth.md,
     /// "Authentication"); nothing of it may change after this.
     fn sign(&self, grant: &mut StepGrant, now: f64) {
         if let Some(key) = &self.key {
@@ -450,7 +450,8 @@ impl Controller {
         let id = self.start_without_script(job, &peer.user.name, now)?;
         // The step rides on its first node's launch order: that agent starts the ranks as soon
         // as the job is set up there, while `run` is still waiting for its grant (the sync),
-        // and `run` attaches to them (docs/protocol.md, "Control tree").
+        // and `run` attaches to them (docs/protocol/01-client.md, "An interactive step starts
+        // from its launch order").
         let first = plan.nodes.first().map(|n| n.node.clone());
         let order = self.out.agents.iter().position(|(_, m)| {
             matches!(m, ControllerMessage::Launch(s) if s.id == id && Some(&s.allocation.node) == first.as_ref())
@@ -539,7 +540,7 @@ impl Controller {
     }
 
     /// A step's end as the agent at the root of its control tree saw it (crate docs:
-    /// docs/protocol.md, "Step ends from agents"): closes a batch job's step that `run` did not
+    /// docs/protocol/02-agent.md, "Step ends from agents"): closes a batch job's step that `run` did not
     /// close (it died, or its report was lost to a restart), so the step's cores are the job's
     /// again. The first end recorded wins; an interactive allocation's step ends with `run`'s
     /// connection instead.

@@ -16,7 +16,7 @@ pub enum AgentMessage {
     Heartbeat {
         running: Vec<JobId>,
         /// Numbers the heartbeats of a session; a controller granting a lease answers each
-        /// with `renew` carrying it (docs/protocol.md, "Fencing").
+        /// with `renew` carrying it (docs/protocol/02-agent.md, "Fencing").
         #[serde(default)]
         seq: u64,
         /// Steps whose control tree is rooted here and whose end the controller has not

@@ -160,7 +160,7 @@ pub enum ClientRequest {
     },
     /// `berth alloc` (Slurm's `salloc`): queue an allocation, a job with no batch script;
     /// answered `submitted` once it is stored. Unless `no_shell`, it is held by this
-    /// connection: it ends when the connection closes (docs/protocol.md, "Allocations").
+    /// connection: it ends when the connection closes (docs/protocol/01-client.md, "Allocations").
     Alloc(Box<AllocRequest>),
     /// The holder of an allocation releases it: its command exited with `exit_code`
     /// (answered with `done`).
@@ -191,8 +191,8 @@ pub struct AllocRequest {
     pub no_shell: bool,
 }
 
-/// What `update` changes: each field given replaces the job's (docs/protocol.md, "Changing
-/// jobs"); none given changes nothing.
+/// What `update` changes: each field given replaces the job's (docs/protocol/01-client.md,
+/// "Changing jobs"); none given changes nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct JobChange {
     /// Seconds.
@@ -415,7 +415,7 @@ pub enum ClientResponse {
         accounts: Vec<berth_core::sched::fairshare::ShareLine>,
     },
     /// The grant `berth run` opens the control tree with, and the tree's link key (hex): the
-    /// secret its frames are MAC'd with (docs/protocol.md, "Authentication"); `run` keeps it.
+    /// secret its frames are MAC'd with (docs/protocol/06-auth.md, "Authentication"); `run` keeps it.
     StepGranted {
         grant: Box<crate::step::StepGrant>,
         link_key: String,

@@ -8,7 +8,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 /// Bumped on any incompatible change to a message (2: daemons authenticate with the cluster
 /// key; 3: a signed message's body is the message's JSON itself, not a string holding it;
-/// docs/protocol.md "Authentication").
+/// docs/protocol/06-auth.md "Authentication").
 pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Larger frames are refused: no legitimate message comes near it, and it bounds what a
@@ -122,10 +122,10 @@ pub async fn read_raw_frame<R: AsyncRead + Unpin>(r: &mut R) -> Result<Option<Ve
 
 /// A frame's buffer starts at most this big and grows only when full, to at most twice what
 /// arrived: memory follows the bytes that arrive, never the length a peer announces
-/// (docs/protocol.md, "Limits").
+/// (docs/protocol/00-framing.md, "Limits").
 pub const READ_CHUNK: usize = 64 << 10;
 
-/// The frame limit for a peer not yet authenticated or identified (docs/protocol.md, "Limits").
+/// The frame limit for a peer not yet authenticated or identified (docs/protocol/00-framing.md, "Limits").
 pub const UNIDENTIFIED_FRAME_BYTES: usize = 64 << 10;
 
 /// Bytes of frames being received (started, not complete) that all connections of a daemon may

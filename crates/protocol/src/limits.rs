@@ -1,5 +1,5 @@
 //! What one peer may hold of a daemon: connections per user and in all, and the descriptor
-//! limit they come out of (docs/protocol.md, "Limits"). Frame sizes, timeouts and the memory
+//! limit they come out of (docs/protocol/00-framing.md, "Limits"). Frame sizes, timeouts and the memory
 //! budget of frames still arriving are in [`crate::frame`].
 
 use std::collections::HashMap;

@@ -1,5 +1,6 @@
 //! Job steps (`berth run`): the grant the controller gives, the control tree between shepherds,
-//! and the task API inside a job. See docs/protocol.md, "Steps and the control tree".
+//! and the task API inside a job. See docs/protocol/01-client.md ("Steps"),
+//! docs/protocol/03-control-tree.md and docs/protocol/04-task-api.md.
 
 use crate::agent::UserIdentity;
 use berth_core::step::{MpiKind, RankPlace, StepRequest};
@@ -70,14 +71,15 @@ pub struct StepGrant {
     pub interactive: bool,
     /// The first node's agent starts the step from the job's launch order, which carries this
     /// grant (`LaunchSpec::step`); `run`'s `StepLaunch` to that node then attaches to the
-    /// running step instead of starting it (docs/protocol.md, "Control tree").
+    /// running step instead of starting it (docs/protocol/01-client.md, "An interactive step
+    /// starts from its launch order").
     #[serde(default)]
     pub attach: bool,
     /// Agents refuse the grant after this (Unix milliseconds); covered by `mac`.
     #[serde(default)]
     pub expires_ms: u64,
     /// The controller's HMAC-SHA256 (hex) over the grant with `mac` empty, under the cluster
-    /// key (docs/protocol.md, "Authentication"): agents start nothing for an unsigned grant.
+    /// key (docs/protocol/06-auth.md, "Authentication"): agents start nothing for an unsigned grant.
     #[serde(default)]
     pub mac: String,
 }
@@ -91,7 +93,7 @@ pub struct StepNode {
     pub ranks: Vec<RankPlace>,
     /// The agent process the grant is for (its registration's `instance`): an agent that
     /// restarted since refuses the grant, so the controller may close the steps a restarted
-    /// agent does not list (docs/protocol.md, "Step ends from agents"). Empty: not checked.
+    /// agent does not list (docs/protocol/02-agent.md, "Step ends from agents"). Empty: not checked.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub instance: String,
 }
@@ -253,7 +255,7 @@ pub enum TreeUp {
 }
 
 /// The task API (seeds/001 TM) on the agent's local socket, and between agents.
-/// See docs/protocol.md, "Task API (inside a job)".
+/// See docs/protocol/04-task-api.md, "Task API (inside a job)".
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum TaskRequest {

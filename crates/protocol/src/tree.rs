@@ -1,6 +1,6 @@
 //! The control tree's shape and timing, shared by `berth run` and the agents' shepherds:
 //! how a subtree is split among children, how long a subtree may stay silent after the
-//! launch, and the TCP keepalive every tree connection uses (docs/protocol.md, "Control tree").
+//! launch, and the TCP keepalive every tree connection uses (docs/protocol/03-control-tree.md).
 
 use crate::auth::{read_sealed, Opener};
 use crate::step::TreeUp;

@@ -1,7 +1,7 @@
 //! Authentication between berth daemons: the cluster key, HMAC-SHA256, signed envelopes with
 //! replay protection, per-connection sessions, and signed step grants.
 //!
-//! See docs/protocol.md, "Authentication". Everything here proves *who* sent a message (a
+//! See docs/protocol/06-auth.md, "Authentication". Everything here proves *who* sent a message (a
 //! holder of the cluster key) and that it is fresh; nothing here encrypts.
 
 use crate::frame::ProtocolError;
@@ -557,7 +557,7 @@ where
     read_sealed_limited(r, opener, &crate::frame::FrameLimits::default()).await
 }
 
-/// [`read_sealed`] within `limits` (docs/protocol.md, "Limits").
+/// [`read_sealed`] within `limits` (docs/protocol/00-framing.md, "Limits").
 pub async fn read_sealed_limited<R, T>(
     r: &mut R,
     opener: &mut Opener,

@@ -1,5 +1,5 @@
 //! Authenticated control-tree connections, and the connections agent-to-agent queries keep
-//! open (docs/protocol.md, "Authentication").
+//! open (docs/protocol/06-auth.md, "Authentication").
 //!
 //! A step's tree is opened with its signed grant (`step_launch`); every frame after it, both
 //! ways, is a `SessionFrame` under a key of that one connection: MAC'd and numbered, so a
