@@ -3,7 +3,7 @@
 //! that ended while the agent was down are reported with their exit status (written by the
 //! shim, see `shim.rs`), and what belongs to no recorded job is killed and removed.
 //!
-//! What does not survive a restart (docs/protocol.md, "Agent restart"):
+//! What does not survive a restart (docs/protocol/02-agent.md, "Agent restart"):
 //! - time a job spent suspended before the restart counts against its walltime (the
 //!   remaining walltime is the walltime less the wall-clock time since the job started); a
 //!   job found frozen is suspended again from the restart on;

@@ -5,8 +5,8 @@
 //! replies to `run` only once it is synced; `run` then connects here. Starting the ranks
 //! from the order takes that wait, and `run`'s connection, off the launch: the step's upward
 //! frames (started, output, exits) queue until `run` attaches its control-tree connection
-//! (docs/protocol.md, "Control tree"). A step nobody attaches to within [`ATTACH_WAIT`] is
-//! killed, as if its upstream connection broke.
+//! (docs/protocol/01-client.md, "An interactive step starts from its launch order"). A step
+//! nobody attaches to within [`ATTACH_WAIT`] is killed, as if its upstream connection broke.
 
 use crate::job::JobContext;
 use crate::shepherd::Upstream;

@@ -1,4 +1,4 @@
-//! What this agent accepts on its own port, and from whom (docs/protocol.md,
+//! What this agent accepts on its own port, and from whom (docs/protocol/06-auth.md,
 //! "Authentication"): step launches only for a grant the controller signed, naming this
 //! node, for a job running here, on CPUs of the job's allocation here, once; agent-to-agent
 //! task requests only signed with the cluster key. Refusals are logged here and reported to

@@ -1,4 +1,4 @@
-//! What a peer may hold of an agent (docs/protocol.md, "Limits"): frames that grow with what
+//! What a peer may hold of an agent (docs/protocol/00-framing.md, "Limits"): frames that grow with what
 //! arrives within a budget shared by every connection, a small limit until the peer is known,
 //! timeouts, and caps on connections.
 //!

@@ -44,7 +44,7 @@ pub struct AgentConfig {
     /// The local socket of the task API (`BERTH_AGENT_SOCKET`), usually `<state_dir>/agent.sock`.
     pub socket: PathBuf,
     /// The cluster key (`--key-file`): proves this agent to the controller and the
-    /// controller to it, and checks step grants (docs/protocol.md, "Authentication").
+    /// controller to it, and checks step grants (docs/protocol/06-auth.md).
     pub key: Arc<ClusterKey>,
     /// The agent's own nice value (crate::priority); jobs keep the one it started with.
     pub nice: i32,

@@ -1,4 +1,4 @@
-//! Fencing by lease (docs/protocol.md, "Fencing"): a controller that has not heard from this
+//! Fencing by lease (docs/protocol/02-agent.md, "Fencing"): a controller that has not heard from this
 //! agent for its node timeout requeues the agent's requeueable jobs elsewhere. So that the
 //! two copies never overlap, the agent holds a lease, renewed by the controller's answer to
 //! each heartbeat, counted from when that heartbeat was *sent*, and shorter than the node

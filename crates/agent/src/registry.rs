@@ -93,7 +93,7 @@ impl Registry {
 /// Steps whose control tree is rooted on this node and whose end the controller has not
 /// taken yet (running, or ended with the report still on its way): listed in registrations
 /// and heartbeats, so the controller closes only the steps no agent knows
-/// (docs/protocol.md, "Step ends from agents").
+/// (docs/protocol/02-agent.md, "Step ends from agents").
 #[derive(Default)]
 pub struct RootSteps(Mutex<BTreeSet<StepRef>>);
 

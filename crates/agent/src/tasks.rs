@@ -8,7 +8,7 @@
 //! task table; a task for another node is started by that node's agent over one TCP
 //! connection per task (`remote_spawn`), kept open while the task runs: its end comes back on
 //! it, signals go down it, and if it breaks the remote agent kills the task's process group.
-//! See docs/protocol.md, "Task API (inside a job)".
+//! See docs/protocol/04-task-api.md.
 
 use crate::job::JobContext;
 use crate::registry::JobHandle;
