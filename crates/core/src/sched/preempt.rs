@@ -22,6 +22,9 @@ use crate::{JobId, NodeId};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
+mod resume;
+pub use resume::{beside_windows, resume_parts, resumed_on, PartsJob};
+
 /// `[preempt]` in the controller's config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -1,34 +1,49 @@
 //! One scheduling round: `round(&RoundInput, now) -> RoundDecisions`, a function of state and
 //! time (HyperQueue's `run_scheduling(core, comm, now)`), called by the controller's policy
-//! pass and by the trace simulator alike. The callers keep only the effects: persisting,
-//! telling agents, the simulator's event queue.
+//! pass ([`round_keeping`]: with advance reservations and the conservative plan kept between
+//! rounds) and by the trace simulator ([`round`]) alike. The callers keep only the effects:
+//! persisting, telling agents, the reasons shown to users, the simulator's event queue.
 //!
 //! In order, on a copy of the machine:
 //! 1. **Resumes**: suspended jobs that can run now, in the order given (longest suspended
-//!    first), on their own PUs or other free cores of their nodes ([`resume_candidates`](super::preempt::resume_candidates)).
+//!    first), by the [`ResumeRule`] given: whole jobs on their own PUs or other free cores of
+//!    their nodes ([`resume_candidates`](super::preempt::resume_candidates), the simulator's),
+//!    or part by part ([`resume_parts`](super::preempt::resume_parts), the controller's). Those
+//!    that stay suspended may hold back the running jobs on their CPUs
+//!    ([`SuspendedInput::holds_back`]).
 //! 2. **Priority order** (when [`RoundInput::priority`] is given): multifactor priority, an
 //!    admin's priority replacing the computed one; highest first, then earlier submission,
-//!    then lower id. Otherwise the queue is taken in the order given.
+//!    then lower id. Otherwise the queue is taken in the order given. Jobs
+//!    [`barred`](RoundInput::barred) are ordered but wait outside the pass.
 //! 3. **Per-user limits** of queues: a job that would take its user over its queue's
 //!    `max_cores_per_user` waits (`QueueLimit`), counting the jobs ahead of it as if they start.
-//! 4. **The pass**: the configured backfill over what remains ([`backfill::plan`]): starts,
-//!    reasons and expected starts. Skipped when it provably starts nothing (see
-//!    [`RoundInput::idle_unless`]).
+//! 4. **The pass**: the configured backfill over what remains ([`backfill::plan`]; with
+//!    [`round_keeping`], [`backfill::plan_with_advance_keeping`]): starts, reasons and expected
+//!    starts. Skipped when it provably starts nothing (see [`RoundInput::idle_unless`]).
 //! 5. **Preemption** (when [`RoundInput::preempt`] is given): up to [`PREEMPTORS_PER_PASS`](super::preempt::PREEMPTORS_PER_PASS)
-//!    jobs left waiting for resources whose score is high enough each suspend the cheapest set
-//!    of running jobs that makes room ([`plan_preemption`](super::preempt::plan_preemption)) and start, one after the
-//!    other on the state the previous left.
+//!    jobs left waiting for resources, in the pass's order, whose score is high enough each
+//!    suspend the cheapest set of running jobs that makes room ([`plan_preemption`](super::preempt::plan_preemption),
+//!    beside the advance reservations they would run into) and start, one after the other on
+//!    the state the previous left.
+//!
+//! Fair-share usage is not charged here: both callers charge the CPU time of running jobs up
+//! to `now` before the round (the controller from each running job's allocation, persisted;
+//! the simulator from the CPUs each account holds, at every event of its clock): the charge is
+//! an effect on their own books, and the simulator's, taken into the round, would change its
+//! results.
 
 mod order;
 mod suspend;
 
-use super::backfill::{self, Machine, PassInput, PassLimits, QueuedJob, RunningJob, Waiting};
-use super::preempt::{PreemptConfig, Resume, SuspendedJob};
+use super::backfill::{
+    self, AdvanceReservation, KeptPlan, Machine, PassInput, PassLimits, PassOutput, QueuedJob, RunningJob, Waiting,
+};
+use super::preempt::{PartsJob, PreemptConfig, Resume, SuspendedJob};
 use super::priority::{Priority, PriorityInput, PriorityWeights};
 use super::queue::QueueSpec;
-use super::ClusterState;
+use super::{ClusterState, PendingReason};
 use crate::job::Allocation;
-use crate::JobId;
+use crate::{JobId, NodeId};
 use std::collections::HashMap;
 
 /// A machine a round can run on. Preemption and resumes need berth's topology-aware state:
@@ -43,6 +58,12 @@ pub trait RoundMachine: Machine {
     fn from_allocation(_alloc: Allocation) -> Option<Self::Alloc> {
         None
     }
+    /// The cluster itself, to change in place: only for a machine that is nothing more (no
+    /// counts of its own to keep), which [`ResumeRule::Parts`] needs (a resume that moves a
+    /// job's memory).
+    fn cluster_mut(&mut self) -> Option<&mut ClusterState> {
+        None
+    }
 }
 
 impl RoundMachine for ClusterState {
@@ -54,6 +75,9 @@ impl RoundMachine for ClusterState {
     }
     fn from_allocation(alloc: Allocation) -> Option<Allocation> {
         Some(alloc)
+    }
+    fn cluster_mut(&mut self) -> Option<&mut ClusterState> {
+        Some(self)
     }
 }
 
@@ -97,6 +121,8 @@ pub struct PreemptJob {
     pub may_preempt: bool,
     /// Whether, once started, it may be suspended by a later preemptor of the same round.
     pub suspendable: bool,
+    /// Seconds it was suspended before (a job run again keeps its count), once started.
+    pub suspended_secs: f64,
 }
 
 /// Preemption by suspension.
@@ -107,17 +133,60 @@ pub struct PreemptRound<'a> {
     pub jobs: &'a [PreemptJob],
     /// The running jobs that may be suspended (their order breaks ties between equal costs).
     pub victims: &'a [super::preempt::Preemptible],
+    /// Offer the victims to each preemptor in id order (the controller's), else in the order
+    /// kept: those given, then those resumed, then those started, removed by swapping in the
+    /// last (the simulator's).
+    pub by_id: bool,
 }
 
 /// A suspended job that may resume in this round.
 #[derive(Debug, Clone)]
 pub struct SuspendedInput {
     pub job: SuspendedJob,
-    /// Seconds of walltime it has left: it runs until `now` + this once resumed.
-    pub walltime_left: f64,
+    /// When it is expected to end if it resumes now (`now` + the walltime it has left).
+    pub resumed_end: f64,
     /// Its score, seconds suspended (counting this suspension up to `now`) and first start,
     /// when it may be suspended again by a preemptor of the same round.
     pub victim: Option<(f64, f64, f64)>,
+    /// Under [`ResumeRule::Parts`]: how its parts may move.
+    pub parts: PartsJob,
+    /// Under [`ResumeRule::Parts`], for a job that is not a member of the advance reservations:
+    /// seconds it has left to run, for which it keeps off the windows it would run into.
+    pub keep_off: Option<f64>,
+    /// Seconds it runs once resumed, when it resumes as soon as it can: while it stays
+    /// suspended, the running jobs on its CPUs count as running that much longer (it resumes
+    /// after them, then runs), for expected starts. None: not counted (the simulator's).
+    pub holds_back: Option<f64>,
+    /// Whose job it is and the cores it holds, for per-user limits once it resumes.
+    pub user: Option<(UserKey, u64)>,
+}
+
+impl SuspendedInput {
+    /// A suspended job that resumes whole, holds nothing back and counts for no limit.
+    pub fn whole(job: SuspendedJob, resumed_end: f64, victim: Option<(f64, f64, f64)>) -> Self {
+        SuspendedInput {
+            job,
+            resumed_end,
+            victim,
+            parts: PartsJob::default(),
+            keep_off: None,
+            holds_back: None,
+            user: None,
+        }
+    }
+}
+
+/// How suspended jobs resume.
+#[derive(Clone, Copy)]
+pub enum ResumeRule<'a> {
+    /// Whole jobs: on their own PUs when all are free, else (with `relocate`) on other whole
+    /// free cores of the same nodes, on their memory's NUMA nodes
+    /// ([`resume_candidates`](super::preempt::resume_candidates)). The simulator's.
+    Whole { relocate: bool },
+    /// Part by part, each on its own PUs where free, else moved within its node, its memory
+    /// following ([`resume_parts`](super::preempt::resume_parts)); only on nodes `connected`
+    /// says yes to. The controller's (a [`RoundMachine::cluster_mut`] machine).
+    Parts { connected: &'a dyn Fn(NodeId) -> bool },
 }
 
 /// Everything a round decides from.
@@ -129,10 +198,12 @@ pub struct RoundInput<'a, M: RoundMachine> {
     pub queue: &'a [QueuedJob],
     pub priority: Option<PriorityRound<'a>>,
     pub user_limits: Option<UserLimits<'a>>,
+    /// Queued jobs that wait outside the pass whatever it decides (e.g. asking for an advance
+    /// reservation they cannot use), with why: ordered, not planned, not counted for limits.
+    pub barred: Option<&'a HashMap<JobId, PendingReason>>,
     /// Suspended jobs that may resume, longest suspended first.
     pub suspended: &'a [SuspendedInput],
-    /// Whether a suspended job whose PUs are taken may resume on others of its nodes.
-    pub relocate: bool,
+    pub resume: ResumeRule<'a>,
     pub preempt: Option<PreemptRound<'a>>,
     pub limits: PassLimits,
     /// Whether the pass must say why each job waits and when it is expected to start (else it
@@ -159,6 +230,8 @@ pub struct PreemptStart<A> {
     pub id: JobId,
     pub victims: Vec<JobId>,
     pub alloc: A,
+    /// How the pass left it waiting: its state again if the preemption cannot be carried out.
+    pub waited: Waiting,
 }
 
 /// What one round decided, in the order the effects are to be carried out: resumes, starts,
@@ -166,6 +239,8 @@ pub struct PreemptStart<A> {
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundDecisions<A> {
     pub resumes: Vec<(JobId, Resume)>,
+    /// Suspended jobs that stay so, with why (under [`ResumeRule::Parts`] only).
+    pub still_suspended: Vec<(JobId, String)>,
     pub starts: Vec<Start<A>>,
     pub preemptions: Vec<PreemptStart<A>>,
     /// Jobs that stay pending, with why and (when computed) their expected start: the pass's,
@@ -175,6 +250,8 @@ pub struct RoundDecisions<A> {
     pub priorities: Vec<(JobId, Priority)>,
     /// Whether the pass ran (false: it provably started nothing).
     pub passed: bool,
+    /// Jobs the pass planned (the queue less those barred or held by per-user limits).
+    pub planned: usize,
     /// Starts of the pass out of priority order.
     pub backfilled: usize,
 }
@@ -183,47 +260,75 @@ impl<A> Default for RoundDecisions<A> {
     fn default() -> Self {
         RoundDecisions {
             resumes: vec![],
+            still_suspended: vec![],
             starts: vec![],
             preemptions: vec![],
             waiting: vec![],
             priorities: vec![],
             passed: false,
+            planned: 0,
             backfilled: 0,
         }
     }
 }
 
-/// One round at `now` (see the module's documentation).
+/// One round at `now` (see the module's documentation), planning afresh.
 pub fn round<M: RoundMachine>(input: &RoundInput<M>, now: f64) -> RoundDecisions<M::Alloc> {
+    run(input, now, &[], |pass, full| match full {
+        true => backfill::plan(pass, &input.limits),
+        false => backfill::plan_starts(pass, &input.limits),
+    })
+}
+
+/// One round at `now` as the controller runs it: beside the advance reservations `advance`
+/// (their members run only inside them, every other job keeps off them, for its start, its
+/// resume and its preemption alike), and keeping the conservative plan in `kept` for the next
+/// round ([`backfill::plan_with_advance_keeping`]). The pass always says why each job waits.
+pub fn round_keeping(
+    input: &RoundInput<ClusterState>,
+    advance: &[AdvanceReservation<Allocation>],
+    kept: &mut Option<KeptPlan<ClusterState>>,
+    now: f64,
+) -> RoundDecisions<Allocation> {
+    run(input, now, advance, |pass, _| backfill::plan_with_advance_keeping(pass, advance, &input.limits, kept).0)
+}
+
+/// The round, with `pass` as its backfill pass (told whether to say why jobs wait).
+fn run<M: RoundMachine>(
+    input: &RoundInput<M>,
+    now: f64,
+    windows: &[AdvanceReservation<Allocation>],
+    pass: impl FnOnce(&PassInput<M>, bool) -> PassOutput<M::Alloc>,
+) -> RoundDecisions<M::Alloc> {
     let mut out = RoundDecisions::default();
-    let resumed = suspend::resumes(input, now);
+    let resumed = suspend::resumes(input, windows, now);
     let machine = resumed.machine.as_ref().unwrap_or(input.machine);
     let running = resumed.running.as_deref().unwrap_or(input.running);
     out.resumes = resumed.resumes;
+    out.still_suspended = resumed.still;
     let free = machine.free_cpus();
     if input.idle_unless.is_some_and(|smallest| free < smallest) {
         return out;
     }
     let ordered = order::ordered(input, now);
     out.priorities = ordered.priorities;
-    let (queue, held) = order::limited(input, &ordered.order);
+    let (queue, held) = order::limited(input, &ordered.order, &resumed.users);
     let fcfs_idle = input.limits.policy == backfill::BackfillPolicy::Fcfs
         && input.idle_unless.is_some()
         && queue.first().is_some_and(|q| free < q.request.total_cpus());
-    if queue.is_empty() || fcfs_idle {
+    // Jobs held by per-user limits still make a pass (with nothing to plan); barred ones not.
+    let barred = |id: &JobId| input.barred.is_some_and(|b| b.contains_key(id));
+    if input.queue.iter().all(|q| barred(&q.id)) || fcfs_idle {
         out.waiting = held;
         return out;
     }
-    let pass = PassInput { machine, running, queue: &queue, now };
-    let plan = match input.reasons || input.preempt.is_some() {
-        true => backfill::plan(&pass, &input.limits),
-        false => backfill::plan_starts(&pass, &input.limits),
-    };
+    let plan = pass(&PassInput { machine, running, queue: &queue, now }, input.reasons || input.preempt.is_some());
     out.passed = true;
+    out.planned = queue.len();
     out.backfilled = plan.backfilled;
     out.starts = backfilled(&queue, plan.starts);
     out.waiting = plan.waiting;
-    suspend::preempt(input, &resumed.victims, &queue, machine, &mut out, now);
+    suspend::preempt(input, windows, &resumed.victims, &queue, machine, &mut out, now);
     out.waiting.extend(held);
     out
 }

@@ -19,7 +19,8 @@ use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::PassLimits;
 use berth_core::sched::preempt::{score, Preemptible, Resume, SuspendedJob};
 use berth_core::sched::round::{
-    round, PreemptJob, PreemptRound, PriorityRound, RoundDecisions, RoundInput, RoundMachine, SuspendedInput,
+    round, PreemptJob, PreemptRound, PriorityRound, ResumeRule, RoundDecisions, RoundInput, RoundMachine,
+    SuspendedInput,
 };
 use berth_core::JobId;
 
@@ -62,7 +63,10 @@ impl<M: Suspending> Replay<'_, M> {
         };
         // Trace jobs have no queue class: any may preempt, and be preempted.
         let preempt_jobs = match preempt_cfg {
-            Some(_) => vec![PreemptJob { class: 0, may_preempt: true, suspendable: true }; self.queue.len()],
+            Some(_) => vec![
+                PreemptJob { class: 0, may_preempt: true, suspendable: true, suspended_secs: 0.0 };
+                self.queue.len()
+            ],
             None => vec![],
         };
         let priorities =
@@ -79,8 +83,14 @@ impl<M: Suspending> Replay<'_, M> {
             }),
             user_limits: None,
             suspended: &suspended,
-            relocate: true,
-            preempt: preempt_cfg.as_ref().map(|config| PreemptRound { config, jobs: &preempt_jobs, victims: &victims }),
+            barred: None,
+            resume: ResumeRule::Whole { relocate: true },
+            preempt: preempt_cfg.as_ref().map(|config| PreemptRound {
+                config,
+                jobs: &preempt_jobs,
+                victims: &victims,
+                by_id: false,
+            }),
             limits: PassLimits {
                 policy: self.config.policy,
                 max_reservations: self.config.max_reservations,
@@ -103,7 +113,7 @@ impl<M: Suspending> Replay<'_, M> {
             let suspended_secs = self.outcomes.suspended[s.job] + (now - s.since);
             (score(&job.request, 0, cfg), suspended_secs, self.outcomes.start[s.job])
         });
-        Some(SuspendedInput { job: SuspendedJob { id: JobId(s.job as u64), alloc }, walltime_left, victim })
+        Some(SuspendedInput::whole(SuspendedJob { id: JobId(s.job as u64), alloc }, now + walltime_left, victim))
     }
 
     /// The round's effects on the virtual clock, in its order.

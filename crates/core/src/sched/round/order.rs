@@ -1,6 +1,6 @@
 //! Priority order and per-user limits: which queued jobs the pass sees, in which order.
 
-use super::{RoundInput, RoundMachine};
+use super::{RoundInput, RoundMachine, UserKey};
 use crate::sched::backfill::{QueuedJob, Waiting};
 use crate::sched::priority::{priority, Priority};
 use crate::sched::queue::user_limit_reason;
@@ -40,28 +40,38 @@ pub(super) fn ordered<M: RoundMachine>(input: &RoundInput<M>, now: f64) -> Order
     Ordered { order: Some(order), priorities }
 }
 
-/// The queue in `order`, without the jobs a per-user limit holds (returned as waiting, with
-/// the limit as reason). Jobs ahead of one count as started for its user's total.
+/// The queue in `order`, without the jobs barred or held by a per-user limit (returned as
+/// waiting, with their reason). Jobs ahead of one count as started for its user's total, and
+/// so do the jobs resumed in this round (`resumed`: whose, how many cores).
 pub(super) fn limited<'a, M: RoundMachine>(
     input: &RoundInput<'a, M>,
     order: &Option<Vec<usize>>,
+    resumed: &[(UserKey, u64)],
 ) -> (Cow<'a, [QueuedJob]>, Vec<Waiting>) {
-    let Some(limits) = &input.user_limits else {
+    let barred = input.barred.filter(|b| !b.is_empty());
+    if input.user_limits.is_none() && barred.is_none() {
         return match order {
             None => (Cow::Borrowed(input.queue), vec![]),
             Some(order) => (Cow::Owned(order.iter().map(|&i| input.queue[i].clone()).collect()), vec![]),
         };
-    };
+    }
     let indices: Box<dyn Iterator<Item = usize>> = match order {
         Some(order) => Box::new(order.iter().copied()),
         None => Box::new(0..input.queue.len()),
     };
-    let mut used = limits.running.clone();
+    let mut used = input.user_limits.map(|l| l.running.clone()).unwrap_or_default();
+    for (key, cores) in resumed {
+        *used.entry(key.clone()).or_default() += cores;
+    }
     let (mut queue, mut held) = (Vec::with_capacity(input.queue.len()), vec![]);
     for i in indices {
         let q = &input.queue[i];
+        if let Some(reason) = barred.and_then(|b| b.get(&q.id)) {
+            held.push(Waiting { id: q.id, reason: reason.clone(), expected_start: None });
+            continue;
+        }
         // A queue dropped from the config keeps its jobs running, without limits.
-        let Some((spec, key)) = &limits.jobs[i] else {
+        let Some((spec, key)) = input.user_limits.and_then(|l| l.jobs[i].as_ref()) else {
             queue.push(q.clone());
             continue;
         };

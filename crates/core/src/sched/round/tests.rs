@@ -49,8 +49,9 @@ fn input<'a>(
         queue,
         priority: None,
         user_limits: None,
+        barred: None,
         suspended: &[],
-        relocate: true,
+        resume: ResumeRule::Whole { relocate: true },
         preempt: None,
         limits: limits(BackfillPolicy::Easy),
         reasons: true,
@@ -103,16 +104,15 @@ fn resume_then_preemption_by_suspension() {
     let running = vec![hold(&mut cluster, 3, &[(1, "0-3")], 500.0)];
     let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
     let was = hold(&mut scratch, 7, &[(0, "0-3")], 0.0);
-    let suspended =
-        [SuspendedInput { job: SuspendedJob { id: JobId(7), alloc: was.alloc }, walltime_left: 40.0, victim: None }];
+    let suspended = [SuspendedInput::whole(SuspendedJob { id: JobId(7), alloc: was.alloc }, 70.0, None)];
     let victims =
         [Preemptible { id: JobId(3), alloc: running[0].alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 }];
     let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
     let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
-    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true }];
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }];
     let mut i = input(&cluster, &running, &queue);
     i.suspended = &suspended;
-    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims });
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: false });
     let d = round(&i, 30.0);
     assert_eq!(snapshot(&d), ["resume 7 in place", "suspend 3 to start 9 on n1:0-3", "passed true, backfilled 0"]);
     // Without preemption, job 9 waits until job 7 (resumed, 40 s left) ends.
@@ -139,9 +139,9 @@ fn preemptors_per_round_are_bounded() {
         .collect();
     let queue: Vec<QueuedJob> = (1..=5).map(|id| queued(id, 2, 10.0)).collect();
     let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
-    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true }; 5];
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }; 5];
     let mut i = input(&cluster, &running, &queue);
-    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims });
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: false });
     let d = round(&i, 0.0);
     assert_eq!(d.preemptions.len(), PREEMPTORS_PER_PASS);
     let victims: Vec<JobId> = d.preemptions.iter().flat_map(|p| p.victims.clone()).collect();
@@ -179,8 +179,7 @@ fn resume_moved_to_other_cores_of_its_node() {
     let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 50.0)];
     let mut scratch = ClusterBuilder::new().nodes(1, 1, 8, 0).build();
     let was = hold(&mut scratch, 7, &[(0, "0-3")], 0.0);
-    let suspended =
-        [SuspendedInput { job: SuspendedJob { id: JobId(7), alloc: was.alloc }, walltime_left: 20.0, victim: None }];
+    let suspended = [SuspendedInput::whole(SuspendedJob { id: JobId(7), alloc: was.alloc }, 20.0, None)];
     let queue = vec![queued(9, 4, 10.0)];
     let mut i = input(&cluster, &running, &queue);
     i.suspended = &suspended;
@@ -192,6 +191,6 @@ fn resume_moved_to_other_cores_of_its_node() {
             "passed true, backfilled 0",
         ]
     );
-    i.relocate = false;
+    i.resume = ResumeRule::Whole { relocate: false };
     assert_eq!(snapshot(&round(&i, 0.0)), ["start 9 on n0:4-7", "passed true, backfilled 0"]);
 }
