@@ -1,20 +1,27 @@
-//! Queue policy in the controller: fair-share usage, priority order, one backfill pass.
+//! Queue policy in the controller: fair-share usage and one scheduling round per pass.
 //!
-//! The decisions are berth-core's (`sched::backfill::plan_with_advance_keeping`, `priority`,
-//! `FairShare`); this module only gathers their inputs from the controller's state (advance
-//! reservations and their members from `advance`), keeps what users are shown (priority,
-//! expected start) and persists fair-share usage.
+//! The decisions are berth-core's (`sched::round::round_keeping`: resumes, priority order,
+//! per-user limits, backfill beside advance reservations, preemption; `FairShare`); this
+//! module only gathers their inputs from the controller's state (`gather`; advance
+//! reservations and their members from `advance`), carries out their effects (`effects`),
+//! keeps what users are shown (priority, expected start) and persists fair-share usage.
 
 use crate::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
-use berth_core::sched::backfill::{self, Deadline, PassInput, PassLimits, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{self, Deadline, PassLimits};
 use berth_core::sched::fairshare::FairShare;
-use berth_core::sched::preempt;
-use berth_core::sched::priority::{priority, Priority, PriorityInput};
-use berth_core::JobId;
+use berth_core::sched::priority::Priority;
+use berth_core::sched::queue::QueueSpec;
+use berth_core::sched::round::{
+    round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UserKey, UserLimits,
+};
+use berth_core::{JobId, NodeId};
 use std::collections::HashMap;
+
+mod effects;
+mod gather;
 
 /// What the last pass decided and measured, for `berth jobs` and `berth share`.
 #[derive(Debug, Default)]
@@ -120,240 +127,55 @@ impl Controller {
         Ok(())
     }
 
-    /// One scheduling pass: priority order, then the configured backfill; starts are persisted
-    /// in the current transaction and launched after it commits.
+    /// One scheduling pass: berth-core's round (`sched::round::round_keeping`: resumes,
+    /// priority order, per-user limits, the configured backfill beside the advance
+    /// reservations, preemption) over the controller's state, then its effects (`effects`):
+    /// resumes, starts and suspensions persisted in the current transaction and sent to the
+    /// agents after it commits, and what users are shown (reasons, expected starts).
     pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
         self.check_advance(now)?;
         self.dirty = false;
         self.charge_usage(now)?;
-        // Suspended jobs resume as soon as their cores (or others on their nodes) are free,
-        // before anything new starts.
-        self.resume_waiting(now)?;
-        let began = std::time::Instant::now();
-        let machine_cpus: u64 = self.cluster.nodes.iter().map(|n| n.topology.all_pus().len() as u64).sum();
-        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
-        let mut queue: Vec<(Priority, f64, QueuedJob, (String, u32))> = Vec::new();
-        self.policy.priorities.clear();
-        // Jobs whose dependency or begin time does not let them start yet wait outside the pass.
+        // Jobs whose dependency or begin time does not let them start yet wait outside the round.
         let not_yet = self.ineligible(now)?;
-        for job in self.jobs.values().filter(|j| j.state.is_pending() && !not_yet.contains(&j.id)) {
-            let pending = job.pending_in(&self.cfg.queues);
-            let input = PriorityInput {
-                submit_time: job.submit_time,
-                cpus: pending.request.total_cpus(),
-                queue_factor: self.queue_factor(&job.queue),
-                fair_share_factor: self.policy.fair_share.factor(&account_of(job)),
-            };
-            let mut p = priority(&self.cfg.priority, &input, now, machine_cpus.max(1));
-            if let Some(admin) = job.options.priority {
-                // An admin's priority (`berth update --priority`) replaces the computed one.
-                p.total = f64::from(admin);
-            }
-            self.policy.priorities.insert(job.id, p.clone());
-            let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
-            queue.push((
-                p,
-                job.submit_time,
-                QueuedJob { id: job.id, request: pending.request, walltime, held: pending.held },
-                (job.queue.clone(), job.user.uid),
-            ));
-        }
-        // Jobs asking for an advance reservation they cannot use wait, outside the pass.
-        let (advance, shut_out) = self.advance_pass_input();
-        queue.retain(|q| !shut_out.contains_key(&q.2.id));
-        self.policy.advance_reasons.clear();
-        if queue.is_empty() {
-            self.pending_reasons.clear();
-            self.policy.expected_start.clear();
-            self.shut_out(shut_out);
-            return Ok(());
-        }
-        // Highest priority first; equal priorities in submission order.
-        queue.sort_by(|a, b| b.0.total.total_cmp(&a.0.total).then(a.1.total_cmp(&b.1)).then(a.2.id.cmp(&b.2.id)));
-        // Per-user limits of queues: a job that would take its user over waits (counting the
-        // jobs ahead of it as if they start, so one pass cannot overshoot).
-        let mut held_by_limit = Vec::new();
-        let mut user_cores: HashMap<(String, u32), u64> = HashMap::new();
-        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
-            let cores: u64 = j.allocation.iter().map(|a| a.cores as u64).sum();
-            *user_cores.entry((j.queue.clone(), j.user.uid)).or_default() += cores;
-        }
-        let queue: Vec<QueuedJob> = queue
-            .into_iter()
-            .filter_map(|(_, _, q, key)| {
-                // A queue dropped from the config keeps its jobs running, without limits.
-                let Some(spec) = self.cfg.queues.iter().find(|s| s.name == key.0) else { return Some(q) };
-                if spec.max_cores_per_user.is_none() || q.held {
-                    return Some(q);
-                }
-                let used = user_cores.entry(key).or_default();
-                let cores = q.request.total_cpus();
-                match berth_core::sched::queue::user_limit_reason(spec, *used, cores) {
-                    Some(reason) => {
-                        held_by_limit.push((q.id, reason));
-                        None
-                    }
-                    None => {
-                        *used += cores;
-                        Some(q)
-                    }
-                }
-            })
-            .collect();
-        let resumes = self.resumes_after(unlimited);
-        let running: Vec<RunningJob<_>> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Running)
-            .map(|j| {
-                let end = j.expected_end(unlimited);
-                RunningJob { id: j.id, alloc: j.allocation.clone(), end: resumes.get(&j.id).map_or(end, |&r| end + r) }
-            })
-            .collect();
-        let view = self.sched_view();
+        let began = std::time::Instant::now();
+        let g = self.gather(&not_yet, now);
+        let per_job: Vec<Option<(&QueueSpec, UserKey)>> =
+            g.queues.iter().map(|q| q.as_ref().map(|(k, key)| (&g.specs[*k], key.clone()))).collect();
+        let connected = |n: NodeId| g.connected.get(n.0 as usize).copied().unwrap_or(false);
         let budget_ms = self.cfg.scheduler.reservation_budget_ms;
         let deadline =
             (budget_ms > 0).then(|| Deadline { at: monotonic_micros() + budget_ms * 1000, clock: monotonic_micros });
-        let limits = PassLimits {
-            policy: self.cfg.scheduler.policy,
-            max_reservations: self.cfg.scheduler.max_reservations,
-            deadline,
+        let input = RoundInput {
+            machine: &g.machine,
+            running: &g.running,
+            queue: &g.queue,
+            priority: Some(PriorityRound {
+                weights: &self.cfg.priority,
+                machine_cpus: g.machine_cpus,
+                jobs: &g.priority,
+            }),
+            user_limits: Some(UserLimits { jobs: &per_job, running: &g.users }),
+            barred: Some(&g.barred),
+            suspended: &g.suspended,
+            resume: ResumeRule::Parts { connected: &connected },
+            preempt: self.cfg.preempt.enabled.then_some(PreemptRound {
+                config: &self.cfg.preempt,
+                jobs: &g.preempt,
+                victims: &g.victims,
+                by_id: true,
+            }),
+            limits: PassLimits {
+                policy: self.cfg.scheduler.policy,
+                max_reservations: self.cfg.scheduler.max_reservations,
+                deadline,
+            },
+            reasons: true,
+            idle_unless: None,
         };
-        let input = PassInput { machine: &view, running: &running, queue: &queue, now };
-        let (out, _) = backfill::plan_with_advance_keeping(&input, &advance, &limits, &mut self.policy.kept_plan);
-        self.pending_reasons.clear();
-        self.policy.expected_start.clear();
-        self.pending_reasons.extend(held_by_limit);
-        self.shut_out(shut_out);
-        for w in out.waiting {
-            if let Some(t) = w.expected_start {
-                self.policy.expected_start.insert(w.id, t);
-            }
-            if matches!(w.reason, berth_core::sched::PendingReason::Resources(_)) {
-                if let Some(why) = self.jobs.get(&w.id).and_then(|j| self.advance_wait_reason(j, now)) {
-                    self.policy.advance_reasons.insert(w.id, why);
-                }
-            }
-            self.pending_reasons.insert(w.id, w.reason);
-        }
-        self.policy.last_pass = PassStats {
-            pending: queue.len(),
-            started: out.starts.len(),
-            backfilled: out.backfilled,
-            micros: began.elapsed().as_micros() as u64,
-            kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),
-        };
-        for (id, alloc) in out.starts {
-            self.start(id, alloc, now)?;
-        }
-        if self.cfg.preempt.enabled {
-            self.preempt(&queue, now)?;
-        }
-        Ok(())
-    }
-
-    /// Suspended jobs resume (before anything new starts, `resume_waiting`) as soon as the
-    /// running jobs on their CPUs end, and then run what is left of their walltime: for expected
-    /// starts, those running jobs' CPUs are busy that much longer (issue 17 item 11: a queued
-    /// job's expected start ignored the coming resume). Per running job holding CPUs of jobs
-    /// suspended by the scheduler, the longest such remainder (seconds). Admins' suspensions
-    /// last until `berth resume`: they are not counted.
-    fn resumes_after(&self, unlimited: f64) -> HashMap<JobId, f64> {
-        let mut out: HashMap<JobId, f64> = HashMap::new();
-        let suspended: Vec<&JobRecord> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
-            .collect();
-        if suspended.is_empty() {
-            return out;
-        }
-        for s in suspended {
-            // What it had left when it was suspended (its walltime does not count suspensions).
-            let left = (s.expected_end(unlimited) - s.suspension.since.unwrap_or(0.0)).max(0.0);
-            for r in self.jobs.values().filter(|j| j.state == JobState::Running) {
-                let overlaps = r
-                    .allocation
-                    .iter()
-                    .any(|a| s.allocation.iter().any(|b| a.node_id == b.node_id && a.cpus.intersects(&b.cpus)));
-                if overlaps {
-                    let e = out.entry(r.id).or_default();
-                    *e = e.max(left);
-                }
-            }
-        }
-        out
-    }
-
-    /// Preemption by suspension: the highest-priority waiting jobs whose score is high enough
-    /// (large parallel, or a high preemption class) suspend cheaper running jobs and start on
-    /// their CPUs. Bounded: at most `PREEMPTORS_PER_PASS` jobs are tried per pass.
-    fn preempt(&mut self, queue: &[QueuedJob], now: f64) -> Result<(), StoreError> {
-        let cfg = self.cfg.preempt.clone();
-        let mut tried = 0;
-        for q in queue {
-            if tried >= preempt::PREEMPTORS_PER_PASS {
-                break;
-            }
-            let waits_for_resources =
-                matches!(self.pending_reasons.get(&q.id), Some(berth_core::sched::PendingReason::Resources(_)));
-            let Some(job) = self.jobs.get(&q.id) else { continue };
-            // Members of advance reservations wait for their reservation's resources only.
-            if q.held || !waits_for_resources || job.state != JobState::Queued || job.options.reservation.is_some() {
-                continue;
-            }
-            let score = preempt::score(&q.request, self.preempt_class(&job.queue), &cfg);
-            if score < cfg.min_score {
-                continue;
-            }
-            tried += 1;
-            let running: Vec<preempt::Preemptible> = self
-                .jobs
-                .values()
-                .filter(|j| j.state == JobState::Running && !j.is_interactive() && !self.in_advance(j))
-                .map(|j| preempt::Preemptible {
-                    id: j.id,
-                    alloc: j.allocation.clone(),
-                    score: preempt::score(&j.pending().request, self.preempt_class(&j.queue), &cfg),
-                    suspended_secs: j.suspension.seconds(now),
-                    start: j.start_time.unwrap_or(now),
-                })
-                .collect();
-            let candidate = preempt::Preemptor { request: &q.request, score, walltime: q.walltime };
-            // Advance reservations it would run into are off limits, as in the pass.
-            let (view, reserved) = self.advance_view(now, q.walltime);
-            let Some(mut plan) = preempt::plan_preemption(&view, &running, &candidate, &cfg, now) else {
-                continue;
-            };
-            let why = format!("preempted by job {}", q.id);
-            let mut all_suspended = true;
-            for victim in &plan.victims {
-                if let Err(e) = self.suspend_job(*victim, now, crate::suspend::SuspendBy::Policy(why.clone()))? {
-                    tracing::warn!(job = %victim, "cannot suspend for job {}: {e}", q.id);
-                    all_suspended = false;
-                }
-            }
-            // A victim that could not be frozen keeps its CPUs: the plan no longer holds. Beside
-            // advance reservations, it starts where it fits with them claimed.
-            let fits = all_suspended
-                && match berth_core::sched::place(&self.advance_view(now, q.walltime).0, &q.request) {
-                    berth_core::sched::Placement::Now(alloc) => {
-                        if reserved {
-                            plan.alloc = alloc;
-                        }
-                        true
-                    }
-                    _ => false,
-                };
-            if fits {
-                let victims: Vec<String> = plan.victims.iter().map(|v| v.to_string()).collect();
-                self.store.event(now, "preempt", Some(q.id), None, &format!("suspended jobs {}", victims.join(",")))?;
-                self.pending_reasons.remove(&q.id);
-                self.policy.expected_start.remove(&q.id);
-                self.start(q.id, plan.alloc, now)?;
-            }
-        }
-        Ok(())
+        let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
+        let micros = began.elapsed().as_micros() as u64;
+        self.carry_out(decisions, g.shut_out, micros, now)
     }
 
     /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.

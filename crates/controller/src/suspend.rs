@@ -18,9 +18,9 @@ use crate::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobState, NodeAllocation};
-use berth_core::node::RelocateError;
+use berth_core::sched::preempt::{resume_parts, resumed_on, PartsJob};
 use berth_core::sched::ClusterState;
-use berth_core::JobId;
+use berth_core::{JobId, NodeId};
 use berth_protocol::agent::{CgroupReport, ControllerMessage};
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
 
@@ -130,8 +130,13 @@ impl JobRecord {
     /// has none) + the seconds of its suspensions that ended (its walltime clock stops while
     /// it is suspended). A job suspended now ends later still, by how long it stays so.
     pub fn expected_end(&self, unlimited: f64) -> f64 {
+        self.ends_after(self.suspension.total_secs, unlimited)
+    }
+
+    /// `expected_end` had its suspensions lasted `suspended_secs` in all.
+    pub fn ends_after(&self, suspended_secs: f64, unlimited: f64) -> f64 {
         let start = self.start_time.unwrap_or(self.submit_time);
-        start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + self.suspension.total_secs
+        start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + suspended_secs
     }
 }
 
@@ -201,13 +206,15 @@ impl Controller {
         Ok(Ok(()))
     }
 
-    /// Resume suspended job `id` if it can run now: on its own PUs where they are free, else
-    /// on as many free cores of the same node (same NUMA nodes first; memory follows the CPUs,
-    /// in the per-NUMA books too; the allocation is rewritten). Written as running in the current transaction and
-    /// `resume` sent to its nodes after the commit; otherwise it stays suspended with the
-    /// reason returned (e.g. "waiting for 4 cores on n2 to resume (1 free)"). Refused (the
-    /// inner error) for a job that is not suspended or is ending. Admin suspensions are
-    /// resumed too: callers that must not (`resume_waiting`) check `by_admin`.
+    /// Resume suspended job `id` if it can run now: part by part by berth-core's rule
+    /// (`sched::preempt::resume_parts`, as the scheduling round does): on its own PUs where
+    /// they are free, else on as many free cores of the same node (same NUMA nodes first;
+    /// memory follows the CPUs, in the per-NUMA books too; the allocation is rewritten).
+    /// Written as running in the current transaction and `resume` sent to its nodes after the
+    /// commit; otherwise it stays suspended with the reason returned (e.g. "waiting for 4 cores
+    /// on n2 to resume (1 free)"). Refused (the inner error) for a job that is not suspended or
+    /// is ending. Admin suspensions are resumed too: callers that must not (`resume_waiting`)
+    /// check `by_admin`.
     pub fn try_resume(&mut self, id: JobId, now: f64) -> Result<Result<Resumed, ApiError>, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
             return Ok(Err(api(ErrorCode::UnknownJob, format!("job {id} is not suspended"))));
@@ -219,46 +226,61 @@ impl Controller {
         if let Some(r) = &job.kill_sent {
             return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it is not resumed"))));
         }
-        let plan = match self.resume_plan(job, now) {
-            Ok(plan) => plan,
+        match self.resume_plan(job, now) {
+            Ok(plan) => Ok(Ok(self.resume_with(id, plan, now)?)),
             Err(why) => {
-                // Keep what suspended it ("suspended: preempted by job 12") in front of the wait.
-                let cause = job
-                    .reason
-                    .as_deref()
-                    .and_then(|r| r.split("; ").next())
-                    .filter(|r| r.starts_with("suspended: ") && !r.contains("waiting for"));
-                let reason = match cause {
-                    Some(cause) => format!("{cause}; {why}"),
-                    None => format!("suspended: {why}"),
-                };
-                if let Some(job) = self.jobs.get_mut(&id).filter(|j| j.reason.as_deref() != Some(&reason)) {
-                    job.reason = Some(reason);
-                    self.store.update_job(job)?;
-                }
-                return Ok(Ok(Resumed::Waiting(why)));
+                self.resume_waits(id, &why)?;
+                Ok(Ok(Resumed::Waiting(why)))
             }
+        }
+    }
+
+    /// A suspended job that cannot resume now: its reason says why, after what suspended it
+    /// ("suspended: preempted by job 12; waiting for ...").
+    pub(crate) fn resume_waits(&mut self, id: JobId, why: &str) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        let cause = job
+            .reason
+            .as_deref()
+            .and_then(|r| r.split("; ").next())
+            .filter(|r| r.starts_with("suspended: ") && !r.contains("waiting for"));
+        let reason = match cause {
+            Some(cause) => format!("{cause}; {why}"),
+            None => format!("suspended: {why}"),
         };
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(Resumed::InPlace)) };
+        if job.reason.as_deref() != Some(&reason) {
+            job.reason = Some(reason);
+            self.store.update_job(job)?;
+        }
+        Ok(())
+    }
+
+    /// Resume job `id` by `plan` (per part of its allocation: where it moves, None: in place):
+    /// its memory books follow moved parts, its PUs are claimed, it is written as running and
+    /// `resume` goes to each of its nodes after the commit (with the new part where it moved).
+    pub(crate) fn resume_with(
+        &mut self,
+        id: JobId,
+        plan: Vec<Option<NodeAllocation>>,
+        now: f64,
+    ) -> Result<Resumed, StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Resumed::InPlace) };
         let mut moved = Vec::new();
         let mut details = Vec::new();
         let mut msgs = Vec::new();
+        let old = job.allocation.clone();
+        // Its memory moves with it (the agent migrates the pages): so do the books.
+        job.allocation = resumed_on(&mut self.cluster, &old, &plan);
         for (k, to) in plan.into_iter().enumerate() {
             let node = job.allocation[k].node_id.0 as usize;
             let allocation = match to {
                 Some(to) => {
-                    let from = &job.allocation[k];
+                    let from = &old[k];
                     details.push(format!(
                         "{}: cpus {} -> {}, memory nodes {} -> {}",
                         to.node, from.cpus, to.cpus, from.mems, to.mems
                     ));
                     moved.push(to.node.clone());
-                    // Its memory moves with it (the agent migrates the pages): so do the books.
-                    if let Some(n) = self.cluster.node_mut(from.node_id) {
-                        n.release_memory(from);
-                        n.claim_memory(&to);
-                    }
-                    job.allocation[k] = to.clone();
                     Some(to)
                 }
                 // A part a failed move may have left elsewhere is sent as it is recorded.
@@ -266,11 +288,6 @@ impl Controller {
                 None => None,
             };
             msgs.push((node, allocation.is_some(), ControllerMessage::Resume { id, allocation }));
-        }
-        for na in &job.allocation {
-            if let Some(n) = self.cluster.node_mut(na.node_id) {
-                n.claim_pus(na);
-            }
         }
         let since = job.suspension.since.unwrap_or(now);
         let by_admin = job.suspension.by_admin;
@@ -293,56 +310,44 @@ impl Controller {
         for (node, _, msg) in msgs {
             self.send_to_node(node, msg);
         }
-        Ok(Ok(if moved.is_empty() { Resumed::InPlace } else { Resumed::Moved(moved) }))
+        Ok(if moved.is_empty() { Resumed::InPlace } else { Resumed::Moved(moved) })
     }
 
     /// Where each part of suspended `job` would resume now (None: in place), or why it cannot.
     /// A job outside the live advance reservations keeps off their windows for the rest of its
     /// walltime, as a new start would.
     fn resume_plan(&self, job: &JobRecord, now: f64) -> Result<Vec<Option<NodeAllocation>>, String> {
+        let connected = |n: NodeId| self.connected(n.0 as usize);
+        match self.resume_keeps_off(job, now) {
+            Some(left) => {
+                resume_parts(&self.advance_view(now, left).0, &job.allocation, self.parts_job(job), &connected)
+            }
+            None => resume_parts(&self.cluster, &job.allocation, self.parts_job(job), &connected),
+        }
+    }
+
+    /// For a job outside the live advance reservations (while there are any): the seconds it
+    /// has left to run, during which it keeps off their windows once resumed.
+    pub(crate) fn resume_keeps_off(&self, job: &JobRecord, now: f64) -> Option<f64> {
+        if self.policy.advance.live.is_empty() || self.in_advance(job) {
+            return None;
+        }
+        Some(self.left_to_run(job, now))
+    }
+
+    /// What suspended `job` has left to run: its expected end counts the suspensions before
+    /// this one.
+    pub(crate) fn left_to_run(&self, job: &JobRecord, now: f64) -> f64 {
+        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+        (job.expected_end(unlimited) - job.suspension.since.unwrap_or(now)).max(0.0)
+    }
+
+    /// How the parts of suspended `job` may move when it resumes.
+    pub(crate) fn parts_job(&self, job: &JobRecord) -> PartsJob {
         let request = job.request();
-        let windows;
-        let nodes = if self.policy.advance.live.is_empty() || self.in_advance(job) {
-            &self.cluster.nodes
-        } else {
-            let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
-            // What it has left to run: its expected end counts the suspensions before this one.
-            let left = (job.expected_end(unlimited) - job.suspension.since.unwrap_or(now)).max(0.0);
-            windows = self.advance_view(now, left).0;
-            &windows.nodes
-        };
         // Steps hold PUs by index in the allocation: a job with live steps resumes in place.
         let steps_hold = self.steps.get(&job.id).is_some_and(|v| v.iter().any(|s| !s.claims.is_empty()));
-        let mut plan = Vec::with_capacity(job.allocation.len());
-        for na in &job.allocation {
-            let n = na.node_id.0 as usize;
-            if !self.connected(n) {
-                return Err(format!("node {} is not connected", na.node));
-            }
-            let Some(cap) = nodes.get(n) else {
-                return Err(format!("node {} is unknown", na.node));
-            };
-            if cap.pus_free_for(na) {
-                plan.push(None);
-                continue;
-            }
-            if steps_hold {
-                return Err(format!(
-                    "waiting for its own CPUs {} on {} to resume (its steps hold them)",
-                    na.cpus, na.node
-                ));
-            }
-            match cap.relocation_for(na, request.threads, request.system_cpus) {
-                Ok(to) => plan.push(Some(to)),
-                Err(RelocateError::Short { need, free, unit }) => {
-                    return Err(format!("waiting for {need} {unit} on {} to resume ({free} free)", na.node))
-                }
-                Err(RelocateError::Pinned(why)) => {
-                    return Err(format!("waiting for its own CPUs {} on {} to resume ({why})", na.cpus, na.node))
-                }
-            }
-        }
-        Ok(plan)
+        PartsJob { threads: request.threads, system_cpus: request.system_cpus, steps_hold }
     }
 
     /// The start of a scheduling pass: resume every job the pass suspended (not the admins'

@@ -1,0 +1,121 @@
+//! The round's decisions carried out, in its order: resumes, what users are shown (reasons,
+//! expected starts, priorities), starts, then preemptions (each: its suspensions, then its
+//! start). Rows are written in the current transaction; messages to the agents go after it
+//! commits.
+
+use super::PassStats;
+use crate::state::Controller;
+use crate::store::StoreError;
+use crate::suspend::SuspendBy;
+use berth_core::job::{Allocation, NodeAllocation};
+use berth_core::sched::backfill::Waiting;
+use berth_core::sched::preempt::Resume;
+use berth_core::sched::round::{PreemptStart, RoundDecisions};
+use berth_core::sched::{place, PendingReason, Placement};
+use berth_core::JobId;
+use std::collections::HashMap;
+
+impl Controller {
+    /// Carry out `d`; `shut_out`: jobs asking for an advance reservation they cannot use, with
+    /// why; `micros`: how long the round took.
+    pub(super) fn carry_out(
+        &mut self,
+        d: RoundDecisions<Allocation>,
+        shut_out: HashMap<JobId, String>,
+        micros: u64,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        for (id, how) in d.resumes {
+            let Some(old) = self.jobs.get(&id).map(|j| j.allocation.clone()) else { continue };
+            self.resume_with(id, parts_moved(&old, &how), now)?;
+        }
+        for (id, why) in &d.still_suspended {
+            self.resume_waits(*id, why)?;
+        }
+        self.policy.priorities = d.priorities.into_iter().collect();
+        self.policy.advance_reasons.clear();
+        self.pending_reasons.clear();
+        self.policy.expected_start.clear();
+        for w in d.waiting {
+            self.waits(w, now);
+        }
+        self.shut_out(shut_out);
+        if d.passed {
+            self.policy.last_pass = PassStats {
+                pending: d.planned,
+                started: d.starts.len(),
+                backfilled: d.backfilled,
+                micros,
+                kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),
+            };
+        }
+        for s in d.starts {
+            self.start(s.id, s.alloc, now)?;
+        }
+        // Each preemption was decided on the state the ones before it left: once one does not
+        // happen as decided, the rest wait for the next pass.
+        let mut as_decided = true;
+        for p in d.preemptions {
+            if as_decided {
+                as_decided = self.preempt_one(&p, now)?;
+                if self.jobs.get(&p.id).is_some_and(|j| j.state.has_allocation()) {
+                    continue;
+                }
+            }
+            self.dirty = true;
+            self.waits(p.waited, now);
+        }
+        Ok(())
+    }
+
+    /// A job left waiting: its reason and expected start, shown to users. A member of an
+    /// advance reservation waiting for resources is told it waits for the window.
+    fn waits(&mut self, w: Waiting, now: f64) {
+        if let Some(t) = w.expected_start {
+            self.policy.expected_start.insert(w.id, t);
+        }
+        if matches!(w.reason, PendingReason::Resources(_)) {
+            if let Some(why) = self.jobs.get(&w.id).and_then(|j| self.advance_wait_reason(j, now)) {
+                self.policy.advance_reasons.insert(w.id, why);
+            }
+        }
+        self.pending_reasons.insert(w.id, w.reason);
+    }
+
+    /// Suspend the preemption's victims, then start its job. A victim that could not be frozen
+    /// keeps its CPUs: the job does not start. Beside advance reservations it starts where it
+    /// fits with them claimed. Whether it started where the round decided.
+    fn preempt_one(&mut self, p: &PreemptStart<Allocation>, now: f64) -> Result<bool, StoreError> {
+        let why = format!("preempted by job {}", p.id);
+        let mut all_suspended = true;
+        for victim in &p.victims {
+            if let Err(e) = self.suspend_job(*victim, now, SuspendBy::Policy(why.clone()))? {
+                tracing::warn!(job = %victim, "cannot suspend for job {}: {e}", p.id);
+                all_suspended = false;
+            }
+        }
+        let Some(job) = self.jobs.get(&p.id).filter(|_| all_suspended) else { return Ok(false) };
+        let request = job.pending_in(&self.cfg.queues).request;
+        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+        let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
+        let (view, reserved) = self.advance_view(now, walltime);
+        let alloc = match place(&view, &request) {
+            Placement::Now(alloc) if reserved => alloc,
+            Placement::Now(_) => p.alloc.clone(),
+            _ => return Ok(false),
+        };
+        let victims: Vec<String> = p.victims.iter().map(|v| v.to_string()).collect();
+        self.store.event(now, "preempt", Some(p.id), None, &format!("suspended jobs {}", victims.join(",")))?;
+        let as_decided = alloc == p.alloc;
+        self.start(p.id, alloc, now)?;
+        Ok(as_decided)
+    }
+}
+
+/// Per part of `old`, where it resumes (None: in place).
+fn parts_moved(old: &Allocation, how: &Resume) -> Vec<Option<NodeAllocation>> {
+    match how {
+        Resume::InPlace => vec![None; old.len()],
+        Resume::Relocated(new) => old.iter().zip(new).map(|(o, n)| (o != n).then(|| n.clone())).collect(),
+    }
+}

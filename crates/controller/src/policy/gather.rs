@@ -1,0 +1,158 @@
+//! The round's input, gathered from the controller's state: the queue with its priority
+//! inputs, per-user limits, preemption classes, the suspended jobs that may resume, the running
+//! jobs and the advance reservations. Owned here; `RoundInput` borrows it.
+
+use super::account_of;
+use crate::job::JobRecord;
+use crate::state::Controller;
+use berth_core::job::{Allocation, JobState};
+use berth_core::sched::backfill::{AdvanceReservation, QueuedJob, RunningJob};
+use berth_core::sched::preempt::{self, Preemptible, SuspendedJob};
+use berth_core::sched::priority::PriorityInput;
+use berth_core::sched::queue::QueueSpec;
+use berth_core::sched::round::{JobPriority, PreemptJob, SuspendedInput, UserKey};
+use berth_core::sched::{ClusterState, PendingReason};
+use berth_core::JobId;
+use std::collections::{HashMap, HashSet};
+
+/// Everything a round decides from, owned.
+pub(super) struct Gathered {
+    /// The nodes up and connected (others down), every running job's allocation claimed.
+    pub machine: ClusterState,
+    pub machine_cpus: u64,
+    pub running: Vec<RunningJob<Allocation>>,
+    /// Pending jobs eligible now, in id order, with their priority inputs, queue (an index
+    /// into `specs` with the job's (queue, uid)) and preemption traits alongside.
+    pub queue: Vec<QueuedJob>,
+    pub priority: Vec<JobPriority>,
+    pub queues: Vec<Option<(usize, UserKey)>>,
+    pub preempt: Vec<PreemptJob>,
+    pub specs: Vec<QueueSpec>,
+    /// Cores each (queue, user) runs now.
+    pub users: HashMap<UserKey, u64>,
+    /// Jobs asking for an advance reservation they cannot use: why (waiting outside the pass).
+    pub shut_out: HashMap<JobId, String>,
+    pub barred: HashMap<JobId, PendingReason>,
+    pub advance: Vec<AdvanceReservation<Allocation>>,
+    /// Jobs the pass suspended, longest suspended first.
+    pub suspended: Vec<SuspendedInput>,
+    /// Running jobs preemption may suspend, in id order (empty with preemption off).
+    pub victims: Vec<Preemptible>,
+    /// Per node index: whether its agent is connected.
+    pub connected: Vec<bool>,
+}
+
+impl Controller {
+    /// The round's input at `now`; `not_yet`: pending jobs whose dependency or begin time does
+    /// not let them start yet (they wait outside the round).
+    pub(super) fn gather(&self, not_yet: &HashSet<JobId>, now: f64) -> Gathered {
+        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+        let (advance, shut_out) = self.advance_pass_input();
+        let barred = shut_out.iter().map(|(id, why)| (*id, PendingReason::NoSuitableNodes(why.clone()))).collect();
+        let mut g = Gathered {
+            machine: self.sched_view(),
+            machine_cpus: self.cluster.nodes.iter().map(|n| n.topology.all_pus().len() as u64).sum(),
+            running: vec![],
+            queue: vec![],
+            priority: vec![],
+            queues: vec![],
+            preempt: vec![],
+            specs: self.cfg.queues.clone(),
+            users: HashMap::new(),
+            shut_out,
+            barred,
+            advance,
+            suspended: self.suspended_inputs(now),
+            victims: vec![],
+            connected: self.extra.iter().map(|e| e.conn.is_some()).collect(),
+        };
+        for job in self.jobs.values().filter(|j| j.state.is_pending() && !not_yet.contains(&j.id)) {
+            self.gather_pending(job, &mut g, unlimited, now);
+        }
+        let preempting = self.cfg.preempt.enabled;
+        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
+            g.running.push(RunningJob { id: j.id, alloc: j.allocation.clone(), end: j.expected_end(unlimited) });
+            let cores: u64 = j.allocation.iter().map(|a| a.cores as u64).sum();
+            *g.users.entry((j.queue.clone(), j.user.uid)).or_default() += cores;
+            if preempting && self.may_be_suspended(j) {
+                g.victims.push(Preemptible {
+                    id: j.id,
+                    alloc: j.allocation.clone(),
+                    score: preempt::score(&j.pending().request, self.preempt_class(&j.queue), &self.cfg.preempt),
+                    suspended_secs: j.suspension.seconds(now),
+                    start: j.start_time.unwrap_or(now),
+                });
+            }
+        }
+        g
+    }
+
+    fn gather_pending(&self, job: &JobRecord, g: &mut Gathered, unlimited: f64, now: f64) {
+        let pending = job.pending_in(&self.cfg.queues);
+        g.priority.push(JobPriority {
+            input: PriorityInput {
+                submit_time: job.submit_time,
+                cpus: pending.request.total_cpus(),
+                queue_factor: self.queue_factor(&job.queue),
+                fair_share_factor: self.policy.fair_share.factor(&account_of(job)),
+            },
+            // An admin's priority (`berth update --priority`) replaces the computed one.
+            admin: job.options.priority.map(f64::from),
+        });
+        let spec = self.cfg.queues.iter().position(|s| s.name == job.queue);
+        g.queues.push(spec.map(|k| (k, (job.queue.clone(), job.user.uid))));
+        g.preempt.push(PreemptJob {
+            class: self.preempt_class(&job.queue),
+            // Members of advance reservations wait for their reservation's resources only.
+            may_preempt: job.state == JobState::Queued && job.options.reservation.is_none(),
+            suspendable: self.may_be_suspended(job),
+            suspended_secs: job.suspension.seconds(now),
+        });
+        let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
+        g.queue.push(QueuedJob { id: job.id, request: pending.request, walltime, held: pending.held });
+    }
+
+    /// Whether preemption may suspend `job` once it runs: not an interactive allocation, not in
+    /// an advance reservation.
+    fn may_be_suspended(&self, job: &JobRecord) -> bool {
+        !job.is_interactive() && !self.in_advance(job)
+    }
+
+    /// The jobs the pass suspended (admins' suspensions last until `berth resume`), longest
+    /// suspended first, as the round sees them: each resumes as soon as it can, and until then
+    /// the running jobs on its CPUs count as running as much longer as it has left to run.
+    fn suspended_inputs(&self, now: f64) -> Vec<SuspendedInput> {
+        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
+        let mut waiting: Vec<&JobRecord> = self
+            .jobs
+            .values()
+            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
+            .collect();
+        waiting.sort_by(|a, b| {
+            let since = |j: &JobRecord| j.suspension.since.unwrap_or(now);
+            since(a).total_cmp(&since(b)).then(a.id.cmp(&b.id))
+        });
+        let cfg = &self.cfg.preempt;
+        waiting
+            .into_iter()
+            .map(|j| {
+                let left = self.left_to_run(j, now);
+                // Its suspension ends now: its expected end then counts it.
+                let resumed_end = j.ends_after(j.suspension.seconds(now), unlimited);
+                let victim = (cfg.enabled && self.may_be_suspended(j)).then(|| {
+                    let score = preempt::score(&j.pending().request, self.preempt_class(&j.queue), cfg);
+                    (score, j.suspension.seconds(now), j.start_time.unwrap_or(now))
+                });
+                SuspendedInput {
+                    job: SuspendedJob { id: j.id, alloc: j.allocation.clone() },
+                    resumed_end,
+                    victim,
+                    parts: self.parts_job(j),
+                    keep_off: self.resume_keeps_off(j, now),
+                    holds_back: Some(left),
+                    user: Some(((j.queue.clone(), j.user.uid), j.allocation.iter().map(|a| a.cores as u64).sum())),
+                }
+            })
+            .collect()
+    }
+}
