@@ -7,8 +7,9 @@
 //! (same NUMA nodes first; its memory and memory nodes follow the new CPUs as far as they have
 //! room, the agent migrating the pages), else it waits, with the reason shown. Its
 //! walltime does not count the time suspended (the agents' clocks stop; `expected_end` adds
-//! it). Jobs suspended by the pass resume as soon as they can (`resume_waiting`); jobs an
-//! admin suspended only with `berth resume`.
+//! it). Jobs suspended by the pass resume as soon as they can (first thing in each pass's
+//! round, `berth_core::sched::round`, by the rule `try_resume` uses); jobs an admin suspended
+//! only with `berth resume`.
 //!
 //! State changes are written in the caller's transaction and the messages to the agents are
 //! sent after it commits, like every other handler.
@@ -213,8 +214,7 @@ impl Controller {
     /// Written as running in the current transaction and `resume` sent to its nodes after the
     /// commit; otherwise it stays suspended with the reason returned (e.g. "waiting for 4 cores
     /// on n2 to resume (1 free)"). Refused (the inner error) for a job that is not suspended or
-    /// is ending. Admin suspensions are resumed too: callers that must not (`resume_waiting`)
-    /// check `by_admin`.
+    /// is ending. Admin suspensions are resumed too (the pass's round leaves them out).
     pub fn try_resume(&mut self, id: JobId, now: f64) -> Result<Result<Resumed, ApiError>, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
             return Ok(Err(api(ErrorCode::UnknownJob, format!("job {id} is not suspended"))));
@@ -350,8 +350,10 @@ impl Controller {
         PartsJob { threads: request.threads, system_cpus: request.system_cpus, steps_hold }
     }
 
-    /// The start of a scheduling pass: resume every job the pass suspended (not the admins'
-    /// suspensions) that can run now, longest suspended first. Returns the ids resumed.
+    /// Resume every job the pass suspended (not the admins' suspensions) that can run now,
+    /// longest suspended first, as the first step of a pass's round does by the same rule
+    /// (`try_resume`): for tests of that rule without a pass. Returns the ids resumed.
+    #[cfg(test)]
     pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<JobId>, StoreError> {
         let mut waiting: Vec<(f64, JobId)> = self
             .jobs

@@ -194,3 +194,104 @@ fn resume_moved_to_other_cores_of_its_node() {
     i.resume = ResumeRule::Whole { relocate: false };
     assert_eq!(snapshot(&round(&i, 0.0)), ["start 9 on n0:4-7", "passed true, backfilled 0"]);
 }
+
+/// The controller's rule, part by part. Two nodes of 8 cores. Job 7 was suspended on
+/// n0:0-3, half of which job 3 now holds: it resumes moved to free cores of n0. Job 8 was
+/// suspended on n1:0-7, which job 4 holds until t=10: it stays suspended, says why, and holds
+/// job 4 back by its 50 s left, so job 9 (a whole node) is expected at 60, not 10. A node not
+/// connected resumes nothing.
+#[test]
+fn parts_rule_moves_parts_says_why_and_holds_back() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 8, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(0, "0-1")], 100.0), hold(&mut cluster, 4, &[(1, "0-7")], 10.0)];
+    let mut scratch = ClusterBuilder::new().nodes(2, 1, 8, 0).build();
+    let was7 = hold(&mut scratch, 7, &[(0, "0-3")], 0.0).alloc;
+    let was8 = hold(&mut scratch, 8, &[(1, "0-7")], 0.0).alloc;
+    let mut s7 = SuspendedInput::whole(SuspendedJob { id: JobId(7), alloc: was7 }, 40.0, None);
+    s7.holds_back = Some(40.0);
+    let mut s8 = SuspendedInput::whole(SuspendedJob { id: JobId(8), alloc: was8 }, 50.0, None);
+    s8.holds_back = Some(50.0);
+    let suspended = [s7, s8];
+    let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 8, 30.0)];
+    let all = |_: NodeId| true;
+    let mut i = input(&cluster, &running, &queue);
+    i.suspended = &suspended;
+    i.resume = ResumeRule::Parts { connected: &all };
+    let d = round_keeping(&i, &[], &mut None, 0.0);
+    assert_eq!(
+        snapshot(&d),
+        [
+            "resume 7 moved to n0:2-5",
+            "wait 9: resources: cores: 1 node with 8 free cores each wanted, no node has that many free now; it starts when running jobs free them, expected at 60",
+            "passed true, backfilled 0",
+        ]
+    );
+    assert_eq!(d.still_suspended, [(JobId(8), "waiting for 8 cores on n1 to resume (0 free)".to_string())]);
+    let n0_only = |n: NodeId| n.0 == 0;
+    i.resume = ResumeRule::Parts { connected: &n0_only };
+    i.suspended = &suspended[1..];
+    let d = round_keeping(&i, &[], &mut None, 0.0);
+    assert!(d.resumes.is_empty());
+    assert_eq!(d.still_suspended, [(JobId(8), "node n1 is not connected".to_string())]);
+}
+
+/// A job barred from the pass (e.g. asking for an advance reservation it cannot use) is
+/// ordered and waits with its reason; the rest is planned as without it. With every job
+/// barred no pass runs.
+#[test]
+fn barred_jobs_wait_outside_the_pass() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 1, &[(0, "0-1")], 10.0)];
+    let queue = vec![queued(2, 2, 5.0), queued(3, 2, 5.0)];
+    let mut barred = HashMap::new();
+    barred.insert(JobId(2), PendingReason::NoSuitableNodes("reservation r1 no longer exists".into()));
+    let mut i = input(&cluster, &running, &queue);
+    i.barred = Some(&barred);
+    let d = round(&i, 0.0);
+    assert_eq!(
+        snapshot(&d),
+        [
+            "start 3 on n0:2-3",
+            "wait 2: no suitable node up: reservation r1 no longer exists",
+            "passed true, backfilled 0"
+        ]
+    );
+    assert_eq!(d.planned, 1);
+    let queue = &queue[..1];
+    i.queue = queue;
+    let d = round(&i, 0.0);
+    assert_eq!(
+        snapshot(&d),
+        ["wait 2: no suitable node up: reservation r1 no longer exists", "passed false, backfilled 0"]
+    );
+}
+
+/// An advance reservation's window keeps a job off its resources, in the pass and in
+/// preemption alike: n1 is free but reserved from t=20, longer than job 9 runs, so job 9
+/// suspends job 3 on n0 instead. Without the window it starts on n1.
+#[test]
+fn advance_windows_bound_the_pass_and_preemption() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 500.0)];
+    let victims =
+        [Preemptible { id: JobId(3), alloc: running[0].alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 }];
+    let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let window = AdvanceReservation {
+        id: "r1".into(),
+        alloc: hold(&mut scratch, 0, &[(1, "0-3")], 0.0).alloc,
+        start: 20.0,
+        end: 1000.0,
+        members: vec![],
+    };
+    let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
+    let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }];
+    let mut i = input(&cluster, &running, &queue);
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: true });
+    let d = round_keeping(&i, std::slice::from_ref(&window), &mut None, 0.0);
+    assert_eq!(snapshot(&d), ["suspend 3 to start 9 on n0:0-3", "passed true, backfilled 0"]);
+    assert_eq!(d.preemptions[0].waited.id, JobId(9));
+    assert!(matches!(d.preemptions[0].waited.reason, PendingReason::Resources(_)));
+    let d = round_keeping(&i, &[], &mut None, 0.0);
+    assert_eq!(snapshot(&d), ["start 9 on n1:0-3", "passed true, backfilled 0"]);
+}
