@@ -463,6 +463,9 @@ fn start(
         }
     };
     drop(join);
+    if let Some(pid) = spawned.as_ref().ok().and_then(|child| child.id()) {
+        cg.joined(pid as i32);
+    }
     spawned.map_err(|e| {
         format!(
             "cannot start the batch script as {} (uid {}): {}; {}",
@@ -739,4 +742,290 @@ pub(crate) fn outcome_of(spec: &LaunchSpec, ended: Ended, reason: Option<String>
         Ended::Lost(e) => out.reason = Some(out.reason.unwrap_or_else(|| format!("lost track of the script: {e}"))),
     }
     out
+}
+
+/// Job supervision on the in-memory cgroup backend (crate::cgroup::fake): no root, no cgroup
+/// file system. The real backends run the same path in cgroup/real_tests and the system tests.
+#[cfg(test)]
+mod supervision_tests {
+    use super::*;
+    use crate::cgroup::fake::{FakeBackend, FakeOp};
+    use crate::cgroup::CgroupUsage;
+    use berth_core::CpuSet;
+
+    struct Harness {
+        dir: tempfile::TempDir,
+        fake: FakeBackend,
+        ctx: Arc<JobContext>,
+    }
+
+    fn harness() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let fake = FakeBackend::new(&dir.path().join("cgroup"));
+        fake.prepare_root().unwrap();
+        let topology = Topology::uniform(1, 1, 2, 1, 1 << 30);
+        let cpumap =
+            CpuMap::round_robin(&topology, CpuSet::parse_list("0-1").unwrap(), CpuSet::parse_list("0").unwrap());
+        let spool_root = dir.path().join("spool");
+        std::fs::create_dir(&spool_root).unwrap();
+        let ctx = Arc::new(JobContext {
+            cgroups: Arc::new(fake.clone()),
+            cpumap,
+            topology,
+            spool_root,
+            registry: Default::default(),
+            agent_socket: dir.path().join("agent.sock"),
+            shim: None,
+            records: None,
+            reports: None,
+            root_steps: Default::default(),
+            auth: None,
+        });
+        Harness { dir, fake, ctx }
+    }
+
+    /// Job `id` running `body` as a shell script, as the user running the test.
+    fn spec(h: &Harness, id: u64, body: &str, walltime: Option<u64>) -> LaunchSpec {
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let out = h.dir.path().join(format!("{id}.out"));
+        serde_json::from_value(serde_json::json!({
+            "id": id, "name": "t", "user": {"uid": uid, "gid": gid, "groups": [gid], "name": "tester"},
+            "env": [["PATH", "/usr/bin:/bin"]], "cwd": h.dir.path(), "script": format!("#!/bin/sh\n{body}\n"),
+            "stdout": out, "stderr": out,
+            "allocation": {"node_id": 0, "node": "n", "cpus": "0-1", "cores": 2, "mems": "0",
+                           "memory_bytes": 64u64 << 20},
+            "nodes": [["n", 2]], "walltime_seconds": walltime, "kill_grace_ms": 300
+        }))
+        .unwrap()
+    }
+
+    struct Running {
+        id: JobId,
+        kill: mpsc::UnboundedSender<String>,
+        events: mpsc::UnboundedReceiver<AgentMessage>,
+        task: tokio::task::JoinHandle<JobOutcome>,
+    }
+
+    fn launch(h: &Harness, spec: LaunchSpec) -> Running {
+        let (kill, kill_rx) = mpsc::unbounded_channel();
+        let (ev_tx, events) = mpsc::unbounded_channel();
+        let id = spec.id;
+        let task = tokio::spawn(run_job(spec, h.ctx.clone(), kill_rx, ev_tx));
+        Running { id, kill, events, task }
+    }
+
+    /// The pid reported in JobStarted.
+    async fn started(r: &mut Running) -> u32 {
+        match tokio::time::timeout(Duration::from_secs(10), r.events.recv()).await {
+            Ok(Some(AgentMessage::JobStarted { id, pid, cgroups })) => {
+                assert_eq!(id, r.id);
+                assert_eq!(cgroups[0].cpus, "0-1", "the cpuset as the backend holds it: {cgroups:?}");
+                pid
+            }
+            other => panic!("no JobStarted for job {}: {other:?}", r.id),
+        }
+    }
+
+    async fn outcome(r: Running) -> JobOutcome {
+        tokio::time::timeout(Duration::from_secs(30), r.task).await.expect("the job did not end").unwrap()
+    }
+
+    fn name(id: u64) -> String {
+        cgroup_name(JobId(id))
+    }
+
+    /// Nothing of job `id` is left: no cgroup, no spool directory, not registered.
+    fn assert_gone(h: &Harness, id: u64) {
+        assert!(h.fake.existing().is_empty(), "cgroups left: {:?}", h.fake.existing());
+        assert!(!h.dir.path().join("cgroup").join(name(id)).exists());
+        assert!(!h.ctx.spool_root.join(id.to_string()).exists(), "the spool directory is left");
+        assert!(h.ctx.registry.get(JobId(id)).is_none(), "the job is still registered");
+    }
+
+    /// The position of `op` in the backend's log (panics when absent).
+    fn at(log: &[FakeOp], op: &FakeOp) -> usize {
+        log.iter().position(|o| o == op).unwrap_or_else(|| panic!("{op:?} not in {log:?}"))
+    }
+
+    fn is_stopped(pid: i32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) == Some("T")
+    }
+
+    fn alive(pid: i32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        !stat.is_empty() && stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) != Some("Z")
+    }
+
+    /// The job's `sleep` processes once they run `sleep` (a shell's child between its vfork and
+    /// its exec holds its parent in an uninterruptible wait, which no SIGSTOP stops).
+    async fn sleeps(h: &Harness, id: u64, n: usize) -> Vec<i32> {
+        let cg = h.fake.open(&name(id)).unwrap().expect("the job's cgroup");
+        let comm = |p: &i32| std::fs::read_to_string(format!("/proc/{p}/comm")).unwrap_or_default();
+        for _ in 0..500 {
+            let pids: Vec<i32> = cg.pids().unwrap().into_iter().filter(|p| comm(p) == "sleep\n").collect();
+            if pids.len() >= n {
+                return pids;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("job {id} never had {n} sleep processes: {:?}", cg.pids());
+    }
+
+    #[tokio::test]
+    async fn a_job_runs_is_accounted_and_leaves_nothing() {
+        let h = harness();
+        let usage =
+            CgroupUsage { user_cpu_usec: 1234, system_cpu_usec: 56, peak_memory_bytes: 7 << 20, ..Default::default() };
+        h.fake.set_usage(usage);
+        let mut r = launch(&h, spec(&h, 11, "echo hello from $BERTH_JOB_ID; true", None));
+        let pid = started(&mut r).await;
+        let out = outcome(r).await;
+        assert_eq!((out.exit_code, out.signal, out.reason.as_deref()), (Some(0), None, None), "{out:?}");
+        assert_eq!((out.user_cpu_us, out.system_cpu_us, out.peak_memory_bytes), (1234, 56, 7 << 20));
+        let text = std::fs::read_to_string(h.dir.path().join("11.out")).unwrap();
+        assert_eq!(text, "hello from 11\n");
+        assert_gone(&h, 11);
+        let log = h.fake.log();
+        let n = name(11);
+        assert_eq!(log[0], FakeOp::Create(n.clone()));
+        // SAFETY: plain getters.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let chown = at(&log, &FakeOp::Chown(n.clone(), uid, gid));
+        let joined = at(&log, &FakeOp::Joined(n.clone(), pid as i32));
+        // Cleanup: kill what is left, read the accounting, then remove.
+        let (kill, usage, remove) =
+            (at(&log, &FakeOp::KillAll(n.clone())), at(&log, &FakeOp::Usage(n.clone())), at(&log, &FakeOp::Remove(n)));
+        assert!(chown < joined && joined < kill && kill < usage && usage < remove, "{log:?}");
+        assert_eq!(h.fake.limits(&name(11)), None);
+    }
+
+    #[tokio::test]
+    async fn a_failing_script_reports_its_exit_code_and_a_signal_its_signal() {
+        let h = harness();
+        let mut r = launch(&h, spec(&h, 12, "false", None));
+        started(&mut r).await;
+        let out = outcome(r).await;
+        assert_eq!((out.exit_code, out.signal, out.reason), (Some(1), None, None));
+        let mut r = launch(&h, spec(&h, 13, "kill -USR1 $$", None));
+        started(&mut r).await;
+        let out = outcome(r).await;
+        assert_eq!((out.exit_code, out.signal, out.reason), (None, Some(libc::SIGUSR1), None));
+        assert_gone(&h, 13);
+    }
+
+    #[tokio::test]
+    async fn the_walltime_ends_the_job_with_sigterm() {
+        let h = harness();
+        let mut r = launch(&h, spec(&h, 14, "sleep 30", Some(1)));
+        started(&mut r).await;
+        let sleep = sleeps(&h, 14, 1).await;
+        let out = outcome(r).await;
+        assert_eq!(out.reason.as_deref(), Some("walltime"), "{out:?}");
+        assert_eq!(out.signal, Some(libc::SIGTERM), "{out:?}");
+        assert!((1000..10_000).contains(&out.wall_ms), "{out:?}");
+        assert!(sleep.iter().all(|p| !alive(*p)), "the script's sleep survived");
+        let log = h.fake.log();
+        assert!(at(&log, &FakeOp::Signal(name(14), libc::SIGTERM)) < at(&log, &FakeOp::Remove(name(14))));
+        assert_gone(&h, 14);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_sends_sigterm_then_kills_what_ignores_it_after_the_grace() {
+        let h = harness();
+        let mut r = launch(&h, spec(&h, 15, "trap '' TERM; sleep 30; echo not reached", None));
+        started(&mut r).await;
+        let sleep = sleeps(&h, 15, 1).await;
+        let sent = Instant::now();
+        r.kill.send("cancelled by tester".into()).unwrap();
+        let out = outcome(r).await;
+        assert_eq!(out.reason.as_deref(), Some("cancelled by tester"), "{out:?}");
+        assert_eq!(out.signal, Some(libc::SIGKILL), "the script ignored SIGTERM: {out:?}");
+        assert!(sent.elapsed() >= Duration::from_millis(300), "killed before the grace period");
+        assert!(sleep.iter().all(|p| !alive(*p)), "the script's sleep survived");
+        let log = h.fake.log();
+        let n = name(15);
+        let kills: Vec<usize> =
+            log.iter().enumerate().filter(|(_, o)| **o == FakeOp::KillAll(n.clone())).map(|(i, _)| i).collect();
+        assert!(at(&log, &FakeOp::Signal(n.clone(), libc::SIGTERM)) < kills[0], "{log:?}");
+        assert!(kills.len() >= 2, "killed after the grace and again by the cleanup: {log:?}");
+        assert!(!std::fs::read_to_string(h.dir.path().join("15.out")).unwrap().contains("not reached"));
+        assert_gone(&h, 15);
+    }
+
+    #[tokio::test]
+    async fn suspend_freezes_resume_thaws_and_an_ending_job_is_thawed_first() {
+        let h = harness();
+        let mut r = launch(&h, spec(&h, 16, "sleep 30", None));
+        let script = started(&mut r).await;
+        let sleep = sleeps(&h, 16, 1).await[0];
+        let job = h.ctx.registry.get(JobId(16)).expect("registered while it runs");
+        crate::suspend::suspend(&job).await.unwrap();
+        assert!(job.suspension.is_suspended());
+        assert!(is_stopped(sleep) && is_stopped(script as i32), "frozen processes are stopped");
+        crate::suspend::suspend(&job).await.unwrap();
+        crate::suspend::resume(&h.ctx, &job, None).await.unwrap();
+        assert!(!job.suspension.is_suspended());
+        assert!(!is_stopped(sleep), "thawed");
+        crate::suspend::suspend(&job).await.unwrap();
+        // Cancelled while suspended: thawed so that it acts on the SIGTERM.
+        r.kill.send("cancelled".into()).unwrap();
+        let out = outcome(r).await;
+        assert_eq!((out.reason.as_deref(), out.signal), (Some("cancelled"), Some(libc::SIGTERM)), "{out:?}");
+        assert!(crate::suspend::suspend(&job).await.is_err(), "an ended job is not frozen again");
+        let n = name(16);
+        let log = h.fake.log();
+        let ops: Vec<&FakeOp> =
+            log.iter().filter(|o| matches!(o, FakeOp::Freeze(_) | FakeOp::Thaw(_) | FakeOp::Signal(..))).collect();
+        assert_eq!(
+            ops,
+            [
+                &FakeOp::Freeze(n.clone()),
+                &FakeOp::Thaw(n.clone()),
+                &FakeOp::Freeze(n.clone()),
+                &FakeOp::Thaw(n.clone()),
+                &FakeOp::Signal(n, libc::SIGTERM)
+            ],
+            "a repeated suspend freezes once"
+        );
+        assert_gone(&h, 16);
+    }
+
+    #[tokio::test]
+    async fn a_cgroup_that_cannot_be_made_fails_the_launch_and_nothing_is_left() {
+        let h = harness();
+        h.fake.fail_next_create("no space left for tests");
+        let Running { mut events, task, .. } = launch(&h, spec(&h, 17, "true", None));
+        let out = tokio::time::timeout(Duration::from_secs(10), task).await.expect("the launch did not end").unwrap();
+        let reason = out.reason.unwrap_or_default();
+        assert!(reason.starts_with("launch_failed: cannot create the job's cgroup"), "{reason}");
+        assert!(reason.contains("no space left for tests"), "{reason}");
+        assert!(events.try_recv().is_err(), "no JobStarted for a job that did not start");
+        assert!(h.fake.log().is_empty(), "nothing made: {:?}", h.fake.log());
+        assert_gone(&h, 17);
+    }
+
+    #[tokio::test]
+    async fn oom_kills_and_refused_forks_are_the_reason_of_a_failure() {
+        let h = harness();
+        h.fake.set_usage(CgroupUsage { oom_kills: 1, ..Default::default() });
+        let mut r = launch(&h, spec(&h, 18, "exit 137", None));
+        started(&mut r).await;
+        assert_eq!(outcome(r).await.reason.as_deref(), Some("oom"));
+        h.fake.set_usage(CgroupUsage { pids_limit_hits: 3, ..Default::default() });
+        let mut ok = spec(&h, 19, "true", None);
+        ok.pids_max = Some(8);
+        let mut r = launch(&h, ok);
+        started(&mut r).await;
+        assert_eq!(outcome(r).await.reason, None, "a job that succeeded despite refused forks");
+        let mut failed = spec(&h, 20, "exit 1", None);
+        failed.pids_max = Some(8);
+        let mut r = launch(&h, failed);
+        started(&mut r).await;
+        let reason = outcome(r).await.reason.unwrap_or_default();
+        assert!(reason.starts_with("pids_limit: the job reached its limit of 8 processes"), "{reason}");
+        assert!(reason.contains("3 forks refused"), "{reason}");
+        assert_gone(&h, 20);
+    }
 }

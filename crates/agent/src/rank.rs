@@ -168,6 +168,10 @@ struct ChildArgs {
     /// (the child is made pinned to the parent's CPU: see `clone_vfork`).
     inherited: Option<libc::cpu_set_t>,
     groups: Vec<libc::gid_t>,
+    /// Whether to set `groups`: only root may (the agent is root). Started by a user (unit
+    /// tests), the child keeps that user's groups, and the setresuid below refuses any other
+    /// user, so nothing is started as someone else.
+    set_groups: bool,
     uid: libc::uid_t,
     gid: libc::gid_t,
     cwd: CString,
@@ -224,6 +228,8 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<OutputFiles>) -> Result<Process, 
         affinity: l.affinity,
         inherited: None,
         groups: l.user.groups.clone(),
+        // SAFETY: geteuid cannot fail.
+        set_groups: unsafe { libc::geteuid() } == 0,
         uid: l.user.uid,
         gid: l.user.gid,
         cwd,
@@ -438,7 +444,9 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
         }
     }
     // Raw calls: they change this task only (glibc's wrappers would broadcast to the agent).
-    check(libc::syscall(libc::SYS_setgroups, a.groups.len(), a.groups.as_ptr()) == 0, Stage::Credentials)?;
+    if a.set_groups {
+        check(libc::syscall(libc::SYS_setgroups, a.groups.len(), a.groups.as_ptr()) == 0, Stage::Credentials)?;
+    }
     check(libc::syscall(libc::SYS_setresgid, a.gid, a.gid, a.gid) == 0, Stage::Credentials)?;
     // The binding as late as can be: it moves this child off the agent's CPU (idle while the
     // agent waits for the exec) to the rank's, which may be busy; little is left to run there,

@@ -630,7 +630,7 @@ fn spawn_here(
         set_vars(&mut env, job_vars(&job.spec, compat, node, cpus));
     }
     let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
-    crate::rank::spawn_to_files(
+    let task = crate::rank::spawn_to_files(
         crate::rank::RankLaunch {
             argv,
             env,
@@ -644,7 +644,11 @@ fn spawn_here(
         },
         stdout,
         stderr,
-    )
+    )?;
+    if let Some(pid) = task.id() {
+        job.cgroup.joined(pid as i32);
+    }
+    Ok(task)
 }
 
 fn signal_group(pid: u32, sig: i32) {

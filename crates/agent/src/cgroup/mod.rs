@@ -3,7 +3,8 @@
 //! Policy apart from mechanism: the agent decides *what* a job gets
 //! ([`JobLimits`]) and *when* to freeze, kill or account it; a
 //! [`CgroupBackend`] knows *how* on this host (cgroup v1 hierarchies in
-//! [`v1`], the unified hierarchy in [`v2`]). [`detect`] picks one.
+//! [`v1`], the unified hierarchy in [`v2`]). [`detect`] picks one. Unit tests of job
+//! supervision use an in-memory backend instead (`fake`, test builds only).
 //!
 //! Everything lives under one subtree (e.g. `berth/<cluster>/<agent>`) so the
 //! agent never touches cgroups it did not create.
@@ -12,6 +13,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+#[cfg(test)]
+pub mod fake;
 mod procs;
 mod util;
 pub mod v1;
@@ -152,6 +155,10 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     fn join_file_name(&self) -> &'static str {
         "cgroup.procs"
     }
+    /// The spawn path started process `pid` in this cgroup (it joined through
+    /// [`JobCgroup::join_files`] before its exec). A real cgroup knows its processes already:
+    /// nothing to do; the test backend (`fake`) learns its members so.
+    fn joined(&self, _pid: i32) {}
     /// Every pid in the cgroup (and in cgroups nested below it), sorted.
     /// Zombies are not listed by the kernel.
     fn pids(&self) -> Result<Vec<i32>, CgroupError>;
