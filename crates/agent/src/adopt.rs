@@ -13,13 +13,11 @@
 //!   lost their shepherd (it lived in the agent): they are killed.
 
 use crate::cgroup::{CgroupBackend, JobCgroup};
-use crate::job::{
-    cgroup_name, cleanup, cleanup_blocking, follow, outcome_of, Ended, JobContext, Script, UNKNOWN_STATUS,
-};
+use crate::job::{cgroup_name, cleanup, cleanup_blocking, follow, outcome_of, Ended, Script, UNKNOWN_STATUS};
+use crate::ports::{JobContext, JobHandle};
 use crate::records::{now_unix_ms, proc_parent, proc_start_time, LocalJobRecord, Records};
-use crate::registry::JobHandle;
 use crate::shim::Status;
-use crate::suspend::Suspension;
+use crate::suspension::Suspension;
 use berth_core::job::JobOutcome;
 use berth_core::JobId;
 use std::collections::BTreeSet;

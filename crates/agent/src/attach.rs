@@ -6,15 +6,11 @@
 //! from the order takes that wait, and `run`'s connection, off the launch: the step's upward
 //! frames (started, output, exits) queue until `run` attaches its control-tree connection
 //! (docs/protocol/01-client.md, "An interactive step starts from its launch order"). A step
-//! nobody attaches to within [`ATTACH_WAIT`] is killed, as if its upstream connection broke.
+//! nobody attaches to within [`ATTACH_WAIT`] is killed, as if its upstream connection broke. Such a step is started by
+//! [`crate::step_launch::start_from_order`].
 
-use crate::job::JobContext;
-use crate::shepherd::Upstream;
 use berth_core::JobId;
-use berth_protocol::auth::LinkKey;
-use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -32,29 +28,6 @@ pub const ATTACH_WAIT: Duration = Duration::from_secs(30);
 
 /// How long the end of a step nobody attached to is remembered (to tell a late `run` why).
 const KEEP_ENDED: Duration = Duration::from_secs(60);
-
-/// Start the step a job's launch order carried, now that the job is set up here: checked as
-/// `run`'s launch would be, then served with its upstream awaited.
-pub fn start(ctx: Arc<JobContext>, grant: StepGrant) {
-    tokio::spawn(async move {
-        let (job, step) = (grant.job, grant.step);
-        berth_protocol::probe::mark("agent prestart begin");
-        let Some(auth) = ctx.auth.clone() else {
-            ctx.registry.attach.job_ended(job, step, "this agent has no cluster key to check the grant with".into());
-            return;
-        };
-        let subtree: Vec<u32> = (0..grant.nodes.len() as u32).collect();
-        if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {
-            auth.refuse(what, Some(job), &format!("{why} (carried by the job's launch order)"));
-            ctx.registry.attach.job_ended(job, step, why);
-            return;
-        }
-        berth_protocol::probe::mark("agent prestart checked");
-        let attached = ctx.registry.attach.expect(job, step);
-        let link = LinkKey::of_grant(&auth.key, &grant);
-        crate::shepherd::serve(ctx, grant, subtree, link, Upstream::Awaited(attached)).await;
-    });
-}
 
 enum Slot {
     /// Started (or starting): its shepherd waits on the other end.

@@ -4,7 +4,6 @@
 //! task requests only signed with the cluster key. Refusals are logged here and reported to
 //! the controller (`refused`), which records them in its event log.
 
-use crate::job::JobContext;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
 use berth_protocol::auth::{
@@ -13,11 +12,7 @@ use berth_protocol::auth::{
 use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::mpsc;
-
-/// How long a step may wait for its job to be set up on this node (as the shepherd does).
-const JOB_WAIT: Duration = Duration::from_secs(10);
 
 pub struct AgentAuth {
     pub key: Arc<ClusterKey>,
@@ -29,35 +24,35 @@ pub struct AgentAuth {
     guard: Mutex<ReplayGuard>,
     /// (job, step) of grants accepted here, until the grant expires: a grant works once.
     launched: Mutex<HashMap<(JobId, u32), u64>>,
-    /// Where refusals go to the controller (the connection's outgoing events).
-    reporter: Mutex<Option<mpsc::UnboundedSender<AgentMessage>>>,
+    /// Where refusals go to the controller (the agent's outgoing events, queued while it is
+    /// not connected); None: logged only.
+    reporter: Option<mpsc::UnboundedSender<AgentMessage>>,
 }
 
 /// A refusal: what kind, and why (said to the caller, logged, reported).
 pub type Refused = (Refusal, String);
 
 impl AgentAuth {
-    pub fn new(key: Arc<ClusterKey>, name: String, instance: String) -> AgentAuth {
+    pub fn new(
+        key: Arc<ClusterKey>,
+        name: String,
+        instance: String,
+        reporter: Option<mpsc::UnboundedSender<AgentMessage>>,
+    ) -> AgentAuth {
         AgentAuth {
             key,
             name,
             instance,
             guard: Mutex::new(ReplayGuard::default()),
             launched: Mutex::new(HashMap::new()),
-            reporter: Mutex::new(None),
-        }
-    }
-
-    pub fn set_reporter(&self, tx: mpsc::UnboundedSender<AgentMessage>) {
-        if let Ok(mut r) = self.reporter.lock() {
-            *r = Some(tx);
+            reporter,
         }
     }
 
     /// Log a refusal and tell the controller (queued while it is not connected).
     pub fn refuse(&self, what: Refusal, job: Option<JobId>, detail: &str) {
         tracing::warn!(kind = what.event_kind(), job = ?job, "refused: {detail}");
-        if let Some(tx) = self.reporter.lock().ok().and_then(|r| r.clone()) {
+        if let Some(tx) = &self.reporter {
             let _ = tx.send(AgentMessage::Refused { what, job, detail: detail.to_string() });
         }
     }
@@ -86,14 +81,14 @@ impl AgentAuth {
     }
 
     /// What `run`'s launch of a step already started here from its launch order must pass
-    /// (the step's start passed [`Self::check_step_launch`], which made the grant used): signed,
+    /// (the step's start passed [`crate::step_launch::check`], which made the grant used): signed,
     /// unexpired, for this node. Attaching works once (crate::attach).
     pub fn check_step_attach(&self, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
         self.check_grant_here(grant, subtree, now_ms())
     }
 
     /// The grant is the controller's, unexpired, and `subtree` is this node's part of it.
-    fn check_grant_here(&self, grant: &StepGrant, subtree: &[u32], now: u64) -> Result<(), Refused> {
+    pub(crate) fn check_grant_here(&self, grant: &StepGrant, subtree: &[u32], now: u64) -> Result<(), Refused> {
         let auth = |m: String| (Refusal::Auth, m);
         let launch = |m: String| (Refusal::Launch, m);
         let (job, step) = (grant.job, grant.step);
@@ -124,31 +119,24 @@ impl AgentAuth {
         Ok(())
     }
 
-    /// Everything a step launch must pass before anything starts here.
-    pub async fn check_step_launch(&self, ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
-        let auth = |m: String| (Refusal::Auth, m);
-        let launch = |m: String| (Refusal::Launch, m);
+    /// Record that the step of `grant` is launched here (a grant works once): refused when it
+    /// was already, until the grant expires.
+    pub fn record_launch(&self, grant: &StepGrant, now: u64) -> Result<(), Refused> {
         let (job, step) = (grant.job, grant.step);
-        let now = now_ms();
-        self.check_grant_here(grant, subtree, now)?;
-        {
-            let mut seen = self.launched.lock().map_err(|_| auth("launch record poisoned".into()))?;
-            seen.retain(|_, until| *until >= now);
-            if seen.contains_key(&(job, step)) {
-                return Err(auth(format!("step {job}.{step} was already launched on this node (replayed grant)")));
-            }
-            seen.insert((job, step), grant.expires_ms);
+        let mut seen = self.launched.lock().map_err(|_| (Refusal::Auth, "launch record poisoned".to_string()))?;
+        seen.retain(|_, until| *until >= now);
+        if seen.contains_key(&(job, step)) {
+            return Err((
+                Refusal::Auth,
+                format!("step {job}.{step} was already launched on this node (replayed grant)"),
+            ));
         }
-        let Some(handle) = ctx.registry.wait_for(job, JOB_WAIT).await else {
-            return Err(launch(format!("step {job}.{step}: job {job} is not running on node {}", self.name)));
-        };
-        let node = &grant.nodes[subtree[0] as usize];
-        crate::step_ranks::check(&handle, grant, node).map_err(|e| launch(format!("step {job}.{step}: {e}")))?;
+        seen.insert((job, step), grant.expires_ms);
         Ok(())
     }
 }
 
-/// A query to another agent, signed with `auth` (the agent's, from its [`JobContext`]), and
+/// A query to another agent, signed with `auth` (the agent's, from its [`crate::ports::JobContext`]), and
 /// the key of the connection it opens.
 pub fn to_agent(auth: Option<&AgentAuth>, q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
     match auth {
@@ -200,7 +188,7 @@ mod tests {
     #[test]
     fn grants_for_an_earlier_agent_process_are_refused() {
         let key = Arc::new(ClusterKey::from_bytes([7; KEY_BYTES]));
-        let auth = AgentAuth::new(key.clone(), "node1".into(), "reborn".into());
+        let auth = AgentAuth::new(key.clone(), "node1".into(), "reborn".into(), None);
         auth.check_grant_here(&grant(&key, "reborn"), &[0], now_ms()).unwrap();
         // Grants made before instance fields existed are not checked.
         auth.check_grant_here(&grant(&key, ""), &[0], now_ms()).unwrap();

@@ -4,7 +4,8 @@ use crate::auth::AgentAuth;
 use crate::cgroup::{self, CgroupBackend};
 use crate::cpumap::CpuMap;
 use crate::hwtopo::{self, TopologySource};
-use crate::job::{cgroup_name, run_job, JobContext};
+use crate::job::{cgroup_name, run_job};
+use crate::ports::JobContext;
 use crate::records::Records;
 use crate::shepherd::Upstream;
 use crate::suspend::Op;
@@ -19,9 +20,8 @@ use berth_protocol::auth::{
 use berth_protocol::frame::decode;
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
 use berth_protocol::{read_frame_limited, read_raw_frame, write_frame, ProtocolError};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -64,37 +64,19 @@ pub enum AgentError {
     Setup(String),
 }
 
-/// Shared between the connection, the job tasks and the status port.
-struct Shared {
-    running: BTreeMap<JobId, mpsc::UnboundedSender<String>>,
-    /// Ended jobs whose end the controller has not acknowledged.
-    unacked: BTreeMap<JobId, JobOutcome>,
-    connected: bool,
-    /// The controller's lease on this agent's fenced jobs (crate::fence).
-    lease: crate::fence::LeaseState,
-    /// Step ends reported to the controller and not yet acknowledged: sent again on the
-    /// next registration (a controller restart may have lost them).
-    unacked_steps: BTreeMap<(JobId, u32), AgentMessage>,
-}
-
-impl Default for Shared {
-    fn default() -> Self {
-        Shared {
-            running: BTreeMap::new(),
-            unacked: BTreeMap::new(),
-            connected: false,
-            lease: crate::fence::LeaseState::new(std::time::Instant::now()),
-            unacked_steps: BTreeMap::new(),
-        }
-    }
-}
-
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     if let Err(e) = crate::priority::set_agent_nice(cfg.nice) {
         tracing::warn!("{e}");
     }
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
-    let auth = Arc::new(crate::auth::AgentAuth::new(cfg.key.clone(), cfg.name.clone(), instance.clone()));
+    // Everything for the controller: sent while connected, queued while not.
+    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
+    let auth = Arc::new(crate::auth::AgentAuth::new(
+        cfg.key.clone(),
+        cfg.name.clone(),
+        instance.clone(),
+        Some(events_tx.clone()),
+    ));
     crate::conn::raise_nofile();
     let facts = hwtopo::MemoryFacts::from_host(cfg.numa_memory.clone(), &cfg.topology);
     let mut topology = hwtopo::load_with(&cfg.topology, &facts)?;
@@ -147,7 +129,6 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         .map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;
     let address = listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| cfg.listen.clone());
     let real_cpus_text = cpumap.real_cpus.to_list();
-    let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
     let ctx = Arc::new(JobContext {
         cgroups: backend.clone(),
         cpumap,
@@ -158,14 +139,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         shim,
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
-        root_steps: Default::default(),
         auth: Some(auth),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let for_spares = ctx.clone();
     tokio::spawn(crate::priority::bookkeeping(move || crate::job::make_spares(&for_spares)));
-    let shared = Arc::new(Mutex::new(Shared::default()));
-    if let Ok(mut s) = shared.lock() {
+    ctx.registry.with(|s| {
         if let Some(held) = records.load_lease() {
             // The predecessor's lease goes on: a restart while cut off does not stop fencing.
             let ago = Duration::from_millis(crate::records::now_unix_ms().saturating_sub(held.renewed_unix_ms));
@@ -177,14 +156,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
         s.unacked.extend(recovered.ended);
         s.unacked_steps.extend(records.load_step_ends());
-    }
+    });
     // A lease that ran out while the agent was down (or is about to): its fenced jobs are
     // stopped now, as the predecessor would have (crate::fence, `restored`); the controller
     // requeues them.
-    let lease_over = shared
-        .lock()
-        .ok()
-        .and_then(|s| s.lease.deadline())
+    let lease_over = ctx
+        .registry
+        .with(|s| s.lease.deadline())
         .is_some_and(|d| d <= std::time::Instant::now() + Duration::from_secs(1));
     for (rec, cg) in recovered.adopted {
         let id = rec.spec.id;
@@ -203,23 +181,16 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
                 }
             });
         }
-        shared.lock().map(|mut s| s.running.insert(id, kill_tx)).ok();
-        let (ctx, shared, events) = (ctx.clone(), shared.clone(), events_tx.clone());
+        ctx.registry.with(|s| s.running.insert(id, kill_tx));
+        let (ctx, events) = (ctx.clone(), events_tx.clone());
         tokio::spawn(async move {
             let outcome = contained(id, &ctx, crate::adopt::run(rec, cg, ctx.clone(), kill_rx)).await;
-            job_ended(id, outcome, &ctx, &shared, &events).await;
+            job_ended(id, outcome, &ctx, &events).await;
         });
     }
     tracing::info!(name = %cfg.name, %address, topology = %topology.ge_string(&CpuSet::new()), "agent ready");
 
-    tokio::spawn(serve_status(
-        listener,
-        cfg.name.clone(),
-        instance.clone(),
-        real_cpus_text.clone(),
-        shared.clone(),
-        ctx.clone(),
-    ));
+    tokio::spawn(serve_status(listener, cfg.name.clone(), instance.clone(), real_cpus_text.clone(), ctx.clone()));
 
     let registration = Registration {
         name: cfg.name.clone(),
@@ -235,15 +206,15 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         steps: None,
     };
 
-    tokio::spawn(watch_lease(ctx.clone(), shared.clone()));
+    tokio::spawn(watch_lease(ctx.clone()));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| AgentError::Setup(e.to_string()))?;
     let mut backoff = Duration::from_millis(100);
     loop {
-        let session = connection(&cfg, &registration, &ctx, &shared, &events_tx, &mut events_rx);
+        let session = connection(&cfg, &registration, &ctx, &events_tx, &mut events_rx);
         tokio::select! {
             r = session => {
-                shared.lock().map(|mut s| s.connected = false).ok();
+                ctx.registry.with(|s| s.connected = false);
                 match r {
                     Ok(()) => backoff = Duration::from_millis(100),
                     Err(e) => tracing::warn!("controller connection: {e}; retrying in {:?}", backoff),
@@ -259,8 +230,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
     tracing::info!("stopping: killing running jobs and removing cgroups");
-    crate::job::stop_spares(&cfg.spool_dir);
-    let running: Vec<_> = shared.lock().map(|s| s.running.values().cloned().collect()).unwrap_or_default();
+    crate::job::stop_spares(&ctx);
+    let running: Vec<_> = ctx.registry.with(|s| s.running.values().cloned().collect());
     for tx in running {
         let _ = tx.send("agent stopped".into());
     }
@@ -281,17 +252,16 @@ async fn connection(
     cfg: &AgentConfig,
     registration: &Registration,
     ctx: &Arc<JobContext>,
-    shared: &Arc<Mutex<Shared>>,
     events_tx: &mpsc::UnboundedSender<AgentMessage>,
     events_rx: &mut mpsc::UnboundedReceiver<AgentMessage>,
 ) -> Result<(), String> {
-    shared.lock().map(|mut s| s.lease.connecting()).ok();
+    ctx.registry.with(|s| s.lease.connecting());
     let stream = match TcpStream::connect(&cfg.controller).await {
         Ok(s) => s,
         Err(e) => {
             if e.kind() == std::io::ErrorKind::ConnectionRefused {
                 // Nobody listens there: the controller is not running, and requeues nothing.
-                shared.lock().map(|mut s| s.lease.refused(std::time::Instant::now())).ok();
+                ctx.registry.with(|s| s.lease.refused(std::time::Instant::now()));
             }
             return Err(format!("cannot reach the controller at {}: {e}", cfg.controller));
         }
@@ -299,16 +269,12 @@ async fn connection(
     let _ = stream.set_nodelay(true);
     let (mut rd, mut wr) = stream.into_split();
     let mut reg = registration.clone();
-    let unacked: Vec<(JobId, JobOutcome)> = {
-        let s = shared.lock().map_err(|_| "state lock poisoned")?;
+    let unacked: Vec<(JobId, JobOutcome)> = ctx.registry.with(|s| {
         reg.running = s.running.keys().copied().collect();
         reg.ended = s.unacked.keys().copied().collect();
-        reg.steps = Some(open_steps(ctx, &s));
+        reg.steps = Some(s.open_steps());
         s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
-    };
-    if let Some(auth) = &ctx.auth {
-        auth.set_reporter(events_tx.clone());
-    }
+    });
     // The registration is signed and carries our nonce; the answer must be signed and bound
     // to that nonce; both nonces key the session every later frame is checked with.
     let agent_nonce = random_nonce();
@@ -353,8 +319,8 @@ async fn connection(
     let (heartbeat, step_ends) = match reply {
         ControllerMessage::Registered { heartbeat_interval_ms, lease_ms, step_ends, .. } => {
             let lease = lease_ms.map(Duration::from_millis);
-            shared.lock().map(|mut s| s.lease.registered(lease, hello_sent)).ok();
-            keep_lease(ctx, shared);
+            ctx.registry.with(|s| s.lease.registered(lease, hello_sent));
+            keep_lease(ctx);
             // At least three renewals per lease: one late or lost renewal does not fence.
             let every = Duration::from_millis(heartbeat_interval_ms);
             (lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100)), step_ends)
@@ -363,7 +329,7 @@ async fn connection(
         other => return Err(format!("unexpected first reply {other:?}")),
     };
     let (mut sealer, opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
-    shared.lock().map(|mut s| s.connected = true).ok();
+    ctx.registry.with(|s| s.connected = true);
     tracing::info!(controller = %cfg.controller, "registered");
     // Ends queued while disconnected are among these: they are not sent twice.
     let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
@@ -371,7 +337,7 @@ async fn connection(
         write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
     }
     let steps: Vec<AgentMessage> = match step_ends {
-        true => shared.lock().map(|s| s.unacked_steps.values().cloned().collect()).unwrap_or_default(),
+        true => ctx.registry.with(|s| s.unacked_steps.values().cloned().collect()),
         false => vec![],
     };
     for msg in steps {
@@ -385,7 +351,7 @@ async fn connection(
             msg = frames.next() => {
                 match msg {
                     Ok(None) => return Err("the controller closed the connection".into()),
-                    Ok(Some(m)) => handle(m, ctx, shared, events_tx),
+                    Ok(Some(m)) => handle(m, ctx, events_tx),
                     Err(ProtocolError::Auth(e)) => {
                         let why = format!("a frame from the controller failed authentication ({e}); closing the connection");
                         tracing::error!("{why}");
@@ -401,13 +367,18 @@ async fn connection(
                 if let AgentMessage::StepEnded { job, step, .. } = &ev {
                     // From the running steps to the reported ones, in one turn of this loop:
                     // a heartbeat lists it all along.
-                    ctx.root_steps.remove(*job, *step);
+                    let (job, step) = (*job, *step);
+                    ctx.registry.with(|s| {
+                        s.root_steps.remove(&berth_protocol::agent::StepRef { job, step });
+                        if step_ends {
+                            s.unacked_steps.insert((job, step), ev.clone());
+                        }
+                    });
                     if !step_ends {
                         continue; // a controller that does not take them
                     }
-                    shared.lock().map(|mut s| s.unacked_steps.insert((*job, *step), ev.clone())).ok();
                     if let Some(records) = ctx.records.clone() {
-                        let (job, step, msg) = (*job, *step, ev.clone());
+                        let msg = ev.clone();
                         tokio::spawn(crate::priority::bookkeeping(move || {
                             if let Err(e) = records.save_step_end(job, step, &msg) {
                                 tracing::warn!(job = %job, step, "cannot record the step's end: {e}");
@@ -418,13 +389,10 @@ async fn connection(
                 write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
-                let (running, seq, steps) = shared
-                    .lock()
-                    .map(|mut s| {
-                        let seq = s.lease.heartbeat(std::time::Instant::now());
-                        (s.running.keys().copied().collect(), seq, Some(open_steps(ctx, &s)))
-                    })
-                    .unwrap_or_default();
+                let (running, seq, steps) = ctx.registry.with(|s| {
+                    let seq = s.lease.heartbeat(std::time::Instant::now());
+                    (s.running.keys().copied().collect(), seq, Some(s.open_steps()))
+                });
                 let beat = AgentMessage::Heartbeat { running, seq, steps };
                 write_sealed(&mut wr, &mut sealer, &beat).await.map_err(|e| e.to_string())?;
             }
@@ -432,44 +400,26 @@ async fn connection(
     }
 }
 
-/// The steps rooted here that the controller may not close: running, or ended and reported
-/// but not acknowledged.
-fn open_steps(ctx: &JobContext, shared: &Shared) -> Vec<berth_protocol::agent::StepRef> {
-    let mut steps = ctx.root_steps.list();
-    steps.extend(shared.unacked_steps.keys().map(|&(job, step)| berth_protocol::agent::StepRef { job, step }));
-    steps.sort();
-    steps.dedup();
-    steps
-}
-
-fn handle(
-    msg: ControllerMessage,
-    ctx: &Arc<JobContext>,
-    shared: &Arc<Mutex<Shared>>,
-    events: &mpsc::UnboundedSender<AgentMessage>,
-) {
+fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, events: &mpsc::UnboundedSender<AgentMessage>) {
     match msg {
         ControllerMessage::Launch(spec) => {
             berth_protocol::probe::mark("agent order read");
-            launch(*spec, ctx, shared, events)
+            launch(*spec, ctx, events)
         }
-        ControllerMessage::Kill { id, reason } => {
-            let tx = shared.lock().ok().and_then(|s| s.running.get(&id).cloned());
-            match tx {
-                Some(tx) => {
-                    let _ = tx.send(reason);
-                }
-                None => tracing::info!(job = %id, "kill for a job not running here"),
+        ControllerMessage::Kill { id, reason } => match ctx.registry.kill_sender(id) {
+            Some(tx) => {
+                let _ = tx.send(reason);
             }
-        }
+            None => tracing::info!(job = %id, "kill for a job not running here"),
+        },
         ControllerMessage::Signal { id, step, signal } => signal_job(ctx, id, step, signal),
-        ControllerMessage::Suspend { id } => suspend_op(ctx, shared, events, id, Op::Suspend),
+        ControllerMessage::Suspend { id } => suspend_op(ctx, events, id, Op::Suspend),
         ControllerMessage::Resume { id, allocation } => {
-            suspend_op(ctx, shared, events, id, Op::Resume(allocation.map(Box::new)))
+            suspend_op(ctx, events, id, Op::Resume(allocation.map(Box::new)))
         }
         ControllerMessage::SetWalltime { id, walltime_seconds } => set_walltime(ctx, id, walltime_seconds),
         ControllerMessage::EndAck { id } => {
-            shared.lock().map(|mut s| s.unacked.remove(&id)).ok();
+            ctx.registry.with(|s| s.unacked.remove(&id));
             if let Some(records) = ctx.records.clone() {
                 tokio::spawn(crate::priority::bookkeeping(move || {
                     records.forget(id);
@@ -478,23 +428,23 @@ fn handle(
             }
         }
         ControllerMessage::StepEndAck { job, step } => {
-            shared.lock().map(|mut s| s.unacked_steps.remove(&(job, step))).ok();
+            ctx.registry.with(|s| s.unacked_steps.remove(&(job, step)));
             if let Some(records) = ctx.records.clone() {
                 tokio::spawn(crate::priority::bookkeeping(move || records.forget_step_end(job, step)));
             }
         }
         ControllerMessage::Renew { seq } => {
-            shared.lock().map(|mut s| s.lease.renew(seq)).ok();
-            keep_lease(ctx, shared);
+            ctx.registry.with(|s| s.lease.renew(seq));
+            keep_lease(ctx);
         }
         ControllerMessage::Registered { .. } | ControllerMessage::Rejected { .. } => {}
     }
 }
 
 /// Write the lease as now renewed for a restarted agent (crate::fence, `restored`).
-fn keep_lease(ctx: &JobContext, shared: &Mutex<Shared>) {
+fn keep_lease(ctx: &JobContext) {
     let Some(records) = ctx.records.clone() else { return };
-    let held = shared.lock().ok().and_then(|s| s.lease.held());
+    let held = ctx.registry.with(|s| s.lease.held());
     let held = held.map(|(lease, renewed)| crate::records::HeldLease {
         lease_ms: lease.as_millis() as u64,
         renewed_unix_ms: crate::records::now_unix_ms().saturating_sub(renewed.elapsed().as_millis() as u64),
@@ -511,11 +461,11 @@ fn keep_lease(ctx: &JobContext, shared: &Mutex<Shared>) {
 
 /// Kill the fenced jobs when the lease runs out (crate::fence): the controller requeues them
 /// a margin later, so the copy it starts elsewhere never overlaps this one.
-async fn watch_lease(ctx: Arc<JobContext>, shared: Arc<Mutex<Shared>>) {
+async fn watch_lease(ctx: Arc<JobContext>) {
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     loop {
         tick.tick().await;
-        let Some(lease) = shared.lock().ok().and_then(|mut s| s.lease.expired(std::time::Instant::now())) else {
+        let Some(lease) = ctx.registry.with(|s| s.lease.expired(std::time::Instant::now())) else {
             continue;
         };
         let fenced: Vec<_> = ctx.registry.all().into_iter().filter(|j| j.spec.fence).collect();
@@ -530,7 +480,7 @@ async fn watch_lease(ctx: Arc<JobContext>, shared: Arc<Mutex<Shared>>) {
                 "fenced: this node heard nothing from the controller for {:.1} s (its lease); the controller requeues the job elsewhere",
                 lease.as_secs_f64()
             );
-            if let Some(tx) = shared.lock().ok().and_then(|s| s.running.get(&id).cloned()) {
+            if let Some(tx) = ctx.registry.kill_sender(id) {
                 let _ = tx.send(reason);
             }
             // At once, not after the kill grace: the lease's margin is for this.
@@ -546,14 +496,8 @@ async fn watch_lease(ctx: Arc<JobContext>, shared: Arc<Mutex<Shared>>) {
 }
 
 /// `suspend` / `resume`: carried out in order per job, answered on `events`.
-fn suspend_op(
-    ctx: &Arc<JobContext>,
-    shared: &Arc<Mutex<Shared>>,
-    events: &mpsc::UnboundedSender<AgentMessage>,
-    id: JobId,
-    op: Op,
-) {
-    let launching = shared.lock().map(|s| s.running.contains_key(&id)).unwrap_or(false);
+fn suspend_op(ctx: &Arc<JobContext>, events: &mpsc::UnboundedSender<AgentMessage>, id: JobId, op: Op) {
+    let launching = ctx.registry.with(|s| s.running.contains_key(&id));
     crate::suspend::request(ctx, id, op, launching, events);
 }
 
@@ -602,23 +546,21 @@ fn signal_job(ctx: &Arc<JobContext>, id: JobId, step: Option<u32>, signal: i32) 
     }
 }
 
-fn launch(
-    spec: LaunchSpec,
-    ctx: &Arc<JobContext>,
-    shared: &Arc<Mutex<Shared>>,
-    events: &mpsc::UnboundedSender<AgentMessage>,
-) {
+fn launch(spec: LaunchSpec, ctx: &Arc<JobContext>, events: &mpsc::UnboundedSender<AgentMessage>) {
     let id = spec.id;
     let (kill_tx, kill_rx) = mpsc::unbounded_channel();
-    {
-        let Ok(mut s) = shared.lock() else { return };
-        if s.running.contains_key(&id) || s.unacked.contains_key(&id) {
-            tracing::warn!(job = %id, "duplicate launch ignored");
-            return;
+    let duplicate = ctx.registry.with(|s| {
+        let duplicate = s.running.contains_key(&id) || s.unacked.contains_key(&id);
+        if !duplicate {
+            s.running.insert(id, kill_tx);
         }
-        s.running.insert(id, kill_tx);
+        duplicate
+    });
+    if duplicate {
+        tracing::warn!(job = %id, "duplicate launch ignored");
+        return;
     }
-    let (ctx, shared, events) = (ctx.clone(), shared.clone(), events.clone());
+    let (ctx, events) = (ctx.clone(), events.clone());
     tokio::spawn(async move {
         tracing::info!(job = %id, cgroup = %cgroup_name(id), "starting");
         let step = spec.step.as_ref().map(|g| (g.job, g.step));
@@ -627,7 +569,7 @@ fn launch(
             let why = outcome.reason.clone().unwrap_or_else(|| "its job has ended".into());
             ctx.registry.attach.job_ended(job, step, format!("step {job}.{step} did not run: {why}"));
         }
-        job_ended(id, outcome, &ctx, &shared, &events).await;
+        job_ended(id, outcome, &ctx, &events).await;
     });
 }
 
@@ -701,13 +643,7 @@ fn reap_failed(id: JobId, ctx: &JobContext) -> Result<(), String> {
 
 /// A job's part here ended: its outcome is kept (on disk too) until the controller
 /// acknowledges it, and sent.
-async fn job_ended(
-    id: JobId,
-    outcome: JobOutcome,
-    ctx: &JobContext,
-    shared: &Mutex<Shared>,
-    events: &mpsc::UnboundedSender<AgentMessage>,
-) {
+async fn job_ended(id: JobId, outcome: JobOutcome, ctx: &JobContext, events: &mpsc::UnboundedSender<AgentMessage>) {
     tracing::info!(job = %id, ?outcome, "ended");
     if let Some(records) = ctx.records.clone() {
         let o = outcome.clone();
@@ -716,21 +652,14 @@ async fn job_ended(
         }
     }
     berth_protocol::probe::mark("agent end saved");
-    if let Ok(mut s) = shared.lock() {
+    ctx.registry.with(|s| {
         s.running.remove(&id);
         s.unacked.insert(id, outcome.clone());
-    }
+    });
     let _ = events.send(AgentMessage::JobEnded { id, outcome });
 }
 
-async fn serve_status(
-    listener: TcpListener,
-    name: String,
-    instance: String,
-    real_cpus: String,
-    shared: Arc<Mutex<Shared>>,
-    ctx: Arc<JobContext>,
-) {
+async fn serve_status(listener: TcpListener, name: String, instance: String, real_cpus: String, ctx: Arc<JobContext>) {
     loop {
         let Ok((mut stream, peer)) = listener.accept().await else {
             // Out of descriptors, most likely: let some go before trying again.
@@ -742,7 +671,7 @@ async fn serve_status(
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (name, instance, real_cpus, shared) = (name.clone(), instance.clone(), real_cpus.clone(), shared.clone());
+        let (name, instance, real_cpus) = (name.clone(), instance.clone(), real_cpus.clone());
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let Some(auth) = ctx.auth.clone() else { return };
@@ -759,7 +688,7 @@ async fn serve_status(
                         attach_step(&auth, &ctx, *grant, subtree, link, stream, peer).await;
                         return;
                     }
-                    if let Err((what, why)) = auth.check_step_launch(&ctx, &grant, &subtree).await {
+                    if let Err((what, why)) = crate::step_launch::check(&ctx, &grant, &subtree).await {
                         auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
                         refuse_launch(&mut stream, &grant, &subtree, &link, &name, &why).await;
                         return;
@@ -795,7 +724,7 @@ async fn serve_status(
                 }
                 Ok(Some(AgentQuery::Status)) => {
                     let (connected, running) =
-                        shared.lock().map(|s| (s.connected, s.running.keys().copied().collect())).unwrap_or_default();
+                        ctx.registry.with(|s| (s.connected, s.running.keys().copied().collect()));
                     AgentReply::Status { name, instance, connected, running, real_cpus }
                 }
                 Ok(None) => return,

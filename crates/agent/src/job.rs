@@ -1,16 +1,14 @@
 //! Running one batch job on this node: spool, cgroup, process, limits, accounting, cleanup.
 
 use crate::binding::HostBinding;
-use crate::cgroup::{CgroupBackend, JobCgroup, JobLimits};
-use crate::cpumap::CpuMap;
+use crate::cgroup::{JobCgroup, JobLimits};
 use crate::cpusets::{self, JobCpusets};
+use crate::ports::{JobContext, JobHandle};
 use crate::records::LocalJobRecord;
-use crate::registry::JobHandle;
 use crate::shim::Status;
-use crate::suspend::Suspension;
+use crate::suspension::Suspension;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
-use berth_core::topology::Topology;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, LaunchSpec};
 use std::io::Write;
@@ -20,31 +18,6 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
-
-/// What every job on this agent shares.
-pub struct JobContext {
-    pub cgroups: Arc<dyn CgroupBackend>,
-    pub cpumap: CpuMap,
-    /// This node's topology (as registered), for mapping bound cores to PUs.
-    pub topology: Topology,
-    /// Root of the per-job spool and TMPDIR directories of this agent.
-    pub spool_root: PathBuf,
-    /// The jobs set up here, for steps, tasks and signals.
-    pub registry: crate::registry::Registry,
-    /// The agent's local socket for the task API (`BERTH_AGENT_SOCKET`).
-    pub agent_socket: PathBuf,
-    /// The berth binary, started as the batch script's shim (`berth __berth-shim`); None
-    /// starts the script directly (its exit status then dies with the agent).
-    pub shim: Option<PathBuf>,
-    /// The agent's durable job records (re-adoption after a restart); None keeps none.
-    pub records: Option<Arc<crate::records::Records>>,
-    /// Messages for the controller (step ends seen at a control tree's root); None: none sent.
-    pub reports: Option<mpsc::UnboundedSender<berth_protocol::agent::AgentMessage>>,
-    /// Steps rooted here whose end the controller has not taken.
-    pub root_steps: crate::registry::RootSteps,
-    /// The agent's key and grant checks; None (tests) signs nothing and accepts no grant.
-    pub auth: Option<Arc<crate::auth::AgentAuth>>,
-}
 
 /// How long kill_all may take before the job is reported with processes left.
 const KILL_DEADLINE: Duration = Duration::from_secs(10);
@@ -61,7 +34,7 @@ pub async fn run_job(
     events: mpsc::UnboundedSender<AgentMessage>,
 ) -> JobOutcome {
     let started = Instant::now();
-    // A step riding on the order starts once the job is set up (crate::attach).
+    // A step riding on the order starts once the job is set up (crate::step_launch).
     let mut step = spec.step.take();
     let spool = ctx.spool_root.join(spec.id.to_string());
     let cg_name = cgroup_name(spec.id);
@@ -135,7 +108,7 @@ pub async fn run_job(
             ctx.registry.insert(job.clone());
             berth_protocol::probe::mark("agent job registered");
             if let Some(grant) = step.take() {
-                crate::attach::start(ctx.clone(), *grant);
+                crate::step_launch::start_from_order(ctx.clone(), *grant);
             }
             if let Some(records) = ctx.records.clone() {
                 // A step waiting for this job (an interactive `berth run`) starts its ranks
@@ -307,20 +280,17 @@ pub(crate) fn cleanup_blocking(
 /// launch's path. Job spools are named by their ids; this name is none.
 const SPARE_SPOOL: &str = ".spare";
 
-/// Set when the agent stops: no spare is made after that (it would outlive the agent).
-static SPARES_STOPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
 /// The agent is stopping: make no more spares, and remove the spare spool directory (the
 /// spare cgroup goes with the cgroup root).
-pub(crate) fn stop_spares(spool_root: &Path) {
-    SPARES_STOPPED.store(true, std::sync::atomic::Ordering::Relaxed);
-    let _ = std::fs::remove_dir_all(spool_root.join(SPARE_SPOOL));
+pub(crate) fn stop_spares(ctx: &JobContext) {
+    ctx.registry.with(|jobs| jobs.stopping = true);
+    let _ = std::fs::remove_dir_all(ctx.spool_root.join(SPARE_SPOOL));
 }
 
 /// Make what the next job here takes ready-made: its cgroup ([`CgroupBackend::make_spare`])
 /// and its spool directory. Best effort: a launch without them makes its own.
 pub(crate) fn make_spares(ctx: &JobContext) {
-    if SPARES_STOPPED.load(std::sync::atomic::Ordering::Relaxed) {
+    if ctx.registry.with(|jobs| jobs.stopping) {
         return;
     }
     if let Err(e) = ctx.cgroups.make_spare() {
@@ -750,7 +720,9 @@ pub(crate) fn outcome_of(spec: &LaunchSpec, ended: Ended, reason: Option<String>
 mod supervision_tests {
     use super::*;
     use crate::cgroup::fake::{FakeBackend, FakeOp};
-    use crate::cgroup::CgroupUsage;
+    use crate::cgroup::{CgroupBackend, CgroupUsage};
+    use crate::cpumap::CpuMap;
+    use berth_core::topology::Topology;
     use berth_core::CpuSet;
 
     struct Harness {
@@ -778,7 +750,6 @@ mod supervision_tests {
             shim: None,
             records: None,
             reports: None,
-            root_steps: Default::default(),
             auth: None,
         });
         Harness { dir, fake, ctx }

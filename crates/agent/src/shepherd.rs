@@ -10,8 +10,8 @@
 //! connections below, which dissolves the subtree; a broken child connection is reported up
 //! as `SubtreeLost` with the ranks it held.
 
-use crate::job::JobContext;
 use crate::pmi::PmiEvent;
+use crate::ports::JobContext;
 use crate::step_ranks::{self, LocalRank};
 use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
@@ -118,7 +118,7 @@ where
     let is_root = subtree.len() == grant.nodes.len();
     if is_root {
         // Until the controller takes its end (daemon.rs moves it to the unacknowledged reports).
-        ctx.root_steps.insert(grant.job, grant.step);
+        ctx.registry.root_step_started(grant.job, grant.step);
     }
 
     // Forward the launch first: the other nodes start while this one does.
@@ -462,7 +462,7 @@ where
                     let _ = reports.send(msg);
                 });
             }
-            None => ctx.root_steps.remove(grant.job, grant.step),
+            None => ctx.registry.root_step_ended(grant.job, grant.step),
         }
     }
     let _ = writer.await;

@@ -1,9 +1,8 @@
 //! A step's ranks on this node: checked against the job, placed in its cgroup (and per-rank
 //! sub-cpusets when asked), bound, given their environment and PMI sockets, started.
 
-use crate::job::JobContext;
 use crate::pmi::{PmiConfig, PmiEvent, PmiServer};
-use crate::registry::JobHandle;
+use crate::ports::{JobContext, JobHandle};
 use berth_core::CpuSet;
 use berth_protocol::step::{StepGrant, StepNode};
 use std::os::fd::AsRawFd;

@@ -10,7 +10,8 @@ use berth_protocol::agent::{AgentMessage, CgroupReport, LaunchSpec};
 
 use super::*;
 use crate::cpumap::CpuMap;
-use crate::job::{run_job, JobContext};
+use crate::job::run_job;
+use crate::ports::JobContext;
 
 /// A job of `id` on a node of `pus` single-PU cores (socket 0), one rank per core, bound to
 /// the last core, run as nobody; its script prints its environment and affinity to `out`.
@@ -66,7 +67,6 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
         shim: None,
         records: None,
         reports: None,
-        root_steps: Default::default(),
         auth: None,
     });
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
@@ -149,7 +149,6 @@ fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
         shim: None,
         records: None,
         reports: None,
-        root_steps: Default::default(),
         auth: None,
     });
     let limits = crate::cgroup::JobLimits {

@@ -12,8 +12,8 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::cpumap::CpuMap;
-use crate::job::{run_job, JobContext};
-use crate::registry::JobHandle;
+use crate::job::run_job;
+use crate::ports::{JobContext, JobHandle};
 use crate::suspend;
 
 /// A test cluster node: a v1 subtree, a spool, and a node of one PU per real CPU (at most 2).
@@ -49,7 +49,6 @@ fn node(test: &str) -> Option<Node> {
         shim: None,
         records: None,
         reports: None,
-        root_steps: Default::default(),
         auth: None,
     });
     Some(Node { r, tmp, ctx, host })

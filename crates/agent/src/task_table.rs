@@ -1,0 +1,169 @@
+//! A job's task table on this node: the tasks started through this agent's task API
+//! ([`crate::tasks`]), their states and where their signals go.
+
+use berth_core::JobId;
+use berth_protocol::step::TaskInfo;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::{mpsc, Notify};
+
+/// The tasks started through this agent's API for one job.
+#[derive(Default)]
+pub struct JobTasks {
+    table: Mutex<TaskTable>,
+    changed: Notify,
+}
+
+/// Task ids 1, 2, ... and what is known of each task.
+#[derive(Default)]
+pub struct TaskTable {
+    last: u64,
+    tasks: BTreeMap<u64, Entry>,
+}
+
+struct Entry {
+    info: TaskInfo,
+    since: Instant,
+    /// Signals for the task, to its driver (local waiter or remote connection).
+    signals: Option<mpsc::UnboundedSender<i32>>,
+}
+
+impl TaskTable {
+    /// The id the next task [`TaskTable::add`]ed gets.
+    pub fn next_id(&self) -> u64 {
+        self.last + 1
+    }
+
+    /// A new task in state "starting"; its id.
+    pub fn add(&mut self, node_index: u32, node: &str, argv: &[String], stdout: &str, stderr: &str) -> u64 {
+        self.last += 1;
+        let id = self.last;
+        let info = TaskInfo {
+            id,
+            node: node.to_string(),
+            node_index,
+            argv: argv.to_vec(),
+            pid: None,
+            state: "starting".into(),
+            exit_code: None,
+            signal: None,
+            reason: None,
+            wall_ms: None,
+            stdout: Some(stdout.to_string()),
+            stderr: Some(stderr.to_string()),
+        };
+        self.tasks.insert(id, Entry { info, since: Instant::now(), signals: None });
+        id
+    }
+
+    pub(crate) fn set_signals(&mut self, id: u64, tx: mpsc::UnboundedSender<i32>) {
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.signals = Some(tx);
+        }
+    }
+
+    pub fn started(&mut self, id: u64, pid: u32) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| e.info.state == "starting") {
+            e.info.pid = Some(pid);
+            e.info.state = "running".into();
+        }
+    }
+
+    /// Did not start, or was lost with its node's agent.
+    pub fn failed(&mut self, id: u64, reason: String) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| !e.info.ended()) {
+            e.info.state = "failed".into();
+            e.info.reason = Some(reason);
+            e.info.wall_ms = Some(e.since.elapsed().as_millis() as u64);
+            e.signals = None;
+        }
+    }
+
+    pub fn exited(&mut self, id: u64, exit_code: Option<i32>, signal: Option<i32>, wall_ms: Option<u64>) {
+        if let Some(e) = self.tasks.get_mut(&id).filter(|e| !e.info.ended()) {
+            e.info.state = "exited".into();
+            e.info.exit_code = exit_code;
+            e.info.signal = signal;
+            e.info.wall_ms = Some(wall_ms.unwrap_or_else(|| e.since.elapsed().as_millis() as u64));
+            e.signals = None;
+        }
+    }
+
+    /// The ids asked for (every task when `ids` is empty), checked to exist.
+    pub fn select(&self, job: JobId, ids: &[u64]) -> Result<Vec<u64>, String> {
+        if ids.is_empty() {
+            return Ok(self.tasks.keys().copied().collect());
+        }
+        let unknown: Vec<String> = ids.iter().filter(|i| !self.tasks.contains_key(i)).map(|i| i.to_string()).collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "no task {} in job {job} on this node (tasks are known to the agent they were spawned through)",
+                unknown.join(", ")
+            ));
+        }
+        let mut out = ids.to_vec();
+        out.sort_unstable();
+        out.dedup();
+        Ok(out)
+    }
+
+    pub fn infos(&self, ids: &[u64]) -> Vec<TaskInfo> {
+        ids.iter()
+            .filter_map(|i| self.tasks.get(i))
+            .map(|e| {
+                let mut info = e.info.clone();
+                if !info.ended() {
+                    info.wall_ms = Some(e.since.elapsed().as_millis() as u64);
+                }
+                info
+            })
+            .collect()
+    }
+
+    pub fn all_ended(&self, ids: &[u64]) -> bool {
+        ids.iter().all(|i| self.tasks.get(i).is_none_or(|e| e.info.ended()))
+    }
+
+    /// Queue `signal` for each task of `ids` that has not ended; how many got it.
+    pub fn signal(&self, ids: &[u64], signal: i32) -> usize {
+        ids.iter()
+            .filter_map(|i| self.tasks.get(i))
+            .filter(|e| !e.info.ended())
+            .filter(|e| e.signals.as_ref().is_some_and(|tx| tx.send(signal).is_ok()))
+            .count()
+    }
+}
+
+impl JobTasks {
+    pub(crate) fn with<T>(&self, f: impl FnOnce(&mut TaskTable) -> T) -> T {
+        let mut t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        let out = f(&mut t);
+        drop(t);
+        self.changed.notify_waiters();
+        out
+    }
+
+    pub(crate) fn read<T>(&self, f: impl FnOnce(&TaskTable) -> T) -> T {
+        let t = self.table.lock().unwrap_or_else(|p| p.into_inner());
+        f(&t)
+    }
+
+    /// Wait until every task of `ids` ended, or `deadline`.
+    pub(crate) async fn wait(&self, ids: &[u64], deadline: Option<tokio::time::Instant>) {
+        loop {
+            let notified = self.changed.notified();
+            if self.read(|t| t.all_ended(ids)) {
+                return;
+            }
+            match deadline {
+                Some(d) => {
+                    if tokio::time::timeout_at(d, notified).await.is_err() {
+                        return;
+                    }
+                }
+                None => notified.await,
+            }
+        }
+    }
+}
