@@ -275,6 +275,8 @@ async fn connection(
         reg.steps = Some(s.open_steps());
         s.unacked.iter().map(|(k, v)| (*k, v.clone())).collect()
     });
+    // The events queued now (while disconnected): their job ends are among `unacked`.
+    let mut queued = events_rx.len();
     // The registration is signed and carries our nonce; the answer must be signed and bound
     // to that nonce; both nonces key the session every later frame is checked with.
     let agent_nonce = random_nonce();
@@ -331,7 +333,8 @@ async fn connection(
     let (mut sealer, opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
     ctx.registry.with(|s| s.connected = true);
     tracing::info!(controller = %cfg.controller, "registered");
-    // Ends queued while disconnected are among these: they are not sent twice.
+    // Ends queued while disconnected are among these: they are not sent twice. Only those: a
+    // job requeued here later in this session ends again, under the same id.
     let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
     for (id, outcome) in unacked {
         write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
@@ -361,7 +364,9 @@ async fn connection(
                 }
             }
             Some(ev) = events_rx.recv() => {
-                if matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
+                let was_queued = queued > 0;
+                queued = queued.saturating_sub(1);
+                if was_queued && matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
                     continue;
                 }
                 if let AgentMessage::StepEnded { job, step, .. } = &ev {
