@@ -50,10 +50,10 @@ pub fn request(
 }
 
 fn enqueue(ctx: &Arc<JobContext>, job: Arc<JobHandle>, op: Op, events: &mpsc::UnboundedSender<AgentMessage>) {
-    let start = match job.suspension.queue.lock() {
-        Ok(mut q) => {
-            q.0.push_back(op);
-            !std::mem::replace(&mut q.1, true)
+    let start = match job.suspension.pending.lock() {
+        Ok(mut p) => {
+            p.ops.push_back(op);
+            !std::mem::replace(&mut p.draining, true)
         }
         Err(_) => false,
     };
@@ -64,11 +64,11 @@ fn enqueue(ctx: &Arc<JobContext>, job: Arc<JobHandle>, op: Op, events: &mpsc::Un
 
 async fn drain(ctx: Arc<JobContext>, job: Arc<JobHandle>, events: mpsc::UnboundedSender<AgentMessage>) {
     loop {
-        let op = match job.suspension.queue.lock() {
-            Ok(mut q) => match q.0.pop_front() {
+        let op = match job.suspension.pending.lock() {
+            Ok(mut p) => match p.ops.pop_front() {
                 Some(op) => op,
                 None => {
-                    q.1 = false;
+                    p.draining = false;
                     return;
                 }
             },
@@ -202,8 +202,8 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
     .and_then(|r| r);
     match result {
         Ok(report) => {
-            if let Ok(mut a) = job.suspension.allocation.lock() {
-                *a = to.clone();
+            if let Ok(mut p) = job.suspension.pending.lock() {
+                p.allocation = to.clone();
             }
             tracing::info!(job = %id, cpus = %new.cpus, mems = %new.mems, "moved to other CPUs");
             Ok(vec![report])

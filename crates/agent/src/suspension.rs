@@ -47,24 +47,31 @@ pub(crate) fn walltime_deadline(start: Instant, walltime: Duration, paused: Dura
 /// A job's suspension state on this node (one per [`crate::ports::JobHandle`]).
 pub struct Suspension {
     clock: watch::Sender<Pause>,
-    /// Operations not yet carried out, and whether a task is carrying them out.
-    pub(crate) queue: Mutex<(VecDeque<Op>, bool)>,
+    /// The operations to carry out and where the job is, behind one lock.
+    pub(crate) pending: Mutex<Pending>,
     /// Held while the cgroup is frozen, thawed or moved, and by the job's end.
     pub(crate) gate: tokio::sync::Mutex<()>,
     /// The job is ending: no more freezing.
     pub(crate) ending: AtomicBool,
+}
+
+/// What [`Suspension::pending`] guards.
+pub(crate) struct Pending {
+    /// Operations not yet carried out.
+    pub ops: VecDeque<Op>,
+    /// A task is carrying them out.
+    pub draining: bool,
     /// This node's part of the allocation as the controller last sent it.
-    pub(crate) allocation: Mutex<NodeAllocation>,
+    pub allocation: NodeAllocation,
 }
 
 impl Suspension {
     pub fn new(allocation: NodeAllocation) -> Self {
         Suspension {
             clock: watch::Sender::new(Pause::default()),
-            queue: Mutex::new((VecDeque::new(), false)),
+            pending: Mutex::new(Pending { ops: VecDeque::new(), draining: false, allocation }),
             gate: tokio::sync::Mutex::new(()),
             ending: AtomicBool::new(false),
-            allocation: Mutex::new(allocation),
         }
     }
 
@@ -102,7 +109,7 @@ impl Suspension {
 
     /// The current part of the allocation (after any move).
     pub fn allocation(&self) -> Option<NodeAllocation> {
-        self.allocation.lock().ok().map(|a| a.clone())
+        self.pending.lock().ok().map(|p| p.allocation.clone())
     }
 
     /// Returns once `walltime` of time not suspended has passed since the call: the deadline
