@@ -1,8 +1,8 @@
-//! Builds the agent's glue to OpenPMIx's server library (src/pmix/shim.c) against the
+//! Builds the agent's glue to OpenPMIx's server library (src/step/pmix/shim.c) against the
 //! installed headers and links libpmix (Debian `libpmix-dev`, installed by scripts/setup.sh).
 
 fn main() {
-    println!("cargo:rerun-if-changed=src/pmix/shim.c");
+    println!("cargo:rerun-if-changed=src/step/pmix/shim.c");
     // Only the include paths: pmix.pc's -L names a directory holding just the static
     // libpmix.a (Debian), while the agent links the shared libpmix.so from the default path.
     let pmix = pkg_config::Config::new().cargo_metadata(false).env_metadata(false).probe("pmix");
@@ -17,7 +17,7 @@ fn main() {
         }
     };
     let mut cc = cc::Build::new();
-    cc.file("src/pmix/shim.c").warnings(true).extra_warnings(true).flag_if_supported("-Wno-unused-parameter");
+    cc.file("src/step/pmix/shim.c").warnings(true).extra_warnings(true).flag_if_supported("-Wno-unused-parameter");
     for i in &includes {
         cc.include(i);
     }

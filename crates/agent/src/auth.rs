@@ -81,8 +81,8 @@ impl AgentAuth {
     }
 
     /// What `run`'s launch of a step already started here from its launch order must pass
-    /// (the step's start passed [`crate::step_launch::check`], which made the grant used): signed,
-    /// unexpired, for this node. Attaching works once (crate::attach).
+    /// (the step's start passed [`crate::step::launch::check`], which made the grant used): signed,
+    /// unexpired, for this node. Attaching works once (crate::ports::attach).
     pub fn check_step_attach(&self, grant: &StepGrant, subtree: &[u32]) -> Result<(), Refused> {
         self.check_grant_here(grant, subtree, now_ms())
     }

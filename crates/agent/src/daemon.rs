@@ -4,11 +4,11 @@ use crate::auth::AgentAuth;
 use crate::cgroup::{self, CgroupBackend};
 use crate::cpumap::CpuMap;
 use crate::hwtopo::{self, TopologySource};
+use crate::job::suspend::Op;
 use crate::job::{cgroup_name, run_job};
 use crate::ports::JobContext;
 use crate::records::Records;
-use crate::shepherd::Upstream;
-use crate::suspend::Op;
+use crate::step::shepherd::Upstream;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::Refusal;
@@ -104,12 +104,12 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     );
     // Leftovers of an earlier agent in our subtree: the jobs it recorded are re-adopted (or
     // reported ended); the rest is killed and removed.
-    let recovered = crate::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
+    let recovered = crate::job::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
     // The batch scripts' shim (`berth __berth-shim`: the client beside this binary, or this
-    // binary; crate::shim::open_binary), resolved once. It is held open and exec'd as
+    // binary; crate::job::shim::open_binary), resolved once. It is held open and exec'd as
     // /proc/self/fd/N: the job's user needs no search permission on the directories of the
     // agent's binary (a build tree under a private directory).
-    let shim = match std::env::current_exe().and_then(|exe| crate::shim::open_binary(&exe)) {
+    let shim = match std::env::current_exe().and_then(|exe| crate::job::shim::open_binary(&exe)) {
         Ok(exe) => {
             use std::os::fd::IntoRawFd;
             // Open (close-on-exec) for the agent's lifetime.
@@ -184,7 +184,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         ctx.registry.with(|s| s.running.insert(id, kill_tx));
         let (ctx, events) = (ctx.clone(), events_tx.clone());
         tokio::spawn(async move {
-            let outcome = contained(id, &ctx, crate::adopt::run(rec, cg, ctx.clone(), kill_rx)).await;
+            let outcome = contained(id, &ctx, crate::job::adopt::run(rec, cg, ctx.clone(), kill_rx)).await;
             job_ended(id, outcome, &ctx, &events).await;
         });
     }
@@ -503,7 +503,7 @@ async fn watch_lease(ctx: Arc<JobContext>) {
 /// `suspend` / `resume`: carried out in order per job, answered on `events`.
 fn suspend_op(ctx: &Arc<JobContext>, events: &mpsc::UnboundedSender<AgentMessage>, id: JobId, op: Op) {
     let launching = ctx.registry.with(|s| s.running.contains_key(&id));
-    crate::suspend::request(ctx, id, op, launching, events);
+    crate::job::suspend::request(ctx, id, op, launching, events);
 }
 
 /// `berth signal`: one step's local ranks, or every process of the job here. A suspended
@@ -693,14 +693,14 @@ async fn serve_status(listener: TcpListener, name: String, instance: String, rea
                         attach_step(&auth, &ctx, *grant, subtree, link, stream, peer).await;
                         return;
                     }
-                    if let Err((what, why)) = crate::step_launch::check(&ctx, &grant, &subtree).await {
+                    if let Err((what, why)) = crate::step::launch::check(&ctx, &grant, &subtree).await {
                         auth.refuse(what, Some(grant.job), &format!("{why} (launch from {peer})"));
                         refuse_launch(&mut stream, &grant, &subtree, &link, &name, &why).await;
                         return;
                     }
                     berth_protocol::probe::mark("agent step checked");
                     let (rd, wr) = stream.into_split();
-                    crate::shepherd::serve(ctx, *grant, subtree, link, Upstream::Connected(rd, wr)).await;
+                    crate::step::shepherd::serve(ctx, *grant, subtree, link, Upstream::Connected(rd, wr)).await;
                     return;
                 }
                 Ok(Some(AgentQuery::Sealed(env))) => match auth.open_query(&env) {
@@ -755,7 +755,7 @@ async fn attach_step(
         Err((what, why)) => Some((what, why, stream)),
         Ok(()) => {
             let up = stream.into_split();
-            match ctx.registry.attach.attach(grant.job, grant.step, up, crate::attach::ATTACH_WAIT).await {
+            match ctx.registry.attach.attach(grant.job, grant.step, up, crate::ports::attach::ATTACH_WAIT).await {
                 Ok(()) => None,
                 Err(r) => match r.up.0.reunite(r.up.1) {
                     Ok(stream) => Some((Refusal::Launch, r.reason, stream)),

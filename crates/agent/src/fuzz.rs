@@ -9,8 +9,8 @@
 //! to the same request.
 
 use crate::hwtopo::{load, TopologySource, MAX_SYNTHETIC_PUS};
-use crate::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer, Request, KEYLEN_MAX, LINE_MAX, VALLEN_MAX};
-use crate::pmi2::{parse_length, Message, LENGTH_FIELD, MESSAGE_MAX};
+use crate::step::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer, Request, KEYLEN_MAX, LINE_MAX, VALLEN_MAX};
+use crate::step::pmi2::{parse_length, Message, LENGTH_FIELD, MESSAGE_MAX};
 use berth_core::fuzz::{assert_fast, junk_text, one_of, text, Target, NUMBERS};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -231,7 +231,7 @@ fn check_pmi2_message(bytes: &[u8]) {
     if body.len() < 1_000_000 {
         assert_eq!(parse_length(&frame[..LENGTH_FIELD]), Ok(body.len()));
     }
-    let fitted = crate::pmi2::fit_for_client(m);
+    let fitted = crate::step::pmi2::fit_for_client(m);
     assert!(fitted.pairs.iter().all(|(k, v)| k.len() <= 64 && v.len() <= 1024));
 }
 

@@ -1,14 +1,11 @@
 //! berth-agent: everything that happens on one host (`berth agent`).
 
-pub mod adopt;
-pub mod attach;
 pub mod auth;
 pub mod binding;
 pub mod cgroup;
 pub mod compat_env;
 pub mod conn;
 pub mod cpumap;
-pub mod cpusets;
 pub mod daemon;
 pub mod fence;
 #[cfg(feature = "fuzzing")]
@@ -17,21 +14,11 @@ pub mod gpu_devices;
 pub mod gpus;
 pub mod hwtopo;
 pub mod job;
-pub mod pmi;
-pub mod pmi2;
-pub mod pmix;
 pub mod ports;
 pub mod priority;
-pub mod rank;
 pub mod records;
-pub mod shepherd;
-pub mod shim;
 pub mod spawn;
-pub mod step_launch;
-pub mod step_ranks;
-pub mod suspend;
-pub mod suspension;
-pub mod task_table;
+pub mod step;
 pub mod tasks;
 
 pub use daemon::{run, AgentConfig, AgentError};

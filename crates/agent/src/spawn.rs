@@ -1,4 +1,4 @@
-//! CPU masks for the processes the agent starts (the starting itself is [`crate::rank`]'s:
+//! CPU masks for the processes the agent starts (the starting itself is [`crate::step::rank`]'s:
 //! a `clone(CLONE_VM | CLONE_VFORK)` child, for batch scripts and ranks alike).
 
 /// A kernel CPU mask of `cpus`, built before the fork. Errors for CPUs beyond CPU_SETSIZE.

@@ -450,7 +450,7 @@ fn spawn_here(
     cwd: &str,
     stdout: &str,
     stderr: &str,
-) -> Result<crate::rank::Process, String> {
+) -> Result<crate::step::rank::Process, String> {
     set_vars(
         &mut env,
         vec![
@@ -473,8 +473,8 @@ fn spawn_here(
         set_vars(&mut env, job_vars(&job.spec, compat, node, cpus));
     }
     let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
-    let task = crate::rank::spawn_to_files(
-        crate::rank::RankLaunch {
+    let task = crate::step::rank::spawn_to_files(
+        crate::step::rank::RankLaunch {
             argv,
             env,
             cwd,
@@ -554,7 +554,7 @@ fn status_of(st: &std::io::Result<std::process::ExitStatus>) -> (Option<i32>, Op
 async fn watch_local(
     job: Arc<JobHandle>,
     id: u64,
-    mut child: crate::rank::Process,
+    mut child: crate::step::rank::Process,
     mut signals: mpsc::UnboundedReceiver<i32>,
 ) {
     let pid = child.id().unwrap_or(0);
@@ -784,7 +784,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task_table::{JobTasks, TaskTable};
+    use crate::ports::task_table::{JobTasks, TaskTable};
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

@@ -3,7 +3,7 @@
 //! (`PMI_FD`, `PMI_RANK`, `PMI_SIZE`, as berth sets them; libpmi2 needs only the first two), all
 //! ranks are local, and a one-level "tree" answers each BarrierIn with barrier_out of the same puts.
 
-use berth_agent::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer};
+use berth_agent::step::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -3,7 +3,7 @@
 //! and a one-level "tree" answers each BarrierIn with barrier_out of the same puts. Mappings that
 //! claim several nodes make MPICH talk through UCX between ranks of this one host.
 
-use berth_agent::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer};
+use berth_agent::step::pmi::{process_mapping, PmiConfig, PmiEvent, PmiServer};
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};

@@ -13,8 +13,8 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::cpumap::CpuMap;
 use crate::job::run_job;
+use crate::job::suspend;
 use crate::ports::{JobContext, JobHandle};
-use crate::suspend;
 
 /// A test cluster node: a v1 subtree, a spool, and a node of one PU per real CPU (at most 2).
 struct Node {

@@ -6,7 +6,7 @@
 //! The controller's `suspend` / `resume` for a job are carried out one at a time, in the
 //! order they arrived, each answered with `suspended` / `resumed`. A job that is ending
 //! (walltime, kill) is thawed first so its processes act on the SIGTERM. The state these
-//! operations change is a [`crate::suspension::Suspension`].
+//! operations change is a [`crate::ports::suspension::Suspension`].
 
 use crate::cgroup::JobLimits;
 use crate::ports::{JobContext, JobHandle};
@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 
-pub use crate::suspension::Op;
+pub use crate::ports::suspension::Op;
 
 /// Carry out `op` for the job `id` and answer the controller on `events`: in order with the
 /// job's other operations when it is set up here; a job still being launched is waited for
@@ -195,7 +195,7 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
             return Err(e.to_string());
         }
         let dir = cg.cpuset_dir();
-        Ok(crate::cpusets::report(&*cg, &mount, &dir, None, &wanted.cpus, &wanted.mems))
+        Ok(crate::job::cpusets::report(&*cg, &mount, &dir, None, &wanted.cpus, &wanted.mems))
     })
     .await
     .map_err(|e| e.to_string())

@@ -1,5 +1,5 @@
 //! The PMI-2 wire protocol, served on a rank's PMI connection when its first request asks for
-//! it, with the same KVS, barrier and events as PMI-1 ([`crate::pmi`]): ranks of one step may mix
+//! it, with the same KVS, barrier and events as PMI-1 ([`crate::step::pmi`]): ranks of one step may mix
 //! both protocols.
 //!
 //! # Wire
@@ -54,7 +54,7 @@ use std::collections::HashMap;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::oneshot;
 
-use crate::pmi::{PmiEvent, PmiServer, Request};
+use crate::step::pmi::{PmiEvent, PmiServer, Request};
 
 /// Digits of a message's length field, padded with spaces.
 pub const LENGTH_FIELD: usize = 6;
@@ -473,7 +473,7 @@ fn mpi_abort_code(message: &str) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::pmi::PmiConfig;
+    use crate::step::pmi::PmiConfig;
     use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::UnixStream;
     use tokio::sync::mpsc;

@@ -1,6 +1,6 @@
 //! A job's suspension state on this node: frozen or not, for how long (its walltime does not
 //! count the time suspended), and the allocation it was last moved to. The operations that
-//! freeze, thaw and move a job are in [`crate::suspend`].
+//! freeze, thaw and move a job are in [`crate::job::suspend`].
 
 use crate::cgroup::JobCgroup;
 use berth_core::job::NodeAllocation;

@@ -13,11 +13,11 @@
 //!   lost their shepherd (it lived in the agent): they are killed.
 
 use crate::cgroup::{CgroupBackend, JobCgroup};
+use crate::job::shim::Status;
 use crate::job::{cgroup_name, cleanup, cleanup_blocking, follow, outcome_of, Ended, Script, UNKNOWN_STATUS};
+use crate::ports::suspension::Suspension;
 use crate::ports::{JobContext, JobHandle};
 use crate::records::{now_unix_ms, proc_parent, proc_start_time, LocalJobRecord, Records};
-use crate::shim::Status;
-use crate::suspension::Suspension;
 use berth_core::job::JobOutcome;
 use berth_core::JobId;
 use std::collections::BTreeSet;
@@ -109,7 +109,7 @@ pub fn recover(backend: &dyn CgroupBackend, spool_root: &Path, records: Option<&
 /// The outcome of a recorded job found without its cgroup.
 fn gone_outcome(rec: &LocalJobRecord) -> JobOutcome {
     // The script ended when its shim wrote the status file; without one, the end is now.
-    let ended_ms = std::fs::metadata(rec.spool.join(crate::shim::STATUS_FILE))
+    let ended_ms = std::fs::metadata(rec.spool.join(crate::job::shim::STATUS_FILE))
         .and_then(|m| m.modified())
         .ok()
         .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())

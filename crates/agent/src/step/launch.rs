@@ -1,11 +1,11 @@
 //! Admitting a step launch on this node: the grant is the controller's, for this node, used
 //! once (crate::auth), and its job is set up here with the CPUs the grant names
-//! (crate::step_ranks); and starting the step a job's launch order carried
-//! (crate::attach: its `berth run` attaches later).
+//! (crate::step::ranks); and starting the step a job's launch order carried
+//! (crate::ports::attach: its `berth run` attaches later).
 
 use crate::auth::Refused;
 use crate::ports::JobContext;
-use crate::shepherd::Upstream;
+use crate::step::shepherd::Upstream;
 use berth_protocol::agent::Refusal;
 use berth_protocol::auth::{now_ms, LinkKey};
 use berth_protocol::step::StepGrant;
@@ -30,7 +30,7 @@ pub async fn check(ctx: &JobContext, grant: &StepGrant, subtree: &[u32]) -> Resu
         return Err(launch(format!("step {job}.{step}: job {job} is not running on node {}", auth.name)));
     };
     let node = &grant.nodes[subtree[0] as usize];
-    crate::step_ranks::check(&handle, grant, node).map_err(|e| launch(format!("step {job}.{step}: {e}")))?;
+    crate::step::ranks::check(&handle, grant, node).map_err(|e| launch(format!("step {job}.{step}: {e}")))?;
     Ok(())
 }
 
@@ -53,6 +53,6 @@ pub fn start_from_order(ctx: Arc<JobContext>, grant: StepGrant) {
         berth_protocol::probe::mark("agent prestart checked");
         let attached = ctx.registry.attach.expect(job, step);
         let link = LinkKey::of_grant(&auth.key, &grant);
-        crate::shepherd::serve(ctx, grant, subtree, link, Upstream::Awaited(attached)).await;
+        crate::step::shepherd::serve(ctx, grant, subtree, link, Upstream::Awaited(attached)).await;
     });
 }

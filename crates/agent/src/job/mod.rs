@@ -1,12 +1,17 @@
 //! Running one batch job on this node: spool, cgroup, process, limits, accounting, cleanup.
 
+pub mod adopt;
+pub mod cpusets;
+pub mod shim;
+pub mod suspend;
+
 use crate::binding::HostBinding;
 use crate::cgroup::{JobCgroup, JobLimits};
-use crate::cpusets::{self, JobCpusets};
+use crate::job::cpusets::JobCpusets;
+use crate::job::shim::Status;
+use crate::ports::suspension::Suspension;
 use crate::ports::{JobContext, JobHandle};
 use crate::records::LocalJobRecord;
-use crate::shim::Status;
-use crate::suspension::Suspension;
 use berth_core::binding::BindingMode;
 use berth_core::job::JobOutcome;
 use berth_core::JobId;
@@ -34,7 +39,7 @@ pub async fn run_job(
     events: mpsc::UnboundedSender<AgentMessage>,
 ) -> JobOutcome {
     let started = Instant::now();
-    // A step riding on the order starts once the job is set up (crate::step_launch).
+    // A step riding on the order starts once the job is set up (crate::step::launch).
     let mut step = spec.step.take();
     let spool = ctx.spool_root.join(spec.id.to_string());
     let cg_name = cgroup_name(spec.id);
@@ -108,7 +113,7 @@ pub async fn run_job(
             ctx.registry.insert(job.clone());
             berth_protocol::probe::mark("agent job registered");
             if let Some(grant) = step.take() {
-                crate::step_launch::start_from_order(ctx.clone(), *grant);
+                crate::step::launch::start_from_order(ctx.clone(), *grant);
             }
             if let Some(records) = ctx.records.clone() {
                 // A step waiting for this job (an interactive `berth run`) starts its ranks
@@ -382,7 +387,7 @@ fn start(
     gpus: &[(&str, String)],
     agent_socket: &Path,
     shim: Option<&Path>,
-) -> Result<crate::rank::Process, String> {
+) -> Result<crate::step::rank::Process, String> {
     // Kept open until the spawn returned: the child joins the cgroups through them.
     let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
     let join_fds: Vec<std::os::fd::RawFd> = join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
@@ -396,20 +401,20 @@ fn start(
     let text = |p: &Path| {
         p.to_str().map(str::to_string).ok_or_else(|| format!("the agent's path {} is not UTF-8", p.display()))
     };
-    let (status_file, script) = (text(&spool.join(crate::shim::STATUS_FILE))?, text(&spool.join("script"))?);
+    let (status_file, script) = (text(&spool.join(crate::job::shim::STATUS_FILE))?, text(&spool.join("script"))?);
     let argv: Vec<String> = match shim {
         // The shim starts the script and keeps its exit status (see shim.rs).
-        Some(exe) => vec![text(exe)?, crate::shim::SHIM_ARG.to_string(), status_file, script],
+        Some(exe) => vec![text(exe)?, crate::job::shim::SHIM_ARG.to_string(), status_file, script],
         None => vec![script],
     };
     let env = script_env(spec, spool, sets, binding, gpus, agent_socket)?;
-    let output = crate::rank::ScriptOutput {
+    let output = crate::step::rank::ScriptOutput {
         stdout: &spec.stdout,
         stderr: &spec.stderr,
         append: spec.open_append,
         dumpable: shim.is_some_and(|exe| exe.starts_with("/proc/self/fd")),
     };
-    let launch = || crate::rank::RankLaunch {
+    let launch = || crate::step::rank::RankLaunch {
         argv: &argv,
         env: env.clone(),
         cwd: workdir,
@@ -424,7 +429,7 @@ fn start(
     // holds the descriptor until its own exec. It clears within milliseconds; retry briefly.
     let mut attempt = 0;
     let spawned = loop {
-        match crate::rank::spawn_script(launch(), &output) {
+        match crate::step::rank::spawn_script(launch(), &output) {
             Err(e) if e.errno == libc::ETXTBSY && attempt < 50 => {
                 attempt += 1;
                 std::thread::sleep(std::time::Duration::from_millis(2));
@@ -549,7 +554,7 @@ pub(crate) fn launch_hint(spec: &LaunchSpec) -> String {
 /// The batch script's process as the agent follows it.
 pub(crate) enum Script {
     /// Started by this agent: the shim (`shim`), or the script itself.
-    Child { child: crate::rank::Process, spool: PathBuf, shim: bool },
+    Child { child: crate::step::rank::Process, spool: PathBuf, shim: bool },
     /// A shim started by an earlier agent: its end is seen through a pidfd, its status read
     /// from the spool directory.
     Adopted { pidfd: tokio::io::unix::AsyncFd<std::os::fd::OwnedFd>, spool: PathBuf },
@@ -932,19 +937,19 @@ mod supervision_tests {
         let script = started(&mut r).await;
         let sleep = sleeps(&h, 16, 1).await[0];
         let job = h.ctx.registry.get(JobId(16)).expect("registered while it runs");
-        crate::suspend::suspend(&job).await.unwrap();
+        crate::job::suspend::suspend(&job).await.unwrap();
         assert!(job.suspension.is_suspended());
         assert!(is_stopped(sleep) && is_stopped(script as i32), "frozen processes are stopped");
-        crate::suspend::suspend(&job).await.unwrap();
-        crate::suspend::resume(&h.ctx, &job, None).await.unwrap();
+        crate::job::suspend::suspend(&job).await.unwrap();
+        crate::job::suspend::resume(&h.ctx, &job, None).await.unwrap();
         assert!(!job.suspension.is_suspended());
         assert!(!is_stopped(sleep), "thawed");
-        crate::suspend::suspend(&job).await.unwrap();
+        crate::job::suspend::suspend(&job).await.unwrap();
         // Cancelled while suspended: thawed so that it acts on the SIGTERM.
         r.kill.send("cancelled".into()).unwrap();
         let out = outcome(r).await;
         assert_eq!((out.reason.as_deref(), out.signal), (Some("cancelled"), Some(libc::SIGTERM)), "{out:?}");
-        assert!(crate::suspend::suspend(&job).await.is_err(), "an ended job is not frozen again");
+        assert!(crate::job::suspend::suspend(&job).await.is_err(), "an ended job is not frozen again");
         let n = name(16);
         let log = h.fake.log();
         let ops: Vec<&FakeOp> =

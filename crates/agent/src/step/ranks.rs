@@ -1,8 +1,8 @@
 //! A step's ranks on this node: checked against the job, placed in its cgroup (and per-rank
 //! sub-cpusets when asked), bound, given their environment and PMI sockets, started.
 
-use crate::pmi::{PmiConfig, PmiEvent, PmiServer};
 use crate::ports::{JobContext, JobHandle};
+use crate::step::pmi::{PmiConfig, PmiEvent, PmiServer};
 use berth_core::CpuSet;
 use berth_protocol::step::{StepGrant, StepNode};
 use std::os::fd::AsRawFd;
@@ -13,7 +13,7 @@ use tokio::sync::mpsc;
 /// A started rank.
 pub struct LocalRank {
     pub rank: u32,
-    pub child: crate::rank::Process,
+    pub child: crate::step::rank::Process,
 }
 
 /// What the shepherd gets back from starting its ranks.
@@ -21,7 +21,7 @@ pub struct StartedRanks {
     pub ranks: Vec<LocalRank>,
     pub pmi: PmiServer,
     /// The step's PMIx namespace here (deregistered when dropped), when PMIx is offered.
-    pub pmix: Option<crate::pmix::Namespace>,
+    pub pmix: Option<crate::step::pmix::Namespace>,
     /// Where survivors read about failed ranks (`BERTH_FAILED_RANKS`): `--no-kill` steps only
     /// (otherwise a failure ends them all and nobody would read it).
     pub failures_file: Option<PathBuf>,
@@ -145,7 +145,7 @@ pub fn start(
     grant: &StepGrant,
     node_index: usize,
     pmi_events: mpsc::UnboundedSender<PmiEvent>,
-    pmix_events: mpsc::UnboundedSender<crate::pmix::PmixEvent>,
+    pmix_events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
     partial: &mut Vec<LocalRank>,
 ) -> Result<StartedRanks, String> {
     let node = &grant.nodes[node_index];
@@ -157,7 +157,7 @@ pub fn start(
             size: grant.size,
             appnum: 0,
             universe_size: grant.size,
-            process_mapping: crate::pmi::process_mapping(&ranks_per_node),
+            process_mapping: crate::step::pmi::process_mapping(&ranks_per_node),
             local_ranks: node.ranks.iter().map(|r| r.rank).collect(),
         },
         pmi_events,
@@ -231,7 +231,7 @@ pub fn start(
         } else {
             env.retain(|(k, _)| k != "PMI_SIZE" && k != "PMI_RANK");
         }
-        let child = crate::rank::spawn(crate::rank::RankLaunch {
+        let child = crate::step::rank::spawn(crate::step::rank::RankLaunch {
             argv: &grant.argv,
             env,
             cwd: &grant.cwd,
@@ -268,12 +268,12 @@ fn pmix_namespace(
     job: &JobHandle,
     grant: &StepGrant,
     node_index: usize,
-    events: mpsc::UnboundedSender<crate::pmix::PmixEvent>,
-) -> Result<Option<crate::pmix::Namespace>, String> {
+    events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
+) -> Result<Option<crate::step::pmix::Namespace>, String> {
     if !grant.mpi.offers_pmix() {
         return Ok(None);
     }
-    if let Err(e) = crate::pmix::ensure_server(&ctx.spool_root.join("pmix")) {
+    if let Err(e) = crate::step::pmix::ensure_server(&ctx.spool_root.join("pmix")) {
         if grant.mpi == berth_core::step::MpiKind::Pmix {
             return Err(format!("{e}; check that libpmix is installed (scripts/setup.sh) or run with --mpi pmi2"));
         }
@@ -295,7 +295,7 @@ fn pmix_namespace(
         return Err(format!("rank {r} of the step is on no node"));
     }
     let nsdir = job.tmpdir();
-    let spec = crate::pmix::NamespaceSpec {
+    let spec = crate::step::pmix::NamespaceSpec {
         name: format!("berth.{}.{}", grant.job, grant.step),
         jobid: format!("{}.{}", grant.job, grant.step),
         size: grant.size,
@@ -308,7 +308,7 @@ fn pmix_namespace(
         uid: grant.user.uid,
         gid: grant.user.gid,
     };
-    crate::pmix::Namespace::register(&spec, events).map(Some).map_err(|e| format!("PMIx: {e}"))
+    crate::step::pmix::Namespace::register(&spec, events).map(Some).map_err(|e| format!("PMIx: {e}"))
 }
 
 /// The GPU variables a rank's environment may carry from its job (replaced per rank).

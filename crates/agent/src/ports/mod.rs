@@ -7,9 +7,13 @@
 //! ends and step ends the controller has not acknowledged, the steps rooted here, the
 //! connection and the lease. One lock guards it all; nothing holds it across an `await`.
 
+pub mod attach;
+pub mod suspension;
+pub mod task_table;
+
 use crate::cgroup::{CgroupBackend, JobCgroup};
 use crate::cpumap::CpuMap;
-use crate::suspension::Suspension;
+use crate::ports::suspension::Suspension;
 use berth_core::job::JobOutcome;
 use berth_core::topology::Topology;
 use berth_core::JobId;
@@ -54,7 +58,7 @@ pub struct JobHandle {
     /// Signals for the local ranks of each running step.
     pub steps: Mutex<HashMap<u32, mpsc::UnboundedSender<i32>>>,
     /// Tasks started through this agent's task API (`berth task`).
-    pub tasks: crate::task_table::JobTasks,
+    pub tasks: crate::ports::task_table::JobTasks,
     /// Frozen or not, and for how long (its walltime does not count it).
     pub suspension: Arc<Suspension>,
 }
@@ -135,7 +139,7 @@ pub struct JobTable {
     /// A job was set up (for [`JobTable::wait_for`]).
     changed: Notify,
     /// Steps started from their job's launch order, waiting for their `berth run`.
-    pub attach: crate::attach::Attachments,
+    pub attach: crate::ports::attach::Attachments,
 }
 
 impl JobTable {

@@ -6,8 +6,8 @@
 //! from the order takes that wait, and `run`'s connection, off the launch: the step's upward
 //! frames (started, output, exits) queue until `run` attaches its control-tree connection
 //! (docs/protocol/01-client.md, "An interactive step starts from its launch order"). A step
-//! nobody attaches to within [`ATTACH_WAIT`] is killed, as if its upstream connection broke. Such a step is started by
-//! [`crate::step_launch::start_from_order`].
+//! nobody attaches to within [`ATTACH_WAIT`] is killed, as if its upstream connection broke.
+//! Such a step is started by [`crate::step::launch::start_from_order`].
 
 use berth_core::JobId;
 use std::collections::HashMap;

@@ -10,9 +10,9 @@
 //! connections below, which dissolves the subtree; a broken child connection is reported up
 //! as `SubtreeLost` with the ranks it held.
 
-use crate::pmi::PmiEvent;
 use crate::ports::JobContext;
-use crate::step_ranks::{self, LocalRank};
+use crate::step::pmi::PmiEvent;
+use crate::step::ranks::{self as step_ranks, LocalRank};
 use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
@@ -44,7 +44,7 @@ enum Event {
     StreamClosed,
     RankExited(RankExit),
     Pmi(PmiEvent),
-    Pmix(crate::pmix::PmixEvent),
+    Pmix(crate::step::pmix::PmixEvent),
     Signal(i32),
     KillNow,
     Linger,
@@ -62,7 +62,7 @@ struct Child {
 pub enum Upstream<R, W> {
     /// The connection the launch came on.
     Connected(R, W),
-    /// A step started from its job's launch order: `run` attaches later (crate::attach);
+    /// A step started from its job's launch order: `run` attaches later (crate::ports::attach);
     /// what goes up queues until then.
     Awaited(oneshot::Receiver<(R, W)>),
 }
@@ -87,13 +87,14 @@ where
         Upstream::Awaited(attached) => {
             let (ev_tx, auth) = (ev_tx.clone(), ctx.auth.clone());
             tokio::spawn(async move {
-                match tokio::time::timeout(crate::attach::ATTACH_WAIT, attached).await {
+                match tokio::time::timeout(crate::ports::attach::ATTACH_WAIT, attached).await {
                     Ok(Ok((rd, wr))) => {
                         tokio::spawn(read_down(rd, opener, key, auth, ev_tx));
                         write_up(wr, sealer, up_rx).await
                     }
                     _ => {
-                        let why = format!("no `berth run` attached within {} s", crate::attach::ATTACH_WAIT.as_secs());
+                        let why =
+                            format!("no `berth run` attached within {} s", crate::ports::attach::ATTACH_WAIT.as_secs());
                         let _ = ev_tx.send(Event::UpLost(why));
                     }
                 }
@@ -142,7 +143,7 @@ where
             }
         });
     }
-    let (pmix_tx, mut pmix_rx) = mpsc::unbounded_channel::<crate::pmix::PmixEvent>();
+    let (pmix_tx, mut pmix_rx) = mpsc::unbounded_channel::<crate::step::pmix::PmixEvent>();
     {
         let ev_tx = ev_tx.clone();
         tokio::spawn(async move {
@@ -166,7 +167,7 @@ where
     let mut pmi = None;
     let mut pmix = None;
     // A PMIx fence this node's ranks wait on (completed by the barrier's way down).
-    let mut pmix_fence: Option<crate::pmix::FenceToken> = None;
+    let mut pmix_fence: Option<crate::step::pmix::FenceToken> = None;
     let mut sub_cpusets = vec![];
     let mut failures_file = None;
     let mut local_started = false;
@@ -386,17 +387,17 @@ where
                 }
             },
             Event::Pmix(p) => match p {
-                crate::pmix::PmixEvent::Fence { data, token } => {
+                crate::step::pmix::PmixEvent::Fence { data, token } => {
                     // The node's ranks all entered the fence: up the tree as a barrier.
                     pmix_fence = Some(token);
-                    local_barrier = Some(vec![(crate::pmix::fence_key(me), berth_protocol::auth::hex(&data))]);
+                    local_barrier = Some(vec![(crate::step::pmix::fence_key(me), berth_protocol::auth::hex(&data))]);
                 }
-                crate::pmix::PmixEvent::Abort { rank, code, message } => {
+                crate::step::pmix::PmixEvent::Abort { rank, code, message } => {
                     let abort = TreeUp::Abort { rank, node: node.name.clone(), code, message };
                     report.saw(&abort);
                     let _ = up_tx.send(abort);
                 }
-                crate::pmix::PmixEvent::Finalized { .. } => {}
+                crate::step::pmix::PmixEvent::Finalized { .. } => {}
             },
             Event::Child(i, msg) => match msg {
                 TreeUp::Started { nodes, ranks } => children[i].started = Some((nodes, ranks)),
@@ -516,10 +517,10 @@ impl StepEndReport {
 /// is PMI's.
 fn barrier_out(
     kvs: Vec<(String, String)>,
-    pmi: Option<&crate::pmi::PmiServer>,
-    fence: &mut Option<crate::pmix::FenceToken>,
+    pmi: Option<&crate::step::pmi::PmiServer>,
+    fence: &mut Option<crate::step::pmix::FenceToken>,
 ) {
-    match crate::pmix::fence_data(&kvs) {
+    match crate::step::pmix::fence_data(&kvs) {
         Some(data) => match (fence.take(), data) {
             (Some(token), Ok(all)) => token.complete(&all),
             (Some(token), Err(e)) => {

@@ -45,7 +45,7 @@
 //! [`PmiEvent::ProtocolError`]; nothing a rank sends can make the server panic.
 //!
 //! A rank whose first request is `cmd=init pmi_version=2 pmi_subversion=0` speaks PMI-2 from
-//! then on ([`crate::pmi2`]), with the same KVS and barrier: a step may mix both protocols.
+//! then on ([`crate::step::pmi2`]), with the same KVS and barrier: a step may mix both protocols.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -238,7 +238,7 @@ struct State {
     /// BarrierIn was sent and barrier_out not yet called.
     barrier_complete: bool,
     /// PMI-2 node attributes of this node's ranks.
-    node_attrs: crate::pmi2::NodeAttrs,
+    node_attrs: crate::step::pmi2::NodeAttrs,
 }
 
 enum Action {
@@ -302,7 +302,7 @@ impl PmiServer {
         &self.inner.cfg
     }
 
-    pub(crate) fn with_node_attrs<T>(&self, f: impl FnOnce(&mut crate::pmi2::NodeAttrs) -> T) -> T {
+    pub(crate) fn with_node_attrs<T>(&self, f: impl FnOnce(&mut crate::step::pmi2::NodeAttrs) -> T) -> T {
         f(&mut self.state().node_attrs)
     }
 
@@ -358,8 +358,8 @@ impl PmiServer {
                     Err(_) => self.bad(rank, "request is not UTF-8".into(), "not_utf8"),
                     Ok(Err(_)) if bytes.iter().all(|&b| b == b' ' || b == b'\r') => continue,
                     Ok(Err(e)) => self.bad(rank, e, "parse_error"),
-                    Ok(Ok(req)) if !active && crate::pmi2::asks_for_pmi2(&req) => {
-                        return crate::pmi2::serve_rank(self, rank, rd, wr).await;
+                    Ok(Ok(req)) if !active && crate::step::pmi2::asks_for_pmi2(&req) => {
+                        return crate::step::pmi2::serve_rank(self, rank, rd, wr).await;
                     }
                     Ok(Ok(req)) if req.multi => match self.multi(rank, &req, &mut rd).await {
                         Some(reply) => reply,
