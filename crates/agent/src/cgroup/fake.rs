@@ -3,7 +3,8 @@
 //! backends ([`super::v1`], [`super::v2`]).
 //!
 //! What a real cgroup knows by itself (which processes are in it) the fake learns from the
-//! spawn path: [`JobCgroup::joined`] records the pid the agent started in the job, and the
+//! spawn path: [`JobCgroup::joined`] records the pid the agent started in the job (with its
+//! start time, so that a reused pid is not taken for it), and the
 //! members are those pids and every live descendant of them (read from
 //! `/proc/<pid>/task/<tid>/children`; a double-forked daemon escapes the fake, not a real
 //! cgroup). Signals, kills, freezing (SIGSTOP) and thawing (SIGCONT) act on those real
@@ -36,8 +37,9 @@ pub enum FakeOp {
 #[derive(Debug, Default)]
 struct FakeJob {
     limits: JobLimits,
-    /// Pids started in the job (`joined`).
-    members: BTreeSet<i32>,
+    /// Pids started in the job (`joined`), with their start times: a pid reused by another
+    /// process once the member was reaped is not a member (a real cgroup knows that).
+    members: BTreeMap<i32, Option<u64>>,
     children: BTreeMap<String, (String, String)>,
     frozen: bool,
     usage: CgroupUsage,
@@ -223,7 +225,8 @@ impl JobCgroup for FakeJobCgroup {
     }
 
     fn joined(&self, pid: i32) {
-        if self.with(|j| j.members.insert(pid)).is_ok() {
+        let started = crate::records::proc_start_time(pid);
+        if self.with(|j| j.members.insert(pid, started)).is_ok() {
             self.record(FakeOp::Joined(self.name.clone(), pid));
         }
     }
@@ -231,8 +234,10 @@ impl JobCgroup for FakeJobCgroup {
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
         let members = self.with(|j| j.members.clone())?;
         let mut out = BTreeSet::new();
-        for pid in members {
-            live_tree(pid, &mut out);
+        for (pid, started) in members {
+            if started.is_some() && crate::records::proc_start_time(pid) == started {
+                live_tree(pid, &mut out);
+            }
         }
         Ok(out.into_iter().collect())
     }
