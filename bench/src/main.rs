@@ -5,7 +5,7 @@
 //! `berth-bench submit-cli N [PAR]`    durable submissions through `berth submit`, PAR at a time
 //! `berth-bench submit-cli-multi N [K]` through `berth submit` with K scripts per invocation
 //! `berth-bench e2e N [AGENTS]`        N `/bin/true` jobs on AGENTS agents: first submit to all done
-//! `berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--json]`
+//! `berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--gpus] [--json]`
 //!                                     decision time of `place` on emulated nodes (see placement.rs)
 //! `berth-bench backfill [--nodes N] [--jobs J] [--policy easy|conservative] [--json]`  one scheduling pass (see backfill.rs)
 //! `berth-bench sim [--trace FILE] [--jobs N] [--policy P|all] [--json]`  simulator speed (see sim.rs)

@@ -9,6 +9,13 @@
 //! `--fill F` (0.7), `--repeats R` (200), `--seed S` (1), `--churn C` (1: after the fill, end
 //! and replace C times as many jobs, for a fragmented steady state; 0: a freshly packed
 //! cluster), `--json` (JSON lines on stdout, the text on stderr).
+//!
+//! `--gpus`: GPU nodes instead (issue 20): 2 packages x 4 NUMA x 16 cores x 2 PUs (128 cores,
+//! 128 GiB per NUMA node) with 8 GPUs, one local to each NUMA node, the 4 of a package in one
+//! link group (as `berth up --gpus-per-numa 1` emulates them); half the nodes' GPUs are named
+//! `a100`, half `h100`. The fill then aims at `--fill` of the GPUs held, by a seeded mix of
+//! GPU jobs of 1-8 GPUs with 2-16 cores per GPU and some jobs without GPUs (so that some nodes
+//! have free GPUs but few free cores next to them), and the probes are GPU jobs.
 
 use anyhow::{bail, Context, Result};
 use berth_core::binding::BindingStrategy;
@@ -51,10 +58,11 @@ struct Opts {
     seed: u64,
     churn: f64,
     json: bool,
+    gpus: bool,
 }
 
 fn parse_opts(args: &[String]) -> Result<Opts> {
-    let mut o = Opts { nodes: 10_000, fill: 0.7, repeats: 200, seed: 1, churn: 1.0, json: false };
+    let mut o = Opts { nodes: 10_000, fill: 0.7, repeats: 200, seed: 1, churn: 1.0, json: false, gpus: false };
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let mut val = || it.next().with_context(|| format!("{a} wants a value"));
@@ -65,22 +73,43 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
             "--seed" => o.seed = val()?.parse().context("--seed")?,
             "--churn" => o.churn = val()?.parse().context("--churn")?,
             "--json" => o.json = true,
+            "--gpus" => o.gpus = true,
             _ => bail!(
-                "usage: berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--churn C] [--json]"
+                "usage: berth-bench placement [--nodes N] [--fill F] [--repeats R] [--seed S] [--churn C] [--gpus] [--json]"
             ),
         }
     }
     if o.nodes == 0 || o.repeats == 0 || !(0.0..1.0).contains(&o.fill) {
         bail!("--nodes and --repeats must be positive and --fill in [0, 1)");
     }
+    if o.nodes > 1_000_000 || o.repeats > 1_000_000 || !(0.0..=100.0).contains(&o.churn) {
+        bail!("--nodes and --repeats at most 1,000,000, --churn in [0, 100]");
+    }
     Ok(o)
 }
 
-/// `n` identical nodes sharing one topology, located in the fat tree.
-fn cluster(n: usize) -> Result<ClusterState> {
-    let topo = Arc::new(Topology::uniform(2, 4, 16, 2, 32 * GIB));
-    let mut nodes: Vec<NodeCapacity> =
-        (0..n).map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i:05}"), topo.clone())).collect();
+/// The GPU node of `--gpus`: 8 emulated GPUs, one per NUMA node, linked per package, named
+/// by `model` (whose words are its types).
+fn gpu_node(model: &str) -> Result<Topology> {
+    let mut t = Topology::uniform(2, 4, 16, 2, 128 * GIB);
+    t.add_emulated_gpus(1)?;
+    for g in &mut t.gpus {
+        (g.model, g.emulated) = (Some(model.to_string()), false);
+    }
+    Ok(t)
+}
+
+/// `n` nodes sharing one topology (with `--gpus`: two, by halves), located in the fat tree.
+fn cluster(n: usize, gpus: bool) -> Result<ClusterState> {
+    let topos = if gpus {
+        [Arc::new(gpu_node("NVIDIA A100-SXM4-80GB")?), Arc::new(gpu_node("NVIDIA H100 80GB HBM3")?)]
+    } else {
+        let t = Arc::new(Topology::uniform(2, 4, 16, 2, 32 * GIB));
+        [t.clone(), t]
+    };
+    let mut nodes: Vec<NodeCapacity> = (0..n)
+        .map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i:05}"), topos[usize::from(i >= n / 2)].clone()))
+        .collect();
     let leaves = n.div_ceil(LEAF);
     let mut defs: Vec<SwitchDef> = (0..leaves)
         .map(|l| SwitchDef {
@@ -115,6 +144,32 @@ fn fill_job(rng: &mut Rng) -> JobRequest {
     }
 }
 
+fn gpu_job(nodes: u64, gpus: u64, cores_per_gpu: u64, kind: Option<&str>) -> JobRequest {
+    let mut r = per_node(nodes, gpus * cores_per_gpu, gpus * cores_per_gpu * 2 * GIB);
+    r.gpus_per_node = gpus as u32;
+    r.gpu_type = kind.map(str::to_string);
+    r
+}
+
+/// The `--gpus` fill mix: 40% one GPU, 25% two, 15% four, 10% eight (one to four whole
+/// nodes), each GPU with 2-16 cores (2 GiB a core), 20% of them of a type; 10% jobs without
+/// GPUs of 1-32 cores.
+fn fill_gpu_job(rng: &mut Rng) -> JobRequest {
+    let kind = match rng.range(0, 9) {
+        0 => Some("a100"),
+        1 => Some("h100"),
+        _ => None,
+    };
+    let per_gpu = rng.range(2, 16);
+    match rng.range(0, 99) {
+        0..=39 => gpu_job(1, 1, per_gpu, kind),
+        40..=64 => gpu_job(1, 2, per_gpu, kind),
+        65..=79 => gpu_job(1, 4, per_gpu, kind),
+        80..=89 => gpu_job(rng.range(1, 4), 8, per_gpu, kind),
+        _ => per_node(1, rng.range(1, 32), rng.range(1, 32) * GIB),
+    }
+}
+
 /// Cores and memory in use, as fractions: (allocated cores, cores not free: allocated or idle
 /// in NUMA nodes held exclusively, allocated memory).
 fn usage(c: &ClusterState) -> (f64, f64, f64) {
@@ -126,6 +181,17 @@ fn usage(c: &ClusterState) -> (f64, f64, f64) {
     (busy / cores, not_free / cores, 1.0 - free_mem / sum(&|n| n.topology.memory_bytes()))
 }
 
+/// GPUs held, as a fraction of all (0 on a cluster without GPUs).
+fn gpus_held(c: &ClusterState) -> f64 {
+    let all: usize = c.nodes.iter().map(|n| n.topology.gpus.len()).sum();
+    let free: usize = c.nodes.iter().map(|n| n.free_gpu_count as usize).sum();
+    if all == 0 {
+        0.0
+    } else {
+        1.0 - free as f64 / all as f64
+    }
+}
+
 #[derive(Default)]
 struct Fill {
     jobs: usize,
@@ -134,19 +200,23 @@ struct Fill {
     seconds: f64,
 }
 
-/// Claim random jobs until `target` of the cores are allocated (or 5,000 in a row do not fit);
-/// then `churn` x that many times end a random job and top the cluster up again, so that the
-/// free cores end up scattered as in a cluster that has been running for a while.
-fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64) -> Fill {
-    let total: u64 = c.nodes.iter().map(|n| n.topology.core_count() as u64).sum();
+/// Claim random jobs until `target` of the cores (with `gpus`, of the GPUs) are allocated (or
+/// 5,000 in a row do not fit); then `churn` x that many times end a random job and top the
+/// cluster up again, so that the free cores end up scattered as in a cluster that has been
+/// running for a while.
+fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64, gpus: bool) -> Fill {
+    let total: u64 =
+        c.nodes.iter().map(|n| if gpus { n.topology.gpus.len() } else { n.topology.core_count() } as u64).sum();
     let goal = (total as f64 * target) as u64;
-    let cores = |a: &Allocation| a.iter().map(|na| na.cores as u64).sum::<u64>();
+    let cores =
+        |a: &Allocation| a.iter().map(|na| if gpus { na.gpus.len() } else { na.cores as usize } as u64).sum::<u64>();
+    let next_job = if gpus { fill_gpu_job } else { fill_job };
     let (mut running, mut used, mut f) = (Vec::new(), 0u64, Fill::default());
     let t0 = Instant::now();
     let top_up = |c: &mut ClusterState, rng: &mut Rng, running: &mut Vec<Allocation>, used: &mut u64, f: &mut Fill| {
         let mut in_a_row = 0;
         while *used < goal && in_a_row < 5_000 {
-            match place(&c.nodes, &c.policy, &fill_job(rng)) {
+            match place(&c.nodes, &c.policy, &next_job(rng)) {
                 Placement::Now(alloc) => {
                     (*used, f.jobs, in_a_row) = (*used + cores(&alloc), f.jobs + 1, 0);
                     c.claim(&alloc);
@@ -168,6 +238,21 @@ fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64) -> Fill {
     }
     f.seconds = t0.elapsed().as_secs_f64();
     f
+}
+
+/// The `--gpus` probes.
+fn gpu_probes() -> Vec<(&'static str, JobRequest)> {
+    vec![
+        ("1 GPU, 8 cores", gpu_job(1, 1, 8, None)),
+        ("1 GPU a100, 16 cores", gpu_job(1, 1, 16, Some("a100"))),
+        ("2 GPUs, 16 cores", gpu_job(1, 2, 8, None)),
+        ("2 GPUs h100, 32 cores", gpu_job(1, 2, 16, Some("h100"))),
+        ("4 GPUs, 32 cores (a link group)", gpu_job(1, 4, 8, None)),
+        ("8 GPUs, 64 cores (whole node)", gpu_job(1, 8, 8, None)),
+        ("4 nodes x 8 GPUs", gpu_job(4, 8, 4, None)),
+        ("16 nodes x 4 GPUs", gpu_job(16, 4, 4, None)),
+        ("64 nodes x 2 GPUs a100", gpu_job(64, 2, 4, Some("a100"))),
+    ]
 }
 
 fn probes() -> Result<Vec<(&'static str, JobRequest)>> {
@@ -202,14 +287,19 @@ struct Outcome {
 }
 
 /// Place `req` `repeats` times (timed), moving the state a little between repeats.
-fn measure(c: &mut ClusterState, rng: &mut Rng, req: &JobRequest, repeats: usize) -> Outcome {
+fn measure(c: &mut ClusterState, rng: &mut Rng, req: &JobRequest, repeats: usize, gpus: bool) -> Outcome {
     let mut out = Outcome::default();
     let mut nudge: Option<Allocation> = None;
     for _ in 0..repeats {
         if let Some(a) = nudge.take() {
             c.release(&a);
         }
-        if let Placement::Now(a) = place(&c.nodes, &c.policy, &per_node(1, rng.range(1, 8), rng.range(1, 8) * GIB)) {
+        let nudge_job = if gpus {
+            gpu_job(1, 1, rng.range(2, 8), None)
+        } else {
+            per_node(1, rng.range(1, 8), rng.range(1, 8) * GIB)
+        };
+        if let Placement::Now(a) = place(&c.nodes, &c.policy, &nudge_job) {
             c.claim(&a);
             nudge = Some(a);
         }
@@ -246,7 +336,15 @@ fn candidates(c: &ClusterState, req: &JobRequest) -> usize {
     let Shape::PerNode { cores_per_node, .. } = req.shape else { return 0 };
     let cores = req.binding.as_ref().and_then(|b| b.fixed_count()).unwrap_or(cores_per_node);
     let need = req.mem.on_node(cores);
-    c.nodes.iter().filter(|n| n.state.accepts_work() && n.free_core_count >= cores && n.free_memory >= need).count()
+    c.nodes
+        .iter()
+        .filter(|n| {
+            n.state.accepts_work()
+                && n.free_core_count >= cores
+                && n.free_memory >= need
+                && n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node
+        })
+        .count()
 }
 
 /// Nearest-rank percentile of sorted durations, in microseconds.
@@ -273,24 +371,34 @@ pub fn run(args: &[String]) -> Result<()> {
     let say = |s: String| if o.json { eprintln!("{s}") } else { println!("{s}") };
     let (cpus, model) = machine();
     say(format!("machine: {cpus} CPUs (nproc), {model}; {} repeats per probe", o.repeats));
-    let mut c = cluster(o.nodes)?;
+    let mut c = cluster(o.nodes, o.gpus)?;
     let mut rng = Rng(o.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
-    let f = fill(&mut c, &mut rng, o.fill, o.churn);
+    let f = fill(&mut c, &mut rng, o.fill, o.churn, o.gpus);
+    let held = gpus_held(&c) * 100.0;
     let (cores, not_free, mem) = usage(&c);
     let empty = c.nodes.iter().filter(|n| n.free_core_count as usize == n.topology.core_count()).count();
     let full = c.nodes.iter().filter(|n| n.free_core_count == 0).count();
     let (nodes, seed, churn, partly) = (o.nodes, o.seed, o.churn, o.nodes - empty - full);
     let (pc, pn, pm) = (cores * 100.0, not_free * 100.0, mem * 100.0);
+    let shape = if o.gpus {
+        "8 GPUs (one per NUMA node, linked per package; a100 on half the nodes, h100 on the other), 1 TiB"
+    } else {
+        "256 GiB"
+    };
     say(format!(
-        "cluster: {nodes} nodes x 2 packages x 4 NUMA x 16 cores x 2 PUs, 256 GiB; fat tree: leaves of {LEAF} \
+        "cluster: {nodes} nodes x 2 packages x 4 NUMA x 16 cores x 2 PUs, {shape}; fat tree: leaves of {LEAF} \
          nodes, spines of {SPINE} leaves; {:?}",
         c.policy
     ));
     say(format!(
         "fill (seed {seed}, churn {churn}): {} jobs claimed, {} ended, {} refused, in {:.1} s; cores allocated \
          {pc:.1}%, not free (allocated or idle in exclusive NUMA nodes) {pn:.1}%; memory allocated {pm:.1}%; \
-         nodes empty {empty}, partly used {partly}, without a free core {full}",
-        f.jobs, f.released, f.refused, f.seconds
+         nodes empty {empty}, partly used {partly}, without a free core {full}{}",
+        f.jobs,
+        f.released,
+        f.refused,
+        f.seconds,
+        if o.gpus { format!("; GPUs held {held:.1}%") } else { String::new() }
     ));
     if o.json {
         println!(
@@ -298,16 +406,18 @@ pub fn run(args: &[String]) -> Result<()> {
             serde_json::json!({"bench": "placement-fill", "nodes": nodes, "seed": seed, "cpus": cpus,
                 "cpu_model": model, "churn": churn, "jobs": f.jobs, "ended": f.released, "refused": f.refused,
                 "nodes_empty": empty, "nodes_without_free_core": full, "fill_seconds": f.seconds,
-                "cores_allocated": cores, "cores_not_free": not_free, "memory_allocated": mem})
+                "cores_allocated": cores, "cores_not_free": not_free, "memory_allocated": mem,
+                "gpus": o.gpus, "gpus_held": held / 100.0})
         );
     }
     say(format!(
         "{:<33} {:>6} {:>8} {:>8} {:>8} {:>8} {:>9} {:>9} {:>6}",
         "probe", "cand", "p50 us", "p99 us", "max us", "preempt", "p99 cpu", "now/busy", "nodes"
     ));
-    for (name, req) in probes()? {
+    let probes = if o.gpus { gpu_probes() } else { probes()? };
+    for (name, req) in probes {
         let cand = candidates(&c, &req);
-        let r = measure(&mut c, &mut rng, &req, o.repeats);
+        let r = measure(&mut c, &mut rng, &req, o.repeats, o.gpus);
         let (p50, p99, max) = (pct(&r.times, 50.0), pct(&r.times, 99.0), pct(&r.times, 100.0));
         let p99_cpu = pct(&r.on_cpu, 99.0);
         let [now, busy, never] = r.answers;
@@ -320,7 +430,7 @@ pub fn run(args: &[String]) -> Result<()> {
             println!(
                 "{}",
                 serde_json::json!({"bench": "placement", "probe": name, "nodes": o.nodes, "repeats": o.repeats,
-                    "candidates": cand, "p50_us": p50, "p99_us": p99, "max_us": max, "preempted": r.preempted,
+                    "gpus": o.gpus, "candidates": cand, "p50_us": p50, "p99_us": p99, "max_us": max, "preempted": r.preempted,
                     "p99_on_cpu_us": p99_cpu, "now": now, "busy": busy, "never": never,
                     "nodes_used": r.nodes_used})
             );
