@@ -465,6 +465,7 @@ pub fn build_text_submission(
         ("mem-per-gpu", &flags.mem_per_gpu),
         ("gpus-per-task", &flags.gpus_per_task),
         ("gpu-bind", &flags.gpu_bind),
+        ("gpu-locality", &flags.gpu_locality),
         ("binding", &flags.binding),
         ("binding-mode", &flags.binding_mode),
         ("mpi", &flags.mpi),

@@ -96,6 +96,10 @@ pub struct SubmitFlags {
     /// How the job's `berth run` ranks get GPUs: closest, none or map:I,J,...
     #[arg(long = "gpu-bind")]
     gpu_bind: Option<String>,
+    /// strict: only cores next to the job's GPUs (it waits for them); prefer: else cores
+    /// elsewhere on the node. Default: the cluster's [placement] gpu_locality.
+    #[arg(long = "gpu-locality")]
+    gpu_locality: Option<String>,
     /// Count hardware threads (PUs) rather than whole cores.
     #[arg(long)]
     threads: bool,

@@ -174,6 +174,10 @@ pub struct SubmitOptions {
     /// once checked; the job's steps get it as `BERTH_GPU_BIND`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_bind: Option<String>,
+    /// `--gpu-locality strict|prefer` (Slurm's `--gres-flags=enforce-binding|disable-binding`):
+    /// whether the job waits for cores next to its GPUs; over `[placement] gpu_locality`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_locality: Option<crate::placement::GpuLocality>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -229,7 +233,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 42] = [
+pub const OPTION_NAMES: [&str; 43] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -272,6 +276,7 @@ pub const OPTION_NAMES: [&str; 42] = [
     "mem-per-gpu",
     "gpus-per-task",
     "gpu-bind",
+    "gpu-locality",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -369,6 +374,10 @@ impl SubmitOptions {
             "cpus-per-gpu" => self.cpus_per_gpu = Some(cpus_per_gpu(value)?),
             "gpus-per-task" => self.gpus_per_task = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-bind" => self.gpu_bind = Some(crate::gpu::GpuBind::parse(value)?.to_string()),
+            "gpu-locality" => {
+                self.gpu_locality =
+                    Some(crate::placement::GpuLocality::parse(value).map_err(|e| format!("--gpu-locality: {e}"))?)
+            }
             "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(|e| format!("--mem-per-gpu: {e}"))?),
             "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
@@ -440,6 +449,7 @@ impl SubmitOptions {
             mem_per_gpu: over.mem_per_gpu.or(self.mem_per_gpu),
             gpus_per_task: over.gpus_per_task.or(self.gpus_per_task),
             gpu_bind: over.gpu_bind.or(self.gpu_bind),
+            gpu_locality: over.gpu_locality.or(self.gpu_locality),
         }
     }
 

@@ -281,6 +281,7 @@ pub fn option_value(name: &str) -> BoxedStrategy<String> {
         "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" | "gpus" | "gpus-per-node" | "cpus-per-gpu"
         | "gpus-per-task" => pieces(NUMBERS, 2),
         "gpu-bind" => pieces(&["closest", "none", "map:", "map_gpu:", "0", ",", "1", "x", "255", "256"], 5),
+        "gpu-locality" => pieces(&["strict", "prefer", "STRICT", "s", " ", "enforce-binding"], 3),
         "gpu-type" => pieces(&["a100", "v100", "-", "sxm4", ".", "_", "A100", "é", " ", "x123456789"], 9),
         "mem" | "mem-per-cpu" | "mem-per-gpu" => size_text(),
         "walltime" => duration_text(),
@@ -430,6 +431,7 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "mem-per-gpu" => o.mem_per_gpu.map(|v| v.to_string()),
         "gpus-per-task" => o.gpus_per_task.map(|v| v.to_string()),
         "gpu-bind" => o.gpu_bind.clone(),
+        "gpu-locality" => o.gpu_locality.map(|l| l.to_string()),
         _ => None,
     }
 }

@@ -215,6 +215,7 @@ fn build_request(s: &ReqSpec, t: &Topology, cluster_nodes: u32) -> JobRequest {
         rank_cpus: s.rank_cpus,
         gpus_per_node: 0,
         gpu_type: None,
+        gpu_locality: None,
     }
 }
 

@@ -242,6 +242,7 @@ const SLURM_VALUED: &[&str] = &[
     "--cpus-per-gpu",
     "--mem-per-gpu",
     "--gpu-bind",
+    "--gres-flags",
 ];
 
 fn slurm_line(
@@ -443,6 +444,20 @@ fn slurm_line(
                 Ok(b) => o.gpu_bind = Some(b.to_string()),
                 Err(e) => unsupported.push(format!("{shown}: {e}")),
             },
+            // Slurm's GRES binding: enforce-binding waits for cores next to the GPUs,
+            // disable-binding takes any core of the node (berth's --gpu-locality).
+            "--gres-flags" => {
+                for flag_word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+                    match flag_word {
+                        "enforce-binding" => o.gpu_locality = Some(crate::placement::GpuLocality::Strict),
+                        "disable-binding" => o.gpu_locality = Some(crate::placement::GpuLocality::Prefer),
+                        _ => unsupported.push(format!(
+                            "{shown}: {:?} is not supported (of --gres-flags, enforce-binding and disable-binding are)",
+                            flag_word.escape_debug().to_string()
+                        )),
+                    }
+                }
+            }
             "--gpus-per-socket" => unsupported.push(format!(
                 "{shown}: not supported yet (of the GPU options, --gres=gpu, --gpus, --gpus-per-node, --gpus-per-task, --gpu-bind, --cpus-per-gpu and --mem-per-gpu are)"
             )),

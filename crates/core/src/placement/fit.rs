@@ -1,6 +1,6 @@
 //! Placement on one node: which PUs and how much memory on which NUMA nodes.
 
-use super::{JobRequest, Miss, PlacementPolicy};
+use super::{GpuLocality, JobRequest, Miss, PlacementPolicy};
 use crate::binding::BindMiss;
 use crate::job::{NodeAllocation, NumaShare};
 use crate::node::{NodeCapacity, SubnodeState, PROP_ONLY_PARALLEL, PROP_SINGLE_CPU};
@@ -130,19 +130,15 @@ impl<'a> View<'a> {
 
 /// Place `ask` on `node` now, or say why not. A job with GPUs gets them with its cores: the
 /// GPU choices of [`gpu_choices`] in turn, each with cores from the PUs local to its GPUs;
-/// when none has room there, the first choice with cores anywhere on the node.
+/// when none has room there, the first choice with cores anywhere on the node, unless the
+/// job's GPU locality (its own, else the policy's) is strict: then it does not fit here.
 pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Result<NodeAllocation, Miss> {
     if ask.req.gpus_per_node == 0 {
         return fit_cores(node, policy, ask, None);
     }
     let choices = gpu_choices(node, ask.req)?;
     for gpus in &choices {
-        let mut local = CpuSet::new();
-        for &g in gpus {
-            if let Some(gpu) = node.topology.gpus.get(g as usize) {
-                local.union_with(&gpu.cpus);
-            }
-        }
+        let local = local_pus(node, gpus);
         if local.is_empty() {
             continue;
         }
@@ -151,9 +147,61 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
             return Ok(a);
         }
     }
+    if ask.req.gpu_locality.unwrap_or(policy.gpu_locality) == GpuLocality::Strict {
+        return Err(strict_miss(node, ask, &choices));
+    }
     let mut a = fit_cores(node, policy, ask, None)?;
     a.gpus = choices[0].clone();
     Ok(a)
+}
+
+/// The PUs local to `gpus` on `node`.
+fn local_pus(node: &NodeCapacity, gpus: &[u32]) -> CpuSet {
+    let mut local = CpuSet::new();
+    for &g in gpus {
+        if let Some(gpu) = node.topology.gpus.get(g as usize) {
+            local.union_with(&gpu.cpus);
+        }
+    }
+    local
+}
+
+/// Why a job of strict GPU locality does not fit `node`, none of whose GPU `choices` has the
+/// job's cores free next to it: `Never` when no choice has that many cores near it at all (the
+/// node could never hold the job so), else `Busy`. Either way the reason names the rule.
+fn strict_miss(node: &NodeCapacity, ask: &NodeAsk, choices: &[Vec<u32>]) -> Miss {
+    let unit = if ask.req.threads { "PUs" } else { "cores" };
+    let system = |p: u32| ask.req.system_cpus || !node.system_pus.contains(p);
+    // Per choice: (units local to its GPUs, of those free now); the best of each.
+    let (mut most_local, mut most_free) = (0usize, 0usize);
+    for gpus in choices {
+        let local = local_pus(node, gpus);
+        let (mut all, mut free) = (0, 0);
+        for c in &node.topology.cores {
+            let pus = c.pus.iter().filter(|&&p| local.contains(p) && system(p));
+            if ask.req.threads {
+                let (a, f) = pus.fold((0, 0), |(a, f), &p| (a + 1, f + usize::from(node.free_pus.contains(p))));
+                (all, free) = (all + a, free + f);
+            } else if !c.pus.is_empty() && pus.count() == c.pus.len() {
+                all += 1;
+                free += usize::from(c.pus.iter().all(|&p| node.free_pus.contains(p)));
+            }
+        }
+        most_local = most_local.max(all);
+        most_free = most_free.max(free);
+    }
+    let want = ask.slots;
+    let gpus = ask.req.gpus_per_node;
+    if most_local < want as usize {
+        return Miss::Never(format!(
+            "GPU locality strict: {want} {unit} local to {gpus} GPU(s) wanted, but on node {} at most {most_local} {unit} are local to {gpus} of its GPUs; ask for fewer {unit} per GPU, or for cores elsewhere on the node with --gpu-locality prefer (Slurm's --gres-flags=disable-binding)",
+            node.name
+        ));
+    }
+    Miss::Busy(format!(
+        "GPU locality strict: {want} free {unit} local to {gpus} free GPU(s) wanted; node {} has free GPUs but at most {most_free} free {unit} next to them; it starts when jobs there end (with --gpu-locality prefer it could take {unit} elsewhere on the node)",
+        node.name
+    ))
 }
 
 /// The most GPU choices [`fit`] tries on one node.
@@ -202,6 +250,26 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
             out.push(set);
         }
     };
+    // `want` of `v`: a GPU of each distinct locality in turn, the most free PUs first.
+    let spread_set = |v: &[u32], want: usize| -> Vec<u32> {
+        let free_near = |g: u32| gpus[g as usize].cpus.iter().filter(|&p| node.free_pus.contains(p)).count();
+        let mut order: Vec<(usize, u32)> = v.iter().map(|&g| (free_near(g), g)).collect();
+        order.sort_by_key(|&(f, g)| (std::cmp::Reverse(f), g));
+        let mut picked: Vec<u32> = vec![];
+        for &(_, g) in &order {
+            let seen = picked.iter().any(|&q| gpus[q as usize].cpus == gpus[g as usize].cpus);
+            if !seen && picked.len() < want {
+                picked.push(g);
+            }
+        }
+        for &(_, g) in &order {
+            if picked.len() < want && !picked.contains(&g) {
+                picked.push(g);
+            }
+        }
+        picked.sort_unstable();
+        picked
+    };
     // Groups of free GPUs by a key; each group that holds the job, fewest free first.
     let grouped = |key: &dyn Fn(&crate::gpu::Gpu) -> Option<u32>| -> Vec<Vec<u32>> {
         let mut groups: Vec<(u32, Vec<u32>)> = vec![];
@@ -216,7 +284,7 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
         fit.sort_by_key(|v| (v.len(), v[0]));
         // Inside each group, its NUMA nodes that hold the job alone first (their cores are
         // local to all its GPUs), then the group's lowest free GPUs.
-        let mut sets = vec![];
+        let (mut sets, mut spread) = (vec![], vec![]);
         for v in fit {
             let mut numas: Vec<Option<u32>> = v.iter().map(|&g| gpus[g as usize].numa).collect();
             numas.dedup();
@@ -227,7 +295,14 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
                 }
             }
             sets.push(v[..want].to_vec());
+            // After all those, each group's GPUs over as many NUMA nodes as it takes (most
+            // free PUs next to them first): for a job wanting more cores than one NUMA node
+            // has free, whose cores then stay local to its GPUs.
+            if want > 1 {
+                spread.push(spread_set(&v, want));
+            }
         }
+        sets.extend(spread);
         sets
     };
     if want > 1 {

@@ -38,6 +38,11 @@ pub struct PlacementPolicy {
     pub wide_memory: bool,
     /// Also compute the naive first-fit placement and keep it if it is less spread.
     pub compare_first_fit: bool,
+    /// A GPU job on a node whose free GPUs have too few free cores near them (`[placement]
+    /// gpu_locality`): `prefer` (default) takes cores elsewhere on the node, `strict` waits.
+    /// A job's own `--gpu-locality` (Slurm's `--gres-flags=enforce-binding|disable-binding`)
+    /// wins.
+    pub gpu_locality: GpuLocality,
     /// Not a rule: where a `ClusterState` keeps the index of its nodes by free cores (it has no
     /// other place to keep it without changing how it is built). Empty in any copy of the
     /// policy; never compared, printed or (de)serialized.
@@ -52,6 +57,7 @@ impl Default for PlacementPolicy {
             align_numa: true,
             wide_memory: true,
             compare_first_fit: true,
+            gpu_locality: GpuLocality::Prefer,
             index: Default::default(),
         }
     }
@@ -64,7 +70,47 @@ impl std::fmt::Debug for PlacementPolicy {
             .field("align_numa", &self.align_numa)
             .field("wide_memory", &self.wide_memory)
             .field("compare_first_fit", &self.compare_first_fit)
+            .field("gpu_locality", &self.gpu_locality)
             .finish()
+    }
+}
+
+/// Whether a GPU job's cores must be local to its GPUs (see `PlacementPolicy::gpu_locality`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuLocality {
+    /// Cores local to the GPUs when the node has them free, else cores anywhere on the node.
+    #[default]
+    Prefer,
+    /// Only cores local to the job's GPUs: the job waits for them (Slurm's
+    /// `--gres-flags=enforce-binding`).
+    Strict,
+}
+
+impl GpuLocality {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuLocality::Prefer => "prefer",
+            GpuLocality::Strict => "strict",
+        }
+    }
+
+    /// `strict` or `prefer` (any case).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "strict" => Ok(GpuLocality::Strict),
+            "prefer" => Ok(GpuLocality::Prefer),
+            _ => Err(format!(
+                "GPU locality {:?}: give strict (only cores next to the job's GPUs; it waits for them) or prefer (cores elsewhere on the node when those are taken)",
+                text.escape_debug().to_string()
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for GpuLocality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -110,6 +156,9 @@ pub struct JobRequest {
     /// Only GPUs of this type (`Gpu::type_name`, lower case).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<String>,
+    /// The job's own GPU locality (`--gpu-locality`), over the policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_locality: Option<GpuLocality>,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -130,6 +179,7 @@ impl JobRequest {
             rank_cpus: 0,
             gpus_per_node: 0,
             gpu_type: None,
+            gpu_locality: None,
         }
     }
 
@@ -193,6 +243,7 @@ impl JobRequest {
             rank_cpus: if o.rank_cpusets.unwrap_or(false) { o.cpus_per_task.unwrap_or(1) } else { 0 },
             gpus_per_node,
             gpu_type: if gpus_per_node > 0 { request.gpu_type.as_ref().map(|t| t.to_ascii_lowercase()) } else { None },
+            gpu_locality: if gpus_per_node > 0 { o.gpu_locality } else { None },
         })
     }
 

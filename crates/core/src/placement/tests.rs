@@ -376,7 +376,7 @@ fn a_copy_of_the_policy_carries_no_index() {
     assert_eq!(policy, c.policy, "the index is not part of the policy");
     assert_eq!(
         format!("{policy:?}"),
-        "PlacementPolicy { large_parallel_cpus: 8, align_numa: true, wide_memory: true, compare_first_fit: true }"
+        "PlacementPolicy { large_parallel_cpus: 8, align_numa: true, wide_memory: true, compare_first_fit: true, gpu_locality: Prefer }"
     );
     assert_eq!(serde_json::to_string(&policy).unwrap(), serde_json::to_string(&PlacementPolicy::default()).unwrap());
     // A copy of the cluster gets its own copy of the index, for its own nodes: when no node
