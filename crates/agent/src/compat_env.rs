@@ -23,6 +23,7 @@ pub const STEP_ONLY: &[&str] = &[
     "SLURM_STEP_TASKS_PER_NODE",
     "SLURM_PROCID",
     "SLURM_LOCALID",
+    "SLURM_STEP_GPUS",
 ];
 
 /// Whether `name` is one of the variables set here only in some cases: the batch script
@@ -173,12 +174,13 @@ pub fn pbs_nodefile_text(spec: &LaunchSpec, compat: &CompatEnv) -> String {
 }
 
 /// A step's variables on its node `node_index` (index in the grant's nodes), over the job's:
-/// srun's, where the counts and the node list are the step's.
-pub fn step_vars(grant: &StepGrant, node_index: usize) -> Vars {
+/// srun's, where the counts and the node list are the step's. `gpus`: the step's GPUs on the
+/// node (the job's there, berth's indexes), as Slurm's `SLURM_STEP_GPUS`; unset when none.
+pub fn step_vars(grant: &StepGrant, node_index: usize, gpus: &[u32]) -> Vars {
     let nodelist = berth_core::hostlist::compress(&grant.nodes.iter().map(|n| n.name.as_str()).collect::<Vec<_>>());
     let (size, nnodes) = (grant.size.to_string(), grant.nodes.len().to_string());
     let tasks_per_node = per_node(grant.nodes.iter().map(|n| n.ranks.len() as u64));
-    vec![
+    let mut vars = vec![
         ("SLURM_STEP_ID", grant.step.to_string()),
         ("SLURM_STEPID", grant.step.to_string()),
         ("SLURM_STEP_NUM_TASKS", size.clone()),
@@ -191,7 +193,12 @@ pub fn step_vars(grant: &StepGrant, node_index: usize) -> Vars {
         ("SLURM_NNODES", nnodes),
         ("SLURM_NODELIST", nodelist),
         ("SLURM_NODEID", node_index.to_string()),
-    ]
+    ];
+    if !gpus.is_empty() {
+        let list: Vec<String> = gpus.iter().map(u32::to_string).collect();
+        vars.push(("SLURM_STEP_GPUS", list.join(",")));
+    }
+    vars
 }
 
 /// One rank's: its rank in the step and on its node.
@@ -357,7 +364,10 @@ mod tests {
             ]
         }))
         .unwrap();
-        let v = step_vars(&grant, 1);
+        let v = step_vars(&grant, 1, &[]);
+        assert_eq!(get(&v, "SLURM_STEP_GPUS"), None, "no GPUs: unset");
+        let g = step_vars(&grant, 1, &[2, 5]);
+        assert_eq!(get(&g, "SLURM_STEP_GPUS"), Some("2,5"));
         for (k, want) in [
             ("SLURM_STEP_ID", "3"),
             ("SLURM_STEPID", "3"),
@@ -380,7 +390,7 @@ mod tests {
             (get(&t, "PBS_TASKNUM"), get(&t, "PBS_NODENUM"), get(&t, "SLURM_NODEID")),
             (Some("7"), Some("1"), Some("1"))
         );
-        assert!(rank_vars(0, 0).iter().chain(&step_vars(&grant, 0)).all(|(k, _)| STEP_ONLY.contains(k)
+        assert!(rank_vars(0, 0).iter().chain(&step_vars(&grant, 0, &[1])).all(|(k, _)| STEP_ONLY.contains(k)
             || [
                 "SLURM_NTASKS",
                 "SLURM_NPROCS",

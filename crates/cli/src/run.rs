@@ -768,7 +768,7 @@ mod tests {
         assert_eq!((get("BERTH_GPUS_PER_TASK"), get("BERTH_GPU_BIND")), (vec!["1"], vec!["map_gpu:1"]));
         assert_eq!(gpu_binding_env(env.clone(), None, None).unwrap(), env, "the job's stay without flags");
         assert!(gpu_binding_env(env.clone(), Some(0), None).is_err());
-        assert!(gpu_binding_env(env, None, Some("single:1")).unwrap_err().to_string().contains("--gpu-bind"));
+        assert!(gpu_binding_env(env, None, Some("sockets")).unwrap_err().to_string().contains("--gpu-bind"));
     }
 
     fn v(s: &str) -> Vec<String> {

@@ -755,7 +755,7 @@ mod tests {
         assert_eq!((o.request().gpus, o.request().gpus_per_node), (Some(1), None), "an explicit count wins");
         let o = parse_script("#!/bin/sh\n#BERTH --gpus 2 --cpus-per-gpu 3 --mem-per-gpu 2G\n").unwrap();
         assert_eq!((o.cpus_per_gpu, o.mem_per_gpu), (Some(3), Some(2 << 30)));
-        for bad in ["--gpu-bind single:1", "--gpus-per-task 0", "--cpus-per-gpu 0", "--mem-per-gpu x"] {
+        for bad in ["--gpu-bind single:0", "--gpus-per-task 0", "--cpus-per-gpu 0", "--mem-per-gpu x"] {
             assert!(parse_script(&format!("#!/bin/sh\n#BERTH {bad}\n")).is_err(), "{bad}");
         }
         for bad in ["--gpus 0", "--gpus 65537", "--gpus-per-node 257", "--gpus-per-node x", "--gpu-type \"a b\""] {

@@ -170,6 +170,29 @@ impl Gpu {
     /// split at spaces and dashes (`a100` for "NVIDIA A100 80GB PCIe" and for
     /// "NVIDIA A100-SXM4-80GB", as sites name Slurm's gres types), or its vendor.
     pub fn is_type(&self, kind: &str) -> bool {
+        self.type_words().iter().any(|w| w.eq_ignore_ascii_case(kind))
+    }
+
+    /// Every word [`Gpu::is_type`] accepts for this GPU, in lower case: its type name, its
+    /// vendor and (not emulated) the words of its model split at spaces and dashes.
+    pub fn type_words(&self) -> Vec<String> {
+        let mut out = vec![self.type_name(), self.vendor.as_str().to_string()];
+        if !self.emulated {
+            if let Some(m) = self.model.as_deref() {
+                out.extend(
+                    m.split(|c: char| c.is_whitespace() || c == '-')
+                        .filter(|w| !w.is_empty())
+                        .map(str::to_ascii_lowercase),
+                );
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    #[cfg(test)]
+    fn is_type_by_text(&self, kind: &str) -> bool {
         self.type_name().eq_ignore_ascii_case(kind)
             || self.vendor.as_str().eq_ignore_ascii_case(kind)
             || (!self.emulated
@@ -323,31 +346,123 @@ pub enum GpuBind {
     None,
     /// Local rank i gets the node's GPU `list[i % len]` (`map:0,1` or Slurm's `map_gpu:0,1`).
     Map(Vec<u32>),
+    /// Local rank i gets the node's GPUs of `list[i % len]` (Slurm's `mask_gpu:0x3,0xc`: each
+    /// mask's bits are GPU indexes), kept as index sets.
+    Mask(Vec<Vec<u32>>),
+    /// Slurm's `single:N`: as `closest`, but one GPU a rank, N ranks a GPU: the first N ranks
+    /// near some GPUs get the first of them, the next N the second, and so on.
+    Single(u32),
+    /// Slurm's `per_task:N`: N GPUs a rank, in order: the first rank the job's first N GPUs on
+    /// the node, the next the next N (wrapping round).
+    PerTask(u32),
 }
 
+/// The most entries a `--gpu-bind` map or mask list may expand to (`0*4,1*4` is 8).
+pub const MAX_BIND_LIST: usize = 4096;
+
+/// The forms `--gpu-bind` takes, for messages.
+const BIND_FORMS: &str =
+    "closest, none, map_gpu:I,J,... (or map:), mask_gpu:M,N,... (hex masks of GPU indexes), single:N or per_task:N";
+
 impl GpuBind {
-    /// Parse `closest`, `none`, `map:I,J,...` or `map_gpu:I,J,...` (GPU indexes on the node).
+    /// Parse `closest`, `none`, `map:I,J,...`/`map_gpu:I,J,...` (GPU indexes on the node),
+    /// `mask_gpu:M,N,...` (hexadecimal, `0x` optional), `single:N`, `per_task:N`. Lists may
+    /// repeat an entry with `*COUNT` (`map_gpu:0*4,1*4`), as Slurm's.
     pub fn parse(text: &str) -> Result<GpuBind, String> {
         let t = text.trim();
+        let shown = || text.escape_debug().to_string();
         match t {
             "closest" => return Ok(GpuBind::Closest),
             "none" => return Ok(GpuBind::None),
             _ => {}
         }
-        let list = t.strip_prefix("map_gpu:").or_else(|| t.strip_prefix("map:")).ok_or_else(|| {
-            format!("--gpu-bind needs closest, none or map:I,J,... (GPU indexes on the node), got {text:?}")
-        })?;
-        let ids: Result<Vec<u32>, _> = list.split(',').map(|i| i.trim().parse::<u32>()).collect();
-        match ids {
-            Ok(ids) if !ids.is_empty() && ids.len() <= MAX_GPUS && ids.iter().all(|&i| (i as usize) < MAX_GPUS) => {
-                Ok(GpuBind::Map(ids))
+        let count = |what: &str, v: &str| -> Result<u32, String> {
+            match v.trim().parse::<u32>() {
+                Ok(n) if (1..=MAX_GPUS as u32).contains(&n) => Ok(n),
+                _ => Err(format!("--gpu-bind {what}: needs a count from 1 to {MAX_GPUS}, got {:?}", shown())),
             }
-            _ => Err(format!(
-                "--gpu-bind map: needs GPU indexes 0 to {} separated by commas, got {text:?}",
-                MAX_GPUS - 1
+        };
+        if let Some(n) = t.strip_prefix("single:") {
+            return Ok(GpuBind::Single(count("single", n)?));
+        }
+        if let Some(n) = t.strip_prefix("per_task:") {
+            return Ok(GpuBind::PerTask(count("per_task", n)?));
+        }
+        if let Some(list) = t.strip_prefix("mask_gpu:") {
+            let masks = expand_list(list)
+                .and_then(|items| items.iter().map(|m| mask_indexes(m)).collect::<Result<Vec<_>, _>>())
+                .map_err(|e| format!("--gpu-bind mask_gpu: {e}, in {:?}", shown()))?;
+            return Ok(GpuBind::Mask(masks));
+        }
+        let list = t
+            .strip_prefix("map_gpu:")
+            .or_else(|| t.strip_prefix("map:"))
+            .ok_or_else(|| format!("--gpu-bind takes {BIND_FORMS}; got {:?}", shown()))?;
+        let ids: Result<Vec<u32>, String> = expand_list(list).and_then(|items| {
+            items
+                .iter()
+                .map(|i| i.parse::<u32>().ok().filter(|&i| (i as usize) < MAX_GPUS).ok_or_else(|| format!("{i:?}")))
+                .collect()
+        });
+        match ids {
+            Ok(ids) => Ok(GpuBind::Map(ids)),
+            Err(_) => Err(format!(
+                "--gpu-bind map: needs GPU indexes 0 to {} separated by commas (ITEM*COUNT repeats one), got {:?}",
+                MAX_GPUS - 1,
+                shown()
             )),
         }
     }
+}
+
+/// A `--gpu-bind` list's entries with `ITEM*COUNT` repeated: at least one, at most
+/// [`MAX_BIND_LIST`].
+fn expand_list(list: &str) -> Result<Vec<&str>, String> {
+    let mut out = vec![];
+    for item in list.split(',').map(str::trim) {
+        let (item, times) = match item.split_once('*') {
+            Some((i, n)) => (i.trim(), n.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or("a bad *COUNT")?),
+            None => (item, 1),
+        };
+        if item.is_empty() {
+            return Err("an empty entry".into());
+        }
+        if out.len() + times > MAX_BIND_LIST {
+            return Err(format!("more than {MAX_BIND_LIST} entries"));
+        }
+        out.extend(std::iter::repeat_n(item, times));
+    }
+    Ok(out)
+}
+
+/// The GPU indexes of a hexadecimal mask (`0x0f`, `f0`): bit i is GPU i; not empty.
+fn mask_indexes(mask: &str) -> Result<Vec<u32>, String> {
+    let hex = mask.strip_prefix("0x").or_else(|| mask.strip_prefix("0X")).unwrap_or(mask);
+    if hex.is_empty() || hex.len() > MAX_GPUS / 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("{mask:?} is not a hexadecimal mask of GPU indexes 0 to {}", MAX_GPUS - 1));
+    }
+    let mut out = vec![];
+    for (k, digit) in hex.bytes().rev().enumerate() {
+        let v = (digit as char).to_digit(16).unwrap_or(0);
+        out.extend((0..4).filter(|b| v & (1 << b) != 0).map(|b| (k * 4 + b) as u32));
+    }
+    if out.is_empty() {
+        return Err(format!("mask {mask:?} names no GPU"));
+    }
+    Ok(out)
+}
+
+/// `0x...` of GPU indexes (the inverse of [`mask_indexes`]).
+fn mask_text(ids: &[u32]) -> String {
+    let top = ids.iter().max().map_or(0, |&m| m as usize / 4);
+    let digits: String = (0..=top)
+        .rev()
+        .map(|k| {
+            let v = ids.iter().filter(|&&i| i as usize / 4 == k).fold(0u32, |v, &i| v | 1 << (i % 4));
+            char::from_digit(v, 16).unwrap_or('0')
+        })
+        .collect();
+    format!("0x{digits}")
 }
 
 impl std::fmt::Display for GpuBind {
@@ -359,6 +474,12 @@ impl std::fmt::Display for GpuBind {
                 let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
                 write!(f, "map:{}", ids.join(","))
             }
+            GpuBind::Mask(masks) => {
+                let masks: Vec<String> = masks.iter().map(|m| mask_text(m)).collect();
+                write!(f, "mask_gpu:{}", masks.join(","))
+            }
+            GpuBind::Single(n) => write!(f, "single:{n}"),
+            GpuBind::PerTask(n) => write!(f, "per_task:{n}"),
         }
     }
 }
@@ -396,6 +517,49 @@ pub fn rank_gpus(
                 ));
             }
             Ok((0..ranks.len()).map(|i| vec![ids[i % ids.len()]]).collect())
+        }
+        GpuBind::Mask(masks) => {
+            if let Some(bad) = masks.iter().flatten().find(|i| !held.contains(i)) {
+                let have: Vec<String> = held.iter().map(u32::to_string).collect();
+                return Err(format!(
+                    "--gpu-bind mask_gpu names GPU {bad}, which the job does not hold on this node (its GPUs here: {})",
+                    have.join(",")
+                ));
+            }
+            Ok((0..ranks.len()).map(|i| masks[i % masks.len()].clone()).collect())
+        }
+        GpuBind::PerTask(n) => {
+            let n = (*n as usize).clamp(1, held.len());
+            Ok((0..ranks.len())
+                .map(|i| {
+                    let mut v: Vec<u32> = (0..n).map(|j| held[(i * n + j) % held.len()]).collect();
+                    v.sort_unstable();
+                    v
+                })
+                .collect())
+        }
+        GpuBind::Single(n) => {
+            // Each rank's nearest GPUs (most of its PUs local; all the job's when none is);
+            // ranks with the same nearest GPUs take them in blocks of n.
+            let local = |g: u32, cpus: &CpuSet| gpus[g as usize].cpus.iter().filter(|&pu| cpus.contains(pu)).count();
+            let mut served: Vec<(Vec<u32>, usize)> = vec![];
+            let mut out = vec![];
+            for cpus in ranks {
+                let best = held.iter().map(|&g| local(g, cpus)).max().unwrap_or(0);
+                let near: Vec<u32> = held.iter().copied().filter(|&g| best == 0 || local(g, cpus) == best).collect();
+                let k = match served.iter_mut().find(|(set, _)| *set == near) {
+                    Some((_, k)) => {
+                        *k += 1;
+                        *k - 1
+                    }
+                    None => {
+                        served.push((near.clone(), 1));
+                        0
+                    }
+                };
+                out.push(vec![near[(k / (*n).max(1) as usize) % near.len()]]);
+            }
+            Ok(out)
         }
         GpuBind::Closest => {
             let per_task = (per_task.max(1) as usize).min(held.len());
@@ -503,14 +667,66 @@ mod rank_tests {
     }
 
     #[test]
+    fn mask_per_task_and_single() {
+        let t = node();
+        let ranks = sets(&["0", "1", "2", "3", "4", "5"]);
+        // mask_gpu: rank i the GPUs of mask i mod 2.
+        let mask = GpuBind::parse("mask_gpu:0x3,0xc").unwrap();
+        let got = rank_gpus(&t.gpus, &[0, 1, 2, 3], &ranks[..3], 1, &mask).unwrap();
+        assert_eq!(got, [vec![0, 1], vec![2, 3], vec![0, 1]]);
+        let err = rank_gpus(&t.gpus, &[0, 1], &ranks[..1], 1, &GpuBind::parse("mask_gpu:0x4").unwrap()).unwrap_err();
+        assert!(err.contains("names GPU 2") && err.contains("its GPUs here: 0,1"), "{err}");
+        // per_task:2: GPUs in order, two a rank, wrapping.
+        let got = rank_gpus(&t.gpus, &[0, 1, 2], &ranks[..3], 1, &GpuBind::PerTask(2)).unwrap();
+        assert_eq!(got, [vec![0, 1], vec![0, 2], vec![1, 2]]);
+        // single:2 on a job holding the 4 GPUs: PUs 0-3 are near GPUs 0 and 1 (2 PUs each):
+        // ranks on PUs 0,1 are near GPU 0 only, so both get it; PUs 2,3 near GPU 1.
+        let got = rank_gpus(&t.gpus, &[0, 1, 2, 3], &ranks[..4], 1, &GpuBind::Single(2)).unwrap();
+        assert_eq!(got, [vec![0], vec![0], vec![1], vec![1]]);
+        // Ranks near no GPU share all the job's GPUs in blocks of 2: 0,0,1,1,0,...
+        let far = sets(&["6", "6", "7", "7", "6"]);
+        let got = rank_gpus(&t.gpus, &[0, 1], &far, 1, &GpuBind::Single(2)).unwrap();
+        assert_eq!(got, [vec![0], vec![0], vec![1], vec![1], vec![0]]);
+        // single:1 with ranks that have two GPUs equally near: one each, in block order.
+        let wide = sets(&["0-3", "0-3", "0-3"]);
+        let got = rank_gpus(&t.gpus, &[0, 1], &wide, 1, &GpuBind::Single(1)).unwrap();
+        assert_eq!(got, [vec![0], vec![1], vec![0]]);
+    }
+
+    #[test]
     fn gpu_bind_texts() {
-        for ok in ["closest", "none", "map:0,1,2", "map:7"] {
+        for ok in
+            ["closest", "none", "map:0,1,2", "map:7", "mask_gpu:0x3,0xc", "mask_gpu:0x100", "single:2", "per_task:1"]
+        {
             assert_eq!(GpuBind::parse(ok).unwrap().to_string(), ok);
         }
         assert_eq!(GpuBind::parse(" map_gpu:0 ").unwrap().to_string(), "map:0");
-        for bad in ["", "map:", "map:a", "map:256", "single:1", "mask_gpu:0x1", "Closest"] {
-            assert!(GpuBind::parse(bad).is_err(), "{bad}");
+        assert_eq!(GpuBind::parse("map_gpu:0*2,1*2").unwrap(), GpuBind::Map(vec![0, 0, 1, 1]));
+        assert_eq!(
+            GpuBind::parse("mask_gpu:f0*2,0X1").unwrap(),
+            GpuBind::Mask(vec![vec![4, 5, 6, 7], vec![4, 5, 6, 7], vec![0]])
+        );
+        for bad in [
+            "",
+            "map:",
+            "map:a",
+            "map:256",
+            "map:0*0",
+            "map:0*5000",
+            "single:0",
+            "single:x",
+            "per_task:257",
+            "mask_gpu:",
+            "mask_gpu:0x0",
+            "mask_gpu:0xg",
+            "Closest",
+            "mask_gpu:1,,2",
+        ] {
+            let e = GpuBind::parse(bad).unwrap_err();
+            assert!(e.contains("--gpu-bind"), "{bad}: {e}");
         }
+        let e = GpuBind::parse("sockets").unwrap_err();
+        assert!(e.contains("closest, none, map_gpu:I,J,... (or map:), mask_gpu:M,N,"), "{e}");
     }
 }
 
@@ -554,6 +770,35 @@ mod env_tests {
         let mut emulated = gpu(2, GpuVendor::Other, &[]);
         emulated.emulated = true;
         assert!(emulated.is_type("emulated") && !emulated.is_type("a100"));
+        // The words kept per node (NodeCapacity) answer as the text does, for any kind a job
+        // may give (not empty: `valid_gpu_type`).
+        let mut other = gpu(3, GpuVendor::Amd, &["rsmi0"]);
+        other.model = Some("AMD Instinct MI250X  (x)".into());
+        let mut bare = gpu(4, GpuVendor::Intel, &[]);
+        bare.model = None;
+        for g in [&pcie, &sxm, &emulated, &other, &bare] {
+            for kind in [
+                "a100",
+                "A100",
+                "nvidia",
+                "pcie",
+                "80gb",
+                "a100-sxm4-80gb",
+                "sxm4",
+                "emulated",
+                "other",
+                "amd",
+                "mi250x",
+                "(x)",
+                "instinct",
+                "intel",
+                "-",
+                "h100",
+                "NVIDIA A100",
+            ] {
+                assert_eq!(g.is_type(kind), g.is_type_by_text(kind), "{:?} {kind:?}", g.model);
+            }
+        }
     }
 
     #[test]

@@ -100,7 +100,7 @@ fn node_env(
         let cpus = job.allocation().cpus.len();
         let in_job = crate::compat_env::node_index(&job.spec);
         set_compat(&mut env, job_vars(&job.spec, compat, in_job, cpus));
-        set_compat(&mut env, step_vars(grant, node_index));
+        set_compat(&mut env, step_vars(grant, node_index, &job.allocation().gpus));
     }
     env
 }

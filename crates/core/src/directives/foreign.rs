@@ -439,7 +439,7 @@ fn slurm_line(
                     o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
                 }
             }
-            // Slurm's verbose, and the maps berth knows; others (single:, mask_gpu:) refused.
+            // Slurm's verbose, and every binding form berth knows (berth_core::gpu::GpuBind).
             "--gpu-bind" => match crate::gpu::GpuBind::parse(v.trim_start_matches("verbose,")) {
                 Ok(b) => o.gpu_bind = Some(b.to_string()),
                 Err(e) => unsupported.push(format!("{shown}: {e}")),

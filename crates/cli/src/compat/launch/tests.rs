@@ -101,7 +101,8 @@ fn srun_gpus_per_task_and_gpu_bind_are_berth_runs() {
     let p = srun("-n 2 --gpus-per-task=a100:1 --gpu-bind=verbose,closest true");
     assert_eq!((p.args.gpus_per_task, p.args.gpu_bind.as_deref()), (Some(1), Some("closest")));
     assert_eq!(srun("--gpu-bind map_gpu:1,0 true").args.gpu_bind.as_deref(), Some("map:1,0"));
-    assert!(srun_err("--gpu-bind=single:1 true").contains("--gpu-bind"));
+    assert_eq!(srun("--gpu-bind=per_task:2 true").args.gpu_bind.as_deref(), Some("per_task:2"));
+    assert!(srun_err("--gpu-bind=single:0 true").contains("--gpu-bind"));
     assert!(srun_err("--gpus-per-task=0 true").contains("positive number"));
 }
 

@@ -265,8 +265,12 @@ fn slurm_gpu_requests() {
         (Some(1), Some("a100"), Some("closest"))
     );
     assert_eq!((o.cpus_per_gpu, o.mem_per_gpu), (Some(8), Some(16 << 30)));
-    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpu-bind=single:1\n").unwrap();
-    assert!(f.unsupported[0].1.contains("--gpu-bind needs closest"), "{:?}", f.unsupported);
+    let f =
+        parse_foreign("#!/bin/sh\n#SBATCH --gpu-bind=single:1\n#SBATCH --gpu-bind=verbose,mask_gpu:0x3*2\n").unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    assert_eq!(f.options.gpu_bind.as_deref(), Some("mask_gpu:0x3,0x3"), "the last one");
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpu-bind=sockets\n").unwrap();
+    assert!(f.unsupported[0].1.contains("--gpu-bind takes closest, none, map_gpu"), "{:?}", f.unsupported);
 }
 
 #[test]
