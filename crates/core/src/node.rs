@@ -140,6 +140,31 @@ pub struct NodeCapacity {
     pub gpu_free: Vec<bool>,
     /// Cached: free GPUs (`gpu_free` counted).
     pub free_gpu_count: u32,
+    /// Every word that names some of the node's GPUs for `--gpu-type` ([`Gpu::is_type`]), in
+    /// lower case, with the GPUs it names: made from the topology once, so that finding a
+    /// type's free GPUs costs a few comparisons, not a string split per GPU (placement asks it
+    /// of every candidate node).
+    ///
+    /// [`Gpu::is_type`]: crate::gpu::Gpu::is_type
+    gpu_types: Arc<[(Box<str>, Vec<u32>)]>,
+}
+
+/// The words naming a topology's GPUs ([`crate::gpu::Gpu::type_words`]), each with its GPUs.
+fn gpu_type_words(t: &Topology) -> Arc<[(Box<str>, Vec<u32>)]> {
+    let mut words: Vec<(Box<str>, Vec<u32>)> = vec![];
+    for g in &t.gpus {
+        for w in g.type_words() {
+            match words.iter_mut().find(|(v, _)| **v == *w) {
+                Some((_, gs)) => {
+                    if gs.last() != Some(&g.index) {
+                        gs.push(g.index)
+                    }
+                }
+                None => words.push((w.into(), vec![g.index])),
+            }
+        }
+    }
+    words.into()
 }
 
 /// Why a suspended job's part cannot resume elsewhere on its node.
@@ -187,6 +212,7 @@ impl NodeCapacity {
             untouched_memory: self.untouched_memory,
             gpu_free: self.gpu_free.clone(),
             free_gpu_count: self.free_gpu_count,
+            gpu_types: self.gpu_types.clone(),
         }
     }
 
@@ -195,6 +221,7 @@ impl NodeCapacity {
         let numa_free = topology.numa_nodes.iter().map(|n| n.memory_bytes).collect();
         let numa_exclusive = vec![false; topology.numa_nodes.len()];
         let gpu_free = vec![true; topology.gpus.len()];
+        let gpu_types = gpu_type_words(&topology);
         let mut n = NodeCapacity {
             id,
             name,
@@ -214,6 +241,7 @@ impl NodeCapacity {
             untouched_memory: 0,
             gpu_free,
             free_gpu_count: 0,
+            gpu_types,
         };
         n.recount();
         n
@@ -551,12 +579,10 @@ impl NodeCapacity {
 
     /// The free GPUs of type `kind` (any type: `None`), by index.
     pub fn free_gpus_of<'a>(&'a self, kind: Option<&'a str>) -> impl Iterator<Item = u32> + 'a {
-        self.topology
-            .gpus
-            .iter()
-            .zip(&self.gpu_free)
-            .filter(move |(g, free)| **free && kind.is_none_or(|k| g.is_type(k)))
-            .map(|(g, _)| g.index)
+        let named: Option<&[u32]> = kind.map(|k| self.gpus_named(k));
+        let all = (0..self.gpu_free.len() as u32).filter(move |_| named.is_none());
+        let some = named.into_iter().flatten().copied();
+        all.chain(some).filter(move |&g| self.gpu_free.get(g as usize).copied().unwrap_or(false))
     }
 
     /// How many GPUs of type `kind` (any: `None`) are free now.
@@ -565,6 +591,19 @@ impl NodeCapacity {
             None => self.free_gpu_count,
             Some(_) => self.free_gpus_of(kind).count() as u32,
         }
+    }
+
+    /// How many GPUs of type `kind` (any: `None`) the node has, free or not.
+    pub fn gpu_count_of(&self, kind: Option<&str>) -> u32 {
+        match kind {
+            None => self.gpu_free.len() as u32,
+            Some(k) => self.gpus_named(k).len() as u32,
+        }
+    }
+
+    /// The node's GPUs of type `kind` (any case), in index order.
+    fn gpus_named(&self, kind: &str) -> &[u32] {
+        self.gpu_types.iter().find(|(w, _)| w.eq_ignore_ascii_case(kind)).map_or(&[], |(_, g)| g.as_slice())
     }
 
     fn shares(&self, na: &NodeAllocation) -> Vec<(usize, u64)> {

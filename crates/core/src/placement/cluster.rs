@@ -128,7 +128,9 @@ fn per_node(
             && n.free_memory >= need
             // A large job needs NUMA nodes nobody touches: count only those.
             && (!large || req.threads || (n.untouched_cores >= c && n.untouched_memory >= need))
-            && (req.gpus_per_node == 0 || n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node)
+            && (req.gpus_per_node == 0
+                || (n.free_gpu_count >= req.gpus_per_node
+                    && n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node))
     };
     // With an index, the nodes with `c` free cores (or, for a large job, `c` untouched cores),
     // whichever are fewer, in id order; else every node.

@@ -216,12 +216,11 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
     let want = req.gpus_per_node as usize;
     let kind = req.gpu_type.as_deref();
     let gpus = &node.topology.gpus;
-    let of_type = |g: &crate::gpu::Gpu| kind.is_none_or(|k| g.is_type(k));
     let what = match kind {
         Some(k) => format!("GPUs of type {k}"),
         None => "GPUs".to_string(),
     };
-    let have = gpus.iter().filter(|g| of_type(g)).count();
+    let have = node.gpu_count_of(kind) as usize;
     if have < want {
         let types: Vec<String> = {
             let mut t: Vec<String> = gpus.iter().map(|g| g.type_name()).collect();

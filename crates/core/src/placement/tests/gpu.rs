@@ -50,6 +50,32 @@ fn group(node: &NodeCapacity, g: u32) -> Option<u32> {
 }
 
 #[test]
+fn a_nodes_gpus_of_a_type_are_found_by_its_words() {
+    let mut t = Topology::uniform(2, 1, 2, 1, 4 * GIB);
+    t.add_emulated_gpus(2).expect("emulated GPUs");
+    t.gpus[1].model = Some("NVIDIA A100-SXM4-80GB".into());
+    t.gpus[1].emulated = false;
+    t.gpus[2].model = Some("NVIDIA H100 80GB HBM3".into());
+    t.gpus[2].emulated = false;
+    let mut n = NodeCapacity::new(NodeId(0), "g0", Arc::new(t));
+    n.gpu_free[1] = true;
+    let of = |n: &NodeCapacity, k: &str| n.free_gpus_of(Some(k)).collect::<Vec<_>>();
+    assert_eq!(of(&n, "a100"), [1]);
+    assert_eq!(of(&n, "80GB"), [1, 2]);
+    assert_eq!(of(&n, "emulated"), [0, 3]);
+    assert_eq!(of(&n, "other"), [0, 1, 2, 3], "the vendor of no known vendor");
+    assert_eq!(of(&n, "v100"), Vec::<u32>::new());
+    // Held GPUs drop out; the counts agree with the GPUs' own answers.
+    n.gpu_free[2] = false;
+    for k in ["a100", "80gb", "emulated", "other", "hbm3", "nvidia"] {
+        let by_gpu: Vec<u32> =
+            n.topology.gpus.iter().filter(|g| n.gpu_free[g.index as usize] && g.is_type(k)).map(|g| g.index).collect();
+        assert_eq!(of(&n, k), by_gpu, "{k}");
+        assert_eq!(n.free_gpu_count_of(Some(k)) as usize, by_gpu.len(), "{k}");
+    }
+}
+
+#[test]
 fn gpus_and_cores_are_chosen_together() {
     let mut n = gpu_node();
     // One GPU with 2 cores: both cores local to it.
