@@ -222,7 +222,7 @@ pub fn start(
             set_compat(&mut env, crate::compat_env::rank_vars(place.rank, local));
         }
         if let Some(ns) = &pmix {
-            let vars = ns.fork_env(place.rank).map_err(|e| format!("rank {}: {e}", place.rank))?;
+            let vars = ns.fork_env(place.rank);
             env.retain(|(k, _)| !vars.iter().any(|(v, _)| v == k));
             env.extend(vars);
         }

@@ -24,6 +24,7 @@ mod sys {
         unsafe extern "C" fn(nspace: *const c_char, data: *const c_char, ndata: usize, token: *mut c_void);
     pub type AbortFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, status: c_int, msg: *const c_char);
     pub type FinalizedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32);
+    pub type ErrorFn = unsafe extern "C" fn(nspace: *const c_char, msg: *const c_char);
 
     extern "C" {
         pub fn berth_pmix_init(
@@ -31,6 +32,7 @@ mod sys {
             fence: FenceFn,
             abort: AbortFn,
             finalized: FinalizedFn,
+            error: ErrorFn,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -51,6 +53,7 @@ mod sys {
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
+        #[cfg(test)]
         pub fn berth_pmix_setup_fork(
             nspace: *const c_char,
             rank: u32,
@@ -58,6 +61,7 @@ mod sys {
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
+        pub fn berth_pmix_fork_template(env: *mut *mut *mut c_char, err: *mut c_char, errlen: usize) -> c_int;
         pub fn berth_pmix_free_env(env: *mut *mut c_char);
         pub fn berth_pmix_deregister(nspace: *const c_char);
         pub fn berth_pmix_fence_done(token: *mut c_void, ok: c_int, data: *const c_char, ndata: usize);
@@ -147,6 +151,20 @@ unsafe extern "C" fn on_finalized(nspace: *const c_char, rank: u32) {
     route(nspace, PmixEvent::Finalized { rank });
 }
 
+/// A registration queued without waiting failed (its ranks' `PMIx_Init` will fail, saying
+/// so): logged.
+unsafe extern "C" fn on_error(nspace: *const c_char, msg: *const c_char) {
+    let text = |p: *const c_char| {
+        if p.is_null() {
+            String::new()
+        } else {
+            // SAFETY: shim.c passes NUL-terminated strings, valid during this call.
+            unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+        }
+    };
+    tracing::warn!(namespace = %text(nspace), "PMIx: {}", text(msg));
+}
+
 const ERR_LEN: usize = 512;
 
 fn err_text(buf: &[u8]) -> String {
@@ -156,6 +174,43 @@ fn err_text(buf: &[u8]) -> String {
 
 fn cstring(what: &str, s: &str) -> Result<CString, String> {
     CString::new(s).map_err(|_| format!("the PMIx {what} {s:?} contains a NUL byte"))
+}
+
+/// The variables of `PMIx_server_setup_fork` every rank of this server gets, bar
+/// `PMIX_NAMESPACE` and `PMIX_RANK` (shim.c, `berth_pmix_fork_template`).
+static FORK_TEMPLATE: OnceLock<Vec<(String, String)>> = OnceLock::new();
+
+/// Set in the agent's environment before any thread starts (berthd's main), unless the
+/// administrator chose otherwise: libpmix keeps job data in its "hash" store only. Its
+/// shared-memory stores (ds12, ds21) create, map and remove files for every namespace:
+/// registering a step's namespace cost ~1-2 ms of the server's time and deregistering it
+/// 7-11 ms on the 2-vCPU test machine, against ~0.2 ms for the hash store, whose price is a
+/// copy of the job data sent to each rank at `PMIx_Init` (small at berth's sizes).
+pub const GDS_VAR: (&str, &str) = ("PMIX_MCA_gds", "hash");
+
+/// `env`, a NULL-ended array from libpmix, as pairs; the array is freed.
+///
+/// # Safety
+/// `env` is NULL or a NULL-terminated array of NUL-terminated strings from shim.c, not used
+/// again by the caller.
+unsafe fn take_env(env: *mut *mut c_char) -> Vec<(String, String)> {
+    let mut vars = Vec::new();
+    if env.is_null() {
+        return vars;
+    }
+    let mut p = env;
+    // SAFETY: read up to the terminator (the caller's contract), then freed once by shim.c.
+    unsafe {
+        while !(*p).is_null() {
+            let s = CStr::from_ptr(*p).to_string_lossy();
+            if let Some((k, v)) = s.split_once('=') {
+                vars.push((k.to_string(), v.to_string()));
+            }
+            p = p.add(1);
+        }
+        sys::berth_pmix_free_env(env);
+    }
+    vars
 }
 
 /// Start this process's PMIx server (once; later calls return the first outcome), its
@@ -174,11 +229,31 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), String> {
             // SAFETY: NUL-terminated path, callbacks with the signatures shim.c declares, and
             // an error buffer of ERR_LEN bytes; called once per process (OnceLock).
             let rc = unsafe {
-                sys::berth_pmix_init(dir.as_ptr(), on_fence, on_abort, on_finalized, err.as_mut_ptr().cast(), ERR_LEN)
+                sys::berth_pmix_init(
+                    dir.as_ptr(),
+                    on_fence,
+                    on_abort,
+                    on_finalized,
+                    on_error,
+                    err.as_mut_ptr().cast(),
+                    ERR_LEN,
+                )
             };
             if rc != 0 {
                 return Err(format!("cannot start the PMIx server: {}", err_text(&err)));
             }
+            let mut env: *mut *mut c_char = std::ptr::null_mut();
+            // SAFETY: the server runs; an out pointer for libpmix's NULL-ended array, read
+            // and freed by take_env; an ERR_LEN error buffer.
+            let rc = unsafe { sys::berth_pmix_fork_template(&mut env, err.as_mut_ptr().cast(), ERR_LEN) };
+            // SAFETY: as above.
+            let vars = unsafe { take_env(env) };
+            if rc != 0 {
+                return Err(format!("the PMIx server gives ranks no environment: {}", err_text(&err)));
+            }
+            let template: Vec<(String, String)> =
+                vars.into_iter().filter(|(k, _)| k != "PMIX_NAMESPACE" && k != "PMIX_RANK").collect();
+            let _ = FORK_TEMPLATE.set(template);
             Ok(())
         })
         .clone()
@@ -204,7 +279,8 @@ pub struct NamespaceSpec<'a> {
     pub gid: u32,
 }
 
-/// A registered namespace: deregistered (its clients too) when dropped.
+/// A registered namespace: deregistered (its clients too) when dropped. Neither waits for
+/// libpmix: both are queued to its progress thread (shim.c).
 pub struct Namespace {
     name: CString,
     key: String,
@@ -212,7 +288,9 @@ pub struct Namespace {
 
 impl Namespace {
     /// Register the step's namespace and this node's ranks as its clients; the server's
-    /// events for it go to `events`.
+    /// events for it go to `events`. Returns once the registration is queued: the ranks may
+    /// be forked at once (their connections are handled after it), and a failure that shows
+    /// only later is logged.
     pub fn register(spec: &NamespaceSpec, events: mpsc::UnboundedSender<PmixEvent>) -> Result<Namespace, String> {
         let n = spec.size as usize;
         if spec.rank_node.len() != n || spec.rank_local.len() != n || spec.me as usize >= spec.nodes.len() {
@@ -258,33 +336,15 @@ impl Namespace {
     }
 
     /// The variables a local rank needs to reach the server (PMIX_NAMESPACE, PMIX_RANK,
-    /// PMIX_SERVER_URI*, ...).
-    pub fn fork_env(&self, rank: u32) -> Result<Vec<(String, String)>, String> {
-        let mut env: *mut *mut c_char = std::ptr::null_mut();
-        let mut err = [0u8; ERR_LEN];
-        // SAFETY: a registered namespace, an out pointer for libpmix's NULL-ended array.
-        let rc =
-            unsafe { sys::berth_pmix_setup_fork(self.name.as_ptr(), rank, &mut env, err.as_mut_ptr().cast(), ERR_LEN) };
-        let mut vars = Vec::new();
-        if !env.is_null() {
-            let mut p = env;
-            // SAFETY: a NULL-terminated array of NUL-terminated strings from libpmix, read
-            // up to its terminator, then freed once by shim.c.
-            unsafe {
-                while !(*p).is_null() {
-                    let s = CStr::from_ptr(*p).to_string_lossy();
-                    if let Some((k, v)) = s.split_once('=') {
-                        vars.push((k.to_string(), v.to_string()));
-                    }
-                    p = p.add(1);
-                }
-                sys::berth_pmix_free_env(env);
-            }
-        }
-        if rc != 0 {
-            return Err(err_text(&err));
-        }
-        Ok(vars)
+    /// PMIX_SERVER_URI*, ...): those `PMIx_server_setup_fork` gives, from the server's
+    /// template (no call into libpmix per rank).
+    pub fn fork_env(&self, rank: u32) -> Vec<(String, String)> {
+        let template = FORK_TEMPLATE.get().map(Vec::as_slice).unwrap_or_default();
+        let mut env = Vec::with_capacity(template.len() + 2);
+        env.push(("PMIX_NAMESPACE".to_string(), self.key.clone()));
+        env.push(("PMIX_RANK".to_string(), rank.to_string()));
+        env.extend(template.iter().cloned());
+        env
     }
 
     /// Tell the step's ranks here that `rank` was lost (event PMIX_ERR_PROC_ABORTED).
@@ -349,8 +409,33 @@ mod tests {
         assert!(matches!(fence_data(&[(fence_key(1), "zz".into())]), Some(Err(_))));
     }
 
+    /// What `PMIx_server_setup_fork` itself gives `rank` of `ns`, sorted, once it is `want`
+    /// (the registration is queued: until the progress thread has done it, the dstore adds
+    /// nothing for the namespace); what it gave last after 2 s otherwise.
+    fn real_fork_env(ns: &str, rank: u32, want: &[(String, String)]) -> Vec<(String, String)> {
+        let name = CString::new(ns).unwrap();
+        let mut last = Vec::new();
+        for _ in 0..200 {
+            let mut env: *mut *mut c_char = std::ptr::null_mut();
+            let mut err = [0u8; ERR_LEN];
+            // SAFETY: a NUL-terminated name, an out pointer read and freed by take_env.
+            let rc =
+                unsafe { sys::berth_pmix_setup_fork(name.as_ptr(), rank, &mut env, err.as_mut_ptr().cast(), ERR_LEN) };
+            // SAFETY: as above.
+            let mut vars = unsafe { take_env(env) };
+            vars.sort();
+            if rc == 0 && vars == want {
+                return vars;
+            }
+            last = vars;
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        last
+    }
+
     /// The real server: a namespace of 3 ranks over 2 nodes, 2 of them here, gives each local
-    /// rank the variables Open MPI looks for; a second namespace registers beside it.
+    /// rank the variables Open MPI looks for, the very ones `PMIx_server_setup_fork` gives it
+    /// (the template holds); a second namespace registers beside it.
     #[test]
     fn a_registered_namespace_gives_its_ranks_the_servers_address() {
         let tmp = tempfile::tempdir().unwrap();
@@ -370,14 +455,21 @@ mod tests {
             gid: unsafe_ids().1,
         };
         let ns = Namespace::register(&spec, tx.clone()).expect("register");
-        let env = ns.fork_env(1).expect("setup_fork");
+        let env = ns.fork_env(1);
         let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
         assert_eq!(get("PMIX_NAMESPACE").as_deref(), Some("berth.test.1"), "{env:?}");
         assert_eq!(get("PMIX_RANK").as_deref(), Some("1"), "{env:?}");
         assert!(get("PMIX_SERVER_URI41").or(get("PMIX_SERVER_URI4")).is_some(), "{env:?}");
-        let spec2 = NamespaceSpec { name: "berth.test.2".into(), ..spec };
+        let sorted = |mut v: Vec<(String, String)>| {
+            v.sort();
+            v
+        };
+        let want = sorted(env.clone());
+        assert_eq!(want, real_fork_env("berth.test.1", 1, &want));
+        let spec2 = NamespaceSpec { name: "berth.test.2".into(), uid: 65534, gid: 65534, ..spec };
         let ns2 = Namespace::register(&spec2, tx).expect("a second namespace");
-        assert_eq!(ns2.fork_env(0).unwrap().iter().find(|(k, _)| k == "PMIX_RANK").map(|(_, v)| v.as_str()), Some("0"));
+        let want = sorted(ns2.fork_env(0));
+        assert_eq!(want, real_fork_env("berth.test.2", 0, &want));
         drop(ns);
         drop(ns2);
         assert!(routes().lock().unwrap().is_empty());

@@ -8,6 +8,14 @@
  * Threads: PMIx calls the server module's functions from its own progress thread; the
  * callbacks into Rust only copy their arguments and queue them. Completing a fence
  * (berth_pmix_fence_done) may be called from any thread (PMIx thread-shifts it).
+ *
+ * Registering and deregistering a step's namespace never wait: PMIx_server_register_nspace,
+ * _register_client and _deregister_nspace only queue an event for PMIx's progress thread
+ * (PMIX_THREADSHIFT) and return; what they were given is kept (struct reg_op) until their
+ * callback. A rank cannot connect before its namespace is known: its registration was
+ * queued before the rank was forked, and the progress thread handles the events of its one
+ * event base in the order they were activated (libevent's active queue), the connection's
+ * after the registration's. Failures come back through on_error (the agent logs them).
  */
 #include <pmix.h>
 #include <pmix_server.h>
@@ -20,10 +28,14 @@
 typedef void (*berth_fence_fn)(const char *nspace, const char *data, size_t ndata, void *token);
 typedef void (*berth_abort_fn)(const char *nspace, uint32_t rank, int status, const char *msg);
 typedef void (*berth_finalized_fn)(const char *nspace, uint32_t rank);
+typedef void (*berth_error_fn)(const char *nspace, const char *msg);
 
 static berth_fence_fn on_fence;
 static berth_abort_fn on_abort;
 static berth_finalized_fn on_finalized;
+static berth_error_fn on_error;
+
+void berth_pmix_deregister(const char *nspace);
 
 struct fence_token {
     pmix_modex_cbfunc_t cbfunc;
@@ -147,6 +159,60 @@ static pmix_status_t waiter_wait(struct waiter *w, pmix_status_t rc)
     return rc;
 }
 
+/* A non-blocking registration in flight: what PMIx must be given until its callback. */
+struct reg_op {
+    pmix_info_t *info;
+    size_t ninfo;
+    const char *what;
+    char nspace[PMIX_MAX_NSLEN + 1];
+};
+
+static void reg_done(pmix_status_t status, void *cbdata)
+{
+    struct reg_op *op = cbdata;
+    if (status != PMIX_SUCCESS && status != PMIX_OPERATION_SUCCEEDED && on_error != NULL) {
+        char msg[256];
+        snprintf(msg, sizeof msg, "%s failed: %s (%d)", op->what, PMIx_Error_string(status), status);
+        on_error(op->nspace, msg);
+    }
+    if (op->info != NULL) {
+        PMIX_INFO_FREE(op->info, op->ninfo);
+    }
+    free(op);
+}
+
+static struct reg_op *reg_op_new(const char *nspace, const char *what, pmix_info_t *info, size_t ninfo)
+{
+    struct reg_op *op = calloc(1, sizeof(*op));
+    if (op == NULL) {
+        return NULL;
+    }
+    op->info = info;
+    op->ninfo = ninfo;
+    op->what = what;
+    snprintf(op->nspace, sizeof op->nspace, "%s", nspace);
+    return op;
+}
+
+/* The outcome of starting a non-blocking operation whose callback is reg_done(op): PMIX_SUCCESS
+ * (the callback follows), done at once (no callback follows: called here), or an error (no
+ * callback either: `op` is released and the error returned). */
+static pmix_status_t reg_started(pmix_status_t rc, struct reg_op *op)
+{
+    if (rc == PMIX_SUCCESS) {
+        return PMIX_SUCCESS;
+    }
+    if (rc == PMIX_OPERATION_SUCCEEDED) {
+        reg_done(PMIX_SUCCESS, op);
+        return PMIX_SUCCESS;
+    }
+    if (op->info != NULL) {
+        PMIX_INFO_FREE(op->info, op->ninfo);
+    }
+    free(op);
+    return rc;
+}
+
 static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 {
     snprintf(err, errlen, "%s failed: %s (%d)", what, PMIx_Error_string(rc), rc);
@@ -154,11 +220,12 @@ static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 
 /* Start the server (once per process). `tmpdir`: where its rendezvous sockets go. */
 int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
-                    berth_finalized_fn finalized, char *err, size_t errlen)
+                    berth_finalized_fn finalized, berth_error_fn error_fn, char *err, size_t errlen)
 {
     on_fence = fence;
     on_abort = abort_fn;
     on_finalized = finalized;
+    on_error = error_fn;
     pmix_info_t *info;
     bool no = false;
     PMIX_INFO_CREATE(info, 4);
@@ -281,10 +348,16 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
         PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(arr);
     }
-    struct waiter w;
-    waiter_init(&w);
-    rc = waiter_wait(&w, PMIx_server_register_nspace(nspace, (int)nlocal, info, k, op_done, &w));
-    PMIX_INFO_FREE(info, ninfo);
+    /* Queued, not waited for (see the top of this file); `info` is released by reg_done. */
+    struct reg_op *op = reg_op_new(nspace, "PMIx_server_register_nspace", info, ninfo);
+    if (op == NULL) {
+        PMIX_INFO_FREE(info, ninfo);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    pmix_nspace_t ns;
+    PMIX_LOAD_NSPACE(ns, nspace);
+    rc = reg_started(PMIx_server_register_nspace(ns, (int)nlocal, info, k, reg_done, op), op);
     if (rc != PMIX_SUCCESS) {
         say(err, errlen, "PMIx_server_register_nspace", rc);
         return -1;
@@ -295,10 +368,12 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
         }
         pmix_proc_t proc;
         PMIX_PROC_LOAD(&proc, nspace, r);
-        waiter_init(&w);
-        rc = waiter_wait(&w, PMIx_server_register_client(&proc, uid, gid, NULL, op_done, &w));
+        op = reg_op_new(nspace, "PMIx_server_register_client", NULL, 0);
+        rc = op == NULL ? PMIX_ERR_NOMEM
+                        : reg_started(PMIx_server_register_client(&proc, uid, gid, NULL, reg_done, op), op);
         if (rc != PMIX_SUCCESS) {
             say(err, errlen, "PMIx_server_register_client", rc);
+            berth_pmix_deregister(nspace);
             return -1;
         }
     }
@@ -320,6 +395,28 @@ int berth_pmix_setup_fork(const char *nspace, uint32_t rank, char ***env, char *
     return 0;
 }
 
+/* The environment PMIx_server_setup_fork gives a rank of namespace "berth.fork-template",
+ * rank 0: once per server. Apart from PMIX_NAMESPACE and PMIX_RANK, it is the same for every
+ * rank of every namespace of this server (its addresses, modules, directories: the dstore's
+ * are the server's, not a namespace's), so a step's ranks get it without a call each. The
+ * namespace is registered (the dstore's setup_fork looks it up) and forgotten again. */
+int berth_pmix_fork_template(char ***env, char *err, size_t errlen)
+{
+    const char *nspace = "berth.fork-template";
+    pmix_nspace_t ns;
+    PMIX_LOAD_NSPACE(ns, nspace);
+    struct waiter w;
+    waiter_init(&w);
+    pmix_status_t rc = waiter_wait(&w, PMIx_server_register_nspace(ns, 1, NULL, 0, op_done, &w));
+    if (rc != PMIX_SUCCESS) {
+        say(err, errlen, "PMIx_server_register_nspace", rc);
+        return -1;
+    }
+    int out = berth_pmix_setup_fork(nspace, 0, env, err, errlen);
+    berth_pmix_deregister(nspace);
+    return out;
+}
+
 void berth_pmix_free_env(char **env)
 {
     if (env == NULL) {
@@ -331,13 +428,18 @@ void berth_pmix_free_env(char **env)
     free(env);
 }
 
-/* Forget a step's namespace (and its clients). */
+static void dereg_done(pmix_status_t status, void *cbdata)
+{
+    (void)status; (void)cbdata;
+}
+
+/* Forget a step's namespace (and its clients), without waiting (queued after anything
+ * queued for it before). */
 void berth_pmix_deregister(const char *nspace)
 {
-    struct waiter w;
-    waiter_init(&w);
-    PMIx_server_deregister_nspace(nspace, op_done, &w);
-    (void)waiter_wait(&w, PMIX_SUCCESS);
+    pmix_nspace_t ns;
+    PMIX_LOAD_NSPACE(ns, nspace);
+    PMIx_server_deregister_nspace(ns, dereg_done, NULL);
 }
 
 /* Tell the namespace's ranks that `rank` ended abnormally (PMIX_ERR_PROC_ABORTED). */

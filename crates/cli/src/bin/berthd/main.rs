@@ -86,6 +86,12 @@ fn main() {
         // any thread starts; jobs get only their own environment (job.rs, `env_clear`).
         std::env::set_var("HWLOC_PLUGINS_BLACKLIST", "hwloc_xml_libxml");
     }
+    // The PMIx server's job data in libpmix's hash store, not its per-namespace shared-memory
+    // files (berth_agent::pmix::GDS_VAR says why). Before any thread starts, as above.
+    let (gds, store) = berth_agent::pmix::GDS_VAR;
+    if role == berth_cli::Role::Agent && std::env::var_os(gds).is_none() {
+        std::env::set_var(gds, store);
+    }
     if daemon {
         let filter = tracing_subscriber::EnvFilter::try_from_env("BERTH_LOG")
             .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
