@@ -105,6 +105,10 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // Leftovers of an earlier agent in our subtree: the jobs it recorded are re-adopted (or
     // reported ended); the rest is killed and removed.
     let recovered = crate::job::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
+    // After the recovery, which clears the spool of what no job owns.
+    if let Ok(exe) = std::env::current_exe() {
+        crate::launcher::install(&cfg.spool_dir, &exe);
+    }
     // The batch scripts' shim (`berth __berth-shim`: the client beside this binary, or this
     // binary; crate::job::shim::open_binary), resolved once. It is held open and exec'd as
     // /proc/self/fd/N: the job's user needs no search permission on the directories of the

@@ -15,6 +15,7 @@ pub mod gpus;
 pub mod hwtopo;
 pub mod job;
 pub mod ports;
+pub mod launcher;
 pub mod priority;
 pub mod records;
 pub mod spawn;

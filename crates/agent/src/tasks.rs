@@ -14,7 +14,7 @@ use crate::ports::{JobContext, JobHandle};
 use berth_core::JobId;
 use berth_protocol::agent::{AgentQuery, AgentReply, Refusal};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
-use berth_protocol::step::{AllocationNode, TaskReply, TaskRequest};
+use berth_protocol::step::{AllocationNode, Chunk, TaskReply, TaskRequest};
 use berth_protocol::{read_frame_limited, write_frame, ProtocolError};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -77,6 +77,7 @@ pub fn task_env(caller: &[(String, String)], job: JobId, task: u64, node: u32, c
         .iter()
         .filter(|(k, _)| {
             !k.starts_with("PMI_")
+                && !k.starts_with("PMIX_")
                 && !NOT_INHERITED.contains(&k.as_str())
                 && !crate::compat_env::STEP_ONLY.contains(&k.as_str())
         })
@@ -220,6 +221,11 @@ async fn serve_local(ctx: Arc<JobContext>, mut stream: UnixStream) {
     let limits = crate::conn::local_request(identified(&ctx, caller));
     loop {
         let reply = match read_frame_limited::<_, AgentQuery>(&mut stream, &limits).await {
+            Ok(Some(AgentQuery::Task { request: TaskRequest::Exec { job, node, argv, env, cwd } })) => {
+                // The connection is the task's from here on.
+                let ask = SpawnAsk { node, argv, env, cwd, count: 1, output: String::new(), error: String::new() };
+                return exec(&ctx, caller, job, ask, stream).await;
+            }
             Ok(Some(AgentQuery::Task { request })) => {
                 AgentReply::Task { reply: handle_local(&ctx, caller, request).await }
             }
@@ -251,6 +257,9 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         | TaskRequest::Kill { job, .. } => *job,
         TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
             return error("remote_* requests are between agents only")
+        }
+        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } => {
+            return error("exec starts a connection of its own, and signal belongs on one")
         }
     };
     let job = match authorize(ctx, caller, id) {
@@ -288,6 +297,9 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         }
         TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
             error("remote_* requests are between agents only")
+        }
+        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } => {
+            error("exec starts a connection of its own, and signal belongs on one")
         }
     }
 }
@@ -409,7 +421,7 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
         let (tx, rx) = mpsc::unbounded_channel();
         job.tasks.with(|t| t.set_signals(id, tx));
         if local {
-            match spawn_here(ctx, job, &ask.argv, env, &ask.cwd, &out, &err) {
+            match spawn_here(ctx, job, &ask.argv, env, &ask.cwd, Stdio::Files(&out, &err)) {
                 Ok(child) => {
                     let pid = child.id().unwrap_or(0);
                     job.tasks.with(|t| t.started(id, pid));
@@ -427,9 +439,10 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
                 cwd: ask.cwd.clone(),
                 output: out,
                 error: err,
+                attach: false,
             };
             let (started_tx, started_rx) = oneshot::channel();
-            tokio::spawn(drive_remote(ctx.clone(), job.clone(), id, address.clone(), req, rx, started_tx));
+            tokio::spawn(drive_remote(ctx.clone(), job.clone(), id, address.clone(), req, rx, started_tx, None));
             pending.push(started_rx);
         }
     }
@@ -440,6 +453,14 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
     TaskReply::Spawned { tasks: job.tasks.read(|t| t.infos(&ids)) }
 }
 
+/// Where a task's stdout and stderr go.
+enum Stdio<'a> {
+    /// Appended to these files (opened by the task as the user).
+    Files(&'a str, &'a str),
+    /// Pipes to the agent (an attached task: `exec`).
+    Pipes,
+}
+
 /// Start a task on this node: in the job's cgroup, as the job's user, with the node's own
 /// variables on top of `env`.
 fn spawn_here(
@@ -448,8 +469,7 @@ fn spawn_here(
     argv: &[String],
     mut env: Vec<(String, String)>,
     cwd: &str,
-    stdout: &str,
-    stderr: &str,
+    stdio: Stdio<'_>,
 ) -> Result<crate::step::rank::Process, String> {
     set_vars(
         &mut env,
@@ -473,25 +493,183 @@ fn spawn_here(
         set_vars(&mut env, job_vars(&job.spec, compat, node, cpus));
     }
     let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
-    let task = crate::step::rank::spawn_to_files(
-        crate::step::rank::RankLaunch {
-            argv,
-            env,
-            cwd,
-            user: &job.spec.user,
-            join_fds: join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect(),
-            affinity: None,
-            pmi_fd: None,
-            stdin: false,
-            umask: job.spec.umask,
-        },
-        stdout,
-        stderr,
-    )?;
+    let launch = crate::step::rank::RankLaunch {
+        argv,
+        env,
+        cwd,
+        user: &job.spec.user,
+        join_fds: join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect(),
+        affinity: None,
+        pmi_fd: None,
+        stdin: false,
+        umask: job.spec.umask,
+    };
+    let task = match stdio {
+        Stdio::Files(stdout, stderr) => crate::step::rank::spawn_to_files(launch, stdout, stderr),
+        Stdio::Pipes => crate::step::rank::spawn(launch),
+    }?;
     if let Some(pid) = task.id() {
         job.cgroup.joined(pid as i32);
     }
     Ok(task)
+}
+
+/// Output of an attached task: (stream 1 or 2, bytes).
+type OutputTx = mpsc::UnboundedSender<(u8, Vec<u8>)>;
+
+/// Relay an attached task's stdout and stderr to `out` until they close.
+fn pump_output(child: &mut crate::step::rank::Process, out: &OutputTx) {
+    use tokio::io::AsyncReadExt;
+    async fn pump(mut r: tokio::net::unix::pipe::Receiver, stream: u8, out: OutputTx) {
+        let mut buf = vec![0u8; 16 * 1024];
+        while let Ok(n @ 1..) = r.read(&mut buf).await {
+            if out.send((stream, buf[..n].to_vec())).is_err() {
+                return;
+            }
+        }
+    }
+    if let Some(r) = child.stdout.take() {
+        tokio::spawn(pump(r, 1, out.clone()));
+    }
+    if let Some(r) = child.stderr.take() {
+        tokio::spawn(pump(r, 2, out.clone()));
+    }
+}
+
+/// How long an attached task's output may go on after it ended (a background process still
+/// holding its stdout), as `berth run` gives a rank's.
+const OUTPUT_LINGER: Duration = Duration::from_secs(2);
+
+/// `exec` (`berth task rsh`): one task on node `ask.node`, attached to the caller's
+/// connection. Answers `spawned`; then relays the task's output as `output` frames and the
+/// caller's `signal` frames to the task, and ends with `exited` (or `error` if the task was
+/// lost). A caller that goes away takes the task with it (SIGKILL to its process group).
+async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, mut stream: UnixStream) {
+    let refuse = |m: String| AgentReply::Task { reply: error(m) };
+    let job = match authorize(ctx, caller, id) {
+        Ok(j) => j,
+        Err(e) => return drop(write_frame(&mut stream, &refuse(e)).await),
+    };
+    if let Err(e) = check_spawn(&job, &ask) {
+        return drop(write_frame(&mut stream, &refuse(e)).await);
+    }
+    let spec = &job.spec;
+    let node_name = spec.nodes[ask.node as usize].0.clone();
+    let local = node_name == spec.allocation.node;
+    let address = spec.addresses.get(ask.node as usize).cloned().unwrap_or_default();
+    if !local && address.is_empty() {
+        let m = format!("the agent address of node {} ({node_name}) is unknown", ask.node);
+        return drop(write_frame(&mut stream, &refuse(m)).await);
+    }
+    let task = job.tasks.with(|t| t.add_attached(ask.node, &node_name, &ask.argv));
+    let env = task_env(&ask.env, spec.id, task, ask.node, spec.compat.is_some());
+    let (sig_tx, sig_rx) = mpsc::unbounded_channel();
+    job.tasks.with(|t| t.set_signals(task, sig_tx));
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    if local {
+        match spawn_here(ctx, &job, &ask.argv, env, &ask.cwd, Stdio::Pipes) {
+            Ok(mut child) => {
+                let pid = child.id().unwrap_or(0);
+                job.tasks.with(|t| t.started(task, pid));
+                pump_output(&mut child, &out_tx);
+                tokio::spawn(watch_local(job.clone(), task, child, sig_rx));
+            }
+            Err(e) => job.tasks.with(|t| t.failed(task, e)),
+        }
+    } else {
+        let req = TaskRequest::RemoteSpawn {
+            job: spec.id,
+            node: ask.node,
+            task,
+            argv: ask.argv.clone(),
+            env,
+            cwd: ask.cwd.clone(),
+            output: String::new(),
+            error: String::new(),
+            attach: true,
+        };
+        let (started_tx, started_rx) = oneshot::channel();
+        let out = Some(out_tx.clone());
+        tokio::spawn(drive_remote(ctx.clone(), job.clone(), task, address, req, sig_rx, started_tx, out));
+        let _ = tokio::time::timeout(START_WAIT, started_rx).await;
+    }
+    drop(out_tx);
+    let infos = job.tasks.read(|t| t.infos(&[task]));
+    let failed = infos.iter().any(|i| i.state == "failed");
+    if write_frame(&mut stream, &AgentReply::Task { reply: TaskReply::Spawned { tasks: infos } }).await.is_err() {
+        job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+        return;
+    }
+    if failed {
+        return;
+    }
+    let (mut rd, mut wr) = stream.into_split();
+    // The caller's frames, read by their own task (a read cut by select! would lose bytes).
+    let (down_tx, mut down) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(async move {
+        let limits = crate::conn::local_request(true);
+        let limits = berth_protocol::FrameLimits { idle: None, ..limits };
+        loop {
+            let msg = read_frame_limited::<_, AgentQuery>(&mut rd, &limits).await;
+            let end = !matches!(msg, Ok(Some(_)));
+            if down_tx.send(msg).is_err() || end {
+                return;
+            }
+        }
+    });
+    let mut output_open = true;
+    let mut caller_here = true;
+    let mut ended_at: Option<tokio::time::Instant> = None;
+    let ids = [task];
+    loop {
+        if ended_at.is_some() && !output_open {
+            break;
+        }
+        let linger = async {
+            match ended_at {
+                Some(t) => tokio::time::sleep_until(t + OUTPUT_LINGER).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            chunk = out_rx.recv(), if output_open => match chunk {
+                Some((stream, data)) => {
+                    let frame = AgentReply::Task { reply: TaskReply::Output { stream, data: Chunk::from_bytes(data) } };
+                    if caller_here && write_frame(&mut wr, &frame).await.is_err() {
+                        caller_here = false;
+                        job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+                    }
+                }
+                None => output_open = false,
+            },
+            msg = down.recv(), if caller_here => match msg {
+                Some(Ok(Some(AgentQuery::Task { request: TaskRequest::Signal { signal } }))) if (1..=64).contains(&signal) => {
+                    job.tasks.read(|t| t.signal(&[task], signal));
+                }
+                Some(Ok(Some(_))) => {}
+                _ => {
+                    // The caller went away (ssh's HUP, harder): the task goes too.
+                    caller_here = false;
+                    job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+                }
+            },
+            _ = job.tasks.wait(&ids, None), if ended_at.is_none() => ended_at = Some(tokio::time::Instant::now()),
+            _ = linger => break,
+        }
+    }
+    reader.abort();
+    if !caller_here {
+        return;
+    }
+    let info = job.tasks.read(|t| t.infos(&[task])).pop();
+    let reply = match info {
+        Some(i) if i.state == "exited" => {
+            TaskReply::Exited { exit_code: i.exit_code, signal: i.signal, wall_ms: i.wall_ms.unwrap_or(0) }
+        }
+        Some(i) => error(i.reason.unwrap_or_else(|| "the task was lost".into())),
+        None => error("the task was lost"),
+    };
+    let _ = write_frame(&mut wr, &AgentReply::Task { reply }).await;
 }
 
 fn signal_group(pid: u32, sig: i32) {
@@ -578,6 +756,7 @@ async fn watch_local(
 
 /// One remote task, seen from the agent that spawned it: launch, then relay its end up and
 /// signals down until it ends, its connection breaks, or the job ends here.
+#[allow(clippy::too_many_arguments)]
 async fn drive_remote(
     ctx: Arc<JobContext>,
     job: Arc<JobHandle>,
@@ -586,6 +765,7 @@ async fn drive_remote(
     req: TaskRequest,
     mut signals: mpsc::UnboundedReceiver<i32>,
     started: oneshot::Sender<()>,
+    output: Option<OutputTx>,
 ) {
     let node = match &req {
         TaskRequest::RemoteSpawn { node, .. } => *node,
@@ -636,6 +816,11 @@ async fn drive_remote(
                     job.tasks.with(|t| t.exited(id, exit_code, signal, Some(wall_ms)));
                     break;
                 }
+                Some(Ok(Some(AgentReply::Task { reply: TaskReply::Output { stream, data } }))) => {
+                    if let Some(out) = &output {
+                        let _ = out.send((stream, data.as_bytes().to_vec()));
+                    }
+                }
                 Some(Ok(Some(_))) => {}
                 Some(Ok(None)) | None => {
                     fail(format!("the agent of node {node} closed the connection; the task is lost"));
@@ -673,8 +858,8 @@ async fn drive_remote(
 pub async fn serve_agent(ctx: Arc<JobContext>, req: TaskRequest, mut stream: TcpStream, link: LinkKey) {
     let (mut sealer, opener) = link.query_link(TreeEnd::Below);
     let reply = match req {
-        TaskRequest::RemoteSpawn { job, node, task, argv, env, cwd, output, error } => {
-            let ask = RemoteAsk { job, node, task, argv, env, cwd, output, error };
+        TaskRequest::RemoteSpawn { job, node, task, argv, env, cwd, output, error, attach } => {
+            let ask = RemoteAsk { job, node, task, argv, env, cwd, output, error, attach };
             return run_remote(ctx, ask, stream, sealer, opener).await;
         }
         TaskRequest::RemoteInfo { job } => match ctx.registry.wait_for(job, JOB_WAIT).await {
@@ -695,6 +880,7 @@ struct RemoteAsk {
     cwd: String,
     output: String,
     error: String,
+    attach: bool,
 }
 
 enum Down {
@@ -721,7 +907,8 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
         return;
     }
     let since = Instant::now();
-    let mut child = match spawn_here(&ctx, &job, &ask.argv, ask.env, &ask.cwd, &ask.output, &ask.error) {
+    let stdio = if ask.attach { Stdio::Pipes } else { Stdio::Files(&ask.output, &ask.error) };
+    let mut child = match spawn_here(&ctx, &job, &ask.argv, ask.env, &ask.cwd, stdio) {
         Ok(c) => c,
         Err(e) => {
             let _ = write_sealed(&mut wr, &mut sealer, &reply(error(e))).await;
@@ -757,10 +944,39 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
             }
         }
     });
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    pump_output(&mut child, &out_tx);
+    drop(out_tx);
+    let mut output_open = ask.attach;
     let mut lost = false;
-    let status = loop {
+    let mut status = None;
+    let mut ended_at: Option<tokio::time::Instant> = None;
+    loop {
+        if status.is_some() && !output_open {
+            break;
+        }
+        let linger = async {
+            match ended_at {
+                Some(t) => tokio::time::sleep_until(t + OUTPUT_LINGER).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            st = child.wait() => break st,
+            st = child.wait(), if status.is_none() => {
+                status = Some(st);
+                ended_at = Some(tokio::time::Instant::now());
+            }
+            chunk = out_rx.recv(), if output_open => match chunk {
+                Some((stream, data)) => {
+                    let frame = reply(TaskReply::Output { stream, data: Chunk::from_bytes(data) });
+                    if !lost && write_sealed(&mut wr, &mut sealer, &frame).await.is_err() {
+                        signal_group(pid, libc::SIGKILL);
+                        lost = true;
+                    }
+                }
+                None => output_open = false,
+            },
+            _ = linger => break,
             d = down.recv(), if !lost => match d {
                 Some(Down::Signal(sig)) if (1..=64).contains(&sig) => signal_group(pid, sig),
                 Some(Down::Signal(_)) => {}
@@ -771,10 +987,11 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
                 }
             },
         }
-    };
+    }
     reader.abort();
     end_session(&job, pid).await;
     if !lost {
+        let status = status.unwrap_or_else(|| Err(std::io::Error::other("the task's end was not seen")));
         let (exit_code, signal) = status_of(&status);
         let wall_ms = since.elapsed().as_millis() as u64;
         let _ = write_sealed(&mut wr, &mut sealer, &reply(TaskReply::Exited { exit_code, signal, wall_ms })).await;
@@ -945,6 +1162,7 @@ mod tests {
             cwd: "/".into(),
             output: "/o".into(),
             error: "/e".into(),
+            attach: false,
         };
         let json = serde_json::to_value(AgentQuery::Task { request: req.clone() }).unwrap();
         assert_eq!(json["request"]["op"], "remote_spawn");

@@ -12,6 +12,10 @@ fn main() {
         berth_shim::main(&args.collect::<Vec<_>>());
     }
     berth_protocol::probe::mark("client main");
+    // Invoked as berth-rsh (`berth task rsh`, an MPI launcher's ssh).
+    if let Some(code) = berth_cli::task::main_as_rsh(&std::env::args_os().collect::<Vec<_>>()) {
+        std::process::exit(code);
+    }
     // Invoked as sbatch, squeue, qsub, ... (links `berth compat install` makes).
     if let Some(code) = berth_cli::compat::main_by_name(std::env::args_os().collect()) {
         std::process::exit(code);

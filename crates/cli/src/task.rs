@@ -33,6 +33,19 @@ pub enum TaskCommand {
         #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
+    /// Run COMMAND on node HOST of the job and wait for it, as `ssh HOST COMMAND` does: the
+    /// words are joined and run by the user's login shell there, in the current directory,
+    /// with this environment; its output comes here, signals this process gets go to it, and
+    /// its exit status is this command's (255: it could not start). HOST is a node's name
+    /// (`berth task info`), its short name or its agent's address; ssh's options before it
+    /// are accepted and ignored, so MPI launchers use it as their ssh (Open MPI's
+    /// `plm_rsh_agent`, MPICH hydra's `-launcher-exec`, set in every job's environment).
+    /// Also run as `berth-rsh HOST COMMAND`.
+    Rsh {
+        /// [SSH-OPTIONS] HOST COMMAND...
+        #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true, value_name = "HOST COMMAND")]
+        args: Vec<String>,
+    },
     /// Every task spawned through this node's agent in this job.
     List,
     /// Wait for tasks to end (all when no id is given). Exit status 1 if any failed, 2 if
@@ -81,6 +94,7 @@ async fn call(socket: &str, request: TaskRequest) -> Result<TaskReply> {
 pub async fn run(json: bool, command: TaskCommand) -> Result<i32> {
     let (job, socket) = job_and_socket()?;
     match command {
+        TaskCommand::Rsh { args } => rsh(job, &socket, args).await,
         TaskCommand::Info => {
             let TaskReply::Info { job, nodes } = call(&socket, TaskRequest::Info { job }).await? else {
                 bail!("unexpected answer")
@@ -164,6 +178,213 @@ pub async fn run(json: bool, command: TaskCommand) -> Result<i32> {
                 }
             }
             Ok(0)
+        }
+    }
+}
+
+/// The name under which the client is `berth task rsh` (one word, for launchers that take a
+/// program and no arguments, such as MPICH hydra's `-launcher-exec`): each agent links it to
+/// the client in its spool directory.
+pub const RSH_NAME: &str = berth_agent::launcher::RSH_NAME;
+
+/// If invoked as [`RSH_NAME`], run as `berth task rsh` and return its exit status.
+pub fn main_as_rsh(argv: &[std::ffi::OsString]) -> Option<i32> {
+    let name = argv.first().map(std::path::Path::new).and_then(std::path::Path::file_name)?;
+    if name != RSH_NAME {
+        return None;
+    }
+    crate::default_sigpipe();
+    let args: Option<Vec<String>> = argv[1..].iter().map(|a| a.clone().into_string().ok()).collect();
+    let Some(args) = args else {
+        eprintln!("berth task rsh: an argument is not valid UTF-8");
+        return Some(255);
+    };
+    let rt = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("berth task rsh: cannot start the async runtime: {e}");
+            return Some(255);
+        }
+    };
+    Some(rt.block_on(async {
+        match job_and_socket() {
+            Ok((job, socket)) => rsh(job, &socket, args).await.unwrap_or(255),
+            Err(e) => {
+                eprintln!("berth task rsh: {e}");
+                255
+            }
+        }
+    }))
+}
+
+/// ssh's options that take a value (`-l USER`, `-p PORT`, `-o OPTION`, ...).
+const SSH_VALUE_OPTIONS: &str = "BbcDEeFIiJLlmOoPpQRSWw";
+
+/// `[SSH-OPTIONS] HOST COMMAND...` as ssh reads it: (host, command words). `-o X`, `-oX`,
+/// `-p 22`, `-x`, `-q`, `-- HOST`... are skipped; `user@host` is `host`.
+pub fn parse_rsh(args: &[String]) -> Result<(String, Vec<String>)> {
+    let mut i = 0;
+    while let Some(a) = args.get(i) {
+        if a == "--" {
+            i += 1;
+            break;
+        }
+        let Some(flags) = a.strip_prefix('-').filter(|f| !f.is_empty()) else { break };
+        i += 1;
+        // Flags run together (-xq); the first taking a value takes the rest or the next word.
+        for (at, c) in flags.char_indices() {
+            if SSH_VALUE_OPTIONS.contains(c) {
+                if at + c.len_utf8() == flags.len() {
+                    i += 1;
+                }
+                break;
+            }
+        }
+    }
+    let host =
+        args.get(i).ok_or_else(|| anyhow!("berth task rsh: no host given (usage: berth task rsh HOST COMMAND...)"))?;
+    let host = host.rsplit_once('@').map_or(host.as_str(), |(_, h)| h).to_string();
+    let command = args[i + 1..].to_vec();
+    if command.is_empty() {
+        bail!("berth task rsh: no command given for {host}: an interactive login is not offered (usage: berth task rsh HOST COMMAND...)");
+    }
+    Ok((host, command))
+}
+
+/// The index of the node `host` names: its name, its short name (up to the first dot,
+/// either side), or its agent's address (with or without the port).
+pub fn node_of(host: &str, nodes: &[AllocationNode]) -> Option<u32> {
+    let short = |n: &str| n.split('.').next().unwrap_or(n).to_string();
+    let addr_host = |a: &str| a.rsplit_once(':').map_or(a, |(h, _)| h).trim_matches(['[', ']']).to_string();
+    nodes
+        .iter()
+        .find(|n| n.name == host)
+        .or_else(|| nodes.iter().find(|n| short(&n.name) == short(host)))
+        .or_else(|| nodes.iter().find(|n| n.address == host))
+        .or_else(|| {
+            // An address shared by several nodes (agents on one host) names none of them.
+            let hits: Vec<&AllocationNode> =
+                nodes.iter().filter(|n| !n.address.is_empty() && addr_host(&n.address) == host).collect();
+            (hits.len() == 1).then(|| hits[0])
+        })
+        .map(|n| n.index)
+}
+
+/// The user's login shell (what sshd runs a command with), else /bin/sh.
+fn login_shell() -> String {
+    // SAFETY: getuid cannot fail.
+    let uid = unsafe { libc::getuid() };
+    nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+        .ok()
+        .flatten()
+        .map(|u| u.shell.to_string_lossy().into_owned())
+        .filter(|s| s.starts_with('/') && std::path::Path::new(s).is_file())
+        .unwrap_or_else(|| "/bin/sh".into())
+}
+
+/// `berth task rsh`: see [`TaskCommand::Rsh`]. Errors of its own exit 255, as ssh's.
+async fn rsh(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
+    match rsh_inner(job, socket, args).await {
+        Ok(code) => Ok(code),
+        Err(e) => {
+            eprintln!("berth task rsh: {}", crate::output::terminal_safe(&format!("{e:#}")));
+            Ok(255)
+        }
+    }
+}
+
+async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
+    use tokio::io::AsyncWriteExt;
+    use tokio::signal::unix::{signal, SignalKind};
+    let (host, command) = parse_rsh(&args)?;
+    let TaskReply::Info { nodes, .. } = call(socket, TaskRequest::Info { job }).await? else {
+        bail!("unexpected answer")
+    };
+    let node = node_of(&host, &nodes).ok_or_else(|| {
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        anyhow!("{host} is not a node of job {job} (its nodes: {})", names.join(", "))
+    })?;
+    let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
+    let cwd = std::env::current_dir().context("cannot determine the current directory")?;
+    let req = TaskRequest::Exec {
+        job,
+        node,
+        argv: vec![login_shell(), "-c".into(), command.join(" ")],
+        env: env.collect(),
+        cwd: cwd.to_string_lossy().into_owned(),
+    };
+    let s = tokio::net::UnixStream::connect(socket)
+        .await
+        .with_context(|| format!("cannot reach this node's agent at {socket}"))?;
+    let (mut rd, mut wr) = s.into_split();
+    write_frame(&mut wr, &AgentQuery::Task { request: req }).await?;
+    match read_frame::<_, AgentReply>(&mut rd).await? {
+        Some(AgentReply::Task { reply: TaskReply::Spawned { tasks } }) => {
+            if let Some(t) = tasks.iter().find(|t| t.state == "failed") {
+                bail!("cannot start the command on {host}: {}", t.reason.as_deref().unwrap_or("?"));
+            }
+        }
+        Some(AgentReply::Task { reply: TaskReply::Error { message } }) | Some(AgentReply::Error { message }) => {
+            bail!("{message}")
+        }
+        Some(other) => bail!("unexpected answer from the agent: {other:?}"),
+        None => bail!("the agent closed the connection"),
+    }
+    // Frames are read by their own task: a read cut by select! would lose its bytes.
+    let (tx, mut frames) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let msg = read_frame::<_, AgentReply>(&mut rd).await;
+            let end = !matches!(msg, Ok(Some(_)));
+            if tx.send(msg).is_err() || end {
+                return;
+            }
+        }
+    });
+    let kinds = [
+        SignalKind::interrupt(),
+        SignalKind::terminate(),
+        SignalKind::hangup(),
+        SignalKind::quit(),
+        SignalKind::user_defined1(),
+        SignalKind::user_defined2(),
+    ];
+    let (sig_tx, mut sigs) = tokio::sync::mpsc::unbounded_channel();
+    for kind in kinds {
+        let mut stream = signal(kind).context("cannot catch signals")?;
+        let tx = sig_tx.clone();
+        tokio::spawn(async move {
+            while stream.recv().await.is_some() {
+                if tx.send(kind.as_raw_value()).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    let (mut out, mut err) = (tokio::io::stdout(), tokio::io::stderr());
+    loop {
+        tokio::select! {
+            msg = frames.recv() => match msg {
+                Some(Ok(Some(AgentReply::Task { reply: TaskReply::Output { stream, data } }))) => {
+                    // Output nobody reads any more is dropped, as ssh's would be.
+                    let _ = if stream == 2 { err.write_all(data.as_bytes()).await } else { out.write_all(data.as_bytes()).await };
+                    let _ = if stream == 2 { err.flush().await } else { out.flush().await };
+                }
+                Some(Ok(Some(AgentReply::Task { reply: TaskReply::Exited { exit_code, signal, .. } }))) => {
+                    return Ok(match (exit_code, signal) {
+                        (Some(c), _) => c,
+                        (None, Some(s)) => 128 + s,
+                        (None, None) => 255,
+                    });
+                }
+                Some(Ok(Some(AgentReply::Task { reply: TaskReply::Error { message } }))) => bail!("{message}"),
+                Some(Ok(Some(_))) => {}
+                Some(Ok(None)) | None => bail!("the agent closed the connection; the command on {host} was killed"),
+                Some(Err(e)) => bail!("{e}"),
+            },
+            Some(signal) = sigs.recv() => {
+                write_frame(&mut wr, &AgentQuery::Task { request: TaskRequest::Signal { signal } }).await?;
+            }
         }
     }
 }
@@ -255,6 +476,49 @@ mod tests {
             stdout: None,
             stderr: None,
         }
+    }
+
+    fn words(s: &str) -> Vec<String> {
+        s.split_whitespace().map(String::from).collect()
+    }
+
+    #[test]
+    fn rsh_reads_its_arguments_as_ssh_does() {
+        let p = |s: &str| parse_rsh(&words(s)).map_err(|e| e.to_string());
+        assert_eq!(p("node2 orted -mca x y").unwrap(), ("node2".into(), words("orted -mca x y")));
+        // hydra's ssh launcher passes -x; Open MPI's plm_rsh_args may hold -o, -p, -l.
+        assert_eq!(p("-x node2 hydra_pmi_proxy --control-port h:1").unwrap().0, "node2");
+        assert_eq!(
+            p("-o StrictHostKeyChecking=no -p 22 -xq u@node3 echo hi").unwrap(),
+            ("node3".into(), words("echo hi"))
+        );
+        assert_eq!(p("-oBatchMode=yes -lroot node1 true").unwrap(), ("node1".into(), words("true")));
+        assert_eq!(p("-- -weird-host true").unwrap().0, "-weird-host");
+        assert!(p("-x").unwrap_err().contains("no host given"), "{:?}", p("-x"));
+        assert!(p("node2").unwrap_err().contains("no command given for node2"), "{:?}", p("node2"));
+    }
+
+    #[test]
+    fn rsh_finds_nodes_by_name_short_name_or_address() {
+        let node = |index: u32, name: &str, address: &str| AllocationNode {
+            index,
+            name: name.into(),
+            address: address.into(),
+            slots: 2,
+            cpus: String::new(),
+        };
+        let nodes = [
+            node(0, "n1.cluster", "10.0.0.1:7000"),
+            node(1, "n2.cluster", "10.0.0.2:7000"),
+            node(2, "n3", "10.0.0.2:7001"),
+        ];
+        assert_eq!(node_of("n2.cluster", &nodes), Some(1));
+        assert_eq!(node_of("n1", &nodes), Some(0));
+        assert_eq!(node_of("n3.cluster", &nodes), Some(2));
+        assert_eq!(node_of("10.0.0.1", &nodes), Some(0));
+        assert_eq!(node_of("10.0.0.2:7001", &nodes), Some(2));
+        assert_eq!(node_of("10.0.0.2", &nodes), None, "two nodes share that address");
+        assert_eq!(node_of("elsewhere", &nodes), None);
     }
 
     #[test]

@@ -163,16 +163,17 @@ fn waiting_for_a_job_gives_its_exit_code() {
     assert_eq!(o.status.code(), Some(128 + 10), "the worst: SIGUSR1 {}", text(&o.stderr));
 }
 
-/// MPICH's mpiexec (hydra) inside a job sees `SLURM_JOB_ID` and starts its proxies with
-/// `srun -N K -n K --input none hydra_pmi_proxy ...`: through the `srun` link they are a
-/// step of the job, one per node, and the ranks they fork run.
+/// MPICH's mpiexec (hydra) inside a job, told to leave berth's default (`berth-rsh`, see
+/// system_mpirun.rs), sees `SLURM_JOB_ID` and starts its proxies with `srun -N K -n K --input
+/// none hydra_pmi_proxy ...`: through the `srun` link they are a step of the job, one per
+/// node, and the ranks they fork run.
 #[test]
 fn mpich_mpiexec_in_a_job_launches_through_srun() {
     let c = Cluster::up(2, "package:1 core:4 pu:1");
     let bin = install(&c);
     let hello = mpi_programs().join("hello");
     let script = format!(
-        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2 -o berth-%j.out -e berth-%j.err\nexport PATH={}:$PATH\nmpiexec -n 4 {}\n",
+        "#!/bin/sh\n#SBATCH -N 2 --ntasks-per-node 2 -o berth-%j.out -e berth-%j.err\nexport PATH={}:$PATH\nunset HYDRA_LAUNCHER HYDRA_LAUNCHER_EXEC HYDRA_HOST_FILE\nmpiexec -n 4 {}\n",
         bin.display(),
         hello.display()
     );

@@ -1316,8 +1316,8 @@ pub fn task_request() -> BoxedStrategy<TaskRequest> {
             timeout_ms
         }),
         (job_id(), tasks(), any::<i32>()).prop_map(|(job, tasks, signal)| TaskRequest::Kill { job, tasks, signal }),
-        (job_id(), any::<u32>(), any::<u64>(), texts(), env(), text(), text(), text()).prop_map(
-            |(job, node, task, argv, env, cwd, output, error)| TaskRequest::RemoteSpawn {
+        (job_id(), any::<u32>(), any::<u64>(), texts(), env(), text(), text(), text(), any::<bool>()).prop_map(
+            |(job, node, task, argv, env, cwd, output, error, attach)| TaskRequest::RemoteSpawn {
                 job,
                 node,
                 task,
@@ -1325,9 +1325,18 @@ pub fn task_request() -> BoxedStrategy<TaskRequest> {
                 env,
                 cwd,
                 output,
-                error
+                error,
+                attach
             }
         ),
+        (job_id(), any::<u32>(), texts(), env(), text()).prop_map(|(job, node, argv, env, cwd)| TaskRequest::Exec {
+            job,
+            node,
+            argv,
+            env,
+            cwd
+        }),
+        any::<i32>().prop_map(|signal| TaskRequest::Signal { signal }),
         any::<i32>().prop_map(|signal| TaskRequest::RemoteSignal { signal }),
         job_id().prop_map(|job| TaskRequest::RemoteInfo { job }),
     ]
@@ -1354,6 +1363,7 @@ pub fn task_reply() -> BoxedStrategy<TaskReply> {
         vec(task_info(), 0..2).prop_map(|tasks| TaskReply::Tasks { tasks }),
         text().prop_map(|message| TaskReply::Error { message }),
         any::<u32>().prop_map(|pid| TaskReply::Started { pid }),
+        (any::<u8>(), chunk()).prop_map(|(stream, data)| TaskReply::Output { stream, data }),
         (of(any::<i32>()), of(any::<i32>()), any::<u64>()).prop_map(|(exit_code, signal, wall_ms)| TaskReply::Exited {
             exit_code,
             signal,

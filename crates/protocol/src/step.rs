@@ -278,6 +278,22 @@ pub enum TaskRequest {
         #[serde(default)]
         error: Option<String>,
     },
+    /// Start one task on node `node` attached to this connection, as `ssh HOST CMD` would
+    /// (`berth task rsh`, an MPI library's remote launcher): `spawned` comes back, then its
+    /// stdout and stderr as `output` frames, then `exited`. `signal` frames on the connection
+    /// go to the task's process group; if the connection closes, the task's process group is
+    /// killed.
+    Exec {
+        job: JobId,
+        node: u32,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: String,
+    },
+    /// On an open `exec` connection: signal the task's process group.
+    Signal {
+        signal: i32,
+    },
     List {
         job: JobId,
     },
@@ -306,6 +322,10 @@ pub enum TaskRequest {
         /// Paths with `%` patterns already expanded.
         output: String,
         error: String,
+        /// Stdout and stderr come back on the connection as `output` frames (before
+        /// `exited`) instead of going to `output`/`error` (an `exec` task).
+        #[serde(default)]
+        attach: bool,
     },
     /// Agent to agent, on an open `remote_spawn` connection: signal the task's process group.
     RemoteSignal {
@@ -382,7 +402,13 @@ pub enum TaskReply {
     Started {
         pid: u32,
     },
-    /// Agent to agent: the task of a `remote_spawn` ended.
+    /// Output of an attached task (`exec`, `remote_spawn` with `attach`): `stream` 1 is
+    /// stdout, 2 stderr.
+    Output {
+        stream: u8,
+        data: Chunk,
+    },
+    /// The task of a `remote_spawn` or an `exec` ended.
     Exited {
         exit_code: Option<i32>,
         signal: Option<i32>,

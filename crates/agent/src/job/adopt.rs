@@ -98,7 +98,9 @@ pub fn recover(backend: &dyn CgroupBackend, spool_root: &Path, records: Option<&
     }
     let spools: BTreeSet<PathBuf> = adopted.iter().map(|(r, _)| r.spool.clone()).collect();
     if let Ok(entries) = std::fs::read_dir(spool_root) {
-        for e in entries.flatten().filter(|e| !spools.contains(&e.path())) {
+        // The launcher link is the agent's own (made again at start: crate::launcher).
+        let ours = |e: &std::fs::DirEntry| e.file_name() == crate::launcher::RSH_NAME;
+        for e in entries.flatten().filter(|e| !spools.contains(&e.path()) && !ours(e)) {
             tracing::warn!(dir = %e.path().display(), "removing a job directory left by an earlier agent");
             let _ = std::fs::remove_dir_all(e.path());
         }

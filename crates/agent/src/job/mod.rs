@@ -494,6 +494,15 @@ fn script_env(
     if rankfile(spec).is_some() {
         set("BERTH_RANKFILE", path(spool.join("rankfile"))?);
     }
+    // mpirun/mpiexec start their daemons through the agents (crate::launcher), unless the
+    // submitter chose otherwise.
+    if let Some(rsh) = crate::launcher::rsh_agent() {
+        for (k, v) in crate::launcher::job_vars(rsh, &spool.join("nodefile")) {
+            if !spec.env.iter().any(|(n, _)| n == k) {
+                set(k, v);
+            }
+        }
+    }
     if let Some(compat) = &spec.compat {
         let cpus = spec.allocation.cpus.len();
         let vars = crate::compat_env::job_vars(spec, compat, crate::compat_env::node_index(spec), cpus);

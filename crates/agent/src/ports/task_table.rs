@@ -57,6 +57,16 @@ impl TaskTable {
         id
     }
 
+    /// A new task whose output goes to whoever started it (`exec`); its id.
+    pub fn add_attached(&mut self, node_index: u32, node: &str, argv: &[String]) -> u64 {
+        let id = self.add(node_index, node, argv, "", "");
+        if let Some(e) = self.tasks.get_mut(&id) {
+            e.info.stdout = None;
+            e.info.stderr = None;
+        }
+        id
+    }
+
     pub(crate) fn set_signals(&mut self, id: u64, tx: mpsc::UnboundedSender<i32>) {
         if let Some(e) = self.tasks.get_mut(&id) {
             e.signals = Some(tx);
