@@ -87,8 +87,8 @@ fn main() {
         std::env::set_var("HWLOC_PLUGINS_BLACKLIST", "hwloc_xml_libxml");
     }
     // The PMIx server's job data in libpmix's hash store, not its per-namespace shared-memory
-    // files (berth_agent::pmix::GDS_VAR says why). Before any thread starts, as above.
-    let (gds, store) = berth_agent::pmix::GDS_VAR;
+    // files (berth_agent::step::pmix::GDS_VAR says why). Before any thread starts, as above.
+    let (gds, store) = berth_agent::step::pmix::GDS_VAR;
     if role == berth_cli::Role::Agent && std::env::var_os(gds).is_none() {
         std::env::set_var(gds, store);
     }
