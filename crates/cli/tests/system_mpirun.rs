@@ -31,7 +31,8 @@ fn mpirun_and_mpiexec_inside_a_job_start_their_daemons_as_tasks_of_the_job() {
          timeout 60 mpiexec.mpich -n 4 sh -c 'echo \"mpich-cg $PMI_RANK $(grep cpuset /proc/self/cgroup)\"'\n\
          timeout 60 mpiexec.mpich -n 4 {mpich}\n\
          {BIN} task list --json > tasks.json\n\
-         {BIN} task rsh -x -o BatchMode=yes node2 'echo rsh-out $BERTH_NODEID $(grep cpuset /proc/self/cgroup); echo rsh-err >&2; exit 3'\n\
+         second=$(awk '!seen[$0]++' \"$BERTH_NODEFILE\" | sed -n 2p); echo rsh-target $second\n\
+         {BIN} task rsh -x -o BatchMode=yes $second 'echo rsh-out $BERTH_NODEID $(grep cpuset /proc/self/cgroup); echo rsh-err >&2; exit 3'\n\
          echo rsh-rc=$?\n\
          {BIN} task rsh elsewhere true\n\
          echo rsh-unknown=$?\n",
@@ -81,7 +82,10 @@ fn mpirun_and_mpiexec_inside_a_job_start_their_daemons_as_tasks_of_the_job() {
     assert!(!err.contains("ssh"), "{err}");
     // `berth task rsh` itself: ssh's options skipped, output and exit status come back, an
     // unknown host is refused with ssh's 255 and the job's nodes.
-    assert!(out.contains(&format!("rsh-out 1 3:cpuset:/berth/{}/node2/job_{id}", c.cluster_id())), "{out}");
+    // The job's second node (index 1): which agent that is depends on which registered first.
+    let second = lines(&out, "rsh-target ").first().map(|l| l["rsh-target ".len()..].to_string()).unwrap_or_default();
+    assert!(second == "node1" || second == "node2", "{out}");
+    assert!(out.contains(&format!("rsh-out 1 3:cpuset:/berth/{}/{second}/job_{id}", c.cluster_id())), "{out}");
     assert!(err.contains("rsh-err") && out.contains("rsh-rc=3"), "{out}\n{err}");
     assert!(out.contains("rsh-unknown=255"), "{out}");
     assert!(err.contains("elsewhere is not a node of job") && err.contains("node1, node2"), "{err}");
