@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The link's name (the client runs as `berth task rsh` under it).
-pub const RSH_NAME: &str = "berth-rsh";
+pub use berth_protocol::step::RSH_NAME;
 
 static RSH_AGENT: OnceLock<Option<PathBuf>> = OnceLock::new();
 

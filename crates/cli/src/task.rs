@@ -185,7 +185,7 @@ pub async fn run(json: bool, command: TaskCommand) -> Result<i32> {
 /// The name under which the client is `berth task rsh` (one word, for launchers that take a
 /// program and no arguments, such as MPICH hydra's `-launcher-exec`): each agent links it to
 /// the client in its spool directory.
-pub const RSH_NAME: &str = berth_agent::launcher::RSH_NAME;
+pub use berth_protocol::step::RSH_NAME;
 
 /// If invoked as [`RSH_NAME`], run as `berth task rsh` and return its exit status.
 pub fn main_as_rsh(argv: &[std::ffi::OsString]) -> Option<i32> {

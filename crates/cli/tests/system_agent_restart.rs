@@ -183,9 +183,12 @@ fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
     loop {
         let left = job_cgroups(&cluster, "node1");
         let spool = PathBuf::from(format!("/tmp/berth/{cluster}-node1"));
-        // The agent's spare (made ahead for the next job) is no job's.
+        // The agent's spare (made ahead for the next job) and its `berth-rsh` link (for MPI
+        // launchers inside jobs) are no job's.
         let spools: Vec<_> = std::fs::read_dir(&spool)
-            .map(|rd| rd.flatten().map(|e| e.path()).filter(|p| !p.ends_with(".spare")).collect())
+            .map(|rd| {
+                rd.flatten().map(|e| e.path()).filter(|p| !p.ends_with(".spare") && !p.ends_with("berth-rsh")).collect()
+            })
             .unwrap_or_default();
         let state = c.dir.join("agents/node1");
         let records: Vec<_> = ["jobs", "ended"]

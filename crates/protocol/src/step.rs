@@ -7,6 +7,11 @@ use berth_core::step::{MpiKind, RankPlace, StepRequest};
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
 
+/// The name under which the `berth` client is `berth task rsh` (one word, for MPI launchers
+/// that take a program and no arguments, such as MPICH hydra's `-launcher-exec`): each agent
+/// links it to the client in its spool directory. Here so the client need not link the agent.
+pub const RSH_NAME: &str = "berth-rsh";
+
 /// `berth run` asks the controller for a step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StepCreate {
