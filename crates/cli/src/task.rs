@@ -302,7 +302,7 @@ async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
     };
     let node = node_of(&host, &nodes).ok_or_else(|| {
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        anyhow!("{host} is not a node of job {job} (its nodes: {})", names.join(", "))
+        anyhow!("{} is not a node of job {job} (its nodes: {})", host.escape_debug(), names.join(", "))
     })?;
     let env = std::env::vars_os().filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)));
     let cwd = std::env::current_dir().context("cannot determine the current directory")?;
