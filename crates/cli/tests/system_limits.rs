@@ -112,7 +112,9 @@ fn open_fds(pid: i32) -> usize {
 
 #[test]
 fn peers_announcing_16_mib_and_sending_little_do_not_grow_the_controller() {
-    let c = Cluster::up(1, "package:1 numa:1 core:2 pu:1");
+    // Idle local clients are closed after idle_timeout_secs: longer than a loaded machine may
+    // need to open them all, so the count below sees every one at once.
+    let c = Cluster::up_configured(1, "package:1 numa:1 core:2 pu:1", "[connections]\nidle_timeout_secs = 600\n");
     let pid = c.pid_of("server");
     let toml = std::fs::read_to_string(c.dir.join("berth.toml")).unwrap();
     let listen = toml
@@ -127,12 +129,22 @@ fn peers_announcing_16_mib_and_sending_little_do_not_grow_the_controller() {
     const UNIX: usize = 200;
     const TCP: usize = 50;
     let mut socks: Vec<Box<dyn Write>> = Vec::new();
+    // Every connection accepted (a descriptor each): `want` open descriptors within a minute.
+    let wait_fds = |want: usize| {
+        let t0 = Instant::now();
+        while open_fds(pid) < want {
+            assert!(t0.elapsed() < Duration::from_secs(60), "{} of {want} fds\n{}", open_fds(pid), c.logs());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     for _ in 0..UNIX {
         let mut s = UnixStream::connect(c.dir.join("controller.sock")).unwrap();
         s.write_all(&(16u32 << 20).to_be_bytes()).unwrap();
         s.write_all(&[b'{'; 1000]).unwrap();
         socks.push(Box::new(s));
     }
+    wait_fds(fds0 + UNIX);
+    // Agent-port peers last: an unregistered peer is closed after the 10 s handshake limit.
     for _ in 0..TCP {
         // Under the registration limit (1 MiB), so the read goes on, waiting for the rest.
         let mut s = std::net::TcpStream::connect(&listen).unwrap();
@@ -140,12 +152,8 @@ fn peers_announcing_16_mib_and_sending_little_do_not_grow_the_controller() {
         s.write_all(&[b'{'; 1000]).unwrap();
         socks.push(Box::new(s));
     }
-    // Every connection accepted (a descriptor each), then a request through the state thread.
-    let t0 = Instant::now();
-    while open_fds(pid) < fds0 + UNIX + TCP {
-        assert!(t0.elapsed() < Duration::from_secs(60), "{} of {} fds", open_fds(pid), fds0 + UNIX + TCP);
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    wait_fds(fds0 + UNIX + TCP);
+    // Then a request through the state thread.
     let took = timed_jobs(&c);
     assert!(took < Duration::from_secs(5), "`berth jobs` took {took:?} among hostile peers");
     let rss1 = vm_rss_kb(pid);
