@@ -55,6 +55,10 @@ pub struct Records {
     jobs: PathBuf,
     ended: PathBuf,
     step_ends: PathBuf,
+    /// The renewal time of the lease last written, held while one is written: renewals are
+    /// saved by concurrent tasks through one temporary file, and an older renewal must never
+    /// replace a newer one.
+    lease_written: std::sync::Mutex<Option<u64>>,
 }
 
 impl Records {
@@ -64,6 +68,7 @@ impl Records {
             jobs: state_dir.join("jobs"),
             ended: state_dir.join("ended"),
             step_ends: state_dir.join("step_ends"),
+            lease_written: std::sync::Mutex::new(None),
         };
         for d in [&r.jobs, &r.ended, &r.step_ends] {
             std::fs::DirBuilder::new().recursive(true).mode(0o700).create(d)?;
@@ -124,13 +129,21 @@ impl Records {
     /// restarted agent fences its re-adopted jobs when it runs out (crate::fence). Not synced:
     /// written at every renewal, needed only after a crash of the agent alone.
     pub fn save_lease(&self, lease: &HeldLease) -> std::io::Result<()> {
+        let mut written = self.lease_written.lock().unwrap_or_else(|p| p.into_inner());
+        if written.is_some_and(|at| at > lease.renewed_unix_ms) {
+            return Ok(()); // a later renewal is on disk already
+        }
         let bytes = serde_json::to_vec(lease).map_err(std::io::Error::other)?;
         let dir = self.jobs.parent().unwrap_or(&self.jobs);
-        write_atomically(dir, "lease.json", &bytes, false)
+        write_atomically(dir, "lease.json", &bytes, false)?;
+        *written = Some(lease.renewed_unix_ms);
+        Ok(())
     }
 
     /// No lease is held (the controller grants none).
     pub fn forget_lease(&self) {
+        let mut written = self.lease_written.lock().unwrap_or_else(|p| p.into_inner());
+        *written = None;
         let dir = self.jobs.parent().unwrap_or(&self.jobs);
         let _ = std::fs::remove_file(dir.join("lease.json"));
     }
@@ -274,6 +287,36 @@ mod tests {
             "nodes": [["n", 2]], "walltime_seconds": 60, "kill_grace_ms": 100
         }))
         .unwrap()
+    }
+
+    #[test]
+    fn concurrent_lease_saves_all_succeed_and_the_latest_renewal_stays() {
+        let tmp = tempfile::tempdir().unwrap();
+        let r = std::sync::Arc::new(Records::open(tmp.path()).unwrap());
+        // Renewals saved by 8 tasks at once, in no particular order (they once shared the
+        // temporary file unguarded: "cannot record the lease: No such file or directory").
+        let threads: Vec<_> = (0..8u64)
+            .map(|t| {
+                let r = r.clone();
+                std::thread::spawn(move || {
+                    for i in 0..50u64 {
+                        let at = 1_000 + i * 8 + t;
+                        r.save_lease(&HeldLease { lease_ms: 2000, renewed_unix_ms: at }).unwrap();
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(r.load_lease().map(|l| l.renewed_unix_ms), Some(1_000 + 49 * 8 + 7));
+        // An older renewal arriving late leaves the newer one in place.
+        r.save_lease(&HeldLease { lease_ms: 2000, renewed_unix_ms: 5 }).unwrap();
+        assert_eq!(r.load_lease().map(|l| l.renewed_unix_ms), Some(1_000 + 49 * 8 + 7));
+        r.forget_lease();
+        assert!(r.load_lease().is_none());
+        r.save_lease(&HeldLease { lease_ms: 2000, renewed_unix_ms: 5 }).unwrap();
+        assert_eq!(r.load_lease().map(|l| l.renewed_unix_ms), Some(5));
     }
 
     #[test]
