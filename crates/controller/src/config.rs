@@ -72,7 +72,7 @@ pub struct ControllerConfig {
     pub queues: Vec<QueueSpec>,
     /// The reservations API for external schedulers (`[api]`, docs/reservations.md).
     #[serde(default)]
-    pub api: crate::api::ApiConfig,
+    pub api: ApiConfig,
     /// What happens to jobs when a node fails (`[fault]`).
     #[serde(default)]
     pub fault: FaultConfig,
@@ -95,7 +95,7 @@ pub struct ControllerConfig {
     pub compat: CompatConfig,
     /// Job notifications (`[notify]`: `command`, `timeout_secs`), for `--mail-type`.
     #[serde(default)]
-    pub notify: crate::notify::NotifyConfig,
+    pub notify: NotifyConfig,
     /// Refuse user and account names this host does not know (`--account`, `resv create
     /// --users/--accounts`). Off only in unit tests, whose users are made up.
     #[serde(default = "yes", skip)]
@@ -125,6 +125,113 @@ pub struct FaultConfig {
 impl Default for FaultConfig {
     fn default() -> Self {
         FaultConfig { requeue: true, max_requeues: 3, fence: true }
+    }
+}
+
+/// `[api]`: the reservations API and the lifetime rules of reservations.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiConfig {
+    /// Serve the API at all (the `reservation` client request works either way).
+    pub enabled: bool,
+    /// The Unix socket (default: `api.sock` in the controller socket's directory).
+    pub socket: Option<PathBuf>,
+    /// Also serve on this TCP address (e.g. "127.0.0.1:7118"); needs `token_file`.
+    pub listen: Option<String>,
+    /// File holding the bearer token TCP clients must send (they get admin rights).
+    pub token_file: Option<PathBuf>,
+    /// An unconfirmed reservation is released after this long.
+    pub confirm_timeout_secs: f64,
+    /// A session-confirmed reservation is released unless renewed within this long.
+    pub session_timeout_secs: f64,
+    /// How often holders (jobs, processes, sessions) are checked.
+    pub check_interval_secs: f64,
+    /// The longest walltime a reservation may ask for.
+    pub max_walltime_secs: u64,
+}
+
+impl Default for ApiConfig {
+    fn default() -> Self {
+        ApiConfig {
+            enabled: true,
+            socket: None,
+            listen: None,
+            token_file: None,
+            confirm_timeout_secs: 60.0,
+            session_timeout_secs: 300.0,
+            check_interval_secs: 1.0,
+            max_walltime_secs: 7 * 86400,
+        }
+    }
+}
+
+impl ApiConfig {
+    /// What is wrong with it, naming the key.
+    pub fn validate(&self) -> Result<(), String> {
+        for (key, v) in [
+            ("confirm_timeout_secs", self.confirm_timeout_secs),
+            ("session_timeout_secs", self.session_timeout_secs),
+            ("check_interval_secs", self.check_interval_secs),
+        ] {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(format!("[api] {key} must be a positive number of seconds, not {v}"));
+            }
+        }
+        if self.max_walltime_secs == 0 {
+            return Err("[api] max_walltime_secs must be at least 1".into());
+        }
+        if let Some(l) = &self.listen {
+            if l.parse::<std::net::SocketAddr>().is_err() {
+                return Err(format!("[api] listen {l:?} is not an address like 127.0.0.1:7118"));
+            }
+            if self.token_file.is_none() {
+                return Err(
+                    "[api] listen needs [api] token_file: TCP clients are authenticated by a bearer token only".into(),
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Where the Unix socket is.
+    pub fn socket_path(&self, controller_socket: &std::path::Path) -> PathBuf {
+        self.socket.clone().unwrap_or_else(|| {
+            controller_socket.parent().map(|d| d.join("api.sock")).unwrap_or_else(|| PathBuf::from("api.sock"))
+        })
+    }
+}
+
+/// `[notify]` in the controller's configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifyConfig {
+    /// The hook: an absolute path, run directly (no shell). None: notifications are recorded
+    /// only.
+    pub command: Option<PathBuf>,
+    /// Seconds a hook may run before it is killed.
+    pub timeout_secs: f64,
+    /// The most hooks running at once; past it an event is logged and dropped.
+    pub max_running: usize,
+}
+
+impl Default for NotifyConfig {
+    fn default() -> Self {
+        NotifyConfig { command: None, timeout_secs: 10.0, max_running: 32 }
+    }
+}
+
+impl NotifyConfig {
+    /// Checked when the configuration is loaded.
+    pub fn validate(&self) -> Result<(), String> {
+        if let Some(c) = &self.command {
+            if !c.is_absolute() {
+                return Err(format!("notify.command must be an absolute path, got {}", c.display()));
+            }
+        }
+        if !(self.timeout_secs.is_finite() && self.timeout_secs > 0.0) {
+            return Err("notify.timeout_secs must be a positive number of seconds".into());
+        }
+        Ok(())
     }
 }
 

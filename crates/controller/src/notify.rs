@@ -7,46 +7,11 @@
 //! that cannot start, fails or times out is logged and never holds up scheduling. With no
 //! command configured the events are recorded with the job only (`berth show`).
 
+use crate::config::NotifyConfig;
 use crate::job::JobRecord;
 use berth_core::job::JobState;
-use serde::Deserialize;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-
-/// `[notify]` in the controller's configuration.
-#[derive(Debug, Clone, Deserialize, PartialEq)]
-#[serde(default, deny_unknown_fields)]
-pub struct NotifyConfig {
-    /// The hook: an absolute path, run directly (no shell). None: notifications are recorded
-    /// only.
-    pub command: Option<PathBuf>,
-    /// Seconds a hook may run before it is killed.
-    pub timeout_secs: f64,
-    /// The most hooks running at once; past it an event is logged and dropped.
-    pub max_running: usize,
-}
-
-impl Default for NotifyConfig {
-    fn default() -> Self {
-        NotifyConfig { command: None, timeout_secs: 10.0, max_running: 32 }
-    }
-}
-
-impl NotifyConfig {
-    /// Checked when the configuration is loaded.
-    pub fn validate(&self) -> Result<(), String> {
-        if let Some(c) = &self.command {
-            if !c.is_absolute() {
-                return Err(format!("notify.command must be an absolute path, got {}", c.display()));
-            }
-        }
-        if !(self.timeout_secs.is_finite() && self.timeout_secs > 0.0) {
-            return Err("notify.timeout_secs must be a positive number of seconds".into());
-        }
-        Ok(())
-    }
-}
 
 /// An event a job may be notified of (Slurm's `--mail-type` names).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -349,7 +314,7 @@ mod tests {
         assert!(
             super::run(std::path::Path::new("/nonexistent/hook"), &[], &[], std::time::Duration::from_secs(1)).is_err()
         );
-        let rel = super::NotifyConfig { command: Some("hook.sh".into()), ..Default::default() };
+        let rel = crate::config::NotifyConfig { command: Some("hook.sh".into()), ..Default::default() };
         assert!(rel.validate().is_err());
     }
 }

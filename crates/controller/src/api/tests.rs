@@ -1,4 +1,5 @@
 use super::*;
+use crate::config::ApiConfig;
 use crate::testkit::{ann, bob, Harness};
 use hyper::HeaderMap;
 use serde_json::Value;
