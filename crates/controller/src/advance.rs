@@ -8,7 +8,7 @@
 //! (`crate::reservations`), whose reservations are placed now, like running jobs.
 
 use crate::handlers::{error, Peer};
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::{valid_name, SubmitOptions};

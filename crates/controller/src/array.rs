@@ -11,7 +11,7 @@
 //! - a dependency on A (`afterok:A`) is one on every task (`dep_state`).
 
 use crate::handlers::Peer;
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::array::tasks;

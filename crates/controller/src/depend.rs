@@ -12,7 +12,7 @@
 //! to end successfully (never, if it failed). As in Slurm, a dependent job that is no array
 //! task, or an index `A` has no task of, waits for `A` as a whole, as `afterok:A` does.
 
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::depend::MAX_BEGIN_AHEAD_SECS;

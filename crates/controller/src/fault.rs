@@ -2,7 +2,7 @@
 //! and each of its jobs is requeued, failed, or kept running on its other nodes (`--no-kill`),
 //! by policy. A node that comes back is given work again only once it is clean.
 
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{JobOutcome, JobState};

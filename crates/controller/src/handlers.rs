@@ -1,6 +1,6 @@
 //! What the controller does with each request and agent message.
 
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script_with;
@@ -840,7 +840,7 @@ impl Controller {
                 } else {
                     // Another node of the job: its processes there ended (after the kill that
                     // follows the job's end, usually). Only its usage counts.
-                    let usage = crate::job::Usage {
+                    let usage = crate::model::job::Usage {
                         wall_ms: 0,
                         user_cpu_us: outcome.user_cpu_us,
                         system_cpu_us: outcome.system_cpu_us,

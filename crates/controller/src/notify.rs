@@ -8,7 +8,7 @@
 //! command configured the events are recorded with the job only (`berth show`).
 
 use crate::config::NotifyConfig;
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use berth_core::job::JobState;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};

@@ -6,7 +6,7 @@
 //! reservations and their members from `advance`), carries out their effects (`effects`),
 //! keeps what users are shown (priority, expected start) and persists fair-share usage.
 
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;

@@ -9,7 +9,7 @@
 //! and releases it when the holder goes away.
 
 use crate::handlers::Peer;
-use crate::job::{JobRecord, RESERVATION_QUEUE};
+use crate::model::job::{JobRecord, RESERVATION_QUEUE};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;

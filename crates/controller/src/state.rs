@@ -1,7 +1,7 @@
 //! The controller's in-memory state, rebuilt from the store at start, and the scheduling step.
 
 use crate::config::ControllerConfig;
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};

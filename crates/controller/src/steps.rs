@@ -6,7 +6,7 @@
 //! step gets other cores, and a controller restart keeps them.
 
 use crate::handlers::{error, Peer};
-use crate::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
+use crate::model::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
 use crate::state::{Controller, LiveStep};
 use crate::store::{StepRow, StoreError};
 use berth_core::directives::SubmitOptions;

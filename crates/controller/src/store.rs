@@ -19,7 +19,7 @@
 //! `BUSY_TIMEOUT`) is [`StoreError::Unwritable`]: the server rolls the batch back and keeps
 //! serving (server.rs, `run_actor`) instead of stopping.
 
-use crate::job::{JobRecord, Usage};
+use crate::model::job::{JobRecord, Usage};
 use berth_core::job::JobState;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::step::StepInfo;
@@ -1131,7 +1131,7 @@ impl RawJob {
             stderr: self.stderr,
             script,
             env,
-            usage: self.usage.map(|(w, u, s, m)| crate::job::Usage {
+            usage: self.usage.map(|(w, u, s, m)| crate::model::job::Usage {
                 wall_ms: w as u64,
                 user_cpu_us: u as u64,
                 system_cpu_us: s as u64,

@@ -15,7 +15,7 @@
 //! sent after it commits, like every other handler.
 
 use crate::handlers::Peer;
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobState, NodeAllocation};

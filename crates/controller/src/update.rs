@@ -27,7 +27,7 @@
 //!   its old copy still ends there.
 
 use crate::handlers::{error, Peer};
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::Dependency;
@@ -195,7 +195,7 @@ impl Controller {
         }
         // The queues of `berth run`'s allocations and of the reservations API are not queues
         // one may ask for; their jobs are not changed.
-        if job.queue == crate::job::INTERACTIVE_QUEUE || job.queue == crate::job::RESERVATION_QUEUE {
+        if job.queue == crate::model::job::INTERACTIVE_QUEUE || job.queue == crate::model::job::RESERVATION_QUEUE {
             return Err(state(format!("job {id} is an interactive allocation; it cannot be changed")));
         }
         let mut o = job.options.clone();

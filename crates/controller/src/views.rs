@@ -1,6 +1,6 @@
 //! What users see of jobs and nodes.
 
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use berth_core::job::{JobState, NodeAllocation};
 use berth_core::{CpuSet, JobId};

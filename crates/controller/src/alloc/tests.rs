@@ -40,7 +40,7 @@ fn state(h: &Harness, id: JobId) -> JobState {
     }
 }
 
-fn stored(h: &Harness, id: JobId) -> crate::job::JobRecord {
+fn stored(h: &Harness, id: JobId) -> crate::model::job::JobRecord {
     h.ctl.store.get_job(id).unwrap().expect("a stored job")
 }
 

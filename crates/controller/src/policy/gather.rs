@@ -3,7 +3,7 @@
 //! jobs and the advance reservations. Owned here; `RoundInput` borrows it.
 
 use super::account_of;
-use crate::job::JobRecord;
+use crate::model::job::JobRecord;
 use crate::state::Controller;
 use berth_core::job::{Allocation, JobState};
 use berth_core::sched::backfill::{AdvanceReservation, QueuedJob, RunningJob};

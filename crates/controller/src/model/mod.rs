@@ -1,0 +1,6 @@
+//! The controller's plain model: what it keeps of jobs and their suspensions, advance
+//! reservations and reservations of the reservations API, and who sent a request. Types and
+//! pure functions only: the store (`crate::store`) reads and writes them, the in-memory state
+//! (`crate::state`) holds them, the features (`impl Controller` blocks) change them.
+
+pub mod job;
