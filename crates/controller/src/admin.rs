@@ -2,7 +2,7 @@
 //! Settings other than the state are kept in the store's `meta` table under
 //! `node_admin:<name>`, so they survive restarts and re-registrations.
 
-use crate::handlers::{error, Peer};
+use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::node::{NodeCapacity, NodeState, SubnodeState};

@@ -7,8 +7,9 @@
 //! (`sched::backfill::plan_with_advance`). Not to be confused with the reservations API
 //! (`crate::reservations`), whose reservations are placed now, like running jobs.
 
-use crate::handlers::{error, Peer};
+use crate::model::advance::Advance;
 use crate::model::job::JobRecord;
+use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::{valid_name, SubmitOptions};
@@ -22,38 +23,6 @@ use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ApiError, ClientResponse, ErrorCode};
 use std::collections::{BTreeMap, HashMap};
-
-/// An advance reservation as the controller keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Advance {
-    pub name: String,
-    /// Unix times: the window is `[start, end)`.
-    pub start: f64,
-    pub end: f64,
-    pub users: Vec<String>,
-    pub accounts: Vec<String>,
-    pub allocation: Allocation,
-    pub created: f64,
-    pub created_by: String,
-}
-
-impl Advance {
-    /// Whether a job of `user` charged to `account` may use it.
-    pub fn admits(&self, user: &str, account: &str) -> bool {
-        self.users.iter().any(|u| u == user) || self.accounts.iter().any(|a| a == account)
-    }
-
-    fn who(&self) -> String {
-        let mut parts = vec![];
-        if !self.users.is_empty() {
-            parts.push(format!("users {}", self.users.join(", ")));
-        }
-        if !self.accounts.is_empty() {
-            parts.push(format!("accounts {}", self.accounts.join(", ")));
-        }
-        parts.join(" and ")
-    }
-}
 
 /// The live advance reservations, by name.
 #[derive(Debug, Default)]
@@ -165,13 +134,13 @@ impl Controller {
         }
         // A typo would make a reservation nobody can use: names must be known here.
         let verify = self.cfg.verify_names;
-        if let Some(u) = body.users.iter().find(|u| verify && !crate::policy::user_exists(u)) {
+        if let Some(u) = body.users.iter().find(|u| verify && !crate::users::user_exists(u)) {
             return Err(bad(format!(
                 "--users: there is no user {u} on this host; check the name (`getent passwd {u}`)"
             )));
         }
         let known_account =
-            |a: &String| !verify || self.cfg.fair_share.shares.contains_key(a) || crate::policy::group_exists(a);
+            |a: &String| !verify || self.cfg.fair_share.shares.contains_key(a) || crate::users::group_exists(a);
         if let Some(a) = body.accounts.iter().find(|a| !known_account(a)) {
             return Err(bad(format!(
                 "--accounts: {a} is neither a group on this host nor an account of the fair-share configuration"
@@ -560,7 +529,7 @@ impl Controller {
         for j in self.jobs.values().filter(|j| j.state.is_pending() || j.state.has_allocation()) {
             let Some(name) = j.options.reservation.as_deref() else { continue };
             match book.get(name) {
-                Some(r) if r.admits(&j.user.name, &crate::policy::account_of(j)) => {
+                Some(r) if r.admits(&j.user.name, &crate::model::job::account_of(j)) => {
                     members.entry(&r.name).or_default().push(j.id)
                 }
                 Some(r) if j.state.is_pending() => {

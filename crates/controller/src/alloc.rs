@@ -14,7 +14,7 @@
 //! Holders are known in memory only: after a controller restart every held allocation
 //! (pending or running) and every waiting `--no-shell` one has lost its client, and ends.
 
-use crate::handlers::{error, Peer};
+use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::AllocKind;

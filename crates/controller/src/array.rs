@@ -10,8 +10,8 @@
 //!   on every pending task; a task's own id acts on that task alone;
 //! - a dependency on A (`afterok:A`) is one on every task (`dep_state`).
 
-use crate::handlers::Peer;
 use crate::model::job::JobRecord;
+use crate::model::request::Peer;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::array::tasks;

@@ -34,7 +34,7 @@ pub struct DependState {
     corresponding: HashMap<(JobId, u32), Option<JobId>>,
     /// Requeued jobs whose previous run is still ending on some of its nodes: kept out of
     /// the pass until it has ended there (`crate::update`).
-    pub(crate) requeued: HashMap<JobId, crate::update::OldRun>,
+    pub(crate) requeued: HashMap<JobId, crate::model::job::OldRun>,
 }
 
 impl DependState {

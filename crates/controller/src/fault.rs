@@ -125,7 +125,7 @@ impl Controller {
         self.kill_on_nodes(id, &alloc, "job requeued", except);
         // It starts again once its old run has ended where it was killed (`crate::update`).
         self.await_old_run(id, &alloc, except, now)?;
-        crate::suspend::release(&mut self.cluster, &alloc, suspended);
+        crate::model::suspension::release(&mut self.cluster, &alloc, suspended);
         self.dirty = true;
         Ok(())
     }

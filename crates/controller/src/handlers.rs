@@ -1,6 +1,7 @@
 //! What the controller does with each request and agent message.
 
 use crate::model::job::JobRecord;
+use crate::model::request::{error, Peer};
 use crate::state::{AgentTx, Controller};
 use crate::store::StoreError;
 use berth_core::directives::parse_script_with;
@@ -17,21 +18,8 @@ use berth_protocol::client::{
 use std::time::Instant;
 use tokio::sync::oneshot;
 
-/// Who sent a request, as the kernel told us.
-#[derive(Debug, Clone)]
-pub struct Peer {
-    pub user: UserIdentity,
-    /// The client connection (unique while the controller runs): interactive allocations
-    /// made on it end when it closes.
-    pub conn: u64,
-}
-
 /// An action on one job: the outer error is the store's, the inner one the user's.
 type JobOp = fn(&mut Controller, JobId, f64) -> Result<Result<(), ApiError>, StoreError>;
-
-pub(crate) fn error(code: ErrorCode, message: impl Into<String>) -> ClientResponse {
-    ClientResponse::Error(ApiError::new(code, message))
-}
 
 impl Controller {
     pub(crate) fn is_admin(&self, peer: &Peer) -> bool {
@@ -49,7 +37,7 @@ impl Controller {
             None => format!("user {} may not {action}", peer.user.name),
         };
         tracing::warn!(uid = peer.user.uid, "denied: {detail}");
-        self.store.event(crate::state::unix_now(), "denied", job, None, &detail)
+        self.store.event(crate::clock::unix_now(), "denied", job, None, &detail)
     }
 
     /// `acct` for jobs: the finished ones matching (and the active ones when asked).
@@ -330,7 +318,7 @@ impl Controller {
             .or(options.walltime)
             .or(self.cfg.default_walltime_secs());
         if options.account.is_none() {
-            options.account = Some(crate::policy::default_account(peer.user.gid));
+            options.account = Some(crate::users::default_account(peer.user.gid));
         }
         self.check_fit(&options, &queue, walltime, &peer.user, now)?;
         options.walltime = walltime;
@@ -454,7 +442,7 @@ impl Controller {
         gids.push(user.gid);
         gids.sort_unstable();
         gids.dedup();
-        let mine: Vec<String> = gids.into_iter().map(crate::policy::default_account).collect();
+        let mine: Vec<String> = gids.into_iter().map(crate::users::default_account).collect();
         if mine.iter().any(|g| g == account) {
             return Ok(());
         }
@@ -463,7 +451,7 @@ impl Controller {
             format!(
                 "account {account} is not known: it is neither one of your groups ({}) nor an account of the fair-share configuration; leave --account out to use {}",
                 mine.join(", "),
-                crate::policy::default_account(user.gid)
+                crate::users::default_account(user.gid)
             ),
         ))
     }

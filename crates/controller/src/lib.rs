@@ -5,6 +5,7 @@ pub mod advance;
 pub mod alloc;
 pub mod api;
 pub mod array;
+pub mod clock;
 pub mod config;
 mod conn;
 pub mod depend;
@@ -22,6 +23,7 @@ pub mod steps;
 pub mod store;
 pub mod suspend;
 pub mod update;
+pub mod users;
 pub mod views;
 
 #[cfg(test)]

@@ -8,8 +8,9 @@
 //! tasks run in it through the normal paths. This module adds who holds it and until when,
 //! and releases it when the holder goes away.
 
-use crate::handlers::Peer;
 use crate::model::job::{JobRecord, RESERVATION_QUEUE};
+use crate::model::request::Peer;
+use crate::model::reservation::Reservation;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
@@ -30,31 +31,6 @@ use berth_protocol::ErrorCode as Code;
 use std::collections::BTreeMap;
 
 type Answer<T> = Result<Result<T, ReservationError>, StoreError>;
-
-/// A reservation as the controller keeps it (live ones in memory, all in the store).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reservation {
-    pub id: u64,
-    pub job: JobId,
-    pub uid: u32,
-    pub user: String,
-    pub state: ReservationState,
-    pub created: f64,
-    /// Released at this time unless confirmed.
-    pub confirm_by: f64,
-    /// The end of its walltime.
-    pub ends: f64,
-    pub walltime: u64,
-    pub holder: Option<Holder>,
-    /// For a pid holder: the process's start time (clock ticks after boot), so that a new
-    /// process reusing the pid is not taken for the holder.
-    pub holder_since: Option<u64>,
-    /// For a session holder: released unless renewed by then.
-    pub renew_by: Option<f64>,
-    pub explicit: bool,
-    pub released_at: Option<f64>,
-    pub release_reason: Option<String>,
-}
 
 /// The live reservations, by id.
 #[derive(Debug, Default)]

@@ -5,9 +5,10 @@
 //! launches: one fsync serves many submissions (group commit), and nothing is acknowledged
 //! before it is durable.
 
+use crate::clock::unix_now;
 use crate::config::ControllerConfig;
-use crate::handlers::Peer;
-use crate::state::{unix_now, AgentTx, Controller};
+use crate::model::request::Peer;
+use crate::state::{AgentTx, Controller};
 use crate::store::{Store, StoreError, WriteBlock};
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::auth::{

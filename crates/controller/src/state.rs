@@ -95,11 +95,6 @@ pub struct Controller {
     pub alloc_reclaim_until: Option<f64>,
 }
 
-/// Unix time in seconds.
-pub fn unix_now() -> f64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs_f64()).unwrap_or(0.0)
-}
-
 impl Controller {
     /// Rebuild the state from the store.
     pub fn load(cfg: ControllerConfig, store: Store) -> Result<Self, StoreError> {
@@ -160,7 +155,7 @@ impl Controller {
             match job.state {
                 JobState::Running => c.cluster.claim(&job.allocation),
                 // A suspended job's PUs are free; its memory stays claimed.
-                JobState::Suspended => crate::suspend::claim_memory(&mut c.cluster, &job.allocation),
+                JobState::Suspended => crate::model::suspension::claim_memory(&mut c.cluster, &job.allocation),
                 _ => {}
             }
             c.jobs.insert(job.id, job);
@@ -169,7 +164,7 @@ impl Controller {
         c.policy.advance = crate::advance::AdvanceBook::load(&c.store)?;
         c.load_old_runs()?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
-        let now = unix_now();
+        let now = crate::clock::unix_now();
         for row in c.store.live_steps()? {
             if c.jobs.get(&row.job).is_some_and(|j| j.state.has_allocation()) {
                 c.steps.entry(row.job).or_default().push(LiveStep {
@@ -322,7 +317,7 @@ impl Controller {
             }
             if !job.allocation.is_empty() {
                 // A job that ended suspended gave its PUs back when it was suspended.
-                crate::suspend::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
+                crate::model::suspension::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
                 for a in &job.allocation {
                     let n = a.node_id.0 as usize;
                     if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining)

@@ -5,8 +5,8 @@
 //! steps that have not ended are kept in memory and in the store (`steps` table), so a second
 //! step gets other cores, and a controller restart keeps them.
 
-use crate::handlers::{error, Peer};
 use crate::model::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
+use crate::model::request::{error, Peer};
 use crate::state::{Controller, LiveStep};
 use crate::store::{StepRow, StoreError};
 use berth_core::directives::SubmitOptions;

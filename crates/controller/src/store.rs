@@ -1051,7 +1051,7 @@ struct RawJob {
     script: String,
     env: String,
     usage: Option<(i64, i64, i64, i64)>,
-    suspension: crate::suspend::Suspension,
+    suspension: crate::model::suspension::Suspension,
     script_of: Option<i64>,
 }
 

@@ -1,7 +1,7 @@
 //! A controller with registered nodes and no sockets, for unit tests of handlers and policy.
 
 use crate::config::ControllerConfig;
-use crate::handlers::Peer;
+use crate::model::request::Peer;
 use crate::state::{AgentTx, Controller};
 use crate::store::Store;
 use berth_core::directives::SubmitOptions;

@@ -26,8 +26,8 @@
 //!   every node that was told to kill it (`OldRun`), so that no node is asked to run it while
 //!   its old copy still ends there.
 
-use crate::handlers::{error, Peer};
-use crate::model::job::JobRecord;
+use crate::model::job::{JobRecord, OldRun};
+use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::Dependency;
@@ -37,13 +37,6 @@ use berth_core::JobId;
 use berth_protocol::agent::ControllerMessage;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, JobChange, MAX_IDS_PER_REQUEST};
 use std::collections::HashSet;
-
-/// The nodes a requeued job's previous run still ends on (told to kill it), since when.
-#[derive(Debug, Clone, PartialEq)]
-pub struct OldRun {
-    pub nodes: Vec<usize>,
-    pub since: f64,
-}
 
 /// How long a requeued job waits at most for its previous run's end to be reported (a node
 /// that never reports it, nor fails, nor registers again, must not hold it for ever).

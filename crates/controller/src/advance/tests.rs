@@ -2,7 +2,7 @@
 //! submission to them, the pass keeping others off them, expiry and deletion.
 
 use super::clock;
-use crate::handlers::Peer;
+use crate::model::request::Peer;
 use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;

@@ -9,7 +9,7 @@
 //! state thread exactly like a CLI request, and is answered once the state thread has
 //! committed it. Nothing here touches the state.
 
-use crate::handlers::Peer;
+use crate::model::request::Peer;
 use crate::server::{Command, ServerError};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse};

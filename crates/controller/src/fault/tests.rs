@@ -1,5 +1,5 @@
 use super::*;
-use crate::handlers::Peer;
+use crate::model::request::Peer;
 use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, UserIdentity};

@@ -42,7 +42,7 @@ pub struct JobRecord {
     /// A kill was sent and the job's end is awaited (not persisted: resent after a restart).
     pub kill_sent: Option<String>,
     /// Its suspensions (see `suspend`).
-    pub suspension: crate::suspend::Suspension,
+    pub suspension: crate::model::suspension::Suspension,
 }
 
 /// The queue of interactive allocations (`berth run` outside a job): made for one step, with
@@ -52,6 +52,18 @@ pub const INTERACTIVE_QUEUE: &str = "interactive";
 /// The queue of reservations made through the reservations API (`crate::reservations`): no
 /// batch script either; they end when released.
 pub const RESERVATION_QUEUE: &str = "reservation";
+
+/// The account a job's usage is charged to.
+pub fn account_of(job: &JobRecord) -> String {
+    job.options.account.clone().unwrap_or_else(|| crate::users::default_account(job.user.gid))
+}
+
+/// The nodes a requeued job's previous run still ends on (told to kill it), since when.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OldRun {
+    pub nodes: Vec<usize>,
+    pub since: f64,
+}
 
 impl JobRecord {
     /// It has no batch script (an interactive allocation, a reservation, or an allocation of
@@ -149,7 +161,7 @@ impl JobRecord {
             steps: vec![],
             binding: self.options.binding.clone(),
             binding_mode: self.options.binding_mode,
-            account: crate::policy::account_of(self),
+            account: account_of(self),
             priority: None,
             expected_start: None,
             kind: self.kind().map(str::to_string),
@@ -175,7 +187,7 @@ impl JobRecord {
             tasks: self.options.tasks,
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
-                let until = self.end_time.unwrap_or_else(crate::state::unix_now);
+                let until = self.end_time.unwrap_or_else(crate::clock::unix_now);
                 (self.suspension.seconds(until) * 10.0).round() / 10.0
             }),
         }

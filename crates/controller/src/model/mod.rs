@@ -3,4 +3,8 @@
 //! pure functions only: the store (`crate::store`) reads and writes them, the in-memory state
 //! (`crate::state`) holds them, the features (`impl Controller` blocks) change them.
 
+pub mod advance;
 pub mod job;
+pub mod request;
+pub mod reservation;
+pub mod suspension;

@@ -2,7 +2,7 @@
 //! inputs, per-user limits, preemption classes, the suspended jobs that may resume, the running
 //! jobs and the advance reservations. Owned here; `RoundInput` borrows it.
 
-use super::account_of;
+use crate::model::job::account_of;
 use crate::model::job::JobRecord;
 use crate::state::Controller;
 use berth_core::job::{Allocation, JobState};

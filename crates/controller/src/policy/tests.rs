@@ -201,8 +201,10 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
 #[test]
 fn job_for_drained_subnodes_waits_rather_than_being_refused() {
     use berth_protocol::agent::UserIdentity;
-    let root =
-        crate::handlers::Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 };
+    let root = crate::model::request::Peer {
+        user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
+        conn: 9,
+    };
     let mut h = Harness::with_config(1, |c| c.subnode_numa = 1);
     assert_eq!(h.ctl.cluster.nodes[0].subnodes.len(), 2);
     for (index, action) in [(0, "drain"), (1, "offline")] {
@@ -250,8 +252,10 @@ fn expected_start_counts_the_resume_of_suspended_jobs() {
 fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
     use berth_core::sched::queue::QueueSpec;
     use berth_protocol::agent::UserIdentity;
-    let root =
-        crate::handlers::Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 };
+    let root = crate::model::request::Peer {
+        user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
+        conn: 9,
+    };
     let mut h = Harness::with_config(1, |c| {
         c.subnode_numa = 1;
         c.queues = vec![

@@ -461,7 +461,7 @@ fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
     let mut h = Harness::new(2);
     let key = ClusterKey::from_bytes([5; 32]);
     h.ctl.key = Some(std::sync::Arc::new(key.clone()));
-    h.now = crate::state::unix_now();
+    h.now = crate::clock::unix_now();
     let id = h.batch(SubmitOptions { cores: Some(2), ..Default::default() }, &ann());
     let ClientResponse::StepGranted { grant: g, link_key } = h.call(run(Some(id), tasks(2)), &ann()) else {
         panic!("not granted")
@@ -485,7 +485,7 @@ fn an_interactive_step_rides_signed_on_its_first_nodes_launch_order() {
     let mut h = Harness::new(2);
     let key = ClusterKey::from_bytes([5; 32]);
     h.ctl.key = Some(std::sync::Arc::new(key.clone()));
-    h.now = crate::state::unix_now();
+    h.now = crate::clock::unix_now();
     let g =
         granted(h.call(interactive(StepRequest { tasks_per_node: Some(2), ..Default::default() }, Some(2)), &ann()));
     assert!(g.attach, "the first node starts it from the order; run attaches");

@@ -3,7 +3,7 @@
 //! created if missing, so databases written before advance reservations existed open unchanged.
 
 use super::{json, Store, StoreError};
-use crate::advance::Advance;
+use crate::model::advance::Advance;
 use rusqlite::params;
 
 impl Store {

@@ -19,7 +19,7 @@ impl Store {
     }
 }
 
-/// Requeued jobs waiting for their previous run to end (`crate::update::OldRun`): one row
+/// Requeued jobs waiting for their previous run to end (`crate::model::job::OldRun`): one row
 /// each while the wait lasts, so a restarted controller keeps the job off its old nodes until
 /// they reported the end. Node ids are the `nodes` table's, stable across restarts. A table of
 /// its own, created if missing, so older databases open unchanged.

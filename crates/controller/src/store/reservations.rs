@@ -3,7 +3,7 @@
 //! (`jobs` table); a row only says who holds them and until when.
 
 use super::{Store, StoreError};
-use crate::reservations::Reservation;
+use crate::model::reservation::Reservation;
 use berth_core::JobId;
 use berth_protocol::reservation::{Holder, ReservationState};
 use rusqlite::{params, OptionalExtension, Row};

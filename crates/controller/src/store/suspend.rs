@@ -3,7 +3,7 @@
 //! written before suspension existed open unchanged; jobs are read joined with it.
 
 use super::{Store, StoreError};
-use crate::suspend::Suspension;
+use crate::model::suspension::Suspension;
 use berth_core::JobId;
 use rusqlite::params;
 
