@@ -22,23 +22,7 @@ use berth_core::units::format_duration;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ApiError, ClientResponse, ErrorCode};
-use std::collections::{BTreeMap, HashMap};
-
-/// The live advance reservations, by name.
-#[derive(Debug, Default)]
-pub struct AdvanceBook {
-    pub live: BTreeMap<String, Advance>,
-    /// Windows that opened or ended up to this time have been acted on.
-    pub checked_until: f64,
-}
-
-impl AdvanceBook {
-    pub fn load(store: &crate::store::Store) -> Result<Self, StoreError> {
-        store.init_advance()?;
-        let live = store.load_advance()?.into_iter().map(|r| (r.name.clone(), r)).collect();
-        Ok(AdvanceBook { live, checked_until: 0.0 })
-    }
-}
+use std::collections::HashMap;
 
 /// Seconds a member's job may start after the window opens and still end by its end: a
 /// submission's walltime must leave them (the pass runs within a second of the opening).

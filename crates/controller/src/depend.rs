@@ -21,29 +21,6 @@ use berth_core::job::JobState;
 use berth_core::JobId;
 use std::collections::{HashMap, HashSet};
 
-/// What the last pass found, kept for `berth jobs` and the clock.
-#[derive(Debug, Default)]
-pub struct DependState {
-    /// Pending jobs held out of the pass, with the reason shown.
-    pub reasons: HashMap<JobId, String>,
-    /// The earliest begin time still to come: a pass is due then.
-    pub next_begin: Option<f64>,
-    /// Ended jobs' states (and whether they started), read from the store once.
-    ended: HashMap<JobId, (JobState, bool)>,
-    /// `aftercorr`: the task of array `.0` with index `.1` (None: it has none), found once.
-    corresponding: HashMap<(JobId, u32), Option<JobId>>,
-    /// Requeued jobs whose previous run is still ending on some of its nodes: kept out of
-    /// the pass until it has ended there (`crate::update`).
-    pub(crate) requeued: HashMap<JobId, crate::model::job::OldRun>,
-}
-
-impl DependState {
-    /// A job ended is pending again (`berth requeue`): its state is read anew.
-    pub(crate) fn forget_ended(&mut self, id: JobId) {
-        self.ended.remove(&id);
-    }
-}
-
 /// Whether a dependency lets its job start.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {

@@ -13,6 +13,7 @@ mod exclusive;
 pub mod fault;
 pub mod handlers;
 pub mod lease;
+pub mod lifecycle;
 pub mod model;
 pub mod notify;
 pub mod policy;

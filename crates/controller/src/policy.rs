@@ -10,9 +10,7 @@ use crate::model::job::account_of;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
-use berth_core::sched::backfill::{self, Deadline, PassLimits};
-use berth_core::sched::fairshare::FairShare;
-use berth_core::sched::priority::Priority;
+use berth_core::sched::backfill::{Deadline, PassLimits};
 use berth_core::sched::queue::QueueSpec;
 use berth_core::sched::round::{
     round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UserKey, UserLimits,
@@ -22,36 +20,6 @@ use std::collections::HashMap;
 
 mod effects;
 mod gather;
-
-/// What the last pass decided and measured, for `berth jobs` and `berth share`.
-#[derive(Debug, Default)]
-pub struct PolicyState {
-    pub fair_share: FairShare,
-    /// Running jobs are charged up to this time.
-    pub charged_until: f64,
-    pub priorities: HashMap<JobId, Priority>,
-    pub expected_start: HashMap<JobId, f64>,
-    pub last_pass: PassStats,
-    /// Advance reservations (see `advance`).
-    pub advance: crate::advance::AdvanceBook,
-    /// Reasons shown instead of the pass's for jobs of advance reservations (waiting for the
-    /// window, or for a reservation they can no longer use).
-    pub advance_reasons: HashMap<JobId, String>,
-    /// Jobs waiting for their dependency or begin time (see `depend`).
-    pub depend: crate::depend::DependState,
-    /// The last conservative pass's plan, reused by the next where nothing changed.
-    pub kept_plan: Option<backfill::KeptPlan<berth_core::sched::ClusterState>>,
-}
-
-#[derive(Debug, Default, Clone, Copy)]
-pub struct PassStats {
-    pub pending: usize,
-    pub started: usize,
-    pub backfilled: usize,
-    pub micros: u64,
-    /// Reservations kept from the pass before (conservative backfill).
-    pub kept_reservations: usize,
-}
 
 impl Controller {
     /// Charge running jobs' CPU time since the last charge to their accounts, decayed to `now`.

@@ -28,33 +28,8 @@ use berth_protocol::reservation::{
     ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest, ReservedNode,
 };
 use berth_protocol::ErrorCode as Code;
-use std::collections::BTreeMap;
 
 type Answer<T> = Result<Result<T, ReservationError>, StoreError>;
-
-/// The live reservations, by id.
-#[derive(Debug, Default)]
-pub struct Reservations {
-    pub live: BTreeMap<u64, Reservation>,
-    pub next_id: u64,
-    /// When holders were last checked.
-    pub last_check: f64,
-}
-
-impl Reservations {
-    /// The live reservations from the store (after a restart their jobs are checked at the
-    /// first tick: one that did not survive is released).
-    pub fn load(store: &crate::store::Store) -> Result<Self, StoreError> {
-        store.init_reservations()?;
-        let live = store.live_reservations()?.into_iter().map(|r| (r.id, r)).collect();
-        Ok(Reservations { live, next_id: store.max_reservation_id()? + 1, last_check: 0.0 })
-    }
-
-    /// The live reservation whose job is `job`.
-    pub fn of_job(&self, job: JobId) -> Option<&Reservation> {
-        self.live.values().find(|r| r.job == job)
-    }
-}
 
 fn fail<T>(code: Code, message: impl Into<String>) -> Answer<T> {
     Ok(Err(ReservationError::new(code, message)))

@@ -585,15 +585,6 @@ impl Controller {
         out.sort_by_key(|(id, _)| *id);
         Ok(out)
     }
-
-    /// At start: the waits a previous controller recorded (see [`Controller::await_old_run`]).
-    pub(crate) fn load_old_runs(&mut self) -> Result<(), StoreError> {
-        self.store.init_old_runs()?;
-        for (id, nodes, since) in self.store.load_old_runs()? {
-            self.policy.depend.requeued.insert(id, OldRun { nodes, since });
-        }
-        Ok(())
-    }
 }
 
 #[cfg(test)]

@@ -3,8 +3,8 @@
 //! start). Rows are written in the current transaction; messages to the agents go after it
 //! commits.
 
-use super::PassStats;
 use crate::state::Controller;
+use crate::state::PassStats;
 use crate::store::StoreError;
 use crate::suspend::SuspendBy;
 use berth_core::job::{Allocation, NodeAllocation};

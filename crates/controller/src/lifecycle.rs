@@ -1,0 +1,169 @@
+//! A running job's way on its nodes: its start (written, then `Launch` to every node of its
+//! allocation), the launch orders, kills, and its end (steps closed, what is left of it
+//! killed, its resources freed, dropped from memory).
+
+use crate::model::job::JobRecord;
+use crate::state::Controller;
+use crate::store::StoreError;
+use berth_core::job::{Allocation, JobState};
+use berth_core::node::NodeState;
+use berth_core::JobId;
+use berth_protocol::agent::{ControllerMessage, LaunchSpec};
+
+impl Controller {
+    /// Release a running job's resources and drop it from memory after it is finished and
+    /// written to the store.
+    pub fn retire(&mut self, id: JobId) {
+        if let Some(job) = self.jobs.remove(&id) {
+            if let Some(event) = crate::notify::end_event(&job) {
+                crate::notify::notify(&self.cfg.notify, &job, event);
+            }
+            if !job.allocation.is_empty() {
+                // A job that ended suspended gave its PUs back when it was suspended.
+                crate::model::suspension::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
+                for a in &job.allocation {
+                    let n = a.node_id.0 as usize;
+                    if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining)
+                        && self.jobs_on_node(n).is_empty()
+                    {
+                        self.extra[n].state = NodeState::Drained;
+                        let row = self.node_row(n);
+                        let _ = self.store.upsert_node(&row);
+                    }
+                }
+            }
+            self.pending_reasons.remove(&id);
+            self.cgroups.remove(&id);
+            self.steps.remove(&id);
+            self.dirty = true;
+        }
+    }
+
+    pub(crate) fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        self.cluster.claim(&alloc);
+        job.state = JobState::Running;
+        job.start_time = Some(now);
+        job.allocation = alloc;
+        job.reason = None;
+        self.store.update_job(job)?;
+        let node_name = job.allocation[0].node.clone();
+        crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Begin);
+        self.store.event(now, "start", Some(id), Some(&node_name), "")?;
+        self.launch_all(id);
+        Ok(())
+    }
+
+    /// What node `k` (index in the allocation) of a running job is told to launch.
+    pub fn launch_spec(&self, job: &JobRecord, k: usize) -> LaunchSpec {
+        // `berth run` and friends inside the job find this controller.
+        let mut env: Vec<(String, String)> = job.env.iter().filter(|(k, _)| k != "BERTH_SOCKET").cloned().collect();
+        env.push(("BERTH_SOCKET".into(), self.cfg.socket.display().to_string()));
+        crate::array::environment(job, self.cfg.compat.environment, &mut env);
+        LaunchSpec {
+            id: job.id,
+            name: job.name.clone(),
+            user: job.user.clone(),
+            env,
+            cwd: job.cwd.clone(),
+            script: job.script.to_string(),
+            stdout: output_at_start(job, &job.stdout),
+            stderr: output_at_start(job, &job.stderr),
+            allocation: job.allocation[k].clone(),
+            nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
+            walltime_seconds: job.walltime,
+            head: k == 0 && !job.is_interactive(),
+            addresses: job
+                .allocation
+                .iter()
+                .map(|a| self.extra.get(a.node_id.0 as usize).map(|e| e.address.clone()).unwrap_or_default())
+                .collect(),
+            kill_grace_ms: self.kill_grace_ms(),
+            binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
+            rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),
+            step: None,
+            umask: job.options.umask,
+            pids_max: self.cfg.limits.pids_max(job.allocation[k].cores),
+            fence: self.cfg.lease().is_some() && self.requeued_if_lost(job, k),
+            compat: self.cfg.compat.environment.then(|| berth_protocol::agent::CompatEnv {
+                cpus_per_task: job.options.cpus_per_task,
+                // An --exclusive job's own (its options hold whole nodes).
+                tasks_per_node: job.options.tasks.map_or(job.options.tasks_per_node, |t| t.per_node),
+                queue: job.queue.clone(),
+                tasks: job.options.tasks,
+            }),
+            workdir: job.options.chdir.clone(),
+            early_signal: job.options.signal.clone(),
+            open_append: job.options.open_append.unwrap_or(false),
+        }
+    }
+
+    /// Whether losing node `k` of the job's allocation would requeue the job (the failure
+    /// policy, crate::fault, without its count of earlier requeues: past it the job fails,
+    /// and a fenced copy is ended all the same).
+    fn requeued_if_lost(&self, job: &JobRecord, k: usize) -> bool {
+        matches!(crate::fault::failure_action(job, k == 0, 0, &self.cfg.fault), crate::fault::FailureAction::Requeue)
+    }
+
+    pub fn kill_grace_ms(&self) -> u64 {
+        (self.cfg.kill_grace_secs * 1000.0) as u64
+    }
+
+    /// Send a running job's launch to every node of its allocation (the first one runs the
+    /// batch script; the others hold the job's cgroup for its steps).
+    pub fn launch_all(&mut self, id: JobId) {
+        let Some(job) = self.jobs.get(&id) else { return };
+        let msgs: Vec<(usize, LaunchSpec)> = (0..job.allocation.len())
+            .map(|k| (job.allocation[k].node_id.0 as usize, self.launch_spec(job, k)))
+            .collect();
+        for (node, spec) in msgs {
+            self.send_to_node(node, ControllerMessage::Launch(Box::new(spec)));
+        }
+    }
+
+    /// Send a kill for job `id` to every node of `alloc` but `except`.
+    pub fn kill_on_nodes(&mut self, id: JobId, alloc: &Allocation, reason: &str, except: Option<usize>) {
+        for a in alloc {
+            let n = a.node_id.0 as usize;
+            if Some(n) != except {
+                self.send_to_node(n, ControllerMessage::Kill { id, reason: reason.to_string() });
+            }
+        }
+    }
+
+    /// A running job has been finished (state, end written): close its steps, kill what is
+    /// left of it on its nodes (but `except`, the node that reported its end), free its
+    /// resources.
+    pub fn end_running(
+        &mut self,
+        id: JobId,
+        now: f64,
+        kill_reason: &str,
+        except: Option<usize>,
+    ) -> Result<(), StoreError> {
+        self.store.close_steps(id, now, "job ended")?;
+        if let Some(alloc) = self.jobs.get(&id).map(|j| j.allocation.clone()) {
+            self.kill_on_nodes(id, &alloc, kill_reason, except);
+        }
+        self.retire(id);
+        Ok(())
+    }
+}
+
+/// An output path with `%N`, `%n`, `%t` (and the rest) expanded now that the job has nodes;
+/// other paths were expanded when the job was accepted.
+fn output_at_start(job: &JobRecord, path: &str) -> String {
+    match job.allocation.first() {
+        Some(first) if berth_core::directives::extra::has_node_patterns(path) => {
+            berth_core::directives::extra::expand_at_start(
+                path,
+                job.id.0,
+                &job.name,
+                &job.user.name,
+                job.options.array_task.as_ref(),
+                &first.node,
+            )
+        }
+        _ => path.to_string(),
+    }
+}

@@ -1,0 +1,107 @@
+//! What each feature keeps in the controller's memory (fields of `Controller`): plain
+//! state, loaded from the store at start. The features' operations (`impl Controller` in
+//! `policy`, `advance`, `reservations`, `depend`) change it.
+
+use crate::model::advance::Advance;
+use crate::model::job::OldRun;
+use crate::model::reservation::Reservation;
+use crate::store::{Store, StoreError};
+use berth_core::job::JobState;
+use berth_core::sched::backfill;
+use berth_core::sched::fairshare::FairShare;
+use berth_core::sched::priority::Priority;
+use berth_core::JobId;
+use std::collections::{BTreeMap, HashMap};
+
+/// What the last pass decided and measured, for `berth jobs` and `berth share`.
+#[derive(Debug, Default)]
+pub struct PolicyState {
+    pub fair_share: FairShare,
+    /// Running jobs are charged up to this time.
+    pub charged_until: f64,
+    pub priorities: HashMap<JobId, Priority>,
+    pub expected_start: HashMap<JobId, f64>,
+    pub last_pass: PassStats,
+    /// Advance reservations (see `advance`).
+    pub advance: AdvanceBook,
+    /// Reasons shown instead of the pass's for jobs of advance reservations (waiting for the
+    /// window, or for a reservation they can no longer use).
+    pub advance_reasons: HashMap<JobId, String>,
+    /// Jobs waiting for their dependency or begin time (see `depend`).
+    pub depend: DependState,
+    /// The last conservative pass's plan, reused by the next where nothing changed.
+    pub kept_plan: Option<backfill::KeptPlan<berth_core::sched::ClusterState>>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PassStats {
+    pub pending: usize,
+    pub started: usize,
+    pub backfilled: usize,
+    pub micros: u64,
+    /// Reservations kept from the pass before (conservative backfill).
+    pub kept_reservations: usize,
+}
+
+/// The live advance reservations, by name.
+#[derive(Debug, Default)]
+pub struct AdvanceBook {
+    pub live: BTreeMap<String, Advance>,
+    /// Windows that opened or ended up to this time have been acted on.
+    pub checked_until: f64,
+}
+
+impl AdvanceBook {
+    pub fn load(store: &Store) -> Result<Self, StoreError> {
+        store.init_advance()?;
+        let live = store.load_advance()?.into_iter().map(|r| (r.name.clone(), r)).collect();
+        Ok(AdvanceBook { live, checked_until: 0.0 })
+    }
+}
+
+/// The live reservations, by id.
+#[derive(Debug, Default)]
+pub struct Reservations {
+    pub live: BTreeMap<u64, Reservation>,
+    pub next_id: u64,
+    /// When holders were last checked.
+    pub last_check: f64,
+}
+
+impl Reservations {
+    /// The live reservations from the store (after a restart their jobs are checked at the
+    /// first tick: one that did not survive is released).
+    pub fn load(store: &Store) -> Result<Self, StoreError> {
+        store.init_reservations()?;
+        let live = store.live_reservations()?.into_iter().map(|r| (r.id, r)).collect();
+        Ok(Reservations { live, next_id: store.max_reservation_id()? + 1, last_check: 0.0 })
+    }
+
+    /// The live reservation whose job is `job`.
+    pub fn of_job(&self, job: JobId) -> Option<&Reservation> {
+        self.live.values().find(|r| r.job == job)
+    }
+}
+
+/// What the last pass found, kept for `berth jobs` and the clock.
+#[derive(Debug, Default)]
+pub struct DependState {
+    /// Pending jobs held out of the pass, with the reason shown.
+    pub reasons: HashMap<JobId, String>,
+    /// The earliest begin time still to come: a pass is due then.
+    pub next_begin: Option<f64>,
+    /// Ended jobs' states (and whether they started), read from the store once.
+    pub(crate) ended: HashMap<JobId, (JobState, bool)>,
+    /// `aftercorr`: the task of array `.0` with index `.1` (None: it has none), found once.
+    pub(crate) corresponding: HashMap<(JobId, u32), Option<JobId>>,
+    /// Requeued jobs whose previous run is still ending on some of its nodes: kept out of
+    /// the pass until it has ended there (`crate::update`).
+    pub(crate) requeued: HashMap<JobId, OldRun>,
+}
+
+impl DependState {
+    /// A job ended is pending again (`berth requeue`): its state is read anew.
+    pub(crate) fn forget_ended(&mut self, id: JobId) {
+        self.ended.remove(&id);
+    }
+}
