@@ -6,6 +6,7 @@ pub mod alloc;
 pub mod api;
 pub mod array;
 pub mod clock;
+pub mod command;
 pub mod config;
 mod conn;
 pub mod depend;
@@ -30,5 +31,7 @@ pub mod views;
 #[cfg(test)]
 pub(crate) mod testkit;
 
+pub use command::ServerError;
 pub use config::ControllerConfig;
-pub use server::{serve, user_name, ServerError};
+pub use server::serve;
+pub use users::user_name;

@@ -6,74 +6,25 @@
 //! before it is durable.
 
 use crate::clock::unix_now;
+pub use crate::command::{Command, ServerError};
 use crate::config::ControllerConfig;
 use crate::model::request::Peer;
 use crate::state::{AgentTx, Controller};
 use crate::store::{Store, StoreError, WriteBlock};
-use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use crate::users::peer_identity;
+use berth_protocol::agent::{AgentMessage, ControllerMessage};
 use berth_protocol::auth::{
-    now_ms, random_nonce, read_sealed_limited, registered_label, session, write_sealed, ClusterKey, Envelope, KeyError,
+    now_ms, random_nonce, read_sealed_limited, registered_label, session, write_sealed, ClusterKey, Envelope,
     ReplayGuard, Role, DEFAULT_GUARD_CAPACITY, LABEL_REGISTER,
 };
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse, ErrorCode, StoreHealth};
 use berth_protocol::frame::decode;
 use berth_protocol::{read_frame_limited, read_raw_frame_limited, write_frame, ProtocolError};
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::net::{TcpListener, UnixListener, UnixStream};
 use tokio::sync::{mpsc, oneshot};
-
-pub enum Command {
-    Client {
-        req: ClientRequest,
-        peer: Peer,
-        reply: oneshot::Sender<ClientResponse>,
-    },
-    Register {
-        reg: Box<Registration>,
-        conn_id: u64,
-        tx: AgentTx,
-        node: oneshot::Sender<Option<usize>>,
-    },
-    Agent {
-        node: usize,
-        conn_id: u64,
-        msg: AgentMessage,
-    },
-    AgentGone {
-        node: usize,
-        conn_id: u64,
-    },
-    /// A client connection closed: interactive allocations made on it end.
-    ClientGone {
-        conn: u64,
-    },
-    /// An agent connection failed authentication (event `auth_refused`).
-    AuthRefused {
-        node: Option<String>,
-        detail: String,
-    },
-    Tick,
-    Shutdown,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum ServerError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("cannot listen on {what} {addr}: {source}")]
-    Listen { what: &'static str, addr: String, source: std::io::Error },
-    #[error("another controller is already serving {0}; stop it first (`berth down`) or use another --dir")]
-    AlreadyRunning(String),
-    #[error("the state thread stopped unexpectedly")]
-    ActorGone,
-    #[error("{0}")]
-    Key(#[from] KeyError),
-    #[error("no cluster key configured (config key `key_file`, `berth server --key-file FILE`); create one with `berth keygen FILE`")]
-    NoKey,
-}
 
 /// Run the controller until SIGTERM or SIGINT.
 pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
@@ -631,86 +582,6 @@ fn send_orders(ctl: &mut Controller) {
     }
 }
 
-/// Identity of the process at the other end of a Unix socket, from the kernel.
-pub(crate) fn peer_identity(stream: &UnixStream) -> Result<UserIdentity, String> {
-    let cred = stream.peer_cred().map_err(|e| format!("cannot read peer credentials: {e}"))?;
-    let (uid, gid) = (cred.uid(), cred.gid());
-    // Supplementary groups: the kernel's, as the peer connected; else its process's now.
-    let mut groups = Vec::new();
-    if let Some(g) = peer_groups(stream.as_raw_fd()) {
-        groups = g;
-    } else if let Some(pid) = cred.pid() {
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            if let Some(line) = status.lines().find(|l| l.starts_with("Groups:")) {
-                groups = line["Groups:".len()..].split_whitespace().filter_map(|g| g.parse().ok()).collect();
-            }
-        }
-    }
-    Ok(UserIdentity { uid, gid, groups, name: cached_user_name(uid) })
-}
-
-/// The supplementary groups of a Unix socket's peer, recorded by the kernel when it connected
-/// (SO_PEERGROUPS, Linux 4.13): one call, where reading /proc/PID/status costs every client
-/// request ~0.05 ms and races with a pid reused.
-fn peer_groups(fd: std::os::fd::RawFd) -> Option<Vec<u32>> {
-    // asm-generic/socket.h (x86_64, aarch64); the libc crate does not export it there yet.
-    const SO_PEERGROUPS: libc::c_int = 59;
-    let mut buf: Vec<libc::gid_t> = vec![0; 64];
-    loop {
-        let size = std::mem::size_of::<libc::gid_t>();
-        let mut len = (buf.len() * size) as libc::socklen_t;
-        // SAFETY: the buffer holds `len` bytes; the kernel writes at most that and sets len.
-        let rc = unsafe { libc::getsockopt(fd, libc::SOL_SOCKET, SO_PEERGROUPS, buf.as_mut_ptr().cast(), &mut len) };
-        let needed = len as usize / size;
-        if rc == 0 {
-            buf.truncate(needed);
-            return Some(buf);
-        }
-        let too_small = std::io::Error::last_os_error().raw_os_error() == Some(libc::ERANGE);
-        if !too_small || needed <= buf.len() {
-            return None;
-        }
-        buf.resize(needed, 0);
-    }
-}
-
-/// [`user_name`], remembered for a minute: the lookup (NSS: files, maybe a directory service)
-/// is on every client request's path, and a renamed user is rare and only cosmetic here.
-fn cached_user_name(uid: u32) -> String {
-    use std::collections::HashMap;
-    use std::sync::Mutex;
-    use std::time::Instant;
-    static NAMES: Mutex<Option<HashMap<u32, (String, Instant)>>> = Mutex::new(None);
-    const KEEP: Duration = Duration::from_secs(60);
-    if let Ok(mut names) = NAMES.lock() {
-        if let Some((name, at)) = names.get_or_insert_with(HashMap::new).get(&uid) {
-            if at.elapsed() < KEEP {
-                return name.clone();
-            }
-        }
-    }
-    let name = user_name(uid);
-    if let Ok(mut names) = NAMES.lock() {
-        names.get_or_insert_with(HashMap::new).insert(uid, (name.clone(), Instant::now()));
-    }
-    name
-}
-
-/// The login name of `uid`, or the number if it has none.
-pub fn user_name(uid: u32) -> String {
-    let mut buf = vec![0u8; 4096];
-    let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-    let mut result: *mut libc::passwd = std::ptr::null_mut();
-    // SAFETY: buffers are valid for the call; getpwuid_r writes only within them.
-    let rc = unsafe { libc::getpwuid_r(uid, &mut pwd, buf.as_mut_ptr() as *mut libc::c_char, buf.len(), &mut result) };
-    if rc == 0 && !result.is_null() && !pwd.pw_name.is_null() {
-        // SAFETY: pw_name points into buf and is NUL-terminated.
-        let name = unsafe { std::ffi::CStr::from_ptr(pwd.pw_name) };
-        return name.to_string_lossy().into_owned();
-    }
-    uid.to_string()
-}
-
 /// Serve one client connection until it closes; true if it asked for a step.
 async fn serve_client(
     mut stream: UnixStream,
@@ -975,25 +846,4 @@ async fn serve_agent(
     crate::lease::close(conn_id);
     let _ = tx.send(Command::AgentGone { node, conn_id }).await;
     writer.abort();
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_peers_groups_come_from_the_socket_as_the_process_has_them() {
-        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        let mut mine: Vec<libc::gid_t> = vec![0; 4096];
-        // SAFETY: the buffer holds 4096 gids; the call writes at most that many.
-        let n = unsafe { libc::getgroups(mine.len() as libc::c_int, mine.as_mut_ptr()) };
-        mine.truncate(usize::try_from(n).unwrap());
-        let mut theirs = peer_groups(a.as_raw_fd()).expect("SO_PEERGROUPS (Linux 4.13+)");
-        mine.sort_unstable();
-        theirs.sort_unstable();
-        assert_eq!(theirs, mine);
-        // Names are looked up once, then remembered.
-        assert_eq!(cached_user_name(0), user_name(0));
-        assert_eq!(cached_user_name(0), cached_user_name(0));
-    }
 }

@@ -9,8 +9,8 @@
 //! state thread exactly like a CLI request, and is answered once the state thread has
 //! committed it. Nothing here touches the state.
 
+use crate::command::{Command, ServerError};
 use crate::model::request::Peer;
-use crate::server::{Command, ServerError};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse};
 use berth_protocol::reservation::{
@@ -140,7 +140,7 @@ impl Listeners {
                 loop {
                     match unix.accept().await {
                         Ok((stream, _)) => {
-                            let peer = crate::server::peer_identity(&stream)
+                            let peer = crate::users::peer_identity(&stream)
                                 .map(|user| Peer { user, conn: ids.fetch_add(1, Ordering::Relaxed) });
                             let ctx = Arc::new(Ctx { tx: tx.clone(), peer, token: None });
                             tokio::spawn(serve_connection(stream, ctx));

@@ -128,6 +128,19 @@ impl JobRecord {
         });
     }
 
+    /// When a started job reaches its walltime: start + walltime (`unlimited` seconds when it
+    /// has none) + the seconds of its suspensions that ended (its walltime clock stops while
+    /// it is suspended). A job suspended now ends later still, by how long it stays so.
+    pub fn expected_end(&self, unlimited: f64) -> f64 {
+        self.ends_after(self.suspension.total_secs, unlimited)
+    }
+
+    /// `expected_end` had its suspensions lasted `suspended_secs` in all.
+    pub fn ends_after(&self, suspended_secs: f64, unlimited: f64) -> f64 {
+        let start = self.start_time.unwrap_or(self.submit_time);
+        start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + suspended_secs
+    }
+
     pub fn info(&self) -> JobInfo {
         JobInfo {
             id: self.id,

@@ -1,7 +1,6 @@
 //! A job's suspensions as persisted, and what a suspended job holds of the machine (its
 //! memory, not its PUs). The mechanism (suspending, resuming, moving) is `crate::suspend`'s.
 
-use crate::model::job::JobRecord;
 use berth_core::job::Allocation;
 use berth_core::sched::ClusterState;
 
@@ -79,20 +78,5 @@ pub fn release(cluster: &mut ClusterState, alloc: &Allocation, suspended: bool) 
         if let Some(n) = cluster.node_mut(na.node_id) {
             n.release_memory(na);
         }
-    }
-}
-
-impl JobRecord {
-    /// When a started job reaches its walltime: start + walltime (`unlimited` seconds when it
-    /// has none) + the seconds of its suspensions that ended (its walltime clock stops while
-    /// it is suspended). A job suspended now ends later still, by how long it stays so.
-    pub fn expected_end(&self, unlimited: f64) -> f64 {
-        self.ends_after(self.suspension.total_secs, unlimited)
-    }
-
-    /// `expected_end` had its suspensions lasted `suspended_secs` in all.
-    pub fn ends_after(&self, suspended_secs: f64, unlimited: f64) -> f64 {
-        let start = self.start_time.unwrap_or(self.submit_time);
-        start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + suspended_secs
     }
 }
