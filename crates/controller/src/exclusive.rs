@@ -185,7 +185,7 @@ mod tests {
         // What the agent sets SLURM_NTASKS and SLURM_NTASKS_PER_NODE from; what berth show says.
         let compat = h.ctl.launch_spec(job, 0).compat.expect("[compat] environment is on by default");
         assert_eq!((compat.tasks, compat.tasks_per_node), (Some(three), Some(3)));
-        assert_eq!(job.info().tasks, Some(three));
+        assert_eq!(job.info(h.now).tasks, Some(three));
         // `berth update` of another setting keeps them; of its tasks, takes the new count.
         let mut again = job.options.clone();
         h.ctl.map_exclusive(&mut again).unwrap();

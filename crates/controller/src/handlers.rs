@@ -15,7 +15,6 @@ use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserI
 use berth_protocol::client::{
     ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest, MAX_IDS_PER_REQUEST,
 };
-use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// An action on one job: the outer error is the store's, the inner one the user's.
@@ -37,7 +36,7 @@ impl Controller {
             None => format!("user {} may not {action}", peer.user.name),
         };
         tracing::warn!(uid = peer.user.uid, "denied: {detail}");
-        self.store.event(crate::clock::unix_now(), "denied", job, None, &detail)
+        self.store.event(self.clock.unix(), "denied", job, None, &detail)
     }
 
     /// `acct` for jobs: the finished ones matching (and the active ones when asked).
@@ -58,8 +57,12 @@ impl Controller {
         }
         let (since, until) = (since.filter(|t| t.is_finite()), until.filter(|t| t.is_finite()));
         let limit = limit.unwrap_or(100).min(ACCT_MAX_JOBS);
-        let mut jobs: Vec<JobInfo> =
-            self.store.finished_jobs_in(since, until, users, limit)?.iter().map(|j| j.info()).collect();
+        let mut jobs: Vec<JobInfo> = self
+            .store
+            .finished_jobs_in(since, until, users, limit)?
+            .iter()
+            .map(|j| j.info(self.clock.unix()))
+            .collect();
         jobs.reverse();
         if active {
             let kept = |j: &JobInfo| {
@@ -158,7 +161,7 @@ impl Controller {
             ClientRequest::ListJobs { states, all } => {
                 let mut jobs: Vec<_> = self.jobs.values().map(|j| self.job_info(j)).collect();
                 if all || states.iter().any(|s| s.is_finished()) {
-                    let mut finished: Vec<_> = self.store.finished_jobs(10_000)?.iter().map(|j| j.info()).collect();
+                    let mut finished: Vec<_> = self.store.finished_jobs(10_000)?.iter().map(|j| j.info(now)).collect();
                     finished.reverse();
                     jobs.extend(finished);
                     jobs.sort_by_key(|j| j.id);
@@ -171,7 +174,7 @@ impl Controller {
             ClientRequest::ShowJob { id } => {
                 let info = match self.jobs.get(&id) {
                     Some(j) => Some(self.job_info(j)),
-                    None => self.store.get_job(id)?.map(|j| j.info()),
+                    None => self.store.get_job(id)?.map(|j| j.info(now)),
                 };
                 match info {
                     Some(mut job) => {
@@ -665,12 +668,13 @@ impl Controller {
             self.cluster.nodes[index] = cap;
             self.hierarchy.locate_all(&mut self.cluster.nodes);
         }
+        let heard = self.clock.instant();
         let ex = &mut self.extra[index];
         ex.address = reg.address.clone();
         ex.real_cpus = reg.real_cpus.clone();
         ex.instance = reg.instance.clone();
         ex.conn = Some((conn_id, tx.clone()));
-        ex.last_heard = Instant::now();
+        ex.last_heard = heard;
         let was_down = ex.state == NodeState::Down;
         if was_down {
             // Back, but not given work while it still runs what is no longer its own, nor while
@@ -770,11 +774,12 @@ impl Controller {
     }
 
     pub fn handle_agent(&mut self, node: usize, conn_id: u64, msg: AgentMessage, now: f64) -> Result<(), StoreError> {
+        let heard = self.clock.instant();
         let Some(ex) = self.extra.get_mut(node) else { return Ok(()) };
         if ex.conn.as_ref().map(|c| c.0) != Some(conn_id) {
             return Ok(()); // a message from a replaced connection
         }
-        ex.last_heard = Instant::now();
+        ex.last_heard = heard;
         match msg {
             AgentMessage::Register(_) => {}
             AgentMessage::Heartbeat { running, steps, .. } => {
@@ -881,12 +886,14 @@ impl Controller {
     /// Mark nodes down whose agents went quiet, and end the jobs whose batch script ran there.
     pub fn check_heartbeats(&mut self, now: f64) -> Result<(), StoreError> {
         let timeout = self.cfg.node_timeout();
+        let at = self.clock.instant();
         for i in 0..self.extra.len() {
             let ex = &self.extra[i];
             // Silent since the later of our record and its connection task's (crate::lease).
-            let silent = match ex.conn.as_ref().and_then(|c| crate::lease::silent_for(c.0)) {
-                Some(s) => s.min(ex.last_heard.elapsed()),
-                None => ex.last_heard.elapsed(),
+            let ours = at.saturating_duration_since(ex.last_heard);
+            let silent = match ex.conn.as_ref().and_then(|c| crate::lease::silent_for(c.0, at)) {
+                Some(s) => s.min(ours),
+                None => ours,
             };
             if ex.state == NodeState::Down || ex.instance.is_empty() || silent < timeout {
                 continue;

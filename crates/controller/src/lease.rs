@@ -11,10 +11,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-/// Milliseconds since the first stamp of this process (a monotonic clock).
-fn now_ms() -> u64 {
+/// The origin of the stamps: the first stamp of this process (a monotonic clock).
+fn epoch() -> Instant {
     static EPOCH: OnceLock<Instant> = OnceLock::new();
-    EPOCH.get_or_init(Instant::now).elapsed().as_millis() as u64
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds since `epoch`.
+fn now_ms() -> u64 {
+    epoch().elapsed().as_millis() as u64
 }
 
 type Stamps = Mutex<HashMap<u64, Arc<AtomicU64>>>;
@@ -45,10 +50,11 @@ pub fn close(conn: u64) {
     }
 }
 
-/// How long connection `conn`'s agent has been silent, as its connection task saw it.
-pub fn silent_for(conn: u64) -> Option<Duration> {
+/// How long connection `conn`'s agent has been silent at `now` (the state thread's clock,
+/// `crate::clock`), as its connection task saw it.
+pub fn silent_for(conn: u64, now: Instant) -> Option<Duration> {
     let stamp = stamps().lock().ok()?.get(&conn)?.load(Ordering::Relaxed);
-    Some(Duration::from_millis(now_ms().saturating_sub(stamp)))
+    Some(now.saturating_duration_since(epoch() + Duration::from_millis(stamp)))
 }
 
 #[cfg(test)]
@@ -59,10 +65,10 @@ mod tests {
     fn the_latest_stamp_counts_and_a_closed_connection_has_none() {
         let s = open(u64::MAX - 1);
         std::thread::sleep(Duration::from_millis(30));
-        assert!(silent_for(u64::MAX - 1).unwrap() >= Duration::from_millis(30));
+        assert!(silent_for(u64::MAX - 1, Instant::now()).unwrap() >= Duration::from_millis(30));
         heard(&s);
-        assert!(silent_for(u64::MAX - 1).unwrap() < Duration::from_millis(30));
+        assert!(silent_for(u64::MAX - 1, Instant::now()).unwrap() < Duration::from_millis(30));
         close(u64::MAX - 1);
-        assert_eq!(silent_for(u64::MAX - 1), None);
+        assert_eq!(silent_for(u64::MAX - 1, Instant::now()), None);
     }
 }

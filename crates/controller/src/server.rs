@@ -5,7 +5,6 @@
 //! launches: one fsync serves many submissions (group commit), and nothing is acknowledged
 //! before it is durable.
 
-use crate::clock::unix_now;
 pub use crate::command::{Command, ServerError};
 use crate::config::ControllerConfig;
 use crate::model::request::Peer;
@@ -200,9 +199,9 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                 Err(_) => break,
             }
         }
-        let now = unix_now();
+        let now = ctl.clock.unix();
         berth_protocol::probe::mark("ctl batch");
-        if ctl.store_health.is_some() && degraded.due() {
+        if ctl.store_health.is_some() && degraded.due(ctl.clock.instant()) {
             // After a full disk, writing resumes once there is room for more than the probe.
             let no_space = ctl.store_health.as_ref().is_some_and(|h| h.problem == WriteBlock::NoSpace.as_str());
             let probe = if no_space && crate::store::free_bytes(ctl.store.path()) < ROOM_TO_RESUME {
@@ -230,7 +229,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
                     batch.splice(0..0, kept);
                 }
                 Err(e) if e.unwritable().is_some() => {
-                    degraded.failed();
+                    degraded.failed(ctl.clock.instant());
                     tracing::debug!("the state database is still not writable: {e}");
                 }
                 Err(e) => {
@@ -261,13 +260,13 @@ struct Degraded {
 }
 
 impl Degraded {
-    fn due(&self) -> bool {
-        self.next.is_none_or(|t| std::time::Instant::now() >= t)
+    fn due(&self, now: std::time::Instant) -> bool {
+        self.next.is_none_or(|t| now >= t)
     }
 
-    fn failed(&mut self) {
+    fn failed(&mut self, now: std::time::Instant) {
         self.delay = (self.delay * 2).clamp(Duration::from_millis(250), Duration::from_secs(2));
-        self.next = Some(std::time::Instant::now() + self.delay);
+        self.next = Some(now + self.delay);
     }
 }
 
@@ -394,10 +393,11 @@ fn apply_batch(
                     if let AgentMessage::Heartbeat { .. } = msg {
                         if degraded {
                             // Heard from; what it runs is checked once the store is writable.
+                            let heard = ctl.clock.instant();
                             if let Some(ex) =
                                 ctl.extra.get_mut(node).filter(|e| e.conn.as_ref().map(|c| c.0) == Some(conn_id))
                             {
-                                ex.last_heard = std::time::Instant::now();
+                                ex.last_heard = heard;
                             }
                             continue;
                         }

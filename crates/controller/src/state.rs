@@ -1,5 +1,6 @@
 //! The controller's in-memory state, rebuilt from the store at start, and the scheduling step.
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
 use crate::model::job::{JobRecord, OldRun};
 use crate::store::{NodeRow, Store, StoreError};
@@ -96,11 +97,18 @@ pub struct Controller {
     /// Until then (a minute after the first tick), allocations nobody holds are kept for their
     /// holders to come back (`berth_protocol::client::ALLOC_RECLAIM_SECS`); set at that tick.
     pub alloc_reclaim_until: Option<f64>,
+    /// Where time comes from (`crate::clock`): the system's, or a fake one in unit tests.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Controller {
-    /// Rebuild the state from the store.
+    /// Rebuild the state from the store, on the system's clock.
     pub fn load(cfg: ControllerConfig, store: Store) -> Result<Self, StoreError> {
+        Self::load_with_clock(cfg, store, Arc::new(SystemClock))
+    }
+
+    /// Rebuild the state from the store, reading time from `clock`.
+    pub fn load_with_clock(cfg: ControllerConfig, store: Store, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         let mut c = Controller {
             cfg: cfg.clone(),
             next_id: 0,
@@ -122,6 +130,7 @@ impl Controller {
             store_health: None,
             alloc_holders: HashMap::new(),
             alloc_reclaim_until: None,
+            clock,
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         c.next_id = (c.store.max_job_id()? + 1).max(reserved);
@@ -167,7 +176,7 @@ impl Controller {
         c.policy.advance = AdvanceBook::load(&c.store)?;
         c.load_old_runs()?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
-        let now = crate::clock::unix_now();
+        let now = c.clock.unix();
         for row in c.store.live_steps()? {
             if c.jobs.get(&row.job).is_some_and(|j| j.state.has_allocation()) {
                 c.steps.entry(row.job).or_default().push(LiveStep {
@@ -206,9 +215,10 @@ impl Controller {
             store_health,
             alloc_holders,
             alloc_reclaim_until,
+            clock,
             ..
         } = self;
-        let mut c = Controller::load(cfg, store)?;
+        let mut c = Controller::load_with_clock(cfg, store, clock)?;
         c.alloc_holders = alloc_holders;
         c.alloc_reclaim_until = alloc_reclaim_until;
         c.key = key;
@@ -263,7 +273,7 @@ impl Controller {
             real_cpus: real_cpus.to_string(),
             instance: instance.to_string(),
             conn: None,
-            last_heard: Instant::now(),
+            last_heard: self.clock.instant(),
         });
     }
 

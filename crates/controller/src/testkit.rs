@@ -1,5 +1,6 @@
 //! A controller with registered nodes and no sockets, for unit tests of handlers and policy.
 
+use crate::clock::FakeClock;
 use crate::config::ControllerConfig;
 use crate::model::request::Peer;
 use crate::state::{AgentTx, Controller};
@@ -10,6 +11,7 @@ use berth_core::topology::Topology;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
+use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 /// A controller with registered nodes and no sockets: requests go straight to the handlers,
@@ -21,6 +23,8 @@ pub(crate) struct Harness {
     // Kept so the agents' channels stay open.
     _rxs: Vec<mpsc::UnboundedReceiver<ControllerMessage>>,
     pub now: f64,
+    /// The controller's clock: it moves only with `advance` (`now` may be set apart from it).
+    pub clock: Arc<FakeClock>,
 }
 
 pub(crate) fn ann() -> Peer {
@@ -88,8 +92,9 @@ impl Harness {
         let mut cfg = config(dir.path());
         edit(&mut cfg);
         cfg.validate().expect("a valid test config");
-        let ctl = Controller::load(cfg, Store::open(dir.path()).unwrap()).unwrap();
-        let mut h = Harness { ctl, dir, txs: vec![], _rxs: vec![], now: 1000.0 };
+        let clock = Arc::new(FakeClock::new(1000.0));
+        let ctl = Controller::load_with_clock(cfg, Store::open(dir.path()).unwrap(), clock.clone()).unwrap();
+        let mut h = Harness { ctl, dir, txs: vec![], _rxs: vec![], now: 1000.0, clock };
         for i in 0..nodes {
             let (tx, rx) = mpsc::unbounded_channel();
             let reg = registration(i, &format!("inst{i}"), vec![]);
@@ -103,14 +108,20 @@ impl Harness {
 
     /// A controller loaded again from the same state (a restart), nodes reconnected.
     pub fn restart(self) -> Harness {
-        let Harness { ctl, dir, txs, _rxs, now } = self;
+        let Harness { ctl, dir, txs, _rxs, now, clock } = self;
         let cfg = ctl.cfg.clone();
         drop(ctl);
-        let mut ctl = Controller::load(cfg, Store::open(dir.path()).unwrap()).unwrap();
+        let mut ctl = Controller::load_with_clock(cfg, Store::open(dir.path()).unwrap(), clock.clone()).unwrap();
         for (i, tx) in txs.iter().enumerate() {
             ctl.extra[i].conn = Some((i as u64 + 1, tx.clone()));
         }
-        Harness { ctl, dir, txs, _rxs, now }
+        Harness { ctl, dir, txs, _rxs, now, clock }
+    }
+
+    /// Time passes: `now` and the controller's clock move on by `secs`.
+    pub fn advance(&mut self, secs: f64) {
+        self.now += secs;
+        self.clock.advance(secs);
     }
 
     pub fn call(&mut self, req: ClientRequest, peer: &Peer) -> ClientResponse {

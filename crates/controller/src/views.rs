@@ -8,7 +8,7 @@ use berth_protocol::client::{CgroupInfo, JobInfo, NodeInfo, NumaInfo, PuHolder, 
 
 impl Controller {
     pub fn job_info(&self, job: &JobRecord) -> JobInfo {
-        let mut info = job.info();
+        let mut info = job.info(self.clock.unix());
         info.cgroups = self
             .cgroups
             .get(&job.id)
@@ -129,7 +129,7 @@ impl Controller {
             last_heard_seconds_ago: if ex.instance.is_empty() {
                 None
             } else {
-                Some(ex.last_heard.elapsed().as_secs_f64())
+                Some(self.clock.instant().saturating_duration_since(ex.last_heard).as_secs_f64())
             },
         }
     }

@@ -297,3 +297,38 @@ fn requeueable_jobs_are_fenced_and_a_fenced_end_requeues() {
     assert_eq!(state_of(&mut h, plain).0, JobState::Queued, "{:?}", state_of(&mut h, plain));
     assert!(events(&h, "requeue").iter().any(|(j, _)| *j == Some(plain)));
 }
+
+/// A node whose agent goes quiet is taken for lost once the heartbeat timeout has passed on
+/// the controller's clock (a fake one: nothing sleeps), not a moment before; a node heard from
+/// meanwhile stays up, and the lost node's job is requeued and killed on the other.
+#[test]
+fn a_silent_agent_is_lost_after_the_heartbeat_timeout_and_not_before() {
+    let mut h = Harness::new(2);
+    let id = h.batch(two_nodes(Some(true), None), &ann());
+    h.sent();
+    let timeout = h.ctl.cfg.node_timeout().as_secs_f64();
+    assert!(timeout > 2.0, "the default timeout is several heartbeats: {timeout}");
+
+    h.advance(timeout - 1.0);
+    h.agent(0, AgentMessage::Heartbeat { running: vec![id], seq: 1, steps: None });
+    h.ctl.check_heartbeats(h.now).unwrap();
+    assert_eq!((h.ctl.extra[0].state, h.ctl.extra[1].state), (NodeState::Up, NodeState::Up));
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert!(events(&h, "node_down").is_empty());
+
+    // Node 1 has now been silent for longer than the timeout; node 0 was heard 2 s ago.
+    h.advance(2.0);
+    h.ctl.check_heartbeats(h.now).unwrap();
+    assert_eq!((h.ctl.extra[0].state, h.ctl.extra[1].state), (NodeState::Up, NodeState::Down));
+    assert!(h.ctl.extra[1].conn.is_none(), "the silent agent's connection is dropped");
+    assert_eq!(events(&h, "node_down"), vec![(None, Some("n1".to_string()))]);
+    assert_eq!(state_of(&mut h, id).0, JobState::Queued, "requeued by the failure policy");
+    let sent = h.sent();
+    assert!(
+        sent.iter().any(|(n, m)| *n == 0 && matches!(m, ControllerMessage::Kill { id: k, .. } if *k == id)),
+        "its part on the node still up is killed: {sent:?}"
+    );
+    // What users see: node 1 silent for as long as the fake clock says.
+    let ago = h.ctl.node_info(1, false).last_heard_seconds_ago.expect("registered");
+    assert!((ago - (timeout + 1.0)).abs() < 1e-6, "{ago} s");
+}

@@ -141,7 +141,8 @@ impl JobRecord {
         start + self.walltime.map(|w| w as f64).unwrap_or(unlimited) + suspended_secs
     }
 
-    pub fn info(&self) -> JobInfo {
+    /// What users see of it; `now` counts a suspension going on.
+    pub fn info(&self, now: f64) -> JobInfo {
         JobInfo {
             id: self.id,
             name: self.name.clone(),
@@ -200,7 +201,7 @@ impl JobRecord {
             tasks: self.options.tasks,
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
-                let until = self.end_time.unwrap_or_else(crate::clock::unix_now);
+                let until = self.end_time.unwrap_or(now);
                 (self.suspension.seconds(until) * 10.0).round() / 10.0
             }),
         }

@@ -237,7 +237,7 @@ fn a_suspended_job_is_signalled_cancelled_and_frees_only_its_memory() {
     assert_eq!(numa_used(&h).iter().sum::<u64>(), 64, "only B's memory is left");
     let done_a = h.ctl.store.get_job(a).unwrap().unwrap();
     assert_eq!(done_a.state, JobState::Cancelled);
-    assert_eq!(done_a.info().suspended_seconds, Some(12.0), "suspended until its end");
+    assert_eq!(done_a.info(h.now).suspended_seconds, Some(12.0), "suspended until its end");
     h.agent(0, ended(b));
     assert_eq!((free_pus(&h), numa_used(&h)), ("0-7".into(), vec![0, 0]));
 }
