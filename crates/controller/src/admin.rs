@@ -2,6 +2,7 @@
 //! Settings other than the state are kept in the store's `meta` table under
 //! `node_admin:<name>`, so they survive restarts and re-registrations.
 
+use crate::model::effect::Effect;
 use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
@@ -52,12 +53,8 @@ impl Controller {
     }
 
     fn save_settings(&self, i: usize) -> Result<(), StoreError> {
-        let cap = &self.cluster.nodes[i];
-        let s = NodeSettings {
-            system_cpus: Some(cap.system_pus.to_list()),
-            subnodes: cap.subnodes.iter().map(|s| (s.state, s.properties.clone())).collect(),
-        };
-        self.store.set_meta(&key(&cap.name), &serde_json::to_string(&s).unwrap_or_default())
+        let (key, value) = settings_of(&self.cluster.nodes[i]);
+        self.store.set_meta(&key, &value)
     }
 
     pub fn node_admin(
@@ -117,6 +114,8 @@ impl Controller {
         Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
     }
 
+    /// `berth node NAME subnode INDEX ACTION`: the change is decided by `subnode_change`
+    /// (pure), its writes carried out by the server loop (`Controller::carry_out_effects`).
     pub fn subnode_admin(
         &mut self,
         node: &str,
@@ -124,50 +123,78 @@ impl Controller {
         action: &str,
         value: Option<&str>,
         peer: &Peer,
-        now: f64,
     ) -> Result<ClientResponse, StoreError> {
         let i = match self.admin_target(peer, node, "subnodes") {
             Ok(i) => i,
             Err(reply) => return Ok(reply),
         };
-        let count = self.cluster.nodes[i].subnodes.len();
-        let Some(sub) = self.cluster.nodes[i].subnodes.get_mut(index as usize) else {
-            return Ok(error(
-                ErrorCode::BadRequest,
-                format!(
-                    "node {node} has {count} subnode(s){}",
-                    if count == 0 { " (set subnode_numa in the controller config)" } else { "" }
-                ),
-            ));
-        };
-        match action {
-            "drain" => sub.state = SubnodeState::Drained,
-            "offline" => sub.state = SubnodeState::Offline,
-            "resume" => sub.state = SubnodeState::Up,
-            "properties" => {
-                let props: Vec<String> =
-                    value.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
-                if props.iter().any(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')) {
-                    return Ok(error(ErrorCode::BadRequest, "properties are names of letters, digits, _ and -"));
-                }
-                sub.properties = props;
-            }
-            other => {
-                return Ok(error(
-                    ErrorCode::BadRequest,
-                    format!("unknown subnode action {other:?}; use drain, offline, resume or properties"),
-                ))
-            }
+        match subnode_change(&mut self.cluster.nodes[i], index, action, value) {
+            Ok(effects) => self.out.effects.extend(effects),
+            Err(refused) => return Ok(refused),
         }
-        self.save_settings(i)?;
-        self.store.event(
-            now,
-            &format!("subnode_{action}"),
-            None,
-            Some(node),
-            &format!("{index} {}", value.unwrap_or("")),
-        )?;
-        self.dirty = true;
         Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
     }
 }
+
+/// The `meta` key and value of what an admin set for node `cap`.
+fn settings_of(cap: &NodeCapacity) -> (String, String) {
+    let s = NodeSettings {
+        system_cpus: Some(cap.system_pus.to_list()),
+        subnodes: cap.subnodes.iter().map(|s| (s.state, s.properties.clone())).collect(),
+    };
+    (key(&cap.name), serde_json::to_string(&s).unwrap_or_default())
+}
+
+/// An admin's change of subnode `index` of node `cap` (drain, offline, resume, properties),
+/// made on `cap`; what is to be written (the node's settings, the event, a pass) is returned,
+/// in order. Refused (the reply) with `cap` unchanged. Needs no store.
+pub fn subnode_change(
+    cap: &mut NodeCapacity,
+    index: u32,
+    action: &str,
+    value: Option<&str>,
+) -> Result<Vec<Effect>, ClientResponse> {
+    let count = cap.subnodes.len();
+    let Some(sub) = cap.subnodes.get_mut(index as usize) else {
+        return Err(error(
+            ErrorCode::BadRequest,
+            format!(
+                "node {} has {count} subnode(s){}",
+                cap.name,
+                if count == 0 { " (set subnode_numa in the controller config)" } else { "" }
+            ),
+        ));
+    };
+    match action {
+        "drain" => sub.state = SubnodeState::Drained,
+        "offline" => sub.state = SubnodeState::Offline,
+        "resume" => sub.state = SubnodeState::Up,
+        "properties" => {
+            let props: Vec<String> =
+                value.unwrap_or("").split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
+            if props.iter().any(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')) {
+                return Err(error(ErrorCode::BadRequest, "properties are names of letters, digits, _ and -"));
+            }
+            sub.properties = props;
+        }
+        other => {
+            return Err(error(
+                ErrorCode::BadRequest,
+                format!("unknown subnode action {other:?}; use drain, offline, resume or properties"),
+            ))
+        }
+    }
+    let (key, value_json) = settings_of(cap);
+    Ok(vec![
+        Effect::SetMeta { key, value: value_json },
+        Effect::Event {
+            kind: format!("subnode_{action}"),
+            node: Some(cap.name.clone()),
+            detail: format!("{index} {}", value.unwrap_or("")),
+        },
+        Effect::Reschedule,
+    ])
+}
+
+#[cfg(test)]
+mod tests;

@@ -200,7 +200,7 @@ impl Controller {
                 self.node_admin(&name, &action, value.as_deref(), peer, now)?
             }
             ClientRequest::SubnodeAdmin { node, index, action, value } => {
-                self.subnode_admin(&node, index, &action, value.as_deref(), peer, now)?
+                self.subnode_admin(&node, index, &action, value.as_deref(), peer)?
             }
             ClientRequest::Acct { limit, steps: true, .. } => ClientResponse::Steps {
                 steps: self.store.recent_steps(limit.unwrap_or(100).min(berth_protocol::client::ACCT_MAX_JOBS))?.iter().map(|s| s.info()).collect(),

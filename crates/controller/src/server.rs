@@ -449,6 +449,8 @@ fn apply_batch(
                 }
                 Command::Shutdown => stop = true,
             }
+            // What the command decided to write, in order, before the next command.
+            ctl.carry_out_effects(now)?;
         }
         if ctl.dirty && !degraded {
             ctl.schedule(now)?;

@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
+use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, OldRun};
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
@@ -55,6 +56,9 @@ pub struct LiveStep {
 pub struct Outbox {
     pub replies: Vec<(oneshot::Sender<ClientResponse>, ClientResponse)>,
     pub agents: Vec<(AgentTx, ControllerMessage)>,
+    /// Writes decided by the last command, carried out before the next
+    /// (`Controller::carry_out_effects`).
+    pub effects: Vec<Effect>,
 }
 
 pub struct Controller {
@@ -323,6 +327,19 @@ impl Controller {
             }
             None => false,
         }
+    }
+
+    /// Carry out the effects the last command decided, in order: written in the batch's
+    /// transaction (the server loop calls this after each command).
+    pub fn carry_out_effects(&mut self, now: f64) -> Result<(), StoreError> {
+        for effect in std::mem::take(&mut self.out.effects) {
+            match effect {
+                Effect::SetMeta { key, value } => self.store.set_meta(&key, &value)?,
+                Effect::Event { kind, node, detail } => self.store.event(now, &kind, None, node.as_deref(), &detail)?,
+                Effect::Reschedule => self.dirty = true,
+            }
+        }
+        Ok(())
     }
 
     /// The first node of a job runs its batch script.

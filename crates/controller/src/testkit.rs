@@ -127,6 +127,7 @@ impl Harness {
     pub fn call(&mut self, req: ClientRequest, peer: &Peer) -> ClientResponse {
         let (tx, mut rx) = oneshot::channel();
         self.ctl.handle_client(req, peer, tx, self.now).unwrap();
+        self.ctl.carry_out_effects(self.now).unwrap();
         for (tx, r) in self.ctl.out.replies.drain(..) {
             let _ = tx.send(r);
         }
@@ -143,6 +144,7 @@ impl Harness {
 
     pub fn agent(&mut self, node: usize, msg: AgentMessage) {
         self.ctl.handle_agent(node, node as u64 + 1, msg, self.now).unwrap();
+        self.ctl.carry_out_effects(self.now).unwrap();
     }
 
     /// Submit a batch job (`hold`: held), not scheduled yet.

@@ -121,6 +121,7 @@ fn actor(mut h: Harness, mut rx: mpsc::Receiver<Command>) -> Harness {
     while let Some(cmd) = rx.blocking_recv() {
         if let Command::Client { req, peer, reply } = cmd {
             h.ctl.handle_client(req, &peer, reply, h.now).unwrap();
+            h.ctl.carry_out_effects(h.now).unwrap();
             for (tx, r) in h.ctl.out.replies.drain(..) {
                 let _ = tx.send(r);
             }
