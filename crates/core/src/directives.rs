@@ -283,18 +283,77 @@ pub const OPTION_NAMES: [&str; 43] = [
 pub const SWITCH_NAMES: [&str; 8] =
     ["threads", "rank-cpusets", "system-cpus", "requeue", "no-requeue", "no-kill", "hold", "exclusive"];
 
+/// Why [`SubmitOptions::set`] refuses an option's value (or its name). `name` is the option's
+/// name without `--`, `value` the value as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OptionError {
+    #[error("--{name} needs a positive whole number, got {value:?}")]
+    NotPositive { name: String, value: String },
+    #[error("--{name} needs a value")]
+    Empty { name: String },
+    #[error("--walltime must be at least one second")]
+    ZeroWalltime,
+    #[error("--account needs a name of letters, digits, _ - and ., got {0:?}")]
+    Account(String),
+    /// `--reservation`, `--qos`: 1 to 64 letters, digits, `_`, `-`, `.`.
+    #[error("--{name} needs a name of letters, digits, _ - and . (at most 64), got {value:?}")]
+    Name { name: &'static str, value: String },
+    #[error("--{name} takes no value (or yes/no), got {value:?}")]
+    Switch { name: String, value: String },
+    #[error("--mpi takes {kinds}, got {0:?}", kinds = crate::step::MPI_KINDS)]
+    Mpi(String),
+    #[error("--cpus-per-gpu needs a count of CPUs per GPU from 1 to 4096, got {0:?}")]
+    CpusPerGpu(String),
+    #[error("--{name} needs a whole number from 1 to {max}, got {value:?}")]
+    GpuCount { name: String, value: String, max: u32 },
+    #[error("--{name} needs a type of letters, digits, _ - and . (at most 64), got {value:?}")]
+    GpuType { name: String, value: String },
+    #[error("--property needs comma-separated names of letters, digits, _ and -, got {0:?}")]
+    Property(String),
+    #[error("unknown option --{0}; known options are --{known}", known = OPTION_NAMES.join(", --"))]
+    Unknown(String),
+    /// `--mem`, `--mem-per-cpu`, `--walltime`: the unit parsers' own message.
+    #[error(transparent)]
+    Unit(#[from] CoreError),
+    #[error("--mem-per-gpu: {0}")]
+    MemPerGpu(CoreError),
+    #[error("--dependency: {0}")]
+    Dependency(#[from] DepError),
+    #[error(transparent)]
+    Begin(#[from] BeginError),
+    #[error(transparent)]
+    Array(#[from] ArrayError),
+    #[error(transparent)]
+    Value(#[from] extra::OptionValueError),
+    #[error(transparent)]
+    GpuBind(#[from] crate::gpu::GpuBindError),
+    #[error("--gpu-locality: {0}")]
+    GpuLocality(#[from] crate::placement::UnknownGpuLocality),
+    #[error("--binding: {0}")]
+    Binding(crate::binding::BindingParseError),
+    #[error("--binding-mode: {0}")]
+    BindingMode(crate::binding::BindingParseError),
+}
+
+/// For the directive parsers and callers that gather errors as text.
+impl From<OptionError> for String {
+    fn from(e: OptionError) -> String {
+        e.to_string()
+    }
+}
+
 impl SubmitOptions {
     /// Set one option from its name (`cores`, `mem`, ...) and textual value.
-    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
-        let count = |v: &str| -> Result<u32, String> {
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), OptionError> {
+        let count = |v: &str| -> Result<u32, OptionError> {
             v.parse::<u32>()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("--{name} needs a positive whole number, got {v:?}"))
+                .ok_or_else(|| OptionError::NotPositive { name: name.to_string(), value: v.to_string() })
         };
-        let text = |v: &str| -> Result<String, String> {
+        let text = |v: &str| -> Result<String, OptionError> {
             if v.is_empty() {
-                Err(format!("--{name} needs a value"))
+                Err(OptionError::Empty { name: name.to_string() })
             } else {
                 Ok(v.to_string())
             }
@@ -304,11 +363,11 @@ impl SubmitOptions {
             "nodes" => self.nodes = Some(count(value)?),
             "tasks-per-node" => self.tasks_per_node = Some(count(value)?),
             "cpus-per-task" => self.cpus_per_task = Some(count(value)?),
-            "mem" => self.mem = Some(parse_size(value).map_err(|e| e.to_string())?),
+            "mem" => self.mem = Some(parse_size(value)?),
             "walltime" => {
-                let secs = parse_duration_secs(value).map_err(|e| e.to_string())?;
+                let secs = parse_duration_secs(value)?;
                 if secs == 0 {
-                    return Err("--walltime must be at least one second".into());
+                    return Err(OptionError::ZeroWalltime);
                 }
                 self.walltime = Some(secs)
             }
@@ -319,38 +378,31 @@ impl SubmitOptions {
             "account" => {
                 let a = text(value)?;
                 if !a.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c)) {
-                    return Err(format!("--account needs a name of letters, digits, _ - and ., got {value:?}"));
+                    return Err(OptionError::Account(value.to_string()));
                 }
                 self.account = Some(a)
             }
             "reservation" => {
                 let r = text(value)?;
                 if !valid_name(&r) {
-                    return Err(format!(
-                        "--reservation needs a name of letters, digits, _ - and . (at most 64), got {value:?}"
-                    ));
+                    return Err(OptionError::Name { name: "reservation", value: value.to_string() });
                 }
                 self.reservation = Some(r)
             }
-            "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value).map_err(|e| e.to_string())?),
+            "mem-per-cpu" => self.mem_per_cpu = Some(parse_size(value)?),
             "threads" => self.threads = Some(switch(name, value)?),
             "rank-cpusets" => self.rank_cpusets = Some(switch(name, value)?),
             "mpi" => {
                 let v = text(value)?;
-                self.mpi = Some(
-                    crate::step::MpiKind::parse(&v)
-                        .ok_or_else(|| format!("--mpi takes {}, got {value:?}", crate::step::MPI_KINDS))?,
-                )
+                self.mpi = Some(crate::step::MpiKind::parse(&v).ok_or_else(|| OptionError::Mpi(value.to_string()))?)
             }
             "system-cpus" => self.system_cpus = Some(switch(name, value)?),
             "requeue" => self.requeue = Some(switch(name, value)?),
             "no-requeue" => self.requeue = Some(!switch(name, value)?),
             "no-kill" => self.no_kill = Some(switch(name, value)?),
             "hold" => self.hold = Some(switch(name, value)?),
-            "dependency" => {
-                self.dependency = Some(Dependency::parse_slurm(value).map_err(|e| format!("--dependency: {e}"))?)
-            }
-            "begin" => self.begin = Some(Begin::parse(value).map_err(|e| e.to_string())?),
+            "dependency" => self.dependency = Some(Dependency::parse_slurm(value)?),
+            "begin" => self.begin = Some(Begin::parse(value)?),
             "comment" => self.comment = Some(extra::parse_comment(value)?),
             "chdir" => self.chdir = Some(extra::parse_chdir(value)?),
             "export" => self.export = Some(Export::parse_slurm(value)?),
@@ -361,39 +413,32 @@ impl SubmitOptions {
             "qos" => {
                 let q = text(value)?;
                 if !valid_name(&q) {
-                    return Err(format!(
-                        "--qos needs a name of letters, digits, _ - and . (at most 64), got {value:?}"
-                    ));
+                    return Err(OptionError::Name { name: "qos", value: value.to_string() });
                 }
                 self.qos = Some(q)
             }
-            "array" => self.array = Some(ArraySpec::parse_slurm(value).map_err(|e| e.to_string())?),
+            "array" => self.array = Some(ArraySpec::parse_slurm(value)?),
             "gpus" => self.gpus = Some(gpu_count(name, value, MAX_GPUS_PER_JOB)?),
             "gpus-per-node" => self.gpus_per_node = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-type" => self.gpu_type = Some(gpu_type(name, value)?),
             "cpus-per-gpu" => self.cpus_per_gpu = Some(cpus_per_gpu(value)?),
             "gpus-per-task" => self.gpus_per_task = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-bind" => self.gpu_bind = Some(crate::gpu::GpuBind::parse(value)?.to_string()),
-            "gpu-locality" => {
-                self.gpu_locality =
-                    Some(crate::placement::GpuLocality::parse(value).map_err(|e| format!("--gpu-locality: {e}"))?)
-            }
-            "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(|e| format!("--mem-per-gpu: {e}"))?),
-            "binding" => self.binding = Some(value.parse().map_err(|e| format!("--binding: {e}"))?),
-            "binding-mode" => self.binding_mode = Some(value.parse().map_err(|e| format!("--binding-mode: {e}"))?),
+            "gpu-locality" => self.gpu_locality = Some(crate::placement::GpuLocality::parse(value)?),
+            "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(OptionError::MemPerGpu)?),
+            "binding" => self.binding = Some(value.parse().map_err(OptionError::Binding)?),
+            "binding-mode" => self.binding_mode = Some(value.parse().map_err(OptionError::BindingMode)?),
             "property" => {
                 let props: Vec<String> =
                     value.split(',').map(str::trim).filter(|p| !p.is_empty()).map(String::from).collect();
                 if props.is_empty()
                     || props.iter().any(|p| !p.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-'))
                 {
-                    return Err(format!(
-                        "--property needs comma-separated names of letters, digits, _ and -, got {value:?}"
-                    ));
+                    return Err(OptionError::Property(value.to_string()));
                 }
                 self.properties = Some(props);
             }
-            _ => return Err(format!("unknown option --{name}; known options are --{}", OPTION_NAMES.join(", --"))),
+            _ => return Err(OptionError::Unknown(name.to_string())),
         }
         Ok(())
     }
@@ -489,29 +534,28 @@ impl SubmitOptions {
 }
 
 /// `--cpus-per-gpu`: 1 to 4096 CPUs per GPU.
-fn cpus_per_gpu(value: &str) -> Result<u32, String> {
+fn cpus_per_gpu(value: &str) -> Result<u32, OptionError> {
     match value.trim().parse::<u32>() {
         Ok(n) if (1..=4096).contains(&n) => Ok(n),
-        _ => Err(format!("--cpus-per-gpu needs a count of CPUs per GPU from 1 to 4096, got {value:?}")),
+        _ => Err(OptionError::CpusPerGpu(value.to_string())),
     }
 }
 
 /// A GPU count from 1 to `max`, for `--NAME`.
-pub(crate) fn gpu_count(name: &str, value: &str, max: u32) -> Result<u32, String> {
-    value
-        .trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| format!("--{name} needs a whole number from 1 to {max}, got {value:?}"))
+pub(crate) fn gpu_count(name: &str, value: &str, max: u32) -> Result<u32, OptionError> {
+    value.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| OptionError::GpuCount {
+        name: name.to_string(),
+        value: value.to_string(),
+        max,
+    })
 }
 
 /// A GPU type name (`a100`, `v100`, `a100-sxm4-80gb`), for `--NAME`; kept in lower case, as
 /// `Gpu::type_name` gives types.
-pub(crate) fn gpu_type(name: &str, value: &str) -> Result<String, String> {
+pub(crate) fn gpu_type(name: &str, value: &str) -> Result<String, OptionError> {
     let t = value.trim();
     if !valid_gpu_type(t) {
-        return Err(format!("--{name} needs a type of letters, digits, _ - and . (at most 64), got {value:?}"));
+        return Err(OptionError::GpuType { name: name.to_string(), value: value.to_string() });
     }
     Ok(t.to_ascii_lowercase())
 }
@@ -568,11 +612,11 @@ pub fn valid_name(name: &str) -> bool {
 }
 
 /// A switch's value: none (given as `--threads`), yes/true/1 or no/false/0.
-fn switch(name: &str, value: &str) -> Result<bool, String> {
+fn switch(name: &str, value: &str) -> Result<bool, OptionError> {
     match value {
         "" | "yes" | "true" | "1" => Ok(true),
         "no" | "false" | "0" => Ok(false),
-        _ => Err(format!("--{name} takes no value (or yes/no), got {value:?}")),
+        _ => Err(OptionError::Switch { name: name.to_string(), value: value.to_string() }),
     }
 }
 
@@ -604,7 +648,7 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
                 format!("{line:?} is not a directive; write `{DIRECTIVE_PREFIX} --option value`"),
             ));
         }
-        let tokens = tokenize(rest).map_err(|m| err(line_no, m))?;
+        let tokens = tokenize(rest).map_err(|m| err(line_no, m.to_string()))?;
         let mut i = 0;
         while i < tokens.len() {
             let tok = &tokens[i];
@@ -620,7 +664,7 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
                     (flag.to_string(), v.clone())
                 }
             };
-            opts.set(&name, &value).map_err(|m| err(line_no, m))?;
+            opts.set(&name, &value).map_err(|m| err(line_no, m.to_string()))?;
             i += 1;
         }
     }
@@ -646,7 +690,12 @@ pub fn parse_script_with(script: &str, ignore_unsupported: bool) -> Result<(Subm
 }
 
 /// Split on whitespace, honouring double quotes (`--name "my job"`).
-fn tokenize(s: &str) -> Result<Vec<String>, String> {
+/// A directive line with a `"` not closed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("unterminated double quote")]
+pub struct UnterminatedQuote;
+
+fn tokenize(s: &str) -> Result<Vec<String>, UnterminatedQuote> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut in_quotes = false;
@@ -670,7 +719,7 @@ fn tokenize(s: &str) -> Result<Vec<String>, String> {
         }
     }
     if in_quotes {
-        return Err("unterminated double quote".into());
+        return Err(UnterminatedQuote);
     }
     if has_token {
         out.push(cur);

@@ -364,11 +364,50 @@ pub const MAX_BIND_LIST: usize = 4096;
 const BIND_FORMS: &str =
     "closest, none, map_gpu:I,J,... (or map:), mask_gpu:M,N,... (hex masks of GPU indexes), single:N or per_task:N";
 
+/// Why a `--gpu-bind` value is refused, or names a GPU the job does not hold.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GpuBindError {
+    /// `single:N` or `per_task:N` with a bad count; `shown` is the value as given, escaped.
+    #[error("--gpu-bind {form}: needs a count from 1 to {max}, got {shown:?}", max = MAX_GPUS)]
+    Count { form: &'static str, shown: String },
+    #[error("--gpu-bind mask_gpu: {problem}, in {shown:?}")]
+    Mask { problem: BindListError, shown: String },
+    #[error("--gpu-bind map: needs GPU indexes 0 to {last} separated by commas (ITEM*COUNT repeats one), got {shown:?}", last = MAX_GPUS - 1)]
+    Map { shown: String },
+    #[error("--gpu-bind takes {BIND_FORMS}; got {shown:?}")]
+    Form { shown: String },
+    /// A `map` or `mask_gpu` list names a GPU the job does not hold on the node.
+    #[error("--gpu-bind {form} names GPU {gpu}, which the job does not hold on this node (its GPUs here: {held})")]
+    NotHeld { form: &'static str, gpu: u32, held: String },
+}
+
+/// What is wrong in a `--gpu-bind` list (`map_gpu:`, `mask_gpu:`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindListError {
+    #[error("a bad *COUNT")]
+    BadRepeat,
+    #[error("an empty entry")]
+    EmptyEntry,
+    #[error("more than {MAX_BIND_LIST} entries")]
+    TooLong,
+    #[error("{0:?} is not a hexadecimal mask of GPU indexes 0 to {last}", last = MAX_GPUS - 1)]
+    NotHex(String),
+    #[error("mask {0:?} names no GPU")]
+    NoGpu(String),
+}
+
+/// For callers that still gather errors as text (the agent's step set-up).
+impl From<GpuBindError> for String {
+    fn from(e: GpuBindError) -> String {
+        e.to_string()
+    }
+}
+
 impl GpuBind {
     /// Parse `closest`, `none`, `map:I,J,...`/`map_gpu:I,J,...` (GPU indexes on the node),
     /// `mask_gpu:M,N,...` (hexadecimal, `0x` optional), `single:N`, `per_task:N`. Lists may
     /// repeat an entry with `*COUNT` (`map_gpu:0*4,1*4`), as Slurm's.
-    pub fn parse(text: &str) -> Result<GpuBind, String> {
+    pub fn parse(text: &str) -> Result<GpuBind, GpuBindError> {
         let t = text.trim();
         let shown = || text.escape_debug().to_string();
         match t {
@@ -376,10 +415,10 @@ impl GpuBind {
             "none" => return Ok(GpuBind::None),
             _ => {}
         }
-        let count = |what: &str, v: &str| -> Result<u32, String> {
+        let count = |form: &'static str, v: &str| -> Result<u32, GpuBindError> {
             match v.trim().parse::<u32>() {
                 Ok(n) if (1..=MAX_GPUS as u32).contains(&n) => Ok(n),
-                _ => Err(format!("--gpu-bind {what}: needs a count from 1 to {MAX_GPUS}, got {:?}", shown())),
+                _ => Err(GpuBindError::Count { form, shown: shown() }),
             }
         };
         if let Some(n) = t.strip_prefix("single:") {
@@ -391,44 +430,36 @@ impl GpuBind {
         if let Some(list) = t.strip_prefix("mask_gpu:") {
             let masks = expand_list(list)
                 .and_then(|items| items.iter().map(|m| mask_indexes(m)).collect::<Result<Vec<_>, _>>())
-                .map_err(|e| format!("--gpu-bind mask_gpu: {e}, in {:?}", shown()))?;
+                .map_err(|problem| GpuBindError::Mask { problem, shown: shown() })?;
             return Ok(GpuBind::Mask(masks));
         }
         let list = t
             .strip_prefix("map_gpu:")
             .or_else(|| t.strip_prefix("map:"))
-            .ok_or_else(|| format!("--gpu-bind takes {BIND_FORMS}; got {:?}", shown()))?;
-        let ids: Result<Vec<u32>, String> = expand_list(list).and_then(|items| {
-            items
-                .iter()
-                .map(|i| i.parse::<u32>().ok().filter(|&i| (i as usize) < MAX_GPUS).ok_or_else(|| format!("{i:?}")))
-                .collect()
+            .ok_or_else(|| GpuBindError::Form { shown: shown() })?;
+        let ids: Option<Vec<u32>> = expand_list(list).ok().and_then(|items| {
+            items.iter().map(|i| i.parse::<u32>().ok().filter(|&i| (i as usize) < MAX_GPUS)).collect()
         });
-        match ids {
-            Ok(ids) => Ok(GpuBind::Map(ids)),
-            Err(_) => Err(format!(
-                "--gpu-bind map: needs GPU indexes 0 to {} separated by commas (ITEM*COUNT repeats one), got {:?}",
-                MAX_GPUS - 1,
-                shown()
-            )),
-        }
+        ids.map(GpuBind::Map).ok_or_else(|| GpuBindError::Map { shown: shown() })
     }
 }
 
 /// A `--gpu-bind` list's entries with `ITEM*COUNT` repeated: at least one, at most
 /// [`MAX_BIND_LIST`].
-fn expand_list(list: &str) -> Result<Vec<&str>, String> {
+fn expand_list(list: &str) -> Result<Vec<&str>, BindListError> {
     let mut out = vec![];
     for item in list.split(',').map(str::trim) {
         let (item, times) = match item.split_once('*') {
-            Some((i, n)) => (i.trim(), n.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or("a bad *COUNT")?),
+            Some((i, n)) => {
+                (i.trim(), n.trim().parse::<usize>().ok().filter(|&n| n >= 1).ok_or(BindListError::BadRepeat)?)
+            }
             None => (item, 1),
         };
         if item.is_empty() {
-            return Err("an empty entry".into());
+            return Err(BindListError::EmptyEntry);
         }
         if out.len() + times > MAX_BIND_LIST {
-            return Err(format!("more than {MAX_BIND_LIST} entries"));
+            return Err(BindListError::TooLong);
         }
         out.extend(std::iter::repeat_n(item, times));
     }
@@ -436,10 +467,10 @@ fn expand_list(list: &str) -> Result<Vec<&str>, String> {
 }
 
 /// The GPU indexes of a hexadecimal mask (`0x0f`, `f0`): bit i is GPU i; not empty.
-fn mask_indexes(mask: &str) -> Result<Vec<u32>, String> {
+fn mask_indexes(mask: &str) -> Result<Vec<u32>, BindListError> {
     let hex = mask.strip_prefix("0x").or_else(|| mask.strip_prefix("0X")).unwrap_or(mask);
     if hex.is_empty() || hex.len() > MAX_GPUS / 4 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Err(format!("{mask:?} is not a hexadecimal mask of GPU indexes 0 to {}", MAX_GPUS - 1));
+        return Err(BindListError::NotHex(mask.to_string()));
     }
     let mut out = vec![];
     for (k, digit) in hex.bytes().rev().enumerate() {
@@ -447,7 +478,7 @@ fn mask_indexes(mask: &str) -> Result<Vec<u32>, String> {
         out.extend((0..4).filter(|b| v & (1 << b) != 0).map(|b| (k * 4 + b) as u32));
     }
     if out.is_empty() {
-        return Err(format!("mask {mask:?} names no GPU"));
+        return Err(BindListError::NoGpu(mask.to_string()));
     }
     Ok(out)
 }
@@ -484,6 +515,11 @@ impl std::fmt::Display for GpuBind {
     }
 }
 
+fn not_held(form: &'static str, gpu: u32, held: &[u32]) -> GpuBindError {
+    let held: Vec<String> = held.iter().map(u32::to_string).collect();
+    GpuBindError::NotHeld { form, gpu, held: held.join(",") }
+}
+
 /// The GPUs of each local rank on a node: `held` are the job's GPUs there (indexes into
 /// `gpus`), `ranks` each rank's PUs, `per_task` the GPUs each rank gets with `closest`.
 ///
@@ -499,7 +535,7 @@ pub fn rank_gpus(
     ranks: &[CpuSet],
     per_task: u32,
     bind: &GpuBind,
-) -> Result<Vec<Vec<u32>>, String> {
+) -> Result<Vec<Vec<u32>>, GpuBindError> {
     let mut held: Vec<u32> = held.iter().copied().filter(|&i| (i as usize) < gpus.len()).collect();
     held.sort_unstable();
     held.dedup();
@@ -509,22 +545,14 @@ pub fn rank_gpus(
     match bind {
         GpuBind::None => Ok(vec![held; ranks.len()]),
         GpuBind::Map(ids) => {
-            if let Some(bad) = ids.iter().find(|i| !held.contains(i)) {
-                let have: Vec<String> = held.iter().map(u32::to_string).collect();
-                return Err(format!(
-                    "--gpu-bind map names GPU {bad}, which the job does not hold on this node (its GPUs here: {})",
-                    have.join(",")
-                ));
+            if let Some(&gpu) = ids.iter().find(|i| !held.contains(i)) {
+                return Err(not_held("map", gpu, &held));
             }
             Ok((0..ranks.len()).map(|i| vec![ids[i % ids.len()]]).collect())
         }
         GpuBind::Mask(masks) => {
-            if let Some(bad) = masks.iter().flatten().find(|i| !held.contains(i)) {
-                let have: Vec<String> = held.iter().map(u32::to_string).collect();
-                return Err(format!(
-                    "--gpu-bind mask_gpu names GPU {bad}, which the job does not hold on this node (its GPUs here: {})",
-                    have.join(",")
-                ));
+            if let Some(&gpu) = masks.iter().flatten().find(|i| !held.contains(i)) {
+                return Err(not_held("mask_gpu", gpu, &held));
             }
             Ok((0..ranks.len()).map(|i| masks[i % masks.len()].clone()).collect())
         }
@@ -662,6 +690,8 @@ mod rank_tests {
         assert_eq!(map, GpuBind::Map(vec![1, 0]));
         assert_eq!(rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &map).unwrap(), [vec![1], vec![0], vec![1]]);
         let err = rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &GpuBind::Map(vec![3])).unwrap_err();
+        assert_eq!(err, GpuBindError::NotHeld { form: "map", gpu: 3, held: "0,1".into() });
+        let err = err.to_string();
         assert!(err.contains("GPU 3") && err.contains("0,1"), "{err}");
         assert_eq!(rank_gpus(&t.gpus, &[], &ranks, 1, &GpuBind::Closest).unwrap(), vec![Vec::<u32>::new(); 3]);
     }
@@ -675,6 +705,7 @@ mod rank_tests {
         let got = rank_gpus(&t.gpus, &[0, 1, 2, 3], &ranks[..3], 1, &mask).unwrap();
         assert_eq!(got, [vec![0, 1], vec![2, 3], vec![0, 1]]);
         let err = rank_gpus(&t.gpus, &[0, 1], &ranks[..1], 1, &GpuBind::parse("mask_gpu:0x4").unwrap()).unwrap_err();
+        let err = err.to_string();
         assert!(err.contains("names GPU 2") && err.contains("its GPUs here: 0,1"), "{err}");
         // per_task:2: GPUs in order, two a rank, wrapping.
         let got = rank_gpus(&t.gpus, &[0, 1, 2], &ranks[..3], 1, &GpuBind::PerTask(2)).unwrap();
@@ -722,11 +753,36 @@ mod rank_tests {
             "Closest",
             "mask_gpu:1,,2",
         ] {
-            let e = GpuBind::parse(bad).unwrap_err();
+            let e = GpuBind::parse(bad).unwrap_err().to_string();
             assert!(e.contains("--gpu-bind"), "{bad}: {e}");
         }
-        let e = GpuBind::parse("sockets").unwrap_err();
+        let e = GpuBind::parse("sockets").unwrap_err().to_string();
         assert!(e.contains("closest, none, map_gpu:I,J,... (or map:), mask_gpu:M,N,"), "{e}");
+        // The messages, word for word (docs and the CLI's tests quote them).
+        let text = |bad: &str| GpuBind::parse(bad).unwrap_err().to_string();
+        assert_eq!(
+            text("single:0"),
+            format!("--gpu-bind single: needs a count from 1 to {MAX_GPUS}, got \"single:0\"")
+        );
+        assert_eq!(text("mask_gpu:1,,2"), "--gpu-bind mask_gpu: an empty entry, in \"mask_gpu:1,,2\"");
+        assert_eq!(
+            text("mask_gpu:0xg"),
+            format!(
+                "--gpu-bind mask_gpu: \"0xg\" is not a hexadecimal mask of GPU indexes 0 to {}, in \"mask_gpu:0xg\"",
+                MAX_GPUS - 1
+            )
+        );
+        assert_eq!(text("mask_gpu:0"), "--gpu-bind mask_gpu: mask \"0\" names no GPU, in \"mask_gpu:0\"");
+        assert_eq!(text("map:0*0"), format!("--gpu-bind map: needs GPU indexes 0 to {} separated by commas (ITEM*COUNT repeats one), got \"map:0*0\"", MAX_GPUS - 1));
+        assert_eq!(text("sockets"), format!("--gpu-bind takes {BIND_FORMS}; got \"sockets\""));
+        assert!(matches!(
+            GpuBind::parse("mask_gpu:0*9000"),
+            Err(GpuBindError::Mask { problem: BindListError::TooLong, .. })
+        ));
+        assert!(matches!(
+            GpuBind::parse("mask_gpu:1*x"),
+            Err(GpuBindError::Mask { problem: BindListError::BadRepeat, .. })
+        ));
     }
 }
 

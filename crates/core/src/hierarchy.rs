@@ -213,10 +213,33 @@ impl Hierarchy {
 /// Most names one host list may expand to.
 pub const MAX_HOSTLIST_NAMES: usize = 100_000;
 
+/// Why a host list (`n[1-3,7]`, `node[1-3],login`) cannot be expanded. `list` is the
+/// pattern or list as given.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostlistError {
+    #[error("{list:?}: unbalanced [ ]")]
+    Unbalanced { list: String },
+    #[error("{list:?}: {part:?} is not a range like 1-4")]
+    BadRange { list: String, part: String },
+    /// Too many names: `what` is "nodes" or "hosts", as the caller says.
+    #[error("{list:?} names more than {MAX_HOSTLIST_NAMES} {what}")]
+    TooMany { list: String, what: &'static str },
+}
+
+/// For callers that gather errors as text.
+impl From<HostlistError> for String {
+    fn from(e: HostlistError) -> String {
+        e.to_string()
+    }
+}
+
 /// Expand `n[1-3,7]` into n1 n2 n3 n7 (zero padding kept: `n[01-02]` gives n01 n02).
-pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, String> {
+pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, HostlistError> {
     let Some(open) = pattern.find('[') else { return Ok(vec![pattern.to_string()]) };
-    let close = pattern.find(']').filter(|&c| c > open).ok_or_else(|| format!("{pattern:?}: unbalanced [ ]"))?;
+    let close = pattern
+        .find(']')
+        .filter(|&c| c > open)
+        .ok_or_else(|| HostlistError::Unbalanced { list: pattern.to_string() })?;
     let (prefix, body, suffix) = (&pattern[..open], &pattern[open + 1..close], &pattern[close + 1..]);
     // Expanded once, and the product bounded: `n[0-99999][0-99999]` would be 10^10 names.
     let rests = expand_hostlist(suffix)?;
@@ -226,10 +249,10 @@ pub fn expand_hostlist(pattern: &str) -> Result<Vec<String>, String> {
         let width = lo.len();
         let (a, b) = match (lo.parse::<u64>(), hi.parse::<u64>()) {
             (Ok(a), Ok(b)) if a <= b && b - a < 100_000 => (a, b),
-            _ => return Err(format!("{pattern:?}: {part:?} is not a range like 1-4")),
+            _ => return Err(HostlistError::BadRange { list: pattern.to_string(), part: part.to_string() }),
         };
         if out.len() as u64 + (b - a + 1) * rests.len() as u64 > MAX_HOSTLIST_NAMES as u64 {
-            return Err(format!("{pattern:?} names more than {MAX_HOSTLIST_NAMES} nodes"));
+            return Err(HostlistError::TooMany { list: pattern.to_string(), what: "nodes" });
         }
         for i in a..=b {
             for rest in &rests {

@@ -5,7 +5,7 @@
 //! exactly the list it was given. Hosts are grouped under one prefix only while they follow
 //! each other in the list, as Slurm's `hostlist_ranged_string` does for an unsorted list.
 
-use crate::hierarchy::{expand_hostlist, MAX_HOSTLIST_NAMES};
+use crate::hierarchy::{expand_hostlist, HostlistError, MAX_HOSTLIST_NAMES};
 
 /// A name split into its prefix and trailing number (`node010` is `node`, 10, written with
 /// 3 digits); None when it has no trailing digits, or too many to be a number.
@@ -75,14 +75,15 @@ pub fn compress<S: AsRef<str>>(names: &[S]) -> String {
 
 /// The names of a ranged list (`node[1-3,10],login`), in its order; at most
 /// [`MAX_HOSTLIST_NAMES`] in all.
-pub fn expand(list: &str) -> Result<Vec<String>, String> {
+pub fn expand(list: &str) -> Result<Vec<String>, HostlistError> {
+    let unbalanced = || HostlistError::Unbalanced { list: list.to_string() };
     let mut out = Vec::new();
     let (mut depth, mut start) = (0usize, 0usize);
     let mut items = Vec::new();
     for (i, c) in list.char_indices() {
         match c {
             '[' => depth += 1,
-            ']' => depth = depth.checked_sub(1).ok_or_else(|| format!("{list:?}: unbalanced [ ]"))?,
+            ']' => depth = depth.checked_sub(1).ok_or_else(unbalanced)?,
             ',' if depth == 0 => {
                 items.push(&list[start..i]);
                 start = i + 1;
@@ -91,13 +92,13 @@ pub fn expand(list: &str) -> Result<Vec<String>, String> {
         }
     }
     if depth != 0 {
-        return Err(format!("{list:?}: unbalanced [ ]"));
+        return Err(unbalanced());
     }
     items.push(&list[start..]);
     for item in items.into_iter().filter(|s| !s.is_empty()) {
         let names = expand_hostlist(item)?;
         if out.len() + names.len() > MAX_HOSTLIST_NAMES {
-            return Err(format!("{list:?} names more than {MAX_HOSTLIST_NAMES} hosts"));
+            return Err(HostlistError::TooMany { list: list.to_string(), what: "hosts" });
         }
         out.extend(names);
     }
@@ -151,7 +152,11 @@ mod tests {
         assert_eq!(expand("").unwrap(), Vec::<String>::new());
         assert!(expand("node[1-3").is_err());
         assert!(expand("node]1[").is_err());
-        assert!(expand("n[1-99999],m[1-99999]").unwrap_err().contains("more than"));
+        let e = expand("n[1-99999],m[1-99999]").unwrap_err();
+        assert_eq!(e, HostlistError::TooMany { list: "n[1-99999],m[1-99999]".into(), what: "hosts" });
+        assert_eq!(e.to_string(), format!("\"n[1-99999],m[1-99999]\" names more than {MAX_HOSTLIST_NAMES} hosts"));
+        assert_eq!(expand("node]1[").unwrap_err().to_string(), "\"node]1[\": unbalanced [ ]");
+        assert_eq!(expand("n[a-b]").unwrap_err().to_string(), "\"n[a-b]\": \"a-b\" is not a range like 1-4");
     }
 
     fn host() -> impl Strategy<Value = String> {

@@ -104,6 +104,8 @@ impl fmt::Display for DepError {
     }
 }
 
+impl std::error::Error for DepError {}
+
 impl Dependency {
     /// Slurm's syntax: `afterok:ID[:ID...]`, `afterany:`, `afternotok:`, `after:`,
     /// `aftercorr:` (arrays), `singleton`, terms separated by `,` (all) or `?` (any), not both.

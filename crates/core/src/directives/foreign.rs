@@ -57,7 +57,7 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
         let Some((prefix, rest)) = dialect(line) else { continue };
         // Slurm stops reading a line at its first `#` after the directive (a comment).
         let rest = if prefix == "#SBATCH" { rest.split(" #").next().unwrap_or(rest) } else { rest };
-        let tokens = super::tokenize(rest).map_err(|m| (line_no, m))?;
+        let tokens = super::tokenize(rest).map_err(|m| (line_no, m.to_string()))?;
         let mut o = out.options.clone();
         let mut unsupported = Vec::new();
         let result = if prefix == "#SBATCH" {

@@ -96,17 +96,19 @@ impl GpuLocality {
     }
 
     /// `strict` or `prefer` (any case).
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, UnknownGpuLocality> {
         match text.trim().to_ascii_lowercase().as_str() {
             "strict" => Ok(GpuLocality::Strict),
             "prefer" => Ok(GpuLocality::Prefer),
-            _ => Err(format!(
-                "GPU locality {:?}: give strict (only cores next to the job's GPUs; it waits for them) or prefer (cores elsewhere on the node when those are taken)",
-                text.escape_debug().to_string()
-            )),
+            _ => Err(UnknownGpuLocality(text.escape_debug().to_string())),
         }
     }
 }
+
+/// A GPU locality other than `strict` or `prefer` (the text as given, escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("GPU locality {0:?}: give strict (only cores next to the job's GPUs; it waits for them) or prefer (cores elsewhere on the node when those are taken)")]
+pub struct UnknownGpuLocality(pub String);
 
 impl std::fmt::Display for GpuLocality {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
