@@ -59,19 +59,19 @@ impl AgentAuth {
 
     /// Sign a query to another agent; the key of the connection it opens (every later frame,
     /// both ways, is sealed under it).
-    pub fn seal_query(&self, q: &AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
+    pub fn seal_query(&self, q: &AgentQuery) -> Result<(AgentQuery, LinkKey), QueryError> {
         let nonce = random_nonce();
-        let env = Envelope::seal_at(&self.key, LABEL_AGENT_QUERY, q, now_ms(), nonce).map_err(|e| e.to_string())?;
+        let env = Envelope::seal_at(&self.key, LABEL_AGENT_QUERY, q, now_ms(), nonce).map_err(QueryError::Encode)?;
         Ok((AgentQuery::Sealed(env), LinkKey::of_query(&self.key, &nonce)))
     }
 
     /// Check another agent's signed query: MAC, time window, nonce never seen; the query and
     /// the key of its connection.
-    pub fn open_query(&self, env: &Envelope) -> Result<(AgentQuery, LinkKey), String> {
-        let mut guard = self.guard.lock().map_err(|_| "replay guard poisoned".to_string())?;
-        let nonce = env.open(&self.key, LABEL_AGENT_QUERY, &mut guard, now_ms()).map_err(|e| e.to_string())?;
+    pub fn open_query(&self, env: &Envelope) -> Result<(AgentQuery, LinkKey), QueryError> {
+        let mut guard = self.guard.lock().map_err(|_| QueryError::Poisoned)?;
+        let nonce = env.open(&self.key, LABEL_AGENT_QUERY, &mut guard, now_ms()).map_err(QueryError::Refused)?;
         drop(guard);
-        let q = env.message::<AgentQuery>().map_err(|e| e.to_string())?;
+        let q = env.message::<AgentQuery>().map_err(QueryError::Decode)?;
         Ok((q, LinkKey::of_query(&self.key, &nonce)))
     }
 
@@ -138,11 +138,29 @@ impl AgentAuth {
 
 /// A query to another agent, signed with `auth` (the agent's, from its [`crate::ports::JobContext`]), and
 /// the key of the connection it opens.
-pub fn to_agent(auth: Option<&AgentAuth>, q: AgentQuery) -> Result<(AgentQuery, LinkKey), String> {
+pub fn to_agent(auth: Option<&AgentAuth>, q: AgentQuery) -> Result<(AgentQuery, LinkKey), QueryError> {
     match auth {
         Some(a) => a.seal_query(&q),
-        None => Err("this process has no cluster key to sign agent queries with".into()),
+        None => Err(QueryError::NoKey),
     }
+}
+
+/// Why a query between agents could not be signed or was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    /// The query could not be encoded.
+    #[error(transparent)]
+    Encode(berth_protocol::ProtocolError),
+    /// Its MAC, time or nonce failed (a forgery, a replay, a clock too far off).
+    #[error(transparent)]
+    Refused(berth_protocol::auth::AuthError),
+    /// Signed, but not a query this agent reads.
+    #[error(transparent)]
+    Decode(berth_protocol::ProtocolError),
+    #[error("replay guard poisoned")]
+    Poisoned,
+    #[error("this process has no cluster key to sign agent queries with")]
+    NoKey,
 }
 
 #[cfg(test)]

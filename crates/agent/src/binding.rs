@@ -5,6 +5,23 @@ use crate::cpumap::CpuMap;
 use berth_core::topology::Topology;
 use berth_core::CpuSet;
 
+/// A binding from the controller this node cannot carry out.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    #[error("bound core {socket},{core} does not exist on this node")]
+    NoSuchCore { socket: u32, core: u32 },
+    /// `pus` the core's PUs, `job` the job's (kernel list format).
+    #[error("bound core {socket},{core} (PUs {pus}) has no CPU in the job's allocation {job}")]
+    OutsideJob { socket: u32, core: u32, pus: String, job: String },
+}
+
+/// For the launch path, which gathers errors as text.
+impl From<BindingError> for String {
+    fn from(e: BindingError) -> String {
+        e.to_string()
+    }
+}
+
 /// The bound cores, in the order the allocation names them.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct HostBinding {
@@ -18,21 +35,27 @@ impl HostBinding {
     /// Map each `(socket, core)` of `binding` to its PUs in `topo` that the job holds
     /// (`job_pus`), then to host CPUs through `map`. The binding comes from the controller,
     /// so a core this node lacks, or one outside the job's CPUs, is an error, not a panic.
-    pub fn resolve(topo: &Topology, map: &CpuMap, binding: &[(u32, u32)], job_pus: &CpuSet) -> Result<Self, String> {
+    pub fn resolve(
+        topo: &Topology,
+        map: &CpuMap,
+        binding: &[(u32, u32)],
+        job_pus: &CpuSet,
+    ) -> Result<Self, BindingError> {
         let mut places = Vec::with_capacity(binding.len());
         for &(socket, core) in binding {
             let Some(core_ref) = topo.core_index(socket, core).and_then(|i| topo.cores.get(i)) else {
-                return Err(format!("bound core {socket},{core} does not exist on this node"));
+                return Err(BindingError::NoSuchCore { socket, core });
             };
             // With --threads a job may hold only some PUs of a bound core; never name others.
             let pus: CpuSet = core_ref.pus.iter().copied().filter(|&p| job_pus.contains(p)).collect();
             let host = map.cpus(&pus);
             if host.is_empty() {
-                return Err(format!(
-                    "bound core {socket},{core} (PUs {}) has no CPU in the job's allocation {}",
-                    CpuSet::from_iter_u32(core_ref.pus.iter().copied()).to_list(),
-                    job_pus.to_list()
-                ));
+                return Err(BindingError::OutsideJob {
+                    socket,
+                    core,
+                    pus: CpuSet::from_iter_u32(core_ref.pus.iter().copied()).to_list(),
+                    job: job_pus.to_list(),
+                });
             }
             places.push(host);
         }
@@ -114,11 +137,12 @@ mod tests {
         let topo = small();
         let map = CpuMap::identity(&topo, set("0-7"), set("0-1"));
         let e = HostBinding::resolve(&topo, &map, &[(0, 2)], &set("0-7")).unwrap_err();
-        assert_eq!(e, "bound core 0,2 does not exist on this node");
-        let e = HostBinding::resolve(&topo, &map, &[(2, 0)], &set("0-7")).unwrap_err();
+        assert_eq!(e, BindingError::NoSuchCore { socket: 0, core: 2 });
+        assert_eq!(e.to_string(), "bound core 0,2 does not exist on this node");
+        let e = HostBinding::resolve(&topo, &map, &[(2, 0)], &set("0-7")).unwrap_err().to_string();
         assert!(e.contains("2,0 does not exist"), "{e}");
         let e = HostBinding::resolve(&topo, &map, &[(1, 1)], &set("0-3")).unwrap_err();
-        assert_eq!(e, "bound core 1,1 (PUs 6-7) has no CPU in the job's allocation 0-3");
+        assert_eq!(e.to_string(), "bound core 1,1 (PUs 6-7) has no CPU in the job's allocation 0-3");
         let none = HostBinding::resolve(&topo, &map, &[], &set("0-3")).unwrap();
         assert!(none.is_empty() && none.omp_places().is_empty() && none.cores_env().is_empty());
     }

@@ -60,6 +60,8 @@ pub enum AgentError {
     Topology(#[from] hwtopo::TopologyError),
     #[error("cgroups: {0}")]
     Cgroup(#[from] cgroup::CgroupError),
+    #[error(transparent)]
+    TaskSocket(#[from] crate::tasks::SocketError),
     #[error("{0}")]
     Setup(String),
 }
@@ -127,7 +129,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         }
     };
 
-    let task_socket = crate::tasks::bind_socket(&cfg.socket).map_err(AgentError::Setup)?;
+    let task_socket = crate::tasks::bind_socket(&cfg.socket)?;
     let listener = TcpListener::bind(&cfg.listen)
         .await
         .map_err(|e| AgentError::Setup(format!("cannot listen on {}: {e}", cfg.listen)))?;

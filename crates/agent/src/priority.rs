@@ -18,24 +18,31 @@ const NOT_CHANGED: i32 = i32::MIN;
 
 /// Give every thread of this process the nice value `nice` (lower only), remembering the one
 /// it had for the jobs' processes.
-pub fn set_agent_nice(nice: i32) -> Result<(), String> {
+pub fn set_agent_nice(nice: i32) -> Result<(), NiceError> {
     // SAFETY: getpriority of this thread; errno cleared first (-1 is a valid nice value).
     let before = unsafe {
         *libc::__errno_location() = 0;
         libc::getpriority(libc::PRIO_PROCESS, 0)
     };
     if before == -1 && std::io::Error::last_os_error().raw_os_error().unwrap_or(0) != 0 {
-        return Err(format!("cannot read the agent's nice value: {}", std::io::Error::last_os_error()));
+        return Err(NiceError::Read(std::io::Error::last_os_error()));
     }
     if nice >= before {
         return Ok(());
     }
-    set_every_thread(nice).map_err(|e| {
-        format!("cannot set the agent's nice value to {nice}: {e} (it needs root or CAP_SYS_NICE; --nice 0 keeps it)")
-    })?;
+    set_every_thread(nice).map_err(|error| NiceError::Set { nice, error })?;
     JOB_NICE.store(before, Ordering::Relaxed);
     AGENT_NICE.store(nice, Ordering::Relaxed);
     Ok(())
+}
+
+/// Why the agent's nice value could not be raised ([`set_agent_nice`]).
+#[derive(Debug, thiserror::Error)]
+pub enum NiceError {
+    #[error("cannot read the agent's nice value: {0}")]
+    Read(std::io::Error),
+    #[error("cannot set the agent's nice value to {nice}: {error} (it needs root or CAP_SYS_NICE; --nice 0 keeps it)")]
+    Set { nice: i32, error: std::io::Error },
 }
 
 /// Linux keeps a nice value per thread: each thread of the process, this one included.

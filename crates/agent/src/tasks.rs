@@ -120,43 +120,86 @@ pub struct Caller {
     pub pid: Option<i32>,
 }
 
+/// Why a task API request is refused before anything starts ([`authorize`], [`check_spawn`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TaskRefusal {
+    #[error("job {0} is not running on this node")]
+    NotHere(JobId),
+    #[error("permission denied: job {job} belongs to {owner}")]
+    NotOwner { job: JobId, owner: String },
+    #[error("permission denied: the calling process is unknown")]
+    UnknownCaller,
+    #[error(
+        "permission denied: process {pid} is not part of job {job} (only the job's own processes may use its task API)"
+    )]
+    NotInJob { pid: i32, job: JobId },
+    #[error("node {node} is not in the allocation: job {job} has nodes 0-{last}")]
+    NoSuchNode { node: u32, job: JobId, last: usize },
+    #[error("count {0} is out of range (1-{MAX_SPAWN})")]
+    Count(u32),
+    #[error("no command to run")]
+    NoCommand,
+    #[error("the working directory {0:?} is not absolute")]
+    RelativeCwd(String),
+}
+
+impl From<TaskRefusal> for String {
+    fn from(e: TaskRefusal) -> String {
+        e.to_string()
+    }
+}
+
 /// The job, if `caller` may use the task API for it here.
-fn authorize(ctx: &JobContext, caller: Caller, id: JobId) -> Result<Arc<JobHandle>, String> {
+fn authorize(ctx: &JobContext, caller: Caller, id: JobId) -> Result<Arc<JobHandle>, TaskRefusal> {
     let Some(job) = ctx.registry.get(id) else {
-        return Err(format!("job {id} is not running on this node"));
+        return Err(TaskRefusal::NotHere(id));
     };
     if caller.uid == 0 {
         return Ok(job);
     }
     if caller.uid != job.spec.user.uid {
-        return Err(format!("permission denied: job {id} belongs to {}", job.spec.user.name));
+        return Err(TaskRefusal::NotOwner { job: id, owner: job.spec.user.name.clone() });
     }
-    let Some(pid) = caller.pid else { return Err("permission denied: the calling process is unknown".into()) };
+    let Some(pid) = caller.pid else { return Err(TaskRefusal::UnknownCaller) };
     let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
     if !cgroup_contains(&text, &job_cgroup_rel(ctx, &job)) {
-        return Err(format!(
-            "permission denied: process {pid} is not part of job {id} (only the job's own processes may use its task API)"
-        ));
+        return Err(TaskRefusal::NotInJob { pid, job: id });
     }
     Ok(job)
 }
 
+/// Why the task API's local socket could not be bound ([`bind_socket`]).
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    #[error("{} exists and is not a socket; remove it or choose another --socket", .0.display())]
+    NotASocket(PathBuf),
+    #[error("another agent listens on {}; choose another --socket", .0.display())]
+    InUse(PathBuf),
+    #[error("cannot remove the stale {}: {error}", .path.display())]
+    Stale { path: PathBuf, error: std::io::Error },
+    #[error("cannot listen on {}: {error}", .path.display())]
+    Bind { path: PathBuf, error: std::io::Error },
+    #[error("chmod {}: {error}", .path.display())]
+    Chmod { path: PathBuf, error: std::io::Error },
+}
+
 /// Bind the local socket (mode 0666: who may do what is decided per request). A stale socket
 /// file is replaced; one another process still listens on is not.
-pub fn bind_socket(path: &Path) -> Result<UnixListener, String> {
+pub fn bind_socket(path: &Path) -> Result<UnixListener, SocketError> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    let path_buf = || path.to_path_buf();
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
-            return Err(format!("{} exists and is not a socket; remove it or choose another --socket", path.display()));
+            return Err(SocketError::NotASocket(path_buf()));
         }
         if std::os::unix::net::UnixStream::connect(path).is_ok() {
-            return Err(format!("another agent listens on {}; choose another --socket", path.display()));
+            return Err(SocketError::InUse(path_buf()));
         }
-        std::fs::remove_file(path).map_err(|e| format!("cannot remove the stale {}: {e}", path.display()))?;
+        std::fs::remove_file(path).map_err(|error| SocketError::Stale { path: path_buf(), error })?;
     }
-    let listener = UnixListener::bind(path).map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    let listener = UnixListener::bind(path).map_err(|error| SocketError::Bind { path: path_buf(), error })?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))
-        .map_err(|e| format!("chmod {}: {e}", path.display()))?;
+        .map_err(|error| SocketError::Chmod { path: path_buf(), error })?;
     Ok(listener)
 }
 
@@ -375,19 +418,19 @@ struct SpawnAsk {
 }
 
 /// Check a spawn request against the job: the node index, the copies, the command.
-fn check_spawn(job: &JobHandle, ask: &SpawnAsk) -> Result<(), String> {
+fn check_spawn(job: &JobHandle, ask: &SpawnAsk) -> Result<(), TaskRefusal> {
     let n = job.spec.nodes.len();
     if ask.node as usize >= n {
-        return Err(format!("node {} is not in the allocation: job {} has nodes 0-{}", ask.node, job.spec.id, n - 1));
+        return Err(TaskRefusal::NoSuchNode { node: ask.node, job: job.spec.id, last: n.saturating_sub(1) });
     }
     if ask.count == 0 || ask.count > MAX_SPAWN {
-        return Err(format!("count {} is out of range (1-{MAX_SPAWN})", ask.count));
+        return Err(TaskRefusal::Count(ask.count));
     }
     if ask.argv.first().is_none_or(|a| a.is_empty()) {
-        return Err("no command to run".into());
+        return Err(TaskRefusal::NoCommand);
     }
     if !Path::new(&ask.cwd).is_absolute() {
-        return Err(format!("the working directory {:?} is not absolute", ask.cwd));
+        return Err(TaskRefusal::RelativeCwd(ask.cwd.clone()));
     }
     Ok(())
 }
@@ -548,10 +591,10 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     let refuse = |m: String| AgentReply::Task { reply: error(m) };
     let job = match authorize(ctx, caller, id) {
         Ok(j) => j,
-        Err(e) => return drop(write_frame(&mut stream, &refuse(e)).await),
+        Err(e) => return drop(write_frame(&mut stream, &refuse(e.into())).await),
     };
     if let Err(e) = check_spawn(&job, &ask) {
-        return drop(write_frame(&mut stream, &refuse(e)).await);
+        return drop(write_frame(&mut stream, &refuse(e.into())).await);
     }
     let spec = &job.spec;
     let node_name = spec.nodes[ask.node as usize].0.clone();

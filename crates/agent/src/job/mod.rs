@@ -61,7 +61,8 @@ pub async fn run_job(
         },
     };
     // Checked before anything is made: both come from the controller.
-    let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus);
+    let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus)
+        .map_err(String::from);
     let ranks = cpusets::rank_limits(&spec, &ctx.cpumap, &limits);
     let (binding, ranks) = match (binding, ranks) {
         (Ok(b), Ok(r)) => (b, r),
