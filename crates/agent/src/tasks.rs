@@ -583,6 +583,42 @@ fn pump_output(child: &mut crate::step::rank::Process, out: &OutputTx) {
 /// holding its stdout), as `berth run` gives a rank's.
 const OUTPUT_LINGER: Duration = Duration::from_secs(2);
 
+/// The end of an attached task's relay (`exec` on the caller's node, `run_remote` on the task's): the
+/// task's output is relayed until it closes, or for [`OUTPUT_LINGER`] after the task ended,
+/// whichever comes first.
+#[derive(Debug, Default, Clone, Copy)]
+struct Linger {
+    ended_at: Option<tokio::time::Instant>,
+}
+
+impl Linger {
+    /// The task ended now (the first call counts).
+    fn task_ended(&mut self) {
+        self.ended_at.get_or_insert_with(tokio::time::Instant::now);
+    }
+
+    fn ended(&self) -> bool {
+        self.ended_at.is_some()
+    }
+
+    /// Whether the relay is done: the task ended and its output closed.
+    fn done(&self, output_open: bool) -> bool {
+        self.ended() && !output_open
+    }
+
+    /// Completes [`OUTPUT_LINGER`] after the task's end; never while it runs. Owns its
+    /// deadline, so a `select!` arm may hold it while another arm calls `task_ended`.
+    fn over(&self) -> impl std::future::Future<Output = ()> + 'static {
+        let ended_at = self.ended_at;
+        async move {
+            match ended_at {
+                Some(t) => tokio::time::sleep_until(t + OUTPUT_LINGER).await,
+                None => std::future::pending().await,
+            }
+        }
+    }
+}
+
 /// `exec` (`berth task rsh`): one task on node `ask.node`, attached to the caller's
 /// connection. Answers `spawned`; then relays the task's output as `output` frames and the
 /// caller's `signal` frames to the task, and ends with `exited` (or `error` if the task was
@@ -662,18 +698,9 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     });
     let mut output_open = true;
     let mut caller_here = true;
-    let mut ended_at: Option<tokio::time::Instant> = None;
+    let mut linger = Linger::default();
     let ids = [task];
-    loop {
-        if ended_at.is_some() && !output_open {
-            break;
-        }
-        let linger = async {
-            match ended_at {
-                Some(t) => tokio::time::sleep_until(t + OUTPUT_LINGER).await,
-                None => std::future::pending().await,
-            }
-        };
+    while !linger.done(output_open) {
         tokio::select! {
             chunk = out_rx.recv(), if output_open => match chunk {
                 Some((stream, data)) => {
@@ -696,8 +723,8 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
                     job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
                 }
             },
-            _ = job.tasks.wait(&ids, None), if ended_at.is_none() => ended_at = Some(tokio::time::Instant::now()),
-            _ = linger => break,
+            _ = job.tasks.wait(&ids, None), if !linger.ended() => linger.task_ended(),
+            _ = linger.over() => break,
         }
     }
     reader.abort();
@@ -993,21 +1020,12 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
     let mut output_open = ask.attach;
     let mut lost = false;
     let mut status = None;
-    let mut ended_at: Option<tokio::time::Instant> = None;
-    loop {
-        if status.is_some() && !output_open {
-            break;
-        }
-        let linger = async {
-            match ended_at {
-                Some(t) => tokio::time::sleep_until(t + OUTPUT_LINGER).await,
-                None => std::future::pending().await,
-            }
-        };
+    let mut linger = Linger::default();
+    while !linger.done(output_open) {
         tokio::select! {
             st = child.wait(), if status.is_none() => {
                 status = Some(st);
-                ended_at = Some(tokio::time::Instant::now());
+                linger.task_ended();
             }
             chunk = out_rx.recv(), if output_open => match chunk {
                 Some((stream, data)) => {
@@ -1019,7 +1037,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
                 }
                 None => output_open = false,
             },
-            _ = linger => break,
+            _ = linger.over() => break,
             d = down.recv(), if !lost => match d {
                 Some(Down::Signal(sig)) if (1..=64).contains(&sig) => signal_group(pid, sig),
                 Some(Down::Signal(_)) => {}
@@ -1048,6 +1066,30 @@ mod tests {
 
     fn argv(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_relay_lingers_for_output_after_the_task_ended_then_stops() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+        rt.block_on(async {
+            let mut linger = Linger::default();
+            assert!(!linger.ended() && !linger.done(false), "a running task's relay goes on");
+            let long = tokio::time::timeout(Duration::from_secs(3600), linger.over()).await;
+            assert!(long.is_err(), "no end while the task runs");
+            let start = tokio::time::Instant::now();
+            linger.task_ended();
+            assert!(linger.done(false), "ended, output closed: done at once");
+            assert!(!linger.done(true), "ended, output open: it lingers");
+            let waiting = linger.over();
+            // A later end does not move the deadline.
+            tokio::time::advance(Duration::from_millis(500)).await;
+            linger.task_ended();
+            waiting.await;
+            assert_eq!(start.elapsed(), OUTPUT_LINGER, "over OUTPUT_LINGER after the first end");
+            let again = tokio::time::Instant::now();
+            linger.over().await;
+            assert_eq!(again.elapsed(), Duration::ZERO, "the deadline has passed: over at once");
+        });
     }
 
     #[test]
