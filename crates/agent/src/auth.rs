@@ -197,6 +197,7 @@ mod tests {
             interactive: false,
             attach: false,
             expires_ms: 0,
+            apps: vec![],
             mac: String::new(),
         };
         sign_grant(key, &mut g, now_ms() + 60_000);

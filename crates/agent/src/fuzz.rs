@@ -281,6 +281,7 @@ fn session(input: &[u8], limit: Duration) -> Option<Vec<u8>> {
                 kvsname: KVSNAME.into(),
                 size: 2,
                 appnum: 0,
+                appnums: vec![],
                 universe_size: 2,
                 process_mapping: process_mapping(&[vec![0], vec![1]]),
                 local_ranks: vec![0],

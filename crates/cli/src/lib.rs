@@ -13,6 +13,7 @@ pub mod compat;
 pub mod events;
 pub mod faults;
 pub mod fold;
+pub mod mpmd;
 pub mod output;
 pub mod reservations;
 pub mod run;

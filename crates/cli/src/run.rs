@@ -83,8 +83,21 @@ pub struct RunArgs {
     /// Print launch timings to stderr.
     #[arg(long, hide = true)]
     pub(crate) timing: bool,
-    /// The program and its arguments.
-    #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    /// Variables set for the ranks, over this environment (repeatable).
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    pub(crate) env: Vec<String>,
+    /// The ranks' working directory (default: the current one).
+    #[arg(long = "chdir", value_name = "DIR")]
+    pub(crate) chdir: Option<String>,
+    /// Several programs, one per rank range, from FILE (srun's --multi-prog format: lines
+    /// `RANKS PROGRAM ARGS...`, RANKS as 0,2-3 or *, %t the rank, %o its offset in the line's
+    /// ranks); -n defaults to the ranks it names.
+    #[arg(long = "multi-prog", value_name = "FILE")]
+    pub(crate) multi_prog: Option<String>,
+    /// The program and its arguments; a lone `:` starts another program of the same step
+    /// (MPMD: `-n 2 ./a.out : -n 4 ./b.out`, each part with its own -n, -N,
+    /// --ntasks-per-node, -d, --binding, --env and --chdir before its program).
+    #[arg(required_unless_present = "multi_prog", trailing_var_arg = true, allow_hyphen_values = true)]
     pub(crate) command: Vec<String>,
     /// The nodes the step must be on (srun's `--nodelist`, mapped onto `-N`): a grant on
     /// others is given back unlaunched, with an error.
@@ -108,6 +121,9 @@ const VALUE_FLAGS: &[&str] = &[
     "--job",
     "--walltime",
     "--dir",
+    "--env",
+    "--chdir",
+    "--multi-prog",
 ];
 
 /// Where the subcommand is: the first word that is neither a flag nor --dir's value.
@@ -226,21 +242,49 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         ),
         None => None,
     };
+    let here = std::env::current_dir().context("reading the current directory")?.display().to_string();
+    let cwd = match &args.chdir {
+        Some(d) if d.starts_with('/') => d.clone(),
+        Some(d) => format!("{}/{d}", here.trim_end_matches('/')),
+        None => here,
+    };
+    let mut env = gpu_binding_env(std::env::vars().collect(), args.gpus_per_task, args.gpu_bind.as_deref())?;
+    for e in &args.env {
+        let (k, v) = crate::mpmd::env_pair(e).map_err(anyhow::Error::msg)?;
+        env.retain(|(n, _)| *n != k);
+        env.push((k, v));
+    }
+    let mut request = StepRequest {
+        ntasks: args.ntasks,
+        nodes: args.nodes,
+        tasks_per_node: args.tasks_per_node,
+        cpus_per_task: args.cpus_per_task,
+        overcommit: args.overcommit,
+        binding,
+        gpus_per_task: args.gpus_per_task,
+    };
+    // MPMD: a multi-prog file's lines, or the parts of a colon line (docs/launcher.md).
+    let (argv, apps) = match &args.multi_prog {
+        Some(file) => {
+            if !args.command.is_empty() {
+                bail!("--multi-prog {file} takes every program from the file; give no program after it");
+            }
+            let apps = crate::mpmd::multi_prog_apps(file)?;
+            request.ntasks = request.ntasks.or(berth_core::step::mpmd::multi_prog_size(&apps));
+            (vec!["--multi-prog".to_string(), file.clone()], apps)
+        }
+        None => {
+            let apps = crate::mpmd::colon_apps(&args.command, &request, &cwd)?.unwrap_or_default();
+            (args.command.clone(), apps)
+        }
+    };
     let create = StepCreate {
         job,
-        request: StepRequest {
-            ntasks: args.ntasks,
-            nodes: args.nodes,
-            tasks_per_node: args.tasks_per_node,
-            cpus_per_task: args.cpus_per_task,
-            overcommit: args.overcommit,
-            binding,
-            gpus_per_task: args.gpus_per_task,
-        },
+        request,
         interactive: InteractiveAsk { nodes: args.nodes, walltime_seconds },
-        argv: args.command.clone(),
-        env: gpu_binding_env(std::env::vars().collect(), args.gpus_per_task, args.gpu_bind.as_deref())?,
-        cwd: std::env::current_dir().context("reading the current directory")?.display().to_string(),
+        argv,
+        env,
+        cwd,
         host: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
         pid: std::process::id(),
         fanout,
@@ -248,6 +292,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         rank_cpusets: args.rank_cpusets,
         notify_signal,
         mpi,
+        apps,
     };
     berth_protocol::probe::mark("client request built");
     // One connection for the whole run: an interactive allocation lives as long as it.

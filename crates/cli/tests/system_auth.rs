@@ -316,6 +316,7 @@ fn users_and_launches_are_checked() {
             interactive: false,
             attach: false,
             expires_ms: 0,
+            apps: vec![],
             mac: String::new(),
         };
         sign_grant(&key, &mut g, berth_protocol::auth::now_ms() + 60_000);
@@ -508,6 +509,7 @@ fn interactive_grant(c: &Cluster, argv: &[&str]) -> (std::os::unix::net::UnixStr
         rank_cpusets: false,
         notify_signal: None,
         mpi: None,
+        apps: vec![],
     };
     s.write_all(&encode(&ClientRequest::StepCreate(Box::new(create))).unwrap()).unwrap();
     let mut len = [0u8; 4];

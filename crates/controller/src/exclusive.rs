@@ -210,6 +210,7 @@ mod tests {
                 rank_cpusets: false,
                 notify_signal: None,
                 mpi: None,
+                apps: vec![],
             }))
         };
         let ClientResponse::StepGranted { grant, .. } = h.call(step(StepRequest::default()), &ann()) else {

@@ -13,7 +13,8 @@ use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState};
 use berth_core::placement::JobRequest;
 use berth_core::sched::{self, Placement};
-use berth_core::step::{plan_step, RankBinding, StepError, StepPlan, StepRequest};
+use berth_core::step::mpmd::App;
+use berth_core::step::{RankBinding, StepError, StepPlan};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::{ControllerMessage, StepRef};
@@ -79,12 +80,12 @@ fn check_request(req: &StepCreate) -> Result<(), ApiError> {
     if req.job.is_none() && req.interactive.nodes == Some(0) {
         return bad("--nodes must be at least 1".into());
     }
-    Ok(())
+    mpmd::check(req)
 }
 
 /// A step that does not fit is refused as infeasible (with what to do); a malformed one is a bad request.
 fn step_error(e: StepError) -> ApiError {
-    let code = match e {
+    let code = match e.inner() {
         StepError::Invalid(_) => ErrorCode::BadRequest,
         _ => ErrorCode::Infeasible,
     };
@@ -168,11 +169,11 @@ impl Controller {
             }
         }
         let in_use = self.in_use(id, &job.allocation);
-        let plan = match self.plan(&job.allocation, &in_use, &req.request) {
+        let (plan, apps) = match self.plan(&job.allocation, &in_use, &req) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let mut grant = self.grant(id, plan, req, peer, now, false)?;
+        let mut grant = self.grant(id, plan, apps, req, peer, now, false)?;
         self.sign(&mut grant, now);
         Ok(Ok(self.granted(grant)))
     }
@@ -190,7 +191,8 @@ impl Controller {
         in_use
     }
 
-    fn plan(&self, alloc: &Allocation, in_use: &[CpuSet], req: &StepRequest) -> Result<StepPlan, ApiError> {
+    /// Where the ranks go, and what each runs in an MPMD step (its apps; empty: one program).
+    fn plan(&self, alloc: &Allocation, in_use: &[CpuSet], req: &StepCreate) -> Result<(StepPlan, Vec<App>), ApiError> {
         let mut topos: Vec<&Topology> = Vec::with_capacity(alloc.len());
         for a in alloc {
             match self.cluster.nodes.get(a.node_id.0 as usize) {
@@ -198,15 +200,18 @@ impl Controller {
                 None => return Err(api(ErrorCode::Internal, format!("node {} of the job is unknown", a.node))),
             }
         }
-        plan_step(alloc, &topos, in_use, req).map_err(step_error)
+        mpmd::plan(alloc, &topos, in_use, req)
     }
 
     /// Record a planned step (durable before the grant is replied) and hold its cores; the
-    /// grant is signed by the caller ([`Self::sign`]).
+    /// grant is signed by the caller ([`Self::sign`]). An MPMD step's programs are recorded as
+    /// one command line (`mpmd::command_line`: each with its ranks, variables and directory).
+    #[allow(clippy::too_many_arguments)]
     fn grant(
         &mut self,
         id: JobId,
         plan: StepPlan,
+        apps: Vec<App>,
         req: StepCreate,
         peer: &Peer,
         now: f64,
@@ -246,7 +251,7 @@ impl Controller {
             host: req.host.clone(),
             pid: req.pid,
             cwd: req.cwd.clone(),
-            argv: req.argv.clone(),
+            argv: if apps.is_empty() { req.argv.clone() } else { berth_core::step::mpmd::command_line(&apps) },
             size: plan.size,
             nodes: plan.nodes.iter().map(|n| n.node.clone()).collect(),
             exit_code: None,
@@ -289,6 +294,7 @@ impl Controller {
             interactive,
             attach: false,
             expires_ms: 0,
+            apps,
             mac: String::new(),
         };
         Ok(grant)
@@ -390,6 +396,10 @@ impl Controller {
                 "interactive allocations are disabled here (config [interactive] enabled = false); submit a batch job and use `berth run` in it",
             )));
         }
+        let mut req = req;
+        if let Err(e) = mpmd::interactive_shape(&mut req) {
+            return Ok(Err(e));
+        }
         let (options, request) = match self.interactive_request(&req) {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),
@@ -419,7 +429,7 @@ impl Controller {
         }
         // Plan before anything is created: a step that cannot be laid out leaves no job behind.
         let empty = vec![CpuSet::new(); alloc.len()];
-        let plan = match self.plan(&alloc, &empty, &req.request) {
+        let (plan, apps) = match self.plan(&alloc, &empty, &req) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
@@ -456,7 +466,7 @@ impl Controller {
         let order = self.out.agents.iter().position(|(_, m)| {
             matches!(m, ControllerMessage::Launch(s) if s.id == id && Some(&s.allocation.node) == first.as_ref())
         });
-        let mut grant = self.grant(id, plan, req, peer, now, true)?;
+        let mut grant = self.grant(id, plan, apps, req, peer, now, true)?;
         grant.attach = order.is_some();
         self.sign(&mut grant, now);
         if let Some((_, ControllerMessage::Launch(spec))) = order.and_then(|i| self.out.agents.get_mut(i)) {
@@ -712,5 +722,6 @@ impl Controller {
     }
 }
 
+mod mpmd;
 #[cfg(test)]
 mod tests;

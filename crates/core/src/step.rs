@@ -140,6 +140,19 @@ pub enum StepError {
     NoFreeCores { total: u32 },
     #[error("{0}")]
     Invalid(String),
+    /// A part of an MPMD step (`a : b`; `part` counts from 0) cannot be laid out.
+    #[error("part {} of the MPMD command: {error}", part + 1)]
+    InPart { part: u32, error: Box<StepError> },
+}
+
+impl StepError {
+    /// The error itself, out of its MPMD part.
+    pub fn inner(&self) -> &StepError {
+        match self {
+            StepError::InPart { error, .. } => error.inner(),
+            e => e,
+        }
+    }
 }
 
 /// Free slots of one node: the job's PUs grouped by core, in topology order (or alternating
@@ -372,6 +385,8 @@ fn counts_on_nodes(
 pub fn ranks_per_node(plan: &StepPlan) -> Vec<Vec<u32>> {
     plan.nodes.iter().map(|n| n.ranks.iter().map(|r| r.rank).collect()).collect()
 }
+
+pub mod mpmd;
 
 #[cfg(test)]
 mod tests;

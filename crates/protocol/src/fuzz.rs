@@ -652,12 +652,12 @@ pub fn submit_request() -> BoxedStrategy<SubmitRequest> {
 
 pub fn step_create() -> BoxedStrategy<StepCreate> {
     (
-        (of(job_id()), step_request(), of(any::<u32>()), of(any::<u64>()), texts(), env()),
+        (of(job_id()), step_request(), of(any::<u32>()), of(any::<u64>()), texts(), env(), vec(app(), 0..3)),
         (text(), text(), any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), of(any::<i32>()), of(mpi_kind())),
     )
         .prop_map(
             |(
-                (job, request, nodes, walltime_seconds, argv, env),
+                (job, request, nodes, walltime_seconds, argv, env, apps),
                 (cwd, host, pid, fanout, no_kill, rank_cpusets, notify_signal, mpi),
             )| StepCreate {
                 job,
@@ -673,8 +673,34 @@ pub fn step_create() -> BoxedStrategy<StepCreate> {
                 rank_cpusets,
                 notify_signal,
                 mpi,
+                apps,
             },
         )
+        .boxed()
+}
+
+/// One program of an MPMD step.
+pub fn app() -> BoxedStrategy<berth_core::step::mpmd::App> {
+    (
+        texts(),
+        env(),
+        of(text()),
+        vec((any::<u32>(), any::<u32>()), 0..3),
+        any::<bool>(),
+        any::<bool>(),
+        of(step_request()),
+        of(any::<bool>()),
+    )
+        .prop_map(|(argv, env, cwd, ranks, rest, expand, request, bind)| berth_core::step::mpmd::App {
+            argv,
+            env,
+            cwd,
+            ranks,
+            rest,
+            expand,
+            request,
+            bind,
+        })
         .boxed()
 }
 
@@ -1058,13 +1084,13 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
     (
         (job_id(), any::<u32>(), text(), user_identity(), texts(), env(), text()),
         (any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), any::<bool>(), of(any::<i32>()), any::<u64>()),
-        (vec(node, 0..3), any::<bool>(), any::<u64>(), text(), any::<bool>(), mpi_kind()),
+        (vec(node, 0..3), any::<bool>(), any::<u64>(), text(), any::<bool>(), mpi_kind(), vec(app(), 0..3)),
     )
         .prop_map(
             |(
                 (job, step, kvsname, user, argv, env, cwd),
                 (size, fanout, no_kill, rank_cpusets, bind, notify_signal, kill_grace_ms),
-                (nodes, interactive, expires_ms, mac, attach, mpi),
+                (nodes, interactive, expires_ms, mac, attach, mpi, apps),
             )| StepGrant {
                 job,
                 step,
@@ -1085,6 +1111,7 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
                 interactive,
                 attach,
                 expires_ms,
+                apps,
                 mac,
             },
         )

@@ -3,6 +3,7 @@
 //! docs/protocol/03-control-tree.md and docs/protocol/04-task-api.md.
 
 use crate::agent::UserIdentity;
+use berth_core::step::mpmd::App;
 use berth_core::step::{MpiKind, RankPlace, StepRequest};
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
@@ -38,6 +39,12 @@ pub struct StepCreate {
     /// `--mpi`; None: the job's `#BERTH --mpi`, else auto.
     #[serde(default)]
     pub mpi: Option<MpiKind>,
+    /// Several programs in one step (MPMD): the parts of a colon line, each with its own
+    /// `request`, or the lines of a multi-prog file, each with its ranks (`request` is then
+    /// the step's layout). Empty: one program, `argv` (docs/launcher.md, "Several programs in
+    /// one step (MPMD)"). `argv` is then the whole command line, for the invocation log.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<App>,
 }
 
 /// Resources of an interactive allocation (outside a batch job).
@@ -83,10 +90,63 @@ pub struct StepGrant {
     /// Agents refuse the grant after this (Unix milliseconds); covered by `mac`.
     #[serde(default)]
     pub expires_ms: u64,
+    /// MPMD: each program with its ranks (every rank of the step in exactly one), variables,
+    /// directory and binding; a rank's application number is its app's index. Empty: every
+    /// rank runs `argv` (app 0). Left out of the JSON when empty, so a one-program grant signs
+    /// as before; an agent that does not know the field computes another MAC over an MPMD
+    /// grant and refuses it rather than run `argv` everywhere.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub apps: Vec<App>,
     /// The controller's HMAC-SHA256 (hex) over the grant with `mac` empty, under the cluster
     /// key (docs/protocol/06-auth.md, "Authentication"): agents start nothing for an unsigned grant.
     #[serde(default)]
     pub mac: String,
+}
+
+/// What one rank runs: its program, its variables over the step's, its directory, whether it
+/// is bound, its application number and its rank within that application.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RankProgram<'a> {
+    pub argv: std::borrow::Cow<'a, [String]>,
+    pub env: &'a [(String, String)],
+    pub cwd: &'a str,
+    pub bind: bool,
+    pub appnum: u32,
+    pub app_rank: u32,
+}
+
+impl StepGrant {
+    /// The application number of every rank (index = rank): its app's index, 0 for all in a
+    /// one-program step; Err when the apps do not give every rank exactly one program.
+    pub fn rank_apps(&self) -> Result<Vec<u32>, String> {
+        berth_core::step::mpmd::rank_apps(&self.apps, self.size)
+    }
+
+    /// What `rank` runs, given its application number (from [`Self::rank_apps`]).
+    pub fn program_of(&self, rank: u32, appnum: u32) -> RankProgram<'_> {
+        match self.apps.get(appnum as usize) {
+            Some(app) => RankProgram {
+                argv: if app.expand {
+                    std::borrow::Cow::Owned(app.argv_of(rank))
+                } else {
+                    std::borrow::Cow::Borrowed(&app.argv)
+                },
+                env: &app.env,
+                cwd: app.cwd.as_deref().unwrap_or(&self.cwd),
+                bind: app.bind.unwrap_or(self.bind),
+                appnum,
+                app_rank: app.offset_of(rank).unwrap_or(0),
+            },
+            None => RankProgram {
+                argv: std::borrow::Cow::Borrowed(&self.argv),
+                env: &[],
+                cwd: &self.cwd,
+                bind: self.bind,
+                appnum: 0,
+                app_rank: rank,
+            },
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

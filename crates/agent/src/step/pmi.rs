@@ -84,12 +84,26 @@ pub struct PmiConfig {
     pub size: u32,
     /// 0 (one executable).
     pub appnum: u32,
+    /// MPMD: the application number of each local rank (as `local_ranks`); a rank not here
+    /// has `appnum`.
+    pub appnums: Vec<u32>,
     /// = size.
     pub universe_size: u32,
     /// Value of `PMI_process_mapping`, see [`process_mapping`]; "" for none.
     pub process_mapping: String,
     /// Global rank numbers of the ranks on this node.
     pub local_ranks: Vec<u32>,
+}
+
+impl PmiConfig {
+    /// The application number of local rank `rank` (MPMD: its program's index).
+    pub fn appnum_of(&self, rank: u32) -> u32 {
+        self.local_ranks
+            .iter()
+            .position(|&r| r == rank)
+            .and_then(|i| self.appnums.get(i).copied())
+            .unwrap_or(self.appnum)
+    }
 }
 
 /// Builds MPICH's `PMI_process_mapping` value from the ranks of each node, in node order:
@@ -440,7 +454,7 @@ impl PmiServer {
             "get_maxes" => {
                 format!("cmd=maxes kvsname_max={KVSNAME_MAX} keylen_max={KEYLEN_MAX} vallen_max={VALLEN_MAX}")
             }
-            "get_appnum" => format!("cmd=appnum appnum={}", cfg.appnum),
+            "get_appnum" => format!("cmd=appnum appnum={}", cfg.appnum_of(rank)),
             "get_my_kvsname" => format!("cmd=my_kvsname kvsname={}", cfg.kvsname),
             "get_universe_size" => format!("cmd=universe_size size={}", cfg.universe_size),
             "put" => format!("cmd=put_result {}", self.put(rank, req)),
@@ -613,6 +627,7 @@ mod tests {
             kvsname: "berth_12_3".into(),
             size: 4,
             appnum: 0,
+            appnums: vec![],
             universe_size: 4,
             process_mapping: "(vector,(0,2,2))".into(),
             local_ranks,
@@ -691,6 +706,18 @@ mod tests {
         }
         drop(srv);
         assert_eq!(events.recv().await, None, "no protocol error after finalize");
+    }
+
+    /// MPMD: each local rank is told its own program's number.
+    #[tokio::test]
+    async fn each_rank_gets_its_programs_appnum() {
+        let (tx, _events) = mpsc::unbounded_channel();
+        let cfg = PmiConfig { appnums: vec![0, 1], ..server(vec![1, 2]).0.config().clone() };
+        let srv = PmiServer::new(cfg, tx);
+        let (mut r1, mut r2) = (Rank::start(&srv, 1), Rank::start(&srv, 2));
+        assert_eq!(r1.ask("cmd=get_appnum").await, "cmd=appnum appnum=0");
+        assert_eq!(r2.ask("cmd=get_appnum").await, "cmd=appnum appnum=1");
+        assert_eq!(srv.config().appnum_of(3), 0, "a rank of another node: the step's");
     }
 
     #[tokio::test]

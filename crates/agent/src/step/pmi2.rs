@@ -445,7 +445,7 @@ impl Session<'_> {
             .with("pmi-subversion", 0)
             .with("rank", self.rank)
             .with("size", cfg.size)
-            .with("appnum", cfg.appnum)
+            .with("appnum", cfg.appnum_of(self.rank))
             .with("debugged", "FALSE")
             .with("pmiverbose", "FALSE")
     }
@@ -512,6 +512,7 @@ mod tests {
             kvsname: "berth_12_3".into(),
             size: 4,
             appnum: 0,
+            appnums: vec![],
             universe_size: 4,
             process_mapping: "(vector,(0,2,2))".into(),
             local_ranks,
@@ -573,6 +574,17 @@ mod tests {
             Ok(PmiEvent::ProtocolError { rank: r, message }) if r == rank => message,
             other => panic!("expected a protocol error of rank {rank}, got {other:?}"),
         }
+    }
+
+    /// MPMD: fullinit tells each rank its own program's number.
+    #[tokio::test]
+    async fn fullinit_gives_each_rank_its_appnum() {
+        let (tx, _events) = mpsc::unbounded_channel();
+        let cfg = PmiConfig { appnums: vec![2, 0], ..server(vec![0, 1]).0.config().clone() };
+        let srv = PmiServer::new(cfg, tx);
+        let (mut r0, mut r1) = (Client::start(&srv, 0).await, Client::start(&srv, 1).await);
+        assert_eq!(r0.call("fullinit", &[("pmirank", "0")]).await[4], "appnum=2");
+        assert_eq!(r1.call("fullinit", &[("pmirank", "1")]).await[4], "appnum=0");
     }
 
     #[tokio::test]

@@ -151,11 +151,15 @@ pub fn start(
     let node = &grant.nodes[node_index];
     check(job, grant, node)?;
     let ranks_per_node: Vec<Vec<u32>> = grant.nodes.iter().map(|n| n.ranks.iter().map(|r| r.rank).collect()).collect();
+    // MPMD: each rank's program (its application number); all 0 for one program.
+    let rank_apps = grant.rank_apps().map_err(|e| format!("the step's programs do not fit its ranks: {e}"))?;
+    let app_of = |rank: u32| rank_apps.get(rank as usize).copied().unwrap_or(0);
     let pmi = PmiServer::new(
         PmiConfig {
             kvsname: grant.kvsname.clone(),
             size: grant.size,
             appnum: 0,
+            appnums: if grant.apps.is_empty() { vec![] } else { node.ranks.iter().map(|r| app_of(r.rank)).collect() },
             universe_size: grant.size,
             process_mapping: crate::step::pmi::process_mapping(&ranks_per_node),
             local_ranks: node.ranks.iter().map(|r| r.rank).collect(),
@@ -172,7 +176,7 @@ pub fn start(
     } else {
         None
     };
-    let pmix = pmix_namespace(ctx, job, grant, node_index, pmix_events)?;
+    let pmix = pmix_namespace(ctx, job, grant, node_index, &rank_apps, pmix_events)?;
     let mut sub_cpusets = Vec::new();
     let mut base = node_env(grant, node_index, job, failures_file.as_deref());
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
@@ -206,7 +210,8 @@ pub fn start(
             join.push(procs.as_raw_fd());
             rank_procs = Some(procs);
         }
-        let affinity = if grant.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
+        let program = grant.program_of(place.rank, app_of(place.rank));
+        let affinity = if program.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
         // PMI-1/PMI-2's socket, unless the step asked for PMIx (or nothing) only.
         let pair = if grant.mpi.offers_pmi() {
             Some(std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?)
@@ -214,6 +219,14 @@ pub fn start(
             None
         };
         let mut env = rank_env(&base, place.rank, local, &host);
+        if !grant.apps.is_empty() {
+            // An MPMD part's own variables, and its number for scripts (MPI_APPNUM's value).
+            let own = program.env.iter().cloned().chain([("BERTH_APPNUM".to_string(), program.appnum.to_string())]);
+            for (k, v) in own {
+                env.retain(|(n, _)| *n != k);
+                env.push((k, v));
+            }
+        }
         if let Some(vars) = rank_gpus.get(local) {
             env.retain(|(k, _)| !GPU_VARS.contains(&k.as_str()));
             env.extend(vars.iter().map(|(k, v)| (k.to_string(), v.clone())));
@@ -232,9 +245,9 @@ pub fn start(
             env.retain(|(k, _)| k != "PMI_SIZE" && k != "PMI_RANK");
         }
         let child = crate::step::rank::spawn(crate::step::rank::RankLaunch {
-            argv: &grant.argv,
+            argv: &program.argv,
             env,
-            cwd: &grant.cwd,
+            cwd: program.cwd,
             user: &grant.user,
             join_fds: join,
             affinity,
@@ -268,6 +281,7 @@ fn pmix_namespace(
     job: &JobHandle,
     grant: &StepGrant,
     node_index: usize,
+    rank_apps: &[u32],
     events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
 ) -> Result<Option<crate::step::pmix::Namespace>, String> {
     if !grant.mpi.offers_pmix() {
@@ -299,7 +313,8 @@ fn pmix_namespace(
         name: format!("berth.{}.{}", grant.job, grant.step),
         jobid: format!("{}.{}", grant.job, grant.step),
         size: grant.size,
-        appnum: 0,
+        rank_app: rank_apps.to_vec(),
+        napps: grant.apps.len().max(1) as u32,
         nodes: grant.nodes.iter().map(|n| n.name.as_str()).collect(),
         me: node_index as u32,
         rank_node,

@@ -200,7 +200,7 @@ interactive allocation. It supports: -n/--ntasks -N/--nodes --ntasks-per-node
   --mpi=none|pmi2|pmi1|pmi|pmix|auto --cpu-bind=none|cores|threads|rank[,quiet|verbose]
   -m/--distribution=block[:block|cyclic] -i/--input=none|0|FILE -o/--output=none|FILE
   -e/--error=none|FILE -t/--time -D/--chdir --jobid --export=ALL[,VAR=value]
-  -w/--nodelist (the job's first nodes only) --exclusive -u -Q -v
+  -w/--nodelist (the job's first nodes only) --exclusive -u -Q -v --multi-prog FILE
   --ignore-unsupported (berth: run without options berth does not support)
 Other Slurm options are refused by name; docs/compat.md lists what is supported.
 ";
@@ -214,6 +214,7 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     plan.args.binding = "linear".into();
     plan.args.fanout = "8".into();
     let mut bind_given = false;
+    let mut multi_prog = false;
     let mut nodelist: Option<String> = None;
     let mut time: Option<String> = None;
     let mut mpi: Option<String> = std::env::var("SLURM_MPI_TYPE").ok().filter(|s| !s.is_empty());
@@ -307,6 +308,8 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
                 }
             }
             "--nodelist" => nodelist = Some(v),
+            // The first operand is the file (docs/launcher.md, "Several programs in one step").
+            "--multi-prog" => multi_prog = true,
             // Steps never share cores in berth (Slurm's --exclusive for steps); output is
             // relayed as it comes; srun's own messages are few.
             "--exclusive" | "--unbuffered" | "--verbose" | "--ignore-unsupported" => {}
@@ -343,9 +346,20 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     if plan.args.command.is_empty() {
         return Err("No command given to execute.".into());
     }
+    if multi_prog {
+        let file = plan.args.command.remove(0);
+        if !plan.args.command.is_empty() {
+            return Err(format!(
+                "--multi-prog {file}: the programs come from the file; give nothing after it (not {:?})",
+                plan.args.command.join(" ")
+            ));
+        }
+        plan.args.multi_prog = Some(file);
+    }
     // MPICH's hydra starts one hydra_pmi_proxy per node through srun; the proxy forks the
     // ranks, which would inherit a binding to the proxy's one core.
-    let program = Path::new(&plan.args.command[0]).file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let first = plan.args.command.first().map(String::as_str).unwrap_or("");
+    let program = Path::new(first).file_name().and_then(|n| n.to_str()).unwrap_or("");
     if program == "hydra_pmi_proxy" && !bind_given {
         plan.args.binding = "none".into();
     }
@@ -689,8 +703,42 @@ allocation. It supports: -n PEs, -N PEs per node, -d depth (CPUs per PE),
 Other ALPS options are refused by name; docs/compat.md lists what is supported.
 ";
 
-/// Read an aprun command line.
+/// Read an aprun command line. Its colon form (`aprun -n 2 a.out : -n 4 b.out`, MPMD) gives
+/// each segment after the first as a part of `berth run`'s colon line, with its `-n`, `-N`,
+/// `-d`, `-cc` and `-e` translated; ranks are numbered across the segments.
 pub fn aprun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
+    let mut segments = argv.split(|w| w == ":");
+    let mut plan = aprun_segment(segments.next().unwrap_or_default())?;
+    if plan.info.is_some() {
+        return Ok(plan);
+    }
+    for (i, words) in segments.enumerate() {
+        let part = aprun_segment(words).map_err(|e| format!("executable {} (after `:`): {e}", i + 2))?;
+        if part.info.is_some() || part.quiet {
+            return Err(format!("executable {}: -q, --help and --version go before the first executable", i + 2));
+        }
+        let a = &part.args;
+        let mut words: Vec<String> = vec![":".into()];
+        for (flag, value) in
+            [("-n", a.ntasks), ("--ntasks-per-node", a.tasks_per_node), ("-N", a.nodes), ("-d", a.cpus_per_task)]
+        {
+            if let Some(v) = value {
+                words.extend([flag.to_string(), v.to_string()]);
+            }
+        }
+        words.extend(["--binding".to_string(), a.binding.clone()]);
+        for (k, v) in &part.env {
+            words.extend(["--env".to_string(), format!("{k}={v}")]);
+        }
+        plan.warnings.extend(part.warnings);
+        words.extend(part.args.command);
+        plan.args.command.extend(words);
+    }
+    Ok(plan)
+}
+
+/// One segment of an aprun line (the whole line without MPMD).
+fn aprun_segment(argv: &[String]) -> Result<LaunchPlan, String> {
     let mut plan = LaunchPlan::default();
     plan.args.binding = "linear".into();
     plan.args.fanout = "8".into();
@@ -762,9 +810,6 @@ pub fn aprun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     plan.args.command = argv[i.min(argv.len())..].to_vec();
     if plan.args.command.is_empty() {
         return Err("no executable given".into());
-    }
-    if plan.args.command.iter().any(|a| a == ":") {
-        return Err("several executables (MPMD, `a.out : b.out`) are not supported".into());
     }
     // -N is PEs per node: the PEs need ceil(n / N) nodes (berth's -N counts nodes).
     if let (Some(n), Some(k)) = (plan.args.ntasks, plan.args.tasks_per_node) {

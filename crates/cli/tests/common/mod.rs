@@ -218,7 +218,7 @@ pub fn openmpi_programs() -> &'static Path {
 }
 
 fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
-    const PROGRAMS: [&str; 5] = ["hello", "allreduce", "ring", "abort", "survivor"];
+    const PROGRAMS: [&str; 6] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum"];
     {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;

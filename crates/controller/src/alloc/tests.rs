@@ -84,6 +84,7 @@ fn queued_behind_a_batch_job_then_granted_and_released_with_the_exit_code() {
         rank_cpusets: false,
         notify_signal: None,
         mpi: None,
+        apps: vec![],
     };
     assert!(matches!(h.call(ClientRequest::StepCreate(Box::new(step)), &ann()), ClientResponse::StepGranted { .. }));
     // Someone else may not release it; its holder does, with its command's exit code.

@@ -424,6 +424,7 @@ fn claims_are_steps_and_release_kills_them() {
             rank_cpusets: false,
             notify_signal: None,
             mpi: None,
+            apps: vec![],
         }))
     };
     // Only its owner (or an admin) claims it.

@@ -1,6 +1,7 @@
 use super::*;
 use crate::testkit::*;
 use berth_core::job::JobOutcome;
+use berth_core::step::StepRequest;
 use berth_protocol::agent::{AgentMessage, LaunchSpec, UserIdentity};
 use berth_protocol::client::{ClientRequest, SubmitRequest};
 use berth_protocol::step::{InteractiveAsk, RankExit};
@@ -21,6 +22,7 @@ fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
         rank_cpusets: false,
         notify_signal: None,
         mpi: None,
+        apps: vec![],
     }))
 }
 
@@ -575,4 +577,69 @@ fn step_counts_are_bounded_before_planning() {
     assert!(e.message.contains("-n 4294967295 is out of range"), "{e}");
     let e = err(h.call(run(Some(id), StepRequest { nodes: Some(2), ..Default::default() }), &ann()));
     assert!(e.message.contains("-N 2 asks for 2 nodes but the job has 1"), "{e}");
+}
+
+/// An MPMD step: colon parts planned one after another (each its own binding), multi-prog
+/// lines over the step's layout; the grant carries each program's ranks, the invocation log
+/// every program; a bad part is refused naming it.
+#[test]
+fn mpmd_steps_are_granted_with_each_programs_ranks() {
+    use berth_core::step::mpmd::App;
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    let part = |argv: &str, request: StepRequest| App {
+        argv: argv.split(' ').map(String::from).collect(),
+        request: Some(request),
+        ..Default::default()
+    };
+    let mpmd = |apps: Vec<App>| {
+        let ClientRequest::StepCreate(mut c) = run(Some(id), tasks(2)) else { unreachable!() };
+        c.apps = apps;
+        ClientRequest::StepCreate(c)
+    };
+    let unbound = StepRequest { ntasks: Some(3), binding: RankBinding::None, ..Default::default() };
+    let b = App { env: vec![("X".into(), "1".into())], ..part("./b.out -v", unbound) };
+    let g = granted(h.call(mpmd(vec![part("./a.out", tasks(2)), b]), &ann()));
+    assert_eq!(g.size, 5);
+    assert_eq!(
+        g.apps.iter().map(|a| (a.ranks.clone(), a.bind)).collect::<Vec<_>>(),
+        [(vec![(0, 1)], Some(true)), (vec![(2, 4)], Some(false))]
+    );
+    assert!(g.apps.iter().all(|a| a.request.is_none()), "layouts stay with the controller");
+    assert_eq!(g.rank_apps().unwrap(), vec![0, 0, 1, 1, 1]);
+    let p = g.program_of(3, 1);
+    assert_eq!(
+        (p.argv.to_vec(), p.env.to_vec(), p.bind, p.app_rank),
+        (vec!["./b.out".to_string(), "-v".into()], vec![("X".to_string(), "1".to_string())], false, 1)
+    );
+    assert_eq!(cpus(&g).len(), 5);
+    let row = h.ctl.store.get_step(id, g.step).unwrap().unwrap();
+    assert_eq!(row.argv.join(" "), "--ranks 0-1 ./a.out : --ranks 2-4 --env X=1 ./b.out -v");
+    // 3 cores are left: a part that does not fit is named.
+    let e = err(h.call(mpmd(vec![part("a", tasks(2)), part("b", tasks(2))]), &ann()));
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    assert!(e.message.starts_with("part 2 of the MPMD command"), "{e}");
+    // Multi-prog lines: their ranks over the step's 3.
+    let line = |ranks: Vec<(u32, u32)>, rest: bool| App {
+        argv: vec!["x".into()],
+        ranks,
+        rest,
+        expand: true,
+        ..Default::default()
+    };
+    let ClientRequest::StepCreate(mut c) = run(Some(id), tasks(3)) else { unreachable!() };
+    c.apps = vec![line(vec![(1, 1)], false), line(vec![], true)];
+    let g = granted(h.call(ClientRequest::StepCreate(c.clone()), &ann()));
+    assert_eq!(g.rank_apps().unwrap(), vec![1, 0, 1]);
+    c.request.overcommit = true; // the job's cores are all held now
+    c.apps = vec![line(vec![(1, 3)], false)];
+    let e = err(h.call(ClientRequest::StepCreate(c.clone()), &ann()));
+    assert!(e.message.contains("--multi-prog") && e.message.contains("names rank 3"), "{e}");
+    // Mixed kinds and empty programs are bad requests.
+    c.apps = vec![line(vec![(0, 0)], false), part("a", tasks(1))];
+    assert_eq!(err(h.call(ClientRequest::StepCreate(c.clone()), &ann())).code, ErrorCode::BadRequest);
+    c.apps = vec![part("", tasks(1))];
+    assert!(err(h.call(ClientRequest::StepCreate(c), &ann()))
+        .message
+        .contains("program 1 of the MPMD command is empty"));
 }

@@ -844,6 +844,7 @@ mod tests {
             interactive: false,
             attach: false,
             expires_ms: 0,
+            apps: vec![],
             mac: String::new(),
         }
     }

@@ -41,7 +41,8 @@ mod sys {
             nspace: *const c_char,
             jobid: *const c_char,
             size: u32,
-            appnum: u32,
+            rank_app: *const u32,
+            napps: u32,
             nodes: *const *const c_char,
             nnodes: u32,
             me: u32,
@@ -264,7 +265,10 @@ pub struct NamespaceSpec<'a> {
     pub name: String,
     pub jobid: String,
     pub size: u32,
-    pub appnum: u32,
+    /// Each rank's application number (MPMD: its program; indexed by rank), all below `napps`.
+    pub rank_app: Vec<u32>,
+    /// How many programs the step runs (PMIX_JOB_NUM_APPS).
+    pub napps: u32,
     /// Node names, in node order.
     pub nodes: Vec<&'a str>,
     /// This node's index.
@@ -293,11 +297,18 @@ impl Namespace {
     /// only later is logged.
     pub fn register(spec: &NamespaceSpec, events: mpsc::UnboundedSender<PmixEvent>) -> Result<Namespace, String> {
         let n = spec.size as usize;
-        if spec.rank_node.len() != n || spec.rank_local.len() != n || spec.me as usize >= spec.nodes.len() {
+        if spec.rank_node.len() != n
+            || spec.rank_local.len() != n
+            || spec.rank_app.len() != n
+            || spec.me as usize >= spec.nodes.len()
+        {
             return Err(format!("inconsistent PMIx namespace {} (size {n})", spec.name));
         }
         if spec.rank_node.iter().any(|&i| i as usize >= spec.nodes.len()) {
             return Err(format!("a rank of PMIx namespace {} is on no node", spec.name));
+        }
+        if spec.napps == 0 || spec.rank_app.iter().any(|&a| a >= spec.napps) {
+            return Err(format!("a rank of PMIx namespace {} has no application", spec.name));
         }
         let name = cstring("namespace", &spec.name)?;
         let jobid = cstring("job id", &spec.jobid)?;
@@ -315,7 +326,8 @@ impl Namespace {
                 name.as_ptr(),
                 jobid.as_ptr(),
                 spec.size,
-                spec.appnum,
+                spec.rank_app.as_ptr(),
+                spec.napps,
                 node_ptrs.as_ptr(),
                 node_ptrs.len() as u32,
                 spec.me,
@@ -445,7 +457,8 @@ mod tests {
             name: "berth.test.1".into(),
             jobid: "test.1".into(),
             size: 3,
-            appnum: 0,
+            rank_app: vec![0, 0, 1],
+            napps: 2,
             nodes: vec!["n0", "n1"],
             me: 0,
             rank_node: vec![0, 0, 1],

@@ -245,8 +245,8 @@ int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abo
 /* Register a step's namespace and its local clients.
  *   nodes[nnodes]: node names in node order; me: this node's index;
  *   rank_node[size], rank_local[size]: each rank's node index and its index among its node's ranks;
- *   appnum: the application number of every rank. */
-int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, uint32_t appnum,
+ *   rank_app[size]: each rank's application number (MPMD: its program), below napps; NULL: all 0. */
+int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, const uint32_t *rank_app, uint32_t napps,
                         const char *const *nodes, uint32_t nnodes, uint32_t me, const uint32_t *rank_node,
                         const uint32_t *rank_local, const char *nsdir, uint32_t uid, uint32_t gid,
                         char *err, size_t errlen)
@@ -291,6 +291,35 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
             }
         }
     }
+    if (napps == 0 || rank_app == NULL) {
+        napps = 1;
+        rank_app = NULL;
+    }
+    /* Per application: its size and its lowest rank (PMIX_APP_SIZE, PMIX_APPLDR); per rank its
+     * rank within its application (PMIX_APP_RANK). */
+    uint32_t *app_size = calloc(napps, sizeof *app_size);
+    uint32_t *app_ldr = calloc(napps, sizeof *app_ldr);
+    uint32_t *app_rank = calloc(size ? size : 1, sizeof *app_rank);
+    if (app_size == NULL || app_ldr == NULL || app_rank == NULL) {
+        free(hosts); free(ppn); free(peers); free(app_size); free(app_ldr); free(app_rank);
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    for (uint32_t a = 0; a < napps; a++) {
+        app_ldr[a] = UINT32_MAX;
+    }
+    for (uint32_t r = 0; r < size; r++) {
+        uint32_t a = rank_app ? rank_app[r] : 0;
+        if (a >= napps) {
+            free(hosts); free(ppn); free(peers); free(app_size); free(app_ldr); free(app_rank);
+            snprintf(err, errlen, "rank %u has application number %u, not below %u", r, a, napps);
+            return -1;
+        }
+        if (app_ldr[a] == UINT32_MAX) {
+            app_ldr[a] = r;
+        }
+        app_rank[r] = app_size[a]++;
+    }
     char *node_map = NULL, *proc_map = NULL;
     rc = PMIx_generate_regex(hosts, &node_map);
     if (rc == PMIX_SUCCESS) {
@@ -301,14 +330,14 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
     if (rc != PMIX_SUCCESS) {
         free(peers);
         free(node_map);
+        free(app_size); free(app_ldr); free(app_rank);
         say(err, errlen, "PMIx_generate_regex", rc);
         return -1;
     }
-    size_t njob = 16, ninfo = njob + size;
+    size_t njob = 16, ninfo = njob + napps + size;
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, ninfo);
     size_t k = 0;
-    uint32_t one_app = 1;
     pmix_rank_t zero_rank = 0, ldr = leader == UINT32_MAX ? 0 : leader;
     PMIX_INFO_LOAD(&info[k++], PMIX_UNIV_SIZE, &size, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_JOB_SIZE, &size, PMIX_UINT32);
@@ -317,9 +346,26 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
     PMIX_INFO_LOAD(&info[k++], PMIX_NUM_NODES, &nnodes, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_NODE_MAP, node_map, PMIX_REGEX);
     PMIX_INFO_LOAD(&info[k++], PMIX_PROC_MAP, proc_map, PMIX_REGEX);
-    PMIX_INFO_LOAD(&info[k++], PMIX_JOB_NUM_APPS, &one_app, PMIX_UINT32);
-    PMIX_INFO_LOAD(&info[k++], PMIX_APPLDR, &zero_rank, PMIX_PROC_RANK);
-    PMIX_INFO_LOAD(&info[k++], PMIX_APP_SIZE, &size, PMIX_UINT32);
+    PMIX_INFO_LOAD(&info[k++], PMIX_JOB_NUM_APPS, &napps, PMIX_UINT32);
+    if (napps == 1) {
+        /* One program: its data at job level, as before MPMD. */
+        PMIX_INFO_LOAD(&info[k++], PMIX_APPLDR, &zero_rank, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&info[k++], PMIX_APP_SIZE, &size, PMIX_UINT32);
+    } else {
+        /* MPMD: one PMIX_APP_INFO_ARRAY per program, PMIX_APPNUM first (what the hash store
+         * files it under). */
+        for (uint32_t a = 0; a < napps; a++) {
+            pmix_data_array_t *arr;
+            PMIX_DATA_ARRAY_CREATE(arr, 3, PMIX_INFO);
+            pmix_info_t *p = arr->array;
+            pmix_rank_t aldr = app_ldr[a] == UINT32_MAX ? 0 : app_ldr[a];
+            PMIX_INFO_LOAD(&p[0], PMIX_APPNUM, &a, PMIX_UINT32);
+            PMIX_INFO_LOAD(&p[1], PMIX_APP_SIZE, &app_size[a], PMIX_UINT32);
+            PMIX_INFO_LOAD(&p[2], PMIX_APPLDR, &aldr, PMIX_PROC_RANK);
+            PMIX_INFO_LOAD(&info[k++], PMIX_APP_INFO_ARRAY, arr, PMIX_DATA_ARRAY);
+            PMIX_DATA_ARRAY_FREE(arr);
+        }
+    }
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_NODE_SIZE, &nlocal, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, peers, PMIX_STRING);
@@ -334,13 +380,14 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
         pmix_data_array_t *arr;
         PMIX_DATA_ARRAY_CREATE(arr, 8, PMIX_INFO);
         pmix_info_t *p = arr->array;
-        pmix_rank_t rank = r;
+        pmix_rank_t rank = r, arank = app_rank[r];
+        uint32_t appnum = rank_app ? rank_app[r] : 0;
         uint16_t local = (uint16_t)rank_local[r];
         uint32_t nodeid = rank_node[r];
         PMIX_INFO_LOAD(&p[0], PMIX_RANK, &rank, PMIX_PROC_RANK);
         PMIX_INFO_LOAD(&p[1], PMIX_APPNUM, &appnum, PMIX_UINT32);
         PMIX_INFO_LOAD(&p[2], PMIX_GLOBAL_RANK, &rank, PMIX_PROC_RANK);
-        PMIX_INFO_LOAD(&p[3], PMIX_APP_RANK, &rank, PMIX_PROC_RANK);
+        PMIX_INFO_LOAD(&p[3], PMIX_APP_RANK, &arank, PMIX_PROC_RANK);
         PMIX_INFO_LOAD(&p[4], PMIX_LOCAL_RANK, &local, PMIX_UINT16);
         PMIX_INFO_LOAD(&p[5], PMIX_NODE_RANK, &local, PMIX_UINT16);
         PMIX_INFO_LOAD(&p[6], PMIX_NODEID, &nodeid, PMIX_UINT32);
@@ -348,6 +395,9 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, ui
         PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(arr);
     }
+    free(app_size);
+    free(app_ldr);
+    free(app_rank);
     /* Queued, not waited for (see the top of this file); `info` is released by reg_done. */
     struct reg_op *op = reg_op_new(nspace, "PMIx_server_register_nspace", info, ninfo);
     if (op == NULL) {

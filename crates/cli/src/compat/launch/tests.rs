@@ -211,6 +211,29 @@ fn aprun_spellings() {
 }
 
 #[test]
+fn aprun_colon_form_is_a_colon_line_of_berth_run() {
+    // Each executable its own PEs, PEs per node, depth, binding and variables; berth run's
+    // colon line lays the parts out one after another (crate::mpmd).
+    let p = aprun("-n 2 -e A=1 ./a.out x : -n 4 -N 2 -d 2 -cc none -e B=2 ./b.out -n 1");
+    assert_eq!((p.args.ntasks, p.env.clone()), (Some(2), vec![("A".into(), "1".into())]));
+    let want = "./a.out x : -n 4 --ntasks-per-node 2 -N 2 -d 2 --binding none --env B=2 ./b.out -n 1";
+    assert_eq!(p.args.command, v(want));
+    let first = berth_core::step::StepRequest { ntasks: Some(2), ..Default::default() };
+    let apps = crate::mpmd::colon_apps(&p.args.command, &first, "/").unwrap().unwrap();
+    let b = apps[1].request.clone().unwrap();
+    assert_eq!((b.ntasks, b.tasks_per_node, b.nodes, b.cpus_per_task), (Some(4), Some(2), Some(2), Some(2)));
+    assert_eq!((apps[1].env.clone(), apps[1].argv.clone()), (vec![("B".into(), "2".into())], v("./b.out -n 1")));
+}
+
+#[test]
+fn srun_multi_prog_takes_the_file_as_its_first_operand() {
+    let p = srun("-n 4 --multi-prog mp.conf");
+    assert_eq!((p.args.multi_prog.as_deref(), p.args.command.len()), (Some("mp.conf"), 0));
+    assert!(srun_err("-n 4 --multi-prog mp.conf extra").contains("give nothing after it"));
+    assert!(srun_err("-n 4 --multi-prog").contains("No command"));
+}
+
+#[test]
 fn aprun_refuses_by_name() {
     assert!(aprun_err("-cc 0,2,4 true").contains("-cc 0,2,4"));
     assert!(aprun_err("-cc numa_node true").contains("numa_node"));
@@ -222,7 +245,9 @@ fn aprun_refuses_by_name() {
     assert!(aprun_err("-n").contains("requires an argument"));
     assert!(aprun_err("-n 0 true").contains("positive"));
     assert!(aprun_err("-n 2").contains("no executable"));
-    assert!(aprun_err("-n 2 a.out : -n 2 b.out").contains("MPMD"));
+    assert!(aprun_err("-n 2 a.out : -n 2").contains("executable 2 (after `:`): no executable"));
+    assert!(aprun_err("-n 2 a.out : -q b.out").contains("before the first executable"));
+    assert!(aprun_err("-n 2 a.out : -S 2 b.out").contains("-S 2"));
     assert!(aprun_err("-e X true").contains("VAR=value"));
     let p = aprun("-S 2 --ignore-unsupported true");
     assert_eq!(p.warnings.len(), 1);
