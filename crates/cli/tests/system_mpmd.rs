@@ -116,7 +116,7 @@ fn colon_parts_multi_prog_and_aprun_run_several_programs_in_one_step() {
         (vec!["-n", "1", "true", ":"], "part 2 of the MPMD command has no program"),
         (vec!["-n", "1", "true", ":", "-q", "true"], "unknown option \"-q\""),
         (
-            vec!["-n", "1", "true", ":", "-N", "2", "true"],
+            vec!["-n", "1", "true", ":", "-n", "2", "-N", "2", "true"],
             "-N, --ntasks-per-node and --gpus-per-task per part need a job",
         ),
         (vec!["-n", "2", "--multi-prog", conf.to_str().unwrap()], "names rank 2, but the step has 2"),
@@ -211,7 +211,7 @@ fn appnum_suite(c: &Cluster, dir: &std::path::Path, env: &[(&str, &str)], mpi: &
         })
         .collect();
     assert_eq!(sorted(&out), want, "{out}{err}");
-    let steps = c.json(&["acct", "--steps", "--job", &id.to_string()]);
+    let steps = c.json(&["acct", "--steps", "--limit", "1"]);
     assert_eq!(steps[0]["nodes"].as_array().map(Vec::len), Some(2), "{steps}");
     // --multi-prog: one line per program, %t in the arguments.
     std::fs::write(c.root().join("mp.conf"), format!("0-1 {prog} x%t\n2-3 {prog} y%t\n")).unwrap();
