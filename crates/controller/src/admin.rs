@@ -3,44 +3,15 @@
 //! `node_admin:<name>`, so they survive restarts and re-registrations.
 
 use crate::model::effect::Effect;
+use crate::model::node_settings::{key, NodeSettings};
 use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::node::{NodeCapacity, NodeState, SubnodeState};
 use berth_core::CpuSet;
 use berth_protocol::client::{ClientResponse, ErrorCode};
-use serde::{Deserialize, Serialize};
-
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct NodeSettings {
-    /// Kernel list; None means the config's default.
-    system_cpus: Option<String>,
-    subnodes: Vec<(SubnodeState, Vec<String>)>,
-}
-
-fn key(name: &str) -> String {
-    format!("node_admin:{name}")
-}
 
 impl Controller {
-    /// Config defaults, then what an admin set for this node.
-    pub fn apply_admin_settings(&self, cap: &mut NodeCapacity) {
-        let all = cap.topology.all_pus();
-        cap.system_pus = self.cfg.system_cpu_set().iter().filter(|&p| all.contains(p)).collect();
-        cap.set_subnode_size(self.cfg.subnode_numa as usize);
-        let stored = self.store.get_meta(&key(&cap.name)).ok().flatten();
-        if let Some(s) = stored.and_then(|t| serde_json::from_str::<NodeSettings>(&t).ok()) {
-            if let Some(list) = s.system_cpus.and_then(|l| CpuSet::parse_list(&l).ok()) {
-                cap.system_pus = list.iter().filter(|&p| all.contains(p)).collect();
-            }
-            for (sub, (state, props)) in cap.subnodes.iter_mut().zip(s.subnodes) {
-                sub.state = state;
-                sub.properties = props;
-            }
-        }
-        cap.refresh();
-    }
-
     /// The index of node `name` if `peer` is an admin, else the error to reply.
     fn admin_target(&self, peer: &Peer, name: &str, what: &str) -> Result<usize, ClientResponse> {
         if !self.is_admin(peer) {

@@ -4,6 +4,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
 use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, OldRun};
+use crate::model::node_settings::{key, NodeSettings};
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
@@ -255,6 +256,24 @@ impl Controller {
             self.policy.depend.requeued.insert(id, OldRun { nodes, since });
         }
         Ok(())
+    }
+
+    /// Config defaults, then what an admin set for this node.
+    pub fn apply_admin_settings(&self, cap: &mut NodeCapacity) {
+        let all = cap.topology.all_pus();
+        cap.system_pus = self.cfg.system_cpu_set().iter().filter(|&p| all.contains(p)).collect();
+        cap.set_subnode_size(self.cfg.subnode_numa as usize);
+        let stored = self.store.get_meta(&key(&cap.name)).ok().flatten();
+        if let Some(s) = stored.and_then(|t| serde_json::from_str::<NodeSettings>(&t).ok()) {
+            if let Some(list) = s.system_cpus.and_then(|l| CpuSet::parse_list(&l).ok()) {
+                cap.system_pus = list.iter().filter(|&p| all.contains(p)).collect();
+            }
+            for (sub, (state, props)) in cap.subnodes.iter_mut().zip(s.subnodes) {
+                sub.state = state;
+                sub.properties = props;
+            }
+        }
+        cap.refresh();
     }
 
     #[allow(clippy::too_many_arguments)]

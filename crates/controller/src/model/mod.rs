@@ -6,6 +6,7 @@
 pub mod advance;
 pub mod effect;
 pub mod job;
+pub mod node_settings;
 pub mod request;
 pub mod reservation;
 pub mod suspension;
