@@ -583,8 +583,8 @@ mod tests {
         let cfg = PmiConfig { appnums: vec![2, 0], ..server(vec![0, 1]).0.config().clone() };
         let srv = PmiServer::new(cfg, tx);
         let (mut r0, mut r1) = (Client::start(&srv, 0).await, Client::start(&srv, 1).await);
-        assert_eq!(r0.call("fullinit", &[("pmirank", "0")]).await[4], "appnum=2");
-        assert_eq!(r1.call("fullinit", &[("pmirank", "1")]).await[4], "appnum=0");
+        assert_eq!(r0.call("fullinit", &[("pmirank", "0")]).await[5], "appnum=2");
+        assert_eq!(r1.call("fullinit", &[("pmirank", "1")]).await[5], "appnum=0");
     }
 
     #[tokio::test]
