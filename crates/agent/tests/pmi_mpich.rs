@@ -52,6 +52,7 @@ fn launch(program: &str, nodes: &[Vec<u32>], env: &[(&str, &str)]) -> Job {
         kvsname: "berth_1_0".into(),
         size,
         appnum: 0,
+        appnums: vec![],
         universe_size: size,
         process_mapping: process_mapping(nodes),
         local_ranks: (0..size).collect(),

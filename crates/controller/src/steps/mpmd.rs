@@ -29,7 +29,7 @@ pub(super) fn check(req: &StepCreate) -> Result<(), ApiError> {
     let colon = colon_parts(apps);
     for (i, app) in apps.iter().enumerate() {
         let n = i + 1;
-        if app.argv.first().map_or(true, String::is_empty) {
+        if app.argv.first().is_none_or(String::is_empty) {
             return bad(format!("program {n} of the MPMD command is empty: give a program in every part"));
         }
         if app.argv.iter().any(|a| a.contains('\0')) {
