@@ -245,3 +245,39 @@ fn open_mpi_programs_read_their_appnum_and_talk_across_the_parts() {
     appnum_suite(&c, openmpi_programs(), &[("OMPI_MCA_btl_tcp_if_include", "lo")], &["--mpi", "pmix"]);
     assert_no_job_cgroups(&c);
 }
+
+/// PMIx's application data, read by a plain PMIx client (crates/agent/tests/mpi/pmixapp.c,
+/// built with libpmix): each rank's PMIX_APPNUM and PMIX_APP_RANK, PMIX_JOB_NUM_APPS, and
+/// per application PMIX_APP_SIZE and PMIX_APPLDR.
+#[test]
+fn pmix_clients_read_their_applications_data() {
+    let c = Cluster::up(1, TOPO);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixapp.c");
+    let prog = c.root().join("pmixapp");
+    let built = Command::new("cc")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .expect("cannot run cc: install build-essential and libpmix-dev (scripts/setup.sh)");
+    assert!(built.success(), "cc pmixapp.c -lpmix failed: install libpmix-dev (scripts/setup.sh)");
+    let p = prog.display().to_string();
+    let out = ok(&c, &[], &["--mpi", "pmix", "-n", "1", &p, ":", "-n", "3", &p]);
+    let want: Vec<String> = (0..4)
+        .map(|r| match r {
+            0 => "pmix rank=0 appnum=0 apps=2 appsize=1 appldr=0 apprank=0".to_string(),
+            _ => format!("pmix rank={r} appnum=1 apps=2 appsize=3 appldr=1 apprank={}", r - 1),
+        })
+        .collect();
+    assert_eq!(sorted(&out), want, "{out}");
+    let out = ok(&c, &[], &["--mpi", "pmix", "-n", "2", &p]);
+    assert_eq!(
+        sorted(&out),
+        [
+            "pmix rank=0 appnum=0 apps=1 appsize=2 appldr=0 apprank=0",
+            "pmix rank=1 appnum=0 apps=1 appsize=2 appldr=0 apprank=1"
+        ],
+        "{out}"
+    );
+}
