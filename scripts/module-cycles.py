@@ -4,7 +4,7 @@
 A module is a file or directory under SRC, taken to DEPTH path components (1: top-level
 modules, the default). An edge A -> B is any `crate::B...` path in A's non-test code
 (comment lines, `*tests.rs` files, `*_tests/` directories and a trailing
-`#[cfg(test)] mod tests` are skipped). Prints the strongly connected components of more than
+`#[cfg(test)] mod NAME {` and what follows it are skipped). Prints the strongly connected components of more than
 one module (the cycles); -v lists every edge too.
 """
 import os
@@ -45,9 +45,9 @@ for m, files in mods.items():
         if p.endswith('tests.rs') or '_tests/' in p or '/tests/' in p:
             continue
         src = '\n'.join(line for line in open(p).read().split('\n') if not line.strip().startswith('//'))
-        cut = src.find('#[cfg(test)]\nmod tests')
-        if cut >= 0:
-            src = src[:cut]
+        trailing = re.search(r'^#\[cfg\(test\)\]\nmod [a-z_0-9]+ \{', src, re.M)
+        if trailing:
+            src = src[:trailing.start()]
         paths = [mm.group(1).split('::') for mm in re.finditer(r'crate::((?:[a-z_0-9]+::)*[a-z_0-9]+)', src)]
         for mm in re.finditer(r'use crate::\{([^;]*)\};', src, re.S):
             paths += [item.strip('{} ').split('::') for item in re.split(r'[,\s]+', mm.group(1)) if item.strip('{} ')]

@@ -177,7 +177,7 @@ pub struct SubmitOptions {
     /// `--gpu-locality strict|prefer` (Slurm's `--gres-flags=enforce-binding|disable-binding`):
     /// whether the job waits for cores next to its GPUs; over `[placement] gpu_locality`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub gpu_locality: Option<crate::placement::GpuLocality>,
+    pub gpu_locality: Option<crate::gpu::GpuLocality>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -328,7 +328,7 @@ pub enum OptionError {
     #[error(transparent)]
     GpuBind(#[from] crate::gpu::GpuBindError),
     #[error("--gpu-locality: {0}")]
-    GpuLocality(#[from] crate::placement::UnknownGpuLocality),
+    GpuLocality(#[from] crate::gpu::UnknownGpuLocality),
     #[error("--binding: {0}")]
     Binding(crate::binding::BindingParseError),
     #[error("--binding-mode: {0}")]
@@ -424,7 +424,7 @@ impl SubmitOptions {
             "cpus-per-gpu" => self.cpus_per_gpu = Some(cpus_per_gpu(value)?),
             "gpus-per-task" => self.gpus_per_task = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-bind" => self.gpu_bind = Some(crate::gpu::GpuBind::parse(value)?.to_string()),
-            "gpu-locality" => self.gpu_locality = Some(crate::placement::GpuLocality::parse(value)?),
+            "gpu-locality" => self.gpu_locality = Some(crate::gpu::GpuLocality::parse(value)?),
             "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(OptionError::MemPerGpu)?),
             "binding" => self.binding = Some(value.parse().map_err(OptionError::Binding)?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(OptionError::BindingMode)?),

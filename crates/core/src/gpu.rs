@@ -337,6 +337,47 @@ fn node_numbered_env(gpus: &[Gpu], held: &[u32]) -> Vec<(&'static str, String)> 
     env
 }
 
+/// Whether a GPU job's cores must be local to its GPUs (see `crate::placement::PlacementPolicy::gpu_locality`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GpuLocality {
+    /// Cores local to the GPUs when the node has them free, else cores anywhere on the node.
+    #[default]
+    Prefer,
+    /// Only cores local to the job's GPUs: the job waits for them (Slurm's
+    /// `--gres-flags=enforce-binding`).
+    Strict,
+}
+
+impl GpuLocality {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GpuLocality::Prefer => "prefer",
+            GpuLocality::Strict => "strict",
+        }
+    }
+
+    /// `strict` or `prefer` (any case).
+    pub fn parse(text: &str) -> Result<Self, UnknownGpuLocality> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "strict" => Ok(GpuLocality::Strict),
+            "prefer" => Ok(GpuLocality::Prefer),
+            _ => Err(UnknownGpuLocality(text.escape_debug().to_string())),
+        }
+    }
+}
+
+/// A GPU locality other than `strict` or `prefer` (the text as given, escaped).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("GPU locality {0:?}: give strict (only cores next to the job's GPUs; it waits for them) or prefer (cores elsewhere on the node when those are taken)")]
+pub struct UnknownGpuLocality(pub String);
+
+impl std::fmt::Display for GpuLocality {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How the ranks of a step share the job's GPUs on a node (`--gpu-bind`, Slurm's spelling).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GpuBind {

@@ -1,6 +1,6 @@
 //! Jobs: what users ask for, and what they get.
 
-use crate::{CoreError, CpuSet, JobId, NodeId};
+use crate::{CoreError, CpuSet, NodeId};
 use serde::{Deserialize, Serialize};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -328,14 +328,6 @@ impl JobOutcome {
             None => JobState::Failed,
         }
     }
-}
-
-/// A pending job as the scheduler sees it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingJob {
-    pub id: JobId,
-    pub request: crate::placement::JobRequest,
-    pub held: bool,
 }
 
 #[cfg(test)]

@@ -228,6 +228,14 @@ impl ClusterState {
     }
 }
 
+/// A pending job as the scheduler sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingJob {
+    pub id: crate::JobId,
+    pub request: crate::placement::JobRequest,
+    pub held: bool,
+}
+
 pub mod backfill;
 pub mod fairshare;
 pub mod preempt;

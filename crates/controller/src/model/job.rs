@@ -1,8 +1,9 @@
 //! A job as the controller keeps it.
 
 use berth_core::directives::SubmitOptions;
-use berth_core::job::{Allocation, JobOutcome, JobState, PendingJob, Shape};
+use berth_core::job::{Allocation, JobOutcome, JobState, Shape};
 use berth_core::placement::JobRequest;
+use berth_core::sched::PendingJob;
 use berth_core::JobId;
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{Accounting, JobInfo};

@@ -449,8 +449,8 @@ fn slurm_line(
             "--gres-flags" => {
                 for flag_word in v.split(',').map(str::trim).filter(|w| !w.is_empty()) {
                     match flag_word {
-                        "enforce-binding" => o.gpu_locality = Some(crate::placement::GpuLocality::Strict),
-                        "disable-binding" => o.gpu_locality = Some(crate::placement::GpuLocality::Prefer),
+                        "enforce-binding" => o.gpu_locality = Some(crate::gpu::GpuLocality::Strict),
+                        "disable-binding" => o.gpu_locality = Some(crate::gpu::GpuLocality::Prefer),
                         _ => unsupported.push(format!(
                             "{shown}: {:?} is not supported (of --gres-flags, enforce-binding and disable-binding are)",
                             flag_word.escape_debug().to_string()

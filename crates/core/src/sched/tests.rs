@@ -1,8 +1,9 @@
 use super::testkit::{total, ClusterBuilder, G};
 use super::*;
-use crate::job::{Allocation, PendingJob, Shape};
+use crate::job::{Allocation, Shape};
 use crate::node::NodeState;
 use crate::placement::JobRequest;
+use crate::sched::PendingJob;
 use crate::topology::Topology;
 use crate::{CpuSet, JobId, NodeId};
 use proptest::prelude::*;
