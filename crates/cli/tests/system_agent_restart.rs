@@ -191,14 +191,10 @@ fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
             })
             .unwrap_or_default();
         let state = c.dir.join("agents/node1");
-        let records: Vec<_> = ["jobs", "ended"]
-            .iter()
-            .flat_map(|d| {
-                std::fs::read_dir(state.join(d))
-                    .map(|rd| rd.flatten().map(|e| e.path()).collect::<Vec<_>>())
-                    .unwrap_or_default()
-            })
-            .collect();
+        let mut records: Vec<_> = std::fs::read_dir(state.join("jobs"))
+            .map(|rd| rd.flatten().map(|e| e.path().display().to_string()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        records.extend(unacked_ends(&state.join("ended.log")).into_iter().map(|id| format!("end of job {id}")));
         if left.is_empty() && spools.is_empty() && records.is_empty() {
             break;
         }
@@ -212,4 +208,24 @@ fn agent_restart_readopts_running_jobs_and_reports_ended_ones() {
     // And the node takes work again.
     let d = c.submit("d.sh", "#!/bin/sh\nexit 0\n", &["--cores", "1"]);
     assert_eq!(c.wait_finished(d, Duration::from_secs(20))["state"], "completed");
+}
+
+/// The jobs whose end an agent's end log (`ended.log`) holds unacknowledged: `E <id> ...`
+/// lines without a later `A <id>`.
+fn unacked_ends(log: &std::path::Path) -> Vec<u64> {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut open = std::collections::BTreeSet::new();
+    for line in text.lines() {
+        let mut words = line.split(' ');
+        match (words.next(), words.next().and_then(|w| w.parse::<u64>().ok())) {
+            (Some("E"), Some(id)) => {
+                open.insert(id);
+            }
+            (Some("A"), Some(id)) => {
+                open.remove(&id);
+            }
+            _ => {}
+        }
+    }
+    open.into_iter().collect()
 }

@@ -101,9 +101,8 @@ fn the_controller_state_is_private_and_made_so_at_start() {
     // The agent's records of the running job (its environment) are private too; the job's
     // own spool directory belongs to its user.
     let agent = c.dir.join("agents").join("node1");
-    for d in ["jobs", "ended"] {
-        assert_eq!(mode(&agent.join(d)), 0o700, "agent {d}/");
-    }
+    assert_eq!(mode(&agent.join("jobs")), 0o700, "agent jobs/");
+    assert_eq!(mode(&agent.join("ended.log")), 0o600, "agent ended.log");
     let o = std::process::Command::new("runuser")
         .args(["-u", "berthtest", "--", "ls"])
         .arg(agent.join("jobs"))
