@@ -566,7 +566,7 @@ mod tests {
     fn the_log_is_compacted_as_it_grows() {
         let tmp = tempfile::tempdir().unwrap();
         let r = Records::open(tmp.path()).unwrap();
-        let out = JobOutcome { exit_code: Some(0), reason: Some("x".repeat(200)), ..Default::default() };
+        let out = JobOutcome { exit_code: Some(0), reason: Some("x".repeat(4000)), ..Default::default() };
         let per_job = end_line(JobId(1), &out).unwrap().len() as u64;
         let jobs = 3 * LOG_COMPACT_BYTES / per_job;
         for id in 1..=jobs {
