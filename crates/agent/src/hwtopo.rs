@@ -604,7 +604,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
     }
 
     let (gpus, gpu_links) = crate::gpus::discover(hw, &numa_nodes, &allowed, &package_index);
-    Ok(Topology { packages, numa_nodes, cores, disallowed, gpus, gpu_links })
+    Ok(Topology { packages, numa_nodes, cores, disallowed, gpus, gpu_links, derived: Default::default() })
 }
 
 /// Give every NUMA node its memory from the best source (see [`load_with`]) and record which.

@@ -657,7 +657,7 @@ impl Controller {
             let mut cap = berth_core::node::NodeCapacity::new(
                 berth_core::NodeId(index as u32),
                 reg.name.clone(),
-                std::sync::Arc::new(reg.topology.clone()),
+                berth_core::node::shared_topology(&self.cluster.nodes, reg.topology.clone()),
             );
             self.apply_admin_settings(&mut cap);
             for id in &ours {

@@ -15,7 +15,6 @@ use berth_core::{CpuSet, JobId, NodeId};
 use berth_protocol::agent::{CgroupReport, ControllerMessage};
 use berth_protocol::client::ClientResponse;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
@@ -287,7 +286,9 @@ impl Controller {
         real_cpus: &str,
         instance: &str,
     ) {
-        let mut cap = NodeCapacity::new(id, name, Arc::new(topology));
+        // Nodes of the same hardware share one topology (placement fits each kind once).
+        let topology = berth_core::node::shared_topology(&self.cluster.nodes, topology);
+        let mut cap = NodeCapacity::new(id, name, topology);
         self.apply_admin_settings(&mut cap);
         self.cluster.nodes.push(cap);
         self.extra.push(NodeExtra {

@@ -761,6 +761,7 @@ pub fn topology() -> BoxedStrategy<Topology> {
             disallowed,
             gpus: vec![],
             gpu_links: vec![],
+            derived: Default::default(),
         });
     prop_oneof![uniform, free].boxed()
 }

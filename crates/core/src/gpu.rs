@@ -23,6 +23,84 @@ pub const MAX_GPU_TEXT: usize = 256;
 /// The most GPUs `--gpus-per-numa` may emulate on one NUMA node.
 pub const MAX_EMULATED_PER_NUMA: u32 = 16;
 
+/// A set of one node's GPUs as bits (GPU k is bit k), for GPUs numbered below [`MAX_GPUS`]:
+/// 32 bytes kept inline, so counting a node's free GPUs of a type is a few word operations
+/// with no pointer to follow.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct GpuMask([u64; MAX_GPUS / 64]);
+
+impl GpuMask {
+    /// Add GPU `g`; a GPU numbered `MAX_GPUS` or above is not kept (see [`GpuMask::covers`]).
+    pub fn insert(&mut self, g: u32) {
+        if let Some(w) = self.0.get_mut(g as usize / 64) {
+            *w |= 1 << (g % 64);
+        }
+    }
+
+    pub fn contains(&self, g: u32) -> bool {
+        self.0.get(g as usize / 64).is_some_and(|w| w & (1 << (g % 64)) != 0)
+    }
+
+    /// How many GPUs both sets hold.
+    pub fn count_and(&self, other: &GpuMask) -> u32 {
+        self.0.iter().zip(&other.0).map(|(a, b)| (a & b).count_ones()).sum()
+    }
+
+    /// Whether a mask can stand for a node of `gpus` GPUs (all numbered below `MAX_GPUS`).
+    pub fn covers(gpus: usize) -> bool {
+        gpus <= MAX_GPUS
+    }
+}
+
+/// The words naming a node's GPUs for `--gpu-type` ([`Gpu::type_words`]), each with the GPUs
+/// it names: made once per topology ([`crate::topology::Topology::gpu_types`]) and shared by
+/// every node holding that topology, so a typed placement looks a type up in one small table
+/// that stays in cache instead of following each node's own heap words.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuTypes {
+    words: Vec<GpuTypeWord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct GpuTypeWord {
+    /// Lower case.
+    word: Box<str>,
+    /// In index order.
+    gpus: Vec<u32>,
+    mask: GpuMask,
+}
+
+impl GpuTypes {
+    pub fn of(gpus: &[Gpu]) -> Self {
+        let mut words: Vec<GpuTypeWord> = vec![];
+        for g in gpus {
+            for w in g.type_words() {
+                let i = match words.iter().position(|v| *v.word == *w) {
+                    Some(i) => i,
+                    None => {
+                        words.push(GpuTypeWord { word: w.into(), gpus: vec![], mask: GpuMask::default() });
+                        words.len() - 1
+                    }
+                };
+                let e = &mut words[i];
+                if e.gpus.last() != Some(&g.index) {
+                    e.gpus.push(g.index);
+                    e.mask.insert(g.index);
+                }
+            }
+        }
+        GpuTypes { words }
+    }
+
+    /// The GPUs `kind` (any case) names, in index order, and as a mask (empty when none).
+    pub fn named(&self, kind: &str) -> (&[u32], GpuMask) {
+        match self.words.iter().find(|w| w.word.eq_ignore_ascii_case(kind)) {
+            Some(w) => (&w.gpus, w.mask),
+            None => (&[], GpuMask::default()),
+        }
+    }
+}
+
 /// Who made the GPU: decides later which environment variables and device files a job gets
 /// (`CUDA_VISIBLE_DEVICES` and `/dev/nvidia*` for NVIDIA, `ROCR_VISIBLE_DEVICES` and
 /// `/dev/kfd` + `/dev/dri` for AMD, `ZE_AFFINITY_MASK` for Intel).

@@ -1,5 +1,6 @@
 //! Node states and the per-node view the scheduler works on.
 
+use crate::gpu::GpuMask;
 use crate::job::NodeAllocation;
 use crate::topology::Topology;
 use crate::{CpuSet, NodeId};
@@ -140,31 +141,36 @@ pub struct NodeCapacity {
     pub gpu_free: Vec<bool>,
     /// Cached: free GPUs (`gpu_free` counted).
     pub free_gpu_count: u32,
-    /// Every word that names some of the node's GPUs for `--gpu-type` ([`Gpu::is_type`]), in
-    /// lower case, with the GPUs it names: made from the topology once, so that finding a
-    /// type's free GPUs costs a few comparisons, not a string split per GPU (placement asks it
-    /// of every candidate node).
-    ///
-    /// [`Gpu::is_type`]: crate::gpu::Gpu::is_type
-    gpu_types: Arc<[(Box<str>, Vec<u32>)]>,
+    /// Cached: the free GPUs as bits (`gpu_free`, when the node has at most `MAX_GPUS`), so
+    /// that a typed count is the topology's shared mask of the type ANDed with this, no
+    /// pointer followed (placement asks it of every candidate node).
+    free_gpu_mask: GpuMask,
 }
 
-/// The words naming a topology's GPUs ([`crate::gpu::Gpu::type_words`]), each with its GPUs.
-fn gpu_type_words(t: &Topology) -> Arc<[(Box<str>, Vec<u32>)]> {
-    let mut words: Vec<(Box<str>, Vec<u32>)> = vec![];
-    for g in &t.gpus {
-        for w in g.type_words() {
-            match words.iter_mut().find(|(v, _)| **v == *w) {
-                Some((_, gs)) => {
-                    if gs.last() != Some(&g.index) {
-                        gs.push(g.index)
-                    }
-                }
-                None => words.push((w.into(), vec![g.index])),
-            }
+/// The most distinct topologies [`shared_topology`] compares a new one with.
+pub const SHARED_TOPOLOGY_KINDS: usize = 32;
+
+/// `t` as an `Arc` shared with the nodes of `nodes` whose topology equals it, else a new one:
+/// nodes of the same hardware then hold one topology, so placement's "nodes alike answer
+/// alike" (`placement::cluster::feasible`) fits each kind once instead of every node, and the
+/// tables a topology works out once (its GPU type words) serve them all. Compares `t` with
+/// at most [`SHARED_TOPOLOGY_KINDS`] distinct topologies (a cluster of more kinds shares the
+/// first ones), each once however many nodes hold it.
+pub fn shared_topology(nodes: &[NodeCapacity], t: Topology) -> Arc<Topology> {
+    let mut seen: Vec<&Arc<Topology>> = Vec::with_capacity(SHARED_TOPOLOGY_KINDS);
+    for n in nodes {
+        if seen.iter().any(|s| Arc::ptr_eq(s, &n.topology)) {
+            continue;
         }
+        if *n.topology == t {
+            return n.topology.clone();
+        }
+        if seen.len() == SHARED_TOPOLOGY_KINDS {
+            break;
+        }
+        seen.push(&n.topology);
     }
-    words.into()
+    Arc::new(t)
 }
 
 /// Why a suspended job's part cannot resume elsewhere on its node.
@@ -212,7 +218,7 @@ impl NodeCapacity {
             untouched_memory: self.untouched_memory,
             gpu_free: self.gpu_free.clone(),
             free_gpu_count: self.free_gpu_count,
-            gpu_types: self.gpu_types.clone(),
+            free_gpu_mask: self.free_gpu_mask,
         }
     }
 
@@ -221,7 +227,6 @@ impl NodeCapacity {
         let numa_free = topology.numa_nodes.iter().map(|n| n.memory_bytes).collect();
         let numa_exclusive = vec![false; topology.numa_nodes.len()];
         let gpu_free = vec![true; topology.gpus.len()];
-        let gpu_types = gpu_type_words(&topology);
         let mut n = NodeCapacity {
             id,
             name,
@@ -241,7 +246,7 @@ impl NodeCapacity {
             untouched_memory: 0,
             gpu_free,
             free_gpu_count: 0,
-            gpu_types,
+            free_gpu_mask: GpuMask::default(),
         };
         n.recount();
         n
@@ -316,6 +321,10 @@ impl NodeCapacity {
         self.untouched_cores = ucores;
         self.untouched_memory = umem;
         self.free_gpu_count = self.gpu_free.iter().filter(|f| **f).count() as u32;
+        self.free_gpu_mask = GpuMask::default();
+        for (g, _) in self.gpu_free.iter().enumerate().filter(|(_, f)| **f) {
+            self.free_gpu_mask.insert(g as u32);
+        }
         self.free_memory =
             self.numa_free.iter().zip(&topo.numa_nodes).filter(|(_, n)| !n.special).map(|(f, _)| *f).sum();
     }
@@ -579,16 +588,20 @@ impl NodeCapacity {
 
     /// The free GPUs of type `kind` (any type: `None`), by index.
     pub fn free_gpus_of<'a>(&'a self, kind: Option<&'a str>) -> impl Iterator<Item = u32> + 'a {
-        let named: Option<&[u32]> = kind.map(|k| self.gpus_named(k));
+        let named: Option<&[u32]> = kind.map(|k| self.topology.gpu_types().named(k).0);
         let all = (0..self.gpu_free.len() as u32).filter(move |_| named.is_none());
         let some = named.into_iter().flatten().copied();
         all.chain(some).filter(move |&g| self.gpu_free.get(g as usize).copied().unwrap_or(false))
     }
 
-    /// How many GPUs of type `kind` (any: `None`) are free now.
+    /// How many GPUs of type `kind` (any: `None`) are free now (by the cached counts, as
+    /// `free_gpu_count`).
     pub fn free_gpu_count_of(&self, kind: Option<&str>) -> u32 {
         match kind {
             None => self.free_gpu_count,
+            Some(k) if GpuMask::covers(self.gpu_free.len()) => {
+                self.topology.gpu_types().named(k).1.count_and(&self.free_gpu_mask)
+            }
             Some(_) => self.free_gpus_of(kind).count() as u32,
         }
     }
@@ -597,13 +610,8 @@ impl NodeCapacity {
     pub fn gpu_count_of(&self, kind: Option<&str>) -> u32 {
         match kind {
             None => self.gpu_free.len() as u32,
-            Some(k) => self.gpus_named(k).len() as u32,
+            Some(k) => self.topology.gpu_types().named(k).0.len() as u32,
         }
-    }
-
-    /// The node's GPUs of type `kind` (any case), in index order.
-    fn gpus_named(&self, kind: &str) -> &[u32] {
-        self.gpu_types.iter().find(|(w, _)| w.eq_ignore_ascii_case(kind)).map_or(&[], |(_, g)| g.as_slice())
     }
 
     fn shares(&self, na: &NodeAllocation) -> Vec<(usize, u64)> {
@@ -767,5 +775,76 @@ mod tests {
         let mut pinned = a.clone();
         pinned.ranks = vec![crate::job::RankSet { cpus: a.cpus.clone(), mems: a.mems.clone() }];
         assert!(matches!(n.relocation_for(&pinned, false, false), Err(RelocateError::Pinned(_))));
+    }
+
+    #[test]
+    fn nodes_of_equal_hardware_share_one_topology() {
+        let mut nodes: Vec<NodeCapacity> = vec![];
+        let add = |nodes: &mut Vec<NodeCapacity>, t: Topology| {
+            let t = shared_topology(nodes, t);
+            let id = NodeId(nodes.len() as u32);
+            nodes.push(NodeCapacity::new(id, format!("n{}", id.0), t));
+        };
+        let small = Topology::uniform(2, 1, 4, 2, GIB);
+        let big = Topology::uniform(2, 2, 4, 2, GIB);
+        for t in [&small, &big, &small, &big, &small] {
+            add(&mut nodes, t.clone());
+        }
+        assert!(Arc::ptr_eq(&nodes[0].topology, &nodes[2].topology));
+        assert!(Arc::ptr_eq(&nodes[0].topology, &nodes[4].topology));
+        assert!(Arc::ptr_eq(&nodes[1].topology, &nodes[3].topology));
+        assert!(!Arc::ptr_eq(&nodes[0].topology, &nodes[1].topology));
+        // Differing only in a GPU's model: not shared (their --gpu-type words differ).
+        let mut a = Topology::uniform(1, 2, 2, 1, GIB);
+        a.add_emulated_gpus(1).unwrap();
+        let mut b = a.clone();
+        b.gpus[0].emulated = false;
+        b.gpus[0].model = Some("NVIDIA A100-SXM4-80GB".into());
+        add(&mut nodes, a.clone());
+        add(&mut nodes, b);
+        add(&mut nodes, a);
+        assert!(!Arc::ptr_eq(&nodes[5].topology, &nodes[6].topology));
+        assert!(Arc::ptr_eq(&nodes[5].topology, &nodes[7].topology));
+        assert_eq!(nodes[6].gpu_count_of(Some("a100")), 1);
+        assert_eq!(nodes[7].gpu_count_of(Some("a100")), 0);
+        // Past the bound of kinds compared, a new topology is its own (still correct).
+        let mut many: Vec<NodeCapacity> = vec![];
+        for k in 0..SHARED_TOPOLOGY_KINDS as u32 + 2 {
+            add(&mut many, Topology::uniform(1, 1, k + 1, 1, GIB));
+        }
+        let last = Topology::uniform(1, 1, SHARED_TOPOLOGY_KINDS as u32 + 2, 1, GIB);
+        let t = shared_topology(&many, last.clone());
+        assert_eq!(*t, last);
+        let first = shared_topology(&many, Topology::uniform(1, 1, 1, 1, GIB));
+        assert!(Arc::ptr_eq(&first, &many[0].topology));
+    }
+
+    #[test]
+    fn typed_free_counts_follow_claims_and_releases() {
+        let mut t = Topology::uniform(2, 2, 2, 1, GIB);
+        t.add_emulated_gpus(1).unwrap();
+        for g in &mut t.gpus {
+            g.emulated = false;
+            g.model = Some(if g.index % 2 == 0 { "NVIDIA A100-SXM4-80GB" } else { "NVIDIA H100 80GB HBM3" }.into());
+        }
+        let mut n = NodeCapacity::new(NodeId(0), "g0", Arc::new(t));
+        let check = |n: &NodeCapacity| {
+            for k in ["a100", "h100", "80gb", "nvidia", "v100", "A100"] {
+                let by_gpu =
+                    n.topology.gpus.iter().filter(|g| n.gpu_free[g.index as usize] && g.is_type(k)).count() as u32;
+                assert_eq!(n.free_gpu_count_of(Some(k)), by_gpu, "{k}");
+                assert_eq!(n.free_gpus_of(Some(k)).count() as u32, by_gpu, "{k}");
+            }
+        };
+        check(&n);
+        let mut a = part("0", 1, 0, 0);
+        a.gpus = vec![0, 3];
+        n.claim(&a);
+        assert_eq!(n.free_gpu_count_of(Some("a100")), 1);
+        assert_eq!(n.free_gpu_count_of(Some("h100")), 1);
+        check(&n);
+        n.release(&a);
+        assert_eq!(n.free_gpu_count_of(Some("nvidia")), 4);
+        check(&n);
     }
 }

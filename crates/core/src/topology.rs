@@ -122,9 +122,48 @@ pub struct Topology {
     /// GPU-to-GPU links (NVLink and the like) between `gpus`, when the hardware reports them.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_links: Vec<GpuLink>,
+    /// What is worked out from the fields above on first use and kept with them (never sent,
+    /// never compared): every node sharing this topology (`Arc<Topology>`) shares it too.
+    /// Made from the topology as it is at first use: change no field after that (a shared
+    /// topology is not changed; copies start without it).
+    #[serde(skip)]
+    pub derived: Derived,
+}
+
+/// Facts computed from a [`Topology`] once, when first asked ([`Topology::gpu_types`]).
+/// Two topologies are equal whatever each has computed; a copy computes its own again.
+#[derive(Default)]
+pub struct Derived {
+    gpu_types: std::sync::OnceLock<gpu::GpuTypes>,
+}
+
+impl Clone for Derived {
+    fn clone(&self) -> Self {
+        Derived::default()
+    }
+}
+
+impl PartialEq for Derived {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for Derived {}
+
+impl std::fmt::Debug for Derived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Derived")
+    }
 }
 
 impl Topology {
+    /// The words naming this topology's GPUs for `--gpu-type`, with the GPUs each names: made
+    /// on first use and shared by every node holding this topology.
+    pub fn gpu_types(&self) -> &gpu::GpuTypes {
+        self.derived.gpu_types.get_or_init(|| gpu::GpuTypes::of(&self.gpus))
+    }
+
     /// A regular machine, for tests and simulation: `packages` x `numa_per_package` x
     /// `cores_per_numa` x `pus_per_core`, PUs numbered in logical order.
     pub fn uniform(
@@ -141,6 +180,7 @@ impl Topology {
             disallowed: CpuSet::new(),
             gpus: vec![],
             gpu_links: vec![],
+            derived: Derived::default(),
         };
         let mut pu = 0;
         for p in 0..packages {

@@ -59,6 +59,7 @@ fn a_nodes_gpus_of_a_type_are_found_by_its_words() {
     t.gpus[2].emulated = false;
     let mut n = NodeCapacity::new(NodeId(0), "g0", Arc::new(t));
     n.gpu_free[1] = true;
+    n.refresh();
     let of = |n: &NodeCapacity, k: &str| n.free_gpus_of(Some(k)).collect::<Vec<_>>();
     assert_eq!(of(&n, "a100"), [1]);
     assert_eq!(of(&n, "80GB"), [1, 2]);
@@ -67,6 +68,7 @@ fn a_nodes_gpus_of_a_type_are_found_by_its_words() {
     assert_eq!(of(&n, "v100"), Vec::<u32>::new());
     // Held GPUs drop out; the counts agree with the GPUs' own answers.
     n.gpu_free[2] = false;
+    n.refresh();
     for k in ["a100", "80gb", "emulated", "other", "hbm3", "nvidia"] {
         let by_gpu: Vec<u32> =
             n.topology.gpus.iter().filter(|g| n.gpu_free[g.index as usize] && g.is_type(k)).map(|g| g.index).collect();
