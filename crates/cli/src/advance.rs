@@ -33,6 +33,10 @@ pub enum ResvCommand {
         /// With --cores: memory per node (default: the default memory per CPU for each core).
         #[arg(long, requires = "cores")]
         mem: Option<String>,
+        /// With --cores: this many GPUs in all, spread evenly over the nodes, placed with cores
+        /// near them (whole --nodes hold all their GPUs).
+        #[arg(long, requires = "cores")]
+        gpus: Option<u32>,
         /// Users whose jobs may use it, comma-separated.
         #[arg(long)]
         users: Option<String>,
@@ -53,7 +57,7 @@ pub async fn run(dir: &Path, json: bool, command: ResvCommand) -> Result<i32> {
     let now = now();
     let single = matches!(command, ResvCommand::Create { .. });
     let req = match command {
-        ResvCommand::Create { start, end, duration, nodes, cores, nodes_count, mem, users, accounts, name } => {
+        ResvCommand::Create { start, end, duration, nodes, cores, nodes_count, mem, gpus, users, accounts, name } => {
             let start_t = parse_time(&start, now, now)?;
             let end = end.map(|e| parse_time(&e, now, start_t)).transpose()?;
             let duration_secs =
@@ -68,6 +72,7 @@ pub async fn run(dir: &Path, json: bool, command: ResvCommand) -> Result<i32> {
                 cores,
                 nodes_count,
                 mem,
+                gpus,
                 users: list(users),
                 accounts: list(accounts),
             }))
@@ -224,7 +229,10 @@ pub fn table(reservations: &[AdvanceInfo], now: f64) -> String {
             when(r.start),
             when(r.end),
             if r.active || r.start <= now { "active".into() } else { "waiting".into() },
-            r.cores.to_string(),
+            match r.gpus {
+                0 => r.cores.to_string(),
+                g => format!("{} +{g} GPU", r.cores),
+            },
             r.allocation.iter().map(|a| format!("{}[{}]", a.node, a.cpus)).collect::<Vec<_>>().join(","),
             who.join("; "),
             format!("{} running, {} queued", r.running_jobs.len(), r.queued_jobs.len()),

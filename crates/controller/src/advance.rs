@@ -161,11 +161,16 @@ impl Controller {
         let allocation = match (body.nodes.is_empty(), body.cores) {
             (false, Some(_)) => return Err(bad("give --nodes (whole nodes) or --cores, not both".into())),
             (true, None) => return Err(bad("say what to reserve: --nodes n1,n2 (whole nodes) or --cores N".into())),
-            (false, None) if body.nodes_count.is_some() || body.mem.is_some() => {
-                return Err(bad("--nodes-count and --mem go with --cores; --nodes reserves whole nodes".into()))
+            (false, None) if body.nodes_count.is_some() || body.mem.is_some() || body.gpus.is_some() => {
+                return Err(bad(
+                    "--nodes-count, --mem and --gpus go with --cores; --nodes reserves whole nodes (their GPUs too)"
+                        .into(),
+                ))
             }
             (false, None) => self.whole_nodes(&body.nodes, (start, end), now)?,
-            (true, Some(cores)) => self.cores_for_window(cores, body.nodes_count, body.mem, (start, end), now)?,
+            (true, Some(cores)) => {
+                self.cores_for_window((cores, body.gpus), body.nodes_count, body.mem, (start, end), now)?
+            }
         };
         Ok(Advance {
             name,
@@ -266,8 +271,8 @@ impl Controller {
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
-                // Reservations do not hold GPUs yet (docs/gpus.md).
-                gpus: vec![],
+                // A whole node: its GPUs too.
+                gpus: (0..topo.gpus.len() as u32).collect(),
             });
         }
         if !busy.is_empty() {
@@ -288,17 +293,21 @@ impl Controller {
     /// its start, beside the jobs that will still run then and the overlapping reservations.
     fn cores_for_window(
         &self,
-        cores: u32,
+        (cores, gpus): (u32, Option<u32>),
         nodes: Option<u32>,
         mem: Option<u64>,
         (start, end): (f64, f64),
         now: f64,
     ) -> Result<Allocation, ApiError> {
-        let mut options = SubmitOptions { cores: Some(cores), nodes, mem, ..Default::default() };
+        let mut options = SubmitOptions { cores: Some(cores), nodes, mem, gpus, ..Default::default() };
         if mem.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
         let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
+        let asked = match gpus {
+            Some(g) => format!("{cores} cores and {g} GPU(s)"),
+            None => format!("{cores} cores"),
+        };
         let registered = |n: &berth_core::node::NodeCapacity| {
             self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
         };
@@ -324,14 +333,14 @@ impl Controller {
                 Err(api(
                     ErrorCode::Unavailable,
                     format!(
-                        "{cores} cores are not free for the whole window {} to {} (at its start: {what}), given the running jobs' walltimes{also}; choose another window or fewer cores",
+                        "{asked} are not free for the whole window {} to {} (at its start: {what}), given the running jobs' walltimes{also}; choose another window or fewer cores",
                         clock(start, now),
                         clock(end, now)
                     ),
                 ))
             }
             Fit::Never(why) => {
-                Err(api(ErrorCode::Unavailable, format!("{cores} cores cannot be placed on the nodes up now: {why}")))
+                Err(api(ErrorCode::Unavailable, format!("{asked} cannot be placed on the nodes up now: {why}")))
             }
         }
     }
@@ -385,6 +394,7 @@ impl Controller {
             accounts: r.accounts.clone(),
             allocation: r.allocation.clone(),
             cores: r.allocation.iter().map(|a| a.cores).sum(),
+            gpus: r.allocation.iter().map(|a| a.gpus.len() as u32).sum(),
             created: r.created,
             created_by: r.created_by.clone(),
             active: r.start <= now && now < r.end,

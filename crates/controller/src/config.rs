@@ -490,6 +490,9 @@ impl ControllerConfig {
         if self.fair_share.shares.values().chain([&self.fair_share.default_share]).any(|s| *s < 0.0 || !s.is_finite()) {
             return invalid("fair_share", "shares must be numbers >= 0".into());
         }
+        if let Err(why) = self.fair_share.check_weights() {
+            return invalid("fair_share", why);
+        }
         let p = &self.priority;
         if [p.age, p.size, p.queue, p.fair_share].iter().any(|w| *w < 0.0 || !w.is_finite()) || p.max_age_secs <= 0.0 {
             return invalid("priority", "weights must be numbers >= 0 and max_age_secs > 0".into());

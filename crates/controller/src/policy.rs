@@ -22,18 +22,29 @@ mod effects;
 mod gather;
 
 impl Controller {
-    /// Charge running jobs' CPU time since the last charge to their accounts, decayed to `now`.
+    /// Charge running jobs' billed CPU time (CPUs and GPUs by `[fair_share]`'s weights) since
+    /// the last charge to their accounts, decayed to `now`.
     pub fn charge_usage(&mut self, now: f64) -> Result<(), StoreError> {
         let since = self.policy.charged_until;
         if now <= since {
             return Ok(());
         }
         let mut charges: Vec<(String, f64)> = Vec::new();
+        let config = &self.policy.fair_share.config;
+        // GPUs billed like the CPUs beside them unless `[fair_share] gpu_weight` says otherwise.
+        let auto_gpu = match config.gpu_weight {
+            Some(_) => 0.0,
+            None => berth_core::sched::fairshare::auto_gpu_weight(
+                self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
+            ),
+        };
         for job in self.jobs.values().filter(|j| j.state == JobState::Running) {
             let from = job.start_time.unwrap_or(now).max(since);
             let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
-            if now > from && cpus > 0 {
-                charges.push((account_of(job), cpus as f64 * (now - from)));
+            let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();
+            let rate = config.billing(cpus, gpus, auto_gpu);
+            if now > from && rate > 0.0 {
+                charges.push((account_of(job), rate * (now - from)));
             }
         }
         self.policy.fair_share.decay_to(now);

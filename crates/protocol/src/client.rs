@@ -288,6 +288,10 @@ pub struct AdvanceCreate {
     /// Memory per node with `cores` (default: the default memory per CPU for each core).
     #[serde(default)]
     pub mem: Option<u64>,
+    /// With `cores`: this many GPUs in all, spread evenly over the nodes and placed with cores
+    /// near them (as a job's `--gpus`). Whole `nodes` hold all their GPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
     #[serde(default)]
     pub users: Vec<String>,
     /// Accounts (projects): their jobs (`--account`) may use it.
@@ -307,6 +311,9 @@ pub struct AdvanceInfo {
     /// The reserved resources.
     pub allocation: Allocation,
     pub cores: u32,
+    /// GPUs held (those of `allocation`'s parts), left out when none.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus: u32,
     pub created: f64,
     pub created_by: String,
     /// The window is open now.

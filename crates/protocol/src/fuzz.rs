@@ -787,9 +787,9 @@ pub fn reservation_request() -> BoxedStrategy<ReservationRequest> {
 
 pub fn advance_create() -> BoxedStrategy<AdvanceCreate> {
     (of(text()), f64_opt(), f64_opt(), of(any::<u64>()), texts(), of(any::<u32>()), of(any::<u32>()), of(any::<u64>()))
-        .prop_flat_map(|head| (Just(head), texts(), texts()))
-        .prop_map(|((name, start, end, duration_secs, nodes, cores, nodes_count, mem), users, accounts)| {
-            AdvanceCreate { name, start, end, duration_secs, nodes, cores, nodes_count, mem, users, accounts }
+        .prop_flat_map(|head| (Just(head), texts(), texts(), of(any::<u32>())))
+        .prop_map(|((name, start, end, duration_secs, nodes, cores, nodes_count, mem), users, accounts, gpus)| {
+            AdvanceCreate { name, start, end, duration_secs, nodes, cores, nodes_count, mem, gpus, users, accounts }
         })
         .boxed()
 }
@@ -1229,12 +1229,12 @@ pub fn reservation_reply() -> BoxedStrategy<ReservationReply> {
 pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
     (
         (text(), finite_f64(), finite_f64(), texts(), texts(), vec(node_allocation(), 0..2), any::<u32>()),
-        (finite_f64(), text(), any::<bool>(), ids(), ids()),
+        (finite_f64(), text(), any::<bool>(), ids(), ids(), any::<u32>()),
     )
         .prop_map(
             |(
                 (name, start, end, users, accounts, allocation, cores),
-                (created, created_by, active, running_jobs, queued_jobs),
+                (created, created_by, active, running_jobs, queued_jobs, gpus),
             )| AdvanceInfo {
                 name,
                 start,
@@ -1243,6 +1243,7 @@ pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
                 accounts,
                 allocation,
                 cores,
+                gpus,
                 created,
                 created_by,
                 active,

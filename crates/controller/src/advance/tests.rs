@@ -392,3 +392,69 @@ fn a_suspended_non_member_keeps_off_a_window_when_it_resumes() {
     assert_eq!(h.ctl.jobs[&a].state, JobState::Suspended);
     assert!(h.ctl.jobs[&a].reason.as_deref().unwrap_or("").contains("waiting"), "{:?}", h.ctl.jobs[&a].reason);
 }
+
+/// A node of 2 NUMA nodes x 4 cores with an emulated GPU on each.
+fn gpu_node() -> berth_core::topology::Topology {
+    let mut t = berth_core::topology::Topology::uniform(1, 2, 4, 1, 1 << 30);
+    t.add_emulated_gpus(1).expect("emulated GPUs");
+    t
+}
+
+fn gpu_opts(cores: u32, gpus: u32, walltime: u64) -> SubmitOptions {
+    SubmitOptions { gpus: Some(gpus), ..opts(cores, walltime) }
+}
+
+/// Reservations hold GPUs: whole nodes all of theirs, `--cores --gpus` the GPUs placed with
+/// the cores. Others' GPU jobs keep off the reserved GPUs though cores are free beside them;
+/// members get the reserved GPUs, and no more than those.
+#[test]
+fn reservations_hold_gpus() {
+    let mut h = Harness::with_topology(2, gpu_node());
+    let body = on_n1(&h);
+    let whole = create(&mut h, body, &root()).unwrap();
+    assert_eq!(whole.gpus, 2);
+    assert_eq!(whole.allocation[0].gpus, [0, 1]);
+    let gpus = AdvanceCreate {
+        name: Some("g".into()),
+        start: Some(h.now),
+        duration_secs: Some(7200),
+        cores: Some(2),
+        gpus: Some(1),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let r = create(&mut h, gpus, &root()).unwrap();
+    assert_eq!((r.cores, r.gpus, r.allocation[0].node.as_str()), (2, 1, "n0"), "{r:?}");
+    let held = r.allocation[0].gpus[0];
+    // Bob's 2-hour GPU jobs: one takes n0's other GPU; the next waits (n0's last GPU is ann's,
+    // n1 is reserved from +1 h) though 6 cores of n0 are free.
+    let first = h.batch(gpu_opts(1, 1, 7200), &bob());
+    assert_eq!(h.ctl.jobs[&first].state, JobState::Running);
+    assert_ne!(h.ctl.jobs[&first].allocation[0].gpus, [held]);
+    let second = submit(&mut h, gpu_opts(1, 1, 7200), &bob()).unwrap();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&second].state, JobState::Queued);
+    // Ann's member job gets the reserved GPU; a second one waits for it.
+    let mine = submit(&mut h, SubmitOptions { reservation: Some("g".into()), ..gpu_opts(1, 1, 3600) }, &ann()).unwrap();
+    let more = submit(&mut h, SubmitOptions { reservation: Some("g".into()), ..gpu_opts(1, 1, 3600) }, &ann()).unwrap();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&mine].state, JobState::Running);
+    assert_eq!(h.ctl.jobs[&mine].allocation[0].gpus, [held]);
+    assert_eq!(h.ctl.jobs[&more].state, JobState::Queued, "the reservation holds one GPU");
+    // --gpus goes with --cores only.
+    let body = AdvanceCreate { name: Some("x".into()), gpus: Some(1), ..on_n1(&h) };
+    let e = create(&mut h, body, &root()).unwrap_err();
+    assert!(e.message.contains("--gpus go with --cores"), "{}", e.message);
+    // More GPUs than a node has: never.
+    let big = AdvanceCreate {
+        name: Some("big".into()),
+        start: Some(h.now + 10.0 * HOUR),
+        duration_secs: Some(600),
+        cores: Some(1),
+        gpus: Some(3),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let e = create(&mut h, big, &root()).unwrap_err();
+    assert!(e.message.contains("GPU"), "{}", e.message);
+}

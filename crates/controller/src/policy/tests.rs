@@ -96,6 +96,34 @@ fn fair_share_orders_accounts_by_decayed_usage_and_survives_restart() {
     assert!((after - before).abs() < 1.0, "usage after restart {after}, before {before}");
 }
 
+/// GPU-seconds are billed (Slurm's TRES billing): unset, a GPU costs the PUs per GPU of the GPU
+/// nodes (here 8 PUs / 2 GPUs = 4); `[fair_share] gpu_weight` overrides it, 0 bills none.
+#[test]
+fn fair_share_bills_gpu_seconds() {
+    let mut t = berth_core::topology::Topology::uniform(1, 2, 4, 1, 1 << 30);
+    t.add_emulated_gpus(1).expect("emulated GPUs");
+    let used = |weight: Option<f64>| {
+        let mut h = Harness::with_topology(1, t.clone());
+        h.ctl.policy.fair_share.config.gpu_weight = weight;
+        let gpu = h.batch(SubmitOptions { gpus: Some(2), ..opts(2, 7200, "gpu") }, &ann());
+        let cpu = h.batch(opts(2, 7200, "cpu"), &ann());
+        assert_eq!((state(&h, gpu), state(&h, cpu)), (JobState::Running, JobState::Running));
+        h.ctl.charge_usage(h.now).unwrap();
+        h.now += 100.0;
+        h.ctl.charge_usage(h.now).unwrap();
+        let u = &h.ctl.policy.fair_share.usage;
+        (u["gpu"], u["cpu"])
+    };
+    let near = |a: f64, b: f64| (a - b).abs() < b * 1e-4;
+    let (g, c) = used(None);
+    assert!(near(c, 2.0 * 100.0), "{c}");
+    assert!(near(g, (2.0 + 2.0 * 4.0) * 100.0), "{g}");
+    let (g, _) = used(Some(50.0));
+    assert!(near(g, (2.0 + 2.0 * 50.0) * 100.0), "{g}");
+    let (g, c) = used(Some(0.0));
+    assert!(near(g, c), "{g} vs {c}");
+}
+
 fn queues() -> Vec<berth_core::sched::queue::QueueSpec> {
     use berth_core::sched::queue::QueueSpec;
     vec![

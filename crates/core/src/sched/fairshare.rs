@@ -18,11 +18,57 @@ pub struct FairShareConfig {
     /// Shares per account; accounts not listed get `default_share`.
     pub shares: BTreeMap<String, f64>,
     pub default_share: f64,
+    /// What a CPU (PU) held for a second is billed (Slurm's `TRESBillingWeights` `CPU=`).
+    pub cpu_weight: f64,
+    /// What a GPU held for a second is billed (`GRES/gpu=`). Unset: what the CPUs beside a
+    /// GPU cost, the cluster's PUs per GPU on its GPU nodes ([`auto_gpu_weight`]), so a job
+    /// holding a GPU node's GPUs is billed like the whole node; 0 bills no GPU.
+    pub gpu_weight: Option<f64>,
 }
 
 impl Default for FairShareConfig {
     fn default() -> Self {
-        FairShareConfig { half_life_secs: 7.0 * 86400.0, shares: BTreeMap::new(), default_share: 1.0 }
+        FairShareConfig {
+            half_life_secs: 7.0 * 86400.0,
+            shares: BTreeMap::new(),
+            default_share: 1.0,
+            cpu_weight: 1.0,
+            gpu_weight: None,
+        }
+    }
+}
+
+impl FairShareConfig {
+    /// A job's billing rate (billed units a second) for `cpus` PUs and `gpus` GPUs held, like
+    /// Slurm's TRES billing: `cpu_weight x cpus + gpu_weight x gpus`, the GPU weight
+    /// `auto_gpu` (see [`auto_gpu_weight`]) when none is set. Charged as usage per second.
+    pub fn billing(&self, cpus: u64, gpus: u64, auto_gpu: f64) -> f64 {
+        self.cpu_weight * cpus as f64 + self.gpu_weight.unwrap_or(auto_gpu) * gpus as f64
+    }
+
+    /// Why the weights cannot be used, if so (negative or not finite).
+    pub fn check_weights(&self) -> Result<(), String> {
+        let ok = |w: f64| w >= 0.0 && w.is_finite();
+        if !ok(self.cpu_weight) || !self.gpu_weight.map_or(true, ok) {
+            return Err("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)".into());
+        }
+        Ok(())
+    }
+}
+
+/// The GPU weight of a cluster whose config sets none: the PUs of its GPU nodes per GPU there
+/// (`nodes`: each node's PUs and GPUs), so a GPU is billed like the CPUs that come with it; 0
+/// on a cluster without GPUs.
+pub fn auto_gpu_weight(nodes: impl IntoIterator<Item = (u64, u64)>) -> f64 {
+    let (mut pus, mut gpus) = (0u64, 0u64);
+    for (p, g) in nodes.into_iter().filter(|&(_, g)| g > 0) {
+        pus = pus.saturating_add(p);
+        gpus = gpus.saturating_add(g);
+    }
+    if gpus == 0 {
+        0.0
+    } else {
+        pus as f64 / gpus as f64
     }
 }
 
@@ -30,7 +76,7 @@ impl Default for FairShareConfig {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FairShare {
     pub config: FairShareConfig,
-    /// CPU-seconds, decayed to `as_of`.
+    /// Billed CPU-seconds ([`FairShareConfig::billing`] x seconds), decayed to `as_of`.
     pub usage: BTreeMap<String, f64>,
     pub as_of: f64,
 }
@@ -41,7 +87,7 @@ pub struct ShareLine {
     pub account: String,
     /// Configured share, normalized over the accounts known (sums to 1).
     pub share: f64,
-    /// Decayed usage, CPU-seconds.
+    /// Decayed usage, billed CPU-seconds (CPU-seconds when GPUs are not billed).
     pub usage: f64,
     /// Fraction of all decayed usage (sums to 1, or 0 when there is none).
     pub usage_fraction: f64,

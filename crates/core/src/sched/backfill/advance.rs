@@ -56,9 +56,11 @@ impl Confine for ClusterState {
         for node in &self.nodes {
             let numa = &node.topology.numa_nodes;
             let mut keep_pus = CpuSet::new();
+            let mut keep_gpus: Vec<u32> = vec![];
             let mut keep_mem = vec![0u64; numa.len()];
             for na in within.iter().filter(|na| na.node_id == node.id) {
                 keep_pus.union_with(&na.cpus);
+                keep_gpus.extend_from_slice(&na.gpus);
                 for (i, bytes) in numa_shares(node, na) {
                     keep_mem[i] = keep_mem[i].saturating_add(bytes);
                 }
@@ -79,7 +81,9 @@ impl Confine for ClusterState {
                     (bytes > 0).then(|| NumaShare { numa: numa[i].os_index, bytes })
                 })
                 .collect();
-            if pus.is_empty() && numa_memory.is_empty() {
+            // The free GPUs the reservation does not hold are taken like its other PUs.
+            let gpus: Vec<u32> = node.free_gpus_of(None).filter(|g| !keep_gpus.contains(g)).collect();
+            if pus.is_empty() && numa_memory.is_empty() && gpus.is_empty() {
                 continue;
             }
             take.push(NodeAllocation {
@@ -94,7 +98,7 @@ impl Confine for ClusterState {
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
-                gpus: vec![],
+                gpus,
             });
         }
         out.claim(&take);

@@ -5,6 +5,7 @@ fn config(half_life_secs: f64, shares: &[(&str, f64)]) -> FairShareConfig {
         half_life_secs,
         shares: shares.iter().map(|(a, s)| (a.to_string(), *s)).collect(),
         default_share: 1.0,
+        ..Default::default()
     }
 }
 
@@ -118,4 +119,43 @@ proptest::proptest! {
         proptest::prop_assert!((small - 0.25).abs() <= 0.05 * 0.25, "small group got {}", small);
         proptest::prop_assert!((large - 0.75).abs() <= 0.05 * 0.75, "large group got {}", large);
     }
+}
+
+#[test]
+fn gpus_are_billed_by_their_weight_or_like_the_cpus_beside_them() {
+    let mut c = config(100.0, &[]);
+    assert!(close(c.billing(8, 0, 16.0), 8.0), "CPUs at weight 1");
+    // Unset GPU weight: the automatic one (PUs per GPU on the GPU nodes).
+    assert!(close(c.billing(8, 2, 16.0), 8.0 + 32.0));
+    c.gpu_weight = Some(0.0);
+    assert!(close(c.billing(8, 2, 16.0), 8.0), "GPUs not billed");
+    c.gpu_weight = Some(100.0);
+    c.cpu_weight = 0.5;
+    assert!(close(c.billing(8, 2, 16.0), 4.0 + 200.0));
+    assert!(c.check_weights().is_ok());
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        assert!(FairShareConfig { gpu_weight: Some(bad), ..config(1.0, &[]) }.check_weights().is_err());
+        assert!(FairShareConfig { cpu_weight: bad, ..config(1.0, &[]) }.check_weights().is_err());
+    }
+    // 2 GPU nodes of 128 PUs and 8 GPUs, and CPU-only nodes (not counted): 16 PUs a GPU.
+    assert!(close(auto_gpu_weight([(128, 8), (128, 8), (64, 0), (256, 0)]), 16.0));
+    assert!(close(auto_gpu_weight([(64, 0)]), 0.0));
+    assert!(close(auto_gpu_weight([]), 0.0));
+}
+
+/// Two accounts, one on GPUs: with GPUs billed, the GPU account's usage (and so its factor)
+/// outweighs the CPU account's though both held as many CPUs.
+#[test]
+fn gpu_seconds_lower_the_factor() {
+    let c = FairShareConfig { gpu_weight: Some(16.0), ..config(1e9, &[]) };
+    let mut fs = FairShare::new(c.clone());
+    fs.charge("cpu", c.billing(8, 0, 0.0) * 3600.0, 3600.0);
+    fs.charge("gpu", c.billing(8, 4, 0.0) * 3600.0, 3600.0);
+    assert!(close(fs.usage["gpu"], (8.0 + 64.0) * 3600.0));
+    assert!(fs.factor("gpu") < fs.factor("cpu"), "{} vs {}", fs.factor("gpu"), fs.factor("cpu"));
+    let unbilled = FairShareConfig { gpu_weight: Some(0.0), ..c };
+    let mut fs = FairShare::new(unbilled.clone());
+    fs.charge("cpu", unbilled.billing(8, 0, 0.0) * 3600.0, 3600.0);
+    fs.charge("gpu", unbilled.billing(8, 4, 0.0) * 3600.0, 3600.0);
+    assert!(close(fs.factor("gpu"), fs.factor("cpu")));
 }
