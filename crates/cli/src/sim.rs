@@ -21,6 +21,15 @@ pub struct SimArgs {
     /// (levels package, numa, core, pu; counts per parent). Needs --nodes.
     #[arg(long, value_name = "SPEC", requires = "nodes")]
     topology: Option<String>,
+    /// GPU workload: emulated GPUs on every NUMA node of --topology (1 to 16), and a share of
+    /// the jobs made GPU jobs (--gpu-jobs).
+    #[arg(long = "gpus-per-numa", value_name = "G", requires = "topology")]
+    gpus_per_numa: Option<u32>,
+    /// With --gpus-per-numa: the share of jobs (0 to 1, default 0.5) that ask for GPUs, chosen
+    /// by their job id (the same jobs every run): whole nodes' worth of their processors, GPUs
+    /// in proportion to their cores on each node.
+    #[arg(long = "gpu-jobs", value_name = "F", requires = "gpus_per_numa")]
+    gpu_jobs: Option<f64>,
     /// Cores per node of a plain core-counting machine (with --nodes; default 1).
     #[arg(long = "cores-per-node", value_name = "C", requires = "nodes", conflicts_with = "topology")]
     cores_per_node: Option<u32>,
@@ -107,6 +116,9 @@ fn config(args: &SimArgs) -> Result<SimConfig> {
         preempt: args.preempt.then(|| berth_sim::preempt_config(args.preempt_cpus)),
         max_reservations: args.max_reservations.unwrap_or(usize::MAX),
         every_pass: false,
+        gpus: args
+            .gpus_per_numa
+            .map(|per_numa| berth_sim::GpuWorkload { per_numa, share: args.gpu_jobs.unwrap_or(0.5) }),
     })
 }
 
@@ -158,6 +170,18 @@ mod tests {
         assert!(parse(&["--nodes", "2"]).is_err(), "--trace is required");
         assert!(parse(&["--trace", "t.swf", "--preempt-cpus", "8"]).is_err(), "needs --preempt");
         assert!(parse(&["--trace", "t.swf", "--preempt", "--nodes", "2", "--cores-per-node", "4"]).is_err());
+        assert!(parse(&["--trace", "t.swf", "--gpus-per-numa", "1"]).is_err(), "needs --topology");
+        assert!(parse(&["--trace", "t.swf", "--gpu-jobs", "0.5"]).is_err(), "needs --gpus-per-numa");
+    }
+
+    #[test]
+    fn gpu_workload() {
+        let c = parse(&["--trace", "t.swf", "--nodes", "2", "--topology", "numa:2 core:4", "--gpus-per-numa", "1"]);
+        assert_eq!(c.unwrap().gpus, Some(berth_sim::GpuWorkload { per_numa: 1, share: 0.5 }));
+        let base = ["--trace", "t.swf", "--nodes", "2", "--topology", "numa:2 core:4", "--gpus-per-numa", "2"];
+        let c = parse(&[&base[..], &["--gpu-jobs", "0.25"]].concat()).unwrap();
+        assert_eq!(c.gpus, Some(berth_sim::GpuWorkload { per_numa: 2, share: 0.25 }));
+        assert_eq!(parse(&["--trace", "t.swf"]).unwrap().gpus, None);
     }
 
     #[test]

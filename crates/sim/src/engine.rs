@@ -29,7 +29,7 @@
 use crate::machine::{parse_topology, ClusterMachine, PoolMachine};
 use crate::metrics::{self, SimReport};
 use crate::swf::Trace;
-use crate::{EstimateSource, MachineSpec, SimConfig, SimError, SubmitOrder};
+use crate::{EstimateSource, GpuWorkload, MachineSpec, SimConfig, SimError, SubmitOrder};
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
@@ -70,6 +70,9 @@ pub struct JobResult {
     pub backfilled: bool,
     /// Seconds spent suspended (preemption).
     pub suspended: f64,
+    /// GPUs held (a GPU workload's GPU jobs; 0 otherwise).
+    #[serde(default)]
+    pub gpus: u64,
 }
 
 /// The machine's state after one event time.
@@ -88,6 +91,8 @@ pub(crate) struct SimJob {
     pub run: f64,
     pub estimate: f64,
     pub procs: u64,
+    /// GPUs held (all nodes), 0 for a job without.
+    pub gpus: u64,
     /// Index into the account names (fair share).
     pub account: usize,
     pub request: JobRequest,
@@ -113,6 +118,11 @@ pub(crate) struct Workload {
 
 pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimError> {
     let preempt = config.preempt.is_some();
+    if config.gpus.is_some() && !matches!(config.machine, MachineSpec::Topology { .. }) {
+        return Err(SimError::BadOption(
+            "GPU workloads need berth's topology-aware machine: give --nodes N --topology SPEC".into(),
+        ));
+    }
     match &config.machine {
         MachineSpec::FromTrace if preempt => {
             // Preemption needs berth's placement: the same processors as single-core nodes.
@@ -141,11 +151,72 @@ pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimErr
             replay::replay(machine, total, description, trace, config)
         }
         MachineSpec::Topology { nodes, spec } => {
-            let machine = ClusterMachine::new(*nodes, parse_topology(spec)?)?;
+            let mut topology = parse_topology(spec)?;
+            let mut description = String::new();
+            if let Some(g) = &config.gpus {
+                check_gpus(g)?;
+                topology
+                    .add_emulated_gpus(g.per_numa)
+                    .map_err(|e| SimError::BadOption(format!("--gpus-per-numa: {e}")))?;
+                description =
+                    format!(", {} GPUs a node; {:.0}% of the jobs GPU jobs", topology.gpus.len(), g.share * 100.0);
+            }
+            let machine = ClusterMachine::new(*nodes, topology)?;
             let total = machine.total_cpus();
-            let description = format!("{nodes} nodes of \"{spec}\" ({total} cores), topology-aware placement");
+            let description =
+                format!("{nodes} nodes of \"{spec}\" ({total} cores{description}), topology-aware placement");
             replay::replay(machine, total, description, trace, config)
         }
+    }
+}
+
+fn check_gpus(g: &GpuWorkload) -> Result<(), SimError> {
+    if !(1..=berth_core::gpu::MAX_EMULATED_PER_NUMA).contains(&g.per_numa) {
+        return Err(SimError::BadOption(format!(
+            "--gpus-per-numa must be 1 to {}, got {}",
+            berth_core::gpu::MAX_EMULATED_PER_NUMA,
+            g.per_numa
+        )));
+    }
+    if !(0.0..=1.0).contains(&g.share) {
+        return Err(SimError::BadOption(format!("--gpu-jobs is a share from 0 to 1, got {}", g.share)));
+    }
+    Ok(())
+}
+
+/// The GPU side of a workload on the machine: which jobs, and the node shape their requests
+/// follow.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GpuJobs {
+    pub share: f64,
+    pub cores_per_node: u32,
+    pub gpus_per_node: u32,
+}
+
+impl GpuJobs {
+    /// Whether the job of trace id `id` is a GPU job: a fixed hash of the id (splitmix64)
+    /// below the share.
+    fn picks(&self, id: u64) -> bool {
+        let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ((z >> 11) as f64 / (1u64 << 53) as f64) < self.share
+    }
+
+    /// The GPU request of a job of `procs` processors: `k` nodes of `c` cores (P over the
+    /// node's cores, rounded up; P over k, rounded up), each with GPUs in proportion to `c`
+    /// (at least one, at most the node's).
+    /// Also its cores and GPUs in all.
+    fn request(&self, procs: u32) -> (JobRequest, u64, u64) {
+        let per = self.cores_per_node.max(1);
+        let k = procs.div_ceil(per).max(1);
+        let c = procs.div_ceil(k).max(1);
+        let g =
+            ((c as u64 * self.gpus_per_node as u64).div_ceil(per as u64) as u32).clamp(1, self.gpus_per_node.max(1));
+        let mut request = JobRequest::simple(Shape::PerNode { nodes: k, cores_per_node: c }, 0);
+        request.gpus_per_node = g;
+        (request, k as u64 * c as u64, k as u64 * g as u64)
     }
 }
 
@@ -168,9 +239,15 @@ fn size_from_trace(trace: &Trace) -> Result<(u64, String), SimError> {
 
 /// Classify the trace's jobs; `empty` is the machine with nothing running, to tell which
 /// jobs could never fit.
-pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateSource, order: SubmitOrder) -> Workload {
+pub(crate) fn workload<M: Machine>(
+    trace: &Trace,
+    empty: &M,
+    estimate: EstimateSource,
+    order: SubmitOrder,
+    gpus: Option<GpuJobs>,
+) -> Workload {
     let mut skipped = Skipped::default();
-    let mut fits_by_procs: HashMap<u64, bool> = HashMap::new();
+    let mut fits_by_procs: HashMap<(u64, bool), bool> = HashMap::new();
     let mut account_index: HashMap<String, usize> = HashMap::new();
     let mut accounts = vec![];
     let mut jobs = vec![];
@@ -187,8 +264,14 @@ pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateS
             skipped.too_large += 1;
             continue;
         };
-        let request = JobRequest::simple(Shape::Total { cores, chunk: 1 }, 0);
-        let fits = *fits_by_procs.entry(procs).or_insert_with(|| !matches!(empty.place(&request), Fit::Never(_)));
+        let gpu = gpus.filter(|g| g.picks(j.id));
+        let (request, procs, gpus_held) = match gpu {
+            Some(g) => g.request(cores),
+            None => (JobRequest::simple(Shape::Total { cores, chunk: 1 }, 0), procs, 0),
+        };
+        let fits = *fits_by_procs
+            .entry((procs, gpu.is_some()))
+            .or_insert_with(|| !matches!(empty.place(&request), Fit::Never(_)));
         if !fits {
             skipped.too_large += 1;
             continue;
@@ -203,7 +286,7 @@ pub(crate) fn workload<M: Machine>(trace: &Trace, empty: &M, estimate: EstimateS
         if account == next {
             accounts.push(name);
         }
-        jobs.push(SimJob { trace_id: j.id, submit: j.submit, run, estimate, procs, account, request });
+        jobs.push(SimJob { trace_id: j.id, submit: j.submit, run, estimate, procs, gpus: gpus_held, account, request });
     }
     // Stable: jobs submitted at the same time keep their trace order (or go by id).
     match order {
@@ -257,6 +340,7 @@ pub(crate) fn finish(workload: &Workload, o: Outcomes, timeline: Vec<Sample>, he
                 bsld: metrics::bounded_slowdown(wait + o.suspended[i], j.run),
                 backfilled: o.backfilled[i],
                 suspended: o.suspended[i],
+                gpus: j.gpus,
             }
         })
         .collect();

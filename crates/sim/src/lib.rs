@@ -16,6 +16,12 @@
 //!   when the trace has none or with [`EstimateSource::Runtime`]. A job whose run time exceeds
 //!   its estimate still runs to its actual run time (the trace records what happened; killing
 //!   it at its estimate would change the workload), so reservations can be late, as in life.
+//! - With a GPU workload ([`SimConfig::gpus`], topology-aware machine only) a job chosen by a
+//!   hash of its id asks for whole nodes' worth of its processors: `k` = P over the node's
+//!   cores (rounded up) nodes of P/k cores (rounded up), with GPUs on each in proportion to
+//!   its cores there (at least 1, at most the node's), placed as the controller places GPU
+//!   jobs (GPUs and the cores near them together). Other jobs stay as above and may take
+//!   cores of GPU nodes beside them.
 //! - With preemption ([`SimConfig::preempt`]) large jobs suspend smaller ones as the controller
 //!   does; suspended jobs stop progressing and resume when they can (see `engine::preempt`).
 
@@ -111,6 +117,18 @@ pub enum MachineSpec {
     Topology { nodes: u32, spec: String },
 }
 
+/// A GPU-bearing synthetic workload (`berth sim --gpus-per-numa G --gpu-jobs F`): the
+/// topology-aware machine's nodes get `per_numa` emulated GPUs on each NUMA node, and a share
+/// of the trace's jobs become GPU jobs (see [`engine`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GpuWorkload {
+    /// Emulated GPUs on every NUMA node (1 to 16).
+    pub per_numa: u32,
+    /// The share of the trace's jobs (0 to 1) that ask for GPUs, chosen by a hash of their job
+    /// id: the same jobs on every run and under every policy.
+    pub share: f64,
+}
+
 /// Everything a simulation run is decided by, apart from the trace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -130,6 +148,8 @@ pub struct SimConfig {
     /// Run `plan` at every event time, even when it provably starts nothing (slower: to check
     /// that skipping those passes changes nothing).
     pub every_pass: bool,
+    /// GPU nodes and GPU jobs; needs [`MachineSpec::Topology`]. `None`: no GPUs.
+    pub gpus: Option<GpuWorkload>,
 }
 
 impl Default for SimConfig {
@@ -143,6 +163,7 @@ impl Default for SimConfig {
             preempt: None,
             max_reservations: usize::MAX,
             every_pass: false,
+            gpus: None,
         }
     }
 }

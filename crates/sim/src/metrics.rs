@@ -23,6 +23,7 @@ pub(crate) struct Header {
     pub estimate: EstimateSource,
     pub machine: String,
     pub machine_procs: u64,
+    pub machine_gpus: u64,
     pub passes: usize,
     pub backfilled: usize,
     pub preempt: bool,
@@ -48,6 +49,14 @@ pub struct SimReport {
     pub skipped_no_procs: usize,
     /// Processor-seconds used over processor-seconds available from first submit to last end.
     pub utilization: f64,
+    /// GPUs of the machine (a GPU workload), GPU jobs simulated, and GPU-seconds used over
+    /// GPU-seconds available as `utilization`; absent without GPUs.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub machine_gpus: u64,
+    #[serde(default, skip_serializing_if = "is_zero_usize")]
+    pub gpu_jobs: usize,
+    #[serde(default, skip_serializing_if = "is_zero_f64")]
+    pub gpu_utilization: f64,
     pub mean_wait: f64,
     pub median_wait: f64,
     /// Mean bounded slowdown (10 s threshold).
@@ -95,6 +104,15 @@ impl SimReport {
                 ),
             ),
             ("utilization", format!("{:.2}%", self.utilization * 100.0)),
+            (
+                "GPUs",
+                format!(
+                    "{} GPU jobs, GPU utilization {:.2}% of {} GPUs",
+                    self.gpu_jobs,
+                    self.gpu_utilization * 100.0,
+                    self.machine_gpus
+                ),
+            ),
             ("mean wait", duration(self.mean_wait)),
             ("median wait", duration(self.median_wait)),
             ("mean bounded slowdown", format!("{:.3}", self.mean_bsld)),
@@ -105,6 +123,9 @@ impl SimReport {
                 format!("{:.0} jobs/s ({:.3} s, {} passes)", self.jobs_per_second, self.wall_seconds, self.passes),
             ),
         ];
+        if self.machine_gpus == 0 {
+            rows.retain(|(k, _)| *k != "GPUs");
+        }
         if self.preempt {
             let what =
                 format!("{} jobs started by suspending others, {} suspensions", self.preemptions, self.suspensions);
@@ -113,6 +134,18 @@ impl SimReport {
         let width = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(0);
         rows.iter().map(|(k, v)| format!("{k:<width$}  {v}\n")).collect()
     }
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+fn is_zero_usize(n: &usize) -> bool {
+    *n == 0
+}
+
+fn is_zero_f64(n: &f64) -> bool {
+    *n == 0.0
 }
 
 /// `12345.6` as `12345.6 s (3h25m)`.
@@ -137,6 +170,8 @@ pub(crate) fn summarize(jobs: &[JobResult], skipped: Skipped, h: Header) -> SimR
     let makespan = if n == 0 { 0.0 } else { last_end - first_submit };
     let work: f64 = jobs.iter().map(|j| j.procs as f64 * j.run).sum();
     let capacity = h.machine_procs as f64 * makespan;
+    let gpu_work: f64 = jobs.iter().map(|j| j.gpus as f64 * j.run).sum();
+    let gpu_capacity = h.machine_gpus as f64 * makespan;
     SimReport {
         policy: h.policy,
         fair_share: h.fair_share,
@@ -149,6 +184,9 @@ pub(crate) fn summarize(jobs: &[JobResult], skipped: Skipped, h: Header) -> SimR
         skipped_no_runtime: skipped.no_runtime,
         skipped_no_procs: skipped.no_procs,
         utilization: if capacity > 0.0 { work / capacity } else { 0.0 },
+        machine_gpus: h.machine_gpus,
+        gpu_jobs: jobs.iter().filter(|j| j.gpus > 0).count(),
+        gpu_utilization: if gpu_capacity > 0.0 { gpu_work / gpu_capacity } else { 0.0 },
         mean_wait: mean(|j| j.wait),
         median_wait: median(jobs.iter().map(|j| j.wait).collect()),
         mean_bsld: mean(|j| j.bsld),

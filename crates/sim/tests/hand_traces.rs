@@ -308,3 +308,99 @@ fn same_second_submissions_keep_trace_order_or_go_by_id() {
     assert_eq!(ids_by_start(berth_sim::SubmitOrder::Trace), [(5.0, 7), (15.0, 3)]);
     assert_eq!(ids_by_start(berth_sim::SubmitOrder::Id), [(5.0, 3), (25.0, 7)]);
 }
+
+fn gpu_config(policy: BackfillPolicy, nodes: u32, spec: &str, share: f64) -> SimConfig {
+    SimConfig {
+        policy,
+        machine: MachineSpec::Topology { nodes, spec: spec.into() },
+        gpus: Some(berth_sim::GpuWorkload { per_numa: 1, share }),
+        ..SimConfig::default()
+    }
+}
+
+/// One node of 2 NUMA nodes x 2 cores, a GPU on each; every job a GPU job (share 1): a 1-proc
+/// job asks 1 core and 1 GPU (2 GPUs x 1 core / 4 cores, rounded up). A (100 s) and B (200 s)
+/// at 0 take both GPUs; C (50 s) at 1 waits for A's GPU though two cores are free: C 100-150.
+/// Without GPUs C starts at once.
+#[test]
+fn gpu_workload_jobs_wait_for_gpus_not_cores() {
+    let trace = format!(
+        "; MaxProcs: 4\n{}{}{}",
+        job(1, 0.0, 100.0, 1, 100.0, 1),
+        job(2, 0.0, 200.0, 1, 200.0, 1),
+        job(3, 1.0, 50.0, 1, 50.0, 1)
+    );
+    for policy in [Fcfs, Easy, Conservative] {
+        let r = simulate_text(&trace, &gpu_config(policy, 1, "numa:2 core:2", 1.0)).unwrap();
+        assert_eq!(starts(&r), vec![0.0, 0.0, 100.0], "{policy:?}");
+        assert!(r.jobs.iter().all(|j| j.gpus == 1), "{:?}", r.jobs);
+        let m = &r.report;
+        assert_eq!((m.machine_gpus, m.gpu_jobs), (2, 3));
+        // 350 GPU-seconds over 2 GPUs x 200 s.
+        assert!(close(m.gpu_utilization, 350.0 / 400.0), "{m:?}");
+        assert!(m.table().contains("3 GPU jobs"), "{}", m.table());
+        let plain = simulate_text(&trace, &SimConfig { gpus: None, ..gpu_config(policy, 1, "numa:2 core:2", 1.0) });
+        assert_eq!(starts(&plain.unwrap()), vec![0.0, 0.0, 1.0], "{policy:?}");
+    }
+    // Only on the topology-aware machine, with sane settings.
+    let pool =
+        SimConfig { machine: MachineSpec::Pool { nodes: 1, cores_per_node: 4 }, ..gpu_config(Easy, 1, "core:4", 1.0) };
+    assert!(matches!(simulate_text(&trace, &pool), Err(SimError::BadOption(_))));
+    for (per_numa, share) in [(0, 0.5), (17, 0.5), (1, 1.5), (1, -0.1)] {
+        let mut c = gpu_config(Easy, 1, "numa:2 core:2", share);
+        c.gpus = Some(berth_sim::GpuWorkload { per_numa, share });
+        assert!(matches!(simulate_text(&trace, &c), Err(SimError::BadOption(_))), "{per_numa} {share}");
+    }
+}
+
+/// The first 300 jobs of the evalys trace on 4 nodes of 2 packages x 4 cores with a GPU per
+/// package, 40% of the jobs GPU jobs: the same jobs are GPU jobs under every policy, every job
+/// runs, no more GPUs (or cores) are held at once than the machine has, and the EASY summary
+/// is the golden one (the simulation is deterministic: a change of placement or scheduling
+/// that moves it must be looked at).
+#[test]
+fn gpu_workload_on_a_real_trace() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/data/easy_mediumWL_smallPF.swf");
+    let text: String = std::fs::read_to_string(path).unwrap().lines().take(300).map(|l| format!("{l}\n")).collect();
+    let mut gpu_ids: Option<Vec<u64>> = None;
+    for policy in [Fcfs, Easy, Conservative] {
+        let r = simulate_text(&text, &gpu_config(policy, 4, "package:2 numa:1 core:4 pu:1", 0.4)).unwrap();
+        let m = &r.report;
+        assert_eq!((m.machine_gpus, m.machine_procs), (8, 32));
+        assert!(m.gpu_jobs > 50 && m.gpu_jobs < m.jobs, "{m:?}");
+        let ids: Vec<u64> = r.jobs.iter().filter(|j| j.gpus > 0).map(|j| j.id).collect();
+        assert_eq!(ids.len(), m.gpu_jobs);
+        match &gpu_ids {
+            Some(first) => assert_eq!(&ids, first, "{policy:?}: other GPU jobs"),
+            None => gpu_ids = Some(ids),
+        }
+        assert!(r.jobs.iter().all(|j| j.start >= j.submit && j.end == j.start + j.run));
+        // Held at once, by a sweep over starts and ends (ends first at a tie).
+        let mut events: Vec<(f64, i64, i64)> = vec![];
+        for j in &r.jobs {
+            events.push((j.start, j.gpus as i64, j.procs as i64));
+            events.push((j.end, -(j.gpus as i64), -(j.procs as i64)));
+        }
+        events.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)).then(a.2.cmp(&b.2)));
+        let (mut gpus, mut cores) = (0i64, 0i64);
+        for (t, g, c) in events {
+            gpus += g;
+            cores += c;
+            assert!(gpus <= 8 && cores <= 32, "{policy:?} at {t}: {gpus} GPUs, {cores} cores held");
+        }
+        assert!(m.gpu_utilization > 0.0 && m.gpu_utilization <= 1.0, "{m:?}");
+        if policy == Easy {
+            let got = (m.jobs, m.gpu_jobs, m.makespan, m.mean_wait, m.utilization, m.gpu_utilization);
+            let want = GPU_GOLDEN_EASY;
+            assert_eq!((got.0, got.1), (want.0, want.1), "{got:?}");
+            for (a, b) in [(got.2, want.2), (got.3, want.3), (got.4, want.4), (got.5, want.5)] {
+                assert!((a - b).abs() <= 1e-9 * a.abs().max(1.0), "{got:?} vs golden {want:?}");
+            }
+        }
+    }
+}
+
+/// (jobs, GPU jobs, makespan, mean wait, utilization, GPU utilization) of
+/// `gpu_workload_on_a_real_trace` under EASY.
+const GPU_GOLDEN_EASY: (usize, usize, f64, f64, f64, f64) =
+    (300, 121, 9581.403686, 9.143217063333339, 0.3080004542353231, 0.24817196184671866);

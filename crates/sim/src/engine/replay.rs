@@ -4,7 +4,7 @@ use super::accounting::Accounting;
 use super::counted::{CountPlan, Job};
 use super::queue::Queue;
 use super::round::Suspended;
-use super::{finish, queued, workload, Outcomes, Sample, SimResult, Workload};
+use super::{finish, queued, workload, GpuJobs, Outcomes, Sample, SimResult, Workload};
 use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
@@ -77,7 +77,17 @@ pub(super) fn replay<M: Suspending>(
     trace: &Trace,
     config: &SimConfig,
 ) -> Result<SimResult, SimError> {
-    let work = workload(trace, &machine, config.estimate, config.order);
+    // A GPU workload's jobs follow the nodes' shape (all nodes alike).
+    let gpus = config.gpus.and_then(|g| {
+        let node = machine.cluster()?.nodes.first()?;
+        Some(GpuJobs {
+            share: g.share,
+            cores_per_node: node.topology.core_count() as u32,
+            gpus_per_node: node.topology.gpus.len() as u32,
+        })
+    });
+    let machine_gpus: u64 = machine.cluster().map_or(0, |c| c.nodes.iter().map(|n| n.topology.gpus.len() as u64).sum());
+    let work = workload(trace, &machine, config.estimate, config.order, gpus);
     let n = work.jobs.len();
     // Unlimited reservations, no preemption: what `counted` implements.
     let by_counts = config.policy == BackfillPolicy::Conservative
@@ -130,6 +140,7 @@ pub(super) fn replay<M: Suspending>(
         estimate: config.estimate,
         machine: description,
         machine_procs: total_cpus,
+        machine_gpus,
         passes: r.passes,
         backfilled: r.backfilled_total,
         preempt: config.preempt.is_some(),
