@@ -49,7 +49,7 @@ impl FairShareConfig {
     /// Why the weights cannot be used, if so (negative or not finite).
     pub fn check_weights(&self) -> Result<(), String> {
         let ok = |w: f64| w >= 0.0 && w.is_finite();
-        if !ok(self.cpu_weight) || !self.gpu_weight.map_or(true, ok) {
+        if !ok(self.cpu_weight) || !self.gpu_weight.is_none_or(ok) {
             return Err("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)".into());
         }
         Ok(())
