@@ -15,6 +15,7 @@ use berth_core::{CpuSet, JobId, NodeId};
 use berth_protocol::agent::{CgroupReport, ControllerMessage};
 use berth_protocol::client::ClientResponse;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
