@@ -353,6 +353,9 @@ async fn connection(
         write_sealed(&mut wr, &mut sealer, &msg).await.map_err(|e| e.to_string())?;
     }
     let mut ticker = tokio::time::interval(heartbeat);
+    // Whether the pages start-up or the last work touched were dropped since (crate::resident):
+    // once at the first idle heartbeat, again after a job or step ended.
+    let mut trimmed = false;
     // Read by their own task: a read cut by select! would lose a frame's bytes (SealedReader).
     let mut frames = SealedReader::<ControllerMessage>::spawn(rd, opener);
     loop {
@@ -370,6 +373,7 @@ async fn connection(
                 }
             }
             Some(ev) = events_rx.recv() => {
+                trimmed = false;
                 let was_queued = queued > 0;
                 queued = queued.saturating_sub(1);
                 if was_queued && matches!(&ev, AgentMessage::JobEnded { id, .. } if resent.contains(id)) {
@@ -400,12 +404,20 @@ async fn connection(
                 write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
             }
             _ = ticker.tick() => {
-                let (running, seq, steps) = ctx.registry.with(|s| {
+                let (running, seq, steps): (Vec<JobId>, _, _) = ctx.registry.with(|s| {
                     let seq = s.lease.heartbeat(std::time::Instant::now());
                     (s.running.keys().copied().collect(), seq, Some(s.open_steps()))
                 });
+                let idle = running.is_empty() && steps.as_ref().is_none_or(Vec::is_empty);
                 let beat = AgentMessage::Heartbeat { running, seq, steps };
                 write_sealed(&mut wr, &mut sealer, &beat).await.map_err(|e| e.to_string())?;
+                if idle && !trimmed {
+                    trimmed = true;
+                    match crate::resident::drop_clean_file_pages() {
+                        Ok(d) => tracing::debug!(mappings = d.mappings, kb = d.kb, "idle: clean file pages dropped"),
+                        Err(e) => tracing::debug!("idle: cannot read /proc/self/smaps to drop clean pages: {e}"),
+                    }
+                }
             }
         }
     }

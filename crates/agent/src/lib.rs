@@ -18,6 +18,7 @@ pub mod launcher;
 pub mod ports;
 pub mod priority;
 pub mod records;
+pub mod resident;
 pub mod spawn;
 pub mod step;
 pub mod tasks;
