@@ -231,7 +231,7 @@ fn links(hw: &HwTopology, gpu_of: &HashMap<u64, u32>) -> Vec<GpuLink> {
         return vec![];
     }
     // hwlocality asserts on matrices it does not expect; links are an optimisation.
-    let matrices = crate::hwtopo::guarded(|| {
+    let matrices = crate::hwguard::guarded(|| {
         let Ok(all) = hw.distances(None) else {
             return vec![];
         };

@@ -28,7 +28,6 @@ use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
 type HwTopology = hwlocality::Topology;
@@ -320,20 +319,6 @@ pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topolog
     Ok(topology)
 }
 
-/// Run an hwloc builder step. hwlocality (an alpha) panics with `unreachable!` when hwloc
-/// fails with an errno it does not expect, which libxml2-backed XML parsing can do on bad
-/// input; user input must not crash the agent, so such a panic becomes an error here.
-pub(crate) fn guarded<T>(step: impl FnOnce() -> T) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(step)).map_err(|panic| {
-        let message = panic
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| panic.downcast_ref::<&str>().copied())
-            .unwrap_or("hwlocality panicked");
-        message.to_string()
-    })
-}
-
 /// Flags for topologies that do not describe this process's machine: keep every PU and NUMA
 /// node of the description, whatever the description or this process's binding allows.
 fn foreign_builder() -> Result<TopologyBuilder, String> {
@@ -351,7 +336,7 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
         TopologySource::Real => {
             // Default flags: hwloc leaves out PUs and NUMA nodes this process may not use
             // (cgroup cpusets), so they are absent from berth's model too.
-            guarded(|| with_io(HwTopology::builder())?.build().map_err(|e| e.to_string()))
+            crate::hwguard::guarded(|| with_io(HwTopology::builder())?.build().map_err(|e| e.to_string()))
                 .and_then(|r| r)
                 .map_err(|detail| TopologyError::Discovery { detail })
         }
@@ -365,9 +350,10 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             }
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
             let builder = foreign_builder().map_err(bad)?;
-            let builder =
-                guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
-            guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
+            let builder = crate::hwguard::guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)?;
+            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
         TopologySource::WithGpus { base, .. } => build(base),
         TopologySource::Xml(path) => {
@@ -377,9 +363,10 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             check_readable(path)?;
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
             let builder = foreign_builder().and_then(with_io).map_err(bad)?;
-            let builder =
-                guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)?;
-            guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
+            let builder = crate::hwguard::guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string()))
+                .and_then(|r| r)
+                .map_err(bad)?;
+            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
         }
     }
 }
@@ -673,7 +660,7 @@ fn assign_memory(nodes: &mut [NumaNode], facts: &MemoryFacts, source: &TopologyS
 fn pu_kind_ranks(hw: &HwTopology) -> HashMap<u32, u32> {
     // hwlocality asserts on efficiency values it does not expect; whatever an XML file
     // declares must not crash the agent, and kinds are an optimisation: fall back to none.
-    let kinds = guarded(|| {
+    let kinds = crate::hwguard::guarded(|| {
         hw.cpu_kinds()
             .map(|kinds| kinds.map(|k| (k.cpuset.clone(), k.efficiency)).collect::<Vec<_>>())
             .unwrap_or_default()

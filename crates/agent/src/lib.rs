@@ -12,6 +12,7 @@ pub mod fence;
 pub mod fuzz;
 pub mod gpu_devices;
 pub mod gpus;
+pub mod hwguard;
 pub mod hwtopo;
 pub mod job;
 pub mod launcher;
