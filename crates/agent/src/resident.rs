@@ -34,11 +34,18 @@ pub struct Dropped {
 /// again from their files unchanged: private, not writable, file-backed, no anonymous page,
 /// not locked, and resident now.
 pub fn droppable(smaps: &str) -> Vec<Droppable> {
+    /// The mapping being read, its header having qualified.
+    struct Reading {
+        start: usize,
+        end: usize,
+        rss_kb: Option<u64>,
+        anonymous_kb: Option<u64>,
+        locked: bool,
+    }
     let mut out = Vec::new();
-    // The mapping being read, if its header qualified: (start, end, rss, anonymous, locked).
-    let mut cur: Option<(usize, usize, Option<u64>, Option<u64>, bool)> = None;
-    let finish = |c: Option<(usize, usize, Option<u64>, Option<u64>, bool)>, out: &mut Vec<Droppable>| {
-        if let Some((start, end, Some(rss_kb), Some(0), false)) = c {
+    let mut cur: Option<Reading> = None;
+    let finish = |c: Option<Reading>, out: &mut Vec<Droppable>| {
+        if let Some(Reading { start, end, rss_kb: Some(rss_kb), anonymous_kb: Some(0), locked: false }) = c {
             if rss_kb > 0 {
                 out.push(Droppable { start, end, rss_kb });
             }
@@ -59,18 +66,18 @@ pub fn droppable(smaps: &str) -> Vec<Droppable> {
             let path = fields.next().unwrap_or("");
             let clean_kind = perms == "r--p" || perms == "r-xp";
             if clean_kind && inode != "0" && path.starts_with('/') && end > start {
-                cur = Some((start, end, None, None, false));
+                cur = Some(Reading { start, end, rss_kb: None, anonymous_kb: None, locked: false });
             }
             continue;
         }
         let Some(c) = cur.as_mut() else { continue };
         let value = || fields.clone().next().and_then(|v| v.parse::<u64>().ok());
         match first {
-            "Rss:" => c.2 = value(),
-            "Anonymous:" => c.3 = value(),
+            "Rss:" => c.rss_kb = value(),
+            "Anonymous:" => c.anonymous_kb = value(),
             // A locked mapping refuses MADV_DONTNEED (and is locked to stay resident).
-            "Locked:" => c.4 = value().is_none_or(|kb| kb > 0),
-            "VmFlags:" => c.4 |= fields.clone().any(|f| f == "lo"),
+            "Locked:" => c.locked = value().is_none_or(|kb| kb > 0),
+            "VmFlags:" => c.locked |= fields.clone().any(|f| f == "lo"),
             _ => {}
         }
     }
