@@ -8,32 +8,14 @@ mod common;
 
 use common::*;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// 4 cores per agent: PUs map round-robin onto the host's 2 CPUs.
 const TOPO: &str = "package:2 core:2 pu:1";
 
-/// `berth run ARGS` in the cluster (from its root, `env` added), bounded to 90 s.
-fn run(c: &Cluster, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--dir").arg(&c.dir).arg("run").args(args).current_dir(c.root());
-    cmd.envs(env.iter().copied());
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("start berth run");
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            panic!("berth run {args:?} did not end within 90 s\n{}", c.logs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
-}
-
 fn ok(c: &Cluster, env: &[(&str, &str)], args: &[&str]) -> String {
-    let out = run(c, env, args);
+    let out = c.run_step(env, args);
     assert!(
         out.status.success(),
         "berth run {args:?}: {:?}\n{}{}\n{}",
@@ -121,7 +103,7 @@ fn colon_parts_multi_prog_and_aprun_run_several_programs_in_one_step() {
         ),
         (vec!["-n", "2", "--multi-prog", conf.to_str().unwrap()], "names rank 2, but the step has 2"),
     ] {
-        let o = run(&c, &[], &args);
+        let o = c.run_step(&[], &args);
         assert_eq!(o.status.code(), Some(1), "{args:?}: {}", text(&o.stderr));
         assert!(text(&o.stderr).contains(want), "{args:?}: {}", text(&o.stderr));
     }

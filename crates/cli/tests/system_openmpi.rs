@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 /// 4 cores per agent: PUs map round-robin onto the host's 2 CPUs.
@@ -13,24 +13,6 @@ const TOPO: &str = "package:2 core:2 pu:1";
 
 fn text(o: &Output) -> (String, String) {
     (String::from_utf8_lossy(&o.stdout).into_owned(), String::from_utf8_lossy(&o.stderr).into_owned())
-}
-
-/// `berth run ARGS` in the cluster with `env` added to the caller's environment.
-fn run(c: &Cluster, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(BIN);
-    cmd.arg("--dir").arg(&c.dir).arg("run").args(args).current_dir(c.root());
-    cmd.envs(env.iter().copied());
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let mut child = cmd.spawn().expect("start berth run");
-    let t0 = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        if t0.elapsed() > Duration::from_secs(90) {
-            let _ = child.kill();
-            panic!("berth run {args:?} did not end within 90 s\n{}", c.logs());
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.wait_with_output().unwrap()
 }
 
 /// Open MPI's TCP transport between nodes: the test's agents all run on this host, whose
@@ -48,7 +30,7 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
         a
     };
     let args = base("hello");
-    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "hello: {stdout}{stderr}\n{}", c.logs());
     assert_eq!(stdout.matches("hello from rank").count(), n, "{stdout}");
@@ -58,18 +40,18 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     let steps = c.json(&["acct", "--steps", "--limit", "1"]);
     assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), nodes, "{steps}");
     let args = base("allreduce");
-    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     let want = n * (n - 1) / 2;
     assert!(out.status.success(), "allreduce: {stdout}{stderr}");
     assert_eq!(stdout.matches(&format!("allreduce sum={want} expected={want}")).count(), n, "{stdout}");
     let args = base("ring");
-    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}");
     let t0 = Instant::now();
     let args = base("abort");
-    let out = run(c, env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert_eq!(out.status.code(), Some(7), "abort: {stdout}{stderr}");
     assert!(stderr.contains("rank 1 on") && stderr.contains("MPI_Abort (code 7)"), "{stderr}");
@@ -94,7 +76,7 @@ fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_th
     assert!(abort["failure"].as_str().unwrap().contains("MPI_Abort"), "{abort}");
     // MPICH keeps working beside it, under the same default.
     let hello = mpi_programs().join("hello").display().to_string();
-    let out = run(&c, &[], &["-n", "4", "--ntasks-per-node", "2", &hello]);
+    let out = c.run_step(&[], &["-n", "4", "--ntasks-per-node", "2", &hello]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "MPICH hello: {stdout}{stderr}");
     assert_eq!(stdout.matches("hello from rank").count(), 4, "{stdout}");
@@ -111,7 +93,7 @@ fn mpi_kind_chooses_what_the_ranks_are_offered() {
     let seen = |mpi: &[&str]| -> String {
         let mut args: Vec<&str> = mpi.to_vec();
         args.extend_from_slice(&probe);
-        let out = run(&c, &[], &args);
+        let out = c.run_step(&[], &args);
         let (stdout, stderr) = text(&out);
         assert!(out.status.success(), "--mpi {mpi:?}: {stdout}{stderr}");
         stdout.trim().to_string()
@@ -125,7 +107,7 @@ fn mpi_kind_chooses_what_the_ranks_are_offered() {
     let pmi2 = seen(&["--mpi", "pmi2"]);
     assert!(!pmi2.starts_with("fd=no") && pmi2.ends_with(" ns=no"), "{pmi2}");
     assert_eq!(seen(&["--mpi", "none"]), "fd=no ns=no");
-    let bad = run(&c, &[], &["--mpi", "openmpi", "true"]);
+    let bad = c.run_step(&[], &["--mpi", "openmpi", "true"]);
     assert_eq!(bad.status.code(), Some(1));
     assert!(text(&bad).1.contains("--mpi takes auto, pmix, pmi2, pmi1 or none"), "{}", text(&bad).1);
     // A job's default, overridden by run's own --mpi.

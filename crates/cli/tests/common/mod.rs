@@ -92,6 +92,25 @@ impl Cluster {
         Command::new(BIN).arg("--dir").arg(&self.dir).args(args).current_dir(self.root()).output().expect("run berth")
     }
 
+    /// `berth run ARGS` in the cluster (from its root, `env` added to the caller's
+    /// environment), killed and failed if it has not ended within 90 s.
+    pub fn run_step(&self, env: &[(&str, &str)], args: &[&str]) -> Output {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--dir").arg(&self.dir).arg("run").args(args).current_dir(self.root());
+        cmd.envs(env.iter().copied());
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("start berth run");
+        let t0 = std::time::Instant::now();
+        while child.try_wait().unwrap().is_none() {
+            if t0.elapsed() > std::time::Duration::from_secs(90) {
+                let _ = child.kill();
+                panic!("berth run {args:?} did not end within 90 s\n{}", self.logs());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        child.wait_with_output().unwrap()
+    }
+
     /// Run berth and parse its --json output; panics with stderr on failure.
     pub fn json(&self, args: &[&str]) -> Value {
         let mut a = args.to_vec();
