@@ -539,7 +539,7 @@ impl PmiServer {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
     use tokio::sync::mpsc;
@@ -621,7 +621,8 @@ mod tests {
         }
     }
 
-    fn server(local_ranks: Vec<u32>) -> (PmiServer, mpsc::UnboundedReceiver<PmiEvent>) {
+    /// A server for ranks 0-3 of a 4-rank step (PMI-1 and PMI-2 tests alike).
+    pub(in crate::step) fn server(local_ranks: Vec<u32>) -> (PmiServer, mpsc::UnboundedReceiver<PmiEvent>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let cfg = PmiConfig {
             kvsname: "berth_12_3".into(),

@@ -473,6 +473,7 @@ fn mpi_abort_code(message: &str) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::step::pmi::tests::server;
     use crate::step::pmi::PmiConfig;
     use tokio::io::{AsyncBufReadExt, BufReader};
     use tokio::net::UnixStream;
@@ -504,20 +505,6 @@ mod tests {
         let fitted = fit_for_client(long);
         assert_eq!((fitted.cmd(), fitted.get("rc")), ("kvs-get-response", Some("-1")));
         assert_eq!(clip(&"é".repeat(40)).len(), 64);
-    }
-
-    fn server(local_ranks: Vec<u32>) -> (PmiServer, mpsc::UnboundedReceiver<PmiEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let cfg = PmiConfig {
-            kvsname: "berth_12_3".into(),
-            size: 4,
-            appnum: 0,
-            appnums: vec![],
-            universe_size: 4,
-            process_mapping: "(vector,(0,2,2))".into(),
-            local_ranks,
-        };
-        (PmiServer::new(cfg, tx), rx)
     }
 
     /// A fake rank: the client end of a socketpair served by `srv`.
