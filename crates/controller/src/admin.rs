@@ -158,11 +158,7 @@ pub fn subnode_change(
     let (key, value_json) = settings_of(cap);
     Ok(vec![
         Effect::SetMeta { key, value: value_json },
-        Effect::Event {
-            kind: format!("subnode_{action}"),
-            node: Some(cap.name.clone()),
-            detail: format!("{index} {}", value.unwrap_or("")),
-        },
+        Effect::node_event(&format!("subnode_{action}"), &cap.name, format!("{index} {}", value.unwrap_or(""))),
         Effect::Reschedule,
     ])
 }

@@ -350,14 +350,43 @@ impl Controller {
         }
     }
 
-    /// Carry out the effects the last command decided, in order: written in the batch's
-    /// transaction (the server loop calls this after each command).
+    /// Queue effects a feature decided: carried out in order after the command (or sooner, by
+    /// [`Self::carry_out_effects`], before code that still writes directly).
+    pub fn queue(&mut self, effects: impl IntoIterator<Item = Effect>) {
+        self.out.effects.extend(effects);
+    }
+
+    /// Carry out the effects decided so far, in order: written in the batch's transaction, the
+    /// orders queued behind the writes (the server loop calls this after each command).
     pub fn carry_out_effects(&mut self, now: f64) -> Result<(), StoreError> {
         for effect in std::mem::take(&mut self.out.effects) {
             match effect {
                 Effect::SetMeta { key, value } => self.store.set_meta(&key, &value)?,
-                Effect::Event { kind, node, detail } => self.store.event(now, &kind, None, node.as_deref(), &detail)?,
+                Effect::DeleteMeta { key } => self.store.delete_meta(&key)?,
+                Effect::Event { kind, job, node, detail } => {
+                    self.store.event(now, &kind, job, node.as_deref(), &detail)?
+                }
                 Effect::Reschedule => self.dirty = true,
+                Effect::InsertJob(job) => self.store.insert_job(&job)?,
+                Effect::UpdateJob(job) => self.store.update_job(&job)?,
+                Effect::InsertAccounting(job) => self.store.insert_accounting(&job)?,
+                Effect::SaveSuspension { job, suspension } => self.store.save_suspension(job, &suspension)?,
+                Effect::UpsertNode { node } => {
+                    if node < self.cluster.nodes.len() {
+                        self.store.upsert_node(&self.node_row(node))?
+                    }
+                }
+                Effect::InsertStep(row) => self.store.insert_step(&row)?,
+                Effect::EndStep { job, step, time, exit_code, failure } => {
+                    self.store.end_step(job, step, time, exit_code, failure.as_deref())?
+                }
+                Effect::CloseSteps { job, time, failure } => self.store.close_steps(job, time, &failure)?,
+                Effect::SaveAdvance(r) => self.store.save_advance(&r)?,
+                Effect::DeleteAdvance { name } => self.store.delete_advance(&name)?,
+                Effect::SaveReservation(r) => self.store.save_reservation(&r)?,
+                Effect::Send { node, msg } => {
+                    self.send_to_node(node, msg);
+                }
             }
         }
         Ok(())

@@ -21,7 +21,7 @@
 
 use crate::model::job::{JobRecord, Usage};
 use berth_core::job::JobState;
-use berth_core::{CpuSet, JobId};
+use berth_core::JobId;
 use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 use std::collections::HashMap;
@@ -910,28 +910,7 @@ impl Store {
     }
 }
 
-/// A step (`berth run`) as persisted: the invocation log, and the cores it holds while live.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StepRow {
-    pub job: JobId,
-    pub step: u32,
-    pub uid: u32,
-    pub user: String,
-    pub start_time: f64,
-    pub end_time: Option<f64>,
-    pub host: String,
-    pub pid: u32,
-    pub cwd: String,
-    pub argv: Vec<String>,
-    pub size: u32,
-    /// Names of the nodes with ranks, in rank order.
-    pub nodes: Vec<String>,
-    pub exit_code: Option<i32>,
-    pub failure: Option<String>,
-    pub interactive: bool,
-    /// PUs the step holds per node (index in the job's allocation); empty when it overcommits.
-    pub claims: Vec<(usize, CpuSet)>,
-}
+pub use crate::model::step::StepRow;
 
 impl StepRow {
     pub fn info(&self) -> StepInfo {
@@ -1149,6 +1128,7 @@ impl RawJob {
 mod tests {
     use super::*;
     use berth_core::directives::SubmitOptions;
+    use berth_core::CpuSet;
     use berth_protocol::agent::UserIdentity;
 
     fn job(id: u64) -> JobRecord {

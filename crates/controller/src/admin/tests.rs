@@ -34,7 +34,7 @@ fn a_subnode_drained_is_changed_then_written_logged_and_rescheduled_in_that_orde
     assert_eq!(written.system_cpus, Some(cap.system_pus.to_list()));
     assert_eq!(
         effects[1],
-        Effect::Event { kind: "subnode_drain".into(), node: Some("n0".into()), detail: "1 ".into() }
+        Effect::Event { kind: "subnode_drain".into(), job: None, node: Some("n0".into()), detail: "1 ".into() }
     );
     assert_eq!(effects[2], Effect::Reschedule);
 

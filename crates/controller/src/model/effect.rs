@@ -1,16 +1,67 @@
-//! Effects: what a feature decided must be written, as plain values. A feature that returns
-//! them instead of writing decides without a store (unit-tested without SQLite); the state
-//! thread's loop (`crate::server`, `apply_batch`) carries them out in order after each
+//! Effects: what a feature decided must be written or sent, as plain values. A feature that
+//! returns them instead of writing decides without a store (unit-tested without SQLite); the
+//! state thread's loop (`crate::server`, `apply_batch`) carries them out in order after each
 //! command, in the batch's transaction (`Controller::carry_out_effects`). Replies and orders
-//! to agents wait for the commit in `state::Outbox`, as before.
+//! to agents wait for the commit in `state::Outbox`, as before: an effect `Send` queues its
+//! order there, behind the writes decided before it.
+//!
+//! Until every feature returns effects, a feature's method that code still writing directly
+//! calls carries out its effects before it returns (and before it calls such code), so the
+//! rows and events are written in the order they were before.
 
-/// One thing to write, in the order decided.
+use crate::model::advance::Advance;
+use crate::model::job::JobRecord;
+use crate::model::reservation::Reservation;
+use crate::model::step::StepRow;
+use crate::model::suspension::Suspension;
+use berth_core::JobId;
+use berth_protocol::agent::ControllerMessage;
+
+/// One thing to write or send, in the order decided.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Effect {
     /// Write `value` under `key` in the store's `meta` table.
     SetMeta { key: String, value: String },
-    /// Record an event (the batch's time), about a node when `node` is set.
-    Event { kind: String, node: Option<String>, detail: String },
+    /// Remove `key` from the store's `meta` table.
+    DeleteMeta { key: String },
+    /// Record an event (the batch's time), about a job and a node when they are set.
+    Event { kind: String, job: Option<JobId>, node: Option<String>, detail: String },
     /// Something changed that may let a job start: a scheduling pass is due.
     Reschedule,
+    /// A new job's row (its script with it).
+    InsertJob(Box<JobRecord>),
+    /// A job's row as it is now (state, times, reason, allocation, usage).
+    UpdateJob(Box<JobRecord>),
+    /// A finished job's accounting row.
+    InsertAccounting(Box<JobRecord>),
+    /// A job's suspensions as they are now.
+    SaveSuspension { job: JobId, suspension: Suspension },
+    /// Node `node`'s row (by index) as the in-memory state holds it when carried out.
+    UpsertNode { node: usize },
+    /// A granted step's row.
+    InsertStep(Box<StepRow>),
+    /// A step ended at `time` (`Store::end_step`: a step closed already keeps its end).
+    EndStep { job: JobId, step: u32, time: f64, exit_code: Option<i32>, failure: Option<String> },
+    /// Every open step of `job` ends at `time`, with `failure`.
+    CloseSteps { job: JobId, time: f64, failure: String },
+    /// An advance reservation's row (`crate::advance`).
+    SaveAdvance(Box<Advance>),
+    /// Advance reservation `name`'s row removed (the events keep its history).
+    DeleteAdvance { name: String },
+    /// A reservation of the reservations API as it is now (`crate::reservations`).
+    SaveReservation(Box<Reservation>),
+    /// An order to node `node`'s agent (by index), sent after the commit if it is connected.
+    Send { node: usize, msg: ControllerMessage },
+}
+
+impl Effect {
+    /// An event about job `job` (on `node`, when given).
+    pub fn job_event(kind: &str, job: JobId, node: Option<&str>, detail: impl Into<String>) -> Effect {
+        Effect::Event { kind: kind.into(), job: Some(job), node: node.map(str::to_string), detail: detail.into() }
+    }
+
+    /// An event about node `node` only.
+    pub fn node_event(kind: &str, node: &str, detail: impl Into<String>) -> Effect {
+        Effect::Event { kind: kind.into(), job: None, node: Some(node.to_string()), detail: detail.into() }
+    }
 }

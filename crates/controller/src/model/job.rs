@@ -16,7 +16,7 @@ pub struct Usage {
     pub peak_memory_bytes: u64,
 }
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
     pub id: JobId,
     pub name: String,

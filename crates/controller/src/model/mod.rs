@@ -9,4 +9,5 @@ pub mod job;
 pub mod node_settings;
 pub mod request;
 pub mod reservation;
+pub mod step;
 pub mod suspension;
