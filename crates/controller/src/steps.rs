@@ -5,10 +5,12 @@
 //! steps that have not ended are kept in memory and in the store (`steps` table), so a second
 //! step gets other cores, and a controller restart keeps them.
 
+use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
 use crate::model::request::{error, Peer};
-use crate::state::{Controller, LiveStep};
-use crate::store::{StepRow, StoreError};
+use crate::model::step::StepRow;
+use crate::state::{Controller, LiveStep, NodeExtra};
+use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState};
 use berth_core::placement::JobRequest;
@@ -21,6 +23,7 @@ use berth_protocol::agent::{ControllerMessage, StepRef};
 use berth_protocol::auth::LinkKey;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
 use berth_protocol::step::{StepCreate, StepGrant, StepNode, StepOutcome};
+use std::collections::HashMap;
 
 type Reply = Result<ClientResponse, StoreError>;
 
@@ -203,9 +206,9 @@ impl Controller {
         mpmd::plan(alloc, &topos, in_use, req)
     }
 
-    /// Record a planned step (durable before the grant is replied) and hold its cores; the
-    /// grant is signed by the caller ([`Self::sign`]). An MPMD step's programs are recorded as
-    /// one command line (`mpmd::command_line`: each with its ranks, variables and directory).
+    /// Record a planned step (durable before the grant is replied: `Effect::InsertStep`) and
+    /// hold its cores; the grant is signed by the caller ([`Self::sign`]). Decided by
+    /// [`step_granted`].
     #[allow(clippy::too_many_arguments)]
     fn grant(
         &mut self,
@@ -218,85 +221,12 @@ impl Controller {
         interactive: bool,
     ) -> Result<StepGrant, StoreError> {
         let step = self.store.next_step_id(id)?;
-        let job_user = self.jobs[&id].user.clone();
-        let job_rank_cpusets = self.jobs[&id].options.rank_cpusets == Some(true);
-        // `run --mpi`, else the job's `#BERTH --mpi`, else both kinds of server.
-        let job_mpi = self.jobs[&id].options.mpi;
-        let alloc = &self.jobs[&id].allocation;
-        let nodes: Vec<StepNode> = plan
-            .nodes
-            .iter()
-            .map(|n| {
-                let extra = alloc.get(n.alloc_index).and_then(|a| self.extra.get(a.node_id.0 as usize));
-                StepNode {
-                    name: n.node.clone(),
-                    address: extra.map(|e| e.address.clone()).unwrap_or_default(),
-                    ranks: n.ranks.clone(),
-                    instance: extra.map(|e| e.instance.clone()).unwrap_or_default(),
-                }
-            })
-            .collect();
-        let claims: Vec<(usize, CpuSet)> = if req.request.overcommit {
-            vec![]
-        } else {
-            plan.nodes.iter().map(|n| (n.alloc_index, n.cpus.clone())).collect()
-        };
-        let row = StepRow {
-            job: id,
-            step,
-            uid: peer.user.uid,
-            user: peer.user.name.clone(),
-            start_time: now,
-            end_time: None,
-            host: req.host.clone(),
-            pid: req.pid,
-            cwd: req.cwd.clone(),
-            argv: if apps.is_empty() { req.argv.clone() } else { berth_core::step::mpmd::command_line(&apps) },
-            size: plan.size,
-            nodes: plan.nodes.iter().map(|n| n.node.clone()).collect(),
-            exit_code: None,
-            failure: None,
-            interactive,
-            claims: claims.clone(),
-        };
-        self.store.insert_step(&row)?;
-        let detail = format!("step {step}: {} ranks on {}, by {}", plan.size, row.nodes.join(","), peer.user.name);
-        self.store.event(now, "step", Some(id), None, &detail)?;
-        self.steps.entry(id).or_default().push(LiveStep {
-            step,
-            uid: peer.user.uid,
-            claims,
-            nodes: row.nodes,
-            conn: Some(peer.conn),
-            interactive,
-            granted_at: now,
-        });
-        let grant = StepGrant {
-            job: id,
-            step,
-            kvsname: format!("berth_{}_{step}", id.0),
-            // The caller's own ids (active gid, groups) when it owns the job; an admin acting
-            // in someone else's job runs the ranks as the job's owner, never as itself.
-            user: if peer.user.uid == job_user.uid { peer.user.clone() } else { job_user },
-            argv: req.argv,
-            env: req.env,
-            cwd: req.cwd,
-            size: plan.size,
-            fanout: req.fanout,
-            no_kill: req.no_kill,
-            // A job submitted with --rank-cpusets runs its steps' ranks in rank cpusets too.
-            rank_cpusets: req.rank_cpusets || job_rank_cpusets,
-            bind: req.request.binding != RankBinding::None,
-            notify_signal: req.notify_signal,
-            kill_grace_ms: self.kill_grace_ms(),
-            mpi: req.mpi.or(job_mpi).unwrap_or_default(),
-            nodes,
-            interactive,
-            attach: false,
-            expires_ms: 0,
-            apps,
-            mac: String::new(),
-        };
+        // Both callers just found the job running (or made it).
+        let job = &self.jobs[&id];
+        let given = Given { step, peer, now, interactive, kill_grace_ms: self.kill_grace_ms() };
+        let (grant, live, effects) = step_granted(job, &self.extra, plan, apps, req, &given);
+        self.steps.entry(id).or_default().push(live);
+        self.queue(effects);
         Ok(grant)
     }
 
@@ -486,12 +416,8 @@ impl Controller {
         now: f64,
     ) -> Result<JobId, StoreError> {
         let id = self.take_job_id()?;
-        job.id = id;
-        job.state = JobState::Running;
-        job.start_time = Some(now);
-        self.store.insert_job(&job)?;
-        let first = job.allocation.first().map(|a| a.node.clone());
-        self.store.event(now, &job.queue, Some(id), first.as_deref(), detail)?;
+        let effects = started_without_script(&mut job, id, detail, now);
+        self.queue(effects);
         self.cluster.claim(&job.allocation);
         self.jobs.insert(id, job);
         self.launch_all(id);
@@ -508,19 +434,10 @@ impl Controller {
         now: f64,
     ) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-        if job.state != JobState::Running {
-            return Ok(());
-        }
-        job.state = state;
-        job.exit_code = exit_code;
-        job.reason = reason.map(str::to_string);
-        job.end_time = Some(now);
-        // The agents' CPU times are added when their ends arrive (store.add_to_accounting).
-        let wall_ms = ((now - job.start_time.unwrap_or(now)).max(0.0) * 1000.0) as u64;
-        job.usage = Some(Usage { wall_ms, ..Default::default() });
-        self.store.update_job(job)?;
-        self.store.insert_accounting(job)?;
-        self.store.event(now, "end", Some(id), None, state.as_str())?;
+        let Some(effects) = interactive_ended(job, state, exit_code, reason, now) else { return Ok(()) };
+        self.queue(effects);
+        // `end_running` still writes directly: what was decided before it is written first.
+        self.carry_out_effects(now)?;
         self.end_running(id, now, reason.unwrap_or("job ended"), None)
     }
 
@@ -539,9 +456,9 @@ impl Controller {
             ));
         }
         let failure = outcome.failures.first().map(|f| f.describe()).or_else(|| outcome.failed_at.clone());
-        self.store.end_step(job, step, now, Some(outcome.exit_code), failure.as_deref())?;
-        self.store.event(now, "step_end", Some(job), None, &format!("step {step}: exit {}", outcome.exit_code))?;
-        self.drop_live_step(job, step);
+        let end = StepEnd { time: now, exit_code: Some(outcome.exit_code), failure: failure.clone(), node: None };
+        let effects = step_closed(&mut self.steps, job, step, end, format!("step {step}: exit {}", outcome.exit_code));
+        self.queue(effects);
         if row.interactive {
             let state = if outcome.exit_code == 0 { JobState::Completed } else { JobState::Failed };
             self.end_interactive(job, state, Some(outcome.exit_code), failure.as_deref(), now)?;
@@ -569,12 +486,13 @@ impl Controller {
         }
         let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
         let failure: Option<String> = failure.map(|f| f.chars().take(2000).collect());
-        self.store.end_step(job, step, now, Some(exit_code), failure.as_deref())?;
         let detail = format!("step {step}: exit {exit_code} (reported by {name}: `berth run` did not report it)");
-        self.store.event(now, "step_end", Some(job), Some(&name), &detail)?;
-        self.drop_live_step(job, step);
-        self.dirty = true;
-        Ok(())
+        let end = StepEnd { time: now, exit_code: Some(exit_code), failure, node: Some(name) };
+        let effects = step_closed(&mut self.steps, job, step, end, detail);
+        self.queue(effects);
+        self.queue([Effect::Reschedule]);
+        // Called while an agent's message is handled, by code that still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// Steps as the agent of `node` knows them (its registration or heartbeat): an open step
@@ -591,54 +509,30 @@ impl Controller {
         now: f64,
     ) -> Result<(), StoreError> {
         let Some(name) = self.cluster.nodes.get(node).map(|n| n.name.clone()) else { return Ok(()) };
-        let usable_for = berth_protocol::auth::GRANT_LIFETIME.as_secs_f64() + GRANT_CLOCK_MARGIN_SECS;
-        let mut lost: Vec<(JobId, u32, bool)> = self
-            .steps
-            .iter()
-            .flat_map(|(id, v)| v.iter().map(move |s| (*id, s)))
-            .filter(|(_, s)| s.conn.is_none() && s.nodes.first() == Some(&name))
-            .filter(|(_, s)| restarted || now - s.granted_at > usable_for)
-            .filter(|(id, s)| !listed.contains(&StepRef { job: *id, step: s.step }))
-            .map(|(id, s)| (id, s.step, s.interactive))
-            .collect();
-        lost.sort();
-        for (job, step, interactive) in lost {
+        for (job, step, interactive) in lost_root_steps(&self.steps, &name, listed, restarted, now) {
             tracing::warn!(job = %job, step, node = %name, "{ROOT_LOST}");
-            self.store.end_step(job, step, now, None, Some(ROOT_LOST))?;
-            self.store.event(now, "step_end", Some(job), Some(&name), &format!("step {step}: {ROOT_LOST}"))?;
-            self.drop_live_step(job, step);
+            let end = StepEnd { time: now, exit_code: None, failure: Some(ROOT_LOST.into()), node: Some(name.clone()) };
+            let effects = step_closed(&mut self.steps, job, step, end, format!("step {step}: {ROOT_LOST}"));
+            self.queue(effects);
             if interactive {
                 self.end_interactive(job, JobState::Failed, None, Some(ROOT_LOST), now)?;
             }
-            self.dirty = true;
+            self.queue([Effect::Reschedule]);
         }
-        Ok(())
-    }
-
-    fn drop_live_step(&mut self, job: JobId, step: u32) {
-        if let Some(v) = self.steps.get_mut(&job) {
-            v.retain(|s| s.step != step);
-            if v.is_empty() {
-                self.steps.remove(&job);
-            }
-        }
+        // Called while an agent registers or beats, by code that still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// A client connection closed: the steps granted on it that were not ended are closed,
     /// and the interactive allocations made for them end (their ranks are killed).
     pub fn client_gone(&mut self, conn: u64, now: f64) -> Result<(), StoreError> {
-        let mut gone: Vec<(JobId, u32, bool)> = self
-            .steps
-            .iter()
-            .flat_map(|(id, v)| v.iter().filter(|s| s.conn == Some(conn)).map(|s| (*id, s.step, s.interactive)))
-            .collect();
-        gone.sort();
+        let gone = steps_of_connection(&self.steps, conn);
         self.allocs_gone(conn, now)?;
         for (job, step, interactive) in gone {
             tracing::info!(job = %job, step, "berth run disconnected without ending its step");
-            self.store.end_step(job, step, now, None, Some(RUN_DISCONNECTED))?;
-            self.store.event(now, "step_end", Some(job), None, &format!("step {step}: {RUN_DISCONNECTED}"))?;
-            self.drop_live_step(job, step);
+            let end = StepEnd { time: now, exit_code: None, failure: Some(RUN_DISCONNECTED.into()), node: None };
+            let effects = step_closed(&mut self.steps, job, step, end, format!("step {step}: {RUN_DISCONNECTED}"));
+            self.queue(effects);
             if interactive {
                 self.end_interactive(job, JobState::Failed, None, Some(RUN_DISCONNECTED), now)?;
             }
@@ -650,14 +544,7 @@ impl Controller {
     /// no batch script whose agent would).
     pub fn check_interactive(&mut self, now: f64) -> Result<(), StoreError> {
         self.check_allocs(now)?;
-        let over: Vec<JobId> = self
-            .jobs
-            .values()
-            .filter(|j| j.is_interactive() && j.state == JobState::Running)
-            .filter(|j| matches!((j.start_time, j.walltime), (Some(s), Some(w)) if now >= s + w as f64))
-            .map(|j| j.id)
-            .collect();
-        for id in over {
+        for id in interactive_over(self.jobs.values(), now) {
             self.end_interactive(id, JobState::Timeout, None, Some("walltime"), now)?;
         }
         Ok(())
@@ -689,29 +576,21 @@ impl Controller {
             Ok(j) => j,
             Err(e) => return Ok(Err(e)),
         };
-        let targets: Vec<usize> = match step {
-            None => job.allocation.iter().map(|a| a.node_id.0 as usize).collect(),
-            Some(s) => match self.steps.get(&id).and_then(|v| v.iter().find(|l| l.step == s)) {
-                Some(live) => job
-                    .allocation
-                    .iter()
-                    .filter(|a| live.nodes.contains(&a.node))
-                    .map(|a| a.node_id.0 as usize)
-                    .collect(),
-                None => {
-                    return Ok(Err(match self.store.get_step(id, s)? {
-                        Some(_) => api(ErrorCode::InvalidState, format!("step {id}.{s} has already ended")),
-                        None => api(ErrorCode::UnknownJob, format!("job {id} has no step {s}")),
-                    }))
-                }
-            },
+        let Some(targets) = signal_targets(job, self.steps.get(&id).map(Vec::as_slice), step) else {
+            let s = step.unwrap_or_default();
+            return Ok(Err(match self.store.get_step(id, s)? {
+                Some(_) => api(ErrorCode::InvalidState, format!("step {id}.{s} has already ended")),
+                None => api(ErrorCode::UnknownJob, format!("job {id} has no step {s}")),
+            }));
         };
-        let mut sent = 0;
-        for n in targets {
-            if self.send_to_node(n, ControllerMessage::Signal { id, step, signal }) {
-                sent += 1;
-            }
-        }
+        let connected = |n: &usize| self.extra.get(*n).is_some_and(|e| e.conn.is_some());
+        let sends: Vec<Effect> = targets
+            .into_iter()
+            .filter(connected)
+            .map(|node| Effect::Send { node, msg: ControllerMessage::Signal { id, step, signal } })
+            .collect();
+        let sent = sends.len();
+        self.queue(sends);
         if sent == 0 {
             return Ok(Err(api(
                 ErrorCode::Unavailable,
@@ -722,6 +601,233 @@ impl Controller {
     }
 }
 
+/// What a step's grant is decided from besides the job, its plan and the request.
+pub(crate) struct Given<'a> {
+    /// The step's id (one more than any the job had: `Store::next_step_id`).
+    pub step: u32,
+    pub peer: &'a Peer,
+    pub now: f64,
+    pub interactive: bool,
+    pub kill_grace_ms: u64,
+}
+
+/// A planned step of `job` granted: the grant (unsigned), the step as kept live (its cores
+/// held) and what to write, in order: its row, then its event. `extra` gives the nodes'
+/// addresses and agent instances. Needs no store.
+pub(crate) fn step_granted(
+    job: &JobRecord,
+    extra: &[NodeExtra],
+    plan: StepPlan,
+    apps: Vec<App>,
+    req: StepCreate,
+    given: &Given,
+) -> (StepGrant, LiveStep, Vec<Effect>) {
+    let Given { step, peer, now, interactive, kill_grace_ms } = *given;
+    let id = job.id;
+    let nodes: Vec<StepNode> = plan
+        .nodes
+        .iter()
+        .map(|n| {
+            let extra = job.allocation.get(n.alloc_index).and_then(|a| extra.get(a.node_id.0 as usize));
+            StepNode {
+                name: n.node.clone(),
+                address: extra.map(|e| e.address.clone()).unwrap_or_default(),
+                ranks: n.ranks.clone(),
+                instance: extra.map(|e| e.instance.clone()).unwrap_or_default(),
+            }
+        })
+        .collect();
+    let claims: Vec<(usize, CpuSet)> = if req.request.overcommit {
+        vec![]
+    } else {
+        plan.nodes.iter().map(|n| (n.alloc_index, n.cpus.clone())).collect()
+    };
+    let row = StepRow {
+        job: id,
+        step,
+        uid: peer.user.uid,
+        user: peer.user.name.clone(),
+        start_time: now,
+        end_time: None,
+        host: req.host.clone(),
+        pid: req.pid,
+        cwd: req.cwd.clone(),
+        argv: if apps.is_empty() { req.argv.clone() } else { berth_core::step::mpmd::command_line(&apps) },
+        size: plan.size,
+        nodes: plan.nodes.iter().map(|n| n.node.clone()).collect(),
+        exit_code: None,
+        failure: None,
+        interactive,
+        claims: claims.clone(),
+    };
+    let detail = format!("step {step}: {} ranks on {}, by {}", plan.size, row.nodes.join(","), peer.user.name);
+    let live = LiveStep {
+        step,
+        uid: peer.user.uid,
+        claims,
+        nodes: row.nodes.clone(),
+        conn: Some(peer.conn),
+        interactive,
+        granted_at: now,
+    };
+    let effects = vec![Effect::InsertStep(Box::new(row)), Effect::job_event("step", id, None, detail)];
+    let grant = StepGrant {
+        job: id,
+        step,
+        kvsname: format!("berth_{}_{step}", id.0),
+        // The caller's own ids (active gid, groups) when it owns the job; an admin acting
+        // in someone else's job runs the ranks as the job's owner, never as itself.
+        user: if peer.user.uid == job.user.uid { peer.user.clone() } else { job.user.clone() },
+        argv: req.argv,
+        env: req.env,
+        cwd: req.cwd,
+        size: plan.size,
+        fanout: req.fanout,
+        no_kill: req.no_kill,
+        // A job submitted with --rank-cpusets runs its steps' ranks in rank cpusets too.
+        rank_cpusets: req.rank_cpusets || job.options.rank_cpusets == Some(true),
+        bind: req.request.binding != RankBinding::None,
+        notify_signal: req.notify_signal,
+        kill_grace_ms,
+        // `run --mpi`, else the job's `#BERTH --mpi`, else both kinds of server.
+        mpi: req.mpi.or(job.options.mpi).unwrap_or_default(),
+        nodes,
+        interactive,
+        attach: false,
+        expires_ms: 0,
+        apps,
+        mac: String::new(),
+    };
+    (grant, live, effects)
+}
+
+/// A job with no batch script (an interactive allocation, a reservation) made running now
+/// under `id`: its row, then its event (named after its queue, on its first node). Needs no
+/// store.
+pub(crate) fn started_without_script(job: &mut JobRecord, id: JobId, detail: &str, now: f64) -> Vec<Effect> {
+    job.id = id;
+    job.state = JobState::Running;
+    job.start_time = Some(now);
+    let first = job.allocation.first().map(|a| a.node.clone());
+    let event = Effect::job_event(&job.queue, id, first.as_deref(), detail);
+    vec![Effect::InsertJob(Box::new(job.clone())), event]
+}
+
+/// An interactive allocation ends now in `state`: finished in the model; its row, its
+/// accounting row and its event to write, in that order. None when it is not running (ended
+/// already). Needs no store.
+pub(crate) fn interactive_ended(
+    job: &mut JobRecord,
+    state: JobState,
+    exit_code: Option<i32>,
+    reason: Option<&str>,
+    now: f64,
+) -> Option<Vec<Effect>> {
+    if job.state != JobState::Running {
+        return None;
+    }
+    job.state = state;
+    job.exit_code = exit_code;
+    job.reason = reason.map(str::to_string);
+    job.end_time = Some(now);
+    // The agents' CPU times are added when their ends arrive (store.add_to_accounting).
+    let wall_ms = ((now - job.start_time.unwrap_or(now)).max(0.0) * 1000.0) as u64;
+    job.usage = Some(Usage { wall_ms, ..Default::default() });
+    Some(vec![
+        Effect::UpdateJob(Box::new(job.clone())),
+        Effect::InsertAccounting(Box::new(job.clone())),
+        Effect::job_event("end", job.id, None, state.as_str()),
+    ])
+}
+
+/// How a step ended, as recorded.
+pub(crate) struct StepEnd {
+    pub time: f64,
+    pub exit_code: Option<i32>,
+    pub failure: Option<String>,
+    /// The node its end event is about (the agent that reported it), if any.
+    pub node: Option<String>,
+}
+
+/// Step `step` of `job` ended: no longer live (its cores are the job's again); its end and
+/// its `step_end` event (`detail`) to write. Needs no store.
+pub(crate) fn step_closed(
+    steps: &mut HashMap<JobId, Vec<LiveStep>>,
+    job: JobId,
+    step: u32,
+    end: StepEnd,
+    detail: String,
+) -> Vec<Effect> {
+    if let Some(v) = steps.get_mut(&job) {
+        v.retain(|s| s.step != step);
+        if v.is_empty() {
+            steps.remove(&job);
+        }
+    }
+    let StepEnd { time, exit_code, failure, node } = end;
+    vec![
+        Effect::EndStep { job, step, time, exit_code, failure },
+        Effect::job_event("step_end", job, node.as_deref(), detail),
+    ]
+}
+
+/// The live steps rooted at node `name` that no `run` watches and its agent no longer lists
+/// (`listed`), past their grant's use (or the agent restarted since), in order, with whether
+/// each made an interactive allocation.
+pub(crate) fn lost_root_steps(
+    steps: &HashMap<JobId, Vec<LiveStep>>,
+    name: &str,
+    listed: &[StepRef],
+    restarted: bool,
+    now: f64,
+) -> Vec<(JobId, u32, bool)> {
+    let usable_for = berth_protocol::auth::GRANT_LIFETIME.as_secs_f64() + GRANT_CLOCK_MARGIN_SECS;
+    let mut lost: Vec<(JobId, u32, bool)> = steps
+        .iter()
+        .flat_map(|(id, v)| v.iter().map(move |s| (*id, s)))
+        .filter(|(_, s)| s.conn.is_none() && s.nodes.first().map(String::as_str) == Some(name))
+        .filter(|(_, s)| restarted || now - s.granted_at > usable_for)
+        .filter(|(id, s)| !listed.contains(&StepRef { job: *id, step: s.step }))
+        .map(|(id, s)| (id, s.step, s.interactive))
+        .collect();
+    lost.sort();
+    lost
+}
+
+/// The live steps granted on client connection `conn`, in order, with whether each made an
+/// interactive allocation.
+pub(crate) fn steps_of_connection(steps: &HashMap<JobId, Vec<LiveStep>>, conn: u64) -> Vec<(JobId, u32, bool)> {
+    let mut gone: Vec<(JobId, u32, bool)> = steps
+        .iter()
+        .flat_map(|(id, v)| v.iter().filter(|s| s.conn == Some(conn)).map(|s| (*id, s.step, s.interactive)))
+        .collect();
+    gone.sort();
+    gone
+}
+
+/// Running interactive allocations past their walltime at `now`.
+pub(crate) fn interactive_over<'a>(jobs: impl Iterator<Item = &'a JobRecord>, now: f64) -> Vec<JobId> {
+    jobs.filter(|j| j.is_interactive() && j.state == JobState::Running)
+        .filter(|j| matches!((j.start_time, j.walltime), (Some(s), Some(w)) if now >= s + w as f64))
+        .map(|j| j.id)
+        .collect()
+}
+
+/// The nodes (indexes) a signal to `job` goes to: all of its allocation, or the nodes of its
+/// live step `step` (`live`: the job's live steps). None when that step is not live.
+pub(crate) fn signal_targets(job: &JobRecord, live: Option<&[LiveStep]>, step: Option<u32>) -> Option<Vec<usize>> {
+    let on = |a: &berth_core::job::NodeAllocation| a.node_id.0 as usize;
+    match step {
+        None => Some(job.allocation.iter().map(on).collect()),
+        Some(s) => {
+            let live = live?.iter().find(|l| l.step == s)?;
+            Some(job.allocation.iter().filter(|a| live.nodes.contains(&a.node)).map(on).collect())
+        }
+    }
+}
+
+#[cfg(test)]
+mod effect_tests;
 mod mpmd;
 #[cfg(test)]
 mod tests;

@@ -176,3 +176,54 @@ impl Harness {
         self.ctl.cluster.nodes.iter().map(|n| n.free_core_count).sum()
     }
 }
+
+/// A running job of `peer` on the harness's nodes `nodes` (index, PUs there), as plain values:
+/// for unit tests of features that decide without a store.
+pub(crate) fn running_job(id: u64, peer: &Peer, nodes: &[(u32, &str)]) -> crate::model::job::JobRecord {
+    use berth_core::job::NodeAllocation;
+    use berth_core::{CpuSet, NodeId};
+    let allocation = nodes
+        .iter()
+        .map(|&(i, cpus)| {
+            let cpus = CpuSet::parse_list(cpus).expect("a PU list");
+            NodeAllocation {
+                node_id: NodeId(i),
+                node: format!("n{i}"),
+                cores: cpus.len() as u32,
+                cpus,
+                mems: CpuSet::parse_list("0").expect("a NUMA list"),
+                memory_bytes: 1 << 20,
+                numa_memory: vec![],
+                exclusive_numa: CpuSet::new(),
+                subnodes: vec![],
+                binding: vec![],
+                ranks: vec![],
+                gpus: vec![],
+            }
+        })
+        .collect();
+    crate::model::job::JobRecord {
+        id: JobId(id),
+        name: "job".into(),
+        user: peer.user.clone(),
+        state: JobState::Running,
+        queue: "batch".into(),
+        options: SubmitOptions::default(),
+        walltime: Some(600),
+        submit_time: 900.0,
+        start_time: Some(950.0),
+        end_time: None,
+        allocation,
+        exit_code: None,
+        signal: None,
+        reason: None,
+        cwd: "/tmp".into(),
+        stdout: "/tmp/out".into(),
+        stderr: "/tmp/err".into(),
+        script: "#!/bin/sh\ntrue\n".into(),
+        env: Arc::new(vec![]),
+        usage: None,
+        kill_sent: None,
+        suspension: Default::default(),
+    }
+}

@@ -401,7 +401,11 @@ fn client_gone_frees_its_interactive_allocation() {
     assert_eq!(step.failure.as_deref(), Some(RUN_DISCONNECTED));
     assert!(h.sent().iter().any(|(_, m)| matches!(m, ControllerMessage::Kill { id, .. } if *id == g.job)));
     // A step in a batch job whose `run` went away gives its cores back; the job runs on.
+    // Its end is written as the server loop writes a command's effects, after it.
     h.ctl.client_gone(bob().conn, h.now).unwrap();
+    assert!(!h.ctl.steps.contains_key(&batch));
+    assert_eq!(h.ctl.store.get_step(batch, in_batch.step).unwrap().unwrap().end_time, None);
+    h.ctl.carry_out_effects(h.now).unwrap();
     assert_eq!(h.ctl.jobs[&batch].state, JobState::Running);
     assert!(!h.ctl.steps.contains_key(&batch));
     let s = h.ctl.store.get_step(batch, in_batch.step).unwrap().unwrap();
