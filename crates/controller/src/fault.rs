@@ -2,12 +2,15 @@
 //! and each of its jobs is requeued, failed, or kept running on its other nodes (`--no-kill`),
 //! by policy. A node that comes back is given work again only once it is clean.
 
+use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
-use berth_core::job::{JobOutcome, JobState};
+use berth_core::job::{Allocation, JobOutcome, JobState, NodeAllocation};
 use berth_core::node::NodeState;
 use berth_core::JobId;
+use berth_protocol::agent::ControllerMessage;
+use std::collections::BTreeMap;
 
 /// What happens to one job of a failed node.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,14 +55,14 @@ impl Controller {
     pub fn node_failed(&mut self, i: usize, why: &str, now: f64) -> Result<(), StoreError> {
         self.extra[i].state = NodeState::Down;
         let name = self.cluster.nodes[i].name.clone();
-        let row = self.node_row(i);
-        self.store.upsert_node(&row)?;
-        self.store.event(now, "node_down", None, Some(&name), why)?;
+        self.queue(node_went(i, &name, "node_down", why));
+        // Each job's part: `job_lost_on_node` writes what it decides before it returns.
+        self.carry_out_effects(now)?;
         for id in self.jobs_on_node(i) {
             self.job_lost_on_node(id, i, why, now)?;
         }
-        self.dirty = true;
-        Ok(())
+        self.queue([Effect::Reschedule]);
+        self.carry_out_effects(now)
     }
 
     /// Job `id` lost its part on node `i` (the node failed, or its agent restarted without
@@ -73,9 +76,9 @@ impl Controller {
             FailureAction::KeepRunning => {
                 tracing::warn!(job = %id, node = %name, "node lost; the no-kill job goes on without it");
                 if let Some(job) = self.jobs.get_mut(&id) {
-                    job.reason = Some(format!("running without {name} (no-kill)"));
+                    let effects = kept_without(job, &name, why);
+                    self.queue(effects);
                 }
-                self.store.event(now, "node_lost_kept", Some(id), Some(&name), why)?;
             }
             FailureAction::Requeue => {
                 tracing::warn!(job = %id, node = %name, "node lost; requeueing the job");
@@ -83,17 +86,16 @@ impl Controller {
             }
             FailureAction::Fail(not_requeued) => {
                 let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-                let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
-                job.finish(&outcome, now);
-                job.usage = None;
-                job.reason = Some(format!("node {name} failed ({why}); {not_requeued}"));
-                self.store.update_job(job)?;
-                self.store.event(now, "node_fail", Some(id), Some(&name), why)?;
+                let effects = failed_with_node(job, &name, why, &not_requeued, now);
+                self.queue(effects);
+                // `end_running` still writes directly: what was decided is written first.
+                self.carry_out_effects(now)?;
                 self.end_running(id, now, &format!("node {name} of the job was lost"), Some(i))?;
             }
         }
-        self.dirty = true;
-        Ok(())
+        self.queue([Effect::Reschedule]);
+        // Called by code that still writes directly (agents' messages, `node_failed`).
+        self.carry_out_effects(now)
     }
 
     /// Put a running job back in the queue: its steps are closed, what is left of it on its
@@ -109,20 +111,14 @@ impl Controller {
         except: Option<usize>,
     ) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-        let suspended = std::mem::take(&mut job.suspension).since.is_some();
-        self.store.save_suspension(id, &job.suspension)?;
-        let alloc = std::mem::take(&mut job.allocation);
-        job.state = JobState::Queued;
-        job.start_time = None;
-        job.kill_sent = None;
-        job.reason = Some(format!("requeued: {why}"));
-        self.store.update_job(job)?;
+        let Requeued { alloc, suspended, effects } = requeued(job, now, node, why, except);
+        // The hook is told as the job's row is written (it runs in a thread of its own).
         crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Requeue);
-        self.store.event(now, "requeue", Some(id), Some(node), why)?;
-        self.store.close_steps(id, now, "job requeued")?;
+        self.queue(effects);
         self.steps.remove(&id);
         self.cgroups.remove(&id);
-        self.kill_on_nodes(id, &alloc, "job requeued", except);
+        // `await_old_run` still writes directly: what was decided is written first.
+        self.carry_out_effects(now)?;
         // It starts again once its old run has ended where it was killed (`crate::update`).
         self.await_old_run(id, &alloc, except, now)?;
         crate::model::suspension::release(&mut self.cluster, &alloc, suspended);
@@ -134,26 +130,12 @@ impl Controller {
     /// node, and it takes no work until `berth node up`, across controller restarts too.
     pub fn admin_node_down(&mut self, i: usize, reason: &str, now: f64) -> Result<(), StoreError> {
         let name = self.cluster.nodes[i].name.clone();
-        let reason = if reason.is_empty() { "no reason given" } else { reason };
-        self.store.set_meta(&format!("{ADMIN_DOWN_KEY}{name}"), reason)?;
-        // The agent may still be alive: what runs there for the jobs handled below is killed.
-        let mut on_node = self.jobs_on_node(i);
-        on_node.retain(|id| {
-            let job = &self.jobs[id];
-            let head = Self::head_node(&job.allocation) == Some(i);
-            !(job.options.no_kill == Some(true) && !head && job.allocation.len() > 1)
-        });
-        for id in &on_node {
-            if let Some(job) = self.jobs.get(id) {
-                if let Some(a) = job.allocation.iter().find(|a| a.node_id.0 as usize == i) {
-                    let alloc = vec![a.clone()];
-                    self.kill_on_nodes(*id, &alloc, &format!("node {name} taken down by an admin"), None);
-                }
-            }
-        }
-        if self.extra[i].state == NodeState::Down {
-            self.store.event(now, "node_down", None, Some(&name), &format!("admin: {reason}"))?;
-            return Ok(());
+        let down_already = self.extra[i].state == NodeState::Down;
+        let (reason, effects) = taken_down(&self.jobs, i, &name, reason, down_already);
+        self.queue(effects);
+        if down_already {
+            // Called by `node_admin`, which still writes directly.
+            return self.carry_out_effects(now);
         }
         self.node_failed(i, &format!("admin: {reason}"), now)
     }
@@ -162,14 +144,17 @@ impl Controller {
     /// connected and clean.
     pub fn admin_node_up(&mut self, i: usize, now: f64) -> Result<(), StoreError> {
         let name = self.cluster.nodes[i].name.clone();
-        self.store.delete_meta(&format!("{ADMIN_DOWN_KEY}{name}"))?;
-        self.store.event(now, "node_admin_up", None, Some(&name), "")?;
+        self.queue([
+            Effect::DeleteMeta { key: format!("{ADMIN_DOWN_KEY}{name}") },
+            Effect::node_event("node_admin_up", &name, ""),
+        ]);
         if self.extra[i].conn.is_some() && self.extra[i].state == NodeState::Down {
             self.extra[i].state = NodeState::Cleaning;
-            self.store.upsert_node(&self.node_row(i))?;
+            self.queue([Effect::UpsertNode { node: i }]);
             self.check_clean(i, &[], now)?;
         }
-        Ok(())
+        // Called by `node_admin`, which still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// Why an admin took node `name` down, if they did.
@@ -180,20 +165,15 @@ impl Controller {
     /// A cleaning node's agent reports what it runs: once that is only jobs that belong
     /// there, the node is up. `running` empty means "as far as we know" (after admin up).
     pub fn check_clean(&mut self, i: usize, running: &[JobId], now: f64) -> Result<(), StoreError> {
-        if self.extra[i].state != NodeState::Cleaning {
-            return Ok(());
-        }
-        let stray =
-            running.iter().any(|id| !self.jobs.get(id).is_some_and(|j| j.state.has_allocation() && j.on_node(i)));
-        if stray {
+        if self.extra[i].state != NodeState::Cleaning || !clean(&self.jobs, i, running) {
             return Ok(());
         }
         self.extra[i].state = NodeState::Up;
         let name = self.cluster.nodes[i].name.clone();
-        self.store.upsert_node(&self.node_row(i))?;
-        self.store.event(now, "node_up", None, Some(&name), "clean")?;
-        self.dirty = true;
-        Ok(())
+        self.queue(node_went(i, &name, "node_up", "clean"));
+        self.queue([Effect::Reschedule]);
+        // Called by code that still writes directly (registrations, heartbeats).
+        self.carry_out_effects(now)
     }
 
     /// The request behind `berth node down|up`.
@@ -205,5 +185,116 @@ impl Controller {
     }
 }
 
+/// Node `i` (`name`) changed state (set in the model): its row, then its event (`kind`:
+/// node_down, node_up) to write.
+pub(crate) fn node_went(i: usize, name: &str, kind: &str, why: &str) -> Vec<Effect> {
+    vec![Effect::UpsertNode { node: i }, Effect::node_event(kind, name, why)]
+}
+
+/// A `--no-kill` job goes on without node `name`: its reason says so; the event to write.
+pub(crate) fn kept_without(job: &mut JobRecord, name: &str, why: &str) -> Vec<Effect> {
+    job.reason = Some(format!("running without {name} (no-kill)"));
+    vec![Effect::job_event("node_lost_kept", job.id, Some(name), why)]
+}
+
+/// A job ends with its node `name` (`node_fail`, not requeued: `not_requeued` says why):
+/// finished in the model; its row, then its event to write.
+pub(crate) fn failed_with_node(
+    job: &mut JobRecord,
+    name: &str,
+    why: &str,
+    not_requeued: &str,
+    now: f64,
+) -> Vec<Effect> {
+    let outcome = JobOutcome { reason: Some("node_fail".into()), ..Default::default() };
+    job.finish(&outcome, now);
+    job.usage = None;
+    job.reason = Some(format!("node {name} failed ({why}); {not_requeued}"));
+    vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("node_fail", job.id, Some(name), why)]
+}
+
+/// What requeueing a job decided (see [`requeued`]).
+pub(crate) struct Requeued {
+    /// The allocation it held (its old run ends there).
+    pub alloc: Allocation,
+    /// It was suspended (its PUs were free already).
+    pub suspended: bool,
+    pub effects: Vec<Effect>,
+}
+
+/// A running (or suspended) job back in the queue (`why`, seen on `node`): queued again in
+/// the model, with no allocation nor suspension; to write and send, in order: its suspension,
+/// its row, the event, its steps closed, then kills to its nodes but `except`.
+pub(crate) fn requeued(job: &mut JobRecord, now: f64, node: &str, why: &str, except: Option<usize>) -> Requeued {
+    let id = job.id;
+    let suspended = std::mem::take(&mut job.suspension).since.is_some();
+    let alloc = std::mem::take(&mut job.allocation);
+    job.state = JobState::Queued;
+    job.start_time = None;
+    job.kill_sent = None;
+    job.reason = Some(format!("requeued: {why}"));
+    let mut effects = vec![
+        Effect::SaveSuspension { job: id, suspension: job.suspension.clone() },
+        Effect::UpdateJob(Box::new(job.clone())),
+        Effect::job_event("requeue", id, Some(node), why),
+        Effect::CloseSteps { job: id, time: now, failure: "job requeued".into() },
+    ];
+    effects.extend(kills(id, &alloc, "job requeued", except));
+    Requeued { alloc, suspended, effects }
+}
+
+/// Kills of job `id` to the agents of `alloc`'s nodes but `except`.
+fn kills<'a>(
+    id: JobId,
+    alloc: &'a [NodeAllocation],
+    reason: &'a str,
+    except: Option<usize>,
+) -> impl Iterator<Item = Effect> + 'a {
+    alloc
+        .iter()
+        .map(|a| a.node_id.0 as usize)
+        .filter(move |n| Some(*n) != except)
+        .map(move |node| Effect::Send { node, msg: ControllerMessage::Kill { id, reason: reason.to_string() } })
+}
+
+/// An admin takes node `i` (`name`) down for `reason` (empty: none given): the reason as
+/// recorded, and to write and send, in order: the reason (kept across restarts), kills on the
+/// node of the jobs that will not go on without it (all but `--no-kill` jobs whose batch
+/// script runs elsewhere), and, when the node is down already, the event (else the node
+/// fails, `Controller::node_failed`).
+pub(crate) fn taken_down<'r>(
+    jobs: &BTreeMap<JobId, JobRecord>,
+    i: usize,
+    name: &str,
+    reason: &'r str,
+    down_already: bool,
+) -> (&'r str, Vec<Effect>) {
+    let reason = if reason.is_empty() { "no reason given" } else { reason };
+    let mut effects = vec![Effect::SetMeta { key: format!("{ADMIN_DOWN_KEY}{name}"), value: reason.into() }];
+    // The agent may still be alive: what runs there for the jobs handled then is killed.
+    let why = format!("node {name} taken down by an admin");
+    for job in jobs.values().filter(|j| j.state.has_allocation()) {
+        let head = Controller::head_node(&job.allocation) == Some(i);
+        if job.options.no_kill == Some(true) && !head && job.allocation.len() > 1 {
+            continue;
+        }
+        if let Some(a) = job.allocation.iter().find(|a| a.node_id.0 as usize == i) {
+            effects.extend(kills(job.id, std::slice::from_ref(a), &why, None));
+        }
+    }
+    if down_already {
+        effects.push(Effect::node_event("node_down", name, format!("admin: {reason}")));
+    }
+    (reason, effects)
+}
+
+/// Whether a cleaning node `i` whose agent runs `running` runs only jobs that belong there
+/// (`running` empty: as far as is known).
+pub(crate) fn clean(jobs: &BTreeMap<JobId, JobRecord>, i: usize, running: &[JobId]) -> bool {
+    !running.iter().any(|id| !jobs.get(id).is_some_and(|j| j.state.has_allocation() && j.on_node(i)))
+}
+
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;
