@@ -8,9 +8,10 @@
 //! (`crate::reservations`), whose reservations are placed now, like running jobs.
 
 use crate::model::advance::Advance;
+use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::{error, Peer};
-use crate::state::Controller;
+use crate::state::{AdvanceBook, Controller};
 use crate::store::StoreError;
 use berth_core::directives::{valid_name, SubmitOptions};
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
@@ -22,7 +23,7 @@ use berth_core::units::format_duration;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ApiError, ClientResponse, ErrorCode};
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 /// Seconds a member's job may start after the window opens and still end by its end: a
 /// submission's walltime must leave them (the pass runs within a second of the opening).
@@ -67,21 +68,8 @@ impl Controller {
             Ok(r) => r,
             Err(e) => return Ok(ClientResponse::Error(e)),
         };
-        self.store.save_advance(&r)?;
-        let nodes: Vec<String> = r.allocation.iter().map(|a| format!("{}:{}", a.node, a.cpus)).collect();
-        let detail = format!(
-            "{}: {} to {} on {} for {} (by {})",
-            r.name,
-            clock(r.start, now),
-            clock(r.end, now),
-            nodes.join(" "),
-            r.who(),
-            peer.user.name
-        );
-        self.store.event(now, "advance_create", None, None, &detail)?;
-        tracing::info!("advance reservation {detail}");
-        self.policy.advance.live.insert(r.name.clone(), r.clone());
-        self.dirty = true;
+        let effects = created(&mut self.policy.advance, r.clone(), &peer.user.name, now);
+        self.queue(effects);
         Ok(ClientResponse::Advance { reservations: vec![self.advance_info(&r, now)] })
     }
 
@@ -369,18 +357,8 @@ impl Controller {
             ));
         };
         let info = self.advance_info(&r, now);
-        self.store.delete_advance(name)?;
-        let ids = |v: &[JobId]| v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
-        let detail = format!(
-            "{name}: deleted by {}; running jobs [{}] keep running, queued jobs [{}] will not start",
-            peer.user.name,
-            ids(&info.running_jobs),
-            ids(&info.queued_jobs)
-        );
-        self.store.event(now, "advance_delete", None, None, &detail)?;
-        tracing::info!("advance reservation {detail}");
-        self.policy.advance.live.remove(name);
-        self.dirty = true;
+        let effects = deleted(&mut self.policy.advance, &info, &peer.user.name);
+        self.queue(effects);
         Ok(ClientResponse::AdvanceDeleted { reservation: Box::new(info) })
     }
 
@@ -407,33 +385,10 @@ impl Controller {
     /// when a window opened or ended since the last check (members may start, others may use
     /// the resources). Every tick and every pass.
     pub fn check_advance(&mut self, now: f64) -> Result<(), StoreError> {
-        let since = self.policy.advance.checked_until;
-        self.policy.advance.checked_until = now;
-        let book = &self.policy.advance.live;
-        if book.values().any(|r| r.start > since && r.start <= now) {
-            self.dirty = true;
-        }
-        let over: Vec<String> = book.values().filter(|r| r.end <= now).map(|r| r.name.clone()).collect();
-        for name in over {
-            let Some(r) = self.policy.advance.live.remove(&name) else { continue };
-            self.store.delete_advance(&name)?;
-            let queued: Vec<String> = self
-                .jobs
-                .values()
-                .filter(|j| j.state.is_pending() && j.options.reservation.as_deref() == Some(name.as_str()))
-                .map(|j| j.id.to_string())
-                .collect();
-            let detail = format!(
-                "{name}: window {} to {} is over; queued jobs [{}] will not start",
-                clock(r.start, now),
-                clock(r.end, now),
-                queued.join(",")
-            );
-            self.store.event(now, "advance_end", None, None, &detail)?;
-            tracing::info!("advance reservation {detail}");
-            self.dirty = true;
-        }
-        Ok(())
+        let effects = windows_checked(&mut self.policy.advance, &self.jobs, now);
+        self.queue(effects);
+        // Called by the scheduling pass, which still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// A submission with `--reservation NAME`: the reservation exists, the user or the job's
@@ -584,5 +539,74 @@ impl Controller {
     }
 }
 
+/// Advance reservation `r`, placed, is created by `by`: kept; its row, the event and a pass
+/// to write and do, in that order. Needs no store.
+pub(crate) fn created(book: &mut AdvanceBook, r: Advance, by: &str, now: f64) -> Vec<Effect> {
+    let nodes: Vec<String> = r.allocation.iter().map(|a| format!("{}:{}", a.node, a.cpus)).collect();
+    let detail = format!(
+        "{}: {} to {} on {} for {} (by {by})",
+        r.name,
+        clock(r.start, now),
+        clock(r.end, now),
+        nodes.join(" "),
+        r.who(),
+    );
+    tracing::info!("advance reservation {detail}");
+    book.live.insert(r.name.clone(), r.clone());
+    vec![Effect::SaveAdvance(Box::new(r)), advance_event("advance_create", detail), Effect::Reschedule]
+}
+
+/// Advance reservation `info.name` is deleted by `by`: forgotten; its row removed, the event
+/// (naming its jobs, from `info`) and a pass, in that order. Needs no store.
+pub(crate) fn deleted(book: &mut AdvanceBook, info: &AdvanceInfo, by: &str) -> Vec<Effect> {
+    let name = &info.name;
+    let ids = |v: &[JobId]| v.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(",");
+    let detail = format!(
+        "{name}: deleted by {by}; running jobs [{}] keep running, queued jobs [{}] will not start",
+        ids(&info.running_jobs),
+        ids(&info.queued_jobs)
+    );
+    tracing::info!("advance reservation {detail}");
+    book.live.remove(name);
+    vec![Effect::DeleteAdvance { name: name.clone() }, advance_event("advance_delete", detail), Effect::Reschedule]
+}
+
+/// The windows at `now`: a pass when one opened since the last check (members may start);
+/// each reservation whose window is over is forgotten, its row removed and its end logged
+/// (naming the queued jobs of `jobs` that will not start), then a pass. Needs no store.
+pub(crate) fn windows_checked(book: &mut AdvanceBook, jobs: &BTreeMap<JobId, JobRecord>, now: f64) -> Vec<Effect> {
+    let since = book.checked_until;
+    book.checked_until = now;
+    let mut effects = vec![];
+    if book.live.values().any(|r| r.start > since && r.start <= now) {
+        effects.push(Effect::Reschedule);
+    }
+    let over: Vec<String> = book.live.values().filter(|r| r.end <= now).map(|r| r.name.clone()).collect();
+    for name in over {
+        let Some(r) = book.live.remove(&name) else { continue };
+        let queued: Vec<String> = jobs
+            .values()
+            .filter(|j| j.state.is_pending() && j.options.reservation.as_deref() == Some(name.as_str()))
+            .map(|j| j.id.to_string())
+            .collect();
+        let detail = format!(
+            "{name}: window {} to {} is over; queued jobs [{}] will not start",
+            clock(r.start, now),
+            clock(r.end, now),
+            queued.join(",")
+        );
+        tracing::info!("advance reservation {detail}");
+        effects.extend([Effect::DeleteAdvance { name }, advance_event("advance_end", detail), Effect::Reschedule]);
+    }
+    effects
+}
+
+/// An event about advance reservations (no job, no node).
+fn advance_event(kind: &str, detail: String) -> Effect {
+    Effect::Event { kind: kind.into(), job: None, node: None, detail }
+}
+
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;
