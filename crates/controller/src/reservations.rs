@@ -8,10 +8,12 @@
 //! tasks run in it through the normal paths. This module adds who holds it and until when,
 //! and releases it when the holder goes away.
 
+use crate::config::ApiConfig;
+use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, RESERVATION_QUEUE};
 use crate::model::request::Peer;
 use crate::model::reservation::Reservation;
-use crate::state::Controller;
+use crate::state::{Controller, Reservations};
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
@@ -28,6 +30,7 @@ use berth_protocol::reservation::{
     ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest, ReservedNode,
 };
 use berth_protocol::ErrorCode as Code;
+use std::collections::{BTreeMap, HashMap};
 
 type Answer<T> = Result<Result<T, ReservationError>, StoreError>;
 
@@ -362,8 +365,8 @@ impl Controller {
             released_at: None,
             release_reason: None,
         };
-        self.store.save_reservation(&r)?;
-        self.reservations.live.insert(id, r.clone());
+        let effects = kept(&mut self.reservations, r.clone());
+        self.queue(effects);
         Ok(Ok(self.reservation_info(&r)?))
     }
 
@@ -626,11 +629,8 @@ impl Controller {
             }
             Holder::Session { .. } => r.renew_by = Some(now + self.cfg.api.session_timeout_secs),
         }
-        r.holder = Some(holder.clone());
-        r.state = ReservationState::Confirmed;
-        self.store.save_reservation(&r)?;
-        self.store.event(now, "reservation_confirm", Some(r.job), None, &format!("reservation {id}: {holder}"))?;
-        self.reservations.live.insert(id, r.clone());
+        let effects = confirmed(&mut self.reservations, &mut r, holder);
+        self.queue(effects);
         Ok(Ok(self.reservation_info(&r)?))
     }
 
@@ -653,8 +653,8 @@ impl Controller {
             }
         }
         r.renew_by = Some(now + self.cfg.api.session_timeout_secs);
-        self.store.save_reservation(&r)?;
-        self.reservations.live.insert(id, r.clone());
+        let effects = kept(&mut self.reservations, r.clone());
+        self.queue(effects);
         Ok(Ok(self.reservation_info(&r)?))
     }
 
@@ -682,18 +682,14 @@ impl Controller {
     /// Release reservation `id`: written, logged, and its job ended (its steps and tasks
     /// killed as at any job's end) when it still runs, in `state`.
     pub fn release(&mut self, id: u64, state: JobState, reason: &str, now: f64) -> Result<(), StoreError> {
-        let Some(mut r) = self.reservations.live.remove(&id) else { return Ok(()) };
-        r.state = ReservationState::Released;
-        r.released_at = Some(now);
-        r.release_reason = Some(reason.to_string());
-        self.store.save_reservation(&r)?;
-        self.store.event(now, "reservation_release", Some(r.job), None, &format!("reservation {id}: {reason}"))?;
-        tracing::info!(reservation = id, job = %r.job, "reservation released: {reason}");
-        if self.jobs.get(&r.job).is_some_and(|j| j.state == JobState::Running) {
+        let Some((job, effects)) = released(&mut self.reservations, id, reason, now) else { return Ok(()) };
+        self.queue(effects);
+        if self.jobs.get(&job).is_some_and(|j| j.state == JobState::Running) {
             let exit = (state == JobState::Completed).then_some(0);
-            self.end_interactive(r.job, state, exit, Some(reason), now)?;
+            self.end_interactive(job, state, exit, Some(reason), now)?;
         }
-        Ok(())
+        // Read back by `release_request`; called by code that still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// Release what has lost its reason to exist: its job ended (cancelled, node lost,
@@ -708,54 +704,110 @@ impl Controller {
             return Ok(());
         }
         self.reservations.last_check = now;
-        let mut ends: Vec<(u64, JobState, String)> = Vec::new();
+        // How the jobs of reservations that no longer run ended, from the store.
+        let mut ended: HashMap<JobId, String> = HashMap::new();
         for r in self.reservations.live.values() {
-            let running = self.jobs.get(&r.job).filter(|j| j.state == JobState::Running);
-            let Some(job) = running else {
-                let how = match self.store.get_job(r.job)? {
-                    Some(j) => match &j.reason {
-                        Some(why) => format!("{} ({why})", j.state.as_str()),
-                        None => j.state.as_str().to_string(),
-                    },
-                    None => "gone".into(),
-                };
-                ends.push((r.id, JobState::Completed, format!("its job {} ended: {how}", r.job)));
-                continue;
-            };
-            if job.kill_sent.is_some() {
+            if self.jobs.get(&r.job).is_some_and(|j| j.state == JobState::Running) {
                 continue;
             }
-            if now >= r.ends {
-                ends.push((r.id, JobState::Timeout, "walltime".into()));
-                continue;
-            }
-            let gone = match &r.holder {
-                None if now >= r.confirm_by => {
-                    Some((JobState::Cancelled, format!("not confirmed within {} s", self.cfg.api.confirm_timeout_secs)))
-                }
-                None => None,
-                Some(Holder::Job { job }) => match self.jobs.get(job) {
-                    Some(_) => None,
-                    None => Some((JobState::Completed, format!("holder job {job} ended"))),
+            let how = match self.store.get_job(r.job)? {
+                Some(j) => match &j.reason {
+                    Some(why) => format!("{} ({why})", j.state.as_str()),
+                    None => j.state.as_str().to_string(),
                 },
-                Some(Holder::Pid { pid }) => (!process_alive(*pid, r.holder_since))
-                    .then(|| (JobState::Completed, format!("holder process {pid} exited"))),
-                Some(Holder::Session { session }) => r.renew_by.filter(|t| now >= *t).map(|_| {
-                    (
-                        JobState::Completed,
-                        format!("session {session} not renewed within {} s", self.cfg.api.session_timeout_secs),
-                    )
-                }),
+                None => "gone".into(),
             };
-            if let Some((state, reason)) = gone {
-                ends.push((r.id, state, reason));
-            }
+            ended.insert(r.job, how);
         }
+        let ends = due_releases(&self.reservations.live, &self.jobs, &ended, &self.cfg.api, now, process_alive);
         for (id, state, reason) in ends {
             self.release(id, state, &reason, now)?;
         }
         Ok(())
     }
+}
+
+/// Reservation `r` kept as it is now (made, or renewed): in the book, and its row to write.
+/// Needs no store.
+pub(crate) fn kept(book: &mut Reservations, r: Reservation) -> Vec<Effect> {
+    book.live.insert(r.id, r.clone());
+    vec![Effect::SaveReservation(Box::new(r))]
+}
+
+/// Reservation `r` confirmed for `holder` (checked by the caller): its row, then the event.
+/// Needs no store.
+pub(crate) fn confirmed(book: &mut Reservations, r: &mut Reservation, holder: Holder) -> Vec<Effect> {
+    let detail = format!("reservation {}: {holder}", r.id);
+    r.holder = Some(holder);
+    r.state = ReservationState::Confirmed;
+    let mut effects = kept(book, r.clone());
+    effects.push(Effect::job_event("reservation_confirm", r.job, None, detail));
+    effects
+}
+
+/// Live reservation `id` released now for `reason`: out of the book; its job (to end by the
+/// caller if it still runs) and, to write, its row then the event. None when it is not live.
+/// Needs no store.
+pub(crate) fn released(book: &mut Reservations, id: u64, reason: &str, now: f64) -> Option<(JobId, Vec<Effect>)> {
+    let mut r = book.live.remove(&id)?;
+    r.state = ReservationState::Released;
+    r.released_at = Some(now);
+    r.release_reason = Some(reason.to_string());
+    tracing::info!(reservation = id, job = %r.job, "reservation released: {reason}");
+    let job = r.job;
+    let event = Effect::job_event("reservation_release", job, None, format!("reservation {id}: {reason}"));
+    Some((job, vec![Effect::SaveReservation(Box::new(r)), event]))
+}
+
+/// The live reservations that lost their reason to exist at `now`, in order, each with the
+/// state its job ends in and why: its job ended (`ended`: how, by job), the walltime is
+/// over, not confirmed in time, the holder job ended, the holder process is gone (`alive`:
+/// a pid and its start time), the session was not renewed. A job being killed waits for its
+/// end. Needs no store.
+pub(crate) fn due_releases(
+    live: &BTreeMap<u64, Reservation>,
+    jobs: &BTreeMap<JobId, JobRecord>,
+    ended: &HashMap<JobId, String>,
+    cfg: &ApiConfig,
+    now: f64,
+    alive: impl Fn(u32, Option<u64>) -> bool,
+) -> Vec<(u64, JobState, String)> {
+    let mut ends: Vec<(u64, JobState, String)> = Vec::new();
+    for r in live.values() {
+        let running = jobs.get(&r.job).filter(|j| j.state == JobState::Running);
+        let Some(job) = running else {
+            let how = ended.get(&r.job).map_or("gone", String::as_str);
+            ends.push((r.id, JobState::Completed, format!("its job {} ended: {how}", r.job)));
+            continue;
+        };
+        if job.kill_sent.is_some() {
+            continue;
+        }
+        if now >= r.ends {
+            ends.push((r.id, JobState::Timeout, "walltime".into()));
+            continue;
+        }
+        let gone = match &r.holder {
+            None if now >= r.confirm_by => {
+                Some((JobState::Cancelled, format!("not confirmed within {} s", cfg.confirm_timeout_secs)))
+            }
+            None => None,
+            Some(Holder::Job { job }) => match jobs.get(job) {
+                Some(_) => None,
+                None => Some((JobState::Completed, format!("holder job {job} ended"))),
+            },
+            Some(Holder::Pid { pid }) => {
+                (!alive(*pid, r.holder_since)).then(|| (JobState::Completed, format!("holder process {pid} exited")))
+            }
+            Some(Holder::Session { session }) => r.renew_by.filter(|t| now >= *t).map(|_| {
+                (JobState::Completed, format!("session {session} not renewed within {} s", cfg.session_timeout_secs))
+            }),
+        };
+        if let Some((state, reason)) = gone {
+            ends.push((r.id, state, reason));
+        }
+    }
+    ends
 }
 
 fn unknown(id: u64) -> String {
@@ -766,5 +818,7 @@ fn try_again(reason: String) -> ReservationError {
     ReservationError::with_reason(Code::TryAgain, format!("busy now: {reason}; try again later"), reason)
 }
 
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;
