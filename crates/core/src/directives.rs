@@ -18,7 +18,7 @@ mod foreign;
 pub use array::{ArrayError, ArraySpec, ArrayTask};
 pub use depend::{Begin, BeginError, DepError, DepKind, DepTerm, Dependency};
 pub use extra::{Export, MailTypes, SignalSpec};
-pub use foreign::{output_patterns, parse_foreign, Foreign};
+pub use foreign::{output_patterns, parse_foreign, DirectiveError, Foreign, ForeignError, LineError};
 
 pub const DIRECTIVE_PREFIX: &str = "#BERTH";
 
@@ -676,7 +676,7 @@ pub fn parse_script(script: &str) -> Result<SubmitOptions, CoreError> {
 /// then it is one of the returned warnings ("line N: ...").
 pub fn parse_script_with(script: &str, ignore_unsupported: bool) -> Result<(SubmitOptions, Vec<String>), CoreError> {
     let ours = parse_script(script)?;
-    let foreign = parse_foreign(script).map_err(|(line, message)| CoreError::Directive { line, message })?;
+    let foreign = parse_foreign(script).map_err(|e| CoreError::Directive { line: e.line, message: e.to_string() })?;
     if !ignore_unsupported {
         if let Some((line, what)) = foreign.unsupported.first() {
             return Err(CoreError::Directive {

@@ -3,9 +3,10 @@
 //! not support is never dropped silently: it is an error naming the line and the directive,
 //! or, when the submitter asks (`--ignore-unsupported`), a warning.
 
-use super::array::ArraySpec;
-use super::depend::{Begin, DepError, Dependency};
-use super::{Join, SubmitOptions};
+use super::array::{ArrayError, ArraySpec};
+use super::depend::{Begin, BeginError, DepError, Dependency};
+use super::extra::OptionValueError;
+use super::{Join, OptionError, SubmitOptions, UnterminatedQuote};
 use crate::job::{MAX_GPUS_PER_JOB, MAX_GPUS_PER_NODE};
 use crate::units::parse_size;
 
@@ -15,6 +16,88 @@ pub struct Foreign {
     pub options: SubmitOptions,
     /// Directives berth does not support: (line, what and why).
     pub unsupported: Vec<(usize, String)>,
+}
+
+/// Why a script's foreign directives are refused: the line (1-based) and what is wrong there.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{kind}")]
+pub struct ForeignError {
+    pub line: usize,
+    pub kind: LineError,
+}
+
+/// What is wrong with a directive line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LineError {
+    #[error(transparent)]
+    Quote(#[from] UnterminatedQuote),
+    /// A directive of the line's dialect (`#SBATCH`, `#PBS`), malformed.
+    #[error("{prefix}: {error}")]
+    Directive { prefix: &'static str, error: DirectiveError },
+}
+
+/// Why a supported directive's value is refused (an unsupported directive is a warning or
+/// an error of its own: [`Foreign::unsupported`]). Each message names the flag, as the
+/// directive spells it, and what to give.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DirectiveError {
+    #[error("expected an option, found {0:?}")]
+    NotAnOption(String),
+    #[error("{0} needs a value")]
+    NeedsValue(String),
+    #[error("{flag} needs a positive number, got {value:?}")]
+    NotPositive { flag: String, value: String },
+    #[error("{flag} needs a node count or min-max, got {value:?}")]
+    NodeCount { flag: String, value: String },
+    #[error("{flag} needs a size such as {example}, got {value:?}")]
+    Size { flag: String, example: &'static str, value: String },
+    #[error("{flag}: {value:?} is not a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)")]
+    SlurmTime { flag: String, value: String },
+    #[error("{flag}: {why}")]
+    Dependency { flag: String, why: String },
+    #[error("{flag}: {source}")]
+    Begin { flag: String, source: BeginError },
+    #[error("{flag} takes no value (or =off), got {value:?}")]
+    NoValue { flag: String, value: String },
+    #[error("{flag} takes append or truncate, got {value:?}")]
+    OpenMode { flag: String, value: String },
+    #[error("{flag}: {source}")]
+    Array { flag: String, source: ArrayError },
+    /// PBS's `-J` (its message names no flag).
+    #[error(transparent)]
+    PbsArray(ArrayError),
+    #[error("{flag}: {item:?} is not gpu[:type][:count]")]
+    Gres { flag: String, item: String },
+    #[error("{flag} needs a GPU count from 1 to {max}, got {value:?}")]
+    GpuCount { flag: String, max: u32, value: String },
+    #[error(transparent)]
+    Option(#[from] OptionError),
+    #[error(transparent)]
+    Value(#[from] OptionValueError),
+    /// A value refused by berth's own parser, whose message names berth's flag (`from`):
+    /// the directive's flag (`to`) is named instead.
+    #[error("{}", .source.to_string().replace(.from, .to))]
+    Renamed { source: OptionValueError, from: &'static str, to: String },
+    #[error("-n is too large")]
+    TooManyTasks,
+    #[error("-S needs the path of a shell")]
+    NoShell,
+    #[error("-j takes oe, eo or n, got {0:?}")]
+    Join(String),
+    #[error("-r takes y or n, got {0:?}")]
+    Rerun(String),
+    #[error("-l {0}: expected name=value")]
+    Resource(String),
+    #[error("-l {res}: expected name=value, got {item:?}")]
+    ChunkItem { res: String, item: String },
+    #[error("-l {res}: bad size {value:?}")]
+    BadSize { res: String, value: String },
+    #[error("-l {res}: ncpus={ncpus} is not a multiple of mpiprocs={procs}")]
+    NotMultiple { res: String, ncpus: u32, procs: u32 },
+    #[error("-l walltime needs [[HH:]MM:]SS, got {0:?}")]
+    Walltime(String),
+    #[error("the pattern %{0} is not supported (%j or %J job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)")]
+    OutputPattern(String),
 }
 
 /// A directive line's dialect, by its prefix.
@@ -30,9 +113,9 @@ fn dialect(line: &str) -> Option<(&'static str, &str)> {
 }
 
 /// Read the `#SBATCH` and `#PBS` lines of `script`'s directive block (the lines after `#!`
-/// up to the first command). Errors are (line, message): a malformed value of a supported
-/// directive is always an error.
-pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
+/// up to the first command). A malformed value of a supported directive is always an error,
+/// with its line.
+pub fn parse_foreign(script: &str) -> Result<Foreign, ForeignError> {
     let mut out = Foreign::default();
     // Resolved once every line is read: their meaning depends on other directives.
     let mut later = Later {
@@ -57,7 +140,7 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
         let Some((prefix, rest)) = dialect(line) else { continue };
         // Slurm stops reading a line at its first `#` after the directive (a comment).
         let rest = if prefix == "#SBATCH" { rest.split(" #").next().unwrap_or(rest) } else { rest };
-        let tokens = super::tokenize(rest).map_err(|m| (line_no, m.to_string()))?;
+        let tokens = super::tokenize(rest).map_err(|q| ForeignError { line: line_no, kind: q.into() })?;
         let mut o = out.options.clone();
         let mut unsupported = Vec::new();
         let result = if prefix == "#SBATCH" {
@@ -66,7 +149,7 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
         } else {
             pbs_line(&tokens, &mut o, &mut later, &mut unsupported)
         };
-        result.map_err(|m| (line_no, format!("{prefix}: {m}")))?;
+        result.map_err(|error| ForeignError { line: line_no, kind: LineError::Directive { prefix, error } })?;
         if let Some((line @ 0, n)) = later.ntasks {
             later.ntasks = Some((line + line_no, n));
         }
@@ -91,10 +174,9 @@ pub fn parse_foreign(script: &str) -> Result<Foreign, (usize, String)> {
             (None, Some(per)) => o.nodes = Some(n.div_ceil(per)),
             (Some(_), Some(_)) => {}
             (None, None) => {
-                o.cores = Some(
-                    n.checked_mul(o.cpus_per_task.unwrap_or(1))
-                        .ok_or((line, "#SBATCH: -n is too large".to_string()))?,
-                )
+                let error = DirectiveError::TooManyTasks;
+                let too_large = ForeignError { line, kind: LineError::Directive { prefix: "#SBATCH", error } };
+                o.cores = Some(n.checked_mul(o.cpus_per_task.unwrap_or(1)).ok_or(too_large)?)
             }
         }
     }
@@ -118,7 +200,10 @@ struct Later {
 
 /// Options of one directive line: `(flag, value)` pairs, from `--long=value`, `--long value`,
 /// `-x value` and `-xvalue`; `takes_value` tells which flags have one.
-fn pairs(tokens: &[String], takes_value: impl Fn(&str) -> bool) -> Result<Vec<(String, Option<String>)>, String> {
+fn pairs(
+    tokens: &[String],
+    takes_value: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, Option<String>)>, DirectiveError> {
     pairs_with(tokens, takes_value, |_| false)
 }
 
@@ -130,7 +215,7 @@ fn pairs_with(
     tokens: &[String],
     takes_value: impl Fn(&str) -> bool,
     optional: impl Fn(&str) -> bool,
-) -> Result<Vec<(String, Option<String>)>, String> {
+) -> Result<Vec<(String, Option<String>)>, DirectiveError> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < tokens.len() {
@@ -147,13 +232,13 @@ fn pairs_with(
             let (f, v) = tok.split_at(cut);
             (f.to_string(), (!v.is_empty()).then(|| v.trim_start_matches('=').to_string()))
         } else {
-            return Err(format!("expected an option, found {tok:?}"));
+            return Err(DirectiveError::NotAnOption(tok.clone()));
         };
         let value = match (inline, takes_value(&flag)) {
             (Some(v), _) => Some(v),
             (None, true) if optional(&flag) && tokens.get(i).is_none_or(|t| t.starts_with('-')) => None,
             (None, true) => {
-                let v = tokens.get(i).cloned().ok_or_else(|| format!("{flag} needs a value"))?;
+                let v = tokens.get(i).cloned().ok_or_else(|| DirectiveError::NeedsValue(flag.clone()))?;
                 i += 1;
                 Some(v)
             }
@@ -250,19 +335,19 @@ fn slurm_line(
     o: &mut SubmitOptions,
     later: &mut Later,
     unsupported: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), DirectiveError> {
     for (flag, value) in pairs_with(tokens, |f| !SLURM_SWITCHES.contains(&f), |f| !SLURM_VALUED.contains(&f))? {
         let v = value.clone().unwrap_or_default();
         let shown = match &value {
             Some(v) => format!("{flag}={v}"),
             None => flag.clone(),
         };
-        let count = |what: &str| -> Result<u32, String> {
+        let count = |what: &str| -> Result<u32, DirectiveError> {
             v.trim()
                 .parse::<u32>()
                 .ok()
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("{what} needs a positive number, got {v:?}"))
+                .ok_or_else(|| DirectiveError::NotPositive { flag: what.into(), value: v.clone() })
         };
         match flag.as_str() {
             "-N" | "--nodes" => {
@@ -273,15 +358,14 @@ fn slurm_line(
                         .parse::<u32>()
                         .ok()
                         .filter(|n| *n > 0)
-                        .ok_or_else(|| format!("{flag} needs a node count or min-max, got {v:?}"))?,
+                        .ok_or_else(|| DirectiveError::NodeCount { flag: flag.clone(), value: v.clone() })?,
                 );
             }
             "-n" | "--ntasks" => later.ntasks = Some((0, count(&flag)?)),
             "--ntasks-per-node" => o.tasks_per_node = Some(count(&flag)?),
             "-c" | "--cpus-per-task" => o.cpus_per_task = Some(count(&flag)?),
             "--mem" => {
-                let bytes =
-                    slurm_size(&v).ok_or_else(|| format!("{flag} needs a size such as 4000 (MB) or 4G, got {v:?}"))?;
+                let bytes = slurm_size(&v).ok_or_else(|| size(&flag, "4000 (MB) or 4G", &v))?;
                 if bytes == 0 {
                     unsupported.push(format!("{shown}: all of a node's memory is not supported; give a size"));
                 } else {
@@ -292,17 +376,13 @@ fn slurm_line(
                 o.mem_per_cpu = Some(
                     slurm_size(&v)
                         .filter(|b| *b > 0)
-                        .ok_or_else(|| format!("{flag} needs a size such as 2000 (MB) or 2G, got {v:?}"))?,
+                        .ok_or_else(|| size(&flag, "2000 (MB) or 2G", &v))?,
                 )
             }
             "-t" | "--time" => match slurm_time(&v) {
                 Some(Some(secs)) => o.walltime = Some(secs),
                 Some(None) => unsupported.push(format!("{shown}: an unlimited time is not supported; give a limit")),
-                None => {
-                    return Err(format!(
-                        "{flag}: {v:?} is not a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)"
-                    ))
-                }
+                None => return Err(DirectiveError::SlurmTime { flag, value: v }),
             },
             "-J" | "--job-name" => o.name = Some(nonempty(&flag, &v)?),
             "-o" | "--output" => match output_pattern(&v) {
@@ -326,19 +406,22 @@ fn slurm_line(
             "-d" | "--dependency" => match Dependency::parse_slurm(&v) {
                 Ok(d) => o.dependency = Some(d),
                 Err(DepError::Unsupported(why)) => unsupported.push(format!("{shown}: {why}")),
-                Err(DepError::Bad(why)) => return Err(format!("{flag}: {why}")),
+                Err(DepError::Bad(why)) => return Err(DirectiveError::Dependency { flag, why }),
             },
-            "-b" | "--begin" => o.begin = Some(Begin::parse(&v).map_err(|e| format!("{flag}: {e}"))?),
+            "-b" | "--begin" => {
+                o.begin = Some(Begin::parse(&v).map_err(|source| DirectiveError::Begin { flag, source })?)
+            }
             "-H" | "--hold" => o.hold = Some(true),
             // Keep running when one of the job's nodes fails: berth's `--no-kill`.
             "-k" | "--no-kill" => match value.as_deref() {
                 None => o.no_kill = Some(true),
                 Some(v) if v.eq_ignore_ascii_case("off") => o.no_kill = Some(false),
-                Some(_) => return Err(format!("{flag} takes no value (or =off), got {v:?}")),
+                Some(_) => return Err(DirectiveError::NoValue { flag, value: v }),
             },
             "--comment" => {
                 let comment = super::extra::parse_comment(&v);
-                o.comment = Some(comment.map_err(|e| e.to_string().replace("--comment", &flag))?)
+                let renamed = |source| DirectiveError::Renamed { source, from: "--comment", to: flag.clone() };
+                o.comment = Some(comment.map_err(renamed)?)
             }
             "-D" | "--chdir" => o.chdir = Some(super::extra::parse_chdir(&v)?),
             "--export" => o.export = Some(super::Export::parse_slurm(&v)?),
@@ -356,7 +439,7 @@ fn slurm_line(
                 o.open_append = Some(match v.trim() {
                     "append" | "a" | "A" => true,
                     "truncate" | "t" | "T" => false,
-                    _ => return Err(format!("{flag} takes append or truncate, got {v:?}")),
+                    _ => return Err(DirectiveError::OpenMode { flag, value: v }),
                 })
             }
             // Accounting's workload key: recorded by Slurm only with TrackWCKey=yes (off by
@@ -364,7 +447,9 @@ fn slurm_line(
             "--wckey" => {
                 nonempty(&flag, &v)?;
             }
-            "-a" | "--array" => o.array = Some(ArraySpec::parse_slurm(&v).map_err(|e| format!("{flag}: {e}"))?),
+            "-a" | "--array" => {
+                o.array = Some(ArraySpec::parse_slurm(&v).map_err(|source| DirectiveError::Array { flag, source })?)
+            }
             "-C" | "--constraint" => {
                 let props: Vec<String> = v.split(['&', ',']).map(|p| p.trim().to_string()).collect();
                 if v.contains(['|', '[', ']', '*']) || props.iter().any(|p| p.is_empty()) {
@@ -390,7 +475,7 @@ fn slurm_line(
                         [one] if one.parse::<u64>().is_ok() => (None, *one),
                         [kind] => (Some(*kind), "1"),
                         [kind, count] => (Some(*kind), *count),
-                        _ => return Err(format!("{flag}: {item:?} is not gpu[:type][:count]")),
+                        _ => return Err(DirectiveError::Gres { flag, item: item.into() }),
                     };
                     o.gpus_per_node = Some(slurm_gpu_count(&flag, count, MAX_GPUS_PER_NODE)?);
                     if let Some(kind) = kind {
@@ -422,7 +507,7 @@ fn slurm_line(
                 o.mem_per_gpu = Some(
                     slurm_size(&v)
                         .filter(|b| *b > 0)
-                        .ok_or_else(|| format!("{flag} needs a size such as 16000 (MB) or 16G, got {v:?}"))?,
+                        .ok_or_else(|| size(&flag, "16000 (MB) or 16G", &v))?,
                 )
             }
             "--gpus-per-task" => {
@@ -475,7 +560,7 @@ fn pbs_line(
     o: &mut SubmitOptions,
     later: &mut Later,
     unsupported: &mut Vec<String>,
-) -> Result<(), String> {
+) -> Result<(), DirectiveError> {
     for (flag, value) in pairs(tokens, |f| !PBS_SWITCHES.contains(&f) && f.starts_with('-'))? {
         let v = value.clone().unwrap_or_default();
         let shown = match &value {
@@ -495,7 +580,7 @@ fn pbs_line(
             "-S" => {
                 let shell = v.split(',').next().unwrap_or("").split('@').next().unwrap_or("").trim();
                 if shell.is_empty() {
-                    return Err("-S needs the path of a shell".into());
+                    return Err(DirectiveError::NoShell);
                 }
                 if later.shebang.as_deref() != Some(shell) {
                     unsupported.push(format!(
@@ -520,13 +605,13 @@ fn pbs_line(
                     "oe" => Join::Output,
                     "eo" => Join::Error,
                     "n" => Join::Neither,
-                    _ => return Err(format!("-j takes oe, eo or n, got {v:?}")),
+                    _ => return Err(DirectiveError::Join(v)),
                 })
             }
             "-r" => match v.as_str() {
                 "y" => o.requeue = Some(true),
                 "n" => o.requeue = Some(false),
-                _ => return Err(format!("-r takes y or n, got {v:?}")),
+                _ => return Err(DirectiveError::Rerun(v)),
             },
             "-h" => o.hold = Some(true),
             // berth passes the whole submitting environment, as -V asks.
@@ -547,15 +632,17 @@ fn pbs_line(
             }
             "-m" => o.mail_type = Some(super::MailTypes::parse_pbs(&v)?),
             "-M" => {
-                o.mail_user =
-                    Some(super::extra::parse_mail_user(&v).map_err(|e| e.to_string().replace("--mail-user", "-M"))?)
+                let renamed = |source| DirectiveError::Renamed { source, from: "--mail-user", to: "-M".into() };
+                o.mail_user = Some(super::extra::parse_mail_user(&v).map_err(renamed)?)
             }
-            "-J" => o.array = Some(ArraySpec::parse_pbs(&v).map_err(|e| e.to_string())?),
+            "-J" => o.array = Some(ArraySpec::parse_pbs(&v).map_err(DirectiveError::PbsArray)?),
             "-W" => match v.trim().strip_prefix("depend=") {
                 Some(list) => match Dependency::parse_pbs(list) {
                     Ok(d) => o.dependency = Some(d),
                     Err(DepError::Unsupported(why)) => unsupported.push(format!("{shown}: {why}")),
-                    Err(DepError::Bad(why)) => return Err(format!("-W depend: {why}")),
+                    Err(DepError::Bad(why)) => {
+                        return Err(DirectiveError::Dependency { flag: "-W depend".into(), why })
+                    }
                 },
                 None => {
                     unsupported.push(format!("{shown}: only -W depend=... is supported (docs/compat.md lists what is)"))
@@ -572,12 +659,17 @@ fn pbs_line(
 const PBS_GPU_RESOURCES: &[&str] = &["ngpus", "gpus", "gpu_type", "gpu_model", "naccelerators", "accelerator_model"];
 
 /// A GPU count from a foreign directive: 1 to `max`.
-fn slurm_gpu_count(flag: &str, v: &str, max: u32) -> Result<u32, String> {
-    v.trim()
-        .parse::<u32>()
-        .ok()
-        .filter(|n| (1..=max).contains(n))
-        .ok_or_else(|| format!("{flag} needs a GPU count from 1 to {max}, got {v:?}"))
+fn slurm_gpu_count(flag: &str, v: &str, max: u32) -> Result<u32, DirectiveError> {
+    v.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| DirectiveError::GpuCount {
+        flag: flag.into(),
+        max,
+        value: v.into(),
+    })
+}
+
+/// A size refused: `example` shows what to give.
+fn size(flag: &str, example: &'static str, v: &str) -> DirectiveError {
+    DirectiveError::Size { flag: flag.into(), example, value: v.into() }
 }
 
 /// One `-l` resource: `select=...`, `nodes=N:ppn=P`, `walltime`, `mem`, `ncpus`, `place`.
@@ -586,15 +678,16 @@ fn pbs_resource(
     o: &mut SubmitOptions,
     later: &mut Later,
     unsupported: &mut Vec<String>,
-) -> Result<(), String> {
-    let (name, value) = res.split_once('=').ok_or_else(|| format!("-l {res}: expected name=value"))?;
-    let number = |what: &str, v: &str| -> Result<u32, String> {
+) -> Result<(), DirectiveError> {
+    let (name, value) = res.split_once('=').ok_or_else(|| DirectiveError::Resource(res.into()))?;
+    let number = |what: &str, v: &str| -> Result<u32, DirectiveError> {
         v.trim()
             .parse::<u32>()
             .ok()
             .filter(|n| *n > 0)
-            .ok_or_else(|| format!("-l {what} needs a positive number, got {v:?}"))
+            .ok_or_else(|| DirectiveError::NotPositive { flag: format!("-l {what}"), value: v.into() })
     };
+    let bad_size = |res: &str, v: &str| DirectiveError::BadSize { res: res.into(), value: v.into() };
     match name.trim() {
         "select" => {
             if value.contains('+') {
@@ -611,11 +704,12 @@ fn pbs_resource(
             };
             let (mut ncpus, mut procs) = (1u32, None);
             for kv in rest {
-                let (k, v) = kv.split_once('=').ok_or_else(|| format!("-l {res}: expected name=value, got {kv:?}"))?;
+                let (k, v) =
+                    kv.split_once('=').ok_or_else(|| DirectiveError::ChunkItem { res: res.into(), item: kv.into() })?;
                 match k {
                     "ncpus" => ncpus = number("ncpus", v)?,
                     "mpiprocs" => procs = Some(number("mpiprocs", v)?),
-                    "mem" => o.mem = Some(pbs_size(v).ok_or_else(|| format!("-l {res}: bad size {v:?}"))?),
+                    "mem" => o.mem = Some(pbs_size(v).ok_or_else(|| bad_size(res, v))?),
                     // OpenMP threads per rank: the job gets ncpus/mpiprocs CPUs per rank in
                     // any case; the count itself only sets OMP_NUM_THREADS under PBS.
                     "ompthreads" => {
@@ -632,7 +726,7 @@ fn pbs_resource(
             }
             let procs = procs.unwrap_or(1);
             if ncpus % procs != 0 {
-                return Err(format!("-l {res}: ncpus={ncpus} is not a multiple of mpiprocs={procs}"));
+                return Err(DirectiveError::NotMultiple { res: res.into(), ncpus, procs });
             }
             o.nodes = Some(chunks);
             o.tasks_per_node = Some(procs);
@@ -653,15 +747,10 @@ fn pbs_resource(
             }
         }
         "walltime" => {
-            o.walltime = Some(
-                hms(value)
-                    .filter(|s| *s > 0)
-                    .ok_or_else(|| format!("-l walltime needs [[HH:]MM:]SS, got {value:?}"))?,
-            )
+            o.walltime = Some(hms(value).filter(|s| *s > 0).ok_or_else(|| DirectiveError::Walltime(value.into()))?)
         }
         "mem" => {
-            later.pbs_mem =
-                Some(pbs_size(value).filter(|b| *b > 0).ok_or_else(|| format!("-l mem: bad size {value:?}"))?);
+            later.pbs_mem = Some(pbs_size(value).filter(|b| *b > 0).ok_or_else(|| bad_size("mem", value))?);
         }
         "ncpus" => o.cores = Some(number("ncpus", value)?),
         "place" => {
@@ -690,9 +779,9 @@ fn pbs_resource(
     Ok(())
 }
 
-fn nonempty(flag: &str, v: &str) -> Result<String, String> {
+fn nonempty(flag: &str, v: &str) -> Result<String, DirectiveError> {
     if v.trim().is_empty() {
-        Err(format!("{flag} needs a value"))
+        Err(DirectiveError::NeedsValue(flag.into()))
     } else {
         Ok(v.trim().to_string())
     }
@@ -726,18 +815,13 @@ pub fn output_patterns(o: &SubmitOptions) -> (String, String) {
 
 /// Output paths: berth expands `%j`, `%x`, `%u` and `%%` (`super::expand_output`); Slurm's
 /// others (arrays, nodes, tasks, padded widths) are not yet.
-fn output_pattern(v: &str) -> Result<String, String> {
+fn output_pattern(v: &str) -> Result<String, DirectiveError> {
     let mut chars = v.chars();
     while let Some(c) = chars.next() {
         if c == '%' {
             match chars.next() {
                 Some('j' | 'J' | 'x' | 'u' | 'A' | 'a' | 'N' | 'n' | 't' | '%') => {}
-                other => {
-                    return Err(format!(
-                        "the pattern %{} is not supported (%j or %J job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)",
-                        other.map(String::from).unwrap_or_default()
-                    ))
-                }
+                other => return Err(DirectiveError::OutputPattern(other.map(String::from).unwrap_or_default())),
             }
         }
     }

@@ -98,7 +98,8 @@ fn dependencies_begin_and_hold() {
         ("#!/bin/sh\n#SBATCH --begin=now+500days\n", "a year"),
         ("#!/bin/sh\n#PBS -W depend=afterok\n", "names no job"),
     ] {
-        let (line, message) = parse_foreign(script).unwrap_err();
+        let e = parse_foreign(script).unwrap_err();
+        let (line, message) = (e.line, e.to_string());
         assert_eq!(line, 2, "{script:?}");
         assert!(message.contains(needle), "{script:?}: {message}");
     }
@@ -154,7 +155,8 @@ fn malformed_values_are_errors_with_the_line() {
         ("#!/bin/sh\n#PBS -l walltime=1:2:3:4\n", "walltime needs"),
         ("#!/bin/sh\n#PBS -l nodes\n", "expected name=value"),
     ] {
-        let (line, message) = parse_foreign(script).unwrap_err();
+        let e = parse_foreign(script).unwrap_err();
+        let (line, message) = (e.line, e.to_string());
         assert_eq!(line, script.lines().position(|l| l.starts_with("#SBATCH") || l.starts_with("#PBS")).unwrap() + 1);
         assert!(message.contains(needle), "{script:?}: {message}");
     }
@@ -190,7 +192,8 @@ fn arrays_in_every_dialect() {
         ("#!/bin/sh\n#PBS -J 5\n", "give a range"),
         ("#!/bin/sh\n#PBS -J 1-1\n", "at least two"),
     ] {
-        let (line, message) = parse_foreign(script).unwrap_err();
+        let e = parse_foreign(script).unwrap_err();
+        let (line, message) = (e.line, e.to_string());
         assert_eq!(line, 2, "{script:?}");
         assert!(message.contains(needle), "{script:?}: {message}");
     }
@@ -301,7 +304,8 @@ fn outputs_follow_the_dialect_of_the_script() {
     assert_eq!(patterns("#!/bin/sh\n#PBS -j n -o o\n"), pair("o", "berth-%j.err"));
     // An explicit #PBS -j is kept over a Slurm script's rule; a bad -j is an error on its line.
     assert_eq!(patterns("#!/bin/sh\n#SBATCH -o o\n#PBS -j n\n"), pair("o", "berth-%j.err"));
-    let (line, message) = parse_foreign("#!/bin/sh\n#PBS -j oo\n").unwrap_err();
+    let e = parse_foreign("#!/bin/sh\n#PBS -j oo\n").unwrap_err();
+    let (line, message) = (e.line, e.to_string());
     assert_eq!(line, 2);
     assert!(message.contains("oe, eo or n"), "{message}");
 }
@@ -315,4 +319,73 @@ fn pbs_shell_must_be_the_scripts_own() {
     let f = parse_foreign("#!/bin/sh\n#PBS -S /bin/csh\n").unwrap();
     assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("#!/bin/csh"), "{:?}", f.unsupported);
+}
+
+/// Every refusal's whole message, as the typed errors print it: these are what users read
+/// (`berth submit`, the system tests), unchanged from when they were formatted in place.
+#[test]
+fn refusals_read_exactly_as_before() {
+    for (script, expected) in [
+        ("#!/bin/sh\n#SBATCH x\n", "#SBATCH: expected an option, found \"x\""),
+        ("#!/bin/sh\n#SBATCH --ntasks\n", "#SBATCH: --ntasks needs a value"),
+        ("#!/bin/sh\n#SBATCH -J \" \"\n", "#SBATCH: -J needs a value"),
+        ("#!/bin/sh\n#SBATCH -n 0\n", "#SBATCH: -n needs a positive number, got \"0\""),
+        ("#!/bin/sh\n#SBATCH -N zero\n", "#SBATCH: -N needs a node count or min-max, got \"zero\""),
+        ("#!/bin/sh\n#SBATCH --mem=lots\n", "#SBATCH: --mem needs a size such as 4000 (MB) or 4G, got \"lots\""),
+        (
+            "#!/bin/sh\n#SBATCH --mem-per-cpu=0\n",
+            "#SBATCH: --mem-per-cpu needs a size such as 2000 (MB) or 2G, got \"0\"",
+        ),
+        (
+            "#!/bin/sh\n#SBATCH --mem-per-gpu=x\n",
+            "#SBATCH: --mem-per-gpu needs a size such as 16000 (MB) or 16G, got \"x\"",
+        ),
+        (
+            "#!/bin/sh\n#SBATCH -t soon\n",
+            "#SBATCH: -t: \"soon\" is not a Slurm time (minutes, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS)",
+        ),
+        ("#!/bin/sh\n#SBATCH -k=yes\n", "#SBATCH: -k takes no value (or =off), got \"yes\""),
+        ("#!/bin/sh\n#SBATCH --open-mode=x\n", "#SBATCH: --open-mode takes append or truncate, got \"x\""),
+        ("#!/bin/sh\n#SBATCH --gres=gpu:a:b:c\n", "#SBATCH: --gres: \"gpu:a:b:c\" is not gpu[:type][:count]"),
+        ("#!/bin/sh\n#SBATCH --gpus=0\n", "#SBATCH: --gpus needs a GPU count from 1 to 65536, got \"0\""),
+        ("#!/bin/sh\n#SBATCH -n 4294967295 -c 2\n", "#SBATCH: -n is too large"),
+        ("#!/bin/sh\n#SBATCH \"-J x\n", "unterminated double quote"),
+        ("#!/bin/sh\n#PBS -S ,\n", "#PBS: -S needs the path of a shell"),
+        ("#!/bin/sh\n#PBS -j x\n", "#PBS: -j takes oe, eo or n, got \"x\""),
+        ("#!/bin/sh\n#PBS -r x\n", "#PBS: -r takes y or n, got \"x\""),
+        ("#!/bin/sh\n#PBS -l nodes\n", "#PBS: -l nodes: expected name=value"),
+        ("#!/bin/sh\n#PBS -l select=2:ncpus\n", "#PBS: -l select=2:ncpus: expected name=value, got \"ncpus\""),
+        ("#!/bin/sh\n#PBS -l select=1:mem=x\n", "#PBS: -l select=1:mem=x: bad size \"x\""),
+        ("#!/bin/sh\n#PBS -l mem=0\n", "#PBS: -l mem: bad size \"0\""),
+        (
+            "#!/bin/sh\n#PBS -l select=2:ncpus=3:mpiprocs=2\n",
+            "#PBS: -l select=2:ncpus=3:mpiprocs=2: ncpus=3 is not a multiple of mpiprocs=2",
+        ),
+        ("#!/bin/sh\n#PBS -l ncpus=x\n", "#PBS: -l ncpus needs a positive number, got \"x\""),
+        ("#!/bin/sh\n#PBS -l walltime=1:2:3:4\n", "#PBS: -l walltime needs [[HH:]MM:]SS, got \"1:2:3:4\""),
+        ("#!/bin/sh\n#PBS -W depend=afterok\n", "#PBS: -W depend: "),
+        ("#!/bin/sh\n#SBATCH --begin=soonish\n", "#SBATCH: --begin: "),
+        ("#!/bin/sh\n#SBATCH --array=x\n", "#SBATCH: --array: "),
+    ] {
+        let e = parse_foreign(script).unwrap_err();
+        let message = e.to_string();
+        if expected.ends_with(": ") {
+            // The rest is the dependency, time or array parser's own message.
+            assert!(message.starts_with(expected) && message.len() > expected.len(), "{script:?}: {message}");
+        } else {
+            assert_eq!(message, expected, "{script:?}");
+        }
+        assert_eq!(e.line, 2, "{script:?}");
+    }
+    // Messages of berth's own parsers name the directive's flag.
+    let e = parse_foreign("#!/bin/sh\n#PBS -M \"\"\n").unwrap_err().to_string();
+    assert!(e.starts_with("#PBS: -M ") && !e.contains("--mail-user"), "{e}");
+    let e = parse_foreign("#!/bin/sh\n#SBATCH --comment \"\"\n").unwrap_err().to_string();
+    assert_eq!(e, "#SBATCH: --comment needs a value");
+    // Unsupported output patterns are warnings, with the pattern's message.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH -o out-%q\n").unwrap();
+    assert_eq!(
+        f.unsupported,
+        vec![(2, "#SBATCH -o=out-%q: the pattern %q is not supported (%j or %J job id, %x job name, %u user, %A array id, %a array index, %% a percent sign are)".to_string())]
+    );
 }
