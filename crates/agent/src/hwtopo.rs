@@ -137,7 +137,7 @@ pub enum TopologyError {
     Discovery { detail: String },
 
     #[error("the topology from {origin} cannot be used: {detail}")]
-    Unusable { origin: String, detail: String },
+    Unusable { origin: String, detail: ConvertError },
 
     #[error(
         "--numa-memory {spec:?}: {detail}; give one size for every NUMA node (\"64G\"), sizes by \
@@ -430,10 +430,34 @@ fn to_berth<B: AsRef<Bitmap>>(set: &B) -> Option<CpuSet> {
     Some(out)
 }
 
+/// Why a loaded hwloc topology cannot be converted into berth's model
+/// ([`TopologyError::Unusable`] says from where).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConvertError {
+    /// `what`: "allowed PUs", "allowed NUMA nodes", "PUs".
+    #[error("hwloc reports an infinite or out-of-range set of {0}")]
+    BadSet(&'static str),
+    /// An object's OS (else logical) index does not fit berth's numbering.
+    #[error("{kind} index {index} is too large")]
+    IndexTooLarge { kind: String, index: usize },
+    #[error("{kind} L#{index} is too large")]
+    LogicalTooLarge { kind: String, index: usize },
+    #[error("NUMA node L#{0} has a bad cpuset")]
+    BadNumaCpuset(usize),
+    #[error("hwloc allows none of its {0} NUMA nodes")]
+    NoAllowedNuma(usize),
+    #[error("PU L#{0} has no OS index")]
+    PuWithoutOsIndex(usize),
+    #[error("PU P#{0} is too large")]
+    PuTooLarge(usize),
+    #[error("it has no usable PUs")]
+    NoPus,
+}
+
 /// An object's OS index, or its logical index if hwloc does not know the OS one.
-fn os_or_logical(obj: &TopologyObject) -> Result<u32, String> {
+fn os_or_logical(obj: &TopologyObject) -> Result<u32, ConvertError> {
     let index = obj.os_index().unwrap_or_else(|| obj.logical_index());
-    u32::try_from(index).map_err(|_| format!("{} index {index} is too large", obj.object_type()))
+    u32::try_from(index).map_err(|_| ConvertError::IndexTooLarge { kind: obj.object_type().to_string(), index })
 }
 
 /// Convert a loaded hwloc topology. Only the PUs and NUMA nodes hwloc allows are used (cores
@@ -444,13 +468,10 @@ fn os_or_logical(obj: &TopologyObject) -> Result<u32, String> {
 /// `allowed_cpuset` and `allowed_nodeset`), so an export from a cgroup-restricted machine
 /// yields the same model there and here. NUMA nodes keep hwloc's memory, 0 if it has none
 /// (`assign_memory` looks further).
-fn convert(hw: &HwTopology) -> Result<Topology, String> {
-    let allowed =
-        to_berth(&hw.allowed_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of allowed PUs")?;
-    let allowed_numa =
-        to_berth(&hw.allowed_nodeset()).ok_or("hwloc reports an infinite or out-of-range set of allowed NUMA nodes")?;
-    let mut disallowed =
-        to_berth(&hw.complete_cpuset()).ok_or("hwloc reports an infinite or out-of-range set of PUs")?;
+fn convert(hw: &HwTopology) -> Result<Topology, ConvertError> {
+    let allowed = to_berth(&hw.allowed_cpuset()).ok_or(ConvertError::BadSet("allowed PUs"))?;
+    let allowed_numa = to_berth(&hw.allowed_nodeset()).ok_or(ConvertError::BadSet("allowed NUMA nodes"))?;
+    let mut disallowed = to_berth(&hw.complete_cpuset()).ok_or(ConvertError::BadSet("PUs"))?;
     disallowed.subtract(&allowed);
 
     // Packages, in logical order; remembered by hwloc's persistent object id.
@@ -464,7 +485,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
     // NUMA nodes, in logical order, with their memory and allowed PUs. Nodes without PUs
     // (CXL memory) or sharing their PUs with another node (KNL's MCDRAM) are listed too.
     let mut numa_nodes = Vec::new();
-    let mut numa_objects = 0;
+    let mut numa_objects: usize = 0;
     for obj in hw.objects_with_type(ObjectType::NUMANode) {
         numa_objects += 1;
         // Memory outside the allowed nodeset (a cgroup's cpuset.mems) is not berth's to give.
@@ -477,9 +498,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
             _ => 0,
         };
         let mut cpus = match obj.cpuset() {
-            Some(set) => {
-                to_berth(&set).ok_or_else(|| format!("NUMA node L#{} has a bad cpuset", obj.logical_index()))?
-            }
+            Some(set) => to_berth(&set).ok_or(ConvertError::BadNumaCpuset(obj.logical_index()))?,
             None => CpuSet::new(),
         };
         cpus = cpus.iter().filter(|&pu| allowed.contains(pu)).collect();
@@ -495,7 +514,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         });
     }
     if numa_objects > 0 && numa_nodes.is_empty() {
-        return Err(format!("hwloc allows none of its {numa_objects} NUMA nodes"));
+        return Err(ConvertError::NoAllowedNuma(numa_objects));
     }
 
     // Cores: walk PUs in logical order (which follows cores' logical order) and group them by
@@ -506,8 +525,8 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
     let mut core_of: HashMap<u64, usize> = HashMap::new();
     let mut orphan_package: Option<usize> = None;
     for pu in hw.objects_with_type(ObjectType::PU) {
-        let os_index = pu.os_index().ok_or_else(|| format!("PU L#{} has no OS index", pu.logical_index()))?;
-        let os_index = u32::try_from(os_index).map_err(|_| format!("PU P#{os_index} is too large"))?;
+        let os_index = pu.os_index().ok_or(ConvertError::PuWithoutOsIndex(pu.logical_index()))?;
+        let os_index = u32::try_from(os_index).map_err(|_| ConvertError::PuTooLarge(os_index))?;
         if !allowed.contains(os_index) {
             continue;
         }
@@ -536,7 +555,7 @@ fn convert(hw: &HwTopology) -> Result<Topology, String> {
         first_pu.push(pu);
     }
     if cores.is_empty() {
-        return Err("it has no usable PUs".into());
+        return Err(ConvertError::NoPus);
     }
 
     // Packages none of whose PUs are allowed are not berth's (a cgroup confined to some
@@ -718,7 +737,7 @@ fn group_preference(ty: ObjectType) -> Option<u8> {
 /// does not qualify (a P-core alone in its L2 next to E-core modules) get `None`. One level
 /// for all cores keeps group numbers comparable (hwloc numbers logical indexes per depth) and
 /// the result a pure function of hwloc's tree, so the same file always gives the same groups.
-fn core_groups(cores: &[Core], first_pu: &[&TopologyObject]) -> Result<Vec<Option<u32>>, String> {
+fn core_groups(cores: &[Core], first_pu: &[&TopologyObject]) -> Result<Vec<Option<u32>>, ConvertError> {
     /// An object of a candidate level: how many cores share it, and whether they all lie in
     /// one (package, NUMA node).
     struct Shared {
@@ -780,10 +799,10 @@ fn core_groups(cores: &[Core], first_pu: &[&TopologyObject]) -> Result<Vec<Optio
                     let smaller_than_numa = core.numa.is_none_or(|n| s.cores < per_numa[&n]);
                     if s.cores >= 2 && !s.mixed && smaller_than_numa && s.cores < per_package[&core.package] {
                         let index = obj.logical_index();
-                        Some(
-                            u32::try_from(index)
-                                .map_err(|_| format!("{} L#{index} is too large", obj.object_type()))?,
-                        )
+                        Some(u32::try_from(index).map_err(|_| ConvertError::LogicalTooLarge {
+                            kind: obj.object_type().to_string(),
+                            index,
+                        })?)
                     } else {
                         None
                     }
@@ -1413,5 +1432,29 @@ mod tests {
             let err = load(&TopologySource::Xml(path.clone())).unwrap_err();
             assert!(matches!(err, TopologyError::BadXml { .. }), "{}: {err:?}", path.display());
         }
+    }
+
+    /// What an unusable topology says, word for word (the agent prints it and stops).
+    #[test]
+    fn conversion_refusals_read_as_before() {
+        let kind = || "Package".to_string();
+        for (e, message) in [
+            (ConvertError::BadSet("allowed PUs"), "hwloc reports an infinite or out-of-range set of allowed PUs"),
+            (
+                ConvertError::BadSet("allowed NUMA nodes"),
+                "hwloc reports an infinite or out-of-range set of allowed NUMA nodes",
+            ),
+            (ConvertError::IndexTooLarge { kind: kind(), index: 1 << 40 }, "Package index 1099511627776 is too large"),
+            (ConvertError::LogicalTooLarge { kind: kind(), index: 1 << 33 }, "Package L#8589934592 is too large"),
+            (ConvertError::BadNumaCpuset(3), "NUMA node L#3 has a bad cpuset"),
+            (ConvertError::NoAllowedNuma(2), "hwloc allows none of its 2 NUMA nodes"),
+            (ConvertError::PuWithoutOsIndex(5), "PU L#5 has no OS index"),
+            (ConvertError::PuTooLarge(1 << 32), "PU P#4294967296 is too large"),
+            (ConvertError::NoPus, "it has no usable PUs"),
+        ] {
+            assert_eq!(e.to_string(), message);
+        }
+        let e = TopologyError::Unusable { origin: "xml:/etc/node.xml".into(), detail: ConvertError::NoPus };
+        assert_eq!(e.to_string(), "the topology from xml:/etc/node.xml cannot be used: it has no usable PUs");
     }
 }

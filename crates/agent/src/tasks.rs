@@ -322,7 +322,7 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         TaskRequest::Wait { tasks, timeout_ms, .. } => {
             let ids = match job.tasks.read(|t| t.select(id, &tasks)) {
                 Ok(ids) => ids,
-                Err(e) => return error(e),
+                Err(e) => return error(e.to_string()),
             };
             // A timeout beyond what the clock holds is no timeout (an Instant overflow panics).
             let deadline = timeout_ms.and_then(|ms| tokio::time::Instant::now().checked_add(Duration::from_millis(ms)));
@@ -335,7 +335,7 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
             }
             match job.tasks.read(|t| t.select(id, &tasks).map(|ids| (t.signal(&ids, signal), t.infos(&ids)))) {
                 Ok((_, tasks)) => TaskReply::Tasks { tasks },
-                Err(e) => error(e),
+                Err(e) => error(e.to_string()),
             }
         }
         TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
@@ -1135,7 +1135,11 @@ mod tests {
         assert_eq!(t.select(job, &[]).unwrap(), [1, 2, 3]);
         assert_eq!(t.select(job, &[3, 1, 3]).unwrap(), [1, 3]);
         let e = t.select(job, &[2, 9, 10]).unwrap_err();
-        assert!(e.contains("no task 9, 10 in job 7"), "{e}");
+        assert_eq!(e, crate::ports::task_table::UnknownTasks { job, ids: vec![9, 10] });
+        assert_eq!(
+            e.to_string(),
+            "no task 9, 10 in job 7 on this node (tasks are known to the agent they were spawned through)"
+        );
     }
 
     #[test]

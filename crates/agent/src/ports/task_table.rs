@@ -15,6 +15,18 @@ pub struct JobTasks {
     changed: Notify,
 }
 
+/// Tasks asked for that this node's agent never started (a task API request's error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "no task {} in job {job} on this node (tasks are known to the agent they were spawned through)",
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+)]
+pub struct UnknownTasks {
+    pub job: JobId,
+    /// As asked for, in that order.
+    pub ids: Vec<u64>,
+}
+
 /// Task ids 1, 2, ... and what is known of each task.
 #[derive(Default)]
 pub struct TaskTable {
@@ -101,16 +113,13 @@ impl TaskTable {
     }
 
     /// The ids asked for (every task when `ids` is empty), checked to exist.
-    pub fn select(&self, job: JobId, ids: &[u64]) -> Result<Vec<u64>, String> {
+    pub fn select(&self, job: JobId, ids: &[u64]) -> Result<Vec<u64>, UnknownTasks> {
         if ids.is_empty() {
             return Ok(self.tasks.keys().copied().collect());
         }
-        let unknown: Vec<String> = ids.iter().filter(|i| !self.tasks.contains_key(i)).map(|i| i.to_string()).collect();
+        let unknown: Vec<u64> = ids.iter().filter(|i| !self.tasks.contains_key(i)).copied().collect();
         if !unknown.is_empty() {
-            return Err(format!(
-                "no task {} in job {job} on this node (tasks are known to the agent they were spawned through)",
-                unknown.join(", ")
-            ));
+            return Err(UnknownTasks { job, ids: unknown });
         }
         let mut out = ids.to_vec();
         out.sort_unstable();
