@@ -118,7 +118,7 @@ pub struct RankProgram<'a> {
 impl StepGrant {
     /// The application number of every rank (index = rank): its app's index, 0 for all in a
     /// one-program step; Err when the apps do not give every rank exactly one program.
-    pub fn rank_apps(&self) -> Result<Vec<u32>, String> {
+    pub fn rank_apps(&self) -> Result<Vec<u32>, berth_core::step::mpmd::RanksError> {
         berth_core::step::mpmd::rank_apps(&self.apps, self.size)
     }
 

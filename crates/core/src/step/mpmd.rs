@@ -100,9 +100,37 @@ impl App {
     }
 }
 
+/// Why a step's programs do not give each of its ranks exactly one ([`rank_apps`],
+/// [`resolve_ranks`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RanksError {
+    /// An app (by index) names ranks at or beyond the step's size.
+    #[error("program {program} names ranks {first}-{last}, beyond the step's {size} ranks")]
+    Beyond { program: usize, first: u32, last: u32, size: u32 },
+    /// Two apps (by index) name the same rank.
+    #[error("rank {rank} has two programs ({first} and {second})")]
+    TwoPrograms { rank: u32, first: u32, second: usize },
+    #[error("rank {0} has no program")]
+    NoProgram(usize),
+    /// A multi-prog line (1-based, its program) names a rank beyond the step's size.
+    #[error(
+        "program {line} ({program}) names rank {rank}, but the step has {size} rank(s) (0-{}); name ranks below {size} or ask for more with -n",
+        size.saturating_sub(1)
+    )]
+    NamedBeyond { line: usize, program: String, rank: u32, size: u32 },
+    /// Two multi-prog lines (1-based) name the same rank.
+    #[error("rank {rank} is named by programs {first} and {second}")]
+    NamedTwice { rank: u32, first: usize, second: usize },
+    /// Ranks (as ranges, `1,3-4`) no multi-prog line names, without a `*` line.
+    #[error(
+        "rank(s) {ranks} of the step's {size} have no program; name them, add a `*` line for the rest, or ask for fewer ranks with -n"
+    )]
+    Unnamed { ranks: String, size: u32 },
+}
+
 /// The application number of every rank of a step of `size` ranks (index = rank), or why the
 /// apps do not cover the ranks exactly once. Empty apps: every rank is app 0.
-pub fn rank_apps(apps: &[App], size: u32) -> Result<Vec<u32>, String> {
+pub fn rank_apps(apps: &[App], size: u32) -> Result<Vec<u32>, RanksError> {
     if apps.is_empty() {
         return Ok(vec![0; size as usize]);
     }
@@ -110,18 +138,18 @@ pub fn rank_apps(apps: &[App], size: u32) -> Result<Vec<u32>, String> {
     for (i, app) in apps.iter().enumerate() {
         for &(a, b) in &app.ranks {
             if a > b || b >= size {
-                return Err(format!("program {i} names ranks {a}-{b}, beyond the step's {size} ranks"));
+                return Err(RanksError::Beyond { program: i, first: a, last: b, size });
             }
             for r in a..=b {
                 if of[r as usize] != u32::MAX {
-                    return Err(format!("rank {r} has two programs ({} and {i})", of[r as usize]));
+                    return Err(RanksError::TwoPrograms { rank: r, first: of[r as usize], second: i });
                 }
                 of[r as usize] = i as u32;
             }
         }
     }
     if let Some(r) = of.iter().position(|&a| a == u32::MAX) {
-        return Err(format!("rank {r} has no program"));
+        return Err(RanksError::NoProgram(r));
     }
     Ok(of)
 }
@@ -148,21 +176,21 @@ fn show_ranges(ranges: &[(u32, u32)]) -> String {
 /// other line names (and is dropped when there is none), every rank must have exactly one
 /// program, and no line may name a rank at or beyond `size`. Each line keeps its place: its
 /// index is its application number.
-pub fn resolve_ranks(apps: &[App], size: u32) -> Result<Vec<App>, String> {
+pub fn resolve_ranks(apps: &[App], size: u32) -> Result<Vec<App>, RanksError> {
     let mut named = vec![usize::MAX; size as usize];
     for (i, app) in apps.iter().enumerate() {
         for &(a, b) in &app.ranks {
             if b >= size {
-                return Err(format!(
-                    "program {} ({}) names rank {b}, but the step has {size} rank(s) (0-{}); name ranks below {size} or ask for more with -n",
-                    i + 1,
-                    app.argv.first().map(String::as_str).unwrap_or(""),
-                    size.saturating_sub(1)
-                ));
+                return Err(RanksError::NamedBeyond {
+                    line: i + 1,
+                    program: app.argv.first().cloned().unwrap_or_default(),
+                    rank: b,
+                    size,
+                });
             }
             for r in a..=b {
                 if named[r as usize] != usize::MAX {
-                    return Err(format!("rank {r} is named by programs {} and {}", named[r as usize] + 1, i + 1));
+                    return Err(RanksError::NamedTwice { rank: r, first: named[r as usize] + 1, second: i + 1 });
                 }
                 named[r as usize] = i;
             }
@@ -182,10 +210,7 @@ pub fn resolve_ranks(apps: &[App], size: u32) -> Result<Vec<App>, String> {
         out.push(app);
     }
     if !rest.is_empty() && !apps.iter().any(|a| a.rest) {
-        return Err(format!(
-            "rank(s) {} of the step's {size} have no program; name them, add a `*` line for the rest, or ask for fewer ranks with -n",
-            show_ranges(&ranges_of(rest))
-        ));
+        return Err(RanksError::Unnamed { ranks: show_ranges(&ranges_of(rest)), size });
     }
     Ok(out)
 }
@@ -495,10 +520,19 @@ mod tests {
         assert!(parse_multi_prog(&many).unwrap_err().to_string().contains("more than 1024 programs"));
         // Against the step's size: ranks beyond it, ranks without a program.
         let apps = parse_multi_prog("0-5 a\n").unwrap();
-        assert!(resolve_ranks(&apps, 4).unwrap_err().contains("names rank 5, but the step has 4"));
+        assert_eq!(
+            resolve_ranks(&apps, 4).unwrap_err().to_string(),
+            "program 1 (a) names rank 5, but the step has 4 rank(s) (0-3); name ranks below 4 or ask for more with -n"
+        );
         let apps = parse_multi_prog("0 a\n2 b\n").unwrap();
         let e = resolve_ranks(&apps, 4).unwrap_err();
-        assert!(e.contains("rank(s) 1,3") && e.contains("`*` line"), "{e}");
+        assert_eq!(e, RanksError::Unnamed { ranks: "1,3".into(), size: 4 });
+        assert_eq!(
+            e.to_string(),
+            "rank(s) 1,3 of the step's 4 have no program; name them, add a `*` line for the rest, or ask for fewer ranks with -n"
+        );
+        let apps = vec![app(&[(0, 1)], "a"), app(&[(1, 1)], "b")];
+        assert_eq!(resolve_ranks(&apps, 2).unwrap_err().to_string(), "rank 1 is named by programs 1 and 2");
     }
 
     #[test]
@@ -508,8 +542,12 @@ mod tests {
         assert_eq!((a.size(), b.size(), b.leader(), b.offset_of(4)), (2, 4, Some(2), Some(2)));
         assert_eq!(b.argv_of(3), vec!["./b.out", "%t"], "a colon part's words are its own");
         assert_eq!(rank_apps(&[a.clone(), b.clone()], 6).unwrap(), vec![0, 0, 1, 1, 1, 1]);
-        assert!(rank_apps(&[a.clone(), b.clone()], 7).unwrap_err().contains("rank 6 has no program"));
-        assert!(rank_apps(&[a.clone(), a.clone()], 2).unwrap_err().contains("two programs"));
+        assert_eq!(rank_apps(&[a.clone(), b.clone()], 7).unwrap_err().to_string(), "rank 6 has no program");
+        assert_eq!(rank_apps(&[a.clone(), a.clone()], 2).unwrap_err().to_string(), "rank 0 has two programs (0 and 1)");
+        assert_eq!(
+            rank_apps(&[a.clone(), b.clone()], 4).unwrap_err().to_string(),
+            "program 1 names ranks 2-5, beyond the step's 4 ranks"
+        );
         assert_eq!(rank_apps(&[], 3).unwrap(), vec![0, 0, 0]);
         assert_eq!(
             command_line(&[a, b]),
