@@ -134,7 +134,7 @@ fn cluster(o: &Opts, rng: &mut Rng) -> (ClusterState, Vec<RunningJob<Allocation>
     let topo = Arc::new(Topology::uniform(2, 1, CORES / 2, 1, 128 * GIB));
     let nodes: Vec<NodeCapacity> =
         (0..o.nodes).map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i:05}"), topo.clone())).collect();
-    let mut c = ClusterState { nodes, policy: PlacementPolicy::default() };
+    let mut c = ClusterState::new(nodes, PlacementPolicy::default());
     let mut running = vec![];
     let mut allocs: Vec<Allocation> = vec![];
     // Free cores per shared node average (1 - fill) of the machine over the 70% shared nodes.

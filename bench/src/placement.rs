@@ -124,7 +124,7 @@ fn cluster(n: usize, gpus: bool) -> Result<ClusterState> {
         switches: (s * SPINE..((s + 1) * SPINE).min(leaves)).map(|l| format!("leaf{l}")).collect(),
     }));
     Hierarchy::from_switches(&defs)?.locate_all(&mut nodes);
-    Ok(ClusterState { nodes, policy: PlacementPolicy::default() })
+    Ok(ClusterState::new(nodes, PlacementPolicy::default()))
 }
 
 fn per_node(nodes: u64, cores: u64, mem: u64) -> JobRequest {

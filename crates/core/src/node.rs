@@ -98,7 +98,7 @@ pub(crate) fn untracked_changes() -> u64 {
     UNTRACKED_CHANGES.load(Ordering::Relaxed)
 }
 
-fn untracked_change() {
+pub(crate) fn untracked_change() {
     UNTRACKED_CHANGES.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -126,6 +126,13 @@ pub struct NodeCapacity {
     pub subnodes: Vec<Subnode>,
     /// Where the node sits in the interconnect: its group at each level, leaf level first.
     pub location: Vec<u32>,
+    /// The node's place in its cluster's node order, 0 first: set for all nodes at once by
+    /// [`ClusterState::arrange`](crate::sched::ClusterState::arrange) (the admin's
+    /// `[interconnect] order`, else names in natural order). `u32::MAX` until then: nodes not
+    /// arranged go after those that are, by name in natural order (see
+    /// `placement::order::NodeRanks`). Placement tries nodes, breaks ties and lists a job's
+    /// nodes in this order, never in id (registration) order.
+    pub order: u32,
     /// Ordinary (not special) memory not allocated, bytes: `numa_free` summed.
     pub free_memory: u64,
     /// Cached counts for fast filtering: whole free cores outside system CPUs and exclusive
@@ -210,6 +217,7 @@ impl NodeCapacity {
             system_pus: self.system_pus.clone(),
             subnodes: self.subnodes.clone(),
             location: self.location.clone(),
+            order: self.order,
             free_memory: self.free_memory,
             free_core_count: self.free_core_count,
             free_core_count_with_system: self.free_core_count_with_system,
@@ -238,6 +246,7 @@ impl NodeCapacity {
             system_pus: CpuSet::new(),
             subnodes: vec![],
             location: vec![],
+            order: u32::MAX,
             free_memory: 0,
             free_core_count: 0,
             free_core_count_with_system: 0,
@@ -258,6 +267,7 @@ impl NodeCapacity {
         n.system_pus = self.system_pus.clone();
         n.subnodes = self.subnodes.clone();
         n.location = self.location.clone();
+        n.order = self.order;
         n.recount();
         n
     }

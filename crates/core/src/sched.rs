@@ -4,9 +4,11 @@
 //! oversubscribes a node's PUs or a NUMA node's memory, and answers "busy now" apart from
 //! "can never fit" so that users are told which.
 
+use crate::hierarchy::NodeOrder;
 use crate::job::Allocation;
 use crate::node::NodeCapacity;
 pub use crate::placement::cluster::Placement;
+use crate::placement::order::NodeRanks;
 use crate::placement::{cluster, JobRequest, PlacementPolicy};
 
 use serde::{Deserialize, Serialize};
@@ -22,9 +24,14 @@ use std::sync::Arc;
 /// Not noticed, so not to be done: reordering `nodes` in place, or moving into it a node made
 /// before the index was last rebuilt without refreshing it (the index would not see the new
 /// counts at that position).
+///
+/// Its node order (the order placement tries nodes in, breaks ties in and lists a job's nodes
+/// in: `placement::order`) is the cluster's configured one, written into the nodes by
+/// [`arrange`](Self::arrange): call it whenever nodes are added, removed or replaced (a
+/// cluster never arranged goes by names in natural order, at the cost of a sort per placement).
 #[derive(Debug, Default)]
 pub struct ClusterState {
-    /// In id order.
+    /// In id order (ids are the order nodes joined; placement goes by `NodeCapacity::order`).
     pub nodes: Vec<NodeCapacity>,
     pub policy: PlacementPolicy,
 }
@@ -73,6 +80,39 @@ impl PendingReason {
 }
 
 impl ClusterState {
+    /// `nodes` (in id order) under `policy`, in natural name order ([`arrange`](Self::arrange)d).
+    pub fn new(nodes: Vec<NodeCapacity>, policy: PlacementPolicy) -> Self {
+        let mut c = ClusterState { nodes, policy };
+        c.arrange(&NodeOrder::default());
+        c
+    }
+
+    /// Write each node's place in `rule`'s order (the admin's `[interconnect] order`, then
+    /// names in natural order) into it: the one node order placement and every list of nodes
+    /// follow. Call after nodes are added, removed or replaced, or the rule changes.
+    pub fn arrange(&mut self, rule: &NodeOrder) {
+        let order = rule.arrange(self.nodes.iter().map(|n| n.name.as_str()));
+        for (rank, i) in order.into_iter().enumerate() {
+            self.nodes[i].order = rank as u32;
+        }
+        // The index files nodes by rank: it is rebuilt.
+        crate::node::untracked_change();
+    }
+
+    /// The cluster's node order: positions in `nodes`, first first (the index's when it is
+    /// true, else read from the nodes in one pass).
+    pub fn ranks(&self) -> std::borrow::Cow<'_, NodeRanks> {
+        match self.policy.index.get(&self.nodes) {
+            Some(ix) => std::borrow::Cow::Borrowed(ix.ranks()),
+            None => std::borrow::Cow::Owned(NodeRanks::of(&self.nodes)),
+        }
+    }
+
+    /// Positions in `nodes` in the cluster's node order.
+    pub fn in_order(&self) -> Vec<usize> {
+        self.ranks().positions().collect()
+    }
+
     pub fn node_mut(&mut self, id: crate::NodeId) -> Option<&mut NodeCapacity> {
         match self.nodes.binary_search_by_key(&id, |n| n.id) {
             Ok(i) => Some(&mut self.nodes[i]),
@@ -103,13 +143,7 @@ impl ClusterState {
     }
 }
 
-/// Index in `nodes` (in id order) of the node with id `id`.
-fn node_position(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<usize> {
-    match nodes.binary_search_by_key(&id, |n| n.id) {
-        Ok(i) => Some(i),
-        Err(_) => nodes.iter().position(|n| n.id == id),
-    }
-}
+use crate::placement::cluster::node_position;
 
 /// Place one request on what is free now.
 pub fn place(cluster: &ClusterState, req: &JobRequest) -> Placement {
@@ -193,6 +227,7 @@ impl backfill::Machine for ClusterState {
                     && a.system_pus == b.system_pus
                     && a.subnodes == b.subnodes
                     && a.location == b.location
+                    && a.order == b.order
                     && a.name == b.name
                     && (Arc::ptr_eq(&a.topology, &b.topology) || a.topology == b.topology)
             })

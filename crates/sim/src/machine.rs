@@ -249,7 +249,7 @@ impl ClusterMachine {
         let topology = Arc::new(topology);
         let nodes: Vec<NodeCapacity> =
             (0..nodes).map(|i| NodeCapacity::new(NodeId(i), format!("n{i}"), topology.clone())).collect();
-        let state = ClusterState { nodes, policy: PlacementPolicy::default() };
+        let state = ClusterState::new(nodes, PlacementPolicy::default());
         let free_cores = state.free_cpus();
         Ok(ClusterMachine { state, free_cores })
     }

@@ -5,9 +5,14 @@
 //! kept as a `ClusterState` also has its nodes indexed by those counts (see `placement::index`):
 //! then only the nodes with enough free cores are looked at, not every node. Both ways find the
 //! same candidates in the same order.
+//!
+//! Nodes are tried, ties between them broken and a job's nodes listed in the cluster's node
+//! order (`placement::order`: the admin's list, else names in natural order), never in id
+//! order, which is only the order agents registered in.
 
 use super::fit::{fit, NodeAsk};
 use super::index::{Count, NodeIndex};
+use super::order::NodeRanks;
 use super::spread::spread;
 use super::{JobRequest, MemRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
@@ -94,12 +99,28 @@ pub(super) fn place_with(
     index: Option<&NodeIndex>,
     req: &JobRequest,
 ) -> Placement {
+    // The nodes' order: the index's, else read from the nodes (one pass, as the scan is).
+    let owned;
+    let ranks = match index {
+        Some(ix) => ix.ranks(),
+        None => {
+            owned = NodeRanks::of(nodes);
+            &owned
+        }
+    };
     let found = match req.shape {
-        Shape::PerNode { nodes: k, cores_per_node } => per_node(nodes, policy, index, req, k, cores_per_node, false),
-        Shape::Total { cores, chunk } => total(nodes, policy, index, req, cores, chunk),
+        Shape::PerNode { nodes: k, cores_per_node } => {
+            per_node(nodes, policy, index, ranks, req, k, cores_per_node, false)
+        }
+        Shape::Total { cores, chunk } => total(nodes, policy, index, ranks, req, cores, chunk),
     };
     match found {
-        Ok(alloc) => Placement::Now(alloc),
+        Ok(mut alloc) => {
+            // Listed in the cluster's order: the first node (the head node, rank 0's) and the
+            // job's node list follow node names, not which node was chosen first.
+            alloc.sort_by_key(|a| node_position(nodes, a.node_id).map_or(u32::MAX, |i| ranks.rank(i)));
+            Placement::Now(alloc)
+        }
         Err(busy) => match feasible(nodes, policy, req, |n| n.state.accepts_work()) {
             Ok(()) => Placement::Busy(busy),
             Err(never) => Placement::Never(never),
@@ -109,10 +130,12 @@ pub(super) fn place_with(
 
 /// `k` nodes with `c` units each: the tightest interconnect group that has enough
 /// candidates, fullest nodes first; compared with naive first fit by spread.
+#[allow(clippy::too_many_arguments)]
 fn per_node(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
     index: Option<&NodeIndex>,
+    ranks: &NodeRanks,
     req: &JobRequest,
     k: u32,
     c: u32,
@@ -133,7 +156,7 @@ fn per_node(
                     && n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node))
     };
     // With an index, the nodes with `c` free cores (or, for a large job, `c` untouched cores),
-    // whichever are fewer, in id order; else every node.
+    // whichever are fewer, in the cluster's order; else every node, in that order.
     let by = |count: Count| index.map(|ix| (ix, count, ix.count_from(count, c)));
     let lists = [
         by(Count::FreeCores).filter(|_| counts_free_cores(req)),
@@ -145,7 +168,7 @@ fn per_node(
             cand.retain(keep);
             cand
         }
-        None => (0..nodes.len()).filter(keep).collect(),
+        None => ranks.positions().filter(keep).collect(),
     };
     if cand.len() < k as usize {
         return Err(short_per_node(nodes, policy, req, k, c, large));
@@ -176,7 +199,7 @@ fn per_node(
     if naive_only {
         return naive().ok_or_else(|| "no nodes fit".into());
     }
-    let ordered = order_by_hierarchy(nodes, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
+    let ordered = order_by_hierarchy(nodes, ranks, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
     let best = take(&ordered, false);
     // First fit is compared where it is cheap (few nodes) or could win (the best choice spans
     // several top-level groups); inside one group of the tightest level holding the job it
@@ -307,9 +330,16 @@ fn same_top_group(nodes: &[NodeCapacity], alloc: &Allocation) -> bool {
 }
 
 /// Pick the interconnect group (lowest level, then fewest candidates) holding `k` candidates;
-/// its candidates come first (fullest first), then the rest grouped by location. Only the
-/// first `k + EXTRA_TRIES + 1` are ever tried, so only those are sorted.
-fn order_by_hierarchy(nodes: &[NodeCapacity], cand: &[usize], k: usize, free: impl Fn(usize) -> u64) -> Vec<usize> {
+/// its candidates come first (fullest first), then the rest grouped by location; ties in the
+/// cluster's order. Only the first `k + EXTRA_TRIES + 1` are ever tried, so only those are
+/// sorted.
+fn order_by_hierarchy(
+    nodes: &[NodeCapacity],
+    ranks: &NodeRanks,
+    cand: &[usize],
+    k: usize,
+    free: impl Fn(usize) -> u64,
+) -> Vec<usize> {
     let levels = cand.iter().map(|&i| nodes[i].location.len()).max().unwrap_or(0);
     let mut chosen: Option<(usize, u32)> = None;
     let mut groups: Vec<u32> = Vec::with_capacity(cand.len());
@@ -331,11 +361,11 @@ fn order_by_hierarchy(nodes: &[NodeCapacity], cand: &[usize], k: usize, free: im
     // Location from the top level down, packed into one integer (top 4 levels).
     let packed =
         |i: usize| -> u128 { nodes[i].location.iter().rev().take(4).fold(0u128, |acc, &g| (acc << 32) | g as u128) };
-    let mut keyed: Vec<(bool, u128, u64, usize)> = cand
+    let mut keyed: Vec<(bool, u128, u64, u32, usize)> = cand
         .iter()
         .map(|&i| {
             let in_group = chosen.is_some_and(|(l, g)| nodes[i].location.get(l) == Some(&g));
-            (!in_group, packed(i), free(i), i)
+            (!in_group, packed(i), free(i), ranks.rank(i), i)
         })
         .collect();
     let want = (k + EXTRA_TRIES + 1).min(keyed.len());
@@ -344,7 +374,7 @@ fn order_by_hierarchy(nodes: &[NodeCapacity], cand: &[usize], k: usize, free: im
         keyed.truncate(want);
     }
     keyed.sort_unstable();
-    keyed.into_iter().map(|t| t.3).collect()
+    keyed.into_iter().map(|t| t.4).collect()
 }
 
 fn spread_of(nodes: &[NodeCapacity], alloc: &Allocation) -> u64 {
@@ -353,9 +383,14 @@ fn spread_of(nodes: &[NodeCapacity], alloc: &Allocation) -> u64 {
 
 /// The node with id `id` (nodes are kept in id order).
 pub fn node_by_id(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<&NodeCapacity> {
+    node_position(nodes, id).map(|i| &nodes[i])
+}
+
+/// The position of the node with id `id` (nodes are kept in id order).
+pub(crate) fn node_position(nodes: &[NodeCapacity], id: crate::NodeId) -> Option<usize> {
     match nodes.binary_search_by_key(&id, |n| n.id) {
-        Ok(i) => Some(&nodes[i]),
-        Err(_) => nodes.iter().find(|n| n.id == id),
+        Ok(i) => Some(i),
+        Err(_) => nodes.iter().position(|n| n.id == id),
     }
 }
 
@@ -365,6 +400,7 @@ fn total(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
     index: Option<&NodeIndex>,
+    ranks: &NodeRanks,
     req: &JobRequest,
     cores: u32,
     chunk: u32,
@@ -376,12 +412,12 @@ fn total(
         let n = &nodes[*i];
         n.state.accepts_work() && free_slots(n, req) >= cores && n.free_memory >= single_need
     };
-    // The EXTRA_TRIES fullest nodes that can hold it alone, by (free units, position).
+    // The EXTRA_TRIES fullest nodes that can hold it alone, by (free units, rank).
     let singles: Vec<usize> = match index {
         Some(ix) => ix.from(Count::FreeCores, cores).filter(single).take(EXTRA_TRIES).collect(),
         None => {
-            let mut singles: Vec<usize> = (0..nodes.len()).filter(single).collect();
-            first_sorted(&mut singles, EXTRA_TRIES, |&i| (free_slots(&nodes[i], req), i));
+            let mut singles: Vec<usize> = ranks.positions().filter(single).collect();
+            first_sorted(&mut singles, EXTRA_TRIES, |&i| (free_slots(&nodes[i], req), ranks.rank(i)));
             singles
         }
     };
@@ -396,7 +432,7 @@ fn total(
     let usable = |n: &NodeCapacity| n.state.accepts_work() && n.free_memory >= chunk_need;
     let room = |i: usize| (free_slots(&nodes[i], req) / chunk * chunk) as u64;
     // Without an interconnect hierarchy the order is simply the emptiest first (by room, then
-    // position): the index gives it directly, stopping once enough nodes are found.
+    // rank): the index gives it directly, stopping once enough nodes are found.
     let flat = nodes.iter().all(|n| n.location.is_empty());
     let ordered = match index.filter(|_| flat) {
         Some(ix) => match emptiest_first(ix, chunk, cores, |i| usable(&nodes[i]), room) {
@@ -411,7 +447,7 @@ fn total(
                     cand
                 }
                 None => {
-                    (0..nodes.len()).filter(|&i| free_slots(&nodes[i], req) >= chunk && usable(&nodes[i])).collect()
+                    ranks.positions().filter(|&i| free_slots(&nodes[i], req) >= chunk && usable(&nodes[i])).collect()
                 }
             };
             let have: u64 = cand.iter().map(|&i| room(i)).sum();
@@ -420,9 +456,9 @@ fn total(
             }
             // Nodes needed if the emptiest are used: the group to look for must hold that many.
             let k = fewest_holding(cand.iter().map(|&i| room(i)), cores as u64);
-            let mut ordered = order_by_hierarchy(nodes, &cand, k, |i| u64::MAX - room(i));
+            let mut ordered = order_by_hierarchy(nodes, ranks, &cand, k, |i| u64::MAX - room(i));
             if flat {
-                ordered.sort_by_key(|&i| (std::cmp::Reverse(room(i)), i));
+                ordered.sort_by_key(|&i| (std::cmp::Reverse(room(i)), ranks.rank(i)));
             }
             ordered
         }
@@ -566,7 +602,7 @@ fn fewest_holding(rooms: impl Iterator<Item = u64>, cores: u64) -> usize {
 }
 
 /// The nodes `total` spreads a job of `cores` units over when the cluster has no hierarchy:
-/// the candidates (at least `chunk` free cores, `usable`) by room descending then position,
+/// the candidates (at least `chunk` free cores, `usable`) by room descending then rank,
 /// as many as are needed to reach `cores` and EXTRA_TRIES + 1 more. Err (their room) if all of
 /// them together have less room than `cores`.
 fn emptiest_first(
@@ -588,7 +624,7 @@ fn emptiest_first(
             group.extend(ix.with(Count::FreeCores, f).filter(|&i| usable(i)));
         }
         if chunk > 1 {
-            group.sort_unstable();
+            group.sort_unstable_by_key(|&i| ix.ranks().rank(i));
         }
         for &i in &group {
             if want.is_some_and(|w| ordered.len() >= w) {

@@ -9,6 +9,7 @@
 //! Otherwise placement scans every node, and the owner rebuilds the index at its next change.
 //! Candidates found through the index are still checked against the node's own counts.
 
+use super::order::NodeRanks;
 use crate::node::{untracked_changes, NodeCapacity};
 
 /// Which cached count a lookup goes by.
@@ -20,8 +21,9 @@ pub(crate) enum Count {
     UntouchedCores,
 }
 
-/// Node positions by one count: `by[k]` is the set of positions of the nodes whose count is
-/// `k`, as bits (so filing a node again is two bit flips, and a set lists in position order).
+/// Nodes by one count: `by[k]` is the set of ranks (in the cluster's node order, see
+/// `placement::order`) of the nodes whose count is `k`, as bits (so filing a node again is two
+/// bit flips, and a set lists in the cluster's order).
 /// Count 0 is not kept: lookups ask for at least 1.
 #[derive(Debug, Clone, Default)]
 struct Buckets {
@@ -93,7 +95,7 @@ impl Buckets {
         }
     }
 
-    /// Positions with exactly `key`, ascending.
+    /// Ranks with exactly `key`, ascending.
     fn bucket(&self, key: u32) -> Bits<'_> {
         match self.len.get(key as usize) {
             Some(&n) if n > 0 && key > 0 => Bits::new(&self.by[key as usize]),
@@ -110,12 +112,12 @@ impl Buckets {
         self.len.iter().skip(min.max(1) as usize).sum()
     }
 
-    /// Positions with a count of at least `min`: counts ascending, positions ascending within.
+    /// Ranks with a count of at least `min`: counts ascending, ranks ascending within.
     fn from(&self, min: u32) -> impl Iterator<Item = usize> + '_ {
         (min.max(1)..self.len.len() as u32).flat_map(|k| self.bucket(k))
     }
 
-    /// Positions with a count of at least `min`, ascending.
+    /// Ranks with a count of at least `min`, ascending.
     fn union_from(&self, min: u32) -> Vec<usize> {
         let mut all = vec![0u64; self.words];
         for k in min.max(1) as usize..self.len.len() {
@@ -127,9 +129,12 @@ impl Buckets {
     }
 }
 
-/// Nodes (by position in their vector) by free and untouched cores.
+/// Nodes (by position in their vector) by free and untouched cores; every list comes in the
+/// cluster's node order (by rank, not position).
 #[derive(Debug, Clone)]
 pub struct NodeIndex {
+    /// The nodes' order: the buckets hold ranks, lookups answer positions.
+    ranks: NodeRanks,
     /// `untracked_changes()` when the index was last known to be true.
     changes: u64,
     /// The vector of nodes it describes: its address and length.
@@ -151,7 +156,9 @@ impl NodeIndex {
         // Read before looking at the nodes: a change counted meanwhile makes the index stale
         // (harmlessly) rather than wrongly fresh.
         let changes = untracked_changes();
+        let ranks = NodeRanks::of(nodes);
         let mut ix = NodeIndex {
+            ranks,
             changes,
             addr: nodes.as_ptr() as usize,
             len: nodes.len(),
@@ -161,11 +168,17 @@ impl NodeIndex {
         };
         for (i, n) in nodes.iter().enumerate() {
             let (f, u) = keys_of(n);
+            let r = ix.ranks.rank(i) as usize;
             ix.keys.push((f, u));
-            ix.free.insert(f, i);
-            ix.untouched.insert(u, i);
+            ix.free.insert(f, r);
+            ix.untouched.insert(u, r);
         }
         ix
+    }
+
+    /// The order of the nodes it describes.
+    pub(crate) fn ranks(&self) -> &NodeRanks {
+        &self.ranks
     }
 
     /// Whether the index is true for `nodes` now.
@@ -177,13 +190,14 @@ impl NodeIndex {
     pub(crate) fn refile(&mut self, pos: usize, node: &NodeCapacity) {
         let (old_f, old_u) = self.keys[pos];
         let (f, u) = keys_of(node);
+        let r = self.ranks.rank(pos) as usize;
         if f != old_f {
-            self.free.remove(old_f, pos);
-            self.free.insert(f, pos);
+            self.free.remove(old_f, r);
+            self.free.insert(f, r);
         }
         if u != old_u {
-            self.untouched.remove(old_u, pos);
-            self.untouched.insert(u, pos);
+            self.untouched.remove(old_u, r);
+            self.untouched.insert(u, r);
         }
         self.keys[pos] = (f, u);
     }
@@ -201,19 +215,23 @@ impl NodeIndex {
     }
 
     /// Positions of the nodes with at least `min` (at least 1) of `count`, fewest first, then
-    /// by position.
+    /// in the cluster's order.
     pub(crate) fn from(&self, count: Count, min: u32) -> impl Iterator<Item = usize> + '_ {
-        self.buckets(count).from(min)
+        self.buckets(count).from(min).map(|r| self.ranks.at(r))
     }
 
-    /// Positions of the nodes with at least `min` (at least 1) of `count`, ascending.
+    /// Positions of the nodes with at least `min` (at least 1) of `count`, in the cluster's
+    /// order.
     pub(crate) fn all_from(&self, count: Count, min: u32) -> Vec<usize> {
-        self.buckets(count).union_from(min)
+        let mut v = self.buckets(count).union_from(min);
+        v.iter_mut().for_each(|r| *r = self.ranks.at(*r));
+        v
     }
 
-    /// Positions of the nodes with exactly `key` (at least 1) of `count`, ascending.
+    /// Positions of the nodes with exactly `key` (at least 1) of `count`, in the cluster's
+    /// order.
     pub(crate) fn with(&self, count: Count, key: u32) -> impl Iterator<Item = usize> + '_ {
-        self.buckets(count).bucket(key)
+        self.buckets(count).bucket(key).map(|r| self.ranks.at(r))
     }
 
     /// The largest value of `count` any node has (0 if none).
@@ -231,7 +249,10 @@ impl NodeIndex {
                 && a.top() == b.top()
                 && (1..=a.by.len().max(b.by.len()) as u32).all(|k| a.count_from(k) == b.count_from(k))
         };
-        self.keys == fresh.keys && same(&self.free, &fresh.free) && same(&self.untouched, &fresh.untouched)
+        self.keys == fresh.keys
+            && self.ranks == fresh.ranks
+            && same(&self.free, &fresh.free)
+            && same(&self.untouched, &fresh.untouched)
     }
 }
 

@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod fit;
 mod index;
+pub mod order;
 pub mod ranks;
 pub mod spread;
 #[cfg(test)]

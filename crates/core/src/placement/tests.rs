@@ -329,8 +329,8 @@ fn the_fullest_node_that_fits_wins_then_the_lowest_id() {
     assert_eq!(nodes_of(&sched::place(&c, &cores(4))), vec![5]);
     assert_eq!(nodes_of(&sched::place(&c, &cores(5))), vec![1]);
     assert_eq!(nodes_of(&sched::place(&c, &cores(2))), vec![2]);
-    // Spread over the emptiest nodes: 8 (node 4) then 5 (node 1).
-    assert_eq!(nodes_of(&sched::place(&c, &cores(12))), vec![4, 1]);
+    // Spread over the emptiest nodes: 8 (node 4) then 5 (node 1), listed in the cluster's order.
+    assert_eq!(nodes_of(&sched::place(&c, &cores(12))), vec![1, 4]);
     assert_eq!(
         sched::place(&c, &cores(40)),
         Placement::Busy("cores: 40 wanted, 27 free now; it starts when running jobs free 13 more".into())
@@ -390,4 +390,51 @@ fn a_copy_of_the_policy_carries_no_index() {
         ix.is_some()
     });
     assert!(copied, "the index was never copied");
+}
+
+/// The names of an allocation's nodes, in its order.
+fn names_of(p: &Placement) -> Vec<String> {
+    match p {
+        Placement::Now(a) => a.iter().map(|na| na.node.clone()).collect(),
+        other => vec![format!("{other:?}")],
+    }
+}
+
+/// Nodes that joined (registered) in the order node10, node2, node1: placement tries them,
+/// breaks ties and lists a job's nodes by name in natural order, never by id, whether the
+/// cluster was arranged, indexed or neither.
+#[test]
+fn placement_follows_node_names_not_the_order_nodes_joined() {
+    let topo = Arc::new(Topology::uniform(2, 1, 4, 1, 1024 * MIB));
+    let joined = ["node10", "node2", "node1"];
+    let nodes = || -> Vec<NodeCapacity> {
+        joined.iter().enumerate().map(|(i, n)| NodeCapacity::new(NodeId(i as u32), *n, topo.clone())).collect()
+    };
+    let per_node = |k, c| JobRequest::simple(Shape::PerNode { nodes: k, cores_per_node: c }, 0);
+    let arranged = ClusterState::new(nodes(), PlacementPolicy::default());
+    let mut indexed = ClusterState::new(nodes(), PlacementPolicy::default());
+    indexed.claim(&vec![]);
+    let plain = ClusterState { nodes: nodes(), policy: PlacementPolicy::default() };
+    for (what, c) in [("arranged", &arranged), ("indexed", &indexed), ("never arranged", &plain)] {
+        assert_eq!(c.in_order(), vec![2, 1, 0], "{what}");
+        assert_eq!(names_of(&sched::place(c, &per_node(1, 2))), ["node1"], "{what}");
+        assert_eq!(names_of(&sched::place(c, &per_node(3, 2))), ["node1", "node2", "node10"], "{what}");
+        assert_eq!(names_of(&sched::place(c, &cores(1))), ["node1"], "{what}");
+        assert_eq!(names_of(&sched::place(c, &cores(24))), ["node1", "node2", "node10"], "{what}");
+        assert_eq!(names_of(&place_scanning(&c.nodes, &c.policy, &per_node(2, 8))), ["node1", "node2"], "{what}");
+    }
+    // The admin's order first, then the others by name.
+    let mut listed = ClusterState::new(nodes(), PlacementPolicy::default());
+    listed.arrange(&crate::hierarchy::NodeOrder::listed(&["node2".into(), "node10".into()]).unwrap());
+    assert_eq!(names_of(&sched::place(&listed, &per_node(1, 2))), ["node2"]);
+    assert_eq!(names_of(&sched::place(&listed, &per_node(3, 2))), ["node2", "node10", "node1"]);
+    // Chosen fullest first (node10 has 4 busy cores), listed in the cluster's order all the same.
+    let mut c = ClusterState::new(nodes(), PlacementPolicy::default());
+    let busy = alloc_of(sched::place(&c, &per_node(1, 4))).expect("fits");
+    assert_eq!(busy[0].node, "node1");
+    c.claim(&busy);
+    assert_eq!(names_of(&sched::place(&c, &per_node(1, 4))), ["node1"], "the fullest node that fits");
+    assert_eq!(names_of(&sched::place(&c, &per_node(2, 4))), ["node1", "node2"]);
+    // Spread emptiest first (node2, node10: 8 free each, before node1's 4), listed by name.
+    assert_eq!(names_of(&sched::place(&c, &cores(12))), ["node2", "node10"]);
 }

@@ -1,7 +1,9 @@
 //! The placement across nodes as it was before nodes were indexed (commit 5bcbed6, verbatim but
 //! for imports): a full scan of the nodes and full sorts. The indexed placement must decide
 //! exactly as this does. Reasons are worded by the same functions (issue 17 item 10 reworded
-//! them), so that only decisions are compared twice.
+//! them), so that only decisions are compared twice. One change since (issue 17 item 5): a
+//! job's nodes are listed in the cluster's node order, here (the test clusters are named n0,
+//! n1, ... in id order, so natural name order is id order) by id.
 #![allow(dead_code)]
 
 use crate::job::{Allocation, Shape};
@@ -62,7 +64,10 @@ pub fn place(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest)
         Shape::Total { cores, chunk } => total(nodes, policy, req, cores, chunk),
     };
     match found {
-        Ok(alloc) => Placement::Now(alloc),
+        Ok(mut alloc) => {
+            alloc.sort_by_key(|a| a.node_id);
+            Placement::Now(alloc)
+        }
         Err(busy) => match feasible(nodes, policy, req, |n| n.state.accepts_work()) {
             Ok(()) => Placement::Busy(busy),
             Err(never) => Placement::Never(never),

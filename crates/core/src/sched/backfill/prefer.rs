@@ -12,8 +12,8 @@ use crate::{CpuSet, NodeId};
 /// by core: berth's own placement, shown only part of the cluster (so every topology rule
 /// holds), the least of what is free beside `prefer`'s PUs that lets it fit.
 ///
-/// The part: the nodes `prefer` touches (`D`), then other nodes with free PUs, in id order,
-/// until they have twice the job's CPUs free. Its free PUs outside `prefer`, `D`'s first, are
+/// The part: the nodes `prefer` touches (`D`), then other nodes with free PUs, in the
+/// cluster's node order, until they have twice the job's CPUs free. Its free PUs outside `prefer`, `D`'s first, are
 /// offered in that order: none (only `prefer`'s), then the fewest first ones that fit: from as
 /// many as the job's CPUs lack (by count: fewer cannot fit), galloping then bisecting (a few
 /// placements on copies of the part). When even all of them do not fit, the plain placement
@@ -35,18 +35,23 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
             None => kept.push((i, na.cpus.clone())),
         }
     }
-    kept.sort_unstable_by_key(|k| k.0);
+    let ranks = state.ranks();
+    let mut in_d: Vec<usize> = kept.iter().map(|k| k.0).collect();
+    in_d.sort_unstable();
+    // `D` in the cluster's order.
+    kept.sort_unstable_by_key(|k| ranks.rank(k.0));
     // The PUs offered, in order: (node position, PU).
     let mut offers: Vec<(usize, u32)> = vec![];
     for (i, pus) in &kept {
         offers.extend(state.nodes[*i].free_pus.iter().filter(|&pu| !pus.contains(pu)).map(|pu| (*i, pu)));
     }
     let (mut others, enough) = (0u64, req.total_cpus().saturating_mul(2));
-    for (i, node) in state.nodes.iter().enumerate() {
+    for i in ranks.positions() {
+        let node = &state.nodes[i];
         if others >= enough {
             break;
         }
-        if node.free_pus.is_empty() || kept.binary_search_by_key(&i, |k| k.0).is_ok() {
+        if node.free_pus.is_empty() || in_d.binary_search(&i).is_ok() {
             continue;
         }
         offers.extend(node.free_pus.iter().map(|pu| (i, pu)));
@@ -57,6 +62,7 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     positions.dedup();
     // Copies outside any index (placement scans them, few as they are): the whole cluster's
     // index is untouched.
+    // Their nodes keep their places in the cluster's order (so the part goes by it).
     let part = ClusterState {
         nodes: positions.iter().map(|&i| state.nodes[i].clone_quiet()).collect(),
         policy: state.policy.clone(),
