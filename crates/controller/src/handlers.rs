@@ -645,7 +645,7 @@ impl Controller {
                     "",
                     "",
                 );
-                self.hierarchy.locate_all(&mut self.cluster.nodes);
+                self.nodes_changed();
                 id
             }
         };
@@ -666,7 +666,7 @@ impl Controller {
                 }
             }
             self.cluster.nodes[index] = cap;
-            self.hierarchy.locate_all(&mut self.cluster.nodes);
+            self.nodes_changed();
         }
         let heard = self.clock.instant();
         let ex = &mut self.extra[index];

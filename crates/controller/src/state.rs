@@ -166,8 +166,8 @@ impl Controller {
             let state = NodeState::parse(&row.state).unwrap_or(NodeState::Down);
             c.push_node(NodeId(row.id), row.name, topology, state, &row.address, &row.real_cpus, &row.instance);
         }
-        // Once for all loaded nodes: building blocks depend on every node before this one.
-        c.hierarchy.locate_all(&mut c.cluster.nodes);
+        // Once for all loaded nodes: building blocks and the order depend on every node.
+        c.nodes_changed();
         for job in c.store.load_active_jobs()? {
             match job.state {
                 JobState::Running => c.cluster.claim(&job.allocation),
@@ -320,10 +320,20 @@ impl Controller {
         self.cluster.nodes.iter().position(|n| n.name == name)
     }
 
-    /// Node indexes in the order nodes are listed (and grouped into blocks): the config's
-    /// `[interconnect] order`, then names in natural order; never registration order.
+    /// Node indexes in the cluster's node order: the config's `[interconnect] order`, then
+    /// names in natural order; never registration order. The one order nodes are listed in,
+    /// grouped into blocks, tried by placement and listed in a job's allocation (core's
+    /// `ClusterState::arrange`, kept by `nodes_changed`).
     pub fn nodes_in_order(&self) -> Vec<usize> {
-        self.cfg.node_order().unwrap_or_default().arrange(self.cluster.nodes.iter().map(|n| n.name.as_str()))
+        self.cluster.in_order()
+    }
+
+    /// After nodes were added or replaced: their interconnect locations and the cluster's node
+    /// order follow the whole set of nodes again.
+    pub fn nodes_changed(&mut self) {
+        self.hierarchy.locate_all(&mut self.cluster.nodes);
+        // The config was checked at start (`node_order` is valid there); natural order else.
+        self.cluster.arrange(&self.cfg.node_order().unwrap_or_default());
     }
 
     /// Running (or suspended) jobs whose allocation includes node `id`.

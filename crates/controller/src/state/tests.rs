@@ -62,6 +62,55 @@ fn an_explicit_order_comes_first() {
     assert_eq!((block(&h, "node1"), block(&h, "node2")), (vec![1], vec![1]));
 }
 
+/// The job's nodes by name, in its allocation's order.
+fn job_nodes(h: &Harness, id: berth_core::JobId) -> Vec<String> {
+    h.ctl.jobs[&id].allocation.iter().map(|a| a.node.clone()).collect()
+}
+
+/// Placement, too, goes by the cluster's order: agents registering in reverse order neither
+/// change where a job goes first, nor its node list, nor its head node (rank 0's, the batch
+/// script's), nor the node list the agents are sent (BERTH_NODES, SLURM_JOB_NODELIST,
+/// PBS_NODEFILE).
+#[test]
+fn jobs_are_placed_and_listed_by_name_whatever_the_registration_order() {
+    use berth_core::directives::SubmitOptions;
+    use berth_protocol::agent::ControllerMessage;
+    let names = ["node10", "node3", "node2", "node1"];
+    for edit in [false, true] {
+        let (mut h, _agents) = registered(&names, |c| {
+            if edit {
+                c.interconnect.order = vec!["node[3-10]".into()];
+            }
+        });
+        let want: Vec<&str> = if edit { vec!["node3", "node10", "node1"] } else { vec!["node1", "node2", "node3"] };
+        let opts = |nodes, cores| SubmitOptions {
+            nodes: Some(nodes),
+            cores: Some(cores),
+            walltime: Some(600),
+            ..Default::default()
+        };
+        let one = h.batch(opts(1, 1), &ann());
+        assert_eq!(job_nodes(&h, one), [want[0]], "first fit by name (admin order: {edit})");
+        h.sent();
+        let three = h.batch(opts(3, 3), &ann());
+        assert_eq!(job_nodes(&h, three), want, "node list (admin order: {edit})");
+        let launches: Vec<_> = h
+            .sent()
+            .into_iter()
+            .filter_map(|(i, m)| match m {
+                ControllerMessage::Launch(spec) if spec.id == three => Some((names[i], spec)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launches.len(), 3);
+        for (node, spec) in &launches {
+            assert_eq!(spec.head, *node == want[0], "the head node is the first by name: {node}");
+            let listed: Vec<&str> = spec.nodes.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(listed, want, "the nodes sent to {node}");
+        }
+    }
+}
+
 /// Issue 17 item 11: the FREE string showed system CPUs as free; ordinary jobs cannot get them.
 #[test]
 fn the_free_string_counts_system_cpus_as_not_free() {
