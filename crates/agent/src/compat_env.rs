@@ -37,6 +37,7 @@ pub fn not_from_submitter(name: &str) -> bool {
             "SLURM_JOB_GPUS",
             "SLURM_GPUS_ON_NODE",
             "PBS_NODEFILE",
+            "PBS_GPUFILE",
             "PBS_TASKNUM",
             "PBS_NODENUM",
         ]
@@ -171,6 +172,25 @@ pub fn pbs_nodefile_text(spec: &LaunchSpec, compat: &CompatEnv) -> String {
             s.push('\n');
             s
         })
+}
+
+/// The name of Torque's GPU file in the job's spool (`$PBS_GPUFILE`).
+pub const PBS_GPUFILE: &str = "pbs_gpufile";
+
+/// Torque's `$PBS_GPUFILE` of a job holding GPUs: one line per GPU of the job on every node,
+/// `<host>-gpu<N>` (N the GPU's index on its node, berth's, as `BERTH_GPUS`), nodes in the
+/// job's order; none when the job holds no GPU or a node's name could not be a line of it.
+pub fn pbs_gpufile_text(spec: &LaunchSpec) -> Option<String> {
+    if spec.node_gpus.iter().all(Vec::is_empty) || !spec.nodes.iter().all(|(n, _)| safe_host(n)) {
+        return None;
+    }
+    let mut text = String::new();
+    for ((host, _), gpus) in spec.nodes.iter().zip(&spec.node_gpus) {
+        for g in gpus {
+            text.push_str(&format!("{host}-gpu{g}\n"));
+        }
+    }
+    Some(text)
 }
 
 /// A step's variables on its node `node_index` (index in the grant's nodes), over the job's:
@@ -400,5 +420,27 @@ mod tests {
                 "SLURM_TASKS_PER_NODE"
             ]
             .contains(k)));
+    }
+
+    /// Torque's GPU file: a line per GPU of the job over all its nodes, in node order; none
+    /// without GPUs or with a host name that cannot be a line.
+    #[test]
+    fn pbs_gpufile_lists_every_node_s_gpus() {
+        let mut s = spec(&[("g01", 4), ("g02", 4), ("g03", 2)], "g02");
+        assert_eq!(pbs_gpufile_text(&s), None, "no GPUs, no file");
+        s.node_gpus = vec![vec![0, 2], vec![1], vec![]];
+        assert_eq!(pbs_gpufile_text(&s).as_deref(), Some("g01-gpu0\ng01-gpu2\ng02-gpu1\n"));
+        s.node_gpus = vec![vec![], vec![], vec![]];
+        assert_eq!(pbs_gpufile_text(&s), None);
+        s.node_gpus = vec![vec![0], vec![0], vec![0]];
+        s.nodes[1].0 = "bad host".into();
+        assert_eq!(pbs_gpufile_text(&s), None, "a name with a space is no line");
+        assert!(not_from_submitter("PBS_GPUFILE"), "a job's file, never the submitter's");
+        // Frames without GPUs are unchanged: the field is left out.
+        let mut s = spec(&[("g01", 4)], "g01");
+        assert!(!serde_json::to_string(&s).unwrap().contains("node_gpus"));
+        s.node_gpus = vec![vec![3]];
+        let back: LaunchSpec = serde_json::from_str(&serde_json::to_string(&s).unwrap()).unwrap();
+        assert_eq!(back.node_gpus, vec![vec![3]]);
     }
 }

@@ -162,3 +162,55 @@ fn expand(list: &str) -> Vec<u32> {
     }
     out
 }
+
+/// Two emulated nodes of two NUMA nodes with two cores and two GPUs each (4 GPUs a node), no
+/// device files (no containment needed to see which GPUs a job got).
+fn two_gpu_nodes() -> Cluster {
+    require_root();
+    let tmp = tempfile::Builder::new().prefix("berth-test-").tempdir().expect("tempdir");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    Cluster::up_with(tmp, 2, "package:1 numa:2 core:2 pu:1", &["--gpus-per-numa", "2"])
+}
+
+/// The job's GPUs as `<host>-gpu<N>` lines, node by node, from its allocation.
+fn gpu_lines(job: &serde_json::Value) -> Vec<String> {
+    let mut lines = vec![];
+    for part in job["allocation"].as_array().into_iter().flatten() {
+        for g in part["gpus"].as_array().into_iter().flatten() {
+            lines.push(format!("{}-gpu{}", part["node"].as_str().unwrap_or("?"), g));
+        }
+    }
+    lines
+}
+
+/// Torque's `$PBS_GPUFILE`: a line `<host>-gpu<N>` for each GPU of the job on all its nodes,
+/// as its allocation says; a job without GPUs has no such variable.
+#[test]
+fn pbs_gpufile_lists_the_job_s_gpus_on_all_its_nodes() {
+    let c = two_gpu_nodes();
+    let script = "#!/bin/sh\n#PBS -l nodes=2:ppn=1:gpus=3\n\
+                  echo \"file=${PBS_GPUFILE:-unset}\" > gpufile.env\n\
+                  if [ -n \"$PBS_GPUFILE\" ]; then cat \"$PBS_GPUFILE\" > gpufile.txt; fi\n";
+    let id = c.submit("torque.sh", script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    let want = gpu_lines(&job);
+    assert_eq!(want.len(), 6, "3 GPUs on each of 2 nodes: {job:#}");
+    let env = std::fs::read_to_string(c.root().join("gpufile.env")).unwrap();
+    assert!(env.trim().ends_with("/pbs_gpufile"), "PBS_GPUFILE names the spool's file: {env}");
+    let got = std::fs::read_to_string(c.root().join("gpufile.txt")).unwrap();
+    assert_eq!(got.lines().collect::<Vec<_>>(), want, "{got}");
+    let hosts: std::collections::BTreeSet<&str> = got.lines().filter_map(|l| l.split("-gpu").next()).collect();
+    assert_eq!(hosts.len(), 2, "both nodes' GPUs: {got}");
+
+    // Without GPUs: no file, no variable.
+    std::fs::remove_file(c.root().join("gpufile.env")).unwrap();
+    let id = c.submit("plain.sh", &script.replace(":gpus=3", ""), &[]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    let env = std::fs::read_to_string(c.root().join("gpufile.env")).unwrap();
+    assert_eq!(env.trim(), "file=unset");
+    assert_no_job_cgroups(&c);
+}
+

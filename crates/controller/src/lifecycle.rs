@@ -95,6 +95,11 @@ impl Controller {
             workdir: job.options.chdir.clone(),
             early_signal: job.options.signal.clone(),
             open_append: job.options.open_append.unwrap_or(false),
+            node_gpus: if job.allocation.iter().any(|a| !a.gpus.is_empty()) {
+                job.allocation.iter().map(|a| a.gpus.clone()).collect()
+            } else {
+                vec![]
+            },
         }
     }
 

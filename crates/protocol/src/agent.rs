@@ -283,6 +283,10 @@ pub struct LaunchSpec {
     /// not truncated.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub open_append: bool,
+    /// The job's GPUs on every node of `nodes`, in the same order (berth's indexes on each
+    /// node), for Torque's `PBS_GPUFILE`; empty (left out) when the job holds no GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub node_gpus: Vec<Vec<u32>>,
 }
 
 /// What a job's Slurm and PBS variables need besides the rest of its launch.

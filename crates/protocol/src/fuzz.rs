@@ -587,7 +587,7 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 stdout,
                 stderr,
                 allocation,
-                nodes,
+                nodes: nodes.clone(),
                 walltime_seconds,
                 head,
                 addresses,
@@ -602,6 +602,8 @@ pub fn launch_spec() -> BoxedStrategy<LaunchSpec> {
                 workdir: None,
                 early_signal: None,
                 open_append: head && fence,
+                // Some launches with GPUs on every node, others without.
+                node_gpus: if head { nodes.iter().map(|(_, c)| vec![c % 8]).collect() } else { vec![] },
             },
         )
         .boxed()

@@ -343,6 +343,12 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
                 .map_err(|e| io("cannot write the PBS node file in", e))?;
             owned.push(path);
         }
+        // Torque's GPU file, for a job holding GPUs.
+        if let Some(text) = crate::compat_env::pbs_gpufile_text(spec) {
+            let path = spool.join(crate::compat_env::PBS_GPUFILE);
+            std::fs::write(&path, text).map_err(|e| io("cannot write the PBS GPU file in", e))?;
+            owned.push(path);
+        }
     }
     // An interactive allocation or a reservation has no script: no file for it (every file
     // made here is on the path of an interactive `berth run`).
@@ -512,6 +518,9 @@ fn script_env(
         }
         if let Some(name) = crate::compat_env::pbs_nodefile_name(spec, compat) {
             set("PBS_NODEFILE", path(spool.join(name))?);
+        }
+        if spec.head && crate::compat_env::pbs_gpufile_text(spec).is_some() {
+            set("PBS_GPUFILE", path(spool.join(crate::compat_env::PBS_GPUFILE))?);
         }
     }
     Ok(last_wins(env))
