@@ -319,6 +319,9 @@ pub fn job_detail(j: &JobInfo) -> String {
         if !a.gpus.is_empty() {
             let gpus: Vec<String> = a.gpus.iter().map(u32::to_string).collect();
             kv("gpus", format!("{}: {}", a.node, gpus.join(",")));
+            for p in j.gpu_places.iter().filter(|p| p.node == a.node) {
+                kv("gpu", format!("{}: {}", a.node, gpu_place(p)));
+            }
         }
         if !a.exclusive_numa.is_empty() {
             kv("exclusive", format!("{}: NUMA nodes {} held alone", a.node, a.exclusive_numa));
@@ -352,6 +355,22 @@ pub fn job_detail(j: &JobInfo) -> String {
         );
     }
     s
+}
+
+/// One GPU's place as `berth show` prints it: `gpu 1 (a100) on NUMA node 0, socket 0, link
+/// group 0; local cpus 0-15, 4 of the job's`.
+fn gpu_place(p: &berth_core::gpu::GpuPlace) -> String {
+    let mut where_: Vec<String> = vec![];
+    where_.extend(p.numa.map(|n| format!("NUMA node {n}")));
+    where_.extend(p.socket.map(|n| format!("socket {n}")));
+    where_.extend(p.link_group.map(|g| format!("link group {g}")));
+    let at = if where_.is_empty() { "locality unknown".to_string() } else { format!("on {}", where_.join(", ")) };
+    let cpus = if p.cpus.is_empty() {
+        String::new()
+    } else {
+        format!("; local cpus {}, {} of the job's", p.cpus.to_list(), p.job_cpus_local)
+    };
+    format!("gpu {} ({}) {at}{cpus}", p.index, p.type_name)
 }
 
 /// The binding strategy and mode as submitted.
@@ -592,6 +611,33 @@ mod tests {
             "cwd": "/tmp", "stdout": "/tmp/o", "stderr": "/tmp/e", "accounting": null
         }))
         .unwrap()
+    }
+
+    /// Issue 20: `berth show` gives each GPU of the job its place, under its node's `gpus`.
+    #[test]
+    fn show_prints_where_each_gpu_sits() {
+        let mut j = job("g", "");
+        j.allocation = serde_json::from_value(serde_json::json!([
+            {"node_id": 0, "node": "g1", "cpus": "0-1,4", "cores": 3, "mems": "0", "memory_bytes": 0, "gpus": [0, 2]},
+            {"node_id": 1, "node": "g2", "cpus": "0", "cores": 1, "mems": "0", "memory_bytes": 0}
+        ]))
+        .unwrap();
+        j.gpu_places = serde_json::from_value(serde_json::json!([
+            {"node": "g1", "index": 0, "type": "a100", "numa": 0, "socket": 0, "cpus": "0-3", "link_group": 0, "job_cpus_local": 2},
+            {"node": "g1", "index": 2, "type": "a100\u{1b}[31m", "job_cpus_local": 0}
+        ]))
+        .unwrap();
+        let text = job_detail(&j);
+        let lines: Vec<&str> = text.lines().filter(|l| l.trim_start().starts_with("gpu")).collect();
+        assert_eq!(
+            lines,
+            [
+                "          gpus: g1: 0,2",
+                "           gpu: g1: gpu 0 (a100) on NUMA node 0, socket 0, link group 0; local cpus 0-3, 2 of the job's",
+                "           gpu: g1: gpu 2 (a100\\u{1b}[31m) locality unknown",
+            ],
+            "{text}"
+        );
     }
 
     /// Issue 19: `berth jobs` folds an array's pending tasks into one line; its ID column

@@ -214,3 +214,44 @@ fn pbs_gpufile_lists_the_job_s_gpus_on_all_its_nodes() {
     assert_no_job_cgroups(&c);
 }
 
+/// `berth show` says where each GPU of a job sits (NUMA node, socket, local cpus and how many
+/// of the job's are among them), in text and in `--json`'s `gpu_places`.
+#[test]
+fn show_tells_where_each_gpu_sits() {
+    let c = two_gpu_nodes();
+    let id = c.submit("place.sh", "#!/bin/sh\ntrue\n", &["--gpus", "2", "--cores", "2", "--gpu-locality", "strict"]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    let part = &job["allocation"][0];
+    let node = part["node"].as_str().unwrap().to_string();
+    let job_cpus = expand(part["cpus"].as_str().unwrap());
+    let places = job["gpu_places"].as_array().cloned().unwrap_or_default();
+    let held: Vec<u64> = part["gpus"].as_array().unwrap().iter().filter_map(|g| g.as_u64()).collect();
+    assert_eq!(places.iter().filter_map(|p| p["index"].as_u64()).collect::<Vec<_>>(), held, "{job:#}");
+    let layout = c.json(&["nodes"]);
+    let topo = layout.as_array().unwrap().iter().find(|n| n["name"] == node.as_str()).expect("the job's node");
+    for p in &places {
+        assert_eq!(p["node"], node.as_str());
+        assert_eq!(p["type"], "emulated");
+        assert_eq!(p["socket"], 0, "one package: {p}");
+        let gpu = &topo["gpus"][p["index"].as_u64().unwrap() as usize];
+        assert_eq!(p["numa"], gpu["numa"], "{p} vs {gpu}");
+        assert_eq!(p["cpus"], gpu["cpus"], "{p} vs {gpu}");
+        // Strict locality: both of the job's cores are next to each of its GPUs.
+        let local = expand(p["cpus"].as_str().unwrap());
+        assert!(job_cpus.iter().all(|c| local.contains(c)), "{p} vs job cpus {job_cpus:?}");
+        assert_eq!(p["job_cpus_local"], 2, "{p}");
+    }
+    let out = c.berth(&["show", &id.to_string()]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let numa = places[0]["numa"].as_u64().unwrap();
+    let line = format!("gpu: {node}: gpu {} (emulated) on NUMA node {numa}, socket 0", held[0]);
+    assert!(text.contains(&line), "{line:?} in:\n{text}");
+    assert!(text.contains("2 of the job's"), "{text}");
+    // A job without GPUs has no such lines and no gpu_places.
+    let id = c.submit("plain.sh", "#!/bin/sh\ntrue\n", &["--cores", "1"]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert!(job.get("gpu_places").is_none(), "{job:#}");
+    let out = c.berth(&["show", &id.to_string()]);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(" gpu"), "{}", String::from_utf8_lossy(&out.stdout));
+}

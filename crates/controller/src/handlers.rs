@@ -179,6 +179,7 @@ impl Controller {
                 match info {
                     Some(mut job) => {
                         job.steps = self.store.job_steps(id)?.iter().map(|s| s.info()).collect();
+                        job.gpu_places = self.gpu_places(&job.allocation);
                         ClientResponse::Job { job: Box::new(job) }
                     }
                     None => unknown_job(id),

@@ -37,6 +37,17 @@ impl Controller {
         info
     }
 
+    /// Where the GPUs of `alloc` sit on their nodes (`berth show`), from the nodes' topologies
+    /// as the controller has them (a part on a node it no longer knows by that name: none).
+    pub fn gpu_places(&self, alloc: &[NodeAllocation]) -> Vec<berth_core::gpu::GpuPlace> {
+        alloc
+            .iter()
+            .filter(|a| !a.gpus.is_empty())
+            .filter_map(|a| self.cluster.nodes.get(a.node_id.0 as usize).filter(|n| n.name == a.node).map(|n| (a, n)))
+            .flat_map(|(a, n)| berth_core::gpu::places(&n.topology, &a.node, &a.gpus, &a.cpus))
+            .collect()
+    }
+
     pub fn node_info(&self, i: usize, with_topology: bool) -> NodeInfo {
         let cap = &self.cluster.nodes[i];
         let ex = &self.extra[i];

@@ -333,6 +333,51 @@ pub fn link_groups(gpus: usize, links: &[GpuLink]) -> Vec<Option<u32>> {
     (0..gpus).map(|i| linked[i].then(|| root(&mut parent, i) as u32)).collect()
 }
 
+/// Where one GPU a job holds sits on its node (`berth show`): its NUMA node, socket, local PUs
+/// and link group, and how many of the job's PUs there are local to it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GpuPlace {
+    pub node: String,
+    /// berth's index of the GPU on the node ([`Gpu::index`], as `BERTH_GPUS`).
+    pub index: u32,
+    /// [`Gpu::type_name`].
+    #[serde(rename = "type")]
+    pub type_name: String,
+    /// OS index of its NUMA node, when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub numa: Option<u32>,
+    /// OS index of its package (socket), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub socket: Option<u32>,
+    /// The PUs local to it (kernel list); empty when unknown.
+    #[serde(default, skip_serializing_if = "CpuSet::is_empty")]
+    pub cpus: CpuSet,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_group: Option<u32>,
+    /// How many of the job's PUs on the node are among `cpus`.
+    #[serde(default)]
+    pub job_cpus_local: u32,
+}
+
+/// Where the GPUs `held` of a job on node `node` of topology `topo` sit, in `held`'s order;
+/// `job_cpus` are the job's PUs there. A GPU the topology does not have (the node came back
+/// smaller) is left out.
+pub fn places(topo: &crate::topology::Topology, node: &str, held: &[u32], job_cpus: &CpuSet) -> Vec<GpuPlace> {
+    held.iter()
+        .filter_map(|&i| topo.gpus.get(i as usize))
+        .map(|g| GpuPlace {
+            node: node.to_string(),
+            index: g.index,
+            type_name: g.type_name(),
+            numa: g.numa,
+            socket: g.package.and_then(|p| topo.packages.get(p)).map(|p| p.os_index),
+            cpus: g.cpus.clone(),
+            link_group: g.link_group,
+            job_cpus_local: job_cpus.iter().filter(|&c| g.cpus.contains(c)).count() as u32,
+        })
+        .collect()
+}
+
 /// The environment a job gets for its GPUs `held` (indexes into `gpus`, the node's), as Slurm
 /// sets it: `BERTH_GPUS` (berth's indexes), `GPU_DEVICE_ORDINAL` (the same), and the vendor's
 /// variable with the driver's numbers: `CUDA_VISIBLE_DEVICES` (the `cudaN` ordinal, else
@@ -902,6 +947,39 @@ mod rank_tests {
             GpuBind::parse("mask_gpu:1*x"),
             Err(GpuBindError::Mask { problem: BindListError::BadRepeat, .. })
         ));
+    }
+}
+
+#[cfg(test)]
+mod place_tests {
+    use super::*;
+    use crate::topology::Topology;
+
+    /// Two packages of two NUMA nodes of two cores, a GPU on each NUMA node: each GPU's place
+    /// is its NUMA node, its package's OS index, its NUMA node's PUs, and the job's PUs among
+    /// them are counted.
+    #[test]
+    fn a_job_s_gpus_are_placed_on_their_numa_node_and_socket() {
+        let mut t = Topology::uniform(2, 2, 2, 1, 1 << 30);
+        t.add_emulated_gpus(1).unwrap();
+        assert_eq!(t.gpus.len(), 4);
+        let job = CpuSet::parse_list("0-1,4").unwrap();
+        let p = places(&t, "g1", &[2, 0, 9], &job);
+        assert_eq!(p.len(), 2, "GPU 9 is not on the node: left out: {p:?}");
+        let (a, b) = (&p[0], &p[1]);
+        assert_eq!((a.node.as_str(), a.index, a.type_name.as_str()), ("g1", 2, "emulated"));
+        assert_eq!((a.numa, a.socket, a.cpus.to_list(), a.job_cpus_local), (Some(2), Some(1), "4-5".into(), 1));
+        assert_eq!(
+            (b.index, b.numa, b.socket, b.cpus.to_list(), b.job_cpus_local),
+            (0, Some(0), Some(0), "0-1".into(), 2)
+        );
+        assert_eq!(a.link_group, t.gpus[2].link_group);
+        let json = serde_json::to_value(a).unwrap();
+        assert_eq!(json["type"], "emulated");
+        assert_eq!(json["cpus"], "4-5");
+        let back: GpuPlace = serde_json::from_value(json).unwrap();
+        assert_eq!(&back, a);
+        assert!(places(&t, "g1", &[], &job).is_empty());
     }
 }
 

@@ -598,6 +598,10 @@ pub struct JobInfo {
     /// An `--exclusive` job's tasks: it holds whole nodes but keeps the tasks it asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tasks: Option<berth_core::directives::JobTasks>,
+    /// Where the job's GPUs sit on their nodes (NUMA node, socket, local PUs), node by node in
+    /// allocation order; filled by `show_job` only, left out when the job holds no GPU.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpu_places: Vec<berth_core::gpu::GpuPlace>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

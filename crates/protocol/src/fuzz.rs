@@ -1004,6 +1004,7 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 early_signal: None,
                 exclusive: false,
                 tasks: None,
+                gpu_places: vec![],
             },
         )
         .boxed()

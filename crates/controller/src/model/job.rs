@@ -200,6 +200,7 @@ impl JobRecord {
                 .map(|s| format!("{}{}@{}", if s.batch_only { "B:" } else { "" }, s.signal, s.secs)),
             exclusive: self.options.exclusive == Some(true),
             tasks: self.options.tasks,
+            gpu_places: vec![],
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
                 let until = self.end_time.unwrap_or(now);
