@@ -73,6 +73,7 @@ impl Controller {
             jobs.extend(self.jobs.values().map(|j| self.job_info(j)).filter(kept));
             jobs.sort_by_key(|j| j.id);
         }
+        self.set_billing(&mut jobs);
         if with_steps {
             // sacct's `N.0` lines: the program alone (not its arguments) keeps the answer small.
             let mut left = ACCT_MAX_STEPS;
@@ -180,6 +181,7 @@ impl Controller {
                     Some(mut job) => {
                         job.steps = self.store.job_steps(id)?.iter().map(|s| s.info()).collect();
                         job.gpu_places = self.gpu_places(&job.allocation);
+                        self.set_billing(std::slice::from_mut(&mut job));
                         ClientResponse::Job { job: Box::new(job) }
                     }
                     None => unknown_job(id),

@@ -48,6 +48,42 @@ impl Controller {
             .collect()
     }
 
+    /// The GPU weight billing uses: `[fair_share] gpu_weight`, else the cluster's PUs per GPU
+    /// on its GPU nodes (as the fair-share charge bills).
+    pub fn gpu_billing_weight(&self) -> f64 {
+        self.policy.fair_share.config.gpu_weight.unwrap_or_else(|| {
+            berth_core::sched::fairshare::auto_gpu_weight(
+                self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
+            )
+        })
+    }
+
+    /// What a job holding `alloc` is billed a second (Slurm's `billing` TRES), `gpu_weight`
+    /// from [`Self::gpu_billing_weight`]; none for a job holding nothing.
+    pub fn billing_rate(&self, alloc: &[NodeAllocation], gpu_weight: f64) -> Option<f64> {
+        if alloc.is_empty() {
+            return None;
+        }
+        let cpus: u64 = alloc.iter().map(|a| a.cpus.len() as u64).sum();
+        let gpus: u64 = alloc.iter().map(|a| a.gpus.len() as u64).sum();
+        let config = &self.policy.fair_share.config;
+        Some(config.billing(cpus, gpus, gpu_weight))
+    }
+
+    /// [`Self::billing_rate`] set on each of `jobs`, the GPU weight worked out once and only
+    /// when a job holds GPUs.
+    pub fn set_billing(&self, jobs: &mut [JobInfo]) {
+        let mut gpu_weight: Option<f64> = None;
+        for j in jobs {
+            let weight = if j.allocation.iter().any(|a| !a.gpus.is_empty()) {
+                *gpu_weight.get_or_insert_with(|| self.gpu_billing_weight())
+            } else {
+                0.0
+            };
+            j.billing = self.billing_rate(&j.allocation, weight);
+        }
+    }
+
     pub fn node_info(&self, i: usize, with_topology: bool) -> NodeInfo {
         let cap = &self.cluster.nodes[i];
         let ex = &self.extra[i];
@@ -197,5 +233,63 @@ mod tests {
         assert!(matches!(h.call(submit(Some(1 << 20)), &ann()), ClientResponse::Submitted { .. }));
         let sources: Vec<MemorySource> = h.ctl.node_info(0, false).numa.iter().map(|n| n.memory_source).collect();
         assert_eq!(sources, [MemorySource::Hwloc, MemorySource::Os]);
+    }
+
+    /// Issue 20: `show_job` says where a job's GPUs sit (NUMA node, socket, its cores next to
+    /// them), and `show_job` and `acct` what it is billed a second (CPUs at `cpu_weight`, GPUs
+    /// at `gpu_weight`, or like the CPUs beside them when that is unset).
+    #[test]
+    fn show_and_acct_give_gpu_places_and_billing() {
+        // One node: 2 packages of 1 NUMA node of 4 cores, a GPU on each NUMA node.
+        let mut t = berth_core::topology::Topology::uniform(2, 1, 4, 1, 1 << 30);
+        t.add_emulated_gpus(1).expect("emulated GPUs");
+        let mut h = Harness::with_topology(1, t);
+        let opts =
+            |gpus: Option<u32>| SubmitOptions { cores: Some(2), gpus, walltime: Some(600), ..Default::default() };
+        let gpu = h.batch(opts(Some(1)), &ann());
+        let cpu = h.batch(opts(None), &ann());
+        let show = |h: &mut Harness, id| match h.call(ClientRequest::ShowJob { id }, &ann()) {
+            ClientResponse::Job { job } => *job,
+            other => panic!("{other:?}"),
+        };
+        let j = show(&mut h, gpu);
+        assert_eq!(j.state, berth_core::job::JobState::Running, "{j:?}");
+        let held = &j.allocation[0].gpus;
+        assert_eq!(held.len(), 1);
+        assert_eq!(j.gpu_places.len(), 1, "{j:?}");
+        let p = &j.gpu_places[0];
+        assert_eq!(
+            (p.node.as_str(), p.index, p.type_name.as_str()),
+            (j.allocation[0].node.as_str(), held[0], "emulated")
+        );
+        // GPU g sits on NUMA node g, package g; the job's 2 cores are next to it.
+        assert_eq!((p.numa, p.socket, p.job_cpus_local), (Some(held[0]), Some(held[0]), 2));
+        // 4 PUs per GPU on the GPU node: 2 CPUs + 1 GPU x 4.
+        assert_eq!(j.billing, Some(6.0));
+        let c = show(&mut h, cpu);
+        assert!(c.gpu_places.is_empty());
+        assert_eq!(c.billing, Some(2.0));
+        h.ctl.policy.fair_share.config.gpu_weight = Some(24.0);
+        h.ctl.policy.fair_share.config.cpu_weight = 0.5;
+        let acct = ClientRequest::Acct {
+            limit: None,
+            steps: false,
+            since: None,
+            until: None,
+            users: vec![],
+            active: true,
+            with_steps: false,
+        };
+        let jobs = match h.call(acct, &ann()) {
+            ClientResponse::Acct { jobs } => jobs,
+            other => panic!("{other:?}"),
+        };
+        let billing: Vec<(u64, Option<f64>)> = jobs.iter().map(|j| (j.id.0, j.billing)).collect();
+        assert_eq!(billing, [(gpu.0, Some(1.0 + 24.0)), (cpu.0, Some(1.0))]);
+        // A queued job holds nothing: no billing.
+        let big = h.submit_as(SubmitOptions { cores: Some(8), ..opts(None) }, false, &ann());
+        h.ctl.schedule(h.now).unwrap();
+        let b = show(&mut h, big);
+        assert_eq!((b.state, b.billing), (berth_core::job::JobState::Queued, None));
     }
 }

@@ -602,6 +602,11 @@ pub struct JobInfo {
     /// allocation order; filled by `show_job` only, left out when the job holds no GPU.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_places: Vec<berth_core::gpu::GpuPlace>,
+    /// What the job is billed a second under the controller's `[fair_share]` weights (its CPUs
+    /// and GPUs, as Slurm's `billing` TRES); set by `acct` and `show_job` for a job that holds
+    /// resources, absent otherwise (and from older controllers: sacct then bills the CPUs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub billing: Option<f64>,
 }
 
 /// A cgroup of a running job as its node's kernel holds it.

@@ -1005,6 +1005,7 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 exclusive: false,
                 tasks: None,
                 gpu_places: vec![],
+                billing: None,
             },
         )
         .boxed()

@@ -401,14 +401,18 @@ impl SacctQuery {
 }
 
 /// What a job holds, as Slurm's AllocTRES (`billing=4,cpu=4,gres/gpu=2,node=1`, types in
-/// Slurm's order); empty for a job that holds nothing (yet).
+/// Slurm's order); empty for a job that holds nothing (yet). `billing` is what the controller
+/// bills the job a second (its CPUs and GPUs by `[fair_share]`'s weights), a whole number as
+/// Slurm prints it; the CPUs when the controller did not say.
 fn alloc_tres(j: &JobInfo, cpus: u64) -> String {
     if j.allocation.is_empty() {
         return String::new();
     }
     let gpus: usize = j.allocation.iter().map(|a| a.gpus.len()).sum();
     let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
-    format!("billing={cpus},cpu={cpus}{gpus},node={}", f::job_node_count(j))
+    let billing =
+        j.billing.filter(|b| b.is_finite() && *b >= 0.0).map_or(cpus, |b| b.round().min(u64::MAX as f64) as u64);
+    format!("billing={billing},cpu={cpus}{gpus},node={}", f::job_node_count(j))
 }
 
 /// One field of a job as sacct prints it.
@@ -906,6 +910,13 @@ mod tests {
         assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,node=1");
         j.allocation[0].gpus = vec![0, 3];
         assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1");
+        // The controller's billing: 2 CPUs at 1 and 2 GPUs at 24.
+        j.billing = Some(50.0);
+        assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=50,cpu=2,gres/gpu=2,node=1");
+        j.billing = Some(2.4);
+        assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1", "a whole number");
+        j.billing = Some(f64::NAN);
+        assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1", "nonsense: the CPUs");
         let table = crate::output::acct_table(std::slice::from_ref(&j));
         assert!(!table.contains("GPU(s)"), "no accounting yet, no GPU column: {table}");
         j.accounting = Some(berth_protocol::client::Accounting {

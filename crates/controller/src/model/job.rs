@@ -201,6 +201,7 @@ impl JobRecord {
             exclusive: self.options.exclusive == Some(true),
             tasks: self.options.tasks,
             gpu_places: vec![],
+            billing: None,
             suspended_seconds: self.suspension.ever().then(|| {
                 // A suspension going on counts up to the job's end, or to now.
                 let until = self.end_time.unwrap_or(now);
