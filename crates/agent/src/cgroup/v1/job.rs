@@ -88,13 +88,16 @@ impl JobCgroup for V1Job {
     }
 
     fn pids(&self) -> Result<Vec<i32>, CgroupError> {
-        // Every hierarchy: a process may have been moved out of some of them.
+        // The freezer hierarchy alone (its cgroup.procs and tasks, and nested cgroups): every
+        // process of the job joins all its hierarchies, and only root can move one out of the
+        // job's freezer cgroup (its directory and files are root's; the job's user is given
+        // the cpuset's only, `chown_cpuset`), where a root process could leave every
+        // hierarchy anyway. One hierarchy read instead of five on every job's end.
         let mut set = BTreeSet::new();
-        for dir in self.paths.unique() {
-            procs::collect_procs(dir, dir == self.paths.freezer, &mut set)?;
-        }
+        procs::collect_procs(&self.paths.freezer, true, &mut set)?;
         Ok(set.into_iter().collect())
     }
+
 
     fn is_empty(&self) -> Result<bool, CgroupError> {
         Ok(self.pids()?.is_empty())
