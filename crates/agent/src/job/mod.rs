@@ -354,9 +354,20 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
     // made here is on the path of an interactive `berth run`).
     if !spec.script.is_empty() {
         let script = spool.join("script");
-        std::fs::write(&script, &spec.script).map_err(|e| io("cannot write script in", e))?;
-        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o700))
-            .map_err(|e| io("chmod script in", e))?;
+        // Made with its mode (no chmod on a launch's path), unless the agent's umask takes
+        // some of the owner's bits away.
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o700)
+            .open(&script)
+            .map_err(|e| io("cannot create script in", e))?;
+        f.write_all(spec.script.as_bytes()).map_err(|e| io("cannot write script in", e))?;
+        if umask_masks_owner() {
+            f.set_permissions(std::fs::Permissions::from_mode(0o700)).map_err(|e| io("chmod script in", e))?;
+        }
+        drop(f);
         owned.push(script);
     }
     if let Some(text) = rankfile(spec) {
@@ -374,6 +385,18 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
         std::os::unix::fs::lchown(&p, Some(uid), Some(gid)).map_err(|e| io("cannot chown", e))?;
     }
     Ok(())
+}
+
+/// Whether the agent's umask (read once, from /proc/self/status: umask(2) cannot read it
+/// without changing it for every thread) clears some of the owner's permission bits, which a
+/// file made with mode 0700 then lacks. Unknown counts as yes.
+fn umask_masks_owner() -> bool {
+    static MASKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MASKS.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let umask = status.lines().find_map(|l| l.strip_prefix("Umask:")).map(str::trim);
+        umask.and_then(|u| u32::from_str_radix(u, 8).ok()).is_none_or(|u| u & 0o700 != 0)
+    })
 }
 
 /// The rankfile to write, only in binding mode `pe`.
