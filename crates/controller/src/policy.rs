@@ -1,7 +1,8 @@
 //! Queue policy in the controller: fair-share usage and one scheduling round per pass.
 //!
-//! The decisions are berth-core's (`sched::round::round_keeping`: resumes, priority order,
-//! per-user limits, backfill beside advance reservations, preemption; `FairShare`); this
+//! The decisions are berth-core's (`sched::round::round_keeping`: usage charges, resumes,
+//! priority order, per-user limits, backfill beside advance reservations, preemption;
+//! `FairShare`); this
 //! module only gathers their inputs from the controller's state (`gather`; advance
 //! reservations and their members from `advance`), carries out their effects (`effects`),
 //! keeps what users are shown (priority, expected start) and persists fair-share usage.
@@ -13,7 +14,8 @@ use berth_core::job::JobState;
 use berth_core::sched::backfill::{Deadline, PassLimits};
 use berth_core::sched::queue::QueueSpec;
 use berth_core::sched::round::{
-    round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UserKey, UserLimits,
+    book_charges, charges, round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UsageJob, UsageRound,
+    UserKey, UserLimits,
 };
 use berth_core::{JobId, NodeId};
 use std::collections::HashMap;
@@ -23,42 +25,55 @@ mod gather;
 
 impl Controller {
     /// Charge running jobs' billed CPU time (CPUs and GPUs by `[fair_share]`'s weights) since
-    /// the last charge to their accounts, decayed to `now`.
+    /// the last charge to their accounts, decayed to `now` (`berth share`; a scheduling pass
+    /// has its round charge them).
     pub fn charge_usage(&mut self, now: f64) -> Result<(), StoreError> {
-        let since = self.policy.charged_until;
-        if now <= since {
-            return Ok(());
-        }
-        let mut charges: Vec<(String, f64)> = Vec::new();
+        let charged = charges(&self.usage_jobs(now), self.policy.charged_until, now);
+        self.book_usage(&charged, now)
+    }
+
+    /// The running jobs as fair-share usage sees them: account, billed CPUs (GPUs billed like
+    /// the CPUs beside them unless `[fair_share] gpu_weight` says otherwise), start.
+    fn usage_jobs(&self, now: f64) -> Vec<UsageJob> {
         let config = &self.policy.fair_share.config;
-        // GPUs billed like the CPUs beside them unless `[fair_share] gpu_weight` says otherwise.
         let auto_gpu = match config.gpu_weight {
             Some(_) => 0.0,
             None => berth_core::sched::fairshare::auto_gpu_weight(
                 self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
             ),
         };
-        for job in self.jobs.values().filter(|j| j.state == JobState::Running) {
-            let from = job.start_time.unwrap_or(now).max(since);
-            let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
-            let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();
-            let rate = config.billing(cpus, gpus, auto_gpu);
-            if now > from && rate > 0.0 {
-                charges.push((account_of(job), rate * (now - from)));
-            }
+        self.jobs
+            .values()
+            .filter(|j| j.state == JobState::Running)
+            .map(|job| {
+                let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
+                let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();
+                UsageJob {
+                    account: account_of(job),
+                    rate: config.billing(cpus, gpus, auto_gpu),
+                    start: job.start_time.unwrap_or(now),
+                }
+            })
+            .collect()
+    }
+
+    /// Book `charged` (billed CPU-seconds per account, from berth-core's `charges`) at `now`,
+    /// when usage was charged until before it: usage decays to `now`, the charges are added and
+    /// persisted.
+    fn book_usage(&mut self, charged: &[(String, f64)], now: f64) -> Result<(), StoreError> {
+        if now <= self.policy.charged_until {
+            return Ok(());
         }
-        self.policy.fair_share.decay_to(now);
-        for (account, cpu_seconds) in &charges {
-            self.policy.fair_share.charge(account, *cpu_seconds, now);
-        }
+        book_charges(&mut self.policy.fair_share, charged, now);
         self.policy.charged_until = now;
-        if !charges.is_empty() {
+        if !charged.is_empty() {
             self.store.save_fair_share(&self.policy.fair_share)?;
         }
         Ok(())
     }
 
-    /// One scheduling pass: berth-core's round (`sched::round::round_keeping`: resumes,
+    /// One scheduling pass: berth-core's round (`sched::round::round_keeping`: usage charges,
+    /// resumes,
     /// priority order, per-user limits, the configured backfill beside the advance
     /// reservations, preemption) over the controller's state, then its effects (`effects`):
     /// resumes, starts and suspensions persisted in the current transaction and sent to the
@@ -66,7 +81,6 @@ impl Controller {
     pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
         self.check_advance(now)?;
         self.dirty = false;
-        self.charge_usage(now)?;
         // Jobs whose dependency or begin time does not let them start yet wait outside the round.
         let not_yet = self.ineligible(now)?;
         let began = std::time::Instant::now();
@@ -87,6 +101,12 @@ impl Controller {
                 jobs: &g.priority,
             }),
             user_limits: Some(UserLimits { jobs: &per_job, running: &g.users }),
+            usage: Some(UsageRound {
+                share: &self.policy.fair_share,
+                since: self.policy.charged_until,
+                running: &g.usage,
+                accounts: &g.accounts,
+            }),
             barred: Some(&g.barred),
             suspended: &g.suspended,
             resume: ResumeRule::Parts { connected: &connected },
@@ -107,6 +127,36 @@ impl Controller {
         let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
         let micros = began.elapsed().as_micros() as u64;
         self.carry_out(decisions, g.shut_out, micros, now)
+    }
+
+    /// Resume every job the pass suspended (not the admins' suspensions) that can run now,
+    /// longest suspended first: the first step of a pass's round alone (its queue left empty),
+    /// for tests of that rule without a pass. Returns the ids resumed.
+    #[cfg(test)]
+    pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<JobId>, StoreError> {
+        let pending: std::collections::HashSet<JobId> = self.jobs.keys().copied().collect();
+        let g = self.gather(&pending, now);
+        let connected = |n: NodeId| g.connected.get(n.0 as usize).copied().unwrap_or(false);
+        let input = RoundInput {
+            machine: &g.machine,
+            running: &g.running,
+            queue: &[],
+            priority: None,
+            user_limits: None,
+            usage: None,
+            barred: None,
+            suspended: &g.suspended,
+            resume: ResumeRule::Parts { connected: &connected },
+            preempt: None,
+            limits: PassLimits { policy: self.cfg.scheduler.policy, max_reservations: 0, deadline: None },
+            reasons: false,
+            idle_unless: None,
+        };
+        let d = round_keeping(&input, &g.advance, &mut None, now);
+        assert!(d.starts.is_empty() && d.preemptions.is_empty() && !d.passed, "a round without a queue starts nothing");
+        let resumed = d.resumes.iter().map(|(id, _)| *id).collect();
+        self.carry_out_resumes(d.resumes, &d.still_suspended, now)?;
+        Ok(resumed)
     }
 
     /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.

@@ -258,27 +258,6 @@ impl Controller {
         PartsJob { threads: request.threads, system_cpus: request.system_cpus, steps_hold }
     }
 
-    /// Resume every job the pass suspended (not the admins' suspensions) that can run now,
-    /// longest suspended first, as the first step of a pass's round does by the same rule
-    /// (`try_resume`): for tests of that rule without a pass. Returns the ids resumed.
-    #[cfg(test)]
-    pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<JobId>, StoreError> {
-        let mut waiting: Vec<(f64, JobId)> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
-            .map(|j| (j.suspension.since.unwrap_or(now), j.id))
-            .collect();
-        waiting.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-        let mut resumed = Vec::new();
-        for (_, id) in waiting {
-            if let Ok(Resumed::InPlace | Resumed::Moved(_)) = self.try_resume(id, now)? {
-                resumed.push(id);
-            }
-        }
-        Ok(resumed)
-    }
-
     /// Seconds job `id` has spent suspended up to `now` (for the bound on suspension).
     pub fn suspended_seconds(&self, id: JobId, now: f64) -> f64 {
         self.jobs.get(&id).map(|j| j.suspension.seconds(now)).unwrap_or(0.0)

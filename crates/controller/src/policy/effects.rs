@@ -1,6 +1,6 @@
-//! The round's decisions carried out, in its order: resumes, what users are shown (reasons,
-//! expected starts, priorities), starts, then preemptions (each: its suspensions, then its
-//! start). Rows are written in the current transaction; messages to the agents go after it
+//! The round's decisions carried out, in its order: usage charges, resumes, what users are
+//! shown (reasons, expected starts, priorities), starts, then preemptions (each: its
+//! suspensions, then its start). Rows are written in the current transaction; messages to the agents go after it
 //! commits.
 
 use crate::state::Controller;
@@ -25,13 +25,8 @@ impl Controller {
         micros: u64,
         now: f64,
     ) -> Result<(), StoreError> {
-        for (id, how) in d.resumes {
-            let Some(old) = self.jobs.get(&id).map(|j| j.allocation.clone()) else { continue };
-            self.resume_with(id, parts_moved(&old, &how), now)?;
-        }
-        for (id, why) in &d.still_suspended {
-            self.resume_waits(*id, why)?;
-        }
+        self.book_usage(&d.charges, now)?;
+        self.carry_out_resumes(d.resumes, &d.still_suspended, now)?;
         self.policy.priorities = d.priorities.into_iter().collect();
         self.policy.advance_reasons.clear();
         self.pending_reasons.clear();
@@ -64,6 +59,24 @@ impl Controller {
             }
             self.dirty = true;
             self.waits(p.waited, now);
+        }
+        Ok(())
+    }
+
+    /// The round's resumes (each on the parts it decided), and why the jobs that stay
+    /// suspended wait.
+    pub(super) fn carry_out_resumes(
+        &mut self,
+        resumes: Vec<(JobId, Resume)>,
+        still_suspended: &[(JobId, String)],
+        now: f64,
+    ) -> Result<(), StoreError> {
+        for (id, how) in resumes {
+            let Some(old) = self.jobs.get(&id).map(|j| j.allocation.clone()) else { continue };
+            self.resume_with(id, parts_moved(&old, &how), now)?;
+        }
+        for (id, why) in still_suspended {
+            self.resume_waits(*id, why)?;
         }
         Ok(())
     }

@@ -1,5 +1,5 @@
 //! The round's input, gathered from the controller's state: the queue with its priority
-//! inputs, per-user limits, preemption classes, the suspended jobs that may resume, the running
+//! inputs and accounts, the running jobs' usage, per-user limits, preemption classes, the suspended jobs that may resume, the running
 //! jobs and the advance reservations. Owned here; `RoundInput` borrows it.
 
 use crate::model::job::account_of;
@@ -10,7 +10,7 @@ use berth_core::sched::backfill::{AdvanceReservation, QueuedJob, RunningJob};
 use berth_core::sched::preempt::{self, Preemptible, SuspendedJob};
 use berth_core::sched::priority::PriorityInput;
 use berth_core::sched::queue::QueueSpec;
-use berth_core::sched::round::{JobPriority, PreemptJob, SuspendedInput, UserKey};
+use berth_core::sched::round::{JobPriority, PreemptJob, SuspendedInput, UsageJob, UserKey};
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::JobId;
 use std::collections::{HashMap, HashSet};
@@ -28,6 +28,10 @@ pub(super) struct Gathered {
     pub queues: Vec<Option<(usize, UserKey)>>,
     pub preempt: Vec<PreemptJob>,
     pub specs: Vec<QueueSpec>,
+    /// Per queue entry: its account (the round gives its fair-share factor after charging).
+    pub accounts: Vec<String>,
+    /// The running jobs as fair-share usage sees them.
+    pub usage: Vec<UsageJob>,
     /// Cores each (queue, user) runs now.
     pub users: HashMap<UserKey, u64>,
     /// Jobs asking for an advance reservation they cannot use: why (waiting outside the pass).
@@ -58,6 +62,8 @@ impl Controller {
             queues: vec![],
             preempt: vec![],
             specs: self.cfg.queues.clone(),
+            accounts: vec![],
+            usage: self.usage_jobs(now),
             users: HashMap::new(),
             shut_out,
             barred,
@@ -89,12 +95,14 @@ impl Controller {
 
     fn gather_pending(&self, job: &JobRecord, g: &mut Gathered, unlimited: f64, now: f64) {
         let pending = job.pending_in(&self.cfg.queues);
+        g.accounts.push(account_of(job));
         g.priority.push(JobPriority {
             input: PriorityInput {
                 submit_time: job.submit_time,
                 cpus: pending.request.total_cpus(),
                 queue_factor: self.queue_factor(&job.queue),
-                fair_share_factor: self.policy.fair_share.factor(&account_of(job)),
+                // The round's, after it charges usage (`accounts`).
+                fair_share_factor: 0.0,
             },
             // An admin's priority (`berth update --priority`) replaces the computed one.
             admin: job.options.priority.map(f64::from),

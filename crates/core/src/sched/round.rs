@@ -26,11 +26,12 @@
 //!    beside the advance reservations they would run into) and start, one after the other on
 //!    the state the previous left.
 //!
-//! Fair-share usage is not charged here: both callers charge the CPU time of running jobs up
-//! to `now` before the round (the controller from each running job's allocation, persisted;
-//! the simulator from the CPUs each account holds, at every event of its clock): the charge is
-//! an effect on their own books, and the simulator's, taken into the round, would change its
-//! results.
+//! 0. **Usage charges** (when [`RoundInput::usage`] is given, the controller's): each running
+//!    job's billed CPU time since the last charge, to its account ([`charges`]), returned in
+//!    [`RoundDecisions::charges`] for the caller to book and persist; the priority order sees
+//!    the fair-share factors after them. The simulator charges the CPUs each account holds at
+//!    every event of its clock, not only at rounds: it charges before the round, on its own
+//!    books, and gives the factors in [`PriorityRound::jobs`].
 
 mod order;
 mod suspend;
@@ -38,6 +39,7 @@ mod suspend;
 use super::backfill::{
     self, AdvanceReservation, KeptPlan, Machine, PassInput, PassLimits, PassOutput, QueuedJob, RunningJob, Waiting,
 };
+use super::fairshare::FairShare;
 use super::preempt::{PartsJob, PreemptConfig, Resume, SuspendedJob};
 use super::priority::{Priority, PriorityInput, PriorityWeights};
 use super::queue::QueueSpec;
@@ -139,6 +141,56 @@ pub struct PreemptRound<'a> {
     pub by_id: bool,
 }
 
+/// A running job as fair-share usage sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UsageJob {
+    /// The account its usage is charged to.
+    pub account: String,
+    /// Billed CPUs (CPUs and GPUs by the fair-share weights): charged per second it runs.
+    pub rate: f64,
+    /// When it started: it is charged from the later of this and the last charge.
+    pub start: f64,
+}
+
+/// Fair-share usage charged by the round (the controller's).
+#[derive(Debug, Clone, Copy)]
+pub struct UsageRound<'a> {
+    /// Usage as charged so far, to `since`.
+    pub share: &'a FairShare,
+    /// Until when usage has been charged.
+    pub since: f64,
+    /// The running jobs, charged in this order.
+    pub running: &'a [UsageJob],
+    /// Per queue entry (aligned with [`RoundInput::queue`]): its account, whose fair-share
+    /// factor after the charges replaces the one given in [`PriorityRound::jobs`].
+    pub accounts: &'a [String],
+}
+
+/// The billed CPU-seconds each running job used from the last charge (`since`) to `now`, to
+/// its account, in the order given (nothing when `now` is not later).
+pub fn charges(running: &[UsageJob], since: f64, now: f64) -> Vec<(String, f64)> {
+    if now <= since {
+        return vec![];
+    }
+    let mut out = vec![];
+    for job in running {
+        let from = job.start.max(since);
+        if now > from && job.rate > 0.0 {
+            out.push((job.account.clone(), job.rate * (now - from)));
+        }
+    }
+    out
+}
+
+/// Book `charges` (from [`charges`]) on `share` at `now`: usage decays to `now`, then each is
+/// added. A caller that charged until before `now` books even no charges (the decay).
+pub fn book_charges(share: &mut FairShare, charges: &[(String, f64)], now: f64) {
+    share.decay_to(now);
+    for (account, cpu_seconds) in charges {
+        share.charge(account, *cpu_seconds, now);
+    }
+}
+
 /// A suspended job that may resume in this round.
 #[derive(Debug, Clone)]
 pub struct SuspendedInput {
@@ -198,6 +250,8 @@ pub struct RoundInput<'a, M: RoundMachine> {
     pub queue: &'a [QueuedJob],
     pub priority: Option<PriorityRound<'a>>,
     pub user_limits: Option<UserLimits<'a>>,
+    /// Fair-share usage to charge first (None: charged by the caller, the factors given).
+    pub usage: Option<UsageRound<'a>>,
     /// Queued jobs that wait outside the pass whatever it decides (e.g. asking for an advance
     /// reservation they cannot use), with why: ordered, not planned, not counted for limits.
     pub barred: Option<&'a HashMap<JobId, PendingReason>>,
@@ -238,6 +292,9 @@ pub struct PreemptStart<A> {
 /// then preemptions (each: its suspensions, then its start).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RoundDecisions<A> {
+    /// Billed CPU-seconds to charge to accounts (with [`RoundInput::usage`]), in order: book
+    /// them with [`book_charges`] at `now` when usage was charged until before `now`.
+    pub charges: Vec<(String, f64)>,
     pub resumes: Vec<(JobId, Resume)>,
     /// Suspended jobs that stay so, with why (under [`ResumeRule::Parts`] only).
     pub still_suspended: Vec<(JobId, String)>,
@@ -259,6 +316,7 @@ pub struct RoundDecisions<A> {
 impl<A> Default for RoundDecisions<A> {
     fn default() -> Self {
         RoundDecisions {
+            charges: vec![],
             resumes: vec![],
             still_suspended: vec![],
             starts: vec![],
@@ -301,6 +359,14 @@ fn run<M: RoundMachine>(
     pass: impl FnOnce(&PassInput<M>, bool) -> PassOutput<M::Alloc>,
 ) -> RoundDecisions<M::Alloc> {
     let mut out = RoundDecisions::default();
+    let charged = input.usage.map(|u| {
+        out.charges = charges(u.running, u.since, now);
+        let mut share = u.share.clone();
+        if now > u.since {
+            book_charges(&mut share, &out.charges, now);
+        }
+        share
+    });
     let resumed = suspend::resumes(input, windows, now);
     let machine = resumed.machine.as_ref().unwrap_or(input.machine);
     let running = resumed.running.as_deref().unwrap_or(input.running);
@@ -310,7 +376,7 @@ fn run<M: RoundMachine>(
     if input.idle_unless.is_some_and(|smallest| free < smallest) {
         return out;
     }
-    let ordered = order::ordered(input, now);
+    let ordered = order::ordered(input, charged.as_ref(), now);
     out.priorities = ordered.priorities;
     let (queue, held) = order::limited(input, &ordered.order, &resumed.users);
     let fcfs_idle = input.limits.policy == backfill::BackfillPolicy::Fcfs

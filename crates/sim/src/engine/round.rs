@@ -82,6 +82,8 @@ impl<M: Suspending> Replay<'_, M> {
                 jobs,
             }),
             user_limits: None,
+            // Charged at every event of the clock, before the round (`Accounting::charge_to`).
+            usage: None,
             suspended: &suspended,
             barred: None,
             resume: ResumeRule::Whole { relocate: true },

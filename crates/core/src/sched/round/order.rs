@@ -2,7 +2,8 @@
 
 use super::{RoundInput, RoundMachine, UserKey};
 use crate::sched::backfill::{QueuedJob, Waiting};
-use crate::sched::priority::{priority, Priority};
+use crate::sched::fairshare::FairShare;
+use crate::sched::priority::{priority, Priority, PriorityInput};
 use crate::sched::queue::user_limit_reason;
 use crate::JobId;
 use std::borrow::Cow;
@@ -14,13 +15,25 @@ pub(super) struct Ordered {
 }
 
 /// The queue's priority order: highest total first, then earlier submission, then lower id.
-pub(super) fn ordered<M: RoundMachine>(input: &RoundInput<M>, now: f64) -> Ordered {
+/// `charged`: the fair-share usage after this round's charges, whose factors replace those
+/// given (with [`RoundInput::usage`]).
+pub(super) fn ordered<M: RoundMachine>(input: &RoundInput<M>, charged: Option<&FairShare>, now: f64) -> Ordered {
     let Some(p) = &input.priority else { return Ordered { order: None, priorities: vec![] } };
+    let accounts = input.usage.map(|u| u.accounts);
     let totals: Vec<Priority> = p
         .jobs
         .iter()
-        .map(|j| {
-            let mut total = priority(p.weights, &j.input, now, p.machine_cpus.max(1));
+        .enumerate()
+        .map(|(i, j)| {
+            let refactored;
+            let job = match (charged, accounts.and_then(|a| a.get(i))) {
+                (Some(share), Some(account)) => {
+                    refactored = PriorityInput { fair_share_factor: share.factor(account), ..j.input.clone() };
+                    &refactored
+                }
+                _ => &j.input,
+            };
+            let mut total = priority(p.weights, job, now, p.machine_cpus.max(1));
             if let Some(admin) = j.admin {
                 total.total = admin;
             }

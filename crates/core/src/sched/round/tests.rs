@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::sched::backfill::BackfillPolicy;
+use crate::sched::fairshare::FairShareConfig;
 use crate::sched::preempt::Preemptible;
 use crate::sched::preempt::PREEMPTORS_PER_PASS;
 use crate::sched::testkit::{alloc_text, hold, queued, ClusterBuilder};
@@ -49,6 +50,7 @@ fn input<'a>(
         queue,
         priority: None,
         user_limits: None,
+        usage: None,
         barred: None,
         suspended: &[],
         resume: ResumeRule::Whole { relocate: true },
@@ -294,4 +296,59 @@ fn advance_windows_bound_the_pass_and_preemption() {
     assert!(matches!(d.preemptions[0].waited.reason, PendingReason::Resources(_)));
     let d = round_keeping(&i, &[], &mut None, 0.0);
     assert_eq!(snapshot(&d), ["start 9 on n1:0-3", "passed true, backfilled 0"]);
+}
+
+/// Usage charged by the round, before it orders the queue. One node of 4 cores, job 1 of
+/// account a running on it since t=50 at 4 billed CPUs, charged until t=0. At t=100 it is
+/// charged 200 CPU-seconds (from its start, not from the last charge), and account a's
+/// fair-share factor drops from 1 to 0.5: job 3 (account b) goes before job 2 (account a),
+/// which it followed on equal factors (under EASY the first waiting job alone is given its
+/// expected start). Charged until t=100 already: nothing more to charge,
+/// the factors given stand.
+#[test]
+fn usage_charged_before_the_priority_order() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 1, &[(0, "0-3")], 500.0)];
+    let queue = vec![queued(2, 4, 50.0), queued(3, 4, 50.0)];
+    let weights =
+        PriorityWeights { age: 0.0, size: 0.0, queue: 0.0, fair_share: 1000.0, max_age_secs: 100.0, favor_large: true };
+    let mut jobs = [prio(10.0, 4), prio(20.0, 4)];
+    for j in &mut jobs {
+        j.input.fair_share_factor = 1.0;
+    }
+    let share = FairShare::new(FairShareConfig::default());
+    let usage_jobs = [UsageJob { account: "a".into(), rate: 4.0, start: 50.0 }];
+    let accounts = ["a".to_string(), "b".to_string()];
+    let mut i = input(&cluster, &running, &queue);
+    i.priority = Some(PriorityRound { weights: &weights, machine_cpus: 4, jobs: &jobs });
+    i.usage = Some(UsageRound { share: &share, since: 0.0, running: &usage_jobs, accounts: &accounts });
+    let d = round(&i, 100.0);
+    assert_eq!(d.charges, [("a".to_string(), 200.0)]);
+    assert_eq!(
+        snapshot(&d),
+        [
+            "wait 3: resources: cores: 4 wanted, 0 free now; it starts when running jobs free 4 more, expected at 500",
+            "wait 2: resources: cores: 4 wanted, 0 free now; it starts when running jobs free 4 more",
+            "priority 2: 500",
+            "priority 3: 1000",
+            "passed true, backfilled 0",
+        ]
+    );
+    // The caller books the charges as the round did: the same factor.
+    let mut booked = share.clone();
+    book_charges(&mut booked, &d.charges, 100.0);
+    assert_eq!(booked.factor("a"), 0.5);
+    i.usage = Some(UsageRound { share: &share, since: 100.0, running: &usage_jobs, accounts: &accounts });
+    let d = round(&i, 100.0);
+    assert!(d.charges.is_empty());
+    assert_eq!(
+        snapshot(&d),
+        [
+            "wait 2: resources: cores: 4 wanted, 0 free now; it starts when running jobs free 4 more, expected at 500",
+            "wait 3: resources: cores: 4 wanted, 0 free now; it starts when running jobs free 4 more",
+            "priority 2: 1000",
+            "priority 3: 1000",
+            "passed true, backfilled 0",
+        ]
+    );
 }
