@@ -543,7 +543,7 @@ fn slurm_time(v: &str) -> Result<u64, String> {
         return Err(format!("--time: {v:?} is not a Slurm time"));
     }
     let script = format!("#!/bin/sh\n#SBATCH \"--time={v}\"\n");
-    let foreign = berth_core::directives::parse_foreign(&script).map_err(|(_, m)| m)?;
+    let foreign = berth_core::directives::parse_foreign(&script).map_err(|e| e.to_string())?;
     if let Some((_, why)) = foreign.unsupported.first() {
         return Err(why.trim_start_matches("#SBATCH").trim_start_matches(':').trim().to_string());
     }

@@ -222,7 +222,7 @@ pub fn qsub_plan(args: &[String]) -> Result<QsubPlan, String> {
         return Ok(plan);
     }
     let foreign = berth_core::directives::parse_foreign(&directives)
-        .map_err(|(_, m)| m.trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
+        .map_err(|e| e.to_string().trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
     plan.options = foreign.options;
     for (_, what) in foreign.unsupported {
         unsupported(&mut plan, ignore, what.trim_start_matches("#PBS").trim().to_string())?;
@@ -933,7 +933,7 @@ pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
         }
     }
     let foreign = berth_core::directives::parse_foreign(&directives)
-        .map_err(|(_, m)| m.trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
+        .map_err(|e| e.to_string().trim_start_matches("#PBS").trim_start_matches(':').trim().to_string())?;
     if let Some((_, what)) = foreign.unsupported.first() {
         return Err(what.trim_start_matches("#PBS").trim().to_string());
     }

@@ -299,7 +299,7 @@ fn slurm_time(v: &str) -> Result<u64, String> {
     match parsed {
         Ok(f) if f.unsupported.is_empty() => f.options.walltime.ok_or_else(|| format!("Invalid TimeLimit {v:?}")),
         Ok(_) => Err(format!("TimeLimit={v}: an unlimited time is not supported by berth; give a limit")),
-        Err((_, m)) => Err(format!("Invalid TimeLimit {v:?}: {}", m.trim_start_matches("#SBATCH: "))),
+        Err(e) => Err(format!("Invalid TimeLimit {v:?}: {}", e.to_string().trim_start_matches("#SBATCH: "))),
     }
 }
 

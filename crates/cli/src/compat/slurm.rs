@@ -261,7 +261,7 @@ pub fn sbatch_plan(args: &[String]) -> Result<SbatchPlan, String> {
     if plan.info.is_some() {
         return Ok(plan);
     }
-    let foreign = berth_core::directives::parse_foreign(&directives).map_err(|(_, m)| strip_prefix(&m))?;
+    let foreign = berth_core::directives::parse_foreign(&directives).map_err(|e| strip_prefix(&e.to_string()))?;
     plan.options = foreign.options;
     for (_, what) in foreign.unsupported {
         unsupported(&mut plan, ignore, strip_prefix(&what))?;
