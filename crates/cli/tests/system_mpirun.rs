@@ -82,14 +82,15 @@ fn mpirun_and_mpiexec_inside_a_job_start_their_daemons_as_tasks_of_the_job() {
     assert!(!err.contains("ssh"), "{err}");
     // `berth task rsh` itself: ssh's options skipped, output and exit status come back, an
     // unknown host is refused with ssh's 255 and the job's nodes.
-    // The job's second node (index 1): which agent that is depends on which registered first.
+    // The job's second node (index 1): node2, whichever agent registered first (a job's nodes
+    // are listed in the cluster's order, names in natural order: docs/placement.md).
     let second = lines(&out, "rsh-target ").first().map(|l| l["rsh-target ".len()..].to_string()).unwrap_or_default();
-    assert!(second == "node1" || second == "node2", "{out}");
+    assert_eq!(second, "node2", "{out}");
     assert!(out.contains(&format!("rsh-out 1 3:cpuset:/berth/{}/{second}/job_{id}", c.cluster_id())), "{out}");
     assert!(err.contains("rsh-err") && out.contains("rsh-rc=3"), "{out}\n{err}");
     assert!(out.contains("rsh-unknown=255"), "{out}");
-    // The job's nodes in its own order (node index order, which follows registration).
-    let listed = ["node1, node2", "node2, node1"].iter().any(|l| err.contains(&format!("(its nodes: {l})")));
+    // The job's nodes in its own order: the cluster's, by name (not registration order).
+    let listed = err.contains("(its nodes: node1, node2)");
     assert!(err.contains("elsewhere is not a node of job") && listed, "{err}");
     assert_no_job_cgroups(&c);
 }
