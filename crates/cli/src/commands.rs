@@ -464,6 +464,8 @@ pub fn build_text_submission(
         ("cpus-per-gpu", &flags.cpus_per_gpu),
         ("mem-per-gpu", &flags.mem_per_gpu),
         ("gpus-per-task", &flags.gpus_per_task),
+        ("gpus-per-socket", &flags.gpus_per_socket),
+        ("sockets-per-node", &flags.sockets_per_node),
         ("gpu-bind", &flags.gpu_bind),
         ("gpu-locality", &flags.gpu_locality),
         ("binding", &flags.binding),

@@ -94,6 +94,12 @@ pub struct SubmitFlags {
     /// GPUs per task: the job gets tasks x N, its `berth run` ranks N each (--gpu-bind).
     #[arg(long = "gpus-per-task")]
     gpus_per_task: Option<String>,
+    /// GPUs on each socket the job uses on a node (Slurm's; with --sockets-per-node).
+    #[arg(long = "gpus-per-socket")]
+    gpus_per_socket: Option<String>,
+    /// With --gpus-per-socket: how many sockets of each node the job uses.
+    #[arg(long = "sockets-per-node")]
+    sockets_per_node: Option<String>,
     /// How the job's `berth run` ranks get GPUs: closest, none or map:I,J,...
     #[arg(long = "gpu-bind")]
     gpu_bind: Option<String>,

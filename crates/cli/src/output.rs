@@ -248,10 +248,11 @@ pub fn job_detail(j: &JobInfo) -> String {
         ),
     );
     if r.wants_gpus() {
-        let mut g = match (r.gpus, r.gpus_per_node) {
-            (_, Some(n)) => format!("{n} per node"),
-            (Some(n), None) => format!("{n} in all"),
-            (None, None) => String::new(),
+        let mut g = match (r.gpus, r.gpus_per_node, r.gpus_per_socket) {
+            (_, _, Some(n)) => format!("{n} per socket on {} socket(s) a node", opt(r.sockets_per_node)),
+            (_, Some(n), None) => format!("{n} per node"),
+            (Some(n), None, None) => format!("{n} in all"),
+            (None, None, None) => String::new(),
         };
         if let Some(t) = &r.gpu_type {
             g.push_str(&format!(" of type {t}"));

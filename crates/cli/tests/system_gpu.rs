@@ -255,3 +255,55 @@ fn show_tells_where_each_gpu_sits() {
     let out = c.berth(&["show", &id.to_string()]);
     assert!(!String::from_utf8_lossy(&out.stdout).contains(" gpu"), "{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// Slurm's `--gpus-per-socket N --sockets-per-node S` (`#SBATCH` and berth's flags): N GPUs
+/// on each of S sockets of the node; without `--sockets-per-node` refused, more GPUs on a
+/// socket than it has refused as never fitting.
+#[test]
+fn gpus_per_socket_take_gpus_of_each_socket() {
+    require_root();
+    let tmp = tempfile::Builder::new().prefix("berth-test-").tempdir().expect("tempdir");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Two sockets of one NUMA node and two cores each, two GPUs on each socket.
+    let c = Cluster::up_with(tmp, 1, "package:2 numa:1 core:2 pu:1", &["--gpus-per-numa", "2"]);
+    let nodes = c.json(&["nodes"]);
+    let gpus = nodes[0]["gpus"].as_array().cloned().unwrap_or_default();
+    assert_eq!(gpus.len(), 4, "{nodes:#}");
+    let script = "#!/bin/sh\n#SBATCH --gpus-per-socket=1 --sockets-per-node=2 -c 2\necho \"gpus=$BERTH_GPUS\"\n";
+    let id = c.submit("socket.sh", script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    let held: Vec<usize> = job["allocation"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_u64())
+        .map(|g| g as usize)
+        .collect();
+    let mut sockets: Vec<u64> = held.iter().filter_map(|&g| gpus[g]["package"].as_u64()).collect();
+    sockets.sort_unstable();
+    assert_eq!(sockets, [0, 1], "one GPU on each socket: {held:?}\n{nodes:#}");
+    let show = String::from_utf8_lossy(&c.berth(&["show", &id.to_string()]).stdout).into_owned();
+    assert!(show.contains("gpus wanted: 1 per socket on 2 socket(s) a node"), "{show}");
+    // Two on one socket: both of that socket.
+    let id = c.submit("two.sh", "#!/bin/sh\ntrue\n", &["--gpus-per-socket", "2", "--sockets-per-node", "1"]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    let held: Vec<usize> = job["allocation"][0]["gpus"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|g| g.as_u64())
+        .map(|g| g as usize)
+        .collect();
+    assert_eq!(held.len(), 2, "{job:#}");
+    assert_eq!(gpus[held[0]]["package"], gpus[held[1]]["package"], "{held:?}");
+    // Refused: no socket count; more GPUs a socket than a socket has.
+    let path = c.root().join("two.sh").display().to_string();
+    let out = c.berth(&["submit", "--gpus-per-socket", "1", &path]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("--sockets-per-node"), "{err}");
+    let out = c.berth(&["submit", "--gpus-per-socket", "3", "--sockets-per-node", "1", &path]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("per socket"), "{err}");
+}

@@ -178,6 +178,15 @@ pub struct SubmitOptions {
     /// whether the job waits for cores next to its GPUs; over `[placement] gpu_locality`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_locality: Option<crate::gpu::GpuLocality>,
+    /// `--gpus-per-socket N` (Slurm's): N GPUs on each socket the job uses on a node, with
+    /// `--sockets-per-node` sockets a node; the job's GPUs on a node are their product, each
+    /// socket's N attached to that socket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_socket: Option<u32>,
+    /// `--sockets-per-node S` (Slurm's): the sockets (packages) of each node the job uses;
+    /// read with `--gpus-per-socket` only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets_per_node: Option<u32>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -233,7 +242,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 43] = [
+pub const OPTION_NAMES: [&str; 45] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -277,6 +286,8 @@ pub const OPTION_NAMES: [&str; 43] = [
     "gpus-per-task",
     "gpu-bind",
     "gpu-locality",
+    "gpus-per-socket",
+    "sockets-per-node",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -425,6 +436,10 @@ impl SubmitOptions {
             "gpus-per-task" => self.gpus_per_task = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
             "gpu-bind" => self.gpu_bind = Some(crate::gpu::GpuBind::parse(value)?.to_string()),
             "gpu-locality" => self.gpu_locality = Some(crate::gpu::GpuLocality::parse(value)?),
+            "gpus-per-socket" => self.gpus_per_socket = Some(gpu_count(name, value, MAX_GPUS_PER_NODE)?),
+            "sockets-per-node" => {
+                self.sockets_per_node = Some(gpu_count(name, value, crate::job::MAX_SOCKETS_PER_NODE)?)
+            }
             "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(OptionError::MemPerGpu)?),
             "binding" => self.binding = Some(value.parse().map_err(OptionError::Binding)?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(OptionError::BindingMode)?),
@@ -495,6 +510,8 @@ impl SubmitOptions {
             gpus_per_task: over.gpus_per_task.or(self.gpus_per_task),
             gpu_bind: over.gpu_bind.or(self.gpu_bind),
             gpu_locality: over.gpu_locality.or(self.gpu_locality),
+            gpus_per_socket: over.gpus_per_socket.or(self.gpus_per_socket),
+            sockets_per_node: over.sockets_per_node.or(self.sockets_per_node),
         }
     }
 
@@ -512,6 +529,8 @@ impl SubmitOptions {
             gpu_type: self.gpu_type.clone(),
             cpus_per_gpu: self.cpus_per_gpu,
             mem_per_gpu: self.mem_per_gpu,
+            gpus_per_socket: self.gpus_per_socket,
+            sockets_per_node: self.sockets_per_node,
         }
     }
 }
@@ -522,7 +541,7 @@ impl SubmitOptions {
     /// over `--cpus-per-task`) times N in all.
     fn gpus_from_tasks(&self, per_node: bool) -> Option<u32> {
         let g = self.gpus_per_task?;
-        if self.gpus.is_some() || self.gpus_per_node.is_some() {
+        if self.gpus.is_some() || self.gpus_per_node.is_some() || self.gpus_per_socket.is_some() {
             return None;
         }
         match (self.tasks_per_node, per_node) {

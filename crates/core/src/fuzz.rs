@@ -279,7 +279,7 @@ const MODES: &[&str] = &["set", "env", "pe", "SET", "", "bind"];
 pub fn option_value(name: &str) -> BoxedStrategy<String> {
     let own = match name {
         "cores" | "nodes" | "tasks-per-node" | "cpus-per-task" | "gpus" | "gpus-per-node" | "cpus-per-gpu"
-        | "gpus-per-task" => pieces(NUMBERS, 2),
+        | "gpus-per-task" | "gpus-per-socket" | "sockets-per-node" => pieces(NUMBERS, 2),
         "gpu-bind" => pieces(&["closest", "none", "map:", "map_gpu:", "0", ",", "1", "x", "255", "256"], 5),
         "gpu-locality" => pieces(&["strict", "prefer", "STRICT", "s", " ", "enforce-binding"], 3),
         "gpu-type" => pieces(&["a100", "v100", "-", "sxm4", ".", "_", "A100", "é", " ", "x123456789"], 9),
@@ -432,6 +432,8 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "gpus-per-task" => o.gpus_per_task.map(|v| v.to_string()),
         "gpu-bind" => o.gpu_bind.clone(),
         "gpu-locality" => o.gpu_locality.map(|l| l.to_string()),
+        "gpus-per-socket" => o.gpus_per_socket.map(|v| v.to_string()),
+        "sockets-per-node" => o.sockets_per_node.map(|v| v.to_string()),
         _ => None,
     }
 }
@@ -444,6 +446,8 @@ fn assert_sane_options(o: &SubmitOptions) {
     assert_ne!(o.walltime, Some(0), "--walltime 0 accepted");
     assert!(o.gpus.is_none_or(|g| (1..=crate::job::MAX_GPUS_PER_JOB).contains(&g)), "--gpus {:?}", o.gpus);
     assert!(o.gpus_per_node.is_none_or(|g| (1..=crate::job::MAX_GPUS_PER_NODE).contains(&g)));
+    assert!(o.gpus_per_socket.is_none_or(|g| (1..=crate::job::MAX_GPUS_PER_NODE).contains(&g)));
+    assert!(o.sockets_per_node.is_none_or(|s| (1..=crate::job::MAX_SOCKETS_PER_NODE).contains(&s)));
     assert!(o.gpu_type.as_deref().is_none_or(crate::job::valid_gpu_type));
     for v in [&o.name, &o.output, &o.error, &o.queue, &o.account, &o.reservation].into_iter().flatten() {
         assert!(!v.is_empty(), "empty text value accepted");
@@ -1105,6 +1109,9 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
                 gpu_type,
                 cpus_per_gpu,
                 mem_per_gpu,
+                // Sometimes per socket too (zeros and contradictions included).
+                gpus_per_socket: mem_per_gpu.map(|m| (m % 5) as u32),
+                sockets_per_node: gpus.map(|g| g % 4),
             },
         )
         .boxed()

@@ -95,7 +95,17 @@ pub struct ResourceRequest {
     /// times this; excludes `mem_per_node` and `mem_per_cpu`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mem_per_gpu: Option<u64>,
+    /// GPUs on each socket the job uses (`--gpus-per-socket`, Slurm's): with
+    /// `sockets_per_node`, the job's GPUs on a node are their product.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_socket: Option<u32>,
+    /// Sockets of each node the job uses (`--sockets-per-node`), with `gpus_per_socket`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets_per_node: Option<u32>,
 }
+
+/// The most sockets (packages) `--sockets-per-node` may name.
+pub const MAX_SOCKETS_PER_NODE: u32 = 64;
 
 /// The most GPUs a job may ask for on one node (as many as a node may have).
 pub const MAX_GPUS_PER_NODE: u32 = crate::gpu::MAX_GPUS as u32;
@@ -194,7 +204,30 @@ impl ResourceRequest {
 
     /// Whether the job asks for GPUs at all.
     pub fn wants_gpus(&self) -> bool {
-        self.gpus.is_some() || self.gpus_per_node.is_some()
+        self.gpus.is_some() || self.gpus_per_node.is_some() || self.gpus_per_socket.is_some()
+    }
+
+    /// `--gpus-per-socket N --sockets-per-node S`: (N, S), with a reason when one is given
+    /// without the other (Slurm needs both) or the product exceeds a node's bound.
+    pub fn gpus_per_socket(&self) -> Result<Option<(u32, u32)>, CoreError> {
+        let bad = |m: String| Err(CoreError::BadRequest(m));
+        match (self.gpus_per_socket, self.sockets_per_node) {
+            (None, None) => Ok(None),
+            (None, Some(s)) => bad(format!(
+                "--sockets-per-node {s} is read with --gpus-per-socket only; for a job's cores, use --cores or --binding"
+            )),
+            (Some(n), None) => bad(format!(
+                "--gpus-per-socket {n} needs --sockets-per-node (how many sockets of each node the job uses), as Slurm does"
+            )),
+            (Some(n), Some(s)) if n == 0 || s == 0 => {
+                bad("--gpus-per-socket and --sockets-per-node must be at least 1".into())
+            }
+            (Some(n), Some(s)) if u64::from(n) * u64::from(s) > u64::from(MAX_GPUS_PER_NODE) => bad(format!(
+                "--gpus-per-socket {n} on {s} socket(s): {} GPUs per node, at most {MAX_GPUS_PER_NODE}",
+                u64::from(n) * u64::from(s)
+            )),
+            (Some(n), Some(s)) => Ok(Some((n, s))),
+        }
     }
 
     /// The GPUs the job needs on each of its nodes (0: none), from `--gpus` or
@@ -221,6 +254,17 @@ impl ResourceRequest {
             if total > MAX_GPUS_PER_JOB {
                 return bad(format!("--gpus {total}: at most {MAX_GPUS_PER_JOB} GPUs a job"));
             }
+        }
+        if let Some((n, s)) = self.gpus_per_socket()? {
+            let per_node = n * s;
+            if self.gpus_per_node.is_some_and(|p| p != per_node)
+                || self.gpus.is_some_and(|t| u64::from(t) != u64::from(per_node) * u64::from(nodes))
+            {
+                return bad(format!(
+                    "--gpus-per-socket {n} on {s} socket(s) ({per_node} GPUs a node) contradicts --gpus or --gpus-per-node; give only --gpus-per-socket"
+                ));
+            }
+            return Ok(per_node);
         }
         let per_node = match (self.gpus, self.gpus_per_node) {
             (None, None) => return Ok(0),
@@ -406,6 +450,28 @@ mod tests {
         assert!(err(gpus(None, None, Some(257), None)).contains("at most 256"));
         assert!(err(gpus(Some(1), Some(300), None, None)).contains("at most 256"));
         assert!(err(gpus(Some(1000), Some(MAX_GPUS_PER_JOB + 1000), None, None)).contains("GPUs a job"));
+    }
+
+    /// Slurm's `--gpus-per-socket N` needs `--sockets-per-node S`: N x S GPUs a node.
+    #[test]
+    fn gpus_per_socket_times_sockets_per_node() {
+        let r = |nodes, n, s| ResourceRequest { nodes, gpus_per_socket: n, sockets_per_node: s, ..Default::default() };
+        let each = |r: ResourceRequest| r.shape().and_then(|sh| r.gpus_on_each_node(&sh).map(|g| (sh, g)));
+        assert_eq!(each(r(None, Some(2), Some(2))).unwrap(), (Shape::PerNode { nodes: 1, cores_per_node: 1 }, 4));
+        assert_eq!(each(r(Some(3), Some(1), Some(2))).unwrap().1, 2);
+        assert!(r(None, Some(1), Some(1)).wants_gpus());
+        let err = |r: ResourceRequest| each(r).unwrap_err().to_string();
+        assert!(err(r(None, Some(2), None)).contains("needs --sockets-per-node"));
+        assert!(err(r(None, None, Some(2))).contains("with --gpus-per-socket only"));
+        assert!(err(r(None, Some(0), Some(2))).contains("at least 1"));
+        assert!(err(r(None, Some(200), Some(2))).contains("at most 256"));
+        let both = ResourceRequest { gpus_per_node: Some(3), ..r(None, Some(2), Some(2)) };
+        assert!(err(both).contains("contradicts"));
+        let agree = ResourceRequest { gpus: Some(8), ..r(Some(2), Some(2), Some(2)) };
+        assert_eq!(each(agree).unwrap().1, 4);
+        // --cpus-per-gpu scales with them.
+        let cpg = ResourceRequest { cpus_per_gpu: Some(3), ..r(None, Some(1), Some(2)) };
+        assert_eq!(cpg.shape().unwrap(), Shape::PerNode { nodes: 1, cores_per_node: 6 });
     }
 
     #[test]

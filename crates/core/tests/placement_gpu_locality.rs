@@ -53,6 +53,7 @@ fn job(cores: u32, gpus: u32, locality: Option<GpuLocality>) -> JobRequest {
     JobRequest {
         gpus_per_node: gpus,
         gpu_locality: locality,
+        gpus_per_socket: 0,
         mem: MemRequest::PerNode(GIB),
         ..JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: cores }, 0)
     }

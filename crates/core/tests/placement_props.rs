@@ -216,6 +216,7 @@ fn build_request(s: &ReqSpec, t: &Topology, cluster_nodes: u32) -> JobRequest {
         gpus_per_node: 0,
         gpu_type: None,
         gpu_locality: None,
+        gpus_per_socket: 0,
     }
 }
 

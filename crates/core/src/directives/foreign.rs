@@ -324,6 +324,7 @@ const SLURM_VALUED: &[&str] = &[
     "--gpus-per-node",
     "--gpus-per-task",
     "--gpus-per-socket",
+    "--sockets-per-node",
     "--cpus-per-gpu",
     "--mem-per-gpu",
     "--gpu-bind",
@@ -510,7 +511,7 @@ fn slurm_line(
                         .ok_or_else(|| size(&flag, "16000 (MB) or 16G", &v))?,
                 )
             }
-            "--gpus-per-task" => {
+            "--gpus-per-task" | "--gpus-per-socket" => {
                 if v.contains(',') {
                     unsupported.push(format!("{shown}: GPUs of several types in one job are not supported"));
                     continue;
@@ -519,7 +520,12 @@ fn slurm_line(
                     Some((kind, n)) => (Some(kind), n),
                     None => (None, v.as_str()),
                 };
-                o.gpus_per_task = Some(slurm_gpu_count(&flag, n, MAX_GPUS_PER_NODE)?);
+                let n = Some(slurm_gpu_count(&flag, n, MAX_GPUS_PER_NODE)?);
+                if flag == "--gpus-per-task" {
+                    o.gpus_per_task = n;
+                } else {
+                    o.gpus_per_socket = n;
+                }
                 if let Some(kind) = kind {
                     o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
                 }
@@ -543,9 +549,20 @@ fn slurm_line(
                     }
                 }
             }
-            "--gpus-per-socket" => unsupported.push(format!(
-                "{shown}: not supported yet (of the GPU options, --gres=gpu, --gpus, --gpus-per-node, --gpus-per-task, --gpu-bind, --cpus-per-gpu and --mem-per-gpu are)"
-            )),
+            "--sockets-per-node" => {
+                o.sockets_per_node = Some(
+                    v.trim()
+                        .parse::<u32>()
+                        .ok()
+                        .filter(|s| (1..=crate::job::MAX_SOCKETS_PER_NODE).contains(s))
+                        .ok_or_else(|| {
+                            format!(
+                                "{flag} needs a socket count from 1 to {}, got {v:?}",
+                                crate::job::MAX_SOCKETS_PER_NODE
+                            )
+                        })?,
+                )
+            }
             _ => unsupported.push(format!("{shown}: not supported (docs/compat.md lists what is)")),
         }
     }

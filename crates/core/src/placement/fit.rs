@@ -243,6 +243,9 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
             node.name
         )));
     }
+    if req.gpus_per_socket > 0 {
+        return socket_choices(node, req, &free);
+    }
     let mut out: Vec<Vec<u32>> = vec![];
     let push = |out: &mut Vec<Vec<u32>>, set: Vec<u32>| {
         if set.len() == want && !out.contains(&set) && out.len() < GPU_CHOICES {
@@ -320,6 +323,80 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
         push(&mut out, set);
     }
     push(&mut out, free[..want].to_vec());
+    Ok(out)
+}
+
+/// GPU choices of a `--gpus-per-socket N` job (Slurm's): N GPUs attached to each of S sockets
+/// (packages) of the node, S = `gpus_per_node / N`; GPUs of no known package count for none.
+/// Sockets with the fewest free GPUs that still have N come first (so fuller sockets stay
+/// whole), and inside a socket N GPUs of one NUMA node when it has them, else its lowest free.
+/// `Never` when fewer than S sockets have N GPUs (of the type) at all, `Busy` when fewer than S
+/// have N free. At most [`GPU_CHOICES`] sets.
+fn socket_choices(node: &NodeCapacity, req: &JobRequest, free: &[u32]) -> Result<Vec<Vec<u32>>, Miss> {
+    let n = req.gpus_per_socket as usize;
+    let sockets = req.gpus_per_node as usize / n;
+    let gpus = &node.topology.gpus;
+    let kind = req.gpu_type.as_deref();
+    let what = kind.map_or("GPUs".to_string(), |k| format!("GPUs of type {k}"));
+    // Per package: all its GPUs of the type, and the free ones (in index order).
+    let packages = node.topology.packages.len();
+    let (mut all, mut open) = (vec![0usize; packages], vec![Vec::<u32>::new(); packages]);
+    for g in gpus.iter().filter(|g| kind.is_none_or(|k| g.is_type(k))) {
+        if let Some(p) = g.package.filter(|&p| p < packages) {
+            all[p] += 1;
+        }
+    }
+    for &g in free {
+        if let Some(p) = gpus.get(g as usize).and_then(|g| g.package).filter(|&p| p < packages) {
+            open[p].push(g);
+        }
+    }
+    let able = all.iter().filter(|&&c| c >= n).count();
+    if able < sockets {
+        return Err(Miss::Never(format!(
+            "{what} per socket: {n} on each of {sockets} socket(s) wanted, node {} has {able} socket(s) with {n} such GPUs",
+            node.name
+        )));
+    }
+    let mut ready: Vec<usize> = (0..packages).filter(|&p| open[p].len() >= n).collect();
+    if ready.len() < sockets {
+        return Err(Miss::Busy(format!(
+            "{what} per socket: {n} free on each of {sockets} socket(s) wanted, node {} has {} socket(s) with that many free; it starts when running or suspended jobs free them",
+            node.name,
+            ready.len()
+        )));
+    }
+    ready.sort_by_key(|&p| (open[p].len(), p));
+    // N of a socket's free GPUs: one NUMA node's when one has N (fewest free first), else the lowest.
+    let pick = |p: usize| -> Vec<u32> {
+        let v = &open[p];
+        let mut numas: Vec<u32> = v.iter().filter_map(|&g| gpus[g as usize].numa).collect();
+        numas.sort_unstable();
+        numas.dedup();
+        let best = numas
+            .iter()
+            .map(|&m| v.iter().copied().filter(|&g| gpus[g as usize].numa == Some(m)).collect::<Vec<u32>>())
+            .filter(|here| here.len() >= n)
+            .min_by_key(|here| (here.len(), here[0]));
+        best.map_or_else(|| v[..n].to_vec(), |here| here[..n].to_vec())
+    };
+    // Combinations of `sockets` of the ready sockets, in order, the first GPU_CHOICES.
+    let mut out: Vec<Vec<u32>> = vec![];
+    let mut idx: Vec<usize> = (0..sockets).collect();
+    loop {
+        let mut set: Vec<u32> = idx.iter().flat_map(|&i| pick(ready[i])).collect();
+        set.sort_unstable();
+        out.push(set);
+        if out.len() >= GPU_CHOICES {
+            break;
+        }
+        // Next combination (lexicographic) of `sockets` indexes below ready.len().
+        let Some(i) = (0..sockets).rev().find(|&i| idx[i] < ready.len() - sockets + i) else { break };
+        idx[i] += 1;
+        for j in i + 1..sockets {
+            idx[j] = idx[j - 1] + 1;
+        }
+    }
     Ok(out)
 }
 

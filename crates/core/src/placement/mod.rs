@@ -122,6 +122,10 @@ pub struct JobRequest {
     /// The job's own GPU locality (`--gpu-locality`), over the policy's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_locality: Option<GpuLocality>,
+    /// `--gpus-per-socket`: the job's `gpus_per_node` are this many on each of
+    /// `gpus_per_node / gpus_per_socket` sockets (packages) of a node (0: any GPUs).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gpus_per_socket: u32,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -143,6 +147,7 @@ impl JobRequest {
             gpus_per_node: 0,
             gpu_type: None,
             gpu_locality: None,
+            gpus_per_socket: 0,
         }
     }
 
@@ -207,6 +212,7 @@ impl JobRequest {
             gpus_per_node,
             gpu_type: if gpus_per_node > 0 { request.gpu_type.as_ref().map(|t| t.to_ascii_lowercase()) } else { None },
             gpu_locality: if gpus_per_node > 0 { o.gpu_locality } else { None },
+            gpus_per_socket: request.gpus_per_socket()?.map_or(0, |(n, _)| n),
         })
     }
 

@@ -253,9 +253,16 @@ fn slurm_gpu_requests() {
     assert!(f.unsupported[0].1.contains("--gres=gpu:v100:1,nvme:10: generic resource \"nvme\""), "{:?}", f.unsupported);
     assert_eq!(f.options.gpus_per_node, Some(1));
     let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=1 --gpus=a100:1,v100:1\n").unwrap();
-    assert_eq!(f.unsupported.len(), 2, "{:?}", f.unsupported);
-    assert!(f.unsupported[0].1.contains("not supported yet"), "{:?}", f.unsupported);
-    assert!(f.unsupported[1].1.contains("several types"), "{:?}", f.unsupported);
+    assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
+    assert!(f.unsupported[0].1.contains("several types"), "{:?}", f.unsupported);
+    // Per socket (Slurm's --gpus-per-socket with --sockets-per-node) is read.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=a100:2 --sockets-per-node=2\n").unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    let o = &f.options;
+    assert_eq!((o.gpus_per_socket, o.sockets_per_node, o.gpu_type.as_deref()), (Some(2), Some(2), Some("a100")));
+    assert_eq!(o.request().gpus_per_socket().unwrap(), Some((2, 2)));
+    assert!(parse_foreign("#!/bin/sh\n#SBATCH --sockets-per-node=0\n").is_err());
+    assert!(parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=300\n").is_err());
     // Per-task GPUs and their binding, the CPUs and memory per GPU are read.
     let f = parse_foreign(
         "#!/bin/sh\n#SBATCH -n 4 --gpus-per-task=a100:1 --gpu-bind=verbose,closest\n#SBATCH --cpus-per-gpu=8 --mem-per-gpu=16G\n",

@@ -245,3 +245,103 @@ proptest! {
         }
     }
 }
+
+/// `--gpus-per-socket N --sockets-per-node S`: `S x N` GPUs a node.
+fn per_socket(cores: u32, n: u32, sockets: u32) -> JobRequest {
+    JobRequest { gpus_per_socket: n, ..job(cores, n * sockets) }
+}
+
+/// The package of each of `gpus`, counted: (package, GPUs there), by package.
+fn by_package(node: &NodeCapacity, gpus: &[u32]) -> Vec<(usize, usize)> {
+    let mut out: Vec<(usize, usize)> = vec![];
+    for &g in gpus {
+        let p = node.topology.gpus[g as usize].package.expect("emulated GPUs have a package");
+        match out.iter_mut().find(|(q, _)| *q == p) {
+            Some((_, c)) => *c += 1,
+            None => out.push((p, 1)),
+        }
+    }
+    out.sort_unstable();
+    out
+}
+
+/// Slurm's `--gpus-per-socket`: N GPUs on each of S sockets, never more on one, cores next to
+/// them; a socket count the node cannot give is never, GPUs taken are busy.
+#[test]
+fn gpus_per_socket_take_n_on_each_of_s_sockets() {
+    let mut n = gpu_node();
+    // One GPU on each of the two sockets, the job's 2 cores next to them.
+    let a = now(placed(std::slice::from_ref(&n), &per_socket(2, 1, 2)));
+    assert_eq!(by_package(&n, &a.gpus), [(0, 1), (1, 1)], "{:?}", a.gpus);
+    assert!(a.cpus.is_subset_of(&local(&n, &a.gpus)), "{a:?}");
+    // Two on one socket: of one NUMA node (its cores local to both).
+    let b = now(placed(std::slice::from_ref(&n), &per_socket(2, 2, 1)));
+    assert_eq!(by_package(&n, &b.gpus).len(), 1, "{:?}", b.gpus);
+    let numa: Vec<Option<u32>> = b.gpus.iter().map(|&g| n.topology.gpus[g as usize].numa).collect();
+    assert_eq!(numa[0], numa[1], "{:?}", b.gpus);
+    // Where a plain 2-GPU job may take GPUs anywhere, 2 per socket on 2 sockets is 4.
+    let c = now(placed(std::slice::from_ref(&n), &per_socket(4, 2, 2)));
+    assert_eq!(by_package(&n, &c.gpus), [(0, 2), (1, 2)]);
+    // Never: no socket has 5 GPUs; the node has 2 sockets, not 3.
+    for (req, words) in [(per_socket(1, 5, 1), "0 socket(s) with 5"), (per_socket(1, 1, 3), "has 2 socket(s) with 1")] {
+        match placed(std::slice::from_ref(&n), &req) {
+            Placement::Never(why) => assert!(why.contains("per socket") && why.contains(words), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+    // Busy: 3 of socket 0's GPUs and 3 of socket 1's held; 2 on one socket waits, 1 on each
+    // of the two fits, on the free ones.
+    let held: Vec<u32> = vec![0, 1, 2, 4, 5, 6];
+    let hold =
+        NodeAllocation { gpus: held.clone(), cpus: CpuSet::new(), memory_bytes: 0, numa_memory: vec![], ..a.clone() };
+    n.claim(&hold);
+    match placed(std::slice::from_ref(&n), &per_socket(1, 2, 1)) {
+        Placement::Busy(why) => assert!(why.contains("per socket") && why.contains("0 socket(s)"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let d = now(placed(std::slice::from_ref(&n), &per_socket(1, 1, 2)));
+    assert_eq!(d.gpus, [3, 7]);
+    // A type no GPU has: never.
+    let typed = JobRequest { gpu_type: Some("a100".into()), ..per_socket(1, 1, 1) };
+    assert!(matches!(placed(std::slice::from_ref(&n), &typed), Placement::Never(_)));
+}
+
+/// From options: `--gpus-per-socket 2 --sockets-per-node 2` is 4 GPUs a node, 2 a socket.
+#[test]
+fn gpus_per_socket_from_options() {
+    let o = crate::directives::SubmitOptions {
+        gpus_per_socket: Some(2),
+        sockets_per_node: Some(2),
+        cores: Some(4),
+        ..Default::default()
+    };
+    let r = JobRequest::from_options(&o).unwrap();
+    assert_eq!((r.gpus_per_node, r.gpus_per_socket), (4, 2));
+    let no_sockets = crate::directives::SubmitOptions { sockets_per_node: None, ..o.clone() };
+    assert!(JobRequest::from_options(&no_sockets).unwrap_err().to_string().contains("--sockets-per-node"));
+    let plain = crate::directives::SubmitOptions { gpus: Some(2), ..Default::default() };
+    assert_eq!(JobRequest::from_options(&plain).unwrap().gpus_per_socket, 0);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    /// Any per-socket job placed on a partly held node gets exactly N GPUs on each of S
+    /// distinct sockets, all of them free before.
+    #[test]
+    fn gpus_per_socket_are_n_on_each_of_s_sockets(held in proptest::collection::vec(any::<bool>(), 8), n in 1u32..=4, s in 1u32..=2, cores in 1u32..=4) {
+        let mut node = gpu_node();
+        let taken: Vec<u32> = (0..8).filter(|&g| held[g as usize]).collect();
+        let base = now(placed(std::slice::from_ref(&node), &job(1, 0)));
+        node.claim(&NodeAllocation { gpus: taken.clone(), cpus: CpuSet::new(), memory_bytes: 0, numa_memory: vec![], ..base });
+        if let Placement::Now(a) = placed(std::slice::from_ref(&node), &per_socket(cores, n, s)) {
+            let per = by_package(&node, &a[0].gpus);
+            prop_assert_eq!(per.len(), s as usize, "{:?}", a[0].gpus);
+            prop_assert!(per.iter().all(|&(_, c)| c == n as usize), "{:?}", per);
+            prop_assert!(a[0].gpus.iter().all(|g| !taken.contains(g)));
+        } else {
+            // Not placed: then fewer than S sockets have N free.
+            let free_on = |p: usize| (0..8u32).filter(|g| !taken.contains(g) && node.topology.gpus[*g as usize].package == Some(p)).count();
+            prop_assert!((0..2).filter(|&p| free_on(p) >= n as usize).count() < s as usize);
+        }
+    }
+}
