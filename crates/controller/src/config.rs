@@ -491,7 +491,7 @@ impl ControllerConfig {
             return invalid("fair_share", "shares must be numbers >= 0".into());
         }
         if let Err(why) = self.fair_share.check_weights() {
-            return invalid("fair_share", why);
+            return invalid("fair_share", why.to_string());
         }
         let p = &self.priority;
         if [p.age, p.size, p.queue, p.fair_share].iter().any(|w| *w < 0.0 || !w.is_finite()) || p.max_age_secs <= 0.0 {

@@ -47,14 +47,19 @@ impl FairShareConfig {
     }
 
     /// Why the weights cannot be used, if so (negative or not finite).
-    pub fn check_weights(&self) -> Result<(), String> {
+    pub fn check_weights(&self) -> Result<(), BadWeights> {
         let ok = |w: f64| w >= 0.0 && w.is_finite();
         if !ok(self.cpu_weight) || !self.gpu_weight.is_none_or(ok) {
-            return Err("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)".into());
+            return Err(BadWeights);
         }
         Ok(())
     }
 }
+
+/// Billing weights that cannot be used ([`FairShareConfig::check_weights`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)")]
+pub struct BadWeights;
 
 /// The GPU weight of a cluster whose config sets none: the PUs of its GPU nodes per GPU there
 /// (`nodes`: each node's PUs and GPUs), so a GPU is billed like the CPUs that come with it; 0

@@ -134,9 +134,13 @@ fn gpus_are_billed_by_their_weight_or_like_the_cpus_beside_them() {
     assert!(close(c.billing(8, 2, 16.0), 4.0 + 200.0));
     assert!(c.check_weights().is_ok());
     for bad in [-1.0, f64::NAN, f64::INFINITY] {
-        assert!(FairShareConfig { gpu_weight: Some(bad), ..config(1.0, &[]) }.check_weights().is_err());
-        assert!(FairShareConfig { cpu_weight: bad, ..config(1.0, &[]) }.check_weights().is_err());
+        assert_eq!(FairShareConfig { gpu_weight: Some(bad), ..config(1.0, &[]) }.check_weights(), Err(BadWeights));
+        assert_eq!(FairShareConfig { cpu_weight: bad, ..config(1.0, &[]) }.check_weights(), Err(BadWeights));
     }
+    assert_eq!(
+        BadWeights.to_string(),
+        "cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)"
+    );
     // 2 GPU nodes of 128 PUs and 8 GPUs, and CPU-only nodes (not counted): 16 PUs a GPU.
     assert!(close(auto_gpu_weight([(128, 8), (128, 8), (64, 0), (256, 0)]), 16.0));
     assert!(close(auto_gpu_weight([(64, 0)]), 0.0));
