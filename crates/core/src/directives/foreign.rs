@@ -70,6 +70,8 @@ pub enum DirectiveError {
     Gres { flag: String, item: String },
     #[error("{flag} needs a GPU count from 1 to {max}, got {value:?}")]
     GpuCount { flag: String, max: u32, value: String },
+    #[error("{flag} needs a socket count from 1 to {max}, got {value:?}")]
+    SocketCount { flag: String, max: u32, value: String },
     #[error(transparent)]
     Option(#[from] OptionError),
     #[error(transparent)]
@@ -374,11 +376,8 @@ fn slurm_line(
                 }
             }
             "--mem-per-cpu" => {
-                o.mem_per_cpu = Some(
-                    slurm_size(&v)
-                        .filter(|b| *b > 0)
-                        .ok_or_else(|| size(&flag, "2000 (MB) or 2G", &v))?,
-                )
+                o.mem_per_cpu =
+                    Some(slurm_size(&v).filter(|b| *b > 0).ok_or_else(|| size(&flag, "2000 (MB) or 2G", &v))?)
             }
             "-t" | "--time" => match slurm_time(&v) {
                 Some(Some(secs)) => o.walltime = Some(secs),
@@ -505,11 +504,8 @@ fn slurm_line(
             }
             "--cpus-per-gpu" => o.cpus_per_gpu = Some(count(&flag)?),
             "--mem-per-gpu" => {
-                o.mem_per_gpu = Some(
-                    slurm_size(&v)
-                        .filter(|b| *b > 0)
-                        .ok_or_else(|| size(&flag, "16000 (MB) or 16G", &v))?,
-                )
+                o.mem_per_gpu =
+                    Some(slurm_size(&v).filter(|b| *b > 0).ok_or_else(|| size(&flag, "16000 (MB) or 16G", &v))?)
             }
             "--gpus-per-task" | "--gpus-per-socket" => {
                 if v.contains(',') {
@@ -555,11 +551,10 @@ fn slurm_line(
                         .parse::<u32>()
                         .ok()
                         .filter(|s| (1..=crate::job::MAX_SOCKETS_PER_NODE).contains(s))
-                        .ok_or_else(|| {
-                            format!(
-                                "{flag} needs a socket count from 1 to {}, got {v:?}",
-                                crate::job::MAX_SOCKETS_PER_NODE
-                            )
+                        .ok_or_else(|| DirectiveError::SocketCount {
+                            flag: flag.to_string(),
+                            max: crate::job::MAX_SOCKETS_PER_NODE,
+                            value: v.to_string(),
                         })?,
                 )
             }
