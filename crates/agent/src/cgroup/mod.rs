@@ -186,15 +186,6 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     fn usage(&self) -> Result<CgroupUsage, CgroupError>;
     /// Change cpus/mems/memory limit of the existing cgroup.
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError>;
-    /// The job ended, `kill_all` emptied the cgroup and `usage` is what was read of it last:
-    /// [`JobCgroup::remove`] it, or, on a backend that keeps a spare
-    /// ([`CgroupBackend::make_spare`]) and has none, make it the spare when nothing of this
-    /// job can show in the next one's accounting, verdict or limits (counters that cannot be
-    /// reset, as v1's OOM kills and refused forks, are zero; the others are reset). Ok(true)
-    /// when it became the spare (no new one to make).
-    fn retire(&self, _usage: &CgroupUsage) -> Result<bool, CgroupError> {
-        self.remove().map(|()| false)
-    }
     /// rmdir in every hierarchy (nested cgroups such as rank sub-cpusets
     /// first, or the rmdir fails); it must be empty (`kill_all` first, which
     /// covers nested cgroups too). Retries briefly on EBUSY; Ok if already gone.

@@ -17,7 +17,6 @@ use super::*;
 mod jobs;
 mod launch;
 mod ranks;
-mod reuse;
 mod suspend;
 mod tree;
 

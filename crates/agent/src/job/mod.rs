@@ -251,11 +251,7 @@ pub(crate) fn cleanup_blocking(
 ) -> JobOutcome {
     let killed = cg.kill_all(KILL_DEADLINE);
     let usage = cg.usage();
-    // Emptied and read: it may become the next job's cgroup (JobCgroup::retire).
-    let removed = match (&killed, &usage) {
-        (Ok(()), Ok(u)) => cg.retire(u).map(|_| ()),
-        _ => cg.remove(),
-    };
+    let removed = cg.remove();
     if let Err(e) = killed.and(removed) {
         tracing::error!(job = %id, "cleanup of the job's cgroup failed: {e}");
     }

@@ -8,24 +8,15 @@ use std::time::Duration;
 use super::super::procs::{self, KillOps};
 use super::super::util::{self, io_err};
 use super::super::{CgroupError, CgroupUsage, JobCgroup, JobLimits};
-use super::spare::Spare;
 use super::V1Paths;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 /// A job cgroup in every v1 hierarchy.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct V1Job {
     pub(super) name: String,
     pub(super) paths: V1Paths,
     /// The subtree root's cpuset dir, source of "all CPUs" for empty lists.
     pub(super) root_cpuset: PathBuf,
-    /// The backend's spare (shared by its jobs): what `retire` may turn this cgroup into.
-    pub(super) spare: Arc<Spare>,
-    /// The job's cpuset directory was never given to a user other than root
-    /// (`chown_cpuset`): no one else can hold its files open for writing. False for a cgroup
-    /// found on disk (`open`), whose history is unknown.
-    pub(super) cpuset_private: AtomicBool,
 }
 
 impl V1Job {
@@ -106,6 +97,7 @@ impl JobCgroup for V1Job {
         procs::collect_procs(&self.paths.freezer, true, &mut set)?;
         Ok(set.into_iter().collect())
     }
+
 
     fn is_empty(&self) -> Result<bool, CgroupError> {
         Ok(self.pids()?.is_empty())
@@ -215,10 +207,6 @@ impl JobCgroup for V1Job {
         Ok(())
     }
 
-    fn retire(&self, usage: &CgroupUsage) -> Result<bool, CgroupError> {
-        self.retire_to_spare(usage)
-    }
-
     fn remove(&self) -> Result<(), CgroupError> {
         // remove_tree goes depth first: rank sub-cpusets before the job.
         for dir in self.paths.unique() {
@@ -241,9 +229,6 @@ impl JobCgroup for V1Job {
     }
 
     fn chown_cpuset(&self, uid: u32, gid: u32) -> Result<(), CgroupError> {
-        if uid != 0 {
-            self.cpuset_private.store(false, Ordering::Relaxed);
-        }
         util::chown_cgroup(&self.paths.cpuset, &["tasks", "cgroup.procs"], uid, gid)
     }
 }
@@ -327,13 +312,7 @@ mod tests {
             pids: None,
             devices: None,
         };
-        let job = V1Job {
-            name: "job_1".into(),
-            paths,
-            root_cpuset: dir,
-            spare: Default::default(),
-            cpuset_private: AtomicBool::new(true),
-        };
+        let job = V1Job { name: "job_1".into(), paths, root_cpuset: dir };
         (tmp, job)
     }
 
