@@ -1,6 +1,7 @@
 //! System tests of Open MPI programs (Debian's Open MPI 4.1, built with `mpicc.openmpi`)
 //! launched directly by `berth run` through the agents' PMIx server: one agent, then two
-//! (the modex crosses the control tree), MPI_Abort's code, and MPICH beside them.
+//! (the modex crosses the control tree), a 1 MiB-per-rank allgather, MPI_Abort's code, and
+//! MPICH beside them.
 
 mod common;
 
@@ -49,6 +50,12 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
     let (stdout, stderr) = text(&out);
     assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}");
+    // 1 MiB from every rank to every rank, each byte checked by each rank.
+    let args = base("allgather");
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "allgather: {stdout}{stderr}");
+    assert_allgather_ok(&stdout, n, 1);
     let t0 = Instant::now();
     let args = base("abort");
     let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -80,6 +87,11 @@ fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_th
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "MPICH hello: {stdout}{stderr}");
     assert_eq!(stdout.matches("hello from rank").count(), 4, "{stdout}");
+    let allgather = mpi_programs().join("allgather").display().to_string();
+    let out = c.run_step(&[], &["-n", "4", "--ntasks-per-node", "2", &allgather]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "MPICH allgather: {stdout}{stderr}");
+    assert_allgather_ok(&stdout, 4, 1);
     assert_no_job_cgroups(&c);
 }
 

@@ -237,7 +237,7 @@ pub fn openmpi_programs() -> &'static Path {
 }
 
 fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
-    const PROGRAMS: [&str; 6] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum"];
+    const PROGRAMS: [&str; 7] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather"];
     {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;
@@ -271,6 +271,33 @@ fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
             let _ = std::fs::remove_dir_all(&tmp);
         }
         out
+    }
+}
+
+/// What every rank of `allgather.c` (crates/agent/tests/mpi) prints when all `ranks` blocks
+/// of `mib` MiB arrived intact: the FNV-1a 64 checksum of the gathered buffer, computed here
+/// from the program's pattern.
+pub fn allgather_checksum(ranks: usize, mib: usize) -> String {
+    let block = mib << 20;
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for r in 0..ranks {
+        for i in 0..block {
+            let b = (r.wrapping_mul(131).wrapping_add(i.wrapping_mul(7)).wrapping_add(i >> 12)) as u8;
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// Every rank's line of `allgather.c` with `ranks` ranks of `mib` MiB is in `stdout`, and
+/// no rank saw a wrong byte.
+pub fn assert_allgather_ok(stdout: &str, ranks: usize, mib: usize) {
+    assert!(!stdout.contains("allgather bad"), "{stdout}");
+    let sum = allgather_checksum(ranks, mib);
+    let bytes = ranks * (mib << 20);
+    for r in 0..ranks {
+        let want = format!("allgather ok rank={r} bytes={bytes} checksum={sum}");
+        assert!(stdout.contains(&want), "no `{want}`: {stdout}");
     }
 }
 
