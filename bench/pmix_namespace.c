@@ -1,14 +1,17 @@
 /* bench/pmix_namespace.c (BENCHMARKS.md, issue 21): caller-side cost of one step's PMIx namespace on the agent's launch path: OLD = blocking
  * register (nspace + clients) + setup_fork per rank + blocking deregister; NEW = queued
- * register + queued deregister (setup_fork from a template: no call). 2 local ranks of 4. */
+ * register + queued deregister (setup_fork from a template: no call). 2 local ranks of 4.
+ * Argument 2 "bound": the local ranks are bound (CPUs 0 and 1: their PMIX_CPUSET and
+ * PMIX_LOCALITY_STRING are made too). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdint.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/stat.h>
-int berth_pmix_register(const char *, const char *, uint32_t, uint32_t, const char *const *, uint32_t, uint32_t,
-                        const uint32_t *, const uint32_t *, const char *, uint32_t, uint32_t, char *, size_t);
+int berth_pmix_register(const char *, const char *, uint32_t, const uint32_t *, uint32_t, const char *const *, uint32_t,
+                        uint32_t, const uint32_t *, const uint32_t *, const char *const *, const char *, uint32_t,
+                        uint32_t, char *, size_t);
 void berth_pmix_deregister(const char *nspace);
 #ifdef OLD
 int berth_pmix_init(const char *, void *, void *, void *, char *, size_t);
@@ -32,11 +35,16 @@ int main(int argc, char **argv) {
   const char *nodes[] = {"n0", "n1"};
   uint32_t rn[] = {0, 0, 1, 1}, rl[] = {0, 1, 0, 1};
   int N = argc > 1 ? atoi(argv[1]) : 200;
+  const char *cpus[] = {"0", "1", NULL, NULL};
+  const char *const *rank_cpus = argc > 2 && argv[2][0] == 'b' ? cpus : NULL;
   double *t = calloc(N, sizeof *t);
   for (int i = 0; i < N; i++) {
     char ns[64]; snprintf(ns, 64, "berth.%d.1", i);
     double t0 = now();
-    if (berth_pmix_register(ns, ns, 4, 0, nodes, 2, 0, rn, rl, dir, 1000, 1000, err, 512)) { puts(err); return 1; }
+    if (berth_pmix_register(ns, ns, 4, NULL, 1, nodes, 2, 0, rn, rl, rank_cpus, dir, 1000, 1000, err, 512)) {
+      puts(err);
+      return 1;
+    }
 #ifdef OLD
     for (int r = 0; r < 2; r++) { char **env; berth_pmix_setup_fork(ns, r, &env, err, 512); berth_pmix_free_env(env); }
 #endif
@@ -48,12 +56,13 @@ int main(int argc, char **argv) {
     usleep(3000);
   }
   qsort(t, N, sizeof *t, cmp);
-  printf("%s gds=%s: per step, caller side: median %.3f ms p10 %.3f p90 %.3f (n=%d)\n",
+  printf("%s%s gds=%s: per step, caller side: median %.3f ms p10 %.3f p90 %.3f (n=%d)\n",
 #ifdef OLD
     "old",
 #else
     "new",
 #endif
+    rank_cpus ? " bound" : "",
     getenv("PMIX_MCA_gds") ? getenv("PMIX_MCA_gds") : "default", t[N / 2], t[N / 10], t[N * 9 / 10], N);
   /* The server's rendezvous files stay in `dir` until PMIx_server_finalize; remove it by hand. */
   fprintf(stderr, "remove %s\n", dir);

@@ -152,3 +152,110 @@ fn open_mpi_runs_across_agents_in_network_namespaces() {
     openmpi_suite(&c, "4", "2", 2, &[], &[("OMPI_MCA_btl_tcp_if_include", "10.213.0.0/16")]);
     assert_no_job_cgroups(&c);
 }
+
+/// A CPU list ("0-1,4") as a set; None when it is not one.
+fn cpu_set(list: &str) -> Option<std::collections::BTreeSet<u32>> {
+    let mut set = std::collections::BTreeSet::new();
+    for part in list.split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => set.extend(a.parse::<u32>().ok()?..=b.parse::<u32>().ok()?),
+            None => {
+                set.insert(part.parse::<u32>().ok()?);
+            }
+        }
+    }
+    Some(set)
+}
+
+/// One line of `pmixbind.c`: its `key=value` words.
+fn words(line: &str) -> std::collections::HashMap<&str, &str> {
+    line.split_whitespace().filter_map(|w| w.split_once('=')).collect()
+}
+
+/// The CPUs of field `kind` (two letters: SK, CR, HT, ...) of a locality string
+/// ("SK0:L30:L20:L10:CR0:HT0:NM0").
+fn locality_field(locality: &str, kind: &str) -> std::collections::BTreeSet<u32> {
+    let field = locality.split(':').find_map(|f| f.strip_prefix(kind));
+    let field = field.unwrap_or_else(|| panic!("no {kind} in locality {locality:?}"));
+    cpu_set(field).unwrap_or_else(|| panic!("{kind} of {locality:?} is not a CPU list"))
+}
+
+/// CPU binding through PMIx, as Slurm's and PRRTE's servers give it: each bound rank's
+/// PMIX_CPUSET (libpmix's "hwloc:LIST") is the affinity it really has, its
+/// PMIX_LOCALITY_STRING names the same PUs, and a local peer's locality string is the one that
+/// peer reads of itself; Open MPI 4.1 computes its peers' locality from them (two ranks of a
+/// node on one package but distinct cores: an OMPI_COMM_TYPE_SOCKET split holds both, a
+/// core split one). Unbound ranks (`--binding none`) get neither key.
+#[test]
+fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up(2, TOPO);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixbind.c");
+    let prog = c.root().join("pmixbind");
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .expect("cannot run cc: install build-essential and libpmix-dev (scripts/setup.sh)");
+    assert!(built.success(), "cc pmixbind.c -lpmix failed: install libpmix-dev (scripts/setup.sh)");
+    let p = prog.display().to_string();
+    let layout = ["-n", "4", "--ntasks-per-node", "2"];
+    let run = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec!["--mpi", "pmix"];
+        args.extend_from_slice(&layout);
+        args.extend_from_slice(extra);
+        args.push(&p);
+        let out = c.run_step(&[], &args);
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "pmixbind {extra:?}: {stdout}{stderr}\n{}", c.logs());
+        let lines: Vec<String> = stdout.lines().filter(|l| l.starts_with("pmixbind ")).map(String::from).collect();
+        assert_eq!(lines.len(), 4, "{stdout}");
+        lines
+    };
+    let bound = run(&["--binding", "linear"]);
+    let by_rank: std::collections::HashMap<&str, std::collections::HashMap<&str, &str>> =
+        bound.iter().map(|l| words(l)).map(|w| (w["rank"], w)).collect();
+    assert_eq!(by_rank.len(), 4, "{bound:?}");
+    for w in by_rank.values() {
+        let affinity = cpu_set(w["affinity"]).unwrap_or_else(|| panic!("affinity: {w:?}"));
+        assert_eq!(affinity.len(), 1, "one core of one PU per rank: {w:?}");
+        let cpuset = w["cpuset"].strip_prefix("hwloc:").unwrap_or_else(|| panic!("PMIX_CPUSET: {w:?}"));
+        assert_eq!(cpu_set(cpuset), Some(affinity.clone()), "PMIX_CPUSET is the rank's affinity: {w:?}");
+        assert_eq!(locality_field(w["locality"], "HT"), affinity, "{w:?}");
+        // Its local peer (the other rank of its node) reads the locality that peer reads of itself.
+        let peer = by_rank.get(w["peer"]).unwrap_or_else(|| panic!("peer of {w:?}"));
+        assert_eq!(w["peer_locality"], peer["locality"], "{w:?} / {peer:?}");
+        let rel = u32::from_str_radix(w["relative"].trim_start_matches("0x"), 16)
+            .unwrap_or_else(|_| panic!("relative locality: {w:?}"));
+        for (kind, bit) in [("SK", 0x20), ("CR", 0x2), ("HT", 0x1)] {
+            let shared = !locality_field(w["locality"], kind).is_disjoint(&locality_field(peer["locality"], kind));
+            assert_eq!(rel & bit != 0, shared, "{kind} in {rel:#x}: {w:?} / {peer:?}");
+        }
+    }
+    for l in run(&["--binding", "none"]) {
+        let w = words(&l);
+        assert_eq!((w["cpuset"], w["locality"], w["relative"]), ("none", "none", "none"), "{l}");
+    }
+    // Open MPI's own view: by node, package and core, as the locality strings say.
+    let loc = openmpi_programs().join("locality").display().to_string();
+    let mut args = vec!["--mpi", "pmix"];
+    args.extend_from_slice(&layout);
+    args.extend_from_slice(&["--binding", "linear", &loc]);
+    let out = c.run_step(&OMPI_ENV, &args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "locality: {stdout}{stderr}");
+    for w in stdout.lines().filter(|l| l.starts_with("locality ")).map(words) {
+        let me = &by_rank[w["rank"]];
+        let peer = &by_rank[me["peer"]];
+        let with_peer = |kind: &str| {
+            1 + usize::from(!locality_field(me["locality"], kind).is_disjoint(&locality_field(peer["locality"], kind)))
+        };
+        let want = format!("node=2 socket={} core={}", with_peer("SK"), with_peer("CR"));
+        let got = format!("node={} socket={} core={}", w["node"], w["socket"], w["core"]);
+        assert_eq!(got, want, "rank {}: {stdout}", w["rank"]);
+    }
+    assert_eq!(stdout.matches("locality rank=").count(), 4, "{stdout}");
+    assert_no_job_cgroups(&c);
+}

@@ -122,6 +122,12 @@ impl StepGrant {
         berth_core::step::mpmd::rank_apps(&self.apps, self.size)
     }
 
+    /// Whether the ranks of application `appnum` are bound to their CPUs (its own `--binding`,
+    /// else the step's).
+    pub fn binds(&self, appnum: u32) -> bool {
+        self.apps.get(appnum as usize).and_then(|a| a.bind).unwrap_or(self.bind)
+    }
+
     /// What `rank` runs, given its application number (from [`Self::rank_apps`]).
     pub fn program_of(&self, rank: u32, appnum: u32) -> RankProgram<'_> {
         match self.apps.get(appnum as usize) {
@@ -133,7 +139,7 @@ impl StepGrant {
                 },
                 env: &app.env,
                 cwd: app.cwd.as_deref().unwrap_or(&self.cwd),
-                bind: app.bind.unwrap_or(self.bind),
+                bind: self.binds(appnum),
                 appnum,
                 app_rank: app.offset_of(rank).unwrap_or(0),
             },

@@ -308,6 +308,15 @@ fn pmix_namespace(
     if let Some(r) = rank_node.iter().position(|&n| n == u32::MAX) {
         return Err(format!("rank {r} of the step is on no node"));
     }
+    // A bound rank's host CPUs (its own sub-cpuset confines it as binding does): Open MPI
+    // computes its local peers' relative locality from them.
+    let mut rank_cpus = vec![None; size];
+    for r in &grant.nodes[node_index].ranks {
+        let app = rank_apps.get(r.rank as usize).copied().unwrap_or(0);
+        if grant.binds(app) || grant.rank_cpusets {
+            rank_cpus[r.rank as usize] = Some(ctx.cpumap.cpus(&r.cpus).to_list());
+        }
+    }
     let nsdir = job.tmpdir();
     let spec = crate::step::pmix::NamespaceSpec {
         name: format!("berth.{}.{}", grant.job, grant.step),
@@ -319,6 +328,7 @@ fn pmix_namespace(
         me: node_index as u32,
         rank_node,
         rank_local,
+        rank_cpus,
         nsdir: &nsdir,
         uid: grant.user.uid,
         gid: grant.user.gid,

@@ -237,7 +237,7 @@ pub fn openmpi_programs() -> &'static Path {
 }
 
 fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
-    const PROGRAMS: [&str; 7] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather"];
+    const PROGRAMS: [&str; 8] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather", "locality"];
     {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;

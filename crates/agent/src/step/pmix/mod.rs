@@ -48,6 +48,7 @@ mod sys {
             me: u32,
             rank_node: *const u32,
             rank_local: *const u32,
+            rank_cpus: *const *const c_char,
             nsdir: *const c_char,
             uid: u32,
             gid: u32,
@@ -59,6 +60,14 @@ mod sys {
             nspace: *const c_char,
             rank: u32,
             env: *mut *mut *mut c_char,
+            err: *mut c_char,
+            errlen: usize,
+        ) -> c_int;
+        #[cfg(test)]
+        pub fn berth_pmix_rank_binding(
+            cpus: *const c_char,
+            cpuset: *mut *mut c_char,
+            locality: *mut *mut c_char,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -277,6 +286,9 @@ pub struct NamespaceSpec<'a> {
     pub rank_node: Vec<u32>,
     /// Each rank's index among its node's ranks.
     pub rank_local: Vec<u32>,
+    /// Each bound local rank's host CPUs (indexed by rank; None for remote and unbound ranks;
+    /// empty: none bound): its `PMIX_CPUSET` and `PMIX_LOCALITY_STRING`.
+    pub rank_cpus: Vec<Option<String>>,
     /// A directory for the namespace (PMIX_NSDIR).
     pub nsdir: &'a Path,
     pub uid: u32,
@@ -300,6 +312,7 @@ impl Namespace {
         if spec.rank_node.len() != n
             || spec.rank_local.len() != n
             || spec.rank_app.len() != n
+            || !(spec.rank_cpus.is_empty() || spec.rank_cpus.len() == n)
             || spec.me as usize >= spec.nodes.len()
         {
             return Err(format!("inconsistent PMIx namespace {} (size {n})", spec.name));
@@ -315,12 +328,20 @@ impl Namespace {
         let nsdir = cstring("directory", &spec.nsdir.display().to_string())?;
         let nodes: Vec<CString> = spec.nodes.iter().map(|n| cstring("node name", n)).collect::<Result<_, _>>()?;
         let node_ptrs: Vec<*const c_char> = nodes.iter().map(|n| n.as_ptr()).collect();
+        let cpus: Vec<Option<CString>> = spec
+            .rank_cpus
+            .iter()
+            .map(|c| c.as_deref().map(|c| cstring("CPU list", c)).transpose())
+            .collect::<Result<_, _>>()?;
+        let cpu_ptrs: Vec<*const c_char> =
+            cpus.iter().map(|c| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())).collect();
         if let Ok(mut r) = routes().lock() {
             r.insert(spec.name.clone(), events);
         }
         let mut err = [0u8; ERR_LEN];
-        // SAFETY: NUL-terminated strings, `nodes.len()` node pointers, `size` entries in both
-        // rank arrays (checked above), all alive across the call; an ERR_LEN error buffer.
+        // SAFETY: NUL-terminated strings, `nodes.len()` node pointers, `size` entries in the
+        // rank arrays (checked above; the CPU lists' NULL when none), all alive across the
+        // call; an ERR_LEN error buffer.
         let rc = unsafe {
             sys::berth_pmix_register(
                 name.as_ptr(),
@@ -333,6 +354,7 @@ impl Namespace {
                 spec.me,
                 spec.rank_node.as_ptr(),
                 spec.rank_local.as_ptr(),
+                if cpu_ptrs.is_empty() { std::ptr::null() } else { cpu_ptrs.as_ptr() },
                 nsdir.as_ptr(),
                 spec.uid,
                 spec.gid,
@@ -463,6 +485,7 @@ mod tests {
             me: 0,
             rank_node: vec![0, 0, 1],
             rank_local: vec![0, 1, 0],
+            rank_cpus: vec![Some("0".into()), None, None],
             nsdir: tmp.path(),
             uid: unsafe_ids().0,
             gid: unsafe_ids().1,
@@ -486,6 +509,49 @@ mod tests {
         drop(ns);
         drop(ns2);
         assert!(routes().lock().unwrap().is_empty());
+    }
+
+    /// A bound rank's PMIX_CPUSET and PMIX_LOCALITY_STRING as libpmix formats them, from this
+    /// host's topology: CPU 0 is on package 0, core 0, PU 0; every online CPU is the PUs of
+    /// the whole host; a CPU list libpmix cannot read is refused.
+    #[test]
+    fn a_bound_ranks_cpuset_and_locality_are_libpmixs_own_strings() {
+        let tmp = tempfile::tempdir().unwrap();
+        ensure_server(&tmp.path().join("pmix")).expect("PMIx server");
+        let binding = |cpus: &str| -> Result<(String, String), String> {
+            let list = CString::new(cpus).unwrap();
+            let (mut set, mut loc) = (std::ptr::null_mut(), std::ptr::null_mut());
+            let mut err = [0u8; ERR_LEN];
+            // SAFETY: a NUL-terminated list, two out pointers, an ERR_LEN buffer; the strings
+            // returned are malloc'ed by libpmix and freed here.
+            unsafe {
+                if sys::berth_pmix_rank_binding(list.as_ptr(), &mut set, &mut loc, err.as_mut_ptr().cast(), ERR_LEN)
+                    != 0
+                {
+                    return Err(err_text(&err));
+                }
+                let out = (
+                    CStr::from_ptr(set).to_string_lossy().into_owned(),
+                    CStr::from_ptr(loc).to_string_lossy().into_owned(),
+                );
+                libc::free(set.cast());
+                libc::free(loc.cast());
+                Ok(out)
+            }
+        };
+        let (set, loc) = binding("0").expect("CPU 0");
+        assert_eq!(set, "hwloc:0");
+        let fields: Vec<&str> = loc.split(':').collect();
+        for want in ["SK0", "CR0", "HT0"] {
+            assert!(fields.contains(&want), "{loc}");
+        }
+        let all = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+        let (set, loc) = binding(all.trim()).expect("every CPU");
+        assert_eq!(set, format!("hwloc:{}", all.trim()));
+        assert!(loc.split(':').any(|f| f == format!("HT{}", all.trim())), "{loc}");
+        // libpmix reads no CPU out of it and has no locality for it: no data rather than wrong.
+        let bad = binding("zero").expect_err("a list of no CPU");
+        assert!(bad.contains("cannot describe CPUs zero"), "{bad}");
     }
 
     fn unsafe_ids() -> (u32, u32) {

@@ -242,14 +242,53 @@ int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abo
     return 0;
 }
 
+/* A bound local rank's PMIX_CPUSET and PMIX_LOCALITY_STRING, from its host CPUs `cpus` (a
+ * list such as "0-1,4"), as libpmix itself formats them ("hwloc:0-1,4" and e.g.
+ * "SK0:L30:L20-1:L10-1:CR0-1:HT0-1:NM0", from the server's view of this host's topology).
+ * Returns 0, or -1 with `err` set (both strings then NULL). */
+int berth_pmix_rank_binding(const char *cpus, char **cpuset, char **locality, char *err, size_t errlen)
+{
+    *cpuset = NULL;
+    *locality = NULL;
+    char spec[1024];
+    if ((size_t)snprintf(spec, sizeof spec, "hwloc:%s", cpus) >= sizeof spec) {
+        snprintf(err, errlen, "CPU list %.40s... too long", cpus);
+        return -1;
+    }
+    pmix_cpuset_t cs;
+    PMIX_CPUSET_CONSTRUCT(&cs);
+    pmix_status_t rc = PMIx_Parse_cpuset_string(spec, &cs);
+    if (rc != PMIX_SUCCESS) {
+        snprintf(err, errlen, "PMIx_Parse_cpuset_string(%s) failed: %s (%d)", spec, PMIx_Error_string(rc), rc);
+        return -1;
+    }
+    rc = PMIx_server_generate_cpuset_string(&cs, cpuset);
+    if (rc == PMIX_SUCCESS) {
+        rc = PMIx_server_generate_locality_string(&cs, locality);
+    }
+    PMIx_Cpuset_destruct(&cs);
+    if (rc != PMIX_SUCCESS || *cpuset == NULL || *locality == NULL) {
+        free(*cpuset);
+        free(*locality);
+        *cpuset = NULL;
+        *locality = NULL;
+        snprintf(err, errlen, "PMIx cannot describe CPUs %s: %s (%d)", cpus, PMIx_Error_string(rc), rc);
+        return -1;
+    }
+    return 0;
+}
+
 /* Register a step's namespace and its local clients.
  *   nodes[nnodes]: node names in node order; me: this node's index;
  *   rank_node[size], rank_local[size]: each rank's node index and its index among its node's ranks;
- *   rank_app[size]: each rank's application number (MPMD: its program), below napps; NULL: all 0. */
+ *   rank_app[size]: each rank's application number (MPMD: its program), below napps; NULL: all 0;
+ *   rank_cpus[size]: each local bound rank's host CPUs as a list ("0-1,4"), NULL for the others
+ *   (remote or unbound; rank_cpus itself may be NULL): its PMIX_CPUSET and
+ *   PMIX_LOCALITY_STRING, from which Open MPI computes its local peers' relative locality. */
 int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, const uint32_t *rank_app, uint32_t napps,
                         const char *const *nodes, uint32_t nnodes, uint32_t me, const uint32_t *rank_node,
-                        const uint32_t *rank_local, const char *nsdir, uint32_t uid, uint32_t gid,
-                        char *err, size_t errlen)
+                        const uint32_t *rank_local, const char *const *rank_cpus, const char *nsdir, uint32_t uid,
+                        uint32_t gid, char *err, size_t errlen)
 {
     pmix_status_t rc;
     /* Node names "a,b,c" and ranks per node "0,1;2,3" for PMIx's own regular expressions. */
@@ -334,7 +373,7 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, co
         say(err, errlen, "PMIx_generate_regex", rc);
         return -1;
     }
-    size_t njob = 16, ninfo = njob + napps + size;
+    size_t njob = 17, ninfo = njob + napps + size;
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, ninfo);
     size_t k = 0;
@@ -369,16 +408,52 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, co
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_SIZE, &nlocal, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_NODE_SIZE, &nlocal, PMIX_UINT32);
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_PEERS, peers, PMIX_STRING);
+    if (rank_cpus != NULL) {
+        /* The local ranks' CPU lists in PMIX_LOCAL_PEERS's order, colon-separated, "UNBOUND"
+         * for an unbound one (Open MPI 4.0 read this; 4.1 reads the locality strings). */
+        size_t cl = 1;
+        for (uint32_t r = 0; r < size; r++) {
+            if (rank_node[r] == me) {
+                cl += (rank_cpus[r] != NULL ? strlen(rank_cpus[r]) : 7) + 1;
+            }
+        }
+        char *lcpus = calloc(1, cl);
+        if (lcpus != NULL) {
+            int first = 1;
+            for (uint32_t r = 0; r < size; r++) {
+                if (rank_node[r] == me) {
+                    if (!first) {
+                        strcat(lcpus, ":");
+                    }
+                    first = 0;
+                    strcat(lcpus, rank_cpus[r] != NULL ? rank_cpus[r] : "UNBOUND");
+                }
+            }
+            PMIX_INFO_LOAD(&info[k++], PMIX_LOCAL_CPUSETS, lcpus, PMIX_STRING);
+            free(lcpus);
+        }
+    }
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCALLDR, &ldr, PMIX_PROC_RANK);
     PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, nodes[me], PMIX_STRING);
     PMIX_INFO_LOAD(&info[k++], PMIX_NSDIR, nsdir, PMIX_STRING);
     free(peers);
     free(node_map);
     free(proc_map);
-    /* Every rank's own data, remote ones included (no direct modex is needed for them). */
+    /* Every rank's own data, remote ones included (no direct modex is needed for them); a
+     * bound local rank's binding too. */
     for (uint32_t r = 0; r < size; r++) {
+        char *cpuset = NULL, *locality = NULL;
+        if (rank_cpus != NULL && rank_cpus[r] != NULL && rank_node[r] == me) {
+            char why[256];
+            if (berth_pmix_rank_binding(rank_cpus[r], &cpuset, &locality, why, sizeof why) != 0 && on_error != NULL) {
+                /* The rank runs without them, as an unbound one (Open MPI: on the node). */
+                char msg[320];
+                snprintf(msg, sizeof msg, "rank %u gets no PMIX_CPUSET/PMIX_LOCALITY_STRING: %s", r, why);
+                on_error(nspace, msg);
+            }
+        }
         pmix_data_array_t *arr;
-        PMIX_DATA_ARRAY_CREATE(arr, 8, PMIX_INFO);
+        PMIX_DATA_ARRAY_CREATE(arr, cpuset != NULL ? 10 : 8, PMIX_INFO);
         pmix_info_t *p = arr->array;
         pmix_rank_t rank = r, arank = app_rank[r];
         uint32_t appnum = rank_app ? rank_app[r] : 0;
@@ -392,6 +467,12 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, co
         PMIX_INFO_LOAD(&p[5], PMIX_NODE_RANK, &local, PMIX_UINT16);
         PMIX_INFO_LOAD(&p[6], PMIX_NODEID, &nodeid, PMIX_UINT32);
         PMIX_INFO_LOAD(&p[7], PMIX_HOSTNAME, nodes[nodeid < nnodes ? nodeid : 0], PMIX_STRING);
+        if (cpuset != NULL) {
+            PMIX_INFO_LOAD(&p[8], PMIX_CPUSET, cpuset, PMIX_STRING);
+            PMIX_INFO_LOAD(&p[9], PMIX_LOCALITY_STRING, locality, PMIX_STRING);
+            free(cpuset);
+            free(locality);
+        }
         PMIX_INFO_LOAD(&info[k++], PMIX_PROC_DATA, arr, PMIX_DATA_ARRAY);
         PMIX_DATA_ARRAY_FREE(arr);
     }
