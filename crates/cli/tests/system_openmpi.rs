@@ -259,3 +259,45 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
     assert_eq!(stdout.matches("locality rank=").count(), 4, "{stdout}");
     assert_no_job_cgroups(&c);
 }
+
+/// `--no-kill` under Open MPI: a lost rank is announced to the survivors as the PMIx event
+/// PMIX_ERR_PROC_ABORTED, on every node, to the handlers registered for it (an Open MPI
+/// program that registers one through libpmix sees it, naming the lost rank); Open MPI's own
+/// default handler, which would abort the job, is not given it: without a handler the
+/// survivors finalize as well.
+#[test]
+fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborted() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up(2, TOPO);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixevent.c");
+    let prog = c.root().join("pmixevent");
+    let built = std::process::Command::new("mpicc.openmpi")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .expect("cannot run mpicc.openmpi: install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)");
+    assert!(built.success(), "mpicc.openmpi pmixevent.c -lpmix failed: install libopenmpi-dev libpmix-dev");
+    let p = prog.display().to_string();
+    for mode in ["handler", "none"] {
+        let args = ["--no-kill", "--mpi", "pmix", "-n", "4", "--ntasks-per-node", "2", &p, mode];
+        let out = c.run_step(&OMPI_ENV, &args);
+        let (stdout, stderr) = text(&out);
+        // The step's status is its failed rank's (SIGKILL); the others ran to their end.
+        assert_eq!(out.status.code(), Some(137), "{mode}: {stdout}{stderr}");
+        assert!(stderr.contains("rank 3 on node2 killed by signal 9"), "{mode}: {stderr}");
+        let events = if mode == "handler" { 1 } else { 0 };
+        for r in 0..3 {
+            assert!(
+                stdout.contains(&format!("rank {r}: survived, {events} events")),
+                "{mode}, rank {r}: {stdout}{stderr}"
+            );
+            let seen = stdout.contains(&format!("rank {r}: event PROC-ABORTED for rank 3"));
+            assert_eq!(seen, mode == "handler", "{mode}, rank {r}: {stdout}");
+        }
+        assert!(!stdout.contains("not registered") && !stdout.contains("rank 3: survived"), "{mode}: {stdout}");
+    }
+    assert_no_process(&p);
+    assert_no_job_cgroups(&c);
+}

@@ -87,11 +87,30 @@ static pmix_status_t s_fence_nb(const pmix_proc_t procs[], size_t nprocs, const 
     return PMIX_SUCCESS;
 }
 
+/* A client registered an event handler for `codes`: libpmix asks the host for the
+ * environmental ones. berth raises its events itself (berth_pmix_notify_lost), so it accepts
+ * them all; without this upcall libpmix refuses every client's registration
+ * (PMIX_ERR_SERVER_FAILED_REQUEST) and no handler of a rank ever runs. */
+static pmix_status_t s_register_events(pmix_status_t *codes, size_t ncodes, const pmix_info_t info[], size_t ninfo,
+                                       pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)codes; (void)ncodes; (void)info; (void)ninfo; (void)cbfunc; (void)cbdata;
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
+static pmix_status_t s_deregister_events(pmix_status_t *codes, size_t ncodes, pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)codes; (void)ncodes; (void)cbfunc; (void)cbdata;
+    return PMIX_OPERATION_SUCCEEDED;
+}
+
 static pmix_server_module_t module = {
     .client_connected = s_client_connected,
     .client_finalized = s_client_finalized,
     .abort = s_abort,
     .fence_nb = s_fence_nb,
+    .register_events = s_register_events,
+    .deregister_events = s_deregister_events,
 };
 
 static void release_blob(void *cbdata)
@@ -573,18 +592,22 @@ void berth_pmix_deregister(const char *nspace)
     PMIx_server_deregister_nspace(ns, dereg_done, NULL);
 }
 
-/* Tell the namespace's ranks that `rank` ended abnormally (PMIX_ERR_PROC_ABORTED). */
+/* Tell the namespace's ranks that `rank` ended abnormally (PMIX_ERR_PROC_ABORTED). Only the
+ * handlers registered for that code get it, never default ones: Open MPI 4.1's default
+ * handler aborts the whole job on any event, which a --no-kill step must not do. */
 int berth_pmix_notify_lost(const char *nspace, uint32_t rank)
 {
     pmix_proc_t source;
     PMIX_PROC_LOAD(&source, nspace, rank);
     pmix_info_t *info;
-    PMIX_INFO_CREATE(info, 1);
+    bool yes = true;
+    PMIX_INFO_CREATE(info, 2);
     PMIX_INFO_LOAD(&info[0], PMIX_EVENT_AFFECTED_PROC, &source, PMIX_PROC);
+    PMIX_INFO_LOAD(&info[1], PMIX_EVENT_NON_DEFAULT, &yes, PMIX_BOOL);
     struct waiter w;
     waiter_init(&w);
     pmix_status_t rc = waiter_wait(
-        &w, PMIx_Notify_event(PMIX_ERR_PROC_ABORTED, &source, PMIX_RANGE_NAMESPACE, info, 1, op_done, &w));
-    PMIX_INFO_FREE(info, 1);
+        &w, PMIx_Notify_event(PMIX_ERR_PROC_ABORTED, &source, PMIX_RANGE_NAMESPACE, info, 2, op_done, &w));
+    PMIX_INFO_FREE(info, 2);
     return rc == PMIX_SUCCESS ? 0 : -1;
 }

@@ -1,0 +1,84 @@
+/* pmixevent.c: an Open MPI program that asks PMIx to be told of lost processes (argv[1]
+ * "handler": PMIx_Register_event_handler for PMIX_ERR_PROC_ABORTED; "none": no handler) in a
+ * `--no-kill` step. After a barrier the last rank kills itself (SIGKILL); each survivor waits
+ * up to 15 s for the event, prints "rank R: event CODE for rank L" for each one its handler
+ * saw, then "rank R: survived, N events" and finalizes. */
+#include <mpi.h>
+#include <pmix.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+static volatile int events = 0;
+static int me = -1;
+
+static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[], size_t ninfo,
+                     pmix_info_t results[], size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
+{
+    (void)id; (void)results; (void)nresults;
+    long lost = source != NULL ? (long)source->rank : -1;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_AFFECTED_PROC) && info[i].value.type == PMIX_PROC) {
+            lost = (long)info[i].value.data.proc->rank;
+        }
+    }
+    printf("rank %d: event %s for rank %ld\n", me, PMIx_Error_string(status), lost);
+    fflush(stdout);
+    events++;
+    if (cbfunc != NULL) {
+        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
+    }
+}
+
+static volatile int registered = 0;
+static volatile pmix_status_t reg_status = PMIX_SUCCESS;
+
+static void on_registered(pmix_status_t status, size_t ref, void *cbdata)
+{
+    (void)ref; (void)cbdata;
+    reg_status = status;
+    registered = 1;
+}
+
+int main(int argc, char **argv)
+{
+    int size;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    int handler = argc > 1 && strcmp(argv[1], "handler") == 0;
+    if (handler) {
+        /* The same libpmix client Open MPI runs on (PMIx_Init only counts one more user). */
+        pmix_proc_t proc;
+        if (PMIx_Init(&proc, NULL, 0) != PMIX_SUCCESS) {
+            printf("rank %d: PMIx_Init failed\n", me);
+            return 2;
+        }
+        pmix_status_t code = PMIX_ERR_PROC_ABORTED;
+        PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, on_registered, NULL);
+        for (int i = 0; i < 100 && !registered; i++) {
+            usleep(10000);
+        }
+        if (!registered || reg_status != PMIX_SUCCESS) {
+            printf("rank %d: handler not registered: %s\n", me, PMIx_Error_string(reg_status));
+            fflush(stdout);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (me == size - 1) {
+        fflush(stdout);
+        raise(SIGKILL);
+    }
+    for (int i = 0; i < 150 && (events == 0 || !handler); i++) {
+        usleep(100000);
+        if (!handler && i >= 30) {
+            break; /* 3 s: no handler, nothing to wait for */
+        }
+    }
+    printf("rank %d: survived, %d events\n", me, events);
+    fflush(stdout);
+    MPI_Finalize();
+    return 0;
+}
