@@ -593,8 +593,9 @@ void berth_pmix_deregister(const char *nspace)
 }
 
 /* Tell the namespace's ranks that `rank` ended abnormally (PMIX_ERR_PROC_ABORTED). Only the
- * handlers registered for that code get it, never default ones: Open MPI 4.1's default
- * handler aborts the whole job on any event, which a --no-kill step must not do. */
+ * handlers registered for that code get it, never default ones (PMIX_EVENT_NON_DEFAULT; libpmix
+ * 4.2 does not give them a server's events anyway): Open MPI 4.1's default handler aborts the
+ * whole job on any event, which a --no-kill step must not do. */
 int berth_pmix_notify_lost(const char *nspace, uint32_t rank)
 {
     pmix_proc_t source;
