@@ -229,6 +229,10 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
         assert_eq!(w["peer_locality"], peer["locality"], "{w:?} / {peer:?}");
         let rel = u32::from_str_radix(w["relative"].trim_start_matches("0x"), 16)
             .unwrap_or_else(|_| panic!("relative locality: {w:?}"));
+        // The node's PMIX_LOCAL_CPUSETS: its ranks' CPU lists in rank order (PMIX_LOCAL_PEERS's).
+        let rank = |x: &std::collections::HashMap<&str, &str>| x["rank"].parse::<u32>().unwrap();
+        let (lo, hi) = if rank(w) < rank(peer) { (w, peer) } else { (peer, w) };
+        assert_eq!(w["lcpus"], format!("{}:{}", lo["affinity"], hi["affinity"]), "{w:?}");
         for (kind, bit) in [("SK", 0x20), ("CR", 0x2), ("HT", 0x1)] {
             let shared = !locality_field(w["locality"], kind).is_disjoint(&locality_field(peer["locality"], kind));
             assert_eq!(rel & bit != 0, shared, "{kind} in {rel:#x}: {w:?} / {peer:?}");
@@ -237,6 +241,7 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
     for l in run(&["--binding", "none"]) {
         let w = words(&l);
         assert_eq!((w["cpuset"], w["locality"], w["relative"]), ("none", "none", "none"), "{l}");
+        assert_eq!(w["lcpus"], "UNBOUND:UNBOUND", "{l}");
     }
     // Open MPI's own view: by node, package and core, as the locality strings say.
     let loc = openmpi_programs().join("locality").display().to_string();

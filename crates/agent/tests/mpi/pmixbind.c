@@ -1,11 +1,11 @@
 /* pmixbind.c: a PMIx client that prints what the server says of its CPU binding and of a
  * local peer's, beside the binding it really has:
- *   "pmixbind rank=R cpuset=S locality=L affinity=A peer=P peer_locality=PL relative=X"
+ *   "pmixbind rank=R cpuset=S locality=L affinity=A peer=P peer_locality=PL relative=X lcpus=C"
  * S and L: PMIX_CPUSET and PMIX_LOCALITY_STRING of this rank ("none" when not given); A: its
  * affinity (sched_getaffinity) as a CPU list; P: the next local peer after this rank
  * (PMIX_LOCAL_PEERS, "none" when alone), PL its PMIX_LOCALITY_STRING, X the relative locality
  * of the two strings (PMIx_Get_relative_locality, hex; "none" without both strings, "errorN"
- * when PMIx fails with status N). */
+ * when PMIx fails with status N); C: the node's PMIX_LOCAL_CPUSETS ("none" when not given). */
 #define _GNU_SOURCE
 #include <pmix.h>
 #include <sched.h>
@@ -76,6 +76,7 @@ int main(void)
     }
     PMIX_LOAD_PROCID(&wild, me.nspace, PMIX_RANK_WILDCARD);
     char *peers = get_string(&wild, PMIX_LOCAL_PEERS);
+    char *lcpus = get_string(&wild, PMIX_LOCAL_CPUSETS);
     long other = -1;
     if (peers != NULL) {
         /* The next local peer after this rank, cyclically. */
@@ -117,13 +118,14 @@ int main(void)
             }
         }
     }
-    printf("pmixbind rank=%u cpuset=%s locality=%s affinity=%s peer=%s peer_locality=%s relative=%s\n", me.rank,
-           cpuset ? cpuset : "none", locality ? locality : "none", affinity, peer_name,
-           peer_locality ? peer_locality : "none", relative);
+    printf("pmixbind rank=%u cpuset=%s locality=%s affinity=%s peer=%s peer_locality=%s relative=%s lcpus=%s\n",
+           me.rank, cpuset ? cpuset : "none", locality ? locality : "none", affinity, peer_name,
+           peer_locality ? peer_locality : "none", relative, lcpus ? lcpus : "none");
     fflush(stdout);
     free(cpuset);
     free(locality);
     free(peers);
+    free(lcpus);
     free(peer_locality);
     PMIx_Finalize(NULL, 0);
     return 0;
