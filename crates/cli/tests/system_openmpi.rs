@@ -185,7 +185,8 @@ fn locality_field(locality: &str, kind: &str) -> std::collections::BTreeSet<u32>
 /// PMIX_LOCALITY_STRING names the same PUs, and a local peer's locality string is the one that
 /// peer reads of itself; Open MPI 4.1 computes its peers' locality from them (two ranks of a
 /// node on one package but distinct cores: an OMPI_COMM_TYPE_SOCKET split holds both, a
-/// core split one). Unbound ranks (`--binding none`) get neither key.
+/// core split one; unbound, without the strings, both splits hold one rank). Unbound ranks
+/// (`--binding none`) get neither key.
 #[test]
 fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
@@ -262,6 +263,16 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
         assert_eq!(got, want, "rank {}: {stdout}", w["rank"]);
     }
     assert_eq!(stdout.matches("locality rank=").count(), 4, "{stdout}");
+    // Unbound ranks, no locality strings: Open MPI knows only that its peer shares the node.
+    let mut args = vec!["--mpi", "pmix"];
+    args.extend_from_slice(&layout);
+    args.extend_from_slice(&["--binding", "none", &loc]);
+    let out = c.run_step(&OMPI_ENV, &args);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "locality, unbound: {stdout}{stderr}");
+    for r in 0..4 {
+        assert!(stdout.contains(&format!("locality rank={r} node=2 socket=1 core=1")), "{stdout}");
+    }
     assert_no_job_cgroups(&c);
 }
 
