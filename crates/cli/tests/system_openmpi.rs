@@ -303,6 +303,8 @@ fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborte
         // The step's status is its failed rank's (SIGKILL); the others ran to their end.
         assert_eq!(out.status.code(), Some(137), "{mode}: {stdout}{stderr}");
         assert!(stderr.contains("rank 3 on node2 killed by signal 9"), "{mode}: {stderr}");
+        // The survivors' MPI_Finalize returned: they exited 0.
+        assert!(stderr.contains("1 of 4 ranks failed"), "{mode}: {stderr}");
         let events = if mode == "handler" { 1 } else { 0 };
         for r in 0..3 {
             assert!(
