@@ -98,7 +98,6 @@ impl JobCgroup for V1Job {
         Ok(set.into_iter().collect())
     }
 
-
     fn is_empty(&self) -> Result<bool, CgroupError> {
         Ok(self.pids()?.is_empty())
     }
