@@ -760,7 +760,7 @@ impl Controller {
             self.reconcile_root_steps(index, steps, restarted, now)?;
         }
         if !restarted {
-            self.resync_suspensions(index);
+            self.resync_suspensions(index, now)?;
         }
         if was_down {
             match self.admin_down_reason(&reg.name) {

@@ -7,7 +7,7 @@ use crate::state::Controller;
 use crate::state::PassStats;
 use crate::store::StoreError;
 use crate::suspend::SuspendBy;
-use berth_core::job::{Allocation, NodeAllocation};
+use berth_core::job::Allocation;
 use berth_core::sched::backfill::Waiting;
 use berth_core::sched::preempt::Resume;
 use berth_core::sched::round::{PreemptStart, RoundDecisions};
@@ -72,13 +72,13 @@ impl Controller {
         now: f64,
     ) -> Result<(), StoreError> {
         for (id, how) in resumes {
-            let Some(old) = self.jobs.get(&id).map(|j| j.allocation.clone()) else { continue };
-            self.resume_with(id, parts_moved(&old, &how), now)?;
+            self.resume_with(id, &how, now);
         }
         for (id, why) in still_suspended {
-            self.resume_waits(*id, why)?;
+            self.resume_waits(*id, why);
         }
-        Ok(())
+        // What follows still writes directly.
+        self.carry_out_effects(now)
     }
 
     /// A job left waiting: its reason and expected start, shown to users. A member of an
@@ -122,13 +122,5 @@ impl Controller {
         let as_decided = alloc == p.alloc;
         self.start(p.id, alloc, now)?;
         Ok(as_decided)
-    }
-}
-
-/// Per part of `old`, where it resumes (None: in place).
-fn parts_moved(old: &Allocation, how: &Resume) -> Vec<Option<NodeAllocation>> {
-    match how {
-        Resume::InPlace => vec![None; old.len()],
-        Resume::Relocated(new) => old.iter().zip(new).map(|(o, n)| (o != n).then(|| n.clone())).collect(),
     }
 }
