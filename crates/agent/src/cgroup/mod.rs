@@ -97,6 +97,21 @@ pub struct CgroupUsage {
     pub pids_limit_hits: u64,
 }
 
+/// What [`JobCgroup::retire`] made of an ended job's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retired {
+    /// It is the spare now (its counters reset), for the next job to take.
+    Spare,
+    /// Removed: the backend keeps no ended job's cgroup, or a spare is there already.
+    Removed,
+    /// Removed: the job left what cannot be reset (an OOM kill or a refused fork counted, a
+    /// nested cgroup, device rules).
+    NotClean,
+    /// Removed: this much memory was still charged to it, after the kernel was asked to
+    /// reclaim it when that was little enough to try.
+    Charged { bytes: u64 },
+}
+
 /// Creates and removes the agent's cgroup subtree and its job cgroups.
 pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
     /// Create (idempotently) the agent's subtree root, e.g. relative path
@@ -186,6 +201,15 @@ pub trait JobCgroup: Send + Sync + std::fmt::Debug {
     fn usage(&self) -> Result<CgroupUsage, CgroupError>;
     /// Change cpus/mems/memory limit of the existing cgroup.
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError>;
+    /// The job ended, `kill_all` emptied the cgroup and `usage` is what was read of it last:
+    /// [`JobCgroup::remove`] it, or, on a backend that keeps a spare
+    /// ([`CgroupBackend::make_spare`]) and has none, make it the spare when nothing of this
+    /// job can show in the next one's accounting, verdict or limits (counters that cannot be
+    /// reset, as v1's OOM kills and refused forks, are zero; the others are reset). What
+    /// became of it: [`Retired::Spare`] needs no new spare made.
+    fn retire(&self, _usage: &CgroupUsage) -> Result<Retired, CgroupError> {
+        self.remove().map(|()| Retired::Removed)
+    }
     /// rmdir in every hierarchy (nested cgroups such as rank sub-cpusets
     /// first, or the rmdir fails); it must be empty (`kill_all` first, which
     /// covers nested cgroups too). Retries briefly on EBUSY; Ok if already gone.

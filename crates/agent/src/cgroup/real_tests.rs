@@ -17,6 +17,7 @@ use super::*;
 mod jobs;
 mod launch;
 mod ranks;
+mod reuse;
 mod suspend;
 mod tree;
 

@@ -9,7 +9,7 @@ use super::util::{self, io_err};
 use super::{CgroupBackend, CgroupError, JobCgroup, JobLimits, MountInfo};
 
 mod job;
-mod spare;
+pub(crate) mod spare;
 pub use job::V1Job;
 
 /// One directory per role; roles may share a directory when co-mounted.
@@ -36,6 +36,19 @@ impl V1Paths {
         }
     }
 
+    /// The same cgroup's directories, named `name` instead (a sibling in each hierarchy).
+    fn join_sibling(&self, name: &str) -> V1Paths {
+        let sib = |p: &PathBuf| p.parent().map(|d| d.join(name)).unwrap_or_else(|| PathBuf::from(name));
+        V1Paths {
+            cpuset: sib(&self.cpuset),
+            memory: sib(&self.memory),
+            freezer: sib(&self.freezer),
+            cpuacct: sib(&self.cpuacct),
+            pids: self.pids.as_ref().map(sib),
+            devices: self.devices.as_ref().map(sib),
+        }
+    }
+
     /// Distinct directories, cpuset first (it must be set up before others are joined).
     fn unique(&self) -> Vec<&Path> {
         let mut out: Vec<&Path> = Vec::new();
@@ -54,6 +67,8 @@ impl V1Paths {
 pub struct V1Backend {
     mounts: V1Paths,
     root_rel: PathBuf,
+    /// The spare child, shared with the jobs (which may become it: `JobCgroup::retire`).
+    spare: std::sync::Arc<spare::Spare>,
 }
 
 impl V1Backend {
@@ -100,7 +115,7 @@ impl V1Backend {
 
     /// Use explicit hierarchy mount points.
     pub fn with_mounts(mounts: V1Paths, root_rel: &str) -> Result<Self, CgroupError> {
-        Ok(V1Backend { mounts, root_rel: util::validate_rel(root_rel)? })
+        Ok(V1Backend { mounts, root_rel: util::validate_rel(root_rel)?, spare: Default::default() })
     }
 
     /// Directories of the subtree root.
@@ -113,12 +128,16 @@ impl V1Backend {
         Ok(self.job_unchecked(name))
     }
 
-    /// For names found on disk (cleanup must not trip over odd names).
+    /// For names found on disk (cleanup must not trip over odd names). Its cpuset counts as
+    /// given to a user (`V1Job::cpuset_private`) until `create` made it.
     fn job_unchecked(&self, name: &str) -> V1Job {
+        let root = self.root_paths();
         V1Job {
             name: name.to_string(),
-            paths: self.root_paths().join(Path::new(name)),
-            root_cpuset: self.root_paths().cpuset,
+            paths: root.join(Path::new(name)),
+            root_cpuset: root.cpuset,
+            spare: self.spare.clone(),
+            cpuset_private: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -179,14 +198,17 @@ impl CgroupBackend for V1Backend {
 
     fn create(&self, name: &str, limits: &JobLimits) -> Result<Box<dyn JobCgroup>, CgroupError> {
         let job = self.job(name)?;
+        job.cpuset_private.store(true, std::sync::atomic::Ordering::Relaxed);
         if self.take_spare(&job) {
-            return match job.update(limits) {
-                Ok(()) => Ok(Box::new(job)),
+            // A spare that was a job's (JobCgroup::retire) had its pids.max set back to "max".
+            match job.update(limits) {
+                Ok(()) => return Ok(Box::new(job)),
                 Err(e) => {
+                    // Made again below, from nothing: what the kernel refused was the spare's.
+                    tracing::debug!(error = %e, "the spare cgroup took no limits; making the job's");
                     remove_made(job.paths.unique());
-                    Err(e)
                 }
-            };
+            }
         }
         // No look before: a directory that exists fails its mkdir, and only those made here
         // are removed again (each file operation costs a launch ~15 us).

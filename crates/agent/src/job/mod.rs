@@ -6,7 +6,7 @@ pub mod shim;
 pub mod suspend;
 
 use crate::binding::HostBinding;
-use crate::cgroup::{JobCgroup, JobLimits};
+use crate::cgroup::{JobCgroup, JobLimits, Retired};
 use crate::job::cpusets::JobCpusets;
 use crate::job::shim::Status;
 use crate::ports::suspension::Suspension;
@@ -249,9 +249,31 @@ pub(crate) fn cleanup_blocking(
     pids_max: Option<u64>,
     outcome: JobOutcome,
 ) -> JobOutcome {
+    cleanup_retiring(id, cg, spool, pids_max, outcome).0
+}
+
+/// [`cleanup_blocking`], and what became of the job's cgroup (`JobCgroup::retire`; None when
+/// it was not emptied or not read, and so removed, or that failed).
+pub(crate) fn cleanup_retiring(
+    id: JobId,
+    cg: &dyn JobCgroup,
+    spool: &Path,
+    pids_max: Option<u64>,
+    outcome: JobOutcome,
+) -> (JobOutcome, Option<Retired>) {
     let killed = cg.kill_all(KILL_DEADLINE);
     let usage = cg.usage();
-    let removed = cg.remove();
+    // Emptied and read: it may become the next job's cgroup (JobCgroup::retire).
+    let (removed, retired) = match (&killed, &usage) {
+        (Ok(()), Ok(u)) => match cg.retire(u) {
+            Ok(r) => (Ok(()), Some(r)),
+            Err(e) => (Err(e), None),
+        },
+        _ => (cg.remove(), None),
+    };
+    if let Some(r) = retired.filter(|r| *r != Retired::Spare) {
+        tracing::debug!(job = %id, "job cgroup not kept as the spare: {r:?}");
+    }
     if let Err(e) = killed.and(removed) {
         tracing::error!(job = %id, "cleanup of the job's cgroup failed: {e}");
     }
@@ -278,7 +300,7 @@ pub(crate) fn cleanup_blocking(
             ));
         }
     }
-    outcome
+    (outcome, retired)
 }
 
 /// The spare spool directory (with its `tmp`) under the spool root, made ahead like the spare

@@ -7,16 +7,25 @@ use std::time::Duration;
 
 use super::super::procs::{self, KillOps};
 use super::super::util::{self, io_err};
-use super::super::{CgroupError, CgroupUsage, JobCgroup, JobLimits};
+use super::super::{CgroupError, CgroupUsage, JobCgroup, JobLimits, Retired};
+use super::spare::Spare;
 use super::V1Paths;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// A job cgroup in every v1 hierarchy.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct V1Job {
     pub(super) name: String,
     pub(super) paths: V1Paths,
     /// The subtree root's cpuset dir, source of "all CPUs" for empty lists.
     pub(super) root_cpuset: PathBuf,
+    /// The backend's spare (shared by its jobs): what `retire` may turn this cgroup into.
+    pub(super) spare: Arc<Spare>,
+    /// The job's cpuset directory was never given to a user other than root
+    /// (`chown_cpuset`): no one else can hold its files open for writing. False for a cgroup
+    /// found on disk (`open`), whose history is unknown.
+    pub(super) cpuset_private: AtomicBool,
 }
 
 impl V1Job {
@@ -206,6 +215,10 @@ impl JobCgroup for V1Job {
         Ok(())
     }
 
+    fn retire(&self, usage: &CgroupUsage) -> Result<Retired, CgroupError> {
+        self.retire_to_spare(usage)
+    }
+
     fn remove(&self) -> Result<(), CgroupError> {
         // remove_tree goes depth first: rank sub-cpusets before the job.
         for dir in self.paths.unique() {
@@ -228,6 +241,9 @@ impl JobCgroup for V1Job {
     }
 
     fn chown_cpuset(&self, uid: u32, gid: u32) -> Result<(), CgroupError> {
+        if uid != 0 {
+            self.cpuset_private.store(false, Ordering::Relaxed);
+        }
         util::chown_cgroup(&self.paths.cpuset, &["tasks", "cgroup.procs"], uid, gid)
     }
 }
@@ -311,7 +327,13 @@ mod tests {
             pids: None,
             devices: None,
         };
-        let job = V1Job { name: "job_1".into(), paths, root_cpuset: dir };
+        let job = V1Job {
+            name: "job_1".into(),
+            paths,
+            root_cpuset: dir,
+            spare: Default::default(),
+            cpuset_private: AtomicBool::new(true),
+        };
         (tmp, job)
     }
 

@@ -1,31 +1,76 @@
-//! The spare job cgroup: made ahead (after a job's end, at start), taken by the next
-//! `create`, which renames it in each hierarchy. A v1 cgroup's mkdir costs 25-65 µs per
-//! hierarchy (the kernel makes its files), a rename ~10: ~0.15 ms less on each launch's path
-//! (BENCHMARKS.md, issue 4). A fresh cgroup never held a process: nothing of an earlier job is
-//! in its accounting.
+//! The spare job cgroup: taken by the next `create`, which renames it in each hierarchy. A v1
+//! cgroup's mkdir costs 25-65 µs per hierarchy (the kernel makes its files), its rmdir as much
+//! again plus the kernel's deferred freeing, a rename ~8: a spare made ahead takes the mkdirs
+//! off the launch's path (BENCHMARKS.md, issue 4), and an ended job's cgroup that becomes the
+//! spare (`retire`) saves both the rmdirs and the mkdirs (issue 19).
+//!
+//! A retired cgroup must be as good as a new one: only a cgroup whose job left nothing that
+//! cannot be reset is retired so (no OOM kill and no refused fork counted: v1 cannot reset
+//! `memory.oom_control`'s `oom_kill` nor `pids.events`; no nested cgroup; at most
+//! [`LEFT_MAX`] bytes still charged to its memory cgroup, after `memory.force_empty` when
+//! more was, up to [`RECLAIM_MAX`] and no tmpfs page (the kernel frees an exited process's
+//! memory and the charges it caches per CPU some time after the exit); no `devices` rules,
+//! which can only be added), and its resettable counters are reset before it is one (CPU time, peak memory,
+//! failure counts), its process limit set back to none. Its cpuset directory is kept only if
+//! it never was a user's (`chown_cpuset`): a user may still hold its `tasks` file open for
+//! writing, which a rename would carry over to the next job; it is made anew otherwise.
 
 use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use super::{util, V1Backend, V1Job};
-use crate::cgroup::CgroupError;
+use crate::cgroup::{CgroupError, CgroupUsage, JobCgroup, Retired};
 
 /// The spare's name under the agent's root (never a job's: those are `job_<id>`).
 pub const SPARE: &str = "spare";
 
+/// The most an ended job may still have charged to its memory cgroup (kernel objects not
+/// freed yet, page cache its files left) for the cgroup to become the spare: the next job's
+/// peak starts from it (`memory.max_usage_in_bytes` resets to the current usage). A job that
+/// leaves more (files in its page cache, tmpfs) gets a new memory cgroup.
+pub const LEFT_MAX: u64 = 512 << 10;
+
+/// Above [`LEFT_MAX`] and up to this much charged, the kernel is asked to reclaim it
+/// (`memory.force_empty`) before the cgroup is given up; more is a job's data in the page
+/// cache, which is not evicted for a spare's sake.
+pub const RECLAIM_MAX: u64 = 2 << 20;
+
+/// Whether the spare is known to be there whole, behind the lock that orders taking,
+/// making and retiring it (jobs start and end on several threads).
+#[derive(Debug, Default)]
+pub struct Spare {
+    whole: Mutex<bool>,
+}
+
+impl Spare {
+    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+        self.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
 impl V1Backend {
     /// Make the spare, unless there is one.
     pub(super) fn make_spare_dirs(&self) -> Result<(), CgroupError> {
+        let mut whole = self.spare.lock();
+        if *whole {
+            return Ok(());
+        }
         let spare = self.job_unchecked(SPARE);
         for dir in spare.paths.unique() {
             util::create_dir(dir)?; // false: already there
         }
-        oom_killer_on(&spare.paths.memory)
+        oom_killer_on(&spare.paths.memory)?;
+        *whole = true;
+        Ok(())
     }
 
     /// Rename the spare to `job`'s directories; false (and nothing changed) if there is no
     /// complete spare or `job` exists in some hierarchy.
     pub(super) fn take_spare(&self, job: &V1Job) -> bool {
+        let mut whole = self.spare.lock();
+        *whole = false;
         let spare = self.job_unchecked(SPARE);
         let pairs: Vec<(&Path, &Path)> = spare.paths.unique().into_iter().zip(job.paths.unique()).collect();
         let moved = pairs.iter().take_while(|(from, to)| std::fs::rename(from, to).is_ok()).count();
@@ -41,6 +86,107 @@ impl V1Backend {
             }
         }
         false
+    }
+}
+
+impl V1Job {
+    /// [`JobCgroup::retire`]: the spare if there is none and nothing of the job can outlive it
+    /// there (see the module's comment), else removed.
+    pub(super) fn retire_to_spare(&self, usage: &CgroupUsage) -> Result<Retired, CgroupError> {
+        let verdict = self.may_become_spare(usage);
+        if verdict != Retired::Spare {
+            self.remove()?;
+            return Ok(verdict);
+        }
+        let mut whole = self.spare.lock();
+        if *whole {
+            drop(whole);
+            self.remove()?;
+            return Ok(Retired::Removed);
+        }
+        match self.become_spare() {
+            Ok(()) => {
+                *whole = true;
+                Ok(Retired::Spare)
+            }
+            Err(e) => {
+                drop(whole);
+                // What was renamed already is a part of the spare (make_spare completes it).
+                tracing::debug!(job = %self.name, error = %e, "the job's cgroup could not become the spare");
+                self.remove()?;
+                Ok(Retired::Removed)
+            }
+        }
+    }
+
+    /// [`Retired::Spare`] if this cgroup may become the spare, else why not.
+    fn may_become_spare(&self, usage: &CgroupUsage) -> Retired {
+        if usage.oom_kills != 0 || usage.pids_limit_hits != 0 || self.paths.devices.is_some() {
+            return Retired::NotClean;
+        }
+        // A cgroup directory's link count is 2 plus its nested cgroups (rank sub-cpusets,
+        // or the job's own).
+        let nested =
+            |dir: &Path| std::fs::symlink_metadata(dir).map(|m| std::os::unix::fs::MetadataExt::nlink(&m) != 2);
+        if self.paths.unique().into_iter().any(|d| nested(d).unwrap_or(true)) {
+            return Retired::NotClean;
+        }
+        let mem = &self.paths.memory;
+        let charged =
+            || -> Option<u64> { util::read_optional(&mem.join("memory.usage_in_bytes")).ok()??.trim().parse().ok() };
+        let Some(left) = charged() else { return Retired::NotClean };
+        if left <= LEFT_MAX {
+            return Retired::Spare;
+        }
+        if left > RECLAIM_MAX || self.holds_shmem() {
+            return Retired::Charged { bytes: left };
+        }
+        // What is left after a short job is mostly the kernel's: memory of its exited processes
+        // not freed yet, and charges cached per CPU; `memory.force_empty` drains those and
+        // reclaims the page cache the job's files left (an empty cgroup only, as this is).
+        if let Err(e) = util::write_value(&mem.join("memory.force_empty"), "0") {
+            tracing::debug!(job = %self.name, error = %e, "memory.force_empty refused");
+        }
+        match charged() {
+            Some(n) if n <= LEFT_MAX => Retired::Spare,
+            Some(n) => Retired::Charged { bytes: n },
+            None => Retired::NotClean,
+        }
+    }
+
+    /// Whether tmpfs or shared memory pages are charged to the job (a file it left in
+    /// /dev/shm): never reclaimed for a spare (that would push a user's file to swap).
+    fn holds_shmem(&self) -> bool {
+        let stat = util::read_optional(&self.paths.memory.join("memory.stat"));
+        !matches!(stat.map(|t| t.and_then(|t| util::keyed_u64(&t, "shmem"))), Ok(Some(0)))
+    }
+
+    /// Reset what the job counted, then rename each directory to the spare's; a cpuset
+    /// directory that was a user's is removed and the spare's made anew.
+    fn become_spare(&self) -> Result<(), CgroupError> {
+        util::write_value(&self.paths.cpuacct.join("cpuacct.usage"), "0")?;
+        let mem = &self.paths.memory;
+        util::write_value(&mem.join("memory.max_usage_in_bytes"), "0")?;
+        util::write_value(&mem.join("memory.failcnt"), "0")?;
+        if util::write_optional(&mem.join("memory.memsw.max_usage_in_bytes"), "0")? {
+            util::write_value(&mem.join("memory.memsw.failcnt"), "0")?;
+        }
+        if let Some(dir) = &self.paths.pids {
+            util::write_value(&dir.join("pids.max"), "max")?;
+        }
+        let keep_cpuset = self.cpuset_private.load(Ordering::Relaxed);
+        let spare = self.paths.join_sibling(SPARE);
+        for (from, to) in self.paths.unique().into_iter().zip(spare.unique()) {
+            if from == self.paths.cpuset && !keep_cpuset {
+                util::remove_tree(from, util::RMDIR_WAIT)?;
+                if !util::create_dir(to)? {
+                    return Err(CgroupError::AlreadyExists { path: to.to_path_buf() });
+                }
+                continue;
+            }
+            std::fs::rename(from, to).map_err(|e| util::io_err("rename to the spare", from, e))?;
+        }
+        Ok(())
     }
 }
 
