@@ -220,6 +220,7 @@ impl CgroupBackend for V1Backend {
                 }
                 created.push(dir.to_path_buf());
             }
+            spare::memory_migrate_on(&job.paths.cpuset)?;
             job.update(limits)?;
             spare::oom_killer_on(&job.paths.memory)?;
             // A new freezer cgroup takes its parent's state: thawed (berth never freezes its

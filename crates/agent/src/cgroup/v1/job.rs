@@ -188,10 +188,8 @@ impl JobCgroup for V1Job {
     }
 
     fn update(&self, limits: &JobLimits) -> Result<(), CgroupError> {
-        // Pages follow a change of cpuset.mems (a suspended job resumed elsewhere); v2 always
-        // migrates. Set before the mems are written; absent on kernels without it.
-        // Written without reading it first: every file operation here is on a launch's path.
-        util::write_optional(&self.paths.cpuset.join("cpuset.memory_migrate"), "1")?;
+        // cpuset.memory_migrate is on since the directory was made (`memory_migrate_on`): not
+        // written again here, on every launch's path.
         // Empty lists mean "everything the subtree root has".
         for (file, value) in [("cpuset.cpus", &limits.cpus), ("cpuset.mems", &limits.mems)] {
             let value = if value.trim().is_empty() {
@@ -405,7 +403,7 @@ mod tests {
     }
 
     #[test]
-    fn update_turns_on_memory_migration() {
+    fn update_writes_the_lists_and_memory_migration_is_turned_on_once() {
         let files = [("cpuset.cpus", ""), ("cpuset.mems", ""), ("cpuset.memory_migrate", "0\n")];
         let (_t, job) = fixture(&[files[0], files[1], files[2], ("memory.limit_in_bytes", "")]);
         let limits = JobLimits {
@@ -417,7 +415,9 @@ mod tests {
         };
         job.update(&limits).unwrap();
         let read = |f: &str| std::fs::read_to_string(job.paths.cpuset.join(f)).unwrap();
-        assert_eq!([read("cpuset.memory_migrate"), read("cpuset.cpus"), read("cpuset.mems")], ["1", "2-3", "1"]);
+        assert_eq!([read("cpuset.memory_migrate"), read("cpuset.cpus"), read("cpuset.mems")], ["0\n", "2-3", "1"]);
+        super::super::spare::memory_migrate_on(&job.paths.cpuset).unwrap();
+        assert_eq!(read("cpuset.memory_migrate"), "1");
     }
 
     #[test]

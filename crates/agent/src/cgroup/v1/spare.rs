@@ -62,6 +62,7 @@ impl V1Backend {
             util::create_dir(dir)?; // false: already there
         }
         oom_killer_on(&spare.paths.memory)?;
+        memory_migrate_on(&spare.paths.cpuset)?;
         *whole = true;
         Ok(())
     }
@@ -182,12 +183,20 @@ impl V1Job {
                 if !util::create_dir(to)? {
                     return Err(CgroupError::AlreadyExists { path: to.to_path_buf() });
                 }
+                memory_migrate_on(to)?;
                 continue;
             }
             std::fs::rename(from, to).map_err(|e| util::io_err("rename to the spare", from, e))?;
         }
         Ok(())
     }
+}
+
+/// A job's pages follow a change of its `cpuset.mems` (a suspended job resumed elsewhere; v2
+/// always migrates): written once, when a job's cpuset directory is made (a new job's, the
+/// spare's), before its mems are; absent on kernels without it.
+pub(super) fn memory_migrate_on(cpuset_dir: &Path) -> Result<(), CgroupError> {
+    util::write_optional(&cpuset_dir.join("cpuset.memory_migrate"), "1").map(|_| ())
 }
 
 /// Children inherit memory.oom_control's oom_kill_disable; berth wants the OOM killer on.
