@@ -6,7 +6,7 @@
 //! [`CHECK_ARG`] with [`check_reply`] (it starts faster: no daemon libraries, and a static,
 //! non-relocated executable in release builds), else `berthd` itself; both run [`main`]
 //! for [`SHIM_ARG`] before anything else. The shim starts the script, waits for it, writes its
-//! exit status to `<spool>/exit_status` (tmp + rename) and ends the same way: the same exit
+//! exit status to `<spool>/exit_status` (in place: a part of it never decodes) and ends the same way: the same exit
 //! code, or killed by the same signal. An agent that is alive sees the script's status as the
 //! shim's; an agent restarted while the job ran (re-adoption, see the agent's `adopt.rs`)
 //! waits for the shim with a pidfd and reads the file.
@@ -134,16 +134,40 @@ pub fn main(args: &[OsString]) -> ! {
             Status::LaunchError(e.raw_os_error().unwrap_or(libc::ENOEXEC))
         }
     };
-    let path = std::path::Path::new(status_file);
-    let mut tmp = OsString::from(status_file);
-    tmp.push(".tmp");
-    if std::fs::write(&tmp, status.encode()).and_then(|_| std::fs::rename(&tmp, path)).is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
+    write_status(std::path::Path::new(status_file), status);
     match status {
         Status::Code(c) => std::process::exit(c),
         Status::LaunchError(_) => std::process::exit(CANNOT_EXEC),
         Status::Signal(s) => die_of(s),
+    }
+}
+
+/// Write the status file in place, with one write: no temporary file and rename, since a part
+/// of it never decodes ([`Status::decode`] needs the closing brace, written last) and the
+/// agent reads it only once the shim is gone. Anything but a plain file the script may have
+/// left in its place (a symbolic link, a FIFO) is replaced, never written through or waited on.
+fn write_status(path: &std::path::Path, status: Status) {
+    use std::os::unix::fs::OpenOptionsExt;
+    let open = |new: bool| {
+        let mut o = std::fs::OpenOptions::new();
+        o.write(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK);
+        if new {
+            o.create_new(true);
+        } else {
+            o.create(true).truncate(true);
+        }
+        o.open(path)
+    };
+    let plain = open(false).ok().filter(|f| f.metadata().is_ok_and(|m| m.file_type().is_file()));
+    let file = match plain {
+        Some(f) => Ok(f),
+        None => {
+            let _ = std::fs::remove_file(path);
+            open(true)
+        }
+    };
+    if let Ok(mut f) = file {
+        let _ = f.write_all(status.encode().as_bytes());
     }
 }
 
@@ -177,4 +201,64 @@ fn die_of(sig: libc::c_int) -> ! {
     }
     // A signal whose default is not to end the process (it could not have killed the script).
     std::process::exit(128 + sig)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("berth-shim-test-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir(&dir).unwrap();
+        dir
+    }
+
+    /// The status replaces a longer one in place, and nothing but the status file is made.
+    #[test]
+    fn the_status_is_written_in_place() {
+        let dir = scratch("in-place");
+        let path = dir.join(STATUS_FILE);
+        std::fs::write(&path, "{\"launch_error\":2}\n{\"signal\":9}\n").unwrap();
+        write_status(&path, Status::Code(3));
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "{\"exit_code\":3}\n");
+        assert_eq!(Status::read(&dir), Some(Status::Code(3)));
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, [STATUS_FILE]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// What a write cut short leaves (any prefix of the encoding) never decodes as a status.
+    #[test]
+    fn no_part_of_a_status_decodes() {
+        for s in [Status::Code(0), Status::Code(127), Status::Signal(9), Status::LaunchError(13)] {
+            let text = s.encode();
+            let whole = text.trim_end().len();
+            for cut in 0..whole {
+                assert_eq!(Status::decode(&text[..cut]), None, "{:?}", &text[..cut]);
+            }
+            assert_eq!(Status::decode(&text[..whole]), Some(s));
+        }
+    }
+
+    /// A symbolic link or a FIFO the script left as the status file is replaced by the status,
+    /// not written through nor waited on.
+    #[test]
+    fn a_link_or_a_fifo_in_its_place_is_replaced() {
+        let dir = scratch("link");
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, "x").unwrap();
+        std::os::unix::fs::symlink(&target, dir.join(STATUS_FILE)).unwrap();
+        write_status(&dir.join(STATUS_FILE), Status::Code(4));
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "x");
+        assert_eq!(Status::read(&dir), Some(Status::Code(4)));
+        std::fs::remove_file(dir.join(STATUS_FILE)).unwrap();
+        let fifo = std::ffi::CString::new(dir.join(STATUS_FILE).into_os_string().into_encoded_bytes()).unwrap();
+        // SAFETY: a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+        write_status(&dir.join(STATUS_FILE), Status::Signal(9)); // returns: no reader awaited
+        assert!(std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap().file_type().is_file());
+        assert_eq!(Status::read(&dir), Some(Status::Signal(9)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
