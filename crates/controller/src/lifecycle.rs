@@ -2,11 +2,13 @@
 //! allocation), the launch orders, kills, and its end (steps closed, what is left of it
 //! killed, its resources freed, dropped from memory).
 
+use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::NodeState;
+use berth_core::sched::ClusterState;
 use berth_core::JobId;
 use berth_protocol::agent::{ControllerMessage, LaunchSpec};
 
@@ -39,19 +41,15 @@ impl Controller {
         }
     }
 
-    pub(crate) fn start(&mut self, id: JobId, alloc: Allocation, now: f64) -> Result<(), StoreError> {
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-        self.cluster.claim(&alloc);
-        job.state = JobState::Running;
-        job.start_time = Some(now);
-        job.allocation = alloc;
-        job.reason = None;
-        self.store.update_job(job)?;
-        let node_name = job.allocation[0].node.clone();
+    /// Start job `id` on `alloc` (the round's decision), by [`started`]; the hook told, and
+    /// `Launch` to every node of its allocation queued behind its row and event.
+    pub(crate) fn start(&mut self, id: JobId, alloc: Allocation, now: f64) {
+        let Some(job) = self.jobs.get_mut(&id) else { return };
+        let effects = started(job, &mut self.cluster, alloc, now);
         crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Begin);
-        self.store.event(now, "start", Some(id), Some(&node_name), "")?;
-        self.launch_all(id);
-        Ok(())
+        self.queue(effects);
+        let orders = self.launch_orders(id).into_iter().map(|(node, msg)| Effect::Send { node, msg });
+        self.queue(orders.collect::<Vec<_>>());
     }
 
     /// What node `k` (index in the allocation) of a running job is told to launch.
@@ -117,13 +115,19 @@ impl Controller {
     /// Send a running job's launch to every node of its allocation (the first one runs the
     /// batch script; the others hold the job's cgroup for its steps).
     pub fn launch_all(&mut self, id: JobId) {
-        let Some(job) = self.jobs.get(&id) else { return };
-        let msgs: Vec<(usize, LaunchSpec)> = (0..job.allocation.len())
-            .map(|k| (job.allocation[k].node_id.0 as usize, self.launch_spec(job, k)))
-            .collect();
-        for (node, spec) in msgs {
-            self.send_to_node(node, ControllerMessage::Launch(Box::new(spec)));
+        for (node, msg) in self.launch_orders(id) {
+            self.send_to_node(node, msg);
         }
+    }
+
+    /// `Launch` for each node of running job `id`'s allocation, by node index.
+    fn launch_orders(&self, id: JobId) -> Vec<(usize, ControllerMessage)> {
+        let Some(job) = self.jobs.get(&id) else { return vec![] };
+        (0..job.allocation.len())
+            .map(|k| {
+                (job.allocation[k].node_id.0 as usize, ControllerMessage::Launch(Box::new(self.launch_spec(job, k))))
+            })
+            .collect()
     }
 
     /// Send a kill for job `id` to every node of `alloc` but `except`.
@@ -171,4 +175,16 @@ fn output_at_start(job: &JobRecord, path: &str) -> String {
         }
         _ => path.to_string(),
     }
+}
+
+/// Queued `job` starts at `now` on `alloc`: claimed on `cluster`, running; its row, then the
+/// event (on its first node), to write in that order. Needs no store.
+pub(crate) fn started(job: &mut JobRecord, cluster: &mut ClusterState, alloc: Allocation, now: f64) -> Vec<Effect> {
+    cluster.claim(&alloc);
+    job.state = JobState::Running;
+    job.start_time = Some(now);
+    job.allocation = alloc;
+    job.reason = None;
+    let head = job.allocation.first().map(|a| a.node.as_str());
+    vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("start", job.id, head, "")]
 }

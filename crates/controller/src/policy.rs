@@ -7,11 +7,13 @@
 //! reservations and their members from `advance`), carries out their effects (`effects`),
 //! keeps what users are shown (priority, expected start) and persists fair-share usage.
 
+use crate::model::effect::Effect;
 use crate::model::job::account_of;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
 use berth_core::sched::backfill::{Deadline, PassLimits};
+use berth_core::sched::fairshare::FairShare;
 use berth_core::sched::queue::QueueSpec;
 use berth_core::sched::round::{
     book_charges, charges, round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UsageJob, UsageRound,
@@ -26,10 +28,11 @@ mod gather;
 impl Controller {
     /// Charge running jobs' billed CPU time (CPUs and GPUs by `[fair_share]`'s weights) since
     /// the last charge to their accounts, decayed to `now` (`berth share`; a scheduling pass
-    /// has its round charge them).
-    pub fn charge_usage(&mut self, now: f64) -> Result<(), StoreError> {
+    /// has its round charge them): booked by [`usage_booked`], its write queued.
+    pub fn charge_usage(&mut self, now: f64) {
         let charged = charges(&self.usage_jobs(now), self.policy.charged_until, now);
-        self.book_usage(&charged, now)
+        let effects = usage_booked(&mut self.policy.fair_share, &mut self.policy.charged_until, &charged, now);
+        self.queue(effects);
     }
 
     /// The running jobs as fair-share usage sees them: account, billed CPUs (GPUs billed like
@@ -57,27 +60,13 @@ impl Controller {
             .collect()
     }
 
-    /// Book `charged` (billed CPU-seconds per account, from berth-core's `charges`) at `now`,
-    /// when usage was charged until before it: usage decays to `now`, the charges are added and
-    /// persisted.
-    fn book_usage(&mut self, charged: &[(String, f64)], now: f64) -> Result<(), StoreError> {
-        if now <= self.policy.charged_until {
-            return Ok(());
-        }
-        book_charges(&mut self.policy.fair_share, charged, now);
-        self.policy.charged_until = now;
-        if !charged.is_empty() {
-            self.store.save_fair_share(&self.policy.fair_share)?;
-        }
-        Ok(())
-    }
-
     /// One scheduling pass: berth-core's round (`sched::round::round_keeping`: usage charges,
     /// resumes,
     /// priority order, per-user limits, the configured backfill beside the advance
     /// reservations, preemption) over the controller's state, then its effects (`effects`):
-    /// resumes, starts and suspensions persisted in the current transaction and sent to the
-    /// agents after it commits, and what users are shown (reasons, expected starts).
+    /// resumes, starts and suspensions decided over the in-memory model, their effects carried
+    /// out in order in the current transaction when it ends (sent to the agents after it
+    /// commits), and what users are shown (reasons, expected starts).
     pub fn schedule(&mut self, now: f64) -> Result<(), StoreError> {
         self.check_advance(now)?;
         self.dirty = false;
@@ -126,7 +115,9 @@ impl Controller {
         };
         let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
         let micros = began.elapsed().as_micros() as u64;
-        self.carry_out(decisions, g.shut_out, micros, now)
+        self.carry_out(decisions, g.shut_out, micros, now);
+        // Called after the batch's commands, whose effects are carried out already.
+        self.carry_out_effects(now)
     }
 
     /// Resume every job the pass suspended (not the admins' suspensions) that can run now,
@@ -155,7 +146,8 @@ impl Controller {
         let d = round_keeping(&input, &g.advance, &mut None, now);
         assert!(d.starts.is_empty() && d.preemptions.is_empty() && !d.passed, "a round without a queue starts nothing");
         let resumed = d.resumes.iter().map(|(id, _)| *id).collect();
-        self.carry_out_resumes(d.resumes, &d.still_suspended, now)?;
+        self.carry_out_resumes(d.resumes, &d.still_suspended, now);
+        self.carry_out_effects(now)?;
         Ok(resumed)
     }
 
@@ -205,8 +197,31 @@ impl Controller {
     }
 }
 
+/// Book `charged` (billed CPU-seconds per account, from berth-core's `charges`) on `share` at
+/// `now`, when usage was charged until (`charged_until`) before it: usage decays to `now`, the
+/// charges are added; usage to write when there were any. Needs no store.
+pub(crate) fn usage_booked(
+    share: &mut FairShare,
+    charged_until: &mut f64,
+    charged: &[(String, f64)],
+    now: f64,
+) -> Vec<Effect> {
+    if now <= *charged_until {
+        return vec![];
+    }
+    book_charges(share, charged, now);
+    *charged_until = now;
+    if charged.is_empty() {
+        return vec![];
+    }
+    vec![Effect::SaveFairShare(Box::new(share.clone()))]
+}
+
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod effect_tests;
 
 /// Microseconds on a monotonic clock (since its first reading): the pass's time budget.
 fn monotonic_micros() -> u64 {

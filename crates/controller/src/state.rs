@@ -394,6 +394,7 @@ impl Controller {
                 Effect::SaveAdvance(r) => self.store.save_advance(&r)?,
                 Effect::DeleteAdvance { name } => self.store.delete_advance(&name)?,
                 Effect::SaveReservation(r) => self.store.save_reservation(&r)?,
+                Effect::SaveFairShare(share) => self.store.save_fair_share(&share)?,
                 Effect::Send { node, msg } => {
                     self.send_to_node(node, msg);
                 }

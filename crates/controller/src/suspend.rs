@@ -68,22 +68,31 @@ impl Controller {
     /// connected (it could not be frozen there). Decided by [`suspended`] (and
     /// [`taken_over_by_admin`]); the effects are carried out before it returns.
     pub fn suspend_job(&mut self, id: JobId, now: f64, by: SuspendBy) -> Result<Result<(), ApiError>, StoreError> {
-        let Some(job) = self.jobs.get(&id) else {
-            return Ok(Err(api(ErrorCode::UnknownJob, format!("job {id} is not running"))));
-        };
-        if let Some(e) = suspend_refusal(job, |n| self.connected(n)) {
+        if let Err(e) = self.suspend_queued(id, now, by) {
             return Ok(Err(e));
         }
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+        // Called by admins' requests, written before their reply.
+        self.carry_out_effects(now)?;
+        Ok(Ok(()))
+    }
+
+    /// `suspend_job`'s decision, its effects queued (the pass's preemptions carry them out
+    /// with the rest of the round's).
+    pub(crate) fn suspend_queued(&mut self, id: JobId, now: f64, by: SuspendBy) -> Result<(), ApiError> {
+        let Some(job) = self.jobs.get(&id) else {
+            return Err(api(ErrorCode::UnknownJob, format!("job {id} is not running")));
+        };
+        if let Some(e) = suspend_refusal(job, |n| self.connected(n)) {
+            return Err(e);
+        }
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         let effects = match job.state {
             // An admin's suspension of a job the pass suspended makes it the admin's.
             JobState::Suspended => taken_over_by_admin(job, &by),
             _ => suspended(job, &mut self.cluster, &by, now),
         };
         self.queue(effects);
-        // Called by the pass's preemptions too, which carry out the round in order.
-        self.carry_out_effects(now)?;
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// Resume suspended job `id` if it can run now, part by part by the scheduling round's

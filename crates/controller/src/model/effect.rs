@@ -14,6 +14,7 @@ use crate::model::job::JobRecord;
 use crate::model::reservation::Reservation;
 use crate::model::step::StepRow;
 use crate::model::suspension::Suspension;
+use berth_core::sched::fairshare::FairShare;
 use berth_core::JobId;
 use berth_protocol::agent::ControllerMessage;
 
@@ -50,6 +51,9 @@ pub enum Effect {
     DeleteAdvance { name: String },
     /// A reservation of the reservations API as it is now (`crate::reservations`).
     SaveReservation(Box<Reservation>),
+    /// Fair-share usage as it is now (`crate::policy`: the charges a pass or `berth share`
+    /// booked).
+    SaveFairShare(Box<FairShare>),
     /// An order to node `node`'s agent (by index), sent after the commit if it is connected.
     Send { node: usize, msg: ControllerMessage },
 }

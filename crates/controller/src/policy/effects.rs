@@ -1,11 +1,14 @@
 //! The round's decisions carried out, in its order: usage charges, resumes, what users are
 //! shown (reasons, expected starts, priorities), starts, then preemptions (each: its
-//! suspensions, then its start). Rows are written in the current transaction; messages to the agents go after it
-//! commits.
+//! suspensions, then its start). Each changes the in-memory model and queues its effects, by
+//! pure functions (`usage_booked`, `crate::suspend::{resumed, waiting_reason, suspended}`,
+//! `crate::lifecycle::started`, `preempted`); `Controller::schedule` carries them out in that
+//! order in the current transaction; messages to the agents go after it commits.
 
+use super::usage_booked;
+use crate::model::effect::Effect;
 use crate::state::Controller;
 use crate::state::PassStats;
-use crate::store::StoreError;
 use crate::suspend::SuspendBy;
 use berth_core::job::Allocation;
 use berth_core::sched::backfill::Waiting;
@@ -24,9 +27,10 @@ impl Controller {
         shut_out: HashMap<JobId, String>,
         micros: u64,
         now: f64,
-    ) -> Result<(), StoreError> {
-        self.book_usage(&d.charges, now)?;
-        self.carry_out_resumes(d.resumes, &d.still_suspended, now)?;
+    ) {
+        let effects = usage_booked(&mut self.policy.fair_share, &mut self.policy.charged_until, &d.charges, now);
+        self.queue(effects);
+        self.carry_out_resumes(d.resumes, &d.still_suspended, now);
         self.policy.priorities = d.priorities.into_iter().collect();
         self.policy.advance_reasons.clear();
         self.pending_reasons.clear();
@@ -45,22 +49,21 @@ impl Controller {
             };
         }
         for s in d.starts {
-            self.start(s.id, s.alloc, now)?;
+            self.start(s.id, s.alloc, now);
         }
         // Each preemption was decided on the state the ones before it left: once one does not
         // happen as decided, the rest wait for the next pass.
         let mut as_decided = true;
         for p in d.preemptions {
             if as_decided {
-                as_decided = self.preempt_one(&p, now)?;
+                as_decided = self.preempt_one(&p, now);
                 if self.jobs.get(&p.id).is_some_and(|j| j.state.has_allocation()) {
                     continue;
                 }
             }
-            self.dirty = true;
+            self.queue([Effect::Reschedule]);
             self.waits(p.waited, now);
         }
-        Ok(())
     }
 
     /// The round's resumes (each on the parts it decided), and why the jobs that stay
@@ -70,15 +73,13 @@ impl Controller {
         resumes: Vec<(JobId, Resume)>,
         still_suspended: &[(JobId, String)],
         now: f64,
-    ) -> Result<(), StoreError> {
+    ) {
         for (id, how) in resumes {
             self.resume_with(id, &how, now);
         }
         for (id, why) in still_suspended {
             self.resume_waits(*id, why);
         }
-        // What follows still writes directly.
-        self.carry_out_effects(now)
     }
 
     /// A job left waiting: its reason and expected start, shown to users. A member of an
@@ -98,16 +99,16 @@ impl Controller {
     /// Suspend the preemption's victims, then start its job. A victim that could not be frozen
     /// keeps its CPUs: the job does not start. Beside advance reservations it starts where it
     /// fits with them claimed. Whether it started where the round decided.
-    fn preempt_one(&mut self, p: &PreemptStart<Allocation>, now: f64) -> Result<bool, StoreError> {
+    fn preempt_one(&mut self, p: &PreemptStart<Allocation>, now: f64) -> bool {
         let why = format!("preempted by job {}", p.id);
         let mut all_suspended = true;
         for victim in &p.victims {
-            if let Err(e) = self.suspend_job(*victim, now, SuspendBy::Policy(why.clone()))? {
+            if let Err(e) = self.suspend_queued(*victim, now, SuspendBy::Policy(why.clone())) {
                 tracing::warn!(job = %victim, "cannot suspend for job {}: {e}", p.id);
                 all_suspended = false;
             }
         }
-        let Some(job) = self.jobs.get(&p.id).filter(|_| all_suspended) else { return Ok(false) };
+        let Some(job) = self.jobs.get(&p.id).filter(|_| all_suspended) else { return false };
         let request = job.pending_in(&self.cfg.queues).request;
         let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
         let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
@@ -115,12 +116,17 @@ impl Controller {
         let alloc = match place(&view, &request) {
             Placement::Now(alloc) if reserved => alloc,
             Placement::Now(_) => p.alloc.clone(),
-            _ => return Ok(false),
+            _ => return false,
         };
-        let victims: Vec<String> = p.victims.iter().map(|v| v.to_string()).collect();
-        self.store.event(now, "preempt", Some(p.id), None, &format!("suspended jobs {}", victims.join(",")))?;
+        self.queue([preempted(p)]);
         let as_decided = alloc == p.alloc;
-        self.start(p.id, alloc, now)?;
-        Ok(as_decided)
+        self.start(p.id, alloc, now);
+        as_decided
     }
+}
+
+/// The event of preemption `p` (its victims suspended), written before its job's start.
+pub(crate) fn preempted(p: &PreemptStart<Allocation>) -> Effect {
+    let victims: Vec<String> = p.victims.iter().map(|v| v.to_string()).collect();
+    Effect::job_event("preempt", p.id, None, format!("suspended jobs {}", victims.join(",")))
 }

@@ -67,7 +67,8 @@ fn fair_share_orders_accounts_by_decayed_usage_and_survives_restart() {
     let mut h = Harness::new(1);
     let heavy = h.batch(opts(8, 7200, "heavy"), &ann());
     h.now += 3600.0;
-    h.ctl.charge_usage(h.now).unwrap();
+    h.ctl.charge_usage(h.now);
+    h.ctl.carry_out_effects(h.now).unwrap();
     // Two jobs wait for the node: "heavy" submitted first, "light" second.
     let from_heavy = submit(&mut h, opts(8, 100, "heavy"));
     h.now += 1.0;
@@ -108,9 +109,11 @@ fn fair_share_bills_gpu_seconds() {
         let gpu = h.batch(SubmitOptions { gpus: Some(2), ..opts(2, 7200, "gpu") }, &ann());
         let cpu = h.batch(opts(2, 7200, "cpu"), &ann());
         assert_eq!((state(&h, gpu), state(&h, cpu)), (JobState::Running, JobState::Running));
-        h.ctl.charge_usage(h.now).unwrap();
+        h.ctl.charge_usage(h.now);
+        h.ctl.carry_out_effects(h.now).unwrap();
         h.now += 100.0;
-        h.ctl.charge_usage(h.now).unwrap();
+        h.ctl.charge_usage(h.now);
+        h.ctl.carry_out_effects(h.now).unwrap();
         let u = &h.ctl.policy.fair_share.usage;
         (u["gpu"], u["cpu"])
     };
@@ -266,7 +269,8 @@ fn expected_start_counts_the_resume_of_suspended_jobs() {
     let berth_core::sched::Placement::Now(alloc) = berth_core::sched::place(&h.ctl.sched_view(), &request) else {
         panic!("B fits A's cores")
     };
-    h.ctl.start(b, alloc, h.now).unwrap();
+    h.ctl.start(b, alloc, h.now);
+    h.ctl.carry_out_effects(h.now).unwrap();
     let c = submit(&mut h, opts(8, 50, "phys"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, a), JobState::Suspended);
