@@ -3,6 +3,7 @@
 pub mod launch;
 pub mod pmi;
 pub mod pmi2;
+pub mod pmi_kvs;
 pub mod pmix;
 pub mod rank;
 pub mod ranks;

@@ -47,23 +47,15 @@
 //! A rank whose first request is `cmd=init pmi_version=2 pmi_subversion=0` speaks PMI-2 from
 //! then on ([`crate::step::pmi2`]), with the same KVS and barrier: a step may mix both protocols.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
-
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
-use tokio::sync::{mpsc::UnboundedSender, oneshot};
+use tokio::sync::oneshot;
 
-/// Limits announced by `get_maxes` and enforced on `put` (hydra's values). MPICH 4.0.2 then
-/// shrinks its own value limit to 1024 - 256 - 64 - 30 = 674 so that a put fits its line buffer.
-pub const KVSNAME_MAX: usize = 256;
-pub const KEYLEN_MAX: usize = 64;
-pub const VALLEN_MAX: usize = 1024;
+pub use crate::step::pmi_kvs::{PmiConfig, PmiEvent, PmiServer, KEYLEN_MAX, KVSNAME_MAX, VALLEN_MAX};
+use crate::step::pmi_kvs::{CLIENT_LINE_MAX, GET_OK};
+
 /// Longest request line accepted (a put with maximal kvsname, key and value fits).
 pub const LINE_MAX: usize = 2048;
-/// MPICH reads each reply into a 1024-byte buffer: a longer reply line would desynchronise it.
-const CLIENT_LINE_MAX: usize = 1023;
-const GET_OK: &str = "cmd=get_result rc=0 msg=success value=";
 /// PMI-1 requests answered with `rc=-1` (not supported), and the name of their answer.
 const UNSUPPORTED: [(&str, &str); 6] = [
     ("publish_name", "publish_result"),
@@ -75,36 +67,6 @@ const UNSUPPORTED: [(&str, &str); 6] = [
 ];
 /// Most lines one `mcmd=spawn` block may have before the server gives up on it.
 const MCMD_LINES_MAX: usize = 4096;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PmiConfig {
-    /// Name of the key-value space, e.g. "berth_12_3" (job 12 step 3); at most 255 bytes.
-    pub kvsname: String,
-    /// Total ranks of the application.
-    pub size: u32,
-    /// 0 (one executable).
-    pub appnum: u32,
-    /// MPMD: the application number of each local rank (as `local_ranks`); a rank not here
-    /// has `appnum`.
-    pub appnums: Vec<u32>,
-    /// = size.
-    pub universe_size: u32,
-    /// Value of `PMI_process_mapping`, see [`process_mapping`]; "" for none.
-    pub process_mapping: String,
-    /// Global rank numbers of the ranks on this node.
-    pub local_ranks: Vec<u32>,
-}
-
-impl PmiConfig {
-    /// The application number of local rank `rank` (MPMD: its program's index).
-    pub fn appnum_of(&self, rank: u32) -> u32 {
-        self.local_ranks
-            .iter()
-            .position(|&r| r == rank)
-            .and_then(|i| self.appnums.get(i).copied())
-            .unwrap_or(self.appnum)
-    }
-}
 
 /// Builds MPICH's `PMI_process_mapping` value from the ranks of each node, in node order:
 /// `(vector,(START,COUNT,SIZE),...)`, each block saying that nodes START..START+COUNT hold SIZE
@@ -175,23 +137,6 @@ fn encode_blocks(seq: &[usize]) -> String {
     format!("(vector,{})", body.join(","))
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum PmiEvent {
-    /// Every local rank has entered barrier_in: here are all puts made by local ranks since the
-    /// previous barrier. Answer with [`PmiServer::barrier_out`].
-    BarrierIn { puts: Vec<(String, String)> },
-    /// A rank called abort (MPI_Abort): rank, exit code, message ("" from MPICH 4.0.2). A failed
-    /// MPI_Init aborts with an MPI error code (e.g. 1010421263), not an exit status. The rank
-    /// then waits for an answer that never comes (were its connection closed, MPICH 4.0.2 would
-    /// return from MPI_Abort and carry on): the shepherd must kill the application.
-    Abort { rank: u32, code: i32, message: String },
-    /// A rank called finalize.
-    Finalized { rank: u32 },
-    /// A rank's PMI connection broke (or closed after init without finalize) or spoke garbage:
-    /// rank, description. Not fatal for the server.
-    ProtocolError { rank: u32, message: String },
-}
-
 /// One request line: `cmd=NAME key=value ...` (`multi` for `mcmd=NAME`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request<'a> {
@@ -229,30 +174,9 @@ impl<'a> Request<'a> {
     }
 }
 
-/// The node-local PMI server of one application. Cheap to clone (shared state).
-#[derive(Clone)]
-pub struct PmiServer {
-    inner: Arc<Inner>,
-}
-
-struct Inner {
-    cfg: PmiConfig,
-    events: UnboundedSender<PmiEvent>,
-    state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    /// Visible to every get: barrier results, injected values, PMI_process_mapping.
-    kvs: HashMap<String, String>,
-    /// Puts since the last barrier (rank, key, value): only their own rank sees them before it.
-    pending: Vec<(u32, String, String)>,
-    /// Ranks in barrier_in, released by barrier_out.
-    waiting: HashMap<u32, oneshot::Sender<()>>,
-    /// BarrierIn was sent and barrier_out not yet called.
-    barrier_complete: bool,
-    /// PMI-2 node attributes of this node's ranks.
-    node_attrs: crate::step::pmi2::NodeAttrs,
+/// Whether a PMI-1 request is the opening line of a PMI-2 client.
+pub fn asks_for_pmi2(req: &Request<'_>) -> bool {
+    !req.multi && req.cmd == "init" && req.get("pmi_version") == Some("2") && req.get("pmi_subversion") == Some("0")
 }
 
 enum Action {
@@ -299,62 +223,11 @@ async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, max: usize) -> std::io::R
 }
 
 impl PmiServer {
-    pub fn new(cfg: PmiConfig, events: UnboundedSender<PmiEvent>) -> PmiServer {
-        let mut state = State::default();
-        // Served only if MPICH can read the reply; otherwise it falls back to hostnames.
-        if !cfg.process_mapping.is_empty() && GET_OK.len() + cfg.process_mapping.len() <= CLIENT_LINE_MAX {
-            state.kvs.insert("PMI_process_mapping".into(), cfg.process_mapping.clone());
-        }
-        PmiServer { inner: Arc::new(Inner { cfg, events, state: Mutex::new(state) }) }
-    }
-
-    fn state(&self) -> MutexGuard<'_, State> {
-        self.inner.state.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    pub(crate) fn config(&self) -> &PmiConfig {
-        &self.inner.cfg
-    }
-
-    pub(crate) fn with_node_attrs<T>(&self, f: impl FnOnce(&mut crate::step::pmi2::NodeAttrs) -> T) -> T {
-        f(&mut self.state().node_attrs)
-    }
-
-    pub(crate) fn emit(&self, event: PmiEvent) {
-        let _ = self.inner.events.send(event);
-    }
-
-    pub(crate) fn protocol_error(&self, rank: u32, message: String) {
-        self.emit(PmiEvent::ProtocolError { rank, message });
-    }
-
-    /// Values other parts may inject (e.g. "PMI_dead_processes"); visible to every get at once.
-    pub fn set(&self, key: &str, value: &str) {
-        self.state().kvs.insert(key.to_string(), value.to_string());
-    }
-
-    /// The tree's answer to a barrier: the union of all puts of all ranks in this epoch. Stores
-    /// them in the local KVS and answers barrier_out to every waiting local rank. Called when no
-    /// barrier is complete (no BarrierIn outstanding), it only stores the values.
-    pub fn barrier_out(&self, kvs: Vec<(String, String)>) {
-        let waiting = {
-            let mut st = self.state();
-            st.kvs.extend(kvs);
-            if !std::mem::take(&mut st.barrier_complete) {
-                return;
-            }
-            std::mem::take(&mut st.waiting)
-        };
-        for tx in waiting.into_values() {
-            let _ = tx.send(());
-        }
-    }
-
     /// Serve one local rank on its end of the socketpair until it closes. Spawn with tokio::spawn.
     /// A rank that closes it after `init` without `finalize` (or abort) is reported as a
     /// ProtocolError; one that never spoke PMI (not an MPI program) is not.
     pub async fn serve_rank(&self, rank: u32, stream: UnixStream) {
-        if !self.inner.cfg.local_ranks.contains(&rank) {
+        if !self.config().local_ranks.contains(&rank) {
             return self.protocol_error(rank, "not a local rank of this PMI server".into());
         }
         let (rd, mut wr) = stream.into_split();
@@ -372,7 +245,7 @@ impl PmiServer {
                     Err(_) => self.bad(rank, "request is not UTF-8".into(), "not_utf8"),
                     Ok(Err(_)) if bytes.iter().all(|&b| b == b' ' || b == b'\r') => continue,
                     Ok(Err(e)) => self.bad(rank, e, "parse_error"),
-                    Ok(Ok(req)) if !active && crate::step::pmi2::asks_for_pmi2(&req) => {
+                    Ok(Ok(req)) if !active && asks_for_pmi2(&req) => {
                         return crate::step::pmi2::serve_rank(self, rank, rd, wr).await;
                     }
                     Ok(Ok(req)) if req.multi => match self.multi(rank, &req, &mut rd).await {
@@ -443,7 +316,7 @@ impl PmiServer {
     }
 
     fn handle(&self, rank: u32, req: &Request<'_>) -> Action {
-        let cfg = &self.inner.cfg;
+        let cfg = &self.config();
         let reply = match req.cmd {
             "init" => {
                 let sub = req.get("pmi_subversion").and_then(|s| s.parse::<u32>().ok());
@@ -482,7 +355,7 @@ impl PmiServer {
         let (Some(kvsname), Some(key)) = (req.get("kvsname"), req.get("key")) else {
             return "rc=-1 msg=missing_kvsname_or_key".into();
         };
-        if kvsname != self.inner.cfg.kvsname {
+        if kvsname != self.config().kvsname {
             return "rc=-1 msg=unknown_kvsname".into();
         }
         match self.put_value(rank, key, req.get("value").unwrap_or("")) {
@@ -491,22 +364,9 @@ impl PmiServer {
         }
     }
 
-    /// A put of either protocol: seen by its own rank at once, by the others after the barrier.
-    /// The error is a short code (PMI-1's `msg`).
-    pub(crate) fn put_value(&self, rank: u32, key: &str, value: &str) -> Result<(), &'static str> {
-        if key.is_empty() || key.len() > KEYLEN_MAX {
-            Err("bad_key_length")
-        } else if value.len() > VALLEN_MAX {
-            Err("value_too_long")
-        } else {
-            self.state().pending.push((rank, key.to_string(), value.to_string()));
-            Ok(())
-        }
-    }
-
     fn get(&self, rank: u32, req: &Request<'_>) -> String {
         let Some(key) = req.get("key") else { return "rc=-1 msg=missing_key".into() };
-        if req.get("kvsname").is_some_and(|k| k != self.inner.cfg.kvsname) {
+        if req.get("kvsname").is_some_and(|k| k != self.config().kvsname) {
             return "rc=-1 msg=unknown_kvsname".into();
         }
         match self.get_value(rank, key) {
@@ -514,27 +374,6 @@ impl PmiServer {
             Some(v) => format!("rc=0 msg=success value={v}"),
             None => "rc=-1 msg=key_not_found".into(),
         }
-    }
-
-    /// What a get of either protocol sees: the shared KVS, else the rank's own pending put.
-    pub(crate) fn get_value(&self, rank: u32, key: &str) -> Option<String> {
-        let st = self.state();
-        let own = st.pending.iter().rev().find(|(r, k, _)| *r == rank && k == key).map(|(_, _, v)| v);
-        st.kvs.get(key).or(own).cloned()
-    }
-
-    pub(crate) fn barrier_in(&self, rank: u32) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        let mut st = self.state();
-        st.waiting.insert(rank, tx);
-        let local = &self.inner.cfg.local_ranks;
-        if !st.barrier_complete && local.iter().all(|r| st.waiting.contains_key(r)) {
-            st.barrier_complete = true;
-            let puts = std::mem::take(&mut st.pending).into_iter().map(|(_, k, v)| (k, v)).collect();
-            drop(st);
-            self.emit(PmiEvent::BarrierIn { puts });
-        }
-        rx
     }
 }
 

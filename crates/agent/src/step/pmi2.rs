@@ -49,12 +49,9 @@
 //! (the shepherd logs it); missing or oversized keys and values are only answered `rc=-1`. No
 //! answer exceeds what libpmi2 can parse (keys 64, values 1024 bytes).
 
-use std::collections::HashMap;
-
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::sync::oneshot;
 
-use crate::step::pmi::{PmiEvent, PmiServer, Request};
+use crate::step::pmi_kvs::{NodeAttr, PmiEvent, PmiServer};
 
 /// Digits of a message's length field, padded with spaces.
 pub const LENGTH_FIELD: usize = 6;
@@ -68,11 +65,6 @@ const INIT_RESPONSE: &[u8] = b"cmd=response_to_init pmi_version=2 pmi_subversion
 const FAIL: i32 = -1;
 /// Commands of other process managers' PMI-2 servers that berth answers with "not supported".
 const UNSUPPORTED: [&str; 5] = ["name-publish", "name-unpublish", "name-lookup", "job-connect", "job-disconnect"];
-
-/// Whether a PMI-1 request is the opening line of a PMI-2 client.
-pub fn asks_for_pmi2(req: &Request<'_>) -> bool {
-    !req.multi && req.cmd == "init" && req.get("pmi_version") == Some("2") && req.get("pmi_subversion") == Some("0")
-}
 
 /// One PMI-2 message: `key=value` pairs in order, the first `cmd=NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -194,42 +186,6 @@ pub fn fit_for_client(answer: Message) -> Message {
     }
     let name = if answer.cmd().len() <= CLIENT_VALUE_MAX { answer.cmd() } else { "error" };
     Message::new(name).with("rc", FAIL).with("errmsg", "answer too long for the PMI-2 client (value over 1024 bytes)")
-}
-
-/// PMI-2 node attributes of one node's ranks, and the ranks waiting for one.
-#[derive(Default)]
-pub(crate) struct NodeAttrs {
-    values: HashMap<String, String>,
-    waiting: Vec<(String, oneshot::Sender<String>)>,
-}
-
-enum NodeAttr {
-    Found(String),
-    Missing,
-    Waiting(oneshot::Receiver<String>),
-}
-
-impl NodeAttrs {
-    fn put(&mut self, key: &str, value: &str) {
-        self.values.insert(key.to_string(), value.to_string());
-        let (ready, waiting) = std::mem::take(&mut self.waiting).into_iter().partition(|(k, _)| k == key);
-        self.waiting = waiting;
-        for (_, tx) in ready {
-            let _ = tx.send(value.to_string());
-        }
-    }
-
-    fn get(&mut self, key: &str, wait: bool) -> NodeAttr {
-        match self.values.get(key) {
-            Some(value) => NodeAttr::Found(value.clone()),
-            None if !wait => NodeAttr::Missing,
-            None => {
-                let (tx, rx) = oneshot::channel();
-                self.waiting.push((key.to_string(), tx));
-                NodeAttr::Waiting(rx)
-            }
-        }
-    }
 }
 
 enum Frame {
