@@ -253,6 +253,35 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     Ok(())
 }
 
+/// Why a session with the controller ended (logged; the agent connects again).
+#[derive(Debug, thiserror::Error)]
+enum SessionError {
+    #[error("cannot reach the controller at {controller}: {error}")]
+    Unreachable { controller: String, error: std::io::Error },
+    #[error(transparent)]
+    Protocol(#[from] ProtocolError),
+    #[error("the controller at {0} did not answer the registration within 10 s")]
+    NoAnswer(String),
+    #[error("the controller closed the connection during the handshake (does it hold the same cluster key?)")]
+    ClosedInHandshake,
+    #[error(
+        "the controller at {controller} could not prove it holds the cluster key ({error}); not taking its orders"
+    )]
+    Unproven { controller: String, error: berth_protocol::auth::AuthError },
+    #[error("the controller refused this agent: {0}")]
+    Refused(String),
+    #[error("the controller at {0} answered without proving the cluster key")]
+    Unsigned(String),
+    #[error("the controller rejected this agent: {0}")]
+    Rejected(String),
+    #[error("unexpected first reply {0:?}")]
+    UnexpectedReply(Box<ControllerMessage>),
+    #[error("the controller closed the connection")]
+    Closed,
+    #[error("a frame from the controller failed authentication ({0}); closing the connection")]
+    FrameAuth(berth_protocol::auth::AuthError),
+}
+
 /// One session with the controller: register, then relay until the connection drops.
 async fn connection(
     cfg: &AgentConfig,
@@ -260,7 +289,7 @@ async fn connection(
     ctx: &Arc<JobContext>,
     events_tx: &mpsc::UnboundedSender<AgentMessage>,
     events_rx: &mut mpsc::UnboundedReceiver<AgentMessage>,
-) -> Result<(), String> {
+) -> Result<(), SessionError> {
     ctx.registry.with(|s| s.lease.connecting());
     let stream = match TcpStream::connect(&cfg.controller).await {
         Ok(s) => s,
@@ -269,7 +298,7 @@ async fn connection(
                 // Nobody listens there: the controller is not running, and requeues nothing.
                 ctx.registry.with(|s| s.lease.refused(std::time::Instant::now()));
             }
-            return Err(format!("cannot reach the controller at {}: {e}", cfg.controller));
+            return Err(SessionError::Unreachable { controller: cfg.controller.clone(), error: e });
         }
     };
     let _ = stream.set_nodelay(true);
@@ -287,38 +316,31 @@ async fn connection(
     // to that nonce; both nonces key the session every later frame is checked with.
     let agent_nonce = random_nonce();
     let hello =
-        Envelope::seal_at(&cfg.key, LABEL_REGISTER, &AgentMessage::Register(Box::new(reg)), now_ms(), agent_nonce)
-            .map_err(|e| e.to_string())?;
+        Envelope::seal_at(&cfg.key, LABEL_REGISTER, &AgentMessage::Register(Box::new(reg)), now_ms(), agent_nonce)?;
     let hello_sent = std::time::Instant::now();
-    write_frame(&mut wr, &hello).await.map_err(|e| e.to_string())?;
+    write_frame(&mut wr, &hello).await?;
     let answer = tokio::time::timeout(crate::conn::HANDSHAKE_TIMEOUT, read_raw_frame(&mut rd))
         .await
-        .map_err(|_| format!("the controller at {} did not answer the registration within 10 s", cfg.controller))?
-        .map_err(|e| e.to_string())?
-        .ok_or("the controller closed the connection during the handshake (does it hold the same cluster key?)")?;
+        .map_err(|_| SessionError::NoAnswer(cfg.controller.clone()))??
+        .ok_or(SessionError::ClosedInHandshake)?;
     let (reply, controller_nonce) = match decode::<Envelope>(&answer) {
         Ok(env) => {
             let checked = env
                 .verify(&cfg.key, &registered_label(&agent_nonce))
                 .and_then(|n| check_time(env.ts, now_ms(), DEFAULT_WINDOW).map(|()| n));
             match checked {
-                Ok(n) => (env.message::<ControllerMessage>().map_err(|e| e.to_string())?, n),
-                Err(e) => {
-                    let why = format!(
-                        "the controller at {} could not prove it holds the cluster key ({e}); not taking its orders",
-                        cfg.controller
-                    );
+                Ok(n) => (env.message::<ControllerMessage>()?, n),
+                Err(error) => {
+                    let why = SessionError::Unproven { controller: cfg.controller.clone(), error };
                     tracing::error!("{why}");
                     return Err(why);
                 }
             }
         }
         Err(_) => match decode::<ControllerMessage>(&answer) {
-            Ok(ControllerMessage::Rejected { reason }) => {
-                return Err(format!("the controller refused this agent: {reason}"))
-            }
+            Ok(ControllerMessage::Rejected { reason }) => return Err(SessionError::Refused(reason)),
             _ => {
-                let why = format!("the controller at {} answered without proving the cluster key", cfg.controller);
+                let why = SessionError::Unsigned(cfg.controller.clone());
                 tracing::error!("{why}");
                 return Err(why);
             }
@@ -333,8 +355,8 @@ async fn connection(
             let every = Duration::from_millis(heartbeat_interval_ms);
             (lease.map_or(every, |l| every.min(l / 3)).max(Duration::from_millis(100)), step_ends)
         }
-        ControllerMessage::Rejected { reason } => return Err(format!("the controller rejected this agent: {reason}")),
-        other => return Err(format!("unexpected first reply {other:?}")),
+        ControllerMessage::Rejected { reason } => return Err(SessionError::Rejected(reason)),
+        other => return Err(SessionError::UnexpectedReply(Box::new(other))),
     };
     let (mut sealer, opener) = session(&cfg.key, &agent_nonce, &controller_nonce, Role::Agent);
     ctx.registry.with(|s| s.connected = true);
@@ -343,14 +365,14 @@ async fn connection(
     // job requeued here later in this session ends again, under the same id.
     let resent: std::collections::BTreeSet<JobId> = unacked.iter().map(|(id, _)| *id).collect();
     for (id, outcome) in unacked {
-        write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await.map_err(|e| e.to_string())?;
+        write_sealed(&mut wr, &mut sealer, &AgentMessage::JobEnded { id, outcome }).await?;
     }
     let steps: Vec<AgentMessage> = match step_ends {
         true => ctx.registry.with(|s| s.unacked_steps.values().cloned().collect()),
         false => vec![],
     };
     for msg in steps {
-        write_sealed(&mut wr, &mut sealer, &msg).await.map_err(|e| e.to_string())?;
+        write_sealed(&mut wr, &mut sealer, &msg).await?;
     }
     let mut ticker = tokio::time::interval(heartbeat);
     // Whether the pages start-up or the last work touched were dropped since (crate::resident):
@@ -362,14 +384,14 @@ async fn connection(
         tokio::select! {
             msg = frames.next() => {
                 match msg {
-                    Ok(None) => return Err("the controller closed the connection".into()),
+                    Ok(None) => return Err(SessionError::Closed),
                     Ok(Some(m)) => handle(m, ctx, events_tx),
                     Err(ProtocolError::Auth(e)) => {
-                        let why = format!("a frame from the controller failed authentication ({e}); closing the connection");
+                        let why = SessionError::FrameAuth(e);
                         tracing::error!("{why}");
                         return Err(why);
                     }
-                    Err(e) => return Err(e.to_string()),
+                    Err(e) => return Err(e.into()),
                 }
             }
             Some(ev) = events_rx.recv() => {
@@ -401,7 +423,7 @@ async fn connection(
                         }));
                     }
                 }
-                write_sealed(&mut wr, &mut sealer, &ev).await.map_err(|e| e.to_string())?;
+                write_sealed(&mut wr, &mut sealer, &ev).await?;
             }
             _ = ticker.tick() => {
                 let (running, seq, steps): (Vec<JobId>, _, _) = ctx.registry.with(|s| {
@@ -410,7 +432,7 @@ async fn connection(
                 });
                 let idle = running.is_empty() && steps.as_ref().is_none_or(Vec::is_empty);
                 let beat = AgentMessage::Heartbeat { running, seq, steps };
-                write_sealed(&mut wr, &mut sealer, &beat).await.map_err(|e| e.to_string())?;
+                write_sealed(&mut wr, &mut sealer, &beat).await?;
                 if idle && !trimmed {
                     trimmed = true;
                     match crate::resident::drop_clean_file_pages() {
@@ -635,32 +657,49 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
     format!("panic: {}", text.chars().take(200).collect::<String>())
 }
 
+/// What went wrong cleaning up after a failed supervision (each problem, in order).
+#[derive(Debug, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("; "))]
+struct ReapError(Vec<ReapProblem>);
+
+#[derive(Debug, thiserror::Error)]
+enum ReapProblem {
+    #[error("killing its processes: {0}")]
+    Kill(cgroup::CgroupError),
+    #[error("removing its cgroup: {0}")]
+    RemoveCgroup(cgroup::CgroupError),
+    #[error("opening its cgroup: {0}")]
+    OpenCgroup(cgroup::CgroupError),
+    #[error("removing {}: {error}", .spool.display())]
+    RemoveSpool { spool: PathBuf, error: std::io::Error },
+}
+
 /// After a failed supervision: every process of the job killed, its cgroup and spool removed.
-fn reap_failed(id: JobId, ctx: &JobContext) -> Result<(), String> {
+fn reap_failed(id: JobId, ctx: &JobContext) -> Result<(), ReapError> {
     let mut problems = Vec::new();
     match ctx.cgroups.open(&cgroup_name(id)) {
         Ok(Some(cg)) => {
             let _ = cg.thaw();
             if let Err(e) = cg.kill_all(Duration::from_secs(10)) {
-                problems.push(format!("killing its processes: {e}"));
+                problems.push(ReapProblem::Kill(e));
             }
             if let Err(e) = cg.remove() {
-                problems.push(format!("removing its cgroup: {e}"));
+                problems.push(ReapProblem::RemoveCgroup(e));
             }
         }
         Ok(None) => {}
-        Err(e) => problems.push(format!("opening its cgroup: {e}")),
+        Err(e) => problems.push(ReapProblem::OpenCgroup(e)),
     }
     let spool = ctx.spool_root.join(id.to_string());
     if let Err(e) = std::fs::remove_dir_all(&spool) {
         if e.kind() != std::io::ErrorKind::NotFound {
-            problems.push(format!("removing {}: {e}", spool.display()));
+            problems.push(ReapProblem::RemoveSpool { spool: spool.clone(), error: e });
         }
     }
     if problems.is_empty() {
         Ok(())
     } else {
-        Err(problems.join("; "))
+        Err(ReapError(problems))
     }
 }
 

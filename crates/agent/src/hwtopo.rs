@@ -337,6 +337,7 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             // Default flags: hwloc leaves out PUs and NUMA nodes this process may not use
             // (cgroup cpusets), so they are absent from berth's model too.
             crate::hwguard::guarded(|| with_io(HwTopology::builder())?.build().map_err(|e| e.to_string()))
+                .map_err(|p| p.to_string())
                 .and_then(|r| r)
                 .map_err(|detail| TopologyError::Discovery { detail })
         }
@@ -351,9 +352,13 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
             let builder = foreign_builder().map_err(bad)?;
             let builder = crate::hwguard::guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string()))
+                .map_err(|p| p.to_string())
                 .and_then(|r| r)
                 .map_err(bad)?;
-            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
+            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string()))
+                .map_err(|p| p.to_string())
+                .and_then(|r| r)
+                .map_err(bad)
         }
         TopologySource::WithGpus { base, .. } => build(base),
         TopologySource::Xml(path) => {
@@ -364,9 +369,13 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
             let builder = foreign_builder().and_then(with_io).map_err(bad)?;
             let builder = crate::hwguard::guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string()))
+                .map_err(|p| p.to_string())
                 .and_then(|r| r)
                 .map_err(bad)?;
-            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string())).and_then(|r| r).map_err(bad)
+            crate::hwguard::guarded(|| builder.build().map_err(|e| e.to_string()))
+                .map_err(|p| p.to_string())
+                .and_then(|r| r)
+                .map_err(bad)
         }
     }
 }

@@ -470,7 +470,7 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
                     job.tasks.with(|t| t.started(id, pid));
                     tokio::spawn(watch_local(job.clone(), id, child, rx));
                 }
-                Err(e) => job.tasks.with(|t| t.failed(id, e)),
+                Err(e) => job.tasks.with(|t| t.failed(id, e.to_string())),
             }
         } else {
             let req = TaskRequest::RemoteSpawn {
@@ -504,6 +504,15 @@ enum Stdio<'a> {
     Pipes,
 }
 
+/// Why a task did not start on this node (the message its requester gets).
+#[derive(Debug, thiserror::Error)]
+pub enum TaskSpawnError {
+    #[error("cannot open the job's cgroup: {0}")]
+    Cgroup(crate::cgroup::CgroupError),
+    #[error(transparent)]
+    Spawn(#[from] crate::step::rank::SpawnError),
+}
+
 /// Start a task on this node: in the job's cgroup, as the job's user, with the node's own
 /// variables on top of `env`.
 fn spawn_here(
@@ -513,7 +522,7 @@ fn spawn_here(
     mut env: Vec<(String, String)>,
     cwd: &str,
     stdio: Stdio<'_>,
-) -> Result<crate::step::rank::Process, String> {
+) -> Result<crate::step::rank::Process, TaskSpawnError> {
     set_vars(
         &mut env,
         vec![
@@ -535,7 +544,7 @@ fn spawn_here(
         let cpus = job.allocation().cpus.len();
         set_vars(&mut env, job_vars(&job.spec, compat, node, cpus));
     }
-    let join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+    let join = job.cgroup.join_files().map_err(TaskSpawnError::Cgroup)?;
     let launch = crate::step::rank::RankLaunch {
         argv,
         env,
@@ -653,7 +662,7 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
                 pump_output(&mut child, &out_tx);
                 tokio::spawn(watch_local(job.clone(), task, child, sig_rx));
             }
-            Err(e) => job.tasks.with(|t| t.failed(task, e)),
+            Err(e) => job.tasks.with(|t| t.failed(task, e.to_string())),
         }
     } else {
         let req = TaskRequest::RemoteSpawn {
@@ -981,7 +990,7 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
     let mut child = match spawn_here(&ctx, &job, &ask.argv, ask.env, &ask.cwd, stdio) {
         Ok(c) => c,
         Err(e) => {
-            let _ = write_sealed(&mut wr, &mut sealer, &reply(error(e))).await;
+            let _ = write_sealed(&mut wr, &mut sealer, &reply(error(e.to_string()))).await;
             return;
         }
     };

@@ -44,30 +44,37 @@ pub fn rank_name(i: usize) -> String {
     format!("rank{i}")
 }
 
+/// Why a job's per-rank sub-cpusets cannot be made (part of the job's launch failure).
+#[derive(Debug, thiserror::Error)]
+pub enum CpusetError {
+    #[error("rank {rank}'s CPUs [{cpus}] are not a non-empty part of the job's CPUs {job_cpus}")]
+    RankCpus { rank: usize, cpus: String, job_cpus: String },
+    #[error("rank {rank}'s memory nodes {mems} are not all among the job's {job_mems}")]
+    RankMems { rank: usize, mems: String, job_mems: String },
+    #[error("rank {rank}'s CPUs {cpus} map to no host CPU")]
+    NoHostCpus { rank: usize, cpus: String },
+    #[error("cannot create the sub-cpuset of rank {rank}: {error}")]
+    MakeRank { rank: usize, error: crate::cgroup::CgroupError },
+    #[error("cannot give the job's cpuset to uid {uid}: {error}")]
+    Chown { uid: u32, error: crate::cgroup::CgroupError },
+}
+
 /// Host CPU and memory-node lists of each rank's sub-cpuset. The ranks come from the
 /// controller: each must be non-empty and inside the job's allocation (the kernel would
 /// refuse a v1 child outside its parent; v2 would silently narrow it).
-pub fn rank_limits(spec: &LaunchSpec, map: &CpuMap, job: &JobLimits) -> Result<Vec<(String, String)>, String> {
+pub fn rank_limits(spec: &LaunchSpec, map: &CpuMap, job: &JobLimits) -> Result<Vec<(String, String)>, CpusetError> {
     let alloc = &spec.allocation;
     let mut out = Vec::with_capacity(alloc.ranks.len());
     for (i, rank) in alloc.ranks.iter().enumerate() {
         if rank.cpus.is_empty() || !rank.cpus.is_subset_of(&alloc.cpus) {
-            return Err(format!(
-                "rank {i}'s CPUs [{}] are not a non-empty part of the job's CPUs {}",
-                rank.cpus.to_list(),
-                alloc.cpus.to_list()
-            ));
+            return Err(CpusetError::RankCpus { rank: i, cpus: rank.cpus.to_list(), job_cpus: alloc.cpus.to_list() });
         }
         if !rank.mems.is_subset_of(&alloc.mems) {
-            return Err(format!(
-                "rank {i}'s memory nodes {} are not all among the job's {}",
-                rank.mems.to_list(),
-                alloc.mems.to_list()
-            ));
+            return Err(CpusetError::RankMems { rank: i, mems: rank.mems.to_list(), job_mems: alloc.mems.to_list() });
         }
         let cpus = map.cpus(&rank.cpus).to_list();
         if cpus.is_empty() {
-            return Err(format!("rank {i}'s CPUs {} map to no host CPU", rank.cpus.to_list()));
+            return Err(CpusetError::NoHostCpus { rank: i, cpus: rank.cpus.to_list() });
         }
         // No memory nodes named: the job's own (CpuMap::mems would give every host node).
         let mems = if rank.mems.is_empty() { job.mems.clone() } else { map.mems(&rank.mems).to_list() };
@@ -79,15 +86,13 @@ pub fn rank_limits(spec: &LaunchSpec, map: &CpuMap, job: &JobLimits) -> Result<V
 /// Make the rank sub-cpusets and give the job's cpuset to `uid`:`gid` ([`JobCpusets::reports`]
 /// reads back what the kernel holds, off the launch's path). On error the job cgroup may hold
 /// some ranks; removing the job removes them.
-pub fn prepare(cg: &dyn JobCgroup, ranks: &[(String, String)], uid: u32, gid: u32) -> Result<JobCpusets, String> {
+pub fn prepare(cg: &dyn JobCgroup, ranks: &[(String, String)], uid: u32, gid: u32) -> Result<JobCpusets, CpusetError> {
     let mut dirs = Vec::with_capacity(ranks.len());
     for (i, (cpus, mems)) in ranks.iter().enumerate() {
-        let dir = cg
-            .make_child(&rank_name(i), cpus, mems)
-            .map_err(|e| format!("cannot create the sub-cpuset of rank {i}: {e}"))?;
+        let dir = cg.make_child(&rank_name(i), cpus, mems).map_err(|error| CpusetError::MakeRank { rank: i, error })?;
         dirs.push(dir);
     }
-    cg.chown_cpuset(uid, gid).map_err(|e| format!("cannot give the job's cpuset to uid {uid}: {e}"))?;
+    cg.chown_cpuset(uid, gid).map_err(|error| CpusetError::Chown { uid, error })?;
     Ok(JobCpusets { dir: cg.cpuset_dir(), ranks: dirs })
 }
 
@@ -155,11 +160,11 @@ mod tests {
         let s = spec("0-7", "0-1", &[("0-3", "0"), ("4-7", "1"), ("6", "")]);
         let want = [("0-3", "0"), ("0-3", "0"), ("2", "0")].map(|(c, m)| (c.to_string(), m.to_string()));
         assert_eq!(rank_limits(&s, &map, &job).unwrap(), want);
-        let e = rank_limits(&spec("0-3", "0", &[("2-4", "0")]), &map, &job).unwrap_err();
+        let e = rank_limits(&spec("0-3", "0", &[("2-4", "0")]), &map, &job).unwrap_err().to_string();
         assert!(e.contains("rank 0's CPUs [2-4]"), "{e}");
-        let e = rank_limits(&spec("0-3", "0", &[("0", "0"), ("", "0")]), &map, &job).unwrap_err();
+        let e = rank_limits(&spec("0-3", "0", &[("0", "0"), ("", "0")]), &map, &job).unwrap_err().to_string();
         assert!(e.contains("rank 1's CPUs []"), "{e}");
-        let e = rank_limits(&spec("0-3", "0", &[("0", "1")]), &map, &job).unwrap_err();
+        let e = rank_limits(&spec("0-3", "0", &[("0", "1")]), &map, &job).unwrap_err().to_string();
         assert!(e.contains("memory nodes 1"), "{e}");
     }
 
@@ -187,7 +192,7 @@ mod tests {
             deny_devices: vec![],
         };
         let (uid, gid) = (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw());
-        let e = prepare(&job, &ranks, uid, gid).unwrap_err();
+        let e = prepare(&job, &ranks, uid, gid).unwrap_err().to_string();
         assert!(e.starts_with("cannot create the sub-cpuset of rank 0"), "{e}");
         assert!(!dir.join("rank0").exists());
         let cs = prepare(&job, &[], uid, gid).unwrap();

@@ -27,6 +27,31 @@ use tokio::sync::mpsc;
 /// How long kill_all may take before the job is reported with processes left.
 const KILL_DEADLINE: Duration = Duration::from_secs(10);
 
+/// Why a job could not be set up on this node: its end reason is `launch_failed: ` and this.
+#[derive(Debug, thiserror::Error)]
+pub enum LaunchError {
+    #[error(transparent)]
+    Binding(#[from] crate::binding::BindingError),
+    #[error(transparent)]
+    Cpusets(#[from] cpusets::CpusetError),
+    #[error("cannot create the job's cgroup: {0}")]
+    Cgroup(crate::cgroup::CgroupError),
+    /// A file or directory of the job's spool: what failed, in which spool directory.
+    #[error("{what} {}: {error}", .spool.display())]
+    Spool { what: &'static str, spool: PathBuf, error: std::io::Error },
+    #[error("cannot open the cgroup to join it: {0}")]
+    JoinCgroup(crate::cgroup::CgroupError),
+    #[error(transparent)]
+    Mask(#[from] crate::spawn::BeyondMask),
+    #[error("the agent's path {} is not UTF-8", .0.display())]
+    PathNotUtf8(PathBuf),
+    #[error("the agent's path {0:?} is not UTF-8")]
+    EnvPathNotUtf8(std::ffi::OsString),
+    /// The script's process did not start: as whom, why, and what to check.
+    #[error("cannot start the batch script as {user} (uid {uid}): {}; {hint}", .error.message)]
+    Script { user: String, uid: u32, error: crate::step::rank::SpawnError, hint: String },
+}
+
 pub fn cgroup_name(id: berth_core::JobId) -> String {
     format!("job_{id}")
 }
@@ -43,7 +68,7 @@ pub async fn run_job(
     let mut step = spec.step.take();
     let spool = ctx.spool_root.join(spec.id.to_string());
     let cg_name = cgroup_name(spec.id);
-    let failed = |reason: String| JobOutcome {
+    let failed = |reason: LaunchError| JobOutcome {
         reason: Some(format!("launch_failed: {reason}")),
         wall_ms: started.elapsed().as_millis() as u64,
         ..Default::default()
@@ -62,8 +87,8 @@ pub async fn run_job(
     };
     // Checked before anything is made: both come from the controller.
     let binding = HostBinding::resolve(&ctx.topology, &ctx.cpumap, &spec.allocation.binding, &spec.allocation.cpus)
-        .map_err(String::from);
-    let ranks = cpusets::rank_limits(&spec, &ctx.cpumap, &limits);
+        .map_err(LaunchError::from);
+    let ranks = cpusets::rank_limits(&spec, &ctx.cpumap, &limits).map_err(LaunchError::from);
     let (binding, ranks) = match (binding, ranks) {
         (Ok(b), Ok(r)) => (b, r),
         (Err(e), _) | (_, Err(e)) => return failed(e),
@@ -73,7 +98,7 @@ pub async fn run_job(
     berth_protocol::probe::mark("agent job launch");
     let cg: Arc<dyn JobCgroup> = match ctx.cgroups.create(&cg_name, &limits) {
         Ok(cg) => Arc::from(cg),
-        Err(e) => return failed(format!("cannot create the job's cgroup: {e}")),
+        Err(e) => return failed(LaunchError::Cgroup(e)),
     };
     berth_protocol::probe::mark("agent cgroups made");
     if let Err(e) = prepare_spool(&spool, &spec) {
@@ -87,7 +112,7 @@ pub async fn run_job(
     let mount = ctx.cgroups.cpuset_mount();
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
-    let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).and_then(|sets| {
+    let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).map_err(LaunchError::from).and_then(|sets| {
         let socket = &ctx.agent_socket;
         let shim = ctx.shim.as_deref();
         let held = &spec.allocation.gpus;
@@ -337,10 +362,10 @@ pub(crate) fn make_spares(ctx: &JobContext) {
 }
 
 /// The job's private directory (script, nodefile) and its TMPDIR, owned by the user.
-fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), String> {
+fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), LaunchError> {
     let uid = spec.user.uid;
     let gid = spec.user.gid;
-    let io = |what: &str, e: std::io::Error| format!("{what} {}: {e}", spool.display());
+    let io = |what: &'static str, error: std::io::Error| LaunchError::Spool { what, spool: spool.to_path_buf(), error };
     if spool.exists() {
         std::fs::remove_dir_all(spool).map_err(|e| io("cannot clear stale", e))?;
     }
@@ -439,9 +464,9 @@ fn start(
     gpus: &[(&str, String)],
     agent_socket: &Path,
     shim: Option<&Path>,
-) -> Result<crate::step::rank::Process, String> {
+) -> Result<crate::step::rank::Process, LaunchError> {
     // Kept open until the spawn returned: the child joins the cgroups through them.
-    let join = cg.join_files().map_err(|e| format!("cannot open the cgroup to join it: {e}"))?;
+    let join = cg.join_files().map_err(LaunchError::JoinCgroup)?;
     let join_fds: Vec<std::os::fd::RawFd> = join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect();
     let workdir = spec.workdir.as_deref().unwrap_or(&spec.cwd);
     let affinity = if spec.binding_mode == Some(BindingMode::Set) && !binding.is_empty() {
@@ -450,9 +475,7 @@ fn start(
     } else {
         None
     };
-    let text = |p: &Path| {
-        p.to_str().map(str::to_string).ok_or_else(|| format!("the agent's path {} is not UTF-8", p.display()))
-    };
+    let text = |p: &Path| p.to_str().map(str::to_string).ok_or_else(|| LaunchError::PathNotUtf8(p.to_path_buf()));
     let (status_file, script) = (text(&spool.join(crate::job::shim::STATUS_FILE))?, text(&spool.join("script"))?);
     let argv: Vec<String> = match shim {
         // The shim starts the script and keeps its exit status (see shim.rs).
@@ -493,14 +516,11 @@ fn start(
     if let Some(pid) = spawned.as_ref().ok().and_then(|child| child.id()) {
         cg.joined(pid as i32);
     }
-    spawned.map_err(|e| {
-        format!(
-            "cannot start the batch script as {} (uid {}): {}; {}",
-            spec.user.name,
-            spec.user.uid,
-            e.message,
-            launch_hint(spec)
-        )
+    spawned.map_err(|error| LaunchError::Script {
+        user: spec.user.name.clone(),
+        uid: spec.user.uid,
+        error,
+        hint: launch_hint(spec),
     })
 }
 
@@ -513,9 +533,8 @@ fn script_env(
     binding: &HostBinding,
     gpus: &[(&str, String)],
     agent_socket: &Path,
-) -> Result<Vec<(String, String)>, String> {
-    let path =
-        |p: PathBuf| p.into_os_string().into_string().map_err(|p| format!("the agent's path {p:?} is not UTF-8"));
+) -> Result<Vec<(String, String)>, LaunchError> {
+    let path = |p: PathBuf| p.into_os_string().into_string().map_err(LaunchError::EnvPathNotUtf8);
     let inherited = |k: &str| spec.compat.is_none() || !crate::compat_env::not_from_submitter(k);
     let mut env: Vec<(String, String)> =
         spec.env.iter().filter(|(k, _)| inherited(k)).map(|(k, v)| (k.clone(), v.clone())).collect();

@@ -24,17 +24,33 @@ pub fn open_binary(agent_exe: &Path) -> std::io::Result<std::fs::File> {
     std::fs::File::open(agent_exe)
 }
 
+/// Why the `berth` client beside the agent does not serve as the shim (logged; the agent's
+/// own binary serves instead).
+#[derive(Debug, thiserror::Error)]
+enum NotAShim {
+    #[error("cannot open it: {0}")]
+    Open(std::io::Error),
+    #[error("{0}")]
+    Metadata(std::io::Error),
+    #[error("not an executable of the agent binary's owner writable by no one else (uid {uid}, mode {mode:o})")]
+    Unsafe { uid: u32, mode: u32 },
+    #[error("cannot run it: {0}")]
+    Run(std::io::Error),
+    #[error("it did not answer within {0:?}")]
+    Silent(std::time::Duration),
+    #[error("cannot wait for it: {0}")]
+    Wait(std::io::Error),
+    #[error("it is no shim of this version ({0})")]
+    OtherVersion(std::process::ExitStatus),
+}
+
 /// `client`, opened, if it may serve as the shim (see [`open_binary`]).
-fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, String> {
-    let file = std::fs::File::open(client).map_err(|e| format!("cannot open it: {e}"))?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    let ours = std::fs::metadata(agent_exe).map_err(|e| e.to_string())?;
+fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, NotAShim> {
+    let file = std::fs::File::open(client).map_err(NotAShim::Open)?;
+    let meta = file.metadata().map_err(NotAShim::Metadata)?;
+    let ours = std::fs::metadata(agent_exe).map_err(NotAShim::Metadata)?;
     if !meta.is_file() || meta.uid() != ours.uid() || meta.mode() & 0o022 != 0 || meta.mode() & 0o111 == 0 {
-        return Err(format!(
-            "not an executable of the agent binary's owner writable by no one else (uid {}, mode {:o})",
-            meta.uid(),
-            meta.mode() & 0o7777
-        ));
+        return Err(NotAShim::Unsafe { uid: meta.uid(), mode: meta.mode() & 0o7777 });
     }
     // The very file opened answers (a rename in between changes nothing).
     use std::os::fd::AsRawFd;
@@ -46,7 +62,7 @@ fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, String>
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .map_err(|e| format!("cannot run it: {e}"))?;
+        .map_err(NotAShim::Run)?;
     // A shim answers at once; anything else does not hold up the agent's start.
     let deadline = std::time::Instant::now() + CHECK_DEADLINE;
     let status = loop {
@@ -56,9 +72,9 @@ fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, String>
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();
-                return Err(format!("it did not answer within {CHECK_DEADLINE:?}"));
+                return Err(NotAShim::Silent(CHECK_DEADLINE));
             }
-            Err(e) => return Err(format!("cannot wait for it: {e}")),
+            Err(e) => return Err(NotAShim::Wait(e)),
         }
     };
     let mut answer = Vec::new();
@@ -67,7 +83,7 @@ fn open_client(agent_exe: &Path, client: &Path) -> Result<std::fs::File, String>
         let _ = out.read_to_end(&mut answer);
     }
     if !status.success() || answer != check_reply().as_bytes() {
-        return Err(format!("it is no shim of this version ({status})"));
+        return Err(NotAShim::OtherVersion(status));
     }
     Ok(file)
 }
@@ -111,11 +127,11 @@ mod tests {
         assert!(same_file(&open_binary(&agent).unwrap(), &agent));
         // One that answers anything else on stdout.
         std::fs::copy("/bin/echo", &client).unwrap();
-        assert!(open_client(&agent, &client).unwrap_err().contains("no shim"));
+        assert!(open_client(&agent, &client).unwrap_err().to_string().contains("no shim"));
         assert!(same_file(&open_binary(&agent).unwrap(), &agent));
         // Writable by its group: never run, whatever it is.
         std::fs::set_permissions(&client, std::fs::Permissions::from_mode(0o775)).unwrap();
-        assert!(open_client(&agent, &client).unwrap_err().contains("writable"));
+        assert!(open_client(&agent, &client).unwrap_err().to_string().contains("writable"));
         assert!(same_file(&open_binary(&agent).unwrap(), &agent));
     }
 

@@ -35,7 +35,7 @@ pub fn request(
         return;
     }
     if !launching {
-        let _ = events.send(reply(id, &op, Err(format!("job {id} is not running on this node")), vec![]));
+        let _ = events.send(reply(id, &op, Err(SuspendError::NotHere(id)), vec![]));
         return;
     }
     let (ctx, events) = (ctx.clone(), events.clone());
@@ -43,7 +43,7 @@ pub fn request(
         match ctx.registry.wait_for(id, Duration::from_secs(10)).await {
             Some(job) => enqueue(&ctx, job, op, &events),
             None => {
-                let _ = events.send(reply(id, &op, Err(format!("job {id} did not finish starting here")), vec![]));
+                let _ = events.send(reply(id, &op, Err(SuspendError::NotStarted(id)), vec![]));
             }
         }
     });
@@ -92,8 +92,31 @@ async fn drain(ctx: Arc<JobContext>, job: Arc<JobHandle>, events: mpsc::Unbounde
     }
 }
 
-fn reply(id: JobId, op: &Op, result: Result<(), String>, cgroups: Vec<CgroupReport>) -> AgentMessage {
-    let error = result.err();
+/// Why a job was not suspended, resumed or moved here (the error the controller is sent).
+#[derive(Debug, thiserror::Error)]
+pub enum SuspendError {
+    #[error("job {0} is not running on this node")]
+    NotHere(JobId),
+    #[error("job {0} did not finish starting here")]
+    NotStarted(JobId),
+    #[error("job {0} is ending; it is not suspended")]
+    Ending(JobId),
+    #[error("cannot freeze job {id}: {error}")]
+    Freeze { id: JobId, error: Box<dyn std::error::Error + Send + Sync> },
+    #[error("cannot thaw job {id}: {error}")]
+    Thaw { id: JobId, error: Box<dyn std::error::Error + Send + Sync> },
+    #[error("job {id}: resume on {to} sent to the agent of {here}")]
+    OtherNode { id: JobId, to: String, here: String },
+    #[error("job {id} has sub-cpusets on {here} ({which}); it can resume only on its own CPUs, not move to {cpus}")]
+    SubCpusets { id: JobId, here: String, which: String, cpus: String },
+    #[error("job {id}: CPUs {cpus} map to no host CPU")]
+    NoHostCpus { id: JobId, cpus: String },
+    #[error("cannot move job {id} to CPUs {cpus} (host {host}): {error}")]
+    Move { id: JobId, cpus: String, host: String, error: Box<dyn std::error::Error + Send + Sync> },
+}
+
+fn reply(id: JobId, op: &Op, result: Result<(), SuspendError>, cgroups: Vec<CgroupReport>) -> AgentMessage {
+    let error = result.err().map(|e| e.to_string());
     match op {
         Op::Suspend => AgentMessage::Suspended { id, error },
         Op::Resume(_) => AgentMessage::Resumed { id, error, cgroups },
@@ -101,12 +124,12 @@ fn reply(id: JobId, op: &Op, result: Result<(), String>, cgroups: Vec<CgroupRepo
 }
 
 /// Freeze the job's cgroup here; its walltime clock stops once the kernel reports it frozen.
-pub async fn suspend(job: &JobHandle) -> Result<(), String> {
+pub async fn suspend(job: &JobHandle) -> Result<(), SuspendError> {
     let s = &job.suspension;
     let id = job.spec.id;
     let _gate = s.gate.lock().await;
     if s.ending.load(Ordering::SeqCst) {
-        return Err(format!("job {id} is ending; it is not suspended"));
+        return Err(SuspendError::Ending(id));
     }
     if s.is_suspended() {
         return Ok(());
@@ -117,8 +140,8 @@ pub async fn suspend(job: &JobHandle) -> Result<(), String> {
             s.pause();
             Ok(())
         }
-        Ok(Err(e)) => Err(format!("cannot freeze job {id}: {e}")),
-        Err(e) => Err(format!("cannot freeze job {id}: {e}")),
+        Ok(Err(e)) => Err(SuspendError::Freeze { id, error: e.into() }),
+        Err(e) => Err(SuspendError::Freeze { id, error: e.into() }),
     }
 }
 
@@ -129,7 +152,7 @@ pub async fn resume(
     ctx: &JobContext,
     job: &JobHandle,
     to: Option<&NodeAllocation>,
-) -> Result<Vec<CgroupReport>, String> {
+) -> Result<Vec<CgroupReport>, SuspendError> {
     let s = &job.suspension;
     let id = job.spec.id;
     let _gate = s.gate.lock().await;
@@ -147,27 +170,24 @@ pub async fn resume(
             s.unpause();
             Ok(reports)
         }
-        Ok(Err(e)) => Err(format!("cannot thaw job {id}: {e}")),
-        Err(e) => Err(format!("cannot thaw job {id}: {e}")),
+        Ok(Err(e)) => Err(SuspendError::Thaw { id, error: e.into() }),
+        Err(e) => Err(SuspendError::Thaw { id, error: e.into() }),
     }
 }
 
 /// Give the job's cpuset the CPUs and memory nodes of `to`. Refused for jobs with sub-cpusets
 /// (per-rank ones, or the user's own): their CPUs are inside the job's and would not follow.
-async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Result<Vec<CgroupReport>, String> {
+async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Result<Vec<CgroupReport>, SuspendError> {
     let id = job.spec.id;
     let here = &job.spec.allocation.node;
     if to.node != *here {
-        return Err(format!("job {id}: resume on {} sent to the agent of {here}", to.node));
+        return Err(SuspendError::OtherNode { id, to: to.node.to_string(), here: here.to_string() });
     }
     let dir = job.cgroup.cpuset_dir();
     let children = sub_cpusets(&dir);
     if !job.spec.allocation.ranks.is_empty() || !to.ranks.is_empty() || !children.is_empty() {
         let which = if children.is_empty() { "per-rank sub-cpusets".to_string() } else { children.join(", ") };
-        return Err(format!(
-            "job {id} has sub-cpusets on {here} ({which}); it can resume only on its own CPUs, not move to {}",
-            to.cpus.to_list()
-        ));
+        return Err(SuspendError::SubCpusets { id, here: here.to_string(), which, cpus: to.cpus.to_list() });
     }
     let limits = |a: &NodeAllocation| JobLimits {
         cpus: ctx.cpumap.cpus(&a.cpus).to_list(),
@@ -179,7 +199,7 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
     };
     let new = limits(to);
     if new.cpus.is_empty() {
-        return Err(format!("job {id}: CPUs {} map to no host CPU", to.cpus.to_list()));
+        return Err(SuspendError::NoHostCpus { id, cpus: to.cpus.to_list() });
     }
     let old = job.suspension.allocation().map(|a| limits(&a));
     let cg = job.cgroup.clone();
@@ -192,13 +212,13 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
                     tracing::error!(job = %cg.name(), "cannot restore the cpuset after a failed move: {e2}");
                 }
             }
-            return Err(e.to_string());
+            return Err(Box::<dyn std::error::Error + Send + Sync>::from(e));
         }
         let dir = cg.cpuset_dir();
         Ok(crate::job::cpusets::report(&*cg, &mount, &dir, None, &wanted.cpus, &wanted.mems))
     })
     .await
-    .map_err(|e| e.to_string())
+    .map_err(Box::<dyn std::error::Error + Send + Sync>::from)
     .and_then(|r| r);
     match result {
         Ok(report) => {
@@ -208,7 +228,7 @@ async fn relocate(ctx: &JobContext, job: &JobHandle, to: &NodeAllocation) -> Res
             tracing::info!(job = %id, cpus = %new.cpus, mems = %new.mems, "moved to other CPUs");
             Ok(vec![report])
         }
-        Err(e) => Err(format!("cannot move job {id} to CPUs {} (host {}): {e}", to.cpus.to_list(), new.cpus)),
+        Err(error) => Err(SuspendError::Move { id, cpus: to.cpus.to_list(), host: new.cpus, error }),
     }
 }
 

@@ -137,6 +137,17 @@ fn encode_blocks(seq: &[usize]) -> String {
     format!("(vector,{})", body.join(","))
 }
 
+/// Why a PMI-1 request line does not parse (reported as the rank's protocol error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RequestError {
+    #[error("token {0:?} is not key=value")]
+    NotKeyValue(String),
+    #[error("empty request")]
+    Empty,
+    #[error("request starts with {first}={cmd}, not cmd=NAME")]
+    NoCommand { first: String, cmd: String },
+}
+
 /// One request line: `cmd=NAME key=value ...` (`multi` for `mcmd=NAME`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Request<'a> {
@@ -148,7 +159,7 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Parses one line (without or with its newline). An abort's `error_msg=` (sent by newer
     /// clients) is free text up to the end of the line.
-    pub fn parse(line: &'a str) -> Result<Request<'a>, String> {
+    pub fn parse(line: &'a str) -> Result<Request<'a>, RequestError> {
         let line = line.trim_end_matches(['\n', '\r']);
         let (head, msg) = match line.find(" error_msg=") {
             Some(i) if line.starts_with("cmd=abort ") => (&line[..i], Some(&line[i + 11..])),
@@ -158,13 +169,13 @@ impl<'a> Request<'a> {
         for tok in head.split(' ').filter(|t| !t.is_empty()) {
             match tok.split_once('=') {
                 Some((k, v)) if !k.is_empty() => args.push((k, v)),
-                _ => return Err(format!("token {tok:?} is not key=value")),
+                _ => return Err(RequestError::NotKeyValue(tok.to_string())),
             }
         }
         args.extend(msg.map(|m| ("error_msg", m)));
-        let Some(&(first, cmd)) = args.first() else { return Err("empty request".into()) };
+        let Some(&(first, cmd)) = args.first() else { return Err(RequestError::Empty) };
         if (first != "cmd" && first != "mcmd") || cmd.is_empty() {
-            return Err(format!("request starts with {first}={cmd}, not cmd=NAME"));
+            return Err(RequestError::NoCommand { first: first.to_string(), cmd: cmd.to_string() });
         }
         Ok(Request { cmd, multi: first == "mcmd", args: args.split_off(1) })
     }
@@ -244,7 +255,7 @@ impl PmiServer {
                 Ok(Line::Text(bytes)) => match std::str::from_utf8(&bytes).map(Request::parse) {
                     Err(_) => self.bad(rank, "request is not UTF-8".into(), "not_utf8"),
                     Ok(Err(_)) if bytes.iter().all(|&b| b == b' ' || b == b'\r') => continue,
-                    Ok(Err(e)) => self.bad(rank, e, "parse_error"),
+                    Ok(Err(e)) => self.bad(rank, e.to_string(), "parse_error"),
                     Ok(Ok(req)) if !active && asks_for_pmi2(&req) => {
                         return crate::step::pmi2::serve_rank(self, rank, rd, wr).await;
                     }

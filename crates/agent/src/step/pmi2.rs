@@ -66,6 +66,35 @@ const FAIL: i32 = -1;
 /// Commands of other process managers' PMI-2 servers that berth answers with "not supported".
 const UNSUPPORTED: [&str; 5] = ["name-publish", "name-unpublish", "name-lookup", "job-connect", "job-disconnect"];
 
+/// Why a PMI-2 message or its length field does not parse (reported as the rank's protocol error).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MessageError {
+    #[error("empty message")]
+    Empty,
+    #[error("message is not UTF-8")]
+    NotUtf8,
+    /// The text (at most 64 bytes of it) that has no `=`.
+    #[error("{0:?} is not key=value")]
+    NotKeyValue(String),
+    #[error("bad key {0:?}")]
+    BadKey(String),
+    #[error("message does not start with cmd=NAME")]
+    NoCommand,
+    #[error("bad length field {0:?}")]
+    BadLength(String),
+}
+
+/// Why a rank's PMI-2 connection cannot be read on: it failed, or closed inside a message.
+#[derive(Debug, thiserror::Error)]
+enum FrameError {
+    #[error("PMI-2 connection closed inside a length field")]
+    ClosedInLength,
+    #[error("PMI-2 connection closed inside a message")]
+    ClosedInMessage,
+    #[error("reading the PMI-2 connection: {0}")]
+    Read(std::io::Error),
+}
+
 /// One PMI-2 message: `key=value` pairs in order, the first `cmd=NAME`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Message {
@@ -115,18 +144,18 @@ impl Message {
     }
 
     /// Parses a body (without its length field). The last `;` may be missing.
-    pub fn parse(body: &[u8]) -> Result<Message, String> {
+    pub fn parse(body: &[u8]) -> Result<Message, MessageError> {
         if body.is_empty() {
-            return Err("empty message".into());
+            return Err(MessageError::Empty);
         }
-        let mut rest = std::str::from_utf8(body).map_err(|_| "message is not UTF-8".to_string())?;
+        let mut rest = std::str::from_utf8(body).map_err(|_| MessageError::NotUtf8)?;
         let mut pairs = Vec::new();
         while !rest.is_empty() {
             let Some((key, after)) = rest.split_once('=') else {
-                return Err(format!("{:?} is not key=value", clip(rest)));
+                return Err(MessageError::NotKeyValue(clip(rest).to_string()));
             };
             if key.is_empty() || key.contains(';') {
-                return Err(format!("bad key {:?}", clip(key)));
+                return Err(MessageError::BadKey(clip(key).to_string()));
             }
             let (value, next) = split_value(after);
             pairs.push((key.to_string(), value));
@@ -134,7 +163,7 @@ impl Message {
         }
         let message = Message { pairs };
         if message.cmd().is_empty() {
-            return Err("message does not start with cmd=NAME".into());
+            return Err(MessageError::NoCommand);
         }
         Ok(message)
     }
@@ -171,11 +200,11 @@ fn clip(text: &str) -> &str {
 }
 
 /// Reads a length field: decimal digits, padded with spaces on either side.
-pub fn parse_length(field: &[u8]) -> Result<usize, String> {
+pub fn parse_length(field: &[u8]) -> Result<usize, MessageError> {
     let digits = std::str::from_utf8(field).map(|f| f.trim_matches(' ')).unwrap_or("");
     match digits.parse::<usize>() {
         Ok(len) if digits.bytes().all(|b| b.is_ascii_digit()) => Ok(len),
-        _ => Err(format!("bad length field {:?}", String::from_utf8_lossy(field))),
+        _ => Err(MessageError::BadLength(String::from_utf8_lossy(field).into_owned())),
     }
 }
 
@@ -193,20 +222,20 @@ enum Frame {
     /// Longer than MESSAGE_MAX: skipped.
     TooLong(usize),
     /// The length field is not a number: the stream cannot be followed any more.
-    BadLength(String),
+    BadLength(MessageError),
     Eof,
 }
 
 /// Reads one message. Err: the connection failed or closed inside a message.
-async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<Frame, String> {
+async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<Frame, FrameError> {
     let mut field = [0u8; LENGTH_FIELD];
     let mut filled = 0;
     while filled < LENGTH_FIELD {
         match rd.read(&mut field[filled..]).await {
             Ok(0) if filled == 0 => return Ok(Frame::Eof),
-            Ok(0) => return Err("PMI-2 connection closed inside a length field".into()),
+            Ok(0) => return Err(FrameError::ClosedInLength),
             Ok(n) => filled += n,
-            Err(e) => return Err(format!("reading the PMI-2 connection: {e}")),
+            Err(e) => return Err(FrameError::Read(e)),
         }
     }
     let len = match parse_length(&field) {
@@ -214,8 +243,8 @@ async fn read_frame<R: AsyncRead + Unpin>(rd: &mut R) -> Result<Frame, String> {
         Err(e) => return Ok(Frame::BadLength(e)),
     };
     let closed = |e: std::io::Error| match e.kind() {
-        std::io::ErrorKind::UnexpectedEof => "PMI-2 connection closed inside a message".to_string(),
-        _ => format!("reading the PMI-2 connection: {e}"),
+        std::io::ErrorKind::UnexpectedEof => FrameError::ClosedInMessage,
+        _ => FrameError::Read(e),
     };
     if len > MESSAGE_MAX {
         // Skip it, so that the next message is read from its start.
@@ -253,7 +282,7 @@ where
     loop {
         let answer = match read_frame(&mut rd).await {
             Ok(Frame::Eof) => break,
-            Err(e) => return srv.protocol_error(rank, e),
+            Err(e) => return srv.protocol_error(rank, e.to_string()),
             Ok(Frame::BadLength(e)) => {
                 // Answer, so that the client fails at once instead of waiting; then give up.
                 let _ = wr.write_all(&session.bad(format!("{e}; closing the connection"), "error").encode()).await;
@@ -261,7 +290,7 @@ where
             }
             Ok(Frame::TooLong(len)) => session.bad(format!("message of {len} bytes (most {MESSAGE_MAX})"), "error"),
             Ok(Frame::Message(body)) => match Message::parse(&body) {
-                Err(e) => session.bad(e, "error"),
+                Err(e) => session.bad(e.to_string(), "error"),
                 Ok(req) => match session.answer(&req).await {
                     Answer::Reply(reply) => match req.get("thrid") {
                         Some(thrid) => reply.with("thrid", thrid),

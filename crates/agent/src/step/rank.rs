@@ -76,18 +76,18 @@ impl Process {
 }
 
 /// Spawn the rank with its stdout and stderr on pipes.
-pub fn spawn(l: RankLaunch<'_>) -> Result<Process, String> {
-    spawn_with(l, None).map_err(|e| e.message)
+pub fn spawn(l: RankLaunch<'_>) -> Result<Process, SpawnError> {
+    spawn_with(l, None)
 }
 
 /// Like [`spawn`], but stdout and stderr are appended to `stdout` and `stderr` (a task of the
 /// task API). The child opens them itself after dropping to the user and entering the working
 /// directory: the user's permissions apply, and relative paths are relative to that directory.
-pub fn spawn_to_files(l: RankLaunch<'_>, stdout: &str, stderr: &str) -> Result<Process, String> {
+pub fn spawn_to_files(l: RankLaunch<'_>, stdout: &str, stderr: &str) -> Result<Process, SpawnError> {
     let path = |what: &str, p: &str| CString::new(p).map_err(|_| format!("the {what} path contains a NUL byte"));
     let files =
         OutputFiles { stdout: path("output", stdout)?, stderr: path("error", stderr)?, ..OutputFiles::default() };
-    spawn_with(l, Some(files)).map_err(|e| e.message)
+    spawn_with(l, Some(files))
 }
 
 /// Where a batch script's stdout and stderr go (see [`spawn_script`]).
@@ -104,7 +104,8 @@ pub struct ScriptOutput<'a> {
 
 /// Why a process did not start: the message for the user, and the errno of the failing step
 /// (0 when it failed before the clone).
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
 pub struct SpawnError {
     pub errno: i32,
     pub message: String,
@@ -587,13 +588,13 @@ mod tests {
     async fn a_missing_command_or_directory_is_a_clear_error_and_nothing_is_left() {
         let user = me();
         let a = argv(&["no-such-command-here"]);
-        let e = spawn(launch(&a, &user, "/")).err().unwrap();
+        let e = spawn(launch(&a, &user, "/")).err().unwrap().to_string();
         assert!(e.contains("command not found"), "{e}");
         let a = argv(&["true"]);
-        let e = spawn(launch(&a, &user, "/no/such/dir")).err().unwrap();
+        let e = spawn(launch(&a, &user, "/no/such/dir")).err().unwrap().to_string();
         assert!(e.contains("cannot enter the working directory /no/such/dir"), "{e}");
         let a = argv(&["/etc/passwd"]);
-        let e = spawn(launch(&a, &user, "/")).err().unwrap();
+        let e = spawn(launch(&a, &user, "/")).err().unwrap().to_string();
         assert!(e.contains("permission denied"), "{e}");
         // Failed children were reaped: no zombie child that never exec'd (its name is still
         // this thread's) remains. Not waitpid(-1): it would reap the children of the tests

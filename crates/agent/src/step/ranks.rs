@@ -10,6 +10,52 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
+/// Why this node's ranks of a step did not start (the reason the step's launch fails with).
+#[derive(Debug, thiserror::Error)]
+pub enum RanksError {
+    #[error("job {job} belongs to uid {owner}, not to uid {asked} named by this step")]
+    NotTheOwner { job: berth_core::JobId, owner: u32, asked: u32 },
+    #[error(
+        "the step's group ids are not among those job {0}'s owner had at submission; submit the job from that group"
+    )]
+    NotTheOwnersGroups(berth_core::JobId),
+    #[error("rank {rank}'s CPUs [{cpus}] are not inside job {job}'s CPUs {job_cpus} on this node")]
+    CpusOutsideJob { rank: u32, cpus: String, job: berth_core::JobId, job_cpus: String },
+    #[error("job {job} is not running on node {node}")]
+    JobNotHere { job: berth_core::JobId, node: String },
+    #[error("the step's programs do not fit its ranks: {0}")]
+    Programs(berth_core::step::mpmd::RanksError),
+    #[error("cannot create {}: {error}", .path.display())]
+    FailuresFile { path: PathBuf, error: std::io::Error },
+    #[error("cannot open the job's cgroup: {0}")]
+    JobCgroup(crate::cgroup::CgroupError),
+    #[error("cannot create rank {rank}'s sub-cpuset: {error}")]
+    MakeSubCpuset { rank: u32, error: crate::cgroup::CgroupError },
+    #[error("cannot open rank {rank}'s sub-cpuset: {error}")]
+    OpenSubCpuset { rank: u32, error: std::io::Error },
+    #[error(transparent)]
+    Mask(#[from] crate::spawn::BeyondMask),
+    #[error("cannot make a PMI socket: {0}")]
+    PmiPair(std::io::Error),
+    #[error("PMI socket: {0}")]
+    PmiSocket(std::io::Error),
+    #[error("rank {rank}: {error}")]
+    Spawn { rank: u32, error: crate::step::rank::SpawnError },
+    /// The step asked for PMIx, which this node cannot serve.
+    #[error("{0}; check that libpmix is installed (scripts/setup.sh) or run with --mpi pmi2")]
+    NoPmixServer(crate::step::pmix::PmixError),
+    #[error("rank {rank} is beyond the step's size {size}")]
+    RankBeyondSize { rank: u32, size: usize },
+    #[error("rank {0} of the step is on no node")]
+    RankOnNoNode(usize),
+    #[error("PMIx: {0}")]
+    Pmix(crate::step::pmix::PmixError),
+    #[error("BERTH_GPUS_PER_TASK={0:?}: give a count of GPUs per rank, at least 1")]
+    GpusPerTask(String),
+    #[error(transparent)]
+    GpuBind(#[from] berth_core::gpu::GpuBindError),
+}
+
 /// A started rank.
 pub struct LocalRank {
     pub rank: u32,
@@ -30,33 +76,26 @@ pub struct StartedRanks {
 }
 
 /// Check that the grant fits the job as this node knows it.
-pub fn check(job: &JobHandle, grant: &StepGrant, node: &StepNode) -> Result<(), String> {
+pub fn check(job: &JobHandle, grant: &StepGrant, node: &StepNode) -> Result<(), RanksError> {
     let spec = &job.spec;
     // Until grants are signed (cluster key), never run ranks as anyone but the job's owner,
     // with groups the owner had at submission: a forged grant cannot gain root or a group.
     if grant.user.uid != spec.user.uid {
-        return Err(format!(
-            "job {} belongs to uid {}, not to uid {} named by this step",
-            spec.id, spec.user.uid, grant.user.uid
-        ));
+        return Err(RanksError::NotTheOwner { job: spec.id, owner: spec.user.uid, asked: grant.user.uid });
     }
     let allowed = |g: &u32| *g == spec.user.gid || spec.user.groups.contains(g);
     if !allowed(&grant.user.gid) || !grant.user.groups.iter().all(allowed) {
-        return Err(format!(
-            "the step's group ids are not among those job {}'s owner had at submission; submit the job from that group",
-            spec.id
-        ));
+        return Err(RanksError::NotTheOwnersGroups(spec.id));
     }
     let allocation = job.allocation();
     for r in &node.ranks {
         if r.cpus.is_empty() || !r.cpus.is_subset_of(&allocation.cpus) {
-            return Err(format!(
-                "rank {}'s CPUs [{}] are not inside job {}'s CPUs {} on this node",
-                r.rank,
-                r.cpus.to_list(),
-                spec.id,
-                allocation.cpus.to_list()
-            ));
+            return Err(RanksError::CpusOutsideJob {
+                rank: r.rank,
+                cpus: r.cpus.to_list(),
+                job: spec.id,
+                job_cpus: allocation.cpus.to_list(),
+            });
         }
     }
     Ok(())
@@ -147,12 +186,12 @@ pub fn start(
     pmi_events: mpsc::UnboundedSender<PmiEvent>,
     pmix_events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
     partial: &mut Vec<LocalRank>,
-) -> Result<StartedRanks, String> {
+) -> Result<StartedRanks, RanksError> {
     let node = &grant.nodes[node_index];
     check(job, grant, node)?;
     let ranks_per_node: Vec<Vec<u32>> = grant.nodes.iter().map(|n| n.ranks.iter().map(|r| r.rank).collect()).collect();
     // MPMD: each rank's program (its application number); all 0 for one program.
-    let rank_apps = grant.rank_apps().map_err(|e| format!("the step's programs do not fit its ranks: {e}"))?;
+    let rank_apps = grant.rank_apps().map_err(RanksError::Programs)?;
     let app_of = |rank: u32| rank_apps.get(rank as usize).copied().unwrap_or(0);
     let pmi = PmiServer::new(
         PmiConfig {
@@ -170,7 +209,7 @@ pub fn start(
     // spool's recently deleted ones): only no-kill steps have survivors to read it.
     let failures_file = if grant.no_kill {
         let f = job.spool.join(format!("step{}.failed", grant.step));
-        std::fs::write(&f, "").map_err(|e| format!("cannot create {}: {e}", f.display()))?;
+        std::fs::write(&f, "").map_err(|error| RanksError::FailuresFile { path: f.clone(), error })?;
         let _ = std::os::unix::fs::lchown(&f, Some(job.spec.user.uid), Some(job.spec.user.gid));
         Some(f)
     } else {
@@ -188,7 +227,7 @@ pub fn start(
         base.push((OMPI_VADER_DIR.into(), job.tmpdir().display().to_string()));
     }
     // Opened once for the step: every rank joins through the same files.
-    let job_join = job.cgroup.join_files().map_err(|e| format!("cannot open the job's cgroup: {e}"))?;
+    let job_join = job.cgroup.join_files().map_err(RanksError::JobCgroup)?;
     let rank_gpus = gpus_of_ranks(ctx, job, grant, node)?;
     for local in spawn_order(node, &ctx.cpumap) {
         let place = &node.ranks[local];
@@ -201,12 +240,12 @@ pub fn start(
             let dir = job
                 .cgroup
                 .make_child(&name, &host.to_list(), &mems)
-                .map_err(|e| format!("cannot create rank {}'s sub-cpuset: {e}", place.rank))?;
+                .map_err(|error| RanksError::MakeSubCpuset { rank: place.rank, error })?;
             sub_cpusets.push(name);
             let procs = std::fs::OpenOptions::new()
                 .write(true)
                 .open(dir.join(job.cgroup.join_file_name()))
-                .map_err(|e| format!("cannot open rank {}'s sub-cpuset: {e}", place.rank))?;
+                .map_err(|error| RanksError::OpenSubCpuset { rank: place.rank, error })?;
             join.push(procs.as_raw_fd());
             rank_procs = Some(procs);
         }
@@ -214,7 +253,7 @@ pub fn start(
         let affinity = if program.bind { Some(crate::spawn::cpu_mask(&host)?) } else { None };
         // PMI-1/PMI-2's socket, unless the step asked for PMIx (or nothing) only.
         let pair = if grant.mpi.offers_pmi() {
-            Some(std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make a PMI socket: {e}"))?)
+            Some(std::os::unix::net::UnixStream::pair().map_err(RanksError::PmiPair)?)
         } else {
             None
         };
@@ -255,13 +294,13 @@ pub fn start(
             stdin: place.rank == 0,
             umask: job.spec.umask,
         })
-        .map_err(|e| format!("rank {}: {e}", place.rank))?;
+        .map_err(|error| RanksError::Spawn { rank: place.rank, error })?;
         berth_protocol::probe::mark("agent rank spawned");
         drop(rank_procs);
         if let Some((ours, theirs)) = pair {
             drop(theirs);
-            ours.set_nonblocking(true).map_err(|e| format!("PMI socket: {e}"))?;
-            let stream = tokio::net::UnixStream::from_std(ours).map_err(|e| format!("PMI socket: {e}"))?;
+            ours.set_nonblocking(true).map_err(RanksError::PmiSocket)?;
+            let stream = tokio::net::UnixStream::from_std(ours).map_err(RanksError::PmiSocket)?;
             let server = pmi.clone();
             let rank = place.rank;
             tokio::spawn(async move { server.serve_rank(rank, stream).await });
@@ -283,13 +322,13 @@ fn pmix_namespace(
     node_index: usize,
     rank_apps: &[u32],
     events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
-) -> Result<Option<crate::step::pmix::Namespace>, String> {
+) -> Result<Option<crate::step::pmix::Namespace>, RanksError> {
     if !grant.mpi.offers_pmix() {
         return Ok(None);
     }
     if let Err(e) = crate::step::pmix::ensure_server(&ctx.spool_root.join("pmix")) {
         if grant.mpi == berth_core::step::MpiKind::Pmix {
-            return Err(format!("{e}; check that libpmix is installed (scripts/setup.sh) or run with --mpi pmi2"));
+            return Err(RanksError::NoPmixServer(e));
         }
         tracing::warn!(job = %grant.job, step = grant.step, "no PMIx for this step: {e}");
         return Ok(None);
@@ -300,13 +339,13 @@ fn pmix_namespace(
         for (i, r) in node.ranks.iter().enumerate() {
             match rank_node.get_mut(r.rank as usize) {
                 Some(slot) => *slot = n as u32,
-                None => return Err(format!("rank {} is beyond the step's size {size}", r.rank)),
+                None => return Err(RanksError::RankBeyondSize { rank: r.rank, size }),
             }
             rank_local[r.rank as usize] = i as u32;
         }
     }
     if let Some(r) = rank_node.iter().position(|&n| n == u32::MAX) {
-        return Err(format!("rank {r} of the step is on no node"));
+        return Err(RanksError::RankOnNoNode(r));
     }
     // A bound rank's host CPUs (its own sub-cpuset confines it as binding does): Open MPI
     // computes its local peers' relative locality from them.
@@ -333,7 +372,7 @@ fn pmix_namespace(
         uid: grant.user.uid,
         gid: grant.user.gid,
     };
-    crate::step::pmix::Namespace::register(&spec, events).map(Some).map_err(|e| format!("PMIx: {e}"))
+    crate::step::pmix::Namespace::register(&spec, events).map(Some).map_err(RanksError::Pmix)
 }
 
 /// The GPU variables a rank's environment may carry from its job (replaced per rank).
@@ -350,7 +389,7 @@ fn gpus_of_ranks(
     job: &JobHandle,
     grant: &StepGrant,
     node: &StepNode,
-) -> Result<Vec<Vec<(&'static str, String)>>, String> {
+) -> Result<Vec<Vec<(&'static str, String)>>, RanksError> {
     use berth_core::gpu::{gpu_env, rank_gpus, GpuBind};
     let held = &job.allocation().gpus;
     if held.is_empty() {
@@ -358,12 +397,7 @@ fn gpus_of_ranks(
     }
     let var = |name: &str| grant.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string());
     let per_task = match var("BERTH_GPUS_PER_TASK") {
-        Some(v) => Some(
-            v.parse::<u32>()
-                .ok()
-                .filter(|&n| n > 0)
-                .ok_or_else(|| format!("BERTH_GPUS_PER_TASK={v:?}: give a count of GPUs per rank, at least 1"))?,
-        ),
+        Some(v) => Some(v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| RanksError::GpusPerTask(v.clone()))?),
         None => None,
     };
     let bind = var("BERTH_GPU_BIND").filter(|b| !b.is_empty()).map(|b| GpuBind::parse(&b)).transpose()?;

@@ -158,7 +158,7 @@ where
     let job = ctx.registry.wait_for(grant.job, JOB_WAIT).await;
     let mut partial = Vec::new();
     let started = match &job {
-        None => Err(format!("job {} is not running on node {}", grant.job, node.name)),
+        None => Err(step_ranks::RanksError::JobNotHere { job: grant.job, node: node.name.clone() }),
         Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, pmix_tx, &mut partial),
     };
     let mut alive: HashMap<u32, i32> = HashMap::new();
@@ -182,7 +182,7 @@ where
         }
         Err(reason) => {
             tracing::warn!(job = %grant.job, step = grant.step, "launch failed: {reason}");
-            let _ = up_tx.send(TreeUp::LaunchFailed { node: node.name.clone(), reason: reason.clone() });
+            let _ = up_tx.send(TreeUp::LaunchFailed { node: node.name.clone(), reason: reason.to_string() });
             // Ranks started before the failure are killed; the others never ran.
             for r in &partial {
                 if let Some(pid) = r.child.id() {

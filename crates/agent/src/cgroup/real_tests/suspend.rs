@@ -266,7 +266,7 @@ fn v1_resume_refuses_to_move_rank_cpusets() {
         let mut to = job.spec.allocation.clone();
         to.ranks.clear();
         to.cpus = CpuSet::from_iter_u32([n.host.len() as u32 - 1]);
-        let err = suspend::resume(&n.ctx, &job, Some(&to)).await.unwrap_err();
+        let err = suspend::resume(&n.ctx, &job, Some(&to)).await.unwrap_err().to_string();
         assert!(err.contains("sub-cpusets") && err.contains("rank0"), "{err}");
         assert_eq!(n.freezer_state(id), "FROZEN", "a refused move leaves the job frozen");
         assert_eq!(n.cpuset_cpus(id), n.host[0].to_string());

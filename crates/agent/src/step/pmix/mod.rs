@@ -182,8 +182,40 @@ fn err_text(buf: &[u8]) -> String {
     String::from_utf8_lossy(&buf[..end]).into_owned()
 }
 
-fn cstring(what: &str, s: &str) -> Result<CString, String> {
-    CString::new(s).map_err(|_| format!("the PMIx {what} {s:?} contains a NUL byte"))
+/// Why this node's PMIx server or a step's namespace is not there.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PmixError {
+    #[error("the PMIx {what} {value:?} contains a NUL byte")]
+    Nul { what: &'static str, value: String },
+    #[error("cannot create {}: {error}", .dir.display())]
+    CreateDir { dir: std::path::PathBuf, error: std::sync::Arc<std::io::Error> },
+    #[error("chmod {}: {error}", .dir.display())]
+    Chmod { dir: std::path::PathBuf, error: std::sync::Arc<std::io::Error> },
+    /// libpmix's message.
+    #[error("cannot start the PMIx server: {0}")]
+    Start(String),
+    #[error("the PMIx server gives ranks no environment: {0}")]
+    NoForkEnv(String),
+    #[error("inconsistent PMIx namespace {name} (size {size})")]
+    Inconsistent { name: String, size: usize },
+    #[error("a rank of PMIx namespace {0} is on no node")]
+    RankOnNoNode(String),
+    #[error("a rank of PMIx namespace {0} has no application")]
+    RankWithoutApp(String),
+    /// libpmix refused to register the namespace: its message.
+    #[error("{0}")]
+    Register(String),
+}
+
+/// A barrier's PMIx fence data that cannot be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("node {node}'s PMIx fence data is not hex")]
+pub struct FenceNotHex {
+    pub node: u32,
+}
+
+fn cstring(what: &'static str, s: &str) -> Result<CString, PmixError> {
+    CString::new(s).map_err(|_| PmixError::Nul { what, value: s.to_string() })
 }
 
 /// The variables of `PMIx_server_setup_fork` every rank of this server gets, bar
@@ -225,15 +257,16 @@ unsafe fn take_env(env: *mut *mut c_char) -> Vec<(String, String)> {
 
 /// Start this process's PMIx server (once; later calls return the first outcome), its
 /// rendezvous files under `tmpdir`.
-pub fn ensure_server(tmpdir: &Path) -> Result<(), String> {
-    static SERVER: OnceLock<Result<(), String>> = OnceLock::new();
+pub fn ensure_server(tmpdir: &Path) -> Result<(), PmixError> {
+    static SERVER: OnceLock<Result<(), PmixError>> = OnceLock::new();
     SERVER
         .get_or_init(|| {
             use std::os::unix::fs::PermissionsExt;
-            std::fs::create_dir_all(tmpdir).map_err(|e| format!("cannot create {}: {e}", tmpdir.display()))?;
+            std::fs::create_dir_all(tmpdir)
+                .map_err(|e| PmixError::CreateDir { dir: tmpdir.to_path_buf(), error: e.into() })?;
             // Ranks run as their users and read the server's files here.
             std::fs::set_permissions(tmpdir, std::fs::Permissions::from_mode(0o755))
-                .map_err(|e| format!("chmod {}: {e}", tmpdir.display()))?;
+                .map_err(|e| PmixError::Chmod { dir: tmpdir.to_path_buf(), error: e.into() })?;
             let dir = cstring("directory", &tmpdir.display().to_string())?;
             let mut err = [0u8; ERR_LEN];
             // SAFETY: NUL-terminated path, callbacks with the signatures shim.c declares, and
@@ -250,7 +283,7 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), String> {
                 )
             };
             if rc != 0 {
-                return Err(format!("cannot start the PMIx server: {}", err_text(&err)));
+                return Err(PmixError::Start(err_text(&err)));
             }
             let mut env: *mut *mut c_char = std::ptr::null_mut();
             // SAFETY: the server runs; an out pointer for libpmix's NULL-ended array, read
@@ -259,7 +292,7 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), String> {
             // SAFETY: as above.
             let vars = unsafe { take_env(env) };
             if rc != 0 {
-                return Err(format!("the PMIx server gives ranks no environment: {}", err_text(&err)));
+                return Err(PmixError::NoForkEnv(err_text(&err)));
             }
             let template: Vec<(String, String)> =
                 vars.into_iter().filter(|(k, _)| k != "PMIX_NAMESPACE" && k != "PMIX_RANK").collect();
@@ -307,7 +340,7 @@ impl Namespace {
     /// events for it go to `events`. Returns once the registration is queued: the ranks may
     /// be forked at once (their connections are handled after it), and a failure that shows
     /// only later is logged.
-    pub fn register(spec: &NamespaceSpec, events: mpsc::UnboundedSender<PmixEvent>) -> Result<Namespace, String> {
+    pub fn register(spec: &NamespaceSpec, events: mpsc::UnboundedSender<PmixEvent>) -> Result<Namespace, PmixError> {
         let n = spec.size as usize;
         if spec.rank_node.len() != n
             || spec.rank_local.len() != n
@@ -315,13 +348,13 @@ impl Namespace {
             || !(spec.rank_cpus.is_empty() || spec.rank_cpus.len() == n)
             || spec.me as usize >= spec.nodes.len()
         {
-            return Err(format!("inconsistent PMIx namespace {} (size {n})", spec.name));
+            return Err(PmixError::Inconsistent { name: spec.name.clone(), size: n });
         }
         if spec.rank_node.iter().any(|&i| i as usize >= spec.nodes.len()) {
-            return Err(format!("a rank of PMIx namespace {} is on no node", spec.name));
+            return Err(PmixError::RankOnNoNode(spec.name.clone()));
         }
         if spec.napps == 0 || spec.rank_app.iter().any(|&a| a >= spec.napps) {
-            return Err(format!("a rank of PMIx namespace {} has no application", spec.name));
+            return Err(PmixError::RankWithoutApp(spec.name.clone()));
         }
         let name = cstring("namespace", &spec.name)?;
         let jobid = cstring("job id", &spec.jobid)?;
@@ -364,7 +397,7 @@ impl Namespace {
         };
         let ns = Namespace { name, key: spec.name.clone() };
         if rc != 0 {
-            return Err(err_text(&err));
+            return Err(PmixError::Register(err_text(&err)));
         }
         Ok(ns)
     }
@@ -407,7 +440,7 @@ pub fn fence_key(node: u32) -> String {
 
 /// Every node's fence data out of a barrier's key-value pairs, concatenated in node order;
 /// None when the barrier carries none (a PMI barrier).
-pub fn fence_data(kvs: &[(String, String)]) -> Option<Result<Vec<u8>, String>> {
+pub fn fence_data(kvs: &[(String, String)]) -> Option<Result<Vec<u8>, FenceNotHex>> {
     let mut parts: Vec<(u32, &str)> = kvs
         .iter()
         .filter_map(|(k, v)| k.strip_prefix("pmix-fence.").and_then(|n| n.parse().ok()).map(|n| (n, v.as_str())))
@@ -420,7 +453,7 @@ pub fn fence_data(kvs: &[(String, String)]) -> Option<Result<Vec<u8>, String>> {
     for (n, hex) in parts {
         match berth_protocol::auth::unhex(hex) {
             Some(mut b) => all.append(&mut b),
-            None => return Some(Err(format!("node {n}'s PMIx fence data is not hex"))),
+            None => return Some(Err(FenceNotHex { node: n })),
         }
     }
     Some(Ok(all))
