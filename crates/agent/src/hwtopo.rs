@@ -995,7 +995,7 @@ mod tests {
     /// Whether a job could ever run on this node, as the controller judges it at submit.
     fn feasible_on(t: &Topology, req: &berth_core::placement::JobRequest) -> Result<(), String> {
         let policy = no_large();
-        berth_core::placement::cluster::feasible(&[node_of(t)], &policy, req, |_| true)
+        berth_core::placement::cluster::feasible(&[node_of(t)], &policy, req, |_| true).map_err(|e| e.to_string())
     }
 
     fn place_on(t: &Topology, req: &berth_core::placement::JobRequest) -> berth_core::job::NodeAllocation {

@@ -452,20 +452,20 @@ impl Controller {
             n.state = berth_core::node::NodeState::Up;
         }
         let confined = idle.confine(&r.allocation, &[]);
-        match berth_core::sched::place(&confined, request) {
-            berth_core::sched::Placement::Now(_) => Ok(()),
-            berth_core::sched::Placement::Busy(why) | berth_core::sched::Placement::Never(why) => {
-                let cores: u32 = r.allocation.iter().map(|a| a.cores).sum();
-                let nodes: Vec<&str> = r.allocation.iter().map(|a| a.node.as_str()).collect();
-                Err(api(
-                    ErrorCode::Infeasible,
-                    format!(
-                        "this job can never fit reservation {name} ({cores} cores on {}): {why}; ask for less",
-                        nodes.join(",")
-                    ),
-                ))
-            }
-        }
+        let why = match berth_core::sched::place(&confined, request) {
+            berth_core::sched::Placement::Now(_) => return Ok(()),
+            berth_core::sched::Placement::Busy(busy) => busy.to_string(),
+            berth_core::sched::Placement::Never(never) => never.to_string(),
+        };
+        let cores: u32 = r.allocation.iter().map(|a| a.cores).sum();
+        let nodes: Vec<&str> = r.allocation.iter().map(|a| a.node.as_str()).collect();
+        Err(api(
+            ErrorCode::Infeasible,
+            format!(
+                "this job can never fit reservation {name} ({cores} cores on {}): {why}; ask for less",
+                nodes.join(",")
+            ),
+        ))
     }
 
     /// What the pass needs of the advance reservations: each with its members (jobs asking

@@ -378,6 +378,7 @@ impl Controller {
         match sched::place(&view, request) {
             Placement::Now(alloc) => Ok(alloc),
             Placement::Busy(what) => {
+                let what = what.to_string();
                 let reason = if what.is_empty() { "waiting for cores or memory to free up".to_string() } else { what };
                 Err(try_again(reason))
             }
@@ -390,7 +391,7 @@ impl Controller {
                     Err(never) => Err(ReservationError::with_reason(
                         Code::Infeasible,
                         format!("this reservation can never be placed here: {never}; ask for less (GET /v1/inventory)"),
-                        never,
+                        never.to_string(),
                     )),
                 }
             }

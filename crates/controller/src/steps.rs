@@ -339,6 +339,7 @@ impl Controller {
         let alloc = match sched::place(&self.advance_view(now, walltime).0, &request) {
             Placement::Now(alloc) => alloc,
             Placement::Busy(what) => {
+                let what = what.to_string();
                 let reason = if what.is_empty() { "waiting for cores or memory to free up".into() } else { what };
                 return Ok(Ok(ClientResponse::TryAgain { reason }));
             }

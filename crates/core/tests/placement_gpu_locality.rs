@@ -97,6 +97,7 @@ fn strict_waits_and_says_why() {
         ("job", place(std::slice::from_ref(&n), &PlacementPolicy::default(), &job(2, 1, Some(GpuLocality::Strict)))),
     ] {
         let Placement::Busy(reason) = p else { panic!("strict ({what}): not busy: {p:?}") };
+        let reason = reason.to_string();
         assert!(reason.starts_with("GPU locality strict:"), "{what}: {reason}");
         assert!(reason.contains("node g0 has free GPUs but at most 0 free cores next to them"), "{what}: {reason}");
         assert!(reason.contains("--gpu-locality prefer"), "{what}: {reason}");
@@ -115,7 +116,8 @@ fn strict_with_more_cores_than_any_gpus_have_near_them_never_fits() {
     let n = gpu8();
     // One GPU has 4 cores next to it: 5 can never be local.
     let req = job(5, 1, Some(GpuLocality::Strict));
-    let never = feasible(std::slice::from_ref(&n), &PlacementPolicy::default(), &req, |_| true).unwrap_err();
+    let never =
+        feasible(std::slice::from_ref(&n), &PlacementPolicy::default(), &req, |_| true).unwrap_err().to_string();
     assert!(never.contains("GPU locality strict"), "{never}");
     assert!(never.contains("at most 4 cores are local to 1 of its GPUs"), "{never}");
     let p = place(std::slice::from_ref(&n), &PlacementPolicy::default(), &req);
@@ -145,6 +147,7 @@ fn strict_spreads_the_gpus_of_a_link_group_over_numa_nodes_for_their_cores() {
     // And 2 GPUs with 20 cores: no two GPUs have 20 cores near them.
     let p = place(std::slice::from_ref(&n), &policy(GpuLocality::Strict), &job(20, 2, None));
     let Placement::Never(m) = p else { panic!("{p:?}") };
+    let m = m.to_string();
     assert!(m.contains("at most 8 cores are local to 2 of its GPUs"), "{m}");
 }
 

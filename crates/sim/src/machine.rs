@@ -11,6 +11,7 @@ mod bits;
 use crate::error::SimError;
 use berth_core::job::{Allocation, Shape};
 use berth_core::node::NodeCapacity;
+use berth_core::placement::reason::{Busy, Never};
 use berth_core::placement::{JobRequest, PlacementPolicy};
 use berth_core::sched::backfill::{Fit, Machine};
 use berth_core::sched::round::RoundMachine;
@@ -163,12 +164,12 @@ impl Machine for PoolMachine {
         let (units, size, one_per_node) = pieces(req);
         let capacity = if one_per_node { nodes } else { nodes * (c / size) as u64 };
         if size > c || units > capacity {
-            return Fit::Never(format!("needs {} cores; the machine has {nodes} nodes of {c}", units * size as u64));
+            return Fit::Never(Never::Cores { cores: units * size as u64, nodes, per_node: c });
         }
         let cpus = units * size as u64;
         if cpus > self.free_total {
             // The reason is never shown by the simulator: no allocation on this hot path.
-            return Fit::Busy(String::new());
+            return Fit::Busy(Busy::Unstated);
         }
         if size == 1 && !one_per_node {
             let mut runs = vec![];
@@ -178,7 +179,7 @@ impl Machine for PoolMachine {
         }
         match self.take(units, size, one_per_node) {
             Some(alloc) => Fit::Now(alloc),
-            None => Fit::Busy(String::new()),
+            None => Fit::Busy(Busy::Unstated),
         }
     }
 
@@ -376,7 +377,7 @@ mod tests {
         let Fit::Now(a) = m.place(&total(3)) else { panic!() };
         m.claim(&a);
         assert_eq!(m.free_cpus(), 1);
-        assert_eq!(m.place(&total(2)), Fit::Busy(String::new()));
+        assert_eq!(m.place(&total(2)), Fit::Busy(Busy::Unstated));
         assert!(matches!(m.place(&total(5)), Fit::Never(_)));
         m.release(&a);
         assert_eq!(m.free_cpus(), 4);
@@ -405,7 +406,7 @@ mod tests {
         assert_eq!(a.runs, vec![(0, 3)]);
         // Two whole nodes of 2 cores: node 0 has only 1 free, so not now.
         let two_by_two = JobRequest::simple(Shape::PerNode { nodes: 2, cores_per_node: 2 }, 0);
-        assert_eq!(m.place(&two_by_two), Fit::Busy(String::new()));
+        assert_eq!(m.place(&two_by_two), Fit::Busy(Busy::Unstated));
         let Fit::Now(b) = m.place(&total(5)) else { panic!() };
         assert_eq!(b.runs, vec![(3, 5)]);
         m.claim(&b);

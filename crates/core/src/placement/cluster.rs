@@ -13,6 +13,7 @@
 use super::fit::{fit, NodeAsk};
 use super::index::{Count, NodeIndex};
 use super::order::NodeRanks;
+pub use super::reason::{Busy, Never, NodeSize, SizeAdvice};
 use super::spread::spread;
 use super::{JobRequest, MemRequest, Miss, PlacementPolicy};
 use crate::job::{Allocation, Shape};
@@ -23,9 +24,9 @@ use crate::node::NodeCapacity;
 pub enum Fit<A> {
     Now(A),
     /// Fits the machine but not what is free now, with what is missing.
-    Busy(String),
+    Busy(Busy),
     /// Can never fit the machine (its nodes that are up), with the reason.
-    Never(String),
+    Never(Never),
 }
 
 /// Where a request can go now on the cluster's nodes.
@@ -140,7 +141,7 @@ fn per_node(
     k: u32,
     c: u32,
     naive_only: bool,
-) -> Result<Allocation, String> {
+) -> Result<Allocation, Busy> {
     let c = per_node_slots_on(nodes, req, c);
     let need = req.mem.on_node(c);
     let large = is_large(policy, req, k, c);
@@ -197,7 +198,7 @@ fn per_node(
     };
     let naive = || take(&cand, true);
     if naive_only {
-        return naive().ok_or_else(|| "no nodes fit".into());
+        return naive().ok_or(Busy::NoNodesFit);
     }
     let ordered = order_by_hierarchy(nodes, ranks, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
     let best = take(&ordered, false);
@@ -213,19 +214,15 @@ fn per_node(
         (b, _) => b.or_else(naive),
     };
     chosen.ok_or_else(|| match last_miss.into_inner() {
-        Some(m) => m.message().to_string(),
+        Some(m) => Busy::Node(m),
         None => short_layout(req, c, cand.len()),
     })
 }
 
 /// Why `nodes` nodes with `c` free units and the memory wanted, by the counts, do not take
 /// them when placed exactly.
-pub(crate) fn short_layout(req: &JobRequest, c: u32, nodes: usize) -> String {
-    format!(
-        "NUMA layout: {} {} and the memory wanted, but not where the job's placement rules allow; it starts when running jobs free more",
-        have_now(nodes),
-        amount(c as u64, &format!("free {}", unit_of(req)))
-    )
+pub(crate) fn short_layout(req: &JobRequest, c: u32, nodes: usize) -> Busy {
+    Busy::Layout { unit: unit_of(req), slots: c, have: nodes }
 }
 
 /// Why fewer than `k` nodes can take `c` of the job's units now, by the cached counts: the
@@ -237,7 +234,7 @@ pub(crate) fn short_per_node(
     k: u32,
     c: u32,
     large: bool,
-) -> String {
+) -> Busy {
     let need = req.mem.on_node(c);
     let unit = unit_of(req);
     // One scan: nodes with `c` free units, those with `c` untouched cores too, and the most
@@ -249,12 +246,7 @@ pub(crate) fn short_per_node(
         most = most.max(n.free_memory);
     }
     if with_units < k as usize {
-        return format!(
-            "{unit}: {} with {} each wanted, {} that many free now; it starts when running jobs free them",
-            count(k as usize, "node"),
-            amount(c as u64, &format!("free {unit}")),
-            have_now(with_units)
-        );
+        return Busy::Units { unit, nodes: k, slots: c, have: with_units };
     }
     if req.gpus_per_node > 0 {
         let kind = req.gpu_type.as_deref();
@@ -265,31 +257,20 @@ pub(crate) fn short_per_node(
             })
             .count();
         if with_gpus < k as usize {
-            let what = kind.map_or("GPUs".to_string(), |t| format!("GPUs of type {t}"));
-            return format!(
-                "{what}: {} with {} free {what} and {} each wanted, {} that many free now; it starts when running or suspended jobs free them",
-                count(k as usize, "node"),
-                req.gpus_per_node,
-                amount(c as u64, &format!("free {unit}")),
-                have_now(with_gpus)
-            );
+            return Busy::Gpus {
+                gpu_type: kind.map(str::to_string),
+                nodes: k,
+                gpus: req.gpus_per_node,
+                unit,
+                slots: c,
+                have: with_gpus,
+            };
         }
     }
     if large && !req.threads && whole < k as usize {
-        return format!(
-            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {} with {c} cores in such NUMA nodes wanted, {} that many now; it starts when the jobs on them end",
-            policy.large_parallel_cpus,
-            count(k as usize, "node"),
-            have_now(whole)
-        );
+        return Busy::WholeNumaNodes { large_cpus: policy.large_parallel_cpus, nodes: k, cores: c, have: whole };
     }
-    format!(
-        "memory: {} free beside {} wanted on {}, the nodes with that many free have at most {} free now; it starts when memory frees up",
-        crate::units::format_size(need),
-        amount(c as u64, &format!("free {unit}")),
-        count(k as usize, "node"),
-        crate::units::format_size(most)
-    )
+    Busy::NodeMemory { need, unit, slots: c, nodes: k, most }
 }
 
 /// "cores" or "PUs": what the job counts.
@@ -298,29 +279,6 @@ fn unit_of(req: &JobRequest) -> &'static str {
         "PUs"
     } else {
         "cores"
-    }
-}
-
-/// "1 node", "3 nodes".
-fn count(n: usize, word: &str) -> String {
-    format!("{n} {word}{}", if n == 1 { "" } else { "s" })
-}
-
-/// "1 core", "4 cores", "1 free PU": `units` is plural.
-fn amount(n: u64, units: &str) -> String {
-    if n == 1 {
-        format!("1 {}", units.strip_suffix('s').unwrap_or(units))
-    } else {
-        format!("{n} {units}")
-    }
-}
-
-/// "no node has", "1 node has", "2 nodes have".
-fn have_now(n: usize) -> String {
-    match n {
-        0 => "no node has".into(),
-        1 => "1 node has".into(),
-        n => format!("{n} nodes have"),
     }
 }
 
@@ -404,7 +362,7 @@ fn total(
     req: &JobRequest,
     cores: u32,
     chunk: u32,
-) -> Result<Allocation, String> {
+) -> Result<Allocation, Busy> {
     let index = index.filter(|_| counts_free_cores(req) && cores > 0);
     let large = req.is_large(policy);
     let single_need = req.mem.on_node(cores);
@@ -520,31 +478,18 @@ pub(crate) fn short_spread(
     cores: u32,
     given: u32,
     miss: Option<Miss>,
-) -> String {
+) -> Busy {
     let unit = unit_of(req);
     if req.is_large(policy) {
-        return format!(
-            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {cores} {unit} wanted, such NUMA nodes free now hold {given}; it starts when the jobs on them end",
-            policy.large_parallel_cpus
-        );
+        return Busy::SpreadWholeNuma { large_cpus: policy.large_parallel_cpus, cores, unit, given };
     }
-    match miss {
-        Some(m) => format!(
-            "{} wanted, the nodes free now can take {given} of them ({})",
-            amount(cores as u64, unit),
-            m.message()
-        ),
-        None => format!(
-            "{unit}: {cores} wanted, the nodes free now can take {given} of them; it starts when running jobs free more"
-        ),
-    }
+    Busy::Spread { unit, cores, given, miss }
 }
 
 /// Why the nodes free now have room for fewer than `cores` units in chunks of `chunk`, `have`
 /// counting only nodes with the memory a chunk needs: cores, or memory beside them.
-pub(crate) fn short_total(nodes: &[NodeCapacity], req: &JobRequest, cores: u32, chunk: u32, have: u64) -> String {
+pub(crate) fn short_total(nodes: &[NodeCapacity], req: &JobRequest, cores: u32, chunk: u32, have: u64) -> Busy {
     let unit = unit_of(req);
-    let in_chunks = if chunk > 1 { format!(" in chunks of {chunk}") } else { String::new() };
     let (mut free, mut most) = (0u64, 0u64);
     for n in nodes.iter().filter(|n| n.state.accepts_work()) {
         let room = free_slots(n, req) / chunk * chunk;
@@ -554,18 +499,10 @@ pub(crate) fn short_total(nodes: &[NodeCapacity], req: &JobRequest, cores: u32, 
         }
     }
     if free < cores as u64 {
-        return format!(
-            "{unit}: {cores} wanted{in_chunks}, {free} free now; it starts when running jobs free {} more",
-            cores as u64 - free
-        );
+        return Busy::TotalUnits { unit, cores, chunk, free };
     }
     let need = req.mem.on_node(chunk);
-    let per = if chunk > 1 { format!("each {chunk} {unit}") } else { amount(1, unit) };
-    format!(
-        "memory: {} free wanted on a node beside {per}; {free} {unit} are free now, {have} of them on nodes with that much memory free (at most {} on one node); it starts when memory frees up",
-        crate::units::format_size(need),
-        crate::units::format_size(most)
-    )
+    Busy::TotalMemory { need, unit, chunk, free, have, most }
 }
 
 /// Keep the first `n` of `v` in the order of `key` (distinct for distinct items), sorted: what
@@ -652,7 +589,7 @@ pub fn feasible(
     policy: &PlacementPolicy,
     req: &JobRequest,
     counts: impl Fn(&NodeCapacity) -> bool,
-) -> Result<(), String> {
+) -> Result<(), Never> {
     feasible_with(nodes, policy, req, counts, false)
 }
 
@@ -663,7 +600,7 @@ pub fn feasible_when_up(
     policy: &PlacementPolicy,
     req: &JobRequest,
     counts: impl Fn(&NodeCapacity) -> bool,
-) -> Result<(), String> {
+) -> Result<(), Never> {
     feasible_with(nodes, policy, req, counts, true)
 }
 
@@ -673,10 +610,10 @@ fn feasible_with(
     req: &JobRequest,
     counts: impl Fn(&NodeCapacity) -> bool,
     subnodes_up: bool,
-) -> Result<(), String> {
+) -> Result<(), Never> {
     let usable: Vec<&NodeCapacity> = nodes.iter().filter(|n| counts(n)).collect();
     if usable.is_empty() {
-        return Err("nodes: no node is up; it starts once nodes come up".into());
+        return Err(Never::NoNodeUp);
     }
     let large = match req.shape {
         Shape::PerNode { nodes: k, cores_per_node } => {
@@ -717,38 +654,23 @@ fn feasible_with(
         }
         (ok, miss)
     };
-    let largest =
-        usable.iter().max_by_key(|n| (n.topology.core_count(), n.topology.memory_bytes())).map_or(String::new(), |n| {
-            format!(
-                "; the largest node up has {} cores, {} PUs, {} memory",
-                n.topology.core_count(),
-                n.topology.pu_count(),
-                crate::units::format_size(n.topology.memory_bytes())
-            )
-        });
     // Sizes: the largest node says how much to ask for. Properties' reasons carry their fix.
-    let largest = if req.properties.is_empty() {
-        format!("{largest}; ask for less, or wait for nodes that have it to come up")
-    } else {
-        String::new()
-    };
-    let up = count(usable.len(), "node");
+    let advice = req.properties.is_empty().then(|| SizeAdvice {
+        largest: usable.iter().max_by_key(|n| (n.topology.core_count(), n.topology.memory_bytes())).map(|n| NodeSize {
+            cores: n.topology.core_count(),
+            pus: n.topology.pu_count(),
+            memory: n.topology.memory_bytes(),
+        }),
+    });
+    let up = usable.len();
     match req.shape {
         Shape::PerNode { nodes: k, cores_per_node } => {
             let (ok, miss) = check(per_node_slots_on(nodes, req, cores_per_node));
             match miss {
                 _ if ok >= k as usize => Ok(()),
                 // Every node up could hold its part: there are too few of them.
-                None => Err(format!(
-                    "nodes: {} wanted, {up} up; ask for at most {} nodes, or wait for more nodes to come up",
-                    count(k as usize, "node"),
-                    usable.len()
-                )),
-                Some(m) => Err(format!(
-                    "{} wanted, {ok} of the {up} up could ever hold a part: {}{largest}",
-                    count(k as usize, "node"),
-                    m.message()
-                )),
+                None => Err(Never::TooFewNodes { wanted: k, up }),
+                Some(miss) => Err(Never::NoNodeHolds { wanted: k, ok, up, miss, advice }),
             }
         }
         Shape::Total { cores, chunk } => {
@@ -774,14 +696,8 @@ fn feasible_with(
             let unit = unit_of(req);
             match last {
                 _ if total >= cores as u64 => Ok(()),
-                None => Err(format!(
-                    "{unit}: {cores} wanted, the {up} up have {total} in all; ask for at most {total}, or wait for more nodes to come up"
-                )),
-                Some(m) => Err(format!(
-                    "{} wanted, the {up} up could hold at most {total} of them: {}{largest}",
-                    amount(cores as u64, unit),
-                    m.message()
-                )),
+                None => Err(Never::TooFewUnits { unit, cores, up, total }),
+                Some(miss) => Err(Never::TooLarge { unit, cores, up, total, miss, advice }),
             }
         }
     }

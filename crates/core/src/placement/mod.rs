@@ -17,6 +17,7 @@ pub mod fit;
 mod index;
 pub mod order;
 pub mod ranks;
+pub mod reason;
 pub mod spread;
 #[cfg(test)]
 mod tests;

@@ -294,7 +294,7 @@ fn fcfs<M: Machine>(
                     let reason = memos.busy_reason(windows, &mut machine, pass::NOW, k, &job.request, what);
                     out.wait(job.id, reason, None)
                 }
-                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why), None),
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None),
             }
         }
     }

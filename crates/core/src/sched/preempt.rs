@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 mod resume;
-pub use resume::{beside_windows, resume_parts, resumed_on, PartsJob};
+pub use resume::{beside_windows, resume_parts, resumed_on, PartsJob, ResumeWait};
 
 /// `[preempt]` in the controller's config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -32,7 +32,7 @@ fn schedule(cluster: &ClusterState, queue: &[PendingJob]) -> Decisions {
 }
 
 /// Whether a request could ever fit the nodes that take work if they were empty.
-fn check_feasible(cluster: &ClusterState, req: &JobRequest) -> Result<(), String> {
+fn check_feasible(cluster: &ClusterState, req: &JobRequest) -> Result<(), crate::placement::reason::Never> {
     crate::placement::cluster::feasible(&cluster.nodes, &cluster.policy, req, |n| n.state.accepts_work())
 }
 
@@ -117,10 +117,11 @@ fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
 #[test]
 fn infeasible_reason_is_specific() {
     let cluster = ClusterBuilder::new().nodes(2, 1, 4, 2 * G).build();
-    let why = check_feasible(&cluster, &JobRequest::simple(total(1), 8 * G)).unwrap_err();
+    let why = check_feasible(&cluster, &JobRequest::simple(total(1), 8 * G)).unwrap_err().to_string();
     assert!(why.contains("8G"), "{why}");
-    let why =
-        check_feasible(&cluster, &JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 5 }, G)).unwrap_err();
+    let why = check_feasible(&cluster, &JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 5 }, G))
+        .unwrap_err()
+        .to_string();
     assert!(why.contains("the largest node up has 4 cores"), "{why}");
     assert!(check_feasible(&cluster, &JobRequest::simple(total(8), G)).is_ok());
     assert!(check_feasible(&cluster, &JobRequest::simple(total(9), G)).is_err());

@@ -133,12 +133,18 @@ fn remote_cores_when_the_gpus_neighbours_are_busy() {
 fn too_many_gpus_never_fit_and_busy_gpus_wait() {
     let mut n = gpu_node();
     match placed(std::slice::from_ref(&n), &job(1, 9)) {
-        Placement::Never(why) => assert!(why.contains("GPUs: node g0 has 8, 9 wanted"), "{why}"),
+        Placement::Never(why) => {
+            let why = why.to_string();
+            assert!(why.contains("GPUs: node g0 has 8, 9 wanted"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     let typed = JobRequest { gpu_type: Some("a100".into()), ..job(1, 1) };
     match placed(std::slice::from_ref(&n), &typed) {
-        Placement::Never(why) => assert!(why.contains("GPUs of type a100") && why.contains("emulated"), "{why}"),
+        Placement::Never(why) => {
+            let why = why.to_string();
+            assert!(why.contains("GPUs of type a100") && why.contains("emulated"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     let emulated = JobRequest { gpu_type: Some("Emulated".into()), ..job(1, 1) };
@@ -146,7 +152,10 @@ fn too_many_gpus_never_fit_and_busy_gpus_wait() {
     let all = now(placed(std::slice::from_ref(&n), &job(2, 8)));
     n.claim(&all);
     match placed(std::slice::from_ref(&n), &job(1, 1)) {
-        Placement::Busy(why) => assert!(why.contains("GPUs"), "{why}"),
+        Placement::Busy(why) => {
+            let why = why.to_string();
+            assert!(why.contains("GPUs"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     // A node without GPUs never takes a GPU job; jobs without GPUs do not see GPUs.
@@ -285,7 +294,10 @@ fn gpus_per_socket_take_n_on_each_of_s_sockets() {
     // Never: no socket has 5 GPUs; the node has 2 sockets, not 3.
     for (req, words) in [(per_socket(1, 5, 1), "0 socket(s) with 5"), (per_socket(1, 1, 3), "has 2 socket(s) with 1")] {
         match placed(std::slice::from_ref(&n), &req) {
-            Placement::Never(why) => assert!(why.contains("per socket") && why.contains(words), "{why}"),
+            Placement::Never(why) => {
+                let why = why.to_string();
+                assert!(why.contains("per socket") && why.contains(words), "{why}")
+            }
             other => panic!("{other:?}"),
         }
     }
@@ -296,7 +308,10 @@ fn gpus_per_socket_take_n_on_each_of_s_sockets() {
         NodeAllocation { gpus: held.clone(), cpus: CpuSet::new(), memory_bytes: 0, numa_memory: vec![], ..a.clone() };
     n.claim(&hold);
     match placed(std::slice::from_ref(&n), &per_socket(1, 2, 1)) {
-        Placement::Busy(why) => assert!(why.contains("per socket") && why.contains("0 socket(s)"), "{why}"),
+        Placement::Busy(why) => {
+            let why = why.to_string();
+            assert!(why.contains("per socket") && why.contains("0 socket(s)"), "{why}")
+        }
         other => panic!("{other:?}"),
     }
     let d = now(placed(std::slice::from_ref(&n), &per_socket(1, 1, 2)));

@@ -39,14 +39,14 @@ fn start(ns: &mut [NodeCapacity], req: &JobRequest) {
 
 fn busy(ns: &[NodeCapacity], req: &JobRequest) -> String {
     match place(ns, &PlacementPolicy::default(), req) {
-        Placement::Busy(s) => s,
+        Placement::Busy(s) => s.to_string(),
         other => panic!("expected busy, got {other:?}"),
     }
 }
 
 fn never(ns: &[NodeCapacity], req: &JobRequest) -> String {
     match place(ns, &PlacementPolicy::default(), req) {
-        Placement::Never(s) => s,
+        Placement::Never(s) => s.to_string(),
         other => panic!("expected never, got {other:?}"),
     }
 }
@@ -156,7 +156,8 @@ fn subnode_reasons_say_which_subnode_and_why() {
     sub[0].subnodes[0].state = SubnodeState::Offline;
     sub[0].refresh();
     let why = match place(&sub, &PlacementPolicy::default(), &fast) {
-        Placement::Busy(s) | Placement::Never(s) => s,
+        Placement::Busy(s) => s.to_string(),
+        Placement::Never(s) => s.to_string(),
         other => panic!("{other:?}"),
     };
     assert!(

@@ -8,7 +8,7 @@
 
 use crate::job::{Allocation, Shape};
 use crate::node::NodeCapacity;
-use crate::placement::cluster::{feasible, short_per_node, short_spread, short_total, Placement};
+use crate::placement::cluster::{feasible, short_per_node, short_spread, short_total, Busy, Placement};
 use crate::placement::fit::{fit, NodeAsk};
 use crate::placement::spread::spread;
 use crate::placement::{JobRequest, MemRequest, Miss, PlacementPolicy};
@@ -84,7 +84,7 @@ fn per_node(
     k: u32,
     c: u32,
     naive_only: bool,
-) -> Result<Allocation, String> {
+) -> Result<Allocation, Busy> {
     let c = per_node_slots_on(nodes, req, c);
     let need = req.mem.on_node(c);
     let large = is_large(policy, req, k, c);
@@ -125,7 +125,7 @@ fn per_node(
     };
     let naive = || take(&cand, true);
     if naive_only {
-        return naive().ok_or_else(|| "no nodes fit".into());
+        return naive().ok_or(Busy::NoNodesFit);
     }
     let ordered = order_by_hierarchy(nodes, &cand, k as usize, |i| free_slots(&nodes[i], req) as u64);
     let best = take(&ordered, false);
@@ -141,7 +141,7 @@ fn per_node(
         (b, _) => b.or_else(naive),
     };
     chosen.ok_or_else(|| match last_miss.into_inner() {
-        Some(m) => m.message().to_string(),
+        Some(m) => Busy::Node(m),
         None => crate::placement::cluster::short_layout(req, c, cand.len()),
     })
 }
@@ -212,7 +212,7 @@ fn total(
     req: &JobRequest,
     cores: u32,
     chunk: u32,
-) -> Result<Allocation, String> {
+) -> Result<Allocation, Busy> {
     let large = req.is_large(policy);
     let single_need = req.mem.on_node(cores);
     let mut singles: Vec<usize> = (0..nodes.len())

@@ -22,6 +22,7 @@ use super::pass::{Memo, RequestKey, Tracked, NOW};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, Reservation, RunningJob, Waiting};
 use crate::job::{Allocation, NodeAllocation, NumaShare};
+use crate::placement::reason::Busy;
 use crate::placement::JobRequest;
 use crate::sched::{ClusterState, PendingReason};
 use crate::{CpuSet, JobId};
@@ -236,8 +237,8 @@ impl Layers {
             }
         }
         let why = match self.memos[0].place(machine, NOW, req) {
-            Fit::Busy(what) => PendingReason::Resources(what),
-            Fit::Never(why) => PendingReason::NoSuitableNodes(why),
+            Fit::Busy(what) => PendingReason::Resources(self.memos[0].text(&what)),
+            Fit::Never(why) => PendingReason::NoSuitableNodes(why.to_string()),
             Fit::Now(_) => PendingReason::Priority,
         };
         self.reasons.insert(key, (starts, Some(why.clone())));
@@ -274,12 +275,12 @@ impl Layers {
         state: usize,
         k: usize,
         req: &JobRequest,
-        what: String,
+        what: Busy,
     ) -> PendingReason {
         if k > 0 && matches!(self.memos[0].place(machine, state, req), Fit::Now(_)) {
             windows.reason(k)
         } else {
-            PendingReason::Resources(what)
+            PendingReason::Resources(self.memos[0].text(&what))
         }
     }
 }

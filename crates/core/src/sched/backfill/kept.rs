@@ -66,7 +66,7 @@ pub(super) struct Planned<A> {
 #[derive(Debug, Clone)]
 pub(super) enum Decision<A> {
     Held,
-    Never(String),
+    Never(crate::placement::reason::Never),
     Reserved { start: f64, alloc: A },
 }
 

@@ -2,6 +2,7 @@
 //! for identical requests, and the output being built.
 
 use super::{Fit, Machine, PassOutput, QueuedJob, Waiting};
+use crate::placement::reason::{Busy, Never};
 use crate::placement::{JobRequest, MemRequest};
 use crate::sched::PendingReason;
 use crate::JobId;
@@ -118,8 +119,8 @@ impl RequestKey {
 struct Known {
     /// A placement has answered (so the request is not "never").
     placed: bool,
-    never: Option<String>,
-    busy: [Option<String>; STATES],
+    never: Option<Never>,
+    busy: [Option<Busy>; STATES],
 }
 
 /// Answers remembered for the rest of a pass. "Never" holds whatever the state; "busy" holds
@@ -158,7 +159,7 @@ impl Memo {
             return Fit::Busy(what.clone());
         }
         // A count rejects only once a placement has said whether the request can ever fit.
-        if let (true, Some(busy)) = (known.placed, count_busy(&self.count_reasons, machine, req)) {
+        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -195,7 +196,7 @@ impl Memo {
             return Fit::Busy(what.clone());
         }
         // The count without `extra` is an upper bound of the count with it: busy by it is busy.
-        if let (true, Some(busy)) = (known.placed, count_busy(&self.count_reasons, machine, req)) {
+        if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -210,32 +211,29 @@ impl Memo {
     }
 
     /// Whether `req` is known (or counted) not to fit `machine` as state `state`.
-    pub fn busy_on<M: Machine>(&self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Option<String> {
+    pub fn busy_on<M: Machine>(&self, machine: &Tracked<M>, state: usize, req: &JobRequest) -> Option<Busy> {
         match self.known.get(&RequestKey::of(req)).and_then(|k| k.busy[state].clone()) {
             Some(what) => Some(what),
-            None => count_busy(&self.count_reasons, machine, req),
+            None => count_busy(machine, req),
+        }
+    }
+
+    /// The words of `what` (those of a count formatted once per pass).
+    pub fn text(&self, what: &Busy) -> String {
+        match *what {
+            Busy::Counted { need, free } => {
+                self.count_reasons.borrow_mut().entry((need, free)).or_insert_with(|| what.to_string()).clone()
+            }
+            _ => what.to_string(),
         }
     }
 }
 
 /// "Busy" from the free count alone, when the request needs more CPUs than are free.
-fn count_busy<M: Machine>(
-    reasons: &std::cell::RefCell<HashMap<(u64, u64), String>>,
-    machine: &Tracked<M>,
-    req: &JobRequest,
-) -> Option<String> {
+fn count_busy<M: Machine>(machine: &Tracked<M>, req: &JobRequest) -> Option<Busy> {
     let need = counted_cpus(req)?;
     let free = machine.free_cpus();
-    if need <= free {
-        return None;
-    }
-    let mut reasons = reasons.borrow_mut();
-    Some(
-        reasons
-            .entry((need, free))
-            .or_insert_with(|| format!("cores: {need} wanted, {free} free now; it starts when running jobs free them"))
-            .clone(),
-    )
+    (need > free).then_some(Busy::Counted { need, free })
 }
 
 /// How much a pass reports.

@@ -12,8 +12,23 @@ use crate::node::{NodeCapacity, RelocateError};
 use crate::placement::cluster::node_by_id;
 use crate::sched::backfill::AdvanceReservation;
 use crate::sched::ClusterState;
-use crate::NodeId;
+use crate::{CpuSet, NodeId};
 use std::borrow::Cow;
+
+/// Why a suspended job does not resume now (said to users as the job's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeWait {
+    #[error("node {0} is not connected")]
+    NotConnected(String),
+    #[error("node {0} is unknown")]
+    UnknownNode(String),
+    #[error("waiting for its own CPUs {cpus} on {node} to resume (its steps hold them)")]
+    StepsHold { cpus: CpuSet, node: String },
+    #[error("waiting for {need} {unit} on {node} to resume ({free} free)")]
+    Short { need: u32, unit: &'static str, node: String, free: u32 },
+    #[error("waiting for its own CPUs {cpus} on {node} to resume ({why})")]
+    Pinned { cpus: CpuSet, node: String, why: &'static str },
+}
 
 /// What a part-by-part resume needs of a suspended job beside its allocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -34,34 +49,34 @@ pub fn resume_parts(
     alloc: &Allocation,
     job: PartsJob,
     connected: &dyn Fn(NodeId) -> bool,
-) -> Result<Vec<Option<NodeAllocation>>, String> {
+) -> Result<Vec<Option<NodeAllocation>>, ResumeWait> {
     let mut plan = Vec::with_capacity(alloc.len());
     for na in alloc {
         if !connected(na.node_id) {
-            return Err(format!("node {} is not connected", na.node));
+            return Err(ResumeWait::NotConnected(na.node.clone()));
         }
         let Some(cap) = node_by_id(&cluster.nodes, na.node_id) else {
-            return Err(format!("node {} is unknown", na.node));
+            return Err(ResumeWait::UnknownNode(na.node.clone()));
         };
         plan.push(part(cap, na, job)?);
     }
     Ok(plan)
 }
 
-fn part(cap: &NodeCapacity, na: &NodeAllocation, job: PartsJob) -> Result<Option<NodeAllocation>, String> {
+fn part(cap: &NodeCapacity, na: &NodeAllocation, job: PartsJob) -> Result<Option<NodeAllocation>, ResumeWait> {
     if cap.pus_free_for(na) {
         return Ok(None);
     }
     if job.steps_hold {
-        return Err(format!("waiting for its own CPUs {} on {} to resume (its steps hold them)", na.cpus, na.node));
+        return Err(ResumeWait::StepsHold { cpus: na.cpus.clone(), node: na.node.clone() });
     }
     match cap.relocation_for(na, job.threads, job.system_cpus) {
         Ok(to) => Ok(Some(to)),
         Err(RelocateError::Short { need, free, unit }) => {
-            Err(format!("waiting for {need} {unit} on {} to resume ({free} free)", na.node))
+            Err(ResumeWait::Short { need, unit, node: na.node.clone(), free })
         }
         Err(RelocateError::Pinned(why)) => {
-            Err(format!("waiting for its own CPUs {} on {} to resume ({why})", na.cpus, na.node))
+            Err(ResumeWait::Pinned { cpus: na.cpus.clone(), node: na.node.clone(), why })
         }
     }
 }

@@ -111,7 +111,7 @@ fn parts<M: RoundMachine>(
         let plan = match plan {
             Ok(plan) => plan,
             Err(why) => {
-                still.push((s.job.id, why));
+                still.push((s.job.id, why.to_string()));
                 continue;
             }
         };
