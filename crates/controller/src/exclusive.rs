@@ -170,7 +170,6 @@ mod tests {
     fn an_exclusive_job_keeps_the_tasks_it_asked_for() {
         use berth_core::directives::JobTasks;
         use berth_core::step::StepRequest;
-        use berth_protocol::step::{InteractiveAsk, StepCreate};
         let mut h = Harness::new(2);
         // `--exclusive -N 1 -n 3` on nodes of 8 cores: the whole node, 3 tasks on it (Slurm's
         // SLURM_NTASKS=3, not 8).
@@ -195,24 +194,7 @@ mod tests {
         h.ctl.map_exclusive(&mut again).unwrap();
         assert_eq!(again.tasks, Some(JobTasks { total: 8, per_node: Some(8) }));
         // `berth run` without a task count inside it: its 3 tasks, not 8.
-        let step = |request: StepRequest| {
-            ClientRequest::StepCreate(Box::new(StepCreate {
-                job: Some(id),
-                request,
-                interactive: InteractiveAsk::default(),
-                argv: vec!["./a.out".into()],
-                env: vec![],
-                cwd: "/tmp".into(),
-                host: "login1".into(),
-                pid: 4242,
-                fanout: 0,
-                no_kill: false,
-                rank_cpusets: false,
-                notify_signal: None,
-                mpi: None,
-                apps: vec![],
-            }))
-        };
+        let step = |request: StepRequest| ClientRequest::StepCreate(Box::new(step_create(Some(id), request)));
         let ClientResponse::StepGranted { grant, .. } = h.call(step(StepRequest::default()), &ann()) else {
             panic!("no step")
         };

@@ -7,10 +7,12 @@ use crate::state::{AgentTx, Controller};
 use crate::store::Store;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
+use berth_core::step::StepRequest;
 use berth_core::topology::Topology;
 use berth_core::JobId;
 use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
 use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
+use berth_protocol::step::{InteractiveAsk, StepCreate};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
@@ -36,6 +38,27 @@ pub(crate) fn bob() -> Peer {
 }
 
 /// 2 packages x 4 cores x 1 PU, 1 GiB per package: PUs 0-3 and 4-7.
+/// A `berth run` of `./a.out` by ann (PATH=/bin, from /home/ann on login1) asking `request`
+/// of `job`'s allocation (None: an interactive allocation). Tests set other fields on it.
+pub(crate) fn step_create(job: Option<JobId>, request: StepRequest) -> StepCreate {
+    StepCreate {
+        job,
+        request,
+        interactive: InteractiveAsk::default(),
+        argv: vec!["./a.out".into()],
+        env: vec![("PATH".into(), "/bin".into())],
+        cwd: "/home/ann".into(),
+        host: "login1".into(),
+        pid: 4242,
+        fanout: 0,
+        no_kill: false,
+        rank_cpusets: false,
+        notify_signal: None,
+        mpi: None,
+        apps: vec![],
+    }
+}
+
 pub(crate) fn topo() -> Topology {
     Topology::uniform(2, 1, 4, 1, 1 << 30)
 }

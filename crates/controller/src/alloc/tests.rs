@@ -5,7 +5,6 @@ use berth_core::job::JobOutcome;
 use berth_core::step::StepRequest;
 use berth_protocol::agent::{AgentMessage, ControllerMessage};
 use berth_protocol::client::{ClientRequest, SubmitRequest};
-use berth_protocol::step::{InteractiveAsk, StepCreate};
 
 fn alloc_req(options: SubmitOptions, no_shell: bool) -> ClientRequest {
     ClientRequest::Alloc(Box::new(AllocRequest {
@@ -70,22 +69,7 @@ fn queued_behind_a_batch_job_then_granted_and_released_with_the_exit_code() {
         .collect();
     assert_eq!(launches, vec![false], "one hold, no batch script");
     // `berth run` inside it is a step of it.
-    let step = StepCreate {
-        job: Some(id),
-        request: StepRequest { ntasks: Some(1), ..Default::default() },
-        interactive: InteractiveAsk::default(),
-        argv: vec!["hostname".into()],
-        env: vec![],
-        cwd: "/home/ann".into(),
-        host: "login1".into(),
-        pid: 1,
-        fanout: 0,
-        no_kill: false,
-        rank_cpusets: false,
-        notify_signal: None,
-        mpi: None,
-        apps: vec![],
-    };
+    let step = step_create(Some(id), StepRequest { ntasks: Some(1), ..Default::default() });
     assert!(matches!(h.call(ClientRequest::StepCreate(Box::new(step)), &ann()), ClientResponse::StepGranted { .. }));
     // Someone else may not release it; its holder does, with its command's exit code.
     assert!(

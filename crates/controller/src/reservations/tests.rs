@@ -5,7 +5,6 @@ use berth_core::step::StepRequest;
 use berth_protocol::agent::{AgentMessage, ControllerMessage};
 use berth_protocol::client::ClientRequest;
 use berth_protocol::reservation::{OptionValue, ReserveResources};
-use berth_protocol::step::{InteractiveAsk, StepCreate};
 
 fn root() -> Peer {
     Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 }
@@ -410,22 +409,10 @@ fn claims_are_steps_and_release_kills_them() {
     let mut h = Harness::new(2);
     let r = reserve(&mut h, two_by_two(), &ann());
     let step = |job| {
-        ClientRequest::StepCreate(Box::new(StepCreate {
-            job: Some(job),
-            request: StepRequest { ntasks: Some(4), ..Default::default() },
-            interactive: InteractiveAsk::default(),
-            argv: vec!["hostname".into()],
-            env: vec![],
-            cwd: "/tmp".into(),
-            host: "login".into(),
-            pid: 1,
-            fanout: 0,
-            no_kill: false,
-            rank_cpusets: false,
-            notify_signal: None,
-            mpi: None,
-            apps: vec![],
-        }))
+        ClientRequest::StepCreate(Box::new(step_create(
+            Some(job),
+            StepRequest { ntasks: Some(4), ..Default::default() },
+        )))
     };
     // Only its owner (or an admin) claims it.
     assert!(matches!(h.call(step(r.job), &bob()), ClientResponse::Error(_)));

@@ -2,10 +2,9 @@
 //! values; the tests read the model and the effects returned (no SQLite, no controller).
 
 use super::*;
-use crate::testkit::{ann, bob, running_job};
+use crate::testkit::{ann, bob, running_job, step_create};
 use berth_core::node::NodeState;
 use berth_core::step::{RankPlace, StepNodePlan, StepRequest};
-use berth_protocol::step::InteractiveAsk;
 
 fn extra(i: usize) -> NodeExtra {
     NodeExtra {
@@ -19,22 +18,7 @@ fn extra(i: usize) -> NodeExtra {
 }
 
 fn create(overcommit: bool) -> StepCreate {
-    StepCreate {
-        job: Some(JobId(7)),
-        request: StepRequest { ntasks: Some(4), overcommit, ..Default::default() },
-        interactive: InteractiveAsk::default(),
-        argv: vec!["./a.out".into()],
-        env: vec![("PATH".into(), "/bin".into())],
-        cwd: "/home/ann".into(),
-        host: "login1".into(),
-        pid: 4242,
-        fanout: 0,
-        no_kill: false,
-        rank_cpusets: false,
-        notify_signal: None,
-        mpi: None,
-        apps: vec![],
-    }
+    step_create(Some(JobId(7)), StepRequest { ntasks: Some(4), overcommit, ..Default::default() })
 }
 
 /// Ranks 0-1 on the job's second node (n1), 2-3 on its first (n0).

@@ -8,22 +8,7 @@ use berth_protocol::step::{InteractiveAsk, RankExit};
 use tokio::sync::mpsc;
 
 fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
-    ClientRequest::StepCreate(Box::new(StepCreate {
-        job,
-        request,
-        interactive: InteractiveAsk::default(),
-        argv: vec!["./a.out".into()],
-        env: vec![("PATH".into(), "/bin".into())],
-        cwd: "/home/ann".into(),
-        host: "login1".into(),
-        pid: 4242,
-        fanout: 0,
-        no_kill: false,
-        rank_cpusets: false,
-        notify_signal: None,
-        mpi: None,
-        apps: vec![],
-    }))
+    ClientRequest::StepCreate(Box::new(step_create(job, request)))
 }
 
 fn interactive(request: StepRequest, nodes: Option<u32>) -> ClientRequest {
