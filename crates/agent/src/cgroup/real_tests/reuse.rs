@@ -9,7 +9,7 @@ use berth_core::job::JobOutcome;
 use berth_core::JobId;
 
 use super::*;
-use crate::cgroup::v1::spare::{LEFT_MAX, SPARE};
+use crate::cgroup::v1::spare::{slot_name, LEFT_MAX, POOL, SPARE};
 
 fn ino(d: &Path) -> u64 {
     std::fs::metadata(d).unwrap_or_else(|e| panic!("{}: {e}", d.display())).ino()
@@ -233,5 +233,58 @@ fn v1_an_ended_jobs_page_cache_is_reclaimed_before_its_cgroup_is_the_spare() {
     assert!(job7.usage().unwrap().peak_memory_bytes <= LEFT_MAX);
     job7.kill_all(Duration::from_secs(5)).unwrap();
     job7.remove().unwrap();
+    r.finish();
+}
+
+/// Jobs that end together each keep their cgroup as a spare, up to `POOL` (beyond it, an
+/// ended job's is removed), and the next launches take them, a kept job's before the one
+/// made ahead: no directory made or removed for any of them. (Nothing runs in these jobs, so
+/// nothing is left charged and the outcome does not depend on the kernel's timing.)
+#[test]
+fn v1_jobs_ending_together_keep_up_to_a_pool_of_spares() {
+    let Some(r) = v1_root("v1_jobs_ending_together_keep_up_to_a_pool_of_spares", unique("berth-test/cg")) else {
+        return;
+    };
+    let b = &r.backend;
+    let cpu = b.root_cpus_mems().unwrap().0.split([',', '-']).next().unwrap().to_string();
+    b.make_spare().unwrap();
+    let made_ahead = inos(&r.dirs(Some(SPARE)));
+    let ids: Vec<u64> = (10..10 + POOL as u64 + 1).collect();
+    let jobs: Vec<(u64, Box<dyn JobCgroup>)> =
+        ids.iter().map(|&id| (id, b.create(&format!("job_{id}"), &limits(&cpu, 64, None)).unwrap())).collect();
+    assert_eq!(inos(&r.dirs(Some("job_10"))), made_ahead, "the first launch took the spare made ahead");
+    let dirs: Vec<Vec<u64>> = ids.iter().map(|id| inos(&r.dirs(Some(&format!("job_{id}"))))).collect();
+    let spool = std::env::temp_dir().join(format!("berth-test-no-spool-{}", std::process::id()));
+    let mut retired = vec![];
+    for (id, job) in &jobs {
+        let outcome = JobOutcome { exit_code: Some(0), ..Default::default() };
+        retired.push(crate::job::cleanup_retiring(JobId(*id), &**job, &spool, None, outcome).1);
+    }
+    let mut want = vec![Some(Retired::Spare); POOL];
+    want.push(Some(Retired::Removed));
+    assert_eq!(retired, want, "the pool is full after {POOL}");
+    let names: Vec<String> = (0..POOL).map(slot_name).collect();
+    let mut listed = names.clone();
+    listed.sort();
+    assert_eq!(b.list().unwrap(), listed);
+    for (slot, name) in names.iter().enumerate() {
+        assert_eq!(inos(&r.dirs(Some(name))), dirs[slot], "job {}'s cgroup is {name}", ids[slot]);
+    }
+    b.make_spare().unwrap(); // the one made ahead is there: nothing made
+    assert_eq!(b.list().unwrap(), listed);
+
+    // The next launches take the kept ones, the last kept first, the spare made ahead last.
+    let next: Vec<Box<dyn JobCgroup>> =
+        (0..POOL).map(|k| b.create(&format!("job_{}", 20 + k), &limits(&cpu, 64, None)).unwrap()).collect();
+    for k in 0..POOL {
+        assert_eq!(inos(&r.dirs(Some(&format!("job_{}", 20 + k)))), dirs[POOL - 1 - k], "launch {k}");
+    }
+    assert_eq!(b.list().unwrap().len(), POOL, "no spare left: {:?}", b.list().unwrap());
+    // With none left, a launch makes its directories.
+    let fresh = b.create("job_30", &limits(&cpu, 64, None)).unwrap();
+    assert!(inos(&r.dirs(Some("job_30"))).iter().all(|i| !dirs.iter().flatten().any(|d| d == i)));
+    for job in next.iter().chain([&fresh]) {
+        job.remove().unwrap();
+    }
     r.finish();
 }

@@ -1,8 +1,9 @@
 //! The spare job cgroup: taken by the next `create`, which renames it in each hierarchy. A v1
 //! cgroup's mkdir costs 25-65 µs per hierarchy (the kernel makes its files), its rmdir as much
 //! again plus the kernel's deferred freeing, a rename ~8: a spare made ahead takes the mkdirs
-//! off the launch's path (BENCHMARKS.md, issue 4), and an ended job's cgroup that becomes the
-//! spare (`retire`) saves both the rmdirs and the mkdirs (issue 19).
+//! off the launch's path (BENCHMARKS.md, issue 4), and an ended job's cgroup that becomes a
+//! spare (`retire`) saves both the rmdirs and the mkdirs (issue 19). Up to [`POOL`] spares are
+//! kept: the one made ahead and ended jobs' beside it; `create` takes a kept job's first.
 //!
 //! A retired cgroup must be as good as a new one: only a cgroup whose job left nothing that
 //! cannot be reset is retired so (no OOM kill and no refused fork counted: v1 cannot reset
@@ -10,8 +11,8 @@
 //! [`LEFT_MAX`] bytes still charged to its memory cgroup, after `memory.force_empty` when
 //! more was, up to [`RECLAIM_MAX`] and no tmpfs page (the kernel frees an exited process's
 //! memory and the charges it caches per CPU some time after the exit); no `devices` rules,
-//! which can only be added), and its resettable counters are reset before it is one (CPU time, peak memory,
-//! failure counts), its process limit set back to none. Its cpuset directory is kept only if
+//! which can only be added), and its resettable counters are reset before it is one (CPU
+//! time, peak memory, failure counts), its process limit set back to none. Its cpuset directory is kept only if
 //! it never was a user's (`chown_cpuset`): a user may still hold its `tasks` file open for
 //! writing, which a rename would carry over to the next job; it is made anew otherwise.
 
@@ -23,7 +24,8 @@ use std::time::Duration;
 use super::{util, V1Backend, V1Job};
 use crate::cgroup::{CgroupError, CgroupUsage, JobCgroup, Retired};
 
-/// The spare's name under the agent's root (never a job's: those are `job_<id>`).
+/// The name of the spare made ahead under the agent's root, and the prefix of the others'
+/// (never a job's: those are `job_<id>`).
 pub const SPARE: &str = "spare";
 
 /// The most an ended job may still have charged to its memory cgroup (kernel objects not
@@ -37,24 +39,37 @@ pub const LEFT_MAX: u64 = 512 << 10;
 /// cache, which is not evicted for a spare's sake.
 pub const RECLAIM_MAX: u64 = 2 << 20;
 
-/// Whether the spare is known to be there whole, behind the lock that orders taking,
-/// making and retiring it (jobs start and end on several threads).
+/// How many spares an agent keeps at most: the one made ahead ([`SPARE`], by `make_spare`)
+/// and ended jobs' cgroups kept beside it (`spare1`, ...), so that on a node whose jobs end
+/// together (several one-core jobs) each end keeps its cgroup for a next launch.
+pub const POOL: usize = 4;
+
+/// The name of spare `slot` (0: [`SPARE`]).
+pub fn slot_name(slot: usize) -> String {
+    match slot {
+        0 => SPARE.to_string(),
+        n => format!("{SPARE}{n}"),
+    }
+}
+
+/// Which spares are known to be there whole, behind the lock that orders taking, making and
+/// retiring them (jobs start and end on several threads).
 #[derive(Debug, Default)]
 pub struct Spare {
-    whole: Mutex<bool>,
+    whole: Mutex<[bool; POOL]>,
 }
 
 impl Spare {
-    fn lock(&self) -> std::sync::MutexGuard<'_, bool> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, [bool; POOL]> {
         self.whole.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
 impl V1Backend {
-    /// Make the spare, unless there is one.
+    /// Make the spare made ahead ([`SPARE`]), unless it is there.
     pub(super) fn make_spare_dirs(&self) -> Result<(), CgroupError> {
         let mut whole = self.spare.lock();
-        if *whole {
+        if whole[0] {
             return Ok(());
         }
         let spare = self.job_unchecked(SPARE);
@@ -63,36 +78,53 @@ impl V1Backend {
         }
         oom_killer_on(&spare.paths.memory)?;
         memory_migrate_on(&spare.paths.cpuset)?;
-        *whole = true;
+        whole[0] = true;
         Ok(())
     }
 
-    /// Rename the spare to `job`'s directories; false (and nothing changed) if there is no
-    /// complete spare or `job` exists in some hierarchy.
+    /// Rename a spare (a kept job's first, the one made ahead last) to `job`'s directories;
+    /// false (and nothing changed) if there is no whole spare or `job` exists in some hierarchy.
     pub(super) fn take_spare(&self, job: &V1Job) -> bool {
         let mut whole = self.spare.lock();
-        *whole = false;
-        let spare = self.job_unchecked(SPARE);
+        let Some(slot) = (0..POOL).rev().find(|&i| whole[i]) else { return false };
+        whole[slot] = false;
+        let spare = self.job_unchecked(&slot_name(slot));
         let pairs: Vec<(&Path, &Path)> = spare.paths.unique().into_iter().zip(job.paths.unique()).collect();
         let moved = pairs.iter().take_while(|(from, to)| std::fs::rename(from, to).is_ok()).count();
         if moved == pairs.len() {
             return true;
         }
+        let mut back = true;
         for (from, to) in pairs[..moved].iter().rev() {
             // Back to a spare; a directory that cannot go back goes (it is empty).
             if std::fs::rename(to, from).is_err() {
+                back = false;
                 if let Err(e) = util::remove_tree(to, Duration::from_millis(200)) {
                     tracing::warn!(error = %e, "cannot undo a partly taken spare cgroup");
                 }
             }
         }
+        if back {
+            whole[slot] = true; // as it was, for the next job
+        } else {
+            remove_slot(&spare.paths); // not whole: what is left of it goes
+        }
         false
     }
 }
 
+/// Remove what is there of a spare that is not whole (best effort: it is empty).
+fn remove_slot(paths: &super::V1Paths) {
+    for dir in paths.unique() {
+        if let Err(e) = util::remove_tree(dir, Duration::from_millis(200)) {
+            tracing::warn!(error = %e, "cannot remove a part of a spare cgroup");
+        }
+    }
+}
+
 impl V1Job {
-    /// [`JobCgroup::retire`]: the spare if there is none and nothing of the job can outlive it
-    /// there (see the module's comment), else removed.
+    /// [`JobCgroup::retire`]: a spare if fewer than [`POOL`] are there and nothing of the job
+    /// can outlive it there (see the module's comment), else removed.
     pub(super) fn retire_to_spare(&self, usage: &CgroupUsage) -> Result<Retired, CgroupError> {
         let verdict = self.may_become_spare(usage);
         if verdict != Retired::Spare {
@@ -100,20 +132,22 @@ impl V1Job {
             return Ok(verdict);
         }
         let mut whole = self.spare.lock();
-        if *whole {
+        let Some(slot) = (0..POOL).find(|&i| !whole[i]) else {
             drop(whole);
             self.remove()?;
             return Ok(Retired::Removed);
-        }
-        match self.become_spare() {
+        };
+        let spare = self.paths.join_sibling(&slot_name(slot));
+        match self.become_spare(&spare) {
             Ok(()) => {
-                *whole = true;
+                whole[slot] = true;
                 Ok(Retired::Spare)
             }
             Err(e) => {
+                // What was renamed already goes, with what is left of the job.
+                remove_slot(&spare);
                 drop(whole);
-                // What was renamed already is a part of the spare (make_spare completes it).
-                tracing::debug!(job = %self.name, error = %e, "the job's cgroup could not become the spare");
+                tracing::debug!(job = %self.name, error = %e, "the job's cgroup could not become a spare");
                 self.remove()?;
                 Ok(Retired::Removed)
             }
@@ -164,7 +198,7 @@ impl V1Job {
 
     /// Reset what the job counted, then rename each directory to the spare's; a cpuset
     /// directory that was a user's is removed and the spare's made anew.
-    fn become_spare(&self) -> Result<(), CgroupError> {
+    fn become_spare(&self, spare: &super::V1Paths) -> Result<(), CgroupError> {
         util::write_value(&self.paths.cpuacct.join("cpuacct.usage"), "0")?;
         let mem = &self.paths.memory;
         util::write_value(&mem.join("memory.max_usage_in_bytes"), "0")?;
@@ -176,7 +210,6 @@ impl V1Job {
             util::write_value(&dir.join("pids.max"), "max")?;
         }
         let keep_cpuset = self.cpuset_private.load(Ordering::Relaxed);
-        let spare = self.paths.join_sibling(SPARE);
         for (from, to) in self.paths.unique().into_iter().zip(spare.unique()) {
             if from == self.paths.cpuset && !keep_cpuset {
                 util::remove_tree(from, util::RMDIR_WAIT)?;
