@@ -515,6 +515,12 @@ impl Tree {
                 }
                 TreeUp::SubtreeLost { nodes, ranks, reason } => {
                     eprintln!("berth run: lost nodes {} ({reason})", nodes.join(","));
+                    // --no-kill: the survivors are told of each node first, then of its ranks.
+                    if self.no_kill && !self.killing {
+                        for node in &nodes {
+                            let _ = down_tx.send(TreeDown::NodeLost { node: node.clone() });
+                        }
+                    }
                     for rank in ranks {
                         let node = grant
                             .nodes

@@ -285,17 +285,7 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
 fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborted() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(2, TOPO);
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixevent.c");
-    let prog = c.root().join("pmixevent");
-    let built = std::process::Command::new("mpicc.openmpi")
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
-        .status()
-        .expect("cannot run mpicc.openmpi: install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)");
-    assert!(built.success(), "mpicc.openmpi pmixevent.c -lpmix failed: install libopenmpi-dev libpmix-dev");
-    let p = prog.display().to_string();
+    let p = build_pmixevent(&c);
     for mode in ["handler", "none"] {
         let args = ["--no-kill", "--mpi", "pmix", "-n", "4", "--ntasks-per-node", "2", &p, mode];
         let out = c.run_step(&OMPI_ENV, &args);
@@ -315,6 +305,84 @@ fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborte
             assert_eq!(seen, mode == "handler", "{mode}, rank {r}: {stdout}");
         }
         assert!(!stdout.contains("not registered") && !stdout.contains("rank 3: survived"), "{mode}: {stdout}");
+    }
+    assert_no_process(&p);
+    assert_no_job_cgroups(&c);
+}
+
+/// `pmixevent.c` (crates/agent/tests/mpi), built with Open MPI's mpicc and libpmix in the
+/// cluster's directory: its path.
+fn build_pmixevent(c: &Cluster) -> String {
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixevent.c");
+    let prog = c.root().join("pmixevent");
+    let built = std::process::Command::new("mpicc.openmpi")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .expect("cannot run mpicc.openmpi: install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)");
+    assert!(built.success(), "mpicc.openmpi pmixevent.c -lpmix failed: install libopenmpi-dev libpmix-dev");
+    prog.display().to_string()
+}
+
+fn node_state(c: &Cluster, node: &str) -> String {
+    let nodes = c.json(&["nodes"]);
+    let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node).cloned().unwrap_or_default();
+    n["state"].as_str().unwrap_or("").to_string()
+}
+
+/// `--no-kill` under Open MPI, a node lost as a whole (its agent killed, -9, while the ranks
+/// wait): the survivors on the two other nodes get the PMIx event PMIX_EVENT_NODE_DOWN naming
+/// the node (host name, node id, the ranks it ran), then PMIX_ERR_PROC_ABORTED for each of
+/// its ranks, in the handler they registered; they finalize and exit 0, and `run` reports the
+/// two lost ranks only.
+#[test]
+fn no_kill_survivors_get_a_pmix_node_down_event_when_a_node_is_lost() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up(3, TOPO);
+    let p = build_pmixevent(&c);
+    let script = format!(
+        "#!/bin/sh\n#BERTH --nodes 3 --cores 6 --no-kill --walltime 300\nexport OMPI_MCA_btl_tcp_if_include=lo\n\
+         {BIN} run --no-kill --mpi pmix -n 6 --ntasks-per-node 2 {p} node 2\necho \"run exited $?\"\n"
+    );
+    let id = c.submit("nodedown.sh", &script, &[]);
+    let job = c.wait_state(id, &["running"], Duration::from_secs(30));
+    let nodes: Vec<String> =
+        job["allocation"].as_array().unwrap().iter().map(|a| a["node"].as_str().unwrap().to_string()).collect();
+    assert_eq!(nodes.len(), 3, "{job:#}");
+    let out_file = c.root().join(format!("berth-{id}.out"));
+    let t0 = Instant::now();
+    while std::fs::read_to_string(&out_file).unwrap_or_default().matches(": ready").count() < 6 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the ranks never got ready\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The third node (ranks 4 and 5; not the one running the script) is lost.
+    let lost = nodes[2].clone();
+    // SAFETY: kill(2) on an agent this test started.
+    assert_eq!(unsafe { libc::kill(c.pid_of(&lost), libc::SIGKILL) }, 0);
+    let job = c.wait_finished(id, Duration::from_secs(90));
+    let out = std::fs::read_to_string(&out_file).unwrap();
+    let err = std::fs::read_to_string(c.root().join(format!("berth-{id}.err"))).unwrap_or_default();
+    assert_eq!(job["state"], "completed", "{job:#}\n{out}{err}\n{}", c.logs());
+    for r in 0..4 {
+        assert!(out.contains(&format!("rank {r}: node down {lost} (node 2, ranks 4,5)")), "rank {r}: {out}{err}");
+        for l in [4, 5] {
+            assert!(out.contains(&format!("rank {r}: event PROC-ABORTED for rank {l}")), "rank {r}, {l}: {out}{err}");
+        }
+        assert!(out.contains(&format!("rank {r}: survived, 2 events, 1 nodes down")), "rank {r}: {out}{err}");
+    }
+    // The survivors exited 0: only the lost node's two ranks are failures.
+    assert!(err.contains(&format!("lost nodes {lost}")), "{err}");
+    assert!(err.contains("2 of 6 ranks failed"), "{err}");
+    assert!(out.contains("run exited 1"), "{out}");
+    // The lost agent comes back and cleans up what it ran.
+    let up = c.berth(&["up"]);
+    assert!(up.status.success(), "{}{}", String::from_utf8_lossy(&up.stdout), String::from_utf8_lossy(&up.stderr));
+    let t0 = Instant::now();
+    while node_state(&c, &lost) != "up" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "{lost} never came back\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
     }
     assert_no_process(&p);
     assert_no_job_cgroups(&c);

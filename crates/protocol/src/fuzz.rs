@@ -1297,6 +1297,7 @@ pub fn tree_down() -> BoxedStrategy<TreeDown> {
         any::<i32>().prop_map(|signal| TreeDown::Signal { signal }),
         env().prop_map(|kvs| TreeDown::BarrierOut { kvs }),
         rank_exit().prop_map(|exit| TreeDown::RankFailed { exit }),
+        text().prop_map(|node| TreeDown::NodeLost { node }),
         text().prop_map(|reason| TreeDown::Kill { reason }),
     ]
     .boxed()

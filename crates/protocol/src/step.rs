@@ -277,6 +277,11 @@ pub enum TreeDown {
     RankFailed {
         exit: RankExit,
     },
+    /// No-kill mode: a node of the step was lost as a whole (its connection broke); survivors
+    /// are told (PMIx `PMIX_EVENT_NODE_DOWN`). Its ranks follow, each as `RankFailed`.
+    NodeLost {
+        node: String,
+    },
     /// End the step: SIGTERM to every rank, grace, SIGKILL.
     Kill {
         reason: String,

@@ -329,6 +329,15 @@ where
                         signal_all(&alive, sig);
                     }
                 }
+                TreeDown::NodeLost { node: lost } => {
+                    send_down(&mut children, &TreeDown::NodeLost { node: lost.clone() });
+                    if let (Some(ns), Some(i)) = (&pmix, grant.nodes.iter().position(|n| n.name == lost)) {
+                        let ranks: Vec<u32> = grant.nodes[i].ranks.iter().map(|r| r.rank).collect();
+                        if !ns.notify_node_down(i as u32, &lost, &ranks) {
+                            tracing::warn!(job = %grant.job, step = grant.step, "PMIx: cannot announce node {lost} down");
+                        }
+                    }
+                }
                 TreeDown::Kill { reason } => {
                     send_down(&mut children, &TreeDown::Kill { reason });
                     if !killing {

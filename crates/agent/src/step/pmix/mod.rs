@@ -76,6 +76,13 @@ mod sys {
         pub fn berth_pmix_deregister(nspace: *const c_char);
         pub fn berth_pmix_fence_done(token: *mut c_void, ok: c_int, data: *const c_char, ndata: usize);
         pub fn berth_pmix_notify_lost(nspace: *const c_char, rank: u32) -> c_int;
+        pub fn berth_pmix_notify_node_down(
+            nspace: *const c_char,
+            nodeid: u32,
+            host: *const c_char,
+            ranks: *const u32,
+            nranks: usize,
+        ) -> c_int;
     }
 }
 
@@ -418,6 +425,17 @@ impl Namespace {
     pub fn notify_lost(&self, rank: u32) -> bool {
         // SAFETY: a registered namespace.
         unsafe { sys::berth_pmix_notify_lost(self.name.as_ptr(), rank) == 0 }
+    }
+
+    /// Tell the step's ranks here that node `nodeid` (`host`, running `ranks`) was lost as a
+    /// whole (event PMIX_EVENT_NODE_DOWN).
+    pub fn notify_node_down(&self, nodeid: u32, host: &str, ranks: &[u32]) -> bool {
+        let Ok(host) = CString::new(host) else { return false };
+        // SAFETY: a registered namespace, a NUL-terminated host name, `ranks.len()` ranks.
+        unsafe {
+            sys::berth_pmix_notify_node_down(self.name.as_ptr(), nodeid, host.as_ptr(), ranks.as_ptr(), ranks.len())
+                == 0
+        }
     }
 }
 

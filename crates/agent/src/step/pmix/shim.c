@@ -612,3 +612,37 @@ int berth_pmix_notify_lost(const char *nspace, uint32_t rank)
     PMIX_INFO_FREE(info, 2);
     return rc == PMIX_SUCCESS ? 0 : -1;
 }
+
+/* Tell the namespace's ranks that node `nodeid` (`host`), which ran `ranks`, was lost as a
+ * whole (PMIX_EVENT_NODE_DOWN, as PRRTE raises it for a lost daemon): its host name and node
+ * id, and the ranks it ran as PMIX_EVENT_AFFECTED_PROCS. Non-default, as
+ * berth_pmix_notify_lost's; each rank of the node is also announced by that one. */
+int berth_pmix_notify_node_down(const char *nspace, uint32_t nodeid, const char *host, const uint32_t *ranks,
+                                size_t nranks)
+{
+    pmix_proc_t source;
+    PMIX_PROC_LOAD(&source, nspace, PMIX_RANK_UNDEF);
+    pmix_info_t *info;
+    bool yes = true;
+    size_t ninfo = nranks > 0 ? 4 : 3;
+    PMIX_INFO_CREATE(info, ninfo);
+    PMIX_INFO_LOAD(&info[0], PMIX_EVENT_NON_DEFAULT, &yes, PMIX_BOOL);
+    PMIX_INFO_LOAD(&info[1], PMIX_HOSTNAME, host, PMIX_STRING);
+    PMIX_INFO_LOAD(&info[2], PMIX_NODEID, &nodeid, PMIX_UINT32);
+    if (nranks > 0) {
+        pmix_data_array_t *arr;
+        PMIX_DATA_ARRAY_CREATE(arr, nranks, PMIX_PROC);
+        pmix_proc_t *procs = arr->array;
+        for (size_t i = 0; i < nranks; i++) {
+            PMIX_PROC_LOAD(&procs[i], nspace, ranks[i]);
+        }
+        PMIX_INFO_LOAD(&info[3], PMIX_EVENT_AFFECTED_PROCS, arr, PMIX_DATA_ARRAY);
+        PMIX_DATA_ARRAY_FREE(arr);
+    }
+    struct waiter w;
+    waiter_init(&w);
+    pmix_status_t rc = waiter_wait(
+        &w, PMIx_Notify_event(PMIX_EVENT_NODE_DOWN, &source, PMIX_RANGE_NAMESPACE, info, ninfo, op_done, &w));
+    PMIX_INFO_FREE(info, ninfo);
+    return rc == PMIX_SUCCESS ? 0 : -1;
+}
