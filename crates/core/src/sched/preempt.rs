@@ -23,7 +23,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 mod resume;
-pub use resume::{beside_windows, resume_parts, resumed_on, PartsJob, ResumeWait};
+pub use resume::{beside_windows, resume_parts, resumed_on, windows_held, PartsJob, ResumeWait};
 
 /// `[preempt]` in the controller's config.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -142,6 +142,21 @@ pub fn plan_preemption(
     cfg: &PreemptConfig,
     now: f64,
 ) -> Option<Preemption> {
+    plan_preemption_beside(machine, running, candidate, cfg, now, &vec![])
+}
+
+/// [`plan_preemption`] on a machine with `held` claimed (the advance reservations' windows the
+/// candidate would run into, [`windows_held`]), which stays claimed as victims are suspended:
+/// a victim on PUs of a window gives back only its PUs outside it (suspended, then the windows
+/// claimed again, as the controller keeps them), so the candidate never lands in a window.
+pub fn plan_preemption_beside(
+    machine: &ClusterState,
+    running: &[Preemptible],
+    candidate: &Preemptor,
+    cfg: &PreemptConfig,
+    now: f64,
+    held: &Allocation,
+) -> Option<Preemption> {
     if !cfg.enabled || candidate.score < cfg.min_score {
         return None;
     }
@@ -166,7 +181,7 @@ pub fn plan_preemption(
     };
     let mut best: Option<(f64, Vec<&Preemptible>, Allocation)> = None;
     for seed in 0..pool.len().min(SEEDS) {
-        let Some((victims, alloc)) = greedy(machine, &pool, seed, candidate.request, cfg) else { continue };
+        let Some((victims, alloc)) = greedy(machine, &pool, seed, candidate.request, cfg, held) else { continue };
         let cost = total_cost(&victims, &alloc);
         if best.as_ref().is_none_or(|(c, _, _)| cost < *c) {
             best = Some((cost, victims, alloc));
@@ -182,7 +197,15 @@ fn greedy<'a>(
     seed: usize,
     req: &JobRequest,
     cfg: &PreemptConfig,
+    held: &Allocation,
 ) -> Option<(Vec<&'a Preemptible>, Allocation)> {
+    // A victim's PUs given back, but those `held` (claimed again: claiming is idempotent).
+    let release = |trial: &mut ClusterState, victim: &Allocation| {
+        trial.release(victim);
+        if !held.is_empty() {
+            trial.claim(held);
+        }
+    };
     let mut left: Vec<&Preemptible> = pool.to_vec();
     let mut trial = machine.clone();
     let mut chosen: Vec<(&Preemptible, f64)> = vec![];
@@ -210,7 +233,7 @@ fn greedy<'a>(
         // `remove`, not `swap_remove`: ties keep going to the earlier (cheaper alone) victim.
         let victim = left.remove(pick);
         let victim_cost = cost(victim);
-        trial.release(&cpus_only(&victim.alloc));
+        release(&mut trial, &cpus_only(&victim.alloc));
         nodes.extend(victim.alloc.iter().map(|na| na.node_id));
         packages.extend(packages_of(machine, &victim.alloc));
         chosen.push((victim, victim_cost));
@@ -233,7 +256,7 @@ fn greedy<'a>(
                 keep[i] = false;
                 alloc = without;
             }
-            _ => trial.release(&part),
+            _ => release(&mut trial, &part),
         }
     }
     let victims = chosen.iter().zip(keep).filter(|(_, k)| *k).map(|((r, _), _)| *r).collect();

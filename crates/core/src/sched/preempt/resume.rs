@@ -113,11 +113,22 @@ pub fn beside_windows<'c>(
 ) -> (Cow<'c, ClusterState>, bool) {
     let mut view = Cow::Borrowed(cluster);
     let mut any = false;
-    for r in windows {
-        if r.end > now && (r.start < now + w || r.start <= now) {
-            view.to_mut().claim(&r.alloc);
-            any = true;
-        }
+    for r in windows.iter().filter(|r| runs_into(r, now, w)) {
+        view.to_mut().claim(&r.alloc);
+        any = true;
     }
     (view, any)
+}
+
+/// The PUs (and exclusive NUMA nodes) of the windows [`beside_windows`] claims for a job
+/// starting at `now` for `w` seconds: what stays claimed when a running job on them is
+/// suspended to make room ([`plan_preemption_beside`](super::plan_preemption_beside)).
+pub fn windows_held(windows: &[AdvanceReservation<Allocation>], now: f64, w: f64) -> Allocation {
+    windows.iter().filter(|r| runs_into(r, now, w)).flat_map(|r| super::cpus_only(&r.alloc)).collect()
+}
+
+/// Whether a job starting at `now` for `w` seconds runs into window `r` (not over, opening
+/// before `now + w`).
+fn runs_into(r: &AdvanceReservation<Allocation>, now: f64, w: f64) -> bool {
+    r.end > now && (r.start < now + w || r.start <= now)
 }

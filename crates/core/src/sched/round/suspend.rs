@@ -4,8 +4,8 @@ use super::{PreemptStart, ResumeRule, RoundDecisions, RoundInput, RoundMachine, 
 use crate::job::Allocation;
 use crate::sched::backfill::{AdvanceReservation, Machine, QueuedJob, RunningJob};
 use crate::sched::preempt::{
-    beside_windows, cpus_only, plan_preemption, resume_candidates, resume_parts, resumed_on, score, Preemptible,
-    Preemptor, Resume, SuspendedJob, PREEMPTORS_PER_PASS,
+    beside_windows, cpus_only, plan_preemption_beside, resume_candidates, resume_parts, resumed_on, score,
+    windows_held, Preemptible, Preemptor, Resume, SuspendedJob, PREEMPTORS_PER_PASS,
 };
 use crate::sched::PendingReason;
 use crate::JobId;
@@ -206,8 +206,10 @@ pub(super) fn preempt<M: RoundMachine>(
         let candidate = Preemptor { request: &q.request, score: job_score, walltime: q.walltime };
         let plan = {
             let Some(cluster) = state.cluster() else { break };
-            let (view, _) = beside_windows(cluster, windows, now, q.walltime);
-            plan_preemption(&view, running, &candidate, cfg, now)
+            let (view, any) = beside_windows(cluster, windows, now, q.walltime);
+            // Victims on the windows' PUs give back only the rest: the windows stay claimed.
+            let held = if any { windows_held(windows, now, q.walltime) } else { vec![] };
+            plan_preemption_beside(&view, running, &candidate, cfg, now, &held)
         };
         let Some(plan) = plan else { continue };
         let Some(alloc) = M::from_allocation(plan.alloc.clone()) else { break };

@@ -298,6 +298,39 @@ fn advance_windows_bound_the_pass_and_preemption() {
     assert_eq!(snapshot(&d), ["start 9 on n1:0-3", "passed true, backfilled 0"]);
 }
 
+/// A running job on the PUs of an advance reservation's window (it ends before the window
+/// opens) makes no room there for a preemptor that would run into the window: suspended, it
+/// gives back none of the window's PUs, which stay claimed (as the controller keeps them).
+/// Job 9 (4 cores, 60 s) at t=0: n0 is held by job 3 (ending at 15) under window r1 (n0:0-3
+/// from t=20), n1 by job 4; job 9 suspends job 4 and starts on n1, not in the window on n0.
+#[test]
+fn a_victim_under_a_window_gives_back_none_of_the_window() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 15.0), hold(&mut cluster, 4, &[(1, "0-3")], 500.0)];
+    let victims: Vec<Preemptible> = running
+        .iter()
+        .map(|r| Preemptible { id: r.id, alloc: r.alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 })
+        .collect();
+    let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let window = AdvanceReservation {
+        id: "r1".into(),
+        alloc: hold(&mut scratch, 0, &[(0, "0-3")], 0.0).alloc,
+        start: 20.0,
+        end: 1000.0,
+        members: vec![],
+    };
+    let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
+    let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
+    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }];
+    let mut i = input(&cluster, &running, &queue);
+    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: true });
+    let d = round_keeping(&i, std::slice::from_ref(&window), &mut None, 0.0);
+    assert_eq!(snapshot(&d), ["suspend 4 to start 9 on n1:0-3", "passed true, backfilled 0"]);
+    // Without the window, the cheapest victim first: job 3, and job 9 on n0.
+    let d = round_keeping(&i, &[], &mut None, 0.0);
+    assert_eq!(snapshot(&d), ["suspend 3 to start 9 on n0:0-3", "passed true, backfilled 0"]);
+}
+
 /// Usage charged by the round, before it orders the queue. One node of 4 cores, job 1 of
 /// account a running on it since t=50 at 4 billed CPUs, charged until t=0. At t=100 it is
 /// charged 200 CPU-seconds (from its start, not from the last charge), and account a's
