@@ -14,7 +14,7 @@ use berth_core::job::Allocation;
 use berth_core::sched::backfill::Waiting;
 use berth_core::sched::preempt::Resume;
 use berth_core::sched::round::{PreemptStart, RoundDecisions};
-use berth_core::sched::{place, PendingReason, Placement};
+use berth_core::sched::PendingReason;
 use berth_core::JobId;
 use std::collections::HashMap;
 
@@ -96,9 +96,16 @@ impl Controller {
         self.pending_reasons.insert(w.id, w.reason);
     }
 
-    /// Suspend the preemption's victims, then start its job. A victim that could not be frozen
-    /// keeps its CPUs: the job does not start. Beside advance reservations it starts where it
-    /// fits with them claimed. Whether it started where the round decided.
+    /// Suspend the preemption's victims, then start its job on the allocation the round
+    /// chose. A victim that could not be frozen keeps its CPUs: the job does not start.
+    /// Whether it started as the round decided.
+    ///
+    /// The round placed it on the state the decisions before it leave (the resumes, starts and
+    /// preemptions carried out here in the same order, with the same claims: `resumed_on`,
+    /// `claim`, a victim's PUs given back as `release_pus` does), beside the advance
+    /// reservations it would run into: the windows `advance_view` claims, kept claimed under
+    /// the victims it suspends (berth-core's `plan_preemption_beside`). Placing it again here
+    /// would find the same allocation.
     fn preempt_one(&mut self, p: &PreemptStart<Allocation>, now: f64) -> bool {
         let why = format!("preempted by job {}", p.id);
         let mut all_suspended = true;
@@ -108,20 +115,12 @@ impl Controller {
                 all_suspended = false;
             }
         }
-        let Some(job) = self.jobs.get(&p.id).filter(|_| all_suspended) else { return false };
-        let request = job.pending_in(&self.cfg.queues).request;
-        let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
-        let walltime = job.walltime.map(|w| w as f64).unwrap_or(unlimited);
-        let (view, reserved) = self.advance_view(now, walltime);
-        let alloc = match place(&view, &request) {
-            Placement::Now(alloc) if reserved => alloc,
-            Placement::Now(_) => p.alloc.clone(),
-            _ => return false,
-        };
+        if !all_suspended || !self.jobs.contains_key(&p.id) {
+            return false;
+        }
         self.queue([preempted(p)]);
-        let as_decided = alloc == p.alloc;
-        self.start(p.id, alloc, now);
-        as_decided
+        self.start(p.id, p.alloc.clone(), now);
+        true
     }
 }
 

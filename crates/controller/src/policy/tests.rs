@@ -400,3 +400,50 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     let info = h.ctl.node_info(0, false);
     assert_eq!((info.gpus_allocated, info.gpus.len()), (2, 2), "`berth nodes`: GPUs used/total");
 }
+
+/// Preemption beside an advance reservation starts the preemptor where the round placed it,
+/// never in the window: n0 is reserved from +1 h, and jobs 1 and 2 run there until +30 min
+/// (they end before it opens); jobs 3 and 4 fill n1 for 2 h. A large job of 2 h suspends 3
+/// and 4 and starts on n1: suspending 1 and 2 would give it n0's cores only until the window
+/// opens (the round keeps the window claimed under them). The jobs on n0 run on.
+#[test]
+fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() {
+    let mut h = Harness::with_config(2, |c| {
+        c.preempt.enabled = true;
+        c.preempt.large_cpus = 4;
+        c.preempt.min_score = 1.0;
+        c.preempt.min_run_secs_before_suspend = 0.0;
+        c.preempt.max_suspended_secs = 100_000.0;
+    });
+    let short: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 1800, "a"), &ann())).collect();
+    let long: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 7200, "a"), &ann())).collect();
+    let on = |h: &Harness, id: JobId| h.ctl.jobs[&id].allocation[0].node.clone();
+    assert_eq!((on(&h, short[0]), on(&h, short[1]), on(&h, long[0])), ("n0".into(), "n0".into(), "n1".into()));
+    let body = berth_protocol::client::AdvanceCreate {
+        name: Some("maint".into()),
+        start: Some(h.now + 3600.0),
+        duration_secs: Some(7200),
+        nodes: vec!["n0".into()],
+        users: vec!["bob".into()],
+        ..Default::default()
+    };
+    let root = crate::model::request::Peer {
+        user: berth_protocol::agent::UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
+        conn: 3,
+    };
+    let created = h.call(ClientRequest::AdvanceCreate(Box::new(body)), &root);
+    assert!(matches!(created, ClientResponse::Advance { .. }), "{created:?}");
+    h.now += 60.0;
+    let large = submit(&mut h, opts(16, 7200, "b"));
+    let large8 = submit(&mut h, opts(8, 7200, "b"));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, large), JobState::Queued, "16 cores would run into the window");
+    assert_eq!(state(&h, large8), JobState::Running, "{:?}", h.ctl.pending_reasons.get(&large8));
+    assert_eq!(on(&h, large8), "n1");
+    for id in &long {
+        assert_eq!(state(&h, *id), JobState::Suspended);
+    }
+    for id in &short {
+        assert_eq!(state(&h, *id), JobState::Running, "job {id} is left alone");
+    }
+}
