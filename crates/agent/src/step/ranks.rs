@@ -184,7 +184,7 @@ pub fn start(
     grant: &StepGrant,
     node_index: usize,
     pmi_events: mpsc::UnboundedSender<PmiEvent>,
-    pmix_events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
+    (pmix_name, pmix_events): (String, mpsc::UnboundedSender<crate::step::pmix::PmixEvent>),
     partial: &mut Vec<LocalRank>,
 ) -> Result<StartedRanks, RanksError> {
     let node = &grant.nodes[node_index];
@@ -215,7 +215,7 @@ pub fn start(
     } else {
         None
     };
-    let pmix = pmix_namespace(ctx, job, grant, node_index, &rank_apps, pmix_events)?;
+    let pmix = pmix_namespace(ctx, job, grant, node_index, &rank_apps, (pmix_name, pmix_events))?;
     let mut sub_cpusets = Vec::new();
     let mut base = node_env(grant, node_index, job, failures_file.as_deref());
     set_vars(&mut base, [("BERTH_AGENT_SOCKET", ctx.agent_socket.display().to_string())]);
@@ -312,7 +312,8 @@ pub fn start(
 
 const OMPI_VADER_DIR: &str = "OMPI_MCA_btl_vader_backing_directory";
 
-/// The PMIx namespace of the step on this node (`berth.JOB.STEP`), its events to `events`.
+/// The PMIx namespace `name` of the step on this node
+/// ([`crate::step::pmix::namespace_name`]), its events to `events`.
 /// Under `--mpi auto`, a server that cannot start costs only PMIx: the ranks still get
 /// PMI-1/PMI-2.
 fn pmix_namespace(
@@ -321,7 +322,7 @@ fn pmix_namespace(
     grant: &StepGrant,
     node_index: usize,
     rank_apps: &[u32],
-    events: mpsc::UnboundedSender<crate::step::pmix::PmixEvent>,
+    (name, events): (String, mpsc::UnboundedSender<crate::step::pmix::PmixEvent>),
 ) -> Result<Option<crate::step::pmix::Namespace>, RanksError> {
     if !grant.mpi.offers_pmix() {
         return Ok(None);
@@ -358,7 +359,7 @@ fn pmix_namespace(
     }
     let nsdir = job.tmpdir();
     let spec = crate::step::pmix::NamespaceSpec {
-        name: format!("berth.{}.{}", grant.job, grant.step),
+        name,
         jobid: format!("{}.{}", grant.job, grant.step),
         size: grant.size,
         rank_app: rank_apps.to_vec(),

@@ -154,12 +154,14 @@ where
             }
         });
     }
+    // The step's PMIx namespace: `berth.JOB.STEP.` and a secret part from the link key.
+    let pmix_name = crate::step::pmix::namespace_name(grant.job, grant.step, &link);
     berth_protocol::probe::mark("agent shepherd ready");
     let job = ctx.registry.wait_for(grant.job, JOB_WAIT).await;
     let mut partial = Vec::new();
     let started = match &job {
         None => Err(step_ranks::RanksError::JobNotHere { job: grant.job, node: node.name.clone() }),
-        Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, pmix_tx, &mut partial),
+        Some(job) => step_ranks::start(&ctx, job, &grant, me_usize, pmi_tx, (pmix_name, pmix_tx), &mut partial),
     };
     let mut alive: HashMap<u32, i32> = HashMap::new();
     let mut stdin: Option<tokio::net::unix::pipe::Sender> = None;

@@ -22,6 +22,7 @@ pub const LABEL_TREE_UP: &[u8] = b"berth/v2/tree-up";
 pub const LABEL_QUERY_LINK: &[u8] = b"berth/v2/query-link";
 pub const LABEL_QUERY_DOWN: &[u8] = b"berth/v2/query-down";
 pub const LABEL_QUERY_UP: &[u8] = b"berth/v2/query-up";
+pub const LABEL_PMIX_NAMESPACE: &[u8] = b"berth/v2/pmix-namespace";
 
 /// The secret of one step's control tree.
 #[derive(Clone, PartialEq, Eq)]
@@ -52,6 +53,15 @@ impl LinkKey {
             TreeEnd::Below => (LABEL_QUERY_UP, LABEL_QUERY_DOWN),
         };
         (Sealer { key: self.0, label: send, next: 1 }, Opener { key: self.0, label: recv, next: 1 })
+    }
+
+    /// The secret part of the step's PMIx namespace name (32 hex digits, 128 bits): the same
+    /// on every agent of the step, unknown to anyone who holds neither the cluster key nor the
+    /// step's link key. Naming a namespace is all a local process needs to be taken for one
+    /// of its ranks by an agent's PMIx server (docs/launcher.md, "Who may talk to the PMIx
+    /// server"), so the name must not be guessable.
+    pub fn pmix_namespace_tag(&self) -> String {
+        super::hex(&hmac(&self.0, &[LABEL_PMIX_NAMESPACE])[..16])
     }
 
     /// As the controller hands it to `berth run` (64 hex digits).

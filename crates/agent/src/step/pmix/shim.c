@@ -17,6 +17,8 @@
  * event base in the order they were activated (libevent's active queue), the connection's
  * after the registration's. Failures come back through on_error (the agent logs them).
  */
+#define _GNU_SOURCE /* RTLD_NEXT */
+#include <dlfcn.h>
 #include <pmix.h>
 #include <pmix_server.h>
 #include <pthread.h>
@@ -232,6 +234,59 @@ static pmix_status_t reg_started(pmix_status_t rc, struct reg_op *op)
     return rc;
 }
 
+/* Every event libpmix's server hands its clients passes through
+ * pmix_server_notify_client_of_event: the events berth raises (berth_pmix_notify_lost,
+ * berth_pmix_notify_node_down) and those a rank sends (PMIx_Notify_event from a client,
+ * relayed by libpmix to the other clients on the node). libpmix 4.2 delivers an event of
+ * range NAMESPACE, SESSION or GLOBAL without a PMIX_EVENT_CUSTOM_RANGE to every client that
+ * registered for its code, whatever its namespace: one step's events (and a rank's forged
+ * ones) would reach another step's, another user's, handlers. libpmix calls this function
+ * through its PLT, so this definition (the executable's) is the one bound: it confines every
+ * event whose source is a namespace's process to that namespace (PMIX_RANGE_CUSTOM, its
+ * namespace with PMIX_RANK_WILDCARD), whatever range and targets were asked, then calls
+ * libpmix's own (real_notify, found in berth_pmix_init). An event of no namespace (libpmix's
+ * own), or for the source itself (PROC_LOCAL) or the host (RM), passes unchanged. */
+typedef pmix_status_t (*berth_notify_fn)(pmix_status_t status, const pmix_proc_t *source, pmix_data_range_t range,
+                                         const pmix_info_t info[], size_t ninfo, pmix_op_cbfunc_t cbfunc,
+                                         void *cbdata);
+static berth_notify_fn real_notify;
+
+pmix_status_t pmix_server_notify_client_of_event(pmix_status_t status, const pmix_proc_t *source,
+                                                 pmix_data_range_t range, const pmix_info_t info[], size_t ninfo,
+                                                 pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    if (real_notify == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    if (source == NULL || source->nspace[0] == '\0' || range == PMIX_RANGE_PROC_LOCAL || range == PMIX_RANGE_RM) {
+        return real_notify(status, source, range, info, ninfo, cbfunc, cbdata);
+    }
+    pmix_info_t *scoped;
+    PMIX_INFO_CREATE(scoped, ninfo + 1);
+    if (scoped == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_EVENT_CUSTOM_RANGE)) {
+            continue;
+        }
+        PMIX_INFO_XFER(&scoped[n], (pmix_info_t *)&info[i]);
+        n++;
+    }
+    pmix_data_array_t *arr;
+    PMIX_DATA_ARRAY_CREATE(arr, 1, PMIX_PROC);
+    pmix_proc_t *all = arr->array;
+    PMIX_PROC_LOAD(&all[0], source->nspace, PMIX_RANK_WILDCARD);
+    PMIX_INFO_LOAD(&scoped[n], PMIX_EVENT_CUSTOM_RANGE, arr, PMIX_DATA_ARRAY);
+    PMIX_DATA_ARRAY_FREE(arr);
+    n++;
+    /* libpmix copies what it is given before it returns (it queues its own copy). */
+    pmix_status_t rc = real_notify(status, source, PMIX_RANGE_CUSTOM, scoped, n, cbfunc, cbdata);
+    PMIX_INFO_FREE(scoped, ninfo + 1);
+    return rc;
+}
+
 static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 {
     snprintf(err, errlen, "%s failed: %s (%d)", what, PMIx_Error_string(rc), rc);
@@ -245,6 +300,13 @@ int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abo
     on_abort = abort_fn;
     on_finalized = finalized;
     on_error = error_fn;
+    /* libpmix's own delivery, behind the confinement above: without it, no server (a step's
+     * events would reach other steps' ranks). */
+    real_notify = (berth_notify_fn)dlsym(RTLD_NEXT, "pmix_server_notify_client_of_event");
+    if (real_notify == NULL || real_notify == pmix_server_notify_client_of_event) {
+        snprintf(err, errlen, "this libpmix has no pmix_server_notify_client_of_event to confine events with");
+        return -1;
+    }
     pmix_info_t *info;
     bool no = false;
     PMIX_INFO_CREATE(info, 4);
