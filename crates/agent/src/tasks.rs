@@ -631,7 +631,8 @@ impl Linger {
 /// `exec` (`berth task rsh`): one task on node `ask.node`, attached to the caller's
 /// connection. Answers `spawned`; then relays the task's output as `output` frames and the
 /// caller's `signal` frames to the task, and ends with `exited` (or `error` if the task was
-/// lost). A caller that goes away takes the task with it (SIGKILL to its process group).
+/// lost). A caller that goes away takes the task with it, as sshd treats a dropped ssh: SIGHUP
+/// at once, SIGTERM (and SIGCONT) half a grace period later, SIGKILL at its end ([`HangUp`]).
 async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, mut stream: UnixStream) {
     let refuse = |m: String| AgentReply::Task { reply: error(m) };
     let job = match authorize(ctx, caller, id) {
@@ -685,6 +686,7 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     let infos = job.tasks.read(|t| t.infos(&[task]));
     let failed = infos.iter().any(|i| i.state == "failed");
     if write_frame(&mut stream, &AgentReply::Task { reply: TaskReply::Spawned { tasks: infos } }).await.is_err() {
+        // Not yet told it runs: the caller cannot have relied on it.
         job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
         return;
     }
@@ -708,6 +710,7 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     let mut output_open = true;
     let mut caller_here = true;
     let mut linger = Linger::default();
+    let mut hang_up = HangUp::new(job.spec.kill_grace_ms);
     let ids = [task];
     while !linger.done(output_open) {
         tokio::select! {
@@ -716,7 +719,7 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
                     let frame = AgentReply::Task { reply: TaskReply::Output { stream, data: Chunk::from_bytes(data) } };
                     if caller_here && write_frame(&mut wr, &frame).await.is_err() {
                         caller_here = false;
-                        job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+                        hang_up.start(&job, task);
                     }
                 }
                 None => output_open = false,
@@ -727,11 +730,12 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
                 }
                 Some(Ok(Some(_))) => {}
                 _ => {
-                    // The caller went away (ssh's HUP, harder): the task goes too.
+                    // The caller went away: the task goes too, given time to end itself.
                     caller_here = false;
-                    job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+                    hang_up.start(&job, task);
                 }
             },
+            _ = hang_up.next(), if hang_up.pending() && !linger.ended() => hang_up.step(&job, task),
             _ = job.tasks.wait(&ids, None), if !linger.ended() => linger.task_ended(),
             _ = linger.over() => break,
         }
@@ -749,6 +753,58 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
         None => error("the task was lost"),
     };
     let _ = write_frame(&mut wr, &AgentReply::Task { reply }).await;
+}
+
+/// What an `exec` task gets once its caller is gone: SIGHUP, then SIGTERM and SIGCONT half
+/// the grace period later, then SIGKILL at its end. The grace is the job's kill grace,
+/// bounded to 1-60 s (a handler of SIGHUP always gets a second).
+struct HangUp {
+    grace: Duration,
+    /// Signals sent so far (0: the caller is here).
+    sent: u8,
+    next_at: Option<tokio::time::Instant>,
+}
+
+impl HangUp {
+    fn new(kill_grace_ms: u64) -> HangUp {
+        HangUp { grace: Duration::from_millis(kill_grace_ms.clamp(1_000, 60_000)), sent: 0, next_at: None }
+    }
+
+    /// The caller went away: SIGHUP now.
+    fn start(&mut self, job: &JobHandle, task: u64) {
+        if self.sent == 0 {
+            job.tasks.read(|t| t.signal(&[task], libc::SIGHUP));
+            self.sent = 1;
+            self.next_at = Some(tokio::time::Instant::now() + self.grace / 2);
+        }
+    }
+
+    fn pending(&self) -> bool {
+        self.next_at.is_some()
+    }
+
+    async fn next(&self) {
+        match self.next_at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// The next signal is due: SIGTERM (and SIGCONT), then SIGKILL.
+    fn step(&mut self, job: &JobHandle, task: u64) {
+        if self.sent == 1 {
+            job.tasks.read(|t| {
+                t.signal(&[task], libc::SIGTERM);
+                t.signal(&[task], libc::SIGCONT);
+            });
+            self.sent = 2;
+            self.next_at = Some(tokio::time::Instant::now() + self.grace - self.grace / 2);
+        } else {
+            job.tasks.read(|t| t.signal(&[task], libc::SIGKILL));
+            self.sent = 3;
+            self.next_at = None;
+        }
+    }
 }
 
 fn signal_group(pid: u32, sig: i32) {

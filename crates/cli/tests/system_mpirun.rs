@@ -165,3 +165,48 @@ fn cancelling_the_job_ends_mpirun_and_mpiexec_daemons_and_ranks_on_every_node() 
     assert!(left.is_empty(), "processes of the job survived its cancel: {left:?}");
     assert_no_job_cgroups(&c);
 }
+
+/// `berth task rsh` whose caller dies (SIGKILL, as an MPI launcher killed hard): the remote
+/// task is hung up on as sshd does, not killed outright: SIGHUP at once, SIGTERM half the
+/// grace later (a shell trapping both logs each and ends on the second), and a task that
+/// ignores both is killed (SIGKILL) at the end of the grace, not before.
+#[test]
+fn a_dead_rsh_caller_hangs_up_on_its_remote_task_before_killing_it() {
+    let c = Cluster::up(2, TOPO);
+    let marker = format!("berth-rsh-hangup-{}", std::process::id());
+    let script = format!(
+        "#!/bin/sh\n#BERTH --nodes 2 --tasks-per-node 1\n\
+         second=$(awk '!seen[$0]++' \"$BERTH_NODEFILE\" | sed -n 2p)\n\
+         wait_for() {{ i=0; while ! grep -q \"$1\" \"$2\" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.1; i=$((i+1)); done; }}\n\
+         {BIN} task rsh $second 'trap \"echo hup >> hup.log\" HUP; trap \"echo term >> hup.log; exit 0\" TERM; echo ready >> hup.log; while :; do sleep 0.1; done' &\n\
+         rsh=$!\n\
+         wait_for ready hup.log\n\
+         kill -9 $rsh\n\
+         wait_for term hup.log\n\
+         {BIN} task rsh $second 'trap \"\" HUP TERM; echo ready > stubborn.log; exec sh -c \"sleep 300; true\" {marker}' &\n\
+         rsh=$!\n\
+         wait_for ready stubborn.log\n\
+         kill -9 $rsh; date +%s.%N > killed.at\n\
+         i=0; while pgrep -f {marker} > /dev/null && [ $i -lt 1200 ]; do sleep 0.05; i=$((i+1)); done\n\
+         date +%s.%N > gone.at\n\
+         {BIN} task list --json > tasks.json\n"
+    );
+    let id = c.submit("hangup.sh", &script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(120));
+    let read = |f: &str| std::fs::read_to_string(c.root().join(f)).unwrap_or_default();
+    let (out, err) = (read(&format!("berth-{id}.out")), read(&format!("berth-{id}.err")));
+    assert_eq!(job["state"], "completed", "{job:#}\n{out}\n{err}\n{}", c.logs());
+    // The trapping shell: told HUP first, then TERM, and it ended on its own.
+    assert_eq!(read("hup.log").lines().collect::<Vec<_>>(), ["ready", "hup", "term"], "{err}");
+    // The stubborn one: gone only once the grace (at least 1 s) ran out, by SIGKILL.
+    let at = |f: &str| read(f).trim().parse::<f64>().unwrap_or_else(|_| panic!("{f}: {:?}\n{err}", read(f)));
+    let took = at("gone.at") - at("killed.at");
+    assert!((0.9..50.0).contains(&took), "the ignoring task ended {took:.2} s after its caller died\n{err}");
+    assert!(pids_with(&marker).is_empty(), "the task survived");
+    let tasks: serde_json::Value = serde_json::from_str(&read("tasks.json")).expect("task list");
+    let stubborn = tasks.as_array().unwrap().iter().find(|t| t["argv"].to_string().contains(&marker)).expect("task");
+    assert_eq!(stubborn["signal"], 9, "{stubborn:#}");
+    let trapping = tasks.as_array().unwrap().iter().find(|t| t["argv"].to_string().contains("hup.log")).expect("task");
+    assert_eq!(trapping["exit_code"], 0, "{trapping:#}");
+    assert_no_job_cgroups(&c);
+}
