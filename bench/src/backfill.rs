@@ -114,6 +114,8 @@ fn parse_opts(args: &[String]) -> Result<Opts> {
 fn part(n: &NodeCapacity, first: u32, cores: u32) -> NodeAllocation {
     let cpus = CpuSet::from_iter_u32(first..first + cores);
     NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id: n.id,
         node: n.name.clone(),
         mems: n.topology.mems_for(&cpus),

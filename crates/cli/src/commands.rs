@@ -81,8 +81,17 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
             per_id(&dir, json, "suspended", ClientRequest::Suspend { ids: parse_ids(&ids)? }).await
         }
         Command::Resume { ids } => per_id(&dir, json, "resumed", ClientRequest::Resume { ids: parse_ids(&ids)? }).await,
+        Command::Licenses => {
+            let ClientResponse::Nodes { licenses, .. } =
+                request(&dir, ClientRequest::ListNodes { topology: false }).await?
+            else {
+                bail!("unexpected answer")
+            };
+            print(json, &licenses, || output::licenses_table(&licenses))
+        }
         Command::Nodes { topology, width } => {
-            let ClientResponse::Nodes { nodes } = request(&dir, ClientRequest::ListNodes { topology }).await? else {
+            let ClientResponse::Nodes { nodes, .. } = request(&dir, ClientRequest::ListNodes { topology }).await?
+            else {
                 bail!("unexpected answer")
             };
             print(json, &nodes, || {
@@ -98,7 +107,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
                 bail!("give the system CPUs as a kernel list, e.g. `berth node system-cpus {name} 0` (\"\" for none)");
             }
             let req = ClientRequest::NodeAdmin { name, action, value };
-            let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
+            let ClientResponse::Nodes { nodes, .. } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
         Command::Subnode { action, target, value } => {
@@ -107,7 +116,7 @@ pub async fn dispatch(dir: Option<PathBuf>, json: bool, command: Command) -> Res
                 .and_then(|(n, i)| Some((n.to_string(), i.parse::<u32>().ok()?)))
                 .ok_or_else(|| anyhow!("{target:?} is not NODE:INDEX, e.g. n1:0"))?;
             let req = ClientRequest::SubnodeAdmin { node, index, action, value };
-            let ClientResponse::Nodes { nodes } = request(&dir, req).await? else { bail!("unexpected answer") };
+            let ClientResponse::Nodes { nodes, .. } = request(&dir, req).await? else { bail!("unexpected answer") };
             print(json, &nodes, || output::nodes_table(&nodes))
         }
         Command::Acct { limit, steps, filter } => crate::compat::sacct::native(&dir, json, limit, steps, filter).await,
@@ -466,6 +475,8 @@ pub fn build_text_submission(
         ("gpus-per-task", &flags.gpus_per_task),
         ("gpus-per-socket", &flags.gpus_per_socket),
         ("sockets-per-node", &flags.sockets_per_node),
+        ("gres", &flags.gres),
+        ("licenses", &flags.licenses),
         ("gpu-bind", &flags.gpu_bind),
         ("gpu-locality", &flags.gpu_locality),
         ("binding", &flags.binding),

@@ -82,7 +82,7 @@ pub async fn run(dir: &Path, json: bool, cmd: FaultsCommand) -> Result<i32> {
 
 async fn cluster_nodes(dir: &Path) -> Result<Vec<String>> {
     match request(dir, ClientRequest::ListNodes { topology: false }).await? {
-        ClientResponse::Nodes { nodes } => Ok(nodes.into_iter().map(|n| n.name).collect()),
+        ClientResponse::Nodes { nodes, .. } => Ok(nodes.into_iter().map(|n| n.name).collect()),
         _ => bail!("unexpected answer from the controller"),
     }
 }

@@ -100,6 +100,13 @@ pub struct SubmitFlags {
     /// With --gpus-per-socket: how many sockets of each node the job uses.
     #[arg(long = "sockets-per-node")]
     sockets_per_node: Option<String>,
+    /// Generic resources on each node, NAME:COUNT[,...] (the nodes' [gres]: `berth nodes`);
+    /// `gpu[:TYPE]:N` items are --gpus-per-node N [--gpu-type TYPE].
+    #[arg(long = "gres")]
+    gres: Option<String>,
+    /// Cluster-wide licenses the job holds while it runs, NAME[:COUNT][,...] (`berth licenses`).
+    #[arg(long = "licenses", short = 'L')]
+    licenses: Option<String>,
     /// How the job's `berth run` ranks get GPUs: closest, none or map:I,J,...
     #[arg(long = "gpu-bind")]
     gpu_bind: Option<String>,
@@ -285,6 +292,8 @@ pub enum Command {
         #[arg(required = true)]
         ids: Vec<String>,
     },
+    /// List the cluster's licenses (`[licenses]`): how many exist, are held and are free.
+    Licenses,
     /// List nodes: state, topology, free PUs, memory per NUMA node.
     Nodes {
         /// Draw each node: packages, NUMA nodes, cores, PUs and which job holds which.

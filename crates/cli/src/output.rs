@@ -259,6 +259,12 @@ pub fn job_detail(j: &JobInfo) -> String {
         }
         kv("gpus wanted", g);
     }
+    if !r.gres.is_empty() {
+        kv("gres wanted", format!("{} per node", berth_core::gres::render(&r.gres)));
+    }
+    if !r.licenses.is_empty() {
+        kv("licenses wanted", berth_core::gres::render(&r.licenses));
+    }
     kv("walltime", j.walltime_seconds.map(format_duration).unwrap_or("unlimited".into()));
     if let Some(d) = &j.dependency {
         kv("dependency", d.clone());
@@ -323,6 +329,12 @@ pub fn job_detail(j: &JobInfo) -> String {
             for p in j.gpu_places.iter().filter(|p| p.node == a.node) {
                 kv("gpu", format!("{}: {}", a.node, gpu_place(p)));
             }
+        }
+        if !a.gres.is_empty() {
+            kv("gres", format!("{}: {}", a.node, berth_core::gres::render(&a.gres)));
+        }
+        if !a.licenses.is_empty() {
+            kv("licenses", berth_core::gres::render(&a.licenses));
         }
         if !a.exclusive_numa.is_empty() {
             kv("exclusive", format!("{}: NUMA nodes {} held alone", a.node, a.exclusive_numa));
@@ -392,8 +404,11 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
     // A GPUS column only when some node has GPUs, so that GPU-less clusters look as before.
     let with_gpus = nodes.iter().any(|n| !n.gpus.is_empty());
     let gpus_column = |text: &str| if with_gpus { format!(" {text:>5}") } else { String::new() };
+    // A GRES column (used/total of each, e.g. `nvme:100/800`) only when some node has them.
+    let with_gres = nodes.iter().any(|n| !n.gres.is_empty());
+    let gres_column = |text: &str| if with_gres { format!("  {text:<24}") } else { String::new() };
     let mut out = format!(
-        "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}  {}\n",
+        "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}{}  {}\n",
         "NODE",
         "STATE",
         "CPUS",
@@ -401,6 +416,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
         "FREE",
         "MEM",
         gpus_column("GPUS"),
+        gres_column("GRES (used/total)"),
         "MEMORY PER NUMA NODE (used/total)"
     );
     for n in nodes {
@@ -414,7 +430,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             })
             .collect();
         out.push_str(&format!(
-            "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}  {}\n",
+            "{:<10} {:<20} {:>5} {:<24} {:<24} {:>9}{}{}  {}\n",
             n.name,
             n.state,
             format!("{}/{}", n.cpus_allocated, n.pus),
@@ -422,7 +438,31 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             truncate(&n.free, 24),
             format_size(n.memory_bytes),
             gpus_column(&format!("{}/{}", n.gpus_allocated, n.gpus.len())),
+            gres_column(&gres_text(&n.gres)),
             numa.join(" ")
+        ));
+    }
+    out
+}
+
+/// `name:used/total,...` (`-` for none).
+pub fn gres_text(counts: &[berth_protocol::client::CountInfo]) -> String {
+    if counts.is_empty() {
+        return "-".into();
+    }
+    counts.iter().map(|c| format!("{}:{}/{}", c.name, c.used, c.total)).collect::<Vec<_>>().join(",")
+}
+
+/// `berth licenses`: each license, how many exist, are held and are free.
+pub fn licenses_table(licenses: &[berth_protocol::client::CountInfo]) -> String {
+    let mut out = format!("{:<32} {:>10} {:>10} {:>10}\n", "LICENSE", "TOTAL", "USED", "FREE");
+    for l in licenses {
+        out.push_str(&format!(
+            "{:<32} {:>10} {:>10} {:>10}\n",
+            berth_core::limits::escape_control(&l.name),
+            l.total,
+            l.used,
+            l.total.saturating_sub(l.used)
         ));
     }
     out

@@ -367,6 +367,7 @@ mod tests {
             gpus: vec![],
             gpus_allocated: 0,
             gpu_jobs: vec![],
+            gres: vec![],
             pu_jobs: vec![
                 PuHolder { job: JobId(42), cpus: "8-13".into() },
                 PuHolder { job: JobId(17), cpus: "0-5".into() },

@@ -43,14 +43,17 @@ fn slurm_and_pbs_scripts_run_as_written() {
     }
     // Unsupported: refused with the line, or a warning when asked.
     let script = c.root().join("mail.sh");
-    std::fs::write(&script, "#!/bin/sh\n#SBATCH -n 1\n#SBATCH --licenses=lic\ntrue\n").unwrap();
+    std::fs::write(&script, "#!/bin/sh\n#SBATCH -n 1\n#SBATCH --licenses=lic@db\ntrue\n").unwrap();
     let path = script.display().to_string();
     let o = c.berth(&["submit", &path]);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success(), "accepted: {err}");
-    assert!(err.contains("line 3") && err.contains("--licenses=lic") && err.contains("--ignore-unsupported"), "{err}");
+    assert!(
+        err.contains("line 3") && err.contains("--licenses=lic@db") && err.contains("--ignore-unsupported"),
+        "{err}"
+    );
     let o = c.berth(&["submit", "--ignore-unsupported", &path]);
     let err = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(o.status.success(), "{err}");
-    assert!(err.contains("warning") && err.contains("line 3: #SBATCH --licenses=lic"), "{err}");
+    assert!(err.contains("warning") && err.contains("line 3: #SBATCH --licenses=lic@db"), "{err}");
 }

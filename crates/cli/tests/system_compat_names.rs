@@ -165,9 +165,9 @@ fn slurm_commands_under_their_names() {
     let o = n.run("sbatch", &["--bogus", "job.sh"], None);
     assert_eq!(o.status.code(), Some(1));
     assert!(text(&o.stderr).contains("--bogus"), "{}", text(&o.stderr));
-    let o = n.run("sbatch", &["--licenses=lic", "job.sh"], None);
+    let o = n.run("sbatch", &["--licenses=lic@db", "job.sh"], None);
     assert_eq!(o.status.code(), Some(1));
-    assert!(text(&o.stderr).contains("--licenses=lic"), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("--licenses=lic@db"), "{}", text(&o.stderr));
 
     // A shell snippet written for Slurm: submit, poll squeue until gone, read the output.
     let snippet = format!(

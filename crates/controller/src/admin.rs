@@ -82,7 +82,7 @@ impl Controller {
         }
         self.store.event(now, action, None, Some(name), &format!("{} {}", peer.user.name, value.unwrap_or("")))?;
         self.dirty = true;
-        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
+        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)], licenses: self.license_info() })
     }
 
     /// `berth node NAME subnode INDEX ACTION`: the change is decided by `subnode_change`
@@ -103,7 +103,7 @@ impl Controller {
             Ok(effects) => self.out.effects.extend(effects),
             Err(refused) => return Ok(refused),
         }
-        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)] })
+        Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)], licenses: self.license_info() })
     }
 }
 

@@ -248,6 +248,8 @@ impl Controller {
                 .map(|n| NumaShare { numa: n.os_index, bytes: n.memory_bytes })
                 .collect();
             alloc.push(NodeAllocation {
+                gres: Default::default(),
+                licenses: Default::default(),
                 node_id: cap.id,
                 node: cap.name.clone(),
                 cores,

@@ -100,6 +100,16 @@ pub struct ControllerConfig {
     /// --users/--accounts`). Off only in unit tests, whose users are made up.
     #[serde(default = "yes", skip)]
     pub verify_names: bool,
+    /// `[licenses]`: cluster-wide licenses and how many of each exist (`matlab = 4`), which
+    /// jobs ask for with `--licenses` (Slurm's `Licenses=` of slurm.conf).
+    #[serde(default)]
+    pub licenses: berth_core::gres::Counts,
+    /// `[gres]`: generic countable resources of nodes, by node name or host list
+    /// (`"node[1-4]" = { nvme_gb = 800 }`, `fpga01 = { fpga = 1 }`), which jobs ask for on
+    /// each node with `--gres` (Slurm's `Gres=` of a `NodeName=` line). A node named by
+    /// several entries has them all (a name given twice for one node: the last entry's count).
+    #[serde(default)]
+    pub gres: std::collections::BTreeMap<String, berth_core::gres::Counts>,
 }
 
 fn yes() -> bool {
@@ -449,6 +459,26 @@ impl ControllerConfig {
         if let Err(e) = self.notify.validate() {
             return invalid("notify", e);
         }
+        if let Err(e) = berth_core::gres::check_config("[licenses]", &self.licenses) {
+            return invalid("licenses", e.to_string());
+        }
+        if self.gres.len() > 4096 {
+            return invalid("gres", format!("at most 4096 entries, got {}", self.gres.len()));
+        }
+        for (hosts, counts) in &self.gres {
+            if let Err(e) = berth_core::hostlist::expand(hosts) {
+                return invalid("gres", format!("{hosts:?} is not a node name or host list: {e}"));
+            }
+            if let Err(e) = berth_core::gres::check_config(&format!("[gres] {hosts}"), counts) {
+                return invalid("gres", e.to_string());
+            }
+            if counts.contains_key("gpu") {
+                return invalid(
+                    "gres",
+                    format!("[gres] {hosts}: gpu is not configured here; the agents find GPUs (docs/gpus.md)"),
+                );
+            }
+        }
         if !(self.kill_grace_secs >= 0.0 && self.kill_grace_secs <= 3600.0) {
             return invalid("kill_grace_secs", format!("{} is not between 0 and 3600 seconds", self.kill_grace_secs));
         }
@@ -557,6 +587,24 @@ impl ControllerConfig {
 
     pub fn system_cpu_set(&self) -> berth_core::CpuSet {
         berth_core::CpuSet::parse_list(&self.system_cpus).unwrap_or_default()
+    }
+
+    /// The generic resources `[gres]` gives node `name`.
+    pub fn gres_of(&self, name: &str) -> berth_core::gres::Counts {
+        let mut out = berth_core::gres::Counts::new();
+        for (hosts, counts) in &self.gres {
+            let named =
+                hosts == name || berth_core::hostlist::expand(hosts).is_ok_and(|list| list.iter().any(|h| h == name));
+            if named {
+                out.extend(counts.iter().map(|(k, v)| (k.clone(), *v)));
+            }
+        }
+        out
+    }
+
+    /// The most of generic resource `name` any node of `[gres]` has (0: none has it).
+    pub fn gres_max(&self, name: &str) -> u32 {
+        self.gres.values().filter_map(|c| c.get(name).copied()).max().unwrap_or(0)
     }
 
     pub fn default_mem_per_core_bytes(&self) -> u64 {

@@ -198,6 +198,7 @@ impl Controller {
             }
             ClientRequest::ListNodes { topology } => ClientResponse::Nodes {
                 nodes: self.nodes_in_order().into_iter().map(|i| self.node_info(i, topology)).collect(),
+                licenses: self.license_info(),
             },
             ClientRequest::NodeAdmin { name, action, value } => {
                 self.node_admin(&name, &action, value.as_deref(), peer, now)?
@@ -392,6 +393,7 @@ impl Controller {
         if let (Some(name), Some(account)) = (&options.reservation, &options.account) {
             self.check_advance_submission(name, user, account, walltime, &request, now)?;
         }
+        self.check_gres_and_licenses(&request)?;
         if !self.cluster.nodes.is_empty() {
             // Judge against every node that ever registered, as if up: a down node may return.
             let registered = |n: &berth_core::node::NodeCapacity| {
@@ -403,6 +405,33 @@ impl Controller {
                     format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
                 )
             })?;
+        }
+        Ok(())
+    }
+
+    /// A request for generic resources no configured node has (or more than any has), or for
+    /// licenses the cluster does not have (or more than exist), can never run: refused.
+    fn check_gres_and_licenses(&self, request: &JobRequest) -> Result<(), ApiError> {
+        let never = |m: String| ApiError::new(ErrorCode::Infeasible, format!("this job can never run here: {m}"));
+        for (name, &want) in &request.gres {
+            let most = self.cfg.gres_max(name);
+            if most == 0 {
+                let known: std::collections::BTreeSet<&String> =
+                    self.cfg.gres.values().flat_map(|c| c.keys()).collect();
+                let known: Vec<&str> = known.into_iter().map(String::as_str).collect();
+                return Err(never(format!(
+                    "no node has generic resource {name} (the nodes' [gres] are: {})",
+                    if known.is_empty() { "none".to_string() } else { known.join(", ") }
+                )));
+            }
+            if want > most {
+                return Err(never(format!(
+                    "gres {name}: {want} wanted on each node, the most a node has is {most}; ask for at most {most}"
+                )));
+            }
+        }
+        if let Err(berth_core::gres::LicenseMiss::Never(why)) = self.cluster.licenses.check(&request.licenses) {
+            return Err(never(why));
         }
         Ok(())
     }

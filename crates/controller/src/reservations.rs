@@ -536,6 +536,8 @@ impl Controller {
                 )));
             }
             alloc.push(NodeAllocation {
+                gres: Default::default(),
+                licenses: Default::default(),
                 node_id: cap.id,
                 node: cap.name.clone(),
                 cpus,

@@ -121,7 +121,11 @@ impl Controller {
             durable_id_bound: 0,
             store,
             jobs: BTreeMap::new(),
-            cluster: ClusterState { nodes: vec![], policy: cfg.placement.clone() },
+            cluster: ClusterState {
+                licenses: berth_core::gres::Licenses::new(cfg.licenses.clone()),
+                nodes: vec![],
+                policy: cfg.placement.clone(),
+            },
             hierarchy: cfg.hierarchy().unwrap_or_default(),
             cgroups: HashMap::new(),
             steps: HashMap::new(),
@@ -263,6 +267,7 @@ impl Controller {
         let all = cap.topology.all_pus();
         cap.system_pus = self.cfg.system_cpu_set().iter().filter(|&p| all.contains(p)).collect();
         cap.set_subnode_size(self.cfg.subnode_numa as usize);
+        cap.set_gres(self.cfg.gres_of(&cap.name));
         let stored = self.store.get_meta(&key(&cap.name)).ok().flatten();
         if let Some(s) = stored.and_then(|t| serde_json::from_str::<NodeSettings>(&t).ok()) {
             if let Some(list) = s.system_cpus.and_then(|l| CpuSet::parse_list(&l).ok()) {

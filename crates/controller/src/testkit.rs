@@ -210,6 +210,8 @@ pub(crate) fn running_job(id: u64, peer: &Peer, nodes: &[(u32, &str)]) -> crate:
         .map(|&(i, cpus)| {
             let cpus = CpuSet::parse_list(cpus).expect("a PU list");
             NodeAllocation {
+                gres: Default::default(),
+                licenses: Default::default(),
                 node_id: NodeId(i),
                 node: format!("n{i}"),
                 cores: cpus.len() as u32,

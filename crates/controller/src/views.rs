@@ -84,6 +84,19 @@ impl Controller {
         }
     }
 
+    /// The cluster's licenses and how many running or suspended jobs hold.
+    pub fn license_info(&self) -> Vec<berth_protocol::client::CountInfo> {
+        let l = &self.cluster.licenses;
+        l.total
+            .iter()
+            .map(|(name, &total)| berth_protocol::client::CountInfo {
+                name: name.clone(),
+                total,
+                used: l.used.get(name).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
     pub fn node_info(&self, i: usize, with_topology: bool) -> NodeInfo {
         let cap = &self.cluster.nodes[i];
         let ex = &self.extra[i];
@@ -153,6 +166,15 @@ impl Controller {
             layout: with_topology.then(|| (**topo).clone()),
             gpus: topo.gpus.clone(),
             gpus_allocated: (topo.gpus.len() as u32).saturating_sub(cap.free_gpu_count_of(None)),
+            gres: cap
+                .gres_total
+                .iter()
+                .map(|(name, &total)| berth_protocol::client::CountInfo {
+                    name: name.clone(),
+                    total,
+                    used: total.saturating_sub(cap.free_gres(name)),
+                })
+                .collect(),
             gpu_jobs: if with_topology {
                 parts
                     .iter()

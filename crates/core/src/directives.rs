@@ -187,6 +187,14 @@ pub struct SubmitOptions {
     /// read with `--gpus-per-socket` only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sockets_per_node: Option<u32>,
+    /// `--gres NAME:COUNT[,...]`: generic resources (other than GPUs: `gpu` items set
+    /// `gpus_per_node` and `gpu_type`) the job needs on each of its nodes (Slurm's `--gres`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres: Option<crate::gres::Counts>,
+    /// `--licenses NAME[:COUNT][,...]` (Slurm's `-L`): cluster-wide licenses the job holds
+    /// while it runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub licenses: Option<crate::gres::Counts>,
 }
 
 /// How a job's standard error and output share files (`SubmitOptions::join`).
@@ -242,7 +250,7 @@ pub enum AllocKind {
 }
 
 /// The option names accepted as flags and directives (without the leading `--`).
-pub const OPTION_NAMES: [&str; 45] = [
+pub const OPTION_NAMES: [&str; 47] = [
     "cores",
     "nodes",
     "tasks-per-node",
@@ -288,6 +296,8 @@ pub const OPTION_NAMES: [&str; 45] = [
     "gpu-locality",
     "gpus-per-socket",
     "sockets-per-node",
+    "gres",
+    "licenses",
 ];
 
 /// Options that take no value (`--threads`); `--threads=no` turns one off.
@@ -342,6 +352,8 @@ pub enum OptionError {
     GpuLocality(#[from] crate::gpu::UnknownGpuLocality),
     #[error("--binding: {0}")]
     Binding(crate::binding::BindingParseError),
+    #[error(transparent)]
+    Gres(#[from] crate::gres::GresError),
     #[error("--binding-mode: {0}")]
     BindingMode(crate::binding::BindingParseError),
 }
@@ -440,6 +452,8 @@ impl SubmitOptions {
             "sockets-per-node" => {
                 self.sockets_per_node = Some(gpu_count(name, value, crate::job::MAX_SOCKETS_PER_NODE)?)
             }
+            "gres" => self.set_gres(value)?,
+            "licenses" => self.licenses = Some(crate::gres::parse_list("--licenses", value)?),
             "mem-per-gpu" => self.mem_per_gpu = Some(parse_size(value).map_err(OptionError::MemPerGpu)?),
             "binding" => self.binding = Some(value.parse().map_err(OptionError::Binding)?),
             "binding-mode" => self.binding_mode = Some(value.parse().map_err(OptionError::BindingMode)?),
@@ -454,6 +468,37 @@ impl SubmitOptions {
                 self.properties = Some(props);
             }
             _ => return Err(OptionError::Unknown(name.to_string())),
+        }
+        Ok(())
+    }
+
+    /// `--gres NAME[:TYPE]:COUNT[,...]`: `gpu` items are GPUs on each node (`--gpus-per-node`,
+    /// `--gpu-type`), the others generic resources (no type: berth counts them by name only).
+    fn set_gres(&mut self, value: &str) -> Result<(), OptionError> {
+        let what = "--gres";
+        let mut gres = crate::gres::Counts::new();
+        if value.split(',').all(|i| i.trim().is_empty()) {
+            return Err(OptionError::Empty { name: "gres".into() });
+        }
+        for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let (name, kind, count) = crate::gres::split_item(what, item)?;
+            if name == "gpu" {
+                self.gpus_per_node = Some(gpu_count("gres", &count.to_string(), MAX_GPUS_PER_NODE)?);
+                if let Some(k) = kind {
+                    self.gpu_type = Some(gpu_type("gres", k)?);
+                }
+            } else if kind.is_some() {
+                return Err(crate::gres::GresError::Malformed {
+                    what: format!("{what} (types are for gpu only)"),
+                    item: item.into(),
+                }
+                .into());
+            } else {
+                crate::gres::insert(what, &mut gres, name, count)?;
+            }
+        }
+        if !gres.is_empty() {
+            self.gres = Some(gres);
         }
         Ok(())
     }
@@ -512,6 +557,8 @@ impl SubmitOptions {
             gpu_locality: over.gpu_locality.or(self.gpu_locality),
             gpus_per_socket: over.gpus_per_socket.or(self.gpus_per_socket),
             sockets_per_node: over.sockets_per_node.or(self.sockets_per_node),
+            gres: over.gres.or(self.gres),
+            licenses: over.licenses.or(self.licenses),
         }
     }
 
@@ -531,6 +578,8 @@ impl SubmitOptions {
             mem_per_gpu: self.mem_per_gpu,
             gpus_per_socket: self.gpus_per_socket,
             sockets_per_node: self.sockets_per_node,
+            gres: self.gres.clone().unwrap_or_default(),
+            licenses: self.licenses.clone().unwrap_or_default(),
         }
     }
 }

@@ -294,6 +294,7 @@ pub fn option_value(name: &str) -> BoxedStrategy<String> {
         "binding-mode" => one_of(MODES),
         "mpi" => one_of(&["auto", "pmix", "pmix_v4", "pmi2", "pmi1", "pmi", "none", "", "PMIX", "openmpi"]),
         "property" => pieces(&["a", "singlecpu", "big_mem", "x-1", ",", " ", ",,", "é", "-"], 6),
+        "gres" | "licenses" => pieces(&["nvme", "matlab", ":", "10", ",", "gpu", "a100", "0", "1x", "é", " "], 6),
         "account" | "reservation" => pieces(&["proj", "a", "_", "-", ".", "1", "é", " ", "/", "x123456789"], 9),
         _ => junk_text(16),
     };
@@ -434,6 +435,8 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "gpu-locality" => o.gpu_locality.map(|l| l.to_string()),
         "gpus-per-socket" => o.gpus_per_socket.map(|v| v.to_string()),
         "sockets-per-node" => o.sockets_per_node.map(|v| v.to_string()),
+        "gres" => o.gres.as_ref().map(crate::gres::render),
+        "licenses" => o.licenses.as_ref().map(crate::gres::render),
         _ => None,
     }
 }
@@ -451,6 +454,10 @@ fn assert_sane_options(o: &SubmitOptions) {
     assert!(o.gpu_type.as_deref().is_none_or(crate::job::valid_gpu_type));
     for v in [&o.name, &o.output, &o.error, &o.queue, &o.account, &o.reservation].into_iter().flatten() {
         assert!(!v.is_empty(), "empty text value accepted");
+    }
+    for counts in [&o.gres, &o.licenses].into_iter().flatten() {
+        assert!(crate::gres::check_config("request", counts).is_ok(), "{counts:?}");
+        assert!(!counts.is_empty());
     }
     if let Some(props) = &o.properties {
         assert!(!props.is_empty() && props.iter().all(|p| !p.is_empty()));
@@ -1112,6 +1119,8 @@ pub fn resource_request() -> BoxedStrategy<ResourceRequest> {
                 // Sometimes per socket too (zeros and contradictions included).
                 gpus_per_socket: mem_per_gpu.map(|m| (m % 5) as u32),
                 sockets_per_node: gpus.map(|g| g % 4),
+                gres: Default::default(),
+                licenses: Default::default(),
             },
         )
         .boxed()
@@ -1135,6 +1144,8 @@ pub fn node_allocation() -> BoxedStrategy<NodeAllocation> {
                 (numa_memory, exclusive_numa, subnodes, binding, ranks, gpus),
             )| {
                 NodeAllocation {
+                    gres: Default::default(),
+                    licenses: Default::default(),
                     node_id: NodeId(node_id),
                     node,
                     cpus,

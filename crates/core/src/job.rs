@@ -102,6 +102,12 @@ pub struct ResourceRequest {
     /// Sockets of each node the job uses (`--sockets-per-node`), with `gpus_per_socket`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sockets_per_node: Option<u32>,
+    /// `--gres`: generic resources on each node (other than GPUs).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gres: crate::gres::Counts,
+    /// `--licenses`: cluster-wide licenses while the job runs.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub licenses: crate::gres::Counts,
 }
 
 /// The most sockets (packages) `--sockets-per-node` may name.
@@ -328,6 +334,13 @@ pub struct NodeAllocation {
     /// The GPUs the job holds on the node (`Gpu::index` on that node), in increasing order.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<u32>,
+    /// The generic resources the job holds on the node (its `--gres`, other than GPUs).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gres: crate::gres::Counts,
+    /// The cluster-wide licenses the job holds (`--licenses`): on its first node's part only,
+    /// so that claiming or releasing the whole allocation counts them once.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub licenses: crate::gres::Counts,
 }
 
 /// Memory reserved for a job on one NUMA node.

@@ -11,6 +11,7 @@ pub mod faults;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod gpu;
+pub mod gres;
 pub mod hierarchy;
 pub mod hostlist;
 pub mod ids;

@@ -152,6 +152,12 @@ pub struct NodeCapacity {
     /// that a typed count is the topology's shared mask of the type ANDed with this, no
     /// pointer followed (placement asks it of every candidate node).
     free_gpu_mask: GpuMask,
+    /// Generic countable resources the node has (`[gres]` in the controller's configuration:
+    /// `nvme_gb = 800`, `fpga = 1`); set with [`NodeCapacity::set_gres`].
+    pub gres_total: crate::gres::Counts,
+    /// Of those, what no job holds, running or suspended (a suspended job keeps its own, as
+    /// its memory).
+    pub gres_free: crate::gres::Counts,
 }
 
 /// The most distinct topologies [`shared_topology`] compares a new one with.
@@ -227,6 +233,8 @@ impl NodeCapacity {
             gpu_free: self.gpu_free.clone(),
             free_gpu_count: self.free_gpu_count,
             free_gpu_mask: self.free_gpu_mask,
+            gres_total: self.gres_total.clone(),
+            gres_free: self.gres_free.clone(),
         }
     }
 
@@ -256,6 +264,8 @@ impl NodeCapacity {
             gpu_free,
             free_gpu_count: 0,
             free_gpu_mask: GpuMask::default(),
+            gres_total: Default::default(),
+            gres_free: Default::default(),
         };
         n.recount();
         n
@@ -268,8 +278,37 @@ impl NodeCapacity {
         n.subnodes = self.subnodes.clone();
         n.location = self.location.clone();
         n.order = self.order;
+        n.gres_total = self.gres_total.clone();
+        n.gres_free = self.gres_total.clone();
         n.recount();
         n
+    }
+
+    /// Set the node's generic resources to `total`, keeping what jobs hold of them taken
+    /// (what was held of a resource the node no longer has is forgotten; a smaller count
+    /// leaves 0 free until enough is given back).
+    pub fn set_gres(&mut self, total: crate::gres::Counts) {
+        let mut free = crate::gres::Counts::new();
+        for (name, &n) in &total {
+            let held = self
+                .gres_total
+                .get(name)
+                .map_or(0, |&t| t.saturating_sub(self.gres_free.get(name).copied().unwrap_or(0)));
+            free.insert(name.clone(), n.saturating_sub(held));
+        }
+        self.gres_total = total;
+        self.gres_free = free;
+        untracked_change();
+    }
+
+    /// How many of generic resource `name` are free on the node.
+    pub fn free_gres(&self, name: &str) -> u32 {
+        self.gres_free.get(name).copied().unwrap_or(0)
+    }
+
+    /// Whether every count of `want` is free on the node.
+    pub fn gres_fits(&self, want: &crate::gres::Counts) -> bool {
+        want.iter().all(|(name, &n)| self.free_gres(name) >= n)
     }
 
     /// Split the node into subnodes of `numa_per_subnode` consecutive NUMA nodes (0: none).
@@ -572,7 +611,7 @@ impl NodeCapacity {
         }
     }
 
-    /// A job's memory and its GPUs: both stay with a suspended job.
+    /// A job's memory, its GPUs and its generic resources: all stay with a suspended job.
     fn take_memory(&mut self, na: &NodeAllocation) {
         for (idx, bytes) in self.shares(na) {
             self.numa_free[idx] = self.numa_free[idx].saturating_sub(bytes);
@@ -580,6 +619,11 @@ impl NodeCapacity {
         for &g in &na.gpus {
             if let Some(free) = self.gpu_free.get_mut(g as usize) {
                 *free = false;
+            }
+        }
+        for (name, &n) in &na.gres {
+            if let Some(free) = self.gres_free.get_mut(name) {
+                *free = free.saturating_sub(n);
             }
         }
     }
@@ -592,6 +636,11 @@ impl NodeCapacity {
         for &g in &na.gpus {
             if let Some(free) = self.gpu_free.get_mut(g as usize) {
                 *free = true;
+            }
+        }
+        for (name, &n) in &na.gres {
+            if let (Some(free), Some(&total)) = (self.gres_free.get_mut(name), self.gres_total.get(name)) {
+                *free = free.saturating_add(n).min(total);
             }
         }
     }
@@ -652,6 +701,8 @@ mod tests {
 
     fn part(cpus: &str, cores: u32, numa: u32, bytes: u64) -> NodeAllocation {
         NodeAllocation {
+            gres: Default::default(),
+            licenses: Default::default(),
             node_id: NodeId(0),
             node: "n0".into(),
             cpus: CpuSet::parse_list(cpus).unwrap(),

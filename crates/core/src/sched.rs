@@ -34,6 +34,9 @@ pub struct ClusterState {
     /// In id order (ids are the order nodes joined; placement goes by `NodeCapacity::order`).
     pub nodes: Vec<NodeCapacity>,
     pub policy: PlacementPolicy,
+    /// The cluster-wide licenses and what running and suspended jobs hold of them (a job's
+    /// are on its allocation's first part: [`NodeAllocation::licenses`](crate::job::NodeAllocation::licenses)).
+    pub licenses: crate::gres::Licenses,
 }
 
 impl Clone for ClusterState {
@@ -42,7 +45,7 @@ impl Clone for ClusterState {
         let nodes: Vec<NodeCapacity> = self.nodes.iter().map(NodeCapacity::clone_quiet).collect();
         let mut policy = self.policy.clone();
         policy.index = self.policy.index.copied_for(&self.nodes, &nodes);
-        ClusterState { nodes, policy }
+        ClusterState { nodes, policy, licenses: self.licenses.clone() }
     }
 }
 
@@ -82,7 +85,7 @@ impl PendingReason {
 impl ClusterState {
     /// `nodes` (in id order) under `policy`, in natural name order ([`arrange`](Self::arrange)d).
     pub fn new(nodes: Vec<NodeCapacity>, policy: PlacementPolicy) -> Self {
-        let mut c = ClusterState { nodes, policy };
+        let mut c = ClusterState { nodes, policy, licenses: Default::default() };
         c.arrange(&NodeOrder::default());
         c
     }
@@ -120,8 +123,9 @@ impl ClusterState {
         }
     }
 
-    /// Mark an allocation's PUs and memory as used.
+    /// Mark an allocation's PUs and memory (and its generic resources and licenses) as used.
     pub fn claim(&mut self, alloc: &Allocation) {
+        self.claim_licenses(alloc);
         let index = self.policy.index.ensure(&self.nodes);
         for na in alloc {
             if let Some(i) = node_position(&self.nodes, na.node_id) {
@@ -131,8 +135,9 @@ impl ClusterState {
         }
     }
 
-    /// Return an allocation's PUs and memory.
+    /// Return an allocation's PUs and memory (and its generic resources and licenses).
     pub fn release(&mut self, alloc: &Allocation) {
+        self.release_licenses(alloc);
         let index = self.policy.index.ensure(&self.nodes);
         for na in alloc {
             if let Some(i) = node_position(&self.nodes, na.node_id) {
@@ -143,11 +148,45 @@ impl ClusterState {
     }
 }
 
+impl ClusterState {
+    /// Count the licenses `alloc` holds as used (a suspended job's stay so: its memory is
+    /// claimed with [`NodeCapacity::claim_memory`], its licenses with this).
+    pub fn claim_licenses(&mut self, alloc: &Allocation) {
+        for na in alloc.iter().filter(|na| !na.licenses.is_empty()) {
+            self.licenses.claim(&na.licenses);
+        }
+    }
+
+    /// Give back the licenses `alloc` holds.
+    pub fn release_licenses(&mut self, alloc: &Allocation) {
+        for na in alloc.iter().filter(|na| !na.licenses.is_empty()) {
+            self.licenses.release(&na.licenses);
+        }
+    }
+}
+
 use crate::placement::cluster::node_position;
 
-/// Place one request on what is free now.
+/// Place one request on what is free now: its nodes, and its licenses (held on the
+/// allocation's first part). A request that can never have its licenses is `Never`; one
+/// whose licenses are taken now is `Busy` with the license named.
 pub fn place(cluster: &ClusterState, req: &JobRequest) -> Placement {
-    cluster::place(&cluster.nodes, &cluster.policy, req)
+    use crate::gres::LicenseMiss;
+    let licenses = if req.licenses.is_empty() { Ok(()) } else { cluster.licenses.check(&req.licenses) };
+    if let Err(LicenseMiss::Never(why)) = licenses {
+        return Placement::Never(why);
+    }
+    match (cluster::place(&cluster.nodes, &cluster.policy, req), licenses) {
+        (Placement::Now(mut alloc), Ok(())) => {
+            if let Some(first) = alloc.first_mut() {
+                first.licenses = req.licenses.clone();
+            }
+            Placement::Now(alloc)
+        }
+        (Placement::Now(_), Err(LicenseMiss::Busy(why))) => Placement::Busy(why),
+        (Placement::Busy(what), Err(LicenseMiss::Busy(why))) => Placement::Busy(format!("{what}; {why}")),
+        (other, _) => other,
+    }
 }
 
 /// The topology-aware cluster as a backfill [`Machine`](backfill::Machine): what the controller
@@ -192,10 +231,12 @@ impl backfill::Machine for ClusterState {
         touched.sort_unstable();
         touched.dedup();
         let saved: Vec<(usize, NodeCapacity)> = touched.into_iter().map(|i| (i, self.nodes[i].clone_quiet())).collect();
+        let saved_licenses = self.licenses.clone();
         for alloc in extra {
             ClusterState::claim(self, alloc);
         }
         let fit = backfill::Machine::place(self, req);
+        self.licenses = saved_licenses;
         let mut put_back = Vec::with_capacity(saved.len());
         for (i, node) in saved {
             self.nodes[i] = node;
@@ -217,6 +258,7 @@ impl backfill::Machine for ClusterState {
     /// resources (the cached counts follow from those).
     fn same_state(&self, other: &Self) -> bool {
         self.policy == other.policy
+            && self.licenses == other.licenses
             && self.nodes.len() == other.nodes.len()
             && self.nodes.iter().zip(&other.nodes).all(|(a, b)| {
                 a.id == b.id
@@ -229,6 +271,8 @@ impl backfill::Machine for ClusterState {
                     && a.location == b.location
                     && a.order == b.order
                     && a.name == b.name
+                    && a.gres_free == b.gres_free
+                    && a.gres_total == b.gres_total
                     && (Arc::ptr_eq(&a.topology, &b.topology) || a.topology == b.topology)
             })
     }
@@ -238,9 +282,11 @@ impl backfill::Machine for ClusterState {
         a.len() == b.len() && a.iter().all(|x| b.contains(x))
     }
 
-    /// Allocations on different nodes share nothing.
+    /// Allocations on different nodes share nothing, unless both hold a license.
     fn may_share(a: &Allocation, b: &Allocation) -> bool {
-        a.iter().any(|x| b.iter().any(|y| x.node_id == y.node_id))
+        let licensed = |x: &Allocation| x.iter().flat_map(|na| na.licenses.keys().cloned()).collect::<Vec<String>>();
+        let (la, lb) = (licensed(a), licensed(b));
+        la.iter().any(|n| lb.contains(n)) || a.iter().any(|x| b.iter().any(|y| x.node_id == y.node_id))
     }
 }
 

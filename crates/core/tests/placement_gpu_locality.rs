@@ -34,6 +34,8 @@ fn cpus(text: &str) -> CpuSet {
 fn held(node: &NodeCapacity, pus: &str, gpus: &[u32]) -> NodeAllocation {
     let cpus = cpus(pus);
     NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id: node.id,
         node: node.name.clone(),
         cores: (cpus.len() / 2) as u32,

@@ -205,6 +205,8 @@ fn build_request(s: &ReqSpec, t: &Topology, cluster_nodes: u32) -> JobRequest {
         }
     };
     JobRequest {
+        gres: Default::default(),
+        licenses: Default::default(),
         shape,
         mem,
         threads,

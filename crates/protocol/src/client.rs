@@ -407,6 +407,10 @@ pub enum ClientResponse {
     },
     Nodes {
         nodes: Vec<NodeInfo>,
+        /// The cluster's licenses (`[licenses]`) and how many jobs hold, running or
+        /// suspended. Absent when it has none.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        licenses: Vec<CountInfo>,
     },
     Acct {
         jobs: Vec<JobInfo>,
@@ -679,6 +683,19 @@ pub struct NodeInfo {
     /// Which job holds which GPUs (suspended jobs included), when the topology is asked for.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpu_jobs: Vec<GpuHolder>,
+    /// The node's generic resources (the controller's `[gres]`), by name, and how many of
+    /// each jobs hold (suspended jobs keep theirs). Absent when it has none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gres: Vec<CountInfo>,
+}
+
+/// A countable resource (a node's generic resource, a cluster-wide license): how many exist
+/// and how many jobs hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CountInfo {
+    pub name: String,
+    pub total: u32,
+    pub used: u32,
 }
 
 /// GPUs of a node held by one job.

@@ -1064,6 +1064,7 @@ pub fn node_info() -> BoxedStrategy<NodeInfo> {
                 gpus: vec![],
                 gpus_allocated: 0,
                 gpu_jobs: vec![],
+                gres: vec![],
             },
         )
         .boxed()
@@ -1268,7 +1269,7 @@ pub fn client_response() -> BoxedStrategy<ClientResponse> {
         ids().prop_map(|ids| ClientResponse::SubmittedBatch { ids }),
         vec(job_info(), 0..2).prop_map(|jobs| ClientResponse::Jobs { jobs }),
         job_info().prop_map(|j| ClientResponse::Job { job: Box::new(j) }),
-        vec(node_info(), 0..2).prop_map(|nodes| ClientResponse::Nodes { nodes }),
+        vec(node_info(), 0..2).prop_map(|nodes| ClientResponse::Nodes { nodes, licenses: vec![] }),
         vec(job_info(), 0..2).prop_map(|jobs| ClientResponse::Acct { jobs }),
         vec(step_info(), 0..2).prop_map(|steps| ClientResponse::Steps { steps }),
         vec(queue_info(), 0..2).prop_map(|queues| ClientResponse::Queues { queues }),

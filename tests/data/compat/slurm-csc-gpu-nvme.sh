@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU and local NVMe as generic resources (CSC style): rejected.
+# GPU and local NVMe as generic resources (CSC style): both read.
 #SBATCH --job-name=gpu
 #SBATCH --account=project_2001234
 #SBATCH --partition=gpu

@@ -1095,7 +1095,7 @@ pub async fn pbsnodes(dir: &Path, args: Vec<String>) -> Result<i32> {
             return Ok(code);
         }
     }
-    let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? else {
+    let ClientResponse::Nodes { nodes, .. } = request(dir, ClientRequest::ListNodes { topology: false }).await? else {
         bail!("unexpected answer")
     };
     let mut shown = Vec::new();

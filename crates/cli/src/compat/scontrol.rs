@@ -154,7 +154,8 @@ pub fn node_record(n: &NodeInfo, partitions: &[String], oneliner: bool) -> Strin
 }
 
 /// A node's GPUs as Slurm's `Gres=`: `gpu:TYPE:COUNT(S:SOCKETS)` per type, sockets (package
-/// indexes) when every GPU of the type has one; `None` for a node without GPUs.
+/// indexes) when every GPU of the type has one, then its generic resources (`nvme:800`);
+/// `None` for a node without either.
 fn gres(n: &NodeInfo) -> Option<String> {
     let mut types: std::collections::BTreeMap<String, (usize, Option<berth_core::CpuSet>)> = Default::default();
     for g in &n.gpus {
@@ -165,14 +166,33 @@ fn gres(n: &NodeInfo) -> Option<String> {
             _ => entry.1 = None,
         }
     }
-    let parts: Vec<String> = types
+    let mut parts: Vec<String> = types
         .into_iter()
         .map(|(ty, (count, sockets))| match sockets {
             Some(s) if !s.is_empty() => format!("gpu:{ty}:{count}(S:{})", s.to_list()),
             _ => format!("gpu:{ty}:{count}"),
         })
         .collect();
+    // Generic resources of `[gres]`: `name:count`, as Slurm's `Gres=nvme:800`.
+    parts.extend(n.gres.iter().map(|g| format!("{}:{}", g.name, g.total)));
     (!parts.is_empty()).then(|| parts.join(","))
+}
+
+/// `scontrol show licenses`: one license's record, as Slurm's.
+pub fn license_record(l: &berth_protocol::client::CountInfo, oneliner: bool) -> String {
+    record(
+        &[
+            vec![("LicenseName", l.name.clone())],
+            vec![
+                ("Total", l.total.to_string()),
+                ("Used", l.used.to_string()),
+                ("Free", l.total.saturating_sub(l.used).to_string()),
+                ("Reserved", "0".into()),
+                ("Remote", "no".into()),
+            ],
+        ],
+        oneliner,
+    )
 }
 
 /// `scontrol show partition`: one queue's record.
@@ -451,7 +471,8 @@ async fn show(dir: &Path, what: &str, which: Option<&str>, oneliner: bool) -> Re
             }
         },
         "node" | "nodes" | "partition" | "partitions" => {
-            let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await?
+            let ClientResponse::Nodes { nodes, .. } =
+                request(dir, ClientRequest::ListNodes { topology: false }).await?
             else {
                 bail!("unexpected answer")
             };
@@ -484,9 +505,27 @@ async fn show(dir: &Path, what: &str, which: Option<&str>, oneliner: bool) -> Re
                 }
             }
         }
+        "lic" | "license" | "licenses" => {
+            let ClientResponse::Nodes { licenses, .. } =
+                request(dir, ClientRequest::ListNodes { topology: false }).await?
+            else {
+                bail!("unexpected answer")
+            };
+            let shown: Vec<_> = licenses.iter().filter(|l| which.is_none_or(|w| l.name == w)).collect();
+            if shown.is_empty() {
+                match which {
+                    Some(w) => eprintln!("License {} not found", crate::output::terminal_safe(w)),
+                    None => println!("No licenses configured in the system"),
+                }
+                return Ok(if which.is_some() { 1 } else { 0 });
+            }
+            for l in shown {
+                out.push_str(&license_record(l, oneliner));
+            }
+        }
         other => {
             eprintln!(
-                "scontrol: error: show {} is not supported by berth (job, node, partition are)",
+                "scontrol: error: show {} is not supported by berth (job, node, partition, licenses are)",
                 crate::output::terminal_safe(other)
             );
             return Ok(1);

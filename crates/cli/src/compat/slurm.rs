@@ -1106,7 +1106,7 @@ pub async fn sinfo(dir: &Path, args: Vec<String>) -> Result<i32> {
     let ClientResponse::Queues { queues } = request(dir, ClientRequest::Queues).await? else {
         bail!("unexpected answer")
     };
-    let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? else {
+    let ClientResponse::Nodes { nodes, .. } = request(dir, ClientRequest::ListNodes { topology: false }).await? else {
         bail!("unexpected answer")
     };
     print!("{}", crate::output::terminal_safe(&sinfo_table(&q, &queues, &nodes)));

@@ -58,8 +58,11 @@ impl Suspension {
     }
 }
 
-/// Claim the memory of a suspended job's allocation (not its PUs).
+/// Claim the memory, generic resources and licenses of a suspended job's allocation (not its
+/// PUs).
 pub fn claim_memory(cluster: &mut ClusterState, alloc: &Allocation) {
+    // Its licenses stay held too, as its memory and generic resources.
+    cluster.claim_licenses(alloc);
     for na in alloc {
         if let Some(n) = cluster.node_mut(na.node_id) {
             n.claim_memory(na);
@@ -74,6 +77,7 @@ pub fn release(cluster: &mut ClusterState, alloc: &Allocation, suspended: bool) 
         cluster.release(alloc);
         return;
     }
+    cluster.release_licenses(alloc);
     for na in alloc {
         if let Some(n) = cluster.node_mut(na.node_id) {
             n.release_memory(na);

@@ -447,3 +447,60 @@ fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() 
         assert_eq!(state(&h, *id), JobState::Running, "job {id} is left alone");
     }
 }
+
+fn counts(items: &[(&str, u32)]) -> berth_core::gres::Counts {
+    items.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// Issue 20: `[licenses] matlab = 4` and `[gres] n1 = { nvme = 800 }`. Two jobs each wanting
+/// 3 licenses run one after the other (the second's reason names the license, also after a
+/// restart); a gres job lands on n1 only; requests that can never be met are refused at
+/// submission; `berth nodes` and the licenses view count what is held.
+#[test]
+fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
+    let mut h = Harness::with_config(2, |c| {
+        c.licenses = counts(&[("matlab", 4)]);
+        c.gres.insert("n1".into(), counts(&[("nvme", 800)]));
+    });
+    let lic = |n| SubmitOptions { licenses: Some(counts(&[("matlab", n)])), ..opts(1, 100, "phys") };
+    let (a, b) = (submit(&mut h, lic(3)), submit(&mut h, lic(3)));
+    let g = submit(&mut h, SubmitOptions { gres: Some(counts(&[("nvme", 500)])), ..opts(1, 100, "phys") });
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!((state(&h, a), state(&h, b), state(&h, g)), (JobState::Running, JobState::Queued, JobState::Running));
+    let why = h.ctl.pending_reasons[&b].describe();
+    assert!(why.contains("license matlab: 3 wanted, 1 of 4 free"), "{why}");
+    assert_eq!(h.ctl.jobs[&a].allocation[0].licenses, counts(&[("matlab", 3)]));
+    assert_eq!(h.ctl.jobs[&g].allocation[0].node, "n1");
+    assert_eq!(h.ctl.jobs[&g].allocation[0].gres, counts(&[("nvme", 500)]));
+    let info = h.ctl.node_info(1, false);
+    assert_eq!(info.gres, vec![berth_protocol::client::CountInfo { name: "nvme".into(), total: 800, used: 500 }]);
+    assert!(h.ctl.node_info(0, false).gres.is_empty());
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+
+    // Never: refused at submission, naming what is wrong.
+    for (o, want) in [
+        (lic(5), "license matlab: 5 wanted, the cluster has 4"),
+        (SubmitOptions { licenses: Some(counts(&[("ansys", 1)])), ..opts(1, 100, "phys") }, "license ansys"),
+        (
+            SubmitOptions { gres: Some(counts(&[("fpga", 1)])), ..opts(1, 100, "phys") },
+            "no node has generic resource fpga",
+        ),
+        (SubmitOptions { gres: Some(counts(&[("nvme", 900)])), ..opts(1, 100, "phys") }, "the most a node has is 800"),
+    ] {
+        let e = submit_err(&mut h, o);
+        assert!(e.message.contains(want), "{want}: {e:?}");
+    }
+
+    // A restart loads what running jobs hold: b still waits.
+    let mut h = h.restart();
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+    assert_eq!(h.ctl.cluster.nodes[1].free_gres("nvme"), 300);
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, b), JobState::Queued);
+    // a ends: b starts with the licenses.
+    let node = h.ctl.jobs[&a].allocation[0].node_id.0 as usize;
+    h.agent(node, berth_protocol::agent::AgentMessage::JobEnded { id: a, outcome: Default::default() });
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(state(&h, b), JobState::Running);
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+}

@@ -27,7 +27,7 @@ fn registered(names: &[&str], edit: impl FnOnce(&mut crate::config::ControllerCo
 
 fn listed(h: &mut Harness) -> Vec<String> {
     match h.call(ClientRequest::ListNodes { topology: false }, &ann()) {
-        ClientResponse::Nodes { nodes } => nodes.into_iter().map(|n| n.name).collect(),
+        ClientResponse::Nodes { nodes, .. } => nodes.into_iter().map(|n| n.name).collect(),
         other => panic!("{other:?}"),
     }
 }
@@ -115,7 +115,7 @@ fn jobs_are_placed_and_listed_by_name_whatever_the_registration_order() {
 #[test]
 fn the_free_string_counts_system_cpus_as_not_free() {
     let mut h = Harness::with_config(1, |c| c.system_cpus = "0,4".into());
-    let ClientResponse::Nodes { nodes } = h.call(ClientRequest::ListNodes { topology: false }, &ann()) else {
+    let ClientResponse::Nodes { nodes, .. } = h.call(ClientRequest::ListNodes { topology: false }, &ann()) else {
         panic!()
     };
     assert_eq!(nodes[0].topology, "SCCCCSCCCC");

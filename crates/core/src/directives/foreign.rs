@@ -75,6 +75,8 @@ pub enum DirectiveError {
     #[error(transparent)]
     Option(#[from] OptionError),
     #[error(transparent)]
+    GresList(#[from] crate::gres::GresError),
+    #[error(transparent)]
     Value(#[from] OptionValueError),
     /// A value refused by berth's own parser, whose message names berth's flag (`from`):
     /// the directive's flag (`to`) is named instead.
@@ -321,6 +323,8 @@ const SLURM_VALUED: &[&str] = &[
     "-C",
     "--constraint",
     "--gres",
+    "-L",
+    "--licenses",
     "-G",
     "--gpus",
     "--gpus-per-node",
@@ -458,15 +462,25 @@ fn slurm_line(
                     o.properties = Some(props);
                 }
             }
-            // Generic resources per node: `gpu[:type][:count]` items; berth knows GPUs only.
+            // Generic resources per node: `gpu[:type][:count]` items are GPUs, others
+            // `name[:count]` counts of the nodes' `[gres]` (no types: berth counts by name).
             "--gres" => {
+                let mut gres = o.gres.clone().unwrap_or_default();
                 for item in v.split(',').map(str::trim) {
                     let mut parts = item.split(':');
                     let name = parts.next().unwrap_or("");
                     if name != "gpu" {
-                        unsupported.push(format!(
-                            "{shown}: generic resource {name:?} is not supported (of --gres, only gpu is)"
-                        ));
+                        let rest: Vec<&str> = parts.collect();
+                        match rest.as_slice() {
+                            [] | [_] if rest.iter().all(|c| c.chars().all(|ch| ch.is_ascii_digit())) => {
+                                let (name, _, count) = crate::gres::split_item(&flag, item)?;
+                                gres.remove(name);
+                                crate::gres::insert(&flag, &mut gres, name, count)?;
+                            }
+                            _ => unsupported.push(format!(
+                                "{shown}: generic resource types ({item:?}) are not supported: berth counts {name:?} by name only (--gres={name}:COUNT)"
+                            )),
+                        }
                         continue;
                     }
                     let rest: Vec<&str> = parts.collect();
@@ -481,6 +495,20 @@ fn slurm_line(
                     if let Some(kind) = kind {
                         o.gpu_type = Some(super::gpu_type(flag.trim_start_matches('-'), kind)?);
                     }
+                }
+                if !gres.is_empty() {
+                    o.gres = Some(gres);
+                }
+            }
+            // Cluster-wide licenses: `name[:count][,...]`; Slurm's `|` (any of) and remote
+            // `name@server` licenses are not supported.
+            "-L" | "--licenses" => {
+                if v.contains(['|', '@']) {
+                    unsupported.push(format!(
+                        "{shown}: not supported: only a list of NAME[:COUNT] is (no | alternatives, no @server licenses)"
+                    ));
+                } else {
+                    o.licenses = Some(crate::gres::parse_list(&flag, &v)?);
                 }
             }
             // `[type:]count`, for the whole job or for each node.

@@ -155,6 +155,7 @@ fn per_node(
             && (req.gpus_per_node == 0
                 || (n.free_gpu_count >= req.gpus_per_node
                     && n.free_gpu_count_of(req.gpu_type.as_deref()) >= req.gpus_per_node))
+            && (req.gres.is_empty() || n.gres_fits(&req.gres))
     };
     // With an index, the nodes with `c` free cores (or, for a large job, `c` untouched cores),
     // whichever are fewer, in the cluster's order; else every node, in that order.
@@ -265,6 +266,21 @@ pub(crate) fn short_per_node(
                 slots: c,
                 have: with_gpus,
             };
+        }
+    }
+    if !req.gres.is_empty() {
+        let with_gres = nodes
+            .iter()
+            .filter(|n| n.state.accepts_work() && free_slots(n, req) >= c && n.gres_fits(&req.gres))
+            .count();
+        if with_gres < k as usize {
+            return format!(
+                "gres {}: {} with that free and {} each wanted, {} that many free now; it starts when running or suspended jobs free them",
+                crate::gres::render(&req.gres),
+                count(k as usize, "node"),
+                amount(c as u64, &format!("free {unit}")),
+                have_now(with_gres)
+            );
         }
     }
     if large && !req.threads && whole < k as usize {
@@ -630,6 +646,7 @@ fn feasible_with(
             std::sync::Arc::ptr_eq(&r.topology, &n.topology)
                 && same_set(&r.system_pus, &n.system_pus)
                 && ((r.subnodes.is_empty() && n.subnodes.is_empty()) || r.subnodes == n.subnodes)
+                && r.gres_total == n.gres_total
         }) {
             Some(k) => k.2 += 1,
             None => {

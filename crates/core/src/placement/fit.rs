@@ -133,6 +133,39 @@ impl<'a> View<'a> {
 /// when none has room there, the first choice with cores anywhere on the node, unless the
 /// job's GPU locality (its own, else the policy's) is strict: then it does not fit here.
 pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Result<NodeAllocation, Miss> {
+    if ask.req.gres.is_empty() {
+        return fit_devices(node, policy, ask);
+    }
+    gres_miss(node, ask.req).map_or(Ok(()), Err)?;
+    let mut a = fit_devices(node, policy, ask)?;
+    a.gres = ask.req.gres.clone();
+    Ok(a)
+}
+
+/// Why `node` cannot give `req` its generic resources: `Never` when it has fewer than asked
+/// (or none), `Busy` when jobs hold them; `None` when they are free.
+pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
+    for (name, &want) in &req.gres {
+        let total = node.gres_total.get(name).copied().unwrap_or(0);
+        if total < want {
+            return Some(Miss::Never(format!(
+                "gres {name}: {want} wanted on each node, {} has {total}; ask for at most what a node has (berth nodes)",
+                node.name
+            )));
+        }
+        let free = node.free_gres(name);
+        if free < want {
+            return Some(Miss::Busy(format!(
+                "gres {name}: {want} wanted on each node, {free} of {total} free on {}; it starts when running jobs free them",
+                node.name
+            )));
+        }
+    }
+    None
+}
+
+/// `fit` of cores, memory and GPUs.
+fn fit_devices(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Result<NodeAllocation, Miss> {
     if ask.req.gpus_per_node == 0 {
         return fit_cores(node, policy, ask, None);
     }
@@ -849,6 +882,8 @@ fn finish(
         vec![]
     };
     let mut alloc = NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id: node.id,
         node: node.name.clone(),
         cpus,

@@ -127,6 +127,12 @@ pub struct JobRequest {
     /// `gpus_per_node / gpus_per_socket` sockets (packages) of a node (0: any GPUs).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus_per_socket: u32,
+    /// Generic resources (other than GPUs) the job needs on each of its nodes (`--gres`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gres: crate::gres::Counts,
+    /// Cluster-wide licenses the job needs while it runs (`--licenses`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub licenses: crate::gres::Counts,
 }
 
 fn is_zero(n: &u32) -> bool {
@@ -149,6 +155,8 @@ impl JobRequest {
             gpu_type: None,
             gpu_locality: None,
             gpus_per_socket: 0,
+            gres: Default::default(),
+            licenses: Default::default(),
         }
     }
 
@@ -214,6 +222,8 @@ impl JobRequest {
             gpu_type: if gpus_per_node > 0 { request.gpu_type.as_ref().map(|t| t.to_ascii_lowercase()) } else { None },
             gpu_locality: if gpus_per_node > 0 { o.gpu_locality } else { None },
             gpus_per_socket: request.gpus_per_socket()?.map_or(0, |(n, _)| n),
+            gres: o.gres.clone().unwrap_or_default(),
+            licenses: o.licenses.clone().unwrap_or_default(),
         })
     }
 

@@ -74,7 +74,7 @@ fn build(spec: &ClusterSpec) -> ClusterState {
         compare_first_fit: spec.compare_first_fit,
         ..Default::default()
     };
-    ClusterState { nodes, policy }
+    ClusterState { licenses: Default::default(), nodes, policy }
 }
 
 #[derive(Debug, Clone)]
@@ -291,7 +291,7 @@ proptest! {
 fn with_free(free: &[u32]) -> (ClusterState, Vec<Allocation>) {
     let topo = Arc::new(Topology::uniform(2, 1, 4, 1, 1024 * MIB));
     let nodes = (0..free.len()).map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i}"), topo.clone())).collect();
-    let mut c = ClusterState { nodes, policy: PlacementPolicy::default() };
+    let mut c = ClusterState { licenses: Default::default(), nodes, policy: PlacementPolicy::default() };
     let mut held = vec![];
     for (i, &f) in free.iter().enumerate() {
         let busy = 8 - f;
@@ -413,7 +413,7 @@ fn placement_follows_node_names_not_the_order_nodes_joined() {
     let arranged = ClusterState::new(nodes(), PlacementPolicy::default());
     let mut indexed = ClusterState::new(nodes(), PlacementPolicy::default());
     indexed.claim(&vec![]);
-    let plain = ClusterState { nodes: nodes(), policy: PlacementPolicy::default() };
+    let plain = ClusterState { licenses: Default::default(), nodes: nodes(), policy: PlacementPolicy::default() };
     for (what, c) in [("arranged", &arranged), ("indexed", &indexed), ("never arranged", &plain)] {
         assert_eq!(c.in_order(), vec![2, 1, 0], "{what}");
         assert_eq!(names_of(&sched::place(c, &per_node(1, 2))), ["node1"], "{what}");

@@ -102,7 +102,17 @@ pub struct Preemption {
 /// The part of an allocation a suspended job gives up: its PUs and exclusive NUMA nodes, not
 /// its memory nor its GPUs.
 pub fn cpus_only(alloc: &Allocation) -> Allocation {
-    alloc.iter().map(|na| NodeAllocation { memory_bytes: 0, numa_memory: vec![], gpus: vec![], ..na.clone() }).collect()
+    alloc
+        .iter()
+        .map(|na| NodeAllocation {
+            memory_bytes: 0,
+            numa_memory: vec![],
+            gpus: vec![],
+            gres: Default::default(),
+            licenses: Default::default(),
+            ..na.clone()
+        })
+        .collect()
 }
 
 /// The victims `choose_victims` would pick (see [`plan_preemption`]).

@@ -39,7 +39,7 @@ impl ClusterBuilder {
         self
     }
     pub fn build(self) -> ClusterState {
-        ClusterState { nodes: self.nodes, policy: Default::default() }
+        ClusterState { licenses: Default::default(), nodes: self.nodes, policy: Default::default() }
     }
 }
 
@@ -67,6 +67,8 @@ pub fn hold(cluster: &mut ClusterState, id: u64, parts: &[(usize, &str)], end: f
             let n = &cluster.nodes[node];
             let cpus = CpuSet::parse_list(cpus).expect("cpu list");
             NodeAllocation {
+                gres: Default::default(),
+                licenses: Default::default(),
                 node_id: n.id,
                 node: n.name.clone(),
                 cores: cpus.len() as u32,

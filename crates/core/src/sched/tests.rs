@@ -106,7 +106,11 @@ fn total_shape_spans_nodes_when_no_single_node_fits() {
 #[test]
 fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
     let topo = Arc::new(Topology::uniform(2, 2, 2, 2, G));
-    let cluster = ClusterState { nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)], policy: Default::default() };
+    let cluster = ClusterState {
+        licenses: Default::default(),
+        nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)],
+        policy: Default::default(),
+    };
     let d = schedule(&cluster, &[job(1, total(3), G)]);
     let a = &d.starts[0].1[0];
     assert_eq!(a.cpus.to_list(), "0-5");

@@ -560,6 +560,8 @@ mod tests {
         use crate::job::NodeAllocation;
         let topo = Topology::uniform(1, 1, 4, 1, 1 << 30);
         let node = |name: &str| NodeAllocation {
+            gres: Default::default(),
+            licenses: Default::default(),
             node_id: crate::NodeId(0),
             node: name.into(),
             cpus: CpuSet::parse_list("0-3").unwrap(),

@@ -4,6 +4,8 @@ use crate::NodeId;
 /// A job holding `cpus` (PU list) of a node named `name`.
 fn node(name: &str, cpus: &str) -> NodeAllocation {
     NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id: NodeId(0),
         node: name.into(),
         cpus: CpuSet::parse_list(cpus).unwrap(),

@@ -470,7 +470,7 @@ pub async fn up_with_gpus(
     let t0 = Instant::now();
     loop {
         let ready = match request(dir, ClientRequest::ListNodes { topology: false }).await {
-            Ok(ClientResponse::Nodes { nodes }) => wait_for.iter().all(|n| {
+            Ok(ClientResponse::Nodes { nodes, .. }) => wait_for.iter().all(|n| {
                 nodes.iter().any(|x| &x.name == *n && x.state != "down" && !x.state.contains("not connected"))
             }),
             _ => false,

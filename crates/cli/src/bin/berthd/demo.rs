@@ -113,11 +113,11 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
             print!("{}", output::jobs_table(&jobs));
         }
         println!("\n$ berth nodes");
-        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
+        if let ClientResponse::Nodes { nodes, .. } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
             print!("{}", output::nodes_table(&nodes));
         }
         println!("\n$ berth nodes --topology");
-        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: true }).await? {
+        if let ClientResponse::Nodes { nodes, .. } = request(dir, ClientRequest::ListNodes { topology: true }).await? {
             for n in &nodes {
                 print!("{}", berth_cli::topo_view::draw_node(n, 100));
             }
@@ -179,7 +179,7 @@ async fn run_jobs(dir: &Path, json: bool) -> Result<i32> {
             print!("{out}");
         }
         println!("\n$ berth nodes   (everything free again)");
-        if let ClientResponse::Nodes { nodes } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
+        if let ClientResponse::Nodes { nodes, .. } = request(dir, ClientRequest::ListNodes { topology: false }).await? {
             print!("{}", output::nodes_table(&nodes));
         }
         println!();

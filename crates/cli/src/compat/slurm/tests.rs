@@ -103,15 +103,21 @@ fn sbatch_takes_what_submitit_writes() {
 fn sbatch_refuses_by_name_what_it_cannot_do() {
     let e = sbatch_plan(&args(&["--bogus", "x.sh"])).unwrap_err();
     assert_eq!(e, "unrecognized option '--bogus'");
-    let e = sbatch_plan(&args(&["--licenses=lic", "x.sh"])).unwrap_err();
-    assert!(e.contains("--licenses=lic") && e.contains("not supported") && e.contains("--ignore-unsupported"), "{e}");
+    let e = sbatch_plan(&args(&["--licenses=lic@db", "x.sh"])).unwrap_err();
+    assert!(
+        e.contains("--licenses=lic@db") && e.contains("not supported") && e.contains("--ignore-unsupported"),
+        "{e}"
+    );
     let e = sbatch_plan(&args(&["--mail-type=TIME_LIMIT_50", "x.sh"])).unwrap_err();
     assert!(e.contains("TIME_LIMIT_50"), "{e}");
-    // GPUs are read (issue 20); other generic resources are refused by name.
-    let p = sbatch_plan(&args(&["--gres=gpu:a100:2", "x.sh"])).unwrap();
+    // GPUs and other generic resources are read (issue 20), licenses too; typed generic
+    // resources are refused by name.
+    let p = sbatch_plan(&args(&["--gres=gpu:a100:2,nvme:10", "-L", "matlab:2", "x.sh"])).unwrap();
     assert_eq!((p.options.gpus_per_node, p.options.gpu_type.as_deref()), (Some(2), Some("a100")));
-    let e = sbatch_plan(&args(&["--gres=nvme:10", "x.sh"])).unwrap_err();
-    assert!(e.contains("--gres=nvme:10") && e.contains("generic resource"), "{e}");
+    assert_eq!(p.options.gres.as_ref().map(|g| g["nvme"]), Some(10));
+    assert_eq!(p.options.licenses.as_ref().map(|l| l["matlab"]), Some(2));
+    let e = sbatch_plan(&args(&["--gres=nvme:fast:10", "x.sh"])).unwrap_err();
+    assert!(e.contains("--gres=nvme:fast:10") && e.contains("generic resource types"), "{e}");
     let e = sbatch_plan(&args(&["-o", "out-%5j.txt", "x.sh"])).unwrap_err();
     assert!(e.contains("%j"), "{e}");
     let e = sbatch_plan(&args(&["-t", "soon", "x.sh"])).unwrap_err();
@@ -123,9 +129,9 @@ fn sbatch_refuses_by_name_what_it_cannot_do() {
     assert!(sbatch_plan(&args(&["-J", "a\"b", "-N", "1\"", "x.sh"])).is_err(), "a quote in a directive value");
     // With --ignore-unsupported: warnings, and the rest still applies.
     let p =
-        sbatch_plan(&args(&["--ignore-unsupported", "--licenses=lic", "--mcs-label=w", "-N", "3", "x.sh"])).unwrap();
+        sbatch_plan(&args(&["--ignore-unsupported", "--licenses=lic@db", "--mcs-label=w", "-N", "3", "x.sh"])).unwrap();
     assert_eq!(p.warnings.len(), 2, "{:?}", p.warnings);
-    assert!(p.warnings[0].starts_with("--licenses=lic"), "{:?}", p.warnings);
+    assert!(p.warnings[0].starts_with("--licenses=lic@db"), "{:?}", p.warnings);
     assert_eq!(p.options.nodes, Some(3));
     assert!(p.flags.ignore_unsupported);
 }

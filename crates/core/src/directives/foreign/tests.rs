@@ -116,18 +116,18 @@ fn dependencies_begin_and_hold() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=fpga:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
+        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=fpga:fast:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("--uid=5"), "{:?}", f.unsupported);
-    assert!(f.unsupported[2].1.contains("--gres=fpga:2: generic resource"), "{:?}", f.unsupported);
+    assert!(f.unsupported[2].1.contains("--gres=fpga:fast:2: generic resource types"), "{:?}", f.unsupported);
     assert!(f.unsupported[4].1.contains("%5"), "{:?}", f.unsupported);
     // An error by default, naming the line and the directive; warnings when asked.
-    let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --licenses=lic\n";
+    let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --licenses=lic@db\n";
     let e = parse_script_with(script, false).unwrap_err().to_string();
-    assert!(e.starts_with("line 3:") && e.contains("--licenses=lic") && e.contains("--ignore-unsupported"), "{e}");
+    assert!(e.starts_with("line 3:") && e.contains("--licenses=lic@db") && e.contains("--ignore-unsupported"), "{e}");
     let (o, warnings) = parse_script_with(script, true).unwrap();
     assert_eq!(o.cores, Some(2));
     assert_eq!(warnings.len(), 1);
@@ -247,11 +247,29 @@ fn slurm_gpu_requests() {
     for bad in ["--gres=gpu:0", "--gres=gpu:a:b:c", "--gpus-per-node=257", "--gpus=0", "-G x", "--gres=gpu:a b:1"] {
         assert!(parse_foreign(&format!("#!/bin/sh\n#SBATCH {bad}\n")).is_err(), "{bad}");
     }
-    // Other generic resources stay refused, naming the directive; the GPU part is kept.
-    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=gpu:v100:1,nvme:10\n").unwrap();
-    assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
-    assert!(f.unsupported[0].1.contains("--gres=gpu:v100:1,nvme:10: generic resource \"nvme\""), "{:?}", f.unsupported);
+    // Other generic resources are counts of the nodes' [gres] (docs/gres.md); the GPU part
+    // goes to the GPUs.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=gpu:v100:1,nvme:10,fpga\n").unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
     assert_eq!(f.options.gpus_per_node, Some(1));
+    let want: crate::gres::Counts = [("fpga".to_string(), 1), ("nvme".to_string(), 10)].into_iter().collect();
+    assert_eq!(f.options.gres, Some(want));
+    // Typed ones are refused, naming the directive.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=nvme:fast:10\n").unwrap();
+    assert!(f.unsupported[0].1.contains("--gres=nvme:fast:10: generic resource types"), "{:?}", f.unsupported);
+    for bad in ["--gres=nvme:0", "--gres=9x:1", "-L matlab:0", "--licenses=a,a"] {
+        assert!(parse_foreign(&format!("#!/bin/sh\n#SBATCH {bad}\n")).is_err(), "{bad}");
+    }
+    // Licenses: -L and --licenses, NAME[:COUNT] items; alternatives and remote ones refused.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH -L matlab:2,ansys\n").unwrap();
+    let want: crate::gres::Counts = [("ansys".to_string(), 1), ("matlab".to_string(), 2)].into_iter().collect();
+    assert_eq!(f.options.licenses, Some(want.clone()));
+    assert_eq!(parse_foreign("#!/bin/sh\n#SBATCH --licenses=matlab:2,ansys\n").unwrap().options.licenses, Some(want));
+    let f = parse_foreign("#!/bin/sh\n#SBATCH -L a|b\n").unwrap();
+    assert!(f.unsupported[0].1.contains("no | alternatives"), "{:?}", f.unsupported);
+    // berth's own spelling in #BERTH lines.
+    let o = crate::directives::parse_script("#!/bin/sh\n#BERTH --gres nvme:5\n#BERTH --licenses matlab:1\n").unwrap();
+    assert_eq!((o.gres.unwrap()["nvme"], o.licenses.unwrap()["matlab"]), (5, 1));
     let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=1 --gpus=a100:1,v100:1\n").unwrap();
     assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("several types"), "{:?}", f.unsupported);

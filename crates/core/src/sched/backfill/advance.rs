@@ -88,6 +88,8 @@ impl Confine for ClusterState {
                 continue;
             }
             take.push(NodeAllocation {
+                gres: Default::default(),
+                licenses: Default::default(),
                 node_id: node.id,
                 node: node.name.clone(),
                 cores: 0,

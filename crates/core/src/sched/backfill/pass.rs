@@ -91,7 +91,12 @@ pub(super) struct RequestKey {
     system_cpus: bool,
     rank_cpus: u32,
     properties: Vec<String>,
+    avoid_properties: Vec<String>,
     binding: Option<String>,
+    /// (GPUs per node, type, per socket, locality)
+    gpus: (u32, Option<String>, u32, Option<String>),
+    gres: crate::gres::Counts,
+    licenses: crate::gres::Counts,
 }
 
 impl RequestKey {
@@ -110,7 +115,16 @@ impl RequestKey {
             system_cpus: req.system_cpus,
             rank_cpus: req.rank_cpus,
             properties: req.properties.clone(),
+            avoid_properties: req.avoid_properties.clone(),
             binding: req.binding.as_ref().map(|b| b.to_string()),
+            gpus: (
+                req.gpus_per_node,
+                req.gpu_type.clone(),
+                req.gpus_per_socket,
+                req.gpu_locality.map(|l| l.to_string()),
+            ),
+            gres: req.gres.clone(),
+            licenses: req.licenses.clone(),
         }
     }
 }

@@ -64,6 +64,7 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     // index is untouched.
     // Their nodes keep their places in the cluster's order (so the part goes by it).
     let part = ClusterState {
+        licenses: state.licenses.clone(),
         nodes: positions.iter().map(|&i| state.nodes[i].clone_quiet()).collect(),
         policy: state.policy.clone(),
     };
@@ -127,6 +128,8 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
 /// An allocation of PUs alone (no memory): to take them off what placement sees.
 fn pus_only(node_id: NodeId, node: &str, cpus: CpuSet) -> NodeAllocation {
     NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id,
         node: node.to_string(),
         cpus,

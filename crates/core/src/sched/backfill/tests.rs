@@ -191,6 +191,8 @@ fn part(cluster: &ClusterState, node: usize, cpus: &str) -> Allocation {
     let n = &cluster.nodes[node];
     let cpus = crate::CpuSet::parse_list(cpus).expect("cpu list");
     vec![crate::job::NodeAllocation {
+        gres: Default::default(),
+        licenses: Default::default(),
         node_id: n.id,
         node: n.name.clone(),
         cores: cpus.len() as u32,
