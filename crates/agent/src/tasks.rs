@@ -301,8 +301,8 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
             return error("remote_* requests are between agents only")
         }
-        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } => {
-            return error("exec starts a connection of its own, and signal belongs on one")
+        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } | TaskRequest::Stdin { .. } | TaskRequest::StdinEof => {
+            return error("exec starts a connection of its own, and signal and stdin belong on one")
         }
     };
     let job = match authorize(ctx, caller, id) {
@@ -341,8 +341,8 @@ pub async fn handle_local(ctx: &Arc<JobContext>, caller: Caller, req: TaskReques
         TaskRequest::RemoteSpawn { .. } | TaskRequest::RemoteSignal { .. } | TaskRequest::RemoteInfo { .. } => {
             error("remote_* requests are between agents only")
         }
-        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } => {
-            error("exec starts a connection of its own, and signal belongs on one")
+        TaskRequest::Exec { .. } | TaskRequest::Signal { .. } | TaskRequest::Stdin { .. } | TaskRequest::StdinEof => {
+            error("exec starts a connection of its own, and signal and stdin belong on one")
         }
     }
 }
@@ -485,7 +485,8 @@ async fn spawn(ctx: &Arc<JobContext>, job: &Arc<JobHandle>, ask: SpawnAsk) -> Ta
                 attach: false,
             };
             let (started_tx, started_rx) = oneshot::channel();
-            tokio::spawn(drive_remote(ctx.clone(), job.clone(), id, address.clone(), req, rx, started_tx, None));
+            let remote = Remote { signals: rx, stdin: None, started: started_tx, output: None };
+            tokio::spawn(drive_remote(ctx.clone(), job.clone(), id, address.clone(), req, remote));
             pending.push(started_rx);
         }
     }
@@ -553,7 +554,8 @@ fn spawn_here(
         join_fds: join.iter().map(std::os::fd::AsRawFd::as_raw_fd).collect(),
         affinity: None,
         pmi_fd: None,
-        stdin: false,
+        // An attached task reads what its caller forwards ([`feed_stdin`]).
+        stdin: matches!(stdio, Stdio::Pipes),
         umask: job.spec.umask,
     };
     let task = match stdio {
@@ -655,12 +657,18 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     let (sig_tx, sig_rx) = mpsc::unbounded_channel();
     job.tasks.with(|t| t.set_signals(task, sig_tx));
     let (out_tx, mut out_rx) = mpsc::unbounded_channel();
+    // The caller's stdin, to the task (here) or to the agent that runs it: bounded.
+    let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>(STDIN_CHUNKS);
+    let mut stdin_rx = Some(stdin_rx);
     if local {
         match spawn_here(ctx, &job, &ask.argv, env, &ask.cwd, Stdio::Pipes) {
             Ok(mut child) => {
                 let pid = child.id().unwrap_or(0);
                 job.tasks.with(|t| t.started(task, pid));
                 pump_output(&mut child, &out_tx);
+                if let (Some(pipe), Some(rx)) = (child.stdin.take(), stdin_rx.take()) {
+                    tokio::spawn(feed_stdin(pipe, rx));
+                }
                 tokio::spawn(watch_local(job.clone(), task, child, sig_rx));
             }
             Err(e) => job.tasks.with(|t| t.failed(task, e.to_string())),
@@ -679,7 +687,8 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
         };
         let (started_tx, started_rx) = oneshot::channel();
         let out = Some(out_tx.clone());
-        tokio::spawn(drive_remote(ctx.clone(), job.clone(), task, address, req, sig_rx, started_tx, out));
+        let remote = Remote { signals: sig_rx, stdin: stdin_rx.take(), started: started_tx, output: out };
+        tokio::spawn(drive_remote(ctx.clone(), job.clone(), task, address, req, remote));
         let _ = tokio::time::timeout(START_WAIT, started_rx).await;
     }
     drop(out_tx);
@@ -695,12 +704,30 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
     }
     let (mut rd, mut wr) = stream.into_split();
     // The caller's frames, read by their own task (a read cut by select! would lose bytes).
+    // Its stdin goes on from here: while the task does not read it, this reader waits and
+    // the caller's writes with it (its signals queue behind).
     let (down_tx, mut down) = mpsc::unbounded_channel();
     let reader = tokio::spawn(async move {
         let limits = crate::conn::local_request(true);
         let limits = berth_protocol::FrameLimits { idle: None, ..limits };
+        let mut stdin = Some(stdin_tx);
         loop {
             let msg = read_frame_limited::<_, AgentQuery>(&mut rd, &limits).await;
+            match msg {
+                Ok(Some(AgentQuery::Task { request: TaskRequest::Stdin { data } })) => {
+                    if let Some(tx) = &stdin {
+                        if tx.send(data.as_bytes().to_vec()).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                    continue;
+                }
+                Ok(Some(AgentQuery::Task { request: TaskRequest::StdinEof })) => {
+                    stdin = None;
+                    continue;
+                }
+                _ => {}
+            }
             let end = !matches!(msg, Ok(Some(_)));
             if down_tx.send(msg).is_err() || end {
                 return;
@@ -753,6 +780,32 @@ async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: SpawnAsk, m
         None => error("the task was lost"),
     };
     let _ = write_frame(&mut wr, &AgentReply::Task { reply }).await;
+}
+
+/// How many chunks of a caller's stdin (each one frame, `berth task rsh` sends at most 16 KiB)
+/// wait for the task to read them, per task.
+const STDIN_CHUNKS: usize = 16;
+
+/// Write what arrives on `rx` to a task's stdin, in order; close it (EOF) when `rx` ends. A
+/// task that closed its stdin gets nothing more (the rest is read and dropped, so the caller
+/// is never held up by it).
+async fn feed_stdin(mut pipe: tokio::net::unix::pipe::Sender, mut rx: mpsc::Receiver<Vec<u8>>) {
+    use tokio::io::AsyncWriteExt;
+    while let Some(chunk) = rx.recv().await {
+        if pipe.write_all(&chunk).await.is_err() {
+            while rx.recv().await.is_some() {}
+            return;
+        }
+    }
+}
+
+/// What a remote attached task is relayed: signals and stdin down, its start and output up.
+struct Remote {
+    signals: mpsc::UnboundedReceiver<i32>,
+    /// The caller's stdin (an `exec` task); None: the task's stdin ends at once.
+    stdin: Option<mpsc::Receiver<Vec<u8>>>,
+    started: oneshot::Sender<()>,
+    output: Option<OutputTx>,
 }
 
 /// What an `exec` task gets once its caller is gone: SIGHUP, then SIGTERM and SIGCONT half
@@ -889,19 +942,20 @@ async fn watch_local(
     }
 }
 
-/// One remote task, seen from the agent that spawned it: launch, then relay its end up and
-/// signals down until it ends, its connection breaks, or the job ends here.
-#[allow(clippy::too_many_arguments)]
+/// One remote task, seen from the agent that spawned it: launch, then relay its end (and an
+/// attached task's output) up and signals (and stdin) down until it ends, its connection
+/// breaks, or the job ends here.
 async fn drive_remote(
     ctx: Arc<JobContext>,
     job: Arc<JobHandle>,
     id: u64,
     address: String,
     req: TaskRequest,
-    mut signals: mpsc::UnboundedReceiver<i32>,
-    started: oneshot::Sender<()>,
-    output: Option<OutputTx>,
+    remote: Remote,
 ) {
+    let Remote { mut signals, stdin, started, output } = remote;
+    let mut stdin_open = stdin.is_some();
+    let mut stdin = stdin;
     let node = match &req {
         TaskRequest::RemoteSpawn { node, .. } => *node,
         _ => 0,
@@ -974,6 +1028,20 @@ async fn drive_remote(
                     }
                 }
                 None => open = false,
+            },
+            chunk = async { match stdin.as_mut() { Some(rx) => rx.recv().await, None => None } }, if stdin_open => {
+                let frame = match chunk {
+                    Some(data) => TaskRequest::Stdin { data: Chunk::from_bytes(data) },
+                    None => {
+                        stdin_open = false;
+                        stdin = None;
+                        TaskRequest::StdinEof
+                    }
+                };
+                if write_sealed(&mut wr, &mut sealer, &frame).await.is_err() {
+                    fail(format!("connection to node {node} broke; the task is lost"));
+                    break;
+                }
             },
             _ = check.tick() => {
                 // The job ended here: dropping the connection makes the remote agent kill the task.
@@ -1055,6 +1123,13 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
     if write_sealed(&mut wr, &mut sealer, &reply(TaskReply::Started { pid })).await.is_err() {
         signal_group(pid, libc::SIGKILL);
     }
+    // An attached task's stdin: what the spawning agent forwards, bounded as `exec`'s.
+    let mut stdin = None;
+    if let Some(pipe) = child.stdin.take() {
+        let (stdin_tx, stdin_rx) = mpsc::channel::<Vec<u8>>(STDIN_CHUNKS);
+        tokio::spawn(feed_stdin(pipe, stdin_rx));
+        stdin = Some(stdin_tx);
+    }
     let (tx, mut down) = mpsc::unbounded_channel();
     let (job_id, auth) = (ask.job, ctx.auth.clone());
     let reader = tokio::spawn(async move {
@@ -1065,6 +1140,14 @@ async fn run_remote(ctx: Arc<JobContext>, ask: RemoteAsk, stream: TcpStream, mut
                         return;
                     }
                 }
+                Ok(Some(TaskRequest::Stdin { data })) => {
+                    if let Some(s) = &stdin {
+                        if s.send(data.as_bytes().to_vec()).await.is_err() {
+                            stdin = None;
+                        }
+                    }
+                }
+                Ok(Some(TaskRequest::StdinEof)) => stdin = None,
                 Ok(Some(_)) => {}
                 end => {
                     // Someone else's frame on the connection counts as losing it (the task

@@ -5,7 +5,7 @@
 use anyhow::{anyhow, bail, Context, Result};
 use berth_core::JobId;
 use berth_protocol::agent::{AgentQuery, AgentReply};
-use berth_protocol::step::{parse_signal, signal_name, AllocationNode, TaskInfo, TaskReply, TaskRequest};
+use berth_protocol::step::{parse_signal, signal_name, AllocationNode, Chunk, TaskInfo, TaskReply, TaskRequest};
 use berth_protocol::{read_frame, write_frame};
 use clap::Subcommand;
 
@@ -282,6 +282,10 @@ fn login_shell() -> String {
         .unwrap_or_else(|| "/bin/sh".into())
 }
 
+/// The size of one chunk of `berth task rsh`'s stdin, and how many may wait to be sent.
+const STDIN_CHUNK: usize = 16 * 1024;
+const STDIN_CHUNKS: usize = 4;
+
 /// `berth task rsh`: see [`TaskCommand::Rsh`]. Errors of its own exit 255, as ssh's.
 async fn rsh(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
     match rsh_inner(job, socket, args).await {
@@ -361,6 +365,27 @@ async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
             }
         });
     }
+    // Our stdin, to the task, as ssh forwards it: read by a thread of its own (a blocking read
+    // cannot be cancelled, and must not hold up our exit), at most STDIN_CHUNKS chunks ahead.
+    let (stdin_tx, mut stdin_rx) = tokio::sync::mpsc::channel::<Vec<u8>>(STDIN_CHUNKS);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = vec![0u8; STDIN_CHUNK];
+        let mut input = std::io::stdin().lock();
+        loop {
+            match input.read(&mut buf) {
+                Ok(0) => return,
+                Ok(n) => {
+                    if stdin_tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    });
+    let mut stdin_open = true;
     let (mut out, mut err) = (tokio::io::stdout(), tokio::io::stderr());
     loop {
         tokio::select! {
@@ -384,6 +409,16 @@ async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
             },
             Some(signal) = sigs.recv() => {
                 write_frame(&mut wr, &AgentQuery::Task { request: TaskRequest::Signal { signal } }).await?;
+            }
+            chunk = stdin_rx.recv(), if stdin_open => {
+                let request = match chunk {
+                    Some(data) => TaskRequest::Stdin { data: Chunk::from_bytes(data) },
+                    None => {
+                        stdin_open = false;
+                        TaskRequest::StdinEof
+                    }
+                };
+                write_frame(&mut wr, &AgentQuery::Task { request }).await?;
             }
         }
     }

@@ -210,3 +210,35 @@ fn a_dead_rsh_caller_hangs_up_on_its_remote_task_before_killing_it() {
     assert_eq!(trapping["exit_code"], 0, "{trapping:#}");
     assert_no_job_cgroups(&c);
 }
+
+/// `berth task rsh` forwards its standard input to the remote command, as ssh does: in order
+/// and whole (4 MiB of random bytes through a `sha256sum` on the other node, against the
+/// same sum here), a line through `cat`, and its end (`cat` on an empty stdin ends).
+#[test]
+fn rsh_forwards_its_stdin_to_the_remote_command() {
+    let c = Cluster::up(2, TOPO);
+    let script = format!(
+        "#!/bin/sh\n#BERTH --nodes 2 --tasks-per-node 1\n\
+         second=$(awk '!seen[$0]++' \"$BERTH_NODEFILE\" | sed -n 2p)\n\
+         head -c 4194304 /dev/urandom > input.bin\n\
+         sha256sum < input.bin | cut -d' ' -f1 > local.sum\n\
+         {BIN} task rsh $second 'echo $BERTH_NODEID >&2; sha256sum | cut -d\" \" -f1' < input.bin > remote.sum\n\
+         echo sum-rc=$?\n\
+         echo hello | {BIN} task rsh $second cat > hello.out\n\
+         {BIN} task rsh $second 'cat; echo done' < /dev/null > empty.out\n"
+    );
+    let id = c.submit("stdin.sh", &script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(120));
+    let read = |f: &str| std::fs::read_to_string(c.root().join(f)).unwrap_or_default();
+    let (out, err) = (read(&format!("berth-{id}.out")), read(&format!("berth-{id}.err")));
+    assert_eq!(job["state"], "completed", "{job:#}\n{out}\n{err}\n{}", c.logs());
+    assert!(out.contains("sum-rc=0"), "{out}\n{err}");
+    // The command ran on the other node (its BERTH_NODEID), and read every byte in order.
+    assert_eq!(err.trim(), "1", "{err}");
+    let local = read("local.sum");
+    assert_eq!(local.trim().len(), 64, "{local:?}");
+    assert_eq!(read("remote.sum"), local, "{err}");
+    assert_eq!(read("hello.out"), "hello\n", "{err}");
+    assert_eq!(read("empty.out"), "done\n", "{err}");
+    assert_no_job_cgroups(&c);
+}

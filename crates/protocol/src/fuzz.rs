@@ -1372,6 +1372,8 @@ pub fn task_request() -> BoxedStrategy<TaskRequest> {
         }),
         any::<i32>().prop_map(|signal| TaskRequest::Signal { signal }),
         any::<i32>().prop_map(|signal| TaskRequest::RemoteSignal { signal }),
+        chunk().prop_map(|data| TaskRequest::Stdin { data }),
+        Just(TaskRequest::StdinEof),
         job_id().prop_map(|job| TaskRequest::RemoteInfo { job }),
     ]
     .boxed()

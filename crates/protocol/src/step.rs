@@ -407,6 +407,13 @@ pub enum TaskRequest {
     RemoteSignal {
         signal: i32,
     },
+    /// On an `exec` connection (from its caller) and an attached `remote_spawn` one (from the
+    /// spawning agent): bytes for the task's standard input, in order.
+    Stdin {
+        data: Chunk,
+    },
+    /// The same connections: the task's standard input ends (it reads EOF).
+    StdinEof,
     /// Agent to agent: the receiving node's part of the allocation (its `info` entry).
     RemoteInfo {
         job: JobId,
