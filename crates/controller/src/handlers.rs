@@ -431,7 +431,7 @@ impl Controller {
             }
         }
         if let Err(berth_core::gres::LicenseMiss::Never(why)) = self.cluster.licenses.check(&request.licenses) {
-            return Err(never(why));
+            return Err(never(why.to_string()));
         }
         Ok(())
     }

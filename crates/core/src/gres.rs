@@ -132,12 +132,55 @@ pub struct Licenses {
 }
 
 /// Why licenses cannot be given now.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LicenseMiss {
     /// More than are free now: the job waits.
-    Busy(String),
+    #[error("{0}")]
+    Busy(LicensesBusy),
     /// Unknown, or more than exist: never.
-    Never(String),
+    #[error("{0}")]
+    Never(LicenseNever),
+}
+
+/// The licenses a job waits for: each one's name, how many it wants, how many are free of
+/// how many exist.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LicensesBusy(pub Vec<LicenseShort>);
+
+/// One license with fewer free than a job wants.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LicenseShort {
+    pub name: String,
+    pub want: u32,
+    pub free: u32,
+    pub total: u32,
+}
+
+impl std::fmt::Display for LicensesBusy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, s) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(
+                f,
+                "license {}: {} wanted, {} of {} free; it starts when running jobs free them",
+                s.name, s.want, s.free, s.total
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// A license request that can never be met.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LicenseNever {
+    /// The cluster has none of `name`; `have` renders the licenses it has ("none" if none).
+    #[error("license {name}: the cluster has none (its [licenses] are: {have})")]
+    Unknown { name: String, have: String },
+    /// More than exist.
+    #[error("license {name}: {want} wanted, the cluster has {total}; ask for at most {total}")]
+    TooMany { name: String, want: u32, total: u32 },
 }
 
 impl Licenses {
@@ -158,27 +201,21 @@ impl Licenses {
         for (name, &n) in want {
             let total = self.total.get(name).copied().unwrap_or(0);
             if total == 0 {
-                return Err(LicenseMiss::Never(format!(
-                    "license {name}: the cluster has none (its [licenses] are: {})",
-                    if self.total.is_empty() { "none".to_string() } else { render(&self.total) }
-                )));
+                let have = if self.total.is_empty() { "none".to_string() } else { render(&self.total) };
+                return Err(LicenseMiss::Never(LicenseNever::Unknown { name: name.clone(), have }));
             }
             if n > total {
-                return Err(LicenseMiss::Never(format!(
-                    "license {name}: {n} wanted, the cluster has {total}; ask for at most {total}"
-                )));
+                return Err(LicenseMiss::Never(LicenseNever::TooMany { name: name.clone(), want: n, total }));
             }
             let free = self.free(name);
             if n > free {
-                busy.push(format!(
-                    "license {name}: {n} wanted, {free} of {total} free; it starts when running jobs free them"
-                ));
+                busy.push(LicenseShort { name: name.clone(), want: n, free, total });
             }
         }
         if busy.is_empty() {
             Ok(())
         } else {
-            Err(LicenseMiss::Busy(busy.join("; ")))
+            Err(LicenseMiss::Busy(LicensesBusy(busy)))
         }
     }
 
@@ -234,11 +271,11 @@ mod tests {
         assert_eq!(l.check(&three), Ok(()));
         l.claim(&three);
         match l.check(&three) {
-            Err(LicenseMiss::Busy(m)) => assert!(m.contains("license matlab: 3 wanted, 1 of 4 free"), "{m}"),
+            Err(LicenseMiss::Busy(m)) => assert!(m.to_string().contains("license matlab: 3 wanted, 1 of 4 free"), "{m}"),
             other => panic!("{other:?}"),
         }
-        assert!(matches!(l.check(&counts(&[("matlab", 5)])), Err(LicenseMiss::Never(m)) if m.contains("has 4")));
-        assert!(matches!(l.check(&counts(&[("ansys", 1)])), Err(LicenseMiss::Never(m)) if m.contains("has none")));
+        assert!(matches!(l.check(&counts(&[("matlab", 5)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has 4")));
+        assert!(matches!(l.check(&counts(&[("ansys", 1)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has none")));
         l.release(&three);
         assert_eq!(l.free("matlab"), 4);
         assert!(l.used.is_empty());

@@ -172,9 +172,10 @@ use crate::placement::cluster::node_position;
 /// whose licenses are taken now is `Busy` with the license named.
 pub fn place(cluster: &ClusterState, req: &JobRequest) -> Placement {
     use crate::gres::LicenseMiss;
+    use crate::placement::reason::{Busy, Never};
     let licenses = if req.licenses.is_empty() { Ok(()) } else { cluster.licenses.check(&req.licenses) };
     if let Err(LicenseMiss::Never(why)) = licenses {
-        return Placement::Never(why);
+        return Placement::Never(Never::License(why));
     }
     match (cluster::place(&cluster.nodes, &cluster.policy, req), licenses) {
         (Placement::Now(mut alloc), Ok(())) => {
@@ -183,8 +184,8 @@ pub fn place(cluster: &ClusterState, req: &JobRequest) -> Placement {
             }
             Placement::Now(alloc)
         }
-        (Placement::Now(_), Err(LicenseMiss::Busy(why))) => Placement::Busy(why),
-        (Placement::Busy(what), Err(LicenseMiss::Busy(why))) => Placement::Busy(format!("{what}; {why}")),
+        (Placement::Now(_), Err(LicenseMiss::Busy(why))) => Placement::Busy(Busy::Licenses(why)),
+        (Placement::Busy(what), Err(LicenseMiss::Busy(why))) => Placement::Busy(Busy::AndLicenses(Box::new(what), why)),
         (other, _) => other,
     }
 }

@@ -58,13 +58,13 @@ fn a_gres_job_lands_only_on_the_node_that_has_it() {
     assert_eq!(c2.nodes[1].free_gres("nvme"), 300);
     // 500 more: not now (300 free), but n1 has 800.
     match c2.place(&job(1, 1, counts(&[("nvme", 500)]), Counts::new())) {
-        Fit::Busy(why) => assert!(why.contains("gres nvme:500"), "{why}"),
+        Fit::Busy(why) => assert!(why.to_string().contains("gres nvme:500"), "{why}"),
         other => panic!("{other:?}"),
     }
     // More than any node has, or a resource no node has: never.
     for want in [counts(&[("nvme", 801)]), counts(&[("fpga", 1)])] {
         match c.place(&job(1, 1, want.clone(), Counts::new())) {
-            Fit::Never(why) => assert!(why.contains("gres"), "{want:?}: {why}"),
+            Fit::Never(why) => assert!(why.to_string().contains("gres"), "{want:?}: {why}"),
             other => panic!("{want:?}: {other:?}"),
         }
     }
@@ -83,11 +83,11 @@ fn licenses_are_counted_across_the_cluster_and_named_when_taken() {
     c.claim(&a);
     assert_eq!(c.licenses.free("matlab"), 1);
     match c.place(&job(1, 1, Counts::new(), three.clone())) {
-        Fit::Busy(why) => assert!(why.contains("license matlab: 3 wanted, 1 of 4 free"), "{why}"),
+        Fit::Busy(why) => assert!(why.to_string().contains("license matlab: 3 wanted, 1 of 4 free"), "{why}"),
         other => panic!("{other:?}"),
     }
     match c.place(&job(1, 1, Counts::new(), counts(&[("matlab", 5)]))) {
-        Fit::Never(why) => assert!(why.contains("license matlab: 5 wanted, the cluster has 4"), "{why}"),
+        Fit::Never(why) => assert!(why.to_string().contains("license matlab: 5 wanted, the cluster has 4"), "{why}"),
         other => panic!("{other:?}"),
     }
     assert!(matches!(c.place(&job(1, 1, Counts::new(), counts(&[("ansys", 1)]))), Fit::Never(_)));
@@ -138,7 +138,7 @@ fn backfill_plans_treat_licenses_as_a_resource_over_time() {
         assert_eq!(started, vec![JobId(3)], "{policy:?}: {out:?}");
         let two = out.waiting.iter().find(|w| w.id == JobId(2)).unwrap();
         match &two.reason {
-            PendingReason::Resources(why) => assert!(why.contains("license matlab"), "{policy:?}: {why}"),
+            PendingReason::Resources(why) => assert!(why.to_string().contains("license matlab"), "{policy:?}: {why}"),
             other => panic!("{policy:?}: {other:?}"),
         }
         assert_eq!(two.expected_start, Some(100.0), "{policy:?}");
@@ -192,7 +192,8 @@ proptest! {
                         c.claim(&a);
                         held.push(a);
                     }
-                    Fit::Busy(why) | Fit::Never(why) => prop_assert!(!why.is_empty()),
+                    Fit::Busy(why) => prop_assert!(!why.to_string().is_empty()),
+                    Fit::Never(why) => prop_assert!(!why.to_string().is_empty()),
                 }
             }
             // Invariants.

@@ -153,6 +153,7 @@ fn describe_machine(t: &Topology) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // The script
 
+#[allow(clippy::large_enum_variant)] // a test script, a few steps
 enum Step {
     /// A job, with what the step shows.
     Job(String, JobRequest),

@@ -33,6 +33,7 @@ fn machine(stem: &str) -> Topology {
     topo
 }
 
+#[allow(clippy::large_enum_variant)] // a test script, a few steps
 enum Step {
     Run(&'static str, JobRequest),
     /// End the job started at this step (0-based index of the script).

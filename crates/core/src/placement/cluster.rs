@@ -274,13 +274,7 @@ pub(crate) fn short_per_node(
             .filter(|n| n.state.accepts_work() && free_slots(n, req) >= c && n.gres_fits(&req.gres))
             .count();
         if with_gres < k as usize {
-            return format!(
-                "gres {}: {} with that free and {} each wanted, {} that many free now; it starts when running or suspended jobs free them",
-                crate::gres::render(&req.gres),
-                count(k as usize, "node"),
-                amount(c as u64, &format!("free {unit}")),
-                have_now(with_gres)
-            );
+            return Busy::Gres { gres: crate::gres::render(&req.gres), nodes: k, unit, slots: c, have: with_gres };
         }
     }
     if large && !req.threads && whole < k as usize {

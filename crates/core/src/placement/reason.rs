@@ -13,6 +13,13 @@ pub enum Busy {
     Units { unit: &'static str, nodes: u32, slots: u32, have: usize },
     /// Fewer than `nodes` nodes have `gpus` free GPUs (of `gpu_type`) beside `slots` units.
     Gpus { gpu_type: Option<String>, nodes: u32, gpus: u32, unit: &'static str, slots: u32, have: usize },
+    /// Fewer than `nodes` nodes have the generic resources `gres` (rendered `name:count,...`)
+    /// free beside `slots` units.
+    Gres { gres: String, nodes: u32, unit: &'static str, slots: u32, have: usize },
+    /// The licenses are taken now (the nodes would fit).
+    Licenses(crate::gres::LicensesBusy),
+    /// Neither the nodes nor the licenses are free now.
+    AndLicenses(Box<Busy>, crate::gres::LicensesBusy),
     /// A large parallel job (more than `large_cpus` CPUs) finds fewer than `nodes` nodes with
     /// `cores` cores in NUMA nodes nobody uses.
     WholeNumaNodes { large_cpus: u32, nodes: u32, cores: u32, have: usize },
@@ -71,6 +78,8 @@ pub enum Never {
         miss: Miss,
         advice: Option<SizeAdvice>,
     },
+    /// A license the cluster does not have, or not that many of.
+    License(crate::gres::LicenseNever),
     /// A machine counted in cores only (the simulator's): `cores` wanted, `nodes` of `per_node`.
     Cores {
         cores: u64,
@@ -141,6 +150,15 @@ impl fmt::Display for Busy {
                     have_now(*have)
                 )
             }
+            Busy::Gres { gres, nodes, unit, slots, have } => write!(
+                f,
+                "gres {gres}: {} with that free and {} each wanted, {} that many free now; it starts when running or suspended jobs free them",
+                count(*nodes as usize, "node"),
+                amount(*slots as u64, &format!("free {unit}")),
+                have_now(*have)
+            ),
+            Busy::Licenses(why) => write!(f, "{why}"),
+            Busy::AndLicenses(what, why) => write!(f, "{what}; {why}"),
             Busy::WholeNumaNodes { large_cpus, nodes, cores, have } => write!(
                 f,
                 "whole NUMA nodes: a large parallel job (more than {large_cpus} CPUs) gets NUMA nodes nobody else uses; {} with {cores} cores in such NUMA nodes wanted, {} that many now; it starts when the jobs on them end",
@@ -243,6 +261,7 @@ impl fmt::Display for Never {
                 miss.message(),
                 advice(a)
             ),
+            Never::License(why) => write!(f, "{why}"),
             Never::Cores { cores, nodes, per_node } => {
                 write!(f, "needs {cores} cores; the machine has {nodes} nodes of {per_node}")
             }
