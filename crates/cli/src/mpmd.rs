@@ -6,9 +6,11 @@
 //! `-n`, `-N`, `--ntasks-per-node`, `-d` and `--binding` among them lay out part 0. A lone `:`
 //! starts the next part, which may give its own layout and environment before its program:
 //! `-n`/`-np`/`--ntasks`, `-N`/`--nodes`, `--ntasks-per-node`, `-d`/`--cpus-per-task`,
-//! `--binding`, `--env NAME=VALUE` (also hydra's `-env NAME VALUE`), `--chdir DIR`
-//! (also `-wdir DIR`). A later part takes `-d` and `--binding` from part 0 unless it gives its
-//! own; its ranks follow the parts before it.
+//! `--binding`, `--overcommit` (`-O`: its ranks may share cores with the parts before it),
+//! `--env NAME=VALUE` (also hydra's `-env NAME VALUE`), `--chdir DIR` (also `-wdir DIR`). A
+//! later part takes `-d`, `--binding` and `--overcommit` from part 0 unless it gives its own;
+//! its ranks follow the parts before it. GPUs per part (`--gpus-per-task`, `--gpu-bind`) are
+//! refused, saying so: a step's GPU binding is the step's (part 0's options).
 
 use anyhow::{anyhow, bail, Context, Result};
 use berth_core::step::mpmd::{self, App, MAX_APPS, MAX_MULTI_PROG_BYTES};
@@ -16,8 +18,8 @@ use berth_core::step::{RankBinding, StepRequest};
 use std::io::Read;
 
 /// What a later part may say before its program, for error messages.
-const PART_OPTIONS: &str =
-    "-n N, -N NODES, --ntasks-per-node K, -d CPUS, --binding linear|striding|none, --env NAME=VALUE, --chdir DIR";
+const PART_OPTIONS: &str = "-n N, -N NODES, --ntasks-per-node K, -d CPUS, --binding linear|striding|none, \
+     --overcommit, --env NAME=VALUE, --chdir DIR";
 
 /// The command split at lone `:` words (one slice: no MPMD).
 pub fn split_colon(command: &[String]) -> Vec<&[String]> {
@@ -48,6 +50,17 @@ fn parse_part(words: &[String], first: &StepRequest, cwd: &str, index: usize) ->
             Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
             _ => (word, None),
         };
+        if matches!(flag, "--overcommit" | "-O") && attached.is_none() {
+            req.overcommit = true;
+            i += 1;
+            continue;
+        }
+        if matches!(flag, "--gpus-per-task" | "--gpu-bind") {
+            bail!(
+                "part {n} of the MPMD command: {flag} applies to the whole step: give it before the first program \
+                 (a part takes {PART_OPTIONS})"
+            );
+        }
         let takes = matches!(
             flag,
             "-n" | "-np"
@@ -191,6 +204,17 @@ mod tests {
     }
 
     #[test]
+    fn a_part_may_overcommit_on_its_own_or_take_part_0s() {
+        let apps = colon_apps(&v("a : -n 2 --overcommit b : -O c : d"), &StepRequest::default(), "/").unwrap().unwrap();
+        let over: Vec<bool> = apps.iter().map(|a| a.request.clone().unwrap().overcommit).collect();
+        assert_eq!(over, [false, true, true, false]);
+        assert_eq!(apps[1].argv, v("b"));
+        let first = StepRequest { overcommit: true, ..Default::default() };
+        let apps = colon_apps(&v("a : b"), &first, "/").unwrap().unwrap();
+        assert!(apps[1].request.clone().unwrap().overcommit, "part 0's --overcommit carries over");
+    }
+
+    #[test]
     fn bad_colon_lines_say_which_part_and_what_to_do() {
         let first = StepRequest::default();
         for (line, want) in [
@@ -198,6 +222,8 @@ mod tests {
             ("a :", "part 2 of the MPMD command has no program"),
             (": b", "part 1 of the MPMD command has no program"),
             ("a : -x 2 b", "unknown option \"-x\""),
+            ("a : --gpus-per-task 1 b", "--gpus-per-task applies to the whole step"),
+            ("a : --gpu-bind=closest b", "--gpu-bind applies to the whole step"),
             ("a : -n 0 b", "expected a positive number"),
             ("a : -n", "-n needs a count"),
             ("a : --binding sideways b", "expected linear, striding or none"),

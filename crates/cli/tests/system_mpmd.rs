@@ -263,3 +263,29 @@ fn pmix_clients_read_their_applications_data() {
         "{out}"
     );
 }
+
+/// A part's own `--overcommit`: in a job of 2 cores, a part of 2 ranks after one of 2 ranks
+/// runs only when it may share their cores; without it the step is refused, naming the part.
+#[test]
+fn a_part_overcommits_on_its_own() {
+    let c = Cluster::up(1, TOPO);
+    let script = format!(
+        "#!/bin/sh\n#BERTH --nodes 1 --cores 2\n\
+         {BIN} run -n 2 sh -c 'echo a $BERTH_RANK' : -n 2 --overcommit sh -c 'echo b $BERTH_RANK'\n\
+         echo over-rc=$?\n\
+         {BIN} run -n 2 sh -c 'echo c $BERTH_RANK' : -n 2 sh -c 'echo d $BERTH_RANK'\n\
+         echo plain-rc=$?\n"
+    );
+    let id = c.submit("over.sh", &script, &[]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    let read = |f: &str| std::fs::read_to_string(c.root().join(f)).unwrap_or_default();
+    let (out, err) = (read(&format!("berth-{id}.out")), read(&format!("berth-{id}.err")));
+    assert_eq!(job["state"], "completed", "{job:#}\n{out}\n{err}\n{}", c.logs());
+    let mut ran: Vec<&str> = out.lines().filter(|l| l.starts_with("a ") || l.starts_with("b ")).collect();
+    ran.sort();
+    assert_eq!(ran, ["a 0", "a 1", "b 2", "b 3"], "{out}\n{err}");
+    assert!(out.contains("over-rc=0"), "{out}\n{err}");
+    assert!(!out.contains("c 0") && !out.contains("d 2"), "{out}");
+    assert!(!out.contains("plain-rc=0"), "{out}\n{err}");
+    assert!(err.contains("part 2 of the MPMD command"), "the refusal names the part: {err}");
+}
