@@ -700,6 +700,16 @@ mod tests {
     /// the handlers of its own step's ranks only, never those of another step on the node.
     #[test]
     fn only_a_steps_ranks_connect_and_its_events_stay_in_the_step() {
+        /// The client's directory goes with the test, passed or not.
+        struct RemoveClient;
+        impl Drop for RemoveClient {
+            fn drop(&mut self) {
+                if let Some(dir) = guard_client().parent() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+            }
+        }
+        let _remove = RemoveClient;
         let tmp = tempfile::tempdir().unwrap();
         start_server(&tmp.path().join("pmix"));
         let (uid, gid) = unsafe_ids();
