@@ -1,0 +1,93 @@
+//! System tests of generic resources and licenses (issue 20) on a real controller and two
+//! real agents: `[licenses] matlab = 4` and `[gres] node2 = { nvme = 800 }` in berth.toml.
+
+mod common;
+
+use common::*;
+use std::time::Duration;
+
+const TOML: &str = "[licenses]\nmatlab = 4\n\n[gres]\nnode2 = { nvme = 800 }\n";
+
+/// Two jobs each wanting 3 of the 4 licenses, on a cluster with cores for both: the second
+/// waits (its reason names the license) and starts only once the first has ended. A job
+/// wanting `--gres=nvme:500` runs on node2, the only node with nvme. The views count them.
+#[test]
+fn licenses_serialize_jobs_and_gres_pick_the_node() {
+    let c = Cluster::up_configured(2, "package:1 core:2 pu:1", TOML);
+    c.json(&["compat", "install", &c.root().join("bin").display().to_string()]);
+    // The first holds its licenses until told to go: a file it waits for.
+    let go = c.root().join("go");
+    let first = format!(
+        "#!/bin/sh\n#SBATCH -L matlab:3\ndate +%s.%N > first.start\nwhile [ ! -e {} ]; do sleep 0.1; done\ndate +%s.%N > first.end\n",
+        go.display()
+    );
+    let a = c.submit("first.sh", &first, &[]);
+    c.wait_state(a, &["running"], Duration::from_secs(60));
+    let second = "#!/bin/sh\n#BERTH --licenses matlab:3\ndate +%s.%N > second.start\n";
+    let b = c.submit("second.sh", second, &[]);
+    // Cores are free on the other node: only the licenses hold it back.
+    std::thread::sleep(Duration::from_secs(3));
+    let shown = c.show(b);
+    assert_eq!(shown["state"], "queued", "{shown:#}\n{}", c.logs());
+    let reason = shown["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("license matlab: 3 wanted, 1 of 4 free"), "{reason}");
+    let lic = c.json(&["licenses"]);
+    assert_eq!(lic, serde_json::json!([{"name": "matlab", "total": 4, "used": 3}]), "{lic:#}");
+    let text = String::from_utf8_lossy(&c.berth(&["licenses"]).stdout).into_owned();
+    assert!(text.lines().any(|l| l.split_whitespace().collect::<Vec<_>>() == ["matlab", "4", "3", "1"]), "{text}");
+    let scontrol = named_ok(&c, "scontrol", &["show", "licenses"]);
+    assert!(scontrol.contains("LicenseName=matlab") && scontrol.contains("Total=4 Used=3 Free=1"), "{scontrol}");
+
+    // The gres job: on node2 only, counted there.
+    let g = c.submit("gres.sh", "#!/bin/sh\nhostname > gres.host\nsleep 2\n", &["--gres", "nvme:500"]);
+    let job = c.wait_state(g, &["running", "completed"], Duration::from_secs(60));
+    assert_eq!(job["allocation"][0]["node"], "node2", "{job:#}");
+    assert_eq!(job["allocation"][0]["gres"], serde_json::json!({"nvme": 500}), "{job:#}");
+    let nodes = c.json(&["nodes"]);
+    let node2 = nodes.as_array().unwrap().iter().find(|n| n["name"] == "node2").unwrap().clone();
+    let node1 = nodes.as_array().unwrap().iter().find(|n| n["name"] == "node1").unwrap().clone();
+    assert!(node1.get("gres").is_none(), "{node1:#}");
+    if job["state"] == "running" {
+        assert_eq!(node2["gres"], serde_json::json!([{"name": "nvme", "total": 800, "used": 500}]), "{node2:#}");
+    }
+    let record = named_ok(&c, "scontrol", &["show", "node", "node2"]);
+    assert!(record.lines().any(|l| l.trim() == "Gres=nvme:800"), "{record}");
+    let job = c.wait_finished(g, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}");
+    let show = String::from_utf8_lossy(&c.berth(&["show", &g.to_string()]).stdout).into_owned();
+    assert!(show.contains("nvme:500"), "{show}");
+
+    // Never: refused at submission.
+    let never = c.root().join("never.sh");
+    std::fs::write(
+        &never,
+        "#!/bin/sh
+true
+",
+    )
+    .unwrap();
+    let never = never.display().to_string();
+    for (flags, want) in [
+        (["--licenses", "matlab:5"], "the cluster has 4"),
+        (["--gres", "fpga:1"], "no node has generic resource fpga"),
+        (["--gres", "nvme:801"], "the most a node has is 800"),
+    ] {
+        let out = c.berth(&["submit", flags[0], flags[1], &never]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(want), "{flags:?}: {err}");
+    }
+
+    // The first ends: the second starts after it, never beside it.
+    std::fs::write(&go, "").unwrap();
+    let ja = c.wait_finished(a, Duration::from_secs(60));
+    let jb = c.wait_finished(b, Duration::from_secs(60));
+    assert_eq!((ja["state"].as_str(), jb["state"].as_str()), (Some("completed"), Some("completed")), "{}", c.logs());
+    let read = |f: &str| -> f64 {
+        std::fs::read_to_string(c.root().join(f)).unwrap_or_default().trim().parse().unwrap_or(f64::NAN)
+    };
+    let (first_end, second_start) = (read("first.end"), read("second.start"));
+    assert!(second_start >= first_end, "second started at {second_start}, before the first ended at {first_end}");
+    let lic = c.json(&["licenses"]);
+    assert_eq!(lic[0]["used"], 0, "{lic:#}");
+    assert_no_job_cgroups(&c);
+}
