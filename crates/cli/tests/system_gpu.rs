@@ -191,7 +191,8 @@ fn pbs_gpufile_lists_the_job_s_gpus_on_all_its_nodes() {
     let c = two_gpu_nodes();
     let script = "#!/bin/sh\n#PBS -l nodes=2:ppn=1:gpus=3\n\
                   echo \"file=${PBS_GPUFILE:-unset}\" > gpufile.env\n\
-                  if [ -n \"$PBS_GPUFILE\" ]; then cat \"$PBS_GPUFILE\" > gpufile.txt; fi\n";
+                  if [ -n \"$PBS_GPUFILE\" ]; then cat \"$PBS_GPUFILE\" > gpufile.txt; \
+                  stat -c '%u %a' \"$PBS_GPUFILE\" > gpufile.mode; fi\n";
     let id = c.submit("torque.sh", script, &[]);
     let job = c.wait_finished(id, Duration::from_secs(60));
     assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
@@ -203,6 +204,11 @@ fn pbs_gpufile_lists_the_job_s_gpus_on_all_its_nodes() {
     assert_eq!(got.lines().collect::<Vec<_>>(), want, "{got}");
     let hosts: std::collections::BTreeSet<&str> = got.lines().filter_map(|l| l.split("-gpu").next()).collect();
     assert_eq!(hosts.len(), 2, "both nodes' GPUs: {got}");
+    // The job's own file (its user's uid), readable by no one else.
+    let mode = std::fs::read_to_string(c.root().join("gpufile.mode")).unwrap();
+    // SAFETY: getuid has no precondition.
+    let uid = unsafe { libc::getuid() };
+    assert_eq!(mode.trim(), format!("{uid} 600"), "owner and mode of $PBS_GPUFILE");
 
     // Without GPUs: no file, no variable.
     std::fs::remove_file(c.root().join("gpufile.env")).unwrap();

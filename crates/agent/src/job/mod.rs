@@ -390,10 +390,17 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), LaunchError> {
                 .map_err(|e| io("cannot write the PBS node file in", e))?;
             owned.push(path);
         }
-        // Torque's GPU file, for a job holding GPUs.
+        // Torque's GPU file, for a job holding GPUs: the user's own, readable by no one else
+        // (made with its mode, as the rankfile; chowned below).
         if let Some(text) = crate::compat_env::pbs_gpufile_text(spec) {
             let path = spool.join(crate::compat_env::PBS_GPUFILE);
-            std::fs::write(&path, text).map_err(|e| io("cannot write the PBS GPU file in", e))?;
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path)
+                .map_err(|e| io("cannot create the PBS GPU file in", e))?;
+            f.write_all(text.as_bytes()).map_err(|e| io("cannot write the PBS GPU file in", e))?;
             owned.push(path);
         }
     }
