@@ -69,9 +69,23 @@ impl Status {
         }
     }
 
-    /// Read the status file of a job's spool directory; None if absent or malformed.
+    /// Read the status file of a job's spool directory; None if absent, malformed, or not a
+    /// plain file. The job's processes may replace it after the shim is gone: a FIFO is never
+    /// waited on (O_NONBLOCK), a symbolic link never followed, at most 64 bytes are read.
     pub fn read(spool: &std::path::Path) -> Option<Status> {
-        Status::decode(&std::fs::read_to_string(spool.join(STATUS_FILE)).ok()?)
+        use std::io::Read;
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(spool.join(STATUS_FILE))
+            .ok()?;
+        if !file.metadata().ok()?.file_type().is_file() {
+            return None;
+        }
+        let mut text = String::new();
+        file.take(64).read_to_string(&mut text).ok()?;
+        Status::decode(&text)
     }
 }
 
@@ -258,6 +272,26 @@ mod tests {
         assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
         write_status(&dir.join(STATUS_FILE), Status::Signal(9)); // returns: no reader awaited
         assert!(std::fs::symlink_metadata(dir.join(STATUS_FILE)).unwrap().file_type().is_file());
+        assert_eq!(Status::read(&dir), Some(Status::Signal(9)));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A FIFO or a symbolic link the job left as the status file is no status, and reading it
+    /// never blocks (the agent reads it as root when it adopts a job).
+    #[test]
+    fn a_fifo_or_link_is_no_status_and_never_blocks() {
+        let dir = scratch("read-odd");
+        let path = dir.join(STATUS_FILE);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        assert_eq!(Status::read(&dir), None);
+        std::fs::remove_file(&path).unwrap();
+        let target = dir.join("elsewhere");
+        std::fs::write(&target, Status::Code(0).encode()).unwrap();
+        std::os::unix::fs::symlink(&target, &path).unwrap();
+        assert_eq!(Status::read(&dir), None);
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(&path, Status::Signal(9).encode()).unwrap();
         assert_eq!(Status::read(&dir), Some(Status::Signal(9)));
         std::fs::remove_dir_all(&dir).unwrap();
     }
