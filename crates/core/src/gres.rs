@@ -271,11 +271,17 @@ mod tests {
         assert_eq!(l.check(&three), Ok(()));
         l.claim(&three);
         match l.check(&three) {
-            Err(LicenseMiss::Busy(m)) => assert!(m.to_string().contains("license matlab: 3 wanted, 1 of 4 free"), "{m}"),
+            Err(LicenseMiss::Busy(m)) => {
+                assert!(m.to_string().contains("license matlab: 3 wanted, 1 of 4 free"), "{m}")
+            }
             other => panic!("{other:?}"),
         }
-        assert!(matches!(l.check(&counts(&[("matlab", 5)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has 4")));
-        assert!(matches!(l.check(&counts(&[("ansys", 1)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has none")));
+        assert!(
+            matches!(l.check(&counts(&[("matlab", 5)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has 4"))
+        );
+        assert!(
+            matches!(l.check(&counts(&[("ansys", 1)])), Err(LicenseMiss::Never(m)) if m.to_string().contains("has none"))
+        );
         l.release(&three);
         assert_eq!(l.free("matlab"), 4);
         assert!(l.used.is_empty());
