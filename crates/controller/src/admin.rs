@@ -13,9 +13,10 @@ use berth_protocol::client::{ClientResponse, ErrorCode};
 
 impl Controller {
     /// The index of node `name` if `peer` is an admin, else the error to reply.
-    fn admin_target(&self, peer: &Peer, name: &str, what: &str) -> Result<usize, ClientResponse> {
+    /// A refusal is recorded (`denied`) with the command's effects: the command ends with it.
+    fn admin_target(&mut self, peer: &Peer, name: &str, what: &str) -> Result<usize, ClientResponse> {
         if !self.is_admin(peer) {
-            let _ = self.denied(peer, &format!("change {what} of node {name}"), None, "");
+            self.queue([crate::handlers::denial(peer, &format!("change {what} of node {name}"), None, "")]);
             return Err(error(ErrorCode::NotPermitted, format!("only admins may change {what} (config key `admins`)")));
         }
         self.node_by_name(name).ok_or_else(|| {

@@ -86,16 +86,17 @@ impl Controller {
                 format!("job {id} is not an allocation (`berth alloc`); end it with `berth cancel {id}`"),
             ));
         }
-        if let Some(refused) = self.not_the_owner(peer, "release", id)? {
+        let job_state = job.state;
+        if let Some(refused) = self.not_the_owner(peer, "release", id, now)? {
             return Ok(refused);
         }
         self.alloc_holders.remove(&id);
-        if job.state.is_pending() {
+        if job_state.is_pending() {
             self.store.event(now, "alloc", Some(id), None, "released before it was granted")?;
             if let Err(e) = self.cancel_one(id, now)? {
                 return Ok(ClientResponse::Error(e));
             }
-        } else if job.state == JobState::Running {
+        } else if job_state == JobState::Running {
             let state = if exit_code == 0 { JobState::Completed } else { JobState::Failed };
             self.store.event(now, "alloc", Some(id), None, &format!("released: its command exited {exit_code}"))?;
             self.end_interactive(id, state, Some(exit_code), None, now)?;
@@ -120,7 +121,7 @@ impl Controller {
                 format!("job {id} is not an allocation waiting for or held by a `berth alloc`"),
             ));
         }
-        if let Some(refused) = self.not_the_owner(peer, "hold", id)? {
+        if let Some(refused) = self.not_the_owner(peer, "hold", id, self.clock.unix())? {
             return Ok(refused);
         }
         match self.alloc_holders.get(&id) {
@@ -137,15 +138,22 @@ impl Controller {
 
     /// The refusal (logged as denied) when `peer` may not `action` allocation `id` (a job in
     /// memory): it is neither the owner's nor the peer an admin.
-    fn not_the_owner(&self, peer: &Peer, action: &str, id: JobId) -> Result<Option<ClientResponse>, StoreError> {
+    fn not_the_owner(
+        &mut self,
+        peer: &Peer,
+        action: &str,
+        id: JobId,
+        now: f64,
+    ) -> Result<Option<ClientResponse>, StoreError> {
         let Some(job) = self.jobs.get(&id) else { return Ok(None) };
         if job.user.uid == peer.user.uid || self.is_admin(peer) {
             return Ok(None);
         }
-        self.denied(peer, action, Some(id), &job.user.name)?;
+        let owner = job.user.name.clone();
+        self.denied(peer, action, Some(id), &owner, now)?;
         Ok(Some(error(
             ErrorCode::NotPermitted,
-            format!("job {id} belongs to {}; you may only {action} your own allocations", job.user.name),
+            format!("job {id} belongs to {owner}; you may only {action} your own allocations"),
         )))
     }
 

@@ -132,7 +132,7 @@ impl Controller {
             }
             let owner = self.jobs.get(&members[0]).map(|j| (j.user.uid, j.user.name.clone()));
             if let Some((_, name)) = owner.filter(|(uid, _)| *uid != peer.user.uid && !self.is_admin(peer)) {
-                self.denied(peer, action, Some(id), &name)?;
+                self.denied(peer, action, Some(id), &name, now)?;
                 let e = ApiError::new(
                     ErrorCode::NotPermitted,
                     format!("array {id} belongs to {name}; you may only act on your own jobs"),

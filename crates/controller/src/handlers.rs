@@ -1,5 +1,6 @@
 //! What the controller does with each request and agent message.
 
+use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::{error, Peer};
 use crate::state::{AgentTx, Controller};
@@ -25,18 +26,20 @@ impl Controller {
         peer.user.uid == 0 || self.cfg.admins.contains(&peer.user.name)
     }
 
-    /// Record a refused action on someone else's job (event `denied`), besides the error the
-    /// user gets: "user X may not cancel job N of user Y".
-    pub(crate) fn denied(&self, peer: &Peer, action: &str, job: Option<JobId>, whose: &str) -> Result<(), StoreError> {
-        let detail = match job {
-            Some(id) if !whose.is_empty() => {
-                format!("user {} may not {action} job {id} of user {whose}", peer.user.name)
-            }
-            Some(id) => format!("user {} may not {action} job {id}", peer.user.name),
-            None => format!("user {} may not {action}", peer.user.name),
-        };
-        tracing::warn!(uid = peer.user.uid, "denied: {detail}");
-        self.store.event(self.clock.unix(), "denied", job, None, &detail)
+    /// Record a refused action on someone else's job (event `denied`, by [`denial`]), besides
+    /// the error the user gets: "user X may not cancel job N of user Y". Carried out at once,
+    /// with what the command decided before it, so that the event keeps its place among the
+    /// writes of a request on several jobs.
+    pub(crate) fn denied(
+        &mut self,
+        peer: &Peer,
+        action: &str,
+        job: Option<JobId>,
+        whose: &str,
+        now: f64,
+    ) -> Result<(), StoreError> {
+        self.queue([denial(peer, action, job, whose)]);
+        self.carry_out_effects(now)
     }
 
     /// `acct` for jobs: the finished ones matching (and the active ones when asked).
@@ -579,10 +582,11 @@ impl Controller {
                     )),
                 },
                 Some(j) if j.user.uid != peer.user.uid && !self.is_admin(peer) => {
-                    self.denied(peer, action, Some(id), &j.user.name)?;
+                    let owner = j.user.name.clone();
+                    self.denied(peer, action, Some(id), &owner, now)?;
                     Err(ApiError::new(
                         ErrorCode::NotPermitted,
-                        format!("job {id} belongs to {}; you may only act on your own jobs", j.user.name),
+                        format!("job {id} belongs to {owner}; you may only act on your own jobs"),
                     ))
                 }
                 Some(_) => op(self, id, now)?,
@@ -942,3 +946,18 @@ impl Controller {
 fn unknown_job(id: JobId) -> ClientResponse {
     error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))
 }
+
+/// The event recording that `peer` was refused `action` on `job` of user `whose` (logged too):
+/// "user X may not cancel job N of user Y".
+pub(crate) fn denial(peer: &Peer, action: &str, job: Option<JobId>, whose: &str) -> Effect {
+    let detail = match job {
+        Some(id) if !whose.is_empty() => format!("user {} may not {action} job {id} of user {whose}", peer.user.name),
+        Some(id) => format!("user {} may not {action} job {id}", peer.user.name),
+        None => format!("user {} may not {action}", peer.user.name),
+    };
+    tracing::warn!(uid = peer.user.uid, "denied: {detail}");
+    Effect::Event { kind: "denied".into(), job, node: None, detail }
+}
+
+#[cfg(test)]
+mod effect_tests;

@@ -114,14 +114,16 @@ impl Controller {
         })
     }
 
-    /// The running job `id` (or suspended, with `suspended_ok`) if `peer` may act on it.
+    /// Whether `peer` may act on running job `id` (or suspended, with `suspended_ok`); a
+    /// refusal of someone else's job is recorded (`denied`).
     fn running_job_of(
-        &self,
+        &mut self,
         id: JobId,
         peer: &Peer,
         what: &str,
         suspended_ok: bool,
-    ) -> Result<Result<&JobRecord, ApiError>, StoreError> {
+        now: f64,
+    ) -> Result<Result<(), ApiError>, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
             return Ok(Err(match self.store.get_job(id)? {
                 Some(j) => api(
@@ -133,10 +135,11 @@ impl Controller {
         };
         if job.user.uid != peer.user.uid && !self.is_admin(peer) {
             let action = if what.starts_with("signal") { "signal" } else { "run steps in" };
-            self.denied(peer, action, Some(id), &job.user.name)?;
+            let owner = job.user.name.clone();
+            self.denied(peer, action, Some(id), &owner, now)?;
             return Ok(Err(api(
                 ErrorCode::NotPermitted,
-                format!("job {id} belongs to {}; you may only act on your own jobs", job.user.name),
+                format!("job {id} belongs to {owner}; you may only act on your own jobs"),
             )));
         }
         if job.state != JobState::Running && !(suspended_ok && job.state == JobState::Suspended) {
@@ -145,7 +148,7 @@ impl Controller {
                 format!("job {id} is {}; {what} only in running jobs (`berth show {id}`)", job.state.as_str()),
             )));
         }
-        Ok(Ok(job))
+        Ok(Ok(()))
     }
 
     fn step_in_job(
@@ -155,10 +158,10 @@ impl Controller {
         peer: &Peer,
         now: f64,
     ) -> Result<Result<ClientResponse, ApiError>, StoreError> {
-        let job = match self.running_job_of(id, peer, "steps run", false)? {
-            Ok(j) => j,
-            Err(e) => return Ok(Err(e)),
-        };
+        if let Err(e) = self.running_job_of(id, peer, "steps run", false, now)? {
+            return Ok(Err(e));
+        }
+        let Some(job) = self.jobs.get(&id) else { return Ok(Err(unknown_job(id))) };
         if let Some(r) = &job.kill_sent {
             return Ok(Err(api(ErrorCode::InvalidState, format!("job {id} is ending ({r}); it takes no new steps"))));
         }
@@ -450,7 +453,7 @@ impl Controller {
             });
         };
         if row.uid != peer.user.uid && !self.is_admin(peer) {
-            self.denied(peer, &format!("end step {step} of"), Some(job), &row.user)?;
+            self.denied(peer, &format!("end step {step} of"), Some(job), &row.user, now)?;
             return Ok(error(
                 ErrorCode::NotPermitted,
                 format!("step {job}.{step} belongs to {}; you may only end your own steps", row.user),
@@ -573,10 +576,11 @@ impl Controller {
         peer: &Peer,
     ) -> Result<Result<(), ApiError>, StoreError> {
         // A suspended job's processes get it now and act on it when the job resumes.
-        let job = match self.running_job_of(id, peer, "signals are delivered", true)? {
-            Ok(j) => j,
-            Err(e) => return Ok(Err(e)),
-        };
+        let now = self.clock.unix();
+        if let Err(e) = self.running_job_of(id, peer, "signals are delivered", true, now)? {
+            return Ok(Err(e));
+        }
+        let Some(job) = self.jobs.get(&id) else { return Ok(Err(unknown_job(id))) };
         let Some(targets) = signal_targets(job, self.steps.get(&id).map(Vec::as_slice), step) else {
             let s = step.unwrap_or_default();
             return Ok(Err(match self.store.get_step(id, s)? {

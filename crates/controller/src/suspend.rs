@@ -277,7 +277,7 @@ impl Controller {
             let what = if resume { "resume" } else { "suspend" };
             for id in &ids {
                 let owner = self.jobs.get(id).map(|j| j.user.name.clone()).unwrap_or_default();
-                self.denied(peer, what, Some(*id), &owner)?;
+                self.denied(peer, what, Some(*id), &owner, now)?;
             }
             return Ok(crate::model::request::error(
                 ErrorCode::NotPermitted,

@@ -84,14 +84,14 @@ impl Controller {
         };
         let admin = self.is_admin(peer);
         if owner.uid != peer.user.uid && !admin {
-            self.denied(peer, "update", Some(id), &owner.name)?;
+            self.denied(peer, "update", Some(id), &owner.name, now)?;
             return Ok(error(
                 ErrorCode::NotPermitted,
                 format!("job {id} belongs to {}; you may only change your own jobs", owner.name),
             ));
         }
         if change.priority.is_some() && !admin {
-            self.denied(peer, "set the priority of", Some(id), &owner.name)?;
+            self.denied(peer, "set the priority of", Some(id), &owner.name, now)?;
             return Ok(error(ErrorCode::NotPermitted, "only admins may set a job's priority (config key `admins`)"));
         }
         if targets.is_empty() {
@@ -387,7 +387,7 @@ impl Controller {
             )));
         };
         if owner.uid != peer.user.uid && !self.is_admin(peer) {
-            self.denied(peer, "requeue", Some(id), &owner.name)?;
+            self.denied(peer, "requeue", Some(id), &owner.name, now)?;
             return Ok(Err(ApiError::new(
                 ErrorCode::NotPermitted,
                 format!("job {id} belongs to {}; you may only act on your own jobs", owner.name),
