@@ -4,7 +4,7 @@
 
 use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
-use crate::state::Controller;
+use crate::state::{Controller, NodeExtra};
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::NodeState;
@@ -14,7 +14,8 @@ use berth_protocol::agent::{ControllerMessage, LaunchSpec};
 
 impl Controller {
     /// Release a running job's resources and drop it from memory after it is finished and
-    /// written to the store.
+    /// written to the store. The rows of nodes it leaves drained ([`drained`]) are queued
+    /// with the command's effects.
     pub fn retire(&mut self, id: JobId) {
         if let Some(job) = self.jobs.remove(&id) {
             if let Some(event) = crate::notify::end_event(&job) {
@@ -23,16 +24,10 @@ impl Controller {
             if !job.allocation.is_empty() {
                 // A job that ended suspended gave its PUs back when it was suspended.
                 crate::model::suspension::release(&mut self.cluster, &job.allocation, job.suspension.since.is_some());
-                for a in &job.allocation {
-                    let n = a.node_id.0 as usize;
-                    if self.extra.get(n).is_some_and(|e| e.state == NodeState::Draining)
-                        && self.jobs_on_node(n).is_empty()
-                    {
-                        self.extra[n].state = NodeState::Drained;
-                        let row = self.node_row(n);
-                        let _ = self.store.upsert_node(&row);
-                    }
-                }
+                let jobs = &self.jobs;
+                let busy = |n: usize| jobs.values().any(|j| j.state.has_allocation() && j.on_node(n));
+                let effects = drained(&job.allocation, &mut self.extra, busy);
+                self.queue(effects);
             }
             self.pending_reasons.remove(&id);
             self.cgroups.remove(&id);
@@ -155,8 +150,25 @@ impl Controller {
             self.kill_on_nodes(id, &alloc, kill_reason, except);
         }
         self.retire(id);
-        Ok(())
+        // The rows of the nodes it leaves drained, where they were written before.
+        self.carry_out_effects(now)
     }
+}
+
+/// A job on `alloc` ended and left memory: each node of it that was draining and runs nothing
+/// now (`busy` says whether a node still runs a job) is drained, and its row written.
+pub(crate) fn drained(alloc: &Allocation, extra: &mut [NodeExtra], busy: impl Fn(usize) -> bool) -> Vec<Effect> {
+    let mut effects = Vec::new();
+    for a in alloc {
+        let n = a.node_id.0 as usize;
+        if let Some(e) = extra.get_mut(n).filter(|e| e.state == NodeState::Draining) {
+            if !busy(n) {
+                e.state = NodeState::Drained;
+                effects.push(Effect::UpsertNode { node: n });
+            }
+        }
+    }
+    effects
 }
 
 /// An output path with `%N`, `%n`, `%t` (and the rest) expanded now that the job has nodes;
@@ -188,3 +200,6 @@ pub(crate) fn started(job: &mut JobRecord, cluster: &mut ClusterState, alloc: Al
     let head = job.allocation.first().map(|a| a.node.as_str());
     vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("start", job.id, head, "")]
 }
+
+#[cfg(test)]
+mod effect_tests;

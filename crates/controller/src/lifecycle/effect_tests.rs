@@ -1,0 +1,39 @@
+//! A job's end decided without a store: the nodes' books are plain values, and the effects
+//! returned are read.
+
+use super::*;
+use crate::testkit::{ann, running_job};
+use std::time::Instant;
+
+fn node(state: NodeState) -> NodeExtra {
+    NodeExtra {
+        state,
+        address: String::new(),
+        real_cpus: String::new(),
+        instance: String::new(),
+        conn: None,
+        last_heard: Instant::now(),
+    }
+}
+
+#[test]
+fn a_draining_node_a_job_leaves_idle_is_drained_and_written_a_busy_or_up_one_is_not() {
+    // Job 7 on n0 (draining, now idle), n1 (draining, still running job 8) and n2 (up).
+    let job = running_job(7, &ann(), &[(0, "0-3"), (1, "0-3"), (2, "0-3")]);
+    let mut extra = vec![node(NodeState::Draining), node(NodeState::Draining), node(NodeState::Up)];
+    let effects = drained(&job.allocation, &mut extra, |n| n == 1);
+    assert_eq!(effects, vec![Effect::UpsertNode { node: 0 }]);
+    let states: Vec<NodeState> = extra.iter().map(|e| e.state).collect();
+    assert_eq!(states, vec![NodeState::Drained, NodeState::Draining, NodeState::Up]);
+    // When job 8 ends too, n1 is drained; then there is nothing more to write.
+    assert_eq!(drained(&job.allocation, &mut extra, |_| false), vec![Effect::UpsertNode { node: 1 }]);
+    assert!(drained(&job.allocation, &mut extra, |_| false).is_empty());
+}
+
+#[test]
+fn a_node_not_known_is_left_alone() {
+    let job = running_job(7, &ann(), &[(3, "0-1")]);
+    let mut extra = vec![node(NodeState::Draining)];
+    assert!(drained(&job.allocation, &mut extra, |_| false).is_empty());
+    assert_eq!(extra[0].state, NodeState::Draining);
+}
