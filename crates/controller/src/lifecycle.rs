@@ -6,7 +6,7 @@ use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::state::{Controller, NodeExtra};
 use crate::store::StoreError;
-use berth_core::job::{Allocation, JobState};
+use berth_core::job::{Allocation, JobState, NodeAllocation};
 use berth_core::node::NodeState;
 use berth_core::sched::ClusterState;
 use berth_core::JobId;
@@ -135,9 +135,9 @@ impl Controller {
         }
     }
 
-    /// A running job has been finished (state, end written): close its steps, kill what is
-    /// left of it on its nodes (but `except`, the node that reported its end), free its
-    /// resources.
+    /// A running job has been finished (state, end written): its steps closed and what is
+    /// left of it killed on its nodes (by [`ended`]), its resources freed; written and queued
+    /// before this returns.
     pub fn end_running(
         &mut self,
         id: JobId,
@@ -145,14 +145,31 @@ impl Controller {
         kill_reason: &str,
         except: Option<usize>,
     ) -> Result<(), StoreError> {
-        self.store.close_steps(id, now, "job ended")?;
-        if let Some(alloc) = self.jobs.get(&id).map(|j| j.allocation.clone()) {
-            self.kill_on_nodes(id, &alloc, kill_reason, except);
-        }
+        let effects = ended(id, self.jobs.get(&id).map(|j| j.allocation.as_slice()), now, kill_reason, except);
+        self.queue(effects);
         self.retire(id);
-        // The rows of the nodes it leaves drained, where they were written before.
         self.carry_out_effects(now)
     }
+}
+
+/// Running job `id` (on `alloc`, when it is in memory) ended at `now`: its open steps close,
+/// then every node of it but `except` (the node that reported its end) is told to kill what is
+/// left of it.
+pub(crate) fn ended(
+    id: JobId,
+    alloc: Option<&[NodeAllocation]>,
+    now: f64,
+    kill_reason: &str,
+    except: Option<usize>,
+) -> Vec<Effect> {
+    let mut effects = vec![Effect::CloseSteps { job: id, time: now, failure: "job ended".into() }];
+    let nodes = alloc.unwrap_or_default().iter().map(|a| a.node_id.0 as usize);
+    effects.extend(
+        nodes
+            .filter(|n| Some(*n) != except)
+            .map(|node| Effect::Send { node, msg: ControllerMessage::Kill { id, reason: kill_reason.to_string() } }),
+    );
+    effects
 }
 
 /// A job on `alloc` ended and left memory: each node of it that was draining and runs nothing
