@@ -438,12 +438,11 @@ impl Controller {
     /// with that reason.
     fn cancel_never_satisfied(&mut self, id: JobId, why: &str, now: f64) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-        job.state = JobState::Cancelled;
-        job.end_time = Some(now);
-        let reason = why.split("; it will not start").next().unwrap_or(why).to_string();
-        job.reason = Some(reason.clone());
-        self.store.update_job(job)?;
-        self.store.event(now, "cancel", Some(id), None, &reason)?;
+        let reason = why.split("; it will not start").next().unwrap_or(why);
+        let effects = crate::handlers::cancelled_pending(job, reason, reason, now);
+        // Written at once: the next job cancelled may still write directly.
+        self.queue(effects);
+        self.carry_out_effects(now)?;
         self.retire(id);
         Ok(())
     }

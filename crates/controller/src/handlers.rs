@@ -602,11 +602,10 @@ impl Controller {
     pub(crate) fn cancel_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
         if job.state.is_pending() {
-            job.state = JobState::Cancelled;
-            job.end_time = Some(now);
-            job.reason = Some("cancelled before it started".into());
-            self.store.update_job(job)?;
-            self.store.event(now, "cancel", Some(id), None, "")?;
+            let effects = cancelled_pending(job, "cancelled before it started", "", now);
+            // Written at once: the next job of the request may still write directly.
+            self.queue(effects);
+            self.carry_out_effects(now)?;
             self.retire(id);
             return Ok(Ok(()));
         }
@@ -945,6 +944,15 @@ impl Controller {
 
 fn unknown_job(id: JobId) -> ClientResponse {
     error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))
+}
+
+/// Pending job `job` is cancelled at `now`, with `reason` (its row) and `detail` (the event
+/// `cancel`): its row, then the event.
+pub(crate) fn cancelled_pending(job: &mut JobRecord, reason: &str, detail: &str, now: f64) -> Vec<Effect> {
+    job.state = JobState::Cancelled;
+    job.end_time = Some(now);
+    job.reason = Some(reason.to_string());
+    vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("cancel", job.id, None, detail)]
 }
 
 /// The event recording that `peer` was refused `action` on `job` of user `whose` (logged too):

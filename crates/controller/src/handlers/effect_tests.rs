@@ -24,3 +24,22 @@ fn a_refusal_names_the_user_the_action_the_job_and_its_owner_when_known() {
         denied_event(None, "user ann may not change nodes of node n0")
     );
 }
+
+#[test]
+fn a_pending_job_cancelled_ends_now_with_its_reason_then_the_event_follows_its_row() {
+    let mut job = crate::testkit::running_job(7, &ann(), &[]);
+    job.state = JobState::Queued;
+    let effects = cancelled_pending(&mut job, "cancelled before it started", "", 1500.0);
+    assert_eq!(job.state, JobState::Cancelled);
+    assert_eq!(job.end_time, Some(1500.0));
+    assert_eq!(job.reason.as_deref(), Some("cancelled before it started"));
+    assert_eq!(
+        effects,
+        vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("cancel", JobId(7), None, "")]
+    );
+    // A dependency never met: the reason is the event's detail too.
+    let mut other = crate::testkit::running_job(8, &ann(), &[]);
+    other.state = JobState::Queued;
+    let effects = cancelled_pending(&mut other, "dependency afterok:7 failed", "dependency afterok:7 failed", 1600.0);
+    assert_eq!(effects[1], Effect::job_event("cancel", JobId(8), None, "dependency afterok:7 failed"));
+}
