@@ -24,11 +24,6 @@ impl Controller {
         })
     }
 
-    fn save_settings(&self, i: usize) -> Result<(), StoreError> {
-        let (key, value) = settings_of(&self.cluster.nodes[i]);
-        self.store.set_meta(&key, &value)
-    }
-
     pub fn node_admin(
         &mut self,
         name: &str,
@@ -41,47 +36,20 @@ impl Controller {
             Ok(i) => i,
             Err(reply) => return Ok(reply),
         };
-        let busy = !self.jobs_on_node(i).is_empty();
-        match action {
-            "drain" | "resume" => {
-                let ex = &mut self.extra[i];
-                ex.state = match action {
-                    "drain" if busy => NodeState::Draining,
-                    "drain" => NodeState::Drained,
-                    _ if ex.conn.is_some() => NodeState::Up,
-                    _ => NodeState::Down,
-                };
-                let row = self.node_row(i);
-                self.store.upsert_node(&row)?;
+        let detail = format!("{} {}", peer.user.name, value.unwrap_or(""));
+        if matches!(action, "down" | "up") {
+            self.node_down_up(i, action, value, now)?;
+            self.queue([Effect::node_event(action, name, detail)]);
+        } else {
+            let busy = !self.jobs_on_node(i).is_empty();
+            let ex = &mut self.extra[i];
+            let connected = ex.conn.is_some();
+            match node_change(i, &mut ex.state, connected, busy, &mut self.cluster.nodes[i], action, value) {
+                Ok(effects) => self.queue(effects),
+                Err(refused) => return Ok(refused),
             }
-            "down" | "up" => self.node_down_up(i, action, value, now)?,
-            "system-cpus" => {
-                let list = value.unwrap_or("");
-                let set = match CpuSet::parse_list(list) {
-                    Ok(s) => s,
-                    Err(e) => return Ok(error(ErrorCode::BadRequest, e.to_string())),
-                };
-                let all = self.cluster.nodes[i].topology.all_pus();
-                if !set.is_subset_of(&all) {
-                    return Ok(error(
-                        ErrorCode::BadRequest,
-                        format!("node {name} has PUs {}; {list:?} names others", all.to_list()),
-                    ));
-                }
-                // Running jobs keep what they have; the change applies to new placements.
-                let cap = &mut self.cluster.nodes[i];
-                cap.system_pus = set;
-                cap.refresh();
-                self.save_settings(i)?;
-            }
-            other => {
-                return Ok(error(
-                    ErrorCode::BadRequest,
-                    format!("unknown node action {other:?}; use drain, resume, down, up or system-cpus"),
-                ))
-            }
+            self.queue([Effect::node_event(action, name, detail)]);
         }
-        self.store.event(now, action, None, Some(name), &format!("{} {}", peer.user.name, value.unwrap_or("")))?;
         self.dirty = true;
         Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)], licenses: self.license_info() })
     }
@@ -105,6 +73,52 @@ impl Controller {
             Err(refused) => return Ok(refused),
         }
         Ok(ClientResponse::Nodes { nodes: vec![self.node_info(i, false)], licenses: self.license_info() })
+    }
+}
+
+/// An admin's drain, resume or system-cpus of node `i` (its state `state`, its agent
+/// `connected` or not, running jobs or not: `busy`; its capacity `cap`), made on them; what is
+/// to be written (the node's row, or its settings) is returned. Refused (the reply) with the
+/// node unchanged. Needs no store; the caller adds the event.
+pub(crate) fn node_change(
+    i: usize,
+    state: &mut NodeState,
+    connected: bool,
+    busy: bool,
+    cap: &mut NodeCapacity,
+    action: &str,
+    value: Option<&str>,
+) -> Result<Vec<Effect>, ClientResponse> {
+    match action {
+        "drain" | "resume" => {
+            *state = match action {
+                "drain" if busy => NodeState::Draining,
+                "drain" => NodeState::Drained,
+                _ if connected => NodeState::Up,
+                _ => NodeState::Down,
+            };
+            Ok(vec![Effect::UpsertNode { node: i }])
+        }
+        "system-cpus" => {
+            let list = value.unwrap_or("");
+            let set = CpuSet::parse_list(list).map_err(|e| error(ErrorCode::BadRequest, e.to_string()))?;
+            let all = cap.topology.all_pus();
+            if !set.is_subset_of(&all) {
+                return Err(error(
+                    ErrorCode::BadRequest,
+                    format!("node {} has PUs {}; {list:?} names others", cap.name, all.to_list()),
+                ));
+            }
+            // Running jobs keep what they have; the change applies to new placements.
+            cap.system_pus = set;
+            cap.refresh();
+            let (key, value) = settings_of(cap);
+            Ok(vec![Effect::SetMeta { key, value }])
+        }
+        other => Err(error(
+            ErrorCode::BadRequest,
+            format!("unknown node action {other:?}; use drain, resume, down, up or system-cpus"),
+        )),
     }
 }
 

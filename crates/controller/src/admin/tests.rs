@@ -66,3 +66,41 @@ fn a_refused_subnode_change_changes_nothing_and_writes_nothing() {
     let (_, why) = refused(subnode_change(&mut plain, 0, "drain", None));
     assert!(why.contains("0 subnode(s) (set subnode_numa"), "{why}");
 }
+
+#[test]
+fn a_node_drained_or_resumed_takes_the_state_its_jobs_and_agent_say_and_its_row_is_written() {
+    let mut cap = node();
+    let change = |state: NodeState, connected: bool, busy: bool, action: &str, cap: &mut NodeCapacity| {
+        let mut state = state;
+        let effects = node_change(3, &mut state, connected, busy, cap, action, None).expect("a valid change");
+        assert_eq!(effects, vec![Effect::UpsertNode { node: 3 }]);
+        state
+    };
+    assert_eq!(change(NodeState::Up, true, true, "drain", &mut cap), NodeState::Draining);
+    assert_eq!(change(NodeState::Up, true, false, "drain", &mut cap), NodeState::Drained);
+    assert_eq!(change(NodeState::Drained, true, false, "resume", &mut cap), NodeState::Up);
+    assert_eq!(change(NodeState::Drained, false, false, "resume", &mut cap), NodeState::Down);
+}
+
+#[test]
+fn system_cpus_set_on_a_node_are_its_settings_written_and_refused_ones_change_nothing() {
+    let mut cap = node();
+    let mut state = NodeState::Up;
+    let effects = node_change(0, &mut state, true, false, &mut cap, "system-cpus", Some("0-1")).expect("valid PUs");
+    assert_eq!(cap.system_pus.to_list(), "0-1");
+    assert_eq!(effects.len(), 1);
+    assert_eq!(settings(&effects[0]).system_cpus.as_deref(), Some("0-1"));
+    assert_eq!(state, NodeState::Up);
+    let refused = |r: Result<Vec<Effect>, ClientResponse>| match r {
+        Err(ClientResponse::Error(e)) => (e.code, e.message),
+        other => panic!("not refused: {other:?}"),
+    };
+    let (code, why) = refused(node_change(0, &mut state, true, false, &mut cap, "system-cpus", Some("0-99")));
+    assert_eq!(code, ErrorCode::BadRequest);
+    assert!(why.starts_with("node n0 has PUs 0-7;"), "{why}");
+    let (code, _) = refused(node_change(0, &mut state, true, false, &mut cap, "system-cpus", Some("x")));
+    assert_eq!(code, ErrorCode::BadRequest);
+    let (_, why) = refused(node_change(0, &mut state, true, false, &mut cap, "reboot", None));
+    assert!(why.starts_with("unknown node action \"reboot\""), "{why}");
+    assert_eq!((cap.system_pus.to_list(), state), ("0-1".to_string(), NodeState::Up));
+}
