@@ -3,7 +3,7 @@
 use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::{error, Peer};
-use crate::state::{AgentTx, Controller};
+use crate::state::{AgentTx, Controller, NodeExtra};
 use crate::store::StoreError;
 use berth_core::directives::parse_script_with;
 use berth_core::job::JobState;
@@ -907,15 +907,13 @@ impl Controller {
         Ok(())
     }
 
-    pub fn handle_disconnect(&mut self, node: usize, conn_id: u64, now: f64) -> Result<(), StoreError> {
-        if let Some(ex) = self.extra.get_mut(node) {
-            if ex.conn.as_ref().map(|c| c.0) == Some(conn_id) {
-                ex.conn = None;
-                let name = self.cluster.nodes[node].name.clone();
-                self.store.event(now, "node_disconnect", None, Some(&name), "")?;
-            }
+    /// Node `node`'s connection `conn_id` closed (by [`disconnected`]); its event is queued
+    /// with the command's effects.
+    pub fn handle_disconnect(&mut self, node: usize, conn_id: u64) {
+        if let (Some(ex), Some(cap)) = (self.extra.get_mut(node), self.cluster.nodes.get(node)) {
+            let effects = disconnected(ex, &cap.name, conn_id);
+            self.queue(effects);
         }
-        Ok(())
     }
 
     /// Mark nodes down whose agents went quiet, and end the jobs whose batch script ran there.
@@ -944,6 +942,17 @@ impl Controller {
 
 fn unknown_job(id: JobId) -> ClientResponse {
     error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs"))
+}
+
+/// Connection `conn_id` of node `name` (its books `ex`) closed: when it is the node's live one,
+/// the node has no agent any more, which the event `node_disconnect` records. A connection
+/// replaced already closing changes nothing.
+pub(crate) fn disconnected(ex: &mut NodeExtra, name: &str, conn_id: u64) -> Vec<Effect> {
+    if ex.conn.as_ref().map(|c| c.0) != Some(conn_id) {
+        return vec![];
+    }
+    ex.conn = None;
+    vec![Effect::node_event("node_disconnect", name, "")]
 }
 
 /// Pending job `job` is cancelled at `now`, with `reason` (its row) and `detail` (the event

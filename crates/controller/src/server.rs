@@ -420,7 +420,7 @@ fn apply_batch(
                     }
                     on_failure.keep = Some(Deferred::AgentGone { node, conn_id });
                     undo.push(on_failure);
-                    ctl.handle_disconnect(node, conn_id, now)?;
+                    ctl.handle_disconnect(node, conn_id);
                 }
                 Command::ClientGone { conn } => {
                     if degraded {

@@ -43,3 +43,23 @@ fn a_pending_job_cancelled_ends_now_with_its_reason_then_the_event_follows_its_r
     let effects = cancelled_pending(&mut other, "dependency afterok:7 failed", "dependency afterok:7 failed", 1600.0);
     assert_eq!(effects[1], Effect::job_event("cancel", JobId(8), None, "dependency afterok:7 failed"));
 }
+
+#[test]
+fn the_live_connection_of_a_node_closing_leaves_it_without_agent_and_is_logged_an_old_one_is_not() {
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut ex = NodeExtra {
+        state: NodeState::Up,
+        address: String::new(),
+        real_cpus: String::new(),
+        instance: "i1".into(),
+        conn: Some((5, tx)),
+        last_heard: std::time::Instant::now(),
+    };
+    // A connection replaced already: nothing changes.
+    assert!(disconnected(&mut ex, "n0", 4).is_empty());
+    assert!(ex.conn.is_some());
+    assert_eq!(disconnected(&mut ex, "n0", 5), vec![Effect::node_event("node_disconnect", "n0", "")]);
+    assert!(ex.conn.is_none());
+    // Once gone, a second close of it changes nothing.
+    assert!(disconnected(&mut ex, "n0", 5).is_empty());
+}
