@@ -10,6 +10,7 @@
 //!   on every pending task; a task's own id acts on that task alone;
 //! - a dependency on A (`afterok:A`) is one on every task (`dep_state`).
 
+use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::Peer;
 use crate::state::Controller;
@@ -48,39 +49,25 @@ type JobOp = fn(&mut Controller, JobId, f64) -> Result<Result<(), ApiError>, Sto
 impl Controller {
     /// Write the tasks of an array job (its options validated by `validate_submission`): its
     /// id is the first task's.
-    pub(crate) fn accept_array(&mut self, job: JobRecord, now: f64) -> Result<Result<JobId, ApiError>, StoreError> {
-        let Some(spec) = job.options.array.clone() else { return Ok(Ok(self.accept(job, now)?)) };
+    pub(crate) fn accept_array(&mut self, job: JobRecord) -> Result<JobId, ApiError> {
+        let Some(spec) = job.options.array.clone() else { return Ok(self.accept(job)) };
         let indexes = match spec.indexes(self.cfg.scheduler.max_array_size) {
             Ok(i) => i,
-            Err(e) => return Ok(Err(ApiError::new(ErrorCode::BadRequest, e.to_string()))),
+            Err(e) => return Err(ApiError::new(ErrorCode::BadRequest, e.to_string())),
         };
-        let Some((&min, &max)) = indexes.first().zip(indexes.last()) else {
-            return Ok(Err(ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string())));
-        };
-        // Consecutive ids, the first the array's; every task is written in this transaction,
-        // the first with the script and environment, the others sharing them (one copy in
-        // memory and on disk), and one `submit` event says so for all.
-        let first = self.take_job_ids(indexes.len() as u64)?;
-        let mut template = job;
-        template.options.array = None;
-        let user = template.user.name.clone();
-        for (k, task) in tasks(first.0, &indexes, spec.limit).into_iter().enumerate() {
-            let mut t = template.clone();
-            t.options.array_task = Some(task);
-            let id = JobId(first.0 + k as u64);
-            self.accept_as(t, id, (k > 0).then_some(first))?;
+        if indexes.is_empty() {
+            return Err(ApiError::new(ErrorCode::BadRequest, "--array names no index".to_string()));
         }
-        let detail = format!(
-            "{user}: array {first}, {} tasks, indexes {}",
-            indexes.len(),
-            if indexes.len() as u64 == u64::from(max.saturating_sub(min)) + 1 {
-                format!("{min}-{max}")
-            } else {
-                berth_core::directives::array::fold(&indexes)
-            }
-        );
-        self.store.event(now, "submit", Some(first), None, &detail)?;
-        Ok(Ok(first))
+        // Consecutive ids, the first the array's; every task is written in this transaction
+        // (`array_submitted`).
+        let first = self.take_job_ids(indexes.len() as u64);
+        let (jobs, effects) = array_submitted(job, first, &indexes, spec.limit);
+        self.queue(effects);
+        for t in jobs {
+            self.jobs.insert(t.id, t);
+        }
+        self.dirty = true;
+        Ok(first)
     }
 
     /// The tasks of array `id` still in memory (pending or running), in index order; empty
@@ -267,5 +254,42 @@ pub fn environment(job: &JobRecord, compat: bool, env: &mut Vec<(String, String)
     }
 }
 
+/// The tasks of array job `template` (its `--array` as `indexes`, not empty, and `limit`)
+/// under consecutive ids from `first`, the array's: each accepted (by
+/// [`crate::handlers::accepted`]), the first with the script and environment, the others
+/// sharing them (one copy in memory and on disk); then one event `submit` for all. Needs no
+/// store.
+pub(crate) fn array_submitted(
+    mut template: JobRecord,
+    first: JobId,
+    indexes: &[u32],
+    limit: Option<u32>,
+) -> (Vec<JobRecord>, Vec<Effect>) {
+    template.options.array = None;
+    let user = template.user.name.clone();
+    let mut jobs = Vec::with_capacity(indexes.len());
+    let mut effects = Vec::with_capacity(indexes.len() + 1);
+    for (k, task) in tasks(first.0, indexes, limit).into_iter().enumerate() {
+        let mut t = template.clone();
+        t.options.array_task = Some(task);
+        effects.push(crate::handlers::accepted(&mut t, JobId(first.0 + k as u64), (k > 0).then_some(first)));
+        jobs.push(t);
+    }
+    let (min, max) = (indexes.first().copied().unwrap_or(0), indexes.last().copied().unwrap_or(0));
+    let detail = format!(
+        "{user}: array {first}, {} tasks, indexes {}",
+        indexes.len(),
+        if indexes.len() as u64 == u64::from(max.saturating_sub(min)) + 1 {
+            format!("{min}-{max}")
+        } else {
+            berth_core::directives::array::fold(indexes)
+        }
+    );
+    effects.push(Effect::job_event("submit", first, None, detail));
+    (jobs, effects)
+}
+
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;

@@ -117,8 +117,6 @@ impl Controller {
         self.queue(effects);
         self.steps.remove(&id);
         self.cgroups.remove(&id);
-        // `await_old_run` still writes directly: what was decided is written first.
-        self.carry_out_effects(now)?;
         // It starts again once its old run has ended where it was killed (`crate::update`).
         self.await_old_run(id, &alloc, except, now)?;
         crate::model::suspension::release(&mut self.cluster, &alloc, suspended);

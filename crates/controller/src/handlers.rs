@@ -1,12 +1,12 @@
 //! What the controller does with each request and agent message.
 
 use crate::model::effect::Effect;
-use crate::model::job::JobRecord;
+use crate::model::job::{JobRecord, Usage};
 use crate::model::request::{error, Peer};
 use crate::state::{AgentTx, Controller, NodeExtra};
 use crate::store::StoreError;
 use berth_core::directives::parse_script_with;
-use berth_core::job::JobState;
+use berth_core::job::{JobOutcome, JobState};
 use berth_core::limits::escape_control;
 use berth_core::node::NodeState;
 use berth_core::placement::cluster::feasible_when_up as feasible;
@@ -115,11 +115,11 @@ impl Controller {
                 state_store: self.store_health.clone(),
             },
             ClientRequest::Submit(sub) => match self.validate_submission(*sub, peer, now) {
-                Ok(job) if job.options.array.is_some() => match self.accept_array(job, now)? {
+                Ok(job) if job.options.array.is_some() => match self.accept_array(job) {
                     Ok(id) => ClientResponse::Submitted { id },
                     Err(e) => ClientResponse::Error(e),
                 },
-                Ok(job) => ClientResponse::Submitted { id: self.accept(job, now)? },
+                Ok(job) => ClientResponse::Submitted { id: self.accept(job) },
                 Err(e) => ClientResponse::Error(e),
             },
             ClientRequest::SubmitBatch { jobs } if jobs.len() > MAX_IDS_PER_REQUEST => error(
@@ -156,7 +156,7 @@ impl Controller {
                     None => {
                         let mut ids = Vec::with_capacity(valid.len());
                         for job in valid {
-                            ids.push(self.accept(job, now)?);
+                            ids.push(self.accept(job));
                         }
                         ClientResponse::SubmittedBatch { ids }
                     }
@@ -510,44 +510,15 @@ impl Controller {
         self.cfg.default_mem_per_core_bytes().min(roomiest).max(1)
     }
 
-    /// Give a valid job its id and write it; the reply waits for the commit.
-    pub(crate) fn accept(&mut self, job: JobRecord, now: f64) -> Result<JobId, StoreError> {
-        let id = self.take_job_id()?;
-        let user = job.user.name.clone();
-        self.accept_as(job, id, None)?;
-        self.store.event(now, "submit", Some(id), None, &user)?;
-        Ok(id)
-    }
-
-    /// Write a valid job as `id` (taken with `take_job_id(s)`), with no `submit` event (the
-    /// caller's); `script_of`: a job already written whose script and environment it shares.
-    pub(crate) fn accept_as(
-        &mut self,
-        mut job: JobRecord,
-        id: JobId,
-        script_of: Option<JobId>,
-    ) -> Result<(), StoreError> {
-        job.id = id;
-        // The first task of an array gives the array its id (`crate::array`).
-        if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
-            t.job = id.0;
-        }
-        let task = job.options.array_task;
-        let expand =
-            |p: &str| berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref());
-        // `%N`, `%n`, `%t` are known when the job starts: such a path is expanded then, whole.
-        let expand = |p: &str| {
-            if berth_core::directives::extra::has_node_patterns(p) {
-                p.to_string()
-            } else {
-                expand(p)
-            }
-        };
-        (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
-        self.store.insert_job_sharing(&job, script_of)?;
+    /// Give a valid job its id and queue its row and event `submit` (by [`submitted`]); the
+    /// server loop writes them in the batch's transaction, and the reply waits for the commit.
+    pub(crate) fn accept(&mut self, mut job: JobRecord) -> JobId {
+        let id = self.take_job_id();
+        let effects = submitted(&mut job, id);
+        self.queue(effects);
         self.jobs.insert(id, job);
         self.dirty = true;
-        Ok(())
+        id
     }
 
     pub(crate) fn for_each_id(
@@ -685,7 +656,9 @@ impl Controller {
             }
         };
         let restarted = self.extra[index].instance != reg.instance;
-        self.old_runs_on_register(index, &reg.running, &reg.ended)?;
+        self.old_runs_on_register(index, &reg.running, &reg.ended);
+        // The node's row and event below are still written directly: what was decided first.
+        self.carry_out_effects(now)?;
         let ours = self.jobs_on_node(index);
         if *self.cluster.nodes[index].topology != reg.topology {
             // New hardware description: rebuild the free map from the jobs still allocated here.
@@ -851,42 +824,28 @@ impl Controller {
                     self.send_to_node(node, ControllerMessage::EndAck { id });
                     return Ok(());
                 }
-                if let (true, Some(job)) = (first, self.jobs.get_mut(&id)) {
+                if first {
                     // The first node decides: its batch script ended (or, for an interactive
-                    // allocation, its hold was ended there, e.g. at the walltime).
-                    job.finish(&outcome, now);
+                    // allocation, its hold was ended there, e.g. at the walltime). Its other
+                    // nodes' usage recorded so far is the decision's input.
                     let members = self.store.member_usage(id)?;
-                    if let Some(u) = job.usage.as_mut() {
-                        u.user_cpu_us += members.user_cpu_us;
-                        u.system_cpu_us += members.system_cpu_us;
-                        u.peak_memory_bytes = u.peak_memory_bytes.max(members.peak_memory_bytes);
+                    if let Some(job) = self.jobs.get_mut(&id) {
+                        let effects = job_ended(job, &outcome, &members, &node_name, now);
+                        self.queue(effects);
+                        self.end_running(id, now, "job ended", Some(node))?;
                     }
-                    self.store.update_job(job)?;
-                    self.store.insert_accounting(job)?;
-                    self.store.event(now, "end", Some(id), Some(&node_name), job.state.as_str())?;
-                    self.end_running(id, now, "job ended", Some(node))?;
                 } else {
                     // Another node of the job: its processes there ended (after the kill that
                     // follows the job's end, usually). Only its usage counts.
-                    let usage = crate::model::job::Usage {
-                        wall_ms: 0,
-                        user_cpu_us: outcome.user_cpu_us,
-                        system_cpu_us: outcome.system_cpu_us,
-                        peak_memory_bytes: outcome.peak_memory_bytes,
-                    };
-                    if self.store.add_member_usage(id, &node_name, &usage)? && !running_here {
-                        self.store.add_to_accounting(id, &usage)?;
+                    let here = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node));
+                    if here.is_some_and(|j| j.kill_sent.is_none()) {
+                        tracing::warn!(job = %id, node = %node_name, "the job's part on this node ended while it runs");
                     }
-                    if let Some(job) = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node)) {
-                        if job.kill_sent.is_none() {
-                            tracing::warn!(job = %id, node = %node_name, "the job's part on this node ended while it runs");
-                            let detail = outcome.reason.clone().unwrap_or_default();
-                            self.store.event(now, "member_ended", Some(id), Some(&node_name), &detail)?;
-                        }
-                    }
+                    let effects = part_ended(id, here, &node_name, &outcome);
+                    self.queue(effects);
                     if !running_here {
                         // A requeued job's previous run ended here (`crate::update`).
-                        self.old_run_ended(id, node)?;
+                        self.old_run_ended(id, node);
                     }
                 }
                 self.send_to_node(node, ControllerMessage::EndAck { id });
@@ -953,6 +912,81 @@ pub(crate) fn disconnected(ex: &mut NodeExtra, name: &str, conn_id: u64) -> Vec<
     }
     ex.conn = None;
     vec![Effect::node_event("node_disconnect", name, "")]
+}
+
+/// A valid job accepted as `id`: its id set (the first task of an array gives the array its
+/// id), its output paths expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start),
+/// then its row, sharing the script and environment of job `script_of` when given. Needs no
+/// store.
+pub(crate) fn accepted(job: &mut JobRecord, id: JobId, script_of: Option<JobId>) -> Effect {
+    job.id = id;
+    if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
+        t.job = id.0;
+    }
+    let task = job.options.array_task;
+    let expand = |p: &str| {
+        if berth_core::directives::extra::has_node_patterns(p) {
+            p.to_string()
+        } else {
+            berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref())
+        }
+    };
+    (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
+    match script_of {
+        Some(of) => Effect::InsertJobSharing { job: Box::new(job.clone()), script_of: of },
+        None => Effect::InsertJob(Box::new(job.clone())),
+    }
+}
+
+/// A job submitted alone, accepted as `id` (by [`accepted`]): its row, then the event `submit`
+/// naming its user. Needs no store.
+pub(crate) fn submitted(job: &mut JobRecord, id: JobId) -> Vec<Effect> {
+    let row = accepted(job, id, None);
+    vec![row, Effect::job_event("submit", id, None, job.user.name.clone())]
+}
+
+/// Job `job`'s first node reported its end (`outcome`) at `now` (from node `node`): it is
+/// finished, the usage of its other nodes recorded so far (`members`) added to its own; then
+/// its row, its accounting row and the event `end`. Needs no store.
+pub(crate) fn job_ended(
+    job: &mut JobRecord,
+    outcome: &JobOutcome,
+    members: &Usage,
+    node: &str,
+    now: f64,
+) -> Vec<Effect> {
+    job.finish(outcome, now);
+    if let Some(u) = job.usage.as_mut() {
+        u.user_cpu_us += members.user_cpu_us;
+        u.system_cpu_us += members.system_cpu_us;
+        u.peak_memory_bytes = u.peak_memory_bytes.max(members.peak_memory_bytes);
+    }
+    vec![
+        Effect::UpdateJob(Box::new(job.clone())),
+        Effect::InsertAccounting(Box::new(job.clone())),
+        Effect::job_event("end", job.id, Some(node), job.state.as_str()),
+    ]
+}
+
+/// Node `node`, not job `id`'s first, reported the job's part there ended (`outcome`): that
+/// part's usage, recorded once, and added to the accounting row when the job no longer runs
+/// there (`running_here` is the job while it holds the node: its end was recorded already
+/// otherwise). While it runs and was sent no kill, the part ended early: event `member_ended`
+/// with the agent's reason. Needs no store.
+pub(crate) fn part_ended(id: JobId, running_here: Option<&JobRecord>, node: &str, outcome: &JobOutcome) -> Vec<Effect> {
+    let usage = Usage {
+        wall_ms: 0,
+        user_cpu_us: outcome.user_cpu_us,
+        system_cpu_us: outcome.system_cpu_us,
+        peak_memory_bytes: outcome.peak_memory_bytes,
+    };
+    let mut effects =
+        vec![Effect::AddMemberUsage { job: id, node: node.to_string(), usage, to_accounting: running_here.is_none() }];
+    if running_here.is_some_and(|j| j.kill_sent.is_none()) {
+        let detail = outcome.reason.clone().unwrap_or_default();
+        effects.push(Effect::job_event("member_ended", id, Some(node), detail));
+    }
+    effects
 }
 
 /// Pending job `job` is cancelled at `now`, with `reason` (its row) and `detail` (the event

@@ -383,7 +383,17 @@ impl Controller {
                 }
                 Effect::Reschedule => self.dirty = true,
                 Effect::InsertJob(job) => self.store.insert_job(&job)?,
+                Effect::InsertJobSharing { job, script_of } => self.store.insert_job_sharing(&job, Some(script_of))?,
                 Effect::UpdateJob(job) => self.store.update_job(&job)?,
+                Effect::RewriteJob(job) => self.store.rewrite_job(&job)?,
+                Effect::ForgetRun { job } => self.store.forget_run(job)?,
+                Effect::SaveOldRun { job, nodes, since } => self.store.save_old_run(job, &nodes, since)?,
+                Effect::ForgetOldRun { job } => self.store.forget_old_run(job)?,
+                Effect::AddMemberUsage { job, node, usage, to_accounting } => {
+                    if self.store.add_member_usage(job, &node, &usage)? && to_accounting {
+                        self.store.add_to_accounting(job, &usage)?;
+                    }
+                }
                 Effect::InsertAccounting(job) => self.store.insert_accounting(&job)?,
                 Effect::SaveSuspension { job, suspension } => self.store.save_suspension(job, &suspension)?,
                 Effect::UpsertNode { node } => {
@@ -430,20 +440,17 @@ pub const JOB_ID_BLOCK: u64 = 64;
 
 impl Controller {
     /// The next job id. Ids are reserved ahead in blocks, written with the batch that takes
-    /// them, so that the next batches' ids are already reserved on disk (`agents_before_sync`).
-    pub(crate) fn take_job_id(&mut self) -> Result<JobId, StoreError> {
+    /// them (an effect `SetMeta`, by [`ids_taken`]), so that the next batches' ids are already
+    /// reserved on disk (`agents_before_sync`).
+    pub(crate) fn take_job_id(&mut self) -> JobId {
         self.take_job_ids(1)
     }
 
     /// `n` consecutive ids (at least one), the first returned; the bound on disk moves once.
-    pub(crate) fn take_job_ids(&mut self, n: u64) -> Result<JobId, StoreError> {
-        let id = JobId(self.next_id);
-        self.next_id += n.max(1);
-        if self.next_id + JOB_ID_BLOCK / 2 > self.id_bound {
-            self.id_bound = self.next_id + JOB_ID_BLOCK;
-            self.store.set_meta(JOB_ID_BOUND, &self.id_bound.to_string())?;
-        }
-        Ok(id)
+    pub(crate) fn take_job_ids(&mut self, n: u64) -> JobId {
+        let (id, bound) = ids_taken(&mut self.next_id, &mut self.id_bound, n);
+        self.queue(bound);
+        id
     }
 
     /// Whether this batch's orders may go to the agents once its commit is written, before it
@@ -466,6 +473,19 @@ impl Controller {
         self.id_bound = self.next_id;
         self.store.set_meta(JOB_ID_BOUND, &self.next_id.to_string())
     }
+}
+
+/// `n` consecutive job ids (at least one) taken from `next_id`, the first returned; when fewer
+/// than half a block stays reserved, `id_bound` moves a block past the ids given and the effect
+/// writes it (`JOB_ID_BOUND`). Needs no store.
+pub(crate) fn ids_taken(next_id: &mut u64, id_bound: &mut u64, n: u64) -> (JobId, Option<Effect>) {
+    let id = JobId(*next_id);
+    *next_id += n.max(1);
+    if *next_id + JOB_ID_BLOCK / 2 > *id_bound {
+        *id_bound = *next_id + JOB_ID_BLOCK;
+        return (id, Some(Effect::SetMeta { key: JOB_ID_BOUND.into(), value: id_bound.to_string() }));
+    }
+    (id, None)
 }
 
 #[cfg(test)]

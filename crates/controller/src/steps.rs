@@ -419,7 +419,7 @@ impl Controller {
         detail: &str,
         now: f64,
     ) -> Result<JobId, StoreError> {
-        let id = self.take_job_id()?;
+        let id = self.take_job_id();
         let effects = started_without_script(&mut job, id, detail, now);
         self.queue(effects);
         self.cluster.claim(&job.allocation);

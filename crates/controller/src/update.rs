@@ -26,6 +26,7 @@
 //!   every node that was told to kill it (`OldRun`), so that no node is asked to run it while
 //!   its old copy still ends there.
 
+use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, OldRun};
 use crate::model::request::{error, Peer};
 use crate::state::Controller;
@@ -115,10 +116,9 @@ impl Controller {
         // One result per job changed: ids only, so that the answer of a large array fits a frame.
         let mut results = Vec::with_capacity(changed.len());
         for (job, what) in changed {
-            self.store.rewrite_job(&job)?;
-            let detail = format!("{} (by {})", what.join(" "), peer.user.name);
-            self.store.event(now, "update", Some(job.id), None, &detail)?;
-            tracing::info!(job = %job.id, "updated: {detail}");
+            let effects = updated(&job, &what, &peer.user.name);
+            self.queue(effects);
+            tracing::info!(job = %job.id, "updated: {} (by {})", what.join(" "), peer.user.name);
             results.push(IdResult { id: job.id, ok: true, error: None });
             let raised = self.jobs.get(&job.id).is_some_and(|old| old.options.walltime != job.options.walltime);
             if raised && job.state.has_allocation() {
@@ -336,10 +336,10 @@ impl Controller {
                 job.kill_sent = Some("walltime".into());
             }
             tracing::info!(job = %id, "the walltime it was lowered to has passed: killing it");
-            self.store.event(now, "walltime", Some(id), None, "lowered walltime reached: kill sent")?;
+            self.queue([Effect::job_event("walltime", id, None, "lowered walltime reached: kill sent")]);
             self.kill_on_nodes(id, &alloc, "walltime", None);
         }
-        Ok(())
+        self.carry_out_effects(now)
     }
 
     /// `requeue`: see the module. One result per id; an array's id requeues each of its
@@ -464,21 +464,9 @@ impl Controller {
             return state(format!("job {id} was an interactive allocation; only batch jobs are requeued"));
         }
         // Ended: back to the queue as it was submitted, its run forgotten.
-        job.state = JobState::Queued;
-        job.start_time = None;
-        job.end_time = None;
-        job.exit_code = None;
-        job.signal = None;
-        job.allocation = vec![];
-        job.usage = None;
-        job.kill_sent = None;
-        job.suspension = Default::default();
-        job.reason = Some(format!("requeued: {why}"));
-        self.store.update_job(&job)?;
-        self.store.save_suspension(id, &job.suspension)?;
-        self.store.forget_run(id)?;
+        let effects = ended_requeued(&mut job, &why);
+        self.queue(effects);
         crate::notify::notify(&self.cfg.notify, &job, crate::notify::Event::Requeue);
-        self.store.event(now, "requeue", Some(id), None, &why)?;
         self.policy.depend.forget_ended(id);
         self.jobs.insert(id, job);
         self.dirty = true;
@@ -501,40 +489,29 @@ impl Controller {
             .filter(|n| Some(*n) != except && self.extra.get(*n).is_some_and(|e| e.state != NodeState::Down))
             .collect();
         if !nodes.is_empty() {
-            self.store.save_old_run(id, &nodes, now)?;
+            self.queue([Effect::SaveOldRun { job: id, nodes: nodes.clone(), since: now }]);
             self.policy.depend.requeued.insert(id, OldRun { nodes, since: now });
         }
-        Ok(())
+        self.carry_out_effects(now)
     }
 
     /// Node `node` reported job `id` ended while the job does not run there: if it is a
     /// requeued job's previous run, the job waits no more for that node. Once it has ended
     /// everywhere, what it used is forgotten: the job's accounting is of its last run.
-    pub(crate) fn old_run_ended(&mut self, id: JobId, node: usize) -> Result<(), StoreError> {
-        if let Some(w) = self.policy.depend.requeued.get_mut(&id) {
-            w.nodes.retain(|n| *n != node);
-            if !w.nodes.is_empty() {
-                self.store.save_old_run(id, &w.nodes, w.since)?;
-            } else {
-                self.policy.depend.requeued.remove(&id);
-                self.store.forget_old_run(id)?;
-                if self.jobs.get(&id).is_some_and(|j| j.state.is_pending()) {
-                    self.store.forget_run(id)?;
-                }
-                self.dirty = true;
-            }
+    pub(crate) fn old_run_ended(&mut self, id: JobId, node: usize) {
+        let pending = self.jobs.get(&id).is_some_and(|j| j.state.is_pending());
+        let Some(w) = self.policy.depend.requeued.get_mut(&id) else { return };
+        let (over, effects) = old_run_node_ended(id, w, node, pending);
+        self.queue(effects);
+        if over {
+            self.policy.depend.requeued.remove(&id);
+            self.dirty = true;
         }
-        Ok(())
     }
 
     /// Node `node`'s agent registered, running `running` and reporting `ended`: a previous
     /// run it has neither of is over there.
-    pub(crate) fn old_runs_on_register(
-        &mut self,
-        node: usize,
-        running: &[JobId],
-        ended: &[JobId],
-    ) -> Result<(), StoreError> {
+    pub(crate) fn old_runs_on_register(&mut self, node: usize, running: &[JobId], ended: &[JobId]) {
         let gone: Vec<JobId> = self
             .policy
             .depend
@@ -544,9 +521,8 @@ impl Controller {
             .map(|(id, _)| *id)
             .collect();
         for id in gone {
-            self.old_run_ended(id, node)?;
+            self.old_run_ended(id, node);
         }
-        Ok(())
     }
 
     /// The requeued jobs still waiting for their previous run to end, with the reason shown
@@ -568,9 +544,7 @@ impl Controller {
             }
             waits
         });
-        for id in over {
-            self.store.forget_old_run(id)?;
-        }
+        self.queue(over.into_iter().map(|job| Effect::ForgetOldRun { job }));
         let mut out: Vec<(JobId, String)> = self
             .policy
             .depend
@@ -587,5 +561,52 @@ impl Controller {
     }
 }
 
+/// Job `job` changed by `berth update` (`what` changed, by user `by`): its row rewritten, then
+/// the event `update` saying what and by whom. Needs no store.
+pub(crate) fn updated(job: &JobRecord, what: &[String], by: &str) -> Vec<Effect> {
+    let detail = format!("{} (by {by})", what.join(" "));
+    vec![Effect::RewriteJob(Box::new(job.clone())), Effect::job_event("update", job.id, None, detail)]
+}
+
+/// Ended job `job` requeued (`why`: by whom): back in the queue as it was submitted, its run
+/// forgotten (end, allocation, usage, suspensions), its reason saying so; then its row, its
+/// suspensions, its run's usage forgotten and the event `requeue`. Needs no store.
+pub(crate) fn ended_requeued(job: &mut JobRecord, why: &str) -> Vec<Effect> {
+    job.state = JobState::Queued;
+    job.start_time = None;
+    job.end_time = None;
+    job.exit_code = None;
+    job.signal = None;
+    job.allocation = vec![];
+    job.usage = None;
+    job.kill_sent = None;
+    job.suspension = Default::default();
+    job.reason = Some(format!("requeued: {why}"));
+    vec![
+        Effect::UpdateJob(Box::new(job.clone())),
+        Effect::SaveSuspension { job: job.id, suspension: job.suspension.clone() },
+        Effect::ForgetRun { job: job.id },
+        Effect::job_event("requeue", job.id, None, why),
+    ]
+}
+
+/// Node `node` reported the previous run of requeued job `id` (its wait `w`) ended: the wait as
+/// it is now; once no node is left, the wait is over (`true`) and forgotten, and so is what
+/// the run used while the job is pending (`pending`: its accounting is of its last run).
+/// Needs no store.
+pub(crate) fn old_run_node_ended(id: JobId, w: &mut OldRun, node: usize, pending: bool) -> (bool, Vec<Effect>) {
+    w.nodes.retain(|n| *n != node);
+    if !w.nodes.is_empty() {
+        return (false, vec![Effect::SaveOldRun { job: id, nodes: w.nodes.clone(), since: w.since }]);
+    }
+    let mut effects = vec![Effect::ForgetOldRun { job: id }];
+    if pending {
+        effects.push(Effect::ForgetRun { job: id });
+    }
+    (true, effects)
+}
+
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;

@@ -63,3 +63,101 @@ fn the_live_connection_of_a_node_closing_leaves_it_without_agent_and_is_logged_a
     // Once gone, a second close of it changes nothing.
     assert!(disconnected(&mut ex, "n0", 5).is_empty());
 }
+
+fn queued(id: u64) -> JobRecord {
+    let mut job = crate::testkit::running_job(id, &ann(), &[]);
+    (job.state, job.start_time) = (JobState::Queued, None);
+    job
+}
+
+#[test]
+fn a_job_submitted_gets_its_id_and_paths_then_its_row_then_the_event_naming_its_user() {
+    let mut job = queued(0);
+    job.stdout = "out/%j.out".into();
+    job.stderr = "err/%j-%N.err".into();
+    let effects = submitted(&mut job, JobId(42));
+    assert_eq!(job.id, JobId(42));
+    assert_eq!(job.stdout, "out/42.out");
+    // A path naming nodes waits for the start, whole.
+    assert_eq!(job.stderr, "err/%j-%N.err");
+    assert_eq!(
+        effects,
+        vec![Effect::InsertJob(Box::new(job.clone())), Effect::job_event("submit", JobId(42), None, "ann")]
+    );
+}
+
+#[test]
+fn a_job_accepted_sharing_a_script_names_the_job_it_shares_with_and_a_first_task_gives_the_array_its_id() {
+    let task =
+        berth_core::directives::array::ArrayTask { job: 0, index: 3, count: 2, min: 3, max: 4, step: 1, limit: None };
+    let mut first = queued(0);
+    first.options.array_task = Some(task);
+    assert_eq!(accepted(&mut first, JobId(10), None), Effect::InsertJob(Box::new(first.clone())));
+    assert_eq!(first.options.array_task.map(|t| t.job), Some(10));
+    let mut second = queued(0);
+    second.options.array_task = Some(berth_core::directives::array::ArrayTask { job: 10, index: 4, ..task });
+    assert_eq!(
+        accepted(&mut second, JobId(11), Some(JobId(10))),
+        Effect::InsertJobSharing { job: Box::new(second.clone()), script_of: JobId(10) }
+    );
+    assert_eq!(second.id, JobId(11));
+}
+
+fn outcome(reason: Option<&str>, user_cpu_us: u64, peak: u64) -> JobOutcome {
+    JobOutcome {
+        exit_code: Some(0),
+        signal: None,
+        reason: reason.map(str::to_string),
+        wall_ms: 5000,
+        user_cpu_us,
+        system_cpu_us: 7,
+        peak_memory_bytes: peak,
+    }
+}
+
+#[test]
+fn a_job_ended_on_its_first_node_adds_its_other_nodes_usage_then_row_accounting_and_event_follow() {
+    let mut job = crate::testkit::running_job(7, &ann(), &[(0, "0"), (1, "0")]);
+    let members = Usage { wall_ms: 0, user_cpu_us: 100, system_cpu_us: 20, peak_memory_bytes: 4096 };
+    let effects = job_ended(&mut job, &outcome(None, 50, 1024), &members, "n0", 2000.0);
+    assert_eq!(job.state, JobState::Completed);
+    assert_eq!(job.end_time, Some(2000.0));
+    assert_eq!(job.usage, Some(Usage { wall_ms: 5000, user_cpu_us: 150, system_cpu_us: 27, peak_memory_bytes: 4096 }));
+    assert_eq!(
+        effects,
+        vec![
+            Effect::UpdateJob(Box::new(job.clone())),
+            Effect::InsertAccounting(Box::new(job.clone())),
+            Effect::job_event("end", JobId(7), Some("n0"), "completed"),
+        ]
+    );
+    // The walltime: the state says so, and the event too.
+    let mut late = crate::testkit::running_job(8, &ann(), &[(0, "0")]);
+    let effects = job_ended(&mut late, &outcome(Some("walltime"), 1, 1), &Usage::default(), "n0", 2100.0);
+    assert_eq!(effects[2], Effect::job_event("end", JobId(8), Some("n0"), JobState::Timeout.as_str()));
+}
+
+#[test]
+fn a_part_ended_on_another_node_records_its_usage_and_only_an_early_end_is_an_event() {
+    let usage = Usage { wall_ms: 0, user_cpu_us: 50, system_cpu_us: 7, peak_memory_bytes: 1024 };
+    let mut job = crate::testkit::running_job(7, &ann(), &[(0, "0"), (1, "0")]);
+    // While the job runs and no kill was sent: usage, then the event with the agent's reason.
+    assert_eq!(
+        part_ended(JobId(7), Some(&job), "n1", &outcome(Some("oom"), 50, 1024)),
+        vec![
+            Effect::AddMemberUsage { job: JobId(7), node: "n1".into(), usage, to_accounting: false },
+            Effect::job_event("member_ended", JobId(7), Some("n1"), "oom"),
+        ]
+    );
+    // After the kill that follows the job's end: its usage only.
+    job.kill_sent = Some("job ended".into());
+    assert_eq!(
+        part_ended(JobId(7), Some(&job), "n1", &outcome(None, 50, 1024)),
+        vec![Effect::AddMemberUsage { job: JobId(7), node: "n1".into(), usage, to_accounting: false }]
+    );
+    // The job's end was recorded already: the usage goes to its accounting row too.
+    assert_eq!(
+        part_ended(JobId(7), None, "n1", &outcome(None, 50, 1024)),
+        vec![Effect::AddMemberUsage { job: JobId(7), node: "n1".into(), usage, to_accounting: true }]
+    );
+}

@@ -10,7 +10,7 @@
 //! rows and events are written in the order they were before.
 
 use crate::model::advance::Advance;
-use crate::model::job::JobRecord;
+use crate::model::job::{JobRecord, Usage};
 use crate::model::reservation::Reservation;
 use crate::model::step::StepRow;
 use crate::model::suspension::Suspension;
@@ -31,10 +31,27 @@ pub enum Effect {
     Reschedule,
     /// A new job's row (its script with it).
     InsertJob(Box<JobRecord>),
+    /// A new job's row whose script and environment are those of job `script_of`, written
+    /// before it (an array's tasks after the first: `Store::insert_job_sharing`).
+    InsertJobSharing { job: Box<JobRecord>, script_of: JobId },
     /// A job's row as it is now (state, times, reason, allocation, usage).
     UpdateJob(Box<JobRecord>),
     /// A finished job's accounting row.
     InsertAccounting(Box<JobRecord>),
+    /// What `berth update` changes of a job's row: its name, queue, options and walltime.
+    RewriteJob(Box<JobRecord>),
+    /// What an ended job's run used forgotten (its accounting row, its other nodes' usage): it
+    /// was requeued to run again.
+    ForgetRun { job: JobId },
+    /// Requeued job `job` waits for its previous run to end on `nodes` (indexes), since
+    /// `since` (`crate::update`, `OldRun`).
+    SaveOldRun { job: JobId, nodes: Vec<usize>, since: f64 },
+    /// Requeued job `job` waits for its previous run no more.
+    ForgetOldRun { job: JobId },
+    /// The usage of job `job`'s part on node `node` (not its first), recorded once per node
+    /// (a repeated report is ignored); when `to_accounting` and it was new, added to the job's
+    /// accounting row too (the job had ended before this node's part did).
+    AddMemberUsage { job: JobId, node: String, usage: Usage, to_accounting: bool },
     /// A job's suspensions as they are now.
     SaveSuspension { job: JobId, suspension: Suspension },
     /// Node `node`'s row (by index) as the in-memory state holds it when carried out.

@@ -1,0 +1,37 @@
+//! An array's submission decided without a store: its tasks and rows are plain values.
+
+use super::*;
+use crate::testkit::{ann, running_job};
+
+#[test]
+fn an_array_is_its_tasks_rows_the_first_with_the_script_then_one_submit_event() {
+    let mut template = running_job(0, &ann(), &[]);
+    (template.state, template.start_time) = (JobState::Queued, None);
+    template.stdout = "out/%A_%a.out".into();
+    template.options.array = Some(berth_core::directives::ArraySpec::parse_slurm("1-3%2").unwrap());
+    let (jobs, effects) = array_submitted(template, JobId(20), &[1, 2, 3], Some(2));
+    let ids: Vec<_> = jobs.iter().map(|j| j.id).collect();
+    assert_eq!(ids, [JobId(20), JobId(21), JobId(22)]);
+    assert!(jobs.iter().all(|j| j.options.array.is_none()));
+    let tasks: Vec<_> = jobs.iter().filter_map(|j| j.options.array_task).map(|t| (t.job, t.index, t.limit)).collect();
+    assert_eq!(tasks, [(20, 1, Some(2)), (20, 2, Some(2)), (20, 3, Some(2))]);
+    assert_eq!(jobs[2].stdout, "out/20_3.out");
+    assert_eq!(
+        effects,
+        vec![
+            Effect::InsertJob(Box::new(jobs[0].clone())),
+            Effect::InsertJobSharing { job: Box::new(jobs[1].clone()), script_of: JobId(20) },
+            Effect::InsertJobSharing { job: Box::new(jobs[2].clone()), script_of: JobId(20) },
+            Effect::job_event("submit", JobId(20), None, "ann: array 20, 3 tasks, indexes 1-3"),
+        ]
+    );
+    // Indexes not consecutive are folded in the event.
+    let mut sparse = running_job(0, &ann(), &[]);
+    sparse.state = JobState::Queued;
+    let (jobs, effects) = array_submitted(sparse, JobId(30), &[0, 4, 8], None);
+    assert_eq!(jobs.len(), 3);
+    let Some(Effect::Event { detail, .. }) = effects.last() else {
+        panic!("the last effect is the event: {effects:?}")
+    };
+    assert_eq!(detail, &format!("ann: array 30, 3 tasks, indexes {}", berth_core::directives::array::fold(&[0, 4, 8])));
+}
