@@ -14,6 +14,7 @@
 //! Holders are known in memory only: after a controller restart every held allocation
 //! (pending or running) and every waiting `--no-shell` one has lost its client, and ends.
 
+use crate::model::effect::Effect;
 use crate::model::request::{error, Peer};
 use crate::state::Controller;
 use crate::store::StoreError;
@@ -91,15 +92,16 @@ impl Controller {
             return Ok(refused);
         }
         self.alloc_holders.remove(&id);
-        if job_state.is_pending() {
-            self.store.event(now, "alloc", Some(id), None, "released before it was granted")?;
-            if let Err(e) = self.cancel_one(id, now)? {
-                return Ok(ClientResponse::Error(e));
+        let Some((event, ends)) = released(id, job_state, exit_code) else { return Ok(done) };
+        self.queue([event]);
+        match ends {
+            // Still waiting: cancelled.
+            None => {
+                if let Err(e) = self.cancel_one(id, now)? {
+                    return Ok(ClientResponse::Error(e));
+                }
             }
-        } else if job_state == JobState::Running {
-            let state = if exit_code == 0 { JobState::Completed } else { JobState::Failed };
-            self.store.event(now, "alloc", Some(id), None, &format!("released: its command exited {exit_code}"))?;
-            self.end_interactive(id, state, Some(exit_code), None, now)?;
+            Some(state) => self.end_interactive(id, state, Some(exit_code), None, now)?,
         }
         Ok(done)
     }
@@ -201,7 +203,7 @@ impl Controller {
         let Some(job) = self.jobs.get(&id) else { return Ok(()) };
         if job.state.is_pending() {
             tracing::info!(job = %id, "allocation request cancelled: {why}");
-            self.store.event(now, "alloc", Some(id), None, &format!("cancelled while waiting: {why}"))?;
+            self.queue([Effect::job_event("alloc", id, None, format!("cancelled while waiting: {why}"))]);
             // Cancelling a pending job of the controller's own choosing cannot be refused.
             let _ = self.cancel_one(id, now)?;
         } else if job.state == JobState::Running && job.options.alloc == Some(AllocKind::Held) {
@@ -212,5 +214,22 @@ impl Controller {
     }
 }
 
+/// Allocation `id`, in `state`, released by its holder, whose command exited `exit_code`: the
+/// event `alloc` saying so, and what follows: cancelled while it waits (`None`), ended in the
+/// state returned when it runs (completed on 0, failed else). Nothing for one that has ended
+/// already. Needs no store.
+pub(crate) fn released(id: JobId, state: JobState, exit_code: i32) -> Option<(Effect, Option<JobState>)> {
+    if state.is_pending() {
+        return Some((Effect::job_event("alloc", id, None, "released before it was granted"), None));
+    }
+    if state != JobState::Running {
+        return None;
+    }
+    let ends = if exit_code == 0 { JobState::Completed } else { JobState::Failed };
+    Some((Effect::job_event("alloc", id, None, format!("released: its command exited {exit_code}")), Some(ends)))
+}
+
+#[cfg(test)]
+mod effect_tests;
 #[cfg(test)]
 mod tests;

@@ -254,9 +254,33 @@ pub fn environment(job: &JobRecord, compat: bool, env: &mut Vec<(String, String)
     }
 }
 
+/// A valid job accepted as `id`: its id set (the first task of an array gives the array its
+/// id), its output paths expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start),
+/// then its row, sharing the script and environment of job `script_of` when given. Needs no
+/// store.
+pub(crate) fn accepted(job: &mut JobRecord, id: JobId, script_of: Option<JobId>) -> Effect {
+    job.id = id;
+    if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
+        t.job = id.0;
+    }
+    let task = job.options.array_task;
+    let expand = |p: &str| {
+        if berth_core::directives::extra::has_node_patterns(p) {
+            p.to_string()
+        } else {
+            berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref())
+        }
+    };
+    (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
+    match script_of {
+        Some(of) => Effect::InsertJobSharing { job: Box::new(job.clone()), script_of: of },
+        None => Effect::InsertJob(Box::new(job.clone())),
+    }
+}
+
 /// The tasks of array job `template` (its `--array` as `indexes`, not empty, and `limit`)
 /// under consecutive ids from `first`, the array's: each accepted (by
-/// [`crate::handlers::accepted`]), the first with the script and environment, the others
+/// [`accepted`]), the first with the script and environment, the others
 /// sharing them (one copy in memory and on disk); then one event `submit` for all. Needs no
 /// store.
 pub(crate) fn array_submitted(
@@ -272,7 +296,7 @@ pub(crate) fn array_submitted(
     for (k, task) in tasks(first.0, indexes, limit).into_iter().enumerate() {
         let mut t = template.clone();
         t.options.array_task = Some(task);
-        effects.push(crate::handlers::accepted(&mut t, JobId(first.0 + k as u64), (k > 0).then_some(first)));
+        effects.push(accepted(&mut t, JobId(first.0 + k as u64), (k > 0).then_some(first)));
         jobs.push(t);
     }
     let (min, max) = (indexes.first().copied().unwrap_or(0), indexes.last().copied().unwrap_or(0));

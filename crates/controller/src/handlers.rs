@@ -580,17 +580,15 @@ impl Controller {
             self.retire(id);
             return Ok(Ok(()));
         }
-        if job.is_interactive() {
+        let interactive = job.is_interactive();
+        let effects = cancelled_started(job);
+        self.queue(effects);
+        if interactive {
             // No batch script whose end to wait for: the allocation ends now.
-            self.store.event(now, "cancel", Some(id), None, "interactive")?;
             self.end_interactive(id, JobState::Cancelled, None, Some("cancelled"), now)?;
-            return Ok(Ok(()));
         }
-        job.kill_sent = Some("cancelled".into());
-        let alloc = job.allocation.clone();
-        self.store.event(now, "cancel", Some(id), None, "running: kill sent")?;
-        // Every node of the job; a node not connected now gets the kill when it registers.
-        self.kill_on_nodes(id, &alloc, "cancelled", None);
+        // Written at once, as a pending job's cancel.
+        self.carry_out_effects(now)?;
         Ok(Ok(()))
     }
 
@@ -619,10 +617,10 @@ impl Controller {
             let message = format!("job {id} is {}; only {} jobs can be {done}", job.state.as_str(), from.as_str());
             return Ok(Err(ApiError::new(ErrorCode::InvalidState, message)));
         }
-        job.state = to;
-        self.store.update_job(job)?;
-        self.store.event(now, event, Some(id), None, "")?;
+        let effects = moved_pending(job, to, event);
+        self.queue(effects);
         self.dirty = true;
+        self.carry_out_effects(now)?;
         Ok(Ok(()))
     }
 
@@ -657,8 +655,6 @@ impl Controller {
         };
         let restarted = self.extra[index].instance != reg.instance;
         self.old_runs_on_register(index, &reg.running, &reg.ended);
-        // The node's row and event below are still written directly: what was decided first.
-        self.carry_out_effects(now)?;
         let ours = self.jobs_on_node(index);
         if *self.cluster.nodes[index].topology != reg.topology {
             // New hardware description: rebuild the free map from the jobs still allocated here.
@@ -689,15 +685,7 @@ impl Controller {
             // an admin holds it down.
             ex.state = NodeState::Cleaning;
         }
-        let row = self.node_row(index);
-        self.store.upsert_node(&row)?;
-        self.store.event(
-            now,
-            if restarted { "node_register" } else { "node_reconnect" },
-            None,
-            Some(&reg.name),
-            &reg.address,
-        )?;
+        self.queue(registered(index, &reg.name, &reg.address, restarted));
         self.out.agents.push((
             tx.clone(),
             ControllerMessage::Registered {
@@ -727,7 +715,7 @@ impl Controller {
                 if restarted && reg.running.contains(&id) {
                     // The restarted agent found the job still running in its cgroup.
                     tracing::info!(job = %id, node = %reg.name, "the restarted agent re-adopted the job");
-                    self.store.event(now, "job_readopted", Some(id), Some(&reg.name), "")?;
+                    self.out.effects.push(Effect::job_event("job_readopted", id, Some(&reg.name), ""));
                 }
                 if let Some(reason) = job.kill_sent.clone() {
                     self.out.agents.push((tx.clone(), ControllerMessage::Kill { id, reason }));
@@ -770,15 +758,14 @@ impl Controller {
         if was_down {
             match self.admin_down_reason(&reg.name) {
                 Some(reason) => {
-                    self.extra[index].state = NodeState::Down;
-                    self.store.upsert_node(&self.node_row(index))?;
-                    self.store.event(now, "node_held_down", None, Some(&reg.name), &format!("admin: {reason}"))?;
+                    let effects = held_down(&mut self.extra[index], index, &reg.name, &reason);
+                    self.queue(effects);
                 }
                 None => self.check_clean(index, &reg.running, now)?,
             }
         }
         self.dirty = true;
-        Ok(())
+        self.carry_out_effects(now)
     }
 
     pub fn handle_agent(&mut self, node: usize, conn_id: u64, msg: AgentMessage, now: f64) -> Result<(), StoreError> {
@@ -803,13 +790,7 @@ impl Controller {
                     entry.retain(|(n, _)| *n != node_name);
                     entry.extend(cgroups.into_iter().map(|c| (node_name.clone(), c)));
                 }
-                self.store.event(
-                    now,
-                    "job_started",
-                    Some(id),
-                    Some(&self.cluster.nodes[node].name.clone()),
-                    &format!("pid {pid}"),
-                )?;
+                self.queue([Effect::job_event("job_started", id, Some(&node_name), format!("pid {pid}"))]);
             }
             AgentMessage::JobEnded { id, outcome } => {
                 let node_name = self.cluster.nodes[node].name.clone();
@@ -857,10 +838,8 @@ impl Controller {
             AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
             AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,
             AgentMessage::Refused { what, job, detail } => {
-                let name = self.cluster.nodes[node].name.clone();
-                let detail: String = detail.chars().take(2000).collect();
-                tracing::warn!(node = %name, ?job, "agent refused: {detail}");
-                self.store.event(now, what.event_kind(), job, Some(&name), &detail)?;
+                let effect = agent_refused(what.event_kind(), job, &self.cluster.nodes[node].name, &detail);
+                self.queue([effect]);
             }
         }
         Ok(())
@@ -914,34 +893,10 @@ pub(crate) fn disconnected(ex: &mut NodeExtra, name: &str, conn_id: u64) -> Vec<
     vec![Effect::node_event("node_disconnect", name, "")]
 }
 
-/// A valid job accepted as `id`: its id set (the first task of an array gives the array its
-/// id), its output paths expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start),
-/// then its row, sharing the script and environment of job `script_of` when given. Needs no
-/// store.
-pub(crate) fn accepted(job: &mut JobRecord, id: JobId, script_of: Option<JobId>) -> Effect {
-    job.id = id;
-    if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
-        t.job = id.0;
-    }
-    let task = job.options.array_task;
-    let expand = |p: &str| {
-        if berth_core::directives::extra::has_node_patterns(p) {
-            p.to_string()
-        } else {
-            berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref())
-        }
-    };
-    (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
-    match script_of {
-        Some(of) => Effect::InsertJobSharing { job: Box::new(job.clone()), script_of: of },
-        None => Effect::InsertJob(Box::new(job.clone())),
-    }
-}
-
-/// A job submitted alone, accepted as `id` (by [`accepted`]): its row, then the event `submit`
+/// A job submitted alone, accepted as `id` (by [`crate::array::accepted`]): its row, then the event `submit`
 /// naming its user. Needs no store.
 pub(crate) fn submitted(job: &mut JobRecord, id: JobId) -> Vec<Effect> {
-    let row = accepted(job, id, None);
+    let row = crate::array::accepted(job, id, None);
     vec![row, Effect::job_event("submit", id, None, job.user.name.clone())]
 }
 
@@ -987,6 +942,58 @@ pub(crate) fn part_ended(id: JobId, running_here: Option<&JobRecord>, node: &str
         effects.push(Effect::job_event("member_ended", id, Some(node), detail));
     }
     effects
+}
+
+/// Started job `job` cancelled: an interactive allocation (no batch script) has the event
+/// `cancel` only, its end is the caller's (`end_interactive`); a batch job is marked killed
+/// (`kill_sent`), then the event and a kill to every node of it (one not connected gets it when
+/// it registers). Needs no store.
+pub(crate) fn cancelled_started(job: &mut JobRecord) -> Vec<Effect> {
+    if job.is_interactive() {
+        return vec![Effect::job_event("cancel", job.id, None, "interactive")];
+    }
+    job.kill_sent = Some("cancelled".into());
+    let mut effects = vec![Effect::job_event("cancel", job.id, None, "running: kill sent")];
+    effects.extend(job.allocation.iter().map(|a| Effect::Send {
+        node: a.node_id.0 as usize,
+        msg: ControllerMessage::Kill { id: job.id, reason: "cancelled".into() },
+    }));
+    effects
+}
+
+/// Pending job `job` moved to state `to` (held, released): its row, then the event `event`.
+/// Needs no store.
+pub(crate) fn moved_pending(job: &mut JobRecord, to: JobState, event: &str) -> Vec<Effect> {
+    job.state = to;
+    vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event(event, job.id, None, "")]
+}
+
+/// Node `name` (index `node`) registered from `address`: its row, then the event
+/// `node_register` (a new agent process: `restarted`) or `node_reconnect`. Needs no store.
+pub(crate) fn registered(node: usize, name: &str, address: &str, restarted: bool) -> Vec<Effect> {
+    let kind = if restarted { "node_register" } else { "node_reconnect" };
+    vec![Effect::UpsertNode { node }, Effect::node_event(kind, name, address)]
+}
+
+/// Node `name` (index `node`, its books `ex`) back after being down, but held down by an admin
+/// (`reason`): down again, its row, then the event `node_held_down`. Needs no store.
+pub(crate) fn held_down(ex: &mut NodeExtra, node: usize, name: &str, reason: &str) -> Vec<Effect> {
+    ex.state = NodeState::Down;
+    vec![Effect::UpsertNode { node }, Effect::node_event("node_held_down", name, format!("admin: {reason}"))]
+}
+
+/// Node `node`'s agent refused something (`kind`: the refusal's event kind) about `job`: its
+/// event, the agent's detail cut to 2000 characters (logged too).
+pub(crate) fn agent_refused(kind: &str, job: Option<JobId>, node: &str, detail: &str) -> Effect {
+    let detail: String = detail.chars().take(2000).collect();
+    tracing::warn!(node = %node, ?job, "agent refused: {detail}");
+    Effect::Event { kind: kind.into(), job, node: Some(node.to_string()), detail }
+}
+
+/// A connection refused as an agent's (claiming node `node`, when it named one), `detail`
+/// saying why: the event `auth_refused`.
+pub(crate) fn auth_refused(node: Option<String>, detail: String) -> Effect {
+    Effect::Event { kind: "auth_refused".into(), job: None, node, detail }
 }
 
 /// Pending job `job` is cancelled at `now`, with `reason` (its row) and `detail` (the event

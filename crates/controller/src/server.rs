@@ -434,7 +434,7 @@ fn apply_batch(
                 Command::AuthRefused { node, detail } => {
                     // Logged by the connection already; the event waits for nothing.
                     if !degraded {
-                        ctl.store.event(now, "auth_refused", None, node.as_deref(), &detail)?;
+                        ctl.queue([crate::handlers::auth_refused(node, detail)]);
                     }
                 }
                 Command::Tick => {

@@ -92,12 +92,12 @@ fn a_job_accepted_sharing_a_script_names_the_job_it_shares_with_and_a_first_task
         berth_core::directives::array::ArrayTask { job: 0, index: 3, count: 2, min: 3, max: 4, step: 1, limit: None };
     let mut first = queued(0);
     first.options.array_task = Some(task);
-    assert_eq!(accepted(&mut first, JobId(10), None), Effect::InsertJob(Box::new(first.clone())));
+    assert_eq!(crate::array::accepted(&mut first, JobId(10), None), Effect::InsertJob(Box::new(first.clone())));
     assert_eq!(first.options.array_task.map(|t| t.job), Some(10));
     let mut second = queued(0);
     second.options.array_task = Some(berth_core::directives::array::ArrayTask { job: 10, index: 4, ..task });
     assert_eq!(
-        accepted(&mut second, JobId(11), Some(JobId(10))),
+        crate::array::accepted(&mut second, JobId(11), Some(JobId(10))),
         Effect::InsertJobSharing { job: Box::new(second.clone()), script_of: JobId(10) }
     );
     assert_eq!(second.id, JobId(11));
@@ -159,5 +159,64 @@ fn a_part_ended_on_another_node_records_its_usage_and_only_an_early_end_is_an_ev
     assert_eq!(
         part_ended(JobId(7), None, "n1", &outcome(None, 50, 1024)),
         vec![Effect::AddMemberUsage { job: JobId(7), node: "n1".into(), usage, to_accounting: true }]
+    );
+}
+
+#[test]
+fn a_started_batch_job_cancelled_is_marked_logged_then_killed_on_every_node_an_allocation_only_logged() {
+    let mut job = crate::testkit::running_job(7, &ann(), &[(0, "0"), (2, "1")]);
+    let kill = |node| Effect::Send { node, msg: ControllerMessage::Kill { id: JobId(7), reason: "cancelled".into() } };
+    assert_eq!(
+        cancelled_started(&mut job),
+        vec![Effect::job_event("cancel", JobId(7), None, "running: kill sent"), kill(0), kill(2)]
+    );
+    assert_eq!(job.kill_sent.as_deref(), Some("cancelled"));
+    let mut held = crate::testkit::running_job(8, &ann(), &[(0, "0")]);
+    held.queue = crate::model::job::INTERACTIVE_QUEUE.into();
+    assert_eq!(cancelled_started(&mut held), vec![Effect::job_event("cancel", JobId(8), None, "interactive")]);
+    assert_eq!(held.kill_sent, None);
+}
+
+#[test]
+fn a_pending_job_held_or_released_is_written_then_logged() {
+    let mut job = queued(7);
+    let effects = moved_pending(&mut job, JobState::Held, "hold");
+    assert_eq!(job.state, JobState::Held);
+    assert_eq!(effects, vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("hold", JobId(7), None, "")]);
+}
+
+#[test]
+fn a_registration_writes_the_node_then_says_whether_its_agent_restarted_and_an_admin_down_holds() {
+    assert_eq!(
+        registered(3, "n3", "10.0.0.3:7000", true),
+        vec![Effect::UpsertNode { node: 3 }, Effect::node_event("node_register", "n3", "10.0.0.3:7000")]
+    );
+    assert_eq!(registered(3, "n3", "a", false)[1], Effect::node_event("node_reconnect", "n3", "a"));
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut ex = NodeExtra {
+        state: NodeState::Cleaning,
+        address: String::new(),
+        real_cpus: String::new(),
+        instance: "i1".into(),
+        conn: Some((5, tx)),
+        last_heard: std::time::Instant::now(),
+    };
+    assert_eq!(
+        held_down(&mut ex, 3, "n3", "disk swap"),
+        vec![Effect::UpsertNode { node: 3 }, Effect::node_event("node_held_down", "n3", "admin: disk swap")]
+    );
+    assert_eq!(ex.state, NodeState::Down);
+}
+
+#[test]
+fn refusals_of_agents_and_of_connections_are_events_an_agents_detail_bounded() {
+    let long = "x".repeat(5000);
+    let Effect::Event { kind, job, node, detail } = agent_refused("step_refused", Some(JobId(4)), "n1", &long) else {
+        panic!("an event")
+    };
+    assert_eq!((kind.as_str(), job, node.as_deref(), detail.len()), ("step_refused", Some(JobId(4)), Some("n1"), 2000));
+    assert_eq!(
+        auth_refused(Some("n9".into()), "bad MAC".into()),
+        Effect::Event { kind: "auth_refused".into(), job: None, node: Some("n9".into()), detail: "bad MAC".into() }
     );
 }
