@@ -5,10 +5,11 @@
 //! the controller (`refused`), which records them in its event log.
 
 use berth_core::JobId;
-use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
+use berth_protocol::agent::{AgentMessage, AgentQuery};
 use berth_protocol::auth::{
     now_ms, random_nonce, verify_grant, ClusterKey, Envelope, LinkKey, ReplayGuard, LABEL_AGENT_QUERY,
 };
+use berth_protocol::error::Refusal;
 use berth_protocol::step::StepGrant;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -153,7 +154,7 @@ pub enum QueryError {
     Encode(berth_protocol::ProtocolError),
     /// Its MAC, time or nonce failed (a forgery, a replay, a clock too far off).
     #[error(transparent)]
-    Refused(berth_protocol::auth::AuthError),
+    Refused(berth_protocol::error::AuthError),
     /// Signed, but not a query this agent reads.
     #[error(transparent)]
     Decode(berth_protocol::ProtocolError),
@@ -167,9 +168,9 @@ pub enum QueryError {
 mod tests {
     use super::*;
     use berth_core::step::RankPlace;
-    use berth_protocol::agent::UserIdentity;
     use berth_protocol::auth::{sign_grant, KEY_BYTES};
     use berth_protocol::step::StepNode;
+    use berth_protocol::user::UserIdentity;
 
     fn grant(key: &ClusterKey, instance: &str) -> StepGrant {
         let mut g = StepGrant {

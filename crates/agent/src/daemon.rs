@@ -11,12 +11,12 @@ use crate::records::Records;
 use crate::step::shepherd::Upstream;
 use berth_core::job::JobOutcome;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::agent::Refusal;
 use berth_protocol::agent::{AgentMessage, AgentQuery, AgentReply, ControllerMessage, LaunchSpec, Registration};
 use berth_protocol::auth::{
     check_time, now_ms, random_nonce, registered_label, session, write_sealed, ClusterKey, Envelope, LinkKey, Role,
     SealedReader, TreeEnd, DEFAULT_WINDOW, LABEL_REGISTER,
 };
+use berth_protocol::error::Refusal;
 use berth_protocol::frame::decode;
 use berth_protocol::step::{RankExit, StepGrant, TreeUp};
 use berth_protocol::{read_frame_limited, read_raw_frame, write_frame, ProtocolError};
@@ -267,7 +267,7 @@ enum SessionError {
     #[error(
         "the controller at {controller} could not prove it holds the cluster key ({error}); not taking its orders"
     )]
-    Unproven { controller: String, error: berth_protocol::auth::AuthError },
+    Unproven { controller: String, error: berth_protocol::error::AuthError },
     #[error("the controller refused this agent: {0}")]
     Refused(String),
     #[error("the controller at {0} answered without proving the cluster key")]
@@ -279,7 +279,7 @@ enum SessionError {
     #[error("the controller closed the connection")]
     Closed,
     #[error("a frame from the controller failed authentication ({0}); closing the connection")]
-    FrameAuth(berth_protocol::auth::AuthError),
+    FrameAuth(berth_protocol::error::AuthError),
 }
 
 /// One session with the controller: register, then relay until the connection drops.

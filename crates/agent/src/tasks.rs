@@ -12,8 +12,9 @@
 
 use crate::ports::{JobContext, JobHandle};
 use berth_core::JobId;
-use berth_protocol::agent::{AgentQuery, AgentReply, Refusal};
+use berth_protocol::agent::{AgentQuery, AgentReply};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
+use berth_protocol::error::Refusal;
 use berth_protocol::step::{AllocationNode, Chunk, TaskReply, TaskRequest};
 use berth_protocol::{read_frame_limited, write_frame, ProtocolError};
 use std::os::unix::process::ExitStatusExt;

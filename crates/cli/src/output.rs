@@ -1,7 +1,8 @@
 //! Human-readable tables.
 
 use berth_core::units::{format_duration, format_size};
-use berth_protocol::client::{JobInfo, NodeInfo};
+use berth_protocol::client::JobInfo;
+use berth_protocol::node::NodeInfo;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
@@ -446,7 +447,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
 }
 
 /// `name:used/total,...` (`-` for none).
-pub fn gres_text(counts: &[berth_protocol::client::CountInfo]) -> String {
+pub fn gres_text(counts: &[berth_protocol::node::CountInfo]) -> String {
     if counts.is_empty() {
         return "-".into();
     }
@@ -454,7 +455,7 @@ pub fn gres_text(counts: &[berth_protocol::client::CountInfo]) -> String {
 }
 
 /// `berth licenses`: each license, how many exist, are held and are free.
-pub fn licenses_table(licenses: &[berth_protocol::client::CountInfo]) -> String {
+pub fn licenses_table(licenses: &[berth_protocol::node::CountInfo]) -> String {
     let mut out = format!("{:<32} {:>10} {:>10} {:>10}\n", "LICENSE", "TOTAL", "USED", "FREE");
     for l in licenses {
         out.push_str(&format!(

@@ -14,7 +14,7 @@ use berth_core::gpu::Gpu;
 use berth_core::topology::{Core, Topology};
 use berth_core::units::format_size;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::client::{GpuHolder, NodeInfo, PuHolder};
+use berth_protocol::node::{GpuHolder, NodeInfo, PuHolder};
 use std::collections::{BTreeSet, HashMap};
 
 /// Job letters in order of job id; `s` and `x` are left out as they mark system and disallowed
@@ -327,7 +327,7 @@ fn fill(out: &mut String, tokens: &[String], sep: &str, indent: usize, cont: usi
 #[cfg(test)]
 mod tests {
     use super::*;
-    use berth_protocol::client::{NumaInfo, SubnodeInfo};
+    use berth_protocol::node::{NumaInfo, SubnodeInfo};
 
     const G: u64 = 1 << 30;
 

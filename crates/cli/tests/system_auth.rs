@@ -8,13 +8,14 @@ mod common;
 
 use berth_core::step::RankPlace;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::agent::{AgentMessage, AgentQuery, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::agent::{AgentMessage, AgentQuery, ControllerMessage, Registration};
 use berth_protocol::auth::{
     random_nonce, registered_label, session, sign_grant, ClusterKey, Envelope, LinkKey, Opener, Role, SessionFrame,
     TreeEnd, LABEL_REGISTER,
 };
 use berth_protocol::frame::{decode, encode};
 use berth_protocol::step::{StepGrant, StepNode, TreeDown};
+use berth_protocol::user::UserIdentity;
 use common::*;
 use serde_json::Value;
 use std::io::{Read, Write};

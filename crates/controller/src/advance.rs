@@ -21,8 +21,8 @@ use berth_core::sched::backfill::{self, AdvanceReservation, Confine, Fit, Runnin
 use berth_core::sched::ClusterState;
 use berth_core::units::format_duration;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ApiError, ClientResponse, ErrorCode};
+use berth_protocol::user::UserIdentity;
 use std::collections::{BTreeMap, HashMap};
 
 /// Seconds a member's job may start after the window opens and still end by its end: a

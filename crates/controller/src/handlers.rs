@@ -12,10 +12,11 @@ use berth_core::node::NodeState;
 use berth_core::placement::cluster::feasible_when_up as feasible;
 use berth_core::placement::JobRequest;
 use berth_core::JobId;
-use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration};
 use berth_protocol::client::{
     ApiError, ClientRequest, ClientResponse, ErrorCode, IdResult, SubmitRequest, MAX_IDS_PER_REQUEST,
 };
+use berth_protocol::user::UserIdentity;
 use tokio::sync::oneshot;
 
 /// An action on one job: the outer error is the store's, the inner one the user's.

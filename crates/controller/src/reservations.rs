@@ -23,12 +23,12 @@ use berth_core::placement::JobRequest;
 use berth_core::sched::{self, Placement};
 use berth_core::units::format_size;
 use berth_core::{CpuSet, JobId};
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::ClientResponse;
 use berth_protocol::reservation::{
     ConfirmRequest, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory, ReservationError,
     ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest, ReservedNode,
 };
+use berth_protocol::user::UserIdentity;
 use berth_protocol::ErrorCode as Code;
 use std::collections::{BTreeMap, HashMap};
 

@@ -1093,7 +1093,7 @@ impl RawJob {
         let record = JobRecord {
             id: JobId(self.id as u64),
             name: self.name,
-            user: berth_protocol::agent::UserIdentity { uid: self.uid, gid: self.gid, groups, name: self.user },
+            user: berth_protocol::user::UserIdentity { uid: self.uid, gid: self.gid, groups, name: self.user },
             state,
             queue: self.queue,
             options,
@@ -1129,7 +1129,7 @@ mod tests {
     use super::*;
     use berth_core::directives::SubmitOptions;
     use berth_core::CpuSet;
-    use berth_protocol::agent::UserIdentity;
+    use berth_protocol::user::UserIdentity;
 
     fn job(id: u64) -> JobRecord {
         JobRecord {

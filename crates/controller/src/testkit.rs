@@ -10,9 +10,10 @@ use berth_core::job::JobState;
 use berth_core::step::StepRequest;
 use berth_core::topology::Topology;
 use berth_core::JobId;
-use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration, UserIdentity};
+use berth_protocol::agent::{AgentMessage, ControllerMessage, Registration};
 use berth_protocol::client::{ClientRequest, ClientResponse, SubmitRequest};
 use berth_protocol::step::{InteractiveAsk, StepCreate};
+use berth_protocol::user::UserIdentity;
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 

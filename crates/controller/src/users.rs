@@ -1,7 +1,7 @@
 //! Users and groups of this host (the passwd and group databases, NSS included) and the
 //! identity of a socket's peer: lookups only, below everything else in the controller.
 
-use berth_protocol::agent::UserIdentity;
+use berth_protocol::user::UserIdentity;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 use tokio::net::UnixStream;

@@ -4,7 +4,8 @@ use crate::model::job::JobRecord;
 use crate::state::Controller;
 use berth_core::job::{JobState, NodeAllocation};
 use berth_core::{CpuSet, JobId};
-use berth_protocol::client::{CgroupInfo, JobInfo, NodeInfo, NumaInfo, PuHolder, SubnodeInfo};
+use berth_protocol::client::{CgroupInfo, JobInfo};
+use berth_protocol::node::{NodeInfo, NumaInfo, PuHolder, SubnodeInfo};
 
 impl Controller {
     pub fn job_info(&self, job: &JobRecord) -> JobInfo {
@@ -85,11 +86,11 @@ impl Controller {
     }
 
     /// The cluster's licenses and how many running or suspended jobs hold.
-    pub fn license_info(&self) -> Vec<berth_protocol::client::CountInfo> {
+    pub fn license_info(&self) -> Vec<berth_protocol::node::CountInfo> {
         let l = &self.cluster.licenses;
         l.total
             .iter()
-            .map(|(name, &total)| berth_protocol::client::CountInfo {
+            .map(|(name, &total)| berth_protocol::node::CountInfo {
                 name: name.clone(),
                 total,
                 used: l.used.get(name).copied().unwrap_or(0),
@@ -169,7 +170,7 @@ impl Controller {
             gres: cap
                 .gres_total
                 .iter()
-                .map(|(name, &total)| berth_protocol::client::CountInfo {
+                .map(|(name, &total)| berth_protocol::node::CountInfo {
                     name: name.clone(),
                     total,
                     used: total.saturating_sub(cap.free_gres(name)),
@@ -179,7 +180,7 @@ impl Controller {
                 parts
                     .iter()
                     .filter(|(_, a)| !a.gpus.is_empty())
-                    .map(|(id, a)| berth_protocol::client::GpuHolder { job: *id, gpus: a.gpus.clone() })
+                    .map(|(id, a)| berth_protocol::node::GpuHolder { job: *id, gpus: a.gpus.clone() })
                     .collect()
             } else {
                 vec![]

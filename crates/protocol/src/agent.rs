@@ -3,6 +3,8 @@
 //! An agent connects to the controller, registers, and keeps the connection: heartbeats and
 //! job events go up, launches and kills come down.
 
+use crate::error::Refusal;
+use crate::user::UserIdentity;
 use berth_core::binding::BindingMode;
 use berth_core::job::{JobOutcome, NodeAllocation};
 use berth_core::topology::Topology;
@@ -75,26 +77,6 @@ pub enum AgentMessage {
         job: Option<JobId>,
         detail: String,
     },
-}
-
-/// What an agent refused (the controller's event kind: `ErrorCode::from(refusal)`,
-/// `auth_refused` or `launch_refused` in docs/errors.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Refusal {
-    /// Not proven to come from a holder of the cluster key, or replayed, or expired:
-    /// event `auth_refused`.
-    Auth,
-    /// Signed, but not acceptable here (wrong node, job not here, CPUs outside the job's
-    /// allocation): event `launch_refused`.
-    Launch,
-}
-
-impl Refusal {
-    /// The event kind the controller records: the refusal's error code.
-    pub fn event_kind(self) -> &'static str {
-        crate::error::ErrorCode::from(self).as_str()
-    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -208,15 +190,6 @@ pub struct CgroupReport {
     /// The rank this sub-cpuset is for; None for the job's own cgroup.
     #[serde(default)]
     pub rank: Option<u32>,
-}
-
-/// Who a job runs as. Taken from the kernel at submission, never from the client's word.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct UserIdentity {
-    pub uid: u32,
-    pub gid: u32,
-    pub groups: Vec<u32>,
-    pub name: String,
 }
 
 /// Everything an agent needs to run one job's batch script on its node.
@@ -457,7 +430,7 @@ mod tests {
         // Its body edited is refused.
         let text = String::from_utf8(framed[4..].to_vec()).unwrap().replace("\"job\":8", "\"job\":9");
         let Ok(AgentQuery::Sealed(env)) = decode::<AgentQuery>(text.as_bytes()) else { panic!("a sealed query") };
-        assert_eq!(env.verify(&key, LABEL_AGENT_QUERY), Err(crate::auth::AuthError::BadMac));
+        assert_eq!(env.verify(&key, LABEL_AGENT_QUERY), Err(crate::error::AuthError::BadMac));
         // Unknown or missing `op`, wrong fields: errors, not panics.
         for bad in [r#"{"v":3,"op":"nope"}"#, r#"{"v":3,"x":1}"#, r#"{"v":3,"op":"task"}"#, r#"{"v":3,"op":7}"#] {
             assert!(decode::<AgentQuery>(bad.as_bytes()).is_err(), "{bad}");

@@ -7,8 +7,11 @@
 //! `berth --json`'s error output). A code's spelling never changes: scripts
 //! and peers match on it. Add a code at the end of `ALL`, with its HTTP status and meaning, and
 //! run `cargo test -p berth-protocol --lib error` to regenerate the table in docs/errors.md.
+//!
+//! Also here, below every message module so that none of them imports another to name an
+//! error: what an agent refuses (`Refusal`) and why a signed message is not accepted
+//! (`AuthError`, carried by `frame::ProtocolError::Auth`).
 
-use crate::agent::Refusal;
 use serde::{Deserialize, Serialize};
 
 /// A stable error code: its wire spelling (`as_str`, also its JSON), its HTTP status
@@ -203,6 +206,49 @@ impl std::fmt::Display for ErrorCode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// What an agent refused (the controller's event kind: `ErrorCode::from(refusal)`,
+/// `auth_refused` or `launch_refused` in docs/errors.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Refusal {
+    /// Not proven to come from a holder of the cluster key, or replayed, or expired:
+    /// event `auth_refused`.
+    Auth,
+    /// Signed, but not acceptable here (wrong node, job not here, CPUs outside the job's
+    /// allocation): event `launch_refused`.
+    Launch,
+}
+
+impl Refusal {
+    /// The event kind the controller records: the refusal's error code.
+    pub fn event_kind(self) -> &'static str {
+        ErrorCode::from(self).as_str()
+    }
+}
+
+/// Why a message was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("not signed: {0}")]
+    Unsigned(String),
+    #[error("bad signature (the sender does not hold this cluster's key, or the message was altered)")]
+    BadMac,
+    #[error("timestamp is {0} ms in the past, outside the replay window; are the clocks synchronized?")]
+    Stale(u64),
+    #[error("timestamp is {0} ms in the future, outside the replay window; are the clocks synchronized?")]
+    Future(u64),
+    #[error("replayed: this nonce was already used")]
+    Replayed,
+    #[error("too many recent signed messages to remember ({0}); refused")]
+    GuardFull(usize),
+    #[error("out of sequence: expected frame {expected}, got {got} (replayed, dropped or reordered)")]
+    Sequence { expected: u64, got: u64 },
+    #[error("expired {0} ms ago")]
+    Expired(u64),
+    #[error("malformed signature fields: {0}")]
+    Malformed(String),
 }
 
 impl From<Refusal> for ErrorCode {

@@ -32,7 +32,7 @@ pub enum ProtocolError {
     #[error("malformed message: {0}; is the peer speaking the berth protocol?")]
     Malformed(String),
     #[error("authentication failed: {0}")]
-    Auth(#[from] crate::auth::AuthError),
+    Auth(#[from] crate::error::AuthError),
     #[error("peer speaks protocol version {theirs}, this program speaks {PROTOCOL_VERSION}; run the same berth version on both ends")]
     Version { theirs: u32 },
 }

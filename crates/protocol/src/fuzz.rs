@@ -8,17 +8,18 @@
 //! decodes to itself.
 
 use crate::agent::{
-    AgentMessage, AgentQuery, AgentReply, CgroupReport, CompatEnv, ControllerMessage, LaunchSpec, Refusal,
-    Registration, StepRef, UserIdentity,
+    AgentMessage, AgentQuery, AgentReply, CgroupReport, CompatEnv, ControllerMessage, LaunchSpec, Registration, StepRef,
 };
 use crate::auth::{Envelope, SessionFrame};
 use crate::client::{
     Accounting, AdvanceCreate, AdvanceInfo, ApiError, CgroupInfo, ClientRequest, ClientResponse, ErrorCode, IdResult,
-    JobInfo, NodeInfo, NumaInfo, PuHolder, QueueInfo, SubmitRequest, SubnodeInfo,
+    JobInfo, QueueInfo, SubmitRequest,
 };
+use crate::error::Refusal;
 use crate::frame::{
     decode, encode, read_raw_frame_counted, FrameBudget, FrameLimits, READ_CHUNK, UNIDENTIFIED_FRAME_BYTES,
 };
+use crate::node::{NodeInfo, NumaInfo, PuHolder, SubnodeInfo};
 use crate::reservation::{
     ConfirmRequest, ErrorBody, Holder, Inventory, InventoryNode, NodeHolder, NodeRequest, NumaFree, NumaMemory,
     OptionValue, ReservationInfo, ReservationReply, ReservationRequest, ReservationState, ReserveRequest,
@@ -28,6 +29,7 @@ use crate::step::{
     AllocationNode, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepInfo, StepNode, StepOutcome, TaskInfo,
     TaskReply, TaskRequest, TreeDown, TreeUp,
 };
+use crate::user::UserIdentity;
 use crate::{read_frame, PROTOCOL_VERSION};
 use berth_core::directives::SubmitOptions;
 use berth_core::fuzz::{

@@ -12,10 +12,12 @@ pub mod frame;
 #[cfg(feature = "fuzzing")]
 pub mod fuzz;
 pub mod limits;
+pub mod node;
 pub mod probe;
 pub mod reservation;
 pub mod step;
 pub mod tree;
+pub mod user;
 
 pub use error::ErrorCode;
 pub use frame::{

@@ -7,8 +7,8 @@
 //! same requests over the berth protocol (`berth reservations` uses it). Request bodies refuse
 //! unknown fields, so a misspelt field is an error rather than silently ignored.
 
-use crate::client::NodeInfo;
 use crate::error::ErrorCode;
+use crate::node::NodeInfo;
 use crate::step::StepInfo;
 use berth_core::JobId;
 use serde::de::{self, Visitor};

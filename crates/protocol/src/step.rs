@@ -2,7 +2,7 @@
 //! and the task API inside a job. See docs/protocol/01-client.md ("Steps"),
 //! docs/protocol/03-control-tree.md and docs/protocol/04-task-api.md.
 
-use crate::agent::UserIdentity;
+use crate::user::UserIdentity;
 use berth_core::step::mpmd::App;
 use berth_core::step::{MpiKind, RankPlace, StepRequest};
 use berth_core::JobId;

@@ -6,8 +6,8 @@
 use crate::auth::Refused;
 use crate::ports::JobContext;
 use crate::step::shepherd::Upstream;
-use berth_protocol::agent::Refusal;
 use berth_protocol::auth::{now_ms, LinkKey};
+use berth_protocol::error::Refusal;
 use berth_protocol::step::StepGrant;
 use std::sync::Arc;
 use std::time::Duration;

@@ -11,7 +11,7 @@
 //! calls only, on values prepared by the parent, and credentials changed with the raw
 //! `setres[ug]id` calls (glibc's wrappers would signal the agent's other threads).
 
-use berth_protocol::agent::UserIdentity;
+use berth_protocol::user::UserIdentity;
 use std::ffi::{c_void, CString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;

@@ -13,8 +13,9 @@
 use crate::ports::JobContext;
 use crate::step::pmi::PmiEvent;
 use crate::step::ranks::{self as step_ranks, LocalRank};
-use berth_protocol::agent::{AgentMessage, AgentQuery, Refusal};
+use berth_protocol::agent::{AgentMessage, AgentQuery};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
+use berth_protocol::error::Refusal;
 use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
 use berth_protocol::tree::{groups, keepalive, launch_deadline, read_up};
 use berth_protocol::{write_frame, ProtocolError};

@@ -1012,7 +1012,7 @@ pub async fn qrerun(dir: &Path, args: Vec<String>) -> Result<i32> {
 // pbsnodes
 
 /// A node's PBS state: free, job-busy, offline (drained or draining), down.
-pub fn pbs_node_state(n: &berth_protocol::client::NodeInfo) -> &'static str {
+pub fn pbs_node_state(n: &berth_protocol::node::NodeInfo) -> &'static str {
     match n.state.split_whitespace().next().unwrap_or("") {
         _ if n.state.contains("not connected") => "down",
         "up" if n.cpus_allocated >= n.pus => "job-busy",
@@ -1024,7 +1024,7 @@ pub fn pbs_node_state(n: &berth_protocol::client::NodeInfo) -> &'static str {
 }
 
 /// `pbsnodes -a`: each node's attributes (PBS Pro's layout).
-pub fn pbsnodes_full(nodes: &[berth_protocol::client::NodeInfo], server: &str) -> String {
+pub fn pbsnodes_full(nodes: &[berth_protocol::node::NodeInfo], server: &str) -> String {
     let nodes = crate::output::escaped(nodes);
     let mut s = String::new();
     for n in &nodes {

@@ -6,7 +6,8 @@ use super::format::{self as f, both, long, Arg, Opt};
 use super::slurm::{node_state, slurm_error, SLURM_VERSION};
 use crate::client::request;
 use anyhow::{bail, Result};
-use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobChange, JobInfo, NodeInfo, QueueInfo};
+use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobChange, JobInfo, QueueInfo};
+use berth_protocol::node::NodeInfo;
 use std::path::Path;
 
 const SCONTROL_OPTS: &[Opt] = &[
@@ -179,7 +180,7 @@ fn gres(n: &NodeInfo) -> Option<String> {
 }
 
 /// `scontrol show licenses`: one license's record, as Slurm's.
-pub fn license_record(l: &berth_protocol::client::CountInfo, oneliner: bool) -> String {
+pub fn license_record(l: &berth_protocol::node::CountInfo, oneliner: bool) -> String {
     record(
         &[
             vec![("LicenseName", l.name.clone())],

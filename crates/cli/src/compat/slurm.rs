@@ -12,7 +12,8 @@ use anyhow::{anyhow, bail, Result};
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::JobId;
-use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobInfo, NodeInfo, QueueInfo};
+use berth_protocol::client::{ClientRequest, ClientResponse, ErrorCode, JobInfo, QueueInfo};
+use berth_protocol::node::NodeInfo;
 use std::path::{Path, PathBuf};
 
 /// The Slurm version the personalities answer `--version` with (their output follows it).

@@ -7,10 +7,10 @@ use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::JobId;
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{
     AdvanceCreate, AdvanceInfo, ApiError, ClientRequest, ClientResponse, ErrorCode, SubmitRequest,
 };
+use berth_protocol::user::UserIdentity;
 
 const HOUR: f64 = 3600.0;
 

@@ -11,11 +11,11 @@
 
 use crate::command::{Command, ServerError};
 use crate::model::request::Peer;
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{ApiError, ClientRequest, ClientResponse};
 use berth_protocol::reservation::{
     ConfirmRequest, ErrorBody, ReservationError, ReservationReply, ReservationRequest, ReserveRequest,
 };
+use berth_protocol::user::UserIdentity;
 use berth_protocol::ErrorCode as Code;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};

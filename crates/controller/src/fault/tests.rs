@@ -2,8 +2,9 @@ use super::*;
 use crate::model::request::Peer;
 use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
-use berth_protocol::agent::{AgentMessage, ControllerMessage, UserIdentity};
+use berth_protocol::agent::{AgentMessage, ControllerMessage};
 use berth_protocol::client::{ClientRequest, ClientResponse, EventQuery};
+use berth_protocol::user::UserIdentity;
 
 fn root() -> Peer {
     Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 }

@@ -5,8 +5,8 @@ use berth_core::job::{Allocation, JobOutcome, JobState, Shape};
 use berth_core::placement::JobRequest;
 use berth_core::sched::PendingJob;
 use berth_core::JobId;
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{Accounting, JobInfo};
+use berth_protocol::user::UserIdentity;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {

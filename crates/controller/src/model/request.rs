@@ -1,7 +1,7 @@
 //! Who sent a request, and the refusal it may get.
 
-use berth_protocol::agent::UserIdentity;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode};
+use berth_protocol::user::UserIdentity;
 
 /// Who sent a request, as the kernel told us.
 #[derive(Debug, Clone)]

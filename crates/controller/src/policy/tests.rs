@@ -231,7 +231,7 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
 /// a subnode is back.
 #[test]
 fn job_for_drained_subnodes_waits_rather_than_being_refused() {
-    use berth_protocol::agent::UserIdentity;
+    use berth_protocol::user::UserIdentity;
     let root = crate::model::request::Peer {
         user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
         conn: 9,
@@ -283,7 +283,7 @@ fn expected_start_counts_the_resume_of_suspended_jobs() {
 #[test]
 fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
     use berth_core::sched::queue::QueueSpec;
-    use berth_protocol::agent::UserIdentity;
+    use berth_protocol::user::UserIdentity;
     let root = crate::model::request::Peer {
         user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
         conn: 9,
@@ -428,7 +428,7 @@ fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() 
         ..Default::default()
     };
     let root = crate::model::request::Peer {
-        user: berth_protocol::agent::UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
+        user: berth_protocol::user::UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() },
         conn: 3,
     };
     let created = h.call(ClientRequest::AdvanceCreate(Box::new(body)), &root);
@@ -473,7 +473,7 @@ fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
     assert_eq!(h.ctl.jobs[&g].allocation[0].node, "n1");
     assert_eq!(h.ctl.jobs[&g].allocation[0].gres, counts(&[("nvme", 500)]));
     let info = h.ctl.node_info(1, false);
-    assert_eq!(info.gres, vec![berth_protocol::client::CountInfo { name: "nvme".into(), total: 800, used: 500 }]);
+    assert_eq!(info.gres, vec![berth_protocol::node::CountInfo { name: "nvme".into(), total: 800, used: 500 }]);
     assert!(h.ctl.node_info(0, false).gres.is_empty());
     assert_eq!(h.ctl.license_info()[0].used, 3);
 

@@ -2,9 +2,10 @@ use super::*;
 use crate::testkit::*;
 use berth_core::job::JobOutcome;
 use berth_core::step::StepRequest;
-use berth_protocol::agent::{AgentMessage, LaunchSpec, UserIdentity};
+use berth_protocol::agent::{AgentMessage, LaunchSpec};
 use berth_protocol::client::{ClientRequest, SubmitRequest};
 use berth_protocol::step::{InteractiveAsk, RankExit};
+use berth_protocol::user::UserIdentity;
 use tokio::sync::mpsc;
 
 fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
@@ -447,8 +448,8 @@ fn refusals_of_other_users_jobs_are_logged_as_denied() {
 
 #[test]
 fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
-    use berth_protocol::agent::Refusal;
     use berth_protocol::auth::{now_ms, verify_grant, ClusterKey};
+    use berth_protocol::error::Refusal;
     let mut h = Harness::new(2);
     let key = ClusterKey::from_bytes([5; 32]);
     h.ctl.key = Some(std::sync::Arc::new(key.clone()));

@@ -2,8 +2,9 @@ use super::*;
 use crate::testkit::*;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobOutcome;
-use berth_protocol::agent::{AgentMessage, UserIdentity};
+use berth_protocol::agent::AgentMessage;
 use berth_protocol::client::{ClientRequest, ClientResponse};
+use berth_protocol::user::UserIdentity;
 
 const MIB: u64 = 1 << 20;
 

@@ -2,8 +2,9 @@ use super::*;
 use crate::testkit::*;
 use berth_core::directives::{ArraySpec, SubmitOptions};
 use berth_core::job::JobOutcome;
-use berth_protocol::agent::{AgentMessage, ControllerMessage, UserIdentity};
+use berth_protocol::agent::{AgentMessage, ControllerMessage};
 use berth_protocol::client::{ClientRequest, EventQuery, JobInfo, SubmitRequest};
+use berth_protocol::user::UserIdentity;
 
 fn root() -> Peer {
     Peer { user: UserIdentity { uid: 0, gid: 0, groups: vec![0], name: "root".into() }, conn: 9 }

@@ -4,6 +4,7 @@
 //! See docs/protocol/06-auth.md, "Authentication". Everything here proves *who* sent a message (a
 //! holder of the cluster key) and that it is fresh; nothing here encrypts.
 
+use crate::error::AuthError;
 use crate::frame::ProtocolError;
 use crate::step::StepGrant;
 use hmac::{Hmac, Mac};
@@ -47,29 +48,6 @@ pub const LABEL_GRANT: &[u8] = b"berth/v2/step-grant";
 pub const LABEL_AGENT_QUERY: &[u8] = b"berth/v2/agent-query";
 
 pub type Nonce = [u8; NONCE_BYTES];
-
-/// Why a message was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AuthError {
-    #[error("not signed: {0}")]
-    Unsigned(String),
-    #[error("bad signature (the sender does not hold this cluster's key, or the message was altered)")]
-    BadMac,
-    #[error("timestamp is {0} ms in the past, outside the replay window; are the clocks synchronized?")]
-    Stale(u64),
-    #[error("timestamp is {0} ms in the future, outside the replay window; are the clocks synchronized?")]
-    Future(u64),
-    #[error("replayed: this nonce was already used")]
-    Replayed,
-    #[error("too many recent signed messages to remember ({0}); refused")]
-    GuardFull(usize),
-    #[error("out of sequence: expected frame {expected}, got {got} (replayed, dropped or reordered)")]
-    Sequence { expected: u64, got: u64 },
-    #[error("expired {0} ms ago")]
-    Expired(u64),
-    #[error("malformed signature fields: {0}")]
-    Malformed(String),
-}
 
 /// Why a key file cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -816,8 +794,8 @@ mod tests {
     }
 
     fn grant() -> StepGrant {
-        use crate::agent::UserIdentity;
         use crate::step::StepNode;
+        use crate::user::UserIdentity;
         use berth_core::step::RankPlace;
         StepGrant {
             job: JobId(5),

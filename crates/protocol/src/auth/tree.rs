@@ -97,7 +97,8 @@ pub enum TreeEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::{sign_grant, AuthError, KEY_BYTES};
+    use crate::auth::{sign_grant, KEY_BYTES};
+    use crate::error::AuthError;
     use crate::frame::ProtocolError;
     use crate::step::{StepGrant, TreeDown, TreeUp};
 

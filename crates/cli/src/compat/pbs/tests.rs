@@ -176,7 +176,7 @@ fn pbs_states() {
 
 #[test]
 fn pbsnodes_attributes() {
-    let node = |state: &str, alloc: usize| -> berth_protocol::client::NodeInfo {
+    let node = |state: &str, alloc: usize| -> berth_protocol::node::NodeInfo {
         serde_json::from_value(serde_json::json!({
             "id": 0, "name": "node1", "state": state, "address": "a", "sockets": 1, "cores": 4, "pus": 4,
             "topology": "SCCCC", "free": "S", "cpus_allocated": alloc, "memory_bytes": 4u64 << 30,
