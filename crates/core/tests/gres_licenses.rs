@@ -9,7 +9,8 @@ use berth_core::job::Shape;
 use berth_core::node::NodeCapacity;
 use berth_core::placement::{JobRequest, PlacementPolicy};
 use berth_core::sched::backfill::{
-    plan_with_reservations, BackfillPolicy, Fit, Machine, PassInput, PassLimits, QueuedJob, RunningJob,
+    place_for_window, plan_with_advance, plan_with_reservations, AdvanceReservation, BackfillPolicy, Fit, Machine,
+    PassInput, PassLimits, QueuedJob, RunningJob,
 };
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
@@ -143,6 +144,81 @@ fn backfill_plans_treat_licenses_as_a_resource_over_time() {
         }
         assert_eq!(two.expected_start, Some(100.0), "{policy:?}");
         assert!(out.waiting.iter().any(|w| w.id == JobId(4)), "{policy:?}: job 4 must not delay job 2: {out:?}");
+    }
+}
+
+fn queued(id: u64, gres: Counts, licenses: Counts) -> QueuedJob {
+    QueuedJob { id: JobId(id), request: job(1, 1, gres, licenses), walltime: 50.0, held: false }
+}
+
+/// An advance reservation holding nvme:500 of n0's 800 and 3 of the cluster's 4 matlab
+/// licenses, open now: its members use those (and no more); other jobs get only what it does
+/// not hold, also while its members run on part of it (their counts are inside its own, not
+/// counted twice).
+#[test]
+fn advance_reservations_hold_gres_and_licenses() {
+    for policy in [BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+        let mut c = cluster(&[counts(&[("nvme", 800)]), Counts::new()], counts(&[("matlab", 4)]));
+        let want = job(1, 2, counts(&[("nvme", 500)]), counts(&[("matlab", 3)]));
+        // Placed for a window as the controller does: what it holds is its allocation's.
+        let Fit::Now(resv) = place_for_window(&c, &[], &[], &want, (0.0, 1000.0), 0.0) else { panic!() };
+        assert_eq!((resv[0].node.as_str(), resv[0].gres.clone()), ("n0", counts(&[("nvme", 500)])));
+        assert_eq!(resv[0].licenses, counts(&[("matlab", 3)]));
+        // A second reservation over the same window finds the licenses held.
+        let others =
+            [AdvanceReservation { id: "r".into(), alloc: resv.clone(), start: 0.0, end: 1000.0, members: vec![] }];
+        match place_for_window(
+            &c,
+            &[],
+            &others,
+            &job(1, 1, Counts::new(), counts(&[("matlab", 2)])),
+            (500.0, 600.0),
+            0.0,
+        ) {
+            Fit::Busy(why) => assert!(why.to_string().contains("license matlab"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+        let limits = PassLimits { policy, max_reservations: 100, deadline: None };
+        let member = queued(10, counts(&[("nvme", 500)]), counts(&[("matlab", 2)]));
+        let queue = [
+            member.clone(),
+            // Members may not go past the reservation's licenses: 3, 2 taken by job 10.
+            queued(11, Counts::new(), counts(&[("matlab", 2)])),
+            // Others: 1 matlab and 300 nvme are not held by it.
+            queued(20, Counts::new(), counts(&[("matlab", 2)])),
+            queued(21, counts(&[("nvme", 400)]), Counts::new()),
+            queued(22, Counts::new(), counts(&[("matlab", 1)])),
+            queued(23, counts(&[("nvme", 300)]), Counts::new()),
+        ];
+        let advance = [AdvanceReservation {
+            id: "gpuweek".into(),
+            alloc: resv.clone(),
+            start: 0.0,
+            end: 1000.0,
+            members: vec![JobId(10), JobId(11)],
+        }];
+        let input = PassInput { machine: &c, running: &[], queue: &queue, now: 0.0 };
+        let (out, _) = plan_with_advance(&input, &advance, &limits);
+        let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
+        assert_eq!(started, vec![JobId(10), JobId(22), JobId(23)], "{policy:?}: {out:?}");
+        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| format!("{:?}", w.reason));
+        let eleven = why(11).unwrap_or_default();
+        assert!(eleven.contains("reservation gpuweek") && eleven.contains("license matlab"), "{policy:?}: {eleven}");
+        for id in [20, 21] {
+            assert!(why(id).is_some(), "{policy:?}: job {id} must wait: {out:?}");
+        }
+        // The member runs, holding 2 of the reservation's 3 and its nvme: the others still get
+        // the one matlab and the 300 nvme it does not hold, not fewer.
+        let alloc = out.starts[0].1.clone();
+        assert_eq!(alloc[0].licenses, counts(&[("matlab", 2)]));
+        c.claim(&alloc);
+        let running = [RunningJob { id: JobId(10), alloc, end: 50.0 }];
+        let queue =
+            [queued(22, Counts::new(), counts(&[("matlab", 1)])), queued(23, counts(&[("nvme", 300)]), Counts::new())];
+        let input = PassInput { machine: &c, running: &running, queue: &queue, now: 0.0 };
+        let (out, _) = plan_with_advance(&input, &advance, &limits);
+        let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
+        assert_eq!(started, vec![JobId(22), JobId(23)], "{policy:?}: {out:?}");
     }
 }
 

@@ -21,6 +21,7 @@
 use super::pass::{Memo, RequestKey, Tracked, NOW};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, Reservation, RunningJob, Waiting};
+use crate::gres::Counts;
 use crate::job::{Allocation, NodeAllocation, NumaShare};
 use crate::placement::reason::Busy;
 use crate::placement::JobRequest;
@@ -48,6 +49,16 @@ pub trait Confine: Machine {
     /// what `used` (allocations inside it, e.g. running members) hold of it. Everything else is
     /// taken.
     fn confine(&self, within: &Self::Alloc, used: &[&Self::Alloc]) -> Self;
+
+    /// What a window (`window`, an advance reservation's resources) still keeps from jobs that
+    /// are not its members when its members hold `held` (allocations inside it). Counted
+    /// resources a member holds (licenses, generic resources) are part of the window's counts:
+    /// claiming both would count them twice. The default: the whole window (what is claimed
+    /// twice, like PUs, counts once).
+    fn unheld(window: &Self::Alloc, held: &[&Self::Alloc]) -> Self::Alloc {
+        let _ = held;
+        window.clone()
+    }
 }
 
 impl Confine for ClusterState {
@@ -59,18 +70,28 @@ impl Confine for ClusterState {
             let mut keep_pus = CpuSet::new();
             let mut keep_gpus: Vec<u32> = vec![];
             let mut keep_mem = vec![0u64; numa.len()];
+            let mut keep_gres = Counts::new();
             for na in within.iter().filter(|na| na.node_id == node.id) {
                 keep_pus.union_with(&na.cpus);
                 keep_gpus.extend_from_slice(&na.gpus);
                 for (i, bytes) in numa_shares(node, na) {
                     keep_mem[i] = keep_mem[i].saturating_add(bytes);
                 }
+                add_counts(&mut keep_gres, &na.gres);
             }
             for na in used.iter().flat_map(|a| a.iter()).filter(|na| na.node_id == node.id) {
                 for (i, bytes) in numa_shares(node, na) {
                     keep_mem[i] = keep_mem[i].saturating_sub(bytes);
                 }
+                sub_counts(&mut keep_gres, &na.gres);
             }
+            // The node's free generic resources beyond what the reservation keeps are taken.
+            let gres: Counts = node
+                .gres_free
+                .iter()
+                .map(|(name, &free)| (name.clone(), free.saturating_sub(keep_gres.get(name).copied().unwrap_or(0))))
+                .filter(|&(_, n)| n > 0)
+                .collect();
             let mut pus = node.free_pus.clone();
             pus.subtract(&keep_pus);
             let numa_memory: Vec<NumaShare> = node
@@ -84,11 +105,11 @@ impl Confine for ClusterState {
                 .collect();
             // The free GPUs the reservation does not hold are taken like its other PUs.
             let gpus: Vec<u32> = node.free_gpus_of(None).filter(|g| !keep_gpus.contains(g)).collect();
-            if pus.is_empty() && numa_memory.is_empty() && gpus.is_empty() {
+            if pus.is_empty() && numa_memory.is_empty() && gpus.is_empty() && gres.is_empty() {
                 continue;
             }
             take.push(NodeAllocation {
-                gres: Default::default(),
+                gres,
                 licenses: Default::default(),
                 node_id: node.id,
                 node: node.name.clone(),
@@ -105,8 +126,75 @@ impl Confine for ClusterState {
             });
         }
         out.claim(&take);
+        // Members use the reservation's licenses only: those it holds less those its running
+        // members hold, as far as they are free (a job running past its walltime may hold some).
+        let mut keep = licenses_of(within);
+        for a in used {
+            sub_counts(&mut keep, &licenses_of(a));
+        }
+        let beyond: Counts = out
+            .licenses
+            .total
+            .keys()
+            .map(|name| {
+                let free = out.licenses.free(name);
+                (name.clone(), free.saturating_sub(keep.get(name).copied().unwrap_or(0)))
+            })
+            .filter(|&(_, n)| n > 0)
+            .collect();
+        out.licenses.claim(&beyond);
         out
     }
+
+    fn unheld(window: &Allocation, held: &[&Allocation]) -> Allocation {
+        let mut out = window.clone();
+        let mut held_licenses = Counts::new();
+        for na in held.iter().flat_map(|a| a.iter()) {
+            add_counts(&mut held_licenses, &na.licenses);
+            if let Some(part) = out.iter_mut().find(|p| p.node_id == na.node_id) {
+                sub_counts(&mut part.gres, &na.gres);
+            }
+        }
+        // The window's licenses are on its parts (the first, as a job's): take the members'
+        // off where they are.
+        for part in out.iter_mut() {
+            for (name, n) in part.licenses.iter_mut() {
+                let h = held_licenses.entry(name.clone()).or_insert(0);
+                let off = (*n).min(*h);
+                *n -= off;
+                *h -= off;
+            }
+            part.licenses.retain(|_, n| *n > 0);
+        }
+        out
+    }
+}
+
+/// Add `b`'s counts to `a`'s.
+fn add_counts(a: &mut Counts, b: &Counts) {
+    for (name, &n) in b {
+        let c = a.entry(name.clone()).or_insert(0);
+        *c = c.saturating_add(n);
+    }
+}
+
+/// Take `b`'s counts off `a`'s (none below 0; names at 0 removed).
+fn sub_counts(a: &mut Counts, b: &Counts) {
+    for (name, &n) in b {
+        if let Some(c) = a.get_mut(name) {
+            *c = c.saturating_sub(n);
+        }
+    }
+    a.retain(|_, n| *n > 0);
+}
+
+/// The licenses an allocation holds (on any of its parts).
+fn licenses_of(alloc: &Allocation) -> Counts {
+    let mut out = Counts::new();
+    for na in alloc {
+        add_counts(&mut out, &na.licenses);
+    }
+    out
 }
 
 /// The memory of `na` per NUMA node (index in the node's topology), as a claim takes it.
@@ -333,8 +421,18 @@ pub fn plan_with_advance<M: Confine>(
     }
     let queue: Vec<super::QueuedJob> = input.queue.iter().filter(|j| !member_of.contains_key(&j.id)).cloned().collect();
     let others = PassInput { machine: &machine, running: &running, queue: &queue, now };
+    // What each window keeps from the others: less the counts its running members hold.
+    let kept: Vec<AdvanceReservation<M::Alloc>> = advance
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let held: Vec<&M::Alloc> =
+                running.iter().filter(|j| member_of.get(&j.id) == Some(&i)).map(|j| &j.alloc).collect();
+            AdvanceReservation { alloc: M::unheld(&r.alloc, &held), ..r.clone() }
+        })
+        .collect();
     let (mut out, reservations) =
-        super::plan_beside(&others, limits, &Windows::new(advance, now), super::pass::Detail::Full);
+        super::plan_beside(&others, limits, &Windows::new(&kept, now), super::pass::Detail::Full);
     let mut starts: Vec<(JobId, M::Alloc)> = members.starts.into_iter().map(|(id, a, _)| (id, a)).collect();
     starts.append(&mut out.starts);
     out.starts = starts;
