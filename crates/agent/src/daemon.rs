@@ -88,7 +88,8 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     let has_gpu_files = topology.gpus.iter().any(|g| !g.device_files.is_empty());
     let backend: Arc<dyn CgroupBackend> = Arc::from(cgroup::detect_with_devices(&cfg.cgroup_root, has_gpu_files)?);
     let gpus_contained = has_gpu_files && backend.contains_devices();
-    crate::gpu_devices::containment_warning(&topology, gpus_contained, backend.version() == 2);
+    let v2_error = backend.devices_error();
+    crate::gpu_devices::containment_warning(&topology, gpus_contained, backend.version() == 2, v2_error.as_deref());
     backend.prepare_root()?;
     let (cpus, mems) = backend.root_cpus_mems()?;
     let real_cpus = CpuSet::parse_list(&cpus).map_err(|e| AgentError::Setup(e.to_string()))?;

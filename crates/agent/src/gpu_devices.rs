@@ -3,8 +3,9 @@
 //! Each GPU of the node names its device files ([`Gpu::device_files`]): on the real machine
 //! under `/dev` (`/dev/nvidiaN`, `/dev/dri/renderDN`), on an emulated node stand-ins under the
 //! agent's `--gpu-device-dir` (tests make them with `mknod DIR/nvidia0 c 195 0`). A job's
-//! cgroup v1 `devices` controller denies the character devices of the node's GPUs the job
-//! does not hold: everything else stays allowed (see [`deny_rules`] for why a deny list).
+//! cgroup v1 `devices` controller (on cgroup v2: a device eBPF program attached to its cgroup,
+//! crate::cgroup::v2::devices) denies the character devices of the node's GPUs the job does
+//! not hold: everything else stays allowed (see [`deny_rules`] for why a deny list).
 
 use berth_core::gpu::{known_device_number, Gpu};
 use berth_core::topology::Topology;
@@ -86,20 +87,25 @@ fn device_number(path: &str) -> Option<(u32, u32)> {
     }
 }
 
-/// Say once, loudly, when this node's GPUs cannot be contained: on cgroup v2 (device
-/// filtering there is an eBPF program berth does not load yet) or without the v1 `devices`
-/// controller. Returns the warning given, if any.
-pub fn containment_warning(topology: &Topology, contained: bool, v2: bool) -> Option<String> {
+/// Say once, loudly, when this node's GPUs cannot be contained: no device files, cgroup v2
+/// where the device eBPF program cannot be loaded (`v2_error`: the bpf() error, e.g. no
+/// CAP_BPF), or cgroup v1 without the `devices` controller. Returns the warning given, if any.
+pub fn containment_warning(topology: &Topology, contained: bool, v2: bool, v2_error: Option<&str>) -> Option<String> {
     let with_files = topology.gpus.iter().filter(|g| !g.device_files.is_empty()).count();
     if topology.gpus.is_empty() || contained {
         return None;
     }
-    let why = if v2 {
-        "this host uses cgroup v2, where device access is filtered by an eBPF program (BPF_PROG_TYPE_CGROUP_DEVICE) that berth does not load yet"
-    } else if with_files == 0 {
-        "no GPU has a device file (give --gpu-device-dir for an emulated node's stand-ins)"
+    let why = if with_files == 0 {
+        "no GPU has a device file (give --gpu-device-dir for an emulated node's stand-ins)".to_string()
+    } else if v2 {
+        format!(
+            "this host uses cgroup v2, where device access is filtered by an eBPF program \
+             (BPF_PROG_TYPE_CGROUP_DEVICE), and the agent cannot load one: {}",
+            v2_error.unwrap_or("unknown error")
+        )
     } else {
         "the cgroup v1 devices controller is not mounted (mount -t cgroup -o devices cgroup /sys/fs/cgroup/devices)"
+            .to_string()
     };
     let msg = format!(
         "GPU CONTAINMENT OFF: every job on this node can open all {} GPUs' devices: {why}; jobs still get their own CUDA_VISIBLE_DEVICES etc.",
@@ -159,11 +165,18 @@ mod tests {
     #[test]
     fn the_warning_says_why() {
         let mut t = node(1);
-        assert!(containment_warning(&t, false, true).unwrap().contains("eBPF"));
-        assert!(containment_warning(&t, false, false).unwrap().contains("--gpu-device-dir"));
+        assert!(containment_warning(&t, false, false, None).unwrap().contains("--gpu-device-dir"));
+        assert!(containment_warning(&t, false, true, None).unwrap().contains("--gpu-device-dir"));
         assign_device_files(&mut t, false, Some(Path::new("/d")));
-        assert!(containment_warning(&t, false, false).unwrap().contains("devices controller"));
-        assert_eq!(containment_warning(&t, true, false), None);
-        assert_eq!(containment_warning(&node(0), false, true), None, "no GPUs, nothing to say");
+        let v2 = containment_warning(&t, false, true, Some("bpf(BPF_PROG_LOAD) ... failed: Operation not permitted"));
+        let v2 = v2.unwrap();
+        assert!(
+            v2.starts_with("GPU CONTAINMENT OFF") && v2.contains("eBPF") && v2.contains("Operation not permitted"),
+            "{v2}"
+        );
+        assert!(containment_warning(&t, false, false, None).unwrap().contains("devices controller"));
+        assert_eq!(containment_warning(&t, true, false, None), None);
+        assert_eq!(containment_warning(&t, true, true, None), None, "a v2 node whose device program loads");
+        assert_eq!(containment_warning(&node(0), false, true, None), None, "no GPUs, nothing to say");
     }
 }

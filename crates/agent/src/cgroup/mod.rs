@@ -50,6 +50,9 @@ pub enum CgroupError {
     Unkillable { pids: Vec<i32> },
     #[error("cannot send signal {signal} to pid {pid}: {source}")]
     Signal { pid: i32, signal: i32, source: io::Error },
+    /// The cgroup v2 device program could not be made, loaded or attached.
+    #[error(transparent)]
+    Devices(#[from] v2::devices::DeviceFilterError),
 }
 
 /// What to tell the operator for a failed cgroupfs operation.
@@ -79,9 +82,10 @@ pub struct JobLimits {
     /// it is (unlimited in a new cgroup). Hitting it makes fork fail in the job (EAGAIN).
     pub pids_max: Option<u64>,
     /// Character devices (major, minor) the job must not open: the node's GPUs it does not
-    /// hold (crate::gpu_devices::deny_rules). Written to the v1 `devices` controller when the
-    /// backend contains devices ([`CgroupBackend::contains_devices`]); rules are only ever
-    /// added, so an `update` with none leaves the job's as they are.
+    /// hold (crate::gpu_devices::deny_rules). Written to the v1 `devices` controller, or on v2
+    /// attached as a device eBPF program ([`v2::devices`]), when the backend contains devices
+    /// ([`CgroupBackend::contains_devices`]); rules are only ever added, so an `update` with
+    /// none leaves the job's as they are.
     pub deny_devices: Vec<(u32, u32)>,
 }
 
@@ -141,10 +145,15 @@ pub trait CgroupBackend: Send + Sync + std::fmt::Debug {
     /// that became empty, up to and including the top directory of the subtree.
     fn remove_root(&self) -> Result<(), CgroupError>;
     /// Whether jobs' `JobLimits::deny_devices` are enforced: a v1 backend made with the
-    /// `devices` hierarchy ([`detect_with_devices`]). cgroup v2 filters devices with an eBPF
-    /// program berth does not load yet: false there.
+    /// `devices` hierarchy, a v2 one that can load device eBPF programs
+    /// ([`detect_with_devices`], [`v2::devices`]).
     fn contains_devices(&self) -> bool {
         false
+    }
+    /// Why devices are not contained though the backend was asked to (a v2 backend whose
+    /// device program could not be loaded: the bpf() error); None otherwise.
+    fn devices_error(&self) -> Option<String> {
+        None
     }
     /// The cgroup version: 1 or 2.
     fn version(&self) -> u8;
@@ -244,16 +253,17 @@ pub fn detect(root_rel: &str) -> Result<Box<dyn CgroupBackend>, CgroupError> {
     detect_with_devices(root_rel, false)
 }
 
-/// [`detect`], on cgroup v1 with the `devices` hierarchy too when `devices` (a node with
-/// GPUs to contain) and it is mounted: jobs then join a devices cgroup that denies
-/// `JobLimits::deny_devices`.
+/// [`detect`], containing devices when `devices` (a node with GPUs to contain): on cgroup v1
+/// with the `devices` hierarchy too when it is mounted (jobs then join a devices cgroup that
+/// denies `JobLimits::deny_devices`), on v2 with a device eBPF program attached to each job's
+/// cgroup when one can be loaded.
 pub fn detect_with_devices(root_rel: &str, devices: bool) -> Result<Box<dyn CgroupBackend>, CgroupError> {
     let path = Path::new("/proc/self/mountinfo");
     let text = std::fs::read_to_string(path).map_err(|e| util::io_err("read", path, e))?;
     let mounts = parse_mountinfo(&text);
     let read = |p: &Path| std::fs::read_to_string(p.join("cgroup.controllers")).ok();
     match choose(&mounts, &read)? {
-        Choice::V2(mount) => Ok(Box::new(v2::V2Backend::new(mount, root_rel)?)),
+        Choice::V2(mount) => Ok(Box::new(v2::V2Backend::with_devices(mount, root_rel, devices)?)),
         Choice::V1 => Ok(Box::new(v1::V1Backend::from_mounts_with(&mounts, root_rel, devices)?)),
     }
 }

@@ -20,6 +20,7 @@ mod ranks;
 mod reuse;
 mod suspend;
 mod tree;
+mod v2_devices;
 
 static SEQ: AtomicUsize = AtomicUsize::new(0);
 

@@ -15,6 +15,7 @@ use std::time::Duration;
 use super::util;
 use super::{CgroupBackend, CgroupError, JobCgroup, JobLimits};
 
+pub mod devices;
 mod job;
 pub use job::V2Job;
 
@@ -27,12 +28,36 @@ const OPTIONAL: [&str; 1] = ["pids"];
 pub struct V2Backend {
     mount: PathBuf,
     root_rel: PathBuf,
+    /// Jobs' `JobLimits::deny_devices` are enforced by a device program attached to each
+    /// job's cgroup ([`devices`]): asked for (a GPU node) and a program could be loaded.
+    devices: bool,
+    /// Why devices are not contained though asked for (the bpf() error).
+    devices_error: Option<String>,
 }
 
 impl V2Backend {
     /// `mount` is the cgroup2 mount point, e.g. /sys/fs/cgroup.
     pub fn new(mount: impl Into<PathBuf>, root_rel: &str) -> Result<Self, CgroupError> {
-        Ok(V2Backend { mount: mount.into(), root_rel: util::validate_rel(root_rel)? })
+        Ok(V2Backend {
+            mount: mount.into(),
+            root_rel: util::validate_rel(root_rel)?,
+            devices: false,
+            devices_error: None,
+        })
+    }
+
+    /// [`V2Backend::new`], containing jobs' devices when `devices` (a node with GPUs) and a
+    /// device program loads here ([`devices::probe`]); else says why not
+    /// ([`CgroupBackend::devices_error`]).
+    pub fn with_devices(mount: impl Into<PathBuf>, root_rel: &str, devices: bool) -> Result<Self, CgroupError> {
+        let mut b = Self::new(mount, root_rel)?;
+        if devices {
+            match devices::probe() {
+                Ok(()) => b.devices = true,
+                Err(e) => b.devices_error = Some(e.to_string()),
+            }
+        }
+        Ok(b)
     }
 
     pub fn root_dir(&self) -> PathBuf {
@@ -46,7 +71,7 @@ impl V2Backend {
 
     /// For names found on disk (cleanup must not trip over odd names).
     fn job_unchecked(&self, name: &str) -> V2Job {
-        V2Job { name: name.to_string(), dir: self.root_dir().join(name), root: self.root_dir() }
+        V2Job::new(name.to_string(), self.root_dir().join(name), self.root_dir(), self.devices)
     }
 
     fn prepare_once(&self) -> Result<(), CgroupError> {
@@ -154,6 +179,14 @@ impl CgroupBackend for V2Backend {
             Some(e) => Err(e),
             None => util::remove_chain(&self.mount, &self.root_rel),
         }
+    }
+
+    fn contains_devices(&self) -> bool {
+        self.devices
+    }
+
+    fn devices_error(&self) -> Option<String> {
+        self.devices_error.clone()
     }
 
     fn version(&self) -> u8 {

@@ -3,6 +3,7 @@
 use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::super::procs::{self, KillOps};
@@ -16,9 +17,20 @@ pub struct V2Job {
     pub(super) dir: PathBuf,
     /// The subtree root, source of "all CPUs" for empty lists.
     pub(super) root: PathBuf,
+    /// `JobLimits::deny_devices` are enforced with device programs (the backend's
+    /// `contains_devices`).
+    devices: bool,
+    /// The devices a program attached by this handle denies already: an `update` attaches one
+    /// more program for new ones only (programs cannot be changed, only added; all of them
+    /// must allow an open).
+    denied: Arc<Mutex<BTreeSet<(u32, u32)>>>,
 }
 
 impl V2Job {
+    pub(crate) fn new(name: String, dir: PathBuf, root: PathBuf, devices: bool) -> V2Job {
+        V2Job { name, dir, root, devices, denied: Arc::default() }
+    }
+
     pub fn dir(&self) -> &Path {
         &self.dir
     }
@@ -27,7 +39,21 @@ impl V2Job {
     #[cfg(test)]
     pub(crate) fn at(dir: PathBuf, root: PathBuf) -> V2Job {
         let name = dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        V2Job { name, dir, root }
+        V2Job::new(name, dir, root, false)
+    }
+
+    /// Attach a device program denying those of `deny` not denied yet (docs/gpus.md,
+    /// "Containment"): every process of the job, its rank cgroups' included, then gets
+    /// `EPERM` opening them.
+    pub(crate) fn deny_devices(&self, deny: &[(u32, u32)]) -> Result<(), CgroupError> {
+        let mut denied = self.denied.lock().unwrap_or_else(|p| p.into_inner());
+        let new: Vec<(u32, u32)> = deny.iter().copied().filter(|d| !denied.contains(d)).collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        super::devices::load_and_attach(&super::devices::deny_program(&new)?, &self.dir)?;
+        denied.extend(new);
+        Ok(())
     }
 
     fn frozen(&self) -> Result<bool, CgroupError> {
@@ -164,6 +190,9 @@ impl JobCgroup for V2Job {
         let pids = self.dir.join("pids.max");
         if let (Some(max), true) = (limits.pids_max, util::is_file(&pids)) {
             util::write_value(&pids, &max.to_string())?;
+        }
+        if self.devices {
+            self.deny_devices(&limits.deny_devices)?;
         }
         Ok(())
     }
