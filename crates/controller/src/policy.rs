@@ -73,7 +73,8 @@ impl Controller {
         // Jobs whose dependency or begin time does not let them start yet wait outside the round.
         let not_yet = self.ineligible(now)?;
         let began = std::time::Instant::now();
-        let g = self.gather(&not_yet, now);
+        let mut g = self.gather(&not_yet, now);
+        let tails = std::mem::take(&mut g.tails);
         let per_job: Vec<Option<(&QueueSpec, UserKey)>> =
             g.queues.iter().map(|q| q.as_ref().map(|(k, key)| (&g.specs[*k], key.clone()))).collect();
         let connected = |n: NodeId| g.connected.get(n.0 as usize).copied().unwrap_or(false);
@@ -115,7 +116,7 @@ impl Controller {
         };
         let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
         let micros = began.elapsed().as_micros() as u64;
-        self.carry_out(decisions, g.shut_out, micros, now);
+        self.carry_out(decisions, g.shut_out, tails, micros, now);
         // Called after the batch's commands, whose effects are carried out already.
         self.carry_out_effects(now)
     }
@@ -156,6 +157,17 @@ impl Controller {
         for (id, why) in shut_out {
             self.pending_reasons.insert(id, berth_core::sched::PendingReason::NoSuitableNodes(why.clone()));
             self.policy.advance_reasons.insert(id, why);
+        }
+    }
+
+    /// The job whose pass decision job `id` shows: its own, or for a task of an array tail the
+    /// last pass left out of its round (`gather`'s `TailRun`), the task that stood for it.
+    pub fn shown_as(&self, id: JobId) -> JobId {
+        let tails = &self.policy.tails;
+        let k = tails.partition_point(|t| t.last < id);
+        match tails.get(k) {
+            Some(t) if t.first <= id && !self.pending_reasons.contains_key(&id) => t.shown_as,
+            _ => id,
         }
     }
 
@@ -222,6 +234,9 @@ mod tests;
 
 #[cfg(test)]
 mod effect_tests;
+
+#[cfg(test)]
+mod tail_tests;
 
 /// Microseconds on a monotonic clock (since its first reading): the pass's time budget.
 fn monotonic_micros() -> u64 {

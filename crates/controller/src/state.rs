@@ -20,7 +20,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 mod features;
-pub use features::{AdvanceBook, DependState, PassStats, PolicyState, Reservations};
+pub use features::{AdvanceBook, ArrayTail, DependState, PassStats, PolicyState, Reservations};
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 

@@ -26,12 +26,14 @@ impl Controller {
             })
             .unwrap_or_default();
         if job.state.is_pending() {
-            info.reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&job.id)) {
+            // A task of an array tail left out of the last pass: as the task that stood for it.
+            let id = if self.depend_reason(job).is_some() { job.id } else { self.shown_as(job.id) };
+            info.reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&id)) {
                 (Some(r), _) | (None, Some(r)) => Some(r.clone()),
-                (None, None) => self.pending_reasons.get(&job.id).map(|r| r.describe()),
+                (None, None) => self.pending_reasons.get(&id).map(|r| r.describe()),
             };
-            info.priority = self.policy.priorities.get(&job.id).cloned();
-            info.expected_start = self.policy.expected_start.get(&job.id).copied();
+            info.priority = self.policy.priorities.get(&id).cloned();
+            info.expected_start = self.policy.expected_start.get(&id).copied();
         } else if job.state == JobState::Running {
             info.reason = job.kill_sent.as_ref().map(|r| format!("ending: {r}"));
         }

@@ -8,7 +8,7 @@
 use super::usage_booked;
 use crate::model::effect::Effect;
 use crate::state::Controller;
-use crate::state::PassStats;
+use crate::state::{ArrayTail, PassStats};
 use crate::suspend::SuspendBy;
 use berth_core::job::Allocation;
 use berth_core::sched::backfill::Waiting;
@@ -20,11 +20,13 @@ use std::collections::HashMap;
 
 impl Controller {
     /// Carry out `d`; `shut_out`: jobs asking for an advance reservation they cannot use, with
-    /// why; `micros`: how long the round took.
+    /// why; `tails`: array tasks left out of the round, decided as the task each names;
+    /// `micros`: how long the round took.
     pub(super) fn carry_out(
         &mut self,
         d: RoundDecisions<Allocation>,
         shut_out: HashMap<JobId, String>,
+        tails: Vec<ArrayTail>,
         micros: u64,
         now: f64,
     ) {
@@ -39,9 +41,11 @@ impl Controller {
             self.waits(w, now);
         }
         self.shut_out(shut_out);
+        let left_out: usize = tails.iter().map(|t| t.count).sum();
+        self.policy.tails = tails;
         if d.passed {
             self.policy.last_pass = PassStats {
-                pending: d.planned,
+                pending: d.planned + left_out,
                 started: d.starts.len(),
                 backfilled: d.backfilled,
                 micros,

@@ -4,6 +4,7 @@
 
 use crate::model::job::account_of;
 use crate::model::job::JobRecord;
+use crate::state::ArrayTail;
 use crate::state::Controller;
 use berth_core::job::{Allocation, JobState};
 use berth_core::sched::backfill::{AdvanceReservation, QueuedJob, RunningJob};
@@ -44,6 +45,63 @@ pub(super) struct Gathered {
     pub victims: Vec<Preemptible>,
     /// Per node index: whether its agent is connected.
     pub connected: Vec<bool>,
+    /// Pending array tasks left out of the queue (see [`TailRun`]), in id order.
+    pub tails: Vec<ArrayTail>,
+}
+
+/// A run of pending tasks of one array, consecutive among the pass's pending jobs (in id
+/// order) and identical in everything the round sees of them (request, walltime, hold, queue,
+/// user and account, submission time, admin priority). Such tasks have the same priority, so
+/// the round's order (priority, submission, id) keeps them together, in id order; it decides
+/// for each on the state the ones before it left:
+/// - once one of them waits, every later one waits too (a wait only adds claims: EASY's head
+///   reservation, a conservative one), so those that start are the run's first ones, at most
+///   `machine CPUs / CPUs each` of them;
+/// - a conservative pass reserves for at most `max_reservations` waiting jobs, then tries
+///   each later job now beside every reservation (a job that cannot be planned at all, held
+///   or never fitting, takes none: such runs are left whole under conservative backfill, so
+///   that its kept plan sees every one of them);
+/// - a job past that limit, or one waiting behind EASY's head, claims nothing: the next
+///   identical one is decided on the same state, the same way.
+///
+/// So after its first `machine CPUs / CPUs each + 2 + max_reservations` tasks, the rest of a
+/// run would each be decided as the last of those was (a wait, with its reason, priority and
+/// expected start) and change nothing for any other job: they are left out of the round and
+/// shown as that task (`Controller::shown_as`). A pass then costs the same whatever the
+/// length of an array's queue. Not done for tasks of an advance reservation, in a queue with a
+/// per-user core limit (every task ahead counts toward it), with preemption on (each waiting
+/// job may preempt), or for requests a CPU count does not bound (threads, system CPUs, a
+/// binding).
+struct TailRun {
+    /// The run's first task's options (its `array_task` set to each task compared).
+    options: berth_core::directives::SubmitOptions,
+    state: JobState,
+    queue: String,
+    user: (u32, u32),
+    walltime: Option<u64>,
+    submit_time: f64,
+    /// How many of its tasks go to the round (None: all).
+    keep: Option<usize>,
+    seen: usize,
+    last_kept: JobId,
+    tail: Option<ArrayTail>,
+}
+
+impl TailRun {
+    /// Whether `job` continues this run.
+    fn takes(&mut self, job: &JobRecord) -> bool {
+        let Some(task) = job.options.array_task else { return false };
+        if self.options.array_task.map(|t| t.job) != Some(task.job) {
+            return false;
+        }
+        self.options.array_task = Some(task);
+        job.state == self.state
+            && job.walltime == self.walltime
+            && job.submit_time.total_cmp(&self.submit_time).is_eq()
+            && (job.user.uid, job.user.gid) == self.user
+            && job.queue == self.queue
+            && job.options == self.options
+    }
 }
 
 impl Controller {
@@ -71,9 +129,37 @@ impl Controller {
             suspended: self.suspended_inputs(now),
             victims: vec![],
             connected: self.extra.iter().map(|e| e.conn.is_some()).collect(),
+            tails: vec![],
         };
+        let mut run: Option<TailRun> = None;
         for job in self.jobs.values().filter(|j| j.state.is_pending() && !not_yet.contains(&j.id)) {
+            if let Some(r) = run.as_mut() {
+                if r.takes(job) {
+                    r.seen += 1;
+                    if r.keep.is_some_and(|keep| r.seen > keep) {
+                        let t = r.tail.get_or_insert(ArrayTail {
+                            first: job.id,
+                            last: job.id,
+                            shown_as: r.last_kept,
+                            count: 0,
+                        });
+                        t.last = job.id;
+                        t.count += 1;
+                    } else {
+                        r.last_kept = job.id;
+                        self.gather_pending(job, &mut g, unlimited, now);
+                    }
+                    continue;
+                }
+            }
+            if let Some(t) = run.take().and_then(|r| r.tail) {
+                g.tails.push(t);
+            }
             self.gather_pending(job, &mut g, unlimited, now);
+            run = self.tail_run(job, &g);
+        }
+        if let Some(t) = run.and_then(|r| r.tail) {
+            g.tails.push(t);
         }
         let preempting = self.cfg.preempt.enabled;
         for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
@@ -91,6 +177,43 @@ impl Controller {
             }
         }
         g
+    }
+
+    /// The run (see [`TailRun`]) `job` starts, just gathered (its request the queue's last);
+    /// None when `job` is no array task.
+    fn tail_run(&self, job: &JobRecord, g: &Gathered) -> Option<TailRun> {
+        job.options.array_task?;
+        let req = &g.queue.last()?.request;
+        let sched = &self.cfg.scheduler;
+        let conservative = sched.policy == berth_core::sched::backfill::BackfillPolicy::Conservative;
+        let limited = self.cfg.queues.iter().any(|s| s.name == job.queue && s.max_cores_per_user.is_some());
+        let cpus = req.total_cpus();
+        let bounded = !req.threads && !req.system_cpus && req.binding.is_none() && cpus > 0;
+        let keep = (bounded
+            && !limited
+            && !self.cfg.preempt.enabled
+            && job.options.reservation.is_none()
+            && !(conservative
+                && (job.state == JobState::Held
+                    || matches!(
+                        berth_core::sched::backfill::Machine::place(&g.machine, req),
+                        berth_core::sched::backfill::Fit::Never(_)
+                    ))))
+        .then(|| (g.machine_cpus / cpus) as usize + 2 + sched.max_reservations);
+        #[cfg(test)]
+        let keep = keep.filter(|_| !self.policy.whole_arrays);
+        Some(TailRun {
+            options: job.options.clone(),
+            state: job.state,
+            queue: job.queue.clone(),
+            user: (job.user.uid, job.user.gid),
+            walltime: job.walltime,
+            submit_time: job.submit_time,
+            keep,
+            seen: 1,
+            last_kept: job.id,
+            tail: None,
+        })
     }
 
     fn gather_pending(&self, job: &JobRecord, g: &mut Gathered, unlimited: f64, now: f64) {

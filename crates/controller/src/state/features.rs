@@ -31,6 +31,28 @@ pub struct PolicyState {
     pub depend: DependState,
     /// The last conservative pass's plan, reused by the next where nothing changed.
     pub kept_plan: Option<backfill::KeptPlan<berth_core::sched::ClusterState>>,
+    /// The last pass's array tails: tasks left out of its round, each shown as the task of
+    /// its array examined last (`policy::gather`), in id order.
+    pub tails: Vec<ArrayTail>,
+    /// Tests: every task goes to the round (to compare with the tails left out).
+    #[cfg(test)]
+    pub whole_arrays: bool,
+}
+
+/// Pending tasks of an array that a pass left out of its round (`policy::gather`): they are
+/// identical to the task examined last before them (`shown_as`) and come right after it in
+/// the round's order, so the round would have decided for each what it decided for that one
+/// (no start, no reservation) and told the same reason, priority and expected start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ArrayTail {
+    /// The first and last task left out (every pending task between them that went to no
+    /// other pass step belongs to the tail: they were consecutive among the pass's jobs).
+    pub first: JobId,
+    pub last: JobId,
+    /// The task whose decision stands for them.
+    pub shown_as: JobId,
+    /// How many tasks were left out.
+    pub count: usize,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
