@@ -204,7 +204,10 @@ impl Controller {
         let (mut pending, mut running) = (None, None);
         for (_, j) in self.jobs.range(id..end).filter(|(_, j)| j.options.array_task.is_some_and(|t| t.job == id.0)) {
             if j.state.is_pending() {
-                pending.get_or_insert(j.state);
+                // The first pending task decides: the tasks after it need not be seen (a pass
+                // asks this of every job waiting on the array).
+                pending = Some(j.state);
+                break;
             } else {
                 running.get_or_insert(j.state);
             }
