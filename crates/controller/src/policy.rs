@@ -8,7 +8,7 @@
 //! keeps what users are shown (priority, expected start) and persists fair-share usage.
 
 use crate::model::effect::Effect;
-use crate::model::job::account_of;
+use crate::model::job::{account_of, JobRecord};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
@@ -38,6 +38,11 @@ impl Controller {
     /// The running jobs as fair-share usage sees them: account, billed CPUs (GPUs billed like
     /// the CPUs beside them unless `[fair_share] gpu_weight` says otherwise), start.
     fn usage_jobs(&self, now: f64) -> Vec<UsageJob> {
+        self.usage_of(self.jobs.values().filter(|j| j.state == JobState::Running), now)
+    }
+
+    /// [`Controller::usage_jobs`] of `running` (running jobs).
+    fn usage_of<'a>(&self, running: impl Iterator<Item = &'a JobRecord>, now: f64) -> Vec<UsageJob> {
         let config = &self.policy.fair_share.config;
         let auto_gpu = match config.gpu_weight {
             Some(_) => 0.0,
@@ -45,9 +50,7 @@ impl Controller {
                 self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
             ),
         };
-        self.jobs
-            .values()
-            .filter(|j| j.state == JobState::Running)
+        running
             .map(|job| {
                 let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
                 let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();

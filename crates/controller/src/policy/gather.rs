@@ -121,18 +121,33 @@ impl Controller {
             preempt: vec![],
             specs: self.cfg.queues.clone(),
             accounts: vec![],
-            usage: self.usage_jobs(now),
+            usage: vec![],
             users: HashMap::new(),
             shut_out,
             barred,
             advance,
-            suspended: self.suspended_inputs(now),
+            suspended: vec![],
             victims: vec![],
             connected: self.extra.iter().map(|e| e.conn.is_some()).collect(),
             tails: vec![],
         };
+        // One walk over the jobs (a pass costs a walk per look at every job): the running and
+        // suspended ones set aside, the pending ones gathered.
+        let (mut running, mut suspended) = (vec![], vec![]);
         let mut run: Option<TailRun> = None;
-        for job in self.jobs.values().filter(|j| j.state.is_pending() && !not_yet.contains(&j.id)) {
+        for job in self.jobs.values() {
+            match job.state {
+                JobState::Running => {
+                    running.push(job);
+                    continue;
+                }
+                JobState::Suspended => {
+                    suspended.push(job);
+                    continue;
+                }
+                s if !s.is_pending() || not_yet.contains(&job.id) => continue,
+                _ => {}
+            }
             if let Some(r) = run.as_mut() {
                 if r.takes(job) {
                     r.seen += 1;
@@ -161,8 +176,10 @@ impl Controller {
         if let Some(t) = run.and_then(|r| r.tail) {
             g.tails.push(t);
         }
+        g.usage = self.usage_of(running.iter().copied(), now);
+        g.suspended = self.suspended_inputs(suspended, now);
         let preempting = self.cfg.preempt.enabled;
-        for j in self.jobs.values().filter(|j| j.state == JobState::Running) {
+        for j in running {
             g.running.push(RunningJob { id: j.id, alloc: j.allocation.clone(), end: j.expected_end(unlimited) });
             let cores: u64 = j.allocation.iter().map(|a| a.cores as u64).sum();
             *g.users.entry((j.queue.clone(), j.user.uid)).or_default() += cores;
@@ -252,13 +269,11 @@ impl Controller {
     /// The jobs the pass suspended (admins' suspensions last until `berth resume`), longest
     /// suspended first, as the round sees them: each resumes as soon as it can, and until then
     /// the running jobs on its CPUs count as running as much longer as it has left to run.
-    fn suspended_inputs(&self, now: f64) -> Vec<SuspendedInput> {
+    /// `suspended`: the suspended jobs, in id order.
+    fn suspended_inputs(&self, suspended: Vec<&JobRecord>, now: f64) -> Vec<SuspendedInput> {
         let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
-        let mut waiting: Vec<&JobRecord> = self
-            .jobs
-            .values()
-            .filter(|j| j.state == JobState::Suspended && !j.suspension.by_admin && j.kill_sent.is_none())
-            .collect();
+        let mut waiting: Vec<&JobRecord> =
+            suspended.into_iter().filter(|j| !j.suspension.by_admin && j.kill_sent.is_none()).collect();
         waiting.sort_by(|a, b| {
             let since = |j: &JobRecord| j.suspension.since.unwrap_or(now);
             since(a).total_cmp(&since(b)).then(a.id.cmp(&b.id))
