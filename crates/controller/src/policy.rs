@@ -44,19 +44,14 @@ impl Controller {
     /// [`Controller::usage_jobs`] of `running` (running jobs).
     fn usage_of<'a>(&self, running: impl Iterator<Item = &'a JobRecord>, now: f64) -> Vec<UsageJob> {
         let config = &self.policy.fair_share.config;
-        let auto_gpu = match config.gpu_weight {
-            Some(_) => 0.0,
-            None => berth_core::sched::fairshare::auto_gpu_weight(
-                self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
-            ),
-        };
+        let gpu_weight = config.gpu_weight_on(&self.cluster.nodes);
         running
             .map(|job| {
                 let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
                 let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();
                 UsageJob {
                     account: account_of(job),
-                    rate: config.billing(cpus, gpus, auto_gpu),
+                    rate: config.billing(cpus, gpus, gpu_weight),
                     start: job.start_time.unwrap_or(now),
                 }
             })

@@ -54,11 +54,7 @@ impl Controller {
     /// The GPU weight billing uses: `[fair_share] gpu_weight`, else the cluster's PUs per GPU
     /// on its GPU nodes (as the fair-share charge bills).
     pub fn gpu_billing_weight(&self) -> f64 {
-        self.policy.fair_share.config.gpu_weight.unwrap_or_else(|| {
-            berth_core::sched::fairshare::auto_gpu_weight(
-                self.cluster.nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)),
-            )
-        })
+        self.policy.fair_share.config.gpu_weight_on(&self.cluster.nodes)
     }
 
     /// What a job holding `alloc` is billed a second (Slurm's `billing` TRES), `gpu_weight`

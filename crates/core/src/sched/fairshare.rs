@@ -46,6 +46,15 @@ impl FairShareConfig {
         self.cpu_weight * cpus as f64 + self.gpu_weight.unwrap_or(auto_gpu) * gpus as f64
     }
 
+    /// The GPU weight billing uses on a cluster of `nodes`: `gpu_weight` when set, else
+    /// [`auto_gpu_weight`] of the nodes (worked out only then). The one rule the controller's
+    /// fair-share charge, its views (`billing`) and the simulator share.
+    pub fn gpu_weight_on(&self, nodes: &[crate::node::NodeCapacity]) -> f64 {
+        self.gpu_weight.unwrap_or_else(|| {
+            auto_gpu_weight(nodes.iter().map(|n| (n.topology.pu_count() as u64, n.topology.gpus.len() as u64)))
+        })
+    }
+
     /// Why the weights cannot be used, if so (negative or not finite).
     pub fn check_weights(&self) -> Result<(), BadWeights> {
         let ok = |w: f64| w >= 0.0 && w.is_finite();

@@ -12,6 +12,11 @@ pub(super) struct Accounting {
     weights: PriorityWeights,
     /// CPUs each account holds now.
     pub in_use: Vec<u64>,
+    /// GPUs each account holds now.
+    pub gpus_in_use: Vec<u64>,
+    /// What a GPU is billed a second, as the controller bills it
+    /// ([`FairShareConfig::gpu_weight_on`] of the machine's nodes; 0 without GPUs).
+    gpu_weight: f64,
     /// Until when usage has been charged.
     charged_to: f64,
     /// Priority of each job at the last pass, by workload index.
@@ -19,23 +24,30 @@ pub(super) struct Accounting {
 }
 
 impl Accounting {
-    pub fn new(accounts: usize, jobs: usize) -> Self {
+    /// `gpu_weight`: what a GPU is billed a second ([`FairShareConfig::gpu_weight_on`]).
+    pub fn new(accounts: usize, jobs: usize, gpu_weight: f64) -> Self {
         Accounting {
+            gpu_weight,
             share: FairShare::new(FairShareConfig::default()),
             weights: PriorityWeights::default(),
             in_use: vec![0; accounts],
+            gpus_in_use: vec![0; accounts],
             charged_to: f64::NEG_INFINITY,
             priority: vec![0.0; jobs],
         }
     }
 
-    /// Charge every account for the CPUs it held from the last charge until `now`.
+    /// Charge every account for the CPUs and GPUs it held from the last charge until `now`,
+    /// billed as the controller bills them (Slurm's TRES billing).
     pub fn charge_to(&mut self, now: f64, names: &[String]) {
         if self.charged_to > f64::NEG_INFINITY && now > self.charged_to {
             let span = now - self.charged_to;
             self.share.decay_to(now);
-            for (account, &cpus) in self.in_use.iter().enumerate().filter(|(_, &c)| c > 0) {
-                self.share.charge(&names[account], cpus as f64 * span, now);
+            for (account, (&cpus, &gpus)) in self.in_use.iter().zip(&self.gpus_in_use).enumerate() {
+                if cpus > 0 || gpus > 0 {
+                    let rate = self.share.config.billing(cpus, gpus, self.gpu_weight);
+                    self.share.charge(&names[account], rate * span, now);
+                }
             }
         }
         self.charged_to = now;
@@ -80,5 +92,36 @@ impl Accounting {
                 JobPriority { input, admin: None }
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_core::node::NodeCapacity;
+    use berth_core::topology::Topology;
+    use std::sync::Arc;
+
+    /// GPUs are billed in the simulator's fair share as the controller bills them: unset, a GPU
+    /// costs the PUs per GPU of the GPU nodes (8 PUs, 2 GPUs: 4).
+    #[test]
+    fn fair_share_bills_gpus_as_the_controller_does() {
+        let mut t = Topology::uniform(1, 2, 4, 1, 1 << 30);
+        t.add_emulated_gpus(1).expect("emulated GPUs");
+        let nodes = vec![NodeCapacity::new(berth_core::NodeId(0), "n0", Arc::new(t))];
+        let weight = FairShareConfig::default().gpu_weight_on(&nodes);
+        assert_eq!(weight, 4.0);
+        let mut acc = Accounting::new(2, 0, weight);
+        let names = ["gpu".to_string(), "cpu".to_string()];
+        acc.in_use = vec![2, 2];
+        acc.gpus_in_use = vec![2, 0];
+        acc.charge_to(0.0, &names);
+        acc.charge_to(100.0, &names);
+        let usage = &acc.share.usage;
+        let near = |a: f64, b: f64| (a - b).abs() < b * 1e-3;
+        // 2 CPUs + 2 GPUs x 4 for 100 s, against 2 CPUs (a 7-day half-life decays little).
+        assert!(near(usage["gpu"], 1000.0) && near(usage["cpu"], 200.0), "{usage:?}");
+        // Without GPUs on the machine, a GPU costs nothing (none are ever held).
+        assert_eq!(FairShareConfig::default().gpu_weight_on(&[]), 0.0);
     }
 }

@@ -10,6 +10,7 @@ use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
 use berth_core::sched::backfill::{BackfillPolicy, Fit, QueuedJob, RunningJob};
+use berth_core::sched::fairshare::FairShareConfig;
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -87,6 +88,8 @@ pub(super) fn replay<M: Suspending>(
         })
     });
     let machine_gpus: u64 = machine.cluster().map_or(0, |c| c.nodes.iter().map(|n| n.topology.gpus.len() as u64).sum());
+    // Fair share bills a GPU as the controller does, by the nodes' shape (a counted machine has none).
+    let gpu_weight = machine.cluster().map_or(0.0, |c| FairShareConfig::default().gpu_weight_on(&c.nodes));
     let work = workload(trace, &machine, config.estimate, config.order, gpus);
     let n = work.jobs.len();
     // Unlimited reservations, no preemption: what `counted` implements.
@@ -101,7 +104,7 @@ pub(super) fn replay<M: Suspending>(
         total_cpus,
         config,
         work: &work,
-        accounting: config.fair_share.then(|| Accounting::new(work.accounts.len(), n)),
+        accounting: config.fair_share.then(|| Accounting::new(work.accounts.len(), n, gpu_weight)),
         queue: Queue::default(),
         running: vec![],
         slot: vec![usize::MAX; n],
@@ -192,6 +195,7 @@ impl<M: Suspending> Replay<'_, M> {
         self.busy -= j.procs;
         if let Some(acc) = self.accounting.as_mut() {
             acc.in_use[j.account] -= j.procs;
+            acc.gpus_in_use[j.account] -= j.gpus;
         }
         self.segment[job] += 1;
         done.alloc
@@ -286,6 +290,7 @@ impl<M: Suspending> Replay<'_, M> {
         debug_assert!(self.busy <= self.total_cpus, "{} processors in use of {}", self.busy, self.total_cpus);
         if let Some(acc) = self.accounting.as_mut() {
             acc.in_use[job.account] += job.procs;
+            acc.gpus_in_use[job.account] += job.gpus;
         }
         let left = self.remaining[index];
         let estimate_left = (job.estimate - (job.run - left)).max(0.0);
