@@ -538,7 +538,9 @@ impl Tree {
                         self.exited(exit, &down_tx);
                     }
                 }
-                TreeUp::BarrierIn { .. } => {}
+                // The root shepherd completes barriers and routes direct modex itself: nothing
+                // of either comes up to `run`.
+                TreeUp::BarrierIn { .. } | TreeUp::ModexRequest(_) | TreeUp::ModexReply(_) => {}
                 TreeUp::Done => {
                     berth_protocol::probe::mark("client done");
                     break;

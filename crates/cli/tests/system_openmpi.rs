@@ -153,6 +153,59 @@ fn open_mpi_runs_across_agents_in_network_namespaces() {
     assert_no_job_cgroups(&c);
 }
 
+/// Direct modex: ranks that read another node's rank's data without any fence that brought it
+/// (the agent's server asks that rank's agent through the control tree). A plain PMIx client
+/// (crates/agent/tests/mpi/pmixdmodex.c) on 3 agents, 2 ranks each (from the second node to
+/// the third a request goes up to the first and down again), reads every other rank's value;
+/// a rank the step does not have is refused at once (PMIX_ERR_NOT_FOUND, "NOT-FOUND"), never a hang. Then
+/// Open MPI with neither a data-collecting fence nor one at all (`pmix_base_collect_data` 0,
+/// `pmix_base_async_modex` 1: every peer's address comes by direct modex): the ring and the
+/// allreduce across 2 agents. Without direct modex both fail (Open MPI's TCP transport finds
+/// no address for the remote ranks).
+#[test]
+fn pmix_get_of_a_remote_ranks_data_without_a_fence_is_served_by_direct_modex() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up(3, TOPO);
+    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixdmodex.c");
+    let prog = c.root().join("pmixdmodex");
+    let built = std::process::Command::new("cc")
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .expect("cannot run cc: install build-essential and libpmix-dev (scripts/setup.sh)");
+    assert!(built.success(), "cc pmixdmodex.c -lpmix failed: install libpmix-dev (scripts/setup.sh)");
+    let p = prog.display().to_string();
+    let out = c.run_step(&[], &["--mpi", "pmix", "-n", "6", "--ntasks-per-node", "2", &p]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "pmixdmodex: {stdout}{stderr}\n{}", c.logs());
+    for r in 0..6 {
+        assert!(stdout.contains(&format!("dmodex rank={r} read=5 of 5")), "rank {r}: {stdout}{stderr}");
+    }
+    let steps = c.json(&["acct", "--steps", "--limit", "1"]);
+    assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), 3, "{steps}");
+    let unknown = stdout.lines().find(|l| l.starts_with("unknown rank: ")).expect(&stdout);
+    assert!(unknown.starts_with("unknown rank: NOT-FOUND after "), "{unknown}");
+    let ms: u64 = unknown.rsplit(' ').nth(1).and_then(|n| n.parse().ok()).expect(unknown);
+    assert!(ms < 5000, "the unknown rank took {ms} ms: {unknown}");
+    // Open MPI, all remote data on demand.
+    let env = [OMPI_ENV[0], ("OMPI_MCA_pmix_base_async_modex", "1"), ("OMPI_MCA_pmix_base_collect_data", "0")];
+    let dir = openmpi_programs();
+    let ring = dir.join("ring").display().to_string();
+    let out = c.run_step(&env, &["-n", "4", "-N", "2", &ring]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success() && stdout.contains("ring ok"), "ring: {stdout}{stderr}\n{}", c.logs());
+    let allreduce = dir.join("allreduce").display().to_string();
+    let out = c.run_step(&env, &["-n", "4", "-N", "2", &allreduce]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "allreduce: {stdout}{stderr}");
+    assert_eq!(stdout.matches("allreduce sum=6 expected=6").count(), 4, "{stdout}");
+    let steps = c.json(&["acct", "--steps", "--limit", "1"]);
+    assert_eq!(steps[0]["nodes"].as_array().unwrap().len(), 2, "{steps}");
+    assert_no_job_cgroups(&c);
+}
+
 /// A CPU list ("0-1,4") as a set; None when it is not one.
 fn cpu_set(list: &str) -> Option<std::collections::BTreeSet<u32>> {
     let mut set = std::collections::BTreeSet::new();

@@ -26,8 +26,8 @@ use crate::reservation::{
     ReserveResources, ReservedNode,
 };
 use crate::step::{
-    AllocationNode, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepInfo, StepNode, StepOutcome, TaskInfo,
-    TaskReply, TaskRequest, TreeDown, TreeUp,
+    AllocationNode, Chunk, InteractiveAsk, ModexFailure, ModexReply, ModexRequest, RankExit, StepCreate, StepGrant,
+    StepInfo, StepNode, StepOutcome, TaskInfo, TaskReply, TaskRequest, TreeDown, TreeUp,
 };
 use crate::user::UserIdentity;
 use crate::{read_frame, PROTOCOL_VERSION};
@@ -1302,6 +1302,8 @@ pub fn tree_down() -> BoxedStrategy<TreeDown> {
         rank_exit().prop_map(|exit| TreeDown::RankFailed { exit }),
         text().prop_map(|node| TreeDown::NodeLost { node }),
         text().prop_map(|reason| TreeDown::Kill { reason }),
+        modex_request().prop_map(TreeDown::ModexRequest),
+        modex_reply().prop_map(TreeDown::ModexReply),
     ]
     .boxed()
 }
@@ -1324,9 +1326,28 @@ pub fn tree_up() -> BoxedStrategy<TreeUp> {
             ranks,
             reason
         }),
+        modex_request().prop_map(TreeUp::ModexRequest),
+        modex_reply().prop_map(TreeUp::ModexReply),
         Just(TreeUp::Done),
     ]
     .boxed()
+}
+
+pub fn modex_request() -> BoxedStrategy<ModexRequest> {
+    any::<(u64, u32, u32)>().prop_map(|(id, from, rank)| ModexRequest { id, from, rank }).boxed()
+}
+
+pub fn modex_reply() -> BoxedStrategy<ModexReply> {
+    let failure = prop_oneof![
+        Just(ModexFailure::NoSuchRank),
+        Just(ModexFailure::NoData),
+        Just(ModexFailure::TooLarge),
+        Just(ModexFailure::Timeout),
+        Just(ModexFailure::Other),
+    ];
+    (any::<(u64, u32, u32)>(), "[0-9a-f]{0,32}", of(failure))
+        .prop_map(|((id, to, rank), data, failure)| ModexReply { id, to, rank, data, failure })
+        .boxed()
 }
 
 pub fn task_request() -> BoxedStrategy<TaskRequest> {

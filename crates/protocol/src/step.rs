@@ -257,6 +257,57 @@ impl Chunk {
     }
 }
 
+/// The most PMIx data of one rank a direct modex carries ([`ModexReply::data`], before hex):
+/// Open MPI's per-rank data is a few KiB; a reply beyond this is refused as `too_large`.
+pub const MAX_MODEX_BYTES: usize = 1 << 20;
+
+/// A direct modex: node `from` (an index into the grant's nodes) asks the node hosting rank
+/// `rank` for that rank's PMIx data (a `PMIx_Get` of a rank whose data no fence brought). It
+/// travels the control tree towards that node: down when a child's subtree holds it, up
+/// otherwise. docs/protocol/03-control-tree.md, "Direct modex".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModexRequest {
+    /// The asking node's request number (unique on that node for the step).
+    pub id: u64,
+    pub from: u32,
+    pub rank: u32,
+}
+
+/// Why a direct modex brought no data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[serde(rename_all = "snake_case")]
+pub enum ModexFailure {
+    /// No node of the step hosts that rank.
+    #[error("no rank of that number in the step")]
+    NoSuchRank,
+    /// The rank's PMIx server has nothing for it (it ended, or its namespace is gone).
+    #[error("the rank's node has no data for it")]
+    NoData,
+    /// The rank's data is larger than MAX_MODEX_BYTES.
+    #[error("the rank's data is larger than 1 MiB")]
+    TooLarge,
+    /// No answer in time (the asking node gives up).
+    #[error("no answer in time")]
+    Timeout,
+    /// A failure this version does not know (an older peer reading a newer one's).
+    #[serde(other)]
+    #[error("the direct modex failed")]
+    Other,
+}
+
+/// The answer to a [`ModexRequest`], routed back to node `to` the same way.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ModexReply {
+    pub id: u64,
+    pub to: u32,
+    pub rank: u32,
+    /// The rank's data, hex (libpmix's blob from `PMIx_server_dmodex_request`), when found.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub data: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<ModexFailure>,
+}
+
 /// Down the control tree (from `run` towards the leaves).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
@@ -286,6 +337,10 @@ pub enum TreeDown {
     Kill {
         reason: String,
     },
+    /// A direct modex on its way to the node hosting the rank.
+    ModexRequest(ModexRequest),
+    /// A direct modex's answer on its way to the asking node.
+    ModexReply(ModexReply),
 }
 
 /// Up the control tree (towards `run`).
@@ -326,6 +381,10 @@ pub enum TreeUp {
         ranks: Vec<u32>,
         reason: String,
     },
+    /// A direct modex on its way to the node hosting the rank (not in this subtree).
+    ModexRequest(ModexRequest),
+    /// A direct modex's answer on its way to the asking node (not in this subtree).
+    ModexReply(ModexReply),
     /// Every rank of the subtree ended and every exit was sent.
     Done,
 }

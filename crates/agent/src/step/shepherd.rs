@@ -16,7 +16,9 @@ use crate::step::ranks::{self as step_ranks, LocalRank};
 use berth_protocol::agent::{AgentMessage, AgentQuery};
 use berth_protocol::auth::{read_sealed, write_sealed, LinkKey, Opener, Sealer, TreeEnd};
 use berth_protocol::error::Refusal;
-use berth_protocol::step::{Chunk, RankExit, StepGrant, TreeDown, TreeUp};
+use berth_protocol::step::{
+    Chunk, ModexFailure, ModexReply, ModexRequest, RankExit, StepGrant, TreeDown, TreeUp, MAX_MODEX_BYTES,
+};
 use berth_protocol::tree::{groups, keepalive, launch_deadline, read_up};
 use berth_protocol::{write_frame, ProtocolError};
 use std::collections::{BTreeSet, HashMap};
@@ -31,6 +33,14 @@ use tokio::sync::{mpsc, oneshot};
 const JOB_WAIT: Duration = Duration::from_secs(10);
 /// How long to wait for a child agent to accept the launch.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a direct modex this node asked may go unanswered (the rank asked for may not have
+/// committed its data yet: its node's server answers once it has).
+const MODEX_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How many direct modex requests a shepherd keeps in flight, asked and answered together
+/// (libpmix asks at most once per remote rank and node).
+const MAX_MODEX_PENDING: usize = 1 << 16;
 
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
@@ -49,6 +59,8 @@ enum Event {
     Signal(i32),
     KillNow,
     Linger,
+    /// A direct modex this node asked has had no answer in time.
+    ModexTimeout(u64),
 }
 
 struct Child {
@@ -170,7 +182,7 @@ where
     let mut pmi = None;
     let mut pmix = None;
     // A PMIx fence this node's ranks wait on (completed by the barrier's way down).
-    let mut pmix_fence: Option<crate::step::pmix::FenceToken> = None;
+    let mut pmix_fence: Option<crate::step::pmix::ModexToken> = None;
     let mut sub_cpusets = vec![];
     let mut failures_file = None;
     let mut local_started = false;
@@ -268,6 +280,7 @@ where
     let mut lingered = false;
     let mut up_alive = true;
     let mut dead_ranks: Vec<u32> = Vec::new();
+    let mut modex = Modex::new(me, is_root);
     // At the root: how the step ended, for the controller (`StepEndReport`).
     let mut report = StepEndReport::default();
     loop {
@@ -341,6 +354,8 @@ where
                         }
                     }
                 }
+                TreeDown::ModexRequest(req) => modex.request(req, &grant, pmix.as_ref(), &mut children, &up_tx),
+                TreeDown::ModexReply(rep) => modex.reply(rep, &mut children, &up_tx),
                 TreeDown::Kill { reason } => {
                     send_down(&mut children, &TreeDown::Kill { reason });
                     if !killing {
@@ -368,6 +383,7 @@ where
                 }
             }
             Event::KillNow => signal_all(&alive, libc::SIGKILL),
+            Event::ModexTimeout(id) => modex.timed_out(id),
             Event::Signal(sig) => signal_all(&alive, sig),
             Event::Output(rank, stream, data) => {
                 let _ = up_tx.send(TreeUp::Output { rank, stream, data: Chunk::from_bytes(data) });
@@ -409,6 +425,18 @@ where
                     report.saw(&abort);
                     let _ = up_tx.send(abort);
                 }
+                crate::step::pmix::PmixEvent::DirectModex { rank, token } => {
+                    if let Some(id) = modex.ask(rank, token, &grant, &mut children, &up_tx) {
+                        let ev_tx = ev_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(MODEX_TIMEOUT).await;
+                            let _ = ev_tx.send(Event::ModexTimeout(id));
+                        });
+                    }
+                }
+                crate::step::pmix::PmixEvent::DmodexAnswered { key, data } => {
+                    modex.answered(key, data, &mut children, &up_tx)
+                }
                 crate::step::pmix::PmixEvent::Finalized { .. } => {}
             },
             Event::Child(i, msg) => match msg {
@@ -421,6 +449,8 @@ where
                     children[i].done = true;
                     children[i].tx = None;
                 }
+                TreeUp::ModexRequest(req) => modex.request(req, &grant, pmix.as_ref(), &mut children, &up_tx),
+                TreeUp::ModexReply(rep) => modex.reply(rep, &mut children, &up_tx),
                 other => {
                     report.saw(&other);
                     let _ = up_tx.send(other);
@@ -446,8 +476,9 @@ where
             }
         }
     }
-    // Deregisters the step's PMIx namespace (a fence still pending fails).
+    // Deregisters the step's PMIx namespace (a fence or direct modex still pending fails).
     drop(pmix_fence);
+    drop(modex);
     drop(pmix);
     if let Some(job) = &job {
         if let Ok(mut steps) = job.steps.lock() {
@@ -525,12 +556,211 @@ impl StepEndReport {
     }
 }
 
+/// Direct modex (docs/protocol/03-control-tree.md, "Direct modex"): requests this node's ranks
+/// asked (their tokens), requests of other nodes this node's server is answering, and the
+/// routing of both through the tree.
+struct Modex {
+    me: u32,
+    is_root: bool,
+    next_id: u64,
+    /// Asked here: request id → (rank, the waiting `PMIx_Get`s' token).
+    asked: HashMap<u64, (u32, crate::step::pmix::ModexToken)>,
+    /// Answered here: libpmix's key → the request.
+    serving: HashMap<u64, ModexRequest>,
+    /// Each rank's node (built at the first request).
+    rank_node: Option<HashMap<u32, u32>>,
+}
+
+/// Where a direct modex message goes from this node.
+enum Toward {
+    Here,
+    Child(usize),
+    Up,
+    Nowhere,
+}
+
+impl Modex {
+    fn new(me: u32, is_root: bool) -> Modex {
+        Modex { me, is_root, next_id: 1, asked: HashMap::new(), serving: HashMap::new(), rank_node: None }
+    }
+
+    fn node_of(&mut self, grant: &StepGrant, rank: u32) -> Option<u32> {
+        let map = self.rank_node.get_or_insert_with(|| {
+            let mut m = HashMap::new();
+            for (i, n) in grant.nodes.iter().enumerate() {
+                for r in &n.ranks {
+                    m.insert(r.rank, i as u32);
+                }
+            }
+            m
+        });
+        map.get(&rank).copied()
+    }
+
+    fn toward(&self, node: u32, children: &[Child]) -> Toward {
+        if node == self.me {
+            Toward::Here
+        } else if let Some(i) = children.iter().position(|c| c.nodes.contains(&node)) {
+            Toward::Child(i)
+        } else if self.is_root {
+            Toward::Nowhere
+        } else {
+            Toward::Up
+        }
+    }
+
+    /// Send `down` to child `i` or `up` upstream; false when it cannot go (a child gone).
+    fn send(
+        to: Toward,
+        down: TreeDown,
+        up: TreeUp,
+        children: &mut [Child],
+        up_tx: &mpsc::UnboundedSender<TreeUp>,
+    ) -> bool {
+        match to {
+            Toward::Child(i) => match children.get(i).and_then(|c| c.tx.as_ref()) {
+                Some(tx) => tx.send(down).is_ok(),
+                None => false,
+            },
+            Toward::Up => up_tx.send(up).is_ok(),
+            Toward::Here | Toward::Nowhere => false,
+        }
+    }
+
+    /// A local rank's `PMIx_Get` needs rank `rank`'s data: ask its node. Returns the request
+    /// id to time out, or None when it was answered at once (failed).
+    fn ask(
+        &mut self,
+        rank: u32,
+        token: crate::step::pmix::ModexToken,
+        grant: &StepGrant,
+        children: &mut [Child],
+        up_tx: &mpsc::UnboundedSender<TreeUp>,
+    ) -> Option<u64> {
+        let Some(node) = self.node_of(grant, rank) else {
+            tracing::warn!(job = %grant.job, step = grant.step, "PMIx: a rank asked for the data of rank {rank}, which the step does not have");
+            token.fail(ModexFailure::NoSuchRank);
+            return None;
+        };
+        if self.asked.len() + self.serving.len() >= MAX_MODEX_PENDING {
+            tracing::warn!(job = %grant.job, step = grant.step, "PMIx: too many direct modex requests in flight");
+            token.fail(ModexFailure::Other);
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let req = ModexRequest { id, from: self.me, rank };
+        let to = self.toward(node, children);
+        if matches!(to, Toward::Here) {
+            // libpmix holds a local rank's data itself: it has none.
+            token.fail(ModexFailure::NoData);
+            return None;
+        }
+        if !Self::send(to, TreeDown::ModexRequest(req.clone()), TreeUp::ModexRequest(req), children, up_tx) {
+            token.fail(ModexFailure::NoData);
+            return None;
+        }
+        self.asked.insert(id, (rank, token));
+        Some(id)
+    }
+
+    fn timed_out(&mut self, id: u64) {
+        if let Some((rank, token)) = self.asked.remove(&id) {
+            tracing::warn!("PMIx: no answer for rank {rank}'s data within {} s", MODEX_TIMEOUT.as_secs());
+            token.fail(ModexFailure::Timeout);
+        }
+    }
+
+    /// Another node's request: answered here when the rank is this node's, passed on
+    /// otherwise.
+    fn request(
+        &mut self,
+        req: ModexRequest,
+        grant: &StepGrant,
+        pmix: Option<&crate::step::pmix::Namespace>,
+        children: &mut [Child],
+        up_tx: &mpsc::UnboundedSender<TreeUp>,
+    ) {
+        let failed =
+            |why| ModexReply { id: req.id, to: req.from, rank: req.rank, data: String::new(), failure: Some(why) };
+        let Some(node) = self.node_of(grant, req.rank) else {
+            return self.reply(failed(ModexFailure::NoSuchRank), children, up_tx);
+        };
+        match self.toward(node, children) {
+            Toward::Here => {
+                if self.asked.len() + self.serving.len() >= MAX_MODEX_PENDING {
+                    return self.reply(failed(ModexFailure::Other), children, up_tx);
+                }
+                match pmix.and_then(|ns| ns.dmodex_request(req.rank)) {
+                    Some(key) => {
+                        self.serving.insert(key, req);
+                    }
+                    None => self.reply(failed(ModexFailure::NoData), children, up_tx),
+                }
+            }
+            Toward::Nowhere => self.reply(failed(ModexFailure::NoSuchRank), children, up_tx),
+            to => {
+                if !Self::send(
+                    to,
+                    TreeDown::ModexRequest(req.clone()),
+                    TreeUp::ModexRequest(req.clone()),
+                    children,
+                    up_tx,
+                ) {
+                    self.reply(failed(ModexFailure::NoData), children, up_tx);
+                }
+            }
+        }
+    }
+
+    /// This node's server answered a request of `serving`: the reply goes to the asking node.
+    fn answered(
+        &mut self,
+        key: u64,
+        data: Option<Vec<u8>>,
+        children: &mut [Child],
+        up_tx: &mpsc::UnboundedSender<TreeUp>,
+    ) {
+        let Some(req) = self.serving.remove(&key) else { return };
+        let (data, failure) = match data {
+            None => (String::new(), Some(ModexFailure::NoData)),
+            Some(d) if d.len() > MAX_MODEX_BYTES => (String::new(), Some(ModexFailure::TooLarge)),
+            Some(d) => (berth_protocol::auth::hex(&d), None),
+        };
+        self.reply(ModexReply { id: req.id, to: req.from, rank: req.rank, data, failure }, children, up_tx);
+    }
+
+    /// A reply: completes the request when it is this node's, passed on otherwise.
+    fn reply(&mut self, rep: ModexReply, children: &mut [Child], up_tx: &mpsc::UnboundedSender<TreeUp>) {
+        match self.toward(rep.to, children) {
+            Toward::Here => {
+                let Some((rank, token)) = self.asked.remove(&rep.id) else { return };
+                match (rep.failure, berth_protocol::auth::unhex(&rep.data)) {
+                    (Some(why), _) => {
+                        tracing::warn!("PMIx: no data for rank {rank}: {why}");
+                        token.fail(why);
+                    }
+                    (None, Some(blob)) if blob.len() <= MAX_MODEX_BYTES => token.complete(&blob),
+                    (None, _) => {
+                        tracing::warn!("PMIx: rank {rank}'s data came back unreadable or too large");
+                        token.fail(ModexFailure::Other);
+                    }
+                }
+            }
+            Toward::Nowhere => tracing::debug!("PMIx: a direct modex reply for no node of the step"),
+            to => {
+                let _ = Self::send(to, TreeDown::ModexReply(rep.clone()), TreeUp::ModexReply(rep), children, up_tx);
+            }
+        }
+    }
+}
+
 /// A barrier came back down: a PMIx fence's data completes the pending fence, anything else
 /// is PMI's.
 fn barrier_out(
     kvs: Vec<(String, String)>,
     pmi: Option<&crate::step::pmi::PmiServer>,
-    fence: &mut Option<crate::step::pmix::FenceToken>,
+    fence: &mut Option<crate::step::pmix::ModexToken>,
 ) {
     match crate::step::pmix::fence_data(&kvs) {
         Some(data) => match (fence.take(), data) {

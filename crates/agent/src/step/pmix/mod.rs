@@ -25,6 +25,8 @@ mod sys {
     pub type AbortFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, status: c_int, msg: *const c_char);
     pub type FinalizedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32);
     pub type ErrorFn = unsafe extern "C" fn(nspace: *const c_char, msg: *const c_char);
+    pub type DmodexFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, token: *mut c_void);
+    pub type DmodexDataFn = unsafe extern "C" fn(key: u64, found: c_int, data: *const c_char, ndata: usize);
 
     extern "C" {
         pub fn berth_pmix_init(
@@ -33,6 +35,8 @@ mod sys {
             abort: AbortFn,
             finalized: FinalizedFn,
             error: ErrorFn,
+            dmodex: DmodexFn,
+            dmodex_data: DmodexDataFn,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -74,7 +78,8 @@ mod sys {
         pub fn berth_pmix_fork_template(env: *mut *mut *mut c_char, err: *mut c_char, errlen: usize) -> c_int;
         pub fn berth_pmix_free_env(env: *mut *mut c_char);
         pub fn berth_pmix_deregister(nspace: *const c_char);
-        pub fn berth_pmix_fence_done(token: *mut c_void, ok: c_int, data: *const c_char, ndata: usize);
+        pub fn berth_pmix_modex_done(token: *mut c_void, why: c_int, data: *const c_char, ndata: usize);
+        pub fn berth_pmix_dmodex_request(nspace: *const c_char, rank: u32, key: u64) -> c_int;
         pub fn berth_pmix_notify_lost(nspace: *const c_char, rank: u32) -> c_int;
         pub fn berth_pmix_notify_node_down(
             nspace: *const c_char,
@@ -90,39 +95,79 @@ mod sys {
 #[derive(Debug)]
 pub enum PmixEvent {
     /// Every local rank entered a fence: this node's data. Complete `token` with all nodes'.
-    Fence { data: Vec<u8>, token: FenceToken },
+    Fence { data: Vec<u8>, token: ModexToken },
+    /// A local rank asked for data of rank `rank` that this server does not hold (a remote
+    /// rank whose data no fence brought): direct modex. Complete `token` with the blob of
+    /// [`Namespace::dmodex_request`] on the rank's node.
+    DirectModex { rank: u32, token: ModexToken },
+    /// This node's server answered [`Namespace::dmodex_request`]'s `key`: the rank's data, or
+    /// None when it has none.
+    DmodexAnswered { key: u64, data: Option<Vec<u8>> },
     /// A rank called `PMIx_Abort` (Open MPI's `MPI_Abort`).
     Abort { rank: u32, code: i32, message: String },
     /// A rank called `PMIx_Finalize`.
     Finalized { rank: u32 },
 }
 
-/// A fence libpmix waits on. Dropped without [`FenceToken::complete`], it fails the fence
-/// (the ranks' `PMIx_Fence` returns an error rather than hanging).
+/// A fence or a direct modex libpmix waits on. Dropped without [`ModexToken::complete`] or
+/// [`ModexToken::fail`], it fails (the ranks' `PMIx_Fence` or `PMIx_Get` returns an error
+/// rather than hanging).
 #[derive(Debug)]
-pub struct FenceToken(*mut c_void);
+pub struct ModexToken(*mut c_void);
 
-// SAFETY: the token is an opaque heap block of shim.c, completed at most once (complete and
-// drop take it), and libpmix's completion callback may be called from any thread.
-unsafe impl Send for FenceToken {}
+// SAFETY: the token is an opaque heap block of shim.c, completed at most once (complete, fail
+// and drop take it), and libpmix's completion callback may be called from any thread.
+unsafe impl Send for ModexToken {}
 
-impl FenceToken {
-    /// Complete the fence with every participating node's data, concatenated.
+/// shim.c's `why` of berth_pmix_modex_done.
+const MODEX_OK: c_int = 0;
+const MODEX_FAILED: c_int = 1;
+const MODEX_NOT_FOUND: c_int = 2;
+const MODEX_TIMEOUT: c_int = 3;
+
+impl ModexToken {
+    /// Complete a fence with every participating node's data, concatenated, or a direct
+    /// modex with the rank's node's blob.
     pub fn complete(mut self, data: &[u8]) {
         let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
-        // SAFETY: `t` came from shim.c's fence callback and is completed once (nulled here).
-        unsafe { sys::berth_pmix_fence_done(t, 1, data.as_ptr().cast(), data.len()) };
+        // SAFETY: `t` came from shim.c's fence or direct modex callback and is completed once
+        // (nulled here).
+        unsafe { sys::berth_pmix_modex_done(t, MODEX_OK, data.as_ptr().cast(), data.len()) };
+    }
+
+    /// Fail it: the ranks' call returns PMIX_ERR_NOT_FOUND (no such rank, no data),
+    /// PMIX_ERR_TIMEOUT or PMIX_ERROR.
+    pub fn fail(mut self, why: berth_protocol::step::ModexFailure) {
+        use berth_protocol::step::ModexFailure as F;
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        let code = match why {
+            F::NoSuchRank | F::NoData => MODEX_NOT_FOUND,
+            F::Timeout => MODEX_TIMEOUT,
+            F::TooLarge | F::Other => MODEX_FAILED,
+        };
+        // SAFETY: as in complete, without data.
+        unsafe { sys::berth_pmix_modex_done(t, code, std::ptr::null(), 0) };
     }
 }
 
-impl Drop for FenceToken {
+impl Drop for ModexToken {
     fn drop(&mut self) {
         if !self.0.is_null() {
-            // SAFETY: as in complete; a failed fence with no data.
-            unsafe { sys::berth_pmix_fence_done(self.0, 0, std::ptr::null(), 0) };
+            // SAFETY: as in complete; a failure with no data.
+            unsafe { sys::berth_pmix_modex_done(self.0, MODEX_FAILED, std::ptr::null(), 0) };
         }
     }
 }
+
+/// Direct modex requests this node's server is answering: key → namespace, so libpmix's
+/// answer (which carries only the key) reaches the step's shepherd. A namespace's entries go
+/// with it.
+fn dmodex_keys() -> &'static Mutex<HashMap<u64, String>> {
+    static KEYS: OnceLock<Mutex<HashMap<u64, String>>> = OnceLock::new();
+    KEYS.get_or_init(Default::default)
+}
+
+static NEXT_DMODEX_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 /// The shepherds' queues, by namespace.
 fn routes() -> &'static Mutex<HashMap<String, mpsc::UnboundedSender<PmixEvent>>> {
@@ -151,7 +196,31 @@ unsafe extern "C" fn on_fence(nspace: *const c_char, data: *const c_char, ndata:
         // SAFETY: libpmix's fence data: `ndata` bytes at `data`, valid during this call.
         unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec()
     };
-    route(nspace, PmixEvent::Fence { data, token: FenceToken(token) });
+    route(nspace, PmixEvent::Fence { data, token: ModexToken(token) });
+}
+
+unsafe extern "C" fn on_dmodex(nspace: *const c_char, rank: u32, token: *mut c_void) {
+    route(nspace, PmixEvent::DirectModex { rank, token: ModexToken(token) });
+}
+
+unsafe extern "C" fn on_dmodex_data(key: u64, found: c_int, data: *const c_char, ndata: usize) {
+    let data = if found == 0 {
+        None
+    } else if data.is_null() || ndata == 0 {
+        Some(Vec::new())
+    } else {
+        // SAFETY: libpmix's blob: `ndata` bytes at `data`, valid during this call.
+        Some(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec())
+    };
+    let nspace = dmodex_keys().lock().ok().and_then(|mut k| k.remove(&key));
+    let Some(nspace) = nspace else {
+        tracing::debug!("PMIx direct modex answer {key} for a namespace gone");
+        return;
+    };
+    let tx = routes().lock().ok().and_then(|r| r.get(&nspace).cloned());
+    if let Some(tx) = tx {
+        let _ = tx.send(PmixEvent::DmodexAnswered { key, data });
+    }
 }
 
 unsafe extern "C" fn on_abort(nspace: *const c_char, rank: u32, status: c_int, msg: *const c_char) {
@@ -293,6 +362,8 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), PmixError> {
                     on_abort,
                     on_finalized,
                     on_error,
+                    on_dmodex,
+                    on_dmodex_data,
                     err.as_mut_ptr().cast(),
                     ERR_LEN,
                 )
@@ -429,6 +500,23 @@ impl Namespace {
         env
     }
 
+    /// Ask this node's server for local rank `rank`'s data for another node (direct modex):
+    /// the answer comes as [`PmixEvent::DmodexAnswered`] with the key returned, once the rank
+    /// has committed its data. None: libpmix refused (no answer follows).
+    pub fn dmodex_request(&self, rank: u32) -> Option<u64> {
+        let key = NEXT_DMODEX_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        dmodex_keys().lock().ok()?.insert(key, self.key.clone());
+        // SAFETY: a registered namespace; the key is a plain number libpmix hands back.
+        if unsafe { sys::berth_pmix_dmodex_request(self.name.as_ptr(), rank, key) } == 0 {
+            Some(key)
+        } else {
+            if let Ok(mut k) = dmodex_keys().lock() {
+                k.remove(&key);
+            }
+            None
+        }
+    }
+
     /// Tell the step's ranks here that `rank` was lost (event PMIX_ERR_PROC_ABORTED).
     pub fn notify_lost(&self, rank: u32) -> bool {
         // SAFETY: a registered namespace.
@@ -451,6 +539,9 @@ impl Drop for Namespace {
     fn drop(&mut self) {
         if let Ok(mut r) = routes().lock() {
             r.remove(&self.key);
+        }
+        if let Ok(mut k) = dmodex_keys().lock() {
+            k.retain(|_, ns| *ns != self.key);
         }
         // SAFETY: the namespace registered by `register` (deregistering an unknown one is a
         // no-op in libpmix).

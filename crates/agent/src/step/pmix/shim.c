@@ -3,11 +3,11 @@
  * PMIx's API is built of large structs filled through macros (PMIX_INFO_LOAD,
  * PMIX_DATA_ARRAY_CREATE, ...): they are used here, in C, against the installed headers, so
  * no struct layout is restated by hand in Rust. Rust (src/pmix/mod.rs) sees only the flat
- * functions below and three callbacks.
+ * functions below and its callbacks.
  *
  * Threads: PMIx calls the server module's functions from its own progress thread; the
  * callbacks into Rust only copy their arguments and queue them. Completing a fence
- * (berth_pmix_fence_done) may be called from any thread (PMIx thread-shifts it).
+ * (berth_pmix_modex_done) may be called from any thread (PMIx thread-shifts it).
  *
  * Registering and deregistering a step's namespace never wait: PMIx_server_register_nspace,
  * _register_client and _deregister_nspace only queue an event for PMIx's progress thread
@@ -31,11 +31,15 @@ typedef void (*berth_fence_fn)(const char *nspace, const char *data, size_t ndat
 typedef void (*berth_abort_fn)(const char *nspace, uint32_t rank, int status, const char *msg);
 typedef void (*berth_finalized_fn)(const char *nspace, uint32_t rank);
 typedef void (*berth_error_fn)(const char *nspace, const char *msg);
+typedef void (*berth_dmodex_fn)(const char *nspace, uint32_t rank, void *token);
+typedef void (*berth_dmodex_data_fn)(uint64_t key, int found, const char *data, size_t ndata);
 
 static berth_fence_fn on_fence;
 static berth_abort_fn on_abort;
 static berth_finalized_fn on_finalized;
 static berth_error_fn on_error;
+static berth_dmodex_fn on_dmodex;
+static berth_dmodex_data_fn on_dmodex_data;
 
 void berth_pmix_deregister(const char *nspace);
 
@@ -106,11 +110,35 @@ static pmix_status_t s_deregister_events(pmix_status_t *codes, size_t ncodes, pm
     return PMIX_OPERATION_SUCCEEDED;
 }
 
+/* A local client PMIx_Get's a key of a rank of `proc->nspace` that this server holds no data
+ * for (a remote rank, and no fence brought its data: Open MPI with pmix_base_collect_data=0,
+ * or async modex): the host asks the rank's node (on_dmodex, through the control tree) and
+ * completes the token with that node's PMIx_server_dmodex_request blob
+ * (berth_pmix_modex_done). libpmix files the blob under the proc and answers every local
+ * client waiting for it. */
+static pmix_status_t s_direct_modex(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
+                                    pmix_modex_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info; (void)ninfo;
+    if (proc == NULL || on_dmodex == NULL) {
+        return PMIX_ERR_BAD_PARAM;
+    }
+    struct fence_token *t = malloc(sizeof(*t));
+    if (t == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_dmodex(proc->nspace, proc->rank, t);
+    return PMIX_SUCCESS;
+}
+
 static pmix_server_module_t module = {
     .client_connected = s_client_connected,
     .client_finalized = s_client_finalized,
     .abort = s_abort,
     .fence_nb = s_fence_nb,
+    .direct_modex = s_direct_modex,
     .register_events = s_register_events,
     .deregister_events = s_deregister_events,
 };
@@ -120,10 +148,28 @@ static void release_blob(void *cbdata)
     free(cbdata);
 }
 
-/* Complete a fence started by on_fence with the data of all nodes (concatenated). */
-void berth_pmix_fence_done(void *token, int ok, const char *data, size_t ndata)
+/* Why a fence or a direct modex ends without data (berth_pmix_modex_done's `why`). */
+enum {
+    BERTH_MODEX_OK = 0,
+    BERTH_MODEX_FAILED = 1,
+    BERTH_MODEX_NOT_FOUND = 2,
+    BERTH_MODEX_TIMEOUT = 3,
+};
+
+/* Complete a fence started by on_fence, or a direct modex started by on_dmodex: with `data`
+ * (a fence: every node's, concatenated; a direct modex: the rank's node's blob) when `why` is
+ * BERTH_MODEX_OK, else with the PMIx error it stands for. */
+void berth_pmix_modex_done(void *token, int why, const char *data, size_t ndata)
 {
     struct fence_token *t = token;
+    if (why != BERTH_MODEX_OK) {
+        pmix_status_t st = why == BERTH_MODEX_NOT_FOUND ? PMIX_ERR_NOT_FOUND
+                         : why == BERTH_MODEX_TIMEOUT   ? PMIX_ERR_TIMEOUT
+                                                        : PMIX_ERROR;
+        t->cbfunc(st, NULL, 0, t->cbdata, NULL, NULL);
+        free(t);
+        return;
+    }
     char *copy = malloc(ndata > 0 ? ndata : 1);
     if (copy == NULL) {
         t->cbfunc(PMIX_ERR_NOMEM, NULL, 0, t->cbdata, NULL, NULL);
@@ -133,8 +179,29 @@ void berth_pmix_fence_done(void *token, int ok, const char *data, size_t ndata)
     if (ndata > 0) {
         memcpy(copy, data, ndata);
     }
-    t->cbfunc(ok ? PMIX_SUCCESS : PMIX_ERROR, copy, ndata, t->cbdata, release_blob, copy);
+    t->cbfunc(PMIX_SUCCESS, copy, ndata, t->cbdata, release_blob, copy);
     free(t);
+}
+
+/* A direct modex asked of this node: libpmix's answer for its local rank. The blob is
+ * libpmix's, valid during this call only: on_dmodex_data copies it. */
+static void dmodex_answered(pmix_status_t status, char *data, size_t sz, void *cbdata)
+{
+    uint64_t key = (uint64_t)(uintptr_t)cbdata;
+    if (on_dmodex_data != NULL) {
+        on_dmodex_data(key, status == PMIX_SUCCESS, data, status == PMIX_SUCCESS ? sz : 0);
+    }
+}
+
+/* Another node asks for local rank `rank`'s data: libpmix answers through on_dmodex_data with
+ * `key` once the rank has committed it (at once when it has). Returns 0, or -1 when libpmix
+ * refused the request (no answer follows). */
+int berth_pmix_dmodex_request(const char *nspace, uint32_t rank, uint64_t key)
+{
+    pmix_proc_t proc;
+    PMIX_PROC_LOAD(&proc, nspace, rank);
+    pmix_status_t rc = PMIx_server_dmodex_request(&proc, dmodex_answered, (void *)(uintptr_t)key);
+    return rc == PMIX_SUCCESS ? 0 : -1;
 }
 
 struct waiter {
@@ -294,9 +361,12 @@ static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 
 /* Start the server (once per process). `tmpdir`: where its rendezvous sockets go. */
 int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
-                    berth_finalized_fn finalized, berth_error_fn error_fn, char *err, size_t errlen)
+                    berth_finalized_fn finalized, berth_error_fn error_fn, berth_dmodex_fn dmodex,
+                    berth_dmodex_data_fn dmodex_data, char *err, size_t errlen)
 {
     on_fence = fence;
+    on_dmodex = dmodex;
+    on_dmodex_data = dmodex_data;
     on_abort = abort_fn;
     on_finalized = finalized;
     on_error = error_fn;
