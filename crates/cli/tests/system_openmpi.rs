@@ -206,6 +206,36 @@ fn pmix_get_of_a_remote_ranks_data_without_a_fence_is_served_by_direct_modex() {
     assert_no_job_cgroups(&c);
 }
 
+/// `MPI_Comm_spawn` is not supported yet: the agents' PMIx server answers `PMIx_Spawn` with
+/// PMIX_ERR_NOT_SUPPORTED (`spawn.c`, which asks for errors to be returned). One rank alone
+/// gets the error and goes on (exit 0). With 2 ranks on 2 agents, Open MPI 4.1.4's other rank
+/// would wait forever in `MPI_Comm_spawn` for its root (seen: without the step being ended, the
+/// run never returned), so the step ends at once, saying why. No child ever runs, and nothing
+/// is left after either.
+#[test]
+fn mpi_comm_spawn_fails_cleanly_rather_than_hanging() {
+    let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
+    let c = Cluster::up(2, TOPO);
+    let spawn = openmpi_programs().join("spawn").display().to_string();
+    let t0 = Instant::now();
+    let out = c.run_step(&OMPI_ENV, &["-n", "1", &spawn]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "spawn -n 1: {stdout}{stderr}\n{}", c.logs());
+    assert!(stdout.contains("spawn refused: "), "{stdout}{stderr}");
+    assert!(stderr.contains("PMIx_Spawn (MPI_Comm_spawn) is not supported by berth yet"), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "MPI_Comm_spawn took {:?}", t0.elapsed());
+    let t0 = Instant::now();
+    let out = c.run_step(&OMPI_ENV, &["-n", "2", "-N", "2", &spawn]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "spawn -n 2: {stdout}{stderr}");
+    assert!(stderr.contains("is not supported by berth; the step's other ranks would wait"), "{stderr}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "MPI_Comm_spawn took {:?}", t0.elapsed());
+    assert!(!stdout.contains("child ") && !stdout.contains("spawn ok"), "{stdout}");
+    assert!(c.logs().contains("PMIx_Spawn"), "the agent says why: {}", c.logs());
+    assert_no_process(&spawn);
+    assert_no_job_cgroups(&c);
+}
+
 /// A CPU list ("0-1,4") as a set; None when it is not one.
 fn cpu_set(list: &str) -> Option<std::collections::BTreeSet<u32>> {
     let mut set = std::collections::BTreeSet::new();

@@ -437,6 +437,28 @@ where
                 crate::step::pmix::PmixEvent::DmodexAnswered { key, data } => {
                     modex.answered(key, data, &mut children, &up_tx)
                 }
+                crate::step::pmix::PmixEvent::Unsupported { rank, what } => {
+                    tracing::warn!(job = %grant.job, step = grant.step, rank, "PMIx: {what} is not supported; refused");
+                    // Told to the user on the rank's stderr, where Open MPI's own error goes.
+                    let line = format!("berth: {what} is not supported by berth yet; refused (docs/launcher.md)\n");
+                    let _ = up_tx.send(TreeUp::Output { rank, stream: 2, data: Chunk::from_bytes(line.into_bytes()) });
+                    // Open MPI 4.1.4's other ranks wait forever in MPI_Comm_spawn for a root
+                    // whose spawn failed: a step of more than one rank is ended rather than
+                    // left hanging (one rank alone gets the error and goes on).
+                    let size: usize = grant.nodes.iter().map(|n| n.ranks.len()).sum();
+                    if what.starts_with("PMIx_Spawn") && size > 1 {
+                        let abort = TreeUp::Abort {
+                            rank,
+                            node: node.name.clone(),
+                            code: 1,
+                            message: format!(
+                                "{what} is not supported by berth; the step's other ranks would wait for it forever"
+                            ),
+                        };
+                        report.saw(&abort);
+                        let _ = up_tx.send(abort);
+                    }
+                }
                 crate::step::pmix::PmixEvent::Finalized { .. } => {}
             },
             Event::Child(i, msg) => match msg {

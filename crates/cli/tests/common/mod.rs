@@ -237,7 +237,8 @@ pub fn openmpi_programs() -> &'static Path {
 }
 
 fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
-    const PROGRAMS: [&str; 8] = ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather", "locality"];
+    const PROGRAMS: [&str; 9] =
+        ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather", "locality", "spawn"];
     {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;

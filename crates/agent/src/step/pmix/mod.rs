@@ -27,6 +27,7 @@ mod sys {
     pub type ErrorFn = unsafe extern "C" fn(nspace: *const c_char, msg: *const c_char);
     pub type DmodexFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, token: *mut c_void);
     pub type DmodexDataFn = unsafe extern "C" fn(key: u64, found: c_int, data: *const c_char, ndata: usize);
+    pub type UnsupportedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, what: *const c_char);
 
     extern "C" {
         pub fn berth_pmix_init(
@@ -37,6 +38,7 @@ mod sys {
             error: ErrorFn,
             dmodex: DmodexFn,
             dmodex_data: DmodexDataFn,
+            unsupported: UnsupportedFn,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -107,6 +109,9 @@ pub enum PmixEvent {
     Abort { rank: u32, code: i32, message: String },
     /// A rank called `PMIx_Finalize`.
     Finalized { rank: u32 },
+    /// A rank asked for what berth does not support yet (`what`: `PMIx_Spawn (MPI_Comm_spawn)`,
+    /// ...); it was answered PMIX_ERR_NOT_SUPPORTED.
+    Unsupported { rank: u32, what: String },
 }
 
 /// A fence or a direct modex libpmix waits on. Dropped without [`ModexToken::complete`] or
@@ -231,6 +236,16 @@ unsafe extern "C" fn on_abort(nspace: *const c_char, rank: u32, status: c_int, m
         unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
     };
     route(nspace, PmixEvent::Abort { rank, code: status, message });
+}
+
+unsafe extern "C" fn on_unsupported(nspace: *const c_char, rank: u32, what: *const c_char) {
+    let what = if what.is_null() {
+        String::new()
+    } else {
+        // SAFETY: shim.c passes a NUL-terminated static string.
+        unsafe { CStr::from_ptr(what) }.to_string_lossy().into_owned()
+    };
+    route(nspace, PmixEvent::Unsupported { rank, what });
 }
 
 unsafe extern "C" fn on_finalized(nspace: *const c_char, rank: u32) {
@@ -364,6 +379,7 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), PmixError> {
                     on_error,
                     on_dmodex,
                     on_dmodex_data,
+                    on_unsupported,
                     err.as_mut_ptr().cast(),
                     ERR_LEN,
                 )

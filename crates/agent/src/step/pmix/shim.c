@@ -33,6 +33,7 @@ typedef void (*berth_finalized_fn)(const char *nspace, uint32_t rank);
 typedef void (*berth_error_fn)(const char *nspace, const char *msg);
 typedef void (*berth_dmodex_fn)(const char *nspace, uint32_t rank, void *token);
 typedef void (*berth_dmodex_data_fn)(uint64_t key, int found, const char *data, size_t ndata);
+typedef void (*berth_unsupported_fn)(const char *nspace, uint32_t rank, const char *what);
 
 static berth_fence_fn on_fence;
 static berth_abort_fn on_abort;
@@ -40,6 +41,7 @@ static berth_finalized_fn on_finalized;
 static berth_error_fn on_error;
 static berth_dmodex_fn on_dmodex;
 static berth_dmodex_data_fn on_dmodex_data;
+static berth_unsupported_fn on_unsupported;
 
 void berth_pmix_deregister(const char *nspace);
 
@@ -133,12 +135,63 @@ static pmix_status_t s_direct_modex(const pmix_proc_t *proc, const pmix_info_t i
     return PMIX_SUCCESS;
 }
 
+/* Spawning (MPI_Comm_spawn) and connecting namespaces are not supported yet: each is answered
+ * PMIX_ERR_NOT_SUPPORTED through its callback (the way every answer reaches the client; a
+ * host's upcall that is missing or returns an error left Open MPI 4.1.4's MPI_Comm_spawn
+ * waiting forever), and the step is told (on_unsupported: the agent logs it and `berth run`
+ * prints it). */
+static void unsupported(const pmix_proc_t *proc, const char *what)
+{
+    if (on_unsupported != NULL && proc != NULL) {
+        on_unsupported(proc->nspace, proc->rank, what);
+    }
+}
+
+static pmix_status_t s_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
+                             const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)job_info; (void)ninfo; (void)apps; (void)napps;
+    unsupported(proc, "PMIx_Spawn (MPI_Comm_spawn)");
+    if (cbfunc == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, cbdata);
+    return PMIX_SUCCESS;
+}
+
+static pmix_status_t s_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
+                               pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info; (void)ninfo;
+    unsupported(nprocs > 0 ? &procs[0] : NULL, "PMIx_Connect (MPI_Comm_connect/accept, MPI_Comm_spawn)");
+    if (cbfunc == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    return PMIX_SUCCESS;
+}
+
+static pmix_status_t s_disconnect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
+                                  pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info; (void)ninfo;
+    unsupported(nprocs > 0 ? &procs[0] : NULL, "PMIx_Disconnect (MPI_Comm_disconnect)");
+    if (cbfunc == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    return PMIX_SUCCESS;
+}
+
 static pmix_server_module_t module = {
     .client_connected = s_client_connected,
     .client_finalized = s_client_finalized,
     .abort = s_abort,
     .fence_nb = s_fence_nb,
     .direct_modex = s_direct_modex,
+    .spawn = s_spawn,
+    .connect = s_connect,
+    .disconnect = s_disconnect,
     .register_events = s_register_events,
     .deregister_events = s_deregister_events,
 };
@@ -362,8 +415,10 @@ static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 /* Start the server (once per process). `tmpdir`: where its rendezvous sockets go. */
 int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
                     berth_finalized_fn finalized, berth_error_fn error_fn, berth_dmodex_fn dmodex,
-                    berth_dmodex_data_fn dmodex_data, char *err, size_t errlen)
+                    berth_dmodex_data_fn dmodex_data, berth_unsupported_fn unsupported_fn, char *err,
+                    size_t errlen)
 {
+    on_unsupported = unsupported_fn;
     on_fence = fence;
     on_dmodex = dmodex;
     on_dmodex_data = dmodex_data;
