@@ -210,8 +210,9 @@ fn measure(
         let waited = run_delay();
         let t = Instant::now();
         // A fresh budget for each pass, as the controller gives.
-        let deadline = o.budget_ms.map(|ms| Deadline { at: monotonic_micros() + ms * 1000, clock: monotonic_micros });
-        let limits = PassLimits { deadline, ..*limits };
+        let deadline =
+            o.budget_ms.map(|ms| Deadline::after(std::sync::Arc::new(monotonic_micros), ms.saturating_mul(1000)));
+        let limits = PassLimits { deadline, ..limits.clone() };
         let out = match keeping {
             Some(_) => plan_keeping(input, &limits, &mut kept).0,
             None => plan(input, &limits),

@@ -2,8 +2,9 @@
 //! decision that depends on time (a node silent past the timeout, the batch's `now`, how long
 //! a job was suspended) can be tested without sleeping, with a `FakeClock`.
 //!
-//! Only the state thread's decisions read it. Left on the real clock on purpose: the time
-//! budget of a scheduling pass and its measurement (`policy`), the notification hook's
+//! Only the state thread's decisions read it, the time budget of a scheduling pass included
+//! (`monotonic_us`, core's `Deadline`). Left on the real clock on purpose: the pass's
+//! measurement (`policy`), the notification hook's
 //! timeout (`notify`), the user-name cache (`users`) and the connection tasks' lease stamps
 //! (`lease`, compared with this clock's instants).
 
@@ -21,6 +22,9 @@ pub trait Clock: Send + Sync {
     fn unix(&self) -> f64;
     /// A monotonic reading: how long an agent has been silent, backoffs.
     fn instant(&self) -> Instant;
+    /// A monotonic reading in microseconds since an origin of the clock's own: the time budget
+    /// of a scheduling pass (core's `sched::backfill::Deadline`).
+    fn monotonic_us(&self) -> u64;
 }
 
 /// The system's clocks.
@@ -34,6 +38,11 @@ impl Clock for SystemClock {
 
     fn instant(&self) -> Instant {
         Instant::now()
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        ORIGIN.get_or_init(Instant::now).elapsed().as_micros() as u64
     }
 }
 
@@ -72,6 +81,10 @@ impl Clock for FakeClock {
     fn instant(&self) -> Instant {
         self.instant_start + self.advanced()
     }
+
+    fn monotonic_us(&self) -> u64 {
+        self.advanced_us.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
@@ -87,8 +100,10 @@ mod tests {
         c.advance(90.5);
         assert_eq!(c.unix(), 1090.5);
         assert_eq!(c.instant().duration_since(i), Duration::from_micros(90_500_000));
+        assert_eq!(c.monotonic_us(), 90_500_000);
         c.advance(-5.0);
         c.advance(f64::NAN);
         assert_eq!(c.unix(), 1090.5);
+        assert_eq!(c.monotonic_us(), 90_500_000);
     }
 }

@@ -77,8 +77,11 @@ impl Controller {
             g.queues.iter().map(|q| q.as_ref().map(|(k, key)| (&g.specs[*k], key.clone()))).collect();
         let connected = |n: NodeId| g.connected.get(n.0 as usize).copied().unwrap_or(false);
         let budget_ms = self.cfg.scheduler.reservation_budget_ms;
-        let deadline =
-            (budget_ms > 0).then(|| Deadline { at: monotonic_micros() + budget_ms * 1000, clock: monotonic_micros });
+        // The budget on the injected clock (`Clock::monotonic_us`).
+        let deadline = (budget_ms > 0).then(|| {
+            let clock = self.clock.clone();
+            Deadline::after(std::sync::Arc::new(move || clock.monotonic_us()), budget_ms.saturating_mul(1000))
+        });
         let input = RoundInput {
             machine: &g.machine,
             running: &g.running,
@@ -235,9 +238,3 @@ mod effect_tests;
 
 #[cfg(test)]
 mod tail_tests;
-
-/// Microseconds on a monotonic clock (since its first reading): the pass's time budget.
-fn monotonic_micros() -> u64 {
-    static ORIGIN: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    ORIGIN.get_or_init(std::time::Instant::now).elapsed().as_micros() as u64
-}

@@ -504,3 +504,49 @@ fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
     assert_eq!(state(&h, b), JobState::Running);
     assert_eq!(h.ctl.license_info()[0].used, 3);
 }
+
+/// A clock whose monotonic reading moves 1 ms each time it is read (its other readings are a
+/// fake one's): a pass's time budget runs out after a known number of readings.
+struct TickingClock {
+    fake: crate::clock::FakeClock,
+    reads: std::sync::atomic::AtomicU64,
+}
+
+impl crate::clock::Clock for TickingClock {
+    fn unix(&self) -> f64 {
+        crate::clock::Clock::unix(&self.fake)
+    }
+
+    fn instant(&self) -> std::time::Instant {
+        crate::clock::Clock::instant(&self.fake)
+    }
+
+    fn monotonic_us(&self) -> u64 {
+        self.reads.fetch_add(1, std::sync::atomic::Ordering::Relaxed) * 1000
+    }
+}
+
+/// The pass's time budget is read on the controller's injected clock: with a clock that moves
+/// 1 ms a reading and a budget of 2 ms, the conservative pass reserves for the first waiting
+/// job (in time) and runs out at the second, which gets no expected start (as past
+/// `max_reservations`); with a budget to spare, it gets one.
+#[test]
+fn a_conservative_pass_out_of_its_time_budget_on_the_injected_clock_reserves_no_more() {
+    let pass = |budget_ms: u64| {
+        let mut h = Harness::new(2);
+        h.ctl.cfg.scheduler.policy = berth_core::sched::backfill::BackfillPolicy::Conservative;
+        h.ctl.cfg.scheduler.reservation_budget_ms = budget_ms;
+        let running = h.batch(opts(16, 1000, "phys"), &ann());
+        let first = submit(&mut h, opts(16, 500, "phys"));
+        let second = submit(&mut h, opts(8, 500, "phys"));
+        let clock = TickingClock { fake: crate::clock::FakeClock::new(h.now), reads: 0.into() };
+        h.ctl.clock = std::sync::Arc::new(clock);
+        h.ctl.schedule(h.now).unwrap();
+        assert_eq!(state(&h, running), JobState::Running);
+        let expected = |id| h.ctl.policy.expected_start.get(&id).copied();
+        (expected(first).map(|t| t - h.now), expected(second).map(|t| t - h.now), state(&h, second))
+    };
+    // Read at the deadline's start (0), for the first job (1 ms: in time), for the second (2 ms).
+    assert_eq!(pass(2), (Some(1000.0), None, JobState::Queued));
+    assert_eq!(pass(10_000), (Some(1000.0), Some(1500.0), JobState::Queued));
+}

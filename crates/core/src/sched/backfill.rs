@@ -142,7 +142,7 @@ pub struct PassInput<'a, M: Machine> {
 }
 
 /// Bounds on one pass, so a huge queue never stalls decisions.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PassLimits {
     pub policy: BackfillPolicy,
     /// Most "will run at" computations (reservations) in one pass; jobs beyond it are still
@@ -153,17 +153,41 @@ pub struct PassLimits {
     pub deadline: Option<Deadline>,
 }
 
-/// A point on the caller's clock. The core crate reads no clock: the controller passes a
-/// monotonic one, tests a counter, so a pass stays a function of its inputs.
-#[derive(Debug, Clone, Copy)]
+/// A monotonic clock in microseconds, the caller's: the controller's injected clock (a fake
+/// one in its unit tests), the bench's system clock, a counter in tests. Any
+/// `Fn() -> u64 + Send + Sync` is one.
+pub trait MonotonicClock: Send + Sync {
+    fn micros(&self) -> u64;
+}
+
+impl<F: Fn() -> u64 + Send + Sync> MonotonicClock for F {
+    fn micros(&self) -> u64 {
+        self()
+    }
+}
+
+/// A point on the caller's clock. The core crate reads no clock of its own: the caller passes
+/// one, so a pass stays a function of its inputs.
+#[derive(Clone)]
 pub struct Deadline {
     pub at: u64,
-    pub clock: fn() -> u64,
+    pub clock: std::sync::Arc<dyn MonotonicClock>,
 }
 
 impl Deadline {
+    /// `budget_us` microseconds from now on `clock`.
+    pub fn after(clock: std::sync::Arc<dyn MonotonicClock>, budget_us: u64) -> Deadline {
+        Deadline { at: clock.micros().saturating_add(budget_us), clock }
+    }
+
     pub fn passed(&self) -> bool {
-        (self.clock)() >= self.at
+        self.clock.micros() >= self.at
+    }
+}
+
+impl std::fmt::Debug for Deadline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Deadline").field("at", &self.at).finish_non_exhaustive()
     }
 }
 

@@ -322,7 +322,7 @@ impl<A: Clone + std::fmt::Debug + PartialEq> Fresh<'_, A> {
             out.wait(job.id, PendingReason::Held, None);
             return (Decided::Waits(Some(Decision::Held)), false);
         }
-        self.out_of_time = self.out_of_time || self.limits.deadline.is_some_and(|d| d.passed());
+        self.out_of_time = self.out_of_time || self.limits.deadline.as_ref().is_some_and(|d| d.passed());
         if self.out_of_time || s.book.len() - self.advance >= self.limits.max_reservations {
             // Past the limit: now, touching no reservation, or not in this pass.
             let decided = match memo.place(&s.all_reserved, RESERVED, req) {

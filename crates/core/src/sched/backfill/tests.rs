@@ -159,12 +159,12 @@ fn conservative_out_of_time_reserves_no_more() {
     let input = PassInput { machine: &cluster, running: &running, queue: &queue, now: 0.0 };
     TICKS.with(|t| t.set(0));
     // Read once per job: 1 for job 1 (in time), 2 for job 2 (the deadline).
-    let deadline = Some(Deadline { at: 2, clock: ticking });
+    let deadline = Some(Deadline { at: 2, clock: std::sync::Arc::new(ticking) });
     let limits = PassLimits { policy: BackfillPolicy::Conservative, max_reservations: 100, deadline };
     assert_eq!(summary(&plan(&input, &limits)), ["3 start n2:3", "1 wait resources at 50", "2 wait priority"]);
     // With time to spare, job 2 gets its own reservation and starts now (it ends by 50).
     TICKS.with(|t| t.set(0));
-    let limits = PassLimits { deadline: Some(Deadline { at: 1_000, clock: ticking }), ..limits };
+    let limits = PassLimits { deadline: Some(Deadline { at: 1_000, clock: std::sync::Arc::new(ticking) }), ..limits };
     let out = plan(&input, &limits);
     assert!(summary(&out).contains(&"2 start n1:2-3".to_string()), "{:?}", summary(&out));
 }
