@@ -47,7 +47,7 @@ impl Controller {
             .iter()
             .filter(|a| !a.gpus.is_empty())
             .filter_map(|a| self.cluster.nodes.get(a.node_id.0 as usize).filter(|n| n.name == a.node).map(|n| (a, n)))
-            .flat_map(|(a, n)| berth_core::gpu::places(&n.topology, &a.node, &a.gpus, &a.cpus))
+            .flat_map(|(a, n)| n.topology.gpu_places(&a.node, &a.gpus, &a.cpus))
             .collect()
     }
 

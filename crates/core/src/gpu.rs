@@ -359,25 +359,6 @@ pub struct GpuPlace {
     pub job_cpus_local: u32,
 }
 
-/// Where the GPUs `held` of a job on node `node` of topology `topo` sit, in `held`'s order;
-/// `job_cpus` are the job's PUs there. A GPU the topology does not have (the node came back
-/// smaller) is left out.
-pub fn places(topo: &crate::topology::Topology, node: &str, held: &[u32], job_cpus: &CpuSet) -> Vec<GpuPlace> {
-    held.iter()
-        .filter_map(|&i| topo.gpus.get(i as usize))
-        .map(|g| GpuPlace {
-            node: node.to_string(),
-            index: g.index,
-            type_name: g.type_name(),
-            numa: g.numa,
-            socket: g.package.and_then(|p| topo.packages.get(p)).map(|p| p.os_index),
-            cpus: g.cpus.clone(),
-            link_group: g.link_group,
-            job_cpus_local: job_cpus.iter().filter(|&c| g.cpus.contains(c)).count() as u32,
-        })
-        .collect()
-}
-
 /// The environment a job gets for its GPUs `held` (indexes into `gpus`, the node's), as Slurm
 /// sets it: `BERTH_GPUS` (berth's indexes), `GPU_DEVICE_ORDINAL` (the same), and the vendor's
 /// variable with the driver's numbers: `CUDA_VISIBLE_DEVICES` (the `cudaN` ordinal, else
@@ -964,7 +945,7 @@ mod place_tests {
         t.add_emulated_gpus(1).unwrap();
         assert_eq!(t.gpus.len(), 4);
         let job = CpuSet::parse_list("0-1,4").unwrap();
-        let p = places(&t, "g1", &[2, 0, 9], &job);
+        let p = t.gpu_places("g1", &[2, 0, 9], &job);
         assert_eq!(p.len(), 2, "GPU 9 is not on the node: left out: {p:?}");
         let (a, b) = (&p[0], &p[1]);
         assert_eq!((a.node.as_str(), a.index, a.type_name.as_str()), ("g1", 2, "emulated"));
@@ -979,7 +960,7 @@ mod place_tests {
         assert_eq!(json["cpus"], "4-5");
         let back: GpuPlace = serde_json::from_value(json).unwrap();
         assert_eq!(&back, a);
-        assert!(places(&t, "g1", &[], &job).is_empty());
+        assert!(t.gpu_places("g1", &[], &job).is_empty());
     }
 }
 

@@ -164,6 +164,25 @@ impl Topology {
         self.derived.gpu_types.get_or_init(|| gpu::GpuTypes::of(&self.gpus))
     }
 
+    /// Where the GPUs `held` of a job on node `node` of this topology sit, in `held`'s order;
+    /// `job_cpus` are the job's PUs there. A GPU the topology does not have (the node came back
+    /// smaller) is left out.
+    pub fn gpu_places(&self, node: &str, held: &[u32], job_cpus: &CpuSet) -> Vec<gpu::GpuPlace> {
+        held.iter()
+            .filter_map(|&i| self.gpus.get(i as usize))
+            .map(|g| gpu::GpuPlace {
+                node: node.to_string(),
+                index: g.index,
+                type_name: g.type_name(),
+                numa: g.numa,
+                socket: g.package.and_then(|p| self.packages.get(p)).map(|p| p.os_index),
+                cpus: g.cpus.clone(),
+                link_group: g.link_group,
+                job_cpus_local: job_cpus.iter().filter(|&c| g.cpus.contains(c)).count() as u32,
+            })
+            .collect()
+    }
+
     /// A regular machine, for tests and simulation: `packages` x `numa_per_package` x
     /// `cores_per_numa` x `pus_per_core`, PUs numbered in logical order.
     pub fn uniform(
