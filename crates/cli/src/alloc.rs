@@ -108,7 +108,7 @@ pub fn alloc_submission(flags: &SubmitFlags, command: &[String]) -> Result<Submi
         .or_else(|| std::env::var("SHELL").ok())
         .and_then(|c| Path::new(&c).file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| "sh".into());
-    let mut sub = crate::commands::build_text_submission("#!/bin/sh\n".into(), "berth alloc", name, flags, false)?;
+    let mut sub = crate::submission::build_text_submission("#!/bin/sh\n".into(), "berth alloc", name, flags, false)?;
     sub.script = String::new();
     Ok(sub)
 }

@@ -81,7 +81,7 @@ pub fn slurm_max_len() -> usize {
 }
 
 /// A pending task of an array, keyed by `key`; anything else is not folded.
-fn pending_task<K>(j: &JobInfo, key: impl Fn(&JobInfo) -> K) -> Option<Foldable<K>> {
+pub fn pending_task<K>(j: &JobInfo, key: impl Fn(&JobInfo) -> K) -> Option<Foldable<K>> {
     match (j.array_job, j.array_index) {
         (Some(a), Some(index)) if j.state.is_pending() => {
             Some(Foldable { array: a.0, index, key: key(j), limit: j.array_limit })
@@ -93,13 +93,6 @@ fn pending_task<K>(j: &JobInfo, key: impl Fn(&JobInfo) -> K) -> Option<Foldable<
 /// `berth jobs`' lines: pending tasks of an array in the same state with the same reason fold.
 pub fn jobs_lines(jobs: &[JobInfo]) -> Vec<(&JobInfo, Option<String>)> {
     fold(jobs, |j| pending_task(j, |j| (j.state, j.reason.clone())), MAX_INDEXES_LEN)
-}
-
-/// squeue's lines: pending tasks of an array with the same state and reason as squeue shows
-/// them (`PD`, `(Priority)`) fold.
-pub fn squeue_lines(jobs: &[JobInfo]) -> Vec<(&JobInfo, Option<String>)> {
-    use crate::compat::format::{slurm_reason, slurm_state};
-    fold(jobs, |j| pending_task(j, |j| (slurm_state(j).0, slurm_reason(j))), slurm_max_len())
 }
 
 /// Every job on its own line (`-r`, `--no-fold`).
@@ -285,13 +278,16 @@ mod tests {
             task(16, 8, "completed", ""),
         ];
         assert_eq!(shown(jobs_lines(&jobs)), vec!["9", "10_1", "10_[2-3,5%2]", "10_[6-7%2]", "10_8"]);
-        assert_eq!(shown(squeue_lines(&jobs)), vec!["9", "10_1", "10_[2-3,5%2]", "10_[6-7%2]", "10_8"]);
+        assert_eq!(
+            shown(crate::compat::slurm::squeue_lines(&jobs)),
+            vec!["9", "10_1", "10_[2-3,5%2]", "10_[6-7%2]", "10_8"]
+        );
         assert_eq!(unfolded(&jobs).len(), jobs.len());
         // `berth jobs` keeps tasks whose reasons differ apart; squeue, which shows only the
         // reason's name, folds them.
         let two = vec![task(11, 2, "queued", "resources: a"), task(12, 3, "queued", "resources: b")];
         assert_eq!(shown(jobs_lines(&two)), vec!["10_2", "10_3"]);
-        assert_eq!(shown(squeue_lines(&two)), vec!["10_[2-3%2]"]);
+        assert_eq!(shown(crate::compat::slurm::squeue_lines(&two)), vec!["10_[2-3%2]"]);
         let one = vec![task(11, 2, "queued", limit)];
         assert_eq!(jobs_lines(&one)[0].1, None, "a lone task keeps its own id");
     }

@@ -20,6 +20,7 @@ pub mod run;
 pub mod run_line;
 pub mod sim;
 pub mod status;
+pub mod submission;
 pub mod task;
 pub mod topo_view;
 

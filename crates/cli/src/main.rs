@@ -22,7 +22,7 @@ fn main() {
     }
     let args = run::rewrite_np(std::env::args().collect());
     if let Some(line) = run::run_command_line(&args) {
-        let cli = run::RunCli::parse_line(line);
+        let cli = berth_cli::run_line::parse_line(line);
         berth_protocol::probe::mark("client parsed");
         berth_cli::default_sigpipe();
         let dir = berth_cli::client::cluster_dir(cli.dir);

@@ -158,22 +158,8 @@ pub struct RunCli {
     pub args: RunArgs,
 }
 
-impl RunCli {
-    /// Parse, or print the error or help (as `berth run`) and exit, as clap's `parse_from`.
-    /// The usual short lines take [`crate::run_line::parse_plain`] (clap's parser costs every
-    /// launch ~0.1 ms); anything else, errors and help included, is clap's.
-    pub fn parse_line(line: Vec<String>) -> RunCli {
-        use clap::{CommandFactory, FromArgMatches};
-        if let Some(cli) = crate::run_line::parse_plain(&line) {
-            return cli;
-        }
-        let matches = RunCli::command().bin_name("berth run").get_matches_from(line);
-        RunCli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
-    }
-}
-
 /// The command line of a `berth run` (after `rewrite_np`) without its `run` word, for
-/// [`RunCli`]; None for every other command.
+/// [`RunCli`] (`crate::run_line::parse_line`); None for every other command.
 pub fn run_command_line(args: &[String]) -> Option<Vec<String>> {
     let at = subcommand_at(args).filter(|&i| args[i] == "run")?;
     let mut out = args.to_vec();

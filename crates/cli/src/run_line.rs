@@ -1,12 +1,25 @@
-//! A plain `berth run` command line, parsed without clap: `run` is started once per launch,
-//! and clap's parser (its code paged in, its command built) costs each ~0.1 ms of the
-//! ~5 ms small launch (BENCHMARKS.md, issue 4). Only the plain forms are taken here:
+//! `berth run`'s command line (`parse_line`). A plain one is parsed without clap: `run` is
+//! started once per launch, and clap's parser (its code paged in, its command built) costs
+//! each ~0.1 ms of the ~5 ms small launch (BENCHMARKS.md, issue 4). Only the plain forms are
+//! taken without clap:
 //! `--flag value` and bare switches, each at most once, before the program. Anything else
 //! (`--flag=value`, `-n4`, `--`, help, version, a repeated or unknown flag, a value that
 //! does not parse) is left to clap, so errors and help read as they always did; a test
 //! checks that every line parsed here gives what clap gives.
 
 use crate::run::{RunArgs, RunCli};
+
+/// Parse, or print the error or help (as `berth run`) and exit, as clap's `parse_from`.
+/// The usual short lines take [`parse_plain`] (clap's parser costs every launch ~0.1 ms);
+/// anything else, errors and help included, is clap's.
+pub fn parse_line(line: Vec<String>) -> RunCli {
+    use clap::{CommandFactory, FromArgMatches};
+    if let Some(cli) = parse_plain(&line) {
+        return cli;
+    }
+    let matches = RunCli::command().bin_name("berth run").get_matches_from(line);
+    RunCli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+}
 
 /// The `RunCli` of a plain line (`line[0]` is the program name), or None for clap.
 pub fn parse_plain(line: &[String]) -> Option<RunCli> {

@@ -133,7 +133,7 @@ impl Drop for TempScript {
 
 /// Standard input as a script's text (at most 16 MiB, UTF-8: the bound of a script file).
 pub fn read_stdin_script() -> Result<String> {
-    crate::commands::read_bounded(std::io::stdin().lock(), "the script on standard input")
+    crate::submission::read_bounded(std::io::stdin().lock(), "the script on standard input")
 }
 
 /// The jobs with these ids, each asked for alone (cheaper than listing every job, finished

@@ -338,7 +338,7 @@ pub async fn qsub(dir: &Path, args: Vec<String>) -> Result<i32> {
         Some('e') => plan.flags.output = plan.flags.error.clone().or(script.error),
         _ => {}
     }
-    let mut sub = crate::commands::build_submission(&path, &plan.flags, plan.hold)?;
+    let mut sub = crate::submission::build_submission(&path, &plan.flags, plan.hold)?;
     drop(temp);
     sub.options = sub.options.overlay(std::mem::take(&mut plan.options));
     if let Some(name) = script_name {

@@ -336,7 +336,7 @@ pub async fn sbatch(dir: &Path, args: Vec<String>) -> Result<i32> {
     }
     let (temp, script_name) = match (&plan.wrap, &plan.script) {
         (Some(cmd), _) => {
-            let text = crate::commands::wrap_script(cmd, "sbatch --wrap")?;
+            let text = crate::submission::wrap_script(cmd, "sbatch --wrap")?;
             (Some(super::TempScript::new(&text)?), Some("wrap"))
         }
         (None, Some(_)) => (None, None),
@@ -353,7 +353,7 @@ pub async fn sbatch(dir: &Path, args: Vec<String>) -> Result<i32> {
     if let Some(d) = &plan.chdir {
         std::env::set_current_dir(d).map_err(|e| anyhow!("chdir({d}): {e}"))?;
     }
-    let mut sub = crate::commands::build_submission(&path, &plan.flags, plan.hold)?;
+    let mut sub = crate::submission::build_submission(&path, &plan.flags, plan.hold)?;
     drop(temp);
     sub.options = sub.options.overlay(std::mem::take(&mut plan.options));
     // Slurm's outputs: stderr with stdout unless -e, by default slurm-%j.out (slurm-%A_%a.out
@@ -568,6 +568,13 @@ pub fn squeue_field(j: &JobInfo, c: char, now: f64) -> String {
     }
 }
 
+/// squeue's lines: pending tasks of an array with the same state and reason as squeue shows
+/// them (`PD`, `(Priority)`) fold (`crate::fold`).
+pub fn squeue_lines(jobs: &[JobInfo]) -> Vec<(&JobInfo, Option<String>)> {
+    use crate::fold::{fold, pending_task, slurm_max_len};
+    fold(jobs, |j| pending_task(j, |j| (f::slurm_state(j).0, f::slurm_reason(j))), slurm_max_len())
+}
+
 /// squeue's output for `jobs` (already filtered).
 pub fn squeue_table(q: &SqueueQuery, jobs: &[JobInfo], now: f64) -> String {
     let jobs = crate::output::escaped(jobs);
@@ -576,7 +583,7 @@ pub fn squeue_table(q: &SqueueQuery, jobs: &[JobInfo], now: f64) -> String {
         out.push_str(f::render(&q.format, |c| squeue_header(c).to_string()).trim_end());
         out.push('\n');
     }
-    let folded = if q.array { crate::fold::unfolded(&jobs) } else { crate::fold::squeue_lines(&jobs) };
+    let folded = if q.array { crate::fold::unfolded(&jobs) } else { squeue_lines(&jobs) };
     for (j, id) in folded {
         out.push_str(&f::render(&q.format, |c| match (&id, c) {
             (Some(id), 'i') => id.clone(),

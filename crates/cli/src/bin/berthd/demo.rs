@@ -2,8 +2,8 @@
 
 use anyhow::{bail, Result};
 use berth_cli::client::request;
-use berth_cli::commands::build_submission;
 use berth_cli::output;
+use berth_cli::submission::build_submission;
 use berth_core::job::JobState;
 use berth_core::JobId;
 use berth_protocol::client::{ClientRequest, ClientResponse, JobInfo};
