@@ -474,8 +474,12 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
     // GPU-seconds only when a job had GPUs: the table of a site without GPUs stays as it was.
     let gpus = jobs.iter().any(|j| j.accounting.as_ref().is_some_and(|a| a.gpu_seconds > 0.0));
     let gpu_col = |v: &str| if gpus { format!(" {v:>9}") } else { String::new() };
+    // Generic resources and licenses held, likewise only when a job held some.
+    let held: Vec<String> = jobs.iter().map(held_tres).collect();
+    let width = held.iter().map(String::len).max().unwrap_or(0);
+    let held_col = |v: &str| if width > 0 { format!("  {v:<width$}", width = width.max(4)) } else { String::new() };
     let mut out = format!(
-        "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}  {}\n",
+        "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}{}  {}\n",
         "ID",
         "NAME",
         "USER",
@@ -486,9 +490,10 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
         "SYS(s)",
         "PEAKMEM",
         gpu_col("GPU(s)"),
+        held_col("HELD"),
         "NODES"
     );
-    for j in jobs {
+    for (j, held) in jobs.iter().zip(&held) {
         let (w, u, s, m, g) = j
             .accounting
             .as_ref()
@@ -504,7 +509,7 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
             .unwrap_or(("-".into(), "-".into(), "-".into(), "-".into(), "-".into()));
         let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
         out.push_str(&format!(
-            "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}  {}\n",
+            "{:>6}  {:<16} {:<10} {:<10} {:>5} {:>9} {:>9} {:>9} {:>9}{}{}  {}\n",
             j.id.0,
             truncate(&j.name, 16),
             truncate(&j.user, 10),
@@ -515,10 +520,28 @@ pub fn acct_table(jobs: &[JobInfo]) -> String {
             s,
             m,
             gpu_col(&g),
+            held_col(if held.is_empty() { "-" } else { held }),
             nodes.join(",")
         ));
     }
     out
+}
+
+/// The generic resources (summed over the job's nodes) and licenses a job holds or held, in
+/// Slurm's TRES spelling: `gres/nvme=500,license/matlab=2`; empty when none.
+pub fn held_tres(j: &JobInfo) -> String {
+    let mut gres = berth_core::gres::Counts::new();
+    let mut licenses = berth_core::gres::Counts::new();
+    for a in &j.allocation {
+        for (sum, part) in [(&mut gres, &a.gres), (&mut licenses, &a.licenses)] {
+            for (name, &n) in part {
+                let c = sum.entry(name.clone()).or_insert(0);
+                *c = c.saturating_add(n);
+            }
+        }
+    }
+    let items = gres.iter().map(|(n, c)| format!("gres/{n}={c}"));
+    items.chain(licenses.iter().map(|(n, c)| format!("license/{n}={c}"))).collect::<Vec<_>>().join(",")
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -410,9 +410,14 @@ fn alloc_tres(j: &JobInfo, cpus: u64) -> String {
     }
     let gpus: usize = j.allocation.iter().map(|a| a.gpus.len()).sum();
     let gpus = if gpus > 0 { format!(",gres/gpu={gpus}") } else { String::new() };
+    // Other generic resources (summed over the nodes) and licenses, by name, after the GPUs.
+    let held = match crate::output::held_tres(j) {
+        h if h.is_empty() => h,
+        h => format!(",{h}"),
+    };
     let billing =
         j.billing.filter(|b| b.is_finite() && *b >= 0.0).map_or(cpus, |b| b.round().min(u64::MAX as f64) as u64);
-    format!("billing={billing},cpu={cpus}{gpus},node={}", f::job_node_count(j))
+    format!("billing={billing},cpu={cpus}{gpus}{held},node={}", f::job_node_count(j))
 }
 
 /// One field of a job as sacct prints it.
@@ -917,6 +922,17 @@ mod tests {
         assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1", "a whole number");
         j.billing = Some(f64::NAN);
         assert_eq!(sacct_field(&j, "AllocTRES", now), "billing=2,cpu=2,gres/gpu=2,node=1", "nonsense: the CPUs");
+        // Generic resources (summed over nodes) and licenses, as Slurm spells them.
+        let mut two = running(7, &["node1", "node2"], now - 100.0);
+        for a in &mut two.allocation {
+            a.gres.insert("nvme".into(), 500);
+        }
+        two.allocation[0].licenses.insert("matlab".into(), 2);
+        let tres = sacct_field(&two, "AllocTRES", now);
+        assert!(tres.contains(",gres/nvme=1000,license/matlab=2,node=2"), "{tres}");
+        let table = crate::output::acct_table(std::slice::from_ref(&two));
+        assert!(table.contains("HELD") && table.contains("gres/nvme=1000,license/matlab=2"), "{table}");
+        assert!(!crate::output::acct_table(std::slice::from_ref(&j)).contains("HELD"), "none held, no column");
         let table = crate::output::acct_table(std::slice::from_ref(&j));
         assert!(!table.contains("GPU(s)"), "no accounting yet, no GPU column: {table}");
         j.accounting = Some(berth_protocol::client::Accounting {
