@@ -19,8 +19,11 @@ fn opts(cores: u32, walltime: u64, array: Option<&str>) -> SubmitOptions {
     }
 }
 
-/// Per job in memory: state, and as `berth show` has it, reason, priority, expected start.
-fn seen(h: &mut Harness) -> Vec<(JobId, JobState, Option<String>, Option<String>, Option<f64>)> {
+/// A job as `berth show` has it: id, state, reason, priority, expected start.
+type Seen = (JobId, JobState, Option<String>, Option<String>, Option<f64>);
+
+/// Every job in memory, as `berth show` has it.
+fn seen(h: &mut Harness) -> Vec<Seen> {
     let ids: Vec<JobId> = h.ctl.jobs.keys().copied().collect();
     ids.into_iter()
         .map(|id| {
