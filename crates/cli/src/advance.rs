@@ -3,6 +3,7 @@
 
 use crate::client::request;
 use anyhow::{anyhow, bail, Result};
+use berth_core::gres::Counts;
 use berth_core::units::{parse_duration_secs, parse_size};
 use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ClientRequest, ClientResponse};
 use clap::Subcommand;
@@ -37,6 +38,14 @@ pub enum ResvCommand {
         /// near them (whole --nodes hold all their GPUs).
         #[arg(long, requires = "cores")]
         gpus: Option<u32>,
+        /// With --cores: generic resources on each node, NAME:COUNT[,...] (`[gres]` names; whole
+        /// --nodes hold all theirs).
+        #[arg(long, requires = "cores")]
+        gres: Option<String>,
+        /// Cluster-wide licenses held for the window, NAME[:COUNT][,...] (its jobs' licenses
+        /// come from these).
+        #[arg(long, short = 'L')]
+        licenses: Option<String>,
         /// Users whose jobs may use it, comma-separated.
         #[arg(long)]
         users: Option<String>,
@@ -57,12 +66,32 @@ pub async fn run(dir: &Path, json: bool, command: ResvCommand) -> Result<i32> {
     let now = now();
     let single = matches!(command, ResvCommand::Create { .. });
     let req = match command {
-        ResvCommand::Create { start, end, duration, nodes, cores, nodes_count, mem, gpus, users, accounts, name } => {
+        ResvCommand::Create {
+            start,
+            end,
+            duration,
+            nodes,
+            cores,
+            nodes_count,
+            mem,
+            gpus,
+            gres,
+            licenses,
+            users,
+            accounts,
+            name,
+        } => {
             let start_t = parse_time(&start, now, now)?;
             let end = end.map(|e| parse_time(&e, now, start_t)).transpose()?;
             let duration_secs =
                 duration.map(|d| parse_duration_secs(&d).map_err(|e| anyhow!("--duration: {e}"))).transpose()?;
             let mem = mem.map(|m| parse_size(&m).map_err(|e| anyhow!("--mem: {e}"))).transpose()?;
+            let counts = |what: &str, v: Option<String>| -> Result<Counts> {
+                v.map(|t| berth_core::gres::parse_list(what, &t).map_err(|e| anyhow!("{e}")))
+                    .transpose()
+                    .map(Option::unwrap_or_default)
+            };
+            let (gres, licenses) = (counts("--gres", gres)?, counts("--licenses", licenses)?);
             ClientRequest::AdvanceCreate(Box::new(AdvanceCreate {
                 name,
                 start: (start.trim() != "now").then_some(start_t),
@@ -73,6 +102,8 @@ pub async fn run(dir: &Path, json: bool, command: ResvCommand) -> Result<i32> {
                 nodes_count,
                 mem,
                 gpus,
+                gres,
+                licenses,
                 users: list(users),
                 accounts: list(accounts),
             }))
@@ -229,9 +260,18 @@ pub fn table(reservations: &[AdvanceInfo], now: f64) -> String {
             when(r.start),
             when(r.end),
             if r.active || r.start <= now { "active".into() } else { "waiting".into() },
-            match r.gpus {
-                0 => r.cores.to_string(),
-                g => format!("{} +{g} GPU", r.cores),
+            {
+                let mut what = match r.gpus {
+                    0 => r.cores.to_string(),
+                    g => format!("{} +{g} GPU", r.cores),
+                };
+                if !r.gres.is_empty() {
+                    what.push_str(&format!(" +{}", berth_core::gres::render(&r.gres)));
+                }
+                if !r.licenses.is_empty() {
+                    what.push_str(&format!(" +license {}", berth_core::gres::render(&r.licenses)));
+                }
+                what
             },
             r.allocation.iter().map(|a| format!("{}[{}]", a.node, a.cpus)).collect::<Vec<_>>().join(","),
             who.join("; "),

@@ -40,6 +40,12 @@ pub struct UpdateArgs {
     /// Admins: the job's priority, instead of the computed one.
     #[arg(long)]
     pub priority: Option<u32>,
+    /// Generic resources on each node, NAME:COUNT[,...] as at submission (not GPUs); "" removes them.
+    #[arg(long)]
+    pub gres: Option<String>,
+    /// Licenses, NAME[:COUNT][,...] as at submission; "" removes them.
+    #[arg(long, short = 'L')]
+    pub licenses: Option<String>,
 }
 
 impl UpdateArgs {
@@ -69,6 +75,21 @@ impl UpdateArgs {
             ),
             None => None,
         };
+        // Read as at submission; "" is none any more.
+        let counts = |what: &str, v: &Option<String>| -> Result<Option<berth_core::gres::Counts>> {
+            match v.as_deref().map(str::trim) {
+                None => Ok(None),
+                Some("") => Ok(Some(Default::default())),
+                Some(t) => {
+                    let mut o = SubmitOptions::default();
+                    o.set(what, t).map_err(|e| anyhow!(e))?;
+                    if o.gpus_per_node.is_some() || o.gpu_type.is_some() {
+                        bail!("--gres: GPUs are not changed by `berth update`; cancel and submit again");
+                    }
+                    Ok(Some(if what == "gres" { o.gres } else { o.licenses }.unwrap_or_default()))
+                }
+            }
+        };
         let change = JobChange {
             walltime: o.walltime,
             cores: o.cores,
@@ -80,9 +101,11 @@ impl UpdateArgs {
             name: o.name,
             dependency: self.dependency.clone(),
             priority: self.priority,
+            gres: counts("gres", &self.gres)?,
+            licenses: counts("licenses", &self.licenses)?,
         };
         if change.is_empty() {
-            bail!("nothing to change: give --walltime, --cores, --nodes, --tasks-per-node, --cpus-per-task, --tasks, --queue, --name, --dependency or --priority");
+            bail!("nothing to change: give --walltime, --cores, --nodes, --tasks-per-node, --cpus-per-task, --tasks, --queue, --name, --dependency, --priority, --gres or --licenses");
         }
         Ok(change)
     }
@@ -129,6 +152,17 @@ mod tests {
         assert_eq!(c.dependency.as_deref(), Some(""), "removes the dependency");
         let bad = UpdateArgs { id: "5".into(), cores: Some("0".into()), ..Default::default() };
         assert!(bad.change().unwrap_err().to_string().contains("--cores"));
+        let lic = UpdateArgs {
+            id: "5".into(),
+            licenses: Some("matlab:2".into()),
+            gres: Some("".into()),
+            ..Default::default()
+        };
+        let c = lic.change().unwrap();
+        assert_eq!(c.licenses.unwrap().get("matlab"), Some(&2));
+        assert_eq!(c.gres, Some(Default::default()), "\"\" removes them");
+        let gpu = UpdateArgs { id: "5".into(), gres: Some("gpu:2".into()), ..Default::default() };
+        assert!(gpu.change().unwrap_err().to_string().contains("GPUs"));
         let none = UpdateArgs { id: "5".into(), ..Default::default() };
         assert!(none.change().unwrap_err().to_string().contains("nothing to change"));
     }

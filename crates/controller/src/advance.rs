@@ -121,6 +121,17 @@ impl Controller {
         if body.users.is_empty() && body.accounts.is_empty() {
             return Err(bad("say who may use it: --users a,b and/or --accounts proj".into()));
         }
+        berth_core::gres::check_config("--gres", &body.gres).map_err(|e| bad(e.to_string()))?;
+        berth_core::gres::check_config("--licenses", &body.licenses).map_err(|e| bad(e.to_string()))?;
+        if body.gres.contains_key("gpu") {
+            return Err(bad("--gres: reserve GPUs with --gpus (with --cores), or whole --nodes".into()));
+        }
+        // Licenses the cluster does not have, or more than it has, can never be reserved.
+        if let Err(berth_core::gres::LicenseMiss::Never(why)) =
+            berth_core::gres::Licenses::new(self.cluster.licenses.total.clone()).check(&body.licenses)
+        {
+            return Err(api(ErrorCode::Infeasible, format!("this reservation can never be placed here: {why}")));
+        }
         let start = body.start.unwrap_or(now);
         if !start.is_finite() {
             return Err(bad("the start is not a time".into()));
@@ -149,15 +160,18 @@ impl Controller {
         let allocation = match (body.nodes.is_empty(), body.cores) {
             (false, Some(_)) => return Err(bad("give --nodes (whole nodes) or --cores, not both".into())),
             (true, None) => return Err(bad("say what to reserve: --nodes n1,n2 (whole nodes) or --cores N".into())),
-            (false, None) if body.nodes_count.is_some() || body.mem.is_some() || body.gpus.is_some() => {
+            (false, None)
+                if body.nodes_count.is_some() || body.mem.is_some() || body.gpus.is_some() || !body.gres.is_empty() =>
+            {
                 return Err(bad(
-                    "--nodes-count, --mem and --gpus go with --cores; --nodes reserves whole nodes (their GPUs too)"
+                    "--nodes-count, --mem, --gres and --gpus go with --cores; --nodes reserves whole nodes (their GPUs and generic resources too)"
                         .into(),
                 ))
             }
-            (false, None) => self.whole_nodes(&body.nodes, (start, end), now)?,
+            (false, None) => self.whole_nodes(&body.nodes, &body.licenses, (start, end), now)?,
             (true, Some(cores)) => {
-                self.cores_for_window((cores, body.gpus), body.nodes_count, body.mem, (start, end), now)?
+                let what = Wanted { cores, gpus: body.gpus, gres: &body.gres, licenses: &body.licenses };
+                self.cores_for_window(what, body.nodes_count, body.mem, (start, end), now)?
             }
         };
         Ok(Advance {
@@ -186,27 +200,45 @@ impl Controller {
             .collect()
     }
 
-    /// The live advance reservations but `except`, for the pass's machinery.
-    fn advance_list(&self, except: Option<&str>) -> Vec<AdvanceReservation<Allocation>> {
+    /// The live advance reservations, for placing beside them at `at` among `holders`: each
+    /// less the counts its members in `holders` still running at `at` hold (those are claimed
+    /// already, as holders: not twice).
+    fn advance_list(&self, holders: &[RunningJob<Allocation>], at: f64) -> Vec<AdvanceReservation<Allocation>> {
         self.policy
             .advance
             .live
             .values()
-            .filter(|r| Some(r.name.as_str()) != except)
-            .map(|r| AdvanceReservation {
-                id: r.name.clone(),
-                alloc: r.allocation.clone(),
-                start: r.start,
-                end: r.end,
-                members: vec![],
+            .map(|r| {
+                let held: Vec<&Allocation> = holders
+                    .iter()
+                    .filter(|h| h.end > at)
+                    .filter(|h| {
+                        self.jobs.get(&h.id).and_then(|j| j.options.reservation.as_deref()) == Some(r.name.as_str())
+                    })
+                    .map(|h| &h.alloc)
+                    .collect();
+                AdvanceReservation {
+                    id: r.name.clone(),
+                    alloc: <ClusterState as Confine>::unheld(&r.allocation, &held),
+                    start: r.start,
+                    end: r.end,
+                    members: vec![],
+                }
             })
             .collect()
     }
 
-    /// Whole nodes (every usable PU but system CPUs, all memory), if nothing else holds them
-    /// during the window: no job still running at its start (by walltime), no other advance
-    /// reservation whose window overlaps.
-    fn whole_nodes(&self, names: &[String], (start, end): (f64, f64), now: f64) -> Result<Allocation, ApiError> {
+    /// Whole nodes (every usable PU but system CPUs, all memory, GPUs and generic resources),
+    /// if nothing else holds them during the window: no job still running at its start (by
+    /// walltime), no other advance reservation whose window overlaps; and `licenses`, if
+    /// enough are not held then (by running jobs or overlapping reservations).
+    fn whole_nodes(
+        &self,
+        names: &[String],
+        licenses: &berth_core::gres::Counts,
+        (start, end): (f64, f64),
+        now: f64,
+    ) -> Result<Allocation, ApiError> {
         let holders = self.holders(now);
         let mut busy = vec![];
         let mut alloc = Vec::with_capacity(names.len());
@@ -248,7 +280,8 @@ impl Controller {
                 .map(|n| NumaShare { numa: n.os_index, bytes: n.memory_bytes })
                 .collect();
             alloc.push(NodeAllocation {
-                gres: Default::default(),
+                // A whole node: its generic resources too.
+                gres: cap.gres_total.clone(),
                 licenses: Default::default(),
                 node_id: cap.id,
                 node: cap.name.clone(),
@@ -264,6 +297,20 @@ impl Controller {
                 // A whole node: its GPUs too.
                 gpus: (0..topo.gpus.len() as u32).collect(),
             });
+        }
+        if !licenses.is_empty() {
+            // Licenses at the window's start: those of jobs still running then, and of the
+            // reservations overlapping it.
+            let mut at = backfill::machine_at(&self.sched_view(), &holders, start, now);
+            for r in self.advance_list(&holders, start).iter().filter(|r| r.start < end && r.end > start) {
+                at.claim_licenses(&r.alloc);
+            }
+            if let Err(why) = at.licenses.check(licenses) {
+                busy.push(format!("{why} (held by running jobs or reservations then)"));
+            }
+            if let Some(first) = alloc.first_mut() {
+                first.licenses = licenses.clone();
+            }
         }
         if !busy.is_empty() {
             return Err(api(
@@ -283,21 +330,36 @@ impl Controller {
     /// its start, beside the jobs that will still run then and the overlapping reservations.
     fn cores_for_window(
         &self,
-        (cores, gpus): (u32, Option<u32>),
+        want: Wanted<'_>,
         nodes: Option<u32>,
         mem: Option<u64>,
         (start, end): (f64, f64),
         now: f64,
     ) -> Result<Allocation, ApiError> {
-        let mut options = SubmitOptions { cores: Some(cores), nodes, mem, gpus, ..Default::default() };
+        let Wanted { cores, gpus, gres, licenses } = want;
+        let mut options = SubmitOptions {
+            cores: Some(cores),
+            nodes,
+            mem,
+            gpus,
+            gres: (!gres.is_empty()).then(|| gres.clone()),
+            licenses: (!licenses.is_empty()).then(|| licenses.clone()),
+            ..Default::default()
+        };
         if mem.is_none() {
             options.mem_per_cpu = Some(self.default_mem_per_cpu());
         }
         let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
-        let asked = match gpus {
+        let mut asked = match gpus {
             Some(g) => format!("{cores} cores and {g} GPU(s)"),
             None => format!("{cores} cores"),
         };
+        if !gres.is_empty() {
+            asked.push_str(&format!(" with {} per node", berth_core::gres::render(gres)));
+        }
+        if !licenses.is_empty() {
+            asked.push_str(&format!(" and licenses {}", berth_core::gres::render(licenses)));
+        }
         let registered = |n: &berth_core::node::NodeCapacity| {
             self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
         };
@@ -310,7 +372,7 @@ impl Controller {
         for j in self.jobs.values().filter(|j| j.state == JobState::Suspended) {
             view.claim(&j.allocation);
         }
-        let others = self.advance_list(None);
+        let others = self.advance_list(&holders, start);
         match backfill::place_for_window(&view, &holders, &others, &request, (start, end), now) {
             Fit::Now(alloc) => Ok(alloc),
             Fit::Busy(what) => {
@@ -375,6 +437,8 @@ impl Controller {
             allocation: r.allocation.clone(),
             cores: r.allocation.iter().map(|a| a.cores).sum(),
             gpus: r.allocation.iter().map(|a| a.gpus.len() as u32).sum(),
+            gres: sum_counts(r.allocation.iter().map(|a| &a.gres)),
+            licenses: sum_counts(r.allocation.iter().map(|a| &a.licenses)),
             created: r.created,
             created_by: r.created_by.clone(),
             active: r.start <= now && now < r.end,
@@ -444,6 +508,30 @@ impl Controller {
                     if r.start > now { format!("its start at {} (less a minute to start it)", clock(r.start, now)) } else { "now (less a minute to start it)".into() }
                 ),
             ));
+        }
+        // Its licenses and generic resources come from the reservation's.
+        let held = sum_counts(r.allocation.iter().map(|a| &a.licenses));
+        for (l, &n) in &request.licenses {
+            let have = held.get(l).copied().unwrap_or(0);
+            if n > have {
+                return Err(api(
+                    ErrorCode::Infeasible,
+                    format!(
+                        "reservation {name} holds {have} of license {l} and its jobs' licenses come from it: the job wants {n}; ask for at most {have}, or ask an admin to reserve more"
+                    ),
+                ));
+            }
+        }
+        for (g, &n) in &request.gres {
+            let most = r.allocation.iter().filter_map(|a| a.gres.get(g).copied()).max().unwrap_or(0);
+            if n > most {
+                return Err(api(
+                    ErrorCode::Infeasible,
+                    format!(
+                        "reservation {name} holds at most {g}:{most} on a node: the job wants {g}:{n} on each node; ask for at most {most}"
+                    ),
+                ));
+            }
         }
         // On the reservation's resources with nothing running: could it ever fit?
         let mut idle = self.cluster.clone();
@@ -528,7 +616,14 @@ impl Controller {
         let mut any = false;
         for r in self.policy.advance.live.values() {
             if r.end > now && (r.start < now + w || r.start <= now) {
-                view.claim(&r.allocation);
+                // Less what its running members hold (claimed already: not twice).
+                let held: Vec<&Allocation> = self
+                    .jobs
+                    .values()
+                    .filter(|j| j.state.has_allocation() && j.options.reservation.as_deref() == Some(r.name.as_str()))
+                    .map(|j| &j.allocation)
+                    .collect();
+                view.claim(&<ClusterState as Confine>::unheld(&r.allocation, &held));
                 any = true;
             }
         }
@@ -541,12 +636,42 @@ impl Controller {
     }
 }
 
+/// What a reservation of cores asks for besides: GPUs in all, generic resources per node,
+/// licenses.
+struct Wanted<'a> {
+    cores: u32,
+    gpus: Option<u32>,
+    gres: &'a berth_core::gres::Counts,
+    licenses: &'a berth_core::gres::Counts,
+}
+
+/// The counts of all `parts` added up.
+fn sum_counts<'a>(parts: impl Iterator<Item = &'a berth_core::gres::Counts>) -> berth_core::gres::Counts {
+    let mut out = berth_core::gres::Counts::new();
+    for c in parts {
+        for (name, &n) in c {
+            let e = out.entry(name.clone()).or_insert(0);
+            *e = e.saturating_add(n);
+        }
+    }
+    out
+}
+
 /// Advance reservation `r`, placed, is created by `by`: kept; its row, the event and a pass
 /// to write and do, in that order. Needs no store.
 pub(crate) fn created(book: &mut AdvanceBook, r: Advance, by: &str, now: f64) -> Vec<Effect> {
     let nodes: Vec<String> = r.allocation.iter().map(|a| format!("{}:{}", a.node, a.cpus)).collect();
+    let mut held = String::new();
+    for (what, counts) in [
+        ("gres", sum_counts(r.allocation.iter().map(|a| &a.gres))),
+        ("licenses", sum_counts(r.allocation.iter().map(|a| &a.licenses))),
+    ] {
+        if !counts.is_empty() {
+            held.push_str(&format!(" {what} {}", berth_core::gres::render(&counts)));
+        }
+    }
     let detail = format!(
-        "{}: {} to {} on {} for {} (by {by})",
+        "{}: {} to {} on {}{held} for {} (by {by})",
         r.name,
         clock(r.start, now),
         clock(r.end, now),

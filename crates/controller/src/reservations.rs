@@ -16,6 +16,7 @@ use crate::model::reservation::Reservation;
 use crate::state::{Controller, Reservations};
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
+use berth_core::gres::{LicenseMiss, Licenses};
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
 use berth_core::node::NodeState;
 use berth_core::placement::cluster::feasible_when_up as feasible;
@@ -176,7 +177,7 @@ impl Controller {
                 }
             })
             .collect();
-        Inventory { time: now, nodes }
+        Inventory { time: now, nodes, licenses: self.license_info() }
     }
 
     fn list_reservations(&self, all: bool) -> Result<Vec<ReservationInfo>, StoreError> {
@@ -216,9 +217,18 @@ impl Controller {
                 memory_bytes: a.memory_bytes,
                 numa_memory: a.numa_memory.iter().map(|s| NumaMemory { numa: s.numa, bytes: s.bytes }).collect(),
                 gpus: a.gpus.clone(),
+                gres: a.gres.clone(),
             })
             .collect();
+        let mut licenses = berth_core::gres::Counts::new();
+        for a in &alloc {
+            for (name, &n) in &a.licenses {
+                let c = licenses.entry(name.clone()).or_insert(0);
+                *c = c.saturating_add(n);
+            }
+        }
         Ok(ReservationInfo {
+            licenses,
             id: r.id,
             job: r.job,
             user: r.user.clone(),
@@ -281,10 +291,10 @@ impl Controller {
         }
         let explicit = !body.node_list.is_empty();
         for (name, value) in body.resources.entries() {
-            if explicit && !matches!(name, "mem" | "mem-per-cpu" | "threads") {
+            if explicit && !matches!(name, "mem" | "mem-per-cpu" | "threads" | "licenses") {
                 return fail(
                     Code::BadRequest,
-                    format!("resources.{} cannot be combined with node_list: the list says where and how much; only mem, mem_per_cpu and threads may be given with it", name.replace('-', "_")),
+                    format!("resources.{} cannot be combined with node_list: the list says where and how much (its entries' cpus, gpus and gres); only mem, mem_per_cpu, threads and licenses may be given with it", name.replace('-', "_")),
                 );
             }
             if let Err(e) = options.set(name, &value.as_text()) {
@@ -305,8 +315,29 @@ impl Controller {
             Ok(r) => r,
             Err(e) => return fail(Code::BadRequest, e.to_string()),
         };
+        // Licenses the cluster does not have, or more than exist: never.
+        if let Err(LicenseMiss::Never(why)) =
+            Licenses::new(self.cluster.licenses.total.clone()).check(&request.licenses)
+        {
+            return fail(
+                Code::Infeasible,
+                format!("this reservation can never be placed here: {why}; ask for less (GET /v1/inventory)"),
+            );
+        }
         let placed = if explicit {
-            self.explicit_allocation(&body.node_list, &options)
+            self.explicit_allocation(&body.node_list, &options).and_then(|mut alloc| {
+                // Free now, beside the advance reservations it would run into, as a job's.
+                if !request.licenses.is_empty() {
+                    let (view, _) = self.advance_view(now, walltime as f64);
+                    if let Err(why) = view.licenses.check(&request.licenses) {
+                        return Err(try_again(why.to_string()));
+                    }
+                    if let Some(first) = alloc.first_mut() {
+                        first.licenses = request.licenses.clone();
+                    }
+                }
+                Ok(alloc)
+            })
         } else {
             self.place_now(&request, walltime, now)
         };
@@ -516,6 +547,8 @@ impl Controller {
                     format_size(capacity)
                 )));
             }
+            let gpus = self.explicit_gpus(i, want)?;
+            let gres = self.explicit_gres(i, want)?;
             let mut left = need;
             let mut shares = Vec::new();
             for &n in &local {
@@ -536,7 +569,7 @@ impl Controller {
                 )));
             }
             alloc.push(NodeAllocation {
-                gres: Default::default(),
+                gres,
                 licenses: Default::default(),
                 node_id: cap.id,
                 node: cap.name.clone(),
@@ -549,11 +582,82 @@ impl Controller {
                 subnodes: vec![],
                 binding: vec![],
                 ranks: vec![],
-                // Reservations do not hold GPUs yet (docs/gpus.md).
-                gpus: vec![],
+                gpus,
             });
         }
         Ok(alloc)
+    }
+
+    /// The GPUs an explicit entry lists on node `i`, by index: each exists (else infeasible)
+    /// and is free now (else try again, naming the holders).
+    fn explicit_gpus(&self, i: usize, want: &NodeRequest) -> Result<Vec<u32>, ReservationError> {
+        let cap = &self.cluster.nodes[i];
+        let count = cap.topology.gpus.len() as u32;
+        let mut gpus: Vec<u32> = Vec::with_capacity(want.gpus.len());
+        for &g in &want.gpus {
+            if gpus.contains(&g) {
+                return Err(ReservationError::new(
+                    Code::BadRequest,
+                    format!("node_list {}: GPU {g} is listed twice", want.node),
+                ));
+            }
+            if g >= count {
+                let has = match count {
+                    0 => "no GPU".to_string(),
+                    n => format!("GPUs 0 to {}", n - 1),
+                };
+                let m = format!("node {} has {has}, not GPU {g}", want.node);
+                return Err(ReservationError::with_reason(
+                    Code::Infeasible,
+                    format!("{m}; change the resource list (GET /v1/inventory)"),
+                    m,
+                ));
+            }
+            if !cap.gpu_free.get(g as usize).copied().unwrap_or(false) {
+                let holders: Vec<String> = self
+                    .jobs_on_node(i)
+                    .into_iter()
+                    .filter(|id| {
+                        self.jobs[id].allocation.iter().any(|a| a.node_id.0 as usize == i && a.gpus.contains(&g))
+                    })
+                    .map(|id| id.to_string())
+                    .collect();
+                return Err(try_again(format!(
+                    "GPU {g} of node {} is held by job(s) {}",
+                    want.node,
+                    if holders.is_empty() { "?".into() } else { holders.join(", ") }
+                )));
+            }
+            gpus.push(g);
+        }
+        gpus.sort_unstable();
+        Ok(gpus)
+    }
+
+    /// The generic resources an explicit entry asks of node `i`: bounded names and counts,
+    /// the node has that many (else infeasible), and they are free now (else try again).
+    fn explicit_gres(&self, i: usize, want: &NodeRequest) -> Result<berth_core::gres::Counts, ReservationError> {
+        let what = format!("node_list {}: gres", want.node);
+        berth_core::gres::check_config(&what, &want.gres)
+            .map_err(|e| ReservationError::new(Code::BadRequest, e.to_string()))?;
+        let cap = &self.cluster.nodes[i];
+        for (name, &n) in &want.gres {
+            let total = cap.gres_total.get(name).copied().unwrap_or(0);
+            if n > total {
+                let m =
+                    format!("node {} has {name}:{total} ([gres] in the controller's config), {n} wanted", want.node);
+                return Err(ReservationError::with_reason(
+                    Code::Infeasible,
+                    format!("{m}; change the resource list (GET /v1/inventory)"),
+                    m,
+                ));
+            }
+            let free = cap.free_gres(name);
+            if n > free {
+                return Err(try_again(format!("{name}:{n} wanted on node {}, {free} free now", want.node)));
+            }
+        }
+        Ok(want.gres.clone())
     }
 
     /// The live reservation `id` if `peer` may act on it.

@@ -98,7 +98,16 @@ impl Harness {
 
     /// Like `new`, with nodes of this topology (e.g. with GPUs).
     pub fn with_topology(nodes: usize, topology: Topology) -> Harness {
-        let mut h = Self::with_config(0, |_| {});
+        Self::with_config_and_topology(nodes, topology, |_| {})
+    }
+
+    /// [`Harness::with_topology`] with the config edited first (as [`Harness::with_config`]).
+    pub fn with_config_and_topology(
+        nodes: usize,
+        topology: Topology,
+        edit: impl FnOnce(&mut ControllerConfig),
+    ) -> Harness {
+        let mut h = Self::with_config(0, edit);
         for i in 0..nodes {
             let (tx, rx) = mpsc::unbounded_channel();
             let reg = Registration { topology: topology.clone(), ..registration(i, &format!("inst{i}"), vec![]) };

@@ -271,6 +271,20 @@ impl Controller {
             o.priority = Some(p);
             said.push(format!("priority={p}"));
         }
+        // Checked below with the rest as at submission: bounds, then whether they can ever be had.
+        if let Some(g) = &c.gres {
+            berth_core::gres::check_config("--gres", g).map_err(|e| bad(e.to_string()))?;
+            if g.contains_key("gpu") {
+                return Err(bad("--gres: GPUs are not changed by an update; cancel and submit again".into()));
+            }
+            o.gres = (!g.is_empty()).then(|| g.clone());
+            said.push(format!("gres={}", berth_core::gres::render(g)));
+        }
+        if let Some(l) = &c.licenses {
+            berth_core::gres::check_config("--licenses", l).map_err(|e| bad(e.to_string()))?;
+            o.licenses = (!l.is_empty()).then(|| l.clone());
+            said.push(format!("licenses={}", berth_core::gres::render(l)));
+        }
         // The walltime asked for, else the job's; a new queue gives its default to a job that
         // has none, as at submission.
         let asked = c.walltime.or(job.walltime);

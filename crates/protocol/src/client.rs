@@ -2,6 +2,7 @@
 
 use crate::node::{is_zero, CountInfo, NodeInfo};
 use berth_core::directives::SubmitOptions;
+use berth_core::gres::Counts;
 use berth_core::job::{Allocation, JobState, ResourceRequest};
 use berth_core::JobId;
 use serde::{Deserialize, Serialize};
@@ -221,6 +222,12 @@ pub struct JobChange {
     /// Admins only: the job's priority, instead of the computed one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<u32>,
+    /// Generic resources per node (other than GPUs), as `--gres`; empty: none any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gres: Option<Counts>,
+    /// Licenses, as `--licenses`; empty: none any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub licenses: Option<Counts>,
 }
 
 impl JobChange {
@@ -291,6 +298,13 @@ pub struct AdvanceCreate {
     /// near them (as a job's `--gpus`). Whole `nodes` hold all their GPUs.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpus: Option<u32>,
+    /// With `cores`: generic resources on each node (`[gres]` names, as a job's `--gres`).
+    /// Whole `nodes` hold all of theirs.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub gres: Counts,
+    /// Cluster-wide licenses held for the window (its members' licenses come from these).
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub licenses: Counts,
     #[serde(default)]
     pub users: Vec<String>,
     /// Accounts (projects): their jobs (`--account`) may use it.
@@ -313,6 +327,13 @@ pub struct AdvanceInfo {
     /// GPUs held (those of `allocation`'s parts), left out when none.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub gpus: u32,
+    /// Generic resources held, summed over the parts (each part's are in `allocation`), left
+    /// out when none.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub gres: Counts,
+    /// Licenses held, left out when none.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub licenses: Counts,
     pub created: f64,
     pub created_by: String,
     /// The window is open now.

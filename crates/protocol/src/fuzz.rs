@@ -456,6 +456,11 @@ fn texts() -> BoxedStrategy<Vec<String>> {
     vec(text(), 0..3).boxed()
 }
 
+/// Named counts (generic resources, licenses).
+fn counts() -> BoxedStrategy<berth_core::gres::Counts> {
+    proptest::collection::btree_map(text(), any::<u32>(), 0..3).boxed()
+}
+
 fn env() -> BoxedStrategy<Vec<(String, String)>> {
     vec((text(), text()), 0..3).boxed()
 }
@@ -737,28 +742,31 @@ pub fn option_value() -> BoxedStrategy<OptionValue> {
 
 pub fn reserve_request() -> BoxedStrategy<ReserveRequest> {
     let opt = || of(option_value());
-    let resources = ((opt(), opt(), opt(), opt(), opt(), opt(), opt(), opt()), (opt(), opt(), opt())).prop_map(
-        |(
-            (nodes, cores, tasks_per_node, cpus_per_task, mem, mem_per_cpu, threads, property),
-            (gpus, gpus_per_node, gpu_type),
-        )| {
-            ReserveResources {
-                nodes,
-                cores,
-                tasks_per_node,
-                cpus_per_task,
-                mem,
-                mem_per_cpu,
-                threads,
-                property,
-                gpus,
-                gpus_per_node,
-                gpu_type,
-            }
-        },
-    );
-    let node = (text(), of(prop_oneof![text(), core_fuzz::option_value("cores")]))
-        .prop_map(|(node, cpus)| NodeRequest { node, cpus });
+    let resources = ((opt(), opt(), opt(), opt(), opt(), opt(), opt(), opt()), (opt(), opt(), opt(), opt(), opt()))
+        .prop_map(
+            |(
+                (nodes, cores, tasks_per_node, cpus_per_task, mem, mem_per_cpu, threads, property),
+                (gpus, gpus_per_node, gpu_type, gres, licenses),
+            )| {
+                ReserveResources {
+                    nodes,
+                    cores,
+                    tasks_per_node,
+                    cpus_per_task,
+                    mem,
+                    mem_per_cpu,
+                    threads,
+                    property,
+                    gpus,
+                    gpus_per_node,
+                    gpu_type,
+                    gres,
+                    licenses,
+                }
+            },
+        );
+    let node = (text(), of(prop_oneof![text(), core_fuzz::option_value("cores")]), vec(any::<u32>(), 0..3), counts())
+        .prop_map(|(node, cpus, gpus, gres)| NodeRequest { node, cpus, gpus, gres });
     (of(text()), resources, option_value(), vec(node, 0..3), of(text()))
         .prop_map(|(user, resources, walltime, node_list, account)| ReserveRequest {
             user,
@@ -791,10 +799,33 @@ pub fn reservation_request() -> BoxedStrategy<ReservationRequest> {
 
 pub fn advance_create() -> BoxedStrategy<AdvanceCreate> {
     (of(text()), f64_opt(), f64_opt(), of(any::<u64>()), texts(), of(any::<u32>()), of(any::<u32>()), of(any::<u64>()))
-        .prop_flat_map(|head| (Just(head), texts(), texts(), of(any::<u32>())))
-        .prop_map(|((name, start, end, duration_secs, nodes, cores, nodes_count, mem), users, accounts, gpus)| {
-            AdvanceCreate { name, start, end, duration_secs, nodes, cores, nodes_count, mem, gpus, users, accounts }
-        })
+        .prop_flat_map(|head| (Just(head), texts(), texts(), of(any::<u32>()), counts(), counts()))
+        .prop_map(
+            |(
+                (name, start, end, duration_secs, nodes, cores, nodes_count, mem),
+                users,
+                accounts,
+                gpus,
+                gres,
+                licenses,
+            )| {
+                AdvanceCreate {
+                    name,
+                    start,
+                    end,
+                    duration_secs,
+                    nodes,
+                    cores,
+                    nodes_count,
+                    mem,
+                    gpus,
+                    gres,
+                    licenses,
+                    users,
+                    accounts,
+                }
+            },
+        )
         .boxed()
 }
 
@@ -811,8 +842,13 @@ pub fn job_change() -> BoxedStrategy<crate::client::JobChange> {
         of(text()),
         of(any::<u32>()),
     )
+        .prop_flat_map(|head| (Just(head), of(counts()), of(counts())))
         .prop_map(
-            |(walltime, cores, nodes, tasks_per_node, cpus_per_task, tasks, queue, name, dependency, priority)| {
+            |(
+                (walltime, cores, nodes, tasks_per_node, cpus_per_task, tasks, queue, name, dependency, priority),
+                gres,
+                licenses,
+            )| {
                 crate::client::JobChange {
                     walltime,
                     cores,
@@ -824,6 +860,8 @@ pub fn job_change() -> BoxedStrategy<crate::client::JobChange> {
                     name,
                     dependency,
                     priority,
+                    gres,
+                    licenses,
                 }
             },
         )
@@ -1136,17 +1174,14 @@ pub fn holder() -> BoxedStrategy<Holder> {
 
 pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
     let numa = any::<(u32, u64)>().prop_map(|(numa, bytes)| NumaMemory { numa, bytes });
-    let node = (text(), text(), text(), any::<u32>(), text(), any::<u64>(), vec(numa, 0..2), vec(any::<u32>(), 0..3))
-        .prop_map(|(node, address, cpus, cores, mems, memory_bytes, numa_memory, gpus)| ReservedNode {
-            node,
-            address,
-            cpus,
-            cores,
-            mems,
-            memory_bytes,
-            numa_memory,
-            gpus,
-        });
+    let node =
+        (
+            (text(), text(), text(), any::<u32>(), text(), any::<u64>(), vec(numa, 0..2), vec(any::<u32>(), 0..3)),
+            counts(),
+        )
+            .prop_map(|((node, address, cpus, cores, mems, memory_bytes, numa_memory, gpus), gres)| {
+                ReservedNode { node, address, cpus, cores, mems, memory_bytes, numa_memory, gpus, gres }
+            });
     let state = prop::sample::select(vec![
         ReservationState::Unconfirmed,
         ReservationState::Confirmed,
@@ -1155,13 +1190,13 @@ pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
     (
         (any::<u64>(), job_id(), text(), any::<u32>(), state, finite_f64(), f64_opt(), finite_f64()),
         (any::<u64>(), of(holder()), f64_opt(), any::<bool>(), vec(node, 0..2), f64_opt(), of(text())),
-        vec(step_info(), 0..2),
+        (vec(step_info(), 0..2), counts()),
     )
         .prop_map(
             |(
                 (id, job, user, uid, state, created, confirm_by, ends),
                 (walltime_seconds, holder, renew_by, explicit, nodes, released_at, release_reason),
-                claims,
+                (claims, licenses),
             )| ReservationInfo {
                 id,
                 job,
@@ -1176,6 +1211,7 @@ pub fn reservation_info() -> BoxedStrategy<ReservationInfo> {
                 renew_by,
                 explicit,
                 nodes,
+                licenses,
                 released_at,
                 release_reason,
                 claims,
@@ -1219,7 +1255,14 @@ pub fn inventory() -> BoxedStrategy<Inventory> {
         .prop_map(|(info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders)| {
             InventoryNode { info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders }
         });
-    (finite_f64(), vec(node, 0..2)).prop_map(|(time, nodes)| Inventory { time, nodes }).boxed()
+    let license = (text(), any::<u32>(), any::<u32>()).prop_map(|(name, total, used)| crate::client::CountInfo {
+        name,
+        total,
+        used,
+    });
+    (finite_f64(), vec(node, 0..2), vec(license, 0..2))
+        .prop_map(|(time, nodes, licenses)| Inventory { time, nodes, licenses })
+        .boxed()
 }
 
 pub fn reservation_reply() -> BoxedStrategy<ReservationReply> {
@@ -1236,12 +1279,12 @@ pub fn reservation_reply() -> BoxedStrategy<ReservationReply> {
 pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
     (
         (text(), finite_f64(), finite_f64(), texts(), texts(), vec(node_allocation(), 0..2), any::<u32>()),
-        (finite_f64(), text(), any::<bool>(), ids(), ids(), any::<u32>()),
+        (finite_f64(), text(), any::<bool>(), ids(), ids(), any::<u32>(), counts(), counts()),
     )
         .prop_map(
             |(
                 (name, start, end, users, accounts, allocation, cores),
-                (created, created_by, active, running_jobs, queued_jobs, gpus),
+                (created, created_by, active, running_jobs, queued_jobs, gpus, gres, licenses),
             )| AdvanceInfo {
                 name,
                 start,
@@ -1251,6 +1294,8 @@ pub fn advance_info() -> BoxedStrategy<AdvanceInfo> {
                 allocation,
                 cores,
                 gpus,
+                gres,
+                licenses,
                 created,
                 created_by,
                 active,

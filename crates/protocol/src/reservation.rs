@@ -10,6 +10,7 @@
 use crate::error::ErrorCode;
 use crate::node::NodeInfo;
 use crate::step::StepInfo;
+use berth_core::gres::Counts;
 use berth_core::JobId;
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -141,6 +142,12 @@ pub struct ReserveResources {
     pub gpus_per_node: Option<OptionValue>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu_type: Option<OptionValue>,
+    /// Generic resources on each node, `"nvme:500,fpga:1"` (`--gres`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gres: Option<OptionValue>,
+    /// Cluster-wide licenses, `"matlab:2"` (`--licenses`); also with `node_list`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub licenses: Option<OptionValue>,
 }
 
 impl ReserveResources {
@@ -158,6 +165,8 @@ impl ReserveResources {
             ("gpus", &self.gpus),
             ("gpus-per-node", &self.gpus_per_node),
             ("gpu-type", &self.gpu_type),
+            ("gres", &self.gres),
+            ("licenses", &self.licenses),
         ]
         .into_iter()
         .filter_map(|(k, v)| v.as_ref().map(|v| (k, v)))
@@ -173,6 +182,12 @@ pub struct NodeRequest {
     pub node: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<String>,
+    /// GPUs of the node by index (as the inventory numbers them); absent: none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<u32>,
+    /// Generic resources of the node (`{"nvme": 500}`); absent: none.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub gres: Counts,
 }
 
 /// `POST /v1/reservations`.
@@ -296,6 +311,9 @@ pub struct ReservedNode {
     /// GPUs held (indexes on the node, as `berth nodes --json` numbers them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gpus: Vec<u32>,
+    /// Generic resources held on the node.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub gres: Counts,
 }
 
 /// A reservation as the API shows it.
@@ -323,6 +341,9 @@ pub struct ReservationInfo {
     /// It was made from an explicit resource list.
     pub explicit: bool,
     pub nodes: Vec<ReservedNode>,
+    /// Cluster-wide licenses held.
+    #[serde(default, skip_serializing_if = "Counts::is_empty")]
+    pub licenses: Counts,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_at: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -338,6 +359,10 @@ pub struct Inventory {
     /// Unix time of the snapshot.
     pub time: f64,
     pub nodes: Vec<InventoryNode>,
+    /// The cluster's licenses: how many exist and are held (by jobs and reservations).
+    /// Each node's generic resources are in its `info.gres`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub licenses: Vec<crate::client::CountInfo>,
 }
 
 /// One node of the inventory: what `berth nodes --json` shows, plus what is free and who
@@ -428,8 +453,17 @@ mod tests {
         assert_eq!(r.walltime.as_text(), "10:00");
         let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resoures":{}}"#).unwrap_err();
         assert!(e.to_string().contains("unknown field `resoures`"), "{e}");
-        let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resources":{"licenses":1}}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown field `licenses`"), "{e}");
+        let e = serde_json::from_str::<ReserveRequest>(r#"{"walltime":60,"resources":{"license":1}}"#).unwrap_err();
+        assert!(e.to_string().contains("unknown field `license`"), "{e}");
+        // Generic resources and licenses, and GPUs and generic resources of a listed node.
+        let r: ReserveRequest = serde_json::from_str(
+            r#"{"walltime":60,"resources":{"gres":"nvme:500","licenses":"matlab:2"},
+                "node_list":[{"node":"n1","gpus":[0,1],"gres":{"nvme":100}}]}"#,
+        )
+        .unwrap();
+        let e: Vec<(&str, String)> = r.resources.entries().into_iter().map(|(k, v)| (k, v.as_text())).collect();
+        assert_eq!(e, vec![("gres", "nvme:500".into()), ("licenses", "matlab:2".into())]);
+        assert_eq!((r.node_list[0].gpus.clone(), r.node_list[0].gres.get("nvme")), (vec![0, 1], Some(&100)));
         let r: ReserveRequest =
             serde_json::from_str(r#"{"walltime":60,"resources":{"gpus_per_node":2,"gpu_type":"a100"}}"#).unwrap();
         let e: Vec<(&str, String)> = r.resources.entries().into_iter().map(|(k, v)| (k, v.as_text())).collect();

@@ -368,6 +368,22 @@ pub fn update_plan(words: &[String]) -> Result<UpdatePlan, String> {
             "priority" => {
                 c.priority = Some(value.trim().parse::<u32>().map_err(|_| format!("Invalid Priority value: {value}"))?)
             }
+            // NAME[:COUNT],...; empty removes them.
+            "licenses" | "gres" => {
+                let what = if key.eq_ignore_ascii_case("gres") { "--gres" } else { "--licenses" };
+                let counts = match value.trim() {
+                    "" => Default::default(),
+                    v => berth_core::gres::parse_list(what, v).map_err(|e| format!("Invalid {key} value: {e}"))?,
+                };
+                if counts.contains_key("gpu") {
+                    return Err(format!("Update of GPUs is not supported: {w}"));
+                }
+                if what == "--gres" {
+                    c.gres = Some(counts);
+                } else {
+                    c.licenses = Some(counts);
+                }
+            }
             _ => return Err(format!("Update of this parameter is not supported: {w}")),
         }
     }

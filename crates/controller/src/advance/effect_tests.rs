@@ -46,6 +46,8 @@ fn a_deleted_reservation_is_forgotten_removed_logged_with_its_jobs_then_schedule
         allocation: vec![],
         cores: 4,
         gpus: 0,
+        gres: Default::default(),
+        licenses: Default::default(),
         created: 900.0,
         created_by: "root".into(),
         active: false,

@@ -458,3 +458,103 @@ fn reservations_hold_gpus() {
     let e = create(&mut h, big, &root()).unwrap_err();
     assert!(e.message.contains("GPU"), "{}", e.message);
 }
+
+fn counts(items: &[(&str, u32)]) -> berth_core::gres::Counts {
+    items.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// A reservation of cores with nvme:500 per node and 3 of the 4 matlab licenses: its members
+/// use those and no more; other jobs keep off them during the window; what cannot be reserved
+/// is refused saying why.
+#[test]
+fn reservations_hold_gres_and_licenses() {
+    let mut h = Harness::with_config(2, |c| {
+        c.licenses = counts(&[("matlab", 4)]);
+        c.gres.insert("n[0-1]".into(), counts(&[("nvme", 800)]));
+    });
+    let body = AdvanceCreate {
+        name: Some("lic".into()),
+        start: Some(h.now),
+        duration_secs: Some(7200),
+        cores: Some(2),
+        gres: counts(&[("nvme", 500)]),
+        licenses: counts(&[("matlab", 3)]),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let r = create(&mut h, body, &root()).unwrap();
+    assert_eq!((r.gres.clone(), r.licenses.clone()), (counts(&[("nvme", 500)]), counts(&[("matlab", 3)])), "{r:?}");
+    assert_eq!(r.allocation[0].gres, counts(&[("nvme", 500)]));
+    let resv_node = r.allocation[0].node.clone();
+    let with = |o: SubmitOptions, g: &[(&str, u32)], l: &[(&str, u32)]| SubmitOptions {
+        gres: (!g.is_empty()).then(|| counts(g)),
+        licenses: (!l.is_empty()).then(|| counts(l)),
+        ..o
+    };
+    // Bob: 2 matlab would take reserved ones (only 1 is not held): waits, the reservation named.
+    let two = submit(&mut h, with(opts(1, 3600), &[], &[("matlab", 2)]), &bob()).unwrap();
+    let one = submit(&mut h, with(opts(1, 3600), &[], &[("matlab", 1)]), &bob()).unwrap();
+    // 400 nvme on the reservation's node would take reserved ones; the other node has 800.
+    let nvme = submit(&mut h, with(opts(1, 3600), &[("nvme", 400)], &[]), &bob()).unwrap();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&two].state, JobState::Queued);
+    let why = reason(&mut h, two);
+    assert!(why.contains("advance reservation lic"), "{why}");
+    assert_eq!(h.ctl.jobs[&one].state, JobState::Running);
+    assert_eq!(h.ctl.jobs[&nvme].state, JobState::Running);
+    assert_ne!(nodes_of(&h, nvme), vec![resv_node.clone()], "nvme:400 is not free beside the reservation's 500");
+    // Ann's members: more licenses than the reservation holds is refused; within it they run.
+    let e = submit(&mut h, with(member(1, 3600, "lic"), &[], &[("matlab", 4)]), &ann()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Infeasible);
+    assert!(e.message.contains("holds 3 of license matlab"), "{}", e.message);
+    let e = submit(&mut h, with(member(1, 3600, "lic"), &[("nvme", 600)], &[]), &ann()).unwrap_err();
+    assert!(e.message.contains("holds at most nvme:500"), "{}", e.message);
+    let mine = submit(&mut h, with(member(1, 3600, "lic"), &[("nvme", 500)], &[("matlab", 2)]), &ann()).unwrap();
+    let more = submit(&mut h, with(member(1, 3600, "lic"), &[], &[("matlab", 2)]), &ann()).unwrap();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&mine].state, JobState::Running);
+    assert_eq!(nodes_of(&h, mine), vec![resv_node]);
+    assert_eq!(h.ctl.jobs[&more].state, JobState::Queued, "1 of the reservation's 3 is left");
+    let why = reason(&mut h, more);
+    assert!(why.contains("reservation lic") && why.contains("license matlab"), "{why}");
+    // The member's 2 are the reservation's: all 4 are held, not 5, and bob's job 2 still waits.
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+    assert_eq!(h.ctl.jobs[&two].state, JobState::Queued);
+
+    // A second reservation over the window: the licenses are held by the first and bob.
+    let soon = h.now + 600.0;
+    let again = |name: &str, l: &[(&str, u32)]| AdvanceCreate {
+        name: Some(name.into()),
+        start: Some(soon),
+        duration_secs: Some(600),
+        cores: Some(1),
+        licenses: counts(l),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let e = create(&mut h, again("l2", &[("matlab", 1)]), &root()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable);
+    assert!(e.message.contains("license matlab"), "{}", e.message);
+    for (l, want) in [(&[("matlab", 5)][..], "the cluster has 4"), (&[("ansys", 1)][..], "license ansys")] {
+        let e = create(&mut h, again("l3", l), &root()).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Infeasible, "{e:?}");
+        assert!(e.message.contains(want), "{want}: {}", e.message);
+    }
+    // Whole nodes hold all their generic resources; --gres goes with --cores.
+    let whole = AdvanceCreate {
+        name: Some("w".into()),
+        start: Some(h.now + 3.0 * HOUR),
+        duration_secs: Some(600),
+        nodes: vec!["n1".into()],
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let e = create(&mut h, AdvanceCreate { gres: counts(&[("nvme", 1)]), ..whole.clone() }, &root()).unwrap_err();
+    assert!(e.message.contains("--gres and --gpus go with --cores"), "{}", e.message);
+    let w = create(&mut h, AdvanceCreate { licenses: counts(&[("matlab", 4)]), ..whole }, &root()).unwrap();
+    assert_eq!((w.gres.clone(), w.licenses.clone()), (counts(&[("nvme", 800)]), counts(&[("matlab", 4)])));
+    // Kept across a restart.
+    let h = h.restart();
+    let kept = &h.ctl.policy.advance.live["w"];
+    assert_eq!(kept.allocation[0].licenses, counts(&[("matlab", 4)]));
+}

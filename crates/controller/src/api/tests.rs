@@ -199,9 +199,15 @@ async fn http_reserve_confirm_release_and_errors() {
     // Errors: malformed, unknown field, busy, never, unknown id, path, method.
     let (s, v) = json(&sock, "POST", "/v1/reservations", "{not json").await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
-    let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"licenses":1}}"#).await;
+    let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"license":1}}"#).await;
     assert_eq!((s, code(&v)), (400, "bad_request"));
-    assert!(v["error"]["message"].as_str().unwrap().contains("unknown field `licenses`"), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("unknown field `license`"), "{v}");
+    // A license the cluster does not have: infeasible, named.
+    let (s, v) =
+        json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"cores":1,"licenses":"matlab:1"}}"#)
+            .await;
+    assert_eq!((s, code(&v)), (422, "infeasible"), "{v}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("license matlab"), "{v}");
     // GPUs on a node without any: infeasible, with the reason.
     let (s, v) = json(&sock, "POST", "/v1/reservations", r#"{"walltime":60,"resources":{"gpus":1}}"#).await;
     assert_eq!((s, code(&v)), (422, "infeasible"), "{v}");

@@ -29,7 +29,15 @@ fn two_by_two() -> ReserveRequest {
 
 fn listed(list: &[(&str, Option<&str>)], mem: &str) -> ReserveRequest {
     let mut b = reserve_body(ReserveResources { mem: text(mem), ..Default::default() });
-    b.node_list = list.iter().map(|(n, c)| NodeRequest { node: n.to_string(), cpus: c.map(str::to_string) }).collect();
+    b.node_list = list
+        .iter()
+        .map(|(n, c)| NodeRequest {
+            node: n.to_string(),
+            cpus: c.map(str::to_string),
+            gpus: vec![],
+            gres: Default::default(),
+        })
+        .collect();
     b
 }
 
@@ -511,4 +519,82 @@ fn a_reservation_holds_gpus_and_the_inventory_counts_them() {
     let body = reserve_body(ReserveResources { gpus_per_node: num(3), ..Default::default() });
     let e = failed(ask(&mut h, ReservationRequest::Reserve { body }, &ann()));
     assert!(e.message.contains("GPU"), "{e:?}");
+}
+
+fn counts(items: &[(&str, u32)]) -> berth_core::gres::Counts {
+    items.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// The reservation API knows generic resources and licenses: the inventory lists them, a
+/// request of either kind holds them (explicit entries name GPUs and generic resources per
+/// node), jobs do not get what a reservation holds, and what can never be had is `infeasible`,
+/// what is held now "try again".
+#[test]
+fn reservations_hold_gpus_gres_and_licenses_and_refuse_the_impossible() {
+    let mut t = berth_core::topology::Topology::uniform(2, 1, 4, 1, 8 << 30);
+    t.add_emulated_gpus(1).unwrap();
+    let mut h = Harness::with_config_and_topology(2, t, |c| {
+        c.licenses = counts(&[("matlab", 4)]);
+        c.gres.insert("n0".into(), counts(&[("nvme", 800)]));
+    });
+    let ReservationReply::Inventory(inv) = ask(&mut h, ReservationRequest::Inventory, &bob()) else { panic!() };
+    assert_eq!((inv.licenses[0].name.as_str(), inv.licenses[0].total), ("matlab", 4), "{:?}", inv.licenses);
+    assert_eq!(inv.nodes[0].info.gres[0].total, 800);
+    // Placed: nvme on the node that has it, licenses held.
+    let body = reserve_body(ReserveResources {
+        cores: num(1),
+        gres: text("nvme:500"),
+        licenses: text("matlab:3"),
+        ..Default::default()
+    });
+    let r = reserve(&mut h, body, &ann());
+    assert_eq!((r.nodes[0].node.as_str(), r.nodes[0].gres.clone()), ("n0", counts(&[("nvme", 500)])), "{r:?}");
+    assert_eq!(r.licenses, counts(&[("matlab", 3)]));
+    let ReservationReply::Inventory(inv) = ask(&mut h, ReservationRequest::Inventory, &bob()) else { panic!() };
+    assert_eq!(inv.licenses[0].used, 3);
+    // A job wanting 2 licenses waits: 1 is free.
+    let lic = berth_core::directives::SubmitOptions {
+        cores: Some(1),
+        licenses: Some(counts(&[("matlab", 2)])),
+        ..Default::default()
+    };
+    let job = h.submit_as(lic, false, &bob());
+    h.ctl.schedule(h.now).unwrap();
+    assert!(h.ctl.jobs[&job].state.is_pending(), "the reservation holds 3 of 4");
+    // Explicit: GPU 1 and nvme on n0, a license.
+    let mut b = listed(&[("n0", Some("1"))], "1G");
+    b.node_list[0].gpus = vec![1];
+    b.node_list[0].gres = counts(&[("nvme", 300)]);
+    b.resources.licenses = text("matlab:1");
+    let e = reserve(&mut h, b.clone(), &ann());
+    assert_eq!((e.nodes[0].gpus.clone(), e.nodes[0].gres.clone()), (vec![1], counts(&[("nvme", 300)])), "{e:?}");
+    assert_eq!(e.licenses, counts(&[("matlab", 1)]));
+    // The same GPU again, with another PU: held now (try again), the holder named.
+    b.node_list[0].cpus = Some("2".into());
+    let again = failed(ask(&mut h, ReservationRequest::Reserve { body: b.clone() }, &ann()));
+    assert_eq!(again.code, Code::TryAgain, "{again:?}");
+    assert!(again.message.contains("GPU 1 of node n0 is held by job"), "{again:?}");
+    // Never: a GPU or a resource the node does not have, a license the cluster does not have.
+    let mut no_gpu = listed(&[("n1", Some("0"))], "1G");
+    no_gpu.node_list[0].gpus = vec![5];
+    let mut no_nvme = listed(&[("n1", Some("0"))], "1G");
+    no_nvme.node_list[0].gres = counts(&[("nvme", 1)]);
+    let mut no_lic = listed(&[("n1", Some("0"))], "1G");
+    no_lic.resources.licenses = text("ansys:1");
+    let too_many = reserve_body(ReserveResources { cores: num(1), licenses: text("matlab:5"), ..Default::default() });
+    for (body, want) in [
+        (no_gpu, "has GPUs 0 to 1, not GPU 5"),
+        (no_nvme, "node n1 has nvme:0"),
+        (no_lic, "license ansys"),
+        (too_many, "the cluster has 4"),
+    ] {
+        let e = failed(ask(&mut h, ReservationRequest::Reserve { body }, &ann()));
+        assert_eq!(e.code, Code::Infeasible, "{want}: {e:?}");
+        assert!(e.message.contains(want), "{want}: {e:?}");
+    }
+    // Other resources are still refused beside a node list.
+    let mut mixed = listed(&[("n1", None)], "1G");
+    mixed.resources.gres = text("nvme:1");
+    let e = failed(ask(&mut h, ReservationRequest::Reserve { body: mixed }, &ann()));
+    assert_eq!(e.code, Code::BadRequest, "{e:?}");
 }

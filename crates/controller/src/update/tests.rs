@@ -405,3 +405,48 @@ fn an_ended_job_is_requeued_and_runs_again_and_so_is_an_arrays_every_started_tas
     assert_eq!(state(&h, second), JobState::Queued, "running, requeued");
     assert_eq!(h.ctl.store.count_events(JobId(a.0 + 2), "requeue").unwrap(), 0, "pending, left");
 }
+
+fn counts(items: &[(&str, u32)]) -> berth_core::gres::Counts {
+    items.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// A pending job's generic resources and licenses change as at submission: what can never be
+/// had is refused (nothing changed), what can is kept, on disk too, and counted when it starts.
+#[test]
+fn gres_and_licenses_of_a_pending_job_change_checked_as_at_submission() {
+    let mut h = Harness::with_config(2, |c| {
+        c.licenses = counts(&[("matlab", 4)]);
+        c.gres.insert("n1".into(), counts(&[("nvme", 800)]));
+    });
+    let id = submit(&mut h, opts(1), true);
+    let refused = |h: &mut Harness, change: JobChange| update(h, id, change, &ann()).unwrap_err();
+    for (change, want) in [
+        (JobChange { licenses: Some(counts(&[("matlab", 5)])), ..Default::default() }, "the cluster has 4"),
+        (JobChange { licenses: Some(counts(&[("ansys", 1)])), ..Default::default() }, "license ansys"),
+        (JobChange { gres: Some(counts(&[("nvme", 900)])), ..Default::default() }, "the most a node has is 800"),
+        (JobChange { gres: Some(counts(&[("fpga", 1)])), ..Default::default() }, "generic resource fpga"),
+    ] {
+        let e = refused(&mut h, change);
+        assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+        assert!(e.message.contains(want), "{want}: {e}");
+    }
+    let e = refused(&mut h, JobChange { licenses: Some(counts(&[("matlab", 0)])), ..Default::default() });
+    assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+    let e = refused(&mut h, JobChange { gres: Some(counts(&[("gpu", 1)])), ..Default::default() });
+    assert!(e.message.contains("GPUs"), "{e}");
+    assert_eq!((h.ctl.jobs[&id].options.gres.clone(), h.ctl.jobs[&id].options.licenses.clone()), (None, None));
+    let change = JobChange {
+        gres: Some(counts(&[("nvme", 500)])),
+        licenses: Some(counts(&[("matlab", 3)])),
+        ..Default::default()
+    };
+    update(&mut h, id, change, &ann()).unwrap();
+    let stored = h.ctl.store.get_job(id).unwrap().unwrap().options;
+    assert_eq!((stored.gres, stored.licenses), (Some(counts(&[("nvme", 500)])), Some(counts(&[("matlab", 3)]))));
+    assert!(events(&h, "update").iter().any(|(_, d)| d.contains("licenses=matlab:3")), "{:?}", events(&h, "update"));
+    h.call(ClientRequest::Release { ids: vec![id], only: vec![] }, &ann());
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert_eq!(h.ctl.jobs[&id].allocation[0].node, "n1");
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+}
