@@ -9,6 +9,8 @@ use berth_protocol::client::{AdvanceCreate, AdvanceInfo, ClientRequest, ClientRe
 use clap::Subcommand;
 use std::path::Path;
 
+// Parsed once per command: the size of `Create` costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum ResvCommand {
     /// Admins: reserve whole nodes, or cores placed for the window, for users and/or accounts.
