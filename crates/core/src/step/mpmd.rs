@@ -252,7 +252,7 @@ pub fn parse_multi_prog(text: &str) -> Result<Vec<App>, MultiProgError> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        let words = split_words(line).map_err(|m| err(n, m))?;
+        let words = split_words(line).map_err(|e| err(n, e.to_string()))?;
         let Some((ranks, argv)) = words.split_first() else { continue };
         if argv.is_empty() {
             return Err(err(n, format!("ranks {ranks:?} but no program; write `RANKS PROGRAM [ARGS...]`")));
@@ -271,7 +271,7 @@ pub fn parse_multi_prog(text: &str) -> Result<Vec<App>, MultiProgError> {
             star = Some(n);
             app.rest = true;
         } else {
-            app.ranks = parse_rank_list(ranks).map_err(|m| err(n, m))?;
+            app.ranks = parse_rank_list(ranks).map_err(|e| err(n, e.to_string()))?;
         }
         apps.push(app);
     }
@@ -309,13 +309,28 @@ fn line_of(text: &str, index: usize) -> usize {
         .unwrap_or(0)
 }
 
+/// Why a multi-prog line's RANKS cannot be read (`s` is the whole field, `item` one of its
+/// comma-separated parts).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RankListError {
+    #[error("ranks {0:?}: expected ranks and ranges such as 0,2-3, or *")]
+    Syntax(String),
+    #[error("rank {0} is out of range: ranks are below {MAX_RANKS}")]
+    OutOfRange(u32),
+    #[error("ranks {item:?}: the range runs backwards; write {last}-{first}")]
+    Backwards { item: String, first: u32, last: u32 },
+    #[error("ranks {0:?} name more than {MAX_RANKS} ranks")]
+    TooMany(String),
+    #[error("ranks {0:?} name a rank twice")]
+    Twice(String),
+}
+
 /// `0,2-3`: ascending disjoint ranges.
-fn parse_rank_list(s: &str) -> Result<Vec<(u32, u32)>, String> {
-    let bad = || format!("ranks {s:?}: expected ranks and ranges such as 0,2-3, or *");
-    let num = |t: &str| -> Result<u32, String> {
-        let v: u32 = t.trim().parse().map_err(|_| bad())?;
+fn parse_rank_list(s: &str) -> Result<Vec<(u32, u32)>, RankListError> {
+    let num = |t: &str| -> Result<u32, RankListError> {
+        let v: u32 = t.trim().parse().map_err(|_| RankListError::Syntax(s.to_string()))?;
         if v >= MAX_RANKS {
-            return Err(format!("rank {v} is out of range: ranks are below {MAX_RANKS}"));
+            return Err(RankListError::OutOfRange(v));
         }
         Ok(v)
     };
@@ -329,10 +344,10 @@ fn parse_rank_list(s: &str) -> Result<Vec<(u32, u32)>, String> {
             }
         };
         if a > b {
-            return Err(format!("ranks {item:?}: the range runs backwards; write {b}-{a}"));
+            return Err(RankListError::Backwards { item: item.to_string(), first: a, last: b });
         }
         if ranks.len() as u64 + u64::from(b - a) + 1 > u64::from(MAX_RANKS) {
-            return Err(format!("ranks {s:?} name more than {MAX_RANKS} ranks"));
+            return Err(RankListError::TooMany(s.to_string()));
         }
         ranks.extend(a..=b);
     }
@@ -340,13 +355,18 @@ fn parse_rank_list(s: &str) -> Result<Vec<(u32, u32)>, String> {
     ranks.sort_unstable();
     ranks.dedup();
     if ranks.len() != n {
-        return Err(format!("ranks {s:?} name a rank twice"));
+        return Err(RankListError::Twice(s.to_string()));
     }
     Ok(ranges_of(ranks))
 }
 
+/// Why a multi-prog line cannot be split into words: a quote (`'` or `"`) left open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("an unterminated {0} quote")]
+pub struct UnterminatedQuote(pub char);
+
 /// Words of a line: separated by blanks, `'...'` and `"..."` quoting (no escapes inside).
-fn split_words(line: &str) -> Result<Vec<String>, String> {
+fn split_words(line: &str) -> Result<Vec<String>, UnterminatedQuote> {
     let mut words = Vec::new();
     let mut cur = String::new();
     let mut in_word = false;
@@ -359,7 +379,7 @@ fn split_words(line: &str) -> Result<Vec<String>, String> {
                     match chars.next() {
                         Some(q) if q == c => break,
                         Some(o) => cur.push(o),
-                        None => return Err(format!("an unterminated {c} quote")),
+                        None => return Err(UnterminatedQuote(c)),
                     }
                 }
             }
