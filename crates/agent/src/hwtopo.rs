@@ -20,11 +20,12 @@ use berth_core::topology::{Core, MemorySource, NumaNode, Package, Topology};
 use berth_core::units::{format_size, parse_size};
 use berth_core::{CoreError, CpuSet};
 use hwlocality::bitmap::Bitmap;
+use hwlocality::errors::{FlagsError, HybridError};
 use hwlocality::object::attributes::ObjectAttributes;
 use hwlocality::object::depth::Depth;
 use hwlocality::object::types::ObjectType;
 use hwlocality::object::TopologyObject;
-use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter};
+use hwlocality::topology::builder::{BuildFlags, TopologyBuilder, TypeFilter, TypeFilterError};
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -321,14 +322,25 @@ pub fn load_with(source: &TopologySource, facts: &MemoryFacts) -> Result<Topolog
 
 /// Flags for topologies that do not describe this process's machine: keep every PU and NUMA
 /// node of the description, whatever the description or this process's binding allows.
-fn foreign_builder() -> Result<TopologyBuilder, String> {
-    HwTopology::builder().with_flags(BuildFlags::INCLUDE_DISALLOWED).map_err(|e| e.to_string())
+fn foreign_builder() -> Result<TopologyBuilder, BuilderError> {
+    Ok(HwTopology::builder().with_flags(BuildFlags::INCLUDE_DISALLOWED)?)
 }
 
 /// Keep hwloc's important I/O objects (PCI devices, their bridges and OS devices such as
 /// `cuda0`): hwloc 2 drops them by default, and GPUs are found among them (crate::gpus).
-fn with_io(builder: TopologyBuilder) -> Result<TopologyBuilder, String> {
-    builder.with_io_type_filter(TypeFilter::KeepImportant).map_err(|e| e.to_string())
+fn with_io(builder: TopologyBuilder) -> Result<TopologyBuilder, BuilderError> {
+    Ok(builder.with_io_type_filter(TypeFilter::KeepImportant)?)
+}
+
+/// hwloc refused a setting of a topology builder (its words).
+#[derive(Debug, thiserror::Error)]
+enum BuilderError {
+    /// The build flags (`INCLUDE_DISALLOWED`).
+    #[error(transparent)]
+    Flags(#[from] HybridError<FlagsError<BuildFlags>>),
+    /// The filter keeping I/O objects.
+    #[error(transparent)]
+    IoFilter(#[from] HybridError<TypeFilterError>),
 }
 
 fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
@@ -336,10 +348,12 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
         TopologySource::Real => {
             // Default flags: hwloc leaves out PUs and NUMA nodes this process may not use
             // (cgroup cpusets), so they are absent from berth's model too.
-            crate::hwguard::guarded(|| with_io(HwTopology::builder())?.build().map_err(|e| e.to_string()))
-                .map_err(|p| p.to_string())
-                .and_then(|r| r)
-                .map_err(|detail| TopologyError::Discovery { detail })
+            crate::hwguard::guarded(|| {
+                with_io(HwTopology::builder()).map_err(|e| e.to_string())?.build().map_err(|e| e.to_string())
+            })
+            .map_err(|p| p.to_string())
+            .and_then(|r| r)
+            .map_err(|detail| TopologyError::Discovery { detail })
         }
         TopologySource::Synthetic(spec) => {
             let pus = synthetic_pu_bound(spec);
@@ -350,7 +364,7 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
                 return Err(TopologyError::SyntheticTooWide { spec: spec.clone(), count });
             }
             let bad = |_| TopologyError::BadSynthetic { spec: spec.clone() };
-            let builder = foreign_builder().map_err(bad)?;
+            let builder = foreign_builder().map_err(|e| bad(e.to_string()))?;
             let builder = crate::hwguard::guarded(|| builder.from_synthetic(spec).map_err(|e| e.to_string()))
                 .map_err(|p| p.to_string())
                 .and_then(|r| r)
@@ -367,7 +381,7 @@ fn build(source: &TopologySource) -> Result<HwTopology, TopologyError> {
             }
             check_readable(path)?;
             let bad = |detail| TopologyError::BadXml { path: path.clone(), detail };
-            let builder = foreign_builder().and_then(with_io).map_err(bad)?;
+            let builder = foreign_builder().and_then(with_io).map_err(|e| bad(e.to_string()))?;
             let builder = crate::hwguard::guarded(|| builder.from_xml_file(path).map_err(|e| e.to_string()))
                 .map_err(|p| p.to_string())
                 .and_then(|r| r)

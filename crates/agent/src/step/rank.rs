@@ -117,6 +117,17 @@ impl From<String> for SpawnError {
     }
 }
 
+/// pipe2(2) failed for a rank's standard input or output.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot make a pipe: {0}")]
+struct PipeError(std::io::Error);
+
+impl From<PipeError> for SpawnError {
+    fn from(e: PipeError) -> Self {
+        SpawnError { errno: 0, message: e.to_string() }
+    }
+}
+
 /// Spawn a job's batch script (or the shim that runs it) the way ranks are spawned (no fork
 /// of the agent), stdin on /dev/null and stdout/stderr to its output files, opened by the
 /// child as the user: truncated unless `append`, one open file when both name the same path.
@@ -206,11 +217,11 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<OutputFiles>) -> Result<Process, 
     let path_var = l.env.iter().rev().find(|(k, _)| k == "PATH").map(|(_, v)| v.as_str());
     let candidates = search_path(program, path_var).map_err(|_| nul("the command"))?;
 
-    let pipe_pair = || -> Result<(OwnedFd, OwnedFd), String> {
+    let pipe_pair = || -> Result<(OwnedFd, OwnedFd), PipeError> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 fills two new descriptors, owned here from now on.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(format!("cannot make a pipe: {}", std::io::Error::last_os_error()));
+            return Err(PipeError(std::io::Error::last_os_error()));
         }
         // SAFETY: both descriptors were just created and are not owned elsewhere.
         Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
