@@ -187,18 +187,24 @@ fn queues_check_limits_apply_defaults_and_order_jobs() {
     assert_eq!((batch.running, batch.queued, batch.running_cores), (1, 1, 6));
 }
 
+/// `nodes` nodes, preemption on: a job of more than 4 CPUs may suspend others at once, each
+/// for at most `max_suspended_secs`.
+fn preempting(nodes: usize, max_suspended_secs: f64) -> Harness {
+    Harness::with_config(nodes, |c| {
+        c.preempt.enabled = true;
+        c.preempt.large_cpus = 4;
+        c.preempt.min_score = 1.0;
+        c.preempt.min_run_secs_before_suspend = 0.0;
+        c.preempt.max_suspended_secs = max_suspended_secs;
+    })
+}
+
 /// A large job (score by size) suspends the two small jobs filling the node, starts on their
 /// cores, and when it ends they resume on their own.
 #[test]
 fn a_large_job_suspends_small_ones_which_resume_after_it() {
     use berth_protocol::agent::AgentMessage;
-    let mut h = Harness::with_config(1, |c| {
-        c.preempt.enabled = true;
-        c.preempt.large_cpus = 4;
-        c.preempt.min_score = 1.0;
-        c.preempt.min_run_secs_before_suspend = 0.0;
-        c.preempt.max_suspended_secs = 3600.0;
-    });
+    let mut h = preempting(1, 3600.0);
     let small: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 7200, "a"), &ann())).collect();
     h.now += 60.0;
     let large = submit(&mut h, opts(8, 600, "b"));
@@ -408,13 +414,7 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
 /// opens (the round keeps the window claimed under them). The jobs on n0 run on.
 #[test]
 fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() {
-    let mut h = Harness::with_config(2, |c| {
-        c.preempt.enabled = true;
-        c.preempt.large_cpus = 4;
-        c.preempt.min_score = 1.0;
-        c.preempt.min_run_secs_before_suspend = 0.0;
-        c.preempt.max_suspended_secs = 100_000.0;
-    });
+    let mut h = preempting(2, 100_000.0);
     let short: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 1800, "a"), &ann())).collect();
     let long: Vec<JobId> = (0..2).map(|_| h.batch(opts(4, 7200, "a"), &ann())).collect();
     let on = |h: &Harness, id: JobId| h.ctl.jobs[&id].allocation[0].node.clone();

@@ -268,19 +268,23 @@ fn barred_jobs_wait_outside_the_pass() {
     );
 }
 
-/// An advance reservation's window keeps a job off its resources, in the pass and in
-/// preemption alike: n1 is free but reserved from t=20, longer than job 9 runs, so job 9
-/// suspends job 3 on n0 instead. Without the window it starts on n1.
-#[test]
-fn advance_windows_bound_the_pass_and_preemption() {
-    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
-    let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 500.0)];
-    let victims =
-        [Preemptible { id: JobId(3), alloc: running[0].alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 }];
+/// Job 9 (one node of 4 cores for 60 s) at t=0 on `cluster` (two nodes of 4 cores) with
+/// `running`, every one of them a victim preemption may suspend, beside advance reservation r1
+/// (node `window_node`'s PUs 0-3 from t=20 to t=1000): the round's decisions with the window,
+/// then without it.
+fn preempt_beside_window(
+    cluster: &ClusterState,
+    running: &[RunningJob<Allocation>],
+    window_node: usize,
+) -> (RoundDecisions<Allocation>, RoundDecisions<Allocation>) {
+    let victims: Vec<Preemptible> = running
+        .iter()
+        .map(|r| Preemptible { id: r.id, alloc: r.alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 })
+        .collect();
     let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
     let window = AdvanceReservation {
         id: "r1".into(),
-        alloc: hold(&mut scratch, 0, &[(1, "0-3")], 0.0).alloc,
+        alloc: hold(&mut scratch, 0, &[(window_node, "0-3")], 0.0).alloc,
         start: 20.0,
         end: 1000.0,
         members: vec![],
@@ -288,14 +292,23 @@ fn advance_windows_bound_the_pass_and_preemption() {
     let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
     let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
     let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }];
-    let mut i = input(&cluster, &running, &queue);
+    let mut i = input(cluster, running, &queue);
     i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: true });
-    let d = round_keeping(&i, std::slice::from_ref(&window), &mut None, 0.0);
+    (round_keeping(&i, std::slice::from_ref(&window), &mut None, 0.0), round_keeping(&i, &[], &mut None, 0.0))
+}
+
+/// An advance reservation's window keeps a job off its resources, in the pass and in
+/// preemption alike: n1 is free but reserved from t=20, longer than job 9 runs, so job 9
+/// suspends job 3 on n0 instead. Without the window it starts on n1.
+#[test]
+fn advance_windows_bound_the_pass_and_preemption() {
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 500.0)];
+    let (d, without) = preempt_beside_window(&cluster, &running, 1);
     assert_eq!(snapshot(&d), ["suspend 3 to start 9 on n0:0-3", "passed true, backfilled 0"]);
     assert_eq!(d.preemptions[0].waited.id, JobId(9));
     assert!(matches!(d.preemptions[0].waited.reason, PendingReason::Resources(_)));
-    let d = round_keeping(&i, &[], &mut None, 0.0);
-    assert_eq!(snapshot(&d), ["start 9 on n1:0-3", "passed true, backfilled 0"]);
+    assert_eq!(snapshot(&without), ["start 9 on n1:0-3", "passed true, backfilled 0"]);
 }
 
 /// A running job on the PUs of an advance reservation's window (it ends before the window
@@ -307,28 +320,10 @@ fn advance_windows_bound_the_pass_and_preemption() {
 fn a_victim_under_a_window_gives_back_none_of_the_window() {
     let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
     let running = vec![hold(&mut cluster, 3, &[(0, "0-3")], 15.0), hold(&mut cluster, 4, &[(1, "0-3")], 500.0)];
-    let victims: Vec<Preemptible> = running
-        .iter()
-        .map(|r| Preemptible { id: r.id, alloc: r.alloc.clone(), score: 0.0, suspended_secs: 0.0, start: 0.0 })
-        .collect();
-    let mut scratch = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
-    let window = AdvanceReservation {
-        id: "r1".into(),
-        alloc: hold(&mut scratch, 0, &[(0, "0-3")], 0.0).alloc,
-        start: 20.0,
-        end: 1000.0,
-        members: vec![],
-    };
-    let queue = vec![crate::sched::testkit::queued_nodes(9, 1, 4, 60.0)];
-    let cfg = PreemptConfig { enabled: true, min_run_secs_before_suspend: 0.0, ..Default::default() };
-    let jobs = [PreemptJob { class: 1, may_preempt: true, suspendable: true, suspended_secs: 0.0 }];
-    let mut i = input(&cluster, &running, &queue);
-    i.preempt = Some(PreemptRound { config: &cfg, jobs: &jobs, victims: &victims, by_id: true });
-    let d = round_keeping(&i, std::slice::from_ref(&window), &mut None, 0.0);
+    let (d, without) = preempt_beside_window(&cluster, &running, 0);
     assert_eq!(snapshot(&d), ["suspend 4 to start 9 on n1:0-3", "passed true, backfilled 0"]);
     // Without the window, the cheapest victim first: job 3, and job 9 on n0.
-    let d = round_keeping(&i, &[], &mut None, 0.0);
-    assert_eq!(snapshot(&d), ["suspend 3 to start 9 on n0:0-3", "passed true, backfilled 0"]);
+    assert_eq!(snapshot(&without), ["suspend 3 to start 9 on n0:0-3", "passed true, backfilled 0"]);
 }
 
 /// Usage charged by the round, before it orders the queue. One node of 4 cores, job 1 of
