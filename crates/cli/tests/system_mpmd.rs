@@ -234,17 +234,7 @@ fn open_mpi_programs_read_their_appnum_and_talk_across_the_parts() {
 #[test]
 fn pmix_clients_read_their_applications_data() {
     let c = Cluster::up(1, TOPO);
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixapp.c");
-    let prog = c.root().join("pmixapp");
-    let built = Command::new("cc")
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
-        .status()
-        .expect("cannot run cc: install build-essential and libpmix-dev (scripts/setup.sh)");
-    assert!(built.success(), "cc pmixapp.c -lpmix failed: install libpmix-dev (scripts/setup.sh)");
-    let p = prog.display().to_string();
+    let p = build_pmix_program(&c, "cc", "pmixapp");
     let out = ok(&c, &[], &["--mpi", "pmix", "-n", "1", &p, ":", "-n", "3", &p]);
     let want: Vec<String> = (0..4)
         .map(|r| match r {

@@ -274,17 +274,7 @@ fn locality_field(locality: &str, kind: &str) -> std::collections::BTreeSet<u32>
 fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(2, TOPO);
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixbind.c");
-    let prog = c.root().join("pmixbind");
-    let built = std::process::Command::new("cc")
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
-        .status()
-        .expect("cannot run cc: install build-essential and libpmix-dev (scripts/setup.sh)");
-    assert!(built.success(), "cc pmixbind.c -lpmix failed: install libpmix-dev (scripts/setup.sh)");
-    let p = prog.display().to_string();
+    let p = build_pmix_program(&c, "cc", "pmixbind");
     let layout = ["-n", "4", "--ntasks-per-node", "2"];
     let run = |extra: &[&str]| -> Vec<String> {
         let mut args = vec!["--mpi", "pmix"];
@@ -368,7 +358,7 @@ fn pmix_gives_bound_ranks_their_cpuset_and_locality_and_open_mpi_uses_them() {
 fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborted() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(2, TOPO);
-    let p = build_pmixevent(&c);
+    let p = build_pmix_program(&c, "mpicc.openmpi", "pmixevent");
     for mode in ["handler", "none"] {
         let args = ["--no-kill", "--mpi", "pmix", "-n", "4", "--ntasks-per-node", "2", &p, mode];
         let out = c.run_step(&OMPI_ENV, &args);
@@ -393,22 +383,6 @@ fn no_kill_survivors_get_a_pmix_event_for_a_lost_rank_and_open_mpi_is_not_aborte
     assert_no_job_cgroups(&c);
 }
 
-/// `pmixevent.c` (crates/agent/tests/mpi), built with Open MPI's mpicc and libpmix in the
-/// cluster's directory: its path.
-fn build_pmixevent(c: &Cluster) -> String {
-    let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi/pmixevent.c");
-    let prog = c.root().join("pmixevent");
-    let built = std::process::Command::new("mpicc.openmpi")
-        .arg("-o")
-        .arg(&prog)
-        .arg(&src)
-        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
-        .status()
-        .expect("cannot run mpicc.openmpi: install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)");
-    assert!(built.success(), "mpicc.openmpi pmixevent.c -lpmix failed: install libopenmpi-dev libpmix-dev");
-    prog.display().to_string()
-}
-
 fn node_state(c: &Cluster, node: &str) -> String {
     let nodes = c.json(&["nodes"]);
     let n = nodes.as_array().unwrap().iter().find(|n| n["name"] == node).cloned().unwrap_or_default();
@@ -424,7 +398,7 @@ fn node_state(c: &Cluster, node: &str) -> String {
 fn no_kill_survivors_get_a_pmix_node_down_event_when_a_node_is_lost() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(3, TOPO);
-    let p = build_pmixevent(&c);
+    let p = build_pmix_program(&c, "mpicc.openmpi", "pmixevent");
     let script = format!(
         "#!/bin/sh\n#BERTH --nodes 3 --cores 6 --no-kill --walltime 300\nexport OMPI_MCA_btl_tcp_if_include=lo\n\
          {BIN} run --no-kill --mpi pmix -n 6 --ntasks-per-node 2 {p} node 2\necho \"run exited $?\"\n"

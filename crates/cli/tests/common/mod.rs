@@ -275,6 +275,28 @@ fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
     }
 }
 
+/// `NAME.c` of crates/agent/tests/mpi, a PMIx client, compiled by `compiler` (`cc`, or
+/// `mpicc.openmpi` for one that is also an Open MPI program) against libpmix into the
+/// cluster's directory: the program's path.
+pub fn build_pmix_program(c: &Cluster, compiler: &str, name: &str) -> String {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../agent/tests/mpi").join(format!("{name}.c"));
+    let prog = c.root().join(name);
+    let install = if compiler == "cc" {
+        "install build-essential and libpmix-dev (scripts/setup.sh)"
+    } else {
+        "install openmpi-bin libopenmpi-dev libpmix-dev (scripts/setup.sh)"
+    };
+    let built = Command::new(compiler)
+        .arg("-o")
+        .arg(&prog)
+        .arg(&src)
+        .args(["-I/usr/lib/x86_64-linux-gnu/pmix2/include", "-lpmix"])
+        .status()
+        .unwrap_or_else(|e| panic!("cannot run {compiler} ({e}): {install}"));
+    assert!(built.success(), "{compiler} {name}.c -lpmix failed: {install}");
+    prog.display().to_string()
+}
+
 /// What every rank of `allgather.c` (crates/agent/tests/mpi) prints when all `ranks` blocks
 /// of `mib` MiB arrived intact: the FNV-1a 64 checksum of the gathered buffer, computed here
 /// from the program's pattern.
