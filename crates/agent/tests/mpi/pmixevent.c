@@ -17,7 +17,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile int events = 0;
+#include "pmixhandler.h"
 static volatile int nodes_down = 0;
 static int me = -1;
 
@@ -59,20 +59,7 @@ static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source,
     }
     printf("rank %d: event %s for rank %ld\n", me, PMIx_Error_string(status), lost);
     fflush(stdout);
-    events++;
-    if (cbfunc != NULL) {
-        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
-    }
-}
-
-static volatile int registered = 0;
-static volatile pmix_status_t reg_status = PMIX_SUCCESS;
-
-static void on_registered(pmix_status_t status, size_t ref, void *cbdata)
-{
-    (void)ref; (void)cbdata;
-    reg_status = status;
-    registered = 1;
+    event_done(cbfunc, cbdata);
 }
 
 int main(int argc, char **argv)
@@ -92,11 +79,7 @@ int main(int argc, char **argv)
             return 2;
         }
         pmix_status_t codes[2] = {PMIX_ERR_PROC_ABORTED, PMIX_EVENT_NODE_DOWN};
-        PMIx_Register_event_handler(codes, node ? 2 : 1, NULL, 0, on_event, on_registered, NULL);
-        for (int i = 0; i < 100 && !registered; i++) {
-            usleep(10000);
-        }
-        if (!registered || reg_status != PMIX_SUCCESS) {
+        if (!register_handler(codes, node ? 2 : 1, on_event, 100)) {
             printf("rank %d: handler not registered: %s\n", me, PMIx_Error_string(reg_status));
             fflush(stdout);
         }

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static volatile int events = 0;
+#include "pmixhandler.h"
 
 static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source, pmix_info_t info[], size_t ninfo,
                      pmix_info_t results[], size_t nresults, pmix_event_notification_cbfunc_fn_t cbfunc, void *cbdata)
@@ -22,20 +22,7 @@ static void on_event(size_t id, pmix_status_t status, const pmix_proc_t *source,
     printf("event %s from %s:%u\n", PMIx_Error_string(status), source != NULL ? source->nspace : "?",
            source != NULL ? source->rank : 0);
     fflush(stdout);
-    events++;
-    if (cbfunc != NULL) {
-        cbfunc(PMIX_EVENT_ACTION_COMPLETE, NULL, 0, NULL, NULL, cbdata);
-    }
-}
-
-static volatile int registered = 0;
-static volatile pmix_status_t reg_status = PMIX_SUCCESS;
-
-static void on_registered(pmix_status_t status, size_t ref, void *cbdata)
-{
-    (void)ref; (void)cbdata;
-    reg_status = status;
-    registered = 1;
+    event_done(cbfunc, cbdata);
 }
 
 static volatile int notified = 0;
@@ -62,11 +49,7 @@ int main(int argc, char **argv)
     if (strcmp(mode, "listen") == 0) {
         int seconds = argc > 2 ? atoi(argv[2]) : 5;
         pmix_status_t code = PMIX_ERR_PROC_ABORTED;
-        PMIx_Register_event_handler(&code, 1, NULL, 0, on_event, on_registered, NULL);
-        for (int i = 0; i < 500 && !registered; i++) {
-            usleep(10000);
-        }
-        printf(registered && reg_status == PMIX_SUCCESS ? "registered\n" : "not registered\n");
+        printf(register_handler(&code, 1, on_event, 500) ? "registered\n" : "not registered\n");
         fflush(stdout);
         for (int i = 0; i < seconds * 10; i++) {
             usleep(100000);
