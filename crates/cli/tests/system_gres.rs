@@ -91,3 +91,54 @@ true
     assert_eq!(lic[0]["used"], 0, "{lic:#}");
     assert_no_job_cgroups(&c);
 }
+
+/// An advance reservation holding 3 of the 4 licenses and nvme on node2 (`berth resv create
+/// -L --gres`), then a held job's licenses changed by `berth update` (the impossible refused),
+/// run beside the reservation on the one license it does not hold, and shown by sacct's
+/// AllocTRES and `berth acct`: on a real controller and agents.
+#[test]
+fn reservations_hold_licenses_and_update_changes_them() {
+    let c = Cluster::up_configured(2, "package:1 core:2 pu:1", TOML);
+    c.json(&["compat", "install", &c.root().join("bin").display().to_string()]);
+    let r = c.json(&[
+        "resv",
+        "create",
+        "--duration",
+        "1h",
+        "--cores",
+        "1",
+        "--gres",
+        "nvme:300",
+        "-L",
+        "matlab:3",
+        "--users",
+        "root",
+        "--name",
+        "lab",
+    ]);
+    assert_eq!((&r["licenses"], &r["gres"]), (&serde_json::json!({"matlab": 3}), &serde_json::json!({"nvme": 300})));
+    assert_eq!(r["allocation"][0]["node"], "node2", "{r:#}");
+    let list = String::from_utf8_lossy(&c.berth(&["resv", "list"]).stdout).into_owned();
+    assert!(list.contains("+nvme:300 +license matlab:3"), "{list}");
+    // More than exist: infeasible, said at once.
+    let out = c.berth(&["resv", "create", "--duration", "1h", "--cores", "1", "-L", "matlab:5", "--users", "root"]);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("the cluster has 4"));
+
+    let id = c.submit("lic.sh", "#!/bin/sh\ntrue\n", &["--hold", "--walltime", "60", "-L", "matlab:2"]);
+    let id_s = id.to_string();
+    let out = c.berth(&["update", &id_s, "--licenses", "matlab:9"]);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success() && err.contains("the cluster has 4"), "{err}");
+    assert_eq!(c.show(id)["request"]["licenses"], serde_json::json!({"matlab": 2}), "nothing changed");
+    let out = c.berth(&["update", &id_s, "--licenses", "matlab:1"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    c.berth(&["release", &id_s]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    assert_eq!(job["allocation"][0]["licenses"], serde_json::json!({"matlab": 1}), "{job:#}");
+    let sacct = named_ok(&c, "sacct", &["-j", &id_s, "-o", "AllocTRES", "-P", "-n"]);
+    assert!(sacct.contains("license/matlab=1"), "{sacct}");
+    let acct = String::from_utf8_lossy(&c.berth(&["acct"]).stdout).into_owned();
+    assert!(acct.contains("HELD") && acct.contains("license/matlab=1"), "{acct}");
+    assert_no_job_cgroups(&c);
+}
