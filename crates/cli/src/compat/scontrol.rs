@@ -650,5 +650,12 @@ mod tests {
         assert!(err(&["JobId=3", "NumCPUs=0"]).contains("Invalid"));
         assert!(err(&["JobId=3", "Dependency=afterok:x"]).contains("Invalid dependency"));
         assert!(err(&["JobId=3", "oops"]).contains("Key=Value"));
+        // Licenses and generic resources: counted lists; empty removes them; GPUs are not changed.
+        let p = update_plan(&words(&["JobId=3", "Licenses=matlab:2,ansys", "Gres="])).unwrap();
+        let lic = p.change.licenses.unwrap();
+        assert_eq!((lic.get("matlab"), lic.get("ansys")), (Some(&2), Some(&1)));
+        assert_eq!(p.change.gres, Some(Default::default()));
+        assert!(err(&["JobId=3", "Gres=gpu:2"]).contains("GPUs"));
+        assert!(err(&["JobId=3", "Licenses=matlab:0"]).contains("Invalid Licenses"));
     }
 }
