@@ -469,10 +469,10 @@ impl ControllerConfig {
             if let Err(e) = berth_core::hostlist::expand(hosts) {
                 return invalid("gres", format!("{hosts:?} is not a node name or host list: {e}"));
             }
-            if let Err(e) = berth_core::gres::check_config(&format!("[gres] {hosts}"), counts) {
+            if let Err(e) = berth_core::gres::check_node_config(&format!("[gres] {hosts}"), counts) {
                 return invalid("gres", e.to_string());
             }
-            if counts.contains_key("gpu") {
+            if counts.keys().any(|k| berth_core::gres::split_key(k).0 == "gpu") {
                 return invalid(
                     "gres",
                     format!("[gres] {hosts}: gpu is not configured here; the agents find GPUs (docs/gpus.md)"),
@@ -602,9 +602,10 @@ impl ControllerConfig {
         out
     }
 
-    /// The most of generic resource `name` any node of `[gres]` has (0: none has it).
+    /// The most of generic resource `name` (a key: `nvme:fast` of that type, `nvme` of any
+    /// type, berth_core::gres::available) an entry of `[gres]` gives a node (0: none has it).
     pub fn gres_max(&self, name: &str) -> u32 {
-        self.gres.values().filter_map(|c| c.get(name).copied()).max().unwrap_or(0)
+        self.gres.values().map(|c| berth_core::gres::available(c, name)).max().unwrap_or(0)
     }
 
     pub fn default_mem_per_core_bytes(&self) -> u64 {

@@ -473,7 +473,8 @@ impl SubmitOptions {
     }
 
     /// `--gres NAME[:TYPE]:COUNT[,...]`: `gpu` items are GPUs on each node (`--gpus-per-node`,
-    /// `--gpu-type`), the others generic resources (no type: berth counts them by name only).
+    /// `--gpu-type`), the others generic resources: `nvme:fast:10` of type `fast`, `nvme:10`
+    /// of any type (crate::gres::take).
     fn set_gres(&mut self, value: &str) -> Result<(), OptionError> {
         let what = "--gres";
         let mut gres = crate::gres::Counts::new();
@@ -487,14 +488,13 @@ impl SubmitOptions {
                 if let Some(k) = kind {
                     self.gpu_type = Some(gpu_type("gres", k)?);
                 }
-            } else if kind.is_some() {
-                return Err(crate::gres::GresError::Malformed {
-                    what: format!("{what} (types are for gpu only)"),
-                    item: item.into(),
-                }
-                .into());
             } else {
-                crate::gres::insert(what, &mut gres, name, count)?;
+                if kind.is_some_and(|k| !crate::gres::valid_name(k)) {
+                    return Err(
+                        crate::gres::GresError::Name { what: format!("{what} (type)"), name: item.into() }.into()
+                    );
+                }
+                crate::gres::insert(what, &mut gres, &crate::gres::key(name, kind), count)?;
             }
         }
         if !gres.is_empty() {

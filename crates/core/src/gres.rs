@@ -117,6 +117,96 @@ pub fn check_config(what: &str, counts: &Counts) -> Result<(), GresError> {
     Ok(())
 }
 
+/// A generic resource's key: `NAME`, or `NAME:TYPE` for a typed one (`nvme:fast`, Slurm's
+/// `Gres=nvme:fast:400`), split into the name and the type.
+pub fn split_key(key: &str) -> (&str, Option<&str>) {
+    match key.split_once(':') {
+        Some((name, kind)) => (name, Some(kind)),
+        None => (key, None),
+    }
+}
+
+/// The key of resource `name` of type `kind` (none: the name alone).
+pub fn key(name: &str, kind: Option<&str>) -> String {
+    match kind {
+        Some(k) => format!("{name}:{k}"),
+        None => name.to_string(),
+    }
+}
+
+/// Whether `key` is `NAME` or `NAME:TYPE`, each a valid name.
+pub fn valid_key(key: &str) -> bool {
+    let (name, kind) = split_key(key);
+    valid_name(name) && kind.is_none_or(valid_name)
+}
+
+/// Check a node's configured generic resources (`[gres]` entry): as [`check_config`], and
+/// the keys may be typed (`"nvme:fast" = 400`).
+pub fn check_node_config(what: &str, counts: &Counts) -> Result<(), GresError> {
+    if counts.len() > MAX_NAMES {
+        return Err(GresError::TooMany { what: what.into(), got: counts.len() });
+    }
+    for (key, &count) in counts {
+        if !valid_key(key) {
+            return Err(GresError::Name { what: what.into(), name: key.clone() });
+        }
+        if !(1..=MAX_COUNT).contains(&count) {
+            return Err(GresError::Count { what: what.into(), name: key.clone(), count: count.to_string() });
+        }
+    }
+    Ok(())
+}
+
+/// How many of `want_key` `counts` (a node's total or free resources) can give: a typed key
+/// (`nvme:fast`) its own entry, a type-less one (`nvme`) the untyped entry and every type's
+/// together (as a GPU request without a type takes GPUs of any type).
+pub fn available(counts: &Counts, want_key: &str) -> u32 {
+    let (name, kind) = split_key(want_key);
+    match kind {
+        Some(_) => counts.get(want_key).copied().unwrap_or(0),
+        None => counts.iter().filter(|(k, _)| split_key(k).0 == name).fold(0u32, |sum, (_, &n)| sum.saturating_add(n)),
+    }
+}
+
+/// What a job asking for `want` takes of `free` (a node's free resources), by the node's own
+/// keys: typed requests their type; then type-less ones the untyped entry first, then the
+/// types in name order. None when `free` cannot give it all.
+pub fn take(free: &Counts, want: &Counts) -> Option<Counts> {
+    let mut left = free.clone();
+    let mut out = Counts::new();
+    let mut give = |left: &mut Counts, out: &mut Counts, key: &str, n: u32| {
+        if let Some(f) = left.get_mut(key) {
+            *f -= n;
+        }
+        *out.entry(key.to_string()).or_insert(0) += n;
+    };
+    let typed = want.iter().filter(|(k, _)| split_key(k).1.is_some());
+    let untyped = want.iter().filter(|(k, _)| split_key(k).1.is_none());
+    for (key, &n) in typed {
+        if left.get(key).copied().unwrap_or(0) < n {
+            return None;
+        }
+        give(&mut left, &mut out, key, n);
+    }
+    for (name, &n) in untyped {
+        let mut need = n;
+        let keys: Vec<String> = std::iter::once(name.clone())
+            .chain(left.keys().filter(|k| split_key(k).0 == name && k.as_str() != name).cloned())
+            .collect();
+        for key in keys {
+            let part = need.min(left.get(&key).copied().unwrap_or(0));
+            if part > 0 {
+                give(&mut left, &mut out, &key, part);
+                need -= part;
+            }
+        }
+        if need > 0 {
+            return None;
+        }
+    }
+    Some(out)
+}
+
 /// `name:count,...` (the form requests are written in, and views show).
 pub fn render(counts: &Counts) -> String {
     counts.iter().map(|(n, c)| format!("{n}:{c}")).collect::<Vec<_>>().join(",")
@@ -292,5 +382,35 @@ mod tests {
         assert!(check_config("[licenses]", &counts(&[("matlab", 4)])).is_ok());
         assert!(check_config("[licenses]", &counts(&[("matlab", 0)])).is_err());
         assert!(check_config("[licenses]", &counts(&[("1x", 1)])).is_err());
+        assert!(check_config("[licenses]", &counts(&[("matlab:new", 1)])).is_err(), "licenses have no types");
+        assert!(check_node_config("[gres] n1", &counts(&[("nvme:fast", 400), ("nvme", 8), ("fpga", 1)])).is_ok());
+        for bad in ["nvme:", ":fast", "nvme:fast:x", "nvme:1x"] {
+            assert!(check_node_config("[gres] n1", &counts(&[(bad, 1)])).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn typed_resources_are_taken_by_type_and_untyped_requests_take_any() {
+        let free = counts(&[("fpga", 1), ("nvme", 2), ("nvme:fast", 4), ("nvme:slow", 8)]);
+        assert_eq!(available(&free, "nvme"), 14);
+        assert_eq!(available(&free, "nvme:fast"), 4);
+        assert_eq!(available(&free, "nvme:none"), 0);
+        assert_eq!(available(&free, "fpga"), 1);
+        assert_eq!(take(&free, &counts(&[("nvme:fast", 3)])), Some(counts(&[("nvme:fast", 3)])));
+        assert_eq!(take(&free, &counts(&[("nvme:fast", 5)])), None);
+        // Untyped: its own entry first, then the types in name order.
+        assert_eq!(
+            take(&free, &counts(&[("nvme", 7)])),
+            Some(counts(&[("nvme", 2), ("nvme:fast", 4), ("nvme:slow", 1)]))
+        );
+        // A typed request is served first, an untyped one from what it leaves.
+        assert_eq!(
+            take(&free, &counts(&[("nvme", 10), ("nvme:fast", 4)])),
+            Some(counts(&[("nvme", 2), ("nvme:fast", 4), ("nvme:slow", 8)]))
+        );
+        assert_eq!(take(&free, &counts(&[("nvme", 11), ("nvme:fast", 4)])), None, "14 in all");
+        assert_eq!(take(&free, &counts(&[("fpga", 1), ("gpu2", 1)])), None);
+        assert_eq!(split_key("nvme:fast"), ("nvme", Some("fast")));
+        assert_eq!(key("nvme", Some("fast")), "nvme:fast");
     }
 }

@@ -306,9 +306,10 @@ impl NodeCapacity {
         self.gres_free.get(name).copied().unwrap_or(0)
     }
 
-    /// Whether every count of `want` is free on the node.
+    /// Whether every count of `want` is free on the node (a type-less request taking any
+    /// types: `gres::take`).
     pub fn gres_fits(&self, want: &crate::gres::Counts) -> bool {
-        want.iter().all(|(name, &n)| self.free_gres(name) >= n)
+        crate::gres::take(&self.gres_free, want).is_some()
     }
 
     /// Split the node into subnodes of `numa_per_subnode` consecutive NUMA nodes (0: none).

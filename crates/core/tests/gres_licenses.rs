@@ -232,7 +232,10 @@ fn requests_are_read_from_options() {
     assert_eq!(o.licenses, Some(counts(&[("ansys", 1), ("matlab", 2)])));
     let r = JobRequest::from_options(&o).unwrap();
     assert_eq!((r.gres.clone(), r.licenses.clone()), (counts(&[("nvme", 10)]), counts(&[("ansys", 1), ("matlab", 2)])));
-    for bad in ["nvme:0", "nvme:fast:1", "", "nvme:1,nvme:2", "9x:1"] {
+    let mut typed = SubmitOptions::default();
+    typed.set("gres", "nvme:fast:3,nvme:2,fpga:big").unwrap();
+    assert_eq!(typed.gres, Some(counts(&[("fpga:big", 1), ("nvme", 2), ("nvme:fast", 3)])), "typed: by NAME:TYPE");
+    for bad in ["nvme:0", "nvme:9x:1", "nvme:fast:0", "", "nvme:1,nvme:2", "9x:1", "nvme:a:b:1"] {
         assert!(SubmitOptions::default().set("gres", bad).is_err(), "{bad}");
     }
 }

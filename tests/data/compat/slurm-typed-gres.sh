@@ -1,5 +1,5 @@
 #!/bin/bash
-# A typed generic resource (local scratch of a kind): berth counts by name only, so refused.
+# A typed generic resource (local scratch of a kind): read by its type.
 #SBATCH --nodes=1
 #SBATCH --ntasks-per-node=4
 #SBATCH --time=00:30:00

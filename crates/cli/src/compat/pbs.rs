@@ -941,6 +941,11 @@ pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
     if o.mem.is_some() || o.exclusive.is_some() {
         return Err("-l: changing a job's memory or placement is not supported by berth".into());
     }
+    if o.gres.is_some() || o.licenses.is_some() {
+        return Err(
+            "-l: changing a job's custom resources (generic resources, licenses) is not supported by berth".into()
+        );
+    }
     let c = &mut plan.change;
     (c.walltime, c.nodes, c.tasks_per_node, c.cpus_per_task, c.cores) =
         (o.walltime, o.nodes, o.tasks_per_node, o.cpus_per_task, o.cores);

@@ -550,3 +550,35 @@ fn a_conservative_pass_out_of_its_time_budget_on_the_injected_clock_reserves_no_
     assert_eq!(pass(2), (Some(1000.0), None, JobState::Queued));
     assert_eq!(pass(10_000), (Some(1000.0), Some(1500.0), JobState::Queued));
 }
+
+/// Typed generic resources (`"nvme:fast" = 4` in `[gres]`, `--gres nvme:fast:3`): a typed
+/// request takes its type only, a type-less one any type; both are checked at submission.
+#[test]
+fn typed_gres_go_by_type_and_untyped_requests_take_any() {
+    let mut h = Harness::with_config(2, |c| {
+        c.gres.insert("n0".into(), counts(&[("nvme:fast", 4)]));
+        c.gres.insert("n1".into(), counts(&[("nvme:slow", 8)]));
+    });
+    let g = |key: &str, n| SubmitOptions { gres: Some(counts(&[(key, n)])), ..opts(1, 100, "phys") };
+    let fast = submit(&mut h, g("nvme:fast", 3));
+    let any = submit(&mut h, g("nvme", 6));
+    let fast2 = submit(&mut h, g("nvme:fast", 2));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&fast].allocation[0].node, "n0");
+    assert_eq!(h.ctl.jobs[&fast].allocation[0].gres, counts(&[("nvme:fast", 3)]));
+    assert_eq!(h.ctl.jobs[&any].allocation[0].node, "n1", "n0 has 4 in all");
+    assert_eq!(h.ctl.jobs[&any].allocation[0].gres, counts(&[("nvme:slow", 6)]), "held by the node's key");
+    assert_eq!(state(&h, fast2), JobState::Queued);
+    let why = h.ctl.pending_reasons[&fast2].describe();
+    assert!(why.contains("nvme:fast"), "{why}");
+    let info = h.ctl.node_info(1, false);
+    assert_eq!(info.gres, vec![berth_protocol::client::CountInfo { name: "nvme:slow".into(), total: 8, used: 6 }]);
+    for (o, want) in [
+        (g("nvme:slow", 9), "the most a node has is 8"),
+        (g("nvme", 9), "the most a node has is 8"),
+        (g("nvme:medium", 1), "no node has generic resource nvme:medium"),
+    ] {
+        let e = submit_err(&mut h, o);
+        assert!(e.message.contains(want), "{want}: {e:?}");
+    }
+}

@@ -463,24 +463,20 @@ fn slurm_line(
                 }
             }
             // Generic resources per node: `gpu[:type][:count]` items are GPUs, others
-            // `name[:count]` counts of the nodes' `[gres]` (no types: berth counts by name).
+            // `name[:type][:count]` counts of the nodes' `[gres]` (no type: any type).
             "--gres" => {
                 let mut gres = o.gres.clone().unwrap_or_default();
                 for item in v.split(',').map(str::trim) {
                     let mut parts = item.split(':');
                     let name = parts.next().unwrap_or("");
                     if name != "gpu" {
-                        let rest: Vec<&str> = parts.collect();
-                        match rest.as_slice() {
-                            [] | [_] if rest.iter().all(|c| c.chars().all(|ch| ch.is_ascii_digit())) => {
-                                let (name, _, count) = crate::gres::split_item(&flag, item)?;
-                                gres.remove(name);
-                                crate::gres::insert(&flag, &mut gres, name, count)?;
-                            }
-                            _ => unsupported.push(format!(
-                                "{shown}: generic resource types ({item:?}) are not supported: berth counts {name:?} by name only (--gres={name}:COUNT)"
-                            )),
+                        let (name, kind, count) = crate::gres::split_item(&flag, item)?;
+                        if kind.is_some_and(|k| !crate::gres::valid_name(k)) {
+                            return Err(DirectiveError::Gres { flag, item: item.into() });
                         }
+                        let key = crate::gres::key(name, kind);
+                        gres.remove(&key);
+                        crate::gres::insert(&flag, &mut gres, &key, count)?;
                         continue;
                     }
                     let rest: Vec<&str> = parts.collect();
@@ -698,6 +694,71 @@ fn pbs_line(
 /// `gpus=` on `nodes=` and a job-wide `ngpus` it does).
 const PBS_GPU_RESOURCES: &[&str] = &["ngpus", "gpus", "gpu_type", "gpu_model", "naccelerators", "accelerator_model"];
 
+/// PBS's own resources (PBS Pro's "Resources built into PBS", Torque's): a `name=COUNT` of
+/// one of these is not a site's custom resource, so never read as a generic resource or a
+/// license (those that berth reads are matched before).
+const PBS_BUILTIN_RESOURCES: &[&str] = &[
+    "accelerator",
+    "accelerator_memory",
+    "aoe",
+    "arch",
+    "cpupercent",
+    "cput",
+    "eoe",
+    "exec_vnode",
+    "file",
+    "host",
+    "max_walltime",
+    "mem",
+    "min_walltime",
+    "model",
+    "mpiprocs",
+    "naccelerators",
+    "nchunk",
+    "ncpus",
+    "nice",
+    "nodect",
+    "nodes",
+    "ompthreads",
+    "pcput",
+    "pmem",
+    "preempt_targets",
+    "pvmem",
+    "select",
+    "site",
+    "soft_walltime",
+    "software",
+    "start_time",
+    "vmem",
+    "vnode",
+    "vntype",
+    "walltime",
+];
+
+/// A site's custom PBS resource `name=COUNT`: a name berth may count (not one of PBS's own)
+/// with a whole number; the count checked as a `[gres]` or `[licenses]` count.
+fn pbs_custom(res: &str, name: &str, value: &str) -> Result<Option<u32>, DirectiveError> {
+    let counted = crate::gres::valid_name(name)
+        && !PBS_BUILTIN_RESOURCES.contains(&name)
+        && !PBS_GPU_RESOURCES.contains(&name)
+        && !value.is_empty()
+        && value.chars().all(|c| c.is_ascii_digit());
+    if !counted {
+        return Ok(None);
+    }
+    Ok(Some(crate::gres::parse_count(&format!("-l {res}"), name, value)?))
+}
+
+/// Add `name = count` to the counts `to` (a job's gres or licenses), the last one given
+/// winning as for every other PBS resource.
+fn add_count(res: &str, to: &mut Option<crate::gres::Counts>, name: &str, count: u32) -> Result<(), DirectiveError> {
+    let mut counts = to.take().unwrap_or_default();
+    counts.remove(name);
+    crate::gres::insert(&format!("-l {res}"), &mut counts, name, count)?;
+    *to = Some(counts);
+    Ok(())
+}
+
 /// A GPU count from a foreign directive: 1 to `max`.
 fn slurm_gpu_count(flag: &str, v: &str, max: u32) -> Result<u32, DirectiveError> {
     v.trim().parse::<u32>().ok().filter(|n| (1..=max).contains(n)).ok_or_else(|| DirectiveError::GpuCount {
@@ -761,7 +822,12 @@ fn pbs_resource(
                     k if PBS_GPU_RESOURCES.contains(&k) => unsupported.push(format!(
                         "-l {res}: chunk resource {k} is not supported (of the GPU resources, ngpus and gpu_type are)"
                     )),
-                    _ => unsupported.push(format!("-l {res}: chunk resource {k} is not supported")),
+                    // A site's host-level resource (`nvme=10`): so many of the `[gres]` of
+                    // that name on each chunk's node (docs/gres.md).
+                    k => match pbs_custom(res, k, v)? {
+                        Some(n) => add_count(res, &mut o.gres, k, n)?,
+                        None => unsupported.push(format!("-l {res}: chunk resource {k} is not supported")),
+                    },
                 }
             }
             let procs = procs.unwrap_or(1);
@@ -814,7 +880,12 @@ fn pbs_resource(
         k if PBS_GPU_RESOURCES.contains(&k) => unsupported.push(format!(
             "-l {res}: resource {k} is not supported (of the GPU resources, ngpus and select's ngpus and gpu_type are)"
         )),
-        _ => unsupported.push(format!("-l {res}: resource {name} is not supported")),
+        // A site's server-level resource requested job-wide (`-l matlab=2`), PBS's floating
+        // licenses: so many of the cluster's `[licenses]` of that name (docs/gres.md).
+        k => match pbs_custom(res, k, value.trim())? {
+            Some(n) => add_count(res, &mut o.licenses, k, n)?,
+            None => unsupported.push(format!("-l {res}: resource {name} is not supported")),
+        },
     }
     Ok(())
 }

@@ -138,7 +138,9 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
     }
     gres_miss(node, ask.req).map_or(Ok(()), Err)?;
     let mut a = fit_devices(node, policy, ask)?;
-    a.gres = ask.req.gres.clone();
+    // By the node's keys: a type-less request may take several types (gres::take).
+    a.gres = crate::gres::take(&node.gres_free, &ask.req.gres)
+        .ok_or_else(|| Miss::Busy(format!("gres {}: not free on {}", crate::gres::render(&ask.req.gres), node.name)))?;
     Ok(a)
 }
 
@@ -146,20 +148,34 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
 /// (or none), `Busy` when jobs hold them; `None` when they are free.
 pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
     for (name, &want) in &req.gres {
-        let total = node.gres_total.get(name).copied().unwrap_or(0);
+        let total = crate::gres::available(&node.gres_total, name);
         if total < want {
             return Some(Miss::Never(format!(
                 "gres {name}: {want} wanted on each node, {} has {total}; ask for at most what a node has (berth nodes)",
                 node.name
             )));
         }
-        let free = node.free_gres(name);
+        let free = crate::gres::available(&node.gres_free, name);
         if free < want {
             return Some(Miss::Busy(format!(
                 "gres {name}: {want} wanted on each node, {free} of {total} free on {}; it starts when running jobs free them",
                 node.name
             )));
         }
+    }
+    // Each key fits alone; together (a typed and a type-less request of one name) they may not.
+    let all = crate::gres::render(&req.gres);
+    if crate::gres::take(&node.gres_total, &req.gres).is_none() {
+        return Some(Miss::Never(format!(
+            "gres {all}: more than {} has; ask for at most what a node has (berth nodes)",
+            node.name
+        )));
+    }
+    if !node.gres_fits(&req.gres) {
+        return Some(Miss::Busy(format!(
+            "gres {all}: not all free on {}; it starts when running jobs free them",
+            node.name
+        )));
     }
     None
 }

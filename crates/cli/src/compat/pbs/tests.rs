@@ -75,6 +75,10 @@ fn qsub_refuses_by_name_what_it_cannot_do() {
     assert_eq!(p.options.gpus_per_node, Some(2));
     let e = qsub_plan(&args(&["-l", "select=1:naccelerators=1", "x.sh"])).unwrap_err();
     assert!(e.contains("naccelerators"), "{e}");
+    // Site resources: a chunk's are generic resources, job-wide ones licenses (docs/gres.md).
+    let p = qsub_plan(&args(&["-l", "select=1:ncpus=2:nvme=10", "-l", "matlab=2", "x.sh"])).unwrap();
+    assert_eq!(p.options.gres.as_ref().map(|g| g["nvme"]), Some(10));
+    assert_eq!(p.options.licenses.as_ref().map(|l| l["matlab"]), Some(2));
     let e = qsub_plan(&args(&["-o", "host:/tmp/o", "x.sh"])).unwrap_err();
     assert!(e.contains("host:path"), "{e}");
     assert!(qsub_plan(&args(&["-j", "x", "x.sh"])).is_err());
@@ -253,6 +257,8 @@ fn array_tasks_are_pbs_subjobs() {
 #[test]
 fn qalter_reads_resources_as_pbs_lines_and_refuses_what_it_cannot_change() {
     let a = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    let e = qalter_plan(&a(&["-l", "matlab=2", "12.server"])).unwrap_err();
+    assert!(e.contains("custom resources"), "{e}");
     let p = qalter_plan(&a(&["-l", "walltime=01:30:00", "-N", "renamed", "-q", "long", "12.server"])).unwrap();
     assert_eq!(p.ids, vec![JobId(12)]);
     let c = &p.change;

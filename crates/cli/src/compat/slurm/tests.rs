@@ -110,14 +110,13 @@ fn sbatch_refuses_by_name_what_it_cannot_do() {
     );
     let e = sbatch_plan(&args(&["--mail-type=TIME_LIMIT_50", "x.sh"])).unwrap_err();
     assert!(e.contains("TIME_LIMIT_50"), "{e}");
-    // GPUs and other generic resources are read (issue 20), licenses too; typed generic
-    // resources are refused by name.
+    // GPUs and other generic resources are read (issue 20), typed ones too, licenses too.
     let p = sbatch_plan(&args(&["--gres=gpu:a100:2,nvme:10", "-L", "matlab:2", "x.sh"])).unwrap();
     assert_eq!((p.options.gpus_per_node, p.options.gpu_type.as_deref()), (Some(2), Some("a100")));
     assert_eq!(p.options.gres.as_ref().map(|g| g["nvme"]), Some(10));
     assert_eq!(p.options.licenses.as_ref().map(|l| l["matlab"]), Some(2));
-    let e = sbatch_plan(&args(&["--gres=nvme:fast:10", "x.sh"])).unwrap_err();
-    assert!(e.contains("--gres=nvme:fast:10") && e.contains("generic resource types"), "{e}");
+    let p = sbatch_plan(&args(&["--gres=nvme:fast:10", "x.sh"])).unwrap();
+    assert_eq!(p.options.gres.as_ref().map(|g| g["nvme:fast"]), Some(10));
     let e = sbatch_plan(&args(&["-o", "out-%5j.txt", "x.sh"])).unwrap_err();
     assert!(e.contains("%j"), "{e}");
     let e = sbatch_plan(&args(&["-t", "soon", "x.sh"])).unwrap_err();

@@ -116,13 +116,13 @@ fn dependencies_begin_and_hold() {
 #[test]
 fn nothing_is_silently_ignored() {
     let f = parse_foreign(
-        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --gres=fpga:fast:2\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
+        "#!/bin/sh\n#SBATCH --uid=5 --gid=5\n#SBATCH --licenses=a|b\n#PBS -k eod\n#SBATCH -o out-%5j.txt\n",
     )
     .unwrap();
     let lines: Vec<usize> = f.unsupported.iter().map(|(l, _)| *l).collect();
     assert_eq!(lines, vec![2, 2, 3, 4, 5], "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("--uid=5"), "{:?}", f.unsupported);
-    assert!(f.unsupported[2].1.contains("--gres=fpga:fast:2: generic resource types"), "{:?}", f.unsupported);
+    assert!(f.unsupported[2].1.contains("--licenses=a|b: not supported"), "{:?}", f.unsupported);
     assert!(f.unsupported[4].1.contains("%5"), "{:?}", f.unsupported);
     // An error by default, naming the line and the directive; warnings when asked.
     let script = "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --licenses=lic@db\n";
@@ -229,6 +229,33 @@ fn corpus_fixes_no_kill_unknown_switches_ompthreads_excl_and_pbs_gpus() {
     assert!(f.unsupported[0].1.contains("naccelerators is not supported"), "{:?}", f.unsupported);
 }
 
+/// PBS custom resources (docs/gres.md): a count in a chunk is a generic resource of each
+/// chunk's node, a count job-wide a license; PBS's own resources and values that are not
+/// counts stay unsupported, by name.
+#[test]
+fn pbs_custom_resources_are_gres_in_chunks_and_licenses_job_wide() {
+    let counts =
+        |items: &[(&str, u32)]| -> crate::gres::Counts { items.iter().map(|(n, c)| (n.to_string(), *c)).collect() };
+    let o = opts("#!/bin/sh\n#PBS -l select=2:ncpus=2:nvme=10:fpga=1\n#PBS -l matlab=2,ansys=1\n#PBS -l matlab=3\n");
+    assert_eq!(o.nodes, Some(2));
+    assert_eq!(o.gres, Some(counts(&[("fpga", 1), ("nvme", 10)])));
+    assert_eq!(o.licenses, Some(counts(&[("ansys", 1), ("matlab", 3)])), "the last matlab= wins");
+    for (script, what) in [
+        ("#PBS -l nice=5", "resource nice is not supported"),
+        ("#PBS -l software=matlab", "resource software is not supported"),
+        ("#PBS -l select=1:ncpus=2:vmem=4", "chunk resource vmem is not supported"),
+        ("#PBS -l select=1:ncpus=2:nvme=10gb", "chunk resource nvme is not supported"),
+        ("#PBS -l 9lives=1", "resource 9lives is not supported"),
+    ] {
+        let f = parse_foreign(&format!("#!/bin/sh\n{script}\n")).unwrap();
+        assert!(f.unsupported.first().is_some_and(|u| u.1.contains(what)), "{script}: {:?}", f.unsupported);
+        assert!(f.options.gres.is_none() && f.options.licenses.is_none(), "{script}");
+    }
+    for bad in ["#PBS -l matlab=0", "#PBS -l select=1:nvme=1000000001"] {
+        assert!(parse_foreign(&format!("#!/bin/sh\n{bad}\n")).is_err(), "{bad}");
+    }
+}
+
 #[test]
 fn slurm_gpu_requests() {
     let opts = |s: &str| parse_foreign(s).unwrap().options;
@@ -254,10 +281,14 @@ fn slurm_gpu_requests() {
     assert_eq!(f.options.gpus_per_node, Some(1));
     let want: crate::gres::Counts = [("fpga".to_string(), 1), ("nvme".to_string(), 10)].into_iter().collect();
     assert_eq!(f.options.gres, Some(want));
-    // Typed ones are refused, naming the directive.
-    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=nvme:fast:10\n").unwrap();
-    assert!(f.unsupported[0].1.contains("--gres=nvme:fast:10: generic resource types"), "{:?}", f.unsupported);
-    for bad in ["--gres=nvme:0", "--gres=9x:1", "-L matlab:0", "--licenses=a,a"] {
+    // Typed ones by their type (`nvme:fast`), `nvme:fast` alone is one of that type.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=nvme:fast:10,fpga:big\n").unwrap();
+    assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
+    let want: crate::gres::Counts = [("fpga:big".to_string(), 1), ("nvme:fast".to_string(), 10)].into_iter().collect();
+    assert_eq!(f.options.gres, Some(want));
+    for bad in
+        ["--gres=nvme:0", "--gres=9x:1", "--gres=nvme:9x:1", "--gres=nvme:a:b:1", "-L matlab:0", "--licenses=a,a"]
+    {
         assert!(parse_foreign(&format!("#!/bin/sh\n#SBATCH {bad}\n")).is_err(), "{bad}");
     }
     // Licenses: -L and --licenses, NAME[:COUNT] items; alternatives and remote ones refused.
