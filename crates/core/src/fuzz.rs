@@ -456,8 +456,14 @@ fn assert_sane_options(o: &SubmitOptions) {
         assert!(!v.is_empty(), "empty text value accepted");
     }
     for counts in [&o.gres, &o.licenses].into_iter().flatten() {
-        assert!(crate::gres::check_config("request", counts).is_ok(), "{counts:?}");
         assert!(!counts.is_empty());
+    }
+    // Generic resources may be typed (`nvme:fast`), licenses not.
+    if let Some(g) = &o.gres {
+        assert!(crate::gres::check_node_config("request", g).is_ok(), "{g:?}");
+    }
+    if let Some(l) = &o.licenses {
+        assert!(crate::gres::check_config("request", l).is_ok(), "{l:?}");
     }
     if let Some(props) = &o.properties {
         assert!(!props.is_empty() && props.iter().all(|p| !p.is_empty()));
