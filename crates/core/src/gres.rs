@@ -174,7 +174,7 @@ pub fn available(counts: &Counts, want_key: &str) -> u32 {
 pub fn take(free: &Counts, want: &Counts) -> Option<Counts> {
     let mut left = free.clone();
     let mut out = Counts::new();
-    let mut give = |left: &mut Counts, out: &mut Counts, key: &str, n: u32| {
+    let give = |left: &mut Counts, out: &mut Counts, key: &str, n: u32| {
         if let Some(f) = left.get_mut(key) {
             *f -= n;
         }
