@@ -30,6 +30,14 @@ pub struct SimArgs {
     /// in proportion to their cores on each node.
     #[arg(long = "gpu-jobs", value_name = "F", requires = "gpus_per_numa")]
     gpu_jobs: Option<f64>,
+    /// Licensed workload: N cluster-wide licenses (named `sim`) on the --topology machine, and
+    /// a share of the jobs holding one each while they run (--license-jobs).
+    #[arg(long, value_name = "N", requires = "topology")]
+    licenses: Option<u32>,
+    /// With --licenses: the share of jobs (0 to 1, default 0.5) that hold a license, chosen by
+    /// their job id (the same jobs every run).
+    #[arg(long = "license-jobs", value_name = "F", requires = "licenses")]
+    license_jobs: Option<f64>,
     /// Cores per node of a plain core-counting machine (with --nodes; default 1).
     #[arg(long = "cores-per-node", value_name = "C", requires = "nodes", conflicts_with = "topology")]
     cores_per_node: Option<u32>,
@@ -119,6 +127,9 @@ fn config(args: &SimArgs) -> Result<SimConfig> {
         gpus: args
             .gpus_per_numa
             .map(|per_numa| berth_sim::GpuWorkload { per_numa, share: args.gpu_jobs.unwrap_or(0.5) }),
+        licenses: args
+            .licenses
+            .map(|count| berth_sim::LicenseWorkload { count, share: args.license_jobs.unwrap_or(0.5) }),
     })
 }
 

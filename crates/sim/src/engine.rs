@@ -30,6 +30,7 @@ use crate::machine::{parse_topology, ClusterMachine, PoolMachine};
 use crate::metrics::{self, SimReport};
 use crate::swf::Trace;
 use crate::{EstimateSource, GpuWorkload, MachineSpec, SimConfig, SimError, SubmitOrder};
+use berth_core::gres::Licenses;
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
@@ -123,6 +124,21 @@ pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimErr
             "GPU workloads need berth's topology-aware machine: give --nodes N --topology SPEC".into(),
         ));
     }
+    if let Some(l) = &config.licenses {
+        if !matches!(config.machine, MachineSpec::Topology { .. }) {
+            return Err(SimError::BadOption(
+                "licensed workloads need berth's topology-aware machine: give --nodes N --topology SPEC".into(),
+            ));
+        }
+        if !(1..=berth_core::gres::MAX_COUNT).contains(&l.count) || !(0.0..=1.0).contains(&l.share) {
+            return Err(SimError::BadOption(format!(
+                "--licenses must be 1 to {} and --license-jobs 0 to 1, got {} and {}",
+                berth_core::gres::MAX_COUNT,
+                l.count,
+                l.share
+            )));
+        }
+    }
     match &config.machine {
         MachineSpec::FromTrace if preempt => {
             // Preemption needs berth's placement: the same processors as single-core nodes.
@@ -161,7 +177,11 @@ pub(crate) fn run(trace: &Trace, config: &SimConfig) -> Result<SimResult, SimErr
                 description =
                     format!(", {} GPUs a node; {:.0}% of the jobs GPU jobs", topology.gpus.len(), g.share * 100.0);
             }
-            let machine = ClusterMachine::new(*nodes, topology)?;
+            let mut machine = ClusterMachine::new(*nodes, topology)?;
+            if let Some(l) = &config.licenses {
+                machine.state.licenses = Licenses::new([(LICENSE.to_string(), l.count)].into_iter().collect());
+                description.push_str(&format!(", {} licenses; {:.0}% of the jobs hold one", l.count, l.share * 100.0));
+            }
             let total = machine.total_cpus();
             let description =
                 format!("{nodes} nodes of \"{spec}\" ({total} cores{description}), topology-aware placement");
@@ -197,11 +217,7 @@ impl GpuJobs {
     /// Whether the job of trace id `id` is a GPU job: a fixed hash of the id (splitmix64)
     /// below the share.
     fn picks(&self, id: u64) -> bool {
-        let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        ((z >> 11) as f64 / (1u64 << 53) as f64) < self.share
+        hashed(id) < self.share
     }
 
     /// The GPU request of a job of `procs` processors: `k` nodes of `c` cores (P over the
@@ -218,6 +234,24 @@ impl GpuJobs {
         request.gpus_per_node = g;
         (request, k as u64 * c as u64, k as u64 * g as u64)
     }
+}
+
+/// A fixed number in [0, 1) for trace id `id` (splitmix64).
+fn hashed(id: u64) -> f64 {
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// The license a licensed workload's jobs hold (`berth sim --licenses`).
+pub(crate) const LICENSE: &str = "sim";
+
+/// Whether the job of trace id `id` holds a license, given the share that do: a hash other
+/// than the GPU jobs' (so the two shares are independent).
+fn licensed(id: u64, share: f64) -> bool {
+    hashed(id.rotate_left(32) ^ 0x5bd1_e995) < share
 }
 
 /// The default machine: `MaxProcs` (else `MaxNodes`) single-core nodes; for a trace with
@@ -245,9 +279,10 @@ pub(crate) fn workload<M: Machine>(
     estimate: EstimateSource,
     order: SubmitOrder,
     gpus: Option<GpuJobs>,
+    license_share: Option<f64>,
 ) -> Workload {
     let mut skipped = Skipped::default();
-    let mut fits_by_procs: HashMap<(u64, bool), bool> = HashMap::new();
+    let mut fits_by_procs: HashMap<(u64, bool, bool), bool> = HashMap::new();
     let mut account_index: HashMap<String, usize> = HashMap::new();
     let mut accounts = vec![];
     let mut jobs = vec![];
@@ -265,12 +300,15 @@ pub(crate) fn workload<M: Machine>(
             continue;
         };
         let gpu = gpus.filter(|g| g.picks(j.id));
-        let (request, procs, gpus_held) = match gpu {
+        let (mut request, procs, gpus_held) = match gpu {
             Some(g) => g.request(cores),
             None => (JobRequest::simple(Shape::Total { cores, chunk: 1 }, 0), procs, 0),
         };
+        if license_share.is_some_and(|share| licensed(j.id, share)) {
+            request.licenses.insert(LICENSE.to_string(), 1);
+        }
         let fits = *fits_by_procs
-            .entry((procs, gpu.is_some()))
+            .entry((procs, gpu.is_some(), !request.licenses.is_empty()))
             .or_insert_with(|| !matches!(empty.place(&request), Fit::Never(_)));
         if !fits {
             skipped.too_large += 1;

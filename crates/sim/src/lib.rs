@@ -129,6 +129,17 @@ pub struct GpuWorkload {
     pub share: f64,
 }
 
+/// A licensed workload (`berth sim --licenses N --license-jobs F`): the topology-aware
+/// machine's cluster has `count` licenses named `sim`, and a share of the trace's jobs each hold
+/// one while they run, chosen by a hash of their job id (other than the GPU jobs' hash).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LicenseWorkload {
+    /// Licenses in the cluster (1 to 1,000,000,000).
+    pub count: u32,
+    /// The share of the trace's jobs (0 to 1) that hold one.
+    pub share: f64,
+}
+
 /// Everything a simulation run is decided by, apart from the trace.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimConfig {
@@ -150,6 +161,8 @@ pub struct SimConfig {
     pub every_pass: bool,
     /// GPU nodes and GPU jobs; needs [`MachineSpec::Topology`]. `None`: no GPUs.
     pub gpus: Option<GpuWorkload>,
+    /// Cluster-wide licenses and the jobs holding one; needs [`MachineSpec::Topology`].
+    pub licenses: Option<LicenseWorkload>,
 }
 
 impl Default for SimConfig {
@@ -164,6 +177,7 @@ impl Default for SimConfig {
             max_reservations: usize::MAX,
             every_pass: false,
             gpus: None,
+            licenses: None,
         }
     }
 }

@@ -404,3 +404,35 @@ fn gpu_workload_on_a_real_trace() {
 /// `gpu_workload_on_a_real_trace` under EASY.
 const GPU_GOLDEN_EASY: (usize, usize, f64, f64, f64, f64) =
     (300, 121, 9581.403686, 9.143217063333339, 0.3080004542353231, 0.24817196184671866);
+
+/// One node of 4 cores, 1 license, every job holding it (share 1): A (100 s), B (100 s), C
+/// (50 s) of 1 processor at 0 run one after the other though cores are free: 0, 100, 200.
+/// Without licenses all start at 0. Half the jobs licensed: only those wait for each other.
+#[test]
+fn licensed_jobs_wait_for_licenses_not_cores() {
+    let trace = format!(
+        "; MaxProcs: 4\n{}{}{}",
+        job(1, 0.0, 100.0, 1, 100.0, 1),
+        job(2, 0.0, 100.0, 1, 100.0, 1),
+        job(3, 0.0, 50.0, 1, 50.0, 1)
+    );
+    let config = |share: Option<f64>, policy| SimConfig {
+        policy,
+        machine: MachineSpec::Topology { nodes: 1, spec: "core:4".into() },
+        licenses: share.map(|share| berth_sim::LicenseWorkload { count: 1, share }),
+        ..SimConfig::default()
+    };
+    for policy in [Fcfs, Easy, Conservative] {
+        let r = simulate_text(&trace, &config(Some(1.0), policy)).unwrap();
+        assert_eq!(starts(&r), vec![0.0, 100.0, 200.0], "{policy:?}");
+        assert!(r.report.machine.contains("1 licenses"), "{}", r.report.machine);
+        let r = simulate_text(&trace, &config(None, policy)).unwrap();
+        assert_eq!(starts(&r), vec![0.0, 0.0, 0.0], "{policy:?}");
+    }
+    // Licenses need the topology machine, and a count of at least 1.
+    let pool =
+        SimConfig { licenses: Some(berth_sim::LicenseWorkload { count: 1, share: 1.0 }), ..SimConfig::default() };
+    assert!(matches!(simulate_text(&trace, &pool), Err(SimError::BadOption(_))));
+    let none = SimConfig { licenses: Some(berth_sim::LicenseWorkload { count: 0, share: 1.0 }), ..config(None, Fcfs) };
+    assert!(matches!(simulate_text(&trace, &none), Err(SimError::BadOption(_))));
+}

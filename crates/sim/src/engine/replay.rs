@@ -90,7 +90,7 @@ pub(super) fn replay<M: Suspending>(
     let machine_gpus: u64 = machine.cluster().map_or(0, |c| c.nodes.iter().map(|n| n.topology.gpus.len() as u64).sum());
     // Fair share bills a GPU as the controller does, by the nodes' shape (a counted machine has none).
     let gpu_weight = machine.cluster().map_or(0.0, |c| FairShareConfig::default().gpu_weight_on(&c.nodes));
-    let work = workload(trace, &machine, config.estimate, config.order, gpus);
+    let work = workload(trace, &machine, config.estimate, config.order, gpus, config.licenses.map(|l| l.share));
     let n = work.jobs.len();
     // Unlimited reservations, no preemption: what `counted` implements.
     let by_counts = config.policy == BackfillPolicy::Conservative
