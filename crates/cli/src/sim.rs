@@ -196,6 +196,17 @@ mod tests {
     }
 
     #[test]
+    fn licensed_workload() {
+        let base = ["--trace", "t.swf", "--nodes", "2", "--topology", "core:4", "--licenses", "3"];
+        assert_eq!(parse(&base).unwrap().licenses, Some(berth_sim::LicenseWorkload { count: 3, share: 0.5 }));
+        let c = parse(&[&base[..], &["--license-jobs", "0.2"]].concat()).unwrap();
+        assert_eq!(c.licenses, Some(berth_sim::LicenseWorkload { count: 3, share: 0.2 }));
+        assert!(parse(&["--trace", "t.swf", "--licenses", "3"]).is_err(), "needs --topology");
+        assert!(parse(&["--trace", "t.swf", "--license-jobs", "0.5"]).is_err(), "needs --licenses");
+        assert_eq!(parse(&["--trace", "t.swf"]).unwrap().licenses, None);
+    }
+
+    #[test]
     fn preemption_settings() {
         let c = parse(&["--trace", "t.swf", "--preempt"]).unwrap();
         assert_eq!(c.preempt, Some(berth_sim::preempt_config(64)));
