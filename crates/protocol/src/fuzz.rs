@@ -1255,7 +1255,7 @@ pub fn inventory() -> BoxedStrategy<Inventory> {
         .prop_map(|(info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders)| {
             InventoryNode { info, free_cores, free_pus, free_cpus, free_memory_bytes, numa_free, free_gpus, holders }
         });
-    let license = (text(), any::<u32>(), any::<u32>()).prop_map(|(name, total, used)| crate::client::CountInfo {
+    let license = (text(), any::<u32>(), any::<u32>()).prop_map(|(name, total, used)| crate::node::CountInfo {
         name,
         total,
         used,

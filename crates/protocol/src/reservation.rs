@@ -362,7 +362,7 @@ pub struct Inventory {
     /// The cluster's licenses: how many exist and are held (by jobs and reservations).
     /// Each node's generic resources are in its `info.gres`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub licenses: Vec<crate::client::CountInfo>,
+    pub licenses: Vec<crate::node::CountInfo>,
 }
 
 /// One node of the inventory: what `berth nodes --json` shows, plus what is free and who

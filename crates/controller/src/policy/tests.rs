@@ -572,7 +572,7 @@ fn typed_gres_go_by_type_and_untyped_requests_take_any() {
     let why = h.ctl.pending_reasons[&fast2].describe();
     assert!(why.contains("nvme:fast"), "{why}");
     let info = h.ctl.node_info(1, false);
-    assert_eq!(info.gres, vec![berth_protocol::client::CountInfo { name: "nvme:slow".into(), total: 8, used: 6 }]);
+    assert_eq!(info.gres, vec![berth_protocol::node::CountInfo { name: "nvme:slow".into(), total: 8, used: 6 }]);
     for (o, want) in [
         (g("nvme:slow", 9), "the most a node has is 8"),
         (g("nvme", 9), "the most a node has is 8"),
