@@ -435,7 +435,15 @@ pub fn render_value(o: &SubmitOptions, name: &str) -> Option<String> {
         "gpu-locality" => o.gpu_locality.map(|l| l.to_string()),
         "gpus-per-socket" => o.gpus_per_socket.map(|v| v.to_string()),
         "sockets-per-node" => o.sockets_per_node.map(|v| v.to_string()),
-        "gres" => o.gres.as_ref().map(crate::gres::render),
+        // `--gres gpu[:TYPE]:N` sets the GPUs per node (and type), the other items `gres`.
+        "gres" => {
+            let gpus = o.gpus_per_node.map(|n| match &o.gpu_type {
+                Some(t) => format!("gpu:{t}:{n}"),
+                None => format!("gpu:{n}"),
+            });
+            let items: Vec<String> = gpus.into_iter().chain(o.gres.as_ref().map(crate::gres::render)).collect();
+            (!items.is_empty()).then(|| items.join(","))
+        }
         "licenses" => o.licenses.as_ref().map(crate::gres::render),
         _ => None,
     }
@@ -1275,4 +1283,16 @@ pub fn priority() -> BoxedStrategy<Priority> {
     (finite_f64(), finite_f64(), finite_f64(), finite_f64(), finite_f64())
         .prop_map(|(total, age, size, queue, fair_share)| Priority { total, age, size, queue, fair_share })
         .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    /// Inputs the fuzzer found: `--gres gpu` sets GPUs per node, not `gres`, and must render
+    /// back (with a type, and beside other generic resources too).
+    #[test]
+    fn gres_gpu_items_render_back() {
+        for input in ["gres\0gpu", "gres\0gpu:a100:2", "gres\0gpu:2,nvme:3", "gres\0nvme:fast:1,gpu:1"] {
+            super::check_option(input.as_bytes());
+        }
+    }
 }
