@@ -8,7 +8,7 @@
 #   bash bench/arrays.sh            (needs root; builds unless NO_BUILD=1)
 # Env: REPEATS (3), SIZE (100000), RUN_SIZE (10000), SKIP_SLURM=1, SLURM_RUN_SECS (300),
 #      WAIT (dep: the end is when an `afterany` job on the array starts; poll: `berth jobs`),
-#      SKIP_SUBMIT=1 (only the runs),
+#      SKIP_SUBMIT=1 (only the runs), SKIP_RUN=1 (only the submissions: no 10,000-task runs),
 #      BERTH (binary, default target/release/berth), PEER (default ../shared/peers/slurm/slurm-peer.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -62,6 +62,7 @@ for r in $(seq "$REPEATS_B"); do
   "$B" --dir "$C" down >/dev/null
 done
 
+if [ "${SKIP_RUN:-0}" != 1 ]; then
 echo "## berth: --array 0-$((RUN_SIZE - 1)) of /bin/true on 4 agents (2 cores each), submit to all ended (WAIT=${WAIT:-dep})"
 C=$WORK/run
 up "$C" 4
@@ -82,6 +83,7 @@ fi
 total=$(secs "$t0" "$t2")
 echo "  submitted in $(secs "$t0" "$t1") s; all $RUN_SIZE ended after $total s: $(echo "$RUN_SIZE / $total" | bc -l | xargs printf '%.0f') tasks/s; load $(load)"
 "$B" --dir "$C" down >/dev/null
+fi
 
 [ "${SKIP_SLURM:-0}" = 1 ] && exit 0
 echo "## Slurm peer: 4 emulated nodes, MaxArraySize=$((SIZE + 1))"
@@ -102,6 +104,7 @@ for r in $(seq "$REPEATS"); do
   echo "  run $r: sbatch --hold --array=0-$((SIZE - 1)) ($J) in $(secs "$t0" "$t1") s; load $(load)"
   scancel "$J"
 done
+[ "${SKIP_RUN:-0}" = 1 ] && exit 0
 sleep 2
 t0=$(now)
 J=$(sbatch --parsable --array="0-$((RUN_SIZE - 1))" -o /dev/null -e /dev/null --wrap true)
