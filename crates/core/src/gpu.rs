@@ -660,7 +660,7 @@ impl std::fmt::Display for GpuBind {
     }
 }
 
-fn not_held(form: &'static str, gpu: u32, held: &[u32]) -> GpuBindError {
+pub(crate) fn not_held(form: &'static str, gpu: u32, held: &[u32]) -> GpuBindError {
     let held: Vec<String> = held.iter().map(u32::to_string).collect();
     GpuBindError::NotHeld { form, gpu, held: held.join(",") }
 }
@@ -670,8 +670,9 @@ fn not_held(form: &'static str, gpu: u32, held: &[u32]) -> GpuBindError {
 ///
 /// `closest`: ranks are served most constrained first (those with the fewest of the job's
 /// GPUs local to their PUs, ranks with none last); each takes `per_task` GPUs, preferring GPUs
-/// no rank has yet, then the most of its PUs local to the GPU, then the GPU of its package,
-/// then the lowest index. So a job with a GPU for each rank gives each its own, local to it
+/// used by fewer ranks than their fair share (ranks x `per_task` over the GPUs, rounded up),
+/// then the most of its PUs local to the GPU, then the GPUs fewer ranks use, then the GPU of
+/// its package, then the lowest index. So a job with a GPU for each rank gives each its own, local to it
 /// when the placement allows; with fewer, ranks share. `none`: every rank all of `held`.
 /// `map`: rank i the node's GPU `list[i % len]`, which the job must hold.
 pub fn rank_gpus(
@@ -746,13 +747,17 @@ pub fn rank_gpus(
             });
             let mut uses = vec![0usize; gpus.len()];
             let mut out = vec![vec![]; ranks.len()];
+            // A GPU's fair share of ranks: below it, locality decides; at it, GPUs fewer
+            // ranks use come first (so ranks share evenly, and ranks next to a GPU get it).
+            let share = (ranks.len() * per_task).div_ceil(held.len()).max(1);
             for r in order {
                 let cpus = &ranks[r];
                 let package = package_of_rank(cpus);
                 let mut choice: Vec<u32> = held.clone();
                 choice.sort_by_key(|&g| {
                     let same_package = package.is_some() && gpus[g as usize].package == package;
-                    (uses[g as usize], std::cmp::Reverse(local(g, cpus)), !same_package, g)
+                    let full = uses[g as usize] >= share;
+                    (full, std::cmp::Reverse(local(g, cpus)), uses[g as usize], !same_package, g)
                 });
                 choice.truncate(per_task);
                 choice.sort_unstable();
@@ -819,7 +824,7 @@ mod rank_tests {
         let pus = |g: usize| t.gpus[g].cpus.to_list();
         let ranks = sets(&[&pus(0), &pus(0), &pus(1), &pus(1)]);
         let got = rank_gpus(&t.gpus, &[0, 1], &ranks, 1, &GpuBind::Closest).unwrap();
-        assert_eq!(got, [vec![0], vec![1], vec![1], vec![0]], "each GPU twice");
+        assert_eq!(got, [vec![0], vec![0], vec![1], vec![1]], "each GPU twice, to the ranks next to it");
         let counts = [0, 1].map(|g| got.iter().filter(|r| r.contains(&g)).count());
         assert_eq!(counts, [2, 2]);
         // per_task above the job's GPUs: all of them.

@@ -5,6 +5,7 @@
 //! cores is refused unless the step overcommits, in which case extra ranks share the job's
 //! CPUs, never others.
 
+use crate::gpu::{GpuBind, GpuBindError};
 use crate::job::NodeAllocation;
 use crate::topology::Topology;
 use crate::CpuSet;
@@ -182,6 +183,124 @@ fn slots(
     }
 }
 
+/// How a step's ranks share the job's GPUs (`--gpus-per-task`, `--gpu-bind`; docs/gpus.md,
+/// "Per-rank GPUs"), so that [`plan_step_gpus`] puts each rank's cores next to its GPUs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepGpus {
+    /// GPUs a rank under `closest` (at least 1).
+    pub per_task: u32,
+    pub bind: GpuBind,
+}
+
+/// Why a step's GPU settings are refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StepGpusError {
+    #[error("BERTH_GPUS_PER_TASK={0:?}: give a count of GPUs per rank, at least 1")]
+    PerTask(String),
+    #[error(transparent)]
+    Bind(#[from] GpuBindError),
+}
+
+impl StepGpus {
+    /// The step's GPU binding as the agents read it (their `gpus_of_ranks`): the step's
+    /// environment's `BERTH_GPUS_PER_TASK` and `BERTH_GPU_BIND` (`berth run --gpus-per-task`
+    /// and `--gpu-bind` put them there, or the job's script inherited them), else the
+    /// request's `gpus_per_task`; `closest` unless a binding is given. `None` when neither is
+    /// set: every rank sees all the job's GPUs on its node, and ranks are laid out as ever.
+    pub fn of_step(req: &StepRequest, env: &[(String, String)]) -> Result<Option<StepGpus>, StepGpusError> {
+        let var = |name: &str| env.iter().rev().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string());
+        let per_task = match var("BERTH_GPUS_PER_TASK") {
+            Some(v) => Some(
+                v.parse::<u32>()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| StepGpusError::PerTask(v.escape_debug().to_string()))?,
+            ),
+            None => req.gpus_per_task,
+        };
+        let bind = var("BERTH_GPU_BIND").filter(|b| !b.is_empty()).map(|b| GpuBind::parse(&b)).transpose()?;
+        Ok(match (per_task, bind) {
+            (None, None) => None,
+            (per_task, bind) => {
+                Some(StepGpus { per_task: per_task.unwrap_or(1).max(1), bind: bind.unwrap_or(GpuBind::Closest) })
+            }
+        })
+    }
+
+    /// The GPUs each of `count` local ranks is meant to use on a node where the job holds
+    /// `held` (indexes into `gpus`, the node's): what the agent's [`crate::gpu::rank_gpus`]
+    /// gives ranks whose cores sit next to them. `closest`: `per_task` GPUs a rank, the job's
+    /// GPUs in locality order (package, NUMA node, index), a rank's own when there are enough,
+    /// else consecutive ranks sharing one in blocks of equal size (sizes differing by at most
+    /// one); `single:N` N ranks a GPU; `per_task:N`, `map_gpu`, `mask_gpu` as the agent deals
+    /// them. `None` for `none` and for a node where the job holds no GPU.
+    pub fn targets(
+        &self,
+        gpus: &[crate::gpu::Gpu],
+        held: &[u32],
+        count: usize,
+    ) -> Result<Option<Vec<Vec<u32>>>, GpuBindError> {
+        let mut held: Vec<u32> = held.iter().copied().filter(|&i| (i as usize) < gpus.len()).collect();
+        held.sort_unstable();
+        held.dedup();
+        if held.is_empty() || count == 0 {
+            return Ok(None);
+        }
+        let len = held.len();
+        let check = |form: &'static str, ids: &[u32]| match ids.iter().find(|i| !held.contains(i)) {
+            Some(&gpu) => Err(crate::gpu::not_held(form, gpu, &held)),
+            None => Ok(()),
+        };
+        let out = match &self.bind {
+            GpuBind::None => return Ok(None),
+            GpuBind::Map(ids) => {
+                check("map", ids)?;
+                (0..count).map(|r| vec![ids[r % ids.len()]]).collect()
+            }
+            GpuBind::Mask(masks) => {
+                check("mask_gpu", &masks.concat())?;
+                (0..count).map(|r| masks[r % masks.len()].clone()).collect()
+            }
+            GpuBind::PerTask(n) => {
+                let n = (*n as usize).clamp(1, len);
+                (0..count).map(|r| sorted((0..n).map(|j| held[(r * n + j) % len]).collect())).collect()
+            }
+            GpuBind::Single(n) => {
+                let order = locality_order(gpus, &held);
+                (0..count).map(|r| vec![order[(r / (*n).max(1) as usize) % len]]).collect()
+            }
+            GpuBind::Closest => {
+                let order = locality_order(gpus, &held);
+                let n = (self.per_task.max(1) as usize).min(len);
+                (0..count)
+                    .map(|r| {
+                        // Enough for each its own: n apiece; else rank r starts at its share.
+                        let start = if count * n <= len { r * n } else { r * len / count };
+                        sorted((0..n).map(|j| order[(start + j) % len]).collect())
+                    })
+                    .collect()
+            }
+        };
+        Ok(Some(out))
+    }
+}
+
+fn sorted(mut v: Vec<u32>) -> Vec<u32> {
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// `held` by package, then NUMA node (GPUs hwloc could not place last), then index.
+fn locality_order(gpus: &[crate::gpu::Gpu], held: &[u32]) -> Vec<u32> {
+    let mut order = held.to_vec();
+    order.sort_by_key(|&g| {
+        let gpu = &gpus[g as usize];
+        (gpu.package.is_none(), gpu.package, gpu.numa.is_none(), gpu.numa, g)
+    });
+    order
+}
+
 /// Where the ranks of a step go inside the job's allocation. `topos[i]` and `in_use[i]` (PUs
 /// held by the job's other running steps) belong to `alloc[i]`.
 pub fn plan_step(
@@ -189,6 +308,24 @@ pub fn plan_step(
     topos: &[&Topology],
     in_use: &[CpuSet],
     req: &StepRequest,
+) -> Result<StepPlan, StepError> {
+    plan_step_gpus(alloc, topos, in_use, req, None)
+}
+
+/// [`plan_step`] for a step whose ranks get their own GPUs (`gpus`): on a node where the job
+/// holds GPUs, each rank's cores are the free cores of the job most local to the GPUs it is
+/// meant to use ([`StepGpus::targets`]): PUs local to them (hwloc's locality: their NUMA
+/// node's, or package's), else on their package, else any; ranks in order, each taking the
+/// best cores left in topology order. So the agent's `closest` finds each rank's GPUs next to
+/// its cores (and `--rank-cpusets` cpusets near them) whenever the job holds enough cores
+/// there. A `map_gpu`/`mask_gpu` naming a GPU the job does not hold on a node is refused.
+/// Overcommitted nodes (more rank cores than free ones) are laid out as by [`plan_step`].
+pub fn plan_step_gpus(
+    alloc: &[NodeAllocation],
+    topos: &[&Topology],
+    in_use: &[CpuSet],
+    req: &StepRequest,
+    gpus: Option<&StepGpus>,
 ) -> Result<StepPlan, StepError> {
     let cpt = req.cpus_per_task.unwrap_or(1);
     if cpt == 0 || req.ntasks == Some(0) || req.tasks_per_node == Some(0) {
@@ -295,13 +432,26 @@ pub fn plan_step(
         if own.is_empty() {
             return Err(StepError::Invalid(format!("node {} has no CPUs in the job", alloc[i].node)));
         }
+        let targets = match gpus {
+            Some(g) if count * cpt <= own.len() as u32 => g
+                .targets(&topos[i].gpus, &alloc[i].gpus, count as usize)
+                .map_err(|e| StepError::Invalid(format!("node {}: {e}", alloc[i].node)))?,
+            _ => None,
+        };
         let mut ranks = Vec::with_capacity(count as usize);
         let mut used = CpuSet::new();
+        let near = targets.map(|t| cores_near_gpus(topos[i], own, &t, cpt as usize));
         for r in 0..count {
-            let mut cpus = CpuSet::new();
-            for c in 0..cpt {
-                cpus.union_with(&own[((r * cpt + c) as usize) % own.len()]);
-            }
+            let cpus = match &near {
+                Some(near) => near[r as usize].clone(),
+                None => {
+                    let mut cpus = CpuSet::new();
+                    for c in 0..cpt {
+                        cpus.union_with(&own[((r * cpt + c) as usize) % own.len()]);
+                    }
+                    cpus
+                }
+            };
             used.union_with(&cpus);
             ranks.push(RankPlace { rank, cpus });
             rank += 1;
@@ -309,6 +459,50 @@ pub fn plan_step(
         nodes.push(StepNodePlan { alloc_index: i, node: alloc[i].node.clone(), ranks, cpus: used });
     }
     Ok(StepPlan { size: rank, nodes })
+}
+
+/// Each rank's PUs when it is to use the GPUs `targets[r]`: `cpt` of the free `slots` (whole
+/// cores, in topology order; at least `targets.len() * cpt` of them), ranks in order, each
+/// taking the slots best placed for its GPUs: all PUs local to one of them, then some, then
+/// a core of their package, then any; among equals the first.
+fn cores_near_gpus(topo: &Topology, slots: &[CpuSet], targets: &[Vec<u32>], cpt: usize) -> Vec<CpuSet> {
+    let package_of = |slot: &CpuSet| {
+        let pu = slot.iter().next()?;
+        topo.cores.iter().find(|c| c.pus.contains(&pu)).map(|c| c.package)
+    };
+    let packages: Vec<Option<usize>> = slots.iter().map(package_of).collect();
+    let mut taken = vec![false; slots.len()];
+    targets
+        .iter()
+        .map(|mine| {
+            let mut local = CpuSet::new();
+            let mut near_packages = vec![];
+            for g in mine.iter().filter_map(|&g| topo.gpus.get(g as usize)) {
+                local.union_with(&g.cpus);
+                near_packages.push(g.package);
+            }
+            let score = |s: usize| {
+                let slot = &slots[s];
+                if !local.is_empty() && slot.iter().all(|p| local.contains(p)) {
+                    0
+                } else if slot.intersects(&local) {
+                    1
+                } else if packages[s].is_some() && near_packages.contains(&packages[s]) {
+                    2
+                } else {
+                    3
+                }
+            };
+            let mut free: Vec<usize> = (0..slots.len()).filter(|&s| !taken[s]).collect();
+            free.sort_by_key(|&s| (score(s), s));
+            let mut cpus = CpuSet::new();
+            for &s in free.iter().take(cpt) {
+                taken[s] = true;
+                cpus.union_with(&slots[s]);
+            }
+            cpus
+        })
+        .collect()
 }
 
 /// Ranks per node on exactly `k` nodes of the allocation (srun's `-N k`): the first `k` nodes

@@ -1,4 +1,5 @@
 use super::*;
+use crate::gpu::GpuBind;
 use crate::NodeId;
 
 /// A job holding `cpus` (PU list) of a node named `name`.
@@ -153,4 +154,189 @@ fn nodes_means_nodes_as_in_srun() {
     // Overcommit: ranks share the job's CPUs on the first nodes.
     let req = StepRequest { ntasks: Some(20), nodes: Some(2), overcommit: true, ..Default::default() };
     assert_eq!(plan(&a, &t, &["", "", ""], req).unwrap().size, 20);
+}
+
+/// 2 packages x 2 NUMA nodes x 2 cores (1 PU each), one emulated GPU per NUMA node: GPU g is
+/// local to PUs 2g and 2g+1; GPUs 0-1 on package 0, 2-3 on package 1.
+fn gpu_node() -> Topology {
+    let mut t = Topology::uniform(2, 2, 2, 1, 1 << 30);
+    t.add_emulated_gpus(1).unwrap();
+    t
+}
+
+fn with_gpus(mut a: NodeAllocation, gpus: &[u32]) -> NodeAllocation {
+    a.gpus = gpus.to_vec();
+    a
+}
+
+fn gpu_plan(a: &NodeAllocation, t: &Topology, req: StepRequest, g: &StepGpus) -> Result<StepPlan, StepError> {
+    plan_step_gpus(std::slice::from_ref(a), &[t], &[CpuSet::new()], &req, Some(g))
+}
+
+fn closest(per_task: u32) -> StepGpus {
+    StepGpus { per_task, bind: GpuBind::Closest }
+}
+
+/// The GPUs the agent gives each rank of a planned node (`closest`, as its `gpus_of_ranks`).
+fn agent_gpus(t: &Topology, a: &NodeAllocation, p: &StepPlan, g: &StepGpus) -> Vec<Vec<u32>> {
+    let cpus: Vec<CpuSet> = p.nodes[0].ranks.iter().map(|r| r.cpus.clone()).collect();
+    crate::gpu::rank_gpus(&t.gpus, &a.gpus, &cpus, g.per_task, &g.bind).unwrap()
+}
+
+#[test]
+fn a_rank_per_gpu_gets_cores_next_to_its_gpu() {
+    let t = gpu_node();
+    let a = with_gpus(node("g", "0-7"), &[0, 1, 2, 3]);
+    let req = StepRequest { ntasks: Some(4), ..Default::default() };
+    // Without GPUs in the plan, ranks fill cores in order: 2 ranks per GPU's NUMA node.
+    assert_eq!(show(&plan(std::slice::from_ref(&a), &t, &[""], req.clone()).unwrap()), "g[0:0 1:1 2:2 3:3]");
+    let g = closest(1);
+    let p = gpu_plan(&a, &t, req, &g).unwrap();
+    assert_eq!(show(&p), "g[0:0 1:2 2:4 3:6]", "each rank on its GPU's NUMA node");
+    assert_eq!(agent_gpus(&t, &a, &p, &g), [vec![0], vec![1], vec![2], vec![3]]);
+    // Two cores a rank: both local.
+    let req = StepRequest { ntasks: Some(4), cpus_per_task: Some(2), ..Default::default() };
+    assert_eq!(show(&gpu_plan(&a, &t, req, &g).unwrap()), "g[0:0-1 1:2-3 2:4-5 3:6-7]");
+    // Two GPUs a rank: a package's pair, cores on the package.
+    let req = StepRequest { ntasks: Some(2), cpus_per_task: Some(2), ..Default::default() };
+    let g2 = closest(2);
+    let p = gpu_plan(&a, &t, req, &g2).unwrap();
+    assert_eq!(show(&p), "g[0:0-1 1:4-5]");
+    assert_eq!(agent_gpus(&t, &a, &p, &g2), [vec![0, 1], vec![2, 3]]);
+}
+
+#[test]
+fn ranks_sharing_gpus_sit_next_to_the_one_they_share() {
+    let t = gpu_node();
+    // The job holds GPUs 0 and 2 (one per package) and every core: 4 ranks, 2 a GPU.
+    let a = with_gpus(node("g", "0-7"), &[0, 2]);
+    let g = closest(1);
+    let p = gpu_plan(&a, &t, StepRequest { ntasks: Some(4), ..Default::default() }, &g).unwrap();
+    assert_eq!(show(&p), "g[0:0 1:1 2:4 3:5]");
+    assert_eq!(agent_gpus(&t, &a, &p, &g), [vec![0], vec![0], vec![2], vec![2]]);
+    // 3 ranks over 2 GPUs: blocks of 2 and 1, each local.
+    let p = gpu_plan(&a, &t, StepRequest { ntasks: Some(3), ..Default::default() }, &g).unwrap();
+    assert_eq!(show(&p), "g[0:0 1:1 2:4]");
+    assert_eq!(agent_gpus(&t, &a, &p, &g), [vec![0], vec![0], vec![2]]);
+}
+
+#[test]
+fn ranks_without_local_cores_left_take_their_package_then_any() {
+    let t = gpu_node();
+    // GPUs 0 and 1, but the job's cores are PUs 0 (GPU 0's), 3 (GPU 1's) and 4 (package 1).
+    let a = with_gpus(node("g", "0,3,4"), &[0, 1]);
+    let g = closest(1);
+    let p = gpu_plan(&a, &t, StepRequest { ntasks: Some(3), ..Default::default() }, &g).unwrap();
+    // Targets: 3 ranks over 2 GPUs: GPU 0, GPU 0, GPU 1. Rank 1 finds no core left next to
+    // GPU 0, takes its package's (PU 3 is GPU 1's NUMA node, package 0) before package 1's.
+    assert_eq!(show(&p), "g[0:0 1:3 2:4]");
+    // Nothing is given twice, every core is the job's.
+    let all: Vec<u32> = p.nodes[0].ranks.iter().flat_map(|r| r.cpus.iter()).collect();
+    assert_eq!(all.len(), 3);
+}
+
+#[test]
+fn map_and_mask_place_ranks_next_to_the_named_gpus() {
+    let t = gpu_node();
+    let a = with_gpus(node("g", "0-7"), &[0, 1, 2, 3]);
+    let req = StepRequest { ntasks: Some(2), ..Default::default() };
+    let map = StepGpus { per_task: 1, bind: GpuBind::parse("map_gpu:3,0").unwrap() };
+    let p = gpu_plan(&a, &t, req.clone(), &map).unwrap();
+    assert_eq!(show(&p), "g[0:6 1:0]");
+    assert_eq!(agent_gpus(&t, &a, &p, &map), [vec![3], vec![0]]);
+    let mask = StepGpus { per_task: 1, bind: GpuBind::parse("mask_gpu:0xc,0x3").unwrap() };
+    assert_eq!(show(&gpu_plan(&a, &t, req.clone(), &mask).unwrap()), "g[0:4 1:0]");
+    // A GPU the job does not hold on the node: refused when the step is planned.
+    let b = with_gpus(node("g", "0-7"), &[0, 1]);
+    let err = gpu_plan(&b, &t, req.clone(), &map).unwrap_err().to_string();
+    assert!(err.contains("node g") && err.contains("GPU 3") && err.contains("0,1"), "{err}");
+    // `none`: laid out as without GPUs.
+    let none = StepGpus { per_task: 1, bind: GpuBind::None };
+    assert_eq!(show(&gpu_plan(&a, &t, req, &none).unwrap()), "g[0:0 1:1]");
+}
+
+#[test]
+fn step_gpus_come_from_the_environment_then_the_request() {
+    let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let req = StepRequest::default();
+    assert_eq!(StepGpus::of_step(&req, &env(&[("HOME", "/h")])).unwrap(), None);
+    let with = StepRequest { gpus_per_task: Some(2), ..Default::default() };
+    assert_eq!(StepGpus::of_step(&with, &[]).unwrap(), Some(closest(2)));
+    assert_eq!(StepGpus::of_step(&with, &env(&[("BERTH_GPUS_PER_TASK", "3")])).unwrap(), Some(closest(3)));
+    let bind = StepGpus::of_step(&req, &env(&[("BERTH_GPU_BIND", "single:2")])).unwrap();
+    assert_eq!(bind, Some(StepGpus { per_task: 1, bind: GpuBind::Single(2) }));
+    assert!(StepGpus::of_step(&req, &env(&[("BERTH_GPUS_PER_TASK", "0")])).is_err());
+    let err = StepGpus::of_step(&req, &env(&[("BERTH_GPU_BIND", "sockets")])).unwrap_err().to_string();
+    assert!(err.contains("--gpu-bind"), "{err}");
+}
+
+/// Seeded random jobs on emulated GPU nodes (1-2 packages, 1-2 NUMA nodes each, 1-4 cores
+/// a NUMA node, 1-2 GPUs on each): each step's ranks hold disjoint cores of the job, and when
+/// the job's free cores next to each NUMA node's GPUs suffice for the ranks meant for them,
+/// every rank's GPUs (as the agent deals them, `closest`, one a rank) are local to all its
+/// cores.
+#[test]
+fn prop_ranks_get_cores_local_to_their_gpus_whenever_the_job_has_them() {
+    let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let mut local_cases = 0;
+    for case in 0..2000 {
+        let (pk, nm, cores, per) = (1 + next(2), 1 + next(2), 1 + next(4), 1 + next(2));
+        let mut t = Topology::uniform(pk as u32, nm as u32, cores as u32, 1, 1 << 30);
+        t.add_emulated_gpus(per as u32).unwrap();
+        let pus = t.pu_count() as u64;
+        let cpus: CpuSet = (0..pus as u32).filter(|_| next(4) != 0).collect();
+        let held: Vec<u32> = (0..t.gpus.len() as u32).filter(|_| next(3) != 0).collect();
+        if cpus.is_empty() || held.is_empty() {
+            continue;
+        }
+        let mut a = with_gpus(node("g", "0"), &held);
+        a.cpus = cpus.clone();
+        let ntasks = 1 + next(cpus.len() as u64) as u32;
+        let g = closest(1);
+        let req = StepRequest { ntasks: Some(ntasks), ..Default::default() };
+        let p = gpu_plan(&a, &t, req, &g).unwrap_or_else(|e| panic!("case {case}: {e}"));
+        let ranks = &p.nodes[0].ranks;
+        assert_eq!(ranks.len() as u32, ntasks, "case {case}");
+        let mut seen = CpuSet::new();
+        for r in ranks {
+            assert!(!r.cpus.is_empty() && r.cpus.iter().all(|c| cpus.contains(c)), "case {case}: {r:?}");
+            assert!(!r.cpus.intersects(&seen), "case {case}: a core given twice: {}", show(&p));
+            seen.union_with(&r.cpus);
+        }
+        // The ranks meant for each NUMA node's GPUs, against the job's cores there.
+        let targets = g.targets(&t.gpus, &held, ntasks as usize).unwrap().unwrap();
+        let room = t.numa_nodes.iter().all(|n| {
+            let wanted = targets.iter().filter(|tg| t.gpus[tg[0] as usize].numa == Some(n.os_index)).count();
+            wanted <= n.cpus.iter().filter(|&c| cpus.contains(c)).count()
+        });
+        let given = agent_gpus(&t, &a, &p, &g);
+        for mine in &given {
+            assert_eq!(mine.len(), 1, "case {case}");
+            assert!(held.contains(&mine[0]), "case {case}");
+        }
+        if room {
+            local_cases += 1;
+            for (r, mine) in ranks.iter().zip(&given) {
+                let gpu = &t.gpus[mine[0] as usize];
+                assert!(
+                    r.cpus.iter().all(|c| gpu.cpus.contains(c)),
+                    "case {case}: rank {} on {} given GPU {} local to {} ({})",
+                    r.rank,
+                    r.cpus.to_list(),
+                    gpu.index,
+                    gpu.cpus.to_list(),
+                    show(&p)
+                );
+            }
+        }
+    }
+    assert!(local_cases > 200, "too few cases with room to check locality: {local_cases}");
 }
