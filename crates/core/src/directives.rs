@@ -354,6 +354,10 @@ pub enum OptionError {
     Binding(crate::binding::BindingParseError),
     #[error(transparent)]
     Gres(#[from] crate::gres::GresError),
+    /// Several `gpu` items in one `--gres` (`gpu:a100:1,gpu:v100:2`): a job's GPUs are of one
+    /// type (docs/gpus.md, "Several GPU types").
+    #[error("--gres {items}: GPUs of several types (or gpu twice) in one job are not supported: a job's GPUs are of one type; give one gpu item (gpu:N takes GPUs of any type), or submit a job per type")]
+    GpuTypes { items: String },
     #[error("--binding-mode: {0}")]
     BindingMode(crate::binding::BindingParseError),
 }
@@ -480,6 +484,14 @@ impl SubmitOptions {
         let mut gres = crate::gres::Counts::new();
         if value.split(',').all(|i| i.trim().is_empty()) {
             return Err(OptionError::Empty { name: "gres".into() });
+        }
+        let gpu_items: Vec<&str> = value
+            .split(',')
+            .map(str::trim)
+            .filter(|i| crate::gres::split_item(what, i).is_ok_and(|(name, _, _)| name == "gpu"))
+            .collect();
+        if gpu_items.len() > 1 {
+            return Err(OptionError::GpuTypes { items: gpu_items.join(",").escape_debug().to_string() });
         }
         for item in value.split(',').map(str::trim).filter(|i| !i.is_empty()) {
             let (name, kind, count) = crate::gres::split_item(what, item)?;

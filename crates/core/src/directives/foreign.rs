@@ -466,9 +466,20 @@ fn slurm_line(
             // `name[:type][:count]` counts of the nodes' `[gres]` (no type: any type).
             "--gres" => {
                 let mut gres = o.gres.clone().unwrap_or_default();
+                // A job's GPUs are of one type: several gpu items are not read (the last
+                // silently won before).
+                let gpu_items = v.split(',').filter(|i| i.trim().split(':').next() == Some("gpu")).count();
+                if gpu_items > 1 {
+                    unsupported.push(format!(
+                        "{shown}: GPUs of several types (or gpu twice) in one job are not supported: give one gpu item"
+                    ));
+                }
                 for item in v.split(',').map(str::trim) {
                     let mut parts = item.split(':');
                     let name = parts.next().unwrap_or("");
+                    if name == "gpu" && gpu_items > 1 {
+                        continue;
+                    }
                     if name != "gpu" {
                         let (name, kind, count) = crate::gres::split_item(&flag, item)?;
                         if kind.is_some_and(|k| !crate::gres::valid_name(k)) {

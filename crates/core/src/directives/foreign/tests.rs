@@ -304,6 +304,29 @@ fn slurm_gpu_requests() {
     let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=1 --gpus=a100:1,v100:1\n").unwrap();
     assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
     assert!(f.unsupported[0].1.contains("several types"), "{:?}", f.unsupported);
+    // Several GPU types in one --gres (Slurm's multiple gres): not read, said so (the last
+    // item silently won before); the other items are still read.
+    let f = parse_foreign("#!/bin/sh\n#SBATCH --gres=gpu:a100:1,nvme:5,gpu:v100:2\n").unwrap();
+    assert_eq!(f.unsupported.len(), 1, "{:?}", f.unsupported);
+    assert!(
+        f.unsupported[0].1.contains("several types") && f.unsupported[0].1.contains("gpu:v100:2"),
+        "{:?}",
+        f.unsupported
+    );
+    assert_eq!((f.options.gpus_per_node, f.options.gpu_type.as_deref()), (None, None));
+    assert_eq!(f.options.gres.as_ref().map(|g| g["nvme"]), Some(5));
+    // berth's --gres refuses them with a typed error that says what to do.
+    for v in ["gpu:a100:1,gpu:v100:2", "gpu:1,gpu:2"] {
+        let mut o = crate::directives::SubmitOptions::default();
+        let err = o.set("gres", v).unwrap_err();
+        assert!(matches!(err, crate::directives::OptionError::GpuTypes { .. }), "{v}: {err:?}");
+        let text = err.to_string();
+        assert!(text.contains("one type") && text.contains("a job per type"), "{text}");
+        assert_eq!(o.gpus_per_node, None, "{v}: nothing set");
+    }
+    let mut o = crate::directives::SubmitOptions::default();
+    o.set("gres", "gpu:a100:2,nvme:1").unwrap();
+    assert_eq!((o.gpus_per_node, o.gpu_type.as_deref()), (Some(2), Some("a100")));
     // Per socket (Slurm's --gpus-per-socket with --sockets-per-node) is read.
     let f = parse_foreign("#!/bin/sh\n#SBATCH --gpus-per-socket=a100:2 --sockets-per-node=2\n").unwrap();
     assert!(f.unsupported.is_empty(), "{:?}", f.unsupported);
