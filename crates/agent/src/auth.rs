@@ -199,6 +199,7 @@ mod tests {
             attach: false,
             expires_ms: 0,
             apps: vec![],
+            spawned_by: None,
             mac: String::new(),
         };
         sign_grant(key, &mut g, now_ms() + 60_000);

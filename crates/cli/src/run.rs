@@ -14,7 +14,8 @@ use berth_protocol::agent::AgentQuery;
 use berth_protocol::auth::{write_sealed, LinkKey, TreeEnd};
 use berth_protocol::client::{ClientRequest, ClientResponse};
 use berth_protocol::step::{
-    parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, StepCreate, StepGrant, StepOutcome, TreeDown, TreeUp,
+    parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, SpawnReply, StepCreate, StepGrant, StepOutcome,
+    TreeDown, TreeUp,
 };
 use berth_protocol::write_frame;
 use clap::Args;
@@ -279,6 +280,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         notify_signal,
         mpi,
         apps,
+        spawned_by: None,
     };
     berth_protocol::probe::mark("client request built");
     // One connection for the whole run: an interactive allocation lives as long as it.
@@ -293,7 +295,11 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         bail!(msg);
     }
     let mut tree = Tree::new(&args, &grant);
+    tree.spawner = Some(Spawner::new(dir, &args));
     let outcome = tree.drive(&grant, &link, t0, args.timing).await;
+    if let Some(spawner) = tree.spawner.take() {
+        spawner.finish(outcome.exit_code != 0).await;
+    }
     let code = outcome.exit_code;
     if args.timing {
         eprintln!(
@@ -388,6 +394,12 @@ struct Tree {
     killing: bool,
     partial: HashMap<(u32, u8), Vec<u8>>,
     running_ms: Option<f64>,
+    /// The step's spawns (`PMIx_Spawn`): started as steps of the job by this `run`. None in a
+    /// spawned step's own tree (its spawns are refused).
+    spawner: Option<Spawner>,
+    /// A spawned step's tree: told when its ranks run (or cannot), and its way down given to
+    /// the parent's `run`.
+    spawned: Option<Spawned>,
 }
 
 impl Tree {
@@ -403,6 +415,8 @@ impl Tree {
             killing: false,
             partial: HashMap::new(),
             running_ms: None,
+            spawner: None,
+            spawned: None,
         }
     }
 
@@ -436,10 +450,22 @@ impl Tree {
                 }
             }
         });
-        forward_signals(down_tx.clone());
-        // stdin is read by a thread of its own, started once the ranks run: its creation
-        // would take a CPU from the launch (nothing typed meanwhile is lost: it waits).
-        let mut stdin_fwd = Some(down_tx.clone());
+        // A spawned step's tree takes no signals nor stdin of its own: the parent's `run` kills
+        // it (Spawner::finish).
+        let mut stdin_fwd = None;
+        match &mut self.spawned {
+            None => {
+                forward_signals(down_tx.clone());
+                // stdin is read by a thread of its own, started once the ranks run: its
+                // creation would take a CPU from the launch (nothing typed meanwhile is lost).
+                stdin_fwd = Some(down_tx.clone());
+            }
+            Some(s) => {
+                if let Ok(mut downs) = s.downs.lock() {
+                    downs.push(down_tx.clone());
+                }
+            }
+        }
         let deadline = berth_protocol::tree::launch_deadline(grant.nodes.len(), grant.fanout);
         let mut answered = false;
         loop {
@@ -470,6 +496,9 @@ impl Tree {
             match msg {
                 TreeUp::Started { nodes, ranks } => {
                     berth_protocol::probe::mark("client started");
+                    if let Some(tx) = self.spawned.as_mut().and_then(|s| s.started.take()) {
+                        let _ = tx.send(Ok(()));
+                    }
                     if let Some(tx) = stdin_fwd.take() {
                         tokio::spawn(forward_stdin(tx));
                     }
@@ -487,6 +516,9 @@ impl Tree {
                 }
                 TreeUp::LaunchFailed { node, reason } => {
                     let msg = format!("launch failed on {node}: {reason}");
+                    if let Some(tx) = self.spawned.as_mut().and_then(|s| s.started.take()) {
+                        let _ = tx.send(Err(msg.clone()));
+                    }
                     eprintln!("berth run: {msg}");
                     self.failed_at.get_or_insert(msg.clone());
                     self.kill(&down_tx, msg);
@@ -527,6 +559,18 @@ impl Tree {
                 // The root shepherd completes barriers and routes direct modex itself: nothing
                 // of either comes up to `run`.
                 TreeUp::BarrierIn { .. } | TreeUp::ModexRequest(_) | TreeUp::ModexReply(_) => {}
+                TreeUp::Spawn(req) => {
+                    let reply = |error: String| {
+                        TreeDown::SpawnReply(SpawnReply { id: req.id, to: req.from, nspace: String::new(), error: Some(error) })
+                    };
+                    match &mut self.spawner {
+                        Some(spawner) => spawner.spawn(grant, link, req, down_tx.clone()),
+                        None => {
+                            eprintln!("berth run: rank {} of a spawned step called MPI_Comm_spawn: refused (a spawned step spawns no further)", req.rank);
+                            let _ = down_tx.send(reply("a spawned step spawns no further".into()));
+                        }
+                    }
+                }
                 TreeUp::Done => {
                     berth_protocol::probe::mark("client done");
                     break;
@@ -534,6 +578,9 @@ impl Tree {
             }
         }
         self.flush();
+        if let Some(tx) = self.spawned.as_mut().and_then(|s| s.started.take()) {
+            let _ = tx.send(Err(self.failed_at.clone().unwrap_or_else(|| "the step ended before its ranks ran".into())));
+        }
         self.outcome(t0)
     }
 
@@ -627,6 +674,219 @@ impl Tree {
         }
         StepOutcome { exit_code, failures, failed_at: self.failed_at.clone(), wall_ms: t0.elapsed().as_millis() as u64 }
     }
+}
+
+/// How long a spawn waits for its step to be granted (the job's cores may all be taken: a
+/// spawned step overcommits them, so this is the controller's answer, not resources).
+const SPAWN_GRANT_WAIT: Duration = Duration::from_secs(30);
+/// After its parent step ended, how long its spawned steps may run on before they are killed.
+const SPAWNED_LINGER: Duration = Duration::from_secs(10);
+
+/// A spawned step's tree (`Tree::spawned`).
+struct Spawned {
+    started: Option<tokio::sync::oneshot::Sender<Result<(), String>>>,
+    downs: std::sync::Arc<std::sync::Mutex<Vec<mpsc::UnboundedSender<TreeDown>>>>,
+}
+
+/// The spawns of `run`'s step: each `PMIx_Spawn` (`MPI_Comm_spawn`) a rank makes becomes a step
+/// of the same job, with a control tree of its own driven here, its output beside the
+/// parent's (docs/launcher.md, "MPI_Comm_spawn").
+struct Spawner {
+    dir: std::path::PathBuf,
+    label: bool,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// The spawned steps' ways down (to kill them).
+    downs: std::sync::Arc<std::sync::Mutex<Vec<mpsc::UnboundedSender<TreeDown>>>>,
+}
+
+impl Spawner {
+    fn new(dir: &Path, args: &RunArgs) -> Spawner {
+        Spawner { dir: dir.to_path_buf(), label: args.label, tasks: vec![], downs: Default::default() }
+    }
+
+    /// Start the step `req` asks for; its answer goes down `parent_down` once its ranks run.
+    fn spawn(
+        &mut self,
+        parent: &StepGrant,
+        link: &LinkKey,
+        req: berth_protocol::step::SpawnRequest,
+        parent_down: mpsc::UnboundedSender<TreeDown>,
+    ) {
+        let create = spawn_create(parent, link, &req);
+        let dir = self.dir.clone();
+        let label = self.label;
+        let downs = self.downs.clone();
+        self.tasks.push(tokio::spawn(async move {
+            let answer = |nspace: String, error: Option<String>| {
+                let _ = parent_down.send(TreeDown::SpawnReply(SpawnReply { id: req.id, to: req.from, nspace, error }));
+            };
+            let create = match create {
+                Ok(c) => c,
+                Err(e) => {
+                    eprintln!("berth run: MPI_Comm_spawn of rank {} refused: {e}", req.rank);
+                    return answer(String::new(), Some(e));
+                }
+            };
+            let granted = async {
+                let mut client = Client::connect(&dir).await?;
+                let g = request_step(&mut client, &create).await?;
+                Ok::<_, anyhow::Error>((client, g))
+            };
+            let (mut client, (grant, child_link)) = match tokio::time::timeout(SPAWN_GRANT_WAIT, granted).await {
+                Ok(Ok(g)) => g,
+                Ok(Err(e)) => {
+                    eprintln!("berth run: MPI_Comm_spawn of rank {}: {e:#}", req.rank);
+                    return answer(String::new(), Some(format!("{e:#}")));
+                }
+                Err(_) => {
+                    let e = format!("no step granted within {} s", SPAWN_GRANT_WAIT.as_secs());
+                    eprintln!("berth run: MPI_Comm_spawn of rank {}: {e}", req.rank);
+                    return answer(String::new(), Some(e));
+                }
+            };
+            let nspace = child_link.pmix_namespace(grant.job, grant.step);
+            let (started_tx, started_rx) = tokio::sync::oneshot::channel();
+            let mut tree = Tree {
+                label,
+                no_kill: grant.no_kill,
+                size: grant.size,
+                exits: vec![],
+                failures: vec![],
+                abort: None,
+                failed_at: None,
+                killing: false,
+                partial: HashMap::new(),
+                running_ms: None,
+                spawner: None,
+                spawned: Some(Spawned { started: Some(started_tx), downs }),
+            };
+            let t0 = Instant::now();
+            let drive = tree.drive(&grant, &child_link, t0, false);
+            tokio::pin!(drive);
+            let mut started_rx = Some(started_rx);
+            let outcome = loop {
+                tokio::select! {
+                    outcome = &mut drive => break outcome,
+                    started = async { started_rx.as_mut().expect("polled while Some").await }, if started_rx.is_some() => {
+                        started_rx = None;
+                        match started {
+                            Ok(Ok(())) => answer(nspace.clone(), None),
+                            Ok(Err(e)) => answer(String::new(), Some(e)),
+                            Err(_) => answer(String::new(), Some("the spawned step ended".into())),
+                        }
+                    }
+                }
+            };
+            if let Some(rx) = started_rx {
+                match rx.await {
+                    Ok(Ok(())) => answer(nspace, None),
+                    Ok(Err(e)) => answer(String::new(), Some(e)),
+                    Err(_) => answer(String::new(), Some("the spawned step ended".into())),
+                }
+            }
+            let end = ClientRequest::StepEnd { job: grant.job, step: grant.step, outcome };
+            if let Ok(ClientResponse::Error(e)) = client.call(&end).await {
+                eprintln!("berth run: recording the spawned step's end: {e}");
+            }
+        }));
+    }
+
+    /// The parent step ended: its spawned steps may end on their own for a while (at once
+    /// when `kill`), then they are killed; returns when every one is recorded.
+    async fn finish(self, kill: bool) {
+        let mut tasks = self.tasks;
+        let all = async {
+            for t in tasks.iter_mut() {
+                let _ = t.await;
+            }
+        };
+        if !kill && tokio::time::timeout(SPAWNED_LINGER, all).await.is_ok() {
+            return;
+        }
+        if let Ok(downs) = self.downs.lock() {
+            for d in downs.iter() {
+                let _ = d.send(TreeDown::Kill { reason: "the spawning step ended".into() });
+            }
+        }
+        for t in tasks {
+            let _ = tokio::time::timeout(SPAWNED_LINGER, t).await;
+        }
+    }
+}
+
+/// The step a rank's `PMIx_Spawn` asks for, in its parent's job: every program with its
+/// copies (ranks in program order), the parent step's environment under each program's own
+/// variables, overcommitting the job's cores (the parent's ranks hold them).
+fn spawn_create(
+    parent: &StepGrant,
+    link: &LinkKey,
+    req: &berth_protocol::step::SpawnRequest,
+) -> std::result::Result<StepCreate, String> {
+    use berth_protocol::step::{SpawnParent, MAX_SPAWN_APPS, MAX_SPAWN_PROCS};
+    if req.apps.is_empty() || req.apps.len() > MAX_SPAWN_APPS {
+        return Err(format!("a spawn names 1 to {MAX_SPAWN_APPS} programs, not {}", req.apps.len()));
+    }
+    let total: u64 = req.apps.iter().map(|a| u64::from(a.maxprocs)).sum();
+    if req.apps.iter().any(|a| a.maxprocs == 0 || a.argv.first().is_none_or(|p| p.is_empty()))
+        || total > u64::from(MAX_SPAWN_PROCS)
+    {
+        return Err(format!("each program needs a command and 1 or more processes, at most {MAX_SPAWN_PROCS} in all"));
+    }
+    let cwd_of = |a: &berth_protocol::step::SpawnApp| match &a.cwd {
+        Some(c) if c.starts_with('/') => c.clone(),
+        Some(c) => format!("{}/{c}", parent.cwd.trim_end_matches('/')),
+        None => parent.cwd.clone(),
+    };
+    let mut env = parent.env.clone();
+    let (argv, cwd, apps) = if req.apps.len() == 1 {
+        let a = &req.apps[0];
+        for (k, v) in &a.env {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
+        (a.argv.clone(), cwd_of(a), vec![])
+    } else {
+        let mut first = 0u32;
+        let apps = req
+            .apps
+            .iter()
+            .map(|a| {
+                let app = berth_core::step::mpmd::App {
+                    argv: a.argv.clone(),
+                    env: a.env.clone(),
+                    cwd: Some(cwd_of(a)),
+                    ranks: vec![(first, first + a.maxprocs - 1)],
+                    ..Default::default()
+                };
+                first += a.maxprocs;
+                app
+            })
+            .collect();
+        let argv = req.apps.iter().flat_map(|a| a.argv.iter().cloned().chain([":".to_string()])).collect::<Vec<_>>();
+        (argv[..argv.len() - 1].to_vec(), parent.cwd.clone(), apps)
+    };
+    Ok(StepCreate {
+        job: Some(parent.job),
+        request: StepRequest {
+            ntasks: Some(total as u32),
+            overcommit: true,
+            binding: RankBinding::None,
+            ..Default::default()
+        },
+        interactive: InteractiveAsk::default(),
+        argv,
+        env,
+        cwd,
+        host: nix::unistd::gethostname().map(|h| h.to_string_lossy().into_owned()).unwrap_or_default(),
+        pid: std::process::id(),
+        fanout: parent.fanout,
+        no_kill: false,
+        rank_cpusets: false,
+        notify_signal: None,
+        mpi: Some(parent.mpi),
+        apps,
+        spawned_by: Some(SpawnParent { nspace: link.pmix_namespace(parent.job, parent.step), rank: req.rank }),
+    })
 }
 
 fn write_stream(stream: u8, bytes: &[u8]) {

@@ -318,6 +318,7 @@ fn users_and_launches_are_checked() {
             attach: false,
             expires_ms: 0,
             apps: vec![],
+            spawned_by: None,
             mac: String::new(),
         };
         sign_grant(&key, &mut g, berth_protocol::auth::now_ms() + 60_000);
@@ -511,6 +512,7 @@ fn interactive_grant(c: &Cluster, argv: &[&str]) -> (std::os::unix::net::UnixStr
         notify_signal: None,
         mpi: None,
         apps: vec![],
+        spawned_by: None,
     };
     s.write_all(&encode(&ClientRequest::StepCreate(Box::new(create))).unwrap()).unwrap();
     let mut len = [0u8; 4];

@@ -60,6 +60,15 @@ fn check_request(req: &StepCreate) -> Result<(), ApiError> {
             "the environment holds a variable that cannot be passed to a process (empty name, '=' or NUL)".into()
         );
     }
+    if let Some(parent) = &req.spawned_by {
+        // A PMIx namespace name (PMIX_MAX_NSLEN), handed to the agents' PMIx servers.
+        if req.job.is_none() {
+            return bad("a spawned step runs in its parent's job: name the job".into());
+        }
+        if parent.nspace.is_empty() || parent.nspace.len() > 255 || !parent.nspace.bytes().all(|b| b.is_ascii_graphic()) {
+            return bad("the spawning step's PMIx namespace is not a namespace name (1-255 printable characters)".into());
+        }
+    }
     if req.fanout == 1 || req.fanout > 32 {
         return bad(format!("--fanout {} is out of range: give 2 to 32, or 0 for a flat launch", req.fanout));
     }
@@ -701,6 +710,7 @@ pub(crate) fn step_granted(
         attach: false,
         expires_ms: 0,
         apps,
+        spawned_by: req.spawned_by,
         mac: String::new(),
     };
     (grant, live, effects)

@@ -57,6 +57,7 @@ pub(crate) fn step_create(job: Option<JobId>, request: StepRequest) -> StepCreat
         notify_signal: None,
         mpi: None,
         apps: vec![],
+        spawned_by: None,
     }
 }
 

@@ -683,6 +683,7 @@ pub fn step_create() -> BoxedStrategy<StepCreate> {
                 notify_signal,
                 mpi,
                 apps,
+                spawned_by: None,
             },
         )
         .boxed()
@@ -1157,6 +1158,7 @@ pub fn step_grant() -> BoxedStrategy<StepGrant> {
                 attach,
                 expires_ms,
                 apps,
+                spawned_by: None,
                 mac,
             },
         )
@@ -1349,6 +1351,7 @@ pub fn tree_down() -> BoxedStrategy<TreeDown> {
         text().prop_map(|reason| TreeDown::Kill { reason }),
         modex_request().prop_map(TreeDown::ModexRequest),
         modex_reply().prop_map(TreeDown::ModexReply),
+        spawn_reply().prop_map(TreeDown::SpawnReply),
     ]
     .boxed()
 }
@@ -1373,6 +1376,7 @@ pub fn tree_up() -> BoxedStrategy<TreeUp> {
         }),
         modex_request().prop_map(TreeUp::ModexRequest),
         modex_reply().prop_map(TreeUp::ModexReply),
+        spawn_request().prop_map(TreeUp::Spawn),
         Just(TreeUp::Done),
     ]
     .boxed()
@@ -1392,6 +1396,20 @@ pub fn modex_reply() -> BoxedStrategy<ModexReply> {
     ];
     (any::<(u64, u32, u32)>(), "[0-9a-f]{0,32}", of(failure))
         .prop_map(|((id, to, rank), data, failure)| ModexReply { id, to, rank, data, failure })
+        .boxed()
+}
+
+pub fn spawn_request() -> BoxedStrategy<crate::step::SpawnRequest> {
+    let app = (texts(), any::<u32>(), env(), of(text()))
+        .prop_map(|(argv, maxprocs, env, cwd)| crate::step::SpawnApp { argv, maxprocs, env, cwd });
+    (any::<(u64, u32, u32)>(), vec(app, 0..3))
+        .prop_map(|((id, from, rank), apps)| crate::step::SpawnRequest { id, from, rank, apps })
+        .boxed()
+}
+
+pub fn spawn_reply() -> BoxedStrategy<crate::step::SpawnReply> {
+    (any::<(u64, u32)>(), text(), of(text()))
+        .prop_map(|((id, to), nspace, error)| crate::step::SpawnReply { id, to, nspace, error })
         .boxed()
 }
 

@@ -45,6 +45,63 @@ pub struct StepCreate {
     /// one step (MPMD)"). `argv` is then the whole command line, for the invocation log.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<App>,
+    /// The step is the children of a `PMIx_Spawn` (`MPI_Comm_spawn`) of another step of the
+    /// same job: its ranks are told their parent (`PMIX_PARENT_ID`). Set by `berth run` for
+    /// the spawns of its step (docs/launcher.md, "MPI_Comm_spawn").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnParent>,
+}
+
+/// The process that spawned a step (`PMIx_Spawn`): its PMIx namespace and rank.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnParent {
+    pub nspace: String,
+    pub rank: u32,
+}
+
+/// The most processes one `PMIx_Spawn` may ask for (all its programs together).
+pub const MAX_SPAWN_PROCS: u32 = 4096;
+/// The most programs one `PMIx_Spawn` may name.
+pub const MAX_SPAWN_APPS: usize = 64;
+
+/// One program of a `PMIx_Spawn` (`MPI_Comm_spawn`, `MPI_Comm_spawn_multiple`): what the
+/// parent asked for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnApp {
+    /// The program and its arguments (`argv[0]` is the program).
+    pub argv: Vec<String>,
+    /// How many copies (`maxprocs`).
+    pub maxprocs: u32,
+    /// Variables the parent set for it, over the parent step's.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<(String, String)>,
+    /// Its working directory; None: the parent step's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+/// A rank of node `from` called `PMIx_Spawn`: up the control tree to `berth run`, which asks
+/// the controller for a step of the same job running `apps` and answers with a
+/// [`SpawnReply`] once its ranks run. docs/protocol/03-control-tree.md, "Spawn".
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnRequest {
+    /// The asking node's request number (unique on that node for the step).
+    pub id: u64,
+    pub from: u32,
+    pub rank: u32,
+    pub apps: Vec<SpawnApp>,
+}
+
+/// The answer to a [`SpawnRequest`], down the tree to node `to`: the new step's PMIx
+/// namespace, or why there is none.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpawnReply {
+    pub id: u64,
+    pub to: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub nspace: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Resources of an interactive allocation (outside a batch job).
@@ -97,6 +154,10 @@ pub struct StepGrant {
     /// grant and refuses it rather than run `argv` everywhere.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub apps: Vec<App>,
+    /// The step was spawned by a rank of another step (its `StepCreate::spawned_by`); left
+    /// out of the JSON when None, so other grants sign as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawned_by: Option<SpawnParent>,
     /// The controller's HMAC-SHA256 (hex) over the grant with `mac` empty, under the cluster
     /// key (docs/protocol/06-auth.md, "Authentication"): agents start nothing for an unsigned grant.
     #[serde(default)]
@@ -341,6 +402,8 @@ pub enum TreeDown {
     ModexRequest(ModexRequest),
     /// A direct modex's answer on its way to the asking node.
     ModexReply(ModexReply),
+    /// A spawn's answer on its way to the asking node.
+    SpawnReply(SpawnReply),
 }
 
 /// Up the control tree (towards `run`).
@@ -385,6 +448,8 @@ pub enum TreeUp {
     ModexRequest(ModexRequest),
     /// A direct modex's answer on its way to the asking node (not in this subtree).
     ModexReply(ModexReply),
+    /// A rank's `PMIx_Spawn`, on its way to `berth run`.
+    Spawn(SpawnRequest),
     /// Every rank of the subtree ended and every exit was sent.
     Done,
 }

@@ -372,6 +372,7 @@ fn pmix_namespace(
         nsdir: &nsdir,
         uid: grant.user.uid,
         gid: grant.user.gid,
+        parent: grant.spawned_by.as_ref().map(|p| (p.nspace.clone(), p.rank)),
     };
     crate::step::pmix::Namespace::register(&spec, events).map(Some).map_err(RanksError::Pmix)
 }

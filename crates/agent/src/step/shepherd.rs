@@ -41,6 +41,11 @@ const MODEX_TIMEOUT: Duration = Duration::from_secs(30);
 /// How many direct modex requests a shepherd keeps in flight, asked and answered together
 /// (libpmix asks at most once per remote rank and node).
 const MAX_MODEX_PENDING: usize = 1 << 16;
+/// How long a rank's `PMIx_Spawn` waits for `berth run` to say its children run (a grant
+/// waiting for resources included); then it fails with PMIX_ERR_TIMEOUT.
+pub const SPAWN_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most spawns a node's ranks may have in flight.
+const MAX_SPAWNS_PENDING: usize = 64;
 
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
@@ -61,6 +66,8 @@ enum Event {
     Linger,
     /// A direct modex this node asked has had no answer in time.
     ModexTimeout(u64),
+    /// A spawn this node asked has had no answer in time.
+    SpawnTimeout(u64),
 }
 
 struct Child {
@@ -281,6 +288,9 @@ where
     let mut up_alive = true;
     let mut dead_ranks: Vec<u32> = Vec::new();
     let mut modex = Modex::new(me, is_root);
+    // Spawns this node's ranks asked (`PMIx_Spawn`): request id → the waiting token.
+    let mut spawns: HashMap<u64, crate::step::pmix::SpawnToken> = HashMap::new();
+    let mut next_spawn = 1u64;
     // At the root: how the step ended, for the controller (`StepEndReport`).
     let mut report = StepEndReport::default();
     loop {
@@ -356,6 +366,24 @@ where
                 }
                 TreeDown::ModexRequest(req) => modex.request(req, &grant, pmix.as_ref(), &mut children, &up_tx),
                 TreeDown::ModexReply(rep) => modex.reply(rep, &mut children, &up_tx),
+                TreeDown::SpawnReply(rep) => {
+                    if rep.to == me {
+                        if let Some(token) = spawns.remove(&rep.id) {
+                            match rep.error {
+                                None if !rep.nspace.is_empty() => token.complete(&rep.nspace),
+                                why => {
+                                    let why = why.unwrap_or_else(|| "no namespace".into());
+                                    tracing::warn!(job = %grant.job, step = grant.step, "PMIx_Spawn failed: {why}");
+                                    token.fail(crate::step::pmix::SpawnFailure::Launch);
+                                }
+                            }
+                        }
+                    } else if let Some(c) = children.iter().find(|c| c.nodes.contains(&rep.to)) {
+                        if let Some(tx) = &c.tx {
+                            let _ = tx.send(TreeDown::SpawnReply(rep));
+                        }
+                    }
+                }
                 TreeDown::Kill { reason } => {
                     send_down(&mut children, &TreeDown::Kill { reason });
                     if !killing {
@@ -384,6 +412,12 @@ where
             }
             Event::KillNow => signal_all(&alive, libc::SIGKILL),
             Event::ModexTimeout(id) => modex.timed_out(id),
+            Event::SpawnTimeout(id) => {
+                if let Some(token) = spawns.remove(&id) {
+                    tracing::warn!(job = %grant.job, step = grant.step, "PMIx_Spawn: no answer from `berth run` within {} s", SPAWN_TIMEOUT.as_secs());
+                    token.fail(crate::step::pmix::SpawnFailure::Timeout);
+                }
+            }
             Event::Signal(sig) => signal_all(&alive, sig),
             Event::Output(rank, stream, data) => {
                 let _ = up_tx.send(TreeUp::Output { rank, stream, data: Chunk::from_bytes(data) });
@@ -437,16 +471,42 @@ where
                 crate::step::pmix::PmixEvent::DmodexAnswered { key, data } => {
                     modex.answered(key, data, &mut children, &up_tx)
                 }
+                crate::step::pmix::PmixEvent::Spawn { rank, apps, token } => {
+                    let total: u64 = apps.iter().map(|a| u64::from(a.maxprocs)).sum();
+                    if apps.iter().any(|a| a.maxprocs == 0 || a.argv.is_empty())
+                        || total > u64::from(berth_protocol::step::MAX_SPAWN_PROCS)
+                        || spawns.len() >= MAX_SPAWNS_PENDING
+                        || !up_alive
+                    {
+                        let line = format!(
+                            "berth: PMIx_Spawn refused: each program needs a command and 1 or more processes, at most {} in all\n",
+                            berth_protocol::step::MAX_SPAWN_PROCS
+                        );
+                        let _ = up_tx.send(TreeUp::Output { rank, stream: 2, data: Chunk::from_bytes(line.into_bytes()) });
+                        token.fail(crate::step::pmix::SpawnFailure::Launch);
+                    } else {
+                        let id = next_spawn;
+                        next_spawn += 1;
+                        spawns.insert(id, token);
+                        let _ = up_tx.send(TreeUp::Spawn(berth_protocol::step::SpawnRequest { id, from: me, rank, apps }));
+                        let ev_tx = ev_tx.clone();
+                        tokio::spawn(async move {
+                            tokio::time::sleep(SPAWN_TIMEOUT).await;
+                            let _ = ev_tx.send(Event::SpawnTimeout(id));
+                        });
+                    }
+                }
                 crate::step::pmix::PmixEvent::Unsupported { rank, what } => {
                     tracing::warn!(job = %grant.job, step = grant.step, rank, "PMIx: {what} is not supported; refused");
                     // Told to the user on the rank's stderr, where Open MPI's own error goes.
                     let line = format!("berth: {what} is not supported by berth yet; refused (docs/launcher.md)\n");
                     let _ = up_tx.send(TreeUp::Output { rank, stream: 2, data: Chunk::from_bytes(line.into_bytes()) });
                     // Open MPI 4.1.4's other ranks wait forever in MPI_Comm_spawn for a root
-                    // whose spawn failed: a step of more than one rank is ended rather than
-                    // left hanging (one rank alone gets the error and goes on).
+                    // whose spawn (or its port exchange, or connection) failed: a step of more
+                    // than one rank is ended rather than left hanging (one rank alone gets the
+                    // error and goes on).
                     let size: usize = grant.nodes.iter().map(|n| n.ranks.len()).sum();
-                    if what.starts_with("PMIx_Spawn") && size > 1 {
+                    if size > 1 {
                         let abort = TreeUp::Abort {
                             rank,
                             node: node.name.clone(),
@@ -498,7 +558,9 @@ where
             }
         }
     }
-    // Deregisters the step's PMIx namespace (a fence or direct modex still pending fails).
+    // Deregisters the step's PMIx namespace (a fence, direct modex or spawn still pending
+    // fails).
+    drop(spawns);
     drop(pmix_fence);
     drop(modex);
     drop(pmix);

@@ -823,6 +823,7 @@ mod tests {
             attach: false,
             expires_ms: 0,
             apps: vec![],
+            spawned_by: None,
             mac: String::new(),
         }
     }

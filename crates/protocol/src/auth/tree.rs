@@ -64,6 +64,13 @@ impl LinkKey {
         super::hex(&hmac(&self.0, &[LABEL_PMIX_NAMESPACE])[..16])
     }
 
+    /// The step's PMIx namespace: `berth.JOB.STEP.` and [`Self::pmix_namespace_tag`], the
+    /// same on every agent of the step and at its `berth run` (which names it to the rank that
+    /// spawned the step).
+    pub fn pmix_namespace(&self, job: berth_core::JobId, step: u32) -> String {
+        format!("berth.{job}.{step}.{}", self.pmix_namespace_tag())
+    }
+
     /// As the controller hands it to `berth run` (64 hex digits).
     pub fn to_hex(&self) -> String {
         super::hex(&self.0)

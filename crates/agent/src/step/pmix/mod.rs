@@ -28,6 +28,17 @@ mod sys {
     pub type DmodexFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, token: *mut c_void);
     pub type DmodexDataFn = unsafe extern "C" fn(key: u64, found: c_int, data: *const c_char, ndata: usize);
     pub type UnsupportedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, what: *const c_char);
+    pub type SpawnFn = unsafe extern "C" fn(
+        nspace: *const c_char,
+        rank: u32,
+        napps: usize,
+        cmds: *const *const c_char,
+        argvs: *const *const *const c_char,
+        envs: *const *const *const c_char,
+        cwds: *const *const c_char,
+        maxprocs: *const c_int,
+        token: *mut c_void,
+    );
 
     extern "C" {
         pub fn berth_pmix_init(
@@ -39,6 +50,7 @@ mod sys {
             dmodex: DmodexFn,
             dmodex_data: DmodexDataFn,
             unsupported: UnsupportedFn,
+            spawn: SpawnFn,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -58,6 +70,8 @@ mod sys {
             nsdir: *const c_char,
             uid: u32,
             gid: u32,
+            parent_nspace: *const c_char,
+            parent_rank: u32,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -80,6 +94,7 @@ mod sys {
         pub fn berth_pmix_fork_template(env: *mut *mut *mut c_char, err: *mut c_char, errlen: usize) -> c_int;
         pub fn berth_pmix_free_env(env: *mut *mut c_char);
         pub fn berth_pmix_deregister(nspace: *const c_char);
+        pub fn berth_pmix_spawn_done(token: *mut c_void, nspace: *const c_char, why: c_int);
         pub fn berth_pmix_modex_done(token: *mut c_void, why: c_int, data: *const c_char, ndata: usize);
         pub fn berth_pmix_dmodex_request(nspace: *const c_char, rank: u32, key: u64) -> c_int;
         pub fn berth_pmix_notify_lost(nspace: *const c_char, rank: u32) -> c_int;
@@ -109,6 +124,9 @@ pub enum PmixEvent {
     Abort { rank: u32, code: i32, message: String },
     /// A rank called `PMIx_Finalize`.
     Finalized { rank: u32 },
+    /// A rank called `PMIx_Spawn` (`MPI_Comm_spawn`): start `apps` as a new step of the job
+    /// and complete `token` with its namespace once its ranks run.
+    Spawn { rank: u32, apps: Vec<berth_protocol::step::SpawnApp>, token: SpawnToken },
     /// A rank asked for what berth does not support yet (`what`: `PMIx_Spawn (MPI_Comm_spawn)`,
     /// ...); it was answered PMIX_ERR_NOT_SUPPORTED.
     Unsupported { rank: u32, what: String },
@@ -123,6 +141,56 @@ pub struct ModexToken(*mut c_void);
 // SAFETY: the token is an opaque heap block of shim.c, completed at most once (complete, fail
 // and drop take it), and libpmix's completion callback may be called from any thread.
 unsafe impl Send for ModexToken {}
+
+/// A `PMIx_Spawn` libpmix waits on. Dropped without [`SpawnToken::complete`] or
+/// [`SpawnToken::fail`], it fails (the rank's `PMIx_Spawn` returns an error rather than
+/// hanging).
+#[derive(Debug)]
+pub struct SpawnToken(*mut c_void);
+
+// SAFETY: as ModexToken's: an opaque heap block of shim.c, completed at most once, and
+// libpmix's spawn callback may be called from any thread.
+unsafe impl Send for SpawnToken {}
+
+/// Why a spawn failed (shim.c's `why` of berth_pmix_spawn_done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpawnFailure {
+    /// The children could not be started (PMIX_ERR_JOB_FAILED_TO_LAUNCH).
+    Launch = 1,
+    /// No answer in time (PMIX_ERR_TIMEOUT).
+    Timeout = 2,
+    /// Refused (PMIX_ERR_NOT_SUPPORTED).
+    Refused = 3,
+}
+
+impl SpawnToken {
+    /// The children run, in namespace `nspace`.
+    pub fn complete(mut self, nspace: &str) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        match CString::new(nspace) {
+            // SAFETY: `t` came from shim.c's spawn callback and is completed once (nulled
+            // here); a NUL-terminated name, copied by shim.c.
+            Ok(ns) => unsafe { sys::berth_pmix_spawn_done(t, ns.as_ptr(), 0) },
+            // SAFETY: as above, without a name.
+            Err(_) => unsafe { sys::berth_pmix_spawn_done(t, std::ptr::null(), SpawnFailure::Launch as c_int) },
+        }
+    }
+
+    pub fn fail(mut self, why: SpawnFailure) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        // SAFETY: as in complete, without a name.
+        unsafe { sys::berth_pmix_spawn_done(t, std::ptr::null(), why as c_int) };
+    }
+}
+
+impl Drop for SpawnToken {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: as in complete; a failure.
+            unsafe { sys::berth_pmix_spawn_done(self.0, std::ptr::null(), SpawnFailure::Launch as c_int) };
+        }
+    }
+}
 
 /// shim.c's `why` of berth_pmix_modex_done.
 const MODEX_OK: c_int = 0;
@@ -248,6 +316,69 @@ unsafe extern "C" fn on_unsupported(nspace: *const c_char, rank: u32, what: *con
     route(nspace, PmixEvent::Unsupported { rank, what });
 }
 
+/// A NULL-ended array of C strings as Strings (none when NULL).
+///
+/// # Safety
+/// `p` is NULL or a NULL-terminated array of NUL-terminated strings, valid during the call.
+unsafe fn strings(p: *const *const c_char) -> Vec<String> {
+    let mut out = Vec::new();
+    if p.is_null() {
+        return out;
+    }
+    let mut q = p;
+    // SAFETY: read up to the terminator (the caller's contract).
+    unsafe {
+        while !(*q).is_null() {
+            out.push(CStr::from_ptr(*q).to_string_lossy().into_owned());
+            q = q.add(1);
+        }
+    }
+    out
+}
+
+unsafe extern "C" fn on_spawn(
+    nspace: *const c_char,
+    rank: u32,
+    napps: usize,
+    cmds: *const *const c_char,
+    argvs: *const *const *const c_char,
+    envs: *const *const *const c_char,
+    cwds: *const *const c_char,
+    maxprocs: *const c_int,
+    token: *mut c_void,
+) {
+    let token = SpawnToken(token);
+    if napps > berth_protocol::step::MAX_SPAWN_APPS {
+        return token.fail(SpawnFailure::Launch);
+    }
+    let text = |p: *const c_char| {
+        // SAFETY: shim.c passes libpmix's NUL-terminated strings or NULL, valid during this call.
+        (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+    };
+    let mut apps = Vec::with_capacity(napps);
+    for i in 0..napps {
+        // SAFETY: shim.c passes `napps` entries in each array, valid during this call.
+        let (cmd, argv, env, cwd, max) =
+            unsafe { (*cmds.add(i), *argvs.add(i), *envs.add(i), *cwds.add(i), *maxprocs.add(i)) };
+        // SAFETY: libpmix's NULL-ended argv and env (pmix_app_t), or NULL.
+        let (mut argv, env) = unsafe { (strings(argv), strings(env)) };
+        // The program is `cmd`; argv[0] (Open MPI sets it to the command too) is replaced.
+        match text(cmd) {
+            Some(c) if argv.is_empty() => argv.push(c),
+            Some(c) => argv[0] = c,
+            None => {}
+        }
+        let env = env.iter().filter_map(|e| e.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        apps.push(berth_protocol::step::SpawnApp {
+            argv,
+            maxprocs: u32::try_from(max).unwrap_or(0),
+            env,
+            cwd: text(cwd).filter(|c| !c.is_empty()),
+        });
+    }
+    route(nspace, PmixEvent::Spawn { rank, apps, token });
+}
+
 unsafe extern "C" fn on_finalized(nspace: *const c_char, rank: u32) {
     route(nspace, PmixEvent::Finalized { rank });
 }
@@ -326,7 +457,7 @@ pub const GDS_VAR: (&str, &str) = ("PMIX_MCA_gds", "hash");
 /// rank and the step's uid, which a client only declares) is all a local process needs to be
 /// taken for a rank by the server, so no one outside the step can guess it.
 pub fn namespace_name(job: berth_core::JobId, step: u32, link: &berth_protocol::auth::LinkKey) -> String {
-    format!("berth.{job}.{step}.{}", link.pmix_namespace_tag())
+    link.pmix_namespace(job, step)
 }
 
 /// `env`, a NULL-ended array from libpmix, as pairs; the array is freed.
@@ -380,6 +511,7 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), PmixError> {
                     on_dmodex,
                     on_dmodex_data,
                     on_unsupported,
+                    on_spawn,
                     err.as_mut_ptr().cast(),
                     ERR_LEN,
                 )
@@ -428,6 +560,9 @@ pub struct NamespaceSpec<'a> {
     pub nsdir: &'a Path,
     pub uid: u32,
     pub gid: u32,
+    /// The process that spawned the step (`PMIx_Spawn`): its namespace and rank
+    /// (`PMIX_PARENT_ID`); None for a step `berth run` started.
+    pub parent: Option<(String, u32)>,
 }
 
 /// A registered namespace: deregistered (its clients too) when dropped. Neither waits for
@@ -470,6 +605,8 @@ impl Namespace {
             .collect::<Result<_, _>>()?;
         let cpu_ptrs: Vec<*const c_char> =
             cpus.iter().map(|c| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())).collect();
+        let parent = spec.parent.as_ref().map(|(ns, _)| cstring("parent namespace", ns)).transpose()?;
+        let parent_rank = spec.parent.as_ref().map_or(0, |(_, r)| *r);
         if let Ok(mut r) = routes().lock() {
             r.insert(spec.name.clone(), events);
         }
@@ -493,6 +630,8 @@ impl Namespace {
                 nsdir.as_ptr(),
                 spec.uid,
                 spec.gid,
+                parent.as_ref().map_or(std::ptr::null(), |p| p.as_ptr()),
+                parent_rank,
                 err.as_mut_ptr().cast(),
                 ERR_LEN,
             )
@@ -655,6 +794,7 @@ mod tests {
             nsdir: tmp.path(),
             uid: unsafe_ids().0,
             gid: unsafe_ids().1,
+            parent: None,
         };
         let ns = Namespace::register(&spec, tx.clone()).expect("register");
         let env = ns.fork_env(1);
@@ -835,6 +975,7 @@ mod tests {
             nsdir: tmp.path(),
             uid,
             gid,
+            parent: None,
         };
         let tag = "0123456789abcdef0123456789abcdef";
         let a = Namespace::register(&spec(&format!("berth.70.1.{tag}"), 3), tx.clone()).expect("register A");

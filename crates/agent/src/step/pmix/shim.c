@@ -34,6 +34,9 @@ typedef void (*berth_error_fn)(const char *nspace, const char *msg);
 typedef void (*berth_dmodex_fn)(const char *nspace, uint32_t rank, void *token);
 typedef void (*berth_dmodex_data_fn)(uint64_t key, int found, const char *data, size_t ndata);
 typedef void (*berth_unsupported_fn)(const char *nspace, uint32_t rank, const char *what);
+typedef void (*berth_spawn_fn)(const char *nspace, uint32_t rank, size_t napps, const char *const *cmds,
+                               char *const *const *argvs, char *const *const *envs, const char *const *cwds,
+                               const int *maxprocs, void *token);
 
 static berth_fence_fn on_fence;
 static berth_abort_fn on_abort;
@@ -42,6 +45,7 @@ static berth_error_fn on_error;
 static berth_dmodex_fn on_dmodex;
 static berth_dmodex_data_fn on_dmodex_data;
 static berth_unsupported_fn on_unsupported;
+static berth_spawn_fn on_spawn;
 
 void berth_pmix_deregister(const char *nspace);
 
@@ -135,11 +139,11 @@ static pmix_status_t s_direct_modex(const pmix_proc_t *proc, const pmix_info_t i
     return PMIX_SUCCESS;
 }
 
-/* Spawning (MPI_Comm_spawn) and connecting namespaces are not supported yet: each is answered
- * PMIX_ERR_NOT_SUPPORTED through its callback (the way every answer reaches the client; a
- * host's upcall that is missing or returns an error left Open MPI 4.1.4's MPI_Comm_spawn
- * waiting forever), and the step is told (on_unsupported: the agent logs it and `berth run`
- * prints it). */
+/* Connecting namespaces (PMIx_Connect, which Open MPI's MPI_Comm_spawn, MPI_Comm_connect and
+ * MPI_Comm_accept need after the spawn itself) is not supported yet: answered
+ * PMIX_ERR_NOT_SUPPORTED through its callback (the way every answer reaches the client; a host's
+ * upcall that is missing or returns an error left Open MPI 4.1.4 waiting forever), and the step
+ * is told (on_unsupported: the agent logs it and `berth run` prints it). */
 static void unsupported(const pmix_proc_t *proc, const char *what)
 {
     if (on_unsupported != NULL && proc != NULL) {
@@ -147,16 +151,67 @@ static void unsupported(const pmix_proc_t *proc, const char *what)
     }
 }
 
+struct spawn_token {
+    pmix_spawn_cbfunc_t cbfunc;
+    void *cbdata;
+};
+
+/* PMIx_Spawn (MPI_Comm_spawn): the programs are copied to the host (on_spawn, which reads them
+ * during the call only), which starts them as a new step of the job and completes the token
+ * (berth_pmix_spawn_done) with the new step's namespace once its ranks run, or with an error.
+ * The job-level directives (mapping, ...) are not read: berth places the children as it
+ * places any step. */
 static pmix_status_t s_spawn(const pmix_proc_t *proc, const pmix_info_t job_info[], size_t ninfo,
                              const pmix_app_t apps[], size_t napps, pmix_spawn_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)job_info; (void)ninfo; (void)apps; (void)napps;
-    unsupported(proc, "PMIx_Spawn (MPI_Comm_spawn)");
-    if (cbfunc == NULL) {
-        return PMIX_ERR_NOT_SUPPORTED;
+    (void)job_info; (void)ninfo;
+    if (proc == NULL || cbfunc == NULL || apps == NULL || napps == 0) {
+        return PMIX_ERR_BAD_PARAM;
     }
-    cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, cbdata);
+    if (on_spawn == NULL) {
+        unsupported(proc, "PMIx_Spawn (MPI_Comm_spawn)");
+        cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, cbdata);
+        return PMIX_SUCCESS;
+    }
+    struct spawn_token *t = malloc(sizeof(*t));
+    const char **cmds = calloc(napps, sizeof(*cmds));
+    char *const **argvs = calloc(napps, sizeof(*argvs));
+    char *const **envs = calloc(napps, sizeof(*envs));
+    const char **cwds = calloc(napps, sizeof(*cwds));
+    int *maxprocs = calloc(napps, sizeof(*maxprocs));
+    if (t == NULL || cmds == NULL || argvs == NULL || envs == NULL || cwds == NULL || maxprocs == NULL) {
+        free(t); free(cmds); free(argvs); free(envs); free(cwds); free(maxprocs);
+        return PMIX_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < napps; i++) {
+        cmds[i] = apps[i].cmd;
+        argvs[i] = apps[i].argv;
+        envs[i] = apps[i].env;
+        cwds[i] = apps[i].cwd;
+        maxprocs[i] = apps[i].maxprocs;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_spawn(proc->nspace, proc->rank, napps, cmds, (char *const *const *)argvs, (char *const *const *)envs, cwds,
+             maxprocs, t);
+    free(cmds); free(argvs); free(envs); free(cwds); free(maxprocs);
     return PMIX_SUCCESS;
+}
+
+/* Complete a spawn started by on_spawn: with the children's namespace when `nspace` is not
+ * NULL, else with `why` (BERTH_SPAWN_*). */
+void berth_pmix_spawn_done(void *token, const char *nspace, int why)
+{
+    struct spawn_token *t = token;
+    if (nspace != NULL) {
+        pmix_nspace_t ns;
+        PMIX_LOAD_NSPACE(ns, nspace);
+        t->cbfunc(PMIX_SUCCESS, ns, t->cbdata);
+    } else {
+        pmix_status_t st = why == 2 ? PMIX_ERR_TIMEOUT : why == 3 ? PMIX_ERR_NOT_SUPPORTED : PMIX_ERR_JOB_FAILED_TO_LAUNCH;
+        t->cbfunc(st, NULL, t->cbdata);
+    }
+    free(t);
 }
 
 static pmix_status_t s_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
@@ -183,6 +238,33 @@ static pmix_status_t s_disconnect(const pmix_proc_t procs[], size_t nprocs, cons
     return PMIX_SUCCESS;
 }
 
+/* Publishing and looking up names (MPI_Publish_name, MPI_Lookup_name, and Open MPI's exchange
+ * of a spawn's port between parent and children) are not supported yet either: refused at
+ * once, saying so, as PMIx_Connect is. */
+static pmix_status_t s_publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
+                               pmix_op_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)info; (void)ninfo;
+    unsupported(proc, "PMIx_Publish (MPI_Publish_name, the port exchange of MPI_Comm_spawn)");
+    if (cbfunc == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    return PMIX_SUCCESS;
+}
+
+static pmix_status_t s_lookup(const pmix_proc_t *proc, char **keys, const pmix_info_t info[], size_t ninfo,
+                              pmix_lookup_cbfunc_t cbfunc, void *cbdata)
+{
+    (void)keys; (void)info; (void)ninfo;
+    unsupported(proc, "PMIx_Lookup (MPI_Lookup_name, the port exchange of MPI_Comm_spawn)");
+    if (cbfunc == NULL) {
+        return PMIX_ERR_NOT_SUPPORTED;
+    }
+    cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, 0, cbdata);
+    return PMIX_SUCCESS;
+}
+
 static pmix_server_module_t module = {
     .client_connected = s_client_connected,
     .client_finalized = s_client_finalized,
@@ -190,6 +272,8 @@ static pmix_server_module_t module = {
     .fence_nb = s_fence_nb,
     .direct_modex = s_direct_modex,
     .spawn = s_spawn,
+    .publish = s_publish,
+    .lookup = s_lookup,
     .connect = s_connect,
     .disconnect = s_disconnect,
     .register_events = s_register_events,
@@ -415,10 +499,11 @@ static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 /* Start the server (once per process). `tmpdir`: where its rendezvous sockets go. */
 int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
                     berth_finalized_fn finalized, berth_error_fn error_fn, berth_dmodex_fn dmodex,
-                    berth_dmodex_data_fn dmodex_data, berth_unsupported_fn unsupported_fn, char *err,
-                    size_t errlen)
+                    berth_dmodex_data_fn dmodex_data, berth_unsupported_fn unsupported_fn, berth_spawn_fn spawn,
+                    char *err, size_t errlen)
 {
     on_unsupported = unsupported_fn;
+    on_spawn = spawn;
     on_fence = fence;
     on_dmodex = dmodex;
     on_dmodex_data = dmodex_data;
@@ -494,7 +579,7 @@ int berth_pmix_rank_binding(const char *cpus, char **cpuset, char **locality, ch
 int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, const uint32_t *rank_app, uint32_t napps,
                         const char *const *nodes, uint32_t nnodes, uint32_t me, const uint32_t *rank_node,
                         const uint32_t *rank_local, const char *const *rank_cpus, const char *nsdir, uint32_t uid,
-                        uint32_t gid, char *err, size_t errlen)
+                        uint32_t gid, const char *parent_nspace, uint32_t parent_rank, char *err, size_t errlen)
 {
     pmix_status_t rc;
     /* Node names "a,b,c" and ranks per node "0,1;2,3" for PMIx's own regular expressions. */
@@ -579,7 +664,7 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, co
         say(err, errlen, "PMIx_generate_regex", rc);
         return -1;
     }
-    size_t njob = 17, ninfo = njob + napps + size;
+    size_t njob = 19, ninfo = njob + napps + size;
     pmix_info_t *info;
     PMIX_INFO_CREATE(info, ninfo);
     size_t k = 0;
@@ -642,6 +727,15 @@ int berth_pmix_register(const char *nspace, const char *jobid, uint32_t size, co
     PMIX_INFO_LOAD(&info[k++], PMIX_LOCALLDR, &ldr, PMIX_PROC_RANK);
     PMIX_INFO_LOAD(&info[k++], PMIX_HOSTNAME, nodes[me], PMIX_STRING);
     PMIX_INFO_LOAD(&info[k++], PMIX_NSDIR, nsdir, PMIX_STRING);
+    if (parent_nspace != NULL) {
+        /* The step is the children of a PMIx_Spawn: who spawned them (Open MPI's
+         * MPI_Comm_get_parent, and its connection to the parent, start from it). */
+        pmix_proc_t parent;
+        bool yes = true;
+        PMIX_PROC_LOAD(&parent, parent_nspace, parent_rank);
+        PMIX_INFO_LOAD(&info[k++], PMIX_PARENT_ID, &parent, PMIX_PROC);
+        PMIX_INFO_LOAD(&info[k++], PMIX_SPAWNED, &yes, PMIX_BOOL);
+    }
     free(peers);
     free(node_map);
     free(proc_map);
