@@ -561,7 +561,12 @@ impl Tree {
                 TreeUp::BarrierIn { .. } | TreeUp::ModexRequest(_) | TreeUp::ModexReply(_) => {}
                 TreeUp::Spawn(req) => {
                     let reply = |error: String| {
-                        TreeDown::SpawnReply(SpawnReply { id: req.id, to: req.from, nspace: String::new(), error: Some(error) })
+                        TreeDown::SpawnReply(SpawnReply {
+                            id: req.id,
+                            to: req.from,
+                            nspace: String::new(),
+                            error: Some(error),
+                        })
                     };
                     match &mut self.spawner {
                         Some(spawner) => spawner.spawn(grant, link, req, down_tx.clone()),
@@ -579,7 +584,8 @@ impl Tree {
         }
         self.flush();
         if let Some(tx) = self.spawned.as_mut().and_then(|s| s.started.take()) {
-            let _ = tx.send(Err(self.failed_at.clone().unwrap_or_else(|| "the step ended before its ranks ran".into())));
+            let _ =
+                tx.send(Err(self.failed_at.clone().unwrap_or_else(|| "the step ended before its ranks ran".into())));
         }
         self.outcome(t0)
     }

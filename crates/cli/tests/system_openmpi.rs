@@ -206,24 +206,50 @@ fn pmix_get_of_a_remote_ranks_data_without_a_fence_is_served_by_direct_modex() {
     assert_no_job_cgroups(&c);
 }
 
-/// `MPI_Comm_spawn` is not supported yet: the agents' PMIx server answers `PMIx_Spawn` with
-/// PMIX_ERR_NOT_SUPPORTED (`spawn.c`, which asks for errors to be returned). One rank alone
-/// gets the error and goes on (exit 0). With 2 ranks on 2 agents, Open MPI 4.1.4's other rank
-/// would wait forever in `MPI_Comm_spawn` for its root (seen: without the step being ended, the
-/// run never returned), so the step ends at once, saying why. No child ever runs, and nothing
-/// is left after either.
+/// `MPI_Comm_spawn` starts its children as a step of the same job (`spawn.c` asks for 2 and
+/// for errors to be returned): the agent's PMIx server sends the spawn up the control tree to
+/// `berth run`, which asks the controller for a step of the job and answers with its
+/// namespace once its ranks run; the children know their parent (`PMIX_PARENT_ID`: Open MPI's
+/// child goes on to the port exchange with it). That exchange (`PMIx_Publish`/`Lookup`) and
+/// `PMIx_Connect` are not supported yet: refused, saying so, and every step ends in bounded
+/// time. One parent rank alone gets the error and goes on (exit 0); with 2 parent ranks on 2
+/// agents, Open MPI 4.1.4's other rank would wait forever for its root, so the step ends at
+/// once, saying why. Nothing is left after either.
 #[test]
-fn mpi_comm_spawn_fails_cleanly_rather_than_hanging() {
+fn mpi_comm_spawn_starts_the_children_as_a_step_of_the_job_and_fails_cleanly_at_the_port_exchange() {
     let _quiet_network = NETWORK_CHURN.lock().unwrap_or_else(|e| e.into_inner());
     let c = Cluster::up(2, TOPO);
     let spawn = openmpi_programs().join("spawn").display().to_string();
+    let refusal = "PMIx_Publish (MPI_Publish_name, the port exchange of MPI_Comm_spawn) is not supported by berth yet";
+    // The children's step: the spawned program, 2 ranks, in the parent's job, after it.
+    let children_step = |job: &serde_json::Value| {
+        let steps = c.json(&["acct", "--steps", "--limit", "10"]);
+        let all = steps.as_array().cloned().unwrap_or_default();
+        let parent = all.iter().find(|s| s["job"] == *job && s["step"] == 1).cloned();
+        let child = all.iter().find(|s| s["job"] == *job && s["step"] == 2).cloned();
+        (
+            parent.unwrap_or_else(|| panic!("no step 1 of job {job}: {steps}")),
+            child.unwrap_or_else(|| panic!("no spawned step of job {job}: {steps}")),
+        )
+    };
     let t0 = Instant::now();
     let out = c.run_step(&OMPI_ENV, &["-n", "1", &spawn]);
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "spawn -n 1: {stdout}{stderr}\n{}", c.logs());
     assert!(stdout.contains("spawn refused: "), "{stdout}{stderr}");
-    assert!(stderr.contains("PMIx_Spawn (MPI_Comm_spawn) is not supported by berth yet"), "{stderr}");
     assert!(t0.elapsed() < Duration::from_secs(30), "MPI_Comm_spawn took {:?}", t0.elapsed());
+    // Both the parent (1 rank: it gets the error) and a child (a step of 2: ended) were refused.
+    assert!(stderr.matches(refusal).count() >= 2, "{stderr}");
+    assert!(stderr.contains("called MPI_Abort (code 1): PMIx_Publish"), "the children's step ended: {stderr}");
+    let (parent, child) = children_step(&serde_json::json!(1));
+    assert_eq!(child["argv"], serde_json::json!([spawn, "child"]), "{child}");
+    assert_eq!(child["size"], 2, "{child}");
+    assert_eq!(child["exit_code"], 1, "{child}");
+    assert!(child["failure"].as_str().unwrap_or_default().contains("PMIx_Publish"), "{child}");
+    assert!(
+        child["end_time"].as_f64() <= parent["end_time"].as_f64(),
+        "the children outlived their parent: {child} {parent}"
+    );
     let t0 = Instant::now();
     let out = c.run_step(&OMPI_ENV, &["-n", "2", "-N", "2", &spawn]);
     let (stdout, stderr) = text(&out);
@@ -231,7 +257,15 @@ fn mpi_comm_spawn_fails_cleanly_rather_than_hanging() {
     assert!(stderr.contains("is not supported by berth; the step's other ranks would wait"), "{stderr}");
     assert!(t0.elapsed() < Duration::from_secs(30), "MPI_Comm_spawn took {:?}", t0.elapsed());
     assert!(!stdout.contains("child ") && !stdout.contains("spawn ok"), "{stdout}");
-    assert!(c.logs().contains("PMIx_Spawn"), "the agent says why: {}", c.logs());
+    let (parent, child) = children_step(&serde_json::json!(2));
+    assert_eq!(child["size"], 2, "{child}");
+    assert!(child["end_time"].is_number(), "the children's step ended: {child}");
+    let within = |n: &serde_json::Value| parent["nodes"].as_array().is_some_and(|p| p.contains(n));
+    assert!(
+        child["nodes"].as_array().is_some_and(|ns| ns.iter().all(within)),
+        "children outside the job's nodes: {child} {parent}"
+    );
+    assert!(c.logs().contains("PMIx_Publish"), "the agent says why: {}", c.logs());
     assert_no_process(&spawn);
     assert_no_job_cgroups(&c);
 }

@@ -65,8 +65,11 @@ fn check_request(req: &StepCreate) -> Result<(), ApiError> {
         if req.job.is_none() {
             return bad("a spawned step runs in its parent's job: name the job".into());
         }
-        if parent.nspace.is_empty() || parent.nspace.len() > 255 || !parent.nspace.bytes().all(|b| b.is_ascii_graphic()) {
-            return bad("the spawning step's PMIx namespace is not a namespace name (1-255 printable characters)".into());
+        if parent.nspace.is_empty() || parent.nspace.len() > 255 || !parent.nspace.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return bad(
+                "the spawning step's PMIx namespace is not a namespace name (1-255 printable characters)".into()
+            );
         }
     }
     if req.fanout == 1 || req.fanout > 32 {

@@ -1400,8 +1400,12 @@ pub fn modex_reply() -> BoxedStrategy<ModexReply> {
 }
 
 pub fn spawn_request() -> BoxedStrategy<crate::step::SpawnRequest> {
-    let app = (texts(), any::<u32>(), env(), of(text()))
-        .prop_map(|(argv, maxprocs, env, cwd)| crate::step::SpawnApp { argv, maxprocs, env, cwd });
+    let app = (texts(), any::<u32>(), env(), of(text())).prop_map(|(argv, maxprocs, env, cwd)| crate::step::SpawnApp {
+        argv,
+        maxprocs,
+        env,
+        cwd,
+    });
     (any::<(u64, u32, u32)>(), vec(app, 0..3))
         .prop_map(|((id, from, rank), apps)| crate::step::SpawnRequest { id, from, rank, apps })
         .boxed()

@@ -482,13 +482,15 @@ where
                             "berth: PMIx_Spawn refused: each program needs a command and 1 or more processes, at most {} in all\n",
                             berth_protocol::step::MAX_SPAWN_PROCS
                         );
-                        let _ = up_tx.send(TreeUp::Output { rank, stream: 2, data: Chunk::from_bytes(line.into_bytes()) });
+                        let _ =
+                            up_tx.send(TreeUp::Output { rank, stream: 2, data: Chunk::from_bytes(line.into_bytes()) });
                         token.fail(crate::step::pmix::SpawnFailure::Launch);
                     } else {
                         let id = next_spawn;
                         next_spawn += 1;
                         spawns.insert(id, token);
-                        let _ = up_tx.send(TreeUp::Spawn(berth_protocol::step::SpawnRequest { id, from: me, rank, apps }));
+                        let _ =
+                            up_tx.send(TreeUp::Spawn(berth_protocol::step::SpawnRequest { id, from: me, rank, apps }));
                         let ev_tx = ev_tx.clone();
                         tokio::spawn(async move {
                             tokio::time::sleep(SPAWN_TIMEOUT).await;
