@@ -1,6 +1,7 @@
 /* spawn.c: MPI_Comm_spawn of 2 children that each exchange a message with the parent's rank 0.
- * berth does not support spawning yet (the agents' PMIx server answers PMIx_Spawn with
- * PMIX_ERR_NOT_SUPPORTED): the parent asks for errors to be returned and prints
+ * berth starts the children but does not connect them to the parent yet (the port exchange,
+ * PMIx_Publish/Lookup, and PMIx_Connect are refused): the parent asks for errors to be
+ * returned and prints
  * "spawn refused: CLASS STRING", or "spawn ok children=2" when the children answered. A child
  * prints "child R of N got TOKEN". */
 #include <mpi.h>
