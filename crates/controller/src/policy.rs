@@ -36,7 +36,8 @@ impl Controller {
     }
 
     /// The running jobs as fair-share usage sees them: account, billed CPUs (GPUs billed like
-    /// the CPUs beside them unless `[fair_share] gpu_weight` says otherwise), start.
+    /// the CPUs beside them unless `[fair_share] gpu_weight` says otherwise; generic resources
+    /// and licenses by `gres_weights` and `license_weights`), start.
     fn usage_jobs(&self, now: f64) -> Vec<UsageJob> {
         self.usage_of(self.jobs.values().filter(|j| j.state == JobState::Running), now)
     }
@@ -49,9 +50,10 @@ impl Controller {
             .map(|job| {
                 let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();
                 let gpus: u64 = job.allocation.iter().map(|a| a.gpus.len() as u64).sum();
+                let held: f64 = job.allocation.iter().map(|a| config.counts_billing(&a.gres, &a.licenses)).sum();
                 UsageJob {
                     account: account_of(job),
-                    rate: config.billing(cpus, gpus, gpu_weight),
+                    rate: config.billing(cpus, gpus, gpu_weight) + held,
                     start: job.start_time.unwrap_or(now),
                 }
             })

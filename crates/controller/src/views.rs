@@ -66,7 +66,8 @@ impl Controller {
         let cpus: u64 = alloc.iter().map(|a| a.cpus.len() as u64).sum();
         let gpus: u64 = alloc.iter().map(|a| a.gpus.len() as u64).sum();
         let config = &self.policy.fair_share.config;
-        Some(config.billing(cpus, gpus, gpu_weight))
+        let held: f64 = alloc.iter().map(|a| config.counts_billing(&a.gres, &a.licenses)).sum();
+        Some(config.billing(cpus, gpus, gpu_weight) + held)
     }
 
     /// [`Self::billing_rate`] set on each of `jobs`, the GPU weight worked out once and only

@@ -127,6 +127,41 @@ fn fair_share_bills_gpu_seconds() {
     assert!(near(g, c), "{g} vs {c}");
 }
 
+/// Issue 20: generic resources and licenses are billed by `[fair_share] gres_weights` and
+/// `license_weights` (Slurm's `TRESBillingWeights=GRES/nvme=...,License/matlab=...`): the
+/// charge and the `billing` of `berth show` and `acct` add each unit held times its weight.
+#[test]
+fn fair_share_bills_gres_and_licenses_by_their_weights() {
+    let mut h = Harness::with_config(1, |c| {
+        c.licenses = counts(&[("matlab", 4)]);
+        c.gres.insert("n0".into(), counts(&[("nvme", 800)]));
+        c.fair_share.gres_weights.insert("nvme".into(), 0.01);
+        c.fair_share.license_weights.insert("matlab".into(), 8.0);
+    });
+    let held = h.batch(
+        SubmitOptions {
+            gres: Some(counts(&[("nvme", 500)])),
+            licenses: Some(counts(&[("matlab", 2)])),
+            ..opts(2, 7200, "lic")
+        },
+        &ann(),
+    );
+    let plain = h.batch(opts(2, 7200, "cpu"), &ann());
+    assert_eq!((state(&h, held), state(&h, plain)), (JobState::Running, JobState::Running));
+    h.ctl.charge_usage(h.now);
+    h.ctl.carry_out_effects(h.now).unwrap();
+    h.now += 100.0;
+    h.ctl.charge_usage(h.now);
+    h.ctl.carry_out_effects(h.now).unwrap();
+    let u = &h.ctl.policy.fair_share.usage;
+    let near = |a: f64, b: f64| (a - b).abs() < b * 1e-4;
+    // 2 CPUs + 500 x 0.01 + 2 x 8 = 23 a second.
+    assert!(near(u["lic"], 23.0 * 100.0), "{}", u["lic"]);
+    assert!(near(u["cpu"], 2.0 * 100.0), "{}", u["cpu"]);
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: held }, &ann()) else { panic!() };
+    assert_eq!(job.billing, Some(23.0));
+}
+
 fn queues() -> Vec<berth_core::sched::queue::QueueSpec> {
     use berth_core::sched::queue::QueueSpec;
     vec![

@@ -24,7 +24,19 @@ pub struct FairShareConfig {
     /// GPU cost, the cluster's PUs per GPU on its GPU nodes ([`auto_gpu_weight`]), so a job
     /// holding a GPU node's GPUs is billed like the whole node; 0 bills no GPU.
     pub gpu_weight: Option<f64>,
+    /// What one unit of a generic resource held for a second is billed, by name (Slurm's
+    /// `GRES/nvme=`), or by `NAME:TYPE` for one type (`"nvme:fast"`, over the name's weight);
+    /// resources not listed are not billed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gres_weights: BTreeMap<String, f64>,
+    /// What one license held for a second is billed, by name (Slurm's `License/matlab=`);
+    /// licenses not listed are not billed.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub license_weights: BTreeMap<String, f64>,
 }
+
+/// The most entries of `gres_weights` or `license_weights`.
+pub const MAX_WEIGHTS: usize = 256;
 
 impl Default for FairShareConfig {
     fn default() -> Self {
@@ -34,6 +46,8 @@ impl Default for FairShareConfig {
             default_share: 1.0,
             cpu_weight: 1.0,
             gpu_weight: None,
+            gres_weights: BTreeMap::new(),
+            license_weights: BTreeMap::new(),
         }
     }
 }
@@ -44,6 +58,26 @@ impl FairShareConfig {
     /// `auto_gpu` (see [`auto_gpu_weight`]) when none is set. Charged as usage per second.
     pub fn billing(&self, cpus: u64, gpus: u64, auto_gpu: f64) -> f64 {
         self.cpu_weight * cpus as f64 + self.gpu_weight.unwrap_or(auto_gpu) * gpus as f64
+    }
+
+    /// What generic resources `gres` (keys as a node's: `nvme`, `nvme:fast`) and licenses
+    /// `licenses` held are billed a second, over [`Self::billing`]: each unit its weight in
+    /// `gres_weights` (a typed key's own, else its name's) or `license_weights`, 0 if none.
+    pub fn counts_billing(&self, gres: &crate::gres::Counts, licenses: &crate::gres::Counts) -> f64 {
+        if self.gres_weights.is_empty() && self.license_weights.is_empty() {
+            return 0.0;
+        }
+        let gres_weight = |key: &str| {
+            self.gres_weights
+                .get(key)
+                .or_else(|| self.gres_weights.get(crate::gres::split_key(key).0))
+                .copied()
+                .unwrap_or(0.0)
+        };
+        let g: f64 = gres.iter().map(|(k, &n)| gres_weight(k) * f64::from(n)).sum();
+        let l: f64 =
+            licenses.iter().map(|(k, &n)| self.license_weights.get(k).copied().unwrap_or(0.0) * f64::from(n)).sum();
+        g + l
     }
 
     /// The GPU weight billing uses on a cluster of `nodes`: `gpu_weight` when set, else
@@ -61,13 +95,25 @@ impl FairShareConfig {
         if !ok(self.cpu_weight) || !self.gpu_weight.is_none_or(ok) {
             return Err(BadWeights);
         }
+        for (table, weights) in [("gres_weights", &self.gres_weights), ("license_weights", &self.license_weights)] {
+            if weights.len() > MAX_WEIGHTS {
+                return Err(BadWeights);
+            }
+            let key_ok = |k: &String| match table {
+                "gres_weights" => crate::gres::valid_key(k),
+                _ => crate::gres::valid_name(k),
+            };
+            if weights.iter().any(|(k, w)| !ok(*w) || !key_ok(k)) {
+                return Err(BadWeights);
+            }
+        }
         Ok(())
     }
 }
 
 /// Billing weights that cannot be used ([`FairShareConfig::check_weights`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second)")]
+#[error("cpu_weight and gpu_weight must be numbers >= 0 (billed units a CPU or GPU a second); gres_weights and license_weights at most 256 entries, each a resource name (gres: NAME or NAME:TYPE) = a number >= 0 (billed units one held a second)")]
 pub struct BadWeights;
 
 /// The GPU weight of a cluster whose config sets none: the PUs of its GPU nodes per GPU there
