@@ -40,12 +40,33 @@ pub struct UpdateArgs {
     /// Admins: the job's priority, instead of the computed one.
     #[arg(long)]
     pub priority: Option<u32>,
-    /// Generic resources on each node, NAME:COUNT[,...] as at submission (not GPUs); "" removes them.
+    /// Generic resources on each node, NAME[:TYPE]:COUNT[,...] as at submission ("" removes
+    /// them); a gpu[:TYPE]:N item is --gpus-per-node N --gpu-type TYPE.
     #[arg(long)]
     pub gres: Option<String>,
     /// Licenses, NAME[:COUNT][,...] as at submission; "" removes them.
     #[arg(long, short = 'L')]
     pub licenses: Option<String>,
+    /// GPUs of the whole job (replaces its GPU counts); 0 removes its GPUs.
+    #[arg(long)]
+    pub gpus: Option<String>,
+    /// GPUs on each node (replaces its GPU counts); 0 removes its GPUs.
+    #[arg(long = "gpus-per-node")]
+    pub gpus_per_node: Option<String>,
+    /// Only GPUs of this type; "" any type.
+    #[arg(long = "gpu-type")]
+    pub gpu_type: Option<String>,
+}
+
+/// A GPU count of `berth update`: 0 (no GPUs any more) to `max`.
+fn gpu_count(flag: &str, v: &Option<String>, max: u32) -> Result<Option<u32>> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some(t) => match t.parse::<u32>() {
+            Ok(n) if n <= max => Ok(Some(n)),
+            _ => bail!("{flag} needs a whole number from 0 (no GPUs) to {max}, got {:?}", t.escape_debug().to_string()),
+        },
+    }
 }
 
 impl UpdateArgs {
@@ -75,21 +96,34 @@ impl UpdateArgs {
             ),
             None => None,
         };
-        // Read as at submission; "" is none any more.
-        let counts = |what: &str, v: &Option<String>| -> Result<Option<berth_core::gres::Counts>> {
+        // Read as at submission; "" is none any more. `--gres gpu[:TYPE]:N` items are GPUs per
+        // node (and their type), as at submission.
+        let mut gres_gpus: (Option<u32>, Option<String>) = (None, None);
+        let mut counts = |what: &str, v: &Option<String>| -> Result<Option<berth_core::gres::Counts>> {
             match v.as_deref().map(str::trim) {
                 None => Ok(None),
                 Some("") => Ok(Some(Default::default())),
                 Some(t) => {
                     let mut o = SubmitOptions::default();
                     o.set(what, t).map_err(|e| anyhow!(e))?;
-                    if o.gpus_per_node.is_some() || o.gpu_type.is_some() {
-                        bail!("--gres: GPUs are not changed by `berth update`; cancel and submit again");
-                    }
-                    Ok(Some(if what == "gres" { o.gres } else { o.licenses }.unwrap_or_default()))
+                    gres_gpus = (o.gpus_per_node, o.gpu_type);
+                    let rest = if what == "gres" { o.gres } else { o.licenses };
+                    // Only GPU items: the job's other resources stay as they are.
+                    Ok(if rest.is_none() && gres_gpus.0.is_some() { None } else { Some(rest.unwrap_or_default()) })
                 }
             }
         };
+        let gres = counts("gres", &self.gres)?;
+        let licenses = counts("licenses", &self.licenses)?;
+        let mut gpus_per_node = gpu_count("--gpus-per-node", &self.gpus_per_node, berth_core::job::MAX_GPUS_PER_NODE)?;
+        let mut gpu_type = self.gpu_type.as_ref().map(|t| t.trim().to_string());
+        if let Some(n) = gres_gpus.0 {
+            if gpus_per_node.is_some_and(|p| p != n) || gres_gpus.1.is_some() && gpu_type.is_some() {
+                bail!("--gres gpu:... and --gpus-per-node/--gpu-type say the same; give one of them");
+            }
+            gpus_per_node = Some(n);
+            gpu_type = gpu_type.or(gres_gpus.1);
+        }
         let change = JobChange {
             walltime: o.walltime,
             cores: o.cores,
@@ -101,11 +135,14 @@ impl UpdateArgs {
             name: o.name,
             dependency: self.dependency.clone(),
             priority: self.priority,
-            gres: counts("gres", &self.gres)?,
-            licenses: counts("licenses", &self.licenses)?,
+            gres,
+            licenses,
+            gpus: gpu_count("--gpus", &self.gpus, berth_core::job::MAX_GPUS_PER_JOB)?,
+            gpus_per_node,
+            gpu_type,
         };
         if change.is_empty() {
-            bail!("nothing to change: give --walltime, --cores, --nodes, --tasks-per-node, --cpus-per-task, --tasks, --queue, --name, --dependency, --priority, --gres or --licenses");
+            bail!("nothing to change: give --walltime, --cores, --nodes, --tasks-per-node, --cpus-per-task, --tasks, --queue, --name, --dependency, --priority, --gres, --licenses, --gpus, --gpus-per-node or --gpu-type");
         }
         Ok(change)
     }
@@ -161,8 +198,26 @@ mod tests {
         let c = lic.change().unwrap();
         assert_eq!(c.licenses.unwrap().get("matlab"), Some(&2));
         assert_eq!(c.gres, Some(Default::default()), "\"\" removes them");
-        let gpu = UpdateArgs { id: "5".into(), gres: Some("gpu:2".into()), ..Default::default() };
-        assert!(gpu.change().unwrap_err().to_string().contains("GPUs"));
+        // GPUs (issue 20): counts, 0 removes them, gres gpu items are GPUs per node.
+        let gpu = UpdateArgs { id: "5".into(), gres: Some("gpu:a100:2".into()), ..Default::default() };
+        let c = gpu.change().unwrap();
+        assert_eq!((c.gpus_per_node, c.gpu_type.as_deref(), c.gres), (Some(2), Some("a100"), None));
+        let mixed = UpdateArgs { id: "5".into(), gres: Some("gpu:1,nvme:10".into()), ..Default::default() };
+        let c = mixed.change().unwrap();
+        assert_eq!((c.gpus_per_node, c.gres.unwrap().get("nvme")), (Some(1), Some(&10)));
+        let gpus =
+            UpdateArgs { id: "5".into(), gpus: Some("0".into()), gpu_type: Some("".into()), ..Default::default() };
+        let c = gpus.change().unwrap();
+        assert_eq!((c.gpus, c.gpu_type.as_deref()), (Some(0), Some("")));
+        let bad = UpdateArgs { id: "5".into(), gpus_per_node: Some("x".into()), ..Default::default() };
+        assert!(bad.change().unwrap_err().to_string().contains("--gpus-per-node"));
+        let both = UpdateArgs {
+            id: "5".into(),
+            gres: Some("gpu:2".into()),
+            gpus_per_node: Some("3".into()),
+            ..Default::default()
+        };
+        assert!(both.change().unwrap_err().to_string().contains("give one of them"));
         let none = UpdateArgs { id: "5".into(), ..Default::default() };
         assert!(none.change().unwrap_err().to_string().contains("nothing to change"));
     }

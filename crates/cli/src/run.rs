@@ -56,6 +56,28 @@ pub struct RunArgs {
     /// job's GPUs on its node), map:I,J,... (local rank i the node's GPU in place i).
     #[arg(long = "gpu-bind")]
     pub(crate) gpu_bind: Option<String>,
+    /// Outside a job: GPUs of the interactive allocation, spread evenly over its nodes.
+    #[arg(long = "gpus", value_name = "N")]
+    pub(crate) gpus: Option<String>,
+    /// Outside a job: GPUs on each node of the interactive allocation.
+    #[arg(long = "gpus-per-node", value_name = "N")]
+    pub(crate) gpus_per_node: Option<String>,
+    /// Outside a job: only GPUs of this type.
+    #[arg(long = "gpu-type", value_name = "TYPE")]
+    pub(crate) gpu_type: Option<String>,
+    /// Outside a job: GPUs on each of --sockets-per-node sockets of a node.
+    #[arg(long = "gpus-per-socket", value_name = "N")]
+    pub(crate) gpus_per_socket: Option<String>,
+    /// Outside a job, with --gpus-per-socket: the sockets of each node used.
+    #[arg(long = "sockets-per-node", value_name = "S")]
+    pub(crate) sockets_per_node: Option<String>,
+    /// Outside a job: generic resources on each node (NAME[:TYPE][:COUNT],...; gpu items are
+    /// GPUs per node).
+    #[arg(long = "gres", value_name = "LIST")]
+    pub(crate) gres: Option<String>,
+    /// Outside a job: cluster-wide licenses held while the allocation lives (NAME[:COUNT],...).
+    #[arg(short = 'L', long = "licenses", value_name = "LIST")]
+    pub(crate) licenses: Option<String>,
     /// Prefix each output line with its rank ("3: ...").
     #[arg(long, short = 'l')]
     pub(crate) label: bool,
@@ -203,6 +225,43 @@ fn parse_fanout(s: &str) -> Result<u32> {
     }
 }
 
+/// What an interactive allocation asks for (`berth run` outside a job): its nodes, walltime,
+/// GPUs, generic resources and licenses, read as a batch job's options of the same names
+/// (`#BERTH --gres ...`). Inside a job a step runs on what its job holds: those options are
+/// refused there, naming them.
+pub(crate) fn interactive_ask(args: &RunArgs, in_job: bool, walltime_seconds: Option<u64>) -> Result<InteractiveAsk> {
+    let given = [
+        ("gpus", &args.gpus),
+        ("gpus-per-node", &args.gpus_per_node),
+        ("gpu-type", &args.gpu_type),
+        ("gpus-per-socket", &args.gpus_per_socket),
+        ("sockets-per-node", &args.sockets_per_node),
+        ("gres", &args.gres),
+        ("licenses", &args.licenses),
+    ];
+    let mut options = berth_core::directives::SubmitOptions::default();
+    for (name, value) in given {
+        let Some(v) = value else { continue };
+        if in_job {
+            bail!(
+                "--{name}: a step runs on its job's GPUs, generic resources and licenses; ask for them when submitting the job (outside a job, `berth run --{name}` makes an allocation with them)"
+            );
+        }
+        options.set(name, v).map_err(|e| anyhow!("--{name} {}: {e}", v.escape_debug()))?;
+    }
+    Ok(InteractiveAsk {
+        nodes: args.nodes,
+        walltime_seconds,
+        gpus: options.gpus,
+        gpus_per_node: options.gpus_per_node,
+        gpu_type: options.gpu_type,
+        gpus_per_socket: options.gpus_per_socket,
+        sockets_per_node: options.sockets_per_node,
+        gres: options.gres.unwrap_or_default(),
+        licenses: options.licenses.unwrap_or_default(),
+    })
+}
+
 pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
     berth_protocol::probe::mark("client run");
     let t0 = Instant::now();
@@ -265,10 +324,11 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
             (args.command.clone(), apps)
         }
     };
+    let interactive = interactive_ask(&args, job.is_some(), walltime_seconds)?;
     let create = StepCreate {
         job,
         request,
-        interactive: InteractiveAsk { nodes: args.nodes, walltime_seconds },
+        interactive,
         argv,
         env,
         cwd,

@@ -415,7 +415,7 @@ impl Controller {
 
     /// A request for generic resources no configured node has (or more than any has), or for
     /// licenses the cluster does not have (or more than exist), can never run: refused.
-    fn check_gres_and_licenses(&self, request: &JobRequest) -> Result<(), ApiError> {
+    pub(crate) fn check_gres_and_licenses(&self, request: &JobRequest) -> Result<(), ApiError> {
         let never = |m: String| ApiError::new(ErrorCode::Infeasible, format!("this job can never run here: {m}"));
         for (name, &want) in &request.gres {
             let most = self.cfg.gres_max(name);

@@ -22,7 +22,7 @@ use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::{ControllerMessage, StepRef};
 use berth_protocol::auth::LinkKey;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
-use berth_protocol::step::{StepCreate, StepGrant, StepNode, StepOutcome};
+use berth_protocol::step::{InteractiveAsk, StepCreate, StepGrant, StepNode, StepOutcome};
 use std::collections::HashMap;
 
 type Reply = Result<ClientResponse, StoreError>;
@@ -302,7 +302,9 @@ impl Controller {
                 None => options.gpus = Some(ntasks.checked_mul(g).ok_or_else(too_large)?),
             }
         }
+        Self::interactive_resources(&req.interactive, &mut options)?;
         let request = JobRequest::from_options(&options).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
+        self.check_gres_and_licenses(&request)?;
         let cores = request.total_cpus();
         if cores > lim.max_cores as u64 {
             return Err(api(
@@ -325,6 +327,38 @@ impl Controller {
         let ask = req.interactive.walltime_seconds.unwrap_or(lim.max_walltime_secs);
         options.walltime = Some(ask.clamp(1, lim.max_walltime_secs));
         Ok((options, request))
+    }
+
+    /// An interactive allocation's GPUs, generic resources and licenses (`berth run --gpus
+    /// --gres -L` outside a job) into its options, bounded as a submission's; a GPU count
+    /// beside `--gpus-per-task` (which sets the GPUs from the ranks) is refused.
+    fn interactive_resources(ask: &InteractiveAsk, options: &mut SubmitOptions) -> Result<(), ApiError> {
+        let bad = |m: String| api(ErrorCode::BadRequest, m);
+        let counted = ask.gpus.is_some() || ask.gpus_per_node.is_some() || ask.gpus_per_socket.is_some();
+        if counted && (options.gpus.is_some() || options.gpus_per_node.is_some()) {
+            return Err(bad(
+                "--gpus-per-task sets an interactive allocation's GPUs (ranks x N); give it or --gpus/--gpus-per-node/--gpus-per-socket, not both".into(),
+            ));
+        }
+        if counted {
+            options.gpus = ask.gpus;
+            options.gpus_per_node = ask.gpus_per_node;
+        }
+        options.gpus_per_socket = ask.gpus_per_socket;
+        options.sockets_per_node = ask.sockets_per_node;
+        options.gpu_type = ask.gpu_type.clone();
+        if !ask.gres.is_empty() {
+            berth_core::gres::check_node_config("--gres", &ask.gres).map_err(|e| bad(e.to_string()))?;
+            if ask.gres.keys().any(|k| berth_core::gres::split_key(k).0 == "gpu") {
+                return Err(bad("--gres: GPUs are asked with --gpus, --gpus-per-node or --gpus-per-task".into()));
+            }
+            options.gres = Some(ask.gres.clone());
+        }
+        if !ask.licenses.is_empty() {
+            berth_core::gres::check_config("--licenses", &ask.licenses).map_err(|e| bad(e.to_string()))?;
+            options.licenses = Some(ask.licenses.clone());
+        }
+        Ok(())
     }
 
     /// `berth run` outside a job: place an allocation now (outside the queue) or say why not,

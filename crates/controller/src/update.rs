@@ -273,9 +273,9 @@ impl Controller {
         }
         // Checked below with the rest as at submission: bounds, then whether they can ever be had.
         if let Some(g) = &c.gres {
-            berth_core::gres::check_config("--gres", g).map_err(|e| bad(e.to_string()))?;
-            if g.contains_key("gpu") {
-                return Err(bad("--gres: GPUs are not changed by an update; cancel and submit again".into()));
+            berth_core::gres::check_node_config("--gres", g).map_err(|e| bad(e.to_string()))?;
+            if g.keys().any(|k| berth_core::gres::split_key(k).0 == "gpu") {
+                return Err(bad("--gres: GPUs are changed with --gpus, --gpus-per-node and --gpu-type".into()));
             }
             o.gres = (!g.is_empty()).then(|| g.clone());
             said.push(format!("gres={}", berth_core::gres::render(g)));
@@ -284,6 +284,34 @@ impl Controller {
             berth_core::gres::check_config("--licenses", l).map_err(|e| bad(e.to_string()))?;
             o.licenses = (!l.is_empty()).then(|| l.clone());
             said.push(format!("licenses={}", berth_core::gres::render(l)));
+        }
+        if c.gpus.is_some() || c.gpus_per_node.is_some() {
+            // The counts given replace the job's (`--gpus-per-socket`'s included); 0 removes
+            // its GPUs, and with them its GPUs per task and binding.
+            if c.gpus == Some(0) || c.gpus_per_node == Some(0) {
+                if c.gpus.is_some_and(|n| n > 0) || c.gpus_per_node.is_some_and(|n| n > 0) {
+                    return Err(
+                        bad("--gpus 0 or --gpus-per-node 0 removes the job's GPUs; give no other count".into()),
+                    );
+                }
+                (o.gpus_per_task, o.gpu_bind, o.gpu_type) = (None, None, None);
+                (o.gpus, o.gpus_per_node) = (None, None);
+                said.push("gpus=0".into());
+            } else {
+                (o.gpus, o.gpus_per_node) = (c.gpus, c.gpus_per_node);
+                if let Some(n) = c.gpus {
+                    said.push(format!("gpus={n}"));
+                }
+                if let Some(n) = c.gpus_per_node {
+                    said.push(format!("gpus_per_node={n}"));
+                }
+            }
+            (o.gpus_per_socket, o.sockets_per_node) = (None, None);
+        }
+        if let Some(t) = &c.gpu_type {
+            // Checked (a valid name, and GPUs to be of it) with the rest below.
+            o.gpu_type = Some(t.trim().to_string()).filter(|t| !t.is_empty());
+            said.push(format!("gpu_type={}", t.trim()));
         }
         // The walltime asked for, else the job's; a new queue gives its default to a job that
         // has none, as at submission.

@@ -228,6 +228,16 @@ pub struct JobChange {
     /// Licenses, as `--licenses`; empty: none any more.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub licenses: Option<Counts>,
+    /// GPUs of the whole job, as `--gpus` (replaces its GPU counts); 0: no GPUs any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// GPUs on each node, as `--gpus-per-node`, PBS's `ngpus` (replaces its GPU counts); 0: no
+    /// GPUs any more.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// Only GPUs of this type, as `--gpu-type`; empty: of any type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
 }
 
 impl JobChange {

@@ -663,15 +663,27 @@ pub fn step_create() -> BoxedStrategy<StepCreate> {
     (
         (of(job_id()), step_request(), of(any::<u32>()), of(any::<u64>()), texts(), env(), vec(app(), 0..3)),
         (text(), text(), any::<u32>(), any::<u32>(), any::<bool>(), any::<bool>(), of(any::<i32>()), of(mpi_kind())),
+        (of(any::<u32>()), of(any::<u32>()), of(text()), of(any::<u32>()), of(any::<u32>()), counts(), counts()),
     )
         .prop_map(
             |(
                 (job, request, nodes, walltime_seconds, argv, env, apps),
                 (cwd, host, pid, fanout, no_kill, rank_cpusets, notify_signal, mpi),
+                (gpus, gpus_per_node, gpu_type, gpus_per_socket, sockets_per_node, gres, licenses),
             )| StepCreate {
                 job,
                 request,
-                interactive: InteractiveAsk { nodes, walltime_seconds },
+                interactive: InteractiveAsk {
+                    nodes,
+                    walltime_seconds,
+                    gpus,
+                    gpus_per_node,
+                    gpu_type,
+                    gpus_per_socket,
+                    sockets_per_node,
+                    gres,
+                    licenses,
+                },
                 argv,
                 env,
                 cwd,
@@ -763,6 +775,9 @@ pub fn reserve_request() -> BoxedStrategy<ReserveRequest> {
                     gpu_type,
                     gres,
                     licenses,
+                    gpus,
+                    gpus_per_node,
+                    gpu_type,
                 }
             },
         );
@@ -843,12 +858,15 @@ pub fn job_change() -> BoxedStrategy<crate::client::JobChange> {
         of(text()),
         of(any::<u32>()),
     )
-        .prop_flat_map(|head| (Just(head), of(counts()), of(counts())))
+        .prop_flat_map(|head| {
+            (Just(head), of(counts()), of(counts()), (of(any::<u32>()), of(any::<u32>()), of(text())))
+        })
         .prop_map(
             |(
                 (walltime, cores, nodes, tasks_per_node, cpus_per_task, tasks, queue, name, dependency, priority),
                 gres,
                 licenses,
+                (gpus, gpus_per_node, gpu_type),
             )| {
                 crate::client::JobChange {
                     walltime,

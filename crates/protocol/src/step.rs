@@ -104,11 +104,34 @@ pub struct SpawnReply {
     pub error: Option<String>,
 }
 
-/// Resources of an interactive allocation (outside a batch job).
+/// Resources of an interactive allocation (outside a batch job). The GPU, generic resource
+/// and license fields are a batch job's (`SubmitOptions`'s of the same names, checked as at
+/// submission); absent from older clients' frames, they read as none.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct InteractiveAsk {
     pub nodes: Option<u32>,
     pub walltime_seconds: Option<u64>,
+    /// `--gpus N`: GPUs of the whole allocation, spread evenly over its nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus: Option<u32>,
+    /// `--gpus-per-node N`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_node: Option<u32>,
+    /// `--gpu-type T`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_type: Option<String>,
+    /// `--gpus-per-socket N` (with `sockets_per_node`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpus_per_socket: Option<u32>,
+    /// `--sockets-per-node S` (with `gpus_per_socket` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sockets_per_node: Option<u32>,
+    /// `--gres NAME[:TYPE]:COUNT,...`: generic resources on each node (not GPUs).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub gres: berth_core::gres::Counts,
+    /// `--licenses`/`-L NAME[:COUNT],...`: cluster-wide licenses while the allocation lives.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub licenses: berth_core::gres::Counts,
 }
 
 /// A step as granted: everything the shepherds need. Issued by the controller only.

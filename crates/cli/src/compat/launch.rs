@@ -201,6 +201,8 @@ interactive allocation. It supports: -n/--ntasks -N/--nodes --ntasks-per-node
   -m/--distribution=block[:block|cyclic] -i/--input=none|0|FILE -o/--output=none|FILE
   -e/--error=none|FILE -t/--time -D/--chdir --jobid --export=ALL[,VAR=value]
   -w/--nodelist (the job's first nodes only) --exclusive -u -Q -v --multi-prog FILE
+  --gpus-per-task --gpu-bind; outside a job: -G/--gpus --gpus-per-node --gpus-per-socket
+  --sockets-per-node --gres -L/--licenses
   --ignore-unsupported (berth: run without options berth does not support)
 Other Slurm options are refused by name; docs/compat.md lists what is supported.
 ";
@@ -220,6 +222,8 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
     let mut mpi: Option<String> = std::env::var("SLURM_MPI_TYPE").ok().filter(|s| !s.is_empty());
     // -i/-o/-e FILE, read once the step's shape is known (their patterns depend on it).
     let mut streams: [Option<(String, String)>; 3] = [None, None, None];
+    // GPUs, generic resources and licenses: an interactive allocation's (outside a job).
+    let mut resources: Vec<(String, String)> = Vec::new();
     for (key, value) in &p.options {
         let v = value.clone().unwrap_or_default();
         let shown = match value {
@@ -242,6 +246,9 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
                 Ok(b) => a.gpu_bind = Some(b.to_string()),
                 Err(why) => refuse(&mut plan, ignore, format!("{shown}: {why}"))?,
             },
+            "--gpus" | "--gpus-per-node" | "--gpus-per-socket" | "--sockets-per-node" | "--gres" | "--licenses" => {
+                resources.push((key.clone(), v))
+            }
             "--label" => a.label = true,
             "--overcommit" => a.overcommit = true,
             "--jobid" => {
@@ -377,6 +384,9 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
             }
         }
     }
+    if !resources.is_empty() {
+        srun_resources(&mut plan, ignore, resources)?;
+    }
     if let Some(t) = time {
         let secs = slurm_time(&t)?;
         if in_job(&plan.args) {
@@ -405,6 +415,50 @@ pub fn srun_plan(argv: &[String]) -> Result<LaunchPlan, String> {
         }
     }
     Ok(plan)
+}
+
+/// srun's `--gres`, `-G/--gpus`, `--gpus-per-node`, `--gpus-per-socket`, `--sockets-per-node`
+/// and `-L/--licenses`: outside a job, what the interactive allocation holds (`berth run`'s
+/// options of those names; a GPU count's `TYPE:` prefix is `--gpu-type`). Inside one a step
+/// runs on its job's GPUs, generic resources and licenses: refused naming the option
+/// (`--ignore-unsupported`: a warning), never dropped silently.
+fn srun_resources(plan: &mut LaunchPlan, ignore: bool, resources: Vec<(String, String)>) -> Result<(), String> {
+    if in_job(&plan.args) {
+        for (key, v) in resources {
+            refuse(
+                plan,
+                ignore,
+                format!(
+                    "{key}={v}: a step runs on its job's GPUs, generic resources and licenses (ask for them in the job's #SBATCH lines); --gpus-per-task gives each rank its own of the job's"
+                ),
+            )?;
+        }
+        return Ok(());
+    }
+    let a = &mut plan.args;
+    for (key, v) in resources {
+        // A GPU count is [TYPE:]N, as Slurm's.
+        let (kind, count) = match key.as_str() {
+            "--gpus" | "--gpus-per-node" | "--gpus-per-socket" => match v.rsplit_once(':') {
+                Some((kind, n)) => (Some(kind.to_string()), n.to_string()),
+                None => (None, v),
+            },
+            _ => (None, v),
+        };
+        if kind.is_some() {
+            a.gpu_type = kind;
+        }
+        let slot = match key.as_str() {
+            "--gpus" => &mut a.gpus,
+            "--gpus-per-node" => &mut a.gpus_per_node,
+            "--gpus-per-socket" => &mut a.gpus_per_socket,
+            "--sockets-per-node" => &mut a.sockets_per_node,
+            "--gres" => &mut a.gres,
+            _ => &mut a.licenses,
+        };
+        *slot = Some(count);
+    }
+    Ok(())
 }
 
 /// `--cpu-bind`: berth's binding, None for "as it is" (only quiet/verbose given).

@@ -898,7 +898,8 @@ pub struct QalterPlan {
 }
 
 /// Read a qalter command line (pure): `-l` read as `#PBS -l` lines are (walltime, select,
-/// nodes, ncpus), `-N`, `-q`, `-W depend=`.
+/// nodes, ncpus, ngpus, custom resources: a chunk's generic resources, job-wide licenses),
+/// `-N`, `-q`, `-W depend=`.
 pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
     let p = f::getopt(args, QALTER_OPTS, false)?;
     let mut plan = QalterPlan::default();
@@ -941,14 +942,12 @@ pub fn qalter_plan(args: &[String]) -> Result<QalterPlan, String> {
     if o.mem.is_some() || o.exclusive.is_some() {
         return Err("-l: changing a job's memory or placement is not supported by berth".into());
     }
-    if o.gres.is_some() || o.licenses.is_some() {
-        return Err(
-            "-l: changing a job's custom resources (generic resources, licenses) is not supported by berth".into()
-        );
-    }
     let c = &mut plan.change;
     (c.walltime, c.nodes, c.tasks_per_node, c.cpus_per_task, c.cores) =
         (o.walltime, o.nodes, o.tasks_per_node, o.cpus_per_task, o.cores);
+    // A chunk's custom resources are generic resources, job-wide ones licenses, `ngpus` GPUs
+    // per node: each replaces the job's (checked by the controller as at submission).
+    (c.gres, c.licenses, c.gpus_per_node, c.gpus) = (o.gres, o.licenses, o.gpus_per_node, o.gpus);
     for op in &p.operands {
         plan.ids.push(f::parse_job_id(op).ok_or_else(|| format!("illegally formed job identifier: {op}"))?);
     }

@@ -14,7 +14,7 @@ fn run(job: Option<JobId>, request: StepRequest) -> ClientRequest {
 
 fn interactive(request: StepRequest, nodes: Option<u32>) -> ClientRequest {
     let ClientRequest::StepCreate(mut c) = run(None, request) else { unreachable!() };
-    c.interactive = InteractiveAsk { nodes, walltime_seconds: None };
+    c.interactive = InteractiveAsk { nodes, walltime_seconds: None, ..Default::default() };
     ClientRequest::StepCreate(c)
 }
 
@@ -632,4 +632,78 @@ fn mpmd_steps_are_granted_with_each_programs_ranks() {
     assert!(err(h.call(ClientRequest::StepCreate(c), &ann()))
         .message
         .contains("program 1 of the MPMD command is empty"));
+}
+
+fn counts(items: &[(&str, u32)]) -> berth_core::gres::Counts {
+    items.iter().map(|(n, c)| (n.to_string(), *c)).collect()
+}
+
+/// `berth run`/`srun` outside a job asking for GPUs, generic resources and licenses.
+fn interactive_with(gpus: Option<u32>, gres: &[(&str, u32)], licenses: &[(&str, u32)]) -> ClientRequest {
+    let ClientRequest::StepCreate(mut c) = interactive(tasks(1), None) else { unreachable!() };
+    c.interactive.gpus = gpus;
+    c.interactive.gres = counts(gres);
+    c.interactive.licenses = counts(licenses);
+    ClientRequest::StepCreate(c)
+}
+
+/// Issue 20: an interactive allocation (`berth run --gpus 1 --gres nvme:500 -L matlab:2`
+/// outside a job) holds its GPU, generic resources and licenses while its step runs, others
+/// are told to try again (naming the license), and its end gives everything back; asks no
+/// node or the cluster could ever give, or malformed ones, are refused as a submission's.
+#[test]
+fn interactive_allocations_hold_gpus_gres_and_licenses_until_they_end() {
+    let mut t = Topology::uniform(1, 2, 4, 1, 1 << 30);
+    t.add_emulated_gpus(1).expect("emulated GPUs");
+    let mut h = Harness::with_config_and_topology(2, t, |c| {
+        c.licenses = counts(&[("matlab", 2)]);
+        c.gres.insert("n1".into(), counts(&[("nvme", 800)]));
+    });
+    let g = granted(h.call(interactive_with(Some(1), &[("nvme", 500)], &[("matlab", 2)]), &ann()));
+    let part = &h.ctl.jobs[&g.job].allocation;
+    assert_eq!(part.len(), 1);
+    assert_eq!((part[0].node.as_str(), part[0].gpus.len()), ("n1", 1));
+    assert_eq!(part[0].gres, counts(&[("nvme", 500)]));
+    assert_eq!(part[0].licenses, counts(&[("matlab", 2)]));
+    assert_eq!(h.ctl.jobs[&g.job].options.licenses, Some(counts(&[("matlab", 2)])));
+    assert_eq!(h.ctl.license_info()[0].used, 2);
+    assert_eq!(h.ctl.node_info(1, false).gpus_allocated, 1);
+    assert_eq!(h.ctl.node_info(1, false).gres[0].used, 500);
+    // The licenses are all held: another user's ask waits, told which.
+    let r = h.call(interactive_with(None, &[], &[("matlab", 1)]), &bob());
+    let ClientResponse::TryAgain { reason } = r else { panic!("{r:?}") };
+    assert!(reason.contains("matlab"), "{reason}");
+    // Never, or malformed: refused, nothing made.
+    for (req, code, want) in [
+        (interactive_with(None, &[], &[("matlab", 3)]), ErrorCode::Infeasible, "the cluster has 2"),
+        (interactive_with(None, &[], &[("ansys", 1)]), ErrorCode::Infeasible, "ansys"),
+        (interactive_with(None, &[("fpga", 1)], &[]), ErrorCode::Infeasible, "no node has generic resource fpga"),
+        (interactive_with(None, &[("nvme", 900)], &[]), ErrorCode::Infeasible, "the most a node has is 800"),
+        (interactive_with(None, &[("bad name", 1)], &[]), ErrorCode::BadRequest, "--gres"),
+        (interactive_with(None, &[("gpu", 1)], &[]), ErrorCode::BadRequest, "--gpus"),
+        (interactive_with(Some(0), &[], &[]), ErrorCode::BadRequest, "at least 1"),
+        (interactive_with(Some(5000), &[], &[]), ErrorCode::BadRequest, "at most"),
+    ] {
+        let e = err(h.call(req, &bob()));
+        assert_eq!(e.code, code, "{want}: {e}");
+        assert!(e.message.contains(want), "{want}: {e}");
+    }
+    // --gpus-per-task sets the GPUs from the ranks: not beside a GPU count.
+    let ClientRequest::StepCreate(mut c) = interactive_with(Some(1), &[], &[]) else { unreachable!() };
+    c.request.gpus_per_task = Some(1);
+    let e = err(h.call(ClientRequest::StepCreate(c), &bob()));
+    assert!(e.message.contains("not both"), "{e}");
+    // --sockets-per-node alone is refused naming it.
+    let ClientRequest::StepCreate(mut c) = interactive_with(None, &[], &[]) else { unreachable!() };
+    c.interactive.sockets_per_node = Some(1);
+    let e = err(h.call(ClientRequest::StepCreate(c), &bob()));
+    assert!(e.message.contains("--sockets-per-node"), "{e}");
+    assert_eq!(h.ctl.jobs.len(), 1);
+    // The step ends: everything is free again, and another may have them.
+    assert!(done(h.call(ClientRequest::StepEnd { job: g.job, step: 1, outcome: end_outcome(0) }, &ann())).ok);
+    assert_eq!(h.ctl.license_info()[0].used, 0);
+    assert_eq!(h.ctl.node_info(1, false).gpus_allocated, 0);
+    assert_eq!(h.ctl.node_info(1, false).gres[0].used, 0);
+    let g2 = granted(h.call(interactive_with(Some(1), &[("nvme", 800)], &[("matlab", 2)]), &bob()));
+    assert_eq!(h.ctl.jobs[&g2.job].allocation[0].licenses, counts(&[("matlab", 2)]));
 }

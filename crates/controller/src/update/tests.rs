@@ -450,3 +450,50 @@ fn gres_and_licenses_of_a_pending_job_change_checked_as_at_submission() {
     assert_eq!(h.ctl.jobs[&id].allocation[0].node, "n1");
     assert_eq!(h.ctl.license_info()[0].used, 3);
 }
+
+/// Issue 20: a pending job's GPUs change as at submission (`berth update --gpus
+/// --gpus-per-node --gpu-type`, qalter's `ngpus`): more than any node has is refused, 0
+/// removes them, a type no node has is refused; its owner may, another user may not, and a
+/// running job's GPUs are not changed.
+#[test]
+fn gpus_of_a_pending_job_change_checked_as_at_submission() {
+    let mut t = berth_core::topology::Topology::uniform(1, 2, 4, 1, 1 << 30);
+    t.add_emulated_gpus(1).expect("emulated GPUs");
+    let mut h = Harness::with_topology(1, t);
+    let id = submit(&mut h, SubmitOptions { gpus: Some(1), ..opts(1) }, true);
+    let refused = |h: &mut Harness, change: JobChange, peer: &Peer| update(h, id, change, peer).unwrap_err();
+    let e = refused(&mut h, JobChange { gpus_per_node: Some(3), ..Default::default() }, &ann());
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    let e = refused(&mut h, JobChange { gpus: Some(2), gpu_type: Some("h100".into()), ..Default::default() }, &ann());
+    assert_eq!(e.code, ErrorCode::Infeasible, "{e}");
+    assert!(e.message.contains("h100"), "{e}");
+    let e = refused(&mut h, JobChange { gpus: Some(0), gpus_per_node: Some(1), ..Default::default() }, &ann());
+    assert_eq!(e.code, ErrorCode::BadRequest, "{e}");
+    let e = refused(&mut h, JobChange { gres: Some(counts(&[("gpu:a100", 1)])), ..Default::default() }, &ann());
+    assert!(e.message.contains("--gpus-per-node"), "{e}");
+    let e = refused(&mut h, JobChange { gpus_per_node: Some(2), ..Default::default() }, &bob());
+    assert_eq!(e.code, ErrorCode::NotPermitted, "{e}");
+    assert_eq!(h.ctl.jobs[&id].options.gpus, Some(1), "nothing changed");
+    // The owner: 2 per node of the emulated type; stored, and the job gets them.
+    update(
+        &mut h,
+        id,
+        JobChange { gpus_per_node: Some(2), gpu_type: Some("emulated".into()), ..Default::default() },
+        &ann(),
+    )
+    .unwrap();
+    let stored = h.ctl.store.get_job(id).unwrap().unwrap().options;
+    assert_eq!((stored.gpus, stored.gpus_per_node, stored.gpu_type.as_deref()), (None, Some(2), Some("emulated")));
+    assert!(events(&h, "update").iter().any(|(_, d)| d.contains("gpus_per_node=2")), "{:?}", events(&h, "update"));
+    // 0 removes them (and the type with them).
+    let plain = submit(&mut h, SubmitOptions { gpus_per_task: Some(1), ..opts(1) }, true);
+    update(&mut h, plain, JobChange { gpus: Some(0), ..Default::default() }, &ann()).unwrap();
+    let o = &h.ctl.jobs[&plain].options;
+    assert_eq!((o.gpus, o.gpus_per_node, o.gpus_per_task), (None, None, None));
+    h.call(ClientRequest::Release { ids: vec![id], only: vec![] }, &ann());
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    assert_eq!(h.ctl.jobs[&id].allocation[0].gpus.len(), 2);
+    let e = update(&mut h, id, JobChange { gpus: Some(1), ..Default::default() }, &ann()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::InvalidState, "{e}");
+}

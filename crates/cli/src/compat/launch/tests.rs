@@ -106,6 +106,45 @@ fn srun_gpus_per_task_and_gpu_bind_are_berth_runs() {
     assert!(srun_err("--gpus-per-task=0 true").contains("positive number"));
 }
 
+/// Issue 20: outside a job srun's GPU counts, `--gres` and `-L` are the interactive
+/// allocation's (berth run's options of those names); inside one (`--jobid`) they are refused
+/// by name, or a warning with `--ignore-unsupported`, never dropped silently.
+#[test]
+fn srun_gres_gpus_and_licenses_outside_a_job_refused_in_one() {
+    if std::env::var("BERTH_JOB_ID").is_err() {
+        let p = srun("-G a100:2 --gres=nvme:100 -L matlab:2,ansys --gpus-per-socket=1 --sockets-per-node 2 true");
+        let a = &p.args;
+        assert_eq!((a.gpus.as_deref(), a.gpu_type.as_deref()), (Some("2"), Some("a100")));
+        assert_eq!((a.gres.as_deref(), a.licenses.as_deref()), (Some("nvme:100"), Some("matlab:2,ansys")));
+        assert_eq!((a.gpus_per_socket.as_deref(), a.sockets_per_node.as_deref()), (Some("1"), Some("2")));
+        assert_eq!(srun("--gpus-per-node=4 true").args.gpus_per_node.as_deref(), Some("4"));
+        let ask = crate::run::interactive_ask(a, false, None).unwrap();
+        assert_eq!((ask.gpus, ask.gpu_type.as_deref()), (Some(2), Some("a100")));
+        assert_eq!(ask.licenses.get("matlab"), Some(&2));
+        assert_eq!(ask.licenses.get("ansys"), Some(&1));
+        assert_eq!(ask.gres.get("nvme"), Some(&100));
+        assert_eq!((ask.gpus_per_socket, ask.sockets_per_node), (Some(1), Some(2)));
+        // `--gres gpu:...` items are GPUs per node, as in a batch job.
+        let gpu = srun("--gres=gpu:k80:2 true");
+        let ask = crate::run::interactive_ask(&gpu.args, false, None).unwrap();
+        assert_eq!((ask.gpus_per_node, ask.gpu_type.as_deref(), ask.gres.len()), (Some(2), Some("k80"), 0));
+        let bad = srun("-L matlab:0 true");
+        let e = crate::run::interactive_ask(&bad.args, false, None).unwrap_err().to_string();
+        assert!(e.contains("--licenses") && e.contains("matlab"), "{e}");
+    }
+    for line in ["--jobid 3 --gres=nvme:1 true", "--jobid 3 -L matlab true", "--jobid 3 -G 1 true"] {
+        let e = srun_err(line);
+        assert!(e.contains("a step runs on its job's") && e.contains("--ignore-unsupported"), "{line}: {e}");
+    }
+    let p = srun("--jobid 3 --gres=nvme:1 --ignore-unsupported true");
+    assert!(p.warnings.iter().any(|w| w.contains("--gres=nvme:1")), "{p:?}");
+    assert_eq!(p.args.gres, None);
+    // berth run in a job refuses them too.
+    let args = crate::run::RunArgs { licenses: Some("matlab".into()), ..Default::default() };
+    let e = crate::run::interactive_ask(&args, true, None).unwrap_err().to_string();
+    assert!(e.contains("--licenses: a step runs on its job's"), "{e}");
+}
+
 #[test]
 fn srun_streams() {
     let p = srun("-i none -o out.txt true");

@@ -257,8 +257,14 @@ fn array_tasks_are_pbs_subjobs() {
 #[test]
 fn qalter_reads_resources_as_pbs_lines_and_refuses_what_it_cannot_change() {
     let a = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-    let e = qalter_plan(&a(&["-l", "matlab=2", "12.server"])).unwrap_err();
-    assert!(e.contains("custom resources"), "{e}");
+    // Issue 20: custom resources (job-wide: licenses; in a chunk: generic resources) and
+    // ngpus change the job's, as `#PBS -l` reads them.
+    let p = qalter_plan(&a(&["-l", "matlab=2", "12.server"])).unwrap();
+    assert_eq!(p.change.licenses.as_ref().and_then(|l| l.get("matlab")), Some(&2));
+    assert_eq!((p.change.gres.as_ref(), p.change.gpus_per_node), (None, None));
+    let p = qalter_plan(&a(&["-l", "select=1:ncpus=2:ngpus=2:nvme=100", "12"])).unwrap();
+    assert_eq!(p.change.gpus_per_node, Some(2));
+    assert_eq!(p.change.gres.as_ref().and_then(|g| g.get("nvme")), Some(&100));
     let p = qalter_plan(&a(&["-l", "walltime=01:30:00", "-N", "renamed", "-q", "long", "12.server"])).unwrap();
     assert_eq!(p.ids, vec![JobId(12)]);
     let c = &p.change;
