@@ -9,8 +9,10 @@
 //! `--binding`, `--overcommit` (`-O`: its ranks may share cores with the parts before it),
 //! `--env NAME=VALUE` (also hydra's `-env NAME VALUE`), `--chdir DIR` (also `-wdir DIR`). A
 //! later part takes `-d`, `--binding` and `--overcommit` from part 0 unless it gives its own;
-//! its ranks follow the parts before it. GPUs per part (`--gpus-per-task`, `--gpu-bind`) are
-//! refused, saying so: a step's GPU binding is the step's (part 0's options).
+//! its ranks follow the parts before it. A part's own `--gpus-per-task N` and `--gpu-bind HOW`
+//! (inside a job) give its ranks their GPUs instead of part 0's options, which are the step's
+//! default (`BERTH_GPUS_PER_TASK`, `BERTH_GPU_BIND` in the part's variables; the agents deal
+//! each part's ranks GPUs no earlier part's rank has, when enough are left).
 
 use anyhow::{anyhow, bail, Context, Result};
 use berth_core::step::mpmd::{self, App, MAX_APPS, MAX_MULTI_PROG_BYTES};
@@ -19,7 +21,7 @@ use std::io::Read;
 
 /// What a later part may say before its program, for error messages.
 const PART_OPTIONS: &str = "-n N, -N NODES, --ntasks-per-node K, -d CPUS, --binding linear|striding|none, \
-     --overcommit, --env NAME=VALUE, --chdir DIR";
+     --overcommit, --gpus-per-task N, --gpu-bind HOW, --env NAME=VALUE, --chdir DIR";
 
 /// The command split at lone `:` words (one slice: no MPMD).
 pub fn split_colon(command: &[String]) -> Vec<&[String]> {
@@ -55,12 +57,6 @@ fn parse_part(words: &[String], first: &StepRequest, cwd: &str, index: usize) ->
             i += 1;
             continue;
         }
-        if matches!(flag, "--gpus-per-task" | "--gpu-bind") {
-            bail!(
-                "part {n} of the MPMD command: {flag} applies to the whole step: give it before the first program \
-                 (a part takes {PART_OPTIONS})"
-            );
-        }
         let takes = matches!(
             flag,
             "-n" | "-np"
@@ -72,6 +68,8 @@ fn parse_part(words: &[String], first: &StepRequest, cwd: &str, index: usize) ->
                 | "-d"
                 | "--cpus-per-task"
                 | "--binding"
+                | "--gpus-per-task"
+                | "--gpu-bind"
                 | "--env"
                 | "-env"
                 | "--chdir"
@@ -106,6 +104,20 @@ fn parse_part(words: &[String], first: &StepRequest, cwd: &str, index: usize) ->
                     anyhow!("part {n} of the MPMD command: --binding {b}: expected linear, striding or none")
                 })?;
             }
+            "--gpus-per-task" => {
+                let g = count(value("a count")?)?;
+                if g > MAX_GPUS_PER_TASK {
+                    bail!("part {n} of the MPMD command: --gpus-per-task {g}: at most {MAX_GPUS_PER_TASK}");
+                }
+                req.gpus_per_task = Some(g);
+                set_var(&mut app.env, "BERTH_GPUS_PER_TASK", g.to_string());
+            }
+            "--gpu-bind" => {
+                let b = value("a GPU binding")?;
+                berth_core::gpu::GpuBind::parse(&b)
+                    .map_err(|e| anyhow!("part {n} of the MPMD command: --gpu-bind {}: {e}", b.escape_debug()))?;
+                set_var(&mut app.env, "BERTH_GPU_BIND", b);
+            }
             "--env" => app.env.push(env_pair(&value("NAME=VALUE")?).map_err(|e| anyhow!("part {n}: {e}"))?),
             "-env" => {
                 let name = value("NAME VALUE")?;
@@ -122,6 +134,14 @@ fn parse_part(words: &[String], first: &StepRequest, cwd: &str, index: usize) ->
     }
     app.request = Some(req);
     Ok(app)
+}
+
+/// The most GPUs a part's rank may ask for.
+const MAX_GPUS_PER_TASK: u32 = 256;
+
+fn set_var(env: &mut Vec<(String, String)>, name: &str, value: String) {
+    env.retain(|(k, _)| k != name);
+    env.push((name.to_string(), value));
 }
 
 /// `NAME=VALUE` of `--env`.
@@ -215,6 +235,23 @@ mod tests {
     }
 
     #[test]
+    fn a_part_gives_its_own_gpus_per_task_and_binding() {
+        let first = StepRequest { gpus_per_task: Some(2), ..Default::default() };
+        let apps =
+            colon_apps(&v("a : -n 2 --gpus-per-task 1 --gpu-bind=closest b : --gpu-bind none c : d"), &first, "/")
+                .unwrap()
+                .unwrap();
+        let var = |i: usize, k: &str| apps[i].env.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone());
+        assert_eq!(apps[1].request.clone().unwrap().gpus_per_task, Some(1));
+        assert_eq!(var(1, "BERTH_GPUS_PER_TASK").as_deref(), Some("1"));
+        assert_eq!(var(1, "BERTH_GPU_BIND").as_deref(), Some("closest"));
+        assert_eq!(var(2, "BERTH_GPU_BIND").as_deref(), Some("none"));
+        assert_eq!(var(2, "BERTH_GPUS_PER_TASK"), None, "part 0's count is the step's default");
+        assert!(apps[3].env.is_empty(), "a part without GPU options takes the step's");
+        assert_eq!(apps[3].argv, v("d"));
+    }
+
+    #[test]
     fn bad_colon_lines_say_which_part_and_what_to_do() {
         let first = StepRequest::default();
         for (line, want) in [
@@ -222,8 +259,9 @@ mod tests {
             ("a :", "part 2 of the MPMD command has no program"),
             (": b", "part 1 of the MPMD command has no program"),
             ("a : -x 2 b", "unknown option \"-x\""),
-            ("a : --gpus-per-task 1 b", "--gpus-per-task applies to the whole step"),
-            ("a : --gpu-bind=closest b", "--gpu-bind applies to the whole step"),
+            ("a : --gpus-per-task 0 b", "--gpus-per-task \"0\": expected a positive number"),
+            ("a : --gpus-per-task 2000 b", "--gpus-per-task 2000: at most 256"),
+            ("a : --gpu-bind=sideways b", "--gpu-bind sideways"),
             ("a : -n 0 b", "expected a positive number"),
             ("a : -n", "-n needs a count"),
             ("a : --binding sideways b", "expected linear, striding or none"),

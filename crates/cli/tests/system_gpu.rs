@@ -151,6 +151,44 @@ fn each_rank_gets_the_gpu_next_to_its_core() {
     assert_no_job_cgroups(&c);
 }
 
+/// MPMD with GPUs per part, in a job holding both GPUs of the node: `-n 1 --gpus-per-task 1
+/// a : -n 1 --gpus-per-task 1 b` gives each part's rank its own GPU (the second part's from
+/// those the first left), and a part's own `--gpu-bind none` gives its rank both while the
+/// first part's rank keeps one.
+#[test]
+fn each_mpmd_part_gets_its_own_gpus() {
+    let (c, _dev) = gpu_cluster(TOPO);
+    let probe = |tag: &str| format!("sh -c 'echo {tag} rank=$BERTH_RANK app=$BERTH_APPNUM gpus=$BERTH_GPUS'");
+    let script = format!(
+        "#!/bin/sh\n{BIN} run -n 1 --gpus-per-task 1 {a} : -n 1 --gpus-per-task 1 {b}\necho own-rc=$?\n\
+         {BIN} run -n 1 --gpus-per-task 1 {c} : -n 1 --gpu-bind none {d}\necho none-rc=$?\n",
+        a = probe("a"),
+        b = probe("b"),
+        c = probe("c"),
+        d = probe("d"),
+    );
+    let id = c.submit("mpmd-gpu.sh", &script, &["--gpus", "2", "--cores", "2"]);
+    let job = c.wait_finished(id, Duration::from_secs(60));
+    let read = |f: &str| std::fs::read_to_string(c.root().join(f)).unwrap_or_default();
+    let (out, err) = (read(&format!("berth-{id}.out")), read(&format!("berth-{id}.err")));
+    assert_eq!(job["state"], "completed", "{job:#}\n{out}\n{err}\n{}", c.logs());
+    assert!(out.contains("own-rc=0") && out.contains("none-rc=0"), "{out}\n{err}");
+    let gpus_of = |tag: &str| -> String {
+        let line =
+            out.lines().find(|l| l.starts_with(&format!("{tag} "))).unwrap_or_else(|| panic!("no {tag}: {out}\n{err}"));
+        line.split(' ').find_map(|w| w.strip_prefix("gpus=")).unwrap_or_default().to_string()
+    };
+    let (a, b) = (gpus_of("a"), gpus_of("b"));
+    let mut own = vec![a.clone(), b.clone()];
+    own.sort();
+    assert_eq!(own, ["0", "1"], "one GPU each, not the same: a={a} b={b}\n{out}");
+    let (cg, dg) = (gpus_of("c"), gpus_of("d"));
+    assert!(cg == "0" || cg == "1", "the first part's rank has one GPU: {cg}\n{out}");
+    assert_eq!(dg, "0,1", "--gpu-bind none: both of the job's GPUs\n{out}");
+    assert!(out.contains("b rank=1 app=1") && out.contains("d rank=1 app=1"), "{out}");
+    assert_no_job_cgroups(&c);
+}
+
 /// A kernel CPU list ("0-1,3") as its CPUs.
 fn expand(list: &str) -> Vec<u32> {
     let mut out = vec![];

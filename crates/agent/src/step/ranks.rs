@@ -228,7 +228,7 @@ pub fn start(
     }
     // Opened once for the step: every rank joins through the same files.
     let job_join = job.cgroup.join_files().map_err(RanksError::JobCgroup)?;
-    let rank_gpus = gpus_of_ranks(ctx, job, grant, node)?;
+    let rank_gpus = gpus_of_ranks(ctx, job, grant, node, &rank_apps)?;
     for local in spawn_order(node, &ctx.cpumap) {
         let place = &node.ranks[local];
         let host = ctx.cpumap.cpus(&place.cpus);
@@ -382,36 +382,69 @@ const GPU_VARS: [&str; 5] =
     ["BERTH_GPUS", "GPU_DEVICE_ORDINAL", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"];
 
 /// Each local rank's GPU variables (indexed as `node.ranks`), when the job holds GPUs on this
-/// node: with `BERTH_GPUS_PER_TASK` or `BERTH_GPU_BIND` in the step's environment (`berth run
-/// --gpus-per-task`/`--gpu-bind`, or the job's), each rank its own
+/// node: with `BERTH_GPUS_PER_TASK` or `BERTH_GPU_BIND` in the variables of the rank's
+/// program (an MPMD part's own `--gpus-per-task`/`--gpu-bind`) or else of the step (`berth
+/// run --gpus-per-task`/`--gpu-bind`, or the job's), each rank its own
 /// ([`berth_core::gpu::rank_gpus`], `closest` unless told); else every rank the job's GPUs
-/// on the node. Empty for a node where the job has none.
+/// on the node. The parts are dealt in order, each from the GPUs no earlier part's rank took
+/// when enough are left for it (else from all the job's). Empty for a node where the job has
+/// none.
 fn gpus_of_ranks(
     ctx: &JobContext,
     job: &JobHandle,
     grant: &StepGrant,
     node: &StepNode,
+    rank_apps: &[u32],
 ) -> Result<Vec<Vec<(&'static str, String)>>, RanksError> {
     use berth_core::gpu::{gpu_env, rank_gpus, GpuBind};
     let held = &job.allocation().gpus;
     if held.is_empty() {
         return Ok(vec![]);
     }
-    let var = |name: &str| grant.env.iter().find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string());
-    let per_task = match var("BERTH_GPUS_PER_TASK") {
-        Some(v) => Some(v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| RanksError::GpusPerTask(v.clone()))?),
-        None => None,
-    };
-    let bind = var("BERTH_GPU_BIND").filter(|b| !b.is_empty()).map(|b| GpuBind::parse(&b)).transpose()?;
+    let app_of = |rank: u32| rank_apps.get(rank as usize).copied().unwrap_or(0);
+    // The node's ranks by program, in program order (one group in a one-program step).
+    let mut groups: std::collections::BTreeMap<u32, Vec<usize>> = std::collections::BTreeMap::new();
+    for (i, r) in node.ranks.iter().enumerate() {
+        groups.entry(app_of(r.rank)).or_default().push(i);
+    }
     let relative = ctx.cgroups.contains_devices();
     let gpus = &ctx.topology.gpus;
-    let sets: Vec<Vec<u32>> = match (per_task, bind) {
-        (None, None) => vec![held.clone(); node.ranks.len()],
-        (per_task, bind) => {
-            let cpus: Vec<berth_core::CpuSet> = node.ranks.iter().map(|r| r.cpus.clone()).collect();
-            rank_gpus(gpus, held, &cpus, per_task.unwrap_or(1), &bind.unwrap_or(GpuBind::Closest))?
+    let mut sets: Vec<Vec<u32>> = vec![vec![]; node.ranks.len()];
+    let mut taken: Vec<u32> = Vec::new();
+    for (app, members) in groups {
+        let app_env = grant.apps.get(app as usize).map(|a| a.env.as_slice()).unwrap_or(&[]);
+        let var = |name: &str| {
+            app_env.iter().chain(grant.env.iter()).find(|(k, _)| k == name).map(|(_, v)| v.trim().to_string())
+        };
+        let per_task = match var("BERTH_GPUS_PER_TASK") {
+            Some(v) => {
+                Some(v.parse::<u32>().ok().filter(|&n| n > 0).ok_or_else(|| RanksError::GpusPerTask(v.clone()))?)
+            }
+            None => None,
+        };
+        let bind = var("BERTH_GPU_BIND").filter(|b| !b.is_empty()).map(|b| GpuBind::parse(&b)).transpose()?;
+        let mine: Vec<Vec<u32>> = match (per_task, bind) {
+            (None, None) => vec![held.clone(); members.len()],
+            (per_task, bind) => {
+                let n = per_task.unwrap_or(1);
+                let free: Vec<u32> = held.iter().copied().filter(|g| !taken.contains(g)).collect();
+                let want = (members.len() as u64).saturating_mul(u64::from(n));
+                let bind = bind.unwrap_or(GpuBind::Closest);
+                // `none` (all of them) and explicit maps name the job's GPUs themselves.
+                let dealt = matches!(bind, GpuBind::Closest | GpuBind::PerTask(_) | GpuBind::Single(_));
+                let from = if dealt && free.len() as u64 >= want { &free } else { held };
+                let cpus: Vec<berth_core::CpuSet> = members.iter().map(|&i| node.ranks[i].cpus.clone()).collect();
+                let sets = rank_gpus(gpus, from, &cpus, n, &bind)?;
+                for s in &sets {
+                    taken.extend(s.iter().copied());
+                }
+                sets
+            }
+        };
+        for (&i, set) in members.iter().zip(mine) {
+            sets[i] = set;
         }
-    };
+    }
     Ok(sets.iter().map(|mine| gpu_env(gpus, held, mine, relative)).collect())
 }
 
