@@ -449,11 +449,14 @@ fn apply_batch(
                 }
                 Command::Shutdown => stop = true,
             }
+            berth_protocol::probe::mark("ctl command handled");
             // What the command decided to write, in order, before the next command.
             ctl.carry_out_effects(now)?;
+            berth_protocol::probe::mark("ctl effects written");
         }
         if ctl.dirty && !degraded {
             ctl.schedule(now)?;
+            berth_protocol::probe::mark("ctl scheduled");
         }
         if stop && !degraded {
             ctl.closing()?;
