@@ -15,7 +15,7 @@ use crate::model::job::JobRecord;
 use crate::model::request::Peer;
 use crate::state::Controller;
 use crate::store::StoreError;
-use berth_core::directives::array::tasks;
+use berth_core::directives::array::{tasks, ArrayTask};
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::JobId;
@@ -257,11 +257,16 @@ pub fn environment(job: &JobRecord, compat: bool, env: &mut Vec<(String, String)
     }
 }
 
-/// A valid job accepted as `id`: its id set (the first task of an array gives the array its
-/// id), its output paths expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start),
-/// then its row, sharing the script and environment of job `script_of` when given. Needs no
-/// store.
-pub(crate) fn accepted(job: &mut JobRecord, id: JobId, script_of: Option<JobId>) -> Effect {
+/// A valid job accepted as `id` (given its id and output paths: `set_id_and_paths`), then its
+/// row. Needs no store.
+pub(crate) fn accepted(job: &mut JobRecord, id: JobId) -> Effect {
+    set_id_and_paths(job, id);
+    Effect::InsertJob(Box::new(job.clone()))
+}
+
+/// `job` given id `id` (the first task of an array gives the array its id) and its output paths
+/// expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start).
+fn set_id_and_paths(job: &mut JobRecord, id: JobId) {
     job.id = id;
     if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
         t.job = id.0;
@@ -275,17 +280,41 @@ pub(crate) fn accepted(job: &mut JobRecord, id: JobId, script_of: Option<JobId>)
         }
     };
     (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
-    match script_of {
-        Some(of) => Effect::InsertJobSharing { job: Box::new(job.clone()), script_of: of },
-        None => Effect::InsertJob(Box::new(job.clone())),
+}
+
+/// `job`, a copy of the array's `template`, made its `k`th task (`task`, id `first + k`): of
+/// the fields a task changes (its task, id and output paths) none is left from another task,
+/// so one copy serves every task in turn (`write_array_rows`).
+fn make_task(template: &JobRecord, job: &mut JobRecord, first: JobId, k: usize, task: ArrayTask) {
+    job.options.array_task = Some(task);
+    job.stdout.clone_from(&template.stdout);
+    job.stderr.clone_from(&template.stderr);
+    set_id_and_paths(job, JobId(first.0 + k as u64));
+}
+
+/// The rows of an array's tasks (`Effect::InsertArray`), in order, each given to `write` with
+/// the job whose script and environment it shares: none for the first, the array's for the
+/// others (one copy on disk). Each row is the task `array_submitted` keeps in memory, made in
+/// one reused copy of `template`: no row is kept after it is written.
+pub(crate) fn write_array_rows<E>(
+    template: &JobRecord,
+    first: JobId,
+    tasks: &[ArrayTask],
+    mut write: impl FnMut(&JobRecord, Option<JobId>) -> Result<(), E>,
+) -> Result<(), E> {
+    let mut row = template.clone();
+    for (k, &task) in tasks.iter().enumerate() {
+        make_task(template, &mut row, first, k, task);
+        write(&row, (k > 0).then_some(first))?;
     }
+    Ok(())
 }
 
 /// The tasks of array job `template` (its `--array` as `indexes`, not empty, and `limit`)
-/// under consecutive ids from `first`, the array's: each accepted (by
-/// [`accepted`]), the first with the script and environment, the others
-/// sharing them (one copy in memory and on disk); then one event `submit` for all. Needs no
-/// store.
+/// under consecutive ids from `first`, the array's, each made by `make_task`; then one effect
+/// for all their rows (the template and the tasks, written by `write_array_rows`: the first
+/// with the script and environment, the others sharing them, one copy in memory and on disk)
+/// and one event `submit` for all. Needs no store.
 pub(crate) fn array_submitted(
     mut template: JobRecord,
     first: JobId,
@@ -293,18 +322,20 @@ pub(crate) fn array_submitted(
     limit: Option<u32>,
 ) -> (Vec<JobRecord>, Vec<Effect>) {
     template.options.array = None;
-    let user = template.user.name.clone();
-    let mut jobs = Vec::with_capacity(indexes.len());
-    let mut effects = Vec::with_capacity(indexes.len() + 1);
-    for (k, task) in tasks(first.0, indexes, limit).into_iter().enumerate() {
-        let mut t = template.clone();
-        t.options.array_task = Some(task);
-        effects.push(accepted(&mut t, JobId(first.0 + k as u64), (k > 0).then_some(first)));
-        jobs.push(t);
-    }
+    let tasks = tasks(first.0, indexes, limit);
+    let jobs = tasks
+        .iter()
+        .enumerate()
+        .map(|(k, &task)| {
+            let mut t = template.clone();
+            make_task(&template, &mut t, first, k, task);
+            t
+        })
+        .collect();
     let (min, max) = (indexes.first().copied().unwrap_or(0), indexes.last().copied().unwrap_or(0));
     let detail = format!(
-        "{user}: array {first}, {} tasks, indexes {}",
+        "{}: array {first}, {} tasks, indexes {}",
+        template.user.name,
         indexes.len(),
         if indexes.len() as u64 == u64::from(max.saturating_sub(min)) + 1 {
             format!("{min}-{max}")
@@ -312,7 +343,10 @@ pub(crate) fn array_submitted(
             berth_core::directives::array::fold(indexes)
         }
     );
-    effects.push(Effect::job_event("submit", first, None, detail));
+    let effects = vec![
+        Effect::InsertArray { template: Box::new(template), first, tasks },
+        Effect::job_event("submit", first, None, detail),
+    ];
     (jobs, effects)
 }
 

@@ -897,7 +897,7 @@ pub(crate) fn disconnected(ex: &mut NodeExtra, name: &str, conn_id: u64) -> Vec<
 /// A job submitted alone, accepted as `id` (by [`crate::array::accepted`]): its row, then the event `submit`
 /// naming its user. Needs no store.
 pub(crate) fn submitted(job: &mut JobRecord, id: JobId) -> Vec<Effect> {
-    let row = crate::array::accepted(job, id, None);
+    let row = crate::array::accepted(job, id);
     vec![row, Effect::job_event("submit", id, None, job.user.name.clone())]
 }
 

@@ -383,7 +383,12 @@ impl Controller {
                 }
                 Effect::Reschedule => self.dirty = true,
                 Effect::InsertJob(job) => self.store.insert_job(&job)?,
-                Effect::InsertJobSharing { job, script_of } => self.store.insert_job_sharing(&job, Some(script_of))?,
+                Effect::InsertArray { template, first, tasks } => {
+                    let store = &self.store;
+                    crate::array::write_array_rows(&template, first, &tasks, |row, script_of| {
+                        store.insert_job_sharing(row, script_of)
+                    })?
+                }
                 Effect::UpdateJob(job) => self.store.update_job(&job)?,
                 Effect::RewriteJob(job) => self.store.rewrite_job(&job)?,
                 Effect::ForgetRun { job } => self.store.forget_run(job)?,

@@ -16,15 +16,36 @@ fn an_array_is_its_tasks_rows_the_first_with_the_script_then_one_submit_event() 
     let tasks: Vec<_> = jobs.iter().filter_map(|j| j.options.array_task).map(|t| (t.job, t.index, t.limit)).collect();
     assert_eq!(tasks, [(20, 1, Some(2)), (20, 2, Some(2)), (20, 3, Some(2))]);
     assert_eq!(jobs[2].stdout, "out/20_3.out");
-    assert_eq!(
-        effects,
-        vec![
-            Effect::InsertJob(Box::new(jobs[0].clone())),
-            Effect::InsertJobSharing { job: Box::new(jobs[1].clone()), script_of: JobId(20) },
-            Effect::InsertJobSharing { job: Box::new(jobs[2].clone()), script_of: JobId(20) },
-            Effect::job_event("submit", JobId(20), None, "ann: array 20, 3 tasks, indexes 1-3"),
-        ]
-    );
+    // One effect for all the rows (the template and the tasks, not a record per task), then
+    // the event.
+    let [Effect::InsertArray { template, first, tasks }, event] = &effects[..] else {
+        panic!("the rows, then the event: {effects:?}")
+    };
+    assert_eq!(*first, JobId(20));
+    assert!(template.options.array.is_none() && template.options.array_task.is_none());
+    assert_eq!(template.stdout, "out/%A_%a.out", "the template's paths are expanded per task");
+    assert_eq!(tasks.len(), 3);
+    assert_eq!(event, &Effect::job_event("submit", JobId(20), None, "ann: array 20, 3 tasks, indexes 1-3"));
+    // The rows written are the tasks kept in memory, the first with the script, the others
+    // sharing the array's.
+    let mut rows = Vec::new();
+    write_array_rows(template, *first, tasks, |row, script_of| {
+        rows.push((row.clone(), script_of));
+        Ok::<_, ()>(())
+    })
+    .unwrap();
+    assert_eq!(rows, jobs.iter().cloned().zip([None, Some(JobId(20)), Some(JobId(20))]).collect::<Vec<_>>());
+    // A store error stops the writing at that row.
+    let mut written = 0;
+    let stopped = write_array_rows(template, *first, tasks, |_, _| {
+        written += 1;
+        if written == 2 {
+            Err("disk full")
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!((stopped, written), (Err("disk full"), 2));
     // Indexes not consecutive are folded in the event.
     let mut sparse = running_job(0, &ann(), &[]);
     sparse.state = JobState::Queued;

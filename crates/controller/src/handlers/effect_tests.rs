@@ -87,20 +87,14 @@ fn a_job_submitted_gets_its_id_and_paths_then_its_row_then_the_event_naming_its_
 }
 
 #[test]
-fn a_job_accepted_sharing_a_script_names_the_job_it_shares_with_and_a_first_task_gives_the_array_its_id() {
+fn a_first_task_accepted_gives_the_array_its_id() {
     let task =
         berth_core::directives::array::ArrayTask { job: 0, index: 3, count: 2, min: 3, max: 4, step: 1, limit: None };
     let mut first = queued(0);
     first.options.array_task = Some(task);
-    assert_eq!(crate::array::accepted(&mut first, JobId(10), None), Effect::InsertJob(Box::new(first.clone())));
+    assert_eq!(crate::array::accepted(&mut first, JobId(10)), Effect::InsertJob(Box::new(first.clone())));
     assert_eq!(first.options.array_task.map(|t| t.job), Some(10));
-    let mut second = queued(0);
-    second.options.array_task = Some(berth_core::directives::array::ArrayTask { job: 10, index: 4, ..task });
-    assert_eq!(
-        crate::array::accepted(&mut second, JobId(11), Some(JobId(10))),
-        Effect::InsertJobSharing { job: Box::new(second.clone()), script_of: JobId(10) }
-    );
-    assert_eq!(second.id, JobId(11));
+    assert_eq!(first.id, JobId(10));
 }
 
 fn outcome(reason: Option<&str>, user_cpu_us: u64, peak: u64) -> JobOutcome {

@@ -14,6 +14,7 @@ use crate::model::job::{JobRecord, Usage};
 use crate::model::reservation::Reservation;
 use crate::model::step::StepRow;
 use crate::model::suspension::Suspension;
+use berth_core::directives::array::ArrayTask;
 use berth_core::sched::fairshare::FairShare;
 use berth_core::JobId;
 use berth_protocol::agent::ControllerMessage;
@@ -31,9 +32,11 @@ pub enum Effect {
     Reschedule,
     /// A new job's row (its script with it).
     InsertJob(Box<JobRecord>),
-    /// A new job's row whose script and environment are those of job `script_of`, written
-    /// before it (an array's tasks after the first: `Store::insert_job_sharing`).
-    InsertJobSharing { job: Box<JobRecord>, script_of: JobId },
+    /// The rows of an array's tasks, in one go: task `k` of `tasks` is job `first + k`, made
+    /// from `template` (`crate::array::write_array_rows`); the first row holds the script and
+    /// environment, the others share them (`Store::insert_job_sharing`). One template and the
+    /// tasks, not a record per task: a 100,000-task array stays one small value.
+    InsertArray { template: Box<JobRecord>, first: JobId, tasks: Vec<ArrayTask> },
     /// A job's row as it is now (state, times, reason, allocation, usage).
     UpdateJob(Box<JobRecord>),
     /// A finished job's accounting row.
