@@ -142,11 +142,11 @@ fn cluster(o: &Opts, rng: &mut Rng) -> (ClusterState, Vec<RunningJob<Allocation>
     // Free cores per shared node average (1 - fill) of the machine over the 70% shared nodes.
     let spare_max = ((1.0 - o.fill) * CORES as f64 / 0.7 * 2.0).round() as u64;
     let mut i = 0;
-    while i < c.nodes.len() {
+    while i < c.nodes().len() {
         // Jobs of 17 nodes on average starting at 2.5% of the node steps: 30% of the nodes.
         if rng.range(0, 999) < 25 {
-            let k = (rng.range(2, 32) as usize).min(c.nodes.len() - i);
-            allocs.push((i..i + k).map(|j| part(&c.nodes[j], 0, CORES)).collect());
+            let k = (rng.range(2, 32) as usize).min(c.nodes().len() - i);
+            allocs.push((i..i + k).map(|j| part(&c.nodes()[j], 0, CORES)).collect());
             i += k;
             continue;
         }
@@ -154,7 +154,7 @@ fn cluster(o: &Opts, rng: &mut Rng) -> (ClusterState, Vec<RunningJob<Allocation>
         let keep_free = rng.range(0, spare_max.min(CORES as u64)) as u32;
         while used + keep_free < CORES {
             let size = rng.pick(&[1u32, 2, 4, 8, 16, 32, 64]).min(CORES - keep_free - used);
-            allocs.push(vec![part(&c.nodes[i], used, size)]);
+            allocs.push(vec![part(&c.nodes()[i], used, size)]);
             used += size;
         }
         i += 1;
@@ -310,8 +310,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let t0 = Instant::now();
     let (c, running) = cluster(&o, &mut rng);
     let queue = queue(&o, &mut rng);
-    let total: u64 = c.nodes.len() as u64 * CORES as u64;
-    let free: u64 = c.nodes.iter().map(|n| n.free_core_count as u64).sum();
+    let total: u64 = c.nodes().len() as u64 * CORES as u64;
+    let free: u64 = c.nodes().iter().map(|n| n.free_core_count as u64).sum();
     let reservations = o.reservations.unwrap_or(if o.policy == BackfillPolicy::Conservative { 100 } else { 1 });
     let limits = PassLimits { policy: o.policy, max_reservations: reservations, deadline: None };
     say(format!(

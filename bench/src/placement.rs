@@ -22,9 +22,9 @@ use berth_core::binding::BindingStrategy;
 use berth_core::hierarchy::{Hierarchy, SwitchDef};
 use berth_core::job::{Allocation, Shape};
 use berth_core::node::NodeCapacity;
-use berth_core::placement::cluster::{place, Placement};
 use berth_core::placement::{JobRequest, MemRequest, PlacementPolicy};
 use berth_core::sched::ClusterState;
+use berth_core::sched::{place, Placement};
 use berth_core::topology::Topology;
 use berth_core::NodeId;
 use std::sync::Arc;
@@ -173,7 +173,7 @@ fn fill_gpu_job(rng: &mut Rng) -> JobRequest {
 /// Cores and memory in use, as fractions: (allocated cores, cores not free: allocated or idle
 /// in NUMA nodes held exclusively, allocated memory).
 fn usage(c: &ClusterState) -> (f64, f64, f64) {
-    let sum = |f: &dyn Fn(&NodeCapacity) -> u64| c.nodes.iter().map(f).sum::<u64>() as f64;
+    let sum = |f: &dyn Fn(&NodeCapacity) -> u64| c.nodes().iter().map(f).sum::<u64>() as f64;
     let cores = sum(&|n| n.topology.core_count() as u64);
     let busy = sum(&|n| ((n.topology.pu_count() - n.free_pus.len()) / n.topology.threads_per_core()) as u64);
     let not_free = sum(&|n| n.topology.core_count() as u64 - n.free_core_count as u64);
@@ -183,8 +183,8 @@ fn usage(c: &ClusterState) -> (f64, f64, f64) {
 
 /// GPUs held, as a fraction of all (0 on a cluster without GPUs).
 fn gpus_held(c: &ClusterState) -> f64 {
-    let all: usize = c.nodes.iter().map(|n| n.topology.gpus.len()).sum();
-    let free: usize = c.nodes.iter().map(|n| n.free_gpu_count as usize).sum();
+    let all: usize = c.nodes().iter().map(|n| n.topology.gpus.len()).sum();
+    let free: usize = c.nodes().iter().map(|n| n.free_gpu_count as usize).sum();
     if all == 0 {
         0.0
     } else {
@@ -206,7 +206,7 @@ struct Fill {
 /// running for a while.
 fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64, gpus: bool) -> Fill {
     let total: u64 =
-        c.nodes.iter().map(|n| if gpus { n.topology.gpus.len() } else { n.topology.core_count() } as u64).sum();
+        c.nodes().iter().map(|n| if gpus { n.topology.gpus.len() } else { n.topology.core_count() } as u64).sum();
     let goal = (total as f64 * target) as u64;
     let cores =
         |a: &Allocation| a.iter().map(|na| if gpus { na.gpus.len() } else { na.cores as usize } as u64).sum::<u64>();
@@ -216,7 +216,7 @@ fn fill(c: &mut ClusterState, rng: &mut Rng, target: f64, churn: f64, gpus: bool
     let top_up = |c: &mut ClusterState, rng: &mut Rng, running: &mut Vec<Allocation>, used: &mut u64, f: &mut Fill| {
         let mut in_a_row = 0;
         while *used < goal && in_a_row < 5_000 {
-            match place(&c.nodes, &c.policy, &next_job(rng)) {
+            match place(c, &next_job(rng)) {
                 Placement::Now(alloc) => {
                     (*used, f.jobs, in_a_row) = (*used + cores(&alloc), f.jobs + 1, 0);
                     c.claim(&alloc);
@@ -299,13 +299,13 @@ fn measure(c: &mut ClusterState, rng: &mut Rng, req: &JobRequest, repeats: usize
         } else {
             per_node(1, rng.range(1, 8), rng.range(1, 8) * GIB)
         };
-        if let Placement::Now(a) = place(&c.nodes, &c.policy, &nudge_job) {
+        if let Placement::Now(a) = place(c, &nudge_job) {
             c.claim(&a);
             nudge = Some(a);
         }
         let waited = run_delay();
         let t0 = Instant::now();
-        let p = place(&c.nodes, &c.policy, req);
+        let p = place(c, req);
         let wall = t0.elapsed();
         let waited = run_delay().saturating_sub(waited);
         out.preempted += usize::from(!waited.is_zero());
@@ -336,7 +336,7 @@ fn candidates(c: &ClusterState, req: &JobRequest) -> usize {
     let Shape::PerNode { cores_per_node, .. } = req.shape else { return 0 };
     let cores = req.binding.as_ref().and_then(|b| b.fixed_count()).unwrap_or(cores_per_node);
     let need = req.mem.on_node(cores);
-    c.nodes
+    c.nodes()
         .iter()
         .filter(|n| {
             n.state.accepts_work()
@@ -376,8 +376,8 @@ pub fn run(args: &[String]) -> Result<()> {
     let f = fill(&mut c, &mut rng, o.fill, o.churn, o.gpus);
     let held = gpus_held(&c) * 100.0;
     let (cores, not_free, mem) = usage(&c);
-    let empty = c.nodes.iter().filter(|n| n.free_core_count as usize == n.topology.core_count()).count();
-    let full = c.nodes.iter().filter(|n| n.free_core_count == 0).count();
+    let empty = c.nodes().iter().filter(|n| n.free_core_count as usize == n.topology.core_count()).count();
+    let full = c.nodes().iter().filter(|n| n.free_core_count == 0).count();
     let (nodes, seed, churn, partly) = (o.nodes, o.seed, o.churn, o.nodes - empty - full);
     let (pc, pn, pm) = (cores * 100.0, not_free * 100.0, mem * 100.0);
     let shape = if o.gpus {

@@ -44,7 +44,9 @@ impl Controller {
             let busy = !self.jobs_on_node(i).is_empty();
             let ex = &mut self.extra[i];
             let connected = ex.conn.is_some();
-            match node_change(i, &mut ex.state, connected, busy, &mut self.cluster.nodes[i], action, value) {
+            let changed =
+                node_change(i, &mut ex.state, connected, busy, &mut self.cluster.node_at_mut(i), action, value);
+            match changed {
                 Ok(effects) => self.queue(effects),
                 Err(refused) => return Ok(refused),
             }
@@ -68,7 +70,8 @@ impl Controller {
             Ok(i) => i,
             Err(reply) => return Ok(reply),
         };
-        match subnode_change(&mut self.cluster.nodes[i], index, action, value) {
+        let changed = subnode_change(&mut self.cluster.node_at_mut(i), index, action, value);
+        match changed {
             Ok(effects) => self.out.effects.extend(effects),
             Err(refused) => return Ok(refused),
         }

@@ -252,7 +252,7 @@ impl Controller {
                     format!("there is no node {name:?}; `berth nodes` lists them"),
                 ));
             };
-            let cap = &self.cluster.nodes[i];
+            let cap = &self.cluster.nodes()[i];
             for h in holders.iter().filter(|h| h.alloc.iter().any(|a| a.node_id == cap.id)) {
                 if start <= now || h.end > start {
                     busy.push(format!("job {} holds {name} until about {}", h.id, clock(h.end, now)));
@@ -363,7 +363,7 @@ impl Controller {
         let registered = |n: &berth_core::node::NodeCapacity| {
             self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
         };
-        feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
+        feasible(self.cluster.nodes(), &self.cluster.policy, &request, registered).map_err(|why| {
             api(ErrorCode::Infeasible, format!("this reservation can never be placed here: {why}; ask for less"))
         })?;
         let mut view = self.sched_view();
@@ -538,9 +538,7 @@ impl Controller {
         for j in self.jobs.values().filter(|j| j.state.has_allocation()) {
             idle.release(&j.allocation);
         }
-        for n in &mut idle.nodes {
-            n.state = berth_core::node::NodeState::Up;
-        }
+        idle.update_nodes(|nodes| nodes.iter_mut().for_each(|n| n.state = berth_core::node::NodeState::Up));
         let confined = idle.confine(&r.allocation, &[]);
         let why = match berth_core::sched::place(&confined, request) {
             berth_core::sched::Placement::Now(_) => return Ok(()),

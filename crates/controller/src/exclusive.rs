@@ -30,7 +30,7 @@ impl Controller {
         let system = options.system_cpus.unwrap_or(false);
         let mut sizes: Vec<u32> = self
             .cluster
-            .nodes
+            .nodes()
             .iter()
             .map(|n| {
                 let p = n.pristine();

@@ -54,7 +54,7 @@ impl Controller {
     /// policy to each of its jobs.
     pub fn node_failed(&mut self, i: usize, why: &str, now: f64) -> Result<(), StoreError> {
         self.extra[i].state = NodeState::Down;
-        let name = self.cluster.nodes[i].name.clone();
+        let name = self.cluster.nodes()[i].name.clone();
         self.queue(node_went(i, &name, "node_down", why));
         // Each job's part: `job_lost_on_node` writes what it decides before it returns.
         self.carry_out_effects(now)?;
@@ -68,7 +68,7 @@ impl Controller {
     /// Job `id` lost its part on node `i` (the node failed, or its agent restarted without
     /// it): requeue, fail, or go on without it, by policy.
     pub fn job_lost_on_node(&mut self, id: JobId, i: usize, why: &str, now: f64) -> Result<(), StoreError> {
-        let name = self.cluster.nodes[i].name.clone();
+        let name = self.cluster.nodes()[i].name.clone();
         let Some(job) = self.jobs.get(&id) else { return Ok(()) };
         let head = Self::head_node(&job.allocation) == Some(i);
         let requeued = self.store.count_events(id, "requeue")?;
@@ -127,7 +127,7 @@ impl Controller {
     /// `berth node down NAME [REASON]` (admins): the node's jobs are handled as for a failed
     /// node, and it takes no work until `berth node up`, across controller restarts too.
     pub fn admin_node_down(&mut self, i: usize, reason: &str, now: f64) -> Result<(), StoreError> {
-        let name = self.cluster.nodes[i].name.clone();
+        let name = self.cluster.nodes()[i].name.clone();
         let down_already = self.extra[i].state == NodeState::Down;
         let (reason, effects) = taken_down(&self.jobs, i, &name, reason, down_already);
         self.queue(effects);
@@ -141,7 +141,7 @@ impl Controller {
     /// `berth node up NAME` (admins): the node may take work again once its agent is
     /// connected and clean.
     pub fn admin_node_up(&mut self, i: usize, now: f64) -> Result<(), StoreError> {
-        let name = self.cluster.nodes[i].name.clone();
+        let name = self.cluster.nodes()[i].name.clone();
         self.queue([
             Effect::DeleteMeta { key: format!("{ADMIN_DOWN_KEY}{name}") },
             Effect::node_event("node_admin_up", &name, ""),
@@ -167,7 +167,7 @@ impl Controller {
             return Ok(());
         }
         self.extra[i].state = NodeState::Up;
-        let name = self.cluster.nodes[i].name.clone();
+        let name = self.cluster.nodes()[i].name.clone();
         self.queue(node_went(i, &name, "node_up", "clean"));
         self.queue([Effect::Reschedule]);
         // Called by code that still writes directly (registrations, heartbeats).

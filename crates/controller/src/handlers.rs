@@ -111,7 +111,7 @@ impl Controller {
             ClientRequest::Ping => ClientResponse::Pong {
                 version: env!("CARGO_PKG_VERSION").into(),
                 protocol: berth_protocol::PROTOCOL_VERSION,
-                nodes: self.cluster.nodes.len(),
+                nodes: self.cluster.nodes().len(),
                 jobs: self.jobs.len(),
                 state_store: self.store_health.clone(),
             },
@@ -398,12 +398,12 @@ impl Controller {
             self.check_advance_submission(name, user, account, walltime, &request, now)?;
         }
         self.check_gres_and_licenses(&request)?;
-        if !self.cluster.nodes.is_empty() {
+        if !self.cluster.nodes().is_empty() {
             // Judge against every node that ever registered, as if up: a down node may return.
             let registered = |n: &berth_core::node::NodeCapacity| {
                 self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
             };
-            feasible(&self.cluster.nodes, &self.cluster.policy, &request, registered).map_err(|why| {
+            feasible(self.cluster.nodes(), &self.cluster.policy, &request, registered).map_err(|why| {
                 ApiError::new(
                     ErrorCode::Infeasible,
                     format!("this job can never run here: {why}; ask for less (see `berth nodes`)"),
@@ -502,7 +502,7 @@ impl Controller {
     pub(crate) fn default_mem_per_cpu(&self) -> u64 {
         let roomiest = self
             .cluster
-            .nodes
+            .nodes()
             .iter()
             .map(|n| n.topology.memory_bytes() / n.topology.pu_count().max(1) as u64)
             .filter(|&per_pu| per_pu > 0)
@@ -640,7 +640,7 @@ impl Controller {
         let index = match self.node_by_name(&reg.name) {
             Some(i) => i,
             None => {
-                let id = self.cluster.nodes.len();
+                let id = self.cluster.nodes().len();
                 self.push_node(
                     berth_core::NodeId(id as u32),
                     reg.name.clone(),
@@ -657,12 +657,12 @@ impl Controller {
         let restarted = self.extra[index].instance != reg.instance;
         self.old_runs_on_register(index, &reg.running, &reg.ended);
         let ours = self.jobs_on_node(index);
-        if *self.cluster.nodes[index].topology != reg.topology {
+        if *self.cluster.nodes()[index].topology != reg.topology {
             // New hardware description: rebuild the free map from the jobs still allocated here.
             let mut cap = berth_core::node::NodeCapacity::new(
                 berth_core::NodeId(index as u32),
                 reg.name.clone(),
-                berth_core::node::shared_topology(&self.cluster.nodes, reg.topology.clone()),
+                berth_core::node::shared_topology(self.cluster.nodes(), reg.topology.clone()),
             );
             self.apply_admin_settings(&mut cap);
             for id in &ours {
@@ -670,7 +670,7 @@ impl Controller {
                     cap.claim(a);
                 }
             }
-            self.cluster.nodes[index] = cap;
+            self.cluster.replace(index, cap);
             self.nodes_changed();
         }
         let heard = self.clock.instant();
@@ -785,7 +785,7 @@ impl Controller {
                 }
             }
             AgentMessage::JobStarted { id, pid, cgroups } => {
-                let node_name = self.cluster.nodes[node].name.clone();
+                let node_name = self.cluster.nodes()[node].name.clone();
                 if self.jobs.contains_key(&id) {
                     let entry = self.cgroups.entry(id).or_default();
                     entry.retain(|(n, _)| *n != node_name);
@@ -794,7 +794,7 @@ impl Controller {
                 self.queue([Effect::job_event("job_started", id, Some(&node_name), format!("pid {pid}"))]);
             }
             AgentMessage::JobEnded { id, outcome } => {
-                let node_name = self.cluster.nodes[node].name.clone();
+                let node_name = self.cluster.nodes()[node].name.clone();
                 let running_here = self.jobs.get(&id).filter(|j| j.state.has_allocation() && j.on_node(node));
                 let first = running_here.is_some_and(|j| Self::head_node(&j.allocation) == Some(node));
                 let running_here = running_here.is_some();
@@ -839,7 +839,7 @@ impl Controller {
             AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
             AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,
             AgentMessage::Refused { what, job, detail } => {
-                let effect = agent_refused(what.event_kind(), job, &self.cluster.nodes[node].name, &detail);
+                let effect = agent_refused(what.event_kind(), job, &self.cluster.nodes()[node].name, &detail);
                 self.queue([effect]);
             }
         }
@@ -849,7 +849,7 @@ impl Controller {
     /// Node `node`'s connection `conn_id` closed (by [`disconnected`]); its event is queued
     /// with the command's effects.
     pub fn handle_disconnect(&mut self, node: usize, conn_id: u64) {
-        if let (Some(ex), Some(cap)) = (self.extra.get_mut(node), self.cluster.nodes.get(node)) {
+        if let (Some(ex), Some(cap)) = (self.extra.get_mut(node), self.cluster.nodes().get(node)) {
             let effects = disconnected(ex, &cap.name, conn_id);
             self.queue(effects);
         }
@@ -871,7 +871,7 @@ impl Controller {
                 continue;
             }
             self.extra[i].conn = None;
-            let name = self.cluster.nodes[i].name.clone();
+            let name = self.cluster.nodes()[i].name.clone();
             tracing::warn!(node = %name, "no heartbeat for {:?}: node down", silent);
             self.node_failed(i, &format!("missed heartbeats for {:.1} s", silent.as_secs_f64()), now)?;
         }

@@ -45,7 +45,7 @@ impl Controller {
     /// [`Controller::usage_jobs`] of `running` (running jobs).
     fn usage_of<'a>(&self, running: impl Iterator<Item = &'a JobRecord>, now: f64) -> Vec<UsageJob> {
         let config = &self.policy.fair_share.config;
-        let gpu_weight = config.gpu_weight_on(&self.cluster.nodes);
+        let gpu_weight = config.gpu_weight_on(self.cluster.nodes());
         running
             .map(|job| {
                 let cpus: u64 = job.allocation.iter().map(|a| a.cpus.len() as u64).sum();

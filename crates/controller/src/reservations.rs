@@ -135,7 +135,7 @@ impl Controller {
             .nodes_in_order()
             .into_iter()
             .map(|i| {
-                let cap = &self.cluster.nodes[i];
+                let cap = &self.cluster.nodes()[i];
                 let topo = &cap.topology;
                 let mut free = cap.free_pus.clone();
                 free.subtract(&cap.system_pus);
@@ -417,7 +417,7 @@ impl Controller {
                 let registered = |n: &berth_core::node::NodeCapacity| {
                     self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
                 };
-                match feasible(&self.cluster.nodes, &self.cluster.policy, request, registered) {
+                match feasible(self.cluster.nodes(), &self.cluster.policy, request, registered) {
                     Ok(()) => Err(try_again(format!("it needs nodes that are not up now: {why}"))),
                     Err(never) => Err(ReservationError::with_reason(
                         Code::Infeasible,
@@ -455,7 +455,7 @@ impl Controller {
                     format!("there is no node {:?}; GET /v1/inventory lists the nodes", want.node),
                 ));
             };
-            let cap = &self.cluster.nodes[i];
+            let cap = &self.cluster.nodes()[i];
             let topo = &cap.topology;
             let mut usable = topo.all_pus();
             usable.subtract(&topo.disallowed);
@@ -591,7 +591,7 @@ impl Controller {
     /// The GPUs an explicit entry lists on node `i`, by index: each exists (else infeasible)
     /// and is free now (else try again, naming the holders).
     fn explicit_gpus(&self, i: usize, want: &NodeRequest) -> Result<Vec<u32>, ReservationError> {
-        let cap = &self.cluster.nodes[i];
+        let cap = &self.cluster.nodes()[i];
         let count = cap.topology.gpus.len() as u32;
         let mut gpus: Vec<u32> = Vec::with_capacity(want.gpus.len());
         for &g in &want.gpus {
@@ -640,7 +640,7 @@ impl Controller {
         let what = format!("node_list {}: gres", want.node);
         berth_core::gres::check_config(&what, &want.gres)
             .map_err(|e| ReservationError::new(Code::BadRequest, e.to_string()))?;
-        let cap = &self.cluster.nodes[i];
+        let cap = &self.cluster.nodes()[i];
         for (name, &n) in &want.gres {
             let total = cap.gres_total.get(name).copied().unwrap_or(0);
             if n > total {

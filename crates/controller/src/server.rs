@@ -41,7 +41,7 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
         )),
         fencing: cfg.lease().is_some(),
     });
-    tracing::info!(jobs = ctl.jobs.len(), nodes = ctl.cluster.nodes.len(), "state loaded");
+    tracing::info!(jobs = ctl.jobs.len(), nodes = ctl.cluster.nodes().len(), "state loaded");
 
     let socket = cfg.socket.clone();
     if socket.exists() {

@@ -121,11 +121,11 @@ impl Controller {
             durable_id_bound: 0,
             store,
             jobs: BTreeMap::new(),
-            cluster: ClusterState {
-                licenses: berth_core::gres::Licenses::new(cfg.licenses.clone()),
-                nodes: vec![],
-                policy: cfg.placement.clone(),
-            },
+            cluster: ClusterState::from_parts(
+                vec![],
+                cfg.placement.clone(),
+                berth_core::gres::Licenses::new(cfg.licenses.clone()),
+            ),
             hierarchy: cfg.hierarchy().unwrap_or_default(),
             cgroups: HashMap::new(),
             steps: HashMap::new(),
@@ -155,8 +155,8 @@ impl Controller {
             };
             let id = row.id as usize;
             // Node ids are dense; fill any hole with a placeholder that never takes work.
-            while c.cluster.nodes.len() < id {
-                let hole = c.cluster.nodes.len() as u32;
+            while c.cluster.nodes().len() < id {
+                let hole = c.cluster.nodes().len() as u32;
                 c.push_node(
                     NodeId(hole),
                     format!("(missing-{hole})"),
@@ -232,8 +232,8 @@ impl Controller {
         c.alloc_reclaim_until = alloc_reclaim_until;
         c.key = key;
         c.store_health = store_health;
-        let old: HashMap<&str, &NodeExtra> = cluster.nodes.iter().map(|n| n.name.as_str()).zip(&extra).collect();
-        for (cap, ex) in c.cluster.nodes.iter().zip(c.extra.iter_mut()) {
+        let old: HashMap<&str, &NodeExtra> = cluster.nodes().iter().map(|n| n.name.as_str()).zip(&extra).collect();
+        for (cap, ex) in c.cluster.nodes().iter().zip(c.extra.iter_mut()) {
             if let Some(o) = old.get(cap.name.as_str()) {
                 ex.conn = o.conn.clone();
                 ex.last_heard = o.last_heard;
@@ -293,10 +293,10 @@ impl Controller {
         instance: &str,
     ) {
         // Nodes of the same hardware share one topology (placement fits each kind once).
-        let topology = berth_core::node::shared_topology(&self.cluster.nodes, topology);
+        let topology = berth_core::node::shared_topology(self.cluster.nodes(), topology);
         let mut cap = NodeCapacity::new(id, name, topology);
         self.apply_admin_settings(&mut cap);
-        self.cluster.nodes.push(cap);
+        self.cluster.push(cap);
         self.extra.push(NodeExtra {
             state,
             address: address.to_string(),
@@ -308,7 +308,7 @@ impl Controller {
     }
 
     pub fn node_row(&self, id: usize) -> NodeRow {
-        let cap = &self.cluster.nodes[id];
+        let cap = &self.cluster.nodes()[id];
         let ex = &self.extra[id];
         NodeRow {
             id: id as u32,
@@ -322,7 +322,7 @@ impl Controller {
     }
 
     pub fn node_by_name(&self, name: &str) -> Option<usize> {
-        self.cluster.nodes.iter().position(|n| n.name == name)
+        self.cluster.nodes().iter().position(|n| n.name == name)
     }
 
     /// Node indexes in the cluster's node order: the config's `[interconnect] order`, then
@@ -336,7 +336,7 @@ impl Controller {
     /// After nodes were added or replaced: their interconnect locations and the cluster's node
     /// order follow the whole set of nodes again.
     pub fn nodes_changed(&mut self) {
-        self.hierarchy.locate_all(&mut self.cluster.nodes);
+        self.cluster.update_nodes(|nodes| self.hierarchy.locate_all(nodes));
         // The config was checked at start (`node_order` is valid there); natural order else.
         self.cluster.arrange(&self.cfg.node_order().unwrap_or_default());
     }
@@ -402,7 +402,7 @@ impl Controller {
                 Effect::InsertAccounting(job) => self.store.insert_accounting(&job)?,
                 Effect::SaveSuspension { job, suspension } => self.store.save_suspension(job, &suspension)?,
                 Effect::UpsertNode { node } => {
-                    if node < self.cluster.nodes.len() {
+                    if node < self.cluster.nodes().len() {
                         self.store.upsert_node(&self.node_row(node))?
                     }
                 }
@@ -431,9 +431,12 @@ impl Controller {
     /// The cluster as placement sees it: only nodes up and connected take work.
     pub fn sched_view(&self) -> ClusterState {
         let mut view = self.cluster.clone();
-        for (cap, ex) in view.nodes.iter_mut().zip(&self.extra) {
-            cap.state = if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
-        }
+        view.update_nodes(|nodes| {
+            for (cap, ex) in nodes.iter_mut().zip(&self.extra) {
+                cap.state =
+                    if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
+            }
+        });
         view
     }
 }

@@ -213,7 +213,7 @@ impl Controller {
     fn plan(&self, alloc: &Allocation, in_use: &[CpuSet], req: &StepCreate) -> Result<(StepPlan, Vec<App>), ApiError> {
         let mut topos: Vec<&Topology> = Vec::with_capacity(alloc.len());
         for a in alloc {
-            match self.cluster.nodes.get(a.node_id.0 as usize) {
+            match self.cluster.nodes().get(a.node_id.0 as usize) {
                 Some(n) => topos.push(&n.topology),
                 None => return Err(api(ErrorCode::Internal, format!("node {} of the job is unknown", a.node))),
             }
@@ -534,7 +534,7 @@ impl Controller {
         if row.end_time.is_some() || row.interactive {
             return Ok(());
         }
-        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
         let failure: Option<String> = failure.map(|f| f.chars().take(2000).collect());
         let detail = format!("step {step}: exit {exit_code} (reported by {name}: `berth run` did not report it)");
         let end = StepEnd { time: now, exit_code: Some(exit_code), failure, node: Some(name) };
@@ -558,7 +558,7 @@ impl Controller {
         restarted: bool,
         now: f64,
     ) -> Result<(), StoreError> {
-        let Some(name) = self.cluster.nodes.get(node).map(|n| n.name.clone()) else { return Ok(()) };
+        let Some(name) = self.cluster.nodes().get(node).map(|n| n.name.clone()) else { return Ok(()) };
         for (job, step, interactive) in lost_root_steps(&self.steps, &name, listed, restarted, now) {
             tracing::warn!(job = %job, step, node = %name, "{ROOT_LOST}");
             let end = StepEnd { time: now, exit_code: None, failure: Some(ROOT_LOST.into()), node: Some(name.clone()) };

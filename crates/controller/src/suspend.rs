@@ -307,7 +307,7 @@ impl Controller {
         error: Option<String>,
         now: f64,
     ) -> Result<(), StoreError> {
-        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
         let Some(e) = error else { return Ok(()) };
         tracing::warn!(job = %id, node = %name, "suspend failed: {e}");
         let effects = freezing_failed(id, self.jobs.get_mut(&id), &name, &e);
@@ -316,7 +316,7 @@ impl Controller {
         let in_place = self.jobs.get(&id).filter(|j| j.state == JobState::Suspended).is_some_and(|job| {
             job.allocation
                 .iter()
-                .all(|na| self.cluster.nodes.get(na.node_id.0 as usize).is_some_and(|cap| cap.pus_free_for(na)))
+                .all(|na| self.cluster.nodes().get(na.node_id.0 as usize).is_some_and(|cap| cap.pus_free_for(na)))
         });
         if in_place {
             self.try_resume(id, now)?.ok();
@@ -338,7 +338,7 @@ impl Controller {
         cgroups: Vec<CgroupReport>,
         now: f64,
     ) -> Result<(), StoreError> {
-        let name = self.cluster.nodes.get(node).map(|n| n.name.clone()).unwrap_or_default();
+        let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
         if !cgroups.is_empty() && self.jobs.contains_key(&id) {
             let entry = self.cgroups.entry(id).or_default();
             entry.retain(|(n, c)| !(*n == name && c.rank.is_none()));
@@ -449,7 +449,7 @@ pub(crate) fn suspended(job: &mut JobRecord, cluster: &mut ClusterState, by: &Su
         Effect::job_event("suspend", id, None, detail),
     ];
     for na in &job.allocation {
-        if let Some(n) = cluster.node_mut(na.node_id) {
+        if let Some(mut n) = cluster.node_mut(na.node_id) {
             n.release_pus(na);
         }
         effects.push(Effect::Send { node: na.node_id.0 as usize, msg: ControllerMessage::Suspend { id } });
@@ -593,7 +593,7 @@ pub(crate) fn resume_answered(
         return effects; // ending anyway
     }
     for na in &job.allocation {
-        if let Some(n) = cluster.node_mut(na.node_id) {
+        if let Some(mut n) = cluster.node_mut(na.node_id) {
             n.release_pus(na);
         }
     }

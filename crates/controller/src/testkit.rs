@@ -207,7 +207,7 @@ impl Harness {
     }
 
     pub fn free_cores(&self) -> u32 {
-        self.ctl.cluster.nodes.iter().map(|n| n.free_core_count).sum()
+        self.ctl.cluster.nodes().iter().map(|n| n.free_core_count).sum()
     }
 }
 

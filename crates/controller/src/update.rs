@@ -491,7 +491,8 @@ impl Controller {
             if job.kill_sent.is_some() {
                 return state(format!("job {id} is ending already; requeue it once it has ended"));
             }
-            let node = Self::head_node(&job.allocation).map(|i| self.cluster.nodes[i].name.clone()).unwrap_or_default();
+            let node =
+                Self::head_node(&job.allocation).map(|i| self.cluster.nodes()[i].name.clone()).unwrap_or_default();
             // The node-failure requeue (fault.rs): killed on its nodes, back in the queue.
             self.requeue(id, now, &node, &why, None)?;
             return Ok(Ok(()));
@@ -594,7 +595,7 @@ impl Controller {
             .iter()
             .map(|(id, w)| {
                 let names: Vec<&str> =
-                    w.nodes.iter().filter_map(|n| self.cluster.nodes.get(*n)).map(|c| c.name.as_str()).collect();
+                    w.nodes.iter().filter_map(|n| self.cluster.nodes().get(*n)).map(|c| c.name.as_str()).collect();
                 (*id, format!("BeginTime: requeued; its previous run is still ending on {}", names.join(",")))
             })
             .collect();

@@ -46,7 +46,7 @@ impl Controller {
         alloc
             .iter()
             .filter(|a| !a.gpus.is_empty())
-            .filter_map(|a| self.cluster.nodes.get(a.node_id.0 as usize).filter(|n| n.name == a.node).map(|n| (a, n)))
+            .filter_map(|a| self.cluster.nodes().get(a.node_id.0 as usize).filter(|n| n.name == a.node).map(|n| (a, n)))
             .flat_map(|(a, n)| n.topology.gpu_places(&a.node, &a.gpus, &a.cpus))
             .collect()
     }
@@ -54,7 +54,7 @@ impl Controller {
     /// The GPU weight billing uses: `[fair_share] gpu_weight`, else the cluster's PUs per GPU
     /// on its GPU nodes (as the fair-share charge bills).
     pub fn gpu_billing_weight(&self) -> f64 {
-        self.policy.fair_share.config.gpu_weight_on(&self.cluster.nodes)
+        self.policy.fair_share.config.gpu_weight_on(self.cluster.nodes())
     }
 
     /// What a job holding `alloc` is billed a second (Slurm's `billing` TRES), `gpu_weight`
@@ -98,7 +98,7 @@ impl Controller {
     }
 
     pub fn node_info(&self, i: usize, with_topology: bool) -> NodeInfo {
-        let cap = &self.cluster.nodes[i];
+        let cap = &self.cluster.nodes()[i];
         let ex = &self.extra[i];
         let topo = &cap.topology;
         let busy = cap.busy_pus();

@@ -5,7 +5,6 @@ use crate::job::NodeAllocation;
 use crate::topology::Topology;
 use crate::{CpuSet, NodeId};
 use serde::{Deserialize, Serialize};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -87,29 +86,15 @@ pub const PROP_ONLY_PARALLEL: &str = "onlyparallel";
 /// Subnode property: only single-CPU jobs may use the subnode.
 pub const PROP_SINGLE_CPU: &str = "singlecpu";
 
-/// Changes to nodes' cached counts that no index of nodes was told of: every `refresh`, new
-/// node and copy of a node. An index (`placement::index`) built when this had some value stays
-/// true for its nodes while it has that value and every change goes through the index's owner
-/// (which uses the `_quiet` methods and re-files the node itself).
-static UNTRACKED_CHANGES: AtomicU64 = AtomicU64::new(0);
-
-/// The count of untracked node changes so far (see [`UNTRACKED_CHANGES`]).
-pub(crate) fn untracked_changes() -> u64 {
-    UNTRACKED_CHANGES.load(Ordering::Relaxed)
-}
-
-pub(crate) fn untracked_change() {
-    UNTRACKED_CHANGES.fetch_add(1, Ordering::Relaxed);
-}
-
 /// What the scheduler knows of a node: its hardware and what is free on it now.
 ///
 /// The cached counts (`free_memory` to `untouched_memory`) are written only by [`refresh`]
-/// (which every method that changes what is free calls): indexes of nodes by those counts rely
-/// on it.
+/// (which every method that changes what is free calls). A cluster's index of its nodes by
+/// those counts is kept by its owner,
+/// [`ClusterState`](crate::sched::ClusterState), through which its nodes change.
 ///
 /// [`refresh`]: NodeCapacity::refresh
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct NodeCapacity {
     pub id: NodeId,
     pub name: String,
@@ -195,50 +180,9 @@ pub enum RelocateError {
     Pinned(&'static str),
 }
 
-impl Clone for NodeCapacity {
-    /// A copy; counted as an untracked change, as it may replace a node of an indexed cluster.
-    fn clone(&self) -> Self {
-        untracked_change();
-        self.clone_quiet()
-    }
-}
-
 impl NodeCapacity {
     pub fn new(id: NodeId, name: impl Into<String>, topology: Arc<Topology>) -> Self {
-        untracked_change();
-        Self::new_quiet(id, name.into(), topology)
-    }
-
-    /// A copy that no index is told of: for the owner of an index, which re-files it itself, and
-    /// for copies that never join a cluster.
-    pub(crate) fn clone_quiet(&self) -> Self {
-        NodeCapacity {
-            id: self.id,
-            name: self.name.clone(),
-            state: self.state,
-            topology: self.topology.clone(),
-            free_pus: self.free_pus.clone(),
-            numa_free: self.numa_free.clone(),
-            numa_exclusive: self.numa_exclusive.clone(),
-            system_pus: self.system_pus.clone(),
-            subnodes: self.subnodes.clone(),
-            location: self.location.clone(),
-            order: self.order,
-            free_memory: self.free_memory,
-            free_core_count: self.free_core_count,
-            free_core_count_with_system: self.free_core_count_with_system,
-            free_pu_count: self.free_pu_count,
-            untouched_cores: self.untouched_cores,
-            untouched_memory: self.untouched_memory,
-            gpu_free: self.gpu_free.clone(),
-            free_gpu_count: self.free_gpu_count,
-            free_gpu_mask: self.free_gpu_mask,
-            gres_total: self.gres_total.clone(),
-            gres_free: self.gres_free.clone(),
-        }
-    }
-
-    fn new_quiet(id: NodeId, name: String, topology: Arc<Topology>) -> Self {
+        let name = name.into();
         let free_pus = topology.all_pus();
         let numa_free = topology.numa_nodes.iter().map(|n| n.memory_bytes).collect();
         let numa_exclusive = vec![false; topology.numa_nodes.len()];
@@ -267,20 +211,20 @@ impl NodeCapacity {
             gres_total: Default::default(),
             gres_free: Default::default(),
         };
-        n.recount();
+        n.refresh();
         n
     }
 
     /// The same node with nothing allocated (admin settings kept): for "could it ever fit".
     pub fn pristine(&self) -> Self {
-        let mut n = NodeCapacity::new_quiet(self.id, self.name.clone(), self.topology.clone());
+        let mut n = NodeCapacity::new(self.id, self.name.clone(), self.topology.clone());
         n.system_pus = self.system_pus.clone();
         n.subnodes = self.subnodes.clone();
         n.location = self.location.clone();
         n.order = self.order;
         n.gres_total = self.gres_total.clone();
         n.gres_free = self.gres_total.clone();
-        n.recount();
+        n.refresh();
         n
     }
 
@@ -298,7 +242,6 @@ impl NodeCapacity {
         }
         self.gres_total = total;
         self.gres_free = free;
-        untracked_change();
     }
 
     /// How many of generic resource `name` are free on the node.
@@ -334,12 +277,6 @@ impl NodeCapacity {
 
     /// Recompute the cached counts after a change.
     pub fn refresh(&mut self) {
-        untracked_change();
-        self.recount();
-    }
-
-    /// `refresh` that no index is told of (its owner re-files the node).
-    fn recount(&mut self) {
         let topo = &self.topology;
         let mut cores = 0;
         let mut with_system = 0;
@@ -398,20 +335,6 @@ impl NodeCapacity {
         self.give_pus(na);
         self.give_memory(na);
         self.refresh();
-    }
-
-    /// `claim` that no index is told of: for the owner of an index, which re-files the node.
-    pub(crate) fn claim_quiet(&mut self, na: &NodeAllocation) {
-        self.take_pus(na);
-        self.take_memory(na);
-        self.recount();
-    }
-
-    /// `release` that no index is told of: for the owner of an index, which re-files the node.
-    pub(crate) fn release_quiet(&mut self, na: &NodeAllocation) {
-        self.give_pus(na);
-        self.give_memory(na);
-        self.recount();
     }
 
     /// Claim only a job's PUs and exclusive NUMA nodes: a suspended job resuming, whose memory

@@ -56,7 +56,7 @@ fn a_gres_job_lands_only_on_the_node_that_has_it() {
     assert_eq!(alloc[0].gres, counts(&[("nvme", 500)]));
     let mut c2 = c.clone();
     c2.claim(&alloc);
-    assert_eq!(c2.nodes[1].free_gres("nvme"), 300);
+    assert_eq!(c2.nodes()[1].free_gres("nvme"), 300);
     // 500 more: not now (300 free), but n1 has 800.
     match c2.place(&job(1, 1, counts(&[("nvme", 500)]), Counts::new())) {
         Fit::Busy(why) => assert!(why.to_string().contains("gres nvme:500"), "{why}"),
@@ -72,7 +72,7 @@ fn a_gres_job_lands_only_on_the_node_that_has_it() {
     // Two nodes each with nvme: only one has it.
     assert!(matches!(c.place(&job(2, 1, counts(&[("nvme", 1)]), Counts::new())), Fit::Never(_)));
     c2.release(&alloc);
-    assert_eq!(c2.nodes[1].free_gres("nvme"), 800);
+    assert_eq!(c2.nodes()[1].free_gres("nvme"), 800);
 }
 
 #[test]
@@ -105,7 +105,7 @@ fn a_suspended_job_keeps_its_gres() {
     c.claim(&a);
     let cpus = berth_core::sched::preempt::cpus_only(&a);
     c.release(&cpus);
-    assert_eq!(c.nodes[0].free_gres("fpga"), 0, "the suspended job keeps its fpga");
+    assert_eq!(c.nodes()[0].free_gres("fpga"), 0, "the suspended job keeps its fpga");
     assert!(matches!(c.place(&job(1, 1, counts(&[("fpga", 1)]), Counts::new())), Fit::Busy(_)));
 }
 
@@ -279,7 +279,7 @@ proptest! {
             let lic_held: u32 = held.iter().flatten().map(|p| p.licenses.get("lic").copied().unwrap_or(0)).sum();
             prop_assert!(lic_held <= total_lic, "{} licenses held of {}", lic_held, total_lic);
             prop_assert_eq!(c.licenses.free("lic"), total_lic - lic_held);
-            for n in &c.nodes {
+            for n in c.nodes() {
                 let total = n.gres_total.get("nvme").copied().unwrap_or(0);
                 let on_node: u32 = held
                     .iter()

@@ -256,7 +256,7 @@ impl ClusterMachine {
     }
 
     pub fn total_cpus(&self) -> u64 {
-        self.state.nodes.iter().map(|n| n.topology.core_count() as u64).sum()
+        self.state.nodes().iter().map(|n| n.topology.core_count() as u64).sum()
     }
 }
 

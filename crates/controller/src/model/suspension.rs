@@ -64,7 +64,7 @@ pub fn claim_memory(cluster: &mut ClusterState, alloc: &Allocation) {
     // Its licenses stay held too, as its memory and generic resources.
     cluster.claim_licenses(alloc);
     for na in alloc {
-        if let Some(n) = cluster.node_mut(na.node_id) {
+        if let Some(mut n) = cluster.node_mut(na.node_id) {
             n.claim_memory(na);
         }
     }
@@ -79,7 +79,7 @@ pub fn release(cluster: &mut ClusterState, alloc: &Allocation, suspended: bool) 
     }
     cluster.release_licenses(alloc);
     for na in alloc {
-        if let Some(n) = cluster.node_mut(na.node_id) {
+        if let Some(mut n) = cluster.node_mut(na.node_id) {
             n.release_memory(na);
         }
     }

@@ -46,7 +46,7 @@ fn a_start_claims_its_allocation_then_writes_the_row_then_the_event_on_its_first
     let effects = started(&mut job, &mut c, alloc.clone(), 1300.0);
     assert_eq!((job.state, job.start_time, job.reason.as_deref()), (JobState::Running, Some(1300.0), None));
     assert_eq!(job.allocation, alloc);
-    assert_eq!((c.nodes[0].free_pus.to_list(), c.nodes[1].free_pus.to_list()), ("0-3".into(), "4-7".into()));
+    assert_eq!((c.nodes()[0].free_pus.to_list(), c.nodes()[1].free_pus.to_list()), ("0-3".into(), "4-7".into()));
     assert_eq!(
         effects,
         vec![Effect::UpdateJob(Box::new(job.clone())), Effect::job_event("start", JobId(5), Some("n1"), "")]

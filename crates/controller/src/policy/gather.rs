@@ -113,7 +113,7 @@ impl Controller {
         let barred = shut_out.iter().map(|(id, why)| (*id, PendingReason::NoSuitableNodes(why.clone()))).collect();
         let mut g = Gathered {
             machine: self.sched_view(),
-            machine_cpus: self.cluster.nodes.iter().map(|n| n.topology.all_pus().len() as u64).sum(),
+            machine_cpus: self.cluster.nodes().iter().map(|n| n.topology.all_pus().len() as u64).sum(),
             running: vec![],
             queue: vec![],
             priority: vec![],

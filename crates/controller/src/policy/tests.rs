@@ -254,7 +254,7 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
         sent.iter().filter(|(_, m)| matches!(m, berth_protocol::agent::ControllerMessage::Suspend { .. })).count();
     assert_eq!(suspends, 2, "{sent:?}");
     // Suspended jobs keep their memory: the node's free memory did not grow back.
-    let node = &h.ctl.cluster.nodes[0];
+    let node = &h.ctl.cluster.nodes()[0];
     let held: u64 = h.ctl.jobs.values().flat_map(|j| j.allocation.iter()).map(|a| a.memory_bytes).sum();
     assert_eq!(node.topology.numa_nodes.iter().map(|n| n.memory_bytes).sum::<u64>() - node.free_memory, held);
     // The large job ends: both resume in the next pass, before anything else.
@@ -278,7 +278,7 @@ fn job_for_drained_subnodes_waits_rather_than_being_refused() {
         conn: 9,
     };
     let mut h = Harness::with_config(1, |c| c.subnode_numa = 1);
-    assert_eq!(h.ctl.cluster.nodes[0].subnodes.len(), 2);
+    assert_eq!(h.ctl.cluster.nodes()[0].subnodes.len(), 2);
     for (index, action) in [(0, "drain"), (1, "offline")] {
         let req = ClientRequest::SubnodeAdmin { node: "n0".into(), index, action: action.into(), value: None };
         assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
@@ -422,7 +422,7 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     let (a, b, c) = (submit(&mut h, gpu_job()), submit(&mut h, gpu_job()), submit(&mut h, gpu_job()));
     let plain = submit(&mut h, opts(2, 100, "phys"));
     h.ctl.schedule(h.now).unwrap();
-    let topo = h.ctl.cluster.nodes[0].topology.clone();
+    let topo = h.ctl.cluster.nodes()[0].topology.clone();
     let mut given = vec![];
     for id in [a, b] {
         let part = &h.ctl.jobs[&id].allocation[0];
@@ -437,7 +437,7 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     assert_eq!(state(&h, c), JobState::Queued);
     let why = h.ctl.pending_reasons[&c].describe();
     assert!(why.contains("GPUs"), "{why}");
-    assert_eq!(h.ctl.cluster.nodes[0].free_gpu_count, 0);
+    assert_eq!(h.ctl.cluster.nodes()[0].free_gpu_count, 0);
     let info = h.ctl.node_info(0, false);
     assert_eq!((info.gpus_allocated, info.gpus.len()), (2, 2), "`berth nodes`: GPUs used/total");
 }
@@ -529,7 +529,7 @@ fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
     // A restart loads what running jobs hold: b still waits.
     let mut h = h.restart();
     assert_eq!(h.ctl.license_info()[0].used, 3);
-    assert_eq!(h.ctl.cluster.nodes[1].free_gres("nvme"), 300);
+    assert_eq!(h.ctl.cluster.nodes()[1].free_gres("nvme"), 300);
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, b), JobState::Queued);
     // a ends: b starts with the licenses.

@@ -188,7 +188,7 @@ fn explicit_resource_list_is_honoured_exactly_or_refused() {
         r.nodes.iter().map(|n| (n.node.as_str(), n.cpus.as_str(), n.cores, n.mems.as_str(), n.memory_bytes)).collect();
     assert_eq!(n, vec![("n1", "4-7", 4, "1", 512 << 20), ("n0", "1", 1, "0", 512 << 20)]);
     assert_eq!(r.nodes[0].numa_memory, vec![NumaMemory { numa: 1, bytes: 512 << 20 }]);
-    assert_eq!(h.ctl.cluster.nodes[1].free_pus.to_list(), "0-3");
+    assert_eq!(h.ctl.cluster.nodes()[1].free_pus.to_list(), "0-3");
     // The same PUs again: busy, naming the holder; nothing else is taken.
     let free = h.free_cores();
     let e = failed(ask(&mut h, ReservationRequest::Reserve { body: listed(&[("n0", Some("0-1"))], "1M") }, &ann()));
@@ -233,8 +233,10 @@ fn explicit_resource_list_is_honoured_exactly_or_refused() {
 #[test]
 fn a_whole_node_by_name_is_every_pu_but_the_system_cpus() {
     let mut h = Harness::new(2);
-    h.ctl.cluster.nodes[1].system_pus = CpuSet::parse_list("0").unwrap();
-    h.ctl.cluster.nodes[1].refresh();
+    let mut n = h.ctl.cluster.node_at_mut(1);
+    n.system_pus = CpuSet::parse_list("0").unwrap();
+    n.refresh();
+    drop(n);
     let e = failed(ask(&mut h, ReservationRequest::Reserve { body: listed(&[("n1", Some("0-1"))], "1M") }, &ann()));
     assert_eq!(e.code, Code::Infeasible);
     assert!(e.message.contains("system CPUs"), "{e:?}");

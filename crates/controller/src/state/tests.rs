@@ -33,7 +33,7 @@ fn listed(h: &mut Harness) -> Vec<String> {
 }
 
 fn block(h: &Harness, name: &str) -> Vec<u32> {
-    h.ctl.cluster.nodes.iter().find(|n| n.name == name).expect("node").location.clone()
+    h.ctl.cluster.nodes().iter().find(|n| n.name == name).expect("node").location.clone()
 }
 
 #[test]

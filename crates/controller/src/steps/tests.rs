@@ -467,7 +467,7 @@ fn grants_are_signed_with_the_cluster_key_and_agent_refusals_logged() {
     h.agent(1, AgentMessage::Refused { what: Refusal::Auth, job: None, detail: "bad signature".into() });
     let l = events_of(&h, "launch_refused");
     assert_eq!((l.len(), l[0].job, l[0].detail.as_str()), (1, Some(id), "cpus 9 outside"));
-    assert_eq!(l[0].node.as_deref(), Some(h.ctl.cluster.nodes[0].name.as_str()));
+    assert_eq!(l[0].node.as_deref(), Some(h.ctl.cluster.nodes()[0].name.as_str()));
     assert_eq!(events_of(&h, "auth_refused").len(), 1);
 }
 

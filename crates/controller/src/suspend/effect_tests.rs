@@ -21,11 +21,11 @@ fn cluster(jobs: &[&JobRecord]) -> ClusterState {
 }
 
 fn free(c: &ClusterState, node: usize) -> String {
-    c.nodes[node].free_pus.to_list()
+    c.nodes()[node].free_pus.to_list()
 }
 
 fn numa_free(c: &ClusterState, node: usize) -> u64 {
-    c.nodes[node].numa_free.iter().sum()
+    c.nodes()[node].numa_free.iter().sum()
 }
 
 fn send(node: usize, msg: ControllerMessage) -> Effect {

@@ -36,12 +36,12 @@ fn cpus(h: &Harness, id: JobId) -> String {
 }
 
 fn free_pus(h: &Harness) -> String {
-    h.ctl.cluster.nodes[0].free_pus.to_list()
+    h.ctl.cluster.nodes()[0].free_pus.to_list()
 }
 
 /// Memory claimed on node 0, per NUMA node, MiB.
 fn numa_used(h: &Harness) -> Vec<u64> {
-    let n = &h.ctl.cluster.nodes[0];
+    let n = &h.ctl.cluster.nodes()[0];
     n.topology.numa_nodes.iter().zip(&n.numa_free).map(|(t, f)| (t.memory_bytes - f) / MIB).collect()
 }
 
@@ -300,7 +300,7 @@ fn a_failed_resume_suspends_the_job_again() {
     let resent: Vec<usize> =
         h.sent().into_iter().filter(|(_, m)| *m == ControllerMessage::Suspend { id: a }).map(|(n, _)| n).collect();
     assert_eq!(resent, vec![0, 1], "frozen again everywhere");
-    assert_eq!(h.ctl.cluster.nodes[b_node].free_pus.len(), 6, "its PUs are given back");
+    assert_eq!(h.ctl.cluster.nodes()[b_node].free_pus.len(), 6, "its PUs are given back");
     // The next resume sends the moved node its part as recorded.
     assert!(resume(&mut h, a).ok);
     let again = h.sent();

@@ -76,9 +76,11 @@ fn is_large(policy: &PlacementPolicy, req: &JobRequest, k: u32, c: u32) -> bool 
 /// decision bounded on a fragmented cluster.
 const EXTRA_TRIES: usize = 64;
 
-/// Place `req` on what is free now. `nodes` must be in id order.
+/// Place `req` on what is free now, looking at every node (a cluster's own index is used by
+/// [`ClusterState::place_on_nodes`](crate::sched::ClusterState::place_on_nodes)). `nodes`
+/// must be in id order.
 pub fn place(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest) -> Placement {
-    place_with(nodes, policy, policy.index.get(nodes), req)
+    place_with(nodes, policy, None, req)
 }
 
 /// `place` looking at every node (no index): what `place` must always agree with.
@@ -94,7 +96,7 @@ fn counts_free_cores(req: &JobRequest) -> bool {
 
 /// `place` with the candidates found through `index` (which must be true for `nodes`) or, without
 /// one, by looking at every node.
-pub(super) fn place_with(
+pub(crate) fn place_with(
     nodes: &[NodeCapacity],
     policy: &PlacementPolicy,
     index: Option<&NodeIndex>,

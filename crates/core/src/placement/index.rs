@@ -1,16 +1,16 @@
 //! An index of a cluster's nodes by their cached free counts, so that a placement looks only at
 //! the nodes that could hold the request instead of scanning every node.
 //!
-//! Kept by [`ClusterState`](crate::sched::ClusterState) for its nodes and updated as its
-//! `claim` and `release` change them. Nodes are also changed directly (their fields are
-//! public), so an index is used only while it is known to be true: built for the same vector
-//! of nodes (address and length), and no node anywhere has had an untracked change since
-//! (`NodeCapacity::refresh`, a new node or a copy of one: see `node::untracked_changes`).
-//! Otherwise placement scans every node, and the owner rebuilds the index at its next change.
-//! Candidates found through the index are still checked against the node's own counts.
+//! Kept by [`ClusterState`](crate::sched::ClusterState) beside its nodes, which are private to
+//! it: every change to a node goes through the cluster, which re-files the node (`claim`,
+//! `release`, a node borrowed with `node_mut`), or drops the index when the table changes shape
+//! (a node added or replaced, a new node order) and builds it again at its next `claim` or
+//! `release` (placement scans every node meanwhile). An index the cluster holds is therefore
+//! true for its nodes. Candidates found through the index are still checked against the node's
+//! own counts.
 
 use super::order::NodeRanks;
-use crate::node::{untracked_changes, NodeCapacity};
+use crate::node::NodeCapacity;
 
 /// Which cached count a lookup goes by.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,11 +135,9 @@ impl Buckets {
 pub struct NodeIndex {
     /// The nodes' order: the buckets hold ranks, lookups answer positions.
     ranks: NodeRanks,
-    /// `untracked_changes()` when the index was last known to be true.
-    changes: u64,
-    /// The vector of nodes it describes: its address and length.
-    addr: usize,
-    len: usize,
+    /// Whether every node's `order` is its rank (the nodes were arranged): then a change to a
+    /// node that keeps its `order` keeps the ranks true.
+    arranged: bool,
     /// The counts each node is filed under: (free cores, untouched cores).
     keys: Vec<(u32, u32)>,
     free: Buckets,
@@ -153,15 +151,11 @@ fn keys_of(n: &NodeCapacity) -> (u32, u32) {
 impl NodeIndex {
     /// An index of `nodes` as they are now.
     pub(crate) fn build(nodes: &[NodeCapacity]) -> Self {
-        // Read before looking at the nodes: a change counted meanwhile makes the index stale
-        // (harmlessly) rather than wrongly fresh.
-        let changes = untracked_changes();
         let ranks = NodeRanks::of(nodes);
+        let arranged = nodes.iter().enumerate().all(|(i, n)| n.order == ranks.rank(i));
         let mut ix = NodeIndex {
             ranks,
-            changes,
-            addr: nodes.as_ptr() as usize,
-            len: nodes.len(),
+            arranged,
             keys: Vec::with_capacity(nodes.len()),
             free: Buckets::new(nodes.len()),
             untouched: Buckets::new(nodes.len()),
@@ -181,9 +175,10 @@ impl NodeIndex {
         &self.ranks
     }
 
-    /// Whether the index is true for `nodes` now.
-    pub(crate) fn describes(&self, nodes: &[NodeCapacity]) -> bool {
-        self.addr == nodes.as_ptr() as usize && self.len == nodes.len() && self.changes == untracked_changes()
+    /// Whether the ranks still hold for node `pos` as it is now (its place in the order did not
+    /// change).
+    fn keeps_rank(&self, pos: usize, node: &NodeCapacity) -> bool {
+        self.arranged && pos < self.keys.len() && self.ranks.rank(pos) == node.order
     }
 
     /// File node `pos` again under its current counts (after its owner changed it quietly).
@@ -256,56 +251,53 @@ impl NodeIndex {
     }
 }
 
-/// Where a `ClusterState` keeps the index of its nodes (in its `policy`, the only other field
-/// it has). Not part of the policy: a copy of the policy starts empty, and it is never
-/// compared, printed or (de)serialized.
-#[derive(Default)]
-pub struct IndexSlot(Option<Box<NodeIndex>>);
+/// Where a `ClusterState` keeps the index of its nodes: none until its first `claim` or
+/// `release`, and none again after a change of the nodes' shape or order.
+#[derive(Clone, Default)]
+pub(crate) struct IndexSlot(Option<Box<NodeIndex>>);
 
 impl IndexSlot {
-    /// The index, if it is true for `nodes` now.
-    pub(crate) fn get(&self, nodes: &[NodeCapacity]) -> Option<&NodeIndex> {
-        self.0.as_deref().filter(|ix| ix.describes(nodes))
-    }
-
-    /// The index of `nodes`, rebuilt if it is not true for them now.
-    pub(crate) fn ensure(&mut self, nodes: &[NodeCapacity]) -> &mut NodeIndex {
-        if !self.0.as_deref().is_some_and(|ix| ix.describes(nodes)) {
-            self.0 = Some(Box::new(NodeIndex::build(nodes)));
-        }
-        self.0.as_deref_mut().expect("just built")
-    }
-
-    /// The index for `copy`, an exact copy of `nodes` made without untracked changes.
-    pub(crate) fn copied_for(&self, nodes: &[NodeCapacity], copy: &[NodeCapacity]) -> IndexSlot {
-        IndexSlot(self.get(nodes).map(|ix| {
-            let mut ix = Box::new(ix.clone());
-            ix.addr = copy.as_ptr() as usize;
-            ix
-        }))
-    }
-
-    /// The index kept, whether or not it is true now (tests that know it is).
-    #[cfg(test)]
-    pub(crate) fn raw(&self) -> Option<&NodeIndex> {
+    /// The index, if there is one (true for the cluster's nodes: its owner keeps it so).
+    pub(crate) fn get(&self) -> Option<&NodeIndex> {
         self.0.as_deref()
     }
-}
 
-impl Clone for IndexSlot {
-    /// Empty: an index belongs to one vector of nodes, not to the policy.
-    fn clone(&self) -> Self {
-        IndexSlot(None)
+    /// The index of `nodes`, built if there is none.
+    pub(crate) fn ensure(&mut self, nodes: &[NodeCapacity]) -> &mut NodeIndex {
+        self.0.get_or_insert_with(|| Box::new(NodeIndex::build(nodes)))
+    }
+
+    /// No index until the next `ensure` (the nodes changed shape or order).
+    pub(crate) fn clear(&mut self) {
+        self.0 = None;
+    }
+
+    /// Node `pos` was changed: file it again, or drop the index if its place in the node order
+    /// changed.
+    pub(crate) fn refile_one(&mut self, pos: usize, node: &NodeCapacity) {
+        if let Some(ix) = self.0.as_deref_mut() {
+            if ix.keeps_rank(pos, node) {
+                ix.refile(pos, node);
+            } else {
+                self.0 = None;
+            }
+        }
+    }
+
+    /// Any node of `nodes` may have changed: file each again, or drop the index if the node
+    /// order changed.
+    pub(crate) fn refile_all(&mut self, nodes: &[NodeCapacity]) {
+        if let Some(ix) = self.0.as_deref_mut() {
+            if ix.keys.len() == nodes.len() && nodes.iter().enumerate().all(|(i, n)| ix.keeps_rank(i, n)) {
+                for (i, n) in nodes.iter().enumerate() {
+                    ix.refile(i, n);
+                }
+            } else {
+                self.0 = None;
+            }
+        }
     }
 }
-
-impl PartialEq for IndexSlot {
-    fn eq(&self, _: &Self) -> bool {
-        true
-    }
-}
-
-impl Eq for IndexSlot {}
 
 impl std::fmt::Debug for IndexSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -14,7 +14,7 @@
 
 pub mod cluster;
 pub mod fit;
-mod index;
+pub(crate) mod index;
 pub mod order;
 pub mod ranks;
 pub mod reason;
@@ -46,11 +46,6 @@ pub struct PlacementPolicy {
     /// A job's own `--gpu-locality` (Slurm's `--gres-flags=enforce-binding|disable-binding`)
     /// wins.
     pub gpu_locality: GpuLocality,
-    /// Not a rule: where a `ClusterState` keeps the index of its nodes by free cores (it has no
-    /// other place to keep it without changing how it is built). Empty in any copy of the
-    /// policy; never compared, printed or (de)serialized.
-    #[serde(skip)]
-    pub(crate) index: index::IndexSlot,
 }
 
 impl Default for PlacementPolicy {
@@ -61,7 +56,6 @@ impl Default for PlacementPolicy {
             wide_memory: true,
             compare_first_fit: true,
             gpu_locality: GpuLocality::Prefer,
-            index: Default::default(),
         }
     }
 }

@@ -74,7 +74,13 @@ fn build(spec: &ClusterSpec) -> ClusterState {
         compare_first_fit: spec.compare_first_fit,
         ..Default::default()
     };
-    ClusterState { licenses: Default::default(), nodes, policy }
+    let mut c = ClusterState::from_parts(nodes, policy, Default::default());
+    // Half the clusters arranged (a node changed in place keeps the index then), half not
+    // (the index is dropped then: the nodes' ranks depend on their names).
+    if spec.compare_first_fit {
+        c.arrange(&Default::default());
+    }
+    c
 }
 
 #[derive(Debug, Clone)]
@@ -152,19 +158,16 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-/// Every way of placing `req` on `c` agrees with the reference. `fresh`: the test made no
-/// untracked change since the cluster last changed through `claim`/`release`, so the index it
-/// keeps must be true whatever other threads did meanwhile: use it unchecked too.
-fn check(c: &ClusterState, req: &JobRequest, fresh: bool) -> Result<(), TestCaseError> {
-    let want = reference::place(&c.nodes, &c.policy, req);
-    prop_assert_eq!(&place_scanning(&c.nodes, &c.policy, req), &want, "full scan, {:?}", req);
+/// Every way of placing `req` on `c` agrees with the reference, and the index the cluster
+/// keeps (`indexed`: the test expects one) is true for its nodes.
+fn check(c: &ClusterState, req: &JobRequest, indexed: bool) -> Result<(), TestCaseError> {
+    let want = reference::place(c.nodes(), &c.policy, req);
+    prop_assert_eq!(&place_scanning(c.nodes(), &c.policy, req), &want, "full scan, {:?}", req);
     prop_assert_eq!(&sched::place(c, req), &want, "ClusterState, {:?}", req);
-    if fresh {
-        let ix = c.policy.index.raw();
-        prop_assert!(ix.is_some(), "an index is kept");
-        let ix = ix.unwrap();
-        prop_assert!(ix.consistent_with(&c.nodes), "the index files every node under its counts");
-        prop_assert_eq!(&place_with(&c.nodes, &c.policy, Some(ix), req), &want, "index, {:?}", req);
+    prop_assert_eq!(c.index().is_some(), indexed, "an index is kept");
+    if let Some(ix) = c.index() {
+        prop_assert!(ix.consistent_with(c.nodes()), "the index files every node under its counts");
+        prop_assert_eq!(&place_with(c.nodes(), &c.policy, Some(ix), req), &want, "index, {:?}", req);
     }
     Ok(())
 }
@@ -191,6 +194,8 @@ proptest! {
         let mut running: Vec<Allocation> = vec![];
         // No index yet: a new cluster is indexed by its first claim or release.
         let mut fresh = false;
+        // A node changed in place keeps the index of an arranged cluster.
+        let arranged = spec.compare_first_fit;
         for op in &ops {
             let mut asked = None;
             match op {
@@ -211,34 +216,38 @@ proptest! {
                 }
                 Op::End(_) => {}
                 Op::State(i, s) => {
-                    let i = i % c.nodes.len();
-                    c.nodes[i].state = [NodeState::Up, NodeState::Down, NodeState::Draining, NodeState::Up][*s as usize];
+                    let i = i % c.nodes().len();
+                    c.node_at_mut(i).state = [NodeState::Up, NodeState::Down, NodeState::Draining, NodeState::Up][*s as usize];
+                    fresh = fresh && arranged;
                 }
                 Op::System(i, hold) => {
-                    let len = c.nodes.len();
-                    let n = &mut c.nodes[i % len];
+                    let len = c.nodes().len();
+                    let mut n = c.node_at_mut(i % len);
                     n.system_pus = if *hold { CpuSet::from_iter_u32([n.topology.cores[0].pus[0]]) } else { CpuSet::new() };
                     n.refresh();
-                    fresh = false;
+                    drop(n);
+                    fresh = fresh && arranged;
                 }
                 Op::Replace(i) => {
-                    let i = i % c.nodes.len();
-                    let old = &c.nodes[i];
+                    let i = i % c.nodes().len();
+                    let old = &c.nodes()[i];
                     let mut n = NodeCapacity::new(old.id, old.name.clone(), topos[spec.kinds[i]].clone());
                     n.location = old.location.clone();
-                    c.nodes[i] = n;
+                    // Its place in the node order too (as the controller arranges after).
+                    n.order = old.order;
+                    c.replace(i, n);
                     // What ran there is gone with it.
                     running.retain(|a| a.iter().all(|na| na.node_id != NodeId(i as u32)));
                     fresh = false;
                 }
                 Op::ClaimDirectly(r) => {
                     let req = r.request();
-                    if let Some(a) = alloc_of(reference::place(&c.nodes, &c.policy, &req)) {
+                    if let Some(a) = alloc_of(reference::place(c.nodes(), &c.policy, &req)) {
                         for na in &a {
                             c.node_mut(na.node_id).expect("node").claim(na);
                         }
                         running.push(a);
-                        fresh = false;
+                        fresh = fresh && arranged;
                     }
                     asked = Some(req);
                 }
@@ -247,13 +256,12 @@ proptest! {
                     for na in &a {
                         c.node_mut(na.node_id).expect("node").release(na);
                     }
-                    fresh = false;
+                    fresh = fresh && arranged;
                 }
                 Op::ReleaseDirectly(_) => {}
                 Op::Copy => {
                     c = c.clone();
-                    // The copy has the index only if it was true when copied.
-                    fresh = fresh && c.policy.index.raw().is_some();
+                    // The copy has its own copy of the index, if there was one.
                 }
                 Op::WithClaimed(r, k) => {
                     let req = r.request();
@@ -262,7 +270,7 @@ proptest! {
                     for a in &extra {
                         copy.claim(a);
                     }
-                    let want = reference::place(&copy.nodes, &copy.policy, &req);
+                    let want = reference::place(copy.nodes(), &copy.policy, &req);
                     let extra: Vec<Allocation> = extra.into_iter().cloned().collect();
                     let extra: Vec<&Allocation> = extra.iter().collect();
                     let got = c.place_with_claimed(&extra, &req);
@@ -291,18 +299,20 @@ proptest! {
 fn with_free(free: &[u32]) -> (ClusterState, Vec<Allocation>) {
     let topo = Arc::new(Topology::uniform(2, 1, 4, 1, 1024 * MIB));
     let nodes = (0..free.len()).map(|i| NodeCapacity::new(NodeId(i as u32), format!("n{i}"), topo.clone())).collect();
-    let mut c = ClusterState { licenses: Default::default(), nodes, policy: PlacementPolicy::default() };
+    let mut c = ClusterState::from_parts(nodes, PlacementPolicy::default(), Default::default());
     let mut held = vec![];
     for (i, &f) in free.iter().enumerate() {
         let busy = 8 - f;
         if busy > 0 {
             let req = JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: busy }, 0);
             let mut only = c.clone();
-            for (j, n) in only.nodes.iter_mut().enumerate() {
-                if j != i {
-                    n.state = NodeState::Down;
+            only.update_nodes(|nodes| {
+                for (j, n) in nodes.iter_mut().enumerate() {
+                    if j != i {
+                        n.state = NodeState::Down;
+                    }
                 }
-            }
+            });
             let a = alloc_of(sched::place(&only, &req)).expect("fits");
             c.claim(&a);
             held.push(a);
@@ -325,7 +335,7 @@ fn nodes_of(p: &Placement) -> Vec<u32> {
 #[test]
 fn the_fullest_node_that_fits_wins_then_the_lowest_id() {
     let (c, _) = with_free(&[3, 5, 2, 5, 8, 4]);
-    assert!(c.policy.index.raw().is_some_and(|ix| ix.consistent_with(&c.nodes)));
+    assert!(c.index().is_some_and(|ix| ix.consistent_with(c.nodes())));
     assert_eq!(nodes_of(&sched::place(&c, &cores(4))), vec![5]);
     assert_eq!(nodes_of(&sched::place(&c, &cores(5))), vec![1]);
     assert_eq!(nodes_of(&sched::place(&c, &cores(2))), vec![2]);
@@ -338,57 +348,70 @@ fn the_fullest_node_that_fits_wins_then_the_lowest_id() {
 
 #[test]
 fn a_node_changed_directly_is_not_missed() {
+    // Not arranged: a node changed in place drops the index (its rank may follow its name)...
     let (mut c, held) = with_free(&[1, 1, 1, 1]);
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), Vec::<u32>::new());
-    // Freed directly, behind the index's back: the index is no longer used...
     c.node_mut(NodeId(2)).unwrap().release(&held[2][0]);
-    assert!(c.policy.index.get(&c.nodes).is_none());
+    assert!(c.index().is_none());
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![2]);
     // ... until the next claim or release rebuilds it.
     c.release(&held[0]);
-    assert!(c.policy.index.raw().is_some_and(|ix| ix.consistent_with(&c.nodes)));
+    assert!(c.index().is_some_and(|ix| ix.consistent_with(c.nodes())));
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![0]);
+    // Arranged: the node is filed again under its new counts when the borrow ends.
+    let (mut c, held) = with_free(&[1, 1, 1, 1]);
+    c.arrange(&Default::default());
+    c.claim(&vec![]);
+    c.node_mut(NodeId(2)).unwrap().release(&held[2][0]);
+    assert!(c.index().is_some_and(|ix| ix.consistent_with(c.nodes())), "re-filed, not dropped");
+    assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![2]);
+    // Every node changed at once: re-filed too, unless the node order changed.
+    c.update_nodes(|nodes| nodes.iter_mut().for_each(|n| n.state = NodeState::Down));
+    assert!(c.index().is_some_and(|ix| ix.consistent_with(c.nodes())));
+    assert!(matches!(sched::place(&c, &cores(8)), Placement::Never(_)));
+    c.update_nodes(|nodes| nodes.swap(0, 1));
+    assert!(c.index().is_none(), "the order changed: dropped");
     // A node replaced by a new one, or by a copy of another.
     let (mut c, _) = with_free(&[1, 1, 1]);
-    c.nodes[1] = NodeCapacity::new(NodeId(1), "n1", c.nodes[1].topology.clone());
+    let topo = c.nodes()[1].topology.clone();
+    c.replace(1, NodeCapacity::new(NodeId(1), "n1", topo));
+    assert!(c.index().is_none());
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![1]);
     let (mut c, _) = with_free(&[1, 1, 8]);
     c.claim(&vec![]);
-    let spare = c.nodes[2].clone();
-    c.nodes[2] = c.nodes[0].clone();
-    c.nodes[0] = spare;
-    c.nodes[0].id = NodeId(0);
-    c.nodes[2].id = NodeId(2);
+    let (mut spare, mut first) = (c.nodes()[2].clone(), c.nodes()[0].clone());
+    (spare.id, first.id) = (NodeId(0), NodeId(2));
+    c.replace(2, first);
+    c.replace(0, spare);
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![0]);
     // More nodes.
     let (mut c, _) = with_free(&[1]);
-    c.nodes.push(NodeCapacity::new(NodeId(1), "n1", c.nodes[0].topology.clone()));
+    let topo = c.nodes()[0].topology.clone();
+    c.push(NodeCapacity::new(NodeId(1), "n1", topo));
+    assert!(c.index().is_none());
     assert_eq!(nodes_of(&sched::place(&c, &cores(8))), vec![1]);
 }
 
 #[test]
-fn a_copy_of_the_policy_carries_no_index() {
+fn the_policy_carries_no_index_and_a_copy_of_the_cluster_its_own() {
     let (mut c, _) = with_free(&[2, 3]);
-    assert!(c.policy.index.raw().is_some());
+    assert!(c.index().is_some());
     let policy = c.policy.clone();
-    assert!(policy.index.raw().is_none());
-    assert_eq!(policy, c.policy, "the index is not part of the policy");
     assert_eq!(
         format!("{policy:?}"),
         "PlacementPolicy { large_parallel_cpus: 8, align_numa: true, wide_memory: true, compare_first_fit: true, gpu_locality: Prefer }"
     );
     assert_eq!(serde_json::to_string(&policy).unwrap(), serde_json::to_string(&PlacementPolicy::default()).unwrap());
-    // A copy of the cluster gets its own copy of the index, for its own nodes: when no node
-    // anywhere changed untracked in between (tests run in parallel and make nodes: the index
-    // then counts as stale and is not copied, so try again).
-    let copied = (0..1000).any(|_| {
-        c.policy.index.ensure(&c.nodes);
-        let copy = c.clone();
-        let ix = copy.policy.index.raw();
-        assert!(ix.is_none_or(|ix| ix.consistent_with(&copy.nodes)), "a copied index is true for the copy");
-        ix.is_some()
-    });
-    assert!(copied, "the index was never copied");
+    // A copy of the cluster gets its own copy of the index, true for its own nodes, and they
+    // go their own ways.
+    c.ensure_index();
+    let mut copy = c.clone();
+    assert!(copy.index().is_some_and(|ix| ix.consistent_with(copy.nodes())), "a copied index is true for the copy");
+    let a = alloc_of(sched::place(&copy, &cores(3))).expect("fits");
+    copy.claim(&a);
+    assert!(copy.index().is_some_and(|ix| ix.consistent_with(copy.nodes())));
+    assert!(c.index().is_some_and(|ix| ix.consistent_with(c.nodes())), "the original's untouched");
+    assert_ne!(copy.nodes()[1].free_core_count, c.nodes()[1].free_core_count);
 }
 
 /// The names of an allocation's nodes, in its order.
@@ -413,14 +436,14 @@ fn placement_follows_node_names_not_the_order_nodes_joined() {
     let arranged = ClusterState::new(nodes(), PlacementPolicy::default());
     let mut indexed = ClusterState::new(nodes(), PlacementPolicy::default());
     indexed.claim(&vec![]);
-    let plain = ClusterState { licenses: Default::default(), nodes: nodes(), policy: PlacementPolicy::default() };
+    let plain = ClusterState::from_parts(nodes(), PlacementPolicy::default(), Default::default());
     for (what, c) in [("arranged", &arranged), ("indexed", &indexed), ("never arranged", &plain)] {
         assert_eq!(c.in_order(), vec![2, 1, 0], "{what}");
         assert_eq!(names_of(&sched::place(c, &per_node(1, 2))), ["node1"], "{what}");
         assert_eq!(names_of(&sched::place(c, &per_node(3, 2))), ["node1", "node2", "node10"], "{what}");
         assert_eq!(names_of(&sched::place(c, &cores(1))), ["node1"], "{what}");
         assert_eq!(names_of(&sched::place(c, &cores(24))), ["node1", "node2", "node10"], "{what}");
-        assert_eq!(names_of(&place_scanning(&c.nodes, &c.policy, &per_node(2, 8))), ["node1", "node2"], "{what}");
+        assert_eq!(names_of(&place_scanning(c.nodes(), &c.policy, &per_node(2, 8))), ["node1", "node2"], "{what}");
     }
     // The admin's order first, then the others by name.
     let mut listed = ClusterState::new(nodes(), PlacementPolicy::default());

@@ -186,7 +186,7 @@ pub fn plan_preemption_beside(
     pool.truncate(MAX_POOL);
     let total_cost = |victims: &[&Preemptible], alloc: &Allocation| {
         let nodes: BTreeSet<NodeId> = victims.iter().flat_map(|r| r.alloc.iter().map(|na| na.node_id)).collect();
-        let landing = spread(alloc.iter().filter_map(|na| node_by_id(&machine.nodes, na.node_id).map(|n| (n, na))));
+        let landing = spread(alloc.iter().filter_map(|na| node_by_id(machine.nodes(), na.node_id).map(|n| (n, na))));
         victims.iter().map(|r| r.score).sum::<f64>() + cfg.spread_penalty * (nodes.len() as u64 + landing) as f64
     };
     let mut best: Option<(f64, Vec<&Preemptible>, Allocation)> = None;
@@ -277,7 +277,7 @@ fn greedy<'a>(
 fn packages_of(machine: &ClusterState, alloc: &Allocation) -> BTreeSet<(NodeId, usize)> {
     let mut out = BTreeSet::new();
     for na in alloc {
-        let Some(node) = node_by_id(&machine.nodes, na.node_id) else { continue };
+        let Some(node) = node_by_id(machine.nodes(), na.node_id) else { continue };
         for c in &node.topology.cores {
             if c.pus.iter().any(|&p| na.cpus.contains(p)) {
                 out.insert((na.node_id, c.package));
@@ -313,7 +313,7 @@ pub fn resume_candidates(machine: &ClusterState, suspended: &[SuspendedJob], rel
     let mut out = vec![];
     for job in suspended {
         let own_pus_free = job.alloc.iter().all(|na| {
-            trial.nodes.iter().find(|n| n.id == na.node_id).is_some_and(|n| na.cpus.is_subset_of(&n.free_pus))
+            trial.nodes().iter().find(|n| n.id == na.node_id).is_some_and(|n| na.cpus.is_subset_of(&n.free_pus))
         });
         let resume = if own_pus_free {
             Some((Resume::InPlace, job.alloc.clone()))
@@ -337,7 +337,7 @@ fn relocated(machine: &ClusterState, alloc: &Allocation) -> Option<Allocation> {
 }
 
 fn relocate_part(machine: &ClusterState, na: &NodeAllocation) -> Option<NodeAllocation> {
-    let node = machine.nodes.iter().find(|n| n.id == na.node_id)?;
+    let node = machine.nodes().iter().find(|n| n.id == na.node_id)?;
     let topo = &node.topology;
     let want = na.cpus.len();
     let mut cpus = crate::CpuSet::new();

@@ -39,7 +39,7 @@ impl ClusterBuilder {
         self
     }
     pub fn build(self) -> ClusterState {
-        ClusterState { licenses: Default::default(), nodes: self.nodes, policy: Default::default() }
+        ClusterState::from_parts(self.nodes, Default::default(), Default::default())
     }
 }
 
@@ -64,7 +64,7 @@ pub fn hold(cluster: &mut ClusterState, id: u64, parts: &[(usize, &str)], end: f
     let alloc: Allocation = parts
         .iter()
         .map(|&(node, cpus)| {
-            let n = &cluster.nodes[node];
+            let n = &cluster.nodes()[node];
             let cpus = CpuSet::parse_list(cpus).expect("cpu list");
             NodeAllocation {
                 gres: Default::default(),

@@ -1,7 +1,7 @@
 use super::testkit::{total, ClusterBuilder, G};
 use super::*;
 use crate::job::{Allocation, Shape};
-use crate::node::NodeState;
+use crate::node::{NodeCapacity, NodeState};
 use crate::placement::JobRequest;
 use crate::sched::PendingJob;
 use crate::topology::Topology;
@@ -33,7 +33,7 @@ fn schedule(cluster: &ClusterState, queue: &[PendingJob]) -> Decisions {
 
 /// Whether a request could ever fit the nodes that take work if they were empty.
 fn check_feasible(cluster: &ClusterState, req: &JobRequest) -> Result<(), crate::placement::reason::Never> {
-    crate::placement::cluster::feasible(&cluster.nodes, &cluster.policy, req, |n| n.state.accepts_work())
+    crate::placement::cluster::feasible(cluster.nodes(), &cluster.policy, req, |n| n.state.accepts_work())
 }
 
 fn summary(d: &Decisions) -> Vec<String> {
@@ -106,11 +106,11 @@ fn total_shape_spans_nodes_when_no_single_node_fits() {
 #[test]
 fn smt_cores_are_allocated_whole_with_local_memory_nodes() {
     let topo = Arc::new(Topology::uniform(2, 2, 2, 2, G));
-    let cluster = ClusterState {
-        licenses: Default::default(),
-        nodes: vec![NodeCapacity::new(NodeId(0), "big", topo)],
-        policy: Default::default(),
-    };
+    let cluster = ClusterState::from_parts(
+        vec![NodeCapacity::new(NodeId(0), "big", topo)],
+        Default::default(),
+        Default::default(),
+    );
     let d = schedule(&cluster, &[job(1, total(3), G)]);
     let a = &d.starts[0].1[0];
     assert_eq!(a.cpus.to_list(), "0-5");
@@ -151,7 +151,7 @@ proptest! {
             job(i as u64, shape, mem * G)
         }).collect();
         let d = schedule(&cluster, &queue);
-        for node in &cluster.nodes {
+        for node in cluster.nodes() {
             let mut used = CpuSet::new();
             let mut mem = 0;
             for (_, alloc) in &d.starts {

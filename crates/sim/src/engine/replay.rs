@@ -80,16 +80,17 @@ pub(super) fn replay<M: Suspending>(
 ) -> Result<SimResult, SimError> {
     // A GPU workload's jobs follow the nodes' shape (all nodes alike).
     let gpus = config.gpus.and_then(|g| {
-        let node = machine.cluster()?.nodes.first()?;
+        let node = machine.cluster()?.nodes().first()?;
         Some(GpuJobs {
             share: g.share,
             cores_per_node: node.topology.core_count() as u32,
             gpus_per_node: node.topology.gpus.len() as u32,
         })
     });
-    let machine_gpus: u64 = machine.cluster().map_or(0, |c| c.nodes.iter().map(|n| n.topology.gpus.len() as u64).sum());
+    let machine_gpus: u64 =
+        machine.cluster().map_or(0, |c| c.nodes().iter().map(|n| n.topology.gpus.len() as u64).sum());
     // Fair share bills a GPU as the controller does, by the nodes' shape (a counted machine has none).
-    let gpu_weight = machine.cluster().map_or(0.0, |c| FairShareConfig::default().gpu_weight_on(&c.nodes));
+    let gpu_weight = machine.cluster().map_or(0.0, |c| FairShareConfig::default().gpu_weight_on(c.nodes()));
     let work = workload(trace, &machine, config.estimate, config.order, gpus, config.licenses.map(|l| l.share));
     let n = work.jobs.len();
     // Unlimited reservations, no preemption: what `counted` implements.

@@ -65,7 +65,7 @@ impl Confine for ClusterState {
     fn confine(&self, within: &Allocation, used: &[&Allocation]) -> Self {
         let mut out = self.clone();
         let mut take: Allocation = Vec::new();
-        for node in &self.nodes {
+        for node in self.nodes() {
             let numa = &node.topology.numa_nodes;
             let mut keep_pus = CpuSet::new();
             let mut keep_gpus: Vec<u32> = vec![];

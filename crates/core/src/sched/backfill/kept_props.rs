@@ -216,7 +216,7 @@ fn a_drained_node_makes_the_pass_plan_afresh() {
     let input = PassInput { machine: &c, running: &running, queue: &queue, now: 0.0 };
     plan_keeping(&input, &limits(10), &mut kept);
     let mut drained = c.clone();
-    drained.nodes[1].state = crate::node::NodeState::Drained;
+    drained.node_at_mut(1).state = crate::node::NodeState::Drained;
     let input = PassInput { machine: &drained, running: &running, queue: &queue, now: 0.0 };
     plan_keeping(&input, &limits(10), &mut kept);
     assert_eq!(kept.as_ref().map(|k| k.reused()), Some(0));

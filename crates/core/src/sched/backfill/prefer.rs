@@ -22,10 +22,7 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     if prefer.is_empty() {
         return state.place(req);
     }
-    let position = |id: NodeId| match state.nodes.binary_search_by_key(&id, |n| n.id) {
-        Ok(i) => Some(i),
-        Err(_) => state.nodes.iter().position(|n| n.id == id),
-    };
+    let position = |id: NodeId| state.position(id);
     // Per node position of `D`: `prefer`'s PUs there.
     let mut kept: Vec<(usize, CpuSet)> = vec![];
     for na in prefer.iter().flat_map(|a| a.iter()) {
@@ -43,11 +40,11 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     // The PUs offered, in order: (node position, PU).
     let mut offers: Vec<(usize, u32)> = vec![];
     for (i, pus) in &kept {
-        offers.extend(state.nodes[*i].free_pus.iter().filter(|&pu| !pus.contains(pu)).map(|pu| (*i, pu)));
+        offers.extend(state.nodes()[*i].free_pus.iter().filter(|&pu| !pus.contains(pu)).map(|pu| (*i, pu)));
     }
     let (mut others, enough) = (0u64, req.total_cpus().saturating_mul(2));
     for i in ranks.positions() {
-        let node = &state.nodes[i];
+        let node = &state.nodes()[i];
         if others >= enough {
             break;
         }
@@ -63,11 +60,11 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     // Copies outside any index (placement scans them, few as they are): the whole cluster's
     // index is untouched.
     // Their nodes keep their places in the cluster's order (so the part goes by it).
-    let part = ClusterState {
-        licenses: state.licenses.clone(),
-        nodes: positions.iter().map(|&i| state.nodes[i].clone_quiet()).collect(),
-        policy: state.policy.clone(),
-    };
+    let part = ClusterState::from_parts(
+        positions.iter().map(|&i| state.nodes()[i].clone()).collect(),
+        state.policy.clone(),
+        state.licenses.clone(),
+    );
     // Placement on the part with only the first `m` offers (and `prefer`'s PUs) free.
     let trial = |m: usize| -> Option<Allocation> {
         let mut taken: Vec<(usize, CpuSet)> = vec![];
@@ -79,7 +76,7 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
         }
         let mut copy = part.clone();
         let take: Allocation =
-            taken.into_iter().map(|(i, pus)| pus_only(state.nodes[i].id, &state.nodes[i].name, pus)).collect();
+            taken.into_iter().map(|(i, pus)| pus_only(state.nodes()[i].id, &state.nodes()[i].name, pus)).collect();
         copy.claim(&take);
         match copy.place(req) {
             Fit::Now(alloc) => Some(alloc),
@@ -95,12 +92,14 @@ pub fn place_preferring_on_cluster(state: &ClusterState, prefer: &[&Allocation],
     }
     // PUs the job needs beyond `prefer`'s free ones: fewer offers cannot fit.
     let pus_per_core = kept.first().map_or(1, |(i, _)| {
-        let topo = &state.nodes[*i].topology;
+        let topo = &state.nodes()[*i].topology;
         (topo.pu_count() as u64).div_ceil((topo.core_count() as u64).max(1)).max(1)
     });
     let need = req.total_cpus().saturating_mul(if req.threads { 1 } else { pus_per_core });
-    let have: u64 =
-        kept.iter().map(|(i, pus)| pus.iter().filter(|&pu| state.nodes[*i].free_pus.contains(pu)).count() as u64).sum();
+    let have: u64 = kept
+        .iter()
+        .map(|(i, pus)| pus.iter().filter(|&pu| state.nodes()[*i].free_pus.contains(pu)).count() as u64)
+        .sum();
     let first = usize::try_from(need.saturating_sub(have)).unwrap_or(usize::MAX).clamp(1, offers.len());
     // Gallop from `first` to a fit (`lo`: the last count known not to fit), then bisect.
     let (mut lo, mut m, mut step) = (first - 1, first, 1);

@@ -38,8 +38,8 @@ pub(super) struct Scenario {
 /// Compact, for failure reports: the nodes, what runs where until when, the queue.
 impl std::fmt::Debug for Scenario {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let n = &self.cluster.nodes[0].topology;
-        let (nodes, cores, pus) = (self.cluster.nodes.len(), n.core_count(), n.pu_count());
+        let n = &self.cluster.nodes()[0].topology;
+        let (nodes, cores, pus) = (self.cluster.nodes().len(), n.core_count(), n.pu_count());
         writeln!(
             f,
             "{nodes} nodes of {cores} cores ({pus} PUs), {}G; {} reservations",
@@ -136,7 +136,7 @@ pub(super) fn consistent(s: &Scenario, schedule: &[(f64, f64, Allocation)]) -> R
             pus.union_with(&na.cpus);
             *mem.entry(na.node_id.0).or_default() += na.memory_bytes;
         }
-        for n in &s.cluster.nodes {
+        for n in s.cluster.nodes() {
             if mem.get(&n.id.0).copied().unwrap_or(0) > n.topology.memory_bytes() {
                 return Err(format!("at {t}: memory of {} exceeded", n.name));
             }

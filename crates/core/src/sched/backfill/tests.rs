@@ -188,7 +188,7 @@ fn easy_starts_long_jobs_that_stay_off_the_reservation() {
 
 /// PUs `cpus` of node `node` (no memory), unclaimed: a reservation's resources.
 fn part(cluster: &ClusterState, node: usize, cpus: &str) -> Allocation {
-    let n = &cluster.nodes[node];
+    let n = &cluster.nodes()[node];
     let cpus = crate::CpuSet::parse_list(cpus).expect("cpu list");
     vec![crate::job::NodeAllocation {
         gres: Default::default(),

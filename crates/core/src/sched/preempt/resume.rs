@@ -55,7 +55,7 @@ pub fn resume_parts(
         if !connected(na.node_id) {
             return Err(ResumeWait::NotConnected(na.node.clone()));
         }
-        let Some(cap) = node_by_id(&cluster.nodes, na.node_id) else {
+        let Some(cap) = node_by_id(cluster.nodes(), na.node_id) else {
             return Err(ResumeWait::UnknownNode(na.node.clone()));
         };
         plan.push(part(cap, na, job)?);
@@ -88,14 +88,14 @@ pub fn resumed_on(cluster: &mut ClusterState, alloc: &Allocation, plan: &[Option
     let mut out = alloc.clone();
     for (k, to) in plan.iter().enumerate() {
         let (Some(to), Some(from)) = (to, alloc.get(k)) else { continue };
-        if let Some(n) = cluster.node_mut(from.node_id) {
+        if let Some(mut n) = cluster.node_mut(from.node_id) {
             n.release_memory(from);
             n.claim_memory(to);
         }
         out[k] = to.clone();
     }
     for na in &out {
-        if let Some(n) = cluster.node_mut(na.node_id) {
+        if let Some(mut n) = cluster.node_mut(na.node_id) {
             n.claim_pus(na);
         }
     }
