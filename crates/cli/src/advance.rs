@@ -13,7 +13,8 @@ use std::path::Path;
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 pub enum ResvCommand {
-    /// Admins: reserve whole nodes, or cores placed for the window, for users and/or accounts.
+    /// Admins: reserve whole nodes, cores placed for the window, or licenses alone, for users
+    /// and/or accounts.
     Create {
         /// now, +2h (+SECONDS, +10m, +1d, +HH:MM:SS), HH:MM (the next one), or 2026-11-22T10:00.
         #[arg(long, default_value = "now")]
@@ -45,7 +46,8 @@ pub enum ResvCommand {
         #[arg(long, requires = "cores")]
         gres: Option<String>,
         /// Cluster-wide licenses held for the window, NAME[:COUNT][,...] (its jobs' licenses
-        /// come from these).
+        /// come from these); alone (without --nodes or --cores), licenses only: its jobs run
+        /// on any node.
         #[arg(long, short = 'L')]
         licenses: Option<String>,
         /// Users whose jobs may use it, comma-separated.
@@ -275,7 +277,17 @@ pub fn table(reservations: &[AdvanceInfo], now: f64) -> String {
                 }
                 what
             },
-            r.allocation.iter().map(|a| format!("{}[{}]", a.node, a.cpus)).collect::<Vec<_>>().join(","),
+            // A reservation of licenses alone holds no node.
+            match r
+                .allocation
+                .iter()
+                .filter(|a| !a.node.is_empty())
+                .map(|a| format!("{}[{}]", a.node, a.cpus))
+                .collect::<Vec<_>>()
+            {
+                nodes if nodes.is_empty() => "-".into(),
+                nodes => nodes.join(","),
+            },
             who.join("; "),
             format!("{} running, {} queued", r.running_jobs.len(), r.queued_jobs.len()),
         ]);

@@ -159,7 +159,19 @@ impl Controller {
         }
         let allocation = match (body.nodes.is_empty(), body.cores) {
             (false, Some(_)) => return Err(bad("give --nodes (whole nodes) or --cores, not both".into())),
-            (true, None) => return Err(bad("say what to reserve: --nodes n1,n2 (whole nodes) or --cores N".into())),
+            (true, None) if body.licenses.is_empty() => {
+                return Err(bad(
+                    "say what to reserve: --nodes n1,n2 (whole nodes), --cores N, or licenses alone (-L NAME:COUNT)"
+                        .into(),
+                ))
+            }
+            (true, None)
+                if body.nodes_count.is_some() || body.mem.is_some() || body.gpus.is_some() || !body.gres.is_empty() =>
+            {
+                return Err(bad("--nodes-count, --mem, --gres and --gpus go with --cores".into()))
+            }
+            // Licenses alone: held for the window, its members' cores anywhere.
+            (true, None) => self.licenses_for_window(&body.licenses, (start, end), now)?,
             (false, None)
                 if body.nodes_count.is_some() || body.mem.is_some() || body.gpus.is_some() || !body.gres.is_empty() =>
             {
@@ -324,6 +336,33 @@ impl Controller {
             ));
         }
         Ok(alloc)
+    }
+
+    /// Licenses alone for the window (`berth resv create -L matlab:2` without nodes or
+    /// cores), if enough are not held at its start by jobs still running then (by walltime) or
+    /// by overlapping reservations: one part on no node (`backfill::licenses_only`).
+    fn licenses_for_window(
+        &self,
+        licenses: &berth_core::gres::Counts,
+        (start, end): (f64, f64),
+        now: f64,
+    ) -> Result<Allocation, ApiError> {
+        let holders = self.holders(now);
+        let mut at = backfill::machine_at(&self.sched_view(), &holders, start, now);
+        for r in self.advance_list(&holders, start).iter().filter(|r| r.start < end && r.end > start) {
+            at.claim_licenses(&r.alloc);
+        }
+        if let Err(why) = at.licenses.check(licenses) {
+            return Err(api(
+                ErrorCode::Unavailable,
+                format!(
+                    "not free for the whole window {} to {}: {why} (held by running jobs or reservations then); choose another window or fewer licenses",
+                    clock(start, now),
+                    clock(end, now)
+                ),
+            ));
+        }
+        Ok(vec![backfill::licenses_only(licenses.clone())])
     }
 
     /// `cores` cores (on `nodes` nodes) placed for the window: on the machine as it will be at
@@ -546,13 +585,15 @@ impl Controller {
             berth_core::sched::Placement::Never(never) => never.to_string(),
         };
         let cores: u32 = r.allocation.iter().map(|a| a.cores).sum();
-        let nodes: Vec<&str> = r.allocation.iter().map(|a| a.node.as_str()).collect();
+        let nodes: Vec<&str> =
+            r.allocation.iter().filter(|a| a.node_id != backfill::NO_NODE).map(|a| a.node.as_str()).collect();
+        let holds = match nodes.is_empty() {
+            true => "licenses alone; its jobs run on any node".to_string(),
+            false => format!("{cores} cores on {}", nodes.join(",")),
+        };
         Err(api(
             ErrorCode::Infeasible,
-            format!(
-                "this job can never fit reservation {name} ({cores} cores on {}): {why}; ask for less",
-                nodes.join(",")
-            ),
+            format!("this job can never fit reservation {name} ({holds}): {why}; ask for less"),
         ))
     }
 
@@ -658,7 +699,12 @@ fn sum_counts<'a>(parts: impl Iterator<Item = &'a berth_core::gres::Counts>) -> 
 /// Advance reservation `r`, placed, is created by `by`: kept; its row, the event and a pass
 /// to write and do, in that order. Needs no store.
 pub(crate) fn created(book: &mut AdvanceBook, r: Advance, by: &str, now: f64) -> Vec<Effect> {
-    let nodes: Vec<String> = r.allocation.iter().map(|a| format!("{}:{}", a.node, a.cpus)).collect();
+    let nodes: Vec<String> = r
+        .allocation
+        .iter()
+        .filter(|a| a.node_id != backfill::NO_NODE)
+        .map(|a| format!("{}:{}", a.node, a.cpus))
+        .collect();
     let mut held = String::new();
     for (what, counts) in [
         ("gres", sum_counts(r.allocation.iter().map(|a| &a.gres))),
@@ -673,7 +719,7 @@ pub(crate) fn created(book: &mut AdvanceBook, r: Advance, by: &str, now: f64) ->
         r.name,
         clock(r.start, now),
         clock(r.end, now),
-        nodes.join(" "),
+        if nodes.is_empty() { "no node".to_string() } else { nodes.join(" ") },
         r.who(),
     );
     tracing::info!("advance reservation {detail}");

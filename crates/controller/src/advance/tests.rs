@@ -558,3 +558,57 @@ fn reservations_hold_gres_and_licenses() {
     let kept = &h.ctl.policy.advance.live["w"];
     assert_eq!(kept.allocation[0].licenses, counts(&[("matlab", 4)]));
 }
+
+/// Issue 20: an advance reservation of licenses alone (`berth resv create -L matlab:3` without
+/// nodes or cores): it holds no node, its members run on any node with its licenses (no more
+/// than it holds), others get only the license it does not hold; only admins make one, the
+/// licenses must be free for its window, and it survives a restart.
+#[test]
+fn reservations_of_licenses_alone() {
+    let mut h = Harness::with_config(2, |c| c.licenses = counts(&[("matlab", 4)]));
+    let now = h.now;
+    let body = |name: &str, n: u32| AdvanceCreate {
+        name: Some(name.into()),
+        start: Some(now),
+        duration_secs: Some(7200),
+        licenses: counts(&[("matlab", n)]),
+        users: vec!["ann".into()],
+        ..Default::default()
+    };
+    let e = create(&mut h, body("lic", 3), &ann()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotPermitted, "{e:?}");
+    let e = create(&mut h, AdvanceCreate { gpus: Some(1), ..body("lic", 3) }, &root()).unwrap_err();
+    assert!(e.message.contains("go with --cores"), "{}", e.message);
+    let e = create(&mut h, AdvanceCreate { licenses: counts(&[]), ..body("lic", 3) }, &root()).unwrap_err();
+    assert!(e.message.contains("licenses alone"), "{}", e.message);
+    let r = create(&mut h, body("lic", 3), &root()).unwrap();
+    assert_eq!((r.cores, r.licenses.clone()), (0, counts(&[("matlab", 3)])), "{r:?}");
+    assert!(r.allocation.iter().all(|a| a.cpus.is_empty() && a.node.is_empty()), "{r:?}");
+    // Only one is left for another window over it.
+    let e = create(&mut h, body("l2", 2), &root()).unwrap_err();
+    assert_eq!(e.code, ErrorCode::Unavailable, "{e:?}");
+    assert!(e.message.contains("license matlab"), "{}", e.message);
+    let with = |o: SubmitOptions, n: u32| SubmitOptions { licenses: Some(counts(&[("matlab", n)])), ..o };
+    let e = submit(&mut h, with(member(1, 3600, "lic"), 4), &ann()).unwrap_err();
+    assert!(e.message.contains("holds 3 of license matlab"), "{}", e.message);
+    // Members: 2 nodes' cores (the reservation holds none) and its licenses.
+    let wide = SubmitOptions { nodes: Some(2), tasks_per_node: Some(2), ..with(member(1, 3600, "lic"), 2) };
+    let wide = submit(&mut h, SubmitOptions { cores: None, ..wide }, &ann()).unwrap();
+    let more = submit(&mut h, with(member(1, 3600, "lic"), 2), &ann()).unwrap();
+    let two = submit(&mut h, with(opts(1, 3600), 2), &bob()).unwrap();
+    let one = submit(&mut h, with(opts(1, 3600), 1), &bob()).unwrap();
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&wide].state, JobState::Running);
+    assert_eq!(nodes_of(&h, wide).len(), 2);
+    assert_eq!(h.ctl.jobs[&more].state, JobState::Queued, "1 of the reservation's 3 is left");
+    let why = reason(&mut h, more);
+    assert!(why.contains("reservation lic") && why.contains("license matlab"), "{why}");
+    assert_eq!(h.ctl.jobs[&one].state, JobState::Running);
+    assert_eq!(h.ctl.jobs[&two].state, JobState::Queued);
+    assert!(reason(&mut h, two).contains("advance reservation lic"), "{}", reason(&mut h, two));
+    assert_eq!(h.ctl.license_info()[0].used, 3);
+    let mut h = h.restart();
+    assert_eq!(list(&mut h)[0].licenses, counts(&[("matlab", 3)]));
+    h.ctl.schedule(h.now).unwrap();
+    assert_eq!(h.ctl.jobs[&two].state, JobState::Queued);
+}

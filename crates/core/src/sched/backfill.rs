@@ -25,7 +25,8 @@ mod profile;
 mod timeline;
 
 pub use advance::{
-    machine_at, place_for_window, plan_with_advance, plan_with_advance_keeping, AdvanceReservation, Confine,
+    licenses_only, machine_at, on_nodes, place_for_window, plan_with_advance, plan_with_advance_keeping,
+    AdvanceReservation, Confine, NO_NODE,
 };
 pub use kept::KeptPlan;
 pub use prefer::place_preferring_on_cluster;

@@ -42,6 +42,38 @@ pub struct AdvanceReservation<A> {
     pub members: Vec<JobId>,
 }
 
+/// The node id of a window's part on no node: licenses alone ([`licenses_only`]). No node
+/// has it, so claiming or releasing such a part counts its licenses only.
+pub const NO_NODE: crate::NodeId = crate::NodeId(u32::MAX);
+
+/// An allocation part holding `licenses` and nothing on any node: an advance reservation of
+/// licenses alone (`berth resv create -L matlab:2` without nodes or cores). Its members run
+/// on any free resources of the machine and take their licenses from it; everyone else keeps
+/// off those licenses during its window.
+pub fn licenses_only(licenses: Counts) -> NodeAllocation {
+    NodeAllocation {
+        node_id: NO_NODE,
+        node: String::new(),
+        cpus: CpuSet::new(),
+        cores: 0,
+        mems: CpuSet::new(),
+        memory_bytes: 0,
+        numa_memory: vec![],
+        exclusive_numa: CpuSet::new(),
+        subnodes: vec![],
+        binding: vec![],
+        ranks: vec![],
+        gpus: vec![],
+        gres: Counts::new(),
+        licenses,
+    }
+}
+
+/// Whether `alloc` holds anything on a node (not licenses alone).
+pub fn on_nodes(alloc: &Allocation) -> bool {
+    alloc.iter().any(|na| na.node_id != NO_NODE)
+}
+
 /// A machine that can be narrowed to what one allocation holds (a reservation's resources),
 /// for placing the reservation's members.
 pub trait Confine: Machine {
@@ -65,7 +97,9 @@ impl Confine for ClusterState {
     fn confine(&self, within: &Allocation, used: &[&Allocation]) -> Self {
         let mut out = self.clone();
         let mut take: Allocation = Vec::new();
-        for node in self.nodes() {
+        // A window of licenses alone confines no node: its members use any free ones.
+        let nodes = if on_nodes(within) { self.nodes() } else { &[] };
+        for node in nodes {
             let numa = &node.topology.numa_nodes;
             let mut keep_pus = CpuSet::new();
             let mut keep_gpus: Vec<u32> = vec![];
