@@ -142,3 +142,100 @@ fn reservations_hold_licenses_and_update_changes_them() {
     assert!(acct.contains("HELD") && acct.contains("license/matlab=1"), "{acct}");
     assert_no_job_cgroups(&c);
 }
+
+/// The request side on real agents (issue 20): `berth run --gres -L` outside a job holds
+/// nvme on node2 and 2 licenses while its step runs and gives them back when it ends (and
+/// `berth acct` shows what it held); `srun -L` more than exist is refused; a reservation of
+/// licenses alone (`berth resv create -L` without nodes or cores) holds no node; `qalter -l`
+/// changes a held job's licenses; an unprivileged user may change their own pending job's
+/// licenses but not another's, and may not make a reservation.
+#[test]
+fn interactive_licenses_license_reservations_and_unprivileged_changes() {
+    let c = Cluster::up_configured(2, "package:1 core:2 pu:1", TOML);
+    c.json(&["compat", "install", &c.root().join("bin").display().to_string()]);
+    let go = c.root().join("go");
+    let wait_go = format!("while [ ! -e {} ]; do sleep 0.1; done", go.display());
+    let mut run = std::process::Command::new(BIN)
+        .arg("--dir")
+        .arg(&c.dir)
+        .args(["run", "-n", "1", "--gres", "nvme:100", "-L", "matlab:2", "sh", "-c", &wait_go])
+        .current_dir(c.root())
+        .env_remove("BERTH_JOB_ID")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start berth run");
+    let node2_gres = |c: &Cluster| {
+        let nodes = c.json(&["nodes"]);
+        nodes.as_array().unwrap().iter().find(|n| n["name"] == "node2").map(|n| n["gres"].clone()).unwrap()
+    };
+    let t0 = std::time::Instant::now();
+    while c.json(&["licenses"])[0]["used"] != 2 {
+        if t0.elapsed() > Duration::from_secs(60) || run.try_wait().unwrap().is_some() {
+            let _ = run.kill();
+            let out = run.wait_with_output().unwrap();
+            panic!("the interactive allocation holds no licenses: {}\n{}", text(&out.stderr), c.logs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(node2_gres(&c), serde_json::json!([{"name": "nvme", "total": 800, "used": 100}]));
+    // Its licenses are held: srun asking for more than are left waits, more than exist is refused.
+    let out = named(&c, "srun", &["-L", "matlab:5", "true"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("the cluster has 4"), "{}", text(&out.stderr));
+    std::fs::write(&go, "").unwrap();
+    let out = run.wait_with_output().unwrap();
+    assert!(out.status.success(), "berth run: {}\n{}", text(&out.stderr), c.logs());
+    assert_eq!(c.json(&["licenses"])[0]["used"], 0);
+    assert_eq!(node2_gres(&c), serde_json::json!([{"name": "nvme", "total": 800, "used": 0}]));
+    let acct = text(&c.berth(&["acct"]).stdout);
+    assert!(acct.contains("gres/nvme=100,license/matlab=2"), "{acct}");
+    // srun outside a job with licenses: an interactive allocation holding them.
+    let out = named(&c, "srun", &["-L", "matlab:4", "--gres=nvme:800", "true"]);
+    assert!(out.status.success(), "{}\n{}", text(&out.stderr), c.logs());
+
+    // Licenses alone for the window: no node held.
+    let r = c.json(&["resv", "create", "--duration", "1h", "-L", "matlab:3", "--users", "root", "--name", "lic"]);
+    assert_eq!((&r["licenses"], &r["cores"]), (&serde_json::json!({"matlab": 3}), &serde_json::json!(0)), "{r:#}");
+    let list = text(&c.berth(&["resv", "list"]).stdout);
+    let line = list.lines().find(|l| l.starts_with("lic ")).unwrap_or_default().to_string();
+    assert!(line.contains("0 +license matlab:3") && line.split_whitespace().any(|w| w == "-"), "{list}");
+    // A member runs on any node with the reservation's licenses.
+    let m = c.submit("member.sh", "#!/bin/sh\ntrue\n", &["--reservation", "lic", "--walltime", "60", "-L", "matlab:3"]);
+    let job = c.wait_finished(m, Duration::from_secs(60));
+    assert_eq!(job["state"], "completed", "{job:#}\n{}", c.logs());
+    assert_eq!(job["allocation"][0]["licenses"], serde_json::json!({"matlab": 3}), "{job:#}");
+
+    // qalter of a held job's licenses (PBS's job-wide custom resource).
+    let held = c.submit("held.sh", "#!/bin/sh\ntrue\n", &["--hold", "--walltime", "60", "-L", "matlab:1"]);
+    let held_s = held.to_string();
+    named_ok(&c, "qalter", &["-l", "matlab=1", &held_s]);
+    let out = named(&c, "qalter", &["-l", "matlab=9", &held_s]);
+    assert!(!out.status.success() && text(&out.stderr).contains("the cluster has 4"), "{}", text(&out.stderr));
+
+    // An unprivileged user: no reservations, their own pending job only.
+    let out =
+        c.berth_as("berthtest", &["resv", "create", "--duration", "1h", "-L", "matlab:1", "--users", "berthtest"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("only admins"), "{}", text(&out.stderr));
+    let out = c.berth_as("berthtest", &["update", &held_s, "--licenses", "matlab:2"]);
+    assert!(
+        !out.status.success() && text(&out.stderr).contains("you may only change your own jobs"),
+        "{}",
+        text(&out.stderr)
+    );
+    let script = std::env::temp_dir().join(format!("berth-gres-{}.sh", std::process::id()));
+    std::fs::write(&script, "#!/bin/sh\ntrue\n").unwrap();
+    let script_s = script.display().to_string();
+    let out = c.berth_as("berthtest", &["submit", "--json", "--hold", "--walltime", "60", "-L", "matlab:1", &script_s]);
+    let _ = std::fs::remove_file(&script);
+    assert!(out.status.success(), "berthtest's submit: {}", text(&out.stderr));
+    let own: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let own_s = own["id"].as_u64().unwrap().to_string();
+    let out = c.berth_as("berthtest", &["update", &own_s, "--licenses", "matlab:2"]);
+    assert!(out.status.success(), "berthtest's update: {}", text(&out.stderr));
+    assert_eq!(c.show(own["id"].as_u64().unwrap())["request"]["licenses"], serde_json::json!({"matlab": 2}));
+    let out = c.berth_as("berthtest", &["update", &own_s, "--licenses", "matlab:9"]);
+    assert!(!out.status.success() && text(&out.stderr).contains("the cluster has 4"), "{}", text(&out.stderr));
+    c.berth(&["cancel", &own_s, &held_s]);
+    assert_no_job_cgroups(&c);
+}
