@@ -189,6 +189,53 @@ fn each_mpmd_part_gets_its_own_gpus() {
     assert_no_job_cgroups(&c);
 }
 
+/// A batch job holding a node's 4 cores and its 2 GPUs (one per NUMA node): `berth run -n 2
+/// --gpus-per-task 1 --rank-cpusets` inside it puts rank 1 on NUMA node 1's first core, next to
+/// GPU 1 (without the GPUs in the plan both ranks went to NUMA node 0's two cores, rank 1 far
+/// from its GPU), and each rank gets its own GPU in BERTH_GPUS/CUDA_VISIBLE_DEVICES/
+/// GPU_DEVICE_ORDINAL, its rank cpuset holding that core.
+#[test]
+fn ranks_of_a_batch_step_get_cores_next_to_their_gpus() {
+    let (c, _dev) = gpu_cluster(TOPO);
+    // Emulated PU i runs on host CPU real[i % n] (round robin over the node's cpuset).
+    let root = cgroup_mount("cpuset").join("berth").join(c.cluster_id()).join("node1").join("cpuset.cpus");
+    let real = expand(&std::fs::read_to_string(&root).unwrap());
+    assert!(
+        real.len() == 2,
+        "this test needs exactly 2 host CPUs in {} to tell the ranks' PUs apart: {real:?}",
+        root.display()
+    );
+    let nodes = c.json(&["nodes"]);
+    let gpus = nodes[0]["gpus"].as_array().cloned().unwrap_or_default();
+    assert_eq!(gpus.len(), 2, "{nodes:#}");
+    assert_eq!((gpus[0]["cpus"].as_str(), gpus[1]["cpus"].as_str()), (Some("0-1"), Some("2-3")), "{nodes:#}");
+    let script = format!(
+        "#!/bin/sh\n{BIN} run -n 2 --gpus-per-task 1 --rank-cpusets sh -c \
+         'echo \"rank=$BERTH_RANK cpus=$BERTH_RANK_CPUS gpus=$BERTH_GPUS cuda=$CUDA_VISIBLE_DEVICES \
+         ordinal=$GPU_DEVICE_ORDINAL cpuset=$(cat /sys/fs/cgroup/cpuset$(cat /proc/self/cpuset)/cpuset.cpus)\"'\n"
+    );
+    let id = c.submit("ranks.sh", &script, &["--cores", "4", "--gpus", "2"]);
+    let j = c.wait_finished(id, Duration::from_secs(60));
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap_or_default();
+    assert_eq!(j["state"], "completed", "{j:#}\n{out}\n{}", c.logs());
+    let mut lines: Vec<&str> = out.lines().filter(|l| l.starts_with("rank=")).collect();
+    lines.sort();
+    assert_eq!(lines.len(), 2, "{out}");
+    // Rank 0 on PU 0 (GPU 0's), rank 1 on PU 2 (GPU 1's): both on host CPU real[0].
+    for (rank, line) in lines.iter().enumerate() {
+        let field = |k: &str| line.split(' ').find_map(|w| w.strip_prefix(k)).unwrap_or("").to_string();
+        let pu = rank * 2;
+        let host = real[pu % real.len()].to_string();
+        assert_eq!(field("cpus="), host, "rank {rank} not on PU {pu}, next to GPU {rank}: {out}");
+        assert_eq!(field("cpuset="), host, "rank {rank}'s cpuset: {out}");
+        assert_eq!(field("gpus="), rank.to_string(), "{out}");
+        // Under the devices cgroup the job's GPUs are 0 and 1 to CUDA.
+        assert_eq!(field("cuda="), rank.to_string(), "{out}");
+        assert_eq!(field("ordinal="), rank.to_string(), "{out}");
+    }
+    assert_no_job_cgroups(&c);
+}
+
 /// A kernel CPU list ("0-1,3") as its CPUs.
 fn expand(list: &str) -> Vec<u32> {
     let mut out = vec![];

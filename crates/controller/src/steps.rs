@@ -16,7 +16,7 @@ use berth_core::job::{Allocation, JobState};
 use berth_core::placement::JobRequest;
 use berth_core::sched::{self, Placement};
 use berth_core::step::mpmd::App;
-use berth_core::step::{RankBinding, StepError, StepPlan};
+use berth_core::step::{RankBinding, StepError, StepGpus, StepPlan};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId};
 use berth_protocol::agent::{ControllerMessage, StepRef};
@@ -218,7 +218,8 @@ impl Controller {
                 None => return Err(api(ErrorCode::Internal, format!("node {} of the job is unknown", a.node))),
             }
         }
-        mpmd::plan(alloc, &topos, in_use, req)
+        let gpus = StepGpus::of_step(&req.request, &req.env).map_err(|e| api(ErrorCode::BadRequest, e.to_string()))?;
+        mpmd::plan(alloc, &topos, in_use, req, gpus.as_ref())
     }
 
     /// Record a planned step (durable before the grant is replied: `Effect::InsertStep`) and

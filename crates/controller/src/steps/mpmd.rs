@@ -5,7 +5,7 @@
 use super::{api, MAX_STEP_COUNT};
 use berth_core::job::NodeAllocation;
 use berth_core::step::mpmd::{self, App, MAX_APPS};
-use berth_core::step::{plan_step, RankBinding, StepError, StepPlan, StepRequest};
+use berth_core::step::{plan_step_gpus, RankBinding, StepError, StepGpus, StepPlan, StepRequest};
 use berth_core::topology::Topology;
 use berth_core::CpuSet;
 use berth_protocol::client::{ApiError, ErrorCode};
@@ -118,15 +118,19 @@ pub(super) fn interactive_shape(req: &mut StepCreate) -> Result<(), ApiError> {
 /// Where the ranks go and what each runs: a colon line's parts planned one after another
 /// (`mpmd::plan_mpmd`), a multi-prog file's lines over the step's layout; the apps of the
 /// grant (ranks resolved, layouts dropped, each part's binding). No apps: the one program.
+/// With `gpus` (the step's `--gpus-per-task`/`--gpu-bind`) each rank's cores are placed next
+/// to its GPUs (`plan_step_gpus`), for one program and a multi-prog file's lines; a colon
+/// line's parts are laid out without (their GPU flags are refused).
 pub(super) fn plan(
     alloc: &[NodeAllocation],
     topos: &[&Topology],
     in_use: &[CpuSet],
     req: &StepCreate,
+    gpus: Option<&StepGpus>,
 ) -> Result<(StepPlan, Vec<App>), ApiError> {
     let step_error = super::step_error;
     if req.apps.is_empty() {
-        return plan_step(alloc, topos, in_use, &req.request).map(|p| (p, vec![])).map_err(step_error);
+        return plan_step_gpus(alloc, topos, in_use, &req.request, gpus).map(|p| (p, vec![])).map_err(step_error);
     }
     if colon_parts(&req.apps) {
         let parts: Vec<StepRequest> = req.apps.iter().map(|a| a.request.clone().unwrap_or_default()).collect();
@@ -145,7 +149,7 @@ pub(super) fn plan(
             .collect();
         return Ok((plan, apps));
     }
-    let plan = plan_step(alloc, topos, in_use, &req.request).map_err(step_error)?;
+    let plan = plan_step_gpus(alloc, topos, in_use, &req.request, gpus).map_err(step_error)?;
     let apps = mpmd::resolve_ranks(&req.apps, plan.size)
         .map_err(|e| step_error(StepError::Invalid(format!("--multi-prog: {e}"))))?;
     Ok((plan, apps))
