@@ -831,6 +831,32 @@ mod rank_tests {
         assert_eq!(rank_gpus(&t.gpus, &[0, 1], &ranks[..1], 5, &GpuBind::Closest).unwrap(), [vec![0, 1]]);
     }
 
+    /// Uneven: ranks x GPUs a rank not a multiple of the job's GPUs. Ranks share, no GPU
+    /// used by more than its fair share (ranks x per-task over the GPUs, rounded up), each
+    /// rank's GPUs distinct, every GPU used.
+    #[test]
+    fn ranks_not_dividing_the_gpus_share_them_within_a_fair_share() {
+        let t = node();
+        let pus = |g: usize| t.gpus[g].cpus.to_list();
+        // 4 ranks over 3 GPUs (0, 1, 2), two ranks next to GPU 0: 2, 1, 1.
+        let ranks = sets(&[&pus(0), &pus(0), &pus(1), &pus(2)]);
+        let got = rank_gpus(&t.gpus, &[0, 1, 2], &ranks, 1, &GpuBind::Closest).unwrap();
+        assert_eq!(got, [vec![0], vec![0], vec![1], vec![2]]);
+        // 5 ranks all next to GPU 0, 3 GPUs: at most 2 each.
+        let ranks = sets(&[&pus(0), &pus(0), &pus(0), &pus(0), &pus(0)]);
+        let got = rank_gpus(&t.gpus, &[0, 1, 2], &ranks, 1, &GpuBind::Closest).unwrap();
+        let counts = [0, 1, 2].map(|g| got.iter().filter(|r| r.contains(&g)).count());
+        assert_eq!(counts, [2, 2, 1], "{got:?}");
+        // 2 ranks x 2 GPUs over 3: each rank two distinct GPUs, one GPU shared.
+        let ranks = sets(&[&pus(0), &pus(2)]);
+        let got = rank_gpus(&t.gpus, &[0, 1, 2], &ranks, 2, &GpuBind::Closest).unwrap();
+        assert!(got.iter().all(|r| r.len() == 2), "{got:?}");
+        let counts = [0, 1, 2].map(|g| got.iter().filter(|r| r.contains(&g)).count());
+        assert_eq!(counts.iter().sum::<usize>(), 4);
+        assert!(counts.iter().all(|&c| (1..=2).contains(&c)), "{got:?}");
+        assert!(got[0].contains(&0) && got[1].contains(&2), "each rank keeps its local GPU: {got:?}");
+    }
+
     #[test]
     fn none_and_map() {
         let t = node();

@@ -286,8 +286,17 @@ impl ResourceRequest {
             }
             (Some(total), None) => {
                 if !total.is_multiple_of(nodes) {
+                    // Defined behaviour (docs/gpus.md, "Uneven GPUs"): refused, with the
+                    // nearest even requests.
+                    let below = total / nodes * nodes;
+                    let above = below + nodes;
+                    let fewer = (1..nodes).rev().find(|d| total.is_multiple_of(*d)).unwrap_or(1);
+                    let more = (nodes + 1..=total).find(|d| total.is_multiple_of(*d));
+                    let on: Vec<String> = std::iter::once(fewer).chain(more).map(|d| format!("--nodes {d}")).collect();
+                    let gpus = if below > 0 { format!("--gpus {below} or {above}") } else { format!("--gpus {above}") };
                     return bad(format!(
-                        "--gpus {total} cannot be spread evenly over {nodes} nodes; give a multiple of {nodes} or use --gpus-per-node"
+                        "--gpus {total} cannot be spread evenly over {nodes} nodes: a job holds the same GPUs on each of its nodes (Slurm may split them unevenly); ask for {gpus} (a multiple of {nodes}), or {total} GPUs on {}, or use --gpus-per-node",
+                        on.join(" or ")
                     ));
                 }
                 total / nodes
@@ -456,6 +465,13 @@ mod tests {
         assert_eq!(gpus(Some(2), Some(8), Some(4), None).unwrap().1, 4);
         let err = |r: Result<(Shape, u32), CoreError>| r.unwrap_err().to_string();
         assert!(err(gpus(Some(2), Some(3), None, None)).contains("spread evenly"));
+        // Uneven GPUs: refused, naming the nearest even requests.
+        let e = err(gpus(Some(2), Some(3), None, None));
+        assert!(e.contains("--gpus 2 or 4 (a multiple of 2)") && e.contains("--nodes 1 or --nodes 3"), "{e}");
+        let e = err(gpus(Some(4), Some(6), None, None));
+        assert!(e.contains("--gpus 4 or 8") && e.contains("--nodes 3 or --nodes 6"), "{e}");
+        let e = err(gpus(Some(4), Some(3), None, None));
+        assert!(e.contains("ask for --gpus 4 (a multiple of 4), or 3 GPUs on --nodes 3, or"), "{e}");
         assert!(err(gpus(Some(2), Some(6), Some(4), None)).contains("contradicts"));
         assert!(err(gpus(None, None, None, Some("a100"))).contains("needs --gpus"));
         assert!(err(gpus(None, Some(1), None, Some("a 100"))).contains("--gpu-type"));
