@@ -14,14 +14,15 @@ use berth_protocol::agent::AgentQuery;
 use berth_protocol::auth::{write_sealed, LinkKey, TreeEnd};
 use berth_protocol::client::{ClientRequest, ClientResponse};
 use berth_protocol::step::{
-    parse_signal, signal_name, Chunk, InteractiveAsk, RankExit, SpawnReply, StepCreate, StepGrant, StepOutcome,
-    TreeDown, TreeUp,
+    parse_signal, signal_name, Chunk, Found, InteractiveAsk, ProcName, RankExit, ServiceReply, SpawnReply, StepCreate,
+    StepGrant, StepOutcome, TreeDown, TreeUp, RANK_WILDCARD,
 };
 use berth_protocol::write_frame;
 use clap::Args;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
 use tokio::net::TcpStream;
@@ -355,7 +356,7 @@ pub async fn run(dir: &Path, json: bool, args: RunArgs) -> Result<i32> {
         bail!(msg);
     }
     let mut tree = Tree::new(&args, &grant);
-    tree.spawner = Some(Spawner::new(dir, &args));
+    tree.spawner = Some(Spawner::new(dir, &args, tree.services.clone()));
     let outcome = tree.drive(&grant, &link, t0, args.timing).await;
     if let Some(spawner) = tree.spawner.take() {
         spawner.finish(outcome.exit_code != 0).await;
@@ -460,6 +461,8 @@ struct Tree {
     /// A spawned step's tree: told when its ranks run (or cannot), and its way down given to
     /// the parent's `run`.
     spawned: Option<Spawned>,
+    /// Publish, lookup and connect, shared by the step and its spawned steps.
+    services: Arc<Mutex<Services>>,
 }
 
 impl Tree {
@@ -477,6 +480,7 @@ impl Tree {
             running_ms: None,
             spawner: None,
             spawned: None,
+            services: Arc::default(),
         }
     }
 
@@ -491,6 +495,13 @@ impl Tree {
             }
         };
         berth_protocol::probe::mark("client agent connected");
+        let nspace = link.pmix_namespace(grant.job, grant.step);
+        if let Ok(mut s) = self.services.lock() {
+            s.steps.insert(
+                nspace.clone(),
+                grant.nodes.iter().map(|n| (n.name.clone(), n.ranks.iter().map(|r| r.rank).collect())).collect(),
+            );
+        }
         let _ = stream.set_nodelay(true);
         berth_protocol::tree::keepalive(&stream);
         let (mut rd, mut wr) = stream.into_split();
@@ -619,6 +630,27 @@ impl Tree {
                 // The root shepherd completes barriers and routes direct modex itself: nothing
                 // of either comes up to `run`.
                 TreeUp::BarrierIn { .. } | TreeUp::ModexRequest(_) | TreeUp::ModexReply(_) => {}
+                TreeUp::Publish(req) => {
+                    let reply = self.services.lock().map(|mut s| s.publish(&nspace, req.clone()));
+                    let reply = reply.unwrap_or_else(|_| Some("berth run's table is unusable".into()));
+                    let _ = down_tx.send(TreeDown::ServiceReply(ServiceReply {
+                        id: req.id,
+                        to: req.from,
+                        error: reply,
+                        found: vec![],
+                    }));
+                    self.answer_lookups();
+                }
+                TreeUp::Lookup(req) => {
+                    if let Ok(mut s) = self.services.lock() {
+                        s.lookup(req, down_tx.clone());
+                    }
+                }
+                TreeUp::Connect(req) => {
+                    if let Ok(mut s) = self.services.lock() {
+                        s.connect(&nspace, req, down_tx.clone());
+                    }
+                }
                 TreeUp::Spawn(req) => {
                     let reply = |error: String| {
                         TreeDown::SpawnReply(SpawnReply {
@@ -648,6 +680,13 @@ impl Tree {
                 tx.send(Err(self.failed_at.clone().unwrap_or_else(|| "the step ended before its ranks ran".into())));
         }
         self.outcome(t0)
+    }
+
+    /// Lookups waiting for keys a publish may have brought.
+    fn answer_lookups(&self) {
+        if let Ok(mut s) = self.services.lock() {
+            s.answer_waiting();
+        }
     }
 
     fn kill(&mut self, down: &mpsc::UnboundedSender<TreeDown>, reason: String) {
@@ -742,6 +781,153 @@ impl Tree {
     }
 }
 
+/// A way down a step's tree to the node that asked (its request `id`).
+struct Replier {
+    down: mpsc::UnboundedSender<TreeDown>,
+    id: u64,
+    to: u32,
+}
+
+impl Replier {
+    fn send(&self, error: Option<String>, found: Vec<Found>) {
+        let _ = self.down.send(TreeDown::ServiceReply(ServiceReply { id: self.id, to: self.to, error, found }));
+    }
+}
+
+/// The most values `run` keeps published, and lookups it keeps waiting.
+const MAX_PUBLISHED: usize = 4096;
+const MAX_WAITING_LOOKUPS: usize = 4096;
+
+/// `PMIx_Publish`/`Lookup` and `PMIx_Connect` of a step and its spawned steps, carried out by
+/// their `run` (docs/protocol/03-control-tree.md, "Publish, lookup and connect"): the
+/// published values (the range is the run's steps), the lookups waiting for theirs, and the
+/// connects waiting for every node of theirs.
+#[derive(Default)]
+struct Services {
+    /// Each step's namespace → its nodes (name, ranks), in node order.
+    steps: HashMap<String, Vec<(String, Vec<u32>)>>,
+    published: HashMap<String, (Found, bool)>,
+    waiting: Vec<(Vec<String>, Replier)>,
+    /// A connect (its procs, sorted) → the nodes it waits for, those in, and their repliers.
+    connects: HashMap<Vec<ProcName>, (std::collections::BTreeSet<String>, Vec<(String, Replier)>)>,
+}
+
+impl Services {
+    /// A publish of a rank of `nspace`: None when stored, else why not.
+    fn publish(&mut self, nspace: &str, req: berth_protocol::step::PublishRequest) -> Option<String> {
+        if req.values.iter().any(|v| self.published.contains_key(&v.key)) {
+            return Some("a key is published already".into());
+        }
+        if self.published.len() + req.values.len() > MAX_PUBLISHED {
+            return Some(format!("at most {MAX_PUBLISHED} values are published at once"));
+        }
+        for value in req.values {
+            let publisher = ProcName { nspace: nspace.to_string(), rank: req.rank };
+            self.published.insert(value.key.clone(), (Found { value, publisher }, req.first_read));
+        }
+        None
+    }
+
+    /// Every key of `keys` when all are published (first-read ones are taken).
+    fn take(&mut self, keys: &[String]) -> Option<Vec<Found>> {
+        if !keys.iter().all(|k| self.published.contains_key(k)) {
+            return None;
+        }
+        let mut found = Vec::with_capacity(keys.len());
+        for k in keys {
+            let first_read = self.published.get(k).is_some_and(|(_, f)| *f);
+            let f = if first_read {
+                self.published.remove(k).map(|(f, _)| f)
+            } else {
+                self.published.get(k).map(|(f, _)| f.clone())
+            };
+            found.extend(f);
+        }
+        Some(found)
+    }
+
+    fn lookup(&mut self, req: berth_protocol::step::LookupRequest, down: mpsc::UnboundedSender<TreeDown>) {
+        let replier = Replier { down, id: req.id, to: req.from };
+        if let Some(found) = self.take(&req.keys) {
+            return replier.send(None, found);
+        }
+        if !req.wait {
+            // What is there, if anything (PMIx answers a partial lookup without waiting).
+            let found: Vec<Found> =
+                req.keys.iter().filter_map(|k| self.published.get(k).map(|(f, _)| f.clone())).collect();
+            let error = found.is_empty().then(|| "not found".to_string());
+            return replier.send(error, found);
+        }
+        // Lookups whose node gave up (it answers them itself) leave no trace beyond the bound.
+        self.waiting.retain(|(_, r)| !r.down.is_closed());
+        if self.waiting.len() >= MAX_WAITING_LOOKUPS {
+            return replier.send(Some(format!("at most {MAX_WAITING_LOOKUPS} lookups wait at once")), vec![]);
+        }
+        self.waiting.push((req.keys, replier));
+    }
+
+    fn answer_waiting(&mut self) {
+        let mut i = 0;
+        while i < self.waiting.len() {
+            let keys = self.waiting[i].0.clone();
+            match self.take(&keys) {
+                Some(found) => {
+                    let (_, r) = self.waiting.remove(i);
+                    r.send(None, found);
+                }
+                None => i += 1,
+            }
+        }
+    }
+
+    /// Node `req.from` of step `nspace` is in a connect: answered, with every other node in
+    /// it, once every node hosting one of its procs is.
+    fn connect(
+        &mut self,
+        nspace: &str,
+        mut req: berth_protocol::step::ConnectRequest,
+        down: mpsc::UnboundedSender<TreeDown>,
+    ) {
+        let replier = Replier { down, id: req.id, to: req.from };
+        let Some(node) = self.steps.get(nspace).and_then(|n| n.get(req.from as usize)).map(|(name, _)| name.clone())
+        else {
+            return replier.send(Some("not found: the asking node is not of the step".into()), vec![]);
+        };
+        let mut expected = std::collections::BTreeSet::new();
+        for p in &req.procs {
+            let Some(nodes) = self.steps.get(&p.nspace) else {
+                return replier.send(
+                    Some(format!("not found: namespace {} is not of this run", p.nspace.escape_debug())),
+                    vec![],
+                );
+            };
+            let before = expected.len();
+            for (name, ranks) in nodes {
+                if p.rank == RANK_WILDCARD || ranks.contains(&p.rank) {
+                    expected.insert(name.clone());
+                }
+            }
+            if expected.len() == before && p.rank != RANK_WILDCARD && !nodes.iter().any(|(_, r)| r.contains(&p.rank)) {
+                return replier
+                    .send(Some(format!("not found: no rank {} in {}", p.rank, p.nspace.escape_debug())), vec![]);
+            }
+        }
+        req.procs.sort();
+        req.procs.dedup();
+        let entry = self.connects.entry(req.procs.clone()).or_insert_with(|| (expected, Vec::new()));
+        entry.1.retain(|(n, _)| *n != node);
+        entry.1.push((node, replier));
+        let arrived: std::collections::BTreeSet<&String> = entry.1.iter().map(|(n, _)| n).collect();
+        if entry.0.iter().all(|n| arrived.contains(n)) {
+            if let Some((_, repliers)) = self.connects.remove(&req.procs) {
+                for (_, r) in repliers {
+                    r.send(None, vec![]);
+                }
+            }
+        }
+    }
+}
+
 /// How long a spawn waits for its step to be granted (the job's cores may all be taken: a
 /// spawned step overcommits them, so this is the controller's answer, not resources).
 const SPAWN_GRANT_WAIT: Duration = Duration::from_secs(30);
@@ -758,6 +944,7 @@ struct Spawned {
 /// of the same job, with a control tree of its own driven here, its output beside the
 /// parent's (docs/launcher.md, "MPI_Comm_spawn").
 struct Spawner {
+    services: Arc<Mutex<Services>>,
     dir: std::path::PathBuf,
     label: bool,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -766,8 +953,8 @@ struct Spawner {
 }
 
 impl Spawner {
-    fn new(dir: &Path, args: &RunArgs) -> Spawner {
-        Spawner { dir: dir.to_path_buf(), label: args.label, tasks: vec![], downs: Default::default() }
+    fn new(dir: &Path, args: &RunArgs, services: Arc<Mutex<Services>>) -> Spawner {
+        Spawner { services, dir: dir.to_path_buf(), label: args.label, tasks: vec![], downs: Default::default() }
     }
 
     /// Start the step `req` asks for; its answer goes down `parent_down` once its ranks run.
@@ -782,6 +969,7 @@ impl Spawner {
         let dir = self.dir.clone();
         let label = self.label;
         let downs = self.downs.clone();
+        let services = self.services.clone();
         self.tasks.push(tokio::spawn(async move {
             let answer = |nspace: String, error: Option<String>| {
                 let _ = parent_down.send(TreeDown::SpawnReply(SpawnReply { id: req.id, to: req.from, nspace, error }));
@@ -825,6 +1013,7 @@ impl Spawner {
                 running_ms: None,
                 spawner: None,
                 spawned: Some(Spawned { started: Some(started_tx), downs }),
+                services,
             };
             let t0 = Instant::now();
             let drive = tree.drive(&grant, &child_link, t0, false);

@@ -1370,6 +1370,7 @@ pub fn tree_down() -> BoxedStrategy<TreeDown> {
         modex_request().prop_map(TreeDown::ModexRequest),
         modex_reply().prop_map(TreeDown::ModexReply),
         spawn_reply().prop_map(TreeDown::SpawnReply),
+        service_reply().prop_map(TreeDown::ServiceReply),
     ]
     .boxed()
 }
@@ -1395,6 +1396,20 @@ pub fn tree_up() -> BoxedStrategy<TreeUp> {
         modex_request().prop_map(TreeUp::ModexRequest),
         modex_reply().prop_map(TreeUp::ModexReply),
         spawn_request().prop_map(TreeUp::Spawn),
+        (any::<(u64, u32, u32)>(), vec(published_value(), 0..3), any::<bool>()).prop_map(
+            |((id, from, rank), values, first_read)| TreeUp::Publish(crate::step::PublishRequest {
+                id,
+                from,
+                rank,
+                values,
+                first_read
+            })
+        ),
+        (any::<(u64, u32, u32)>(), texts(), any::<bool>()).prop_map(|((id, from, rank), keys, wait)| TreeUp::Lookup(
+            crate::step::LookupRequest { id, from, rank, keys, wait }
+        )),
+        (any::<(u64, u32)>(), vec(proc_name(), 0..3))
+            .prop_map(|((id, from), procs)| TreeUp::Connect(crate::step::ConnectRequest { id, from, procs })),
         Just(TreeUp::Done),
     ]
     .boxed()
@@ -1426,6 +1441,23 @@ pub fn spawn_request() -> BoxedStrategy<crate::step::SpawnRequest> {
     });
     (any::<(u64, u32, u32)>(), vec(app, 0..3))
         .prop_map(|((id, from, rank), apps)| crate::step::SpawnRequest { id, from, rank, apps })
+        .boxed()
+}
+
+pub fn proc_name() -> BoxedStrategy<crate::step::ProcName> {
+    (text(), any::<u32>()).prop_map(|(nspace, rank)| crate::step::ProcName { nspace, rank }).boxed()
+}
+
+pub fn published_value() -> BoxedStrategy<crate::step::PublishedValue> {
+    (text(), of(text()), of("[0-9a-f]{0,32}"))
+        .prop_map(|(key, text, bytes)| crate::step::PublishedValue { key, text, bytes })
+        .boxed()
+}
+
+pub fn service_reply() -> BoxedStrategy<crate::step::ServiceReply> {
+    let found = (published_value(), proc_name()).prop_map(|(value, publisher)| crate::step::Found { value, publisher });
+    (any::<(u64, u32)>(), of(text()), vec(found, 0..3))
+        .prop_map(|((id, to), error, found)| crate::step::ServiceReply { id, to, error, found })
         .boxed()
 }
 

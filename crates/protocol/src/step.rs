@@ -104,6 +104,88 @@ pub struct SpawnReply {
     pub error: Option<String>,
 }
 
+/// The most values one `PMIx_Publish` may carry.
+pub const MAX_PUBLISH_VALUES: usize = 64;
+/// The most bytes of one published value (before hex).
+pub const MAX_PUBLISHED_BYTES: usize = 64 * 1024;
+/// The most keys one `PMIx_Lookup` may ask for.
+pub const MAX_LOOKUP_KEYS: usize = 64;
+/// The most processes one `PMIx_Connect` may name.
+pub const MAX_CONNECT_PROCS: usize = 1 << 16;
+
+/// A process of a PMIx namespace (a step): its namespace and rank (`u32::MAX - 1`: all its
+/// ranks, PMIx's wildcard).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ProcName {
+    pub nspace: String,
+    pub rank: u32,
+}
+
+/// PMIx's `PMIX_RANK_WILDCARD`: every rank of a namespace.
+pub const RANK_WILDCARD: u32 = u32::MAX - 1;
+
+/// A published value: a string, or bytes (hex).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishedValue {
+    pub key: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<String>,
+}
+
+/// A rank's `PMIx_Publish`, up the tree to `berth run` (03-control-tree.md, "Publish, lookup
+/// and connect").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishRequest {
+    pub id: u64,
+    pub from: u32,
+    pub rank: u32,
+    pub values: Vec<PublishedValue>,
+    /// Deleted when first looked up (`PMIX_PERSIST_FIRST_READ`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub first_read: bool,
+}
+
+/// A rank's `PMIx_Lookup`, up the tree to `berth run`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LookupRequest {
+    pub id: u64,
+    pub from: u32,
+    pub rank: u32,
+    pub keys: Vec<String>,
+    /// Wait until every key is published (`PMIX_WAIT`; the asking node bounds the wait).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub wait: bool,
+}
+
+/// A node's `PMIx_Connect` (once all its participating ranks called it), up the tree to `berth
+/// run`, which answers every such node once all that host a participant have called.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ConnectRequest {
+    pub id: u64,
+    pub from: u32,
+    pub procs: Vec<ProcName>,
+}
+
+/// What a lookup found: the value and who published it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Found {
+    pub value: PublishedValue,
+    pub publisher: ProcName,
+}
+
+/// `berth run`'s answer to a publish, lookup or connect, down the tree to node `to`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceReply {
+    pub id: u64,
+    pub to: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub found: Vec<Found>,
+}
+
 /// Resources of an interactive allocation (outside a batch job). The GPU, generic resource
 /// and license fields are a batch job's (`SubmitOptions`'s of the same names, checked as at
 /// submission); absent from older clients' frames, they read as none.
@@ -427,6 +509,8 @@ pub enum TreeDown {
     ModexReply(ModexReply),
     /// A spawn's answer on its way to the asking node.
     SpawnReply(SpawnReply),
+    /// A publish's, lookup's or connect's answer on its way to the asking node.
+    ServiceReply(ServiceReply),
 }
 
 /// Up the control tree (towards `run`).
@@ -473,6 +557,12 @@ pub enum TreeUp {
     ModexReply(ModexReply),
     /// A rank's `PMIx_Spawn`, on its way to `berth run`.
     Spawn(SpawnRequest),
+    /// A rank's `PMIx_Publish`, on its way to `berth run`.
+    Publish(PublishRequest),
+    /// A rank's `PMIx_Lookup`, on its way to `berth run`.
+    Lookup(LookupRequest),
+    /// A node's `PMIx_Connect`, on its way to `berth run`.
+    Connect(ConnectRequest),
     /// Every rank of the subtree ended and every exit was sent.
     Done,
 }

@@ -46,6 +46,17 @@ const MAX_MODEX_PENDING: usize = 1 << 16;
 pub const SPAWN_TIMEOUT: Duration = Duration::from_secs(60);
 /// The most spawns a node's ranks may have in flight.
 const MAX_SPAWNS_PENDING: usize = 64;
+/// How long a publish or connect waits for `berth run`'s answer, and the longest a lookup
+/// waits for its keys (a rank's own `PMIX_TIMEOUT` may be shorter; Open MPI asks 600 s).
+const SERVICE_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most publishes, lookups and connects a node's ranks may have in flight.
+const MAX_SERVICES_PENDING: usize = 4096;
+
+/// A publish, lookup or connect waiting for `berth run`'s answer.
+enum Service {
+    Op(crate::step::pmix::OpToken),
+    Lookup(crate::step::pmix::LookupToken),
+}
 
 /// After the last rank exits, how long its output may still drain (a background process
 /// holding the pipe must not keep the step alive).
@@ -68,6 +79,8 @@ enum Event {
     ModexTimeout(u64),
     /// A spawn this node asked has had no answer in time.
     SpawnTimeout(u64),
+    /// A publish, lookup or connect this node asked has had no answer in time.
+    ServiceTimeout(u64),
 }
 
 struct Child {
@@ -291,6 +304,8 @@ where
     // Spawns this node's ranks asked (`PMIx_Spawn`): request id → the waiting token.
     let mut spawns: HashMap<u64, crate::step::pmix::SpawnToken> = HashMap::new();
     let mut next_spawn = 1u64;
+    // Publishes, lookups and connects this node asked: request id → the waiting token.
+    let mut services: HashMap<u64, Service> = HashMap::new();
     // At the root: how the step ended, for the controller (`StepEndReport`).
     let mut report = StepEndReport::default();
     loop {
@@ -384,6 +399,31 @@ where
                         }
                     }
                 }
+                TreeDown::ServiceReply(rep) => {
+                    if rep.to == me {
+                        match (services.remove(&rep.id), rep.error) {
+                            (Some(Service::Op(token)), None) => token.done(),
+                            (Some(Service::Lookup(token)), None) => token.found(&rep.found),
+                            (Some(pending), Some(why)) => {
+                                tracing::debug!(job = %grant.job, step = grant.step, "PMIx: {why}");
+                                let why = if why.starts_with("not found") {
+                                    crate::step::pmix::OpFailure::NotFound
+                                } else {
+                                    crate::step::pmix::OpFailure::Failed
+                                };
+                                match pending {
+                                    Service::Op(t) => t.fail(why),
+                                    Service::Lookup(t) => t.fail(why),
+                                }
+                            }
+                            (None, _) => {}
+                        }
+                    } else if let Some(c) = children.iter().find(|c| c.nodes.contains(&rep.to)) {
+                        if let Some(tx) = &c.tx {
+                            let _ = tx.send(TreeDown::ServiceReply(rep));
+                        }
+                    }
+                }
                 TreeDown::Kill { reason } => {
                     send_down(&mut children, &TreeDown::Kill { reason });
                     if !killing {
@@ -412,6 +452,11 @@ where
             }
             Event::KillNow => signal_all(&alive, libc::SIGKILL),
             Event::ModexTimeout(id) => modex.timed_out(id),
+            Event::ServiceTimeout(id) => match services.remove(&id) {
+                Some(Service::Op(t)) => t.fail(crate::step::pmix::OpFailure::Timeout),
+                Some(Service::Lookup(t)) => t.fail(crate::step::pmix::OpFailure::Timeout),
+                None => {}
+            },
             Event::SpawnTimeout(id) => {
                 if let Some(token) = spawns.remove(&id) {
                     tracing::warn!(job = %grant.job, step = grant.step, "PMIx_Spawn: no answer from `berth run` within {} s", SPAWN_TIMEOUT.as_secs());
@@ -498,6 +543,46 @@ where
                         });
                     }
                 }
+                crate::step::pmix::PmixEvent::Publish { rank, values, first_read, token } => {
+                    if services.len() >= MAX_SERVICES_PENDING || !up_alive {
+                        token.fail(crate::step::pmix::OpFailure::Failed);
+                    } else {
+                        let id = next_spawn;
+                        next_spawn += 1;
+                        services.insert(id, Service::Op(token));
+                        let req = berth_protocol::step::PublishRequest { id, from: me, rank, values, first_read };
+                        let _ = up_tx.send(TreeUp::Publish(req));
+                        time_out(&ev_tx, Event::ServiceTimeout(id), SERVICE_TIMEOUT);
+                    }
+                }
+                crate::step::pmix::PmixEvent::Lookup { rank, keys, wait, timeout_s, token } => {
+                    if services.len() >= MAX_SERVICES_PENDING || !up_alive {
+                        token.fail(crate::step::pmix::OpFailure::Failed);
+                    } else {
+                        let id = next_spawn;
+                        next_spawn += 1;
+                        services.insert(id, Service::Lookup(token));
+                        let req = berth_protocol::step::LookupRequest { id, from: me, rank, keys, wait };
+                        let _ = up_tx.send(TreeUp::Lookup(req));
+                        let wait = match timeout_s {
+                            0 => SERVICE_TIMEOUT,
+                            s => Duration::from_secs(u64::from(s)).min(SERVICE_TIMEOUT),
+                        };
+                        time_out(&ev_tx, Event::ServiceTimeout(id), wait);
+                    }
+                }
+                crate::step::pmix::PmixEvent::Connect { procs, token } => {
+                    if services.len() >= MAX_SERVICES_PENDING || !up_alive {
+                        token.fail(crate::step::pmix::OpFailure::Failed);
+                    } else {
+                        let id = next_spawn;
+                        next_spawn += 1;
+                        services.insert(id, Service::Op(token));
+                        let _ =
+                            up_tx.send(TreeUp::Connect(berth_protocol::step::ConnectRequest { id, from: me, procs }));
+                        time_out(&ev_tx, Event::ServiceTimeout(id), SERVICE_TIMEOUT);
+                    }
+                }
                 crate::step::pmix::PmixEvent::Unsupported { rank, what } => {
                     tracing::warn!(job = %grant.job, step = grant.step, rank, "PMIx: {what} is not supported; refused");
                     // Told to the user on the rank's stderr, where Open MPI's own error goes.
@@ -563,6 +648,7 @@ where
     // Deregisters the step's PMIx namespace (a fence, direct modex or spawn still pending
     // fails).
     drop(spawns);
+    drop(services);
     drop(pmix_fence);
     drop(modex);
     drop(pmix);
@@ -596,6 +682,15 @@ where
         }
     }
     let _ = writer.await;
+}
+
+/// Send `ev` to the shepherd after `after`.
+fn time_out(ev_tx: &mpsc::UnboundedSender<Event>, ev: Event, after: Duration) {
+    let ev_tx = ev_tx.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(after).await;
+        let _ = ev_tx.send(ev);
+    });
 }
 
 /// How long the root agent waits before reporting a step's end itself (see above).

@@ -1,9 +1,9 @@
-/* spawn.c: MPI_Comm_spawn of 2 children that each exchange a message with the parent's rank 0.
- * berth starts the children but does not connect them to the parent yet (the port exchange,
- * PMIx_Publish/Lookup, and PMIx_Connect are refused): the parent asks for errors to be
- * returned and prints
- * "spawn refused: CLASS STRING", or "spawn ok children=2" when the children answered. A child
- * prints "child R of N got TOKEN". */
+/* spawn.c: MPI_Comm_spawn of 2 children that each exchange a message with the parent's rank 0
+ * (each sends back the token plus its rank + 1), then parent and children merge their
+ * intercommunicator (MPI_Intercomm_merge, children high) and sum their merged ranks over it.
+ * The parent asks for errors to be returned and prints "spawn refused: CLASS STRING" when the
+ * spawn fails, else "spawn ok children=2 merged=SIZE sum=SUM" (rank 0). A child prints "child
+ * R of N got TOKEN", then "child R merged rank M of SIZE sum=SUM". */
 #include <mpi.h>
 #include <stdio.h>
 
@@ -22,6 +22,15 @@ int main(int argc, char **argv)
         fflush(stdout);
         token += rank + 1;
         MPI_Send(&token, 1, MPI_INT, 0, 1, parent);
+        MPI_Comm merged;
+        int mrank, msize, sum = -1;
+        MPI_Intercomm_merge(parent, 1, &merged);
+        MPI_Comm_rank(merged, &mrank);
+        MPI_Comm_size(merged, &msize);
+        MPI_Allreduce(&mrank, &sum, 1, MPI_INT, MPI_SUM, merged);
+        printf("child %d merged rank %d of %d sum=%d\n", rank, mrank, msize, sum);
+        fflush(stdout);
+        MPI_Comm_free(&merged);
         MPI_Comm_disconnect(&parent);
         MPI_Finalize();
         return 0;
@@ -51,9 +60,22 @@ int main(int argc, char **argv)
             MPI_Recv(&back, 1, MPI_INT, c, 1, children, MPI_STATUS_IGNORE);
             ok &= back == token + c + 1;
         }
-        printf(ok ? "spawn ok children=2\n" : "spawn bad\n");
+    }
+    MPI_Comm merged;
+    int mrank, msize, sum = -1;
+    MPI_Intercomm_merge(children, 0, &merged);
+    MPI_Comm_rank(merged, &mrank);
+    MPI_Comm_size(merged, &msize);
+    MPI_Allreduce(&mrank, &sum, 1, MPI_INT, MPI_SUM, merged);
+    if (rank == 0) {
+        if (ok) {
+            printf("spawn ok children=2 merged=%d sum=%d\n", msize, sum);
+        } else {
+            printf("spawn bad\n");
+        }
         fflush(stdout);
     }
+    MPI_Comm_free(&merged);
     MPI_Comm_disconnect(&children);
     MPI_Finalize();
     return ok ? 0 : 1;

@@ -28,6 +28,27 @@ mod sys {
     pub type DmodexFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, token: *mut c_void);
     pub type DmodexDataFn = unsafe extern "C" fn(key: u64, found: c_int, data: *const c_char, ndata: usize);
     pub type UnsupportedFn = unsafe extern "C" fn(nspace: *const c_char, rank: u32, what: *const c_char);
+    pub type PublishFn = unsafe extern "C" fn(
+        nspace: *const c_char,
+        rank: u32,
+        n: usize,
+        keys: *const *const c_char,
+        kinds: *const c_int,
+        datas: *const *const c_char,
+        lens: *const usize,
+        first_read: c_int,
+        token: *mut c_void,
+    );
+    pub type LookupFn = unsafe extern "C" fn(
+        nspace: *const c_char,
+        rank: u32,
+        keys: *const *const c_char,
+        wait: c_int,
+        timeout: c_int,
+        token: *mut c_void,
+    );
+    pub type ConnectFn =
+        unsafe extern "C" fn(n: usize, nspaces: *const *const c_char, ranks: *const u32, token: *mut c_void);
     pub type SpawnFn = unsafe extern "C" fn(
         nspace: *const c_char,
         rank: u32,
@@ -51,6 +72,9 @@ mod sys {
             dmodex_data: DmodexDataFn,
             unsupported: UnsupportedFn,
             spawn: SpawnFn,
+            publish: PublishFn,
+            lookup: LookupFn,
+            connect: ConnectFn,
             err: *mut c_char,
             errlen: usize,
         ) -> c_int;
@@ -95,6 +119,19 @@ mod sys {
         pub fn berth_pmix_free_env(env: *mut *mut c_char);
         pub fn berth_pmix_deregister(nspace: *const c_char);
         pub fn berth_pmix_spawn_done(token: *mut c_void, nspace: *const c_char, why: c_int);
+        pub fn berth_pmix_op_done(token: *mut c_void, why: c_int);
+        #[allow(clippy::too_many_arguments)]
+        pub fn berth_pmix_lookup_done(
+            token: *mut c_void,
+            why: c_int,
+            n: usize,
+            keys: *const *const c_char,
+            kinds: *const c_int,
+            datas: *const *const c_char,
+            lens: *const usize,
+            pub_nspaces: *const *const c_char,
+            pub_ranks: *const u32,
+        );
         pub fn berth_pmix_modex_done(token: *mut c_void, why: c_int, data: *const c_char, ndata: usize);
         pub fn berth_pmix_dmodex_request(nspace: *const c_char, rank: u32, key: u64) -> c_int;
         pub fn berth_pmix_notify_lost(nspace: *const c_char, rank: u32) -> c_int;
@@ -127,6 +164,13 @@ pub enum PmixEvent {
     /// A rank called `PMIx_Spawn` (`MPI_Comm_spawn`): start `apps` as a new step of the job
     /// and complete `token` with its namespace once its ranks run.
     Spawn { rank: u32, apps: Vec<berth_protocol::step::SpawnApp>, token: SpawnToken },
+    /// A rank called `PMIx_Publish`: its values (`PublishedValue`s), to `berth run`.
+    Publish { rank: u32, values: Vec<berth_protocol::step::PublishedValue>, first_read: bool, token: OpToken },
+    /// A rank called `PMIx_Lookup` of `keys`, waiting for them when `wait` (at most
+    /// `timeout_s` seconds when not 0).
+    Lookup { rank: u32, keys: Vec<String>, wait: bool, timeout_s: u32, token: LookupToken },
+    /// This node's participants in a `PMIx_Connect` of `procs` all called it.
+    Connect { procs: Vec<berth_protocol::step::ProcName>, token: OpToken },
     /// A rank asked for what berth does not support yet (`what`: `PMIx_Spawn (MPI_Comm_spawn)`,
     /// ...); it was answered PMIX_ERR_NOT_SUPPORTED.
     Unsupported { rank: u32, what: String },
@@ -188,6 +232,139 @@ impl Drop for SpawnToken {
         if !self.0.is_null() {
             // SAFETY: as in complete; a failure.
             unsafe { sys::berth_pmix_spawn_done(self.0, std::ptr::null(), SpawnFailure::Launch as c_int) };
+        }
+    }
+}
+
+/// Why a publish, lookup or connect failed (shim.c's `why` of berth_pmix_op_done and
+/// berth_pmix_lookup_done).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpFailure {
+    Failed = 1,
+    Timeout = 2,
+    NotFound = 3,
+}
+
+/// A `PMIx_Publish` or `PMIx_Connect` libpmix waits on; dropped unanswered, it fails.
+#[derive(Debug)]
+pub struct OpToken(*mut c_void);
+
+// SAFETY: as ModexToken's.
+unsafe impl Send for OpToken {}
+
+impl OpToken {
+    pub fn done(mut self) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        // SAFETY: `t` came from shim.c's publish or connect callback; completed once (nulled).
+        unsafe { sys::berth_pmix_op_done(t, 0) };
+    }
+
+    pub fn fail(mut self, why: OpFailure) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        // SAFETY: as in done.
+        unsafe { sys::berth_pmix_op_done(t, why as c_int) };
+    }
+}
+
+impl Drop for OpToken {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: as in done; a failure.
+            unsafe { sys::berth_pmix_op_done(self.0, OpFailure::Failed as c_int) };
+        }
+    }
+}
+
+/// A `PMIx_Lookup` libpmix waits on; dropped unanswered, it fails.
+#[derive(Debug)]
+pub struct LookupToken(*mut c_void);
+
+// SAFETY: as ModexToken's.
+unsafe impl Send for LookupToken {}
+
+impl LookupToken {
+    /// Answer with what was found (none: PMIX_ERR_NOT_FOUND). A value that cannot be given
+    /// to libpmix (a NUL in a string or name, bad hex) fails the lookup.
+    pub fn found(mut self, found: &[berth_protocol::step::Found]) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        let mut keys = Vec::new();
+        let mut datas: Vec<Vec<u8>> = Vec::new();
+        let mut kinds = Vec::new();
+        let mut nspaces = Vec::new();
+        let mut ranks = Vec::new();
+        for f in found {
+            let data = match (&f.value.text, &f.value.bytes) {
+                (Some(t), _) if !t.contains('\0') => {
+                    kinds.push(0);
+                    let mut d = t.as_bytes().to_vec();
+                    d.push(0);
+                    d
+                }
+                (None, Some(h)) => match berth_protocol::auth::unhex(h) {
+                    Some(d) => {
+                        kinds.push(1);
+                        d
+                    }
+                    None => return unsafe_fail(t),
+                },
+                _ => return unsafe_fail(t),
+            };
+            let (Ok(k), Ok(ns)) = (CString::new(f.value.key.as_str()), CString::new(f.publisher.nspace.as_str()))
+            else {
+                return unsafe_fail(t);
+            };
+            datas.push(data);
+            keys.push(k);
+            nspaces.push(ns);
+            ranks.push(f.publisher.rank);
+        }
+        let key_ptrs: Vec<*const c_char> = keys.iter().map(|k| k.as_ptr()).collect();
+        let ns_ptrs: Vec<*const c_char> = nspaces.iter().map(|k| k.as_ptr()).collect();
+        let data_ptrs: Vec<*const c_char> = datas.iter().map(|d| d.as_ptr().cast()).collect();
+        // A string's length leaves its NUL out.
+        let lens: Vec<usize> =
+            datas.iter().zip(&kinds).map(|(d, &k)| if k == 0 { d.len() - 1 } else { d.len() }).collect();
+        // SAFETY: `t` came from shim.c's lookup callback, completed once (nulled); `n` entries
+        // in every array, alive across the call (libpmix packs them during it).
+        unsafe {
+            sys::berth_pmix_lookup_done(
+                t,
+                0,
+                keys.len(),
+                key_ptrs.as_ptr(),
+                kinds.as_ptr(),
+                data_ptrs.as_ptr(),
+                lens.as_ptr(),
+                ns_ptrs.as_ptr(),
+                ranks.as_ptr(),
+            )
+        };
+    }
+
+    pub fn fail(mut self, why: OpFailure) {
+        let t = std::mem::replace(&mut self.0, std::ptr::null_mut());
+        // SAFETY: as in found, with nothing.
+        unsafe { lookup_fail(t, why) };
+    }
+}
+
+/// Fail lookup token `t` (from shim.c, not completed yet).
+unsafe fn lookup_fail(t: *mut c_void, why: OpFailure) {
+    use std::ptr::null;
+    // SAFETY: the caller's contract; no entries.
+    unsafe { sys::berth_pmix_lookup_done(t, why as c_int, 0, null(), null(), null(), null(), null(), null()) };
+}
+
+fn unsafe_fail(t: *mut c_void) {
+    // SAFETY: `t` was taken from a LookupToken (not completed yet).
+    unsafe { lookup_fail(t, OpFailure::Failed) };
+}
+
+impl Drop for LookupToken {
+    fn drop(&mut self) {
+        if !self.0.is_null() {
+            // SAFETY: not completed yet (nulled when it is).
+            unsafe { lookup_fail(self.0, OpFailure::Failed) };
         }
     }
 }
@@ -334,6 +511,86 @@ unsafe fn strings(p: *const *const c_char) -> Vec<String> {
         }
     }
     out
+}
+
+unsafe extern "C" fn on_publish(
+    nspace: *const c_char,
+    rank: u32,
+    n: usize,
+    keys: *const *const c_char,
+    kinds: *const c_int,
+    datas: *const *const c_char,
+    lens: *const usize,
+    first_read: c_int,
+    token: *mut c_void,
+) {
+    use berth_protocol::step::{PublishedValue, MAX_PUBLISHED_BYTES, MAX_PUBLISH_VALUES};
+    let token = OpToken(token);
+    if n == 0 || n > MAX_PUBLISH_VALUES {
+        return token.fail(OpFailure::Failed);
+    }
+    let mut values = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: shim.c passes `n` entries in each array, valid during this call; a key is
+        // NUL-terminated, a value `lens[i]` bytes.
+        let (key, kind, data, len) = unsafe { (*keys.add(i), *kinds.add(i), *datas.add(i), *lens.add(i)) };
+        if key.is_null() || len > MAX_PUBLISHED_BYTES || (data.is_null() && len > 0) {
+            return token.fail(OpFailure::Failed);
+        }
+        // SAFETY: as above.
+        let key = unsafe { CStr::from_ptr(key) }.to_string_lossy().into_owned();
+        let bytes: &[u8] = if len == 0 { &[] } else { unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) } };
+        let value = if kind == 0 {
+            PublishedValue { key, text: Some(String::from_utf8_lossy(bytes).into_owned()), bytes: None }
+        } else {
+            PublishedValue { key, text: None, bytes: Some(berth_protocol::auth::hex(bytes)) }
+        };
+        values.push(value);
+    }
+    route(nspace, PmixEvent::Publish { rank, values, first_read: first_read != 0, token });
+}
+
+unsafe extern "C" fn on_lookup(
+    nspace: *const c_char,
+    rank: u32,
+    keys: *const *const c_char,
+    wait: c_int,
+    timeout: c_int,
+    token: *mut c_void,
+) {
+    let token = LookupToken(token);
+    // SAFETY: libpmix's NULL-ended keys, valid during this call.
+    let keys = unsafe { strings(keys) };
+    if keys.is_empty() || keys.len() > berth_protocol::step::MAX_LOOKUP_KEYS {
+        return token.fail(OpFailure::Failed);
+    }
+    let timeout_s = u32::try_from(timeout).unwrap_or(0);
+    route(nspace, PmixEvent::Lookup { rank, keys, wait: wait != 0, timeout_s, token });
+}
+
+unsafe extern "C" fn on_connect(n: usize, nspaces: *const *const c_char, ranks: *const u32, token: *mut c_void) {
+    let token = OpToken(token);
+    if n == 0 || n > berth_protocol::step::MAX_CONNECT_PROCS {
+        return token.fail(OpFailure::Failed);
+    }
+    let mut procs = Vec::with_capacity(n);
+    for i in 0..n {
+        // SAFETY: shim.c passes `n` entries, NUL-terminated namespaces, valid during this call.
+        let (ns, rank) = unsafe { (*nspaces.add(i), *ranks.add(i)) };
+        if ns.is_null() {
+            return token.fail(OpFailure::Failed);
+        }
+        // SAFETY: as above.
+        let nspace = unsafe { CStr::from_ptr(ns) }.to_string_lossy().into_owned();
+        procs.push(berth_protocol::step::ProcName { nspace, rank });
+    }
+    // The step of any participating namespace registered here takes it (libpmix calls once per
+    // node, whichever namespaces its local participants are of).
+    let tx = routes().lock().ok().and_then(|r| procs.iter().find_map(|p| r.get(&p.nspace).cloned()));
+    match tx {
+        Some(tx) => drop(tx.send(PmixEvent::Connect { procs, token })),
+        None => token.fail(OpFailure::NotFound),
+    }
 }
 
 unsafe extern "C" fn on_spawn(
@@ -512,6 +769,9 @@ pub fn ensure_server(tmpdir: &Path) -> Result<(), PmixError> {
                     on_dmodex_data,
                     on_unsupported,
                     on_spawn,
+                    on_publish,
+                    on_lookup,
+                    on_connect,
                     err.as_mut_ptr().cast(),
                     ERR_LEN,
                 )

@@ -47,6 +47,30 @@ static berth_dmodex_data_fn on_dmodex_data;
 static berth_unsupported_fn on_unsupported;
 static berth_spawn_fn on_spawn;
 
+/* Publishing, looking up and connecting (the port exchange and PMIx_Connect of MPI_Comm_spawn,
+ * MPI_Publish_name, MPI_Comm_connect/accept): the host carries them to `berth run`.
+ *   publish: n values, each a key, its kind (0 a string, 1 bytes) and its bytes;
+ *   lookup: NULL-ended keys, whether to wait for them (and how long, seconds; 0 the host's
+ *   bound); connect: the procs (namespaces and ranks). */
+typedef void (*berth_publish_fn)(const char *nspace, uint32_t rank, size_t n, const char *const *keys,
+                                 const int *kinds, const char *const *datas, const size_t *lens, int first_read,
+                                 void *token);
+typedef void (*berth_lookup_fn)(const char *nspace, uint32_t rank, char **keys, int wait, int timeout, void *token);
+typedef void (*berth_connect_fn)(size_t n, const char *const *nspaces, const uint32_t *ranks, void *token);
+static berth_publish_fn on_publish;
+static berth_lookup_fn on_lookup;
+static berth_connect_fn on_connect;
+
+struct op_token {
+    pmix_op_cbfunc_t cbfunc;
+    void *cbdata;
+};
+
+struct lookup_token {
+    pmix_lookup_cbfunc_t cbfunc;
+    void *cbdata;
+};
+
 void berth_pmix_deregister(const char *nspace);
 
 struct fence_token {
@@ -214,55 +238,186 @@ void berth_pmix_spawn_done(void *token, const char *nspace, int why)
     free(t);
 }
 
+/* PMIx_Connect: libpmix calls once every local participant is in; the host completes the
+ * token (berth_pmix_op_done) once every node hosting a participant has called, across
+ * namespaces (`berth run` gathers them). */
 static pmix_status_t s_connect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
                                pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
     (void)info; (void)ninfo;
-    unsupported(nprocs > 0 ? &procs[0] : NULL, "PMIx_Connect (MPI_Comm_connect/accept, MPI_Comm_spawn)");
-    if (cbfunc == NULL) {
-        return PMIX_ERR_NOT_SUPPORTED;
+    if (procs == NULL || nprocs == 0 || cbfunc == NULL) {
+        return PMIX_ERR_BAD_PARAM;
     }
-    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    if (on_connect == NULL) {
+        unsupported(&procs[0], "PMIx_Connect (MPI_Comm_connect/accept, MPI_Comm_spawn)");
+        cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+        return PMIX_SUCCESS;
+    }
+    struct op_token *t = malloc(sizeof(*t));
+    const char **nspaces = calloc(nprocs, sizeof(*nspaces));
+    uint32_t *ranks = calloc(nprocs, sizeof(*ranks));
+    if (t == NULL || nspaces == NULL || ranks == NULL) {
+        free(t); free(nspaces); free(ranks);
+        return PMIX_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < nprocs; i++) {
+        nspaces[i] = procs[i].nspace;
+        ranks[i] = procs[i].rank;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_connect(nprocs, nspaces, ranks, t);
+    free(nspaces);
+    free(ranks);
     return PMIX_SUCCESS;
 }
 
+/* PMIx_Disconnect (MPI_Comm_disconnect, which synchronises its communicator itself first):
+ * berth keeps no state for a connection, so it completes at once. */
 static pmix_status_t s_disconnect(const pmix_proc_t procs[], size_t nprocs, const pmix_info_t info[], size_t ninfo,
                                   pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info; (void)ninfo;
-    unsupported(nprocs > 0 ? &procs[0] : NULL, "PMIx_Disconnect (MPI_Comm_disconnect)");
+    (void)procs; (void)nprocs; (void)info; (void)ninfo;
     if (cbfunc == NULL) {
-        return PMIX_ERR_NOT_SUPPORTED;
+        return PMIX_OPERATION_SUCCEEDED;
     }
-    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    cbfunc(PMIX_SUCCESS, cbdata);
     return PMIX_SUCCESS;
 }
 
-/* Publishing and looking up names (MPI_Publish_name, MPI_Lookup_name, and Open MPI's exchange
- * of a spawn's port between parent and children) are not supported yet either: refused at
- * once, saying so, as PMIx_Connect is. */
+/* Complete a publish or a connect: 0 done, 1 failed, 2 timed out, 3 not found. */
+void berth_pmix_op_done(void *token, int why)
+{
+    struct op_token *t = token;
+    pmix_status_t st = why == 0 ? PMIX_SUCCESS : why == 2 ? PMIX_ERR_TIMEOUT : why == 3 ? PMIX_ERR_NOT_FOUND : PMIX_ERROR;
+    t->cbfunc(st, t->cbdata);
+    free(t);
+}
+
+/* PMIx_Publish: string and byte-object values (what Open MPI publishes); directives (PMIx's
+ * own "pmix." keys: PMIX_PERSISTENCE, first read deletes, is read) are not published. */
 static pmix_status_t s_publish(const pmix_proc_t *proc, const pmix_info_t info[], size_t ninfo,
                                pmix_op_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)info; (void)ninfo;
-    unsupported(proc, "PMIx_Publish (MPI_Publish_name, the port exchange of MPI_Comm_spawn)");
-    if (cbfunc == NULL) {
-        return PMIX_ERR_NOT_SUPPORTED;
+    if (proc == NULL || cbfunc == NULL) {
+        return PMIX_ERR_BAD_PARAM;
     }
-    cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+    if (on_publish == NULL) {
+        unsupported(proc, "PMIx_Publish (MPI_Publish_name, the port exchange of MPI_Comm_spawn)");
+        cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+        return PMIX_SUCCESS;
+    }
+    size_t n = 0;
+    int first_read = 0;
+    const char **keys = calloc(ninfo + 1, sizeof(*keys));
+    int *kinds = calloc(ninfo + 1, sizeof(*kinds));
+    const char **datas = calloc(ninfo + 1, sizeof(*datas));
+    size_t *lens = calloc(ninfo + 1, sizeof(*lens));
+    struct op_token *t = malloc(sizeof(*t));
+    if (keys == NULL || kinds == NULL || datas == NULL || lens == NULL || t == NULL) {
+        free(keys); free(kinds); free(datas); free(lens); free(t);
+        return PMIX_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_PERSISTENCE)) {
+            first_read = info[i].value.type == PMIX_PERSIST && info[i].value.data.persist == PMIX_PERSIST_FIRST_READ;
+            continue;
+        }
+        if (strncmp(info[i].key, "pmix.", 5) == 0) {
+            /* A directive (PMIX_RANGE, PMIX_TIMEOUT, and the PMIX_USERID/PMIX_GRPID libpmix
+             * adds), not a value. */
+            continue;
+        }
+        if (info[i].value.type == PMIX_STRING && info[i].value.data.string != NULL) {
+            kinds[n] = 0;
+            datas[n] = info[i].value.data.string;
+            lens[n] = strlen(info[i].value.data.string);
+        } else if (info[i].value.type == PMIX_BYTE_OBJECT) {
+            kinds[n] = 1;
+            datas[n] = info[i].value.data.bo.bytes;
+            lens[n] = info[i].value.data.bo.size;
+        } else {
+            free(keys); free(kinds); free(datas); free(lens); free(t);
+            unsupported(proc, "PMIx_Publish of a value neither a string nor bytes");
+            cbfunc(PMIX_ERR_NOT_SUPPORTED, cbdata);
+            return PMIX_SUCCESS;
+        }
+        keys[n] = info[i].key;
+        n++;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_publish(proc->nspace, proc->rank, n, keys, kinds, datas, lens, first_read, t);
+    free(keys); free(kinds); free(datas); free(lens);
     return PMIX_SUCCESS;
 }
 
+/* PMIx_Lookup: the keys, whether to wait for them (PMIX_WAIT) and for how long (PMIX_TIMEOUT,
+ * seconds). */
 static pmix_status_t s_lookup(const pmix_proc_t *proc, char **keys, const pmix_info_t info[], size_t ninfo,
                               pmix_lookup_cbfunc_t cbfunc, void *cbdata)
 {
-    (void)keys; (void)info; (void)ninfo;
-    unsupported(proc, "PMIx_Lookup (MPI_Lookup_name, the port exchange of MPI_Comm_spawn)");
-    if (cbfunc == NULL) {
-        return PMIX_ERR_NOT_SUPPORTED;
+    if (proc == NULL || cbfunc == NULL || keys == NULL) {
+        return PMIX_ERR_BAD_PARAM;
     }
-    cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, 0, cbdata);
+    if (on_lookup == NULL) {
+        unsupported(proc, "PMIx_Lookup (MPI_Lookup_name, the port exchange of MPI_Comm_spawn)");
+        cbfunc(PMIX_ERR_NOT_SUPPORTED, NULL, 0, cbdata);
+        return PMIX_SUCCESS;
+    }
+    int wait = 0, timeout = 0;
+    for (size_t i = 0; i < ninfo; i++) {
+        if (PMIX_CHECK_KEY(&info[i], PMIX_WAIT)) {
+            wait = info[i].value.type == PMIX_BOOL ? info[i].value.data.flag : 1;
+        } else if (PMIX_CHECK_KEY(&info[i], PMIX_TIMEOUT) && info[i].value.type == PMIX_INT) {
+            timeout = info[i].value.data.integer;
+        }
+    }
+    struct lookup_token *t = malloc(sizeof(*t));
+    if (t == NULL) {
+        return PMIX_ERR_NOMEM;
+    }
+    t->cbfunc = cbfunc;
+    t->cbdata = cbdata;
+    on_lookup(proc->nspace, proc->rank, keys, wait, timeout, t);
     return PMIX_SUCCESS;
+}
+
+/* Complete a lookup: n values found (each its key, kind, bytes and publisher), or `why`
+ * (as berth_pmix_op_done's) with none. libpmix packs the data during the callback. */
+void berth_pmix_lookup_done(void *token, int why, size_t n, const char *const *keys, const int *kinds,
+                            const char *const *datas, const size_t *lens, const char *const *pub_nspaces,
+                            const uint32_t *pub_ranks)
+{
+    struct lookup_token *t = token;
+    if (why != 0 || n == 0) {
+        pmix_status_t st = why == 0 || why == 3 ? PMIX_ERR_NOT_FOUND : why == 2 ? PMIX_ERR_TIMEOUT : PMIX_ERROR;
+        t->cbfunc(st, NULL, 0, t->cbdata);
+        free(t);
+        return;
+    }
+    pmix_pdata_t *pdata;
+    PMIX_PDATA_CREATE(pdata, n);
+    if (pdata == NULL) {
+        t->cbfunc(PMIX_ERR_NOMEM, NULL, 0, t->cbdata);
+        free(t);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        pmix_proc_t src;
+        PMIX_PROC_LOAD(&src, pub_nspaces[i], pub_ranks[i]);
+        if (kinds[i] == 1) {
+            pmix_byte_object_t bo;
+            bo.bytes = (char *)datas[i];
+            bo.size = lens[i];
+            PMIX_PDATA_LOAD(&pdata[i], &src, keys[i], &bo, PMIX_BYTE_OBJECT);
+        } else {
+            PMIX_PDATA_LOAD(&pdata[i], &src, keys[i], datas[i], PMIX_STRING);
+        }
+    }
+    t->cbfunc(PMIX_SUCCESS, pdata, n, t->cbdata);
+    PMIX_PDATA_FREE(pdata, n);
+    free(t);
 }
 
 static pmix_server_module_t module = {
@@ -500,10 +655,14 @@ static void say(char *err, size_t errlen, const char *what, pmix_status_t rc)
 int berth_pmix_init(const char *tmpdir, berth_fence_fn fence, berth_abort_fn abort_fn,
                     berth_finalized_fn finalized, berth_error_fn error_fn, berth_dmodex_fn dmodex,
                     berth_dmodex_data_fn dmodex_data, berth_unsupported_fn unsupported_fn, berth_spawn_fn spawn,
-                    char *err, size_t errlen)
+                    berth_publish_fn publish, berth_lookup_fn lookup, berth_connect_fn connect, char *err,
+                    size_t errlen)
 {
     on_unsupported = unsupported_fn;
     on_spawn = spawn;
+    on_publish = publish;
+    on_lookup = lookup;
+    on_connect = connect;
     on_fence = fence;
     on_dmodex = dmodex;
     on_dmodex_data = dmodex_data;
