@@ -809,8 +809,11 @@ struct Services {
     published: HashMap<String, (Found, bool)>,
     waiting: Vec<(Vec<String>, Replier)>,
     /// A connect (its procs, sorted) → the nodes it waits for, those in, and their repliers.
-    connects: HashMap<Vec<ProcName>, (std::collections::BTreeSet<String>, Vec<(String, Replier)>)>,
+    connects: HashMap<Vec<ProcName>, Connecting>,
 }
+
+/// A connect in progress: the nodes it waits for, and those in with their repliers.
+type Connecting = (std::collections::BTreeSet<String>, Vec<(String, Replier)>);
 
 impl Services {
     /// A publish of a rank of `nspace`: None when stored, else why not.
@@ -1038,6 +1041,20 @@ impl Spawner {
                     Ok(Err(e)) => answer(String::new(), Some(e)),
                     Err(_) => answer(String::new(), Some("the spawned step ended".into())),
                 }
+            }
+            // As under Open MPI's own mpirun, children that fail take their parent with them:
+            // the parent's ranks may be waiting on them for ever (a child that aborts in
+            // MPI_Init leaves its parent in MPI_Comm_spawn).
+            if outcome.exit_code != 0 {
+                let why = outcome
+                    .failures
+                    .first()
+                    .map(RankExit::describe)
+                    .or_else(|| outcome.failed_at.clone())
+                    .unwrap_or_else(|| format!("status {}", outcome.exit_code));
+                let reason = format!("spawned step {}.{} failed ({why})", grant.job, grant.step);
+                eprintln!("berth run: {reason}; ending the step that spawned it");
+                let _ = parent_down.send(TreeDown::Kill { reason });
             }
             let end = ClientRequest::StepEnd { job: grant.job, step: grant.step, outcome };
             if let Ok(ClientResponse::Error(e)) = client.call(&end).await {

@@ -254,6 +254,27 @@ fn mpi_comm_spawn_starts_children_in_the_job_that_talk_to_their_parent() {
         "children outside the job's nodes: {steps}"
     );
     assert_eq!(child["exit_code"], 0, "{child}");
+    // A parent on one node of a 2-node job, its children on both: the node of a child alone
+    // does not know the parent's namespace (berth registers a namespace only where its step
+    // has ranks), Open MPI's child aborts in MPI_Init ("unable to reach each other"), and
+    // berth ends the parent too (it would wait for its children for ever): within seconds.
+    let script = format!("#!/bin/sh\nexport OMPI_MCA_btl_tcp_if_include=lo\n{BIN} run -n 1 {spawn}\necho rc=$?\n");
+    let t0 = Instant::now();
+    let id = c.submit("spawn1.sh", &script, &["--nodes", "2", "--tasks-per-node", "1", "--walltime", "5:00"]);
+    let job = c.wait_finished(id, Duration::from_secs(90));
+    let read = |f: &str| std::fs::read_to_string(c.root().join(f)).unwrap_or_default();
+    let (out, err) = (read(&format!("berth-{id}.out")), read(&format!("berth-{id}.err")));
+    assert_eq!(job["state"], "completed", "{job}\n{out}\n{err}");
+    assert!(
+        t0.elapsed() < Duration::from_secs(45),
+        "the spawning step was left waiting: {:?}\n{out}\n{err}",
+        t0.elapsed()
+    );
+    assert!(
+        err.contains(&format!("spawned step {id}.2 failed")) && err.contains("ending the step that spawned it"),
+        "{out}\n{err}"
+    );
+    assert!(out.contains("rc=") && !out.contains("rc=0"), "{out}\n{err}");
     assert_no_process(&spawn);
     assert_no_job_cgroups(&c);
 }
