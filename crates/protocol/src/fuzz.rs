@@ -775,9 +775,6 @@ pub fn reserve_request() -> BoxedStrategy<ReserveRequest> {
                     gpu_type,
                     gres,
                     licenses,
-                    gpus,
-                    gpus_per_node,
-                    gpu_type,
                 }
             },
         );
@@ -881,6 +878,9 @@ pub fn job_change() -> BoxedStrategy<crate::client::JobChange> {
                     priority,
                     gres,
                     licenses,
+                    gpus,
+                    gpus_per_node,
+                    gpu_type,
                 }
             },
         )
