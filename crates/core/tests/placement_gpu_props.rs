@@ -34,7 +34,7 @@ fn cluster() -> Vec<NodeCapacity> {
     [&four, &eight, &four, &eight]
         .iter()
         .enumerate()
-        .map(|(i, t)| NodeCapacity::new(NodeId(i as u32), &format!("n{i}"), Arc::clone(t)))
+        .map(|(i, t)| NodeCapacity::new(NodeId(i as u32), format!("n{i}"), Arc::clone(t)))
         .collect()
 }
 
