@@ -61,11 +61,13 @@ impl Controller {
         // Consecutive ids, the first the array's; every task is written in this transaction
         // (`array_submitted`).
         let first = self.take_job_ids(indexes.len() as u64);
-        let (jobs, effects) = array_submitted(job, first, &indexes, spec.limit);
+        // Each task goes straight into the job table: a 100,000-task array's records (about
+        // 2 KB each) are not gathered in a vector first.
+        let jobs = &mut self.jobs;
+        let effects = array_submitted(job, first, &indexes, spec.limit, |t| {
+            jobs.insert(t.id, t);
+        });
         self.queue(effects);
-        for t in jobs {
-            self.jobs.insert(t.id, t);
-        }
         self.dirty = true;
         Ok(first)
     }
@@ -311,8 +313,8 @@ pub(crate) fn write_array_rows<E>(
 }
 
 /// The tasks of array job `template` (its `--array` as `indexes`, not empty, and `limit`)
-/// under consecutive ids from `first`, the array's, each made by `make_task`; then one effect
-/// for all their rows (the template and the tasks, written by `write_array_rows`: the first
+/// under consecutive ids from `first`, the array's, each made by `make_task` and given to
+/// `keep` in order; then one effect for all their rows (the template and the tasks, written by `write_array_rows`: the first
 /// with the script and environment, the others sharing them, one copy in memory and on disk)
 /// and one event `submit` for all. Needs no store.
 pub(crate) fn array_submitted(
@@ -320,18 +322,15 @@ pub(crate) fn array_submitted(
     first: JobId,
     indexes: &[u32],
     limit: Option<u32>,
-) -> (Vec<JobRecord>, Vec<Effect>) {
+    mut keep: impl FnMut(JobRecord),
+) -> Vec<Effect> {
     template.options.array = None;
     let tasks = tasks(first.0, indexes, limit);
-    let jobs = tasks
-        .iter()
-        .enumerate()
-        .map(|(k, &task)| {
-            let mut t = template.clone();
-            make_task(&template, &mut t, first, k, task);
-            t
-        })
-        .collect();
+    for (k, &task) in tasks.iter().enumerate() {
+        let mut t = template.clone();
+        make_task(&template, &mut t, first, k, task);
+        keep(t);
+    }
     let (min, max) = (indexes.first().copied().unwrap_or(0), indexes.last().copied().unwrap_or(0));
     let detail = format!(
         "{}: array {first}, {} tasks, indexes {}",
@@ -343,11 +342,10 @@ pub(crate) fn array_submitted(
             berth_core::directives::array::fold(indexes)
         }
     );
-    let effects = vec![
+    vec![
         Effect::InsertArray { template: Box::new(template), first, tasks },
         Effect::job_event("submit", first, None, detail),
-    ];
-    (jobs, effects)
+    ]
 }
 
 #[cfg(test)]

@@ -9,7 +9,8 @@ fn an_array_is_its_tasks_rows_the_first_with_the_script_then_one_submit_event() 
     (template.state, template.start_time) = (JobState::Queued, None);
     template.stdout = "out/%A_%a.out".into();
     template.options.array = Some(berth_core::directives::ArraySpec::parse_slurm("1-3%2").unwrap());
-    let (jobs, effects) = array_submitted(template, JobId(20), &[1, 2, 3], Some(2));
+    let mut jobs = Vec::new();
+    let effects = array_submitted(template, JobId(20), &[1, 2, 3], Some(2), |t| jobs.push(t));
     let ids: Vec<_> = jobs.iter().map(|j| j.id).collect();
     assert_eq!(ids, [JobId(20), JobId(21), JobId(22)]);
     assert!(jobs.iter().all(|j| j.options.array.is_none()));
@@ -49,7 +50,8 @@ fn an_array_is_its_tasks_rows_the_first_with_the_script_then_one_submit_event() 
     // Indexes not consecutive are folded in the event.
     let mut sparse = running_job(0, &ann(), &[]);
     sparse.state = JobState::Queued;
-    let (jobs, effects) = array_submitted(sparse, JobId(30), &[0, 4, 8], None);
+    let mut jobs = Vec::new();
+    let effects = array_submitted(sparse, JobId(30), &[0, 4, 8], None, |t| jobs.push(t));
     assert_eq!(jobs.len(), 3);
     let Some(Effect::Event { detail, .. }) = effects.last() else {
         panic!("the last effect is the event: {effects:?}")
