@@ -18,6 +18,7 @@ use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
 use berth_core::placement::cluster::feasible_when_up as feasible;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{self, AdvanceReservation, Confine, Fit, RunningJob};
+use berth_core::sched::reason::{PendingReason, ReservationWait};
 use berth_core::sched::ClusterState;
 use berth_core::units::format_duration;
 use berth_core::{CpuSet, JobId};
@@ -600,7 +601,7 @@ impl Controller {
     /// What the pass needs of the advance reservations: each with its members (jobs asking
     /// for it whose user or account it admits, queued or running), and the pending jobs that
     /// ask for one they cannot use (gone, or no longer admitting them), with the reason.
-    pub(crate) fn advance_pass_input(&self) -> (Vec<AdvanceReservation<Allocation>>, HashMap<JobId, String>) {
+    pub(crate) fn advance_pass_input(&self) -> (Vec<AdvanceReservation<Allocation>>, HashMap<JobId, PendingReason>) {
         let book = &self.policy.advance.live;
         let mut members: HashMap<&str, Vec<JobId>> = HashMap::new();
         let mut shut_out = HashMap::new();
@@ -611,20 +612,12 @@ impl Controller {
                     members.entry(&r.name).or_default().push(j.id)
                 }
                 Some(r) if j.state.is_pending() => {
-                    shut_out.insert(
-                        j.id,
-                        format!(
-                            "reservation {name} no longer admits {} (it is for {}); cancel the job",
-                            j.user.name,
-                            r.who()
-                        ),
-                    );
+                    let why =
+                        ReservationWait::NotAdmitted { name: name.into(), user: j.user.name.clone(), who: r.who() };
+                    shut_out.insert(j.id, PendingReason::Reservation(why));
                 }
                 None if j.state.is_pending() => {
-                    shut_out.insert(
-                        j.id,
-                        format!("reservation {name} no longer exists (ended or deleted); cancel the job"),
-                    );
+                    shut_out.insert(j.id, PendingReason::Reservation(ReservationWait::Gone { name: name.into() }));
                 }
                 _ => {}
             }
@@ -643,9 +636,11 @@ impl Controller {
     }
 
     /// The reason shown for a member waiting for its window to open.
-    pub(crate) fn advance_wait_reason(&self, job: &JobRecord, now: f64) -> Option<String> {
+    pub(crate) fn advance_wait_reason(&self, job: &JobRecord, now: f64) -> Option<PendingReason> {
         let r = self.policy.advance.live.get(job.options.reservation.as_deref()?)?;
-        (r.start > now).then(|| format!("reservation {} starts at {}", r.name, clock(r.start, now)))
+        (r.start > now).then(|| {
+            PendingReason::Reservation(ReservationWait::Starts { name: r.name.clone(), at: clock(r.start, now) })
+        })
     }
 
     /// The machine for a job that is not a member starting now for `w` seconds: the nodes up,

@@ -18,12 +18,12 @@ use crate::store::StoreError;
 use berth_core::directives::array::{tasks, ArrayTask};
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
+use berth_core::sched::PendingReason;
 use berth_core::JobId;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, MAX_IDS_PER_REQUEST};
 use std::collections::{HashMap, HashSet};
 
 /// Reason of a task held back by its array's running limit (squeue's `JobArrayTaskLimit`).
-pub const TASK_LIMIT_REASON: &str = "JobArrayTaskLimit";
 
 /// At submission: a task's identity is the controller's to give (never the client's), and
 /// the array must be well formed and within `max_size` (`[scheduler] max_array_size`).
@@ -157,7 +157,7 @@ impl Controller {
     /// array with a limit, only as many of its queued tasks (in index order) as the limit
     /// leaves room for, beside its running ones, go to the pass. `not_yet`: tasks already held
     /// out for another reason (they take no room).
-    pub fn throttled(&self, not_yet: &HashSet<JobId>) -> HashMap<JobId, String> {
+    pub fn throttled(&self, not_yet: &HashSet<JobId>) -> HashMap<JobId, PendingReason> {
         let mut running: HashMap<u64, u32> = HashMap::new();
         let mut queued: HashMap<u64, Vec<JobId>> = HashMap::new();
         for j in self.jobs.values() {
@@ -174,10 +174,7 @@ impl Controller {
                 self.jobs.get(&ids[0]).and_then(|j| j.options.array_task).and_then(|t| t.limit).unwrap_or(u32::MAX);
             let room = limit.saturating_sub(running.get(&array).copied().unwrap_or(0)) as usize;
             for id in ids.into_iter().skip(room) {
-                out.insert(
-                    id,
-                    format!("{TASK_LIMIT_REASON}: array {array} runs at most {limit} tasks at once (%{limit})"),
-                );
+                out.insert(id, PendingReason::JobArrayTaskLimit { array, limit });
             }
         }
         out

@@ -18,6 +18,7 @@ use crate::store::StoreError;
 use berth_core::directives::depend::MAX_BEGIN_AHEAD_SECS;
 use berth_core::directives::{Begin, DepKind, Dependency};
 use berth_core::job::JobState;
+use berth_core::sched::reason::{BeginWait, PendingReason};
 use berth_core::JobId;
 use std::collections::{HashMap, HashSet};
 
@@ -377,7 +378,7 @@ impl Controller {
                 let at = at as f64;
                 if at > now {
                     next_begin = Some(next_begin.map_or(at, |n: f64| n.min(at)));
-                    reasons.insert(id, format!("BeginTime: starts no earlier than {}", local_text(at)));
+                    reasons.insert(id, PendingReason::BeginTime(BeginWait::At(local_text(at))));
                     continue;
                 }
             }
@@ -407,22 +408,16 @@ impl Controller {
             match verdict {
                 Verdict::Ready => {}
                 Verdict::Wait(why) => {
-                    reasons.insert(id, format!("Dependency: {why}"));
+                    reasons.insert(id, PendingReason::Dependency(why));
                 }
                 Verdict::Never(why) => {
-                    reasons.insert(
-                        id,
-                        format!("DependencyNeverSatisfied: {why}; it will not start: cancel it (`berth cancel {id}`)"),
-                    );
+                    reasons.insert(id, PendingReason::DependencyNeverSatisfied { why, job: id });
                 }
             }
         }
         if self.cfg.scheduler.kill_invalid_depend {
-            let never: Vec<(JobId, String)> = reasons
-                .iter()
-                .filter(|(_, why)| why.starts_with("DependencyNeverSatisfied"))
-                .map(|(id, why)| (*id, why.clone()))
-                .collect();
+            let never: Vec<(JobId, String)> =
+                reasons.iter().filter_map(|(id, why)| Some((*id, why.never_satisfied()?))).collect();
             for (id, why) in never {
                 reasons.remove(&id);
                 self.cancel_never_satisfied(id, &why, now)?;
@@ -438,8 +433,7 @@ impl Controller {
     /// with that reason.
     fn cancel_never_satisfied(&mut self, id: JobId, why: &str, now: f64) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
-        let reason = why.split("; it will not start").next().unwrap_or(why);
-        let effects = crate::handlers::cancelled_pending(job, reason, reason, now);
+        let effects = crate::handlers::cancelled_pending(job, why, why, now);
         // Written at once: the next job cancelled may still write directly.
         self.queue(effects);
         self.carry_out_effects(now)?;
@@ -456,7 +450,7 @@ impl Controller {
     }
 
     /// The reason a pending job is held out of the pass, if it is.
-    pub fn depend_reason(&self, job: &JobRecord) -> Option<&String> {
+    pub fn depend_reason(&self, job: &JobRecord) -> Option<&PendingReason> {
         self.policy.depend.reasons.get(&job.id)
     }
 }

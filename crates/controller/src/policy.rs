@@ -156,9 +156,9 @@ impl Controller {
     }
 
     /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.
-    fn shut_out(&mut self, shut_out: HashMap<JobId, String>) {
+    fn shut_out(&mut self, shut_out: HashMap<JobId, berth_core::sched::PendingReason>) {
         for (id, why) in shut_out {
-            self.pending_reasons.insert(id, berth_core::sched::PendingReason::NoSuitableNodes(why.clone()));
+            self.pending_reasons.insert(id, why.clone());
             self.policy.advance_reasons.insert(id, why);
         }
     }

@@ -34,6 +34,7 @@ use crate::store::StoreError;
 use berth_core::directives::Dependency;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::NodeState;
+use berth_core::sched::reason::{BeginWait, PendingReason};
 use berth_core::JobId;
 use berth_protocol::agent::ControllerMessage;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, JobChange, MAX_IDS_PER_REQUEST};
@@ -572,7 +573,7 @@ impl Controller {
     /// (`BeginTime`, as a requeued job in Slurm). Down nodes wait no more (their jobs are
     /// handled as lost; a node back is clean before it takes work), nor waits that lasted
     /// `OLD_RUN_PATIENCE_SECS`.
-    pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Result<Vec<(JobId, String)>, StoreError> {
+    pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Result<Vec<(JobId, PendingReason)>, StoreError> {
         let (jobs, extra) = (&self.jobs, &self.extra);
         let mut over = Vec::new();
         self.policy.depend.requeued.retain(|id, w| {
@@ -588,15 +589,15 @@ impl Controller {
             waits
         });
         self.queue(over.into_iter().map(|job| Effect::ForgetOldRun { job }));
-        let mut out: Vec<(JobId, String)> = self
+        let mut out: Vec<(JobId, PendingReason)> = self
             .policy
             .depend
             .requeued
             .iter()
             .map(|(id, w)| {
-                let names: Vec<&str> =
-                    w.nodes.iter().filter_map(|n| self.cluster.nodes().get(*n)).map(|c| c.name.as_str()).collect();
-                (*id, format!("BeginTime: requeued; its previous run is still ending on {}", names.join(",")))
+                let names: Vec<String> =
+                    w.nodes.iter().filter_map(|n| self.cluster.nodes().get(*n)).map(|c| c.name.clone()).collect();
+                (*id, PendingReason::BeginTime(BeginWait::OldRun(names)))
             })
             .collect();
         out.sort_by_key(|(id, _)| *id);

@@ -28,10 +28,13 @@ impl Controller {
         if job.state.is_pending() {
             // A task of an array tail left out of the last pass: as the task that stood for it.
             let id = if self.depend_reason(job).is_some() { job.id } else { self.shown_as(job.id) };
-            info.reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&id)) {
-                (Some(r), _) | (None, Some(r)) => Some(r.clone()),
-                (None, None) => self.pending_reasons.get(&id).map(|r| r.describe()),
+            let reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&id)) {
+                (Some(r), _) | (None, Some(r)) => Some(r),
+                (None, None) => self.pending_reasons.get(&id),
             };
+            // The edge: the typed reason becomes its words and its code.
+            info.reason = reason.map(ToString::to_string);
+            info.reason_code = reason.map(|r| r.code().to_string());
             info.priority = self.policy.priorities.get(&id).cloned();
             info.expected_start = self.policy.expected_start.get(&id).copied();
         } else if job.state == JobState::Running {

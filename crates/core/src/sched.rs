@@ -7,42 +7,9 @@
 use crate::job::Allocation;
 pub use crate::placement::cluster::Placement;
 use crate::placement::JobRequest;
+pub use reason::PendingReason;
 
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
-
-/// Why a pending job is not running.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PendingReason {
-    /// Waiting for resources to free up, with what is missing.
-    Resources(String),
-    /// It fits what is free now, but that is kept for higher-priority jobs waiting before it
-    /// (or, without backfill, an earlier job waits first).
-    Priority,
-    Held,
-    /// No node that is up can ever hold it; it waits for larger nodes to come up.
-    NoSuitableNodes(String),
-    /// A limit of its queue holds it back (e.g. the user's running cores), with which.
-    QueueLimit(String),
-}
-
-impl PendingReason {
-    pub fn describe(&self) -> String {
-        match self {
-            PendingReason::Resources(what) if what.is_empty() => {
-                "resources: waiting for cores or memory to free up".into()
-            }
-            PendingReason::Resources(what) => format!("resources: {what}"),
-            PendingReason::Priority => {
-                "priority: what it needs is free now but kept for higher-priority jobs waiting before it; it starts after them, or sooner if more frees up".into()
-            }
-            PendingReason::Held => "held: run `berth release <id>`".into(),
-            PendingReason::NoSuitableNodes(why) => format!("no suitable node up: {why}"),
-            PendingReason::QueueLimit(which) => format!("queue limit: {which}"),
-        }
-    }
-}
 
 impl ClusterState {
     /// Count the licenses `alloc` holds as used (a suspended job's stay so: its memory is
@@ -193,6 +160,7 @@ pub mod fairshare;
 pub mod preempt;
 pub mod priority;
 pub mod queue;
+pub mod reason;
 pub mod round;
 
 #[cfg(test)]

@@ -563,6 +563,10 @@ pub struct JobInfo {
     pub signal: Option<i32>,
     /// Why the job ended as it did, or why it waits.
     pub reason: Option<String>,
+    /// A pending job's reason as a stable short code: Slurm's REASON where Slurm has one
+    /// (`Resources`, `Priority`, `Dependency`, `ReqNodeNotAvail`, ...; `reason` has the words).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason_code: Option<String>,
     pub cwd: String,
     pub stdout: String,
     pub stderr: String,

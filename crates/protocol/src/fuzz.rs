@@ -1036,6 +1036,8 @@ pub fn job_info() -> BoxedStrategy<JobInfo> {
                 allocation,
                 exit_code,
                 signal,
+                // Any text, as a peer might send (the code's words are not checked).
+                reason_code: reason.clone(),
                 reason,
                 cwd,
                 stdout,

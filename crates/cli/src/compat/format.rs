@@ -2,6 +2,7 @@
 //! use it), Slurm's `%[.][width]X` format strings, times, host lists and job states.
 
 use berth_core::job::JobState;
+use berth_core::sched::PendingReason;
 use berth_protocol::client::JobInfo;
 
 /// Whether an option takes a value.
@@ -373,6 +374,10 @@ pub fn slurm_reason(j: &JobInfo) -> String {
     }
     if !j.state.is_pending() {
         return "None".into();
+    }
+    // The controller's code, when it sends one berth knows (older ones send only the words).
+    if let Some(code) = j.reason_code.as_deref().and_then(|c| PendingReason::CODES.iter().find(|k| **k == c)) {
+        return (*code).into();
     }
     let r = j.reason.as_deref().unwrap_or("").to_ascii_lowercase();
     if r.is_empty() {

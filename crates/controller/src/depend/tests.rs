@@ -40,6 +40,16 @@ fn state(h: &Harness, id: JobId) -> JobState {
 
 fn reason(h: &mut Harness, id: JobId) -> String {
     let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id }, &ann()) else { panic!() };
+    // The code comes with the words, from the same reason: these begin with their code.
+    if let Some(code) =
+        job.reason_code.as_deref().filter(|c| ["Dependency", "DependencyNeverSatisfied", "BeginTime"].contains(c))
+    {
+        let words = job.reason.as_deref().unwrap_or_default();
+        assert!(words.starts_with(&format!("{code}:")), "{code}: {words}");
+    }
+    if job.state.is_pending() {
+        assert_eq!(job.reason.is_some(), job.reason_code.is_some(), "{:?}", job.reason);
+    }
     job.reason.unwrap_or_default()
 }
 

@@ -161,6 +161,7 @@ impl JobRecord {
             exit_code: self.exit_code,
             signal: self.signal,
             reason: self.reason.clone(),
+            reason_code: None,
             cwd: self.cwd.clone(),
             stdout: self.stdout.clone(),
             stderr: self.stderr.clone(),

@@ -6,8 +6,10 @@ use super::*;
 use crate::lifecycle::started;
 use crate::testkit::{ann, running_job, topo};
 use berth_core::node::NodeCapacity;
+use berth_core::placement::reason::Busy;
 use berth_core::placement::PlacementPolicy;
 use berth_core::sched::backfill::Waiting;
+use berth_core::sched::reason::Wanting;
 use berth_core::sched::round::PreemptStart;
 use berth_core::sched::{ClusterState, PendingReason};
 use std::sync::Arc;
@@ -59,7 +61,11 @@ fn a_preemption_is_logged_with_its_victims_before_its_start() {
         id: JobId(12),
         victims: vec![JobId(3), JobId(7)],
         alloc: vec![],
-        waited: Waiting { id: JobId(12), reason: PendingReason::Resources("8 cores".into()), expected_start: None },
+        waited: Waiting {
+            id: JobId(12),
+            reason: PendingReason::Resources(Wanting::Busy(Busy::Counted { need: 8, free: 0 })),
+            expected_start: None,
+        },
     };
     assert_eq!(preempted(&p), Effect::job_event("preempt", JobId(12), None, "suspended jobs 3,7"));
 }

@@ -25,7 +25,7 @@ impl Controller {
     pub(super) fn carry_out(
         &mut self,
         d: RoundDecisions<Allocation>,
-        shut_out: HashMap<JobId, String>,
+        shut_out: HashMap<JobId, PendingReason>,
         tails: Vec<ArrayTail>,
         micros: u64,
         now: f64,

@@ -36,7 +36,7 @@ pub(super) struct Gathered {
     /// Cores each (queue, user) runs now.
     pub users: HashMap<UserKey, u64>,
     /// Jobs asking for an advance reservation they cannot use: why (waiting outside the pass).
-    pub shut_out: HashMap<JobId, String>,
+    pub shut_out: HashMap<JobId, PendingReason>,
     pub barred: HashMap<JobId, PendingReason>,
     pub advance: Vec<AdvanceReservation<Allocation>>,
     /// Jobs the pass suspended, longest suspended first.
@@ -110,7 +110,7 @@ impl Controller {
     pub(super) fn gather(&self, not_yet: &HashSet<JobId>, now: f64) -> Gathered {
         let unlimited = self.cfg.scheduler.unlimited_walltime_secs as f64;
         let (advance, shut_out) = self.advance_pass_input();
-        let barred = shut_out.iter().map(|(id, why)| (*id, PendingReason::NoSuitableNodes(why.clone()))).collect();
+        let barred = shut_out.clone();
         let mut g = Gathered {
             machine: self.sched_view(),
             machine_cpus: self.cluster.nodes().iter().map(|n| n.topology.all_pus().len() as u64).sum(),

@@ -58,6 +58,9 @@ fn easy_backfill_starts_short_jobs_around_the_head_reservation() {
     assert_eq!(job.expected_start, Some(h.now + 1000.0));
     assert!(job.priority.as_ref().is_some_and(|p| p.total > 0.0), "{:?}", job.priority);
     assert_eq!(job.account, "phys");
+    // Its reason: the words, and their code (Slurm's REASON), from the same typed reason.
+    assert_eq!(job.reason_code.as_deref(), Some("Resources"));
+    assert!(job.reason.as_deref().is_some_and(|r| r.starts_with("resources: ")), "{:?}", job.reason);
 }
 
 /// The account that used the machine waits behind the one that did not; usage survives a

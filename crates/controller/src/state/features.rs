@@ -26,7 +26,7 @@ pub struct PolicyState {
     pub advance: AdvanceBook,
     /// Reasons shown instead of the pass's for jobs of advance reservations (waiting for the
     /// window, or for a reservation they can no longer use).
-    pub advance_reasons: HashMap<JobId, String>,
+    pub advance_reasons: HashMap<JobId, berth_core::sched::PendingReason>,
     /// Jobs waiting for their dependency or begin time (see `depend`).
     pub depend: DependState,
     /// The last conservative pass's plan, reused by the next where nothing changed.
@@ -109,7 +109,7 @@ impl Reservations {
 #[derive(Debug, Default)]
 pub struct DependState {
     /// Pending jobs held out of the pass, with the reason shown.
-    pub reasons: HashMap<JobId, String>,
+    pub reasons: HashMap<JobId, berth_core::sched::PendingReason>,
     /// The earliest begin time still to come: a pass is due then.
     pub next_begin: Option<f64>,
     /// Ended jobs' states (and whether they started), read from the store once.

@@ -31,7 +31,7 @@ pub use advance::{
 pub use kept::KeptPlan;
 pub use prefer::place_preferring_on_cluster;
 
-use super::PendingReason;
+use super::reason::{PendingReason, Unsuitable};
 use crate::placement::JobRequest;
 use crate::JobId;
 use serde::{Deserialize, Serialize};
@@ -319,7 +319,7 @@ fn fcfs<M: Machine>(
                     let reason = memos.busy_reason(windows, &mut machine, pass::NOW, k, &job.request, what);
                     out.wait(job.id, reason, None)
                 }
-                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None),
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why)), None),
             }
         }
     }

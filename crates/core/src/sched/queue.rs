@@ -8,7 +8,7 @@
 //! as if each had asked for them; with `reserved`, jobs of other queues keep off those
 //! subnodes (see [`target`]).
 
-use super::PendingReason;
+use super::reason::{PendingReason, QueueLimit};
 use crate::placement::JobRequest;
 use crate::units::format_duration;
 use serde::{Deserialize, Serialize};
@@ -195,10 +195,12 @@ pub fn target(specs: &[QueueSpec], queue: &str, req: &mut JobRequest) {
 pub fn user_limit_reason(spec: &QueueSpec, user_running_cores: u64, job_cores: u64) -> Option<PendingReason> {
     let max = spec.max_cores_per_user? as u64;
     (user_running_cores + job_cores > max).then(|| {
-        PendingReason::QueueLimit(format!(
-            "queue {} lets one user run {max} cores at once; yours use {user_running_cores}, this job needs {job_cores}",
-            spec.name
-        ))
+        PendingReason::QueueLimit(QueueLimit::UserCores {
+            queue: spec.name.clone(),
+            max,
+            used: user_running_cores,
+            need: job_cores,
+        })
     })
 }
 

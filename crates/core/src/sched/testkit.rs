@@ -102,6 +102,7 @@ pub fn summary(out: &PassOutput<Allocation>) -> Vec<String> {
             PendingReason::Held => "held",
             PendingReason::NoSuitableNodes(_) => "never",
             PendingReason::QueueLimit(_) => "queue limit",
+            other => other.code(),
         };
         let at = w.expected_start.map(|t| format!(" at {t}")).unwrap_or_default();
         lines.push(format!("{} wait {reason}{at}", w.id));

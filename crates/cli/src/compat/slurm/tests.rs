@@ -330,6 +330,47 @@ fn squeue_reasons_for_dependencies_and_begin_times() {
     assert!(record.contains("Reason=BeginTime Dependency=afterok:5"), "{record}");
 }
 
+/// The controller's reason codes are what squeue read from the words before codes were sent:
+/// the same column either way, for every kind of reason; a code it does not know is ignored.
+#[test]
+fn squeue_reason_codes_agree_with_the_words() {
+    use berth_core::placement::reason::{Busy, Never};
+    use berth_core::sched::reason::*;
+    let mut j = job(7, "b", "ann", "queued");
+    let reasons = [
+        PendingReason::Resources(Wanting::Busy(Busy::Counted { need: 8, free: 2 })),
+        PendingReason::Resources(Wanting::HeldForAdvance(vec!["course".into()])),
+        PendingReason::Resources(Wanting::AdvanceNotStarted("course".into())),
+        PendingReason::Priority,
+        PendingReason::Held,
+        PendingReason::NoSuitableNodes(Unsuitable::Never(Never::NoNodeUp)),
+        PendingReason::NoSuitableNodes(Unsuitable::AdvanceEnded("course".into())),
+        PendingReason::QueueLimit(QueueLimit::UserCores { queue: "short".into(), max: 4, used: 4, need: 1 }),
+        PendingReason::Reservation(ReservationWait::Gone { name: "course".into() }),
+        PendingReason::Reservation(ReservationWait::NotAdmitted {
+            name: "course".into(),
+            user: "ann".into(),
+            who: "users bob".into(),
+        }),
+        PendingReason::Reservation(ReservationWait::Starts { name: "course".into(), at: "12:00".into() }),
+        PendingReason::Dependency("waits for job 5, running (afterok:5)".into()),
+        PendingReason::DependencyNeverSatisfied { why: "job 5 ended failed (afterok:5)".into(), job: JobId(7) },
+        PendingReason::BeginTime(BeginWait::At("2027-01-01T00:00:00".into())),
+        PendingReason::BeginTime(BeginWait::OldRun(vec!["n1".into()])),
+        PendingReason::JobArrayTaskLimit { array: 7, limit: 2 },
+    ];
+    for r in reasons {
+        j.reason = Some(r.to_string());
+        j.reason_code = None;
+        let by_words = f::slurm_reason(&j);
+        j.reason_code = Some(r.code().into());
+        assert_eq!((by_words.as_str(), f::slurm_reason(&j).as_str()), (r.code(), r.code()), "{r}");
+    }
+    j.reason = Some("resources: cores".into());
+    j.reason_code = Some("Bogus\u{1b}[31m".into());
+    assert_eq!(f::slurm_reason(&j), "Resources");
+}
+
 #[test]
 fn arrays_through_sbatch_and_squeue() {
     let p = sbatch_plan(&args(&["-a", "1-4%2", "-o", "%A_%a.out", "x.sh"])).unwrap();

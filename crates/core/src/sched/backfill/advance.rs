@@ -25,7 +25,8 @@ use crate::gres::Counts;
 use crate::job::{Allocation, NodeAllocation, NumaShare};
 use crate::placement::reason::Busy;
 use crate::placement::JobRequest;
-use crate::sched::{ClusterState, PendingReason};
+use crate::sched::reason::{PendingReason, Unsuitable, Wanting};
+use crate::sched::ClusterState;
 use crate::{CpuSet, JobId};
 use rustc_hash::FxHashMap as HashMap;
 
@@ -286,10 +287,7 @@ impl<A: Clone> Windows<A> {
 
     /// The reason of a job that fits now but not beside the first `k` windows.
     fn reason(&self, k: usize) -> PendingReason {
-        PendingReason::Resources(format!(
-            "what is free now is held for advance reservation {} before the job would end",
-            self.names[..k].join(", ")
-        ))
+        PendingReason::Resources(Wanting::HeldForAdvance(self.names[..k].to_vec()))
     }
 }
 
@@ -361,8 +359,8 @@ impl Layers {
             }
         }
         let why = match self.memos[0].place(machine, NOW, req) {
-            Fit::Busy(what) => PendingReason::Resources(self.memos[0].text(&what)),
-            Fit::Never(why) => PendingReason::NoSuitableNodes(why.to_string()),
+            Fit::Busy(what) => PendingReason::Resources(Wanting::Busy(what)),
+            Fit::Never(why) => PendingReason::NoSuitableNodes(Unsuitable::Never(why)),
             Fit::Now(_) => PendingReason::Priority,
         };
         self.reasons.insert(key, (starts, Some(why.clone())));
@@ -404,7 +402,7 @@ impl Layers {
         if k > 0 && matches!(self.memos[0].place(machine, state, req), Fit::Now(_)) {
             windows.reason(k)
         } else {
-            PendingReason::Resources(self.memos[0].text(&what))
+            PendingReason::Resources(Wanting::Busy(what))
         }
     }
 }
@@ -521,10 +519,9 @@ fn plan_members<M: Confine>(
             let w = super::easy::walltime(job);
             let (reason, expected) = match confined.as_mut() {
                 _ if job.held => (PendingReason::Held, None),
-                None => (PendingReason::NoSuitableNodes(format!("reservation {} has ended", r.id)), None),
+                None => (PendingReason::NoSuitableNodes(Unsuitable::AdvanceEnded(r.id.clone())), None),
                 Some(_) if at + w > r.end => {
-                    let why = format!("reservation {} ends before the job's walltime would", r.id);
-                    (PendingReason::NoSuitableNodes(why), None)
+                    (PendingReason::NoSuitableNodes(Unsuitable::AdvanceTooShort(r.id.clone())), None)
                 }
                 Some(confined) => match (confined.place(&job.request), open) {
                     (Fit::Now(alloc), true) => {
@@ -540,10 +537,10 @@ fn plan_members<M: Confine>(
                     }
                     (Fit::Busy(_), false) => (not_started(r), None),
                     (Fit::Busy(what), true) => {
-                        (PendingReason::Resources(format!("reservation {}: {what}", r.id)), None)
+                        (PendingReason::Resources(Wanting::InAdvance { name: r.id.clone(), busy: what }), None)
                     }
                     (Fit::Never(why), _) => {
-                        (PendingReason::NoSuitableNodes(format!("reservation {}: {why}", r.id)), None)
+                        (PendingReason::NoSuitableNodes(Unsuitable::InAdvance { name: r.id.clone(), never: why }), None)
                     }
                 },
             };
@@ -555,7 +552,7 @@ fn plan_members<M: Confine>(
 
 /// A member waiting for its reservation's window to open.
 fn not_started<A>(r: &AdvanceReservation<A>) -> PendingReason {
-    PendingReason::Resources(format!("reservation {} has not started", r.id))
+    PendingReason::Resources(Wanting::AdvanceNotStarted(r.id.clone()))
 }
 
 /// The machine as it will be at `at`: the running jobs that end by then gone (`machine` has

@@ -26,7 +26,7 @@ use super::profile::{clear, Profile};
 use super::timeline::{clamp_end, Timeline};
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
 use crate::placement::JobRequest;
-use crate::sched::PendingReason;
+use crate::sched::reason::{PendingReason, Unsuitable, Wanting};
 use crate::JobId;
 
 /// Consecutive misses after which the times tried thin out.
@@ -332,12 +332,12 @@ impl<A: Clone + std::fmt::Debug + PartialEq> Fresh<'_, A> {
                     Decided::Started(alloc)
                 }
                 Fit::Never(why) => {
-                    out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None);
+                    out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why)), None);
                     Decided::Waits(None)
                 }
                 Fit::Busy(_) => {
                     let reason = match memo.busy_on(&s.machine, NOW, req) {
-                        Some(what) => PendingReason::Resources(memo.text(&what)),
+                        Some(what) => PendingReason::Resources(Wanting::Busy(what)),
                         // Starts only: the reason is not reported (both block alike).
                         None if !out.reports_waiting() => PendingReason::Priority,
                         None => {
@@ -353,10 +353,10 @@ impl<A: Clone + std::fmt::Debug + PartialEq> Fresh<'_, A> {
         }
         let reason = match memo.place(&s.machine, NOW, req) {
             Fit::Never(why) => {
-                out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None);
+                out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why.clone())), None);
                 return (Decided::Waits(Some(Decision::Never(why))), false);
             }
-            Fit::Busy(what) => PendingReason::Resources(memo.text(&what)),
+            Fit::Busy(what) => PendingReason::Resources(Wanting::Busy(what)),
             Fit::Now(alloc) => match fit_now_beside(s, memo, req, alloc, w) {
                 Some(alloc) => {
                     s.start(req, w, &alloc);
@@ -426,7 +426,7 @@ fn reuse_one<M: Machine>(
             return Some(Decided::Waits(Some(Decision::Held)));
         }
         Decision::Never(why) => {
-            out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None);
+            out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why.clone())), None);
             return Some(Decided::Waits(Some(Decision::Never(why))));
         }
         Decision::Reserved { start, alloc } => (start, alloc),
@@ -436,7 +436,7 @@ fn reuse_one<M: Machine>(
     // time it holds them beyond its reservation.
     let reason = match memo.place(&s.machine, NOW, req) {
         Fit::Never(_) => return None,
-        Fit::Busy(what) => PendingReason::Resources(memo.text(&what)),
+        Fit::Busy(what) => PendingReason::Resources(Wanting::Busy(what)),
         Fit::Now(now) => {
             let reserved = match s.machine.machine.place_preferring(&[&alloc], req) {
                 Fit::Now(a) if s.book.iter().filter(|b| overlaps(b, s.now, w)).all(|b| !M::may_share(&b.alloc, &a)) => {

@@ -27,7 +27,7 @@ use super::pass::{counted_cpus, Detail, Outcome, Tracked, NOW, RESERVED};
 use super::timeline::Timeline;
 use super::{Fit, Machine, PassInput, PassLimits, PassOutput, QueuedJob, Reservation};
 use crate::placement::JobRequest;
-use crate::sched::PendingReason;
+use crate::sched::reason::{PendingReason, Unsuitable, Wanting};
 
 /// The head's reservation: when it starts, the machine now with its resources claimed, and
 /// (when part of them is free now) those resources, for jobs ending by then to use first.
@@ -77,7 +77,7 @@ pub(super) fn plan<M: Machine>(
                     started.push((end, alloc.clone()));
                     out.start(job.id, alloc);
                 }
-                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None),
+                Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why)), None),
                 Fit::Busy(what) => {
                     let reason = memos.busy_reason(windows, &mut machine, NOW, k, &job.request, what);
                     if limits.max_reservations == 0 {
@@ -145,14 +145,14 @@ pub(super) fn plan<M: Machine>(
                         head.reserved.claim(&alloc);
                         out.start(job.id, alloc);
                     }
-                    Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(why.to_string()), None),
+                    Fit::Never(why) => out.wait(job.id, PendingReason::NoSuitableNodes(Unsuitable::Never(why)), None),
                     Fit::Busy(what) if short => {
                         let reason = memos.busy_reason(windows, &mut machine, NOW, k, &job.request, what);
                         out.wait(job.id, reason, None)
                     }
                     Fit::Busy(_) => {
                         let reason = match memos.base().busy_on(&machine, NOW, &job.request) {
-                            Some(what) => PendingReason::Resources(memos.base().text(&what)),
+                            Some(what) => PendingReason::Resources(Wanting::Busy(what)),
                             // Starts only: the reason is not reported (both block alike).
                             None if !out.reports_waiting() => PendingReason::Priority,
                             None => memos.why_waiting(windows, &mut machine, k, &job.request, out.started()),

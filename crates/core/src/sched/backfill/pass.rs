@@ -142,9 +142,6 @@ struct Known {
 #[derive(Debug, Default)]
 pub(super) struct Memo {
     known: HashMap<RequestKey, Known>,
-    /// "cores: N wanted, M free now; ...", formatted once per (N, M): a pass says it of most of the
-    /// queue, and formatting was a fifth of a pass.
-    count_reasons: std::cell::RefCell<HashMap<(u64, u64), String>>,
     pub placements: usize,
 }
 
@@ -229,16 +226,6 @@ impl Memo {
         match self.known.get(&RequestKey::of(req)).and_then(|k| k.busy[state].clone()) {
             Some(what) => Some(what),
             None => count_busy(machine, req),
-        }
-    }
-
-    /// The words of `what` (those of a count formatted once per pass).
-    pub fn text(&self, what: &Busy) -> String {
-        match *what {
-            Busy::Counted { need, free } => {
-                self.count_reasons.borrow_mut().entry((need, free)).or_insert_with(|| what.to_string()).clone()
-            }
-            _ => what.to_string(),
         }
     }
 }

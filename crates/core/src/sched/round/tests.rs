@@ -5,6 +5,7 @@ use crate::sched::backfill::BackfillPolicy;
 use crate::sched::fairshare::FairShareConfig;
 use crate::sched::preempt::Preemptible;
 use crate::sched::preempt::PREEMPTORS_PER_PASS;
+use crate::sched::reason::ReservationWait;
 use crate::sched::testkit::{alloc_text, hold, queued, ClusterBuilder};
 
 /// Every decision of a round, one line each, in order.
@@ -246,7 +247,7 @@ fn barred_jobs_wait_outside_the_pass() {
     let running = vec![hold(&mut cluster, 1, &[(0, "0-1")], 10.0)];
     let queue = vec![queued(2, 2, 5.0), queued(3, 2, 5.0)];
     let mut barred = HashMap::new();
-    barred.insert(JobId(2), PendingReason::NoSuitableNodes("reservation r1 no longer exists".into()));
+    barred.insert(JobId(2), PendingReason::Reservation(ReservationWait::Gone { name: "r1".into() }));
     let mut i = input(&cluster, &running, &queue);
     i.barred = Some(&barred);
     let d = round(&i, 0.0);
@@ -254,7 +255,7 @@ fn barred_jobs_wait_outside_the_pass() {
         snapshot(&d),
         [
             "start 3 on n0:2-3",
-            "wait 2: no suitable node up: reservation r1 no longer exists",
+            "wait 2: reservation r1 no longer exists (ended or deleted); cancel the job",
             "passed true, backfilled 0"
         ]
     );
@@ -264,7 +265,7 @@ fn barred_jobs_wait_outside_the_pass() {
     let d = round(&i, 0.0);
     assert_eq!(
         snapshot(&d),
-        ["wait 2: no suitable node up: reservation r1 no longer exists", "passed false, backfilled 0"]
+        ["wait 2: reservation r1 no longer exists (ended or deleted); cancel the job", "passed false, backfilled 0"]
     );
 }
 
