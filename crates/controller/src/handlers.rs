@@ -637,42 +637,64 @@ impl Controller {
             self.out.agents.push((tx, ControllerMessage::Rejected { reason: e.to_string() }));
             return Ok(());
         }
-        let index = match self.node_by_name(&reg.name) {
-            Some(i) => i,
-            None => {
-                let id = self.cluster.nodes().len();
-                self.push_node(
-                    berth_core::NodeId(id as u32),
-                    reg.name.clone(),
-                    reg.topology.clone(),
-                    NodeState::Up,
-                    "",
-                    "",
-                    "",
-                );
-                self.nodes_changed();
-                id
-            }
-        };
+        let index = self.registered_node(&reg);
         let restarted = self.extra[index].instance != reg.instance;
         self.old_runs_on_register(index, &reg.running, &reg.ended);
         let ours = self.jobs_on_node(index);
-        if *self.cluster.nodes()[index].topology != reg.topology {
-            // New hardware description: rebuild the free map from the jobs still allocated here.
-            let mut cap = berth_core::node::NodeCapacity::new(
-                berth_core::NodeId(index as u32),
-                reg.name.clone(),
-                berth_core::node::shared_topology(self.cluster.nodes(), reg.topology.clone()),
-            );
-            self.apply_admin_settings(&mut cap);
-            for id in &ours {
-                if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
-                    cap.claim(a);
-                }
-            }
-            self.cluster.replace(index, cap);
-            self.nodes_changed();
+        self.take_topology(index, &reg, &ours);
+        let was_down = self.connect_agent(index, &reg, conn_id, &tx);
+        self.acknowledge_registration(index, &reg, &tx, restarted);
+        self.kill_jobs_not_here(index, &reg, &tx);
+        self.reconcile_jobs_here(index, &reg, &tx, ours, restarted, now)?;
+        self.after_registration(index, &reg, restarted, was_down, now)?;
+        self.dirty = true;
+        self.carry_out_effects(now)
+    }
+
+    /// The registering agent's node: known by its name, else added (and the node order
+    /// arranged again).
+    fn registered_node(&mut self, reg: &Registration) -> usize {
+        if let Some(i) = self.node_by_name(&reg.name) {
+            return i;
         }
+        let id = self.cluster.nodes().len();
+        self.push_node(
+            berth_core::NodeId(id as u32),
+            reg.name.clone(),
+            reg.topology.clone(),
+            NodeState::Up,
+            "",
+            "",
+            "",
+        );
+        self.nodes_changed();
+        id
+    }
+
+    /// A new hardware description for node `index`: its free map rebuilt from the jobs still
+    /// allocated there (`ours`).
+    fn take_topology(&mut self, index: usize, reg: &Registration, ours: &[JobId]) {
+        if *self.cluster.nodes()[index].topology == reg.topology {
+            return;
+        }
+        let mut cap = berth_core::node::NodeCapacity::new(
+            berth_core::NodeId(index as u32),
+            reg.name.clone(),
+            berth_core::node::shared_topology(self.cluster.nodes(), reg.topology.clone()),
+        );
+        self.apply_admin_settings(&mut cap);
+        for id in ours {
+            if let Some(a) = self.jobs[id].allocation.iter().find(|a| a.node_id.0 as usize == index) {
+                cap.claim(a);
+            }
+        }
+        self.cluster.replace(index, cap);
+        self.nodes_changed();
+    }
+
+    /// The agent's address, CPUs, instance and connection recorded for node `index`; a node
+    /// that was down comes back as cleaning. Whether it was down.
+    fn connect_agent(&mut self, index: usize, reg: &Registration, conn_id: u64, tx: &AgentTx) -> bool {
         let heard = self.clock.instant();
         let ex = &mut self.extra[index];
         ex.address = reg.address.clone();
@@ -686,6 +708,12 @@ impl Controller {
             // an admin holds it down.
             ex.state = NodeState::Cleaning;
         }
+        was_down
+    }
+
+    /// The registration's row and event queued, and the agent told its node id, heartbeat
+    /// interval and lease.
+    fn acknowledge_registration(&mut self, index: usize, reg: &Registration, tx: &AgentTx, restarted: bool) {
         self.queue(registered(index, &reg.name, &reg.address, restarted));
         self.out.agents.push((
             tx.clone(),
@@ -696,8 +724,11 @@ impl Controller {
                 step_ends: true,
             },
         ));
-        // Jobs the agent runs (or holds, on a job's other nodes) that we do not think are
-        // there: stop them.
+    }
+
+    /// Jobs the agent runs (or holds, on a job's other nodes) that we do not think are there:
+    /// stop them.
+    fn kill_jobs_not_here(&mut self, index: usize, reg: &Registration, tx: &AgentTx) {
         for id in &reg.running {
             let known_here = self.jobs.get(id).is_some_and(|j| j.state.has_allocation() && j.on_node(index));
             if !known_here {
@@ -707,8 +738,20 @@ impl Controller {
                 ));
             }
         }
-        // Jobs with a part on the node (their batch script, or a hold for their steps) that the
-        // agent neither runs nor reports ended.
+    }
+
+    /// Jobs with a part on the node (`ours`: their batch script, or a hold for their steps)
+    /// against what the agent reports: re-adopted, or lost with a restarted agent, or their
+    /// launch sent again, or requeued when it never arrived.
+    fn reconcile_jobs_here(
+        &mut self,
+        index: usize,
+        reg: &Registration,
+        tx: &AgentTx,
+        ours: Vec<JobId>,
+        restarted: bool,
+        now: f64,
+    ) -> Result<(), StoreError> {
         for id in ours {
             let Some(job) = self.jobs.get_mut(&id) else { continue };
             let runs_script = Self::head_node(&job.allocation) == Some(index) && !job.is_interactive();
@@ -750,6 +793,20 @@ impl Controller {
             // Same agent process, never got the launch (lost with the old connection): requeue.
             self.requeue(id, now, &reg.name, "launch was not received", Some(index))?;
         }
+        Ok(())
+    }
+
+    /// The rest of a registration: the steps rooted on the node, suspensions resent to an
+    /// agent that did not restart, and a node that was down held down by an admin or checked
+    /// clean.
+    fn after_registration(
+        &mut self,
+        index: usize,
+        reg: &Registration,
+        restarted: bool,
+        was_down: bool,
+        now: f64,
+    ) -> Result<(), StoreError> {
         if let Some(steps) = &reg.steps {
             self.reconcile_root_steps(index, steps, restarted, now)?;
         }
@@ -765,8 +822,7 @@ impl Controller {
                 None => self.check_clean(index, &reg.running, now)?,
             }
         }
-        self.dirty = true;
-        self.carry_out_effects(now)
+        Ok(())
     }
 
     pub fn handle_agent(&mut self, node: usize, conn_id: u64, msg: AgentMessage, now: f64) -> Result<(), StoreError> {
