@@ -1241,11 +1241,17 @@ mod tests {
         let fixtures = here.join("../core/tests/fixtures/gpu");
         let bless = std::env::var("BERTH_BLESS").is_ok_and(|v| v == "1");
         let mut problems = Vec::new();
-        for stem in ["gpu4-2p-nvlink-pairs", "gpu8-2p4n-nvlink-quads"] {
-            let path = here.join("tests/data/hwloc").join(format!("{stem}.xml"));
+        // The hand-made GPU nodes, and the real Supermicro export (data/hwloc, from hwloc's
+        // test suite: a K40m and an AMD Radeon on NUMA node 1).
+        for (stem, dir, gpus) in [
+            ("gpu4-2p-nvlink-pairs", "tests/data/hwloc", 4),
+            ("gpu8-2p4n-nvlink-quads", "tests/data/hwloc", 8),
+            ("32em64t-2n8c2t-pci-normalio", "../../data/hwloc", 2),
+        ] {
+            let path = here.join(dir).join(format!("{stem}.xml"));
             let host = MemoryFacts { machine_total: Some(16 * GIB), ..Default::default() };
             let topology = load_with(&TopologySource::Xml(path.clone()), &host).unwrap();
-            assert_eq!(topology.gpus.len(), if stem.starts_with("gpu4") { 4 } else { 8 }, "{stem}");
+            assert_eq!(topology.gpus.len(), gpus, "{stem}");
             let json = serde_json::to_string_pretty(&topology).unwrap() + "\n";
             assert_eq!(serde_json::from_str::<Topology>(&json).unwrap(), topology, "{stem}");
             let fixture = fixtures.join(format!("{stem}.json"));

@@ -1,6 +1,8 @@
 //! Golden per-rank layouts (issue 20: "each rank gets its closest GPU(s) and a cpuset near
-//! them") on the hand-made GPU machines (tests/fixtures/gpu/*.json, the agent's model of
-//! `crates/agent/tests/data/hwloc/gpu4-2p-nvlink-pairs.xml` and `gpu8-2p4n-nvlink-quads.xml`).
+//! them") on the hand-made GPU machines and a real one (tests/fixtures/gpu/*.json, the agent's
+//! model of `crates/agent/tests/data/hwloc/gpu4-2p-nvlink-pairs.xml`,
+//! `gpu8-2p4n-nvlink-quads.xml` and `data/hwloc/32em64t-2n8c2t-pci-normalio.xml`: hwloc's
+//! Supermicro export with a K40m and an AMD Radeon, both on NUMA node 1).
 //!
 //! Each case is a job's allocation on one node (the whole node, or what placement gives a GPU
 //! job) and a step (`berth run -n R [--cpus-per-task C] --gpus-per-task N | --gpu-bind ...`):
@@ -166,7 +168,7 @@ fn step_gpu_layouts_match_the_goldens() {
     let bless = std::env::var("BERTH_BLESS").is_ok_and(|v| v == "1");
     let dir = tests_dir().join("golden_gpu");
     let mut problems = vec![];
-    for stem in ["gpu4-2p-nvlink-pairs", "gpu8-2p4n-nvlink-quads"] {
+    for stem in ["gpu4-2p-nvlink-pairs", "gpu8-2p4n-nvlink-quads", "32em64t-2n8c2t-pci-normalio"] {
         let got = run(stem);
         let path = dir.join(format!("steps-{stem}.txt"));
         if bless {
