@@ -797,6 +797,8 @@ impl Replier {
 /// The most values `run` keeps published, and lookups it keeps waiting.
 const MAX_PUBLISHED: usize = 4096;
 const MAX_WAITING_LOOKUPS: usize = 4096;
+/// The most connects `run` keeps waiting for their nodes.
+const MAX_CONNECTS: usize = 4096;
 
 /// `PMIx_Publish`/`Lookup` and `PMIx_Connect` of a step and its spawned steps, carried out by
 /// their `run` (docs/protocol/03-control-tree.md, "Publish, lookup and connect"): the
@@ -904,19 +906,21 @@ impl Services {
                     vec![],
                 );
             };
-            let before = expected.len();
             for (name, ranks) in nodes {
                 if p.rank == RANK_WILDCARD || ranks.contains(&p.rank) {
                     expected.insert(name.clone());
                 }
             }
-            if expected.len() == before && p.rank != RANK_WILDCARD && !nodes.iter().any(|(_, r)| r.contains(&p.rank)) {
+            if p.rank != RANK_WILDCARD && !nodes.iter().any(|(_, r)| r.contains(&p.rank)) {
                 return replier
                     .send(Some(format!("not found: no rank {} in {}", p.rank, p.nspace.escape_debug())), vec![]);
             }
         }
         req.procs.sort();
         req.procs.dedup();
+        if !self.connects.contains_key(&req.procs) && self.connects.len() >= MAX_CONNECTS {
+            return replier.send(Some(format!("at most {MAX_CONNECTS} connects wait at once")), vec![]);
+        }
         let entry = self.connects.entry(req.procs.clone()).or_insert_with(|| (expected, Vec::new()));
         entry.1.retain(|(n, _)| *n != node);
         entry.1.push((node, replier));
@@ -1400,6 +1404,75 @@ mod tests {
         writer.join().unwrap();
         assert!(matches!(r, Ok(Ok(()))), "read to the end, not stuck on a missed edge");
         assert_eq!(got, sent);
+    }
+
+    fn replies(rx: &mut mpsc::UnboundedReceiver<TreeDown>) -> Vec<ServiceReply> {
+        let mut out = vec![];
+        while let Ok(TreeDown::ServiceReply(r)) = rx.try_recv() {
+            out.push(r);
+        }
+        out
+    }
+
+    fn text_value(key: &str, v: &str) -> berth_protocol::step::PublishedValue {
+        berth_protocol::step::PublishedValue { key: key.into(), text: Some(v.into()), bytes: None }
+    }
+
+    /// A lookup that waits is answered by the publish that brings its key (a first-read value
+    /// is then gone); one that does not wait is told "not found"; a key is published once.
+    #[test]
+    fn a_waiting_lookup_is_answered_by_the_publish_of_its_key() {
+        use berth_protocol::step::{LookupRequest, PublishRequest};
+        let mut s = Services::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let lookup = |id, wait| LookupRequest { id, from: 1, rank: 0, keys: vec!["port".into()], wait };
+        s.lookup(lookup(1, false), tx.clone());
+        let r = replies(&mut rx);
+        assert_eq!((r.len(), r[0].error.as_deref()), (1, Some("not found")), "{r:?}");
+        s.lookup(lookup(2, true), tx.clone());
+        assert!(replies(&mut rx).is_empty(), "it waits");
+        let publish =
+            PublishRequest { id: 9, from: 0, rank: 3, values: vec![text_value("port", "p0")], first_read: true };
+        assert_eq!(s.publish("ns.parent", publish.clone()), None);
+        assert_eq!(s.publish("ns.parent", publish).as_deref(), Some("a key is published already"));
+        s.answer_waiting();
+        let r = replies(&mut rx);
+        assert_eq!((r.len(), r[0].id, r[0].to), (1, 2, 1), "{r:?}");
+        assert_eq!(r[0].found[0].value, text_value("port", "p0"));
+        assert_eq!(r[0].found[0].publisher, ProcName { nspace: "ns.parent".into(), rank: 3 });
+        s.lookup(lookup(3, false), tx);
+        assert_eq!(replies(&mut rx)[0].error.as_deref(), Some("not found"), "the first read took it");
+    }
+
+    /// A connect over two steps' namespaces is answered, on every node in it, once every node
+    /// hosting a participant has called (a node hosting both steps' ranks calls once); a
+    /// namespace of no step of the run is refused at once.
+    #[test]
+    fn a_connect_waits_for_every_node_of_both_steps() {
+        use berth_protocol::step::ConnectRequest;
+        let mut s = Services::default();
+        s.steps.insert("p".into(), vec![("n1".into(), vec![0]), ("n2".into(), vec![1])]);
+        s.steps.insert("c".into(), vec![("n1".into(), vec![0, 1])]);
+        let procs = vec![
+            ProcName { nspace: "p".into(), rank: RANK_WILDCARD },
+            ProcName { nspace: "c".into(), rank: RANK_WILDCARD },
+        ];
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        // n1 (named by the children's step) first, then n2 (the parent's node 1).
+        s.connect("c", ConnectRequest { id: 1, from: 0, procs: procs.clone() }, tx.clone());
+        assert!(replies(&mut rx).is_empty(), "n2 is not in yet");
+        let mut reversed = procs.clone();
+        reversed.reverse();
+        s.connect("p", ConnectRequest { id: 7, from: 1, procs: reversed }, tx.clone());
+        let mut r: Vec<(u64, u32, Option<String>)> =
+            replies(&mut rx).into_iter().map(|r| (r.id, r.to, r.error)).collect();
+        r.sort();
+        assert_eq!(r, [(1, 0, None), (7, 1, None)]);
+        assert!(s.connects.is_empty());
+        let stranger = vec![ProcName { nspace: "x".into(), rank: 0 }];
+        s.connect("p", ConnectRequest { id: 8, from: 0, procs: stranger }, tx);
+        let r = replies(&mut rx);
+        assert!(r[0].error.as_deref().is_some_and(|e| e.starts_with("not found")), "{r:?}");
     }
 
     #[test]

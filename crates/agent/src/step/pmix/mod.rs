@@ -171,8 +171,8 @@ pub enum PmixEvent {
     Lookup { rank: u32, keys: Vec<String>, wait: bool, timeout_s: u32, token: LookupToken },
     /// This node's participants in a `PMIx_Connect` of `procs` all called it.
     Connect { procs: Vec<berth_protocol::step::ProcName>, token: OpToken },
-    /// A rank asked for what berth does not support yet (`what`: `PMIx_Spawn (MPI_Comm_spawn)`,
-    /// ...); it was answered PMIX_ERR_NOT_SUPPORTED.
+    /// A rank asked for what berth does not support yet (`what`: `PMIx_Publish of a value
+    /// neither a string nor bytes`, ...); it was answered PMIX_ERR_NOT_SUPPORTED.
     Unsupported { rank: u32, what: String },
 }
 

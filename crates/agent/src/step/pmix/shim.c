@@ -163,11 +163,11 @@ static pmix_status_t s_direct_modex(const pmix_proc_t *proc, const pmix_info_t i
     return PMIX_SUCCESS;
 }
 
-/* Connecting namespaces (PMIx_Connect, which Open MPI's MPI_Comm_spawn, MPI_Comm_connect and
- * MPI_Comm_accept need after the spawn itself) is not supported yet: answered
- * PMIX_ERR_NOT_SUPPORTED through its callback (the way every answer reaches the client; a host's
- * upcall that is missing or returns an error left Open MPI 4.1.4 waiting forever), and the step
- * is told (on_unsupported: the agent logs it and `berth run` prints it). */
+/* What berth refuses (a published value neither a string nor bytes; an upcall whose host
+ * callback is not set) is answered PMIX_ERR_NOT_SUPPORTED through its callback (the way every
+ * answer reaches the client; a host's upcall that is missing or returns an error left Open MPI
+ * 4.1.4's MPI_Comm_spawn waiting forever), and the step is told (on_unsupported: the agent
+ * logs it and `berth run` prints it). */
 static void unsupported(const pmix_proc_t *proc, const char *what)
 {
     if (on_unsupported != NULL && proc != NULL) {
