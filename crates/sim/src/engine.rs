@@ -28,13 +28,13 @@
 
 use crate::machine::{parse_topology, ClusterMachine, PoolMachine};
 use crate::metrics::{self, SimReport};
+pub use crate::outcome::{JobResult, Skipped};
 use crate::swf::Trace;
 use crate::{EstimateSource, GpuWorkload, MachineSpec, SimConfig, SimError, SubmitOrder};
 use berth_core::gres::Licenses;
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
-use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
 mod accounting;
@@ -51,29 +51,6 @@ pub struct SimResult {
     pub jobs: Vec<JobResult>,
     /// Busy processors and queue length after each event time's pass.
     pub timeline: Vec<Sample>,
-}
-
-/// One simulated job's outcome (a line of the per-job CSV).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobResult {
-    /// The trace's job id (field 1).
-    pub id: u64,
-    pub submit: f64,
-    pub start: f64,
-    pub end: f64,
-    pub wait: f64,
-    pub run: f64,
-    pub procs: u64,
-    pub estimate: f64,
-    /// Bounded slowdown, 10 s threshold.
-    pub bsld: f64,
-    /// Started out of priority order.
-    pub backfilled: bool,
-    /// Seconds spent suspended (preemption).
-    pub suspended: f64,
-    /// GPUs held (a GPU workload's GPU jobs; 0 otherwise).
-    #[serde(default)]
-    pub gpus: u64,
 }
 
 /// The machine's state after one event time.
@@ -97,17 +74,6 @@ pub(crate) struct SimJob {
     /// Index into the account names (fair share).
     pub account: usize,
     pub request: JobRequest,
-}
-
-/// Jobs of the trace that are not simulated, by reason.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Skipped {
-    /// More processors than the machine has (or a shape the machine can never hold).
-    pub too_large: usize,
-    /// Run time missing or not positive.
-    pub no_runtime: usize,
-    /// Neither requested nor allocated processors known.
-    pub no_procs: usize,
 }
 
 /// The jobs to simulate, in submit order (ties: trace order, or id order), with account names.

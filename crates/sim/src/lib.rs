@@ -31,6 +31,7 @@ pub mod error;
 pub mod fuzz;
 pub mod machine;
 pub mod metrics;
+pub mod outcome;
 pub mod output;
 pub mod swf;
 

@@ -1,6 +1,6 @@
 //! The figures a run is judged by.
 
-use crate::engine::{JobResult, Skipped};
+use crate::outcome::{JobResult, Skipped};
 use crate::{policy_name, EstimateSource};
 use berth_core::sched::backfill::BackfillPolicy;
 use serde::{Deserialize, Serialize};

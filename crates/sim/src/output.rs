@@ -1,8 +1,9 @@
 //! Per-job CSV and the SVG plot of utilization and queue length over time (hand-written SVG:
 //! two panels sharing the time axis, no dependency).
 
-use crate::engine::{JobResult, Sample};
+use crate::engine::Sample;
 use crate::metrics::SimReport;
+use crate::outcome::JobResult;
 use crate::policy_name;
 use std::fmt::Write;
 

@@ -3,7 +3,6 @@
 use super::accounting::Accounting;
 use super::counted::{CountPlan, Job};
 use super::queue::Queue;
-use super::round::Suspended;
 use super::{finish, queued, workload, GpuJobs, Outcomes, Sample, SimResult, Workload};
 use crate::machine::Suspending;
 use crate::metrics::Header;
@@ -36,6 +35,14 @@ impl Ord for End {
     fn cmp(&self, other: &Self) -> Ordering {
         self.time.total_cmp(&other.time).then(self.job.cmp(&other.job)).then(self.segment.cmp(&other.segment))
     }
+}
+
+/// A suspended job and the allocation it ran on.
+#[derive(Debug, Clone)]
+pub(super) struct Suspended<A> {
+    pub job: usize,
+    pub alloc: A,
+    pub since: f64,
 }
 
 /// The state of one replay.

@@ -12,7 +12,7 @@
 //! preemptor's estimate, as the controller does; the simulator runs jobs to their actual run
 //! time, so a preemptor overrunning its estimate can take a victim past it.
 
-use super::replay::Replay;
+use super::replay::{Replay, Suspended};
 use crate::machine::Suspending;
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
@@ -23,14 +23,6 @@ use berth_core::sched::round::{
     SuspendedInput,
 };
 use berth_core::JobId;
-
-/// A suspended job and the allocation it ran on.
-#[derive(Debug, Clone)]
-pub(super) struct Suspended<A> {
-    pub job: usize,
-    pub alloc: A,
-    pub since: f64,
-}
 
 impl<M: Suspending> Replay<'_, M> {
     /// One round at `now`; `every`: run the pass even when it provably starts nothing.
