@@ -9,8 +9,8 @@ use berth_core::job::Shape;
 use berth_core::node::NodeCapacity;
 use berth_core::placement::{JobRequest, PlacementPolicy};
 use berth_core::sched::backfill::{
-    place_for_window, plan_with_advance, plan_with_reservations, AdvanceReservation, BackfillPolicy, Fit, Machine,
-    PassInput, PassLimits, QueuedJob, RunningJob,
+    licenses_only, place_for_window, plan_with_advance, plan_with_reservations, AdvanceReservation, BackfillPolicy,
+    Fit, Machine, PassInput, PassLimits, QueuedJob, RunningJob,
 };
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
@@ -219,6 +219,54 @@ fn advance_reservations_hold_gres_and_licenses() {
         let (out, _) = plan_with_advance(&input, &advance, &limits);
         let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
         assert_eq!(started, vec![JobId(22), JobId(23)], "{policy:?}: {out:?}");
+    }
+}
+
+/// An advance reservation of licenses alone (3 of 4 matlab, no nodes): its members run on
+/// any free cores of the machine with its licenses (and no more than it holds), everyone else
+/// gets only the license it does not hold; its part claims licenses only.
+#[test]
+fn advance_reservations_of_licenses_alone() {
+    for policy in [BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+        let c = cluster(&[Counts::new(), Counts::new()], counts(&[("matlab", 4)]));
+        let resv = vec![licenses_only(counts(&[("matlab", 3)]))];
+        let mut claimed = c.clone();
+        claimed.claim(&resv);
+        assert_eq!(claimed.licenses.free("matlab"), 1);
+        assert_eq!(claimed.nodes.iter().map(|n| n.free_pus.len()).sum::<usize>(), 8, "no node's cores");
+        let members = vec![JobId(10), JobId(11), JobId(12), JobId(13)];
+        let advance = [AdvanceReservation { id: "lic".into(), alloc: resv, start: 0.0, end: 1000.0, members }];
+        let limits = PassLimits { policy, max_reservations: 100, deadline: None };
+        let plan = |queue: &[QueuedJob]| {
+            let input = PassInput { machine: &c, running: &[], queue, now: 0.0 };
+            plan_with_advance(&input, &advance, &limits).0
+        };
+        // A member on cores anywhere (both nodes' worth), licenses from the reservation.
+        let wide = QueuedJob {
+            id: JobId(10),
+            request: job(2, 4, Counts::new(), counts(&[("matlab", 2)])),
+            walltime: 50.0,
+            held: false,
+        };
+        let out = plan(&[wide]);
+        assert_eq!(out.starts.len(), 1, "{policy:?}: {out:?}");
+        assert_eq!(out.starts[0].1.len(), 2, "{policy:?}: on both nodes");
+        assert_eq!(out.starts[0].1[0].licenses, counts(&[("matlab", 2)]));
+        let queue = [
+            queued(11, Counts::new(), counts(&[("matlab", 2)])),
+            queued(12, Counts::new(), Counts::new()),
+            // A member past what the reservation holds (3, 2 taken by 11) waits.
+            queued(13, Counts::new(), counts(&[("matlab", 2)])),
+            // Others: the one license it does not hold, not two.
+            queued(20, Counts::new(), counts(&[("matlab", 2)])),
+            queued(21, Counts::new(), counts(&[("matlab", 1)])),
+        ];
+        let out = plan(&queue);
+        let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
+        assert_eq!(started, vec![JobId(11), JobId(12), JobId(21)], "{policy:?}: {out:?}");
+        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| format!("{:?}", w.reason));
+        assert!(why(13).unwrap_or_default().contains("license matlab"), "{policy:?}: {:?}", why(13));
+        assert!(why(20).is_some(), "{policy:?}: {out:?}");
     }
 }
 
