@@ -201,7 +201,7 @@ fn advance_reservations_hold_gres_and_licenses() {
         let (out, _) = plan_with_advance(&input, &advance, &limits);
         let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
         assert_eq!(started, vec![JobId(10), JobId(22), JobId(23)], "{policy:?}: {out:?}");
-        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| format!("{:?}", w.reason));
+        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| w.reason.to_string());
         let eleven = why(11).unwrap_or_default();
         assert!(eleven.contains("reservation gpuweek") && eleven.contains("license matlab"), "{policy:?}: {eleven}");
         for id in [20, 21] {
