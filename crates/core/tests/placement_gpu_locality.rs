@@ -62,9 +62,7 @@ fn job(cores: u32, gpus: u32, locality: Option<GpuLocality>) -> JobRequest {
 }
 
 fn policy(locality: GpuLocality) -> PlacementPolicy {
-    let mut p = PlacementPolicy::default();
-    p.gpu_locality = locality;
-    p
+    PlacementPolicy { gpu_locality: locality, ..Default::default() }
 }
 
 /// GPUs 0 and 1 free, the cores next to them (PUs 0-7) taken by a job without GPUs, GPUs 2-7
