@@ -1001,9 +1001,7 @@ mod tests {
 
     /// Placement rules with no "large parallel" jobs, so that wide jobs are placed like others.
     fn no_large() -> berth_core::placement::PlacementPolicy {
-        let mut policy = berth_core::placement::PlacementPolicy::default();
-        policy.large_parallel_cpus = 0;
-        policy
+        berth_core::placement::PlacementPolicy { large_parallel_cpus: 0, ..Default::default() }
     }
 
     /// Whether a job could ever run on this node, as the controller judges it at submit.
