@@ -23,8 +23,6 @@ use berth_core::JobId;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult, MAX_IDS_PER_REQUEST};
 use std::collections::{HashMap, HashSet};
 
-/// Reason of a task held back by its array's running limit (squeue's `JobArrayTaskLimit`).
-
 /// At submission: a task's identity is the controller's to give (never the client's), and
 /// the array must be well formed and within `max_size` (`[scheduler] max_array_size`).
 pub fn check_submission(options: &mut SubmitOptions, max_size: u32) -> Result<(), String> {
