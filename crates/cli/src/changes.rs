@@ -151,7 +151,7 @@ impl UpdateArgs {
 /// Ask the controller to make `change` to job `id`: the ids of the jobs changed (an array's
 /// pending tasks, or the job). `task_only`: `id` was given as `A_i` (that task alone).
 pub async fn send(dir: &Path, id: JobId, task_only: bool, change: JobChange) -> Result<Vec<IdResult>> {
-    match request(dir, ClientRequest::Update { id, change, task_only }).await? {
+    match request(dir, ClientRequest::Update { id, change: Box::new(change), task_only }).await? {
         ClientResponse::Done { results } => Ok(results),
         _ => bail!("unexpected answer"),
     }

@@ -246,7 +246,7 @@ impl Controller {
             ClientRequest::AdvanceDelete { name } => self.advance_delete(&name, peer, now)?,
             ClientRequest::Events(q) => ClientResponse::Events { events: self.store.events(&q)? },
             ClientRequest::Update { id, change, task_only } => {
-                self.update_request((id, task_only), change, peer, now)?
+                self.update_request((id, task_only), *change, peer, now)?
             }
             ClientRequest::Requeue { ids, only } => self.requeue_request(ids, &only, peer, now)?,
             ClientRequest::Alloc(req) => self.alloc_request(*req, peer, now)?,

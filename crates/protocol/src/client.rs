@@ -143,7 +143,8 @@ pub enum ClientRequest {
     /// tasks. Answered with `done`: one result per job changed (all or none are).
     Update {
         id: JobId,
-        change: JobChange,
+        /// Boxed: the other requests stay small (serde reads and writes it as the struct).
+        change: Box<JobChange>,
         /// `id` names one task (`A_i`), even its array's first (whose id is the array's).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         task_only: bool,

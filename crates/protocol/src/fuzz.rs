@@ -930,7 +930,7 @@ pub fn client_request() -> BoxedStrategy<ClientRequest> {
         ids().prop_map(|ids| ClientRequest::Resume { ids }),
         (job_id(), job_change(), any::<bool>()).prop_map(|(id, change, task_only)| ClientRequest::Update {
             id,
-            change,
+            change: Box::new(change),
             task_only
         }),
         ids().prop_map(|ids| ClientRequest::Requeue { ids, only: vec![] }),

@@ -19,7 +19,7 @@ fn submit(h: &mut Harness, options: SubmitOptions, hold: bool) -> JobId {
 }
 
 fn update(h: &mut Harness, id: JobId, change: JobChange, peer: &Peer) -> Result<Vec<JobInfo>, ApiError> {
-    match h.call(ClientRequest::Update { id, change, task_only: false }, peer) {
+    match h.call(ClientRequest::Update { id, change: Box::new(change), task_only: false }, peer) {
         ClientResponse::Done { results } => {
             assert!(results.iter().all(|r| r.ok), "{results:?}");
             Ok(results.iter().map(|r| h.ctl.job_info(&h.ctl.jobs[&r.id])).collect())
@@ -302,7 +302,8 @@ fn an_array_id_changes_every_pending_task_and_a_task_id_that_task() {
     // `A_0` (task_only): the first task alone, though its id is the array's; it runs, so
     // only its walltime may go down, and no pending task changes.
     let change = JobChange { walltime: Some(500), ..Default::default() };
-    let ClientResponse::Done { results } = h.call(ClientRequest::Update { id: a, change, task_only: true }, &ann())
+    let ClientResponse::Done { results } =
+        h.call(ClientRequest::Update { id: a, change: Box::new(change), task_only: true }, &ann())
     else {
         panic!("not done")
     };
