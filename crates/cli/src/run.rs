@@ -148,6 +148,17 @@ const VALUE_FLAGS: &[&str] = &[
     "--env",
     "--chdir",
     "--multi-prog",
+    "--mpi",
+    "--gpus-per-task",
+    "--gpu-bind",
+    "--gpus",
+    "--gpus-per-node",
+    "--gpu-type",
+    "--gpus-per-socket",
+    "--sockets-per-node",
+    "--gres",
+    "-L",
+    "--licenses",
 ];
 
 /// Where the subcommand is: the first word that is neither a flag nor --dir's value.
@@ -1355,6 +1366,11 @@ mod tests {
         assert_eq!(rewrite_np(v("berth run -np 4 ./a.out -np 2")), v("berth run -n 4 ./a.out -np 2"));
         assert_eq!(rewrite_np(v("berth --dir x run --label -np 2 prog")), v("berth --dir x run --label -n 2 prog"));
         assert_eq!(rewrite_np(v("berth submit -np")), v("berth submit -np"));
+        // Values of the interactive allocation's options are not the program.
+        assert_eq!(
+            rewrite_np(v("berth run -L matlab:2 --gres nvme:1 -np 2 prog")),
+            v("berth run -L matlab:2 --gres nvme:1 -n 2 prog")
+        );
         assert_eq!(rewrite_np(v("berth task spawn run -np 4")), v("berth task spawn run -np 4"));
     }
 
