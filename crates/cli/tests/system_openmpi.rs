@@ -1,7 +1,8 @@
 //! System tests of Open MPI programs (Debian's Open MPI 4.1, built with `mpicc.openmpi`)
 //! launched directly by `berth run` through the agents' PMIx server: one agent, then two
-//! (the modex crosses the control tree), a 1 MiB-per-rank allgather, MPI_Abort's code, and
-//! MPICH beside them.
+//! (the modex crosses the control tree), a 1 MiB-per-rank allgather, sub-communicators
+//! (MPI_Comm_split by parity, with MPI_UNDEFINED, and by node), MPI_Abort's code, and MPICH
+//! beside them.
 
 mod common;
 
@@ -56,6 +57,11 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "allgather: {stdout}{stderr}");
     assert_allgather_ok(&stdout, n, 1);
+    let args = base("comm_split");
+    let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "comm_split: {stdout}{stderr}");
+    assert_comm_split_ok(&stdout, n, per_node.parse().unwrap());
     let t0 = Instant::now();
     let args = base("abort");
     let out = c.run_step(env, &args.iter().map(String::as_str).collect::<Vec<_>>());
@@ -65,6 +71,39 @@ fn openmpi_suite(c: &Cluster, ranks: &str, per_node: &str, nodes: usize, mpi: &[
     assert!(!stdout.contains("was not killed"), "{stdout}");
     assert!(t0.elapsed() < Duration::from_secs(20), "abort took {:?}", t0.elapsed());
     assert_no_process(&prog("abort"));
+}
+
+/// What every rank of `comm_split.c` (crates/agent/tests/mpi) prints when its sub-communicators
+/// are right: by parity (sub-ranks in reverse world order, the allreduce of the world ranks of
+/// its parity), without rank 0 (MPI_UNDEFINED), and by node: `per_node` ranks, each rank among
+/// its node's and every one of them naming the same ones, the nodes' ranks all `n` ranks.
+fn assert_comm_split_ok(stdout: &str, n: usize, per_node: usize) {
+    assert!(!stdout.contains("comm_split bad"), "{stdout}");
+    let mut nodes = std::collections::BTreeMap::new();
+    for r in 0..n {
+        let color = r % 2;
+        let parity: Vec<usize> = (color..n).step_by(2).collect();
+        let sub_rank = parity.iter().filter(|&&m| m > r).count();
+        let sum: usize = parity.iter().sum();
+        let rest = if r == 0 { "-1".to_string() } else { (n * (n - 1) / 2).to_string() };
+        let want = format!(
+            "comm_split ok rank={r} color={color} sub_rank={sub_rank} sub_size={} sum={sum} rest={rest} \
+             node_size={per_node} node=",
+            parity.len()
+        );
+        let line = stdout.lines().find(|l| l.contains(&want)).unwrap_or_else(|| panic!("no `{want}`: {stdout}"));
+        let members: Vec<usize> =
+            line.rsplit("node=").next().unwrap().trim().split(',').map(|m| m.parse().unwrap()).collect();
+        assert!(members.len() == per_node && members.contains(&r), "rank {r}: {line}");
+        nodes.insert(r, members);
+    }
+    for (r, members) in &nodes {
+        for m in members {
+            assert_eq!(&nodes[m], members, "ranks {r} and {m} disagree on their node: {stdout}");
+        }
+    }
+    let groups: std::collections::BTreeSet<&Vec<usize>> = nodes.values().collect();
+    assert_eq!(groups.len(), n / per_node, "{stdout}");
 }
 
 /// The namespace test makes and removes veths and bridges: Open MPI lists the interfaces in

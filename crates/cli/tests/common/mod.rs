@@ -237,8 +237,8 @@ pub fn openmpi_programs() -> &'static Path {
 }
 
 fn build_mpi_programs(mpicc: &str, install: &str) -> PathBuf {
-    const PROGRAMS: [&str; 9] =
-        ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather", "locality", "spawn"];
+    const PROGRAMS: [&str; 10] =
+        ["hello", "allreduce", "ring", "abort", "survivor", "appnum", "allgather", "locality", "spawn", "comm_split"];
     {
         use std::hash::{Hash, Hasher};
         use std::os::unix::fs::PermissionsExt;
