@@ -131,6 +131,11 @@ fn open_mpi_runs_through_pmix_on_one_agent_then_across_two_and_mpi_abort_ends_th
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "MPICH allgather: {stdout}{stderr}");
     assert_allgather_ok(&stdout, 4, 1);
+    let comm_split = mpi_programs().join("comm_split").display().to_string();
+    let out = c.run_step(&[], &["-n", "4", "--ntasks-per-node", "2", &comm_split]);
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "MPICH comm_split: {stdout}{stderr}");
+    assert_comm_split_ok(&stdout, 4, 2);
     assert_no_job_cgroups(&c);
 }
 
