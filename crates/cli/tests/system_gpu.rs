@@ -15,6 +15,11 @@ const TOPO: &str = "package:1 numa:2 core:2 pu:1";
 /// `nvidia0` with /dev/full's numbers (1:7), `nvidia1` with /dev/random's (1:8), both
 /// readable by anyone, so that a denied open is the cgroup's doing.
 fn gpu_cluster(topology: &str) -> (Cluster, PathBuf) {
+    gpu_cluster_configured(topology, None)
+}
+
+/// [`gpu_cluster`] with controller settings `toml` (e.g. a `[preempt]` table) in its berth.toml.
+fn gpu_cluster_configured(topology: &str, toml: Option<&str>) -> (Cluster, PathBuf) {
     require_root();
     let devices = cgroup_mount("devices");
     assert!(
@@ -34,6 +39,11 @@ fn gpu_cluster(topology: &str) -> (Cluster, PathBuf) {
         let rc = unsafe { libc::mknod(c.as_ptr(), libc::S_IFCHR | 0o666, libc::makedev(1, minor)) };
         assert_eq!(rc, 0, "mknod {}: {}", path.display(), std::io::Error::last_os_error());
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+    }
+    if let Some(toml) = toml {
+        let dir = tmp.path().join("cluster");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("berth.toml"), toml).unwrap();
     }
     let dev_s = dev.display().to_string();
     let c = Cluster::up_with(tmp, 1, topology, &["--gpus-per-numa", "1", "--gpu-device-dir", &dev_s]);
@@ -397,4 +407,160 @@ fn gpus_per_socket_take_gpus_of_each_socket() {
     let out = c.berth(&["submit", "--gpus-per-socket", "3", "--sockets-per-node", "1", &path]);
     let err = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(!out.status.success() && err.contains("per socket"), "{err}");
+}
+
+/// A job that appends a line to `count` every 50 ms, `n` times, then probes the stand-ins
+/// (`probe_script`'s report: its GPUs in BERTH_GPUS, which open and which are denied).
+fn counting_probe(dev: &Path, count: &Path, n: u32) -> String {
+    let probe = probe_script(dev);
+    let body = probe.strip_prefix("#!/bin/sh\n").unwrap_or(&probe);
+    format!(
+        "#!/bin/sh\ni=0\nwhile [ $i -lt {n} ]; do i=$((i+1)); echo $i >> {f}; sleep 0.05; done\n{body}",
+        f = count.display()
+    )
+}
+
+fn lines(file: &Path) -> usize {
+    std::fs::read_to_string(file).map(|t| t.lines().count()).unwrap_or(0)
+}
+
+fn wait_for(what: &str, c: &Cluster, mut ok: impl FnMut() -> bool) {
+    let t0 = Instant::now();
+    while !ok() {
+        assert!(t0.elapsed() < Duration::from_secs(30), "timed out waiting for {what}\n{}", c.logs());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The GPU indexes a job holds on its first node (its allocation).
+fn held_gpus(job: &serde_json::Value) -> Vec<u64> {
+    job["allocation"][0]["gpus"].as_array().into_iter().flatten().filter_map(|g| g.as_u64()).collect()
+}
+
+/// The ended job `id` ran with GPU `mine` only: its BERTH_GPUS, its own stand-in opened, the
+/// other denied by its devices cgroup (probed after its counting, so after any resume).
+fn assert_ran_on_gpu(c: &Cluster, id: u64, mine: u64) {
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{id}.out"))).unwrap_or_default();
+    let other = 1 - mine;
+    assert!(out.contains(&format!("gpus={mine} ")), "job {id} ran with GPU {mine}:\n{out}");
+    assert!(out.contains(&format!("nvidia{mine} ok")), "job {id} opens its GPU after resuming:\n{out}");
+    assert!(out.contains(&format!("nvidia{other} denied:")), "job {id} is still denied the other GPU:\n{out}");
+}
+
+/// Suspension by the admin (issue 20): a suspended job lends its core but keeps its GPU. While
+/// it is suspended, a 1-GPU job gets the node's other GPU (never its), and a job wanting both
+/// GPUs waits, its reason naming the GPUs, though cores are free; on resume the job holds the
+/// same GPU (berth show), still opens it and only it, and completes; the 2-GPU job then runs.
+#[test]
+fn a_suspended_job_keeps_its_gpu_and_gets_it_back_on_resume() {
+    let (c, dev) = gpu_cluster(TOPO);
+    let count = c.root().join("count");
+    let a = c.submit("a.sh", &counting_probe(&dev, &count, 120), &["--cores", "1", "--gpus", "1"]);
+    c.wait_state(a, &["running"], Duration::from_secs(30));
+    wait_for("job a to count", &c, || lines(&count) > 2);
+    let held = held_gpus(&c.show(a));
+    assert_eq!(held.len(), 1, "{:#}", c.show(a));
+    let (mine, other) = (held[0], 1 - held[0]);
+
+    let r = c.json(&["suspend", &a.to_string()]);
+    assert_eq!(r[0]["ok"], true, "{r:#}");
+    let s = c.show(a);
+    assert_eq!(s["state"], "suspended", "{s:#}");
+    assert_eq!(held_gpus(&s), held, "a suspended job keeps its GPU in its allocation: {s:#}");
+    // Its core is lent, its GPU is not.
+    let node = &c.json(&["nodes"])[0];
+    assert_eq!((node["cpus_allocated"].as_u64(), node["gpus_allocated"].as_u64()), (Some(0), Some(1)), "{node:#}");
+
+    // A 1-GPU job gets the other GPU and runs.
+    let one = c.submit("one.sh", &probe_script(&dev), &["--cores", "1", "--gpus", "1"]);
+    let j = c.wait_finished(one, Duration::from_secs(60));
+    assert_eq!(j["state"], "completed", "{j:#}\n{}", c.logs());
+    assert_eq!(held_gpus(&j), [other], "the free GPU, not the suspended job's: {j:#}");
+    assert_ran_on_gpu(&c, one, other);
+
+    // A job wanting both GPUs waits for the suspended job's, with cores free.
+    let both = c.submit("both.sh", "#!/bin/sh\necho \"gpus=$BERTH_GPUS\"\n", &["--cores", "1", "--gpus", "2"]);
+    wait_for("a reason for the 2-GPU job", &c, || !c.show(both)["reason"].as_str().unwrap_or("").is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    let w = c.show(both);
+    assert_eq!(w["state"], "queued", "a suspended job's GPU was given away: {w:#}\n{}", c.logs());
+    let reason = w["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("GPUs") && reason.contains("suspended jobs free them"), "{reason}");
+    let frozen = lines(&count);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(lines(&count), frozen, "the suspended job went on counting");
+    assert_eq!(c.show(a)["state"], "suspended");
+
+    let r = c.json(&["resume", &a.to_string()]);
+    assert_eq!(r[0]["ok"], true, "{r:#}");
+    let s = c.show(a);
+    assert_eq!(s["state"], "running", "{s:#}");
+    assert_eq!(held_gpus(&s), held, "the resumed job holds the same GPU: {s:#}");
+    let text = String::from_utf8_lossy(&c.berth(&["show", &a.to_string()]).stdout).into_owned();
+    assert!(text.contains(&format!("gpu {mine} (emulated)")), "berth show names its GPU {mine}:\n{text}");
+
+    let d = c.wait_finished(a, Duration::from_secs(60));
+    assert_eq!(d["state"], "completed", "{d:#}\n{}", c.logs());
+    assert_eq!(lines(&count), 120, "it counted to its end after resuming");
+    assert!(d["suspended_seconds"].as_f64().unwrap_or(0.0) >= 2.0, "{d:#}");
+    assert_ran_on_gpu(&c, a, mine);
+    let b = c.wait_finished(both, Duration::from_secs(60));
+    assert_eq!(b["state"], "completed", "{b:#}\n{}", c.logs());
+    assert_eq!(held_gpus(&b), [0, 1], "{b:#}");
+    assert_no_job_cgroups(&c);
+}
+
+/// Jobs of more than 2 CPUs are large and may suspend smaller ones at once.
+const PREEMPT: &str = "[preempt]\nenabled = true\nlarge_cpus = 2\nmin_score = 1.0\n\
+                       min_run_secs_before_suspend = 0.0\nmax_suspended_secs = 600.0\n";
+
+/// Preemption by suspension with GPUs (issue 20): a large job that needs the GPU a small job
+/// holds cannot suspend it for that GPU (a suspended job's GPUs are never lent) and waits, the
+/// small job running on; a large job that needs the node's cores and one GPU suspends the
+/// small job and runs on the other GPU; the small job resumes after it on its own GPU and
+/// completes.
+#[test]
+fn preemption_by_suspension_lends_cores_never_gpus() {
+    let (c, dev) = gpu_cluster_configured(TOPO, Some(PREEMPT));
+    let count = c.root().join("count");
+    let a = c.submit("a.sh", &counting_probe(&dev, &count, 200), &["--cores", "1", "--gpus", "1", "--walltime", "120"]);
+    c.wait_state(a, &["running"], Duration::from_secs(30));
+    wait_for("job a to count", &c, || lines(&count) > 2);
+    let held = held_gpus(&c.show(a));
+    assert_eq!(held.len(), 1, "{:#}", c.show(a));
+    let (mine, other) = (held[0], 1 - held[0]);
+
+    // All the cores and both GPUs: suspending the small job frees no GPU, so it is not done.
+    let script = "#!/bin/sh\necho \"gpus=$BERTH_GPUS\"\nsleep 3\n";
+    let greedy = c.submit("greedy.sh", script, &["--cores", "4", "--gpus", "2", "--walltime", "60"]);
+    wait_for("a reason for the 2-GPU large job", &c, || !c.show(greedy)["reason"].as_str().unwrap_or("").is_empty());
+    std::thread::sleep(Duration::from_secs(2));
+    let g = c.show(greedy);
+    assert_eq!(g["state"], "queued", "{g:#}\n{}", c.logs());
+    let s = c.show(a);
+    assert_eq!(s["state"], "running", "suspended for GPUs it would not have lent: {s:#}");
+    let r = c.json(&["cancel", &greedy.to_string()]);
+    assert_eq!(r[0]["ok"], true, "{r:#}");
+    c.wait_finished(greedy, Duration::from_secs(30));
+
+    // All the cores and one GPU: the small job is suspended, the large one takes the other GPU.
+    let large = c.submit("large.sh", script, &["--cores", "4", "--gpus", "1", "--walltime", "60"]);
+    let l = c.wait_state(large, &["running"], Duration::from_secs(30));
+    assert_eq!(held_gpus(&l), [other], "the preemptor got the suspended job's GPU: {l:#}");
+    let s = c.show(a);
+    assert_eq!(s["state"], "suspended", "{s:#}");
+    assert!(s["reason"].as_str().unwrap_or("").contains(&format!("preempted by job {large}")), "{s:#}");
+    assert_eq!(held_gpus(&s), held, "{s:#}");
+    let l = c.wait_finished(large, Duration::from_secs(60));
+    assert_eq!(l["state"], "completed", "{l:#}\n{}", c.logs());
+    let out = std::fs::read_to_string(c.root().join(format!("berth-{large}.out"))).unwrap_or_default();
+    assert_eq!(out.trim(), format!("gpus={other}"), "{out}");
+
+    let d = c.wait_finished(a, Duration::from_secs(60));
+    assert_eq!(d["state"], "completed", "{d:#}\n{}", c.logs());
+    assert_eq!(held_gpus(&d), [mine], "{d:#}");
+    assert_eq!(lines(&count), 200, "it counted to its end after resuming");
+    assert!(d["suspended_seconds"].as_f64().unwrap_or(0.0) >= 1.5, "it was suspended while the large job ran: {d:#}");
+    assert_ran_on_gpu(&c, a, mine);
+    assert_no_job_cgroups(&c);
 }
