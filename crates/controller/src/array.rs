@@ -10,12 +10,13 @@
 //!   on every pending task; a task's own id acts on that task alone;
 //! - a dependency on A (`afterok:A`) is one on every task (`dep_state`).
 
+use crate::model::array::{make_task, set_id_and_paths};
 use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::Peer;
 use crate::state::Controller;
 use crate::store::StoreError;
-use berth_core::directives::array::{tasks, ArrayTask};
+use berth_core::directives::array::tasks;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::JobState;
 use berth_core::sched::PendingReason;
@@ -261,57 +262,11 @@ pub(crate) fn accepted(job: &mut JobRecord, id: JobId) -> Effect {
     Effect::InsertJob(Box::new(job.clone()))
 }
 
-/// `job` given id `id` (the first task of an array gives the array its id) and its output paths
-/// expanded (a path naming nodes, `%N`, `%n`, `%t`, waits for its start).
-fn set_id_and_paths(job: &mut JobRecord, id: JobId) {
-    job.id = id;
-    if let Some(t) = job.options.array_task.as_mut().filter(|t| t.job == 0) {
-        t.job = id.0;
-    }
-    let task = job.options.array_task;
-    let expand = |p: &str| {
-        if berth_core::directives::extra::has_node_patterns(p) {
-            p.to_string()
-        } else {
-            berth_core::directives::expand_output_in(p, id.0, &job.name, &job.user.name, task.as_ref())
-        }
-    };
-    (job.stdout, job.stderr) = (expand(&job.stdout), expand(&job.stderr));
-}
-
-/// `job`, a copy of the array's `template`, made its `k`th task (`task`, id `first + k`): of
-/// the fields a task changes (its task, id and output paths) none is left from another task,
-/// so one copy serves every task in turn (`write_array_rows`).
-fn make_task(template: &JobRecord, job: &mut JobRecord, first: JobId, k: usize, task: ArrayTask) {
-    job.options.array_task = Some(task);
-    job.stdout.clone_from(&template.stdout);
-    job.stderr.clone_from(&template.stderr);
-    set_id_and_paths(job, JobId(first.0 + k as u64));
-}
-
-/// The rows of an array's tasks (`Effect::InsertArray`), in order, each given to `write` with
-/// the job whose script and environment it shares: none for the first, the array's for the
-/// others (one copy on disk). Each row is the task `array_submitted` keeps in memory, made in
-/// one reused copy of `template`: no row is kept after it is written.
-pub(crate) fn write_array_rows<E>(
-    template: &JobRecord,
-    first: JobId,
-    tasks: &[ArrayTask],
-    mut write: impl FnMut(&JobRecord, Option<JobId>) -> Result<(), E>,
-) -> Result<(), E> {
-    let mut row = template.clone();
-    for (k, &task) in tasks.iter().enumerate() {
-        make_task(template, &mut row, first, k, task);
-        write(&row, (k > 0).then_some(first))?;
-    }
-    Ok(())
-}
-
 /// The tasks of array job `template` (its `--array` as `indexes`, not empty, and `limit`)
 /// under consecutive ids from `first`, the array's, each made by `make_task` and given to
-/// `keep` in order; then one effect for all their rows (the template and the tasks, written by `write_array_rows`: the first
-/// with the script and environment, the others sharing them, one copy in memory and on disk)
-/// and one event `submit` for all. Needs no store.
+/// `keep` in order; then one effect for all their rows (the template and the tasks, written by
+/// `Store::insert_array`: the first with the script and environment, the others sharing them,
+/// one copy in memory and on disk) and one event `submit` for all. Needs no store.
 pub(crate) fn array_submitted(
     mut template: JobRecord,
     first: JobId,

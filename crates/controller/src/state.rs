@@ -383,12 +383,7 @@ impl Controller {
                 }
                 Effect::Reschedule => self.dirty = true,
                 Effect::InsertJob(job) => self.store.insert_job(&job)?,
-                Effect::InsertArray { template, first, tasks } => {
-                    let store = &self.store;
-                    crate::array::write_array_rows(&template, first, &tasks, |row, script_of| {
-                        store.insert_job_sharing(row, script_of)
-                    })?
-                }
+                Effect::InsertArray { template, first, tasks } => self.store.insert_array(&template, first, &tasks)?,
                 Effect::UpdateJob(job) => self.store.update_job(&job)?,
                 Effect::RewriteJob(job) => self.store.rewrite_job(&job)?,
                 Effect::ForgetRun { job } => self.store.forget_run(job)?,

@@ -19,7 +19,9 @@
 //! `BUSY_TIMEOUT`) is [`StoreError::Unwritable`]: the server rolls the batch back and keeps
 //! serving (server.rs, `run_actor`) instead of stopping.
 
+use crate::model::array::write_array_rows;
 use crate::model::job::{JobRecord, Usage};
+use berth_core::directives::array::ArrayTask;
 use berth_core::job::JobState;
 use berth_core::JobId;
 use berth_protocol::step::StepInfo;
@@ -437,6 +439,13 @@ impl Store {
 
     pub fn insert_job(&self, j: &JobRecord) -> Result<(), StoreError> {
         self.insert_job_sharing(j, None)
+    }
+
+    /// Insert the rows of an array's tasks (`Effect::InsertArray`): task `k` of `tasks` is job
+    /// `first + k`, made from `template`; the first row holds the script and environment, the
+    /// others share them (`insert_job_sharing`). A failed row stops the writing there.
+    pub fn insert_array(&self, template: &JobRecord, first: JobId, tasks: &[ArrayTask]) -> Result<(), StoreError> {
+        write_array_rows(template, first, tasks, |row, script_of| self.insert_job_sharing(row, script_of))
     }
 
     /// Insert `j`; with `script_of`, a job already written whose script and environment are

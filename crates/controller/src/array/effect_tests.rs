@@ -1,6 +1,7 @@
 //! An array's submission decided without a store: its tasks and rows are plain values.
 
 use super::*;
+use crate::model::array::write_array_rows;
 use crate::testkit::{ann, running_job};
 
 #[test]

@@ -33,7 +33,7 @@ pub enum Effect {
     /// A new job's row (its script with it).
     InsertJob(Box<JobRecord>),
     /// The rows of an array's tasks, in one go: task `k` of `tasks` is job `first + k`, made
-    /// from `template` (`crate::array::write_array_rows`); the first row holds the script and
+    /// from `template` (`Store::insert_array`); the first row holds the script and
     /// environment, the others share them (`Store::insert_job_sharing`). One template and the
     /// tasks, not a record per task: a 100,000-task array stays one small value.
     InsertArray { template: Box<JobRecord>, first: JobId, tasks: Vec<ArrayTask> },
