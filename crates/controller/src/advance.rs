@@ -493,7 +493,8 @@ impl Controller {
     pub fn check_advance(&mut self, now: f64) -> Result<(), StoreError> {
         let effects = windows_checked(&mut self.policy.advance, &self.jobs, now);
         self.queue(effects);
-        // Called by the scheduling pass, which still writes directly.
+        // Carried out now: the scheduling pass clears `dirty` right after this (`schedule`), so a
+        // `Reschedule` decided here must set it first.
         self.carry_out_effects(now)
     }
 

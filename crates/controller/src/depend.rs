@@ -434,7 +434,8 @@ impl Controller {
     fn cancel_never_satisfied(&mut self, id: JobId, why: &str, now: f64) -> Result<(), StoreError> {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         let effects = crate::handlers::cancelled_pending(job, why, why, now);
-        // Written at once: the next job cancelled may still write directly.
+        // Carried out before the job leaves memory (`retire`): a dependency on it is then read
+        // from the store (`job_state`), which must hold its end.
         self.queue(effects);
         self.carry_out_effects(now)?;
         self.retire(id);

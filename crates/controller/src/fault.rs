@@ -88,13 +88,16 @@ impl Controller {
                 let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
                 let effects = failed_with_node(job, &name, why, &not_requeued, now);
                 self.queue(effects);
-                // `end_running` still writes directly: what was decided is written first.
+                // Carried out before `end_running` retires the job (which may drain its nodes; it
+                // carries out its own effects after these): a node's row queued before is
+                // written as it is now.
                 self.carry_out_effects(now)?;
                 self.end_running(id, now, &format!("node {name} of the job was lost"), Some(i))?;
             }
         }
         self.queue([Effect::Reschedule]);
-        // Called by code that still writes directly (agents' messages, `node_failed`).
+        // Carried out now: an agent's message that calls this then acks it with `send_to_node`
+        // directly (`handle_agent`, `EndAck`), which must follow the orders queued here.
         self.carry_out_effects(now)
     }
 
@@ -132,7 +135,8 @@ impl Controller {
         let (reason, effects) = taken_down(&self.jobs, i, &name, reason, down_already);
         self.queue(effects);
         if down_already {
-            // Called by `node_admin`, which still writes directly.
+            // Carried out here as on the other path (`node_failed` carries out its own);
+            // `node_admin` only queues its event and reply after this.
             return self.carry_out_effects(now);
         }
         self.node_failed(i, &format!("admin: {reason}"), now)
@@ -151,7 +155,8 @@ impl Controller {
             self.queue([Effect::UpsertNode { node: i }]);
             self.check_clean(i, &[], now)?;
         }
-        // Called by `node_admin`, which still writes directly.
+        // Carried out here, as `admin_node_down` does; `node_admin` only queues its event and
+        // reply after this.
         self.carry_out_effects(now)
     }
 
@@ -170,7 +175,10 @@ impl Controller {
         let name = self.cluster.nodes()[i].name.clone();
         self.queue(node_went(i, &name, "node_up", "clean"));
         self.queue([Effect::Reschedule]);
-        // Called by code that still writes directly (registrations, heartbeats).
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this in a registration, heartbeat or `node up` reads them back or
+        // queues an order directly), but a node's row queued (`UpsertNode`) is written as the node
+        // is now.
         self.carry_out_effects(now)
     }
 

@@ -575,7 +575,8 @@ impl Controller {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
         if job.state.is_pending() {
             let effects = cancelled_pending(job, "cancelled before it started", "", now);
-            // Written at once: the next job of the request may still write directly.
+            // Carried out before the job leaves memory (`retire`): from then on its state is read
+            // from the store (`job_state`: dependencies on it, its array), which must hold its end.
             self.queue(effects);
             self.carry_out_effects(now)?;
             self.retire(id);

@@ -795,7 +795,7 @@ impl Controller {
             let exit = (state == JobState::Completed).then_some(0);
             self.end_interactive(job, state, exit, Some(reason), now)?;
         }
-        // Read back by `release_request`; called by code that still writes directly.
+        // Carried out now: `release_request` reads the reservation back from the store.
         self.carry_out_effects(now)
     }
 

@@ -365,8 +365,9 @@ impl Controller {
         }
     }
 
-    /// Queue effects a feature decided: carried out in order after the command (or sooner, by
-    /// [`Self::carry_out_effects`], before code that still writes directly).
+    /// Queue effects a feature decided: carried out in order after the command, or sooner when
+    /// a feature calls [`Self::carry_out_effects`] itself (`crate::model::effect`'s docs say
+    /// when that matters).
     pub fn queue(&mut self, effects: impl IntoIterator<Item = Effect>) {
         self.out.effects.extend(effects);
     }

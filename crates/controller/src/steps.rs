@@ -487,7 +487,8 @@ impl Controller {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         let Some(effects) = interactive_ended(job, state, exit_code, reason, now) else { return Ok(()) };
         self.queue(effects);
-        // `end_running` still writes directly: what was decided before it is written first.
+        // Carried out before `end_running` retires the job (which may drain its nodes; it carries
+        // out its own effects after these): a node's row queued before is written as it is now.
         self.carry_out_effects(now)?;
         self.end_running(id, now, reason.unwrap_or("job ended"), None)
     }
@@ -542,7 +543,8 @@ impl Controller {
         let effects = step_closed(&mut self.steps, job, step, end, detail);
         self.queue(effects);
         self.queue([Effect::Reschedule]);
-        // Called while an agent's message is handled, by code that still writes directly.
+        // Carried out now: `handle_agent` then acks the step with `send_to_node` directly, which
+        // must follow the orders queued here.
         self.carry_out_effects(now)
     }
 
@@ -570,7 +572,9 @@ impl Controller {
             }
             self.queue([Effect::Reschedule]);
         }
-        // Called while an agent registers or beats, by code that still writes directly.
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this in a registration or heartbeat reads them back or queues an order
+        // directly), but a node's row queued (`UpsertNode`) is written as the node is now.
         self.carry_out_effects(now)
     }
 

@@ -124,7 +124,9 @@ impl Controller {
                 Resumed::Waiting(why)
             }
         };
-        // Called by agents' answers too, which still write directly.
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this reads them back or queues an order directly), but a node's row
+        // queued (`UpsertNode`) is written as the node is now.
         self.carry_out_effects(now)?;
         Ok(Ok(outcome))
     }
@@ -321,7 +323,9 @@ impl Controller {
         if in_place {
             self.try_resume(id, now)?.ok();
         }
-        // Called by agents' messages, which still write directly.
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this in `handle_agent` reads them back or queues an order directly),
+        // but a node's row queued (`UpsertNode`) is written as the node is now.
         self.carry_out_effects(now)
     }
 
@@ -352,7 +356,9 @@ impl Controller {
         }
         let effects = resume_answered(job, &mut self.cluster, node, &name, error);
         self.queue(effects);
-        // Called by agents' messages, which still write directly.
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this in `handle_agent` reads them back or queues an order directly),
+        // but a node's row queued (`UpsertNode`) is written as the node is now.
         self.carry_out_effects(now)
     }
 
@@ -362,7 +368,9 @@ impl Controller {
     pub(crate) fn resync_suspensions(&mut self, node: usize, now: f64) -> Result<(), StoreError> {
         let effects = resync_orders(&self.jobs, node);
         self.queue(effects);
-        // Called by registrations, which still write directly.
+        // Carried out here rather than after the command: the same writes in the same order either
+        // way (nothing after this in a registration reads them back or queues an order directly),
+        // but a node's row queued (`UpsertNode`) is written as the node is now.
         self.carry_out_effects(now)
     }
 }

@@ -5,9 +5,16 @@
 //! to agents wait for the commit in `state::Outbox`, as before: an effect `Send` queues its
 //! order there, behind the writes decided before it.
 //!
-//! Until every feature returns effects, a feature's method that code still writing directly
-//! calls carries out its effects before it returns (and before it calls such code), so the
-//! rows and events are written in the order they were before.
+//! Not every effect waits for the loop: about 30 feature methods call `carry_out_effects`
+//! themselves, mid-command, to write what was decided so far in the same transaction. The
+//! writes keep their order either way (one queue, carried out in order); an early call matters
+//! where what follows reads those rows back from the store (`job_state` of a job that left
+//! memory, `release_request`), where an order is then queued directly (`send_to_node`,
+//! `out.agents`: acks to agents, launches and kills, which bypass this queue and must follow
+//! the `Send`s decided before them), where `dirty` is cleared next (the scheduling pass), or
+//! where a node's row (`UpsertNode`, read when carried out) must be the node as it is then.
+//! Some calls need none of these and are kept so that behaviour (and the error path: a
+//! failed write stops the command there) stays exactly as it was.
 
 use crate::model::advance::Advance;
 use crate::model::job::{JobRecord, Usage};
