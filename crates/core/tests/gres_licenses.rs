@@ -233,7 +233,7 @@ fn advance_reservations_of_licenses_alone() {
         let mut claimed = c.clone();
         claimed.claim(&resv);
         assert_eq!(claimed.licenses.free("matlab"), 1);
-        assert_eq!(claimed.nodes.iter().map(|n| n.free_pus.len()).sum::<usize>(), 8, "no node's cores");
+        assert_eq!(claimed.nodes().iter().map(|n| n.free_pus.len()).sum::<usize>(), 8, "no node's cores");
         let members = vec![JobId(10), JobId(11), JobId(12), JobId(13)];
         let advance = [AdvanceReservation { id: "lic".into(), alloc: resv, start: 0.0, end: 1000.0, members }];
         let limits = PassLimits { policy, max_reservations: 100, deadline: None };
