@@ -404,7 +404,9 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
     let nodes = &escaped(nodes)[..];
     // A GPUS column only when some node has GPUs, so that GPU-less clusters look as before.
     let with_gpus = nodes.iter().any(|n| !n.gpus.is_empty());
-    let gpus_column = |text: &str| if with_gpus { format!(" {text:>5}") } else { String::new() };
+    // Beside it their types (`3/4 a100`), one word so the columns after it stay one word each.
+    let gpus_column =
+        |text: &str, types: &str| if with_gpus { format!(" {text:>5} {types:<9}") } else { String::new() };
     // A GRES column (used/total of each, e.g. `nvme:100/800`) only when some node has them.
     let with_gres = nodes.iter().any(|n| !n.gres.is_empty());
     let gres_column = |text: &str| if with_gres { format!("  {text:<24}") } else { String::new() };
@@ -416,7 +418,7 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
         "TOPOLOGY",
         "FREE",
         "MEM",
-        gpus_column("GPUS"),
+        gpus_column("GPUS", "TYPE"),
         gres_column("GRES (used/total)"),
         "MEMORY PER NUMA NODE (used/total)"
     );
@@ -438,12 +440,30 @@ pub fn nodes_table(nodes: &[NodeInfo]) -> String {
             truncate(&n.topology, 24),
             truncate(&n.free, 24),
             format_size(n.memory_bytes),
-            gpus_column(&format!("{}/{}", n.gpus_allocated, n.gpus.len())),
+            gpus_column(&format!("{}/{}", n.gpus_allocated, n.gpus.len()), &gpu_types_text(&n.gpus)),
             gres_column(&gres_text(&n.gres)),
             numa.join(" ")
         ));
     }
     out
+}
+
+/// A node's GPU types for `berth nodes` (`Gpu::type_name`): the type when all are of one
+/// (`a100`), else each type and how many in order of first index (`a100:2,v100:2`); `-` for none.
+pub fn gpu_types_text(gpus: &[berth_core::gpu::Gpu]) -> String {
+    let mut types: Vec<(String, usize)> = vec![];
+    for g in gpus {
+        let t = g.type_name();
+        match types.iter_mut().find(|(k, _)| *k == t) {
+            Some((_, n)) => *n += 1,
+            None => types.push((t, 1)),
+        }
+    }
+    match types.as_slice() {
+        [] => "-".into(),
+        [(t, _)] => t.clone(),
+        _ => types.iter().map(|(t, n)| format!("{t}:{n}")).collect::<Vec<_>>().join(","),
+    }
 }
 
 /// `name:used/total,...` (`-` for none).
@@ -815,9 +835,21 @@ mod tests {
         gpu.gpus_allocated = 3;
         let table = nodes_table(&[cpu.clone(), gpu.clone()]);
         let lines: Vec<&str> = table.lines().collect();
-        assert!(lines[0].contains("      MEM  GPUS  MEMORY PER NUMA NODE"), "{table}");
-        assert!(lines[1].ends_with("       2G   0/0  "), "{table}");
-        assert!(lines[2].ends_with("       2G   3/4  "), "{table}");
+        assert!(lines[0].contains("      MEM  GPUS TYPE       MEMORY PER NUMA NODE"), "{table}");
+        assert!(lines[1].ends_with("       2G   0/0 -          "), "{table}");
+        assert!(lines[2].ends_with("       2G   3/4 emulated   "), "{table}");
+        // Each column stays one word: GPUS is the 7th, its types the 8th.
+        let words: Vec<&str> = lines[2].split_whitespace().collect();
+        assert_eq!((words[6], words[7]), ("3/4", "emulated"), "{table}");
+        // Several types: each with its count, in index order.
+        let mut mixed = gpu.gpus.clone();
+        mixed[0].emulated = false;
+        mixed[0].model = Some("NVIDIA A100-SXM4-80GB".into());
+        mixed[1].emulated = false;
+        mixed[1].model = Some("NVIDIA A100-SXM4-80GB".into());
+        assert_eq!(gpu_types_text(&mixed), "a100-sxm4-80gb:2,emulated:2");
+        assert_eq!(gpu_types_text(&mixed[..2]), "a100-sxm4-80gb");
+        assert_eq!(gpu_types_text(&[]), "-");
         // The JSON of a node has its GPUs; a node without has no `gpus` key.
         let json = serde_json::to_value([&cpu, &gpu]).unwrap();
         assert!(json[0].get("gpus").is_none(), "{json}");
