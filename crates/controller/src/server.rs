@@ -271,6 +271,8 @@ impl Degraded {
 }
 
 /// What could not be written yet and is applied once the store is writable (`run_actor`).
+// Few at a time (only while the store is not writable): a request kept inline, as `Command`.
+#[allow(clippy::large_enum_variant)]
 enum Deferred {
     Agent {
         node: usize,
