@@ -56,9 +56,134 @@ pub struct Binding {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BindMiss {
     /// The cores exist but some are taken now; the message names them.
-    Busy(String),
+    Busy(BindBusy),
     /// The strategy names cores this topology does not have (or too many).
-    Never(String),
+    Never(BindNever),
+}
+
+/// Which cores a strategy wants are taken now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindBusy {
+    /// `linear:<amount>`: no run of `amount` free cores; `free` of the node's `cores` are free.
+    NoRun { amount: usize, free: usize, cores: usize },
+    /// `striding:<amount>:<step>`: no such free cores `step` apart.
+    NoStride { amount: usize, step: usize, free: usize, cores: usize },
+    /// The named cores in use (global numbers), grouped by socket in order.
+    InUse { groups: Vec<(usize, Vec<usize>)> },
+}
+
+impl fmt::Display for BindBusy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindBusy::NoRun { amount, free, cores } => {
+                write!(f, "no {amount} successive cores are free ({free} of {cores} cores are)")
+            }
+            BindBusy::NoStride { amount, step, free, cores } => {
+                write!(f, "no {amount} free cores {step} apart ({free} of {cores} cores are free)")
+            }
+            BindBusy::InUse { groups } => {
+                // "cores 0,2 (socket 0) and 5 (socket 1) are in use".
+                let busy: usize = groups.iter().map(|(_, list)| list.len()).sum();
+                let parts: Vec<String> = groups
+                    .iter()
+                    .map(|(s, list)| {
+                        let list: Vec<String> = list.iter().map(ToString::to_string).collect();
+                        format!("{} (socket {s})", list.join(","))
+                    })
+                    .collect();
+                let (noun, verb) = if busy == 1 { ("core", "is") } else { ("cores", "are") };
+                write!(f, "{noun} {} {verb} in use", parts.join(" and "))
+            }
+        }
+    }
+}
+
+/// A strategy this node can never satisfy, with the node's size so the user sees what it offers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BindNever {
+    pub problem: BindProblem,
+    /// Cores per socket (package), in order.
+    pub per_socket: Vec<usize>,
+    /// Cores in all.
+    pub cores: usize,
+}
+
+impl fmt::Display for BindNever {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
+        let per = &self.per_socket;
+        let sockets = plural(per.len(), "socket");
+        let shape = match per.first() {
+            Some(&c) if per.iter().all(|&x| x == c) => format!("{sockets} of {}", plural(c, "core")),
+            _ => format!("{sockets} and {}", plural(self.cores, "core")),
+        };
+        write!(f, "{}: this node has {shape}", self.problem)
+    }
+}
+
+/// What a strategy asks that a node's topology does not have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BindProblem {
+    /// A zero amount or step (only from hand-made values).
+    NoCores(BindingStrategy),
+    LinearTooMany {
+        amount: usize,
+    },
+    LinearPast {
+        amount: u32,
+        start: CoreRef,
+        first: usize,
+        last: usize,
+    },
+    StridingEmpty {
+        first: CoreRef,
+        last: CoreRef,
+        step: u32,
+    },
+    /// `striding:<amount>:<step>` spanning `span` cores, more than the node has.
+    StridingSpan {
+        amount: usize,
+        step: usize,
+        span: u128,
+    },
+    ExplicitTwice,
+    NoCore(u32),
+    NoSocket(u32),
+    NoSocketCore {
+        socket: u32,
+        core: u32,
+    },
+}
+
+impl fmt::Display for BindProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindProblem::NoCores(strategy) => write!(f, "{strategy} asks for no cores"),
+            BindProblem::LinearTooMany { amount } => write!(f, "linear:{amount} asks for {amount} cores"),
+            BindProblem::LinearPast { amount, start, first, last } => {
+                write!(f, "linear:{amount}:{start} needs cores {first}-{last}")
+            }
+            BindProblem::StridingEmpty { first, last, step } => {
+                write!(f, "striding:{first}-{last}:{step} names no cores")
+            }
+            BindProblem::StridingSpan { amount, step, span } => {
+                write!(f, "striding:{amount}:{step} spans {span} cores")
+            }
+            BindProblem::ExplicitTwice => f.write_str("explicit names a core twice"),
+            BindProblem::NoCore(g) => write!(f, "core {g} does not exist"),
+            BindProblem::NoSocket(s) => write!(f, "socket {s} does not exist"),
+            BindProblem::NoSocketCore { socket, core } => write!(f, "core {core} of socket {socket} does not exist"),
+        }
+    }
+}
+
+impl fmt::Display for BindMiss {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            BindMiss::Busy(b) => b.fmt(f),
+            BindMiss::Never(n) => n.fmt(f),
+        }
+    }
 }
 
 impl BindingStrategy {
@@ -90,31 +215,33 @@ impl BindingStrategy {
             BindingStrategy::Explicit { cores } => cores.is_empty(),
         };
         if empty {
-            return Err(never(topo, format!("{self} asks for no cores")));
+            return Err(never(topo, BindProblem::NoCores(self.clone())));
         }
         match self {
             BindingStrategy::Linear { amount, start: None } => {
                 let amount = *amount as usize;
                 if amount > n {
-                    return Err(never(topo, format!("linear:{amount} asks for {amount} cores")));
+                    return Err(never(topo, BindProblem::LinearTooMany { amount }));
                 }
-                linear_any(topo, amount, &free).ok_or_else(|| {
-                    BindMiss::Busy(format!("no {amount} successive cores are free ({free_count} of {n} cores are)"))
-                })
+                linear_any(topo, amount, &free).ok_or(BindMiss::Busy(BindBusy::NoRun {
+                    amount,
+                    free: free_count,
+                    cores: n,
+                }))
             }
             BindingStrategy::Linear { amount, start: Some(start) } => {
                 let first = resolve(topo, *start)?;
                 let end = first.saturating_add(*amount as usize);
                 if end > n {
                     let last = end.saturating_sub(1);
-                    return Err(never(topo, format!("linear:{amount}:{start} needs cores {first}-{last}")));
+                    return Err(never(topo, BindProblem::LinearPast { amount: *amount, start: *start, first, last }));
                 }
                 take(topo, (first..end).collect(), &free)
             }
             BindingStrategy::StridingRange { first, last, step } => {
                 let (a, b) = (resolve(topo, *first)?, resolve(topo, *last)?);
                 if a > b {
-                    return Err(never(topo, format!("striding:{first}-{last}:{step} names no cores")));
+                    return Err(never(topo, BindProblem::StridingEmpty { first: *first, last: *last, step: *step }));
                 }
                 take(topo, (a..=b).step_by(*step as usize).collect(), &free)
             }
@@ -123,19 +250,20 @@ impl BindingStrategy {
                 // Widened so that huge amounts or steps cannot overflow.
                 let span = (amount as u128 - 1) * step as u128;
                 if span >= n as u128 {
-                    return Err(never(topo, format!("striding:{amount}:{step} spans {} cores", span + 1)));
+                    return Err(never(topo, BindProblem::StridingSpan { amount, step, span: span + 1 }));
                 }
                 let picks = |s: usize| (0..amount).map(move |k| s + k * step);
-                (0..n - span as usize).find(|&s| picks(s).all(&free)).map(|s| picks(s).collect()).ok_or_else(|| {
-                    BindMiss::Busy(format!("no {amount} free cores {step} apart ({free_count} of {n} cores are free)"))
-                })
+                (0..n - span as usize)
+                    .find(|&s| picks(s).all(&free))
+                    .map(|s| picks(s).collect())
+                    .ok_or(BindMiss::Busy(BindBusy::NoStride { amount, step, free: free_count, cores: n }))
             }
             BindingStrategy::Explicit { cores } => {
                 let mut picked =
                     cores.iter().map(|&(s, c)| resolve(topo, CoreRef::Socket(s, c))).collect::<Result<Vec<_>, _>>()?;
                 picked.sort_unstable();
                 if picked.windows(2).any(|w| w[0] == w[1]) {
-                    return Err(never(topo, "explicit names a core twice".into()));
+                    return Err(never(topo, BindProblem::ExplicitTwice));
                 }
                 take(topo, picked, &free)
             }
@@ -218,44 +346,34 @@ fn take(topo: &Topology, picked: Vec<usize>, free: &dyn Fn(usize) -> bool) -> Re
         return Ok(picked);
     }
     // Group global core numbers by socket: "cores 0,2 (socket 0) and 5 (socket 1) are in use".
-    let mut groups: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut groups: Vec<(usize, Vec<usize>)> = Vec::new();
     for &i in &busy {
         let socket = topo.cores[i].package;
         match groups.last_mut() {
-            Some((s, list)) if *s == socket => list.push(i.to_string()),
-            _ => groups.push((socket, vec![i.to_string()])),
+            Some((s, list)) if *s == socket => list.push(i),
+            _ => groups.push((socket, vec![i])),
         }
     }
-    let parts: Vec<String> = groups.iter().map(|(s, list)| format!("{} (socket {s})", list.join(","))).collect();
-    let (noun, verb) = if busy.len() == 1 { ("core", "is") } else { ("cores", "are") };
-    Err(BindMiss::Busy(format!("{noun} {} {verb} in use", parts.join(" and "))))
+    Err(BindMiss::Busy(BindBusy::InUse { groups }))
 }
 
 /// The global index of `core` on `topo`, or `Never` saying what is missing.
 fn resolve(topo: &Topology, core: CoreRef) -> Result<usize, BindMiss> {
     match core {
         CoreRef::Global(g) if (g as usize) < topo.cores.len() => Ok(g as usize),
-        CoreRef::Global(g) => Err(never(topo, format!("core {g} does not exist"))),
-        CoreRef::Socket(s, _) if s as usize >= topo.packages.len() => {
-            Err(never(topo, format!("socket {s} does not exist")))
-        }
+        CoreRef::Global(g) => Err(never(topo, BindProblem::NoCore(g))),
+        CoreRef::Socket(s, _) if s as usize >= topo.packages.len() => Err(never(topo, BindProblem::NoSocket(s))),
         CoreRef::Socket(s, c) => {
-            topo.core_index(s, c).ok_or_else(|| never(topo, format!("core {c} of socket {s} does not exist")))
+            topo.core_index(s, c).ok_or_else(|| never(topo, BindProblem::NoSocketCore { socket: s, core: c }))
         }
     }
 }
 
 /// `Never` with the node's size, so the user sees what the node offers.
-fn never(topo: &Topology, problem: String) -> BindMiss {
-    let plural = |n: usize, word: &str| format!("{n} {word}{}", if n == 1 { "" } else { "s" });
-    let per: Vec<usize> =
+fn never(topo: &Topology, problem: BindProblem) -> BindMiss {
+    let per_socket: Vec<usize> =
         (0..topo.packages.len()).map(|p| topo.cores.iter().filter(|c| c.package == p).count()).collect();
-    let sockets = plural(per.len(), "socket");
-    let shape = match per.first() {
-        Some(&c) if per.iter().all(|&x| x == c) => format!("{sockets} of {}", plural(c, "core")),
-        _ => format!("{sockets} and {}", plural(topo.cores.len(), "core")),
-    };
-    BindMiss::Never(format!("{problem}: this node has {shape}"))
+    BindMiss::Never(BindNever { problem, per_socket, cores: topo.cores.len() })
 }
 
 /// The accepted forms, shown with every parse error.
@@ -449,15 +567,78 @@ mod tests {
 
     fn never(r: Result<Vec<usize>, BindMiss>) -> String {
         match r {
-            Err(BindMiss::Never(m)) => m,
+            Err(BindMiss::Never(m)) => m.to_string(),
             other => panic!("expected Never, got {other:?}"),
         }
     }
 
     fn busy(r: Result<Vec<usize>, BindMiss>) -> String {
         match r {
-            Err(BindMiss::Busy(m)) => m,
+            Err(BindMiss::Busy(m)) => m.to_string(),
             other => panic!("expected Busy, got {other:?}"),
+        }
+    }
+
+    /// Each typed miss's words, exactly as the strings built before they were typed.
+    #[test]
+    fn every_bind_miss_keeps_its_words() {
+        let never = |problem: BindProblem, per_socket: Vec<usize>| {
+            let cores = per_socket.iter().sum();
+            BindMiss::Never(BindNever { problem, per_socket, cores }).to_string()
+        };
+        let cases: Vec<(String, &str)> = vec![
+            (
+                never(BindProblem::NoCores(parse("linear:2")), vec![4, 4]),
+                "linear:2 asks for no cores: this node has 2 sockets of 4 cores",
+            ),
+            (
+                never(BindProblem::LinearTooMany { amount: 9 }, vec![1]),
+                "linear:9 asks for 9 cores: this node has 1 socket of 1 core",
+            ),
+            (
+                never(BindProblem::LinearPast { amount: 4, start: CoreRef::Global(6), first: 6, last: 9 }, vec![4, 2]),
+                "linear:4:6 needs cores 6-9: this node has 2 sockets and 6 cores",
+            ),
+            (
+                never(
+                    BindProblem::StridingEmpty { first: CoreRef::Global(5), last: CoreRef::Global(1), step: 2 },
+                    vec![4, 4],
+                ),
+                "striding:5-1:2 names no cores: this node has 2 sockets of 4 cores",
+            ),
+            (
+                never(BindProblem::StridingSpan { amount: 5, step: 2, span: 9 }, vec![4, 4]),
+                "striding:5:2 spans 9 cores: this node has 2 sockets of 4 cores",
+            ),
+            (
+                never(BindProblem::ExplicitTwice, vec![4, 4]),
+                "explicit names a core twice: this node has 2 sockets of 4 cores",
+            ),
+            (never(BindProblem::NoCore(9), vec![4, 4]), "core 9 does not exist: this node has 2 sockets of 4 cores"),
+            (
+                never(BindProblem::NoSocket(3), vec![4, 4]),
+                "socket 3 does not exist: this node has 2 sockets of 4 cores",
+            ),
+            (
+                never(BindProblem::NoSocketCore { socket: 1, core: 4 }, vec![4, 4]),
+                "core 4 of socket 1 does not exist: this node has 2 sockets of 4 cores",
+            ),
+            (
+                BindMiss::Busy(BindBusy::NoRun { amount: 3, free: 2, cores: 8 }).to_string(),
+                "no 3 successive cores are free (2 of 8 cores are)",
+            ),
+            (
+                BindMiss::Busy(BindBusy::NoStride { amount: 4, step: 2, free: 6, cores: 8 }).to_string(),
+                "no 4 free cores 2 apart (6 of 8 cores are free)",
+            ),
+            (BindMiss::Busy(BindBusy::InUse { groups: vec![(1, vec![7])] }).to_string(), "core 7 (socket 1) is in use"),
+            (
+                BindMiss::Busy(BindBusy::InUse { groups: vec![(0, vec![0, 2]), (1, vec![5])] }).to_string(),
+                "cores 0,2 (socket 0) and 5 (socket 1) are in use",
+            ),
+        ];
+        for (got, want) in cases {
+            assert_eq!(got, want);
         }
     }
 

@@ -1,5 +1,6 @@
 //! Placement on one node: which PUs and how much memory on which NUMA nodes.
 
+use super::miss::{NodeMiss, UnitNote};
 use super::{GpuLocality, JobRequest, Miss, PlacementPolicy};
 use crate::binding::BindMiss;
 use crate::job::{NodeAllocation, NumaShare};
@@ -40,21 +41,13 @@ impl<'a> View<'a> {
         let topo = &node.topology;
         let props = &ask.req.properties;
         if !props.is_empty() && node.subnodes.is_empty() {
-            return Err(Miss::Never(format!(
-                "subnodes: property {} wanted, but node {} has no subnodes; drop --property, or ask an admin to set subnode_numa and the properties",
-                props.join(","),
-                node.name
-            )));
+            return Err(Miss::Never(NodeMiss::NoSubnodes { properties: props.clone(), node: node.name.clone() }));
         }
         // A job's memory limit here would be 0 bytes, and the kernel kills it at once. (Jobs
         // asking no memory exist only in tests: the controller gives every job some.)
         let needs_memory = ask.req.mem.on_node(1) > 0;
         if needs_memory && !topo.numa_nodes.iter().any(|n| !n.special && n.has_memory()) {
-            return Err(Miss::Never(format!(
-                "memory: node {} has no usable memory (no source gave its NUMA nodes any); \
-                 ask an admin to give their size with the node agent's --numa-memory",
-                node.name
-            )));
+            return Err(Miss::Never(NodeMiss::NoMemory { node: node.name.clone() }));
         }
         let single = ask.req.total_cpus() == 1;
         let numa_ok = (0..topo.numa_nodes.len())
@@ -139,8 +132,9 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
     gres_miss(node, ask.req).map_or(Ok(()), Err)?;
     let mut a = fit_devices(node, policy, ask)?;
     // By the node's keys: a type-less request may take several types (gres::take).
-    a.gres = crate::gres::take(&node.gres_free, &ask.req.gres)
-        .ok_or_else(|| Miss::Busy(format!("gres {}: not free on {}", crate::gres::render(&ask.req.gres), node.name)))?;
+    a.gres = crate::gres::take(&node.gres_free, &ask.req.gres).ok_or_else(|| {
+        Miss::Busy(NodeMiss::GresNotFree { gres: crate::gres::render(&ask.req.gres), node: node.name.clone() })
+    })?;
     Ok(a)
 }
 
@@ -150,32 +144,31 @@ pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
     for (name, &want) in &req.gres {
         let total = crate::gres::available(&node.gres_total, name);
         if total < want {
-            return Some(Miss::Never(format!(
-                "gres {name}: {want} wanted on each node, {} has {total}; ask for at most what a node has (berth nodes)",
-                node.name
-            )));
+            return Some(Miss::Never(NodeMiss::GresTooFew {
+                name: name.clone(),
+                want,
+                node: node.name.clone(),
+                total,
+            }));
         }
         let free = crate::gres::available(&node.gres_free, name);
         if free < want {
-            return Some(Miss::Busy(format!(
-                "gres {name}: {want} wanted on each node, {free} of {total} free on {}; it starts when running jobs free them",
-                node.name
-            )));
+            return Some(Miss::Busy(NodeMiss::GresTaken {
+                name: name.clone(),
+                want,
+                free,
+                total,
+                node: node.name.clone(),
+            }));
         }
     }
     // Each key fits alone; together (a typed and a type-less request of one name) they may not.
     let all = crate::gres::render(&req.gres);
     if crate::gres::take(&node.gres_total, &req.gres).is_none() {
-        return Some(Miss::Never(format!(
-            "gres {all}: more than {} has; ask for at most what a node has (berth nodes)",
-            node.name
-        )));
+        return Some(Miss::Never(NodeMiss::GresTooMany { gres: all, node: node.name.clone() }));
     }
     if !node.gres_fits(&req.gres) {
-        return Some(Miss::Busy(format!(
-            "gres {all}: not all free on {}; it starts when running jobs free them",
-            node.name
-        )));
+        return Some(Miss::Busy(NodeMiss::GresNotAllFree { gres: all, node: node.name.clone() }));
     }
     None
 }
@@ -242,15 +235,9 @@ fn strict_miss(node: &NodeCapacity, ask: &NodeAsk, choices: &[Vec<u32>]) -> Miss
     let want = ask.slots;
     let gpus = ask.req.gpus_per_node;
     if most_local < want as usize {
-        return Miss::Never(format!(
-            "GPU locality strict: {want} {unit} local to {gpus} GPU(s) wanted, but on node {} at most {most_local} {unit} are local to {gpus} of its GPUs; ask for fewer {unit} per GPU, or for cores elsewhere on the node with --gpu-locality prefer (Slurm's --gres-flags=disable-binding)",
-            node.name
-        ));
+        return Miss::Never(NodeMiss::StrictNever { want, unit, gpus, node: node.name.clone(), most_local });
     }
-    Miss::Busy(format!(
-        "GPU locality strict: {want} free {unit} local to {gpus} free GPU(s) wanted; node {} has free GPUs but at most {most_free} free {unit} next to them; it starts when jobs there end (with --gpu-locality prefer it could take {unit} elsewhere on the node)",
-        node.name
-    ))
+    Miss::Busy(NodeMiss::StrictBusy { want, unit, gpus, node: node.name.clone(), most_free })
 }
 
 /// The most GPU choices [`fit`] tries on one node.
@@ -265,10 +252,7 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
     let want = req.gpus_per_node as usize;
     let kind = req.gpu_type.as_deref();
     let gpus = &node.topology.gpus;
-    let what = match kind {
-        Some(k) => format!("GPUs of type {k}"),
-        None => "GPUs".to_string(),
-    };
+    let gpu_type = kind.map(str::to_string);
     let have = node.gpu_count_of(kind) as usize;
     if have < want {
         let types: Vec<String> = {
@@ -277,20 +261,12 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
             t.dedup();
             t
         };
-        let types = if kind.is_some() && !types.is_empty() {
-            format!(" (its types: {})", types.join(", "))
-        } else {
-            String::new()
-        };
-        return Err(Miss::Never(format!("{what}: node {} has {have}, {want} wanted{types}", node.name)));
+        let types = if kind.is_some() { types } else { vec![] };
+        return Err(Miss::Never(NodeMiss::GpusTooFew { gpu_type, node: node.name.clone(), have, want, types }));
     }
     let free: Vec<u32> = node.free_gpus_of(kind).collect();
     if free.len() < want {
-        return Err(Miss::Busy(format!(
-            "{what}: {} free on {}, {want} wanted; it starts when running or suspended jobs free them",
-            free.len(),
-            node.name
-        )));
+        return Err(Miss::Busy(NodeMiss::GpusTaken { gpu_type, free: free.len(), node: node.name.clone(), want }));
     }
     if req.gpus_per_socket > 0 {
         return socket_choices(node, req, &free);
@@ -386,7 +362,6 @@ fn socket_choices(node: &NodeCapacity, req: &JobRequest, free: &[u32]) -> Result
     let sockets = req.gpus_per_node as usize / n;
     let gpus = &node.topology.gpus;
     let kind = req.gpu_type.as_deref();
-    let what = kind.map_or("GPUs".to_string(), |k| format!("GPUs of type {k}"));
     // Per package: all its GPUs of the type, and the free ones (in index order).
     let packages = node.topology.packages.len();
     let (mut all, mut open) = (vec![0usize; packages], vec![Vec::<u32>::new(); packages]);
@@ -402,18 +377,23 @@ fn socket_choices(node: &NodeCapacity, req: &JobRequest, free: &[u32]) -> Result
     }
     let able = all.iter().filter(|&&c| c >= n).count();
     if able < sockets {
-        return Err(Miss::Never(format!(
-            "{what} per socket: {n} on each of {sockets} socket(s) wanted, node {} has {able} socket(s) with {n} such GPUs",
-            node.name
-        )));
+        return Err(Miss::Never(NodeMiss::SocketGpusTooFew {
+            gpu_type: kind.map(str::to_string),
+            per_socket: n,
+            sockets,
+            node: node.name.clone(),
+            able,
+        }));
     }
     let mut ready: Vec<usize> = (0..packages).filter(|&p| open[p].len() >= n).collect();
     if ready.len() < sockets {
-        return Err(Miss::Busy(format!(
-            "{what} per socket: {n} free on each of {sockets} socket(s) wanted, node {} has {} socket(s) with that many free; it starts when running or suspended jobs free them",
-            node.name,
-            ready.len()
-        )));
+        return Err(Miss::Busy(NodeMiss::SocketGpusTaken {
+            gpu_type: kind.map(str::to_string),
+            per_socket: n,
+            sockets,
+            node: node.name.clone(),
+            ready: ready.len(),
+        }));
     }
     ready.sort_by_key(|&p| (open[p].len(), p));
     // N of a socket's free GPUs: one NUMA node's when one has N (fewest free first), else the lowest.
@@ -471,8 +451,8 @@ fn fit_cores(
             .map(|i| view.core_usable(i) && (!ask.large || unit_untouched(node.topology.cores[i].numa)))
             .collect();
         let bind_miss = |m| match m {
-            BindMiss::Busy(s) => Miss::Busy(s),
-            BindMiss::Never(s) => Miss::Never(s),
+            BindMiss::Busy(b) => Miss::Busy(NodeMiss::BindBusy(b)),
+            BindMiss::Never(n) => Miss::Never(NodeMiss::BindNever(n)),
         };
         let first = strategy.select(&node.topology, &usable).map_err(bind_miss)?;
         let first_try = finish_bound(&view, policy, &first);
@@ -501,19 +481,14 @@ fn fit_cores(
     let need = need_mem(ask.slots as usize);
     let all = view.items(|_| true);
     if all.len() < ask.slots as usize {
-        let empty: Vec<String> = node
+        let memless_numa: Vec<u32> = node
             .topology
             .numa_nodes
             .iter()
             .filter(|n| ask.req.mem.on_node(1) > 0 && !n.has_memory() && !n.cpus.is_empty())
-            .map(|n| format!("P#{}", n.os_index))
+            .map(|n| n.os_index)
             .collect();
-        let why = if empty.is_empty() {
-            String::new()
-        } else {
-            format!(" (the CPUs of NUMA node {} take no job: it has no memory)", empty.join(", "))
-        };
-        return Err(Miss::Busy(format!("{}{why}", short_items(&view, all.len()))));
+        return Err(Miss::Busy(short_units(&view, all.len(), memless_numa)));
     }
     let mut tried = None;
     for choice in candidates(&view, policy, &all).into_iter().take(10) {
@@ -522,7 +497,9 @@ fn fit_cores(
             Err(m) => tried = Some(m),
         }
     }
-    Err(tried.unwrap_or_else(|| Miss::Busy(format!("no room for {} {} on {}", ask.slots, unit_name(ask), node.name))))
+    Err(tried.unwrap_or_else(|| {
+        Miss::Busy(NodeMiss::NoRoom { slots: ask.slots, unit: unit_name(ask), node: node.name.clone() })
+    }))
 }
 
 /// A bound job's allocation on `cores`: large jobs hold their NUMA nodes (whole subnodes where
@@ -564,49 +541,46 @@ fn footprint(node: &NodeCapacity, cores: &[usize]) -> Vec<(Option<usize>, usize)
 
 /// Why only `have` of the units the job wants are usable on the node: what keeps the others
 /// from it (subnode properties and states, system CPUs), and what would change that.
-fn short_items(view: &View, have: usize) -> String {
+fn short_units(view: &View, have: usize, memless_numa: Vec<u32>) -> NodeMiss {
     let (node, ask) = (view.node, view.ask);
     let props = &ask.req.properties;
     let has_all = |k: usize| props.iter().all(|p| node.subnodes[k].properties.iter().any(|q| q == p));
-    let mut notes: Vec<String> = vec![];
+    let mut notes: Vec<UnitNote> = vec![];
     for (k, sub) in node.subnodes.iter().enumerate().filter(|&(k, _)| has_all(k)) {
         let has = |p: &str| sub.properties.iter().any(|q| q == p);
         if sub.state != SubnodeState::Up {
-            notes.push(format!("subnode {k} is {}", sub.state.as_str()));
+            notes.push(UnitNote::SubnodeState { subnode: k, state: sub.state });
         } else if let Some(p) = ask.req.avoid_properties.iter().find(|p| has(p)) {
-            notes.push(format!("subnode {k} is kept for another queue's jobs ({p})"));
+            notes.push(UnitNote::SubnodeKept { subnode: k, property: p.clone() });
         } else if has(PROP_ONLY_PARALLEL) && !ask.large {
-            notes.push(format!("subnode {k} takes only large parallel jobs ({PROP_ONLY_PARALLEL})"));
+            notes.push(UnitNote::OnlyParallel { subnode: k });
         } else if has(PROP_SINGLE_CPU) && ask.req.total_cpus() != 1 {
-            notes.push(format!("subnode {k} takes only single-CPU jobs ({PROP_SINGLE_CPU})"));
+            notes.push(UnitNote::SingleCpu { subnode: k });
         }
     }
-    let props_list = props.join(",");
     if !props.is_empty() && !(0..node.subnodes.len()).any(has_all) {
-        notes.push(format!(
-            "no subnode of {} has property {props_list}; drop --property, or ask an admin to set it on a subnode",
-            node.name
-        ));
+        notes.push(UnitNote::NoSubnodeHas { node: node.name.clone(), properties: props.clone() });
     }
     notes.extend(system_note(view));
-    let scope = if props.is_empty() { String::new() } else { format!(" in subnodes with property {props_list}") };
-    let unit = unit_name(ask);
-    let mut text = format!("{unit}: {have} free on {}{scope}, {} wanted", node.name, ask.slots);
-    if !notes.is_empty() {
-        text = format!("{text} ({})", notes.join("; "));
+    NodeMiss::ShortUnits {
+        unit: unit_name(ask),
+        have,
+        node: node.name.clone(),
+        properties: props.clone(),
+        want: ask.slots,
+        notes,
+        memless_numa,
     }
-    text
 }
 
 /// The free PUs kept from the job because they are system CPUs, if any.
-fn system_note(view: &View) -> Option<String> {
+fn system_note(view: &View) -> Option<UnitNote> {
     let node = view.node;
     let system = node.system_pus.iter().filter(|&p| node.free_pus.contains(p)).count();
     match system {
         _ if view.ask.req.system_cpus => None,
         0 => None,
-        1 => Some("1 more PU is a system CPU, which only --system-cpus jobs use".into()),
-        n => Some(format!("{n} more PUs are system CPUs, which only --system-cpus jobs use")),
+        n => Some(UnitNote::SystemCpus(n)),
     }
 }
 
@@ -796,13 +770,14 @@ fn fit_large(view: &View, policy: &PlacementPolicy, need: u64) -> Result<NodeAll
     };
     let Some(chosen) = chosen else {
         let have: usize = free.iter().map(|u| u.2.len()).sum();
-        return Err(Miss::Busy(format!(
-            "whole NUMA nodes: a large parallel job (more than {} CPUs) gets NUMA nodes nobody else uses; {} has {have} {} free in such NUMA nodes, {slots} wanted{}",
-            policy.large_parallel_cpus,
-            node.name,
-            unit_name(view.ask),
-            system_note(view).map(|n| format!(" ({n})")).unwrap_or_default()
-        )));
+        return Err(Miss::Busy(NodeMiss::WholeNuma {
+            large_cpus: policy.large_parallel_cpus,
+            node: node.name.clone(),
+            have,
+            unit: unit_name(view.ask),
+            slots,
+            system: system_note(view),
+        }));
     };
     let items: Vec<Item> = chosen.iter().flat_map(|&u| free[u].2.iter().copied()).take(slots).collect();
     let exclusive: Vec<usize> = chosen.iter().flat_map(|&u| free[u].1.iter().copied()).collect();
@@ -873,12 +848,7 @@ fn finish(
         }
     }
     if left > 0 {
-        return Err(Miss::Busy(format!(
-            "{} of memory wanted on {}, the NUMA nodes it may use there have {} free",
-            crate::units::format_size(need),
-            node.name,
-            crate::units::format_size(need - left)
-        )));
+        return Err(Miss::Busy(NodeMiss::Memory { need, node: node.name.clone(), free: need - left }));
     }
     let mut mems = CpuSet::new();
     for &(n, _) in &local {

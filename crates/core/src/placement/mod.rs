@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod fit;
 pub(crate) mod index;
+mod miss;
 pub mod order;
 pub mod ranks;
 pub mod reason;
@@ -27,6 +28,7 @@ use crate::directives::SubmitOptions;
 pub use crate::gpu::{GpuLocality, UnknownGpuLocality};
 use crate::job::Shape;
 use crate::CoreError;
+pub use miss::{Miss, NodeMiss, UnitNote};
 use serde::{Deserialize, Serialize};
 
 /// Admin-tunable placement rules.
@@ -231,22 +233,5 @@ impl JobRequest {
 
     pub fn is_large(&self, policy: &PlacementPolicy) -> bool {
         policy.large_parallel_cpus > 0 && self.total_cpus() > policy.large_parallel_cpus as u64
-    }
-}
-
-/// Why a job does not fit a node now.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Miss {
-    /// Not now: the resources are taken.
-    Busy(String),
-    /// Never on this node, even empty.
-    Never(String),
-}
-
-impl Miss {
-    pub fn message(&self) -> &str {
-        match self {
-            Miss::Busy(m) | Miss::Never(m) => m,
-        }
     }
 }

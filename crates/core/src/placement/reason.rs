@@ -179,7 +179,7 @@ impl fmt::Display for Busy {
                 have_now(*have),
                 amount(*slots as u64, &format!("free {unit}"))
             ),
-            Busy::Node(miss) => f.write_str(miss.message()),
+            Busy::Node(miss) => write!(f, "{miss}"),
             Busy::NoNodesFit => f.write_str("no nodes fit"),
             Busy::TotalUnits { unit, cores, chunk, free } => {
                 let in_chunks = if *chunk > 1 { format!(" in chunks of {chunk}") } else { String::new() };
@@ -206,7 +206,7 @@ impl fmt::Display for Busy {
                 f,
                 "{} wanted, the nodes free now can take {given} of them ({})",
                 amount(*cores as u64, unit),
-                m.message()
+                m
             ),
             Busy::Spread { unit, cores, given, miss: None } => write!(
                 f,
@@ -245,7 +245,7 @@ impl fmt::Display for Never {
                 "{} wanted, {ok} of the {} could ever hold a part: {}{}",
                 count(*wanted as usize, "node"),
                 up_count(*up),
-                miss.message(),
+                miss,
                 advice(a)
             ),
             Never::TooFewUnits { unit, cores, up, total } => write!(
@@ -258,7 +258,7 @@ impl fmt::Display for Never {
                 "{} wanted, the {} could hold at most {total} of them: {}{}",
                 amount(*cores as u64, unit),
                 up_count(*up),
-                miss.message(),
+                miss,
                 advice(a)
             ),
             Never::License(why) => write!(f, "{why}"),
