@@ -120,7 +120,8 @@ pub(super) fn interactive_shape(req: &mut StepCreate) -> Result<(), ApiError> {
 /// grant (ranks resolved, layouts dropped, each part's binding). No apps: the one program.
 /// With `gpus` (the step's `--gpus-per-task`/`--gpu-bind`) each rank's cores are placed next
 /// to its GPUs (`plan_step_gpus`), for one program and a multi-prog file's lines; a colon
-/// line's parts are laid out without (their GPU flags are refused).
+/// line's parts are laid out in plain core order (each part's own GPU flags are dealt by the
+/// agent, docs/launcher.md; their cores are not yet placed next to those GPUs).
 pub(super) fn plan(
     alloc: &[NodeAllocation],
     topos: &[&Topology],
