@@ -41,13 +41,13 @@ impl<'a> View<'a> {
         let topo = &node.topology;
         let props = &ask.req.properties;
         if !props.is_empty() && node.subnodes.is_empty() {
-            return Err(Miss::Never(NodeMiss::NoSubnodes { properties: props.clone(), node: node.name.clone() }));
+            return Err(Miss::never(NodeMiss::NoSubnodes { properties: props.clone(), node: node.name.clone() }));
         }
         // A job's memory limit here would be 0 bytes, and the kernel kills it at once. (Jobs
         // asking no memory exist only in tests: the controller gives every job some.)
         let needs_memory = ask.req.mem.on_node(1) > 0;
         if needs_memory && !topo.numa_nodes.iter().any(|n| !n.special && n.has_memory()) {
-            return Err(Miss::Never(NodeMiss::NoMemory { node: node.name.clone() }));
+            return Err(Miss::never(NodeMiss::NoMemory { node: node.name.clone() }));
         }
         let single = ask.req.total_cpus() == 1;
         let numa_ok = (0..topo.numa_nodes.len())
@@ -133,7 +133,7 @@ pub fn fit(node: &NodeCapacity, policy: &PlacementPolicy, ask: &NodeAsk) -> Resu
     let mut a = fit_devices(node, policy, ask)?;
     // By the node's keys: a type-less request may take several types (gres::take).
     a.gres = crate::gres::take(&node.gres_free, &ask.req.gres).ok_or_else(|| {
-        Miss::Busy(NodeMiss::GresNotFree { gres: crate::gres::render(&ask.req.gres), node: node.name.clone() })
+        Miss::busy(NodeMiss::GresNotFree { gres: crate::gres::render(&ask.req.gres), node: node.name.clone() })
     })?;
     Ok(a)
 }
@@ -144,7 +144,7 @@ pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
     for (name, &want) in &req.gres {
         let total = crate::gres::available(&node.gres_total, name);
         if total < want {
-            return Some(Miss::Never(NodeMiss::GresTooFew {
+            return Some(Miss::never(NodeMiss::GresTooFew {
                 name: name.clone(),
                 want,
                 node: node.name.clone(),
@@ -153,7 +153,7 @@ pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
         }
         let free = crate::gres::available(&node.gres_free, name);
         if free < want {
-            return Some(Miss::Busy(NodeMiss::GresTaken {
+            return Some(Miss::busy(NodeMiss::GresTaken {
                 name: name.clone(),
                 want,
                 free,
@@ -165,10 +165,10 @@ pub fn gres_miss(node: &NodeCapacity, req: &JobRequest) -> Option<Miss> {
     // Each key fits alone; together (a typed and a type-less request of one name) they may not.
     let all = crate::gres::render(&req.gres);
     if crate::gres::take(&node.gres_total, &req.gres).is_none() {
-        return Some(Miss::Never(NodeMiss::GresTooMany { gres: all, node: node.name.clone() }));
+        return Some(Miss::never(NodeMiss::GresTooMany { gres: all, node: node.name.clone() }));
     }
     if !node.gres_fits(&req.gres) {
-        return Some(Miss::Busy(NodeMiss::GresNotAllFree { gres: all, node: node.name.clone() }));
+        return Some(Miss::busy(NodeMiss::GresNotAllFree { gres: all, node: node.name.clone() }));
     }
     None
 }
@@ -235,9 +235,9 @@ fn strict_miss(node: &NodeCapacity, ask: &NodeAsk, choices: &[Vec<u32>]) -> Miss
     let want = ask.slots;
     let gpus = ask.req.gpus_per_node;
     if most_local < want as usize {
-        return Miss::Never(NodeMiss::StrictNever { want, unit, gpus, node: node.name.clone(), most_local });
+        return Miss::never(NodeMiss::StrictNever { want, unit, gpus, node: node.name.clone(), most_local });
     }
-    Miss::Busy(NodeMiss::StrictBusy { want, unit, gpus, node: node.name.clone(), most_free })
+    Miss::busy(NodeMiss::StrictBusy { want, unit, gpus, node: node.name.clone(), most_free })
 }
 
 /// The most GPU choices [`fit`] tries on one node.
@@ -262,11 +262,11 @@ pub fn gpu_choices(node: &NodeCapacity, req: &JobRequest) -> Result<Vec<Vec<u32>
             t
         };
         let types = if kind.is_some() { types } else { vec![] };
-        return Err(Miss::Never(NodeMiss::GpusTooFew { gpu_type, node: node.name.clone(), have, want, types }));
+        return Err(Miss::never(NodeMiss::GpusTooFew { gpu_type, node: node.name.clone(), have, want, types }));
     }
     let free: Vec<u32> = node.free_gpus_of(kind).collect();
     if free.len() < want {
-        return Err(Miss::Busy(NodeMiss::GpusTaken { gpu_type, free: free.len(), node: node.name.clone(), want }));
+        return Err(Miss::busy(NodeMiss::GpusTaken { gpu_type, free: free.len(), node: node.name.clone(), want }));
     }
     if req.gpus_per_socket > 0 {
         return socket_choices(node, req, &free);
@@ -377,7 +377,7 @@ fn socket_choices(node: &NodeCapacity, req: &JobRequest, free: &[u32]) -> Result
     }
     let able = all.iter().filter(|&&c| c >= n).count();
     if able < sockets {
-        return Err(Miss::Never(NodeMiss::SocketGpusTooFew {
+        return Err(Miss::never(NodeMiss::SocketGpusTooFew {
             gpu_type: kind.map(str::to_string),
             per_socket: n,
             sockets,
@@ -387,7 +387,7 @@ fn socket_choices(node: &NodeCapacity, req: &JobRequest, free: &[u32]) -> Result
     }
     let mut ready: Vec<usize> = (0..packages).filter(|&p| open[p].len() >= n).collect();
     if ready.len() < sockets {
-        return Err(Miss::Busy(NodeMiss::SocketGpusTaken {
+        return Err(Miss::busy(NodeMiss::SocketGpusTaken {
             gpu_type: kind.map(str::to_string),
             per_socket: n,
             sockets,
@@ -451,8 +451,8 @@ fn fit_cores(
             .map(|i| view.core_usable(i) && (!ask.large || unit_untouched(node.topology.cores[i].numa)))
             .collect();
         let bind_miss = |m| match m {
-            BindMiss::Busy(b) => Miss::Busy(NodeMiss::BindBusy(b)),
-            BindMiss::Never(n) => Miss::Never(NodeMiss::BindNever(n)),
+            BindMiss::Busy(b) => Miss::busy(NodeMiss::BindBusy(b)),
+            BindMiss::Never(n) => Miss::never(NodeMiss::BindNever(n)),
         };
         let first = strategy.select(&node.topology, &usable).map_err(bind_miss)?;
         let first_try = finish_bound(&view, policy, &first);
@@ -488,7 +488,7 @@ fn fit_cores(
             .filter(|n| ask.req.mem.on_node(1) > 0 && !n.has_memory() && !n.cpus.is_empty())
             .map(|n| n.os_index)
             .collect();
-        return Err(Miss::Busy(short_units(&view, all.len(), memless_numa)));
+        return Err(Miss::busy(short_units(&view, all.len(), memless_numa)));
     }
     let mut tried = None;
     for choice in candidates(&view, policy, &all).into_iter().take(10) {
@@ -498,7 +498,7 @@ fn fit_cores(
         }
     }
     Err(tried.unwrap_or_else(|| {
-        Miss::Busy(NodeMiss::NoRoom { slots: ask.slots, unit: unit_name(ask), node: node.name.clone() })
+        Miss::busy(NodeMiss::NoRoom { slots: ask.slots, unit: unit_name(ask), node: node.name.clone() })
     }))
 }
 
@@ -770,7 +770,7 @@ fn fit_large(view: &View, policy: &PlacementPolicy, need: u64) -> Result<NodeAll
     };
     let Some(chosen) = chosen else {
         let have: usize = free.iter().map(|u| u.2.len()).sum();
-        return Err(Miss::Busy(NodeMiss::WholeNuma {
+        return Err(Miss::busy(NodeMiss::WholeNuma {
             large_cpus: policy.large_parallel_cpus,
             node: node.name.clone(),
             have,
@@ -848,7 +848,7 @@ fn finish(
         }
     }
     if left > 0 {
-        return Err(Miss::Busy(NodeMiss::Memory { need, node: node.name.clone(), free: need - left }));
+        return Err(Miss::busy(NodeMiss::Memory { need, node: node.name.clone(), free: need - left }));
     }
     let mut mems = CpuSet::new();
     for &(n, _) in &local {

@@ -6,13 +6,23 @@ use crate::binding::{BindBusy, BindNever};
 use crate::node::{SubnodeState, PROP_ONLY_PARALLEL, PROP_SINGLE_CPU};
 use crate::units::format_size;
 
-/// Why a job does not fit a node now.
+/// Why a job does not fit a node now (boxed: it rides in every placement's `Err`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Miss {
     /// Not now: the resources are taken.
-    Busy(NodeMiss),
+    Busy(Box<NodeMiss>),
     /// Never on this node, even empty.
-    Never(NodeMiss),
+    Never(Box<NodeMiss>),
+}
+
+impl Miss {
+    pub fn busy(why: NodeMiss) -> Miss {
+        Miss::Busy(Box::new(why))
+    }
+
+    pub fn never(why: NodeMiss) -> Miss {
+        Miss::Never(Box::new(why))
+    }
 }
 
 impl fmt::Display for Miss {
@@ -445,8 +455,8 @@ mod tests {
         ];
         for (miss, want) in cases {
             assert_eq!(words(miss.clone()), want, "{miss:?}");
-            assert_eq!(Miss::Busy(miss.clone()).to_string(), want);
-            assert_eq!(Miss::Never(miss).to_string(), want);
+            assert_eq!(Miss::busy(miss.clone()).to_string(), want);
+            assert_eq!(Miss::never(miss).to_string(), want);
         }
     }
 }
