@@ -386,9 +386,14 @@ const QSTAT_OPTS: &[Opt] = &[
     f::long("version", Arg::No),
 ];
 
-/// A job's PBS state letter.
+/// A job's PBS state letter. A waiting job's kind of wait comes from the controller's reason
+/// code when it sends one berth knows, else from the start of the reason's words (older ones).
 pub fn pbs_state(j: &JobInfo) -> char {
-    let waits = |what: &str| j.reason.as_deref().is_some_and(|r| r.starts_with(what));
+    let code = j.reason_code.as_deref().filter(|c| berth_core::sched::reason::PendingReason::CODES.contains(c));
+    let waits = |what: &str| match code {
+        Some(c) => c.starts_with(what),
+        None => j.reason.as_deref().is_some_and(|r| r.starts_with(what)),
+    };
     match j.state {
         // As PBS: a job waiting for a dependency is held (`H`), for its begin time waiting (`W`).
         JobState::Queued if waits("Dependency") => 'H',

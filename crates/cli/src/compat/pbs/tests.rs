@@ -237,6 +237,31 @@ fn qstat_states_of_waiting_jobs() {
     assert_eq!(pbs_state(&j), 'W');
 }
 
+/// The controller's reason code decides a waiting job's letter, whatever the words say; a code
+/// berth does not know falls back to the words.
+#[test]
+fn qstat_states_by_reason_code() {
+    let mut j = job(3, "w", "ann", "queued");
+    j.reason = Some("waits for something".into());
+    for (code, letter) in [
+        ("Dependency", 'H'),
+        ("DependencyNeverSatisfied", 'H'),
+        ("BeginTime", 'W'),
+        ("Resources", 'Q'),
+        ("Priority", 'Q'),
+    ] {
+        j.reason_code = Some(code.into());
+        assert_eq!(pbs_state(&j), letter, "{code}");
+    }
+    j.reason = Some("Dependency: waits for job 2, running (afterok:2)".into());
+    j.reason_code = Some("Resources".into());
+    assert_eq!(pbs_state(&j), 'Q', "the code wins over the words");
+    j.reason_code = Some("Bogus".into());
+    assert_eq!(pbs_state(&j), 'H', "an unknown code: the words");
+    j.reason_code = None;
+    assert_eq!(pbs_state(&j), 'H');
+}
+
 #[test]
 fn array_tasks_are_pbs_subjobs() {
     let mut j: JobInfo = serde_json::from_value(serde_json::json!({
