@@ -264,7 +264,7 @@ fn advance_reservations_of_licenses_alone() {
         let out = plan(&queue);
         let started: Vec<JobId> = out.starts.iter().map(|s| s.0).collect();
         assert_eq!(started, vec![JobId(11), JobId(12), JobId(21)], "{policy:?}: {out:?}");
-        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| format!("{:?}", w.reason));
+        let why = |id: u64| out.waiting.iter().find(|w| w.id == JobId(id)).map(|w| w.reason.to_string());
         assert!(why(13).unwrap_or_default().contains("license matlab"), "{policy:?}: {:?}", why(13));
         assert!(why(20).is_some(), "{policy:?}: {out:?}");
     }
