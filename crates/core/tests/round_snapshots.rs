@@ -42,7 +42,6 @@ struct Job {
     submit: f64,
     account: String,
     fair_share_factor: f64,
-    admin_priority: Option<f64>,
     /// (queue name, uid), for per-user limits.
     user: Option<UserKey>,
     /// Its queue's preemption class (0: may not preempt anyone).
@@ -56,7 +55,6 @@ impl Job {
             submit: 0.0,
             account: "default".into(),
             fair_share_factor: 1.0,
-            admin_priority: None,
             user: None,
             class: 0,
         }
@@ -239,7 +237,7 @@ impl Scene {
                     queue_factor: 0.0,
                     fair_share_factor: j.fair_share_factor,
                 },
-                admin: j.admin_priority,
+                admin: None,
             })
             .collect();
         let per_user: Vec<Option<(&QueueSpec, UserKey)>> = self
