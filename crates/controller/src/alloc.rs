@@ -75,7 +75,7 @@ impl Controller {
     ) -> Result<ClientResponse, StoreError> {
         let done = ClientResponse::Done { results: vec![IdResult { id, ok: true, error: None }] };
         let Some(job) = self.jobs.get(&id) else {
-            return Ok(match self.store.get_job(id)? {
+            return Ok(match self.ended_job(id)? {
                 Some(j) if j.options.alloc.is_some() && (j.user.uid == peer.user.uid || self.is_admin(peer)) => done,
                 Some(_) => error(ErrorCode::InvalidState, format!("job {id} is not an active allocation of yours")),
                 None => error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs")),
@@ -110,7 +110,7 @@ impl Controller {
     /// and holds it again over this one.
     pub(crate) fn alloc_hold(&mut self, id: JobId, peer: &Peer) -> Result<ClientResponse, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
-            return Ok(match self.store.get_job(id)? {
+            return Ok(match self.ended_job(id)? {
                 Some(_) => error(ErrorCode::InvalidState, format!("job {id} has ended; it cannot be held again")),
                 None => error(ErrorCode::UnknownJob, format!("job {id} does not exist; `berth jobs --all` lists jobs")),
             });

@@ -192,7 +192,7 @@ impl Controller {
         };
         let task = match known {
             Some(t) => t,
-            None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
+            None => self.ended_job(id)?.and_then(|j| j.options.array_task),
         };
         let Some(task) = task.filter(|t| t.job == id.0) else { return Ok(None) };
         let end = JobId(id.0.saturating_add(u64::from(task.count)));
@@ -218,7 +218,7 @@ impl Controller {
         }
         let (mut ended, mut any_started) = (None, false);
         for tid in (id.0..end.0).map(JobId) {
-            if let Some((s, started)) = self.store.job_state(tid)? {
+            if let Some((s, started)) = self.ended_state(tid)? {
                 any_started |= started;
                 if s != JobState::Completed {
                     ended.get_or_insert(s);

@@ -264,7 +264,7 @@ impl Controller {
         let task_of = |id: JobId| -> Result<Option<berth_core::directives::ArrayTask>, StoreError> {
             let t = match self.jobs.get(&id) {
                 Some(j) => j.options.array_task,
-                None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
+                None => self.ended_job(id)?.and_then(|j| j.options.array_task),
             };
             Ok(t.filter(|t| t.job == array.0))
         };
@@ -311,7 +311,8 @@ impl Controller {
         if let Some(s) = self.policy.depend.ended.get(&id) {
             return Ok(Some(*s));
         }
-        let found = self.store.job_state(id)?;
+        // Not in memory: it ended (or never was); its outcome is history.
+        let found = self.ended_state(id)?;
         if let Some(s) = found.filter(|(st, _)| st.is_finished()) {
             if self.policy.depend.ended.len() >= 100_000 {
                 self.policy.depend.ended.clear();
@@ -435,7 +436,7 @@ impl Controller {
         let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         let effects = crate::handlers::cancelled_pending(job, why, why, now);
         // Carried out before the job leaves memory (`retire`): a dependency on it is then read
-        // from the store (`job_state`), which must hold its end.
+        // from its history (`ended_state`), which must hold its end.
         self.queue(effects);
         self.carry_out_effects(now)?;
         self.retire(id);

@@ -179,7 +179,7 @@ impl Controller {
             ClientRequest::ShowJob { id } => {
                 let info = match self.jobs.get(&id) {
                     Some(j) => Some(self.job_info(j)),
-                    None => self.store.get_job(id)?.map(|j| j.info(now)),
+                    None => self.ended_job(id)?.map(|j| j.info(now)),
                 };
                 match info {
                     Some(mut job) => {
@@ -543,7 +543,7 @@ impl Controller {
         let mut results = Vec::with_capacity(ids.len());
         for id in ids {
             let outcome = match self.jobs.get(&id) {
-                None => match self.store.get_job(id)? {
+                None => match self.ended_job(id)? {
                     Some(j) => Err(ApiError::new(
                         ErrorCode::InvalidState,
                         format!("job {id} has already ended ({})", j.state.as_str()),
@@ -576,7 +576,8 @@ impl Controller {
         if job.state.is_pending() {
             let effects = cancelled_pending(job, "cancelled before it started", "", now);
             // Carried out before the job leaves memory (`retire`): from then on its state is read
-            // from the store (`job_state`: dependencies on it, its array), which must hold its end.
+            // from its history (`ended_state`: dependencies on it, its array), which must hold its
+            // end.
             self.queue(effects);
             self.carry_out_effects(now)?;
             self.retire(id);

@@ -13,6 +13,7 @@ pub mod depend;
 mod exclusive;
 pub mod fault;
 pub mod handlers;
+mod history;
 pub mod lease;
 pub mod lifecycle;
 pub mod model;

@@ -204,7 +204,7 @@ impl Controller {
     fn reservation_info(&self, r: &Reservation) -> Result<ReservationInfo, StoreError> {
         let alloc = match self.jobs.get(&r.job) {
             Some(j) => j.allocation.clone(),
-            None => self.store.get_job(r.job)?.map(|j| j.allocation).unwrap_or_default(),
+            None => self.ended_job(r.job)?.map(|j| j.allocation).unwrap_or_default(),
         };
         let nodes = alloc
             .iter()
@@ -708,7 +708,7 @@ impl Controller {
                 }
                 let record = match self.jobs.get(job) {
                     Some(j) => j.clone(),
-                    None => match self.store.get_job(*job)? {
+                    None => match self.ended_job(*job)? {
                         Some(j) => {
                             return fail(
                                 Code::InvalidState,
@@ -811,18 +811,18 @@ impl Controller {
             return Ok(());
         }
         self.reservations.last_check = now;
-        // How the jobs of reservations that no longer run ended, from the store.
+        // How the jobs of reservations that no longer run ended: as memory holds them while
+        // they are live (requeued, suspended), else from their history.
         let mut ended: HashMap<JobId, String> = HashMap::new();
         for r in self.reservations.live.values() {
-            if self.jobs.get(&r.job).is_some_and(|j| j.state == JobState::Running) {
-                continue;
-            }
-            let how = match self.store.get_job(r.job)? {
-                Some(j) => match &j.reason {
-                    Some(why) => format!("{} ({why})", j.state.as_str()),
-                    None => j.state.as_str().to_string(),
-                },
-                None => "gone".into(),
+            let how = |j: &JobRecord| match &j.reason {
+                Some(why) => format!("{} ({why})", j.state.as_str()),
+                None => j.state.as_str().to_string(),
+            };
+            let how = match self.jobs.get(&r.job) {
+                Some(j) if j.state == JobState::Running => continue,
+                Some(j) => how(j),
+                None => self.ended_job(r.job)?.map_or_else(|| "gone".into(), |j| how(&j)),
             };
             ended.insert(r.job, how);
         }

@@ -137,7 +137,7 @@ impl Controller {
         now: f64,
     ) -> Result<Result<(), ApiError>, StoreError> {
         let Some(job) = self.jobs.get(&id) else {
-            return Ok(Err(match self.store.get_job(id)? {
+            return Ok(Err(match self.ended_job(id)? {
                 Some(j) => api(
                     ErrorCode::InvalidState,
                     format!("job {id} has already ended ({}); {what} only in running jobs", j.state.as_str()),
@@ -495,7 +495,7 @@ impl Controller {
 
     pub(crate) fn step_end(&mut self, job: JobId, step: u32, outcome: &StepOutcome, peer: &Peer, now: f64) -> Reply {
         let Some(row) = self.store.get_step(job, step)? else {
-            return Ok(match self.jobs.contains_key(&job) || self.store.get_job(job)?.is_some() {
+            return Ok(match self.jobs.contains_key(&job) || self.ended_job(job)?.is_some() {
                 true => error(ErrorCode::UnknownJob, format!("job {job} has no step {step}")),
                 false => ClientResponse::Error(unknown_job(job)),
             });

@@ -261,7 +261,7 @@ impl Controller {
         if self.jobs.contains_key(&id) {
             return Ok(Ok(()));
         }
-        Ok(Err(match self.store.get_job(id)? {
+        Ok(Err(match self.ended_job(id)? {
             Some(j) => api(ErrorCode::InvalidState, format!("job {id} has already ended ({})", j.state.as_str())),
             None => unknown(id),
         }))

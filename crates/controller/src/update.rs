@@ -73,7 +73,7 @@ impl Controller {
         let owner = match members.first().or(Some(&id)).and_then(|t| self.jobs.get(t)) {
             Some(j) => j.user.clone(),
             None => {
-                return Ok(match self.store.get_job(id)? {
+                return Ok(match self.ended_job(id)? {
                     Some(j) => error(
                         ErrorCode::InvalidState,
                         format!("job {id} has ended ({}); only pending jobs can be changed", j.state.as_str()),
@@ -463,7 +463,11 @@ impl Controller {
         let in_memory = self.array_tasks(id);
         let task = match in_memory.first().and_then(|t| self.jobs.get(t)) {
             Some(j) => j.options.array_task,
-            None => self.store.get_job(id)?.and_then(|j| j.options.array_task),
+            // No task in memory: `id` is a live job of its own, else an ended one.
+            None => match self.jobs.get(&id) {
+                Some(j) => j.options.array_task,
+                None => self.ended_job(id)?.and_then(|j| j.options.array_task),
+            },
         };
         Ok(match task.filter(|t| t.job == id.0) {
             Some(t) => (id.0..id.0.saturating_add(u64::from(t.count))).map(JobId).collect(),
@@ -475,7 +479,7 @@ impl Controller {
     fn record(&self, id: JobId) -> Result<Option<JobRecord>, StoreError> {
         match self.jobs.get(&id) {
             Some(j) => Ok(Some(j.clone())),
-            None => self.store.get_job(id),
+            None => self.ended_job(id),
         }
     }
 
@@ -498,7 +502,7 @@ impl Controller {
             self.requeue(id, now, &node, &why, None)?;
             return Ok(Ok(()));
         }
-        let Some(mut job) = self.store.get_job(id)? else {
+        let Some(mut job) = self.ended_job(id)? else {
             return Ok(Err(ApiError::new(
                 ErrorCode::UnknownJob,
                 format!("job {id} does not exist; `berth jobs --all` lists jobs"),
