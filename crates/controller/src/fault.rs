@@ -4,6 +4,7 @@
 
 use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
+use crate::model::node_settings::admin_down_key;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobOutcome, JobState, NodeAllocation};
@@ -47,8 +48,6 @@ pub fn failure_action(
     FailureAction::Requeue
 }
 
-const ADMIN_DOWN_KEY: &str = "node_down:";
-
 impl Controller {
     /// Node `i` failed (`why`: "missed heartbeats", "admin: ..."): mark it down and apply the
     /// policy to each of its jobs.
@@ -71,8 +70,7 @@ impl Controller {
         let name = self.cluster.nodes()[i].name.clone();
         let Some(job) = self.jobs.get(&id) else { return Ok(()) };
         let head = Self::head_node(&job.allocation) == Some(i);
-        let requeued = self.store.count_events(id, "requeue")?;
-        match failure_action(job, head, requeued, &self.cfg.fault) {
+        match failure_action(job, head, self.counts.requeues(id), &self.cfg.fault) {
             FailureAction::KeepRunning => {
                 tracing::warn!(job = %id, node = %name, "node lost; the no-kill job goes on without it");
                 if let Some(job) = self.jobs.get_mut(&id) {
@@ -118,6 +116,7 @@ impl Controller {
         // The hook is told as the job's row is written (it runs in a thread of its own).
         crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Requeue);
         self.queue(effects);
+        self.counts.requeued(id);
         self.steps.remove(&id);
         self.cgroups.remove(&id);
         // It starts again once its old run has ended where it was killed (`crate::update`).
@@ -133,6 +132,7 @@ impl Controller {
         let name = self.cluster.nodes()[i].name.clone();
         let down_already = self.extra[i].state == NodeState::Down;
         let (reason, effects) = taken_down(&self.jobs, i, &name, reason, down_already);
+        self.extra[i].admin_down = Some(reason.to_string());
         self.queue(effects);
         if down_already {
             // Carried out here as on the other path (`node_failed` carries out its own);
@@ -146,10 +146,8 @@ impl Controller {
     /// connected and clean.
     pub fn admin_node_up(&mut self, i: usize, now: f64) -> Result<(), StoreError> {
         let name = self.cluster.nodes()[i].name.clone();
-        self.queue([
-            Effect::DeleteMeta { key: format!("{ADMIN_DOWN_KEY}{name}") },
-            Effect::node_event("node_admin_up", &name, ""),
-        ]);
+        self.extra[i].admin_down = None;
+        self.queue([Effect::DeleteMeta { key: admin_down_key(&name) }, Effect::node_event("node_admin_up", &name, "")]);
         if self.extra[i].conn.is_some() && self.extra[i].state == NodeState::Down {
             self.extra[i].state = NodeState::Cleaning;
             self.queue([Effect::UpsertNode { node: i }]);
@@ -160,9 +158,9 @@ impl Controller {
         self.carry_out_effects(now)
     }
 
-    /// Why an admin took node `name` down, if they did.
+    /// Why an admin took node `name` down, if they did (from memory: `NodeExtra::admin_down`).
     pub fn admin_down_reason(&self, name: &str) -> Option<String> {
-        self.store.get_meta(&format!("{ADMIN_DOWN_KEY}{name}")).ok().flatten()
+        self.node_by_name(name).and_then(|i| self.extra[i].admin_down.clone())
     }
 
     /// A cleaning node's agent reports what it runs: once that is only jobs that belong
@@ -276,7 +274,7 @@ pub(crate) fn taken_down<'r>(
     down_already: bool,
 ) -> (&'r str, Vec<Effect>) {
     let reason = if reason.is_empty() { "no reason given" } else { reason };
-    let mut effects = vec![Effect::SetMeta { key: format!("{ADMIN_DOWN_KEY}{name}"), value: reason.into() }];
+    let mut effects = vec![Effect::SetMeta { key: admin_down_key(name), value: reason.into() }];
     // The agent may still be alive: what runs there for the jobs handled then is killed.
     let why = format!("node {name} taken down by an admin");
     for job in jobs.values().filter(|j| j.state.has_allocation()) {

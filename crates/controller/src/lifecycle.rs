@@ -32,6 +32,7 @@ impl Controller {
             self.pending_reasons.remove(&id);
             self.cgroups.remove(&id);
             self.steps.remove(&id);
+            self.counts.forget(id);
             self.dirty = true;
         }
     }

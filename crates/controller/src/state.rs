@@ -2,9 +2,10 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
+use crate::model::counts::JobCounts;
 use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, OldRun};
-use crate::model::node_settings::{key, NodeSettings};
+use crate::model::node_settings::{admin_down_key, key, NodeSettings};
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
@@ -33,6 +34,10 @@ pub struct NodeExtra {
     /// The live connection to the node's agent, with its id.
     pub conn: Option<(u64, AgentTx)>,
     pub last_heard: Instant,
+    /// Why an admin took the node down (`berth node down`), until `berth node up`: it stays
+    /// down when its agent registers again. Kept in the store's `meta` table too (across
+    /// restarts: restored at load), read from here.
+    pub admin_down: Option<String>,
 }
 
 /// A step that has not ended, as the controller keeps it to place the next ones.
@@ -83,6 +88,9 @@ pub struct Controller {
     pub cgroups: HashMap<JobId, Vec<(String, CgroupReport)>>,
     /// Steps (`berth run`) that have not ended, per running job.
     pub steps: HashMap<JobId, Vec<LiveStep>>,
+    /// Each live job's requeues and last step id (`crate::model::counts`): the failure
+    /// policy's limit and the next step's id decided from memory.
+    pub counts: JobCounts,
     /// Something changed that may let a job start.
     pub dirty: bool,
     pub out: Outbox,
@@ -129,6 +137,7 @@ impl Controller {
             hierarchy: cfg.hierarchy().unwrap_or_default(),
             cgroups: HashMap::new(),
             steps: HashMap::new(),
+            counts: JobCounts::default(),
             extra: Vec::new(),
             pending_reasons: HashMap::new(),
             dirty: true,
@@ -172,6 +181,9 @@ impl Controller {
         }
         // Once for all loaded nodes: building blocks and the order depend on every node.
         c.nodes_changed();
+        for (cap, ex) in c.cluster.nodes().iter().zip(c.extra.iter_mut()) {
+            ex.admin_down = c.store.get_meta(&admin_down_key(&cap.name))?;
+        }
         for job in c.store.load_active_jobs()? {
             match job.state {
                 JobState::Running => c.cluster.claim(&job.allocation),
@@ -181,6 +193,7 @@ impl Controller {
             }
             c.jobs.insert(job.id, job);
         }
+        c.counts = c.store.job_counts()?;
         c.reservations = Reservations::load(&c.store)?;
         c.policy.advance = AdvanceBook::load(&c.store)?;
         c.load_old_runs()?;
@@ -304,6 +317,7 @@ impl Controller {
             instance: instance.to_string(),
             conn: None,
             last_heard: self.clock.instant(),
+            admin_down: None,
         });
     }
 

@@ -191,7 +191,7 @@ impl Controller {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
-        let mut grant = self.grant(id, plan, apps, req, peer, now, false)?;
+        let mut grant = self.grant(id, plan, apps, req, peer, now, false);
         self.sign(&mut grant, now);
         Ok(Ok(self.granted(grant)))
     }
@@ -235,15 +235,16 @@ impl Controller {
         peer: &Peer,
         now: f64,
         interactive: bool,
-    ) -> Result<StepGrant, StoreError> {
-        let step = self.store.next_step_id(id)?;
+    ) -> StepGrant {
+        let step = self.counts.next_step(id);
+        self.counts.step_taken(id, step);
         // Both callers just found the job running (or made it).
         let job = &self.jobs[&id];
         let given = Given { step, peer, now, interactive, kill_grace_ms: self.kill_grace_ms() };
         let (grant, live, effects) = step_granted(job, &self.extra, plan, apps, req, &given);
         self.steps.entry(id).or_default().push(live);
         self.queue(effects);
-        Ok(grant)
+        grant
     }
 
     /// Agents start ranks only for a grant signed with the cluster key (docs/protocol/06-auth.md,
@@ -447,7 +448,7 @@ impl Controller {
         let order = self.out.agents.iter().position(|(_, m)| {
             matches!(m, ControllerMessage::Launch(s) if s.id == id && Some(&s.allocation.node) == first.as_ref())
         });
-        let mut grant = self.grant(id, plan, apps, req, peer, now, true)?;
+        let mut grant = self.grant(id, plan, apps, req, peer, now, true);
         grant.attach = order.is_some();
         self.sign(&mut grant, now);
         if let Some((_, ControllerMessage::Launch(spec))) = order.and_then(|i| self.out.agents.get_mut(i)) {
@@ -659,7 +660,7 @@ impl Controller {
 
 /// What a step's grant is decided from besides the job, its plan and the request.
 pub(crate) struct Given<'a> {
-    /// The step's id (one more than any the job had: `Store::next_step_id`).
+    /// The step's id (one more than any the job had: `JobCounts::next_step`).
     pub step: u32,
     pub peer: &'a Peer,
     pub now: f64,

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod advance;
+mod counts;
 mod depend;
 mod reservations;
 mod suspend;
@@ -858,16 +859,6 @@ impl Store {
         self.query_steps("ORDER BY start_time DESC, job_id DESC, step DESC LIMIT ?1", &[&(limit as i64)])
     }
 
-    /// The next step id of `job`: one more than any it ever had.
-    pub fn next_step_id(&self, job: JobId) -> Result<u32, StoreError> {
-        let max: Option<i64> = self
-            .conn
-            .prepare_cached("SELECT MAX(step) FROM steps WHERE job_id = ?1")
-            .and_then(|mut st| st.query_row([job.0 as i64], |r| r.get(0)))
-            .map_err(|e| self.err(e))?;
-        Ok(max.unwrap_or(0).max(0) as u32 + 1)
-    }
-
     /// Record what a job used on one of its other nodes (not the first). Returns false when
     /// that node's usage was already recorded (a resent end).
     pub fn add_member_usage(&self, job: JobId, node: &str, u: &Usage) -> Result<bool, StoreError> {
@@ -1229,7 +1220,7 @@ mod tests {
             let store = Store::open(dir.path()).unwrap();
             store.begin().unwrap();
             store.insert_job(&job(1)).unwrap();
-            assert_eq!(store.next_step_id(JobId(1)).unwrap(), 1);
+            assert_eq!(store.job_counts_of(JobId(1)).unwrap(), (0, 0));
             store.insert_step(&step(1, 1, 10.0)).unwrap();
             store.insert_step(&step(1, 2, 11.0)).unwrap();
             let mut other = step(2, 1, 12.0);
@@ -1239,7 +1230,11 @@ mod tests {
             store.commit().unwrap();
         }
         let store = Store::open(dir.path()).unwrap();
-        assert_eq!(store.next_step_id(JobId(1)).unwrap(), 3);
+        assert_eq!(store.job_counts_of(JobId(1)).unwrap(), (0, 2));
+        // The live jobs' counts in one go: job 1's next step is 3; job 2 has no row, no entry.
+        let counts = store.job_counts().unwrap();
+        assert_eq!((counts.next_step(JobId(1)), counts.requeues(JobId(1))), (3, 0));
+        assert_eq!(counts.next_step(JobId(2)), 1);
         let live = store.live_steps().unwrap();
         assert_eq!(live.len(), 3);
         assert_eq!(live[0], step(1, 1, 10.0));

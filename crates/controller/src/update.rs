@@ -511,6 +511,11 @@ impl Controller {
         if job.is_interactive() {
             return state(format!("job {id} was an interactive allocation; only batch jobs are requeued"));
         }
+        // It enters memory again with what its earlier runs left: its requeues (this one
+        // counted with them) and its last step id, read from its history once.
+        let (requeues, last_step) = self.store.job_counts_of(id)?;
+        self.counts.restore(id, requeues, last_step);
+        self.counts.requeued(id);
         // Ended: back to the queue as it was submitted, its run forgotten.
         let effects = ended_requeued(&mut job, &why);
         self.queue(effects);

@@ -193,9 +193,17 @@ fn an_admin_down_holds_the_node_across_reconnects_until_admin_up() {
     register(&mut h, node, &format!("inst{node}"), vec![]);
     assert_eq!(h.ctl.extra[node].state, NodeState::Down);
     assert_eq!(events(&h, "node_held_down").len(), 1);
+    // So does a restarted controller's: the reason is held in memory, restored from the store.
+    let mut h = h.restart();
+    assert_eq!(h.ctl.extra[node].admin_down.as_deref(), Some("bad disk"));
+    register(&mut h, node, &format!("inst{node}"), vec![]);
+    assert_eq!(h.ctl.extra[node].state, NodeState::Down);
+    assert_eq!(events(&h, "node_held_down").len(), 2);
     let r = h.call(req("up", None), &root());
     assert!(matches!(r, ClientResponse::Nodes { .. }), "{r:?}");
     assert_eq!(h.ctl.extra[node].state, NodeState::Up);
+    assert_eq!(h.ctl.extra[node].admin_down, None);
+    assert_eq!(h.ctl.store.get_meta(&format!("node_down:{name}")).unwrap(), None, "nor in the store");
     let downs = h.ctl.store.events(&EventQuery { kinds: vec!["node_down".into()], ..Default::default() }).unwrap();
     assert!(downs[0].detail.contains("admin: bad disk"), "{downs:?}");
 }
@@ -332,4 +340,30 @@ fn a_silent_agent_is_lost_after_the_heartbeat_timeout_and_not_before() {
     // What users see: node 1 silent for as long as the fake clock says.
     let ago = h.ctl.node_info(1, false).last_heard_seconds_ago.expect("registered");
     assert!((ago - (timeout + 1.0)).abs() < 1e-6, "{ago} s");
+}
+
+/// The failure policy's requeue count is kept in memory (`Controller::counts`) as the store's
+/// events count it, restored by a restart, and its limit still triggers.
+#[test]
+fn the_requeue_count_is_kept_in_memory_as_the_store_counts_it_and_still_limits_after_a_restart() {
+    let mut h = Harness::with_config(1, |c| c.fault.max_requeues = 2);
+    let id = h.batch(one_node(None), &ann());
+    let from_store = |h: &Harness| h.ctl.store.count_events(id, "requeue").unwrap();
+    for (n, why) in [(1, "first"), (2, "second")] {
+        h.ctl.node_failed(0, why, h.now).unwrap();
+        assert_eq!(h.ctl.jobs[&id].state, JobState::Queued);
+        assert_eq!((h.ctl.counts.requeues(id), from_store(&h)), (n, n));
+        // A restarted controller counts the same.
+        h = h.restart();
+        assert_eq!((h.ctl.counts.requeues(id), from_store(&h)), (n, n));
+        h.ctl.extra[0].state = berth_core::node::NodeState::Up;
+        h.ctl.schedule(h.now).unwrap();
+        assert_eq!(h.ctl.jobs[&id].state, JobState::Running);
+    }
+    h.ctl.node_failed(0, "third", h.now).unwrap();
+    let (state, reason) = state_of(&mut h, id);
+    assert_eq!(state, JobState::NodeFail);
+    assert!(reason.unwrap().contains("already requeued 2 times"));
+    assert_eq!(h.ctl.counts.requeues(id), 0, "forgotten once the job left memory");
+    assert_eq!(from_store(&h), 2, "its history keeps them");
 }

@@ -54,6 +54,7 @@ fn the_live_connection_of_a_node_closing_leaves_it_without_agent_and_is_logged_a
         instance: "i1".into(),
         conn: Some((5, tx)),
         last_heard: std::time::Instant::now(),
+        admin_down: None,
     };
     // A connection replaced already: nothing changes.
     assert!(disconnected(&mut ex, "n0", 4).is_empty());
@@ -194,6 +195,7 @@ fn a_registration_writes_the_node_then_says_whether_its_agent_restarted_and_an_a
         instance: "i1".into(),
         conn: Some((5, tx)),
         last_heard: std::time::Instant::now(),
+        admin_down: None,
     };
     assert_eq!(
         held_down(&mut ex, 3, "n3", "disk swap"),

@@ -13,6 +13,7 @@ fn node(state: NodeState) -> NodeExtra {
         instance: String::new(),
         conn: None,
         last_heard: Instant::now(),
+        admin_down: None,
     }
 }
 

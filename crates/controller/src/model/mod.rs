@@ -5,6 +5,7 @@
 
 pub mod advance;
 pub mod array;
+pub mod counts;
 pub mod effect;
 pub mod job;
 pub mod node_settings;

@@ -16,3 +16,8 @@ pub struct NodeSettings {
 pub fn key(name: &str) -> String {
     format!("node_admin:{name}")
 }
+
+/// The `meta` key of why an admin took node `name` down (`berth node down`, `crate::fault`).
+pub fn admin_down_key(name: &str) -> String {
+    format!("node_down:{name}")
+}

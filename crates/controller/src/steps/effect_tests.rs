@@ -14,6 +14,7 @@ fn extra(i: usize) -> NodeExtra {
         instance: format!("inst{i}"),
         conn: None,
         last_heard: std::time::Instant::now(),
+        admin_down: None,
     }
 }
 

@@ -707,3 +707,38 @@ fn interactive_allocations_hold_gpus_gres_and_licenses_until_they_end() {
     let g2 = granted(h.call(interactive_with(Some(1), &[("nvme", 800)], &[("matlab", 2)]), &bob()));
     assert_eq!(h.ctl.jobs[&g2.job].allocation[0].licenses, counts(&[("matlab", 2)]));
 }
+
+/// The next step id is decided from memory (`Controller::counts`): what the store would say
+/// (one more than any step the job had), across a restart, and for an ended job requeued
+/// (its ids go on from its earlier runs').
+#[test]
+fn step_ids_come_from_memory_as_the_store_would_give_them_across_a_restart_and_a_requeue() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    let from_store = |h: &Harness| h.ctl.store.job_counts_of(id).unwrap().1 + 1;
+    assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (1, 1));
+    for want in 1..=2 {
+        let g = granted(h.call(run(Some(id), tasks(2)), &ann()));
+        assert_eq!(g.step, want);
+        assert!(done(h.call(ClientRequest::StepEnd { job: id, step: want, outcome: end_outcome(0) }, &ann())).ok);
+    }
+    assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (3, 3));
+    // No step is open any more; a restarted controller still knows the next id.
+    let mut h = h.restart();
+    assert!(h.ctl.steps.get(&id).is_none_or(|s| s.is_empty()));
+    assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (3, 3));
+    assert_eq!(granted(h.call(run(Some(id), tasks(2)), &ann())).step, 3);
+    // The job ends: it leaves memory, and its counts with it.
+    h.agent(0, AgentMessage::JobEnded { id, outcome: JobOutcome { exit_code: Some(0), ..Default::default() } });
+    assert!(!h.ctl.jobs.contains_key(&id));
+    assert_eq!(h.ctl.counts, crate::model::counts::JobCounts::default());
+    // Requeued once ended, it comes back with what its history says.
+    let ClientResponse::Done { results } = h.call(ClientRequest::Requeue { ids: vec![id], only: vec![] }, &ann())
+    else {
+        panic!("requeue not answered")
+    };
+    assert!(results.iter().all(|r| r.ok), "{results:?}");
+    assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (4, 4));
+    assert_eq!(h.ctl.counts.requeues(id), h.ctl.store.count_events(id, "requeue").unwrap());
+    assert_eq!(h.ctl.counts.requeues(id), 1);
+}
