@@ -54,14 +54,14 @@ impl Controller {
     pub fn node_failed(&mut self, i: usize, why: &str, now: f64) -> Result<(), StoreError> {
         self.extra[i].state = NodeState::Down;
         let name = self.cluster.nodes()[i].name.clone();
+        // Queued first: each job's part (`job_lost_on_node`) carries these out with its own.
         self.queue(node_went(i, &name, "node_down", why));
-        // Each job's part: `job_lost_on_node` writes what it decides before it returns.
-        self.carry_out_effects(now)?;
         for id in self.jobs_on_node(i) {
             self.job_lost_on_node(id, i, why, now)?;
         }
+        // Queued with the command's effects (each job's part is written already).
         self.queue([Effect::Reschedule]);
-        self.carry_out_effects(now)
+        Ok(())
     }
 
     /// Job `id` lost its part on node `i` (the node failed, or its agent restarted without
@@ -135,27 +135,24 @@ impl Controller {
         self.extra[i].admin_down = Some(reason.to_string());
         self.queue(effects);
         if down_already {
-            // Carried out here as on the other path (`node_failed` carries out its own);
-            // `node_admin` only queues its event and reply after this.
-            return self.carry_out_effects(now);
+            // Queued with the command's effects (`node_admin` only queues its event and reply
+            // after this); else the node fails, which carries out its own.
+            return Ok(());
         }
         self.node_failed(i, &format!("admin: {reason}"), now)
     }
 
     /// `berth node up NAME` (admins): the node may take work again once its agent is
-    /// connected and clean.
-    pub fn admin_node_up(&mut self, i: usize, now: f64) -> Result<(), StoreError> {
+    /// connected and clean. Its writes are queued with the command's effects.
+    pub fn admin_node_up(&mut self, i: usize) {
         let name = self.cluster.nodes()[i].name.clone();
         self.extra[i].admin_down = None;
         self.queue([Effect::DeleteMeta { key: admin_down_key(&name) }, Effect::node_event("node_admin_up", &name, "")]);
         if self.extra[i].conn.is_some() && self.extra[i].state == NodeState::Down {
             self.extra[i].state = NodeState::Cleaning;
             self.queue([Effect::UpsertNode { node: i }]);
-            self.check_clean(i, &[], now)?;
+            self.check_clean(i, &[]);
         }
-        // Carried out here, as `admin_node_down` does; `node_admin` only queues its event and
-        // reply after this.
-        self.carry_out_effects(now)
     }
 
     /// Why an admin took node `name` down, if they did (from memory: `NodeExtra::admin_down`).
@@ -165,26 +162,25 @@ impl Controller {
 
     /// A cleaning node's agent reports what it runs: once that is only jobs that belong
     /// there, the node is up. `running` empty means "as far as we know" (after admin up).
-    pub fn check_clean(&mut self, i: usize, running: &[JobId], now: f64) -> Result<(), StoreError> {
+    /// Its row and event are queued with the command's effects.
+    pub fn check_clean(&mut self, i: usize, running: &[JobId]) {
         if self.extra[i].state != NodeState::Cleaning || !clean(&self.jobs, i, running) {
-            return Ok(());
+            return;
         }
         self.extra[i].state = NodeState::Up;
         let name = self.cluster.nodes()[i].name.clone();
         self.queue(node_went(i, &name, "node_up", "clean"));
         self.queue([Effect::Reschedule]);
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this in a registration, heartbeat or `node up` reads them back or
-        // queues an order directly), but a node's row queued (`UpsertNode`) is written as the node
-        // is now.
-        self.carry_out_effects(now)
     }
 
     /// The request behind `berth node down|up`.
     pub fn node_down_up(&mut self, i: usize, action: &str, value: Option<&str>, now: f64) -> Result<(), StoreError> {
         match action {
             "down" => self.admin_node_down(i, value.unwrap_or(""), now),
-            _ => self.admin_node_up(i, now),
+            _ => {
+                self.admin_node_up(i);
+                Ok(())
+            }
         }
     }
 }

@@ -29,8 +29,8 @@ impl Controller {
 
     /// Record a refused action on someone else's job (event `denied`, by [`denial`]), besides
     /// the error the user gets: "user X may not cancel job N of user Y". Carried out at once,
-    /// with what the command decided before it, so that the event keeps its place among the
-    /// writes of a request on several jobs.
+    /// with what the command decided before it (kept as it was: one queue keeps the event's
+    /// place among the writes either way, and no caller reads it back).
     pub(crate) fn denied(
         &mut self,
         peer: &Peer,
@@ -590,17 +590,17 @@ impl Controller {
             // No batch script whose end to wait for: the allocation ends now.
             self.end_interactive(id, JobState::Cancelled, None, Some("cancelled"), now)?;
         }
-        // Written at once, as a pending job's cancel.
-        self.carry_out_effects(now)?;
+        // The rest is queued with the command's effects: the job stays in memory until its
+        // end, and no caller reads it back or queues an order directly after this.
         Ok(Ok(()))
     }
 
-    pub(crate) fn hold_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
-        self.move_pending(id, JobState::Queued, JobState::Held, ("hold", "held"), now)
+    pub(crate) fn hold_one(&mut self, id: JobId, _now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        Ok(self.move_pending(id, JobState::Queued, JobState::Held, ("hold", "held")))
     }
 
-    pub(crate) fn release_one(&mut self, id: JobId, now: f64) -> Result<Result<(), ApiError>, StoreError> {
-        self.move_pending(id, JobState::Held, JobState::Queued, ("release", "released"), now)
+    pub(crate) fn release_one(&mut self, id: JobId, _now: f64) -> Result<Result<(), ApiError>, StoreError> {
+        Ok(self.move_pending(id, JobState::Held, JobState::Queued, ("release", "released")))
     }
 
     /// Move a pending job from `from` to `to`; already in `to` is fine, anything else is refused.
@@ -610,21 +610,20 @@ impl Controller {
         from: JobState,
         to: JobState,
         (event, done): (&str, &str),
-        now: f64,
-    ) -> Result<Result<(), ApiError>, StoreError> {
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(Ok(())) };
+    ) -> Result<(), ApiError> {
+        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
         if job.state == to {
-            return Ok(Ok(()));
+            return Ok(());
         }
         if job.state != from {
             let message = format!("job {id} is {}; only {} jobs can be {done}", job.state.as_str(), from.as_str());
-            return Ok(Err(ApiError::new(ErrorCode::InvalidState, message)));
+            return Err(ApiError::new(ErrorCode::InvalidState, message));
         }
+        // Queued with the command's effects: the job stays in memory.
         let effects = moved_pending(job, to, event);
         self.queue(effects);
         self.dirty = true;
-        self.carry_out_effects(now)?;
-        Ok(Ok(()))
+        Ok(())
     }
 
     /// An agent (re)registers: take its topology and reconcile the jobs it runs with ours.
@@ -650,6 +649,8 @@ impl Controller {
         self.reconcile_jobs_here(index, &reg, &tx, ours, restarted, now)?;
         self.after_registration(index, &reg, restarted, was_down, now)?;
         self.dirty = true;
+        // Carried out here, as the registration's last step: the same writes and orders in the
+        // same order as the server loop's call after it; callers outside that loop rely on it.
         self.carry_out_effects(now)
     }
 
@@ -813,7 +814,7 @@ impl Controller {
             self.reconcile_root_steps(index, steps, restarted, now)?;
         }
         if !restarted {
-            self.resync_suspensions(index, now)?;
+            self.resync_suspensions(index);
         }
         if was_down {
             match self.admin_down_reason(&reg.name) {
@@ -821,7 +822,7 @@ impl Controller {
                     let effects = held_down(&mut self.extra[index], index, &reg.name, &reason);
                     self.queue(effects);
                 }
-                None => self.check_clean(index, &reg.running, now)?,
+                None => self.check_clean(index, &reg.running),
             }
         }
         Ok(())
@@ -837,7 +838,7 @@ impl Controller {
         match msg {
             AgentMessage::Register(_) => {}
             AgentMessage::Heartbeat { running, steps, .. } => {
-                self.check_clean(node, &running, now)?;
+                self.check_clean(node, &running);
                 if let Some(steps) = steps {
                     self.reconcile_root_steps(node, &steps, false, now)?;
                 }
@@ -895,7 +896,7 @@ impl Controller {
                 self.send_to_node(node, ControllerMessage::StepEndAck { job, step });
             }
             AgentMessage::Suspended { id, error } => self.suspend_answer(node, id, error, now)?,
-            AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups, now)?,
+            AgentMessage::Resumed { id, error, cgroups } => self.resume_answer(node, id, error, cgroups),
             AgentMessage::Refused { what, job, detail } => {
                 let effect = agent_refused(what.event_kind(), job, &self.cluster.nodes()[node].name, &detail);
                 self.queue([effect]);

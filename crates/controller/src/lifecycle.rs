@@ -149,6 +149,8 @@ impl Controller {
         let effects = ended(id, self.jobs.get(&id).map(|j| j.allocation.as_slice()), now, kill_reason, except);
         self.queue(effects);
         self.retire(id);
+        // Carried out now: callers then ack the end with `send_to_node` directly (`handle_agent`,
+        // `EndAck`), which must follow the kills queued here.
         self.carry_out_effects(now)
     }
 }

@@ -573,10 +573,9 @@ impl Controller {
             }
             self.queue([Effect::Reschedule]);
         }
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this in a registration or heartbeat reads them back or queues an order
-        // directly), but a node's row queued (`UpsertNode`) is written as the node is now.
-        self.carry_out_effects(now)
+        // The rest is queued with the command's effects: nothing after this in a registration or
+        // heartbeat reads it back or queues an order directly.
+        Ok(())
     }
 
     /// A client connection closed: the steps granted on it that were not ended are closed,

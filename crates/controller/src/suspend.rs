@@ -68,12 +68,7 @@ impl Controller {
     /// connected (it could not be frozen there). Decided by [`suspended`] (and
     /// [`taken_over_by_admin`]); the effects are carried out before it returns.
     pub fn suspend_job(&mut self, id: JobId, now: f64, by: SuspendBy) -> Result<Result<(), ApiError>, StoreError> {
-        if let Err(e) = self.suspend_queued(id, now, by) {
-            return Ok(Err(e));
-        }
-        // Called by admins' requests, written before their reply.
-        self.carry_out_effects(now)?;
-        Ok(Ok(()))
+        Ok(self.suspend_queued(id, now, by))
     }
 
     /// `suspend_job`'s decision, its effects queued (the pass's preemptions carry them out
@@ -124,10 +119,8 @@ impl Controller {
                 Resumed::Waiting(why)
             }
         };
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this reads them back or queues an order directly), but a node's row
-        // queued (`UpsertNode`) is written as the node is now.
-        self.carry_out_effects(now)?;
+        // Queued with the command's effects: no caller reads them back or queues an order
+        // directly after this.
         Ok(Ok(outcome))
     }
 
@@ -294,8 +287,7 @@ impl Controller {
                 Err(e) => IdResult { id, ok: false, error: Some(e) },
             });
         }
-        // Written before the reply, in this command's transaction.
-        self.carry_out_effects(now)?;
+        // Written after the command, in its transaction, before the reply leaves (server loop).
         Ok(ClientResponse::Done { results })
     }
 
@@ -323,10 +315,9 @@ impl Controller {
         if in_place {
             self.try_resume(id, now)?.ok();
         }
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this in `handle_agent` reads them back or queues an order directly),
-        // but a node's row queued (`UpsertNode`) is written as the node is now.
-        self.carry_out_effects(now)
+        // Queued with the command's effects: nothing after this in `handle_agent` reads them
+        // back or queues an order directly.
+        Ok(())
     }
 
     /// A node answered `resume` ([`resume_answered`]). On a failure the resume is undone: the
@@ -334,44 +325,33 @@ impl Controller {
     /// at once), its PUs are given back and the error is its reason. A moved allocation stays
     /// as recorded; the next resume sends the moved nodes their part again, so each cgroup
     /// matches the record.
-    pub(crate) fn resume_answer(
-        &mut self,
-        node: usize,
-        id: JobId,
-        error: Option<String>,
-        cgroups: Vec<CgroupReport>,
-        now: f64,
-    ) -> Result<(), StoreError> {
+    pub(crate) fn resume_answer(&mut self, node: usize, id: JobId, error: Option<String>, cgroups: Vec<CgroupReport>) {
         let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
         if !cgroups.is_empty() && self.jobs.contains_key(&id) {
             let entry = self.cgroups.entry(id).or_default();
             entry.retain(|(n, c)| !(*n == name && c.rank.is_none()));
             entry.extend(cgroups.into_iter().map(|c| (name.clone(), c)));
         }
-        let Some(job) = self.jobs.get_mut(&id) else { return Ok(()) };
+        let Some(job) = self.jobs.get_mut(&id) else { return };
         if let Some(e) = &error {
             if job.suspension.resuming.is_some() {
                 tracing::warn!(job = %id, node = %name, "resume failed: {e}");
             }
         }
         let effects = resume_answered(job, &mut self.cluster, node, &name, error);
+        // Queued with the command's effects: nothing after this in `handle_agent` reads them
+        // back or queues an order directly.
         self.queue(effects);
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this in `handle_agent` reads them back or queues an order directly),
-        // but a node's row queued (`UpsertNode`) is written as the node is now.
-        self.carry_out_effects(now)
     }
 
     /// A node's agent (same process) registered again: it holds what it held, but a
     /// `suspend` or `resume` sent while it was away was lost. Send them again (both are
     /// idempotent on the agent): [`resync_orders`].
-    pub(crate) fn resync_suspensions(&mut self, node: usize, now: f64) -> Result<(), StoreError> {
+    /// Queued with the command's effects: nothing after this in a registration reads them back
+    /// or queues an order directly.
+    pub(crate) fn resync_suspensions(&mut self, node: usize) {
         let effects = resync_orders(&self.jobs, node);
         self.queue(effects);
-        // Carried out here rather than after the command: the same writes in the same order either
-        // way (nothing after this in a registration reads them back or queues an order directly),
-        // but a node's row queued (`UpsertNode`) is written as the node is now.
-        self.carry_out_effects(now)
     }
 }
 

@@ -382,7 +382,8 @@ impl Controller {
             self.queue([Effect::job_event("walltime", id, None, "lowered walltime reached: kill sent")]);
             self.kill_on_nodes(id, &alloc, "walltime", None);
         }
-        self.carry_out_effects(now)
+        // The events are queued with the tick's effects: nothing after this reads them back.
+        Ok(())
     }
 
     /// `requeue`: see the module. One result per id; an array's id requeues each of its
@@ -545,6 +546,8 @@ impl Controller {
             self.queue([Effect::SaveOldRun { job: id, nodes: nodes.clone(), since: now }]);
             self.policy.depend.requeued.insert(id, OldRun { nodes, since: now });
         }
+        // Carried out now: a registration that requeues a job (`reconcile_jobs_here`) then
+        // queues orders directly, which must follow the kills queued here.
         self.carry_out_effects(now)
     }
 

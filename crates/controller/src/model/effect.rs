@@ -5,16 +5,15 @@
 //! to agents wait for the commit in `state::Outbox`, as before: an effect `Send` queues its
 //! order there, behind the writes decided before it.
 //!
-//! Not every effect waits for the loop: about 30 feature methods call `carry_out_effects`
-//! themselves, mid-command, to write what was decided so far in the same transaction. The
-//! writes keep their order either way (one queue, carried out in order); an early call matters
-//! where what follows reads those rows back from the store (`job_state` of a job that left
-//! memory, `release_request`), where an order is then queued directly (`send_to_node`,
-//! `out.agents`: acks to agents, launches and kills, which bypass this queue and must follow
-//! the `Send`s decided before them), where `dirty` is cleared next (the scheduling pass), or
-//! where a node's row (`UpsertNode`, read when carried out) must be the node as it is then.
-//! Some calls need none of these and are kept so that behaviour (and the error path: a
-//! failed write stops the command there) stays exactly as it was.
+//! Not every effect waits for the loop: 13 feature methods call `carry_out_effects`
+//! themselves, mid-command, each with a comment saying why. The writes keep their order
+//! either way (one queue, carried out in order); an early call matters only where what follows
+//! reads those rows back from the store (`ended_state` of a job that just left memory,
+//! `release_request`), where an order is then queued directly (`send_to_node`, `out.agents`:
+//! acks to agents, launches and kills, which bypass this queue and must follow the `Send`s
+//! decided before them), or where `dirty` is cleared next (the scheduling pass). Elsewhere the
+//! effects wait for the loop: a node's row (`UpsertNode`, read when carried out) is then
+//! written as the node is at the command's end, the last state in the same transaction.
 
 use crate::model::advance::Advance;
 use crate::model::job::{JobRecord, Usage};
