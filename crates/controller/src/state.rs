@@ -45,6 +45,8 @@ pub struct NodeExtra {
 pub struct LiveStep {
     pub step: u32,
     pub uid: u32,
+    /// Who it runs as, by name (its row's `user`): shown when someone else's end is refused.
+    pub user: String,
     /// PUs it holds per node (index in the job's allocation); empty when it overcommits.
     pub claims: Vec<(usize, CpuSet)>,
     /// Names of the nodes with its ranks.
@@ -204,6 +206,7 @@ impl Controller {
                 c.steps.entry(row.job).or_default().push(LiveStep {
                     step: row.step,
                     uid: row.uid,
+                    user: row.user,
                     claims: row.claims,
                     nodes: row.nodes,
                     conn: None,

@@ -495,24 +495,29 @@ impl Controller {
     }
 
     pub(crate) fn step_end(&mut self, job: JobId, step: u32, outcome: &StepOutcome, peer: &Peer, now: f64) -> Reply {
-        let Some(row) = self.store.get_step(job, step)? else {
+        // A step not ended is in memory; one ended already (a second report) is history.
+        let found = match live_step(&self.steps, job, step) {
+            Some(s) => Some((s.uid, s.user.clone(), s.interactive)),
+            None => self.store.get_step(job, step)?.map(|r| (r.uid, r.user, r.interactive)),
+        };
+        let Some((uid, user, interactive)) = found else {
             return Ok(match self.jobs.contains_key(&job) || self.ended_job(job)?.is_some() {
                 true => error(ErrorCode::UnknownJob, format!("job {job} has no step {step}")),
                 false => ClientResponse::Error(unknown_job(job)),
             });
         };
-        if row.uid != peer.user.uid && !self.is_admin(peer) {
-            self.denied(peer, &format!("end step {step} of"), Some(job), &row.user, now)?;
+        if uid != peer.user.uid && !self.is_admin(peer) {
+            self.denied(peer, &format!("end step {step} of"), Some(job), &user, now)?;
             return Ok(error(
                 ErrorCode::NotPermitted,
-                format!("step {job}.{step} belongs to {}; you may only end your own steps", row.user),
+                format!("step {job}.{step} belongs to {user}; you may only end your own steps"),
             ));
         }
         let failure = outcome.failures.first().map(|f| f.describe()).or_else(|| outcome.failed_at.clone());
         let end = StepEnd { time: now, exit_code: Some(outcome.exit_code), failure: failure.clone(), node: None };
         let effects = step_closed(&mut self.steps, job, step, end, format!("step {step}: exit {}", outcome.exit_code));
         self.queue(effects);
-        if row.interactive {
+        if interactive {
             let state = if outcome.exit_code == 0 { JobState::Completed } else { JobState::Failed };
             self.end_interactive(job, state, Some(outcome.exit_code), failure.as_deref(), now)?;
         }
@@ -533,8 +538,8 @@ impl Controller {
         failure: Option<String>,
         now: f64,
     ) -> Result<(), StoreError> {
-        let Some(row) = self.store.get_step(job, step)? else { return Ok(()) };
-        if row.end_time.is_some() || row.interactive {
+        // Only a step not ended yet (in memory) is closed here, and not an interactive one.
+        if live_step(&self.steps, job, step).is_none_or(|s| s.interactive) {
             return Ok(());
         }
         let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
@@ -720,6 +725,7 @@ pub(crate) fn step_granted(
     let live = LiveStep {
         step,
         uid: peer.user.uid,
+        user: peer.user.name.clone(),
         claims,
         nodes: row.nodes.clone(),
         conn: Some(peer.conn),
@@ -804,6 +810,12 @@ pub(crate) struct StepEnd {
     pub failure: Option<String>,
     /// The node its end event is about (the agent that reported it), if any.
     pub node: Option<String>,
+}
+
+/// Step `step` of job `job` if it has not ended: the steps not ended are those in memory
+/// (`Controller::steps`; at load, the open rows of running jobs, the others closed).
+fn live_step(steps: &HashMap<JobId, Vec<LiveStep>>, job: JobId, step: u32) -> Option<&LiveStep> {
+    steps.get(&job).and_then(|v| v.iter().find(|s| s.step == step))
 }
 
 /// Step `step` of `job` ended: no longer live (its cores are the job's again); its end and

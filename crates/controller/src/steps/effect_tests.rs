@@ -37,6 +37,7 @@ fn live(step: u32, conn: Option<u64>, nodes: &[&str], interactive: bool, granted
     LiveStep {
         step,
         uid: 1000,
+        user: "ann".into(),
         claims: vec![],
         nodes: nodes.iter().map(|n| n.to_string()).collect(),
         conn,

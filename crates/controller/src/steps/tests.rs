@@ -742,3 +742,36 @@ fn step_ids_come_from_memory_as_the_store_would_give_them_across_a_restart_and_a
     assert_eq!(h.ctl.counts.requeues(id), h.ctl.store.count_events(id, "requeue").unwrap());
     assert_eq!(h.ctl.counts.requeues(id), 1);
 }
+
+/// A step's end is decided from memory (its owner, whether it made its allocation, whether it
+/// is still open): the live steps in memory are the store's open rows, before and after a
+/// restart; an agent's report of a step ended already changes nothing.
+#[test]
+fn live_steps_in_memory_are_the_open_rows_and_a_late_report_of_an_ended_one_is_ignored() {
+    let mut h = Harness::new(1);
+    let id = h.batch(SubmitOptions { cores: Some(8), ..Default::default() }, &ann());
+    for _ in 0..2 {
+        granted(h.call(run(Some(id), tasks(2)), &ann()));
+    }
+    let same = |h: &Harness| {
+        let mut rows: Vec<_> =
+            h.ctl.store.live_steps().unwrap().into_iter().map(|r| (r.step, r.uid, r.user, r.interactive)).collect();
+        let mut live: Vec<_> =
+            h.ctl.steps.values().flatten().map(|s| (s.step, s.uid, s.user.clone(), s.interactive)).collect();
+        rows.sort();
+        live.sort();
+        assert_eq!(live, rows);
+        live.len()
+    };
+    assert_eq!(same(&h), 2);
+    let mut h = h.restart();
+    assert_eq!(same(&h), 2);
+    assert!(done(h.call(ClientRequest::StepEnd { job: id, step: 1, outcome: end_outcome(0) }, &ann())).ok);
+    assert_eq!(same(&h), 1);
+    let ends = |h: &Harness| events_of(h, "step_end").len();
+    assert_eq!(ends(&h), 1);
+    h.agent(0, AgentMessage::StepEnded { job: id, step: 1, exit_code: 9, failure: None });
+    assert_eq!(ends(&h), 1, "ended already: not closed again");
+    h.agent(0, AgentMessage::StepEnded { job: id, step: 2, exit_code: 0, failure: None });
+    assert_eq!((ends(&h), same(&h)), (2, 0), "open: closed by the agent's report");
+}
