@@ -136,7 +136,7 @@ impl Controller {
         self.queue(effects);
         if down_already {
             // Queued with the command's effects (`node_admin` only queues its event and reply
-            // after this); else the node fails, which carries out its own.
+            // after this); else the node fails (`node_failed`).
             return Ok(());
         }
         self.node_failed(i, &format!("admin: {reason}"), now)

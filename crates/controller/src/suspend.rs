@@ -66,7 +66,7 @@ impl Controller {
     /// node of its allocation once the transaction commits. Refused (the inner error) for a
     /// job that is not running, is ending, is an interactive allocation, or has a node not
     /// connected (it could not be frozen there). Decided by [`suspended`] (and
-    /// [`taken_over_by_admin`]); the effects are carried out before it returns.
+    /// [`taken_over_by_admin`]); the effects are queued with the command's.
     pub fn suspend_job(&mut self, id: JobId, now: f64, by: SuspendBy) -> Result<Result<(), ApiError>, StoreError> {
         Ok(self.suspend_queued(id, now, by))
     }
