@@ -162,6 +162,7 @@ pub mod priority;
 pub mod queue;
 pub mod reason;
 pub mod round;
+pub mod tail;
 
 #[cfg(test)]
 mod testkit;

@@ -12,6 +12,7 @@ use berth_core::sched::preempt::{self, Preemptible, SuspendedJob};
 use berth_core::sched::priority::PriorityInput;
 use berth_core::sched::queue::QueueSpec;
 use berth_core::sched::round::{JobPriority, PreemptJob, SuspendedInput, UsageJob, UserKey};
+use berth_core::sched::tail::{tasks_needed, RunTask, TailPass};
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::JobId;
 use std::collections::{HashMap, HashSet};
@@ -51,27 +52,10 @@ pub(super) struct Gathered {
 
 /// A run of pending tasks of one array, consecutive among the pass's pending jobs (in id
 /// order) and identical in everything the round sees of them (request, walltime, hold, queue,
-/// user and account, submission time, admin priority). Such tasks have the same priority, so
-/// the round's order (priority, submission, id) keeps them together, in id order; it decides
-/// for each on the state the ones before it left:
-/// - once one of them waits, every later one waits too (a wait only adds claims: EASY's head
-///   reservation, a conservative one), so those that start are the run's first ones, at most
-///   `machine CPUs / CPUs each` of them;
-/// - a conservative pass reserves for at most `max_reservations` waiting jobs, then tries
-///   each later job now beside every reservation (a job that cannot be planned at all, held
-///   or never fitting, takes none: such runs are left whole under conservative backfill, so
-///   that its kept plan sees every one of them);
-/// - a job past that limit, or one waiting behind EASY's head, claims nothing: the next
-///   identical one is decided on the same state, the same way.
-///
-/// So after its first `machine CPUs / CPUs each + 2 + max_reservations` tasks, the rest of a
-/// run would each be decided as the last of those was (a wait, with its reason, priority and
-/// expected start) and change nothing for any other job: they are left out of the round and
-/// shown as that task (`Controller::shown_as`). A pass then costs the same whatever the
-/// length of an array's queue. Not done for tasks of an advance reservation, in a queue with a
-/// per-user core limit (every task ahead counts toward it), with preemption on (each waiting
-/// job may preempt), or for requests a CPU count does not bound (threads, system CPUs, a
-/// binding).
+/// user and account, submission time, admin priority): its first `keep` tasks go to the round,
+/// the rest are left out and shown as the last kept one (`Controller::shown_as`). How many the
+/// round needs, and why the rest change nothing, is core's rule
+/// ([`berth_core::sched::tail::tasks_needed`]); finding the runs and applying the rule is this.
 struct TailRun {
     /// The run's first task's options (its `array_task` set to each task compared).
     options: berth_core::directives::SubmitOptions,
@@ -202,21 +186,20 @@ impl Controller {
         job.options.array_task?;
         let req = &g.queue.last()?.request;
         let sched = &self.cfg.scheduler;
-        let conservative = sched.policy == berth_core::sched::backfill::BackfillPolicy::Conservative;
-        let limited = self.cfg.queues.iter().any(|s| s.name == job.queue && s.max_cores_per_user.is_some());
-        let cpus = req.total_cpus();
-        let bounded = !req.threads && !req.system_cpus && req.binding.is_none() && cpus > 0;
-        let keep = (bounded
-            && !limited
-            && !self.cfg.preempt.enabled
-            && job.options.reservation.is_none()
-            && !(conservative
-                && (job.state == JobState::Held
-                    || matches!(
-                        berth_core::sched::backfill::Machine::place(&g.machine, req),
-                        berth_core::sched::backfill::Fit::Never(_)
-                    ))))
-        .then(|| (g.machine_cpus / cpus) as usize + 2 + sched.max_reservations);
+        let task = RunTask {
+            request: req,
+            held: job.state == JobState::Held,
+            in_advance: job.options.reservation.is_some(),
+            user_limited: self.cfg.queues.iter().any(|s| s.name == job.queue && s.max_cores_per_user.is_some()),
+        };
+        let pass = TailPass {
+            machine: &g.machine,
+            machine_cpus: g.machine_cpus,
+            policy: sched.policy,
+            max_reservations: sched.max_reservations,
+            preempting: self.cfg.preempt.enabled,
+        };
+        let keep = tasks_needed(task, pass);
         #[cfg(test)]
         let keep = keep.filter(|_| !self.policy.whole_arrays);
         Some(TailRun {
