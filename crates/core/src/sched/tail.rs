@@ -66,9 +66,9 @@ pub fn tasks_needed(task: RunTask, pass: TailPass) -> Option<usize> {
     // A conservative pass plans every job it can: one that cannot be planned (held, or never
     // fitting) takes no reservation, so the run stays whole.
     let unplanned = || task.held || matches!(Machine::place(pass.machine, req), Fit::Never(_));
-    let applies =
-        bounded && !task.user_limited && !pass.preempting && !task.in_advance && !(conservative && unplanned());
-    applies.then(|| (pass.machine_cpus / cpus) as usize + 2 + pass.max_reservations)
+    // The run goes whole where the rule does not hold.
+    let whole = !bounded || task.user_limited || pass.preempting || task.in_advance || (conservative && unplanned());
+    (!whole).then(|| (pass.machine_cpus / cpus) as usize + 2 + pass.max_reservations)
 }
 
 #[cfg(test)]
