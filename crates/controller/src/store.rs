@@ -23,6 +23,7 @@ use crate::model::array::write_array_rows;
 use crate::model::job::{JobRecord, Usage};
 use berth_core::directives::array::ArrayTask;
 use berth_core::job::JobState;
+use berth_core::sched::reason::SuspendedReason;
 use berth_core::JobId;
 use berth_protocol::step::StepInfo;
 use rusqlite::{params, Connection, OptionalExtension, Row};
@@ -1090,6 +1091,11 @@ impl RawJob {
                 pair
             }
         };
+        // A suspended job's reason as typed, read back from its words.
+        let suspended_reason = match state {
+            JobState::Suspended => self.reason.as_deref().and_then(SuspendedReason::from_words),
+            _ => None,
+        };
         let record = JobRecord {
             id: JobId(self.id as u64),
             name: self.name,
@@ -1117,7 +1123,7 @@ impl RawJob {
                 peak_memory_bytes: m as u64,
             }),
             kill_sent: None,
-            suspension: self.suspension,
+            suspension: crate::model::suspension::Suspension { reason: suspended_reason, ..self.suspension },
         };
         record.validate()?;
         Ok(record)

@@ -28,7 +28,8 @@ use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::{Allocation, JobState, NodeAllocation};
 use berth_core::sched::backfill::PassLimits;
-use berth_core::sched::preempt::{resumed_on, PartsJob, Resume, SuspendedJob};
+use berth_core::sched::preempt::{resumed_on, PartsJob, Resume, ResumeWait, SuspendedJob};
+use berth_core::sched::reason::SuspendedReason;
 use berth_core::sched::round::{round_keeping, ResumeRule, RoundDecisions, RoundInput, SuspendedInput};
 use berth_core::sched::ClusterState;
 use berth_core::{JobId, NodeId};
@@ -52,8 +53,8 @@ pub enum Resumed {
     InPlace,
     /// Resume sent; on other PUs on these nodes (names).
     Moved(Vec<String>),
-    /// It stays suspended: why (also the job's reason).
-    Waiting(String),
+    /// It stays suspended: why (also in the job's reason).
+    Waiting(ResumeWait),
 }
 
 fn api(code: ErrorCode, message: String) -> ApiError {
@@ -110,7 +111,7 @@ impl Controller {
         let how = match (d.resumes.into_iter().next(), d.still_suspended.into_iter().next()) {
             (Some((_, how)), _) => Ok(how),
             (None, Some((_, why))) => Err(why),
-            (None, None) => Err("it cannot resume now".to_string()),
+            (None, None) => Err(ResumeWait::Unstated),
         };
         let outcome = match how {
             Ok(how) => self.resume_with(id, &how, now),
@@ -161,7 +162,7 @@ impl Controller {
     }
 
     /// A suspended job that cannot resume now: its reason says why (`waiting_reason`), queued.
-    pub(crate) fn resume_waits(&mut self, id: JobId, why: &str) {
+    pub(crate) fn resume_waits(&mut self, id: JobId, why: &ResumeWait) {
         let Some(job) = self.jobs.get_mut(&id) else { return };
         let effects = waiting_reason(job, why);
         self.queue(effects);
@@ -407,7 +408,7 @@ pub(crate) fn taken_over_by_admin(job: &mut JobRecord, by: &SuspendBy) -> Vec<Ef
         return vec![];
     }
     job.suspension.by_admin = true;
-    job.reason = Some(reason_of(by));
+    give_reason(job, reason_of(by));
     vec![
         Effect::UpdateJob(Box::new(job.clone())),
         Effect::SaveSuspension { job: job.id, suspension: job.suspension.clone() },
@@ -426,7 +427,7 @@ pub(crate) fn suspended(job: &mut JobRecord, cluster: &mut ClusterState, by: &Su
     job.suspension.since = Some(now);
     job.suspension.by_admin = matches!(by, SuspendBy::Admin(_));
     job.suspension.count += 1;
-    job.reason = Some(reason_of(by));
+    give_reason(job, reason_of(by));
     let detail = match by {
         SuspendBy::Admin(who) => format!("by admin {who}"),
         SuspendBy::Policy(why) => why.clone(),
@@ -447,22 +448,24 @@ pub(crate) fn suspended(job: &mut JobRecord, cluster: &mut ClusterState, by: &Su
 }
 
 /// Suspended `job` cannot resume now (`why`): its reason says so, after what suspended it
-/// ("suspended: preempted by job 12; waiting for ..."); its row to write when that changed.
-pub(crate) fn waiting_reason(job: &mut JobRecord, why: &str) -> Vec<Effect> {
-    let cause = job
-        .reason
-        .as_deref()
-        .and_then(|r| r.split("; ").next())
-        .filter(|r| r.starts_with("suspended: ") && !r.contains("waiting for"));
-    let reason = match cause {
-        Some(cause) => format!("{cause}; {why}"),
-        None => format!("suspended: {why}"),
-    };
-    if job.reason.as_deref() == Some(&reason) {
+/// ("suspended: preempted by job 12; waiting for ...": [`SuspendedReason::waiting`]); its row
+/// to write when its words changed.
+pub(crate) fn waiting_reason(job: &mut JobRecord, why: &ResumeWait) -> Vec<Effect> {
+    let reason = SuspendedReason::waiting(job.suspension.reason.as_ref(), why.clone());
+    if !give_reason(job, reason) {
         return vec![];
     }
-    job.reason = Some(reason);
     vec![Effect::UpdateJob(Box::new(job.clone()))]
+}
+
+/// Suspended `job`'s reason becomes `reason`, typed (`job.suspension.reason`) and in words (the
+/// job's `reason`, what its row keeps and users read); whether the words changed.
+fn give_reason(job: &mut JobRecord, reason: SuspendedReason) -> bool {
+    let words = reason.to_string();
+    let changed = job.reason.as_deref() != Some(words.as_str());
+    job.reason = Some(words);
+    job.suspension.reason = Some(reason);
+    changed
 }
 
 /// Per part of `old`, where it resumes as the round decided (None: in place).
@@ -523,6 +526,7 @@ pub(crate) fn resumed(
     });
     job.state = JobState::Running;
     job.reason = None;
+    job.suspension.reason = None;
     let detail = if details.is_empty() { "in place".to_string() } else { format!("moved {}", details.join("; ")) };
     let mut effects = vec![
         Effect::UpdateJob(Box::new(job.clone())),
@@ -548,7 +552,7 @@ pub(crate) fn admin_hold_lifted(job: &mut JobRecord) -> Vec<Effect> {
 pub(crate) fn freezing_failed(id: JobId, job: Option<&mut JobRecord>, name: &str, e: &str) -> Vec<Effect> {
     let mut effects = vec![Effect::job_event("suspend_failed", id, Some(name), e)];
     if let Some(job) = job.filter(|j| j.state == JobState::Suspended) {
-        job.reason = Some(format!("suspended, but freezing failed on {name}: {e}"));
+        give_reason(job, SuspendedReason::FreezingFailed { node: name.to_string(), error: e.to_string() });
         effects.push(Effect::UpdateJob(Box::new(job.clone())));
     }
     effects
@@ -591,7 +595,7 @@ pub(crate) fn resume_answered(
     job.suspension.by_admin = resuming.by_admin;
     job.suspension.unsynced = resuming.moved;
     job.state = JobState::Suspended;
-    job.reason = Some(format!("suspended: resuming failed on {name}: {e}"));
+    give_reason(job, SuspendedReason::ResumeFailed { node: name.to_string(), error: e, waits: None });
     effects.push(Effect::UpdateJob(Box::new(job.clone())));
     effects.push(Effect::SaveSuspension { job: id, suspension: job.suspension.clone() });
     for na in &job.allocation {
@@ -620,10 +624,10 @@ pub(crate) fn resync_orders(jobs: &BTreeMap<JobId, JobRecord>, node: usize) -> V
     effects
 }
 
-fn reason_of(by: &SuspendBy) -> String {
+fn reason_of(by: &SuspendBy) -> SuspendedReason {
     match by {
-        SuspendBy::Admin(who) => format!("suspended by admin {who}: `berth resume` resumes it"),
-        SuspendBy::Policy(why) => format!("suspended: {why}"),
+        SuspendBy::Admin(who) => SuspendedReason::ByAdmin { who: who.clone() },
+        SuspendBy::Policy(why) => SuspendedReason::Preempted { why: why.clone(), waits: None },
     }
 }
 

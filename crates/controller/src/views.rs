@@ -37,6 +37,9 @@ impl Controller {
             info.reason_code = reason.map(|r| r.code().to_string());
             info.priority = self.policy.priorities.get(&id).cloned();
             info.expected_start = self.policy.expected_start.get(&id).copied();
+        } else if job.state == JobState::Suspended {
+            // Its words are the job's reason (as its row keeps them); the typed one gives the code.
+            info.reason_code = job.suspension.reason.as_ref().map(|r| r.code().to_string());
         } else if job.state == JobState::Running {
             info.reason = job.kill_sent.as_ref().map(|r| format!("ending: {r}"));
         }

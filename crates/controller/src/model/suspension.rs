@@ -2,6 +2,7 @@
 //! memory, not its PUs). The mechanism (suspending, resuming, moving) is `crate::suspend`'s.
 
 use berth_core::job::Allocation;
+use berth_core::sched::reason::SuspendedReason;
 use berth_core::sched::ClusterState;
 
 /// A job's suspensions, as persisted (and what is in flight, in memory only).
@@ -20,6 +21,10 @@ pub struct Suspension {
     /// Nodes (indexes) whose cgroup may not hold the job's part as recorded (a move that
     /// failed elsewhere): the next resume sends them their part (not persisted).
     pub unsynced: Vec<usize>,
+    /// Why the suspended job is not running (`crate::suspend::give_reason` sets it with its
+    /// words, the job's `reason`, which its row keeps): not persisted, read back from those
+    /// words when the job is loaded.
+    pub reason: Option<SuspendedReason>,
 }
 
 /// A resume in flight, to undo it if a node fails to carry it out.

@@ -75,7 +75,7 @@ impl Controller {
     pub(super) fn carry_out_resumes(
         &mut self,
         resumes: Vec<(JobId, Resume)>,
-        still_suspended: &[(JobId, String)],
+        still_suspended: &[(JobId, berth_core::sched::preempt::ResumeWait)],
         now: f64,
     ) {
         for (id, how) in resumes {

@@ -131,18 +131,22 @@ fn suspension_is_refused_for_jobs_not_running_ending_without_a_script_or_off_lin
 fn a_job_that_cannot_resume_says_why_after_what_suspended_it() {
     let mut c = cluster(&[]);
     let mut job = suspended_job(&mut c);
-    let effects = waiting_reason(&mut job, "waiting for 4 cores on n0 to resume (1 free)");
+    let short = ResumeWait::Short { need: 4, unit: "cores", node: "n0".into(), free: 1 };
+    let effects = waiting_reason(&mut job, &short);
     assert_eq!(
         job.reason.as_deref(),
         Some("suspended: preempted by job 9; waiting for 4 cores on n0 to resume (1 free)")
     );
+    assert_eq!(job.suspension.reason.as_ref().map(SuspendedReason::code), Some("Resources"));
     assert_eq!(effects, vec![row(&job)]);
-    assert_eq!(waiting_reason(&mut job, "waiting for 4 cores on n0 to resume (1 free)"), vec![], "unchanged");
-    waiting_reason(&mut job, "node n1 is not connected");
+    assert_eq!(waiting_reason(&mut job, &short), vec![], "unchanged");
+    waiting_reason(&mut job, &ResumeWait::NotConnected("n1".into()));
     assert_eq!(job.reason.as_deref(), Some("suspended: preempted by job 9; node n1 is not connected"));
+    assert_eq!(job.suspension.reason.as_ref().map(SuspendedReason::code), Some("NodeDown"));
     // Without a cause of the pass's (an admin's hold, lifted), only why it waits.
-    job.reason = Some("suspended by admin root: `berth resume` resumes it".into());
-    waiting_reason(&mut job, "node n1 is not connected");
+    give_reason(&mut job, SuspendedReason::ByAdmin { who: "root".into() });
+    assert_eq!(job.reason.as_deref(), Some("suspended by admin root: `berth resume` resumes it"));
+    waiting_reason(&mut job, &ResumeWait::NotConnected("n1".into()));
     assert_eq!(job.reason.as_deref(), Some("suspended: node n1 is not connected"));
 }
 

@@ -175,6 +175,49 @@ fn resume_waits_with_a_reason_and_happens_by_itself_later() {
     assert_eq!(h.sent(), vec![(0, ControllerMessage::Resume { id: a, allocation: None })]);
 }
 
+/// What `berth show` gives of job `id`'s reason: its words and its code.
+fn shown_reason(h: &mut Harness, id: JobId) -> (Option<String>, Option<String>) {
+    let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id }, &ann()) else { panic!("no job {id}") };
+    (job.reason, job.reason_code)
+}
+
+fn words_and_code(words: &str, code: Option<&str>) -> (Option<String>, Option<String>) {
+    (Some(words.to_string()), code.map(str::to_string))
+}
+
+/// A suspended job's reason is typed: shown with its words and its code, also after a restart
+/// (what suspended it read back from the words its row keeps; what it waits for known again
+/// at the next resume).
+#[test]
+fn a_suspended_jobs_reason_has_a_code_also_after_a_restart() {
+    let mut h = Harness::new(1);
+    let a = h.batch(job(4, 512), &ann());
+    let r = suspend(&mut h, a);
+    assert!(r.ok, "{r:?}");
+    let by_admin = "suspended by admin root: `berth resume` resumes it";
+    assert_eq!(shown_reason(&mut h, a), words_and_code(by_admin, Some("SuspendedByAdmin")));
+    // A job takes 6 of the 8 cores, A's among them: A cannot resume.
+    h.batch(job(6, 64), &bob());
+    let e = resume(&mut h, a).error.expect("not resumed now");
+    assert!(e.message.contains("waiting for 4 cores on n0 to resume (2 free)"), "{}", e.message);
+    let waiting = "suspended: waiting for 4 cores on n0 to resume (2 free)";
+    assert_eq!(shown_reason(&mut h, a), words_and_code(waiting, Some("Resources")));
+    // B takes the last 2 cores and is preempted.
+    let b = h.batch(job(2, 64), &ann());
+    h.now += 1.0;
+    assert!(h.ctl.suspend_job(b, h.now, SuspendBy::Policy("preempted by job 9".into())).unwrap().is_ok());
+    let preempted = words_and_code("suspended: preempted by job 9", Some("Preempted"));
+    assert_eq!(shown_reason(&mut h, b), preempted);
+
+    let mut h = h.restart();
+    assert_eq!(shown_reason(&mut h, b), preempted, "its cause read back");
+    assert_eq!(shown_reason(&mut h, a), words_and_code(waiting, None), "a wait alone: no code until a resume is tried");
+    // A waits (2 cores free: B's), B resumes on its own cores.
+    assert_eq!(h.ctl.resume_waiting(h.now).unwrap(), vec![b]);
+    assert_eq!(shown_reason(&mut h, a), words_and_code(waiting, Some("Resources")));
+    assert_eq!(shown_reason(&mut h, b), (None, None));
+}
+
 #[test]
 fn pass_suspensions_resume_by_themselves_admin_ones_do_not() {
     let mut h = Harness::new(1);

@@ -1,11 +1,11 @@
-//! Why a pending job is not running: one typed value from the round (or the controller's
-//! checks before it) to the edge where it is shown. Its `Display` is the sentence users read
-//! (`berth jobs`, `berth show`; tests and system tests assert the words), its [`code`]
-//! a stable short name, Slurm's REASON where Slurm has one (`squeue %r`, `--json`).
-//!
-//! [`code`]: PendingReason::code
+//! Why a pending job is not running ([`PendingReason`]), and why a suspended one is not
+//! ([`SuspendedReason`]): one typed value from the round (or the controller's checks before it)
+//! to the edge where it is shown. Its `Display` is the sentence users read (`berth jobs`,
+//! `berth show`; tests and system tests assert the words), its `code()` a stable short name,
+//! Slurm's REASON where Slurm has one (`squeue %r`, `--json`).
 
 use crate::placement::reason::{Busy, Never};
+use crate::sched::preempt::ResumeWait;
 use crate::JobId;
 use std::fmt;
 
@@ -228,9 +228,118 @@ impl fmt::Display for ReservationWait {
     }
 }
 
+/// Why a suspended job is not running: what suspended it, and, once a resume was tried and
+/// could not be carried out, what it waits for ([`ResumeWait`], from the round's resume step).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SuspendedReason {
+    /// Suspended by admin `who` (`berth suspend`): only `berth resume` resumes it.
+    ByAdmin { who: String },
+    /// Suspended by the scheduling pass (`why`: "preempted by job 12"); it resumes as soon as
+    /// it can.
+    Preempted { why: String, waits: Option<ResumeWait> },
+    /// A resume failed on node `node` (`error`): it is suspended again.
+    ResumeFailed { node: String, error: String, waits: Option<ResumeWait> },
+    /// Freezing failed on node `node` (`error`): its processes there still run.
+    FreezingFailed { node: String, error: String },
+    /// It waits to resume, with no cause kept (an admin's suspension lifted by `berth
+    /// resume`, a failed freeze, or a cause not known).
+    Waiting(ResumeWait),
+}
+
+impl SuspendedReason {
+    /// Every code [`code`](Self::code) gives.
+    pub const CODES: &'static [&'static str] =
+        &["SuspendedByAdmin", "Preempted", "SystemFailure", "NodeDown", "Resources"];
+
+    /// The reason's stable short code: why the job does not run now. A wait to resume gives
+    /// its own ([`ResumeWait::code`]: `Resources`, or Slurm's `NodeDown`); otherwise
+    /// `SuspendedByAdmin`, `Preempted` (berth's: Slurm has no REASON for either), or Slurm's
+    /// `SystemFailure` when freezing or a resume failed.
+    pub fn code(&self) -> &'static str {
+        match self {
+            SuspendedReason::Preempted { waits: Some(w), .. }
+            | SuspendedReason::ResumeFailed { waits: Some(w), .. }
+            | SuspendedReason::Waiting(w) => w.code(),
+            SuspendedReason::ByAdmin { .. } => "SuspendedByAdmin",
+            SuspendedReason::Preempted { waits: None, .. } => "Preempted",
+            SuspendedReason::ResumeFailed { waits: None, .. } | SuspendedReason::FreezingFailed { .. } => {
+                "SystemFailure"
+            }
+        }
+    }
+
+    /// The same suspension once a resume was tried and could not be carried out: `wait` its
+    /// wait, what suspended it kept (the pass's preemption, a failed resume) and an earlier wait
+    /// replaced. `reason`: the job's reason so far (None: none known).
+    pub fn waiting(reason: Option<&SuspendedReason>, wait: ResumeWait) -> SuspendedReason {
+        match reason {
+            Some(SuspendedReason::Preempted { why, .. }) => {
+                SuspendedReason::Preempted { why: why.clone(), waits: Some(wait) }
+            }
+            Some(SuspendedReason::ResumeFailed { node, error, .. }) => {
+                SuspendedReason::ResumeFailed { node: node.clone(), error: error.clone(), waits: Some(wait) }
+            }
+            _ => SuspendedReason::Waiting(wait),
+        }
+    }
+
+    /// The reason of a suspended job read back from its words (a reason as a store keeps it):
+    /// what suspended it. What it waits for is not read (the next round's resume step says it
+    /// again); None for words that name no cause (a wait alone, or words of no reason here).
+    pub fn from_words(words: &str) -> Option<SuspendedReason> {
+        if let Some(who) =
+            words.strip_prefix("suspended by admin ").and_then(|w| w.strip_suffix(": `berth resume` resumes it"))
+        {
+            return Some(SuspendedReason::ByAdmin { who: who.to_string() });
+        }
+        let failed = |w: &str| w.split_once(": ").map(|(node, error)| (node.to_string(), error.to_string()));
+        if let Some(rest) = words.strip_prefix("suspended, but freezing failed on ") {
+            let (node, error) = failed(rest)?;
+            return Some(SuspendedReason::FreezingFailed { node, error });
+        }
+        // The cause is the words before a wait ("suspended: preempted by job 12; waiting for ...").
+        let cause = words.strip_prefix("suspended: ")?.split("; ").next()?;
+        if let Some(rest) = cause.strip_prefix("resuming failed on ") {
+            let (node, error) = failed(rest)?;
+            return Some(SuspendedReason::ResumeFailed { node, error, waits: None });
+        }
+        let a_wait = cause.contains("waiting for")
+            || cause == ResumeWait::Unstated.to_string()
+            || cause
+                .strip_prefix("node ")
+                .is_some_and(|n| n.ends_with(" is not connected") || n.ends_with(" is unknown"));
+        (!a_wait).then(|| SuspendedReason::Preempted { why: cause.to_string(), waits: None })
+    }
+}
+
+impl fmt::Display for SuspendedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let waits = |f: &mut fmt::Formatter<'_>, w: &Option<ResumeWait>| match w {
+            Some(w) => write!(f, "; {w}"),
+            None => Ok(()),
+        };
+        match self {
+            SuspendedReason::ByAdmin { who } => write!(f, "suspended by admin {who}: `berth resume` resumes it"),
+            SuspendedReason::Preempted { why, waits: w } => {
+                write!(f, "suspended: {why}")?;
+                waits(f, w)
+            }
+            SuspendedReason::ResumeFailed { node, error, waits: w } => {
+                write!(f, "suspended: resuming failed on {node}: {error}")?;
+                waits(f, w)
+            }
+            SuspendedReason::FreezingFailed { node, error } => {
+                write!(f, "suspended, but freezing failed on {node}: {error}")
+            }
+            SuspendedReason::Waiting(w) => write!(f, "suspended: {w}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CpuSet;
 
     /// Every variant's code, and its words exactly as they were when they were strings.
     #[test]
@@ -302,5 +411,130 @@ mod tests {
         let never = PendingReason::DependencyNeverSatisfied { why: "job 5 failed".into(), job: JobId(7) };
         assert_eq!(never.never_satisfied().as_deref(), Some("DependencyNeverSatisfied: job 5 failed"));
         assert_eq!(PendingReason::Priority.never_satisfied(), None);
+    }
+
+    /// Every suspended reason's code, and its words exactly as they were when they were strings
+    /// (`controller/src/suspend.rs` wrote them); read back from its words, its cause.
+    #[test]
+    fn every_suspended_variant_keeps_its_words() {
+        let short = || ResumeWait::Short { need: 4, unit: "cores", node: "n0".into(), free: 1 };
+        let cases: Vec<(SuspendedReason, &str, &str, Option<SuspendedReason>)> = vec![
+            (
+                SuspendedReason::ByAdmin { who: "root".into() },
+                "SuspendedByAdmin",
+                "suspended by admin root: `berth resume` resumes it",
+                Some(SuspendedReason::ByAdmin { who: "root".into() }),
+            ),
+            (
+                SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: None },
+                "Preempted",
+                "suspended: preempted by job 9",
+                Some(SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: None }),
+            ),
+            (
+                SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: Some(short()) },
+                "Resources",
+                "suspended: preempted by job 9; waiting for 4 cores on n0 to resume (1 free)",
+                Some(SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: None }),
+            ),
+            (
+                SuspendedReason::Preempted {
+                    why: "preempted by job 9".into(),
+                    waits: Some(ResumeWait::NotConnected("n1".into())),
+                },
+                "NodeDown",
+                "suspended: preempted by job 9; node n1 is not connected",
+                Some(SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: None }),
+            ),
+            (
+                SuspendedReason::ResumeFailed { node: "n1".into(), error: "kernel said no".into(), waits: None },
+                "SystemFailure",
+                "suspended: resuming failed on n1: kernel said no",
+                Some(SuspendedReason::ResumeFailed { node: "n1".into(), error: "kernel said no".into(), waits: None }),
+            ),
+            (
+                SuspendedReason::ResumeFailed { node: "n1".into(), error: "EBUSY".into(), waits: Some(short()) },
+                "Resources",
+                "suspended: resuming failed on n1: EBUSY; waiting for 4 cores on n0 to resume (1 free)",
+                Some(SuspendedReason::ResumeFailed { node: "n1".into(), error: "EBUSY".into(), waits: None }),
+            ),
+            (
+                SuspendedReason::FreezingFailed { node: "n1".into(), error: "EBUSY".into() },
+                "SystemFailure",
+                "suspended, but freezing failed on n1: EBUSY",
+                Some(SuspendedReason::FreezingFailed { node: "n1".into(), error: "EBUSY".into() }),
+            ),
+            (
+                SuspendedReason::Waiting(short()),
+                "Resources",
+                "suspended: waiting for 4 cores on n0 to resume (1 free)",
+                None,
+            ),
+            (
+                SuspendedReason::Waiting(ResumeWait::StepsHold {
+                    cpus: CpuSet::from_iter_u32(0..4),
+                    node: "n0".into(),
+                }),
+                "Resources",
+                "suspended: waiting for its own CPUs 0-3 on n0 to resume (its steps hold them)",
+                None,
+            ),
+            (
+                SuspendedReason::Waiting(ResumeWait::Pinned {
+                    cpus: CpuSet::from_iter_u32([2]),
+                    node: "n0".into(),
+                    why: "bound",
+                }),
+                "Resources",
+                "suspended: waiting for its own CPUs 2 on n0 to resume (bound)",
+                None,
+            ),
+            (
+                SuspendedReason::Waiting(ResumeWait::NotConnected("n1".into())),
+                "NodeDown",
+                "suspended: node n1 is not connected",
+                None,
+            ),
+            (
+                SuspendedReason::Waiting(ResumeWait::UnknownNode("n7".into())),
+                "NodeDown",
+                "suspended: node n7 is unknown",
+                None,
+            ),
+            (SuspendedReason::Waiting(ResumeWait::Unstated), "Resources", "suspended: it cannot resume now", None),
+        ];
+        for (reason, code, words, cause) in cases {
+            assert_eq!(reason.code(), code, "{reason:?}");
+            assert!(SuspendedReason::CODES.contains(&code), "{code} missing from CODES");
+            assert_eq!(reason.to_string(), words, "{reason:?}");
+            assert_eq!(SuspendedReason::from_words(words), cause, "{words}");
+        }
+        assert_eq!(SuspendedReason::from_words("requeued: node n1 failed"), None);
+    }
+
+    /// A wait replaces an earlier one and keeps what suspended the job; an admin's suspension
+    /// (lifted) and a failed freeze leave only the wait.
+    #[test]
+    fn a_wait_keeps_the_cause() {
+        let wait = ResumeWait::NotConnected("n1".into());
+        let earlier = ResumeWait::Short { need: 4, unit: "cores", node: "n0".into(), free: 1 };
+        let preempted = SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: Some(earlier.clone()) };
+        assert_eq!(
+            SuspendedReason::waiting(Some(&preempted), wait.clone()),
+            SuspendedReason::Preempted { why: "preempted by job 9".into(), waits: Some(wait.clone()) }
+        );
+        let failed = SuspendedReason::ResumeFailed { node: "n2".into(), error: "e".into(), waits: None };
+        assert_eq!(
+            SuspendedReason::waiting(Some(&failed), wait.clone()).to_string(),
+            "suspended: resuming failed on n2: e; node n1 is not connected"
+        );
+        for other in [
+            None,
+            Some(SuspendedReason::ByAdmin { who: "root".into() }),
+            Some(SuspendedReason::FreezingFailed { node: "n1".into(), error: "EBUSY".into() }),
+            Some(SuspendedReason::Waiting(earlier)),
+        ] {
+            assert_eq!(SuspendedReason::waiting(other.as_ref(), wait.clone()), SuspendedReason::Waiting(wait.clone()));
+        }
     }
 }

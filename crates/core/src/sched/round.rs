@@ -40,7 +40,7 @@ use super::backfill::{
     self, AdvanceReservation, KeptPlan, Machine, PassInput, PassLimits, PassOutput, QueuedJob, RunningJob, Waiting,
 };
 use super::fairshare::FairShare;
-use super::preempt::{PartsJob, PreemptConfig, Resume, SuspendedJob};
+use super::preempt::{PartsJob, PreemptConfig, Resume, ResumeWait, SuspendedJob};
 use super::priority::{Priority, PriorityInput, PriorityWeights};
 use super::queue::QueueSpec;
 use super::{ClusterState, PendingReason};
@@ -297,7 +297,7 @@ pub struct RoundDecisions<A> {
     pub charges: Vec<(String, f64)>,
     pub resumes: Vec<(JobId, Resume)>,
     /// Suspended jobs that stay so, with why (under [`ResumeRule::Parts`] only).
-    pub still_suspended: Vec<(JobId, String)>,
+    pub still_suspended: Vec<(JobId, ResumeWait)>,
     pub starts: Vec<Start<A>>,
     pub preemptions: Vec<PreemptStart<A>>,
     /// Jobs that stay pending, with why and (when computed) their expected start: the pass's,

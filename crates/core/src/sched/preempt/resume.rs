@@ -28,6 +28,23 @@ pub enum ResumeWait {
     Short { need: u32, unit: &'static str, node: String, free: u32 },
     #[error("waiting for its own CPUs {cpus} on {node} to resume ({why})")]
     Pinned { cpus: CpuSet, node: String, why: &'static str },
+    /// No resume was decided for it, and no why given.
+    #[error("it cannot resume now")]
+    Unstated,
+}
+
+impl ResumeWait {
+    /// The wait's stable short code, Slurm's REASON where Slurm has one: `NodeDown` for a node
+    /// that cannot be told to thaw it, else `Resources`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ResumeWait::NotConnected(_) | ResumeWait::UnknownNode(_) => "NodeDown",
+            ResumeWait::StepsHold { .. }
+            | ResumeWait::Short { .. }
+            | ResumeWait::Pinned { .. }
+            | ResumeWait::Unstated => "Resources",
+        }
+    }
 }
 
 /// What a part-by-part resume needs of a suspended job beside its allocation.

@@ -5,7 +5,7 @@ use crate::job::Allocation;
 use crate::sched::backfill::{AdvanceReservation, Machine, QueuedJob, RunningJob};
 use crate::sched::preempt::{
     beside_windows, cpus_only, plan_preemption_beside, resume_candidates, resume_parts, resumed_on, score,
-    windows_held, Preemptible, Preemptor, Resume, SuspendedJob, PREEMPTORS_PER_PASS,
+    windows_held, Preemptible, Preemptor, Resume, ResumeWait, SuspendedJob, PREEMPTORS_PER_PASS,
 };
 use crate::sched::PendingReason;
 use crate::JobId;
@@ -19,7 +19,7 @@ pub(super) struct Resumed<M: Machine> {
     pub running: Option<Vec<RunningJob<M::Alloc>>>,
     pub resumes: Vec<(JobId, Resume)>,
     /// Jobs that stay suspended, with why (part by part only).
-    pub still: Vec<(JobId, String)>,
+    pub still: Vec<(JobId, ResumeWait)>,
     pub victims: Vec<Preemptible>,
     /// Whose the resumed jobs are and their cores, for per-user limits.
     pub users: Vec<(UserKey, u64)>,
@@ -96,7 +96,7 @@ fn parts<M: RoundMachine>(
     windows: &[AdvanceReservation<Allocation>],
     connected: &dyn Fn(crate::NodeId) -> bool,
     now: f64,
-    still: &mut Vec<(JobId, String)>,
+    still: &mut Vec<(JobId, ResumeWait)>,
 ) -> Vec<(usize, Resume, Allocation)> {
     let mut out = vec![];
     for (i, s) in input.suspended.iter().enumerate() {
@@ -111,7 +111,7 @@ fn parts<M: RoundMachine>(
         let plan = match plan {
             Ok(plan) => plan,
             Err(why) => {
-                still.push((s.job.id, why.to_string()));
+                still.push((s.job.id, why));
                 continue;
             }
         };

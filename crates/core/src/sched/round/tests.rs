@@ -229,13 +229,16 @@ fn parts_rule_moves_parts_says_why_and_holds_back() {
             "passed true, backfilled 0",
         ]
     );
-    assert_eq!(d.still_suspended, [(JobId(8), "waiting for 8 cores on n1 to resume (0 free)".to_string())]);
+    let still: Vec<(JobId, String)> = d.still_suspended.iter().map(|(id, w)| (*id, w.to_string())).collect();
+    assert_eq!(still, [(JobId(8), "waiting for 8 cores on n1 to resume (0 free)".to_string())]);
+    assert_eq!(d.still_suspended[0].1.code(), "Resources");
     let n0_only = |n: NodeId| n.0 == 0;
     i.resume = ResumeRule::Parts { connected: &n0_only };
     i.suspended = &suspended[1..];
     let d = round_keeping(&i, &[], &mut None, 0.0);
     assert!(d.resumes.is_empty());
-    assert_eq!(d.still_suspended, [(JobId(8), "node n1 is not connected".to_string())]);
+    assert_eq!(d.still_suspended, [(JobId(8), ResumeWait::NotConnected("n1".into()))]);
+    assert_eq!(d.still_suspended[0].1.code(), "NodeDown");
 }
 
 /// A job barred from the pass (e.g. asking for an advance reservation it cannot use) is
