@@ -186,3 +186,92 @@ impl JobTasks {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn argv(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn ids_count_up_and_states_move_forward_only() {
+        let mut t = TaskTable::default();
+        let a = t.add(0, "n1", &argv(&["true"]), "/o", "/e");
+        let b = t.add(1, "n2", &argv(&["false"]), "/o", "/e");
+        assert_eq!((a, b), (1, 2));
+        let infos = t.infos(&[1, 2]);
+        assert!(infos.iter().all(|i| i.state == "starting" && i.pid.is_none()));
+        t.started(1, 100);
+        t.failed(2, "nope: command not found".into());
+        t.started(2, 200); // too late: it failed
+        let infos = t.infos(&[1, 2]);
+        assert_eq!((infos[0].state.as_str(), infos[0].pid), ("running", Some(100)));
+        assert_eq!((infos[1].state.as_str(), infos[1].pid), ("failed", None));
+        assert!(infos[1].unsuccessful() && infos[1].ended());
+        assert!(!t.all_ended(&[1, 2]) && t.all_ended(&[2]));
+        t.exited(1, None, Some(9), Some(1500));
+        t.exited(1, Some(0), None, None); // ends once
+        let i = &t.infos(&[1])[0];
+        assert_eq!((i.state.as_str(), i.exit_code, i.signal, i.wall_ms), ("exited", None, Some(9), Some(1500)));
+        assert!(i.unsuccessful());
+        assert!(t.all_ended(&[]) && t.all_ended(&[1, 2]));
+        assert_eq!(t.add(0, "n1", &argv(&["x"]), "/o", "/e"), 3);
+    }
+
+    #[test]
+    fn select_checks_ids_and_empty_means_all() {
+        let mut t = TaskTable::default();
+        for _ in 0..3 {
+            t.add(0, "n1", &argv(&["x"]), "/o", "/e");
+        }
+        let job = JobId(7);
+        assert_eq!(t.select(job, &[]).unwrap(), [1, 2, 3]);
+        assert_eq!(t.select(job, &[3, 1, 3]).unwrap(), [1, 3]);
+        let e = t.select(job, &[2, 9, 10]).unwrap_err();
+        assert_eq!(e, UnknownTasks { job, ids: vec![9, 10] });
+        assert_eq!(
+            e.to_string(),
+            "no task 9, 10 in job 7 on this node (tasks are known to the agent they were spawned through)"
+        );
+    }
+
+    #[test]
+    fn signals_reach_only_tasks_that_run() {
+        let mut t = TaskTable::default();
+        let (a, b) = (t.add(0, "n", &argv(&["x"]), "", ""), t.add(0, "n", &argv(&["x"]), "", ""));
+        let (tx_a, mut rx_a) = mpsc::unbounded_channel();
+        let (tx_b, mut rx_b) = mpsc::unbounded_channel();
+        t.set_signals(a, tx_a);
+        t.set_signals(b, tx_b);
+        t.started(a, 10);
+        t.started(b, 11);
+        t.exited(b, Some(0), None, None);
+        assert_eq!(t.signal(&[a, b], 15), 1);
+        assert_eq!(rx_a.try_recv().ok(), Some(15));
+        assert!(rx_b.try_recv().is_err());
+    }
+
+    #[test]
+    fn wait_returns_when_tasks_end_or_at_the_deadline() {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let tasks = Arc::new(JobTasks::default());
+            let id = tasks.with(|t| t.add(0, "n", &argv(&["x"]), "", ""));
+            tasks.with(|t| t.started(id, 1));
+            let t0 = Instant::now();
+            tasks.wait(&[id], Some(tokio::time::Instant::now() + Duration::from_millis(50))).await;
+            assert!(t0.elapsed() >= Duration::from_millis(50));
+            let t2 = tasks.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                t2.with(|t| t.exited(id, Some(3), None, None));
+            });
+            tasks.wait(&[id], None).await;
+            assert_eq!(tasks.read(|t| t.infos(&[id]))[0].exit_code, Some(3));
+        });
+    }
+}
