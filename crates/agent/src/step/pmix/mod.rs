@@ -409,20 +409,33 @@ impl Drop for ModexToken {
     }
 }
 
-/// Direct modex requests this node's server is answering: key → namespace, so libpmix's
-/// answer (which carries only the key) reaches the step's shepherd. A namespace's entries go
-/// with it.
-fn dmodex_keys() -> &'static Mutex<HashMap<u64, String>> {
-    static KEYS: OnceLock<Mutex<HashMap<u64, String>>> = OnceLock::new();
-    KEYS.get_or_init(Default::default)
+/// Where libpmix's callbacks go, by namespace: one record behind one lock, process-wide
+/// because libpmix's server library is (its callbacks carry no context of ours). A
+/// namespace's queue and its direct modex requests are added while it is registered and
+/// removed with it ([`Namespace`]'s drop).
+#[derive(Default)]
+struct Routes {
+    /// The shepherds' queues, by namespace.
+    queues: HashMap<String, mpsc::UnboundedSender<PmixEvent>>,
+    /// Direct modex requests this node's server is answering: key → namespace, so libpmix's
+    /// answer (which carries only the key) reaches the step's shepherd.
+    dmodex: HashMap<u64, String>,
+    /// The key of the next direct modex request (1, 2, ...).
+    last_dmodex: u64,
 }
 
-static NEXT_DMODEX_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+impl Routes {
+    /// The queue of `nspace`, if it is registered here.
+    fn queue(&self, nspace: &str) -> Option<mpsc::UnboundedSender<PmixEvent>> {
+        self.queues.get(nspace).cloned()
+    }
+}
 
-/// The shepherds' queues, by namespace.
-fn routes() -> &'static Mutex<HashMap<String, mpsc::UnboundedSender<PmixEvent>>> {
-    static ROUTES: OnceLock<Mutex<HashMap<String, mpsc::UnboundedSender<PmixEvent>>>> = OnceLock::new();
-    ROUTES.get_or_init(Default::default)
+/// The one [`Routes`], locked (a panic while it was held leaves it as it was: each change is
+/// one map operation).
+fn routes() -> std::sync::MutexGuard<'static, Routes> {
+    static ROUTES: OnceLock<Mutex<Routes>> = OnceLock::new();
+    ROUTES.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn route(nspace: *const c_char, ev: PmixEvent) {
@@ -431,7 +444,7 @@ fn route(nspace: *const c_char, ev: PmixEvent) {
     }
     // SAFETY: libpmix passes a NUL-terminated namespace (pmix_proc_t.nspace).
     let ns = unsafe { CStr::from_ptr(nspace) }.to_string_lossy();
-    let tx = routes().lock().ok().and_then(|r| r.get(ns.as_ref()).cloned());
+    let tx = routes().queue(&ns);
     match tx {
         // A fence of a namespace gone: its token fails the fence when dropped here.
         Some(tx) => drop(tx.send(ev)),
@@ -462,12 +475,14 @@ unsafe extern "C" fn on_dmodex_data(key: u64, found: c_int, data: *const c_char,
         // SAFETY: libpmix's blob: `ndata` bytes at `data`, valid during this call.
         Some(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), ndata) }.to_vec())
     };
-    let nspace = dmodex_keys().lock().ok().and_then(|mut k| k.remove(&key));
-    let Some(nspace) = nspace else {
+    let tx = {
+        let mut routes = routes();
+        routes.dmodex.remove(&key).map(|nspace| routes.queue(&nspace))
+    };
+    let Some(tx) = tx else {
         tracing::debug!("PMIx direct modex answer {key} for a namespace gone");
         return;
     };
-    let tx = routes().lock().ok().and_then(|r| r.get(&nspace).cloned());
     if let Some(tx) = tx {
         let _ = tx.send(PmixEvent::DmodexAnswered { key, data });
     }
@@ -586,7 +601,10 @@ unsafe extern "C" fn on_connect(n: usize, nspaces: *const *const c_char, ranks: 
     }
     // The step of any participating namespace registered here takes it (libpmix calls once per
     // node, whichever namespaces its local participants are of).
-    let tx = routes().lock().ok().and_then(|r| procs.iter().find_map(|p| r.get(&p.nspace).cloned()));
+    let tx = {
+        let routes = routes();
+        procs.iter().find_map(|p| routes.queue(&p.nspace))
+    };
     match tx {
         Some(tx) => drop(tx.send(PmixEvent::Connect { procs, token })),
         None => token.fail(OpFailure::NotFound),
@@ -867,9 +885,7 @@ impl Namespace {
             cpus.iter().map(|c| c.as_ref().map_or(std::ptr::null(), |c| c.as_ptr())).collect();
         let parent = spec.parent.as_ref().map(|(ns, _)| cstring("parent namespace", ns)).transpose()?;
         let parent_rank = spec.parent.as_ref().map_or(0, |(_, r)| *r);
-        if let Ok(mut r) = routes().lock() {
-            r.insert(spec.name.clone(), events);
-        }
+        routes().queues.insert(spec.name.clone(), events);
         let mut err = [0u8; ERR_LEN];
         // SAFETY: NUL-terminated strings, `nodes.len()` node pointers, `size` entries in the
         // rank arrays (checked above; the CPU lists' NULL when none), all alive across the
@@ -919,15 +935,18 @@ impl Namespace {
     /// the answer comes as [`PmixEvent::DmodexAnswered`] with the key returned, once the rank
     /// has committed its data. None: libpmix refused (no answer follows).
     pub fn dmodex_request(&self, rank: u32) -> Option<u64> {
-        let key = NEXT_DMODEX_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        dmodex_keys().lock().ok()?.insert(key, self.key.clone());
+        let key = {
+            let mut routes = routes();
+            routes.last_dmodex += 1;
+            let key = routes.last_dmodex;
+            routes.dmodex.insert(key, self.key.clone());
+            key
+        };
         // SAFETY: a registered namespace; the key is a plain number libpmix hands back.
         if unsafe { sys::berth_pmix_dmodex_request(self.name.as_ptr(), rank, key) } == 0 {
             Some(key)
         } else {
-            if let Ok(mut k) = dmodex_keys().lock() {
-                k.remove(&key);
-            }
+            routes().dmodex.remove(&key);
             None
         }
     }
@@ -952,11 +971,10 @@ impl Namespace {
 
 impl Drop for Namespace {
     fn drop(&mut self) {
-        if let Ok(mut r) = routes().lock() {
-            r.remove(&self.key);
-        }
-        if let Ok(mut k) = dmodex_keys().lock() {
-            k.retain(|_, ns| *ns != self.key);
+        {
+            let mut routes = routes();
+            routes.queues.remove(&self.key);
+            routes.dmodex.retain(|_, ns| *ns != self.key);
         }
         // SAFETY: the namespace registered by `register` (deregistering an unknown one is a
         // no-op in libpmix).
@@ -1074,8 +1092,8 @@ mod tests {
         assert_eq!(want, real_fork_env("berth.test.2", 0, &want));
         drop(ns);
         drop(ns2);
-        let routes = routes().lock().unwrap();
-        assert!(!routes.contains_key("berth.test.1") && !routes.contains_key("berth.test.2"));
+        let routes = routes();
+        assert!(routes.queue("berth.test.1").is_none() && routes.queue("berth.test.2").is_none());
     }
 
     /// A bound rank's PMIX_CPUSET and PMIX_LOCALITY_STRING as libpmix formats them, from this
