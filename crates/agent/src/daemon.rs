@@ -109,9 +109,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
     // reported ended); the rest is killed and removed.
     let recovered = crate::job::adopt::recover(&*backend, &cfg.spool_dir, Some(&records));
     // After the recovery, which clears the spool of what no job owns.
-    if let Ok(exe) = std::env::current_exe() {
-        crate::launcher::install(&cfg.spool_dir, &exe);
-    }
+    let rsh = std::env::current_exe().ok().and_then(|exe| crate::launcher::install(&cfg.spool_dir, &exe));
     // The batch scripts' shim (`berth __berth-shim`: the client beside this binary, or this
     // binary; crate::job::shim::open_binary), resolved once. It is held open and exec'd as
     // /proc/self/fd/N: the job's user needs no search permission on the directories of the
@@ -144,6 +142,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         registry: Default::default(),
         agent_socket: cfg.socket.clone(),
         shim,
+        rsh,
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
         auth: Some(auth),

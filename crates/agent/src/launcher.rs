@@ -9,40 +9,32 @@
 //! beside its own binary.
 
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 /// The link's name (the client runs as `berth task rsh` under it).
 pub use berth_protocol::step::RSH_NAME;
 
-static RSH_AGENT: OnceLock<Option<PathBuf>> = OnceLock::new();
-
-/// Make `SPOOL/berth-rsh`, a link to the `berth` client beside `agent_exe`, once per agent
-/// process. Without a client there, jobs get no launcher variables (logged).
-pub fn install(spool_root: &Path, agent_exe: &Path) {
-    RSH_AGENT.get_or_init(|| {
-        let client = agent_exe.with_file_name("berth");
-        if !client.is_file() {
-            tracing::warn!(
-                client = %client.display(),
-                "no berth client beside the agent: mpirun/mpiexec inside jobs will not start their daemons through berth"
-            );
-            return None;
+/// Make `SPOOL/berth-rsh`, a link to the `berth` client beside `agent_exe`, at the agent's
+/// start; the link, kept in the agent's `JobContext::rsh` for its jobs' environments. Without
+/// a client there (or when the link cannot be made), `None`: jobs get no launcher variables
+/// (logged).
+pub fn install(spool_root: &Path, agent_exe: &Path) -> Option<PathBuf> {
+    let client = agent_exe.with_file_name("berth");
+    if !client.is_file() {
+        tracing::warn!(
+            client = %client.display(),
+            "no berth client beside the agent: mpirun/mpiexec inside jobs will not start their daemons through berth"
+        );
+        return None;
+    }
+    let link = spool_root.join(RSH_NAME);
+    let _ = std::fs::remove_file(&link);
+    match std::os::unix::fs::symlink(&client, &link) {
+        Ok(()) => Some(link),
+        Err(e) => {
+            tracing::warn!("cannot link {} to {}: {e}", link.display(), client.display());
+            None
         }
-        let link = spool_root.join(RSH_NAME);
-        let _ = std::fs::remove_file(&link);
-        match std::os::unix::fs::symlink(&client, &link) {
-            Ok(()) => Some(link),
-            Err(e) => {
-                tracing::warn!("cannot link {} to {}: {e}", link.display(), client.display());
-                None
-            }
-        }
-    });
-}
-
-/// The installed `berth-rsh`, if any.
-pub fn rsh_agent() -> Option<&'static Path> {
-    RSH_AGENT.get().and_then(|p| p.as_deref())
+    }
 }
 
 /// The variables that make Open MPI's `mpirun` and MPICH's `mpiexec` (hydra) start their
@@ -83,9 +75,10 @@ mod tests {
         let bin = tmp.path().join("bin");
         std::fs::create_dir(&bin).unwrap();
         std::fs::write(bin.join("berth"), "").unwrap();
-        install(tmp.path(), &bin.join("berthd"));
-        let link = rsh_agent().expect("installed");
+        let link = install(tmp.path(), &bin.join("berthd")).expect("installed");
         assert_eq!(link, tmp.path().join(RSH_NAME));
-        assert_eq!(std::fs::read_link(link).unwrap(), bin.join("berth"));
+        assert_eq!(std::fs::read_link(&link).unwrap(), bin.join("berth"));
+        // No client beside the agent: no link, and so no launcher variables for its jobs.
+        assert_eq!(install(tmp.path(), &tmp.path().join("berthd")), None);
     }
 }

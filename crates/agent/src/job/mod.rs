@@ -113,12 +113,9 @@ pub async fn run_job(
     let (uid, gid) = (spec.user.uid, spec.user.gid);
     let runs_script = spec.head && !spec.script.is_empty();
     let started_job = cpusets::prepare(&*cg, &ranks, uid, gid).map_err(LaunchError::from).and_then(|sets| {
-        let socket = &ctx.agent_socket;
-        let shim = ctx.shim.as_deref();
         let held = &spec.allocation.gpus;
         let gpus = berth_core::gpu::gpu_env(&ctx.topology.gpus, held, held, ctx.cgroups.contains_devices());
-        let child =
-            if runs_script { Some(start(&spec, &spool, &*cg, &sets, &binding, &gpus, socket, shim)?) } else { None };
+        let child = if runs_script { Some(start(&ctx, &spec, &spool, &*cg, &sets, &binding, &gpus)?) } else { None };
         Ok((child, sets))
     });
     let outcome = match started_job {
@@ -445,6 +442,7 @@ fn prepare_spool(spool: &Path, spec: &LaunchSpec) -> Result<(), LaunchError> {
 /// without changing it for every thread) clears some of the owner's permission bits, which a
 /// file made with mode 0700 then lacks. Unknown counts as yes.
 fn umask_masks_owner() -> bool {
+    // Process-wide by nature: a process has one umask, the same for any agent in it.
     static MASKS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *MASKS.get_or_init(|| {
         let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -461,16 +459,15 @@ fn rankfile(spec: &LaunchSpec) -> Option<&str> {
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Start the batch script (through the agent's shim, if it has one) in the job's cgroups.
 fn start(
+    ctx: &JobContext,
     spec: &LaunchSpec,
     spool: &Path,
     cg: &dyn JobCgroup,
     sets: &JobCpusets,
     binding: &HostBinding,
     gpus: &[(&str, String)],
-    agent_socket: &Path,
-    shim: Option<&Path>,
 ) -> Result<crate::step::rank::Process, LaunchError> {
     // Kept open until the spawn returned: the child joins the cgroups through them.
     let join = cg.join_files().map_err(LaunchError::JoinCgroup)?;
@@ -484,12 +481,13 @@ fn start(
     };
     let text = |p: &Path| p.to_str().map(str::to_string).ok_or_else(|| LaunchError::PathNotUtf8(p.to_path_buf()));
     let (status_file, script) = (text(&spool.join(crate::job::shim::STATUS_FILE))?, text(&spool.join("script"))?);
+    let shim = ctx.shim.as_deref();
     let argv: Vec<String> = match shim {
         // The shim starts the script and keeps its exit status (see shim.rs).
         Some(exe) => vec![text(exe)?, crate::job::shim::SHIM_ARG.to_string(), status_file, script],
         None => vec![script],
     };
-    let env = script_env(spec, spool, sets, binding, gpus, agent_socket)?;
+    let env = script_env(ctx, spec, spool, sets, binding, gpus)?;
     let output = crate::step::rank::ScriptOutput {
         stdout: &spec.stdout,
         stderr: &spec.stderr,
@@ -532,14 +530,15 @@ fn start(
 }
 
 /// The batch script's environment: exactly the submitter's (less what must not come from
-/// them), then berth's variables, the GPUs' and the Slurm/PBS ones.
+/// them), then berth's variables (the agent's socket and `berth-rsh` among them), the GPUs'
+/// and the Slurm/PBS ones.
 fn script_env(
+    ctx: &JobContext,
     spec: &LaunchSpec,
     spool: &Path,
     sets: &JobCpusets,
     binding: &HostBinding,
     gpus: &[(&str, String)],
-    agent_socket: &Path,
 ) -> Result<Vec<(String, String)>, LaunchError> {
     let path = |p: PathBuf| p.into_os_string().into_string().map_err(LaunchError::EnvPathNotUtf8);
     let inherited = |k: &str| spec.compat.is_none() || !crate::compat_env::not_from_submitter(k);
@@ -557,7 +556,7 @@ fn script_env(
     set("BERTH_SUBMIT_DIR", spec.cwd.clone());
     set("TMPDIR", path(spool.join("tmp"))?);
     set("BERTH_CPUSET", path(sets.dir.clone())?);
-    set("BERTH_AGENT_SOCKET", path(agent_socket.to_path_buf())?);
+    set("BERTH_AGENT_SOCKET", path(ctx.agent_socket.clone())?);
     // The job's GPUs (none: nothing set): CUDA_VISIBLE_DEVICES and its peers, BERTH_GPUS.
     for (k, v) in gpus {
         set(k, v.clone());
@@ -574,7 +573,7 @@ fn script_env(
     }
     // mpirun/mpiexec start their daemons through the agents (crate::launcher), unless the
     // submitter chose otherwise.
-    if let Some(rsh) = crate::launcher::rsh_agent() {
+    if let Some(rsh) = &ctx.rsh {
         for (k, v) in crate::launcher::job_vars(rsh, &spool.join("nodefile")) {
             if !spec.env.iter().any(|(n, _)| n == k) {
                 set(k, v);
@@ -827,6 +826,11 @@ mod supervision_tests {
     }
 
     fn harness() -> Harness {
+        harness_with(None)
+    }
+
+    /// A harness whose agent has `rsh` as its `berth-rsh` link.
+    fn harness_with(rsh: Option<PathBuf>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let fake = FakeBackend::new(&dir.path().join("cgroup"));
         fake.prepare_root().unwrap();
@@ -843,6 +847,7 @@ mod supervision_tests {
             registry: Default::default(),
             agent_socket: dir.path().join("agent.sock"),
             shim: None,
+            rsh,
             records: None,
             reports: None,
             auth: None,
@@ -965,6 +970,24 @@ mod supervision_tests {
             (at(&log, &FakeOp::KillAll(n.clone())), at(&log, &FakeOp::Usage(n.clone())), at(&log, &FakeOp::Remove(n)));
         assert!(chown < joined && joined < kill && kill < usage && usage < remove, "{log:?}");
         assert_eq!(h.fake.limits(&name(11)), None);
+    }
+
+    #[tokio::test]
+    async fn each_agent_points_its_own_jobs_at_its_own_berth_rsh() {
+        // Two agents in one process: each job sees its agent's link, or none.
+        let (a, b) = (harness_with(Some(PathBuf::from("/a/spool/berth-rsh"))), harness());
+        let show = r#"echo "${OMPI_MCA_plm_rsh_agent:-none} ${HYDRA_LAUNCHER_EXEC:-none} ${OMPI_MCA_plm:-none}""#;
+        let (mut ra, mut rb) = (launch(&a, spec(&a, 21, show, None)), launch(&b, spec(&b, 22, show, None)));
+        started(&mut ra).await;
+        started(&mut rb).await;
+        for out in [outcome(ra).await, outcome(rb).await] {
+            assert_eq!((out.exit_code, out.reason.as_deref()), (Some(0), None), "{out:?}");
+        }
+        let text = |h: &Harness, id: u64| std::fs::read_to_string(h.dir.path().join(format!("{id}.out"))).unwrap();
+        assert_eq!(text(&a, 21), "/a/spool/berth-rsh /a/spool/berth-rsh rsh\n");
+        assert_eq!(text(&b, 22), "none none none\n");
+        assert_gone(&a, 21);
+        assert_gone(&b, 22);
     }
 
     #[tokio::test]

@@ -39,6 +39,9 @@ pub struct JobContext {
     /// The berth binary, started as the batch script's shim (`berth __berth-shim`); None
     /// starts the script directly (its exit status then dies with the agent).
     pub shim: Option<PathBuf>,
+    /// The agent's `berth-rsh` link (`crate::launcher`), set in its jobs' environments for
+    /// mpirun/mpiexec; None sets no launcher variables.
+    pub rsh: Option<PathBuf>,
     /// The agent's durable job records (re-adoption after a restart); None keeps none.
     pub records: Option<Arc<crate::records::Records>>,
     /// Messages for the controller (step ends seen at a control tree's root); None: none sent.

@@ -47,6 +47,7 @@ fn node(test: &str) -> Option<Node> {
         registry: Default::default(),
         agent_socket: tmp.path().join("agent.sock"),
         shim: None,
+        rsh: None,
         records: None,
         reports: None,
         auth: None,
