@@ -145,6 +145,7 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         rsh,
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
+        conns: Default::default(),
         auth: Some(auth),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
@@ -728,7 +729,7 @@ async fn serve_status(listener: TcpListener, name: String, instance: String, rea
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let Some(handshake) = crate::conn::Handshake::start() else {
+        let Some(handshake) = ctx.conns.handshake() else {
             tracing::warn!(%peer, "connection closed: too many connections waiting for their first frame");
             continue;
         };
@@ -738,7 +739,7 @@ async fn serve_status(listener: TcpListener, name: String, instance: String, rea
         tokio::spawn(async move {
             let Some(auth) = ctx.auth.clone() else { return };
             // Until its first frame is whole and checked, the peer is nobody (crate::conn).
-            let first = read_frame_limited::<_, AgentQuery>(&mut stream, &crate::conn::first_frame()).await;
+            let first = read_frame_limited::<_, AgentQuery>(&mut stream, &ctx.conns.first_frame()).await;
             drop(handshake);
             let reply = match first {
                 Ok(Some(AgentQuery::StepLaunch { grant, subtree })) => {

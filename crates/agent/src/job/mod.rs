@@ -850,6 +850,7 @@ mod supervision_tests {
             rsh,
             records: None,
             reports: None,
+            conns: Default::default(),
             auth: None,
         });
         Harness { dir, fake, ctx }

@@ -94,8 +94,9 @@ pub(super) async fn exec(ctx: &Arc<JobContext>, caller: Caller, id: JobId, ask: 
     // Its stdin goes on from here: while the task does not read it, this reader waits and
     // the caller's writes with it (its signals queue behind).
     let (down_tx, mut down) = mpsc::unbounded_channel();
+    let conns = ctx.conns.clone();
     let reader = tokio::spawn(async move {
-        let limits = crate::conn::local_request(true);
+        let limits = conns.local_request(true);
         let limits = berth_protocol::FrameLimits { idle: None, ..limits };
         let mut stdin = Some(stdin_tx);
         loop {

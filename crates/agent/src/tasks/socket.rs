@@ -94,7 +94,7 @@ async fn serve_local(ctx: Arc<JobContext>, mut stream: UnixStream) {
             return;
         }
     };
-    let limits = crate::conn::local_request(identified(&ctx, caller));
+    let limits = ctx.conns.local_request(identified(&ctx, caller));
     loop {
         let reply = match read_frame_limited::<_, AgentQuery>(&mut stream, &limits).await {
             Ok(Some(AgentQuery::Task { request: TaskRequest::Exec { job, node, argv, env, cwd } })) => {

@@ -50,6 +50,7 @@ fn node(test: &str) -> Option<Node> {
         rsh: None,
         records: None,
         reports: None,
+        conns: Default::default(),
         auth: None,
     });
     Some(Node { r, tmp, ctx, host })
