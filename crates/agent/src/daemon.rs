@@ -67,9 +67,10 @@ pub enum AgentError {
 }
 
 pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
-    if let Err(e) = crate::priority::set_agent_nice(cfg.nice) {
+    let priority = crate::priority::set_agent_nice(cfg.nice).unwrap_or_else(|e| {
         tracing::warn!("{e}");
-    }
+        Default::default()
+    });
     let instance = format!("{:x}-{:x}", std::process::id(), crate::now_nanos());
     // Everything for the controller: sent while connected, queued while not.
     let (events_tx, mut events_rx) = mpsc::unbounded_channel::<AgentMessage>();
@@ -145,12 +146,13 @@ pub async fn run(cfg: AgentConfig) -> Result<(), AgentError> {
         rsh,
         records: Some(records.clone()),
         reports: Some(events_tx.clone()),
+        priority,
         conns: Default::default(),
         auth: Some(auth),
     });
     tokio::spawn(crate::tasks::serve_socket(ctx.clone(), task_socket));
     let for_spares = ctx.clone();
-    tokio::spawn(crate::priority::bookkeeping(move || crate::job::make_spares(&for_spares)));
+    tokio::spawn(ctx.priority.bookkeeping(move || crate::job::make_spares(&for_spares)));
     ctx.registry.with(|s| {
         if let Some(held) = records.load_lease() {
             // The predecessor's lease goes on: a restart while cut off does not stop fencing.
@@ -417,7 +419,7 @@ async fn connection(
                     }
                     if let Some(records) = ctx.records.clone() {
                         let msg = ev.clone();
-                        tokio::spawn(crate::priority::bookkeeping(move || {
+                        tokio::spawn(ctx.priority.bookkeeping(move || {
                             if let Err(e) = records.save_step_end(job, step, &msg) {
                                 tracing::warn!(job = %job, step, "cannot record the step's end: {e}");
                             }
@@ -467,7 +469,7 @@ fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, events: &mpsc::Unbounde
         ControllerMessage::EndAck { id } => {
             ctx.registry.with(|s| s.unacked.remove(&id));
             if let Some(records) = ctx.records.clone() {
-                tokio::spawn(crate::priority::bookkeeping(move || {
+                tokio::spawn(ctx.priority.bookkeeping(move || {
                     records.forget(id);
                     berth_protocol::probe::mark("agent forgot");
                 }));
@@ -476,7 +478,7 @@ fn handle(msg: ControllerMessage, ctx: &Arc<JobContext>, events: &mpsc::Unbounde
         ControllerMessage::StepEndAck { job, step } => {
             ctx.registry.with(|s| s.unacked_steps.remove(&(job, step)));
             if let Some(records) = ctx.records.clone() {
-                tokio::spawn(crate::priority::bookkeeping(move || records.forget_step_end(job, step)));
+                tokio::spawn(ctx.priority.bookkeeping(move || records.forget_step_end(job, step)));
             }
         }
         ControllerMessage::Renew { seq } => {
@@ -495,7 +497,7 @@ fn keep_lease(ctx: &JobContext) {
         lease_ms: lease.as_millis() as u64,
         renewed_unix_ms: crate::records::now_unix_ms().saturating_sub(renewed.elapsed().as_millis() as u64),
     });
-    tokio::spawn(crate::priority::bookkeeping(move || match held {
+    tokio::spawn(ctx.priority.bookkeeping(move || match held {
         Some(h) => {
             if let Err(e) = records.save_lease(&h) {
                 tracing::warn!("cannot record the lease: {e}");
@@ -563,7 +565,7 @@ fn set_walltime(ctx: &Arc<JobContext>, id: JobId, secs: u64) {
     job.suspension.extend(Duration::from_secs(secs - launched));
     tracing::info!(job = %id, walltime = secs, "walltime raised");
     if let Some(records) = ctx.records.clone() {
-        tokio::spawn(crate::priority::bookkeeping(move || {
+        tokio::spawn(ctx.priority.bookkeeping(move || {
             if let Err(e) = records.save_walltime(id, secs) {
                 tracing::warn!(job = %id, "cannot record the raised walltime: {e}");
             }
@@ -636,7 +638,7 @@ where
     tracing::error!(job = %id, "the supervision of the job failed ({failure}); killing what is left of it");
     ctx.registry.remove(id);
     let ctx2 = ctx.clone();
-    let cleaned = crate::priority::bookkeeping(move || reap_failed(id, &ctx2)).await;
+    let cleaned = ctx.priority.bookkeeping(move || reap_failed(id, &ctx2)).await;
     let cleaned = match cleaned {
         Ok(Ok(())) => String::new(),
         Ok(Err(e)) => format!("; cleaning up failed too: {e}"),
@@ -710,7 +712,7 @@ async fn job_ended(id: JobId, outcome: JobOutcome, ctx: &JobContext, events: &mp
     tracing::info!(job = %id, ?outcome, "ended");
     if let Some(records) = ctx.records.clone() {
         let o = outcome.clone();
-        if let Ok(Err(e)) = crate::priority::bookkeeping(move || records.save_ended(id, &o)).await {
+        if let Ok(Err(e)) = ctx.priority.bookkeeping(move || records.save_ended(id, &o)).await {
             tracing::warn!(job = %id, "cannot record the job's end ({e}): an agent restarted before the controller acknowledges it would not report it");
         }
     }

@@ -7,18 +7,23 @@
 //! 2-CPU node). At a negative nice (`berth agent --nice`, as `slurmd -n`) it preempts them for
 //! those few microseconds. Everything it starts (batch scripts, ranks, tasks) gets the nice
 //! the agent was started with, set in the child before exec.
+//!
+//! What [`set_agent_nice`] did is a [`Priority`], kept in the agent's `JobContext` and passed
+//! to what starts processes (`RankLaunch::nice`) and to [`Priority::bookkeeping`].
 
-use std::sync::atomic::{AtomicI32, Ordering};
+/// The agent's nice value and its jobs', once [`set_agent_nice`] raised its priority; the
+/// default: unchanged, everything runs at the nice the agent was started with.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Priority {
+    /// The nice value of jobs' processes (the agent's before); None while it keeps its own.
+    jobs: Option<i32>,
+    /// The agent's raised priority; None while it keeps the one it was started with.
+    agent: Option<i32>,
+}
 
-/// The nice value of jobs' processes; `NOT_CHANGED` while the agent keeps its own.
-static JOB_NICE: AtomicI32 = AtomicI32::new(NOT_CHANGED);
-/// The agent's raised priority; `NOT_CHANGED` while it keeps the one it was started with.
-static AGENT_NICE: AtomicI32 = AtomicI32::new(NOT_CHANGED);
-const NOT_CHANGED: i32 = i32::MIN;
-
-/// Give every thread of this process the nice value `nice` (lower only), remembering the one
-/// it had for the jobs' processes.
-pub fn set_agent_nice(nice: i32) -> Result<(), NiceError> {
+/// Give every thread of this process the nice value `nice` (lower only); what it did, with the
+/// nice value it had for the jobs' processes.
+pub fn set_agent_nice(nice: i32) -> Result<Priority, NiceError> {
     // SAFETY: getpriority of this thread; errno cleared first (-1 is a valid nice value).
     let before = unsafe {
         *libc::__errno_location() = 0;
@@ -28,12 +33,10 @@ pub fn set_agent_nice(nice: i32) -> Result<(), NiceError> {
         return Err(NiceError::Read(std::io::Error::last_os_error()));
     }
     if nice >= before {
-        return Ok(());
+        return Ok(Priority::default());
     }
     set_every_thread(nice).map_err(|error| NiceError::Set { nice, error })?;
-    JOB_NICE.store(before, Ordering::Relaxed);
-    AGENT_NICE.store(nice, Ordering::Relaxed);
-    Ok(())
+    Ok(Priority { jobs: Some(before), agent: Some(nice) })
 }
 
 /// Why the agent's nice value could not be raised ([`set_agent_nice`]).
@@ -61,46 +64,42 @@ fn set_every_thread(nice: i32) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The nice value a job's process must take before exec, if the agent changed its own.
-/// Async-signal-safe (one atomic load): for children between fork and exec.
-pub fn job_nice() -> Option<i32> {
-    let n = JOB_NICE.load(Ordering::Relaxed);
-    (n != NOT_CHANGED).then_some(n)
+impl Priority {
+    /// The nice value a job's process must take before exec, if the agent changed its own.
+    pub fn job_nice(self) -> Option<i32> {
+        self.jobs
+    }
+
+    /// Run `f` on a blocking thread at the jobs' priority, not the agent's raised one:
+    /// bookkeeping (records, a job's teardown) is nobody's wait, and should not preempt the
+    /// user's processes (a `run` exiting, its shell) as the agent's launch work does. Not lower
+    /// than the jobs': it takes the kernel's cgroup lock, which a launch next to it needs. Only
+    /// when the agent raised its priority (it then can restore the thread's: blocking threads
+    /// are reused).
+    pub async fn bookkeeping<T, F>(self, f: F) -> Result<T, tokio::task::JoinError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        tokio::task::spawn_blocking(move || {
+            let (Some(agent), Some(jobs)) = (self.agent, self.jobs) else { return f() };
+            // SAFETY: setpriority of this thread (tid 0 = the caller), then back to the agent's.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, jobs) };
+            let out = f();
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, agent) };
+            out
+        })
+        .await
+    }
 }
 
-/// Run `f` on a blocking thread at the jobs' priority, not the agent's raised one: bookkeeping
-/// (records, a job's teardown) is nobody's wait, and should not preempt the user's processes
-/// (a `run` exiting, its shell) as the agent's launch work does. Not lower than the jobs':
-/// it takes the kernel's cgroup lock, which a launch next to it needs. Only when the agent
-/// raised its priority (it then can restore the thread's: blocking threads are reused).
-pub async fn bookkeeping<T, F>(f: F) -> Result<T, tokio::task::JoinError>
-where
-    F: FnOnce() -> T + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(move || {
-        let (Some(agent), Some(jobs)) = (agent_nice(), job_nice()) else { return f() };
-        // SAFETY: setpriority of this thread (tid 0 = the caller), then back to the agent's.
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, jobs) };
-        let out = f();
-        unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, agent) };
-        out
-    })
-    .await
-}
-
-/// The agent's own nice value, if it raised its priority (see [`set_agent_nice`]).
-fn agent_nice() -> Option<i32> {
-    let n = AGENT_NICE.load(Ordering::Relaxed);
-    (n != NOT_CHANGED).then_some(n)
-}
-
-/// In a child before exec: take the jobs' nice value. Raw call, this task only.
+/// In a child before exec: take the jobs' nice value `nice` (`Priority::job_nice`; None: keep
+/// the agent's). Raw call, this task only; async-signal-safe.
 ///
 /// # Safety
 /// For a child between fork/clone and exec; makes one system call.
-pub unsafe fn enter_job_nice() -> bool {
-    match job_nice() {
+pub unsafe fn enter_job_nice(nice: Option<i32>) -> bool {
+    match nice {
         Some(n) => libc::setpriority(libc::PRIO_PROCESS, 0, n) == 0,
         None => true,
     }
@@ -110,43 +109,67 @@ pub unsafe fn enter_job_nice() -> bool {
 mod tests {
     use super::*;
 
-    #[test]
-    fn children_get_back_the_nice_the_agent_had() {
+    /// This thread's nice value.
+    fn mine() -> i32 {
         // SAFETY: reading this thread's nice value.
-        let mine = || unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) };
-        let before = mine();
-        assert_eq!(job_nice(), None);
-        // Raising the nice value (lowering priority) needs no privilege: the same code path,
-        // checked for the "lower only" rule.
-        set_agent_nice(before + 1).unwrap();
-        assert_eq!((mine(), job_nice()), (before, None), "never raises the number");
-        if unsafe { libc::geteuid() } != 0 {
-            eprintln!("NOT RUN (needs root): lowering the agent's nice value");
-            return;
-        }
-        set_agent_nice(before - 2).unwrap();
-        assert_eq!(mine(), before - 2);
-        assert_eq!(job_nice(), Some(before));
-        // A forked child takes the jobs' value back.
-        let out = unsafe {
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+    }
+
+    /// The nice value of a child forked from here that took `nice` before its exec (with None,
+    /// checked in the child to be the one it inherited).
+    fn child_nice(nice: Option<i32>) -> i32 {
+        // SAFETY: the child makes raw system calls only, then _exit.
+        let status = unsafe {
             let pid = libc::fork();
             if pid == 0 {
-                let ok = enter_job_nice();
-                libc::_exit(if ok && libc::getpriority(libc::PRIO_PROCESS, 0) == before { 0 } else { 1 });
+                let inherited = libc::getpriority(libc::PRIO_PROCESS, 0);
+                let ok = enter_job_nice(nice);
+                let after = libc::getpriority(libc::PRIO_PROCESS, 0);
+                let kept = nice.is_some() || after == inherited;
+                // Nice values are -20..=19: exit codes 0..=39; 255 when it could not be set.
+                libc::_exit(if ok && kept { after + 20 } else { 255 });
             }
             let mut st = 0;
             libc::waitpid(pid, &mut st, 0);
             st
         };
-        assert_eq!(out, 0, "the child runs at the nice the agent started with");
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) != 255, "the child failed: {status}");
+        libc::WEXITSTATUS(status) - 20
+    }
+
+    #[test]
+    fn each_agent_starts_its_jobs_at_its_own_jobs_nice() {
+        // Three agents' priorities in one process (a higher number needs no privilege; the
+        // test below may lower this process's meanwhile, so no value is compared with ours).
+        let (a, b) = ((mine() + 1).min(19), (mine() + 3).min(19));
+        let (pa, pb) = (Priority { jobs: Some(a), agent: None }, Priority { jobs: Some(b), agent: None });
+        assert_eq!((child_nice(pa.job_nice()), child_nice(pb.job_nice())), (a, b));
+        // Unchanged: the child keeps what it inherited (checked in the child).
+        assert_eq!(Priority::default().job_nice(), None);
+        child_nice(None);
+    }
+
+    #[test]
+    fn children_get_back_the_nice_the_agent_had() {
+        let before = mine();
+        // Raising the nice value (lowering priority) needs no privilege: the same code path,
+        // checked for the "lower only" rule.
+        assert_eq!(set_agent_nice(before + 1).unwrap(), Priority::default());
+        assert_eq!(mine(), before, "never raises the number");
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("NOT RUN (needs root): lowering the agent's nice value");
+            return;
+        }
+        let priority = set_agent_nice(before - 2).unwrap();
+        assert_eq!(mine(), before - 2);
+        assert_eq!(priority, Priority { jobs: Some(before), agent: Some(before - 2) });
+        assert_eq!(child_nice(priority.job_nice()), before, "the child runs at the nice the agent started with");
         // Bookkeeping runs at the jobs' priority, and its (reused) thread comes back to the agent's.
         let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
-        let during = rt.block_on(bookkeeping(mine)).unwrap();
+        let during = rt.block_on(priority.bookkeeping(mine)).unwrap();
         let after = rt.block_on(async { tokio::task::spawn_blocking(mine).await }).unwrap();
         assert_eq!((during, after), (before, before - 2));
         drop(rt);
         set_every_thread(before).unwrap();
-        JOB_NICE.store(NOT_CHANGED, Ordering::Relaxed);
-        AGENT_NICE.store(NOT_CHANGED, Ordering::Relaxed);
     }
 }

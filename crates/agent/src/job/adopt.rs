@@ -171,7 +171,7 @@ pub async fn run(
         suspension,
     });
     let outcome = follow(&ctx, job, script, &mut kill, started, walltime).await;
-    cleanup(&rec.spec, cg, &rec.spool, outcome).await
+    cleanup(&ctx, &rec.spec, cg, &rec.spool, outcome).await
 }
 
 /// Whether the recorded shim still runs: same pid, same start time, not a zombie.

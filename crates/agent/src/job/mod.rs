@@ -152,7 +152,7 @@ pub async fn run_job(
                     cpuset_dir: sets.dir.clone(),
                     spool: spool.clone(),
                 };
-                let saved = crate::priority::bookkeeping(move || records.save_job(&rec)).await;
+                let saved = ctx.priority.bookkeeping(move || records.save_job(&rec)).await;
                 if let Ok(Err(e)) | Err(e) = saved.map_err(std::io::Error::other) {
                     tracing::warn!(job = %spec.id, "cannot record the job ({e}): a restarted agent would not re-adopt it");
                 }
@@ -167,10 +167,10 @@ pub async fn run_job(
             follow(&ctx, job, script, &mut kill, started, walltime).await
         }
     };
-    let outcome = cleanup(&spec, cg, &spool, outcome).await;
+    let outcome = cleanup(&ctx, &spec, cg, &spool, outcome).await;
     berth_protocol::probe::mark("agent cleaned up");
     let for_next = ctx.clone();
-    tokio::spawn(crate::priority::bookkeeping(move || {
+    tokio::spawn(ctx.priority.bookkeeping(move || {
         make_spares(&for_next);
         berth_protocol::probe::mark("agent spares made");
     }));
@@ -252,13 +252,15 @@ fn early_signal(
 /// Nothing of the job survives it: kill what is left, read the accounting, remove the cgroup
 /// and the spool directory.
 pub(crate) async fn cleanup(
+    ctx: &JobContext,
     spec: &LaunchSpec,
     cg: Arc<dyn JobCgroup>,
     spool: &Path,
     outcome: JobOutcome,
 ) -> JobOutcome {
     let (id, spool, pids_max) = (spec.id, spool.to_path_buf(), spec.pids_max);
-    crate::priority::bookkeeping(move || cleanup_blocking(id, &*cg, &spool, pids_max, outcome))
+    ctx.priority
+        .bookkeeping(move || cleanup_blocking(id, &*cg, &spool, pids_max, outcome))
         .await
         .unwrap_or_else(|e| JobOutcome { reason: Some(format!("cleanup failed: {e}")), ..Default::default() })
 }
@@ -504,6 +506,7 @@ fn start(
         pmi_fd: None,
         stdin: false,
         umask: Some(spec.umask.unwrap_or(0o022)),
+        nice: ctx.priority.job_nice(),
     };
     // ETXTBSY: another thread forked while the script file was open for writing, and that child
     // holds the descriptor until its own exec. It clears within milliseconds; retry briefly.
@@ -850,6 +853,7 @@ mod supervision_tests {
             rsh,
             records: None,
             reports: None,
+            priority: Default::default(),
             conns: Default::default(),
             auth: None,
         });

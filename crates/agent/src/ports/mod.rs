@@ -46,6 +46,8 @@ pub struct JobContext {
     pub records: Option<Arc<crate::records::Records>>,
     /// Messages for the controller (step ends seen at a control tree's root); None: none sent.
     pub reports: Option<mpsc::UnboundedSender<AgentMessage>>,
+    /// The agent's nice value and its jobs' (`berth agent --nice`).
+    pub priority: crate::priority::Priority,
     /// What the agent's connections share: frame bytes in flight, handshakes waiting.
     pub conns: Arc<crate::conn::ConnBudgets>,
     /// The agent's key and grant checks; None (tests) signs nothing and accepts no grant.

@@ -34,6 +34,9 @@ pub struct RankLaunch<'a> {
     pub stdin: bool,
     /// The file mode mask it runs with: its job's (the submitter's), else 022.
     pub umask: Option<u32>,
+    /// The nice value it takes before exec: the jobs' (`Priority::job_nice`, when the agent
+    /// raised its own priority); None keeps the agent's.
+    pub nice: Option<i32>,
 }
 
 /// A started rank or task: its pid (a child of the agent, reaped only by [`Process::wait`]),
@@ -192,6 +195,7 @@ struct ChildArgs {
     stdio: [RawFd; 3],
     keep_fd: Option<RawFd>,
     umask: libc::mode_t,
+    nice: Option<i32>,
     /// Paths to try in order (the PATH search), each a full or relative path.
     candidates: Vec<CString>,
     argv: Vec<*const libc::c_char>,
@@ -249,6 +253,7 @@ fn spawn_with(l: RankLaunch<'_>, files: Option<OutputFiles>) -> Result<Process, 
         stdio,
         keep_fd: l.pmi_fd,
         umask: (l.umask.unwrap_or(0o022) & 0o777) as libc::mode_t,
+        nice: l.nice,
         argv: null_terminated(&argv_c),
         envp: null_terminated(&env_c),
         candidates,
@@ -472,7 +477,7 @@ unsafe fn prepare(a: &ChildArgs) -> Result<(), Stage> {
     }
     // The jobs' nice value, not the agent's (crate::priority); while still root, which may
     // be needed to set it.
-    check(crate::priority::enter_job_nice(), Stage::Session)?;
+    check(crate::priority::enter_job_nice(a.nice), Stage::Session)?;
     check(libc::syscall(libc::SYS_setresuid, a.uid, a.uid, a.uid) == 0, Stage::Credentials)?;
     check(libc::chdir(a.cwd.as_ptr()) == 0, Stage::Cwd)?;
     libc::umask(a.umask);
@@ -560,6 +565,7 @@ mod tests {
             pmi_fd: None,
             stdin: true,
             umask: None,
+            nice: None,
         }
     }
 

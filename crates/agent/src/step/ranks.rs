@@ -293,6 +293,7 @@ pub fn start(
             pmi_fd: pair.as_ref().map(|(_, theirs)| theirs.as_raw_fd()),
             stdin: place.rank == 0,
             umask: job.spec.umask,
+            nice: ctx.priority.job_nice(),
         })
         .map_err(|error| RanksError::Spawn { rank: place.rank, error })?;
         berth_protocol::probe::mark("agent rank spawned");

@@ -137,6 +137,7 @@ pub(super) fn spawn_here(
         // An attached task reads what its caller forwards ([`feed_stdin`]).
         stdin: matches!(stdio, Stdio::Pipes),
         umask: job.spec.umask,
+        nice: ctx.priority.job_nice(),
     };
     let task = match stdio {
         Stdio::Files(stdout, stderr) => crate::step::rank::spawn_to_files(launch, stdout, stderr),

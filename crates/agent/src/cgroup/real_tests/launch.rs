@@ -68,6 +68,7 @@ fn v1_launch_with_ranks_binding_and_rankfile() {
         rsh: None,
         records: None,
         reports: None,
+        priority: Default::default(),
         conns: Default::default(),
         auth: None,
     });
@@ -152,6 +153,7 @@ fn v1_a_panic_in_a_jobs_supervision_ends_it_and_kills_what_it_ran() {
         rsh: None,
         records: None,
         reports: None,
+        priority: Default::default(),
         conns: Default::default(),
         auth: None,
     });

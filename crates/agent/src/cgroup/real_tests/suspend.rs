@@ -50,6 +50,7 @@ fn node(test: &str) -> Option<Node> {
         rsh: None,
         records: None,
         reports: None,
+        priority: Default::default(),
         conns: Default::default(),
         auth: None,
     });
