@@ -564,8 +564,9 @@ pub struct JobInfo {
     pub signal: Option<i32>,
     /// Why the job ended as it did, or why it waits.
     pub reason: Option<String>,
-    /// A pending job's reason as a stable short code: Slurm's REASON where Slurm has one
-    /// (`Resources`, `Priority`, `Dependency`, `ReqNodeNotAvail`, ...; `reason` has the words).
+    /// A pending or suspended job's reason as a stable short code: Slurm's REASON where Slurm
+    /// has one (`Resources`, `Priority`, `Dependency`, `ReqNodeNotAvail`, `NodeDown`, ...;
+    /// berth's own `SuspendedByAdmin`, `Preempted`; `reason` has the words).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason_code: Option<String>,
     pub cwd: String,
