@@ -155,6 +155,7 @@ pub struct PendingJob {
 
 pub mod backfill;
 mod cluster_state;
+pub mod counted;
 pub use cluster_state::{ClusterState, NodeMut};
 pub mod fairshare;
 pub mod preempt;

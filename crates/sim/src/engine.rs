@@ -10,9 +10,9 @@
 //! job needs): `plan` is a pure function, so the schedule is the same as with every pass run.
 //!
 //! Conservative backfill on a pool of single-core nodes is planned by processor counts and
-//! kept from pass to pass (`counted`: textbook conservative backfill, with compression when a
-//! job ends early); there the simulator also passes at reservations' starts, and at every
-//! submission and early end.
+//! kept from pass to pass (core's `sched::counted`, through `sched::round::round_counted`:
+//! textbook conservative backfill, with compression when a job ends early); there the
+//! simulator also passes at reservations' starts, and at every submission and early end.
 //!
 //! Checked in debug builds (so in the tests): no job starts before its submission or twice,
 //! never more processors are busy than the machine has, and the pass's backfill count matches
@@ -38,7 +38,6 @@ use berth_core::sched::backfill::{Fit, Machine, QueuedJob};
 use std::collections::HashMap;
 
 mod accounting;
-mod counted;
 mod queue;
 mod replay;
 mod round;

@@ -14,6 +14,7 @@ use berth_core::node::NodeCapacity;
 use berth_core::placement::reason::{Busy, Never};
 use berth_core::placement::{JobRequest, PlacementPolicy};
 use berth_core::sched::backfill::{Fit, Machine};
+use berth_core::sched::counted::CountedMachine;
 use berth_core::sched::round::RoundMachine;
 use berth_core::sched::ClusterState;
 use berth_core::topology::Topology;
@@ -298,23 +299,17 @@ impl Machine for ClusterMachine {
     }
 }
 
-/// What the simulator needs of a machine beyond a round's (preemption works on the topology-aware
-/// [`ClusterState`] and its allocations, so only [`ClusterMachine`] offers them.
-pub trait Suspending: RoundMachine {
-    /// Whether any free cores do for any job, so that counts decide where jobs fit: single-core
-    /// nodes (every request of the simulator is "N cores anywhere"). Conservative backfill
-    /// then plans by counts (`engine::counted`).
-    fn counts_suffice(&self) -> bool {
-        false
-    }
-}
-
 /// A pool has no topology: no preemption, no resumes.
 impl RoundMachine for PoolMachine {}
 
-impl Suspending for PoolMachine {
+/// Single-core nodes: counts decide (every request of the simulator is "N cores anywhere"), so
+/// conservative backfill plans by counts (core's `sched::counted`).
+impl CountedMachine for PoolMachine {
     fn counts_suffice(&self) -> bool {
         self.cores_per_node == 1
+    }
+    fn cpus_held(alloc: &PoolAlloc) -> u64 {
+        alloc.cpus
     }
 }
 
@@ -330,7 +325,12 @@ impl RoundMachine for ClusterMachine {
     }
 }
 
-impl Suspending for ClusterMachine {}
+/// Topology-aware: counts never decide.
+impl CountedMachine for ClusterMachine {
+    fn cpus_held(alloc: &Allocation) -> u64 {
+        alloc.iter().map(|na| na.cores as u64).sum()
+    }
+}
 
 /// A node topology from an hwloc-style synthetic string, e.g. `package:2 numa:2 core:8 pu:2`
 /// (counts per parent level; levels left out count 1).

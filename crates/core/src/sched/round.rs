@@ -1,7 +1,8 @@
 //! One scheduling round: `round(&RoundInput, now) -> RoundDecisions`, a function of state and
 //! time (HyperQueue's `run_scheduling(core, comm, now)`), called by the controller's policy
 //! pass ([`round_keeping`]: with advance reservations and the conservative plan kept between
-//! rounds) and by the trace simulator ([`round`]) alike. The callers keep only the effects:
+//! rounds) and by the trace simulator ([`round`], and [`round_counted`] for conservative
+//! backfill where processor counts decide) alike. The callers keep only the effects:
 //! persisting, telling agents, the reasons shown to users, the simulator's event queue.
 //!
 //! In order, on a copy of the machine:
@@ -18,8 +19,9 @@
 //! 3. **Per-user limits** of queues: a job that would take its user over its queue's
 //!    `max_cores_per_user` waits (`QueueLimit`), counting the jobs ahead of it as if they start.
 //! 4. **The pass**: the configured backfill over what remains ([`backfill::plan`]; with
-//!    [`round_keeping`], [`backfill::plan_with_advance_keeping`]): starts, reasons and expected
-//!    starts. Skipped when it provably starts nothing (see [`RoundInput::idle_unless`]).
+//!    [`round_keeping`], [`backfill::plan_with_advance_keeping`]; with [`round_counted`],
+//!    conservative backfill by processor counts, [`counted`](super::counted)): starts, reasons
+//!    and expected starts. Skipped when it provably starts nothing (see [`RoundInput::idle_unless`]).
 //! 5. **Preemption** (when [`RoundInput::preempt`] is given): up to [`PREEMPTORS_PER_PASS`](super::preempt::PREEMPTORS_PER_PASS)
 //!    jobs left waiting for resources, in the pass's order, whose score is high enough each
 //!    suspend the cheapest set of running jobs that makes room ([`plan_preemption`](super::preempt::plan_preemption),
@@ -39,6 +41,7 @@ mod suspend;
 use super::backfill::{
     self, AdvanceReservation, KeptPlan, Machine, PassInput, PassLimits, PassOutput, QueuedJob, RunningJob, Waiting,
 };
+use super::counted::{self, CountPlan, CountedMachine};
 use super::fairshare::FairShare;
 use super::preempt::{PartsJob, PreemptConfig, Resume, ResumeWait, SuspendedJob};
 use super::priority::{Priority, PriorityInput, PriorityWeights};
@@ -336,6 +339,19 @@ pub fn round<M: RoundMachine>(input: &RoundInput<M>, now: f64) -> RoundDecisions
         true => backfill::plan(pass, &input.limits),
         false => backfill::plan_starts(pass, &input.limits),
     })
+}
+
+/// One round at `now` on a machine where processor counts decide, its pass conservative
+/// backfill by counts ([`counted`](super::counted)), planned from `plan` when it holds and
+/// kept there for the next round: the trace simulator's conservative round on single-core
+/// nodes (see [`counts_decide`](super::counted::counts_decide) for when it applies; the
+/// caller owes the plan what that module says).
+pub fn round_counted<M: CountedMachine>(
+    input: &RoundInput<M>,
+    plan: &mut CountPlan,
+    now: f64,
+) -> RoundDecisions<M::Alloc> {
+    run(input, now, &[], |pass, full| counted::pass(pass, plan, full))
 }
 
 /// One round at `now` as the controller runs it: beside the advance reservations `advance`

@@ -3,7 +3,7 @@
 use super::SimJob;
 use berth_core::sched::backfill::QueuedJob;
 use berth_core::sched::fairshare::{FairShare, FairShareConfig};
-use berth_core::sched::priority::{priority, PriorityInput, PriorityWeights};
+use berth_core::sched::priority::{PriorityInput, PriorityWeights};
 use berth_core::sched::round::JobPriority;
 
 /// Fair-share usage and the priority it feeds.
@@ -19,13 +19,11 @@ pub(super) struct Accounting {
     gpu_weight: f64,
     /// Until when usage has been charged.
     charged_to: f64,
-    /// Priority of each job at the last pass, by workload index.
-    priority: Vec<f64>,
 }
 
 impl Accounting {
     /// `gpu_weight`: what a GPU is billed a second ([`FairShareConfig::gpu_weight_on`]).
-    pub fn new(accounts: usize, jobs: usize, gpu_weight: f64) -> Self {
+    pub fn new(accounts: usize, gpu_weight: f64) -> Self {
         Accounting {
             gpu_weight,
             share: FairShare::new(FairShareConfig::default()),
@@ -33,7 +31,6 @@ impl Accounting {
             in_use: vec![0; accounts],
             gpus_in_use: vec![0; accounts],
             charged_to: f64::NEG_INFINITY,
-            priority: vec![0.0; jobs],
         }
     }
 
@@ -53,30 +50,14 @@ impl Accounting {
         self.charged_to = now;
     }
 
-    /// Put `queue` in priority order (highest first; ties by submit order).
-    pub fn order(&mut self, queue: &mut [QueuedJob], jobs: &[SimJob], names: &[String], now: f64, cpus: u64) {
-        let factors: Vec<f64> = names.iter().map(|n| self.share.factor(n)).collect();
-        for q in queue.iter() {
-            let job = &jobs[q.id.0 as usize];
-            let input = PriorityInput {
-                submit_time: job.submit,
-                cpus: job.procs,
-                queue_factor: 0.0,
-                fair_share_factor: factors[job.account],
-            };
-            self.priority[q.id.0 as usize] = priority(&self.weights, &input, now, cpus).total;
-        }
-        let p = &self.priority;
-        queue.sort_by(|a, b| p[b.id.0 as usize].total_cmp(&p[a.id.0 as usize]).then(a.id.cmp(&b.id)));
-    }
-
     /// The priority weights (the controller's defaults).
     pub fn weights(&self) -> &PriorityWeights {
         &self.weights
     }
 
     /// Each queued job's priority inputs, for the round to order the queue by (the trace's
-    /// queue numbers carry no priority: queue factor 0).
+    /// queue numbers carry no priority: queue factor 0): highest first, then earlier
+    /// submission, then lower id (core's `sched::round` order).
     pub fn priorities(&self, queue: &[QueuedJob], jobs: &[SimJob], names: &[String]) -> Vec<JobPriority> {
         let factors: Vec<f64> = names.iter().map(|n| self.share.factor(n)).collect();
         queue
@@ -111,7 +92,7 @@ mod tests {
         let nodes = vec![NodeCapacity::new(berth_core::NodeId(0), "n0", Arc::new(t))];
         let weight = FairShareConfig::default().gpu_weight_on(&nodes);
         assert_eq!(weight, 4.0);
-        let mut acc = Accounting::new(2, 0, weight);
+        let mut acc = Accounting::new(2, weight);
         let names = ["gpu".to_string(), "cpu".to_string()];
         acc.in_use = vec![2, 2];
         acc.gpus_in_use = vec![2, 0];

@@ -24,13 +24,9 @@ impl Queue {
         self.len() == 0
     }
 
-    /// The queue in its current order (priority order once sorted).
+    /// The queue in submit order (the round orders it by priority when fair share is on).
     pub fn jobs(&self) -> &[QueuedJob] {
         &self.jobs[self.head..]
-    }
-
-    pub fn jobs_mut(&mut self) -> &mut [QueuedJob] {
-        &mut self.jobs[self.head..]
     }
 
     pub fn push(&mut self, job: QueuedJob, procs: u64) {

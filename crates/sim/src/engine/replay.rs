@@ -1,14 +1,13 @@
 //! The event loop (see the parent module for the order of things at each event time).
 
 use super::accounting::Accounting;
-use super::counted::{CountPlan, Job};
 use super::queue::Queue;
 use super::{finish, queued, workload, GpuJobs, Outcomes, Sample, SimResult, Workload};
-use crate::machine::Suspending;
 use crate::metrics::Header;
 use crate::swf::Trace;
 use crate::{SimConfig, SimError};
-use berth_core::sched::backfill::{BackfillPolicy, Fit, QueuedJob, RunningJob};
+use berth_core::sched::backfill::{PassLimits, RunningJob};
+use berth_core::sched::counted::{counts_decide, CountPlan, CountedMachine};
 use berth_core::sched::fairshare::FairShareConfig;
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
@@ -46,7 +45,7 @@ pub(super) struct Suspended<A> {
 }
 
 /// The state of one replay.
-pub(super) struct Replay<'a, M: Suspending> {
+pub(super) struct Replay<'a, M: CountedMachine> {
     pub machine: M,
     pub total_cpus: u64,
     pub config: &'a SimConfig,
@@ -73,12 +72,12 @@ pub(super) struct Replay<'a, M: Suspending> {
     pub backfilled_total: usize,
     pub suspensions: usize,
     pub preemptions: usize,
-    /// Conservative backfill by counts, kept between passes, where counts decide (see
-    /// `counted`); else `plan` decides.
-    counted: Option<CountPlan>,
+    /// Conservative backfill by counts, kept between rounds, where counts decide (core's
+    /// `sched::counted`, run by `round_counted`).
+    pub counted: Option<CountPlan>,
 }
 
-pub(super) fn replay<M: Suspending>(
+pub(super) fn replay<M: CountedMachine>(
     machine: M,
     total_cpus: u64,
     description: String,
@@ -100,11 +99,8 @@ pub(super) fn replay<M: Suspending>(
     let gpu_weight = machine.cluster().map_or(0.0, |c| FairShareConfig::default().gpu_weight_on(c.nodes()));
     let work = workload(trace, &machine, config.estimate, config.order, gpus, config.licenses.map(|l| l.share));
     let n = work.jobs.len();
-    // Unlimited reservations, no preemption: what `counted` implements.
-    let by_counts = config.policy == BackfillPolicy::Conservative
-        && machine.counts_suffice()
-        && config.preempt.is_none()
-        && config.max_reservations == usize::MAX;
+    let limits = PassLimits { policy: config.policy, max_reservations: config.max_reservations, deadline: None };
+    let by_counts = counts_decide(&machine, &limits, config.preempt.is_some());
     // Fair share reorders the queue at every pass: a kept plan would be of another order.
     let counted = by_counts.then(|| CountPlan::new(total_cpus, !config.fair_share));
     let mut r = Replay {
@@ -112,7 +108,7 @@ pub(super) fn replay<M: Suspending>(
         total_cpus,
         config,
         work: &work,
-        accounting: config.fair_share.then(|| Accounting::new(work.accounts.len(), n, gpu_weight)),
+        accounting: config.fair_share.then(|| Accounting::new(work.accounts.len(), gpu_weight)),
         queue: Queue::default(),
         running: vec![],
         slot: vec![usize::MAX; n],
@@ -161,7 +157,7 @@ pub(super) fn replay<M: Suspending>(
     Ok(finish(&work, r.outcomes, r.timeline, header))
 }
 
-impl<M: Suspending> Replay<'_, M> {
+impl<M: CountedMachine> Replay<'_, M> {
     /// The next event time: the earliest end or submission, if any is left, or a reservation's
     /// start (conservative by counts: one may start when nothing ends, see `counted`).
     fn next_time(&self) -> Option<f64> {
@@ -219,66 +215,18 @@ impl<M: Suspending> Replay<'_, M> {
     }
 
     /// One scheduling round (`berth_core::sched::round`: resumes, priority order, the pass,
-    /// preemption), or with conservative backfill by counts one pass of `counted`. A pass that
-    /// provably starts nothing is skipped: with fewer CPUs free than the smallest queued job
-    /// needs nothing fits, and under FCFS nothing starts unless the first job fits. Decisions
-    /// are a pure function of state, so skipping changes none. While a queued job could
-    /// preempt, every pass runs (it may start by suspending others when nothing is free).
+    /// preemption; `round_counted` for conservative backfill by counts). A pass that provably
+    /// starts nothing is skipped: with fewer CPUs free than the smallest queued job needs
+    /// nothing fits, and under FCFS nothing starts unless the first job fits. Decisions are a
+    /// pure function of state, so skipping changes none. While a queued job could preempt,
+    /// every pass runs (it may start by suspending others when nothing is free); so does one
+    /// a kept count plan needs now: after an early end (compression) or a submission (its new
+    /// jobs planned when they come, as a pass at every event plans them, or the plan could
+    /// differ: see core's `sched::counted`).
     fn pass(&mut self, now: f64) {
-        if self.counted.is_none() {
-            let every = self.config.every_pass || self.may_preempt();
-            return self.round(now, every);
-        }
-        // A kept plan changes with early ends and new jobs: planned when they come, as a pass
-        // at every event plans them, or the plan could differ (see `counted`).
-        let replan = self.counted.as_ref().is_some_and(|p| p.must_pass() || p.planned() < self.submitted);
-        let every = self.config.every_pass || replan;
-        let free = self.machine.free_cpus();
-        match self.queue.smallest() {
-            Some(smallest) if free >= smallest || every => {}
-            _ => return,
-        }
-        if let Some(acc) = self.accounting.as_mut() {
-            acc.order(self.queue.jobs_mut(), &self.work.jobs, &self.work.accounts, now, self.total_cpus);
-        }
-        let head = self.work.jobs[self.queue.jobs()[0].id.0 as usize].procs;
-        if self.config.policy == BackfillPolicy::Fcfs && free < head && !every {
-            return;
-        }
-        self.counted_pass(now)
-    }
-
-    /// A pass of conservative backfill by counts (see `counted`): from the kept plan when it
-    /// holds, else afresh; the jobs starting get their cores first fit, in priority order.
-    fn counted_pass(&mut self, now: f64) {
-        let jobs = &self.work.jobs;
-        let job = |i: usize| Job { index: i, cpus: jobs[i].procs, walltime: jobs[i].estimate.max(0.0) };
-        let (free, submitted, slot) = (self.machine.free_cpus(), self.submitted, &self.slot);
-        let Some(plan) = self.counted.as_mut() else { return };
-        let new = plan.planned()..submitted;
-        let kept = match plan.can_keep(now, |i| slot[i] != usize::MAX) {
-            true => plan.pass_kept(now, free, new.map(job), submitted),
-            false => None,
-        };
-        let starts = kept.unwrap_or_else(|| {
-            let running = self.running.iter().map(|r| (jobs[r.id.0 as usize].procs, r.end));
-            let queue: Vec<Job> = self.queue.jobs().iter().map(|q| job(q.id.0 as usize)).collect();
-            plan.pass_afresh(now, free, running, &queue, submitted)
-        });
-        self.passes += 1;
-        for &i in &starts {
-            match self.machine.place(&self.work.jobs[i].request) {
-                Fit::Now(alloc) => self.start(now, i, alloc),
-                // The plan starts a job only on processors free now.
-                _ => panic!("job {i} planned to start at {now} does not fit the free cores"),
-            }
-        }
-        if !starts.is_empty() {
-            let marked = mark_backfilled(self.queue.jobs(), &self.started, starts.len(), &mut self.outcomes.backfilled);
-            self.backfilled_total += marked;
-            let jobs = &self.work.jobs;
-            self.queue.remove_started(&self.started, starts.len(), |i| jobs[i].procs);
-        }
+        let replan = self.counted.as_ref().is_some_and(|p| p.must_pass() || p.next_new().0 < self.submitted as u64);
+        let every = self.config.every_pass || self.may_preempt() || replan;
+        self.round(now, every)
     }
 
     /// Start job `index` on `alloc` at `now`.
@@ -304,7 +252,7 @@ impl<M: Suspending> Replay<'_, M> {
         let estimate_left = (job.estimate - (job.run - left)).max(0.0);
         self.segment_start[index] = now;
         if let Some(plan) = self.counted.as_mut() {
-            plan.started(index, now + estimate_left, now + left);
+            plan.started(JobId(index as u64), now + estimate_left, now + left);
         }
         self.slot[index] = self.running.len();
         self.running.push(RunningJob { id: JobId(index as u64), alloc, end: now + estimate_left });
@@ -329,24 +277,4 @@ impl<M: Suspending> Replay<'_, M> {
         };
         SimError::Stuck { time: now, queued: self.queue.len(), detail }
     }
-}
-
-/// A job that started while one before it in priority order (not held) did not, started
-/// out of order: it was backfilled. Stops once the pass's `count` starts are seen.
-fn mark_backfilled(queue: &[QueuedJob], started: &[bool], count: usize, backfilled: &mut [bool]) -> usize {
-    let (mut passed_over, mut seen, mut marked) = (false, 0, 0);
-    for q in queue {
-        let index = q.id.0 as usize;
-        if started[index] {
-            backfilled[index] = passed_over;
-            marked += usize::from(passed_over);
-            seen += 1;
-            if seen == count {
-                break;
-            }
-        } else if !q.held {
-            passed_over = true;
-        }
-    }
-    marked
 }

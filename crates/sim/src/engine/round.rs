@@ -1,6 +1,7 @@
 //! One scheduling round in the simulation: the simulator gathers the round's input from its
-//! state, calls `berth_core::sched::round` (as the controller does) and carries out the
-//! decisions on its virtual clock: resumes, starts, then preemptions (suspensions, then the
+//! state, calls `berth_core::sched::round` (as the controller does; `round_counted` for
+//! conservative backfill where processor counts decide, its plan kept in `Replay::counted`)
+//! and carries out the decisions on its virtual clock: resumes, starts, then preemptions (suspensions, then the
 //! preemptor's start).
 //!
 //! Preemption by suspension: suspended jobs resume first, longest suspended first, on their
@@ -13,18 +14,18 @@
 //! time, so a preemptor overrunning its estimate can take a victim past it.
 
 use super::replay::{Replay, Suspended};
-use crate::machine::Suspending;
 use berth_core::job::Shape;
 use berth_core::placement::JobRequest;
 use berth_core::sched::backfill::PassLimits;
+use berth_core::sched::counted::CountedMachine;
 use berth_core::sched::preempt::{score, Preemptible, Resume, SuspendedJob};
 use berth_core::sched::round::{
-    round, PreemptJob, PreemptRound, PriorityRound, ResumeRule, RoundDecisions, RoundInput, RoundMachine,
-    SuspendedInput,
+    round, round_counted, PreemptJob, PreemptRound, PriorityRound, ResumeRule, RoundDecisions, RoundInput,
+    RoundMachine, SuspendedInput,
 };
 use berth_core::JobId;
 
-impl<M: Suspending> Replay<'_, M> {
+impl<M: CountedMachine> Replay<'_, M> {
     /// One round at `now`; `every`: run the pass even when it provably starts nothing.
     pub(super) fn round(&mut self, now: f64, every: bool) {
         if self.queue.is_empty() && self.suspended.is_empty() {
@@ -94,7 +95,10 @@ impl<M: Suspending> Replay<'_, M> {
             reasons: self.config.preempt.is_some(),
             idle_unless: if every { None } else { Some(self.queue.smallest().unwrap_or(u64::MAX)) },
         };
-        let decisions = round(&input, now);
+        let decisions = match self.counted.as_mut() {
+            Some(plan) => round_counted(&input, plan, now),
+            None => round(&input, now),
+        };
         self.carry_out(now, decisions);
     }
 
