@@ -1,7 +1,8 @@
 //! Conservative backfill by processor counts: on a machine where any free CPUs do for any job
 //! (Mu'alem and Feitelson's processor model; a pool of single-core nodes whose jobs ask for "N
 //! cores anywhere", the trace simulator's default machine), kept from round to round.
-//! [`round_counted`](super::round::round_counted) runs it as a round's pass.
+//! `sched::round::round_counted` runs it as a round's pass (this module uses nothing of the
+//! round's: the round calls its `pass`).
 //!
 //! Every queued job, in priority order, holds a reservation at the earliest time at which its
 //! processors stay free, beside the running jobs and every earlier reservation, for its whole
@@ -35,9 +36,8 @@ mod steps;
 #[cfg(test)]
 mod tests;
 
-use super::backfill::{Fit, PassInput, PassOutput, QueuedJob, Waiting};
+use super::backfill::{Fit, Machine, PassInput, PassOutput, QueuedJob, Waiting};
 use super::reason::{Unsuitable, Wanting};
-use super::round::RoundMachine;
 use super::PendingReason;
 use crate::JobId;
 use std::cmp::{Ordering, Reverse};
@@ -73,7 +73,7 @@ impl Ord for Time {
 }
 
 /// A machine on which processor counts decide where jobs fit: any free CPUs do for any job.
-pub trait CountedMachine: RoundMachine {
+pub trait CountedMachine: Machine {
     /// Whether counts decide on this machine (e.g. single-core nodes, whose every request is
     /// "N cores anywhere"). The default: no.
     fn counts_suffice(&self) -> bool {

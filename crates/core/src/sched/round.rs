@@ -346,7 +346,7 @@ pub fn round<M: RoundMachine>(input: &RoundInput<M>, now: f64) -> RoundDecisions
 /// kept there for the next round: the trace simulator's conservative round on single-core
 /// nodes (see [`counts_decide`](super::counted::counts_decide) for when it applies; the
 /// caller owes the plan what that module says).
-pub fn round_counted<M: CountedMachine>(
+pub fn round_counted<M: RoundMachine + CountedMachine>(
     input: &RoundInput<M>,
     plan: &mut CountPlan,
     now: f64,

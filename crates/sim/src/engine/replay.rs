@@ -9,6 +9,7 @@ use crate::{SimConfig, SimError};
 use berth_core::sched::backfill::{PassLimits, RunningJob};
 use berth_core::sched::counted::{counts_decide, CountPlan, CountedMachine};
 use berth_core::sched::fairshare::FairShareConfig;
+use berth_core::sched::round::RoundMachine;
 use berth_core::JobId;
 use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
@@ -45,7 +46,7 @@ pub(super) struct Suspended<A> {
 }
 
 /// The state of one replay.
-pub(super) struct Replay<'a, M: CountedMachine> {
+pub(super) struct Replay<'a, M: RoundMachine + CountedMachine> {
     pub machine: M,
     pub total_cpus: u64,
     pub config: &'a SimConfig,
@@ -77,7 +78,7 @@ pub(super) struct Replay<'a, M: CountedMachine> {
     pub counted: Option<CountPlan>,
 }
 
-pub(super) fn replay<M: CountedMachine>(
+pub(super) fn replay<M: RoundMachine + CountedMachine>(
     machine: M,
     total_cpus: u64,
     description: String,
@@ -157,7 +158,7 @@ pub(super) fn replay<M: CountedMachine>(
     Ok(finish(&work, r.outcomes, r.timeline, header))
 }
 
-impl<M: CountedMachine> Replay<'_, M> {
+impl<M: RoundMachine + CountedMachine> Replay<'_, M> {
     /// The next event time: the earliest end or submission, if any is left, or a reservation's
     /// start (conservative by counts: one may start when nothing ends, see `counted`).
     fn next_time(&self) -> Option<f64> {

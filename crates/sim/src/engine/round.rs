@@ -25,7 +25,7 @@ use berth_core::sched::round::{
 };
 use berth_core::JobId;
 
-impl<M: CountedMachine> Replay<'_, M> {
+impl<M: RoundMachine + CountedMachine> Replay<'_, M> {
     /// One round at `now`; `every`: run the pass even when it provably starts nothing.
     pub(super) fn round(&mut self, now: f64, every: bool) {
         if self.queue.is_empty() && self.suspended.is_empty() {
