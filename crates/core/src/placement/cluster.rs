@@ -662,7 +662,8 @@ fn feasible_with(
         for (_, p, count) in &kinds {
             match fit(p, policy, &ask) {
                 Ok(_) => ok += count,
-                Err(m) => miss = Some(m),
+                // On an empty node a miss is for good: told as what the node has.
+                Err(m) => miss = Some(m.on_empty()),
             }
         }
         (ok, miss)
@@ -700,7 +701,7 @@ fn feasible_with(
                 let fits = (1..=most / chunk).rev().map(|m| m * chunk).find(|&s| match fit(p, policy, &ask(s)) {
                     Ok(_) => true,
                     Err(m) => {
-                        last = Some(m);
+                        last = Some(m.on_empty());
                         false
                     }
                 });

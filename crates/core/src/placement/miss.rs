@@ -23,12 +23,23 @@ impl Miss {
     pub fn never(why: NodeMiss) -> Miss {
         Miss::Never(Box::new(why))
     }
+
+    /// The miss of a node fitted as if empty (whether a job can ever fit): whatever it lacks,
+    /// it lacks for good, so it is `Never`, and its words say what the node has, not what is
+    /// free on it now.
+    pub fn on_empty(self) -> Miss {
+        match self {
+            Miss::Busy(m) | Miss::Never(m) => Miss::Never(m),
+        }
+    }
 }
 
+/// A `Busy` miss says what is free on the node now; a `Never` one what the node has.
 impl fmt::Display for Miss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Miss::Busy(m) | Miss::Never(m) => m.fmt(f),
+            Miss::Busy(m) => m.fmt(f),
+            Miss::Never(m) => m.fmt_never(f),
         }
     }
 }
@@ -213,6 +224,95 @@ impl fmt::Display for UnitNote {
     }
 }
 
+impl NodeMiss {
+    /// The words of this miss as one that holds for good (a [`Miss::Never`], such as a node
+    /// fitted as if empty): what the node has, never "free", and no "it starts when ..."
+    /// (nothing running holds what it lacks). Misses that only a busy node gives are told as
+    /// their never-fitting kin (taken GPUs as too few GPUs, and so on).
+    fn fmt_never(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NodeMiss::GresNotFree { gres, node } | NodeMiss::GresNotAllFree { gres, node } => {
+                fmt::Display::fmt(&NodeMiss::GresTooMany { gres: gres.clone(), node: node.clone() }, f)
+            }
+            NodeMiss::GresTaken { name, want, total, node, .. } => fmt::Display::fmt(
+                &NodeMiss::GresTooFew { name: name.clone(), want: *want, node: node.clone(), total: *total },
+                f,
+            ),
+            NodeMiss::StrictBusy { want, unit, gpus, node, most_free } => {
+                let never = NodeMiss::StrictNever {
+                    want: *want,
+                    unit,
+                    gpus: *gpus,
+                    node: node.clone(),
+                    most_local: *most_free,
+                };
+                fmt::Display::fmt(&never, f)
+            }
+            NodeMiss::GpusTaken { gpu_type, free, node, want } => {
+                gpus_of(f, gpu_type)?;
+                write!(f, ": node {node} has {free}, {want} wanted")
+            }
+            NodeMiss::SocketGpusTaken { gpu_type, per_socket, sockets, node, ready } => {
+                let never = NodeMiss::SocketGpusTooFew {
+                    gpu_type: gpu_type.clone(),
+                    per_socket: *per_socket,
+                    sockets: *sockets,
+                    node: node.clone(),
+                    able: *ready,
+                };
+                fmt::Display::fmt(&never, f)
+            }
+            NodeMiss::ShortUnits { unit, have, node, properties, want, notes, memless_numa } => {
+                write!(f, "{unit}: {node} has {have}")?;
+                units_rest(f, properties, *want, notes, memless_numa)
+            }
+            NodeMiss::WholeNuma { large_cpus, node, have, unit, slots, system } => {
+                write!(
+                    f,
+                    "whole NUMA nodes: a large parallel job (more than {large_cpus} CPUs) gets NUMA nodes nobody else uses; {node} has {have} {unit} in such NUMA nodes, {slots} wanted"
+                )?;
+                match system {
+                    Some(n) => write!(f, " ({n})"),
+                    None => Ok(()),
+                }
+            }
+            NodeMiss::Memory { need, node, free } => write!(
+                f,
+                "{} of memory wanted on {node}, the NUMA nodes it may use there have {}",
+                format_size(*need),
+                format_size(*free)
+            ),
+            // The others say what the node has, or what cannot be.
+            other => fmt::Display::fmt(other, f),
+        }
+    }
+}
+
+/// What follows a unit count: the properties asked for, the units wanted, why some are not
+/// usable.
+fn units_rest(
+    f: &mut fmt::Formatter<'_>,
+    properties: &[String],
+    want: u32,
+    notes: &[UnitNote],
+    memless_numa: &[u32],
+) -> fmt::Result {
+    if !properties.is_empty() {
+        write!(f, " in subnodes with property {}", properties.join(","))?;
+    }
+    write!(f, ", {want} wanted")?;
+    if !notes.is_empty() {
+        let notes: Vec<String> = notes.iter().map(ToString::to_string).collect();
+        write!(f, " ({})", notes.join("; "))?;
+    }
+    if !memless_numa.is_empty() {
+        let numa: Vec<String> = memless_numa.iter().map(|n| format!("P#{n}")).collect();
+        write!(f, " (the CPUs of NUMA node {} take no job: it has no memory)", numa.join(", "))?;
+    }
+    Ok(())
+}
+
+/// The words of a miss as found now (a [`Miss::Busy`]): what is free on the node.
 impl fmt::Display for NodeMiss {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -279,19 +379,7 @@ impl fmt::Display for NodeMiss {
             NodeMiss::BindNever(n) => n.fmt(f),
             NodeMiss::ShortUnits { unit, have, node, properties, want, notes, memless_numa } => {
                 write!(f, "{unit}: {have} free on {node}")?;
-                if !properties.is_empty() {
-                    write!(f, " in subnodes with property {}", properties.join(","))?;
-                }
-                write!(f, ", {want} wanted")?;
-                if !notes.is_empty() {
-                    let notes: Vec<String> = notes.iter().map(ToString::to_string).collect();
-                    write!(f, " ({})", notes.join("; "))?;
-                }
-                if !memless_numa.is_empty() {
-                    let numa: Vec<String> = memless_numa.iter().map(|n| format!("P#{n}")).collect();
-                    write!(f, " (the CPUs of NUMA node {} take no job: it has no memory)", numa.join(", "))?;
-                }
-                Ok(())
+                units_rest(f, properties, *want, notes, memless_numa)
             }
             NodeMiss::NoRoom { slots, unit, node } => write!(f, "no room for {slots} {unit} on {node}"),
             NodeMiss::WholeNuma { large_cpus, node, have, unit, slots, system } => {
@@ -453,10 +541,94 @@ mod tests {
                 "4G of memory wanted on n1, the NUMA nodes it may use there have 1G free",
             ),
         ];
+        // As a `Never` miss (a node fitted as if empty), these say what the node has; the
+        // others read the same either way.
+        let never = |m: &NodeMiss| -> Option<&str> {
+            Some(match m {
+                NodeMiss::GresNotFree { .. } => "gres fpga:2: more than n1 has; ask for at most what a node has (berth nodes)",
+                NodeMiss::GresTaken { .. } => {
+                    "gres fpga: 2 wanted on each node, n1 has 4; ask for at most what a node has (berth nodes)"
+                }
+                NodeMiss::GresNotAllFree { .. } => {
+                    "gres fpga:2: more than n1 has; ask for at most what a node has (berth nodes)"
+                }
+                NodeMiss::StrictBusy { .. } => {
+                    "GPU locality strict: 8 PUs local to 1 GPU(s) wanted, but on node n1 at most 3 PUs are local to 1 of its GPUs; ask for fewer PUs per GPU, or for cores elsewhere on the node with --gpu-locality prefer (Slurm's --gres-flags=disable-binding)"
+                }
+                NodeMiss::GpusTaken { .. } => "GPUs of type a100: node n1 has 1, 2 wanted",
+                NodeMiss::SocketGpusTaken { .. } => {
+                    "GPUs of type a100 per socket: 1 on each of 2 socket(s) wanted, node n1 has 0 socket(s) with 1 such GPUs"
+                }
+                NodeMiss::ShortUnits { notes, .. } if notes.is_empty() => "cores: n1 has 3, 4 wanted",
+                NodeMiss::ShortUnits { .. } => {
+                    "PUs: n1 has 0 in subnodes with property a,b, 2 wanted (subnode 0 is drained; subnode 1 is kept for another queue's jobs (gpu); \
+                     subnode 2 takes only large parallel jobs (onlyparallel); subnode 3 takes only single-CPU jobs (singlecpu); \
+                     no subnode of n1 has property a,b; drop --property, or ask an admin to set it on a subnode; \
+                     1 more PU is a system CPU, which only --system-cpus jobs use; 2 more PUs are system CPUs, which only --system-cpus jobs use) \
+                     (the CPUs of NUMA node P#2, P#3 take no job: it has no memory)"
+                }
+                NodeMiss::WholeNuma { system: None, .. } => {
+                    "whole NUMA nodes: a large parallel job (more than 64 CPUs) gets NUMA nodes nobody else uses; n1 has 16 cores in such NUMA nodes, 32 wanted"
+                }
+                NodeMiss::WholeNuma { .. } => {
+                    "whole NUMA nodes: a large parallel job (more than 64 CPUs) gets NUMA nodes nobody else uses; n1 has 16 cores in such NUMA nodes, 32 wanted (2 more PUs are system CPUs, which only --system-cpus jobs use)"
+                }
+                NodeMiss::Memory { .. } => "4G of memory wanted on n1, the NUMA nodes it may use there have 1G",
+                _ => return None,
+            })
+        };
         for (miss, want) in cases {
             assert_eq!(words(miss.clone()), want, "{miss:?}");
             assert_eq!(Miss::busy(miss.clone()).to_string(), want);
-            assert_eq!(Miss::never(miss).to_string(), want);
+            let never_words = never(&miss).unwrap_or(want);
+            assert_eq!(Miss::never(miss.clone()).to_string(), never_words, "{miss:?}");
+            assert_eq!(Miss::busy(miss).on_empty().to_string(), never_words);
         }
+    }
+
+    /// No `Never` miss speaks of what is free, nor of waiting for running jobs: a node that
+    /// lacks something for good has nothing a running job could give back.
+    #[test]
+    fn never_words_say_what_a_node_has() {
+        let n = || "n0".to_string();
+        let misses = vec![
+            NodeMiss::ShortUnits {
+                unit: "cores",
+                have: 4,
+                node: n(),
+                properties: vec![],
+                want: 8,
+                notes: vec![],
+                memless_numa: vec![],
+            },
+            NodeMiss::GresTaken { name: "fpga".into(), want: 2, free: 0, total: 1, node: n() },
+            NodeMiss::GresNotFree { gres: "fpga:2".into(), node: n() },
+            NodeMiss::GresNotAllFree { gres: "fpga:2".into(), node: n() },
+            NodeMiss::GpusTaken { gpu_type: None, free: 1, node: n(), want: 2 },
+            NodeMiss::SocketGpusTaken { gpu_type: None, per_socket: 1, sockets: 2, node: n(), ready: 1 },
+            NodeMiss::StrictBusy { want: 4, unit: "cores", gpus: 1, node: n(), most_free: 2 },
+            NodeMiss::WholeNuma { large_cpus: 8, node: n(), have: 3, unit: "cores", slots: 4, system: None },
+            NodeMiss::Memory { need: 2 << 30, node: n(), free: 1 << 30 },
+            NodeMiss::NoRoom { slots: 4, unit: "cores", node: n() },
+        ];
+        for m in misses {
+            let words = Miss::never(m.clone()).to_string();
+            assert!(!words.contains("free"), "{m:?}: {words}");
+            assert!(!words.contains("it starts when"), "{m:?}: {words}");
+        }
+        assert_eq!(
+            Miss::busy(NodeMiss::ShortUnits {
+                unit: "cores",
+                have: 4,
+                node: n(),
+                properties: vec![],
+                want: 8,
+                notes: vec![],
+                memless_numa: vec![],
+            })
+            .on_empty()
+            .to_string(),
+            "cores: n0 has 4, 8 wanted"
+        );
     }
 }

@@ -119,7 +119,7 @@ fn never_reasons_have_no_empty_clause() {
     assert_eq!(
         never(&ns, &total(1, 100 * G)),
         "1 core wanted, the 3 nodes up could hold at most 0 of them: 100G of memory wanted on n0, the NUMA nodes it \
-         may use there have 4G free; the largest node up has 12 cores, 12 PUs, 4G memory; ask for less, or wait for \
+         may use there have 4G; the largest node up has 12 cores, 12 PUs, 4G memory; ask for less, or wait for \
          nodes that have it to come up"
     );
     assert_eq!(never(&[], &total(1, 0)), "nodes: no node is up; it starts once nodes come up");
@@ -148,7 +148,7 @@ fn subnode_reasons_say_which_subnode_and_why() {
     sub[0].refresh();
     assert_eq!(
         never(&sub, &with_gpu),
-        "2 cores wanted, the 1 node up could hold at most 0 of them: cores: 0 free on n0 in subnodes with property \
+        "2 cores wanted, the 1 node up could hold at most 0 of them: cores: n0 has 0 in subnodes with property \
          gpu, 1 wanted (no subnode of n0 has property gpu; drop --property, or ask an admin to set it on a subnode)"
     );
     let mut fast = total(2, 0);
@@ -160,10 +160,7 @@ fn subnode_reasons_say_which_subnode_and_why() {
         Placement::Never(s) => s.to_string(),
         other => panic!("{other:?}"),
     };
-    assert!(
-        why.ends_with("cores: 0 free on n0 in subnodes with property fast, 1 wanted (subnode 0 is offline)"),
-        "{why}"
-    );
+    assert!(why.ends_with("cores: n0 has 0 in subnodes with property fast, 1 wanted (subnode 0 is offline)"), "{why}");
     let mut limited = nodes(1, Topology::uniform(2, 2, 4, 1, 4 * G));
     limited[0].set_subnode_size(2);
     limited[0].subnodes[0].properties = vec![PROP_SINGLE_CPU.into()];
@@ -171,7 +168,7 @@ fn subnode_reasons_say_which_subnode_and_why() {
     limited[0].refresh();
     assert_eq!(
         never(&limited, &total(2, 0)),
-        "2 cores wanted, the 1 node up could hold at most 0 of them: cores: 0 free on n0, 1 wanted (subnode 0 takes \
+        "2 cores wanted, the 1 node up could hold at most 0 of them: cores: n0 has 0, 1 wanted (subnode 0 takes \
          only single-CPU jobs (singlecpu); subnode 1 takes only large parallel jobs (onlyparallel)); the largest node \
          up has 16 cores, 16 PUs, 16G memory; ask for less, or wait for nodes that have it to come up"
     );
@@ -186,7 +183,7 @@ fn system_cpus_are_named_as_what_keeps_cores_off() {
     bound.binding = None;
     assert_eq!(
         never(&ns, &bound),
-        "1 node wanted, 0 of the 1 node up could ever hold a part: cores: 2 free on n0, 3 wanted (2 more PUs are \
+        "1 node wanted, 0 of the 1 node up could ever hold a part: cores: n0 has 2, 3 wanted (2 more PUs are \
          system CPUs, which only --system-cpus jobs use); the largest node up has 4 cores, 4 PUs, 4G memory; ask for \
          less, or wait for nodes that have it to come up"
     );
