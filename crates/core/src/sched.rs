@@ -74,6 +74,22 @@ impl backfill::Machine for ClusterState {
         self.nodes().iter().filter(|n| n.state.accepts_work()).map(|n| n.free_core_count as u64).sum()
     }
 
+    /// Placement's own words for a shape too large for the free cores (with the licenses, as
+    /// [`place`] names them when they are taken too).
+    fn busy_by_count(&self, req: &JobRequest, need: u64, free: u64) -> crate::placement::reason::Busy {
+        use crate::gres::LicenseMiss;
+        use crate::placement::reason::Busy;
+        let what = crate::placement::cluster::short_by_count(self.nodes(), &self.policy, req)
+            .unwrap_or(Busy::Counted { need, free });
+        if req.licenses.is_empty() {
+            return what;
+        }
+        match self.licenses.check(&req.licenses) {
+            Err(LicenseMiss::Busy(why)) => Busy::AndLicenses(Box::new(what), why),
+            _ => what,
+        }
+    }
+
     // Only the allocation's nodes change: count those before and after.
     fn claim_counting(&mut self, alloc: &Allocation, free_before: u64) -> u64 {
         let before = self.free_cores_on(alloc);

@@ -498,6 +498,23 @@ pub(crate) fn short_spread(
     Busy::Spread { unit, cores, given, miss }
 }
 
+/// Why a request does not fit what is free now when the free count alone shows it: fewer free
+/// units (as [`free_slots`] counts them: whole cores for a request of cores) than the job takes
+/// in all. The words placement gives when it finds the same by trying ([`short_per_node`],
+/// [`short_total`]), so that a job rejected by the count (a pass's shortcut for requests already
+/// placed once) reads as one placed. None when the counts do show room (the caller's count
+/// differs): the caller keeps its own words.
+pub(crate) fn short_by_count(nodes: &[NodeCapacity], policy: &PlacementPolicy, req: &JobRequest) -> Option<Busy> {
+    let busy = match req.shape {
+        Shape::PerNode { nodes: k, cores_per_node } => {
+            let c = per_node_slots_on(nodes, req, cores_per_node);
+            short_per_node(nodes, policy, req, k, c, is_large(policy, req, k, c))
+        }
+        Shape::Total { cores, chunk } => short_total(nodes, req, cores, chunk.max(1), 0),
+    };
+    matches!(busy, Busy::Units { .. } | Busy::TotalUnits { .. }).then_some(busy)
+}
+
 /// Why the nodes free now have room for fewer than `cores` units in chunks of `chunk`, `have`
 /// counting only nodes with the memory a chunk needs: cores, or memory beside them.
 pub(crate) fn short_total(nodes: &[NodeCapacity], req: &JobRequest, cores: u32, chunk: u32, have: u64) -> Busy {

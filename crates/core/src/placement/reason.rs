@@ -39,7 +39,9 @@ pub enum Busy {
     SpreadWholeNuma { large_cpus: u32, cores: u32, unit: &'static str, given: u32 },
     /// Spread over the nodes, they take `given` of `cores`; `miss`: the first node's answer.
     Spread { unit: &'static str, cores: u32, given: u32, miss: Option<Miss> },
-    /// More CPUs wanted than are free on the whole machine, by the count alone.
+    /// More CPUs wanted than are free on the whole machine, by the count alone: the words of a
+    /// machine that cannot say more (`Machine::busy_by_count`'s default; the topology-aware
+    /// cluster gives placement's own, `Units` or `TotalUnits`).
     Counted { need: u64, free: u64 },
     /// A machine that does not say (the simulator's, counted in cores only): no words.
     Unstated,

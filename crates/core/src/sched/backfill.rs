@@ -61,6 +61,13 @@ pub trait Machine: Clone {
     fn release(&mut self, alloc: &Self::Alloc);
     /// CPUs free now, for rejecting a job without trying a placement.
     fn free_cpus(&self) -> u64;
+    /// Why `req` does not fit what is free now, when the count alone shows it: it takes `need`
+    /// CPUs, `free` are free. The words should be those `place` would give, so that a job
+    /// rejected by the count reads as one placed; the default has only the count to say.
+    fn busy_by_count(&self, req: &JobRequest, need: u64, free: u64) -> crate::placement::reason::Busy {
+        let _ = req;
+        crate::placement::reason::Busy::Counted { need, free }
+    }
     /// `claim`, returning what `free_cpus` is afterwards, given `free_before` (its value
     /// before). The default counts again; a machine that can count only what changed should.
     fn claim_counting(&mut self, alloc: &Self::Alloc, free_before: u64) -> u64 {

@@ -171,6 +171,8 @@ impl Memo {
         }
         // A count rejects only once a placement has said whether the request can ever fit.
         if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+            // Remembered like a placement's answer: the words cost a scan of the nodes.
+            known.busy[state] = Some(busy.clone());
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -208,6 +210,8 @@ impl Memo {
         }
         // The count without `extra` is an upper bound of the count with it: busy by it is busy.
         if let (true, Some(busy)) = (known.placed, count_busy(machine, req)) {
+            // Remembered like a placement's answer: the words cost a scan of the nodes.
+            known.busy[state] = Some(busy.clone());
             return Fit::Busy(busy);
         }
         self.placements += 1;
@@ -230,11 +234,12 @@ impl Memo {
     }
 }
 
-/// "Busy" from the free count alone, when the request needs more CPUs than are free.
+/// "Busy" from the free count alone, when the request needs more CPUs than are free, in the
+/// machine's words for it ([`Machine::busy_by_count`]: placement's own, on the cluster).
 fn count_busy<M: Machine>(machine: &Tracked<M>, req: &JobRequest) -> Option<Busy> {
     let need = counted_cpus(req)?;
     let free = machine.free_cpus();
-    (need > free).then_some(Busy::Counted { need, free })
+    (need > free).then(|| machine.machine.busy_by_count(req, need, free))
 }
 
 /// How much a pass reports.

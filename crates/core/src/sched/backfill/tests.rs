@@ -325,3 +325,34 @@ fn no_advance_reservation_is_the_plain_pass() {
         assert_eq!(summary(&a), summary(&pass(&cluster, &running, &queue, policy)));
     }
 }
+
+/// A request rejected by the free count (the memo's shortcut once it was placed) reads as the
+/// placement's own answer, so one situation has one phrasing: per node and in all.
+#[test]
+fn a_count_rejects_in_placement_words() {
+    use super::pass::{Memo, Tracked, NOW};
+    for req in [queued_nodes(1, 1, 4, 10.0).request, queued(1, 4, 10.0).request] {
+        let cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+        let mut machine = Tracked::new(cluster);
+        let mut memo = Memo::default();
+        for _ in 0..2 {
+            match memo.place(&machine, NOW, &req) {
+                Fit::Now(alloc) => machine.claim(&alloc),
+                other => panic!("{other:?}"),
+            }
+        }
+        let placements = memo.placements;
+        let Fit::Busy(counted) = memo.place(&machine, NOW, &req) else { panic!("the machine is full") };
+        assert_eq!(memo.placements, placements, "the count answers, not a placement");
+        let Fit::Busy(placed) = Machine::place(&machine.machine, &req) else { panic!("the machine is full") };
+        assert_eq!(counted, placed);
+        assert!(!matches!(counted, crate::placement::reason::Busy::Counted { .. }), "{counted:?}");
+    }
+    let per_node = queued_nodes(1, 1, 4, 10.0).request;
+    let mut cluster = ClusterBuilder::new().nodes(2, 1, 4, 0).build();
+    let _ = (hold(&mut cluster, 100, &[(0, "0-3")], 10.0), hold(&mut cluster, 101, &[(1, "0-3")], 10.0));
+    assert_eq!(
+        Machine::busy_by_count(&cluster, &per_node, 4, 0).to_string(),
+        "cores: 1 node with 4 free cores each wanted, no node has that many free now; it starts when running jobs free them"
+    );
+}
