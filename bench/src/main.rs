@@ -1,6 +1,7 @@
 //! berth-bench: measures berth on this machine with a real local cluster.
 //!
 //! `berth-bench submit-api N [CONNS]`  durable submissions through the API (one job per request)
+//! `berth-bench submit-api-queued N [CONNS]`  the same, jobs eligible but waiting (not held)
 //! `berth-bench submit-batch N [SIZE]` durable submissions in batches of SIZE per request
 //! `berth-bench submit-cli N [PAR]`    durable submissions through `berth submit`, PAR at a time
 //! `berth-bench submit-cli-multi N [K]` through `berth submit` with K scripts per invocation
@@ -180,6 +181,20 @@ async fn run() -> Result<()> {
                 serde_json::json!({"durable": "sqlite WAL synchronous=FULL, committed before reply"}),
             );
         }
+        "submit-api-queued" => {
+            // The same, but the jobs wait eligible behind one that holds the whole machine: each
+            // pass plans them (a queue as a busy cluster has it, not a held one).
+            let c = Cluster::up(1, "package:1 core:2 pu:1")?;
+            let conns = param.unwrap_or(8);
+            let sock = c.dir.join("controller.sock");
+            let mut s = UnixStream::connect(&sock).await?;
+            let mut blocker = submission("#!/bin/sh\nsleep 3600\n", false, &c.dir);
+            blocker.options.cores = Some(2);
+            blocker.options.walltime = Some(3600);
+            call(&mut s, &ClientRequest::Submit(Box::new(blocker))).await?;
+            let elapsed = submit_api(&sock, n, conns, hold_script, false, &c.dir).await?;
+            report(kind, n, conns, elapsed, serde_json::json!({"queue": "eligible, behind a job holding every core"}));
+        }
         "submit-batch" => {
             let c = Cluster::up(1, "package:1 core:2 pu:1")?;
             let size = param.unwrap_or(100);
@@ -303,7 +318,7 @@ async fn run() -> Result<()> {
                 serde_json::json!({"submit_seconds": submitted.as_secs_f64(), "completed": completed}),
             );
         }
-        _ => bail!("usage: berth-bench submit-api|submit-batch|submit-cli|submit-cli-multi|e2e N [PARAM] | placement"),
+        _ => bail!("usage: berth-bench submit-api|submit-api-queued|submit-batch|submit-cli|submit-cli-multi|e2e N [PARAM] | placement"),
     }
     Ok(())
 }

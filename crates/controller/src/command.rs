@@ -44,6 +44,8 @@ pub enum Command {
         detail: String,
     },
     Tick,
+    /// A scheduling pass held back under a stream of changes is due (`crate::pacing`).
+    Wake,
     Shutdown,
 }
 

@@ -18,6 +18,7 @@ pub mod lease;
 pub mod lifecycle;
 pub mod model;
 pub mod notify;
+pub mod pacing;
 pub mod policy;
 pub mod reservations;
 pub mod server;

@@ -8,6 +8,7 @@
 pub use crate::command::{Command, ServerError};
 use crate::config::ControllerConfig;
 use crate::model::request::Peer;
+use crate::pacing::PassPacer;
 use crate::state::{AgentTx, Controller};
 use crate::store::{Store, StoreError, WriteBlock};
 use crate::users::peer_identity;
@@ -72,7 +73,10 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
     let (tx, rx) = mpsc::channel::<Command>(65536);
     let actor = std::thread::Builder::new()
         .name("berth-state".into())
-        .spawn(move || run_actor(ctl, rx))
+        .spawn({
+            let waker = Waker { tx: tx.downgrade(), rt: tokio::runtime::Handle::current(), armed: None };
+            move || run_actor(ctl, rx, waker)
+        })
         .map_err(|_| ServerError::ActorGone)?;
 
     let tick_every = Duration::from_secs_f64((cfg.heartbeat_interval_secs / 2.0).clamp(0.1, 1.0));
@@ -186,10 +190,15 @@ pub async fn serve(cfg: ControllerConfig) -> Result<(), ServerError> {
 ///   (`Controller::store_health`).
 ///
 /// Any other store error stops the controller, as before: nothing unrecorded is acknowledged.
-fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(), StoreError> {
+///
+/// A scheduling pass runs in a batch that changed something, paced under a stream of
+/// changes (`crate::pacing`): a pass held back runs in a later batch, at the latest in the
+/// one the `Waker` starts.
+fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>, mut waker: Waker) -> Result<(), StoreError> {
     const MAX_BATCH: usize = 4096;
     let mut deferred: Vec<Deferred> = Vec::new();
     let mut degraded = Degraded::default();
+    let mut pacer = PassPacer::default();
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::with_capacity(64);
         batch.push(first);
@@ -239,12 +248,44 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>) -> Result<(),
             }
         }
         let stop;
-        (ctl, stop) = apply_batch(ctl, batch, &mut deferred, now)?;
+        (ctl, stop) = apply_batch(ctl, batch, &mut deferred, &mut pacer, now)?;
         if stop {
             break;
         }
+        if ctl.dirty && ctl.store_health.is_none() {
+            if let Some(at) = pacer.wait_until(ctl.clock.instant()) {
+                waker.arm(at);
+            }
+        }
     }
     Ok(())
+}
+
+/// Sends the state thread a `Command::Wake` when a pass held back by the pacer is due, so that
+/// it runs even if nothing else comes.
+struct Waker {
+    /// Weak: the state thread's own sender must not keep its channel open.
+    tx: mpsc::WeakSender<Command>,
+    rt: tokio::runtime::Handle,
+    /// When the wake-up on its way is due.
+    armed: Option<std::time::Instant>,
+}
+
+impl Waker {
+    fn arm(&mut self, at: std::time::Instant) {
+        let now = std::time::Instant::now();
+        if self.armed.is_some_and(|t| t > now && t <= at) {
+            return; // one on its way already, before the pass is due; it re-arms if needed
+        }
+        self.armed = Some(at);
+        let tx = self.tx.clone();
+        self.rt.spawn(async move {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
+            if let Some(tx) = tx.upgrade() {
+                let _ = tx.send(Command::Wake).await;
+            }
+        });
+    }
 }
 
 /// Bytes that must be free on the state database's filesystem, after it filled, before
@@ -338,6 +379,7 @@ fn apply_batch(
     mut ctl: Controller,
     batch: Vec<Command>,
     deferred: &mut Vec<Deferred>,
+    pacer: &mut PassPacer,
     now: f64,
 ) -> Result<(Controller, bool), StoreError> {
     let mut stop = false;
@@ -351,7 +393,7 @@ fn apply_batch(
         }
         // Nothing of the batch is applied yet: all of it is handled as the store allows.
         mark_unwritable(&mut ctl, &e, now);
-        return apply_batch(ctl, batch, deferred, now);
+        return apply_batch(ctl, batch, deferred, pacer, now);
     }
     let mut undo: Vec<OnFailure> = Vec::with_capacity(batch.len());
     let mut commands = batch.into_iter();
@@ -449,6 +491,8 @@ fn apply_batch(
                         ctl.check_begin(now);
                     }
                 }
+                // Only here to start a batch: its pass, held back by the pacer, is due.
+                Command::Wake => {}
                 Command::Shutdown => stop = true,
             }
             berth_protocol::probe::mark("ctl command handled");
@@ -456,8 +500,10 @@ fn apply_batch(
             ctl.carry_out_effects(now)?;
             berth_protocol::probe::mark("ctl effects written");
         }
-        if ctl.dirty && !degraded {
+        let began = ctl.clock.instant();
+        if ctl.dirty && !degraded && pacer.wait_until(began).is_none() {
             ctl.schedule(now)?;
+            pacer.ran(began, ctl.clock.instant());
             berth_protocol::probe::mark("ctl scheduled");
         }
         if stop && !degraded {
@@ -501,7 +547,7 @@ fn apply_batch(
             }
             // What the batch had not reached yet is handled as the store allows now.
             let rest: Vec<Command> = commands.collect();
-            let (ctl, stopped) = apply_batch(ctl, rest, deferred, now)?;
+            let (ctl, stopped) = apply_batch(ctl, rest, deferred, pacer, now)?;
             return Ok((ctl, stop || stopped));
         }
     };
