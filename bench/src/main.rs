@@ -52,6 +52,12 @@ impl Cluster {
     fn up(agents: usize, topology: &str) -> Result<Cluster> {
         let dir = std::env::temp_dir().join(format!("berth-bench-{}", std::process::id()));
         let bin = berth_bin()?;
+        // Controller settings to try (e.g. BERTH_BENCH_CONFIG=$'[scheduler]\npass_pace = 0'),
+        // kept by `berth up` after its own.
+        if let Ok(extra) = std::env::var("BERTH_BENCH_CONFIG") {
+            std::fs::create_dir_all(&dir)?;
+            std::fs::write(dir.join("berth.toml"), extra)?;
+        }
         let out = Command::new(&bin)
             .arg("--dir")
             .arg(&dir)

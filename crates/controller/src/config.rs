@@ -307,6 +307,10 @@ pub struct SchedulerConfig {
     /// A job array's indexes run from 0 to one less than this (Slurm's `MaxArraySize`, whose
     /// default it has): a bigger array is refused.
     pub max_array_size: u32,
+    /// Under a stream of changes, a scheduling pass waits this many times the last pass's
+    /// cost after it (`crate::pacing`; at most 250 ms); 0: a pass after every batch that
+    /// changed something, however long the queue (at most 100).
+    pub pass_pace: u32,
 }
 
 impl Default for SchedulerConfig {
@@ -318,6 +322,7 @@ impl Default for SchedulerConfig {
             reservation_budget_ms: 500,
             kill_invalid_depend: false,
             max_array_size: berth_core::directives::array::DEFAULT_MAX_ARRAY_SIZE,
+            pass_pace: crate::pacing::DEFAULT_PACE,
         }
     }
 }
@@ -498,6 +503,12 @@ impl ControllerConfig {
         }
         if let Err(e) = self.hierarchy().and_then(|_| self.node_order()) {
             return invalid("interconnect", e.to_string());
+        }
+        if self.scheduler.pass_pace > crate::pacing::MAX_PACE {
+            return invalid(
+                "scheduler",
+                format!("pass_pace {} is above {}", self.scheduler.pass_pace, crate::pacing::MAX_PACE),
+            );
         }
         let l = &self.limits;
         if l.max_walltime_secs == 0 || l.max_count == 0 || l.min_mem_bytes > l.max_mem_bytes {
@@ -755,5 +766,11 @@ mod tests {
         );
         let c = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap();
         assert_eq!((c.scheduler.policy, c.scheduler.reservation_budget_ms), (BackfillPolicy::Conservative, 0));
+        assert_eq!(c.scheduler.pass_pace, 3, "passes paced by default");
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[scheduler]\npass_pace = 0\n");
+        assert_eq!(ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap().scheduler.pass_pace, 0);
+        let f = write("state_dir = \"/tmp/s\"\nsocket = \"/tmp/s.sock\"\n[scheduler]\npass_pace = 101\n");
+        let e = ControllerConfig::load(Some(f.path()), &vec![], &[], &vec![]).unwrap_err().to_string();
+        assert!(e.contains("pass_pace 101 is above 100"), "{e}");
     }
 }

@@ -198,7 +198,7 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>, mut waker: Wa
     const MAX_BATCH: usize = 4096;
     let mut deferred: Vec<Deferred> = Vec::new();
     let mut degraded = Degraded::default();
-    let mut pacer = PassPacer::default();
+    let mut pacer = PassPacer::new(ctl.cfg.scheduler.pass_pace);
     while let Some(first) = rx.blocking_recv() {
         let mut batch = Vec::with_capacity(64);
         batch.push(first);
