@@ -40,8 +40,8 @@ use super::backfill::{Fit, Machine, PassInput, PassOutput, QueuedJob, Waiting};
 use super::reason::{Unsuitable, Wanting};
 use super::PendingReason;
 use crate::JobId;
-use std::cmp::{Ordering, Reverse};
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::ops::Bound::{Excluded, Unbounded};
 use steps::Steps;
 
@@ -127,7 +127,7 @@ pub struct CountPlan {
     compress: bool,
     /// Running jobs that outlast their estimate, by expected end: once one is overdue the
     /// plan counted on processors it still holds.
-    late: BinaryHeap<Reverse<(Time, JobId)>>,
+    late: BTreeSet<(Time, JobId)>,
     /// When the last pass ran.
     last_pass: f64,
 }
@@ -145,7 +145,7 @@ impl CountPlan {
             keep,
             valid: false,
             compress: false,
-            late: BinaryHeap::new(),
+            late: BTreeSet::new(),
             last_pass: f64::NEG_INFINITY,
         }
     }
@@ -159,12 +159,14 @@ impl CountPlan {
     /// Job `id` started (or resumed), expected to end at `expected`, ending at `actual`.
     pub fn started(&mut self, id: JobId, expected: f64, actual: f64) {
         if actual > expected {
-            self.late.push(Reverse((Time(expected), id)));
+            self.late.insert((Time(expected), id));
         }
     }
 
-    /// A job of `cpus` processors expected to end at `expected` ended at `now`.
-    pub fn ended(&mut self, now: f64, expected: f64, cpus: u64) {
+    /// Job `id` of `cpus` processors, expected to end at `expected` (as told at its start),
+    /// ended at `now`.
+    pub fn ended(&mut self, id: JobId, now: f64, expected: f64, cpus: u64) {
+        self.late.remove(&(Time(expected), id));
         if now < expected && self.valid {
             self.steps.remove(now, expected, cpus);
             self.compress = true;
@@ -181,20 +183,10 @@ impl CountPlan {
         self.compress
     }
 
-    /// Whether the kept plan may be used at `now`: it is valid and no running job (as
-    /// `running` tells) is past its estimate.
-    pub fn can_keep(&mut self, now: f64, running: impl Fn(JobId) -> bool) -> bool {
-        while let Some(&Reverse((Time(end), id))) = self.late.peek() {
-            if !running(id) {
-                self.late.pop();
-                continue;
-            }
-            if end <= now {
-                return false;
-            }
-            break;
-        }
-        self.valid
+    /// Whether the kept plan may be used at `now`: it is valid and no running job is past its
+    /// estimate.
+    pub fn can_keep(&self, now: f64) -> bool {
+        self.valid && !self.late.first().is_some_and(|&(Time(end), _)| end <= now)
     }
 
     /// A pass from the kept plan: compress if a job ended early, start the reservations due
@@ -363,10 +355,7 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
     // Kept: the queue is the reserved jobs, then the new ones (ids from `next_new` on).
     let new_from = queue.len() - queue.iter().rev().take_while(|q| q.id >= plan.next_new).count();
     let new = &queue[new_from..];
-    let kept = plan.keep
-        && new_from == plan.by_job.len()
-        && new.iter().all(plannable)
-        && plan.can_keep(now, |id| input.running.iter().any(|r| r.id == id));
+    let kept = plan.keep && new_from == plan.by_job.len() && new.iter().all(plannable) && plan.can_keep(now);
     let kept = match kept {
         true => plan.pass_kept(now, free, &new.iter().map(job).collect::<Vec<_>>()),
         false => None,
@@ -377,14 +366,23 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
         plan.afresh(now, free, running, &planned, plan.keep || full)
     });
     let (picked, backfilled) = picked(queue, &starts);
+    if picked.len() < starts.len() {
+        // A queue not in the order the plan was kept for (see the module's documentation):
+        // the starts not found wait, and the next pass plans afresh.
+        plan.invalidate();
+    }
     let mut out = PassOutput { starts: Vec::with_capacity(starts.len()), waiting: vec![], backfilled };
+    // The machine with the starts claimed, copied only once a second start needs it.
     let mut machine = None::<M>;
-    for q in picked {
-        let on = machine.as_ref().unwrap_or(input.machine);
-        match on.place(&q.request) {
+    let mut unclaimed = false;
+    for (k, q) in picked.into_iter().enumerate() {
+        if k > 0 {
+            claim_last(&mut machine, input.machine, &out.starts, &mut unclaimed);
+        }
+        match machine.as_ref().unwrap_or(input.machine).place(&q.request) {
             Fit::Now(alloc) => {
-                machine.get_or_insert_with(|| input.machine.clone()).claim(&alloc);
                 out.starts.push((q.id, alloc));
+                unclaimed = true;
             }
             // The plan starts a job only on processors free now.
             _ => {
@@ -394,6 +392,7 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
         }
     }
     if full {
+        claim_last(&mut machine, input.machine, &out.starts, &mut unclaimed);
         let after = machine.as_ref().unwrap_or(input.machine);
         let started: HashSet<JobId> = out.starts.iter().map(|s| s.0).collect();
         for q in queue.iter().filter(|q| !started.contains(&q.id)) {
@@ -409,25 +408,28 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
     out
 }
 
-/// The queued jobs of `starts`, in that order, and how many of them overtook a job (not held)
-/// still waiting before them in `queue`. One walk of the queue, up to the last start.
-fn picked<'q>(queue: &'q [QueuedJob], starts: &[JobId]) -> (Vec<&'q QueuedJob>, usize) {
-    if starts.is_empty() {
-        return (vec![], 0);
+/// The last start's allocation claimed on `machine` (a copy of `base` made when first needed),
+/// if not yet.
+fn claim_last<M: Machine>(machine: &mut Option<M>, base: &M, starts: &[(JobId, M::Alloc)], unclaimed: &mut bool) {
+    if let (true, Some((_, alloc))) = (std::mem::take(unclaimed), starts.last()) {
+        machine.get_or_insert_with(|| base.clone()).claim(alloc);
     }
-    let wanted: HashSet<JobId> = starts.iter().copied().collect();
-    let mut found: HashMap<JobId, &QueuedJob> = HashMap::with_capacity(starts.len());
+}
+
+/// The queued jobs of `starts` (which the plan gives in queue order), and how many of them
+/// overtook a job (not held) still waiting before them in `queue`. One walk of the queue, up
+/// to the last start.
+fn picked<'q>(queue: &'q [QueuedJob], starts: &[JobId]) -> (Vec<&'q QueuedJob>, usize) {
+    let mut found = Vec::with_capacity(starts.len());
     let (mut passed_over, mut backfilled) = (false, 0);
     for q in queue {
-        if wanted.contains(&q.id) {
+        let Some(&next) = starts.get(found.len()) else { break };
+        if q.id == next {
             backfilled += usize::from(passed_over);
-            found.insert(q.id, q);
-            if found.len() == wanted.len() {
-                break;
-            }
+            found.push(q);
         } else if !q.held {
             passed_over = true;
         }
     }
-    (starts.iter().filter_map(|id| found.get(id).copied()).collect(), backfilled)
+    (found, backfilled)
 }

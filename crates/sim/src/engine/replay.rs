@@ -180,7 +180,7 @@ impl<M: RoundMachine + CountedMachine> Replay<'_, M> {
             self.ends.pop();
             if segment == self.segment[job] && self.slot[job] != usize::MAX {
                 if let Some(plan) = self.counted.as_mut() {
-                    plan.ended(time, self.running[self.slot[job]].end, self.work.jobs[job].procs);
+                    plan.ended(JobId(job as u64), time, self.running[self.slot[job]].end, self.work.jobs[job].procs);
                 }
                 self.stop(job);
                 self.outcomes.end[job] = time;

@@ -130,7 +130,7 @@ proptest! {
             for &(i, expected, _) in running.iter().filter(|r| r.2 == now) {
                 free += jobs[i].cpus;
                 done += 1;
-                kept.ended(now, expected, jobs[i].cpus);
+                kept.ended(JobId(i as u64), now, expected, jobs[i].cpus);
             }
             running.retain(|r| r.2 != now);
             while submitted < jobs.len() && jobs[submitted].submit <= now {
@@ -139,10 +139,9 @@ proptest! {
             }
             let held: Vec<(u64, f64)> = running.iter().map(|r| (jobs[r.0].cpus, r.1)).collect();
             let queued: Vec<CountedJob> = queue.iter().map(|&i| job(i)).collect();
-            let is_running = |id: JobId| running.iter().any(|r| r.0 as u64 == id.0);
             let new: Vec<CountedJob> = queued.iter().copied().filter(|j| j.id >= kept.next_new()).collect();
             prop_assert_eq!(new.len(), submitted - kept.next_new().0.min(submitted as u64) as usize);
-            let from_kept = if kept.can_keep(now, is_running) {
+            let from_kept = if kept.can_keep(now) {
                 kept.pass_kept(now, free, &new)
             } else {
                 None
@@ -198,9 +197,9 @@ fn an_early_end_moves_reservations_earlier() {
     assert_eq!(plan.reservations(), vec![(JobId(1), 100.0), (JobId(2), 110.0)]);
     assert_eq!(plan.next_new(), JobId(3));
     plan.started(JobId(0), 100.0, 10.0);
-    plan.ended(10.0, 100.0, 1);
+    plan.ended(JobId(0), 10.0, 100.0, 1);
     assert!(plan.must_pass());
-    assert!(plan.can_keep(10.0, |_| false));
+    assert!(plan.can_keep(10.0));
     assert_eq!(plan.pass_kept(10.0, 2, &[]), Some(vec![JobId(1)]));
     assert_eq!(plan.reservations(), vec![(JobId(2), 20.0)]);
     assert!(!plan.must_pass());
@@ -216,7 +215,7 @@ fn an_overrunning_job_makes_the_pass_plan_afresh() {
     let (a, b) = (job(0, 2, 10.0), job(1, 1, 10.0));
     assert_eq!(plan.pass_afresh(0.0, 2, std::iter::empty(), &[a, b]), vec![JobId(0)]);
     plan.started(JobId(0), 10.0, 30.0);
-    assert!(!plan.can_keep(10.0, |id| id == JobId(0)));
+    assert!(!plan.can_keep(10.0));
     assert_eq!(plan.pass_afresh(10.0, 0, [(2, 10.0)].into_iter(), &[b]), Vec::<JobId>::new());
     assert_eq!(plan.reservations(), vec![(JobId(1), 10.0)]);
     // At the next event the reservation at 10 is stale: the kept pass declines.
@@ -347,8 +346,8 @@ mod rounds {
         let d = round_counted(&input(&machine, &running, &queue), &mut plan, 0.0);
         assert_eq!(d.starts.iter().map(|s| s.id).collect::<Vec<_>>(), vec![JobId(2)]);
         plan.started(JobId(2), 5.0, 5.0);
-        plan.ended(5.0, 5.0, 1);
-        plan.ended(10.0, 10.0, 3);
+        plan.ended(JobId(2), 5.0, 5.0, 1);
+        plan.ended(JobId(100), 10.0, 10.0, 3);
         assert!(!plan.must_pass(), "ends as expected compress nothing");
         let machine = Cpus { total: 4, free: 4 };
         let queue = [queued(1, 4, 10.0), queued(3, 1, 20.0), queued(6, 1, 1.0)];
