@@ -420,12 +420,19 @@ fn backfilled<A>(queue: &[QueuedJob], starts: Vec<(JobId, A)>) -> Vec<Start<A>> 
     if starts.is_empty() {
         return vec![];
     }
-    let started: HashMap<JobId, usize> = starts.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect();
+    // A few starts (most rounds) are looked up by comparing ids: cheaper than hashing every
+    // queued job walked past.
+    let hashed: Option<HashMap<JobId, usize>> =
+        (starts.len() > 4).then(|| starts.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect());
+    let index_of = |id: &JobId| match &hashed {
+        Some(map) => map.get(id).copied(),
+        None => starts.iter().position(|(s, _)| s == id),
+    };
     let mut flags = vec![false; starts.len()];
     let (mut passed_over, mut seen) = (false, 0);
     for q in queue {
-        match started.get(&q.id) {
-            Some(&i) => {
+        match index_of(&q.id) {
+            Some(i) => {
                 flags[i] = passed_over;
                 seen += 1;
                 if seen == starts.len() {
