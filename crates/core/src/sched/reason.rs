@@ -5,8 +5,7 @@
 //! Slurm's REASON where Slurm has one (`squeue %r`, `--json`).
 
 use crate::placement::reason::{Busy, Never};
-use crate::sched::preempt::ResumeWait;
-use crate::JobId;
+use crate::{CpuSet, JobId};
 use std::fmt;
 
 /// Why a pending job is not running.
@@ -336,10 +335,41 @@ impl fmt::Display for SuspendedReason {
     }
 }
 
+/// Why a suspended job does not resume now (said to users as the job's reason).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResumeWait {
+    #[error("node {0} is not connected")]
+    NotConnected(String),
+    #[error("node {0} is unknown")]
+    UnknownNode(String),
+    #[error("waiting for its own CPUs {cpus} on {node} to resume (its steps hold them)")]
+    StepsHold { cpus: CpuSet, node: String },
+    #[error("waiting for {need} {unit} on {node} to resume ({free} free)")]
+    Short { need: u32, unit: &'static str, node: String, free: u32 },
+    #[error("waiting for its own CPUs {cpus} on {node} to resume ({why})")]
+    Pinned { cpus: CpuSet, node: String, why: &'static str },
+    /// No resume was decided for it, and no why given.
+    #[error("it cannot resume now")]
+    Unstated,
+}
+
+impl ResumeWait {
+    /// The wait's stable short code, Slurm's REASON where Slurm has one: `NodeDown` for a node
+    /// that cannot be told to thaw it, else `Resources`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ResumeWait::NotConnected(_) | ResumeWait::UnknownNode(_) => "NodeDown",
+            ResumeWait::StepsHold { .. }
+            | ResumeWait::Short { .. }
+            | ResumeWait::Pinned { .. }
+            | ResumeWait::Unstated => "Resources",
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::CpuSet;
 
     /// Every variant's code, and its words exactly as they were when they were strings.
     #[test]

@@ -12,40 +12,11 @@ use crate::node::{NodeCapacity, RelocateError};
 use crate::placement::cluster::node_by_id;
 use crate::sched::backfill::AdvanceReservation;
 use crate::sched::ClusterState;
-use crate::{CpuSet, NodeId};
+use crate::NodeId;
 use std::borrow::Cow;
 
-/// Why a suspended job does not resume now (said to users as the job's reason).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ResumeWait {
-    #[error("node {0} is not connected")]
-    NotConnected(String),
-    #[error("node {0} is unknown")]
-    UnknownNode(String),
-    #[error("waiting for its own CPUs {cpus} on {node} to resume (its steps hold them)")]
-    StepsHold { cpus: CpuSet, node: String },
-    #[error("waiting for {need} {unit} on {node} to resume ({free} free)")]
-    Short { need: u32, unit: &'static str, node: String, free: u32 },
-    #[error("waiting for its own CPUs {cpus} on {node} to resume ({why})")]
-    Pinned { cpus: CpuSet, node: String, why: &'static str },
-    /// No resume was decided for it, and no why given.
-    #[error("it cannot resume now")]
-    Unstated,
-}
-
-impl ResumeWait {
-    /// The wait's stable short code, Slurm's REASON where Slurm has one: `NodeDown` for a node
-    /// that cannot be told to thaw it, else `Resources`.
-    pub fn code(&self) -> &'static str {
-        match self {
-            ResumeWait::NotConnected(_) | ResumeWait::UnknownNode(_) => "NodeDown",
-            ResumeWait::StepsHold { .. }
-            | ResumeWait::Short { .. }
-            | ResumeWait::Pinned { .. }
-            | ResumeWait::Unstated => "Resources",
-        }
-    }
-}
+// Why a job does not resume is a reason (`sched::reason`), said to users.
+pub use crate::sched::reason::ResumeWait;
 
 /// What a part-by-part resume needs of a suspended job beside its allocation.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
