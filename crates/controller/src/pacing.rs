@@ -27,12 +27,14 @@ pub struct PassPacer {
     pace: u32,
     /// The earliest time of the next pass (None: any time).
     next: Option<Instant>,
+    /// A pass was due and held back since the last one ran.
+    held: bool,
 }
 
 impl PassPacer {
     /// A pacer waiting `pace` times a pass's cost after it (0: never waits).
     pub fn new(pace: u32) -> PassPacer {
-        PassPacer { pace: pace.min(MAX_PACE), next: None }
+        PassPacer { pace: pace.min(MAX_PACE), next: None, held: false }
     }
 
     /// None when a pass may run at `now`; else the time it may.
@@ -40,8 +42,20 @@ impl PassPacer {
         self.next.filter(|at| now < *at)
     }
 
+    /// A pass was due but held back (`wait_until` said to wait): one must run later, even if
+    /// nothing else comes (the server wakes itself).
+    pub fn hold(&mut self) {
+        self.held = true;
+    }
+
+    /// Whether a pass was held back since the last one ran.
+    pub fn held_back(&self) -> bool {
+        self.held
+    }
+
     /// A pass ran from `began` to `ended`.
     pub fn ran(&mut self, began: Instant, ended: Instant) {
+        self.held = false;
         let cost = ended.saturating_duration_since(began);
         self.next = Some(ended + cost.saturating_mul(self.pace).min(MAX_GAP));
     }
@@ -81,6 +95,18 @@ mod tests {
         // A clock that does not move (tests' fake clock): passes are never held back.
         p.ran(t0, t0);
         assert_eq!(p.wait_until(t0), None);
+    }
+
+    #[test]
+    fn a_held_back_pass_is_remembered_until_one_runs() {
+        let t0 = Instant::now();
+        let mut p = PassPacer::new(DEFAULT_PACE);
+        p.ran(t0, t0 + Duration::from_millis(1));
+        assert!(!p.held_back());
+        p.hold();
+        assert!(p.held_back(), "the server must wake itself for it");
+        p.ran(t0 + Duration::from_millis(5), t0 + Duration::from_millis(6));
+        assert!(!p.held_back());
     }
 
     #[test]

@@ -252,10 +252,11 @@ fn run_actor(mut ctl: Controller, mut rx: mpsc::Receiver<Command>, mut waker: Wa
         if stop {
             break;
         }
-        if ctl.dirty && ctl.store_health.is_none() {
-            if let Some(at) = pacer.wait_until(ctl.clock.instant()) {
-                waker.arm(at);
-            }
+        // A pass this batch held back runs when due, or at once if it is due already (the
+        // commit may have outlasted the wait): in a batch of its own if nothing else comes.
+        if pacer.held_back() && ctl.dirty && ctl.store_health.is_none() {
+            let now = ctl.clock.instant();
+            waker.arm(pacer.wait_until(now).unwrap_or(now));
         }
     }
     Ok(())
@@ -500,11 +501,15 @@ fn apply_batch(
             ctl.carry_out_effects(now)?;
             berth_protocol::probe::mark("ctl effects written");
         }
-        let began = ctl.clock.instant();
-        if ctl.dirty && !degraded && pacer.wait_until(began).is_none() {
-            ctl.schedule(now)?;
-            pacer.ran(began, ctl.clock.instant());
-            berth_protocol::probe::mark("ctl scheduled");
+        if ctl.dirty && !degraded {
+            let began = ctl.clock.instant();
+            if pacer.wait_until(began).is_none() {
+                ctl.schedule(now)?;
+                pacer.ran(began, ctl.clock.instant());
+                berth_protocol::probe::mark("ctl scheduled");
+            } else {
+                pacer.hold();
+            }
         }
         if stop && !degraded {
             ctl.closing()?;
