@@ -247,7 +247,7 @@ proptest! {
                             c.node_mut(na.node_id).expect("node").claim(na);
                         }
                         // An empty allocation (no cores asked) changes no node: the index stays.
-                        fresh = fresh && (arranged || a.iter().next().is_none());
+                        fresh = fresh && (arranged || a.is_empty());
                         running.push(a);
                     }
                     asked = Some(req);
@@ -257,7 +257,7 @@ proptest! {
                     for na in &a {
                         c.node_mut(na.node_id).expect("node").release(na);
                     }
-                    fresh = fresh && (arranged || a.iter().next().is_none());
+                    fresh = fresh && (arranged || a.is_empty());
                 }
                 Op::ReleaseDirectly(_) => {}
                 Op::Copy => {
