@@ -407,8 +407,10 @@ async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
                 Some(Ok(None)) | None => bail!("the agent closed the connection; the command on {host} was killed"),
                 Some(Err(e)) => bail!("{e}"),
             },
+            // A write that fails (the command ended and the agent closed its side) is not the
+            // command's outcome: the reply already on its way, or the close, says what that is.
             Some(signal) = sigs.recv() => {
-                write_frame(&mut wr, &AgentQuery::Task { request: TaskRequest::Signal { signal } }).await?;
+                let _ = write_frame(&mut wr, &AgentQuery::Task { request: TaskRequest::Signal { signal } }).await;
             }
             chunk = stdin_rx.recv(), if stdin_open => {
                 let request = match chunk {
@@ -418,7 +420,9 @@ async fn rsh_inner(job: JobId, socket: &str, args: Vec<String>) -> Result<i32> {
                         TaskRequest::StdinEof
                     }
                 };
-                write_frame(&mut wr, &AgentQuery::Task { request }).await?;
+                if write_frame(&mut wr, &AgentQuery::Task { request }).await.is_err() {
+                    stdin_open = false;
+                }
             }
         }
     }
