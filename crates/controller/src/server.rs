@@ -557,16 +557,16 @@ fn apply_batch(
         }
     };
     berth_protocol::probe::mark("ctl written");
-    // Agents first, as soon as the commit is written (Controller::agents_before_sync): an
+    // Agents first, as soon as the commit is written (`JobIds::agents_before_sync`): an
     // interactive allocation's launch is on its way, and the agent making the job's
     // cgroups, while the commit is synced and before `run` has its grant.
-    if ctl.agents_before_sync() {
+    if ctl.ids.agents_before_sync() {
         send_orders(&mut ctl);
     }
     if must_sync {
         ctl.store.sync_committed()?;
         berth_protocol::probe::mark("ctl synced");
-        ctl.synced();
+        ctl.ids.synced();
     }
     send_orders(&mut ctl); // those that had to wait for the sync
     if !ctl.out.replies.is_empty() {

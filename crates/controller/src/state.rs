@@ -4,6 +4,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
 use crate::model::counts::JobCounts;
 use crate::model::effect::Effect;
+use crate::model::ids::{JobIds, JOB_ID_BOUND};
 use crate::model::job::{JobRecord, OldRun};
 use crate::model::node_settings::{admin_down_key, key, NodeSettings};
 use crate::store::{NodeRow, Store, StoreError};
@@ -77,12 +78,9 @@ pub struct Controller {
     /// Capacity per node, indexed by node id.
     pub cluster: ClusterState,
     pub extra: Vec<NodeExtra>,
-    pub next_id: u64,
-    /// Job ids below this are reserved (recorded in the store): a restarted controller
-    /// starts above it, so an id an agent may have heard of is never given again.
-    pub id_bound: u64,
-    /// `id_bound` as of the last commit synced to disk (see `agents_before_sync`).
-    pub durable_id_bound: u64,
+    /// The job ids given and reserved (`crate::model::ids`): a restarted controller starts
+    /// above every reserved id, so an id an agent may have heard of is never given again.
+    pub ids: JobIds,
     pub pending_reasons: HashMap<JobId, PendingReason>,
     /// The interconnect tree nodes are placed in.
     pub hierarchy: Hierarchy,
@@ -126,9 +124,7 @@ impl Controller {
     pub fn load_with_clock(cfg: ControllerConfig, store: Store, clock: Arc<dyn Clock>) -> Result<Self, StoreError> {
         let mut c = Controller {
             cfg: cfg.clone(),
-            next_id: 0,
-            id_bound: 0,
-            durable_id_bound: 0,
+            ids: JobIds::starting_at(0),
             store,
             jobs: BTreeMap::new(),
             cluster: ClusterState::from_parts(
@@ -153,9 +149,7 @@ impl Controller {
             clock,
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-        c.next_id = (c.store.max_job_id()? + 1).max(reserved);
-        c.id_bound = c.next_id;
-        c.durable_id_bound = c.next_id;
+        c.ids = JobIds::starting_at((c.store.max_job_id()? + 1).max(reserved));
         c.policy.fair_share = c.store.load_fair_share(cfg.fair_share.clone())?;
         // Running jobs were charged up to the saved usage's time (from their start if never).
         c.policy.charged_until = c.policy.fair_share.as_of;
@@ -454,59 +448,26 @@ impl Controller {
     }
 }
 
-/// The `meta` key of the reserved job ids' bound.
-pub const JOB_ID_BOUND: &str = "job_id_bound";
-/// How many job ids are reserved at a time: a crash skips at most this many.
-pub const JOB_ID_BLOCK: u64 = 64;
-
 impl Controller {
-    /// The next job id. Ids are reserved ahead in blocks, written with the batch that takes
-    /// them (an effect `SetMeta`, by [`ids_taken`]), so that the next batches' ids are already
-    /// reserved on disk (`agents_before_sync`).
+    /// The next job id (see [`Self::take_job_ids`]).
     pub(crate) fn take_job_id(&mut self) -> JobId {
         self.take_job_ids(1)
     }
 
-    /// `n` consecutive ids (at least one), the first returned; the bound on disk moves once.
+    /// `n` consecutive job ids (at least one), the first returned. Ids are reserved ahead in
+    /// blocks, written with the batch that takes them (`JobIds::take`'s effect), so that the
+    /// next batches' ids are already reserved on disk (`JobIds::agents_before_sync`).
     pub(crate) fn take_job_ids(&mut self, n: u64) -> JobId {
-        let (id, bound) = ids_taken(&mut self.next_id, &mut self.id_bound, n);
+        let (id, bound) = self.ids.take(n);
         self.queue(bound);
         id
     }
 
-    /// Whether this batch's orders may go to the agents once its commit is written, before it
-    /// is synced to disk (its replies still wait for the sync). Only a power loss of this host
-    /// in between can undo such a commit; agents then report what they did when they register
-    /// again, and the state is reconciled from that. What must not happen is an id an agent
-    /// has heard of being given to another job: true only when every id given so far is below
-    /// the bound already on disk.
-    pub fn agents_before_sync(&self) -> bool {
-        self.next_id <= self.durable_id_bound
-    }
-
-    /// The commit of the batch is on disk: its reserved ids are too.
-    pub fn synced(&mut self) {
-        self.durable_id_bound = self.id_bound;
-    }
-
     /// A clean stop: the next start continues at the next id (no reserved ids are skipped).
     pub fn closing(&mut self) -> Result<(), StoreError> {
-        self.id_bound = self.next_id;
-        self.store.set_meta(JOB_ID_BOUND, &self.next_id.to_string())
+        let next = self.ids.closing();
+        self.store.set_meta(JOB_ID_BOUND, &next.to_string())
     }
-}
-
-/// `n` consecutive job ids (at least one) taken from `next_id`, the first returned; when fewer
-/// than half a block stays reserved, `id_bound` moves a block past the ids given and the effect
-/// writes it (`JOB_ID_BOUND`). Needs no store.
-pub(crate) fn ids_taken(next_id: &mut u64, id_bound: &mut u64, n: u64) -> (JobId, Option<Effect>) {
-    let id = JobId(*next_id);
-    *next_id += n.max(1);
-    if *next_id + JOB_ID_BLOCK / 2 > *id_bound {
-        *id_bound = *next_id + JOB_ID_BLOCK;
-        return (id, Some(Effect::SetMeta { key: JOB_ID_BOUND.into(), value: id_bound.to_string() }));
-    }
-    (id, None)
 }
 
 #[cfg(test)]

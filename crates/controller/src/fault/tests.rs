@@ -254,24 +254,24 @@ fn job_ids_are_reserved_ahead_so_that_agents_may_act_before_the_sync_and_no_id_i
     let mut h = Harness::new(2);
     // A fresh controller has reserved nothing: the first job's launch waits for the sync.
     let first = held(&mut h);
-    assert!(!h.ctl.agents_before_sync(), "job {first}'s id is not below a bound on disk yet");
-    h.ctl.synced();
+    assert!(!h.ctl.ids.agents_before_sync(), "job {first}'s id is not below a bound on disk yet");
+    h.ctl.ids.synced();
     // From then on, ids come from a block already on disk: launches may leave before the sync.
     let mut last = first;
-    for _ in 0..crate::state::JOB_ID_BLOCK {
+    for _ in 0..crate::model::ids::JOB_ID_BLOCK {
         last = held(&mut h);
-        assert!(h.ctl.agents_before_sync(), "job {last} is below the bound synced before its batch");
-        h.ctl.synced();
+        assert!(h.ctl.ids.agents_before_sync(), "job {last} is below the bound synced before its batch");
+        h.ctl.ids.synced();
     }
     // A crash (no clean stop): the restarted controller starts above every reserved id.
-    let bound = h.ctl.id_bound;
+    let bound = h.ctl.ids.bound();
     assert!(bound > last.0 + 1);
     let mut h = h.restart();
-    assert_eq!(h.ctl.next_id, bound, "ids an agent may have heard of are never given again");
+    assert_eq!(h.ctl.ids.next(), bound, "ids an agent may have heard of are never given again");
     assert_eq!(held(&mut h).0, bound);
     // A clean stop records the exact next id: no ids are skipped.
     h.ctl.closing().unwrap();
-    let next = h.ctl.next_id;
+    let next = h.ctl.ids.next();
     let mut h = h.restart();
     assert_eq!(held(&mut h).0, next);
 }

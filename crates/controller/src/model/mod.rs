@@ -7,6 +7,7 @@ pub mod advance;
 pub mod array;
 pub mod counts;
 pub mod effect;
+pub mod ids;
 pub mod job;
 pub mod node_settings;
 pub mod request;

@@ -187,23 +187,3 @@ fn outputs_follow_the_dialect_and_one_pattern_stays_one_file() {
     assert_eq!(submit("#!/bin/sh\n#SBATCH -e e.txt\ntrue\n"), pair("/tmp/slurm-ID.out", "/tmp/e.txt"));
     assert_eq!(submit("#!/bin/sh\n#PBS -j oe\n#PBS -o /o/x.log\ntrue\n"), pair("/o/x.log", "/o/x.log"));
 }
-
-#[test]
-fn job_ids_are_taken_in_blocks_and_the_bound_is_written_only_when_it_moves() {
-    use super::{ids_taken, JOB_ID_BLOCK, JOB_ID_BOUND};
-    use crate::model::effect::Effect;
-    use berth_core::JobId;
-    let bound = |b: u64| Some(Effect::SetMeta { key: JOB_ID_BOUND.into(), value: b.to_string() });
-    // A fresh start: the first id moves the bound a block past it.
-    let (mut next, mut bound_now) = (1, 1);
-    assert_eq!(ids_taken(&mut next, &mut bound_now, 1), (JobId(1), bound(2 + JOB_ID_BLOCK)));
-    assert_eq!((next, bound_now), (2, 2 + JOB_ID_BLOCK));
-    // Within the block: nothing to write.
-    assert_eq!(ids_taken(&mut next, &mut bound_now, 1), (JobId(2), None));
-    // An array of 40 ids leaves fewer than half a block: the bound moves once, past them all.
-    assert_eq!(ids_taken(&mut next, &mut bound_now, 40), (JobId(3), bound(43 + JOB_ID_BLOCK)));
-    assert_eq!(next, 43);
-    // No ids asked for: one is taken all the same.
-    assert_eq!(ids_taken(&mut next, &mut bound_now, 0), (JobId(43), None));
-    assert_eq!(next, 44);
-}
