@@ -1,8 +1,8 @@
-//! Scheduler v0: FIFO order; placement (where) is `placement`'s.
-//!
-//! `schedule` is a pure function of the cluster's free resources and the queue: it never
-//! oversubscribes a node's PUs or a NUMA node's memory, and answers "busy now" apart from
-//! "can never fit" so that users are told which.
+//! Scheduling: the pure round (`round`: priority, limits, backfill, preemption by suspension,
+//! resumes, reasons, expected starts) the controller and the simulator both call, and the
+//! cluster as the round's [`Machine`](backfill::Machine): `place` puts one request on what is
+//! free now, answering "busy now" apart from "can never fit" so that users are told which.
+//! Placement itself (where on a node) is `placement`'s.
 
 use crate::job::Allocation;
 pub use crate::placement::cluster::Placement;
