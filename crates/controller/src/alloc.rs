@@ -60,7 +60,7 @@ impl Controller {
         job.stdout = "/dev/null".into();
         job.stderr = "/dev/null".into();
         let id = self.accept(job);
-        self.alloc_holders.insert(id, peer.conn);
+        self.alloc_holders.hold(id, peer.conn);
         Ok(ClientResponse::Submitted { id })
     }
 
@@ -91,7 +91,7 @@ impl Controller {
         if let Some(refused) = self.not_the_owner(peer, "release", id, now)? {
             return Ok(refused);
         }
-        self.alloc_holders.remove(&id);
+        self.alloc_holders.release(id);
         let Some((event, ends)) = released(id, job_state, exit_code) else { return Ok(done) };
         self.queue([event]);
         match ends {
@@ -126,13 +126,13 @@ impl Controller {
         if let Some(refused) = self.not_the_owner(peer, "hold", id, self.clock.unix())? {
             return Ok(refused);
         }
-        match self.alloc_holders.get(&id) {
-            Some(&conn) if conn != peer.conn => Ok(error(
+        match self.alloc_holders.holder(id) {
+            Some(conn) if conn != peer.conn => Ok(error(
                 ErrorCode::InvalidState,
                 format!("job {id} is held by another `berth alloc`; it ends when that one exits"),
             )),
             _ => {
-                self.alloc_holders.insert(id, peer.conn);
+                self.alloc_holders.hold(id, peer.conn);
                 Ok(ClientResponse::Done { results: vec![IdResult { id, ok: true, error: None }] })
             }
         }
@@ -162,10 +162,8 @@ impl Controller {
     /// A client connection closed: the allocations it held end (a waiting request is
     /// cancelled; a granted `--no-shell` allocation stays).
     pub(crate) fn allocs_gone(&mut self, conn: u64, now: f64) -> Result<(), StoreError> {
-        let mut gone: Vec<JobId> = self.alloc_holders.iter().filter(|(_, c)| **c == conn).map(|(id, _)| *id).collect();
-        gone.sort();
-        for id in gone {
-            self.alloc_holders.remove(&id);
+        for id in self.alloc_holders.held_by(conn) {
+            self.alloc_holders.release(id);
             self.end_orphan(id, ALLOC_DISCONNECTED, now)?;
         }
         Ok(())
@@ -177,15 +175,14 @@ impl Controller {
     pub(crate) fn check_allocs(&mut self, now: f64) -> Result<(), StoreError> {
         let jobs = &self.jobs;
         self.alloc_holders
-            .retain(|id, _| jobs.get(id).is_some_and(|j| j.state.is_pending() || j.state.has_allocation()));
-        let until = *self.alloc_reclaim_until.get_or_insert(now + berth_protocol::client::ALLOC_RECLAIM_SECS);
-        if now < until {
+            .keep_only(|id| jobs.get(&id).is_some_and(|j| j.state.is_pending() || j.state.has_allocation()));
+        if self.alloc_holders.reclaiming(now) {
             return Ok(());
         }
         let orphans: Vec<JobId> = self
             .jobs
             .values()
-            .filter(|j| j.options.alloc.is_some() && !self.alloc_holders.contains_key(&j.id))
+            .filter(|j| j.options.alloc.is_some() && self.alloc_holders.holder(j.id).is_none())
             .filter(|j| {
                 j.state.is_pending() || (j.options.alloc == Some(AllocKind::Held) && j.state == JobState::Running)
             })

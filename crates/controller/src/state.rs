@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
+use crate::model::alloc::AllocHolders;
 use crate::model::counts::JobCounts;
 use crate::model::effect::Effect;
 use crate::model::ids::{JobIds, JOB_ID_BOUND};
@@ -104,12 +105,9 @@ pub struct Controller {
     /// Set while the store cannot be written (disk full, database locked): reported by
     /// `Ping` (`berth status`); see server.rs, `run_actor`.
     pub store_health: Option<berth_protocol::client::StoreHealth>,
-    /// The client connection holding each allocation of `berth alloc` (see `alloc`); in
-    /// memory only: after a restart, holders hold their allocations again (`AllocHold`).
-    pub alloc_holders: HashMap<JobId, u64>,
-    /// Until then (a minute after the first tick), allocations nobody holds are kept for their
-    /// holders to come back (`berth_protocol::client::ALLOC_RECLAIM_SECS`); set at that tick.
-    pub alloc_reclaim_until: Option<f64>,
+    /// The client connection holding each allocation of `berth alloc` (see `alloc`), and the
+    /// window after a start for holders to come back (`crate::model::alloc`).
+    pub alloc_holders: AllocHolders,
     /// Where time comes from (`crate::clock`): the system's, or a fake one in unit tests.
     pub clock: Arc<dyn Clock>,
 }
@@ -144,8 +142,7 @@ impl Controller {
             reservations: Default::default(),
             key: None,
             store_health: None,
-            alloc_holders: HashMap::new(),
-            alloc_reclaim_until: None,
+            alloc_holders: AllocHolders::default(),
             clock,
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
@@ -233,13 +230,11 @@ impl Controller {
             key,
             store_health,
             alloc_holders,
-            alloc_reclaim_until,
             clock,
             ..
         } = self;
         let mut c = Controller::load_with_clock(cfg, store, clock)?;
         c.alloc_holders = alloc_holders;
-        c.alloc_reclaim_until = alloc_reclaim_until;
         c.key = key;
         c.store_health = store_health;
         let old: HashMap<&str, &NodeExtra> = cluster.nodes().iter().map(|n| n.name.as_str()).zip(&extra).collect();

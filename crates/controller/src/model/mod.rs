@@ -4,6 +4,7 @@
 //! (`crate::state`) holds them, the features (`impl Controller` blocks) change them.
 
 pub mod advance;
+pub mod alloc;
 pub mod array;
 pub mod counts;
 pub mod effect;
