@@ -117,7 +117,7 @@ impl Controller {
         crate::notify::notify(&self.cfg.notify, job, crate::notify::Event::Requeue);
         self.queue(effects);
         self.counts.requeued(id);
-        self.steps.remove(&id);
+        self.steps.end_all_of(id);
         self.cgroups.remove(&id);
         // It starts again once its old run has ended where it was killed (`crate::update`).
         self.await_old_run(id, &alloc, except, now)?;

@@ -31,7 +31,7 @@ impl Controller {
             }
             self.pending_reasons.remove(&id);
             self.cgroups.remove(&id);
-            self.steps.remove(&id);
+            self.steps.end_all_of(id);
             self.counts.forget(id);
             self.dirty = true;
         }

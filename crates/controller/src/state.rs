@@ -8,6 +8,7 @@ use crate::model::effect::Effect;
 use crate::model::ids::{JobIds, JOB_ID_BOUND};
 use crate::model::job::{JobRecord, OldRun};
 use crate::model::node_settings::{admin_down_key, key, NodeSettings};
+use crate::model::step::{LiveStep, LiveSteps};
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
@@ -42,25 +43,6 @@ pub struct NodeExtra {
     pub admin_down: Option<String>,
 }
 
-/// A step that has not ended, as the controller keeps it to place the next ones.
-#[derive(Debug, Clone, PartialEq)]
-pub struct LiveStep {
-    pub step: u32,
-    pub uid: u32,
-    /// Who it runs as, by name (its row's `user`): shown when someone else's end is refused.
-    pub user: String,
-    /// PUs it holds per node (index in the job's allocation); empty when it overcommits.
-    pub claims: Vec<(usize, CpuSet)>,
-    /// Names of the nodes with its ranks.
-    pub nodes: Vec<String>,
-    /// The client connection it was granted on (None after a controller restart).
-    pub conn: Option<u64>,
-    /// It made its (interactive) job, which ends with it.
-    pub interactive: bool,
-    /// When it was granted (Unix seconds): its grant may start it until the grant expires.
-    pub granted_at: f64,
-}
-
 /// Messages to send once the current batch is committed.
 #[derive(Default)]
 pub struct Outbox {
@@ -88,7 +70,7 @@ pub struct Controller {
     /// What the agents report of each running job's cgroups, per node.
     pub cgroups: HashMap<JobId, Vec<(String, CgroupReport)>>,
     /// Steps (`berth run`) that have not ended, per running job.
-    pub steps: HashMap<JobId, Vec<LiveStep>>,
+    pub steps: LiveSteps,
     /// Each live job's requeues and last step id (`crate::model::counts`): the failure
     /// policy's limit and the next step's id decided from memory.
     pub counts: JobCounts,
@@ -132,7 +114,7 @@ impl Controller {
             ),
             hierarchy: cfg.hierarchy().unwrap_or_default(),
             cgroups: HashMap::new(),
-            steps: HashMap::new(),
+            steps: LiveSteps::default(),
             counts: JobCounts::default(),
             extra: Vec::new(),
             pending_reasons: HashMap::new(),
@@ -194,16 +176,19 @@ impl Controller {
         let now = c.clock.unix();
         for row in c.store.live_steps()? {
             if c.jobs.get(&row.job).is_some_and(|j| j.state.has_allocation()) {
-                c.steps.entry(row.job).or_default().push(LiveStep {
-                    step: row.step,
-                    uid: row.uid,
-                    user: row.user,
-                    claims: row.claims,
-                    nodes: row.nodes,
-                    conn: None,
-                    interactive: row.interactive,
-                    granted_at: row.start_time,
-                });
+                c.steps.add(
+                    row.job,
+                    LiveStep {
+                        step: row.step,
+                        uid: row.uid,
+                        user: row.user,
+                        claims: row.claims,
+                        nodes: row.nodes,
+                        conn: None,
+                        interactive: row.interactive,
+                        granted_at: row.start_time,
+                    },
+                );
             } else {
                 c.store.close_steps(row.job, now, "job ended")?;
             }
@@ -250,11 +235,7 @@ impl Controller {
             }
         }
         c.cgroups = cgroups.into_iter().filter(|(id, _)| c.jobs.contains_key(id)).collect();
-        for (id, live) in c.steps.iter_mut() {
-            for s in live.iter_mut() {
-                s.conn = steps.get(id).and_then(|o| o.iter().find(|x| x.step == s.step)).and_then(|x| x.conn);
-            }
-        }
+        c.steps.keep_connections(&steps);
         Ok(c)
     }
 

@@ -8,8 +8,8 @@
 use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, Usage, INTERACTIVE_QUEUE};
 use crate::model::request::{error, Peer};
-use crate::model::step::StepRow;
-use crate::state::{Controller, LiveStep, NodeExtra};
+use crate::model::step::{LiveStep, LiveSteps, StepRow};
+use crate::state::{Controller, NodeExtra};
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
 use berth_core::job::{Allocation, JobState};
@@ -23,7 +23,6 @@ use berth_protocol::agent::{ControllerMessage, StepRef};
 use berth_protocol::auth::LinkKey;
 use berth_protocol::client::{ApiError, ClientResponse, ErrorCode, IdResult};
 use berth_protocol::step::{InteractiveAsk, StepCreate, StepGrant, StepNode, StepOutcome};
-use std::collections::HashMap;
 
 type Reply = Result<ClientResponse, StoreError>;
 
@@ -199,7 +198,7 @@ impl Controller {
     /// PUs per node of `alloc` held by the job's live steps (overcommitted steps hold none).
     pub fn in_use(&self, id: JobId, alloc: &Allocation) -> Vec<CpuSet> {
         let mut in_use = vec![CpuSet::new(); alloc.len()];
-        for live in self.steps.get(&id).into_iter().flatten() {
+        for live in self.steps.of(id) {
             for (k, cpus) in &live.claims {
                 if let Some(u) = in_use.get_mut(*k) {
                     u.union_with(cpus);
@@ -242,7 +241,7 @@ impl Controller {
         let job = &self.jobs[&id];
         let given = Given { step, peer, now, interactive, kill_grace_ms: self.kill_grace_ms() };
         let (grant, live, effects) = step_granted(job, &self.extra, plan, apps, req, &given);
-        self.steps.entry(id).or_default().push(live);
+        self.steps.add(id, live);
         self.queue(effects);
         grant
     }
@@ -496,7 +495,7 @@ impl Controller {
 
     pub(crate) fn step_end(&mut self, job: JobId, step: u32, outcome: &StepOutcome, peer: &Peer, now: f64) -> Reply {
         // A step not ended is in memory; one ended already (a second report) is history.
-        let found = match live_step(&self.steps, job, step) {
+        let found = match self.steps.get(job, step) {
             Some(s) => Some((s.uid, s.user.clone(), s.interactive)),
             None => self.store.get_step(job, step)?.map(|r| (r.uid, r.user, r.interactive)),
         };
@@ -539,7 +538,7 @@ impl Controller {
         now: f64,
     ) -> Result<(), StoreError> {
         // Only a step not ended yet (in memory) is closed here, and not an interactive one.
-        if live_step(&self.steps, job, step).is_none_or(|s| s.interactive) {
+        if self.steps.get(job, step).is_none_or(|s| s.interactive) {
             return Ok(());
         }
         let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
@@ -637,7 +636,7 @@ impl Controller {
             return Ok(Err(e));
         }
         let Some(job) = self.jobs.get(&id) else { return Ok(Err(unknown_job(id))) };
-        let Some(targets) = signal_targets(job, self.steps.get(&id).map(Vec::as_slice), step) else {
+        let Some(targets) = signal_targets(job, self.steps.of(id), step) else {
             let s = step.unwrap_or_default();
             return Ok(Err(match self.store.get_step(id, s)? {
                 Some(_) => api(ErrorCode::InvalidState, format!("step {id}.{s} has already ended")),
@@ -812,27 +811,10 @@ pub(crate) struct StepEnd {
     pub node: Option<String>,
 }
 
-/// Step `step` of job `job` if it has not ended: the steps not ended are those in memory
-/// (`Controller::steps`; at load, the open rows of running jobs, the others closed).
-fn live_step(steps: &HashMap<JobId, Vec<LiveStep>>, job: JobId, step: u32) -> Option<&LiveStep> {
-    steps.get(&job).and_then(|v| v.iter().find(|s| s.step == step))
-}
-
 /// Step `step` of `job` ended: no longer live (its cores are the job's again); its end and
 /// its `step_end` event (`detail`) to write. Needs no store.
-pub(crate) fn step_closed(
-    steps: &mut HashMap<JobId, Vec<LiveStep>>,
-    job: JobId,
-    step: u32,
-    end: StepEnd,
-    detail: String,
-) -> Vec<Effect> {
-    if let Some(v) = steps.get_mut(&job) {
-        v.retain(|s| s.step != step);
-        if v.is_empty() {
-            steps.remove(&job);
-        }
-    }
+pub(crate) fn step_closed(steps: &mut LiveSteps, job: JobId, step: u32, end: StepEnd, detail: String) -> Vec<Effect> {
+    steps.close(job, step);
     let StepEnd { time, exit_code, failure, node } = end;
     vec![
         Effect::EndStep { job, step, time, exit_code, failure },
@@ -844,7 +826,7 @@ pub(crate) fn step_closed(
 /// (`listed`), past their grant's use (or the agent restarted since), in order, with whether
 /// each made an interactive allocation.
 pub(crate) fn lost_root_steps(
-    steps: &HashMap<JobId, Vec<LiveStep>>,
+    steps: &LiveSteps,
     name: &str,
     listed: &[StepRef],
     restarted: bool,
@@ -853,7 +835,6 @@ pub(crate) fn lost_root_steps(
     let usable_for = berth_protocol::auth::GRANT_LIFETIME.as_secs_f64() + GRANT_CLOCK_MARGIN_SECS;
     let mut lost: Vec<(JobId, u32, bool)> = steps
         .iter()
-        .flat_map(|(id, v)| v.iter().map(move |s| (*id, s)))
         .filter(|(_, s)| s.conn.is_none() && s.nodes.first().map(String::as_str) == Some(name))
         .filter(|(_, s)| restarted || now - s.granted_at > usable_for)
         .filter(|(id, s)| !listed.contains(&StepRef { job: *id, step: s.step }))
@@ -865,11 +846,9 @@ pub(crate) fn lost_root_steps(
 
 /// The live steps granted on client connection `conn`, in order, with whether each made an
 /// interactive allocation.
-pub(crate) fn steps_of_connection(steps: &HashMap<JobId, Vec<LiveStep>>, conn: u64) -> Vec<(JobId, u32, bool)> {
-    let mut gone: Vec<(JobId, u32, bool)> = steps
-        .iter()
-        .flat_map(|(id, v)| v.iter().filter(|s| s.conn == Some(conn)).map(|s| (*id, s.step, s.interactive)))
-        .collect();
+pub(crate) fn steps_of_connection(steps: &LiveSteps, conn: u64) -> Vec<(JobId, u32, bool)> {
+    let mut gone: Vec<(JobId, u32, bool)> =
+        steps.iter().filter(|(_, s)| s.conn == Some(conn)).map(|(id, s)| (id, s.step, s.interactive)).collect();
     gone.sort();
     gone
 }
@@ -884,12 +863,12 @@ pub(crate) fn interactive_over<'a>(jobs: impl Iterator<Item = &'a JobRecord>, no
 
 /// The nodes (indexes) a signal to `job` goes to: all of its allocation, or the nodes of its
 /// live step `step` (`live`: the job's live steps). None when that step is not live.
-pub(crate) fn signal_targets(job: &JobRecord, live: Option<&[LiveStep]>, step: Option<u32>) -> Option<Vec<usize>> {
+pub(crate) fn signal_targets(job: &JobRecord, live: &[LiveStep], step: Option<u32>) -> Option<Vec<usize>> {
     let on = |a: &berth_core::job::NodeAllocation| a.node_id.0 as usize;
     match step {
         None => Some(job.allocation.iter().map(on).collect()),
         Some(s) => {
-            let live = live?.iter().find(|l| l.step == s)?;
+            let live = live.iter().find(|l| l.step == s)?;
             Some(job.allocation.iter().filter(|a| live.nodes.contains(&a.node)).map(on).collect())
         }
     }

@@ -197,7 +197,7 @@ impl Controller {
     pub(crate) fn parts_job(&self, job: &JobRecord) -> PartsJob {
         let request = job.request();
         // Steps hold PUs by index in the allocation: a job with live steps resumes in place.
-        let steps_hold = self.steps.get(&job.id).is_some_and(|v| v.iter().any(|s| !s.claims.is_empty()));
+        let steps_hold = self.steps.hold_pus(job.id);
         PartsJob { threads: request.threads, system_cpus: request.system_cpus, steps_hold }
     }
 

@@ -91,11 +91,12 @@ fn an_admin_granted_a_step_in_someone_elses_job_runs_it_as_the_jobs_owner() {
 
 #[test]
 fn a_closed_step_leaves_the_live_steps_and_is_written_then_logged() {
-    let mut steps = HashMap::new();
-    steps.insert(JobId(7), vec![live(1, Some(1), &["n0"], false, 0.0), live(2, Some(1), &["n0"], false, 0.0)]);
+    let mut steps = LiveSteps::default();
+    steps.add(JobId(7), live(1, Some(1), &["n0"], false, 0.0));
+    steps.add(JobId(7), live(2, Some(1), &["n0"], false, 0.0));
     let end = StepEnd { time: 50.0, exit_code: Some(3), failure: Some("rank 1 failed".into()), node: None };
     let effects = step_closed(&mut steps, JobId(7), 1, end, "step 1: exit 3".into());
-    assert_eq!(steps[&JobId(7)].iter().map(|s| s.step).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(steps.of(JobId(7)).iter().map(|s| s.step).collect::<Vec<_>>(), vec![2]);
     assert_eq!(
         effects,
         vec![
@@ -112,7 +113,7 @@ fn a_closed_step_leaves_the_live_steps_and_is_written_then_logged() {
     // The job's last step gone: the job has no entry left.
     let end = StepEnd { time: 51.0, exit_code: None, failure: None, node: Some("n0".into()) };
     let effects = step_closed(&mut steps, JobId(7), 2, end, "gone".into());
-    assert!(steps.is_empty());
+    assert_eq!(steps.iter().count(), 0);
     assert_eq!(effects[1], Effect::job_event("step_end", JobId(7), Some("n0"), "gone"));
 }
 
@@ -152,17 +153,16 @@ fn a_job_without_script_is_started_written_then_logged_on_its_first_node() {
 #[test]
 fn lost_root_steps_are_those_unwatched_unlisted_and_past_their_grant() {
     let usable = berth_protocol::auth::GRANT_LIFETIME.as_secs_f64() + GRANT_CLOCK_MARGIN_SECS;
-    let mut steps = HashMap::new();
-    steps.insert(
-        JobId(8),
-        vec![
-            live(1, None, &["n0", "n1"], false, 0.0),
-            live(2, Some(5), &["n0"], false, 0.0),    // watched by its run
-            live(3, None, &["n1", "n0"], false, 0.0), // rooted elsewhere
-            live(4, None, &["n0"], true, 0.0),
-        ],
-    );
-    steps.insert(JobId(7), vec![live(1, None, &["n0"], false, usable)]);
+    let mut steps = LiveSteps::default();
+    for s in [
+        live(1, None, &["n0", "n1"], false, 0.0),
+        live(2, Some(5), &["n0"], false, 0.0),    // watched by its run
+        live(3, None, &["n1", "n0"], false, 0.0), // rooted elsewhere
+        live(4, None, &["n0"], true, 0.0),
+    ] {
+        steps.add(JobId(8), s);
+    }
+    steps.add(JobId(7), live(1, None, &["n0"], false, usable));
     let now = usable + 1.0;
     assert_eq!(lost_root_steps(&steps, "n0", &[], false, now), vec![(JobId(8), 1, false), (JobId(8), 4, true)]);
     // Listed by the agent: still running there.
@@ -177,11 +177,11 @@ fn lost_root_steps_are_those_unwatched_unlisted_and_past_their_grant() {
 #[test]
 fn signals_go_to_the_whole_allocation_or_the_steps_nodes() {
     let job = running_job(7, &ann(), &[(0, "0-3"), (2, "0-3"), (1, "0-3")]);
-    assert_eq!(signal_targets(&job, None, None), Some(vec![0, 2, 1]));
+    assert_eq!(signal_targets(&job, &[], None), Some(vec![0, 2, 1]));
     let live = [live(4, None, &["n1", "n0"], false, 0.0)];
-    assert_eq!(signal_targets(&job, Some(&live), Some(4)), Some(vec![0, 1]));
-    assert_eq!(signal_targets(&job, Some(&live), Some(5)), None);
-    assert_eq!(signal_targets(&job, None, Some(4)), None);
+    assert_eq!(signal_targets(&job, &live, Some(4)), Some(vec![0, 1]));
+    assert_eq!(signal_targets(&job, &live, Some(5)), None);
+    assert_eq!(signal_targets(&job, &[], Some(4)), None);
 }
 
 #[test]

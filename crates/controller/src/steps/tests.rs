@@ -389,11 +389,11 @@ fn client_gone_frees_its_interactive_allocation() {
     // A step in a batch job whose `run` went away gives its cores back; the job runs on.
     // Its end is written as the server loop writes a command's effects, after it.
     h.ctl.client_gone(bob().conn, h.now).unwrap();
-    assert!(!h.ctl.steps.contains_key(&batch));
+    assert!(h.ctl.steps.of(batch).is_empty());
     assert_eq!(h.ctl.store.get_step(batch, in_batch.step).unwrap().unwrap().end_time, None);
     h.ctl.carry_out_effects(h.now).unwrap();
     assert_eq!(h.ctl.jobs[&batch].state, JobState::Running);
-    assert!(!h.ctl.steps.contains_key(&batch));
+    assert!(h.ctl.steps.of(batch).is_empty());
     let s = h.ctl.store.get_step(batch, in_batch.step).unwrap().unwrap();
     assert_eq!(s.failure.as_deref(), Some(RUN_DISCONNECTED));
 }
@@ -516,7 +516,7 @@ fn steps_no_client_watches_are_closed_when_their_root_agent_does_not_know_them()
     let root_index = h.ctl.node_by_name(&root).unwrap();
     // The controller restarts: no `run` watches the steps any more.
     let mut h = h.restart();
-    let live = |h: &Harness| h.ctl.steps.get(&id).map_or(0, |v| v.len());
+    let live = |h: &Harness| h.ctl.steps.of(id).len();
     assert_eq!(live(&h), 2);
     let listed = |steps: &[u32]| Some(steps.iter().map(|&step| StepRef { job: id, step }).collect::<Vec<_>>());
     // Within the grant's lifetime a step the agent does not list may still start: kept.
@@ -725,7 +725,7 @@ fn step_ids_come_from_memory_as_the_store_would_give_them_across_a_restart_and_a
     assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (3, 3));
     // No step is open any more; a restarted controller still knows the next id.
     let mut h = h.restart();
-    assert!(h.ctl.steps.get(&id).is_none_or(|s| s.is_empty()));
+    assert!(h.ctl.steps.of(id).is_empty());
     assert_eq!((h.ctl.counts.next_step(id), from_store(&h)), (3, 3));
     assert_eq!(granted(h.call(run(Some(id), tasks(2)), &ann())).step, 3);
     // The job ends: it leaves memory, and its counts with it.
@@ -757,7 +757,7 @@ fn live_steps_in_memory_are_the_open_rows_and_a_late_report_of_an_ended_one_is_i
         let mut rows: Vec<_> =
             h.ctl.store.live_steps().unwrap().into_iter().map(|r| (r.step, r.uid, r.user, r.interactive)).collect();
         let mut live: Vec<_> =
-            h.ctl.steps.values().flatten().map(|s| (s.step, s.uid, s.user.clone(), s.interactive)).collect();
+            h.ctl.steps.iter().map(|(_, s)| (s.step, s.uid, s.user.clone(), s.interactive)).collect();
         rows.sort();
         live.sort();
         assert_eq!(live, rows);
