@@ -118,7 +118,7 @@ impl Controller {
         self.queue(effects);
         self.counts.requeued(id);
         self.steps.end_all_of(id);
-        self.cgroups.remove(&id);
+        self.cgroups.forget(id);
         // It starts again once its old run has ended where it was killed (`crate::update`).
         self.await_old_run(id, &alloc, except, now)?;
         crate::model::suspension::release(&mut self.cluster, &alloc, suspended);

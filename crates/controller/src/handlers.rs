@@ -846,9 +846,7 @@ impl Controller {
             AgentMessage::JobStarted { id, pid, cgroups } => {
                 let node_name = self.cluster.nodes()[node].name.clone();
                 if self.jobs.contains_key(&id) {
-                    let entry = self.cgroups.entry(id).or_default();
-                    entry.retain(|(n, _)| *n != node_name);
-                    entry.extend(cgroups.into_iter().map(|c| (node_name.clone(), c)));
+                    self.cgroups.started(id, &node_name, cgroups);
                 }
                 self.queue([Effect::job_event("job_started", id, Some(&node_name), format!("pid {pid}"))]);
             }

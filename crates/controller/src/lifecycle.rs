@@ -30,7 +30,7 @@ impl Controller {
                 self.queue(effects);
             }
             self.pending_reasons.remove(&id);
-            self.cgroups.remove(&id);
+            self.cgroups.forget(id);
             self.steps.end_all_of(id);
             self.counts.forget(id);
             self.dirty = true;

@@ -3,6 +3,7 @@
 use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
 use crate::model::alloc::AllocHolders;
+use crate::model::cgroups::JobCgroups;
 use crate::model::counts::JobCounts;
 use crate::model::effect::Effect;
 use crate::model::ids::{JobIds, JOB_ID_BOUND};
@@ -16,7 +17,7 @@ use berth_core::node::{NodeCapacity, NodeState};
 use berth_core::sched::{ClusterState, PendingReason};
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId, NodeId};
-use berth_protocol::agent::{CgroupReport, ControllerMessage};
+use berth_protocol::agent::ControllerMessage;
 use berth_protocol::client::ClientResponse;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -68,7 +69,7 @@ pub struct Controller {
     /// The interconnect tree nodes are placed in.
     pub hierarchy: Hierarchy,
     /// What the agents report of each running job's cgroups, per node.
-    pub cgroups: HashMap<JobId, Vec<(String, CgroupReport)>>,
+    pub cgroups: JobCgroups,
     /// Steps (`berth run`) that have not ended, per running job.
     pub steps: LiveSteps,
     /// Each live job's requeues and last step id (`crate::model::counts`): the failure
@@ -113,7 +114,7 @@ impl Controller {
                 berth_core::gres::Licenses::new(cfg.licenses.clone()),
             ),
             hierarchy: cfg.hierarchy().unwrap_or_default(),
-            cgroups: HashMap::new(),
+            cgroups: JobCgroups::default(),
             steps: LiveSteps::default(),
             counts: JobCounts::default(),
             extra: Vec::new(),
@@ -234,7 +235,8 @@ impl Controller {
                 job.kill_sent = o.kill_sent.clone();
             }
         }
-        c.cgroups = cgroups.into_iter().filter(|(id, _)| c.jobs.contains_key(id)).collect();
+        c.cgroups = cgroups;
+        c.cgroups.keep_only(|id| c.jobs.contains_key(&id));
         c.steps.keep_connections(&steps);
         Ok(c)
     }

@@ -329,9 +329,7 @@ impl Controller {
     pub(crate) fn resume_answer(&mut self, node: usize, id: JobId, error: Option<String>, cgroups: Vec<CgroupReport>) {
         let name = self.cluster.nodes().get(node).map(|n| n.name.clone()).unwrap_or_default();
         if !cgroups.is_empty() && self.jobs.contains_key(&id) {
-            let entry = self.cgroups.entry(id).or_default();
-            entry.retain(|(n, c)| !(*n == name && c.rank.is_none()));
-            entry.extend(cgroups.into_iter().map(|c| (name.clone(), c)));
+            self.cgroups.resumed(id, &name, cgroups);
         }
         let Some(job) = self.jobs.get_mut(&id) else { return };
         if let Some(e) = &error {

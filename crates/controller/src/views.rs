@@ -12,19 +12,16 @@ impl Controller {
         let mut info = job.info(self.clock.unix());
         info.cgroups = self
             .cgroups
-            .get(&job.id)
-            .map(|v| {
-                v.iter()
-                    .map(|(node, c)| CgroupInfo {
-                        node: node.clone(),
-                        path: c.path.clone(),
-                        cpus: c.cpus.clone(),
-                        mems: c.mems.clone(),
-                        rank: c.rank,
-                    })
-                    .collect()
+            .of(job.id)
+            .iter()
+            .map(|(node, c)| CgroupInfo {
+                node: node.clone(),
+                path: c.path.clone(),
+                cpus: c.cpus.clone(),
+                mems: c.mems.clone(),
+                rank: c.rank,
             })
-            .unwrap_or_default();
+            .collect();
         if job.state.is_pending() {
             // A task of an array tail left out of the last pass: as the task that stood for it.
             let id = if self.depend_reason(job).is_some() { job.id } else { self.shown_as(job.id) };

@@ -6,6 +6,7 @@
 pub mod advance;
 pub mod alloc;
 pub mod array;
+pub mod cgroups;
 pub mod counts;
 pub mod effect;
 pub mod ids;
