@@ -2,6 +2,7 @@
 //! use it), Slurm's `%[.][width]X` format strings, times, host lists and job states.
 
 use berth_core::job::JobState;
+use berth_core::sched::reason::SuspendedReason;
 use berth_core::sched::PendingReason;
 use berth_protocol::client::JobInfo;
 
@@ -367,10 +368,14 @@ pub fn slurm_states(name: &str) -> Option<Vec<JobState>> {
     })
 }
 
-/// Why a pending job waits, in Slurm's words (`squeue %r`): one word scripts can match.
+/// Why a pending job waits, or why a suspended one does not run, in Slurm's words (`squeue
+/// %r`): one word scripts can match; `None` for any other job.
 pub fn slurm_reason(j: &JobInfo) -> String {
     if j.state == JobState::Held {
         return "JobHeldUser".into();
+    }
+    if j.state == JobState::Suspended {
+        return suspended_reason(j).into();
     }
     if !j.state.is_pending() {
         return "None".into();
@@ -410,6 +415,17 @@ pub fn slurm_reason(j: &JobInfo) -> String {
         "None"
     }
     .into()
+}
+
+/// A suspended job's code (docs/protocol/01-client.md): `Resources` or `NodeDown` while it
+/// waits to resume, else what suspended it (`Preempted`, `SuspendedByAdmin`, `SystemFailure`).
+/// From an older controller, which sends only the words, what suspended it as the words say;
+/// `None` when neither names one (a wait with no cause kept, after a controller restart).
+fn suspended_reason(j: &JobInfo) -> &'static str {
+    if let Some(code) = j.reason_code.as_deref().and_then(|c| SuspendedReason::CODES.iter().find(|k| **k == c)) {
+        return code;
+    }
+    j.reason.as_deref().and_then(SuspendedReason::from_words).map_or("None", |r| r.code())
 }
 
 /// The nodes a job has, or asks for while it waits (Slurm's `%D`).

@@ -68,7 +68,7 @@ pub fn job_record(j: &JobInfo, now: f64, oneliner: bool) -> String {
     let j = &crate::output::escaped(std::slice::from_ref(j))[0];
     let nodes: Vec<&str> = j.allocation.iter().map(|a| a.node.as_str()).collect();
     let time = |t: Option<f64>| t.map(f::iso_time).unwrap_or_else(|| "Unknown".into());
-    let reason = if j.state.is_pending() { f::slurm_reason(j) } else { "None".into() };
+    let reason = f::slurm_reason(j);
     let tasks = j.request.tasks_per_node.map(|t| t * f::job_node_count(j));
     let mem = match (j.request.mem_per_node, j.request.mem_per_cpu) {
         (Some(b), _) => format!("{}M", b >> 20),

@@ -371,6 +371,66 @@ fn squeue_reason_codes_agree_with_the_words() {
     assert_eq!(f::slurm_reason(&j), "Resources");
 }
 
+/// A suspended job's column says why it does not run (the controller's code, or what suspended
+/// it read from the words of an older controller); a running job's is `None`, as Slurm's.
+#[test]
+fn squeue_reasons_of_suspended_jobs() {
+    use berth_core::sched::reason::{ResumeWait, SuspendedReason};
+    let mut j = running(7, &["n1"], 0.0);
+    j.reason_code = Some("Resources".into());
+    assert_eq!(f::slurm_reason(&j), "None", "a running job has no reason");
+    j.state = berth_core::job::JobState::Suspended;
+    let short = ResumeWait::Short { need: 2, unit: "cores", node: "n1".into(), free: 0 };
+    let reasons = [
+        (SuspendedReason::ByAdmin { who: "root".into() }, "SuspendedByAdmin", "SuspendedByAdmin"),
+        (SuspendedReason::Preempted { why: "preempted by job 12".into(), waits: None }, "Preempted", "Preempted"),
+        // Waiting to resume: the wait's code; the words keep only what suspended it.
+        (
+            SuspendedReason::Preempted { why: "preempted by job 12".into(), waits: Some(short.clone()) },
+            "Resources",
+            "Preempted",
+        ),
+        (
+            SuspendedReason::Preempted {
+                why: "preempted by job 12".into(),
+                waits: Some(ResumeWait::NotConnected("n1".into())),
+            },
+            "NodeDown",
+            "Preempted",
+        ),
+        (
+            SuspendedReason::ResumeFailed { node: "n1".into(), error: "no cgroup".into(), waits: None },
+            "SystemFailure",
+            "SystemFailure",
+        ),
+        (
+            SuspendedReason::FreezingFailed { node: "n1".into(), error: "EBUSY".into() },
+            "SystemFailure",
+            "SystemFailure",
+        ),
+        // No cause kept (after a controller restart): only the code says why.
+        (SuspendedReason::Waiting(short), "Resources", "None"),
+    ];
+    for (r, code, by_words) in reasons {
+        assert_eq!(r.code(), code, "{r}");
+        j.reason = Some(r.to_string());
+        j.reason_code = Some(code.into());
+        assert_eq!(f::slurm_reason(&j), code, "{r}");
+        let line = squeue_table(&squeue_query(&args(&["-h", "-o", "%i %t %r"])).unwrap(), &[j.clone()], 10.0);
+        assert_eq!(line, format!("7 S {code}\n"));
+        let record = crate::compat::scontrol::job_record(&j, 10.0, true);
+        assert!(record.contains(&format!("JobState=SUSPENDED Reason={code} ")), "{record}");
+        j.reason_code = None;
+        assert_eq!(f::slurm_reason(&j), by_words, "{r} from its words");
+    }
+    // A pending job's code on a suspended job, or one not known, is not shown.
+    j.reason = None;
+    for code in ["Priority", "Bogus\u{1b}[31m"] {
+        j.reason_code = Some(code.into());
+        assert_eq!(f::slurm_reason(&j), "None", "{code}");
+    }
+}
+
 #[test]
 fn arrays_through_sbatch_and_squeue() {
     let p = sbatch_plan(&args(&["-a", "1-4%2", "-o", "%A_%a.out", "x.sh"])).unwrap();
