@@ -18,8 +18,8 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::net::UnixStream;
 
-/// Bytes of frames still arriving that all the controller's connections may hold together.
-pub(crate) static FRAMES: FrameBudget = FrameBudget::new(256 << 20, "the controller's");
+/// Bytes of frames still arriving that all of one controller's connections may hold together.
+const FRAME_BYTES: usize = 256 << 20;
 
 /// The largest registration: it carries the node's topology (a 4,096-PU node's is ~60 KB) and
 /// its job lists. Larger first frames on the agent port are refused before authentication.
@@ -37,8 +37,11 @@ const FD_RESERVE: u64 = 512;
 /// Refused connections being told why, at most; past it they are closed without a word.
 const MAX_REFUSING: usize = 64;
 
-/// The local socket's caps and timeouts, and the agent port's handshakes.
+/// The local socket's caps and timeouts, the agent port's handshakes, and the frame budget
+/// every connection of this controller draws on (its own: two controllers in one process,
+/// as in tests, do not share one).
 pub(crate) struct Limits {
+    frames: FrameBudget,
     clients: Arc<ConnTracker>,
     idle: Duration,
     log: LogLimiter,
@@ -75,6 +78,7 @@ impl Limits {
             "client connection limits"
         );
         Arc::new(Limits {
+            frames: FrameBudget::new(FRAME_BYTES, "the controller's"),
             clients: ConnTracker::new(limits),
             idle: Duration::from_secs(c.idle_timeout_secs.max(1)),
             log: LogLimiter::new(Duration::from_secs(10)),
@@ -141,13 +145,13 @@ impl Limits {
     /// How the next request of a client connection is read: idle timeout unless the connection
     /// holds a step (`berth run` keeps it open, silent, while the step runs; closing it would
     /// end an interactive allocation), the same bound on a request once it has begun.
-    pub(crate) fn request(&self, holds_step: bool) -> FrameLimits<'static> {
+    pub(crate) fn request(&self, holds_step: bool) -> FrameLimits<'_> {
         FrameLimits {
             max_bytes: MAX_FRAME_BYTES,
             why: "",
             idle: (!holds_step).then_some(self.idle),
             frame: Some(self.idle),
-            budget: Some(&FRAMES),
+            budget: Some(&self.frames),
         }
     }
 
@@ -161,24 +165,24 @@ impl Limits {
     }
 
     /// How an agent connection's first frame is read: unauthenticated.
-    pub(crate) fn registration() -> FrameLimits<'static> {
+    pub(crate) fn registration(&self) -> FrameLimits<'_> {
         FrameLimits {
             max_bytes: REGISTRATION_FRAME_BYTES,
             why: " before authentication",
             idle: Some(HANDSHAKE_TIMEOUT),
             frame: Some(HANDSHAKE_TIMEOUT),
-            budget: Some(&FRAMES),
+            budget: Some(&self.frames),
         }
     }
 
     /// How an authenticated agent's frames are read.
-    pub(crate) fn agent_session(&self) -> FrameLimits<'static> {
+    pub(crate) fn agent_session(&self) -> FrameLimits<'_> {
         FrameLimits {
             max_bytes: MAX_FRAME_BYTES,
             why: "",
             idle: Some(self.agent_idle),
             frame: Some(self.agent_idle),
-            budget: Some(&FRAMES),
+            budget: Some(&self.frames),
         }
     }
 }
@@ -189,5 +193,56 @@ pub(crate) struct Handshake(Arc<AtomicUsize>);
 impl Drop for Handshake {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use berth_protocol::client::ClientRequest;
+    use berth_protocol::read_raw_frame_limited;
+    use tokio::io::AsyncWriteExt;
+
+    /// Two controllers in one process (as in the tests) each have their own frame budget: a
+    /// frame arriving at one holds bytes of its budget only, given back when the read ends.
+    #[tokio::test]
+    async fn each_controller_draws_on_its_own_frame_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = crate::testkit::config(dir.path());
+        let (a, b) = (Limits::new(&cfg), Limits::new(&cfg));
+        let draws_on = |l: FrameLimits<'_>, on: &Limits| l.budget.is_some_and(|x| std::ptr::eq(x, &on.frames));
+        for l in [&a, &b] {
+            assert!(draws_on(l.request(false), l) && draws_on(l.request(true), l));
+            assert!(draws_on(l.registration(), l) && draws_on(l.agent_session(), l));
+        }
+        assert!(!draws_on(b.registration(), &a), "another controller's budget is its own");
+
+        // A 1 MiB registration begun on a's agent port: its first bytes arrived, the rest not.
+        let (mut peer, mut conn) = tokio::io::duplex(1 << 16);
+        peer.write_all(&(1u32 << 20).to_be_bytes()).await.unwrap();
+        peer.write_all(&[b'x'; 100]).await.unwrap();
+        let reading = {
+            let a = a.clone();
+            tokio::spawn(async move { read_raw_frame_limited(&mut conn, &a.registration()).await })
+        };
+        let began = std::time::Instant::now();
+        while a.frames.used() == 0 {
+            assert!(began.elapsed() < Duration::from_secs(10), "the frame never drew on a's budget");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        assert_eq!(b.frames.used(), 0, "a's frame drew on b's budget");
+
+        // Meanwhile b reads whole frames, and holds nothing once they are read.
+        let (mut client, mut served) = tokio::io::duplex(1 << 16);
+        berth_protocol::write_frame(&mut client, &ClientRequest::Ping).await.unwrap();
+        let body = read_raw_frame_limited(&mut served, &b.request(false)).await.unwrap();
+        assert!(body.is_some_and(|frame| !frame.is_empty()));
+        assert_eq!(b.frames.used(), 0);
+
+        // The frame's read ends (its connection dropped): a's bytes are given back.
+        reading.abort();
+        assert!(reading.await.is_err_and(|e| e.is_cancelled()));
+        assert_eq!(a.frames.used(), 0, "a's budget kept the bytes of a read that ended");
+        drop(peer);
     }
 }

@@ -778,7 +778,7 @@ async fn serve_agent(
     limits: &crate::conn::Limits,
 ) {
     let (mut rd, mut wr) = stream.into_split();
-    let registration = crate::conn::Limits::registration();
+    let registration = limits.registration();
     let first = read_raw_frame_limited(&mut rd, &registration);
     let body = match tokio::time::timeout(HANDSHAKE_TIMEOUT, first).await {
         Ok(Ok(Some(b))) => b,
