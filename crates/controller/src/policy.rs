@@ -158,7 +158,7 @@ impl Controller {
     /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.
     fn shut_out(&mut self, shut_out: HashMap<JobId, berth_core::sched::PendingReason>) {
         for (id, why) in shut_out {
-            self.pending_reasons.insert(id, why.clone());
+            self.policy.pending_reasons.insert(id, why.clone());
             self.policy.advance_reasons.insert(id, why);
         }
     }
@@ -169,7 +169,7 @@ impl Controller {
         let tails = &self.policy.tails;
         let k = tails.partition_point(|t| t.last < id);
         match tails.get(k) {
-            Some(t) if t.first <= id && !self.pending_reasons.contains_key(&id) => t.shown_as,
+            Some(t) if t.first <= id && !self.policy.pending_reasons.contains_key(&id) => t.shown_as,
             _ => id,
         }
     }

@@ -14,7 +14,7 @@ use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
 use berth_core::job::{Allocation, JobState};
 use berth_core::node::{NodeCapacity, NodeState};
-use berth_core::sched::{ClusterState, PendingReason};
+use berth_core::sched::ClusterState;
 use berth_core::topology::Topology;
 use berth_core::{CpuSet, JobId, NodeId};
 use berth_protocol::agent::ControllerMessage;
@@ -65,7 +65,6 @@ pub struct Controller {
     /// The job ids given and reserved (`crate::model::ids`): a restarted controller starts
     /// above every reserved id, so an id an agent may have heard of is never given again.
     pub ids: JobIds,
-    pub pending_reasons: HashMap<JobId, PendingReason>,
     /// The interconnect tree nodes are placed in.
     pub hierarchy: Hierarchy,
     /// What the agents report of each running job's cgroups, per node.
@@ -118,7 +117,6 @@ impl Controller {
             steps: LiveSteps::default(),
             counts: JobCounts::default(),
             extra: Vec::new(),
-            pending_reasons: HashMap::new(),
             dirty: true,
             out: Outbox::default(),
             policy: Default::default(),

@@ -27,7 +27,7 @@ impl Controller {
             let id = if self.depend_reason(job).is_some() { job.id } else { self.shown_as(job.id) };
             let reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&id)) {
                 (Some(r), _) | (None, Some(r)) => Some(r),
-                (None, None) => self.pending_reasons.get(&id),
+                (None, None) => self.policy.pending_reasons.get(&id),
             };
             // The edge: the typed reason becomes its words and its code.
             info.reason = reason.map(ToString::to_string);

@@ -35,7 +35,7 @@ impl Controller {
         self.carry_out_resumes(d.resumes, &d.still_suspended, now);
         self.policy.priorities = d.priorities.into_iter().collect();
         self.policy.advance_reasons.clear();
-        self.pending_reasons.clear();
+        self.policy.pending_reasons.clear();
         self.policy.expected_start.clear();
         for w in d.waiting {
             self.waits(w, now);
@@ -97,7 +97,7 @@ impl Controller {
                 self.policy.advance_reasons.insert(w.id, why);
             }
         }
-        self.pending_reasons.insert(w.id, w.reason);
+        self.policy.pending_reasons.insert(w.id, w.reason);
     }
 
     /// Suspend the preemption's victims, then start its job on the allocation the round

@@ -51,7 +51,11 @@ fn easy_backfill_starts_short_jobs_around_the_head_reservation() {
     assert_eq!(state(&h, short), JobState::Running, "backfilled");
     assert_eq!(state(&h, long), JobState::Queued, "would delay the 16-core job");
     assert_eq!(h.ctl.policy.expected_start.get(&big), Some(&(h.now + 1000.0)));
-    assert!(matches!(h.ctl.pending_reasons[&big], PendingReason::Resources(_)), "{:?}", h.ctl.pending_reasons[&big]);
+    assert!(
+        matches!(h.ctl.policy.pending_reasons[&big], PendingReason::Resources(_)),
+        "{:?}",
+        h.ctl.policy.pending_reasons[&big]
+    );
     assert_eq!(h.ctl.policy.last_pass.backfilled, 1);
     // What users see: the head's expected start and every pending job's priority.
     let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: big }, &ann()) else { panic!() };
@@ -215,7 +219,7 @@ fn queues_check_limits_apply_defaults_and_order_jobs() {
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, first), JobState::Running);
     assert_eq!(state(&h, second), JobState::Queued);
-    let reason = h.ctl.pending_reasons[&second].describe();
+    let reason = h.ctl.policy.pending_reasons[&second].describe();
     assert!(reason.starts_with("queue limit") && reason.contains("8 cores"), "{reason}");
     // The queue's priority factor: short (10) is 1, batch (0) is 0.
     assert_eq!(h.ctl.queue_factor("short"), 1.0);
@@ -248,7 +252,7 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
     let large = submit(&mut h, opts(8, 600, "b"));
     h.sent();
     h.ctl.schedule(h.now).unwrap();
-    assert_eq!(state(&h, large), JobState::Running, "{:?}", h.ctl.pending_reasons.get(&large));
+    assert_eq!(state(&h, large), JobState::Running, "{:?}", h.ctl.policy.pending_reasons.get(&large));
     for s in &small {
         assert_eq!(state(&h, *s), JobState::Suspended);
     }
@@ -289,7 +293,7 @@ fn job_for_drained_subnodes_waits_rather_than_being_refused() {
     let id = submit(&mut h, opts(1, 100, "phys"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, id), JobState::Queued);
-    let why = h.ctl.pending_reasons[&id].describe();
+    let why = h.ctl.policy.pending_reasons[&id].describe();
     assert!(why.contains("drained") && why.contains("offline"), "{why}");
     let req = ClientRequest::SubnodeAdmin { node: "n0".into(), index: 1, action: "resume".into(), value: None };
     assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
@@ -360,7 +364,7 @@ fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
     assert_eq!((state(&h, f), cpus(&h, f)), (JobState::Running, "4-5".to_string()), "on the fat subnode");
     assert_eq!((state(&h, b), cpus(&h, b)), (JobState::Running, "0-3".to_string()));
     assert_eq!(state(&h, b2), JobState::Queued, "2 cores are free, but only on the fat subnode");
-    let why = h.ctl.pending_reasons[&b2].describe();
+    let why = h.ctl.policy.pending_reasons[&b2].describe();
     assert!(why.contains("kept for another queue's jobs (fat)"), "{why}");
     // A fat job bigger than its subnode can never run; a batch job asking for fat is refused.
     let e = submit_err(&mut h, fat(6));
@@ -438,7 +442,7 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     assert_eq!(state(&h, plain), JobState::Running);
     assert!(h.ctl.jobs[&plain].allocation[0].gpus.is_empty());
     assert_eq!(state(&h, c), JobState::Queued);
-    let why = h.ctl.pending_reasons[&c].describe();
+    let why = h.ctl.policy.pending_reasons[&c].describe();
     assert!(why.contains("GPUs"), "{why}");
     assert_eq!(h.ctl.cluster.nodes()[0].free_gpu_count, 0);
     let info = h.ctl.node_info(0, false);
@@ -476,7 +480,7 @@ fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() 
     let large8 = submit(&mut h, opts(8, 7200, "b"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, large), JobState::Queued, "16 cores would run into the window");
-    assert_eq!(state(&h, large8), JobState::Running, "{:?}", h.ctl.pending_reasons.get(&large8));
+    assert_eq!(state(&h, large8), JobState::Running, "{:?}", h.ctl.policy.pending_reasons.get(&large8));
     assert_eq!(on(&h, large8), "n1");
     for id in &long {
         assert_eq!(state(&h, *id), JobState::Suspended);
@@ -505,7 +509,7 @@ fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
     let g = submit(&mut h, SubmitOptions { gres: Some(counts(&[("nvme", 500)])), ..opts(1, 100, "phys") });
     h.ctl.schedule(h.now).unwrap();
     assert_eq!((state(&h, a), state(&h, b), state(&h, g)), (JobState::Running, JobState::Queued, JobState::Running));
-    let why = h.ctl.pending_reasons[&b].describe();
+    let why = h.ctl.policy.pending_reasons[&b].describe();
     assert!(why.contains("license matlab: 3 wanted, 1 of 4 free"), "{why}");
     assert_eq!(h.ctl.jobs[&a].allocation[0].licenses, counts(&[("matlab", 3)]));
     assert_eq!(h.ctl.jobs[&g].allocation[0].node, "n1");
@@ -607,7 +611,7 @@ fn typed_gres_go_by_type_and_untyped_requests_take_any() {
     assert_eq!(h.ctl.jobs[&any].allocation[0].node, "n1", "n0 has 4 in all");
     assert_eq!(h.ctl.jobs[&any].allocation[0].gres, counts(&[("nvme:slow", 6)]), "held by the node's key");
     assert_eq!(state(&h, fast2), JobState::Queued);
-    let why = h.ctl.pending_reasons[&fast2].describe();
+    let why = h.ctl.policy.pending_reasons[&fast2].describe();
     assert!(why.contains("nvme:fast"), "{why}");
     let info = h.ctl.node_info(1, false);
     assert_eq!(info.gres, vec![berth_protocol::node::CountInfo { name: "nvme:slow".into(), total: 8, used: 6 }]);

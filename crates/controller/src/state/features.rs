@@ -21,6 +21,9 @@ pub struct PolicyState {
     pub charged_until: f64,
     pub priorities: HashMap<JobId, Priority>,
     pub expected_start: HashMap<JobId, f64>,
+    /// Why each job the last pass examined waits (shown unless a dependency's or an advance
+    /// reservation's reason stands before it).
+    pub pending_reasons: HashMap<JobId, berth_core::sched::PendingReason>,
     pub last_pass: PassStats,
     /// Advance reservations (see `advance`).
     pub advance: AdvanceBook,
