@@ -55,43 +55,43 @@ pub struct Outbox {
 }
 
 pub struct Controller {
-    pub cfg: ControllerConfig,
-    pub store: Store,
+    pub(crate) cfg: ControllerConfig,
+    pub(crate) store: Store,
     /// Queued, held and running jobs. Finished jobs live only in the store.
-    pub jobs: BTreeMap<JobId, JobRecord>,
+    pub(crate) jobs: BTreeMap<JobId, JobRecord>,
     /// Capacity per node, indexed by node id.
-    pub cluster: ClusterState,
-    pub extra: Vec<NodeExtra>,
+    pub(crate) cluster: ClusterState,
+    pub(crate) extra: Vec<NodeExtra>,
     /// The job ids given and reserved (`crate::model::ids`): a restarted controller starts
     /// above every reserved id, so an id an agent may have heard of is never given again.
-    pub ids: JobIds,
+    pub(crate) ids: JobIds,
     /// The interconnect tree nodes are placed in.
-    pub hierarchy: Hierarchy,
+    pub(crate) hierarchy: Hierarchy,
     /// What the agents report of each running job's cgroups, per node.
-    pub cgroups: JobCgroups,
+    pub(crate) cgroups: JobCgroups,
     /// Steps (`berth run`) that have not ended, per running job.
-    pub steps: LiveSteps,
+    pub(crate) steps: LiveSteps,
     /// Each live job's requeues and last step id (`crate::model::counts`): the failure
     /// policy's limit and the next step's id decided from memory.
-    pub counts: JobCounts,
+    pub(crate) counts: JobCounts,
     /// Something changed that may let a job start.
-    pub dirty: bool,
-    pub out: Outbox,
+    pub(crate) dirty: bool,
+    pub(crate) out: Outbox,
     /// Fair share, priorities and expected starts (see `policy`).
-    pub policy: PolicyState,
+    pub(crate) policy: PolicyState,
     /// Reservations of the reservations API (see `reservations`).
-    pub reservations: Reservations,
+    pub(crate) reservations: Reservations,
     /// The cluster key step grants are signed with (set by `serve`; without it grants are
     /// unsigned and agents refuse them).
-    pub key: Option<std::sync::Arc<berth_protocol::auth::ClusterKey>>,
+    pub(crate) key: Option<std::sync::Arc<berth_protocol::auth::ClusterKey>>,
     /// Set while the store cannot be written (disk full, database locked): reported by
     /// `Ping` (`berth status`); see server.rs, `run_actor`.
-    pub store_health: Option<berth_protocol::client::StoreHealth>,
+    pub(crate) store_health: Option<berth_protocol::client::StoreHealth>,
     /// The client connection holding each allocation of `berth alloc` (see `alloc`), and the
     /// window after a start for holders to come back (`crate::model::alloc`).
-    pub alloc_holders: AllocHolders,
+    pub(crate) alloc_holders: AllocHolders,
     /// Where time comes from (`crate::clock`): the system's, or a fake one in unit tests.
-    pub clock: Arc<dyn Clock>,
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 impl Controller {
