@@ -72,7 +72,6 @@ impl Controller {
         self.dirty = false;
         // Jobs whose dependency or begin time does not let them start yet wait outside the round.
         let not_yet = self.ineligible(now)?;
-        let began = std::time::Instant::now();
         let mut g = self.gather(&not_yet, now);
         let tails = std::mem::take(&mut g.tails);
         let per_job: Vec<Option<(&QueueSpec, UserKey)>> =
@@ -118,8 +117,7 @@ impl Controller {
             idle_unless: None,
         };
         let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
-        let micros = began.elapsed().as_micros() as u64;
-        self.carry_out(decisions, g.shut_out, tails, micros, now);
+        self.carry_out(decisions, g.shut_out, tails, now);
         // Called after the batch's commands, whose effects are carried out already.
         self.carry_out_effects(now)
     }

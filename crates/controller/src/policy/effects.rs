@@ -20,14 +20,12 @@ use std::collections::HashMap;
 
 impl Controller {
     /// Carry out `d`; `shut_out`: jobs asking for an advance reservation they cannot use, with
-    /// why; `tails`: array tasks left out of the round, decided as the task each names;
-    /// `micros`: how long the round took.
+    /// why; `tails`: array tasks left out of the round, decided as the task each names.
     pub(super) fn carry_out(
         &mut self,
         d: RoundDecisions<Allocation>,
         shut_out: HashMap<JobId, PendingReason>,
         tails: Vec<ArrayTail>,
-        micros: u64,
         now: f64,
     ) {
         let effects = usage_booked(&mut self.policy.fair_share, &mut self.policy.charged_until, &d.charges, now);
@@ -46,9 +44,7 @@ impl Controller {
         if d.passed {
             self.policy.last_pass = PassStats {
                 pending: d.planned + left_out,
-                started: d.starts.len(),
                 backfilled: d.backfilled,
-                micros,
                 kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),
             };
         }

@@ -61,9 +61,7 @@ pub struct ArrayTail {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PassStats {
     pub pending: usize,
-    pub started: usize,
     pub backfilled: usize,
-    pub micros: u64,
     /// Reservations kept from the pass before (conservative backfill).
     pub kept_reservations: usize,
 }
