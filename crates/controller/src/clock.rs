@@ -3,13 +3,15 @@
 //! a job was suspended) can be tested without sleeping, with a `FakeClock`.
 //!
 //! Only the state thread's decisions read it, the time budget of a scheduling pass included
-//! (`monotonic_us`, core's `Deadline`). Left on the real clock on purpose: the pass's
-//! measurement (`policy`), the notification hook's
-//! timeout (`notify`), the user-name cache (`users`) and the connection tasks' lease stamps
+//! (`monotonic_us`, core's `Deadline`). Left on the real clock on purpose: the notification
+//! hook's timeout (`notify`), the user-name cache (`users`) and the connection tasks' lease stamps
 //! (`lease`, compared with this clock's instants).
 
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+#[cfg(test)]
+use std::time::Duration;
+use std::time::Instant;
 
 /// Unix time in seconds.
 pub fn unix_now() -> f64 {
@@ -46,7 +48,8 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock that moves only when told to (`advance`): both readings move together.
+/// A clock that moves only when told to (`advance`): both readings move together. For tests.
+#[cfg(test)]
 #[derive(Debug)]
 pub struct FakeClock {
     unix_start: f64,
@@ -55,6 +58,7 @@ pub struct FakeClock {
     advanced_us: AtomicU64,
 }
 
+#[cfg(test)]
 impl FakeClock {
     /// A clock reading `unix` (Unix seconds) until advanced.
     pub fn new(unix: f64) -> FakeClock {
@@ -73,6 +77,7 @@ impl FakeClock {
     }
 }
 
+#[cfg(test)]
 impl Clock for FakeClock {
     fn unix(&self) -> f64 {
         self.unix_start + self.advanced().as_secs_f64()

@@ -25,7 +25,9 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 mod features;
-pub use features::{AdvanceBook, ArrayTail, DependState, PassStats, PolicyState, Reservations};
+#[cfg(test)]
+pub use features::PassStats;
+pub use features::{AdvanceBook, ArrayTail, PolicyState, Reservations};
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 

@@ -202,6 +202,7 @@ impl Controller {
     }
 
     /// Seconds job `id` has spent suspended up to `now` (for the bound on suspension).
+    #[cfg(test)]
     pub fn suspended_seconds(&self, id: JobId, now: f64) -> f64 {
         self.jobs.get(&id).map(|j| j.suspension.seconds(now)).unwrap_or(0.0)
     }

@@ -66,11 +66,13 @@ impl JobIds {
     }
 
     /// The next id to give.
+    #[cfg(test)]
     pub fn next(&self) -> u64 {
         self.next
     }
 
     /// Ids below this are reserved.
+    #[cfg(test)]
     pub fn bound(&self) -> u64 {
         self.bound
     }

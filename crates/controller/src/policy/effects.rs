@@ -7,8 +7,8 @@
 
 use super::usage_booked;
 use crate::model::effect::Effect;
+use crate::state::ArrayTail;
 use crate::state::Controller;
-use crate::state::{ArrayTail, PassStats};
 use crate::suspend::SuspendBy;
 use berth_core::job::Allocation;
 use berth_core::sched::backfill::Waiting;
@@ -39,10 +39,11 @@ impl Controller {
             self.waits(w, now);
         }
         self.shut_out(shut_out);
-        let left_out: usize = tails.iter().map(|t| t.count).sum();
         self.policy.tails = tails;
+        #[cfg(test)]
         if d.passed {
-            self.policy.last_pass = PassStats {
+            let left_out: usize = self.policy.tails.iter().map(|t| t.count).sum();
+            self.policy.last_pass = crate::state::PassStats {
                 pending: d.planned + left_out,
                 backfilled: d.backfilled,
                 kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),

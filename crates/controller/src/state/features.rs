@@ -24,6 +24,8 @@ pub struct PolicyState {
     /// Why each job the last pass examined waits (shown unless a dependency's or an advance
     /// reservation's reason stands before it).
     pub pending_reasons: HashMap<JobId, berth_core::sched::PendingReason>,
+    /// What the last pass counted (tests check it).
+    #[cfg(test)]
     pub last_pass: PassStats,
     /// Advance reservations (see `advance`).
     pub advance: AdvanceBook,
@@ -58,6 +60,7 @@ pub struct ArrayTail {
     pub count: usize,
 }
 
+#[cfg(test)]
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PassStats {
     pub pending: usize,
