@@ -139,8 +139,7 @@ mod tests {
 
     #[test]
     fn each_agent_starts_its_jobs_at_its_own_jobs_nice() {
-        // Three agents' priorities in one process (a higher number needs no privilege; the
-        // test below may lower this process's meanwhile, so no value is compared with ours).
+        // Two agents' priorities in one process (a higher number needs no privilege).
         let (a, b) = ((mine() + 1).min(19), (mine() + 3).min(19));
         let (pa, pb) = (Priority { jobs: Some(a), agent: None }, Priority { jobs: Some(b), agent: None });
         assert_eq!((child_nice(pa.job_nice()), child_nice(pb.job_nice())), (a, b));
@@ -149,17 +148,57 @@ mod tests {
         child_nice(None);
     }
 
+    /// Set in the test's own process, started again by the test below: lower the nice value
+    /// there, where every thread may take it.
+    const LOWERING: &str = "BERTH_TEST_LOWER_NICE_HERE";
+
     #[test]
     fn children_get_back_the_nice_the_agent_had() {
+        if std::env::var_os(LOWERING).is_some() {
+            return lowering_the_agents_nice();
+        }
         let before = mine();
         // Raising the nice value (lowering priority) needs no privilege: the same code path,
         // checked for the "lower only" rule.
         assert_eq!(set_agent_nice(before + 1).unwrap(), Priority::default());
         assert_eq!(mine(), before, "never raises the number");
+        // Bookkeeping takes the jobs' nice and gives its (reused) thread back the agent's; with
+        // both above ours (no privilege needed), on a runtime of its own.
+        let (jobs, agent) = ((before + 1).min(19), (before + 2).min(19));
+        let rt = tokio::runtime::Builder::new_current_thread().max_blocking_threads(1).build().unwrap();
+        let during = rt.block_on(Priority { jobs: Some(jobs), agent: Some(agent) }.bookkeeping(mine)).unwrap();
+        let after = rt.block_on(async { tokio::task::spawn_blocking(mine).await }).unwrap();
+        assert_eq!((during, after), (jobs, agent));
+        drop(rt);
+        assert_eq!(mine(), before, "the test's own thread kept its nice value");
+
+        // Lowering it needs root (or CAP_SYS_NICE), and changes every thread of the process:
+        // done in a process of its own (this test, started again), not in the test process.
+        // SAFETY: geteuid cannot fail.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("NOT RUN (needs root): lowering the agent's nice value");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "lowering the agent's nice value needs root, and CI runs as root"
+            );
+            eprintln!("NOT RUN (needs root): lowering the agent's nice value; run the tests as root");
             return;
         }
+        let name = concat!(module_path!(), "::children_get_back_the_nice_the_agent_had");
+        let name = name.split_once("::").map_or(name, |(_crate, path)| path);
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([name, "--exact", "--nocapture", "--test-threads=1"])
+            .env(LOWERING, "1")
+            .output()
+            .unwrap();
+        let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        assert!(out.status.success() && said.contains("1 passed"), "in a process of its own: {said}");
+        assert_eq!(mine(), before, "the test process's nice value changed");
+    }
+
+    /// In a process of its own: the agent lowers its nice value (every thread), its children
+    /// take back the one it had, and bookkeeping runs at theirs.
+    fn lowering_the_agents_nice() {
+        let before = mine();
         let priority = set_agent_nice(before - 2).unwrap();
         assert_eq!(mine(), before - 2);
         assert_eq!(priority, Priority { jobs: Some(before), agent: Some(before - 2) });
@@ -169,7 +208,5 @@ mod tests {
         let during = rt.block_on(priority.bookkeeping(mine)).unwrap();
         let after = rt.block_on(async { tokio::task::spawn_blocking(mine).await }).unwrap();
         assert_eq!((during, after), (before, before - 2));
-        drop(rt);
-        set_every_thread(before).unwrap();
     }
 }
