@@ -37,6 +37,8 @@ fn wait_for(what: &str, mut ok: impl FnMut() -> bool) {
 #[test]
 fn a_large_job_suspends_two_small_ones_and_they_resume_after_it() {
     let c = Cluster::up_configured(1, MAPPED, CONFIG);
+    let bin = c.root().join("bin");
+    c.json(&["compat", "install", &bin.display().to_string()]);
     let files: Vec<_> = (0..2).map(|i| c.root().join(format!("count{i}"))).collect();
     let small: Vec<u64> =
         files.iter().enumerate().map(|(i, f)| c.submit(&format!("s{i}.sh"), &counter(f, 100), &[])).collect();
@@ -55,6 +57,10 @@ fn a_large_job_suspends_two_small_ones_and_they_resume_after_it() {
         let s = c.show(*id);
         assert_eq!(s["state"], "suspended", "{s:#}");
         assert!(s["reason"].as_str().unwrap_or("").contains(&format!("preempted by job {large}")), "{s:#}");
+        // squeue says why it does not run: preempted, or (once a pass tried to resume it)
+        // waiting for its cores.
+        let q = named_ok(&c, "squeue", &["-h", "-j", &id.to_string(), "-o", "%t %r"]);
+        assert!(["S Preempted", "S Resources"].contains(&q.trim()), "squeue: {q:?}, {s:#}");
     }
     // Frozen: neither counter moves while the large job runs.
     let frozen: Vec<usize> = files.iter().map(|f| lines(f)).collect();

@@ -80,8 +80,12 @@ fn assert_no_cgroups(c: &Cluster, id: u64) {
 #[test]
 fn suspend_freezes_the_job_and_resume_lets_it_complete() {
     let c = Cluster::up(1, MAPPED);
+    let bin = c.root().join("bin");
+    c.json(&["compat", "install", &bin.display().to_string()]);
     let count = c.root().join("count");
     let id = c.submit("count.sh", &counter(&count, 80, "--walltime 60"), &[]);
+    // squeue's state and reason: why it does not run, in one word.
+    let squeue = || named_ok(&c, "squeue", &["-h", "-j", &id.to_string(), "-o", "%t %r"]).trim().to_string();
     c.wait_state(id, &["running"], Duration::from_secs(30));
     assert!(grows(&count, 3), "the job does not count");
     let freezer_dir = cgroup_dir(&c, id, "freezer");
@@ -96,6 +100,7 @@ fn suspend_freezes_the_job_and_resume_lets_it_complete() {
     let s = c.show(id);
     assert_eq!(s["state"], "suspended", "{s:#}");
     assert!(s["reason"].as_str().unwrap_or("").contains("suspended by admin"), "{s:#}");
+    assert_eq!(squeue(), "S SuspendedByAdmin", "{s:#}");
     assert_eq!(freezer(&freezer_dir, "FROZEN"), "FROZEN");
     let listed = c.json(&["jobs"]);
     let row = listed.as_array().unwrap().iter().find(|r| r["id"] == id).cloned().unwrap_or_default();
@@ -120,6 +125,7 @@ fn suspend_freezes_the_job_and_resume_lets_it_complete() {
     let r = c.json(&["resume", &id.to_string()]);
     assert!(per_id_ok(&r), "{r:#}");
     assert_eq!(c.show(id)["state"], "running");
+    assert_eq!(squeue(), "R None", "a running job has no reason");
     assert_eq!(freezer(&freezer_dir, "THAWED"), "THAWED");
     assert!(grows(&count, frozen_at), "the resumed job does not count");
 
