@@ -250,7 +250,7 @@ fn measure(
         max * 1e3,
         o.repeats,
         out.starts.len(),
-        out.backfilled
+        out.backfilled.len()
     ));
     if o.json {
         println!(
@@ -259,7 +259,7 @@ fn measure(
                 "nodes": o.nodes, "jobs": queue.len(), "running": running.len(),
                 "max_reservations": limits.max_reservations, "budget_ms": o.budget_ms, "seed": o.seed, "median_seconds": median, "median_on_cpu_seconds": median_on_cpu,
                 "min_seconds": min, "max_seconds": max, "repeats": o.repeats, "started": out.starts.len(),
-                "backfilled": out.backfilled, "waiting_resources": resources, "waiting_priority": priority,
+                "backfilled": out.backfilled.len(), "waiting_resources": resources, "waiting_priority": priority,
                 "expected_starts": expected, "decisions": format!("{decisions:016x}")})
         );
     }

@@ -214,8 +214,11 @@ pub struct PassOutput<A> {
     /// Jobs to start now, in the order they were chosen.
     pub starts: Vec<(JobId, A)>,
     pub waiting: Vec<Waiting>,
-    /// Jobs started out of priority order (a subset of `starts`).
-    pub backfilled: usize,
+    /// The starts that overtook a job waiting for resources or priority (held jobs and jobs
+    /// that can never fit are not overtaken), in the order of `starts` (of which they are a
+    /// subsequence): the one definition of a backfill, counted by the round and flagged on
+    /// each of its starts alike.
+    pub backfilled: Vec<JobId>,
 }
 
 /// One pass over the whole queue.

@@ -365,22 +365,25 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
         let planned: Vec<CountedJob> = queue.iter().filter(|q| plannable(q)).map(job).collect();
         plan.afresh(now, free, running, &planned, plan.keep || full)
     });
-    let (picked, backfilled) = picked(queue, &starts);
+    let picked = picked(queue, &starts, plannable);
     if picked.len() < starts.len() {
         // A queue not in the order the plan was kept for (see the module's documentation):
         // the starts not found wait, and the next pass plans afresh.
         plan.invalidate();
     }
-    let mut out = PassOutput { starts: Vec::with_capacity(starts.len()), waiting: vec![], backfilled };
+    let mut out = PassOutput { starts: Vec::with_capacity(starts.len()), waiting: vec![], backfilled: vec![] };
     // The machine with the starts claimed, copied only once a second start needs it.
     let mut machine = None::<M>;
     let mut unclaimed = false;
-    for (k, q) in picked.into_iter().enumerate() {
+    for (k, (q, overtook)) in picked.into_iter().enumerate() {
         if k > 0 {
             claim_last(&mut machine, input.machine, &out.starts, &mut unclaimed);
         }
         match machine.as_ref().unwrap_or(input.machine).place(&q.request) {
             Fit::Now(alloc) => {
+                if overtook {
+                    out.backfilled.push(q.id);
+                }
                 out.starts.push((q.id, alloc));
                 unclaimed = true;
             }
@@ -416,20 +419,24 @@ fn claim_last<M: Machine>(machine: &mut Option<M>, base: &M, starts: &[(JobId, M
     }
 }
 
-/// The queued jobs of `starts` (which the plan gives in queue order), and how many of them
-/// overtook a job (not held) still waiting before them in `queue`. One walk of the queue, up
-/// to the last start.
-fn picked<'q>(queue: &'q [QueuedJob], starts: &[JobId]) -> (Vec<&'q QueuedJob>, usize) {
+/// The queued jobs of `starts` (which the plan gives in queue order), each with whether it
+/// overtook a job still waiting before it in `queue` for resources or priority (one the plan
+/// could place: `plannable`; held jobs and jobs larger than the machine are not overtaken, as
+/// in [`backfill`](super::backfill)'s passes). One walk of the queue, up to the last start.
+fn picked<'q>(
+    queue: &'q [QueuedJob],
+    starts: &[JobId],
+    plannable: impl Fn(&QueuedJob) -> bool,
+) -> Vec<(&'q QueuedJob, bool)> {
     let mut found = Vec::with_capacity(starts.len());
-    let (mut passed_over, mut backfilled) = (false, 0);
+    let mut passed_over = false;
     for q in queue {
         let Some(&next) = starts.get(found.len()) else { break };
         if q.id == next {
-            backfilled += usize::from(passed_over);
-            found.push(q);
-        } else if !q.held {
+            found.push((q, passed_over));
+        } else if plannable(q) {
             passed_over = true;
         }
     }
-    (found, backfilled)
+    found
 }

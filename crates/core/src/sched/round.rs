@@ -277,7 +277,8 @@ pub struct RoundInput<'a, M: RoundMachine> {
 pub struct Start<A> {
     pub id: JobId,
     pub alloc: A,
-    /// Started out of priority order (a job before it, not held, still waits).
+    /// A backfill: it overtook a job waiting for resources or priority (held jobs and jobs that
+    /// can never fit are not overtaken), as the pass counts it ([`PassOutput::backfilled`]).
     pub backfilled: bool,
 }
 
@@ -312,7 +313,7 @@ pub struct RoundDecisions<A> {
     pub passed: bool,
     /// Jobs the pass planned (the queue less those barred or held by per-user limits).
     pub planned: usize,
-    /// Starts of the pass out of priority order.
+    /// How many of `starts` are backfills (those flagged `backfilled`).
     pub backfilled: usize,
 }
 
@@ -407,43 +408,27 @@ fn run<M: RoundMachine>(
     let plan = pass(&PassInput { machine, running, queue: &queue, now }, input.reasons || input.preempt.is_some());
     out.passed = true;
     out.planned = queue.len();
-    out.backfilled = plan.backfilled;
-    out.starts = backfilled(&queue, plan.starts);
+    out.backfilled = plan.backfilled.len();
+    out.starts = flagged(plan.starts, &plan.backfilled);
     out.waiting = plan.waiting;
     suspend::preempt(input, windows, &resumed.victims, &queue, machine, &mut out, now);
     out.waiting.extend(held);
     out
 }
 
-/// Mark the starts that overtook a job (not held) still waiting.
-fn backfilled<A>(queue: &[QueuedJob], starts: Vec<(JobId, A)>) -> Vec<Start<A>> {
-    if starts.is_empty() {
-        return vec![];
-    }
-    // A few starts (most rounds) are looked up by comparing ids: cheaper than hashing every
-    // queued job walked past.
-    let hashed: Option<HashMap<JobId, usize>> =
-        (starts.len() > 4).then(|| starts.iter().enumerate().map(|(i, (id, _))| (*id, i)).collect());
-    let index_of = |id: &JobId| match &hashed {
-        Some(map) => map.get(id).copied(),
-        None => starts.iter().position(|(s, _)| s == id),
-    };
-    let mut flags = vec![false; starts.len()];
-    let (mut passed_over, mut seen) = (false, 0);
-    for q in queue {
-        match index_of(&q.id) {
-            Some(i) => {
-                flags[i] = passed_over;
-                seen += 1;
-                if seen == starts.len() {
-                    break;
-                }
-            }
-            None if !q.held => passed_over = true,
-            None => {}
-        }
-    }
-    starts.into_iter().zip(flags).map(|((id, alloc), backfilled)| Start { id, alloc, backfilled }).collect()
+/// The pass's starts, each flagged when the pass counted it a backfill (`overtook`: a
+/// subsequence of `starts`, in their order), so the flags and the count are one definition.
+fn flagged<A>(starts: Vec<(JobId, A)>, overtook: &[JobId]) -> Vec<Start<A>> {
+    let mut rest = overtook.iter().peekable();
+    let flagged: Vec<Start<A>> = starts
+        .into_iter()
+        .map(|(id, alloc)| {
+            let backfilled = rest.next_if(|o| **o == id).is_some();
+            Start { id, alloc, backfilled }
+        })
+        .collect();
+    debug_assert!(rest.next().is_none(), "a backfill that is not a start, or out of the starts' order");
+    flagged
 }
 
 #[cfg(test)]

@@ -266,7 +266,7 @@ impl<'q, A> Outcome<'q, A> {
     pub fn new(queue: &'q [QueuedJob], detail: Detail) -> Self {
         let starts_only = (detail == Detail::StartsOnly).then(|| (queue, std::cell::OnceCell::new()));
         let waiting = if starts_only.is_some() { vec![] } else { Vec::with_capacity(queue.len()) };
-        Outcome { out: PassOutput { starts: vec![], waiting, backfilled: 0 }, blocked: false, starts_only }
+        Outcome { out: PassOutput { starts: vec![], waiting, backfilled: vec![] }, blocked: false, starts_only }
     }
 
     /// Starts only: whether no job from queue index `i` on can start on a machine with `free`
@@ -303,7 +303,7 @@ impl<'q, A> Outcome<'q, A> {
 
     pub fn start(&mut self, id: JobId, alloc: A) {
         if self.blocked {
-            self.out.backfilled += 1;
+            self.out.backfilled.push(id);
         }
         self.out.starts.push((id, alloc));
     }

@@ -190,7 +190,7 @@ proptest! {
             let input = PassInput { machine: &s.cluster, running: &s.running, queue: &s.queue, now: 0.0 };
             let quick = plan_starts(&input, &PassLimits { policy, max_reservations: s.max_reservations, deadline: None });
             prop_assert_eq!(&quick.starts, &full.starts, "{:?}", policy);
-            prop_assert_eq!(quick.backfilled, full.backfilled, "{:?}", policy);
+            prop_assert_eq!(&quick.backfilled, &full.backfilled, "{:?}", policy);
             prop_assert!(quick.waiting.is_empty());
         }
     }
@@ -324,7 +324,7 @@ proptest! {
             let others = PassOutput {
                 starts: out.starts.iter().filter(|(id, _)| !member.contains_key(id)).cloned().collect(),
                 waiting: vec![],
-                backfilled: 0,
+                backfilled: vec![],
             };
             let mut plan = schedule(&s, &others, &booked);
             plan.extend(advance.iter().map(|r| (r.start, r.end, r.alloc.clone())));

@@ -384,3 +384,37 @@ fn usage_charged_before_the_priority_order() {
         ]
     );
 }
+
+/// One node of 8 cores, 6 busy until t=100. Job 1 (16 cores) can never fit and job 2 (4 cores)
+/// waits for resources; job 3 (2 cores) starts behind both: a backfill, since it overtook job
+/// 2. Job 4 (2 cores) behind only the job that can never fit starts in order: it overtook no
+/// job waiting for resources or priority (held jobs and jobs that can never fit are not
+/// overtaken). Under every policy the round counts exactly the starts it flags.
+#[test]
+fn the_backfill_count_is_the_starts_flagged() {
+    let mut cluster = ClusterBuilder::new().nodes(1, 1, 8, 0).build();
+    let running = vec![hold(&mut cluster, 100, &[(0, "0-5")], 100.0)];
+    let mut held = queued(5, 1, 10.0);
+    held.held = true;
+    let behind_never = [queued(1, 16, 10.0), held.clone(), queued(4, 2, 10.0), queued(2, 4, 50.0), queued(3, 2, 10.0)];
+    let behind_busy = [queued(1, 16, 10.0), queued(2, 4, 50.0), held, queued(3, 2, 10.0)];
+    for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+        for (queue, want) in [(&behind_never[..], vec![(4, false)]), (&behind_busy[..], vec![(3, true)])] {
+            let mut i = input(&cluster, &running, queue);
+            i.limits = limits(policy);
+            for reasons in [true, false] {
+                i.reasons = reasons;
+                let d = round(&i, 0.0);
+                let flagged = d.starts.iter().filter(|s| s.backfilled).count();
+                assert_eq!(d.backfilled, flagged, "{policy:?}, reasons {reasons}: {:?}", snapshot(&d));
+                let got: Vec<(u64, bool)> = d.starts.iter().map(|s| (s.id.0, s.backfilled)).collect();
+                // FCFS starts nothing behind a job waiting for resources, so never backfills.
+                let want = match policy {
+                    BackfillPolicy::Fcfs => want.iter().copied().filter(|&(_, b)| !b).collect(),
+                    _ => want.clone(),
+                };
+                assert_eq!(got, want, "{policy:?}, reasons {reasons}: {:?}", snapshot(&d));
+            }
+        }
+    }
+}
