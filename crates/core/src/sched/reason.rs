@@ -285,6 +285,15 @@ impl SuspendedReason {
     /// The reason of a suspended job read back from its words (a reason as a store keeps it):
     /// what suspended it. What it waits for is not read (the next round's resume step says it
     /// again); None for words that name no cause (a wait alone, or words of no reason here).
+    ///
+    /// Exact: for every reason `r`, `from_words(&r.to_string())` is `r` with its wait dropped
+    /// ([`cause`](Self::cause)), whatever its `why`, `who` or `error` holds ("; ", ": ",
+    /// "waiting for", words of a reason), so a restart keeps the words a job showed. A wait is
+    /// cut off only where the words end in "; " and then a whole wait's words (a wait's words
+    /// hold no "; "), never at the first "; ". What the words cannot tell apart, nothing can:
+    /// a `why` or `error` that itself ends in "; " and a wait's words reads as that wait, a
+    /// `why` that is a wait's words or starts "resuming failed on " as that, and a node
+    /// name holding ": " (node names hold none) is cut at its first ": ".
     pub fn from_words(words: &str) -> Option<SuspendedReason> {
         if let Some(who) =
             words.strip_prefix("suspended by admin ").and_then(|w| w.strip_suffix(": `berth resume` resumes it"))
@@ -296,18 +305,35 @@ impl SuspendedReason {
             let (node, error) = failed(rest)?;
             return Some(SuspendedReason::FreezingFailed { node, error });
         }
+        let rest = words.strip_prefix("suspended: ")?;
+        if ResumeWait::are_words(rest) {
+            return None;
+        }
         // The cause is the words before a wait ("suspended: preempted by job 12; waiting for ...").
-        let cause = words.strip_prefix("suspended: ")?.split("; ").next()?;
+        let cause = match rest.rsplit_once("; ") {
+            Some((cause, wait)) if ResumeWait::are_words(wait) => cause,
+            _ => rest,
+        };
         if let Some(rest) = cause.strip_prefix("resuming failed on ") {
             let (node, error) = failed(rest)?;
             return Some(SuspendedReason::ResumeFailed { node, error, waits: None });
         }
-        let a_wait = cause.contains("waiting for")
-            || cause == ResumeWait::Unstated.to_string()
-            || cause
-                .strip_prefix("node ")
-                .is_some_and(|n| n.ends_with(" is not connected") || n.ends_with(" is unknown"));
-        (!a_wait).then(|| SuspendedReason::Preempted { why: cause.to_string(), waits: None })
+        Some(SuspendedReason::Preempted { why: cause.to_string(), waits: None })
+    }
+
+    /// What suspended the job, without what it waits for: the reason [`from_words`]
+    /// (Self::from_words) reads back from its words (None: a wait alone names no cause).
+    pub fn cause(&self) -> Option<SuspendedReason> {
+        match self {
+            SuspendedReason::Preempted { why, .. } => {
+                Some(SuspendedReason::Preempted { why: why.clone(), waits: None })
+            }
+            SuspendedReason::ResumeFailed { node, error, .. } => {
+                Some(SuspendedReason::ResumeFailed { node: node.clone(), error: error.clone(), waits: None })
+            }
+            SuspendedReason::Waiting(_) => None,
+            other => Some(other.clone()),
+        }
     }
 }
 
@@ -354,6 +380,20 @@ pub enum ResumeWait {
 }
 
 impl ResumeWait {
+    /// Whether `words` are a wait's words as [`Display`](fmt::Display) writes them (of any
+    /// variant; none holds "; ", node names hold none).
+    fn are_words(words: &str) -> bool {
+        let node = |n: &str| !n.is_empty();
+        if words.contains("; ") {
+            return false;
+        }
+        words == "it cannot resume now"
+            || words.strip_prefix("node ").is_some_and(|n| {
+                n.strip_suffix(" is not connected").is_some_and(node) || n.strip_suffix(" is unknown").is_some_and(node)
+            })
+            || (words.starts_with("waiting for ") && words.ends_with(')') && words.contains(" to resume ("))
+    }
+
     /// The wait's stable short code, Slurm's REASON where Slurm has one: `NodeDown` for a node
     /// that cannot be told to thaw it, else `Resources`.
     pub fn code(&self) -> &'static str {
@@ -566,5 +606,148 @@ mod tests {
         ] {
             assert_eq!(SuspendedReason::waiting(other.as_ref(), wait.clone()), SuspendedReason::Waiting(wait.clone()));
         }
+    }
+
+    /// Fragments that make a `why` or an `error` hard to read back: the separators the words
+    /// use, the words of waits and of other reasons, and plain text.
+    const TRICKY: &[&str] = &[
+        "; ",
+        ": ",
+        ";",
+        ":",
+        " ",
+        "waiting for ",
+        " to resume (1 free)",
+        "node ",
+        "n1",
+        " is unknown",
+        " is not connected",
+        "it cannot resume now",
+        "suspended: ",
+        "resuming failed on ",
+        "suspended by admin ",
+        ": `berth resume` resumes it",
+        "preempted by job 9",
+        "EBUSY",
+        "(",
+        ")",
+        "é",
+    ];
+
+    fn tricky() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        proptest::collection::vec(proptest::sample::select(TRICKY), 0..7).prop_map(|parts| parts.concat())
+    }
+
+    fn node_name() -> impl proptest::strategy::Strategy<Value = String> {
+        "[a-z][a-z0-9.-]{0,8}"
+    }
+
+    fn wait() -> impl proptest::strategy::Strategy<Value = ResumeWait> {
+        use proptest::prelude::*;
+        prop_oneof![
+            node_name().prop_map(ResumeWait::NotConnected),
+            node_name().prop_map(ResumeWait::UnknownNode),
+            (node_name(), 0u32..64)
+                .prop_map(|(node, c)| ResumeWait::StepsHold { cpus: CpuSet::from_iter_u32([c]), node }),
+            (node_name(), 1u32..9, 0u32..9).prop_map(|(node, need, free)| ResumeWait::Short {
+                need,
+                unit: "cores",
+                node,
+                free
+            }),
+            (node_name(), 0u32..64).prop_map(|(node, c)| ResumeWait::Pinned {
+                cpus: CpuSet::from_iter_u32([c]),
+                node,
+                why: "bound"
+            }),
+            Just(ResumeWait::Unstated),
+        ]
+    }
+
+    fn suspended() -> impl proptest::strategy::Strategy<Value = SuspendedReason> {
+        use proptest::prelude::*;
+        let waits = || proptest::option::of(wait());
+        prop_oneof![
+            tricky().prop_map(|who| SuspendedReason::ByAdmin { who }),
+            (tricky(), waits()).prop_map(|(why, waits)| SuspendedReason::Preempted { why, waits }),
+            (node_name(), tricky(), waits()).prop_map(|(node, error, waits)| SuspendedReason::ResumeFailed {
+                node,
+                error,
+                waits
+            }),
+            (node_name(), tricky()).prop_map(|(node, error)| SuspendedReason::FreezingFailed { node, error }),
+            wait().prop_map(SuspendedReason::Waiting),
+        ]
+    }
+
+    /// The values no words can tell apart from another's (see `from_words`): a `why` or
+    /// `error` ending in "; " and a wait's words, a `why` that is a wait's words or a failed
+    /// resume's.
+    fn indistinct(r: &SuspendedReason) -> bool {
+        let ends_in_a_wait = |s: &str| s.rsplit_once("; ").is_some_and(|(_, w)| ResumeWait::are_words(w));
+        match r {
+            SuspendedReason::Preempted { why, .. } => {
+                ends_in_a_wait(why) || ResumeWait::are_words(why) || why.starts_with("resuming failed on ")
+            }
+            SuspendedReason::ResumeFailed { error, .. } => ends_in_a_wait(error),
+            _ => false,
+        }
+    }
+
+    proptest::proptest! {
+        /// Words read back give the reason they were written from, less its wait, however its
+        /// free text is made; written again, they are the words less the wait.
+        #[test]
+        fn suspended_words_read_back_exactly(r in suspended()) {
+            proptest::prop_assume!(!indistinct(&r));
+            let words = r.to_string();
+            let read = SuspendedReason::from_words(&words);
+            proptest::prop_assert_eq!(&read, &r.cause(), "{}", words);
+            if let Some(read) = read {
+                let without_wait = match &r {
+                    SuspendedReason::Preempted { waits: Some(w), .. }
+                    | SuspendedReason::ResumeFailed { waits: Some(w), .. } => {
+                        words.strip_suffix(&format!("; {w}")).map(str::to_string)
+                    }
+                    _ => Some(words.clone()),
+                };
+                proptest::prop_assert_eq!(Some(read.to_string()), without_wait);
+            }
+        }
+    }
+
+    /// Errors and causes holding the words' own separators, read back whole (before: cut at
+    /// the first "; ", so a restart changed the words of a failed resume).
+    #[test]
+    fn separators_inside_a_cause_are_kept() {
+        let cases = [
+            SuspendedReason::ResumeFailed {
+                node: "n1".into(),
+                error: "cgroup freezer: state THAWED; write: Device or resource busy".into(),
+                waits: Some(ResumeWait::NotConnected("n2".into())),
+            },
+            SuspendedReason::ResumeFailed { node: "n1".into(), error: "a; b; c".into(), waits: None },
+            SuspendedReason::ResumeFailed { node: "n1".into(), error: "".into(), waits: Some(ResumeWait::Unstated) },
+            SuspendedReason::Preempted { why: "preempted by job 9; then 10".into(), waits: None },
+            SuspendedReason::Preempted {
+                why: "preempted (waiting for job 9)".into(),
+                waits: Some(ResumeWait::Short { need: 2, unit: "cores", node: "n0".into(), free: 0 }),
+            },
+            SuspendedReason::FreezingFailed { node: "n1".into(), error: "x; waiting for y to resume (z)".into() },
+            SuspendedReason::ByAdmin { who: "root; suspended: x: `berth resume` resumes it".into() },
+        ];
+        for r in cases {
+            assert_eq!(SuspendedReason::from_words(&r.to_string()), r.cause(), "{r}");
+        }
+        // What the words cannot tell apart reads as the wait.
+        let ambiguous =
+            SuspendedReason::Preempted { why: "preempted by job 9; node n1 is unknown".into(), waits: None };
+        let with_wait = SuspendedReason::Preempted {
+            why: "preempted by job 9".into(),
+            waits: Some(ResumeWait::UnknownNode("n1".into())),
+        };
+        assert_eq!(ambiguous.to_string(), with_wait.to_string());
+        assert_eq!(SuspendedReason::from_words(&ambiguous.to_string()), with_wait.cause());
     }
 }
