@@ -139,7 +139,7 @@ mod tests {
 
     #[test]
     fn each_agent_starts_its_jobs_at_its_own_jobs_nice() {
-        // Two agents' priorities in one process (a higher number needs no privilege).
+        // Three agents' priorities in one process (two set, one default) (a higher number needs no privilege).
         let (a, b) = ((mine() + 1).min(19), (mine() + 3).min(19));
         let (pa, pb) = (Priority { jobs: Some(a), agent: None }, Priority { jobs: Some(b), agent: None });
         assert_eq!((child_nice(pa.job_nice()), child_nice(pb.job_nice())), (a, b));
