@@ -12,8 +12,8 @@ use crate::config::ApiConfig;
 use crate::model::effect::Effect;
 use crate::model::job::{JobRecord, RESERVATION_QUEUE};
 use crate::model::request::Peer;
-use crate::model::reservation::Reservation;
-use crate::state::{Controller, Reservations};
+use crate::model::reservation::{Reservation, Reservations};
+use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::SubmitOptions;
 use berth_core::gres::{LicenseMiss, Licenses};
@@ -182,7 +182,7 @@ impl Controller {
 
     fn list_reservations(&self, all: bool) -> Result<Vec<ReservationInfo>, StoreError> {
         let rows: Vec<Reservation> =
-            if all { self.store.all_reservations(10_000)? } else { self.reservations.live.values().cloned().collect() };
+            if all { self.store.all_reservations(10_000)? } else { self.reservations.values().cloned().collect() };
         rows.iter().map(|r| self.reservation_info(r)).collect()
     }
 
@@ -194,7 +194,7 @@ impl Controller {
     }
 
     fn find_reservation(&self, id: u64) -> Result<Option<Reservation>, StoreError> {
-        match self.reservations.live.get(&id) {
+        match self.reservations.get(id) {
             Some(r) => Ok(Some(r.clone())),
             None => self.store.get_reservation(id),
         }
@@ -272,7 +272,7 @@ impl Controller {
             Ok(u) => u,
             Err(e) => return Ok(Err(e)),
         };
-        let id = self.reservations.next_id;
+        let id = self.reservations.next_id();
         let mut options = SubmitOptions {
             name: Some(format!("reservation-{id}")),
             queue: Some(RESERVATION_QUEUE.into()),
@@ -378,7 +378,7 @@ impl Controller {
         };
         let job_id =
             self.start_without_script(job, &format!("reservation {id} for {} by {}", user.name, peer.user.name), now)?;
-        self.reservations.next_id += 1;
+        self.reservations.id_taken();
         let r = Reservation {
             id,
             job: job_id,
@@ -804,17 +804,13 @@ impl Controller {
     /// not renewed, walltime over. Holders are looked at every `[api] check_interval_secs`
     /// (every call when `now_too`).
     pub fn check_reservations(&mut self, now: f64, now_too: bool) -> Result<(), StoreError> {
-        if self.reservations.live.is_empty() {
+        if !self.reservations.holders_due(now, self.cfg.api.check_interval_secs, now_too) {
             return Ok(());
         }
-        if !now_too && now < self.reservations.last_check + self.cfg.api.check_interval_secs {
-            return Ok(());
-        }
-        self.reservations.last_check = now;
         // How the jobs of reservations that no longer run ended: as memory holds them while
         // they are live (requeued, suspended), else from their history.
         let mut ended: HashMap<JobId, String> = HashMap::new();
-        for r in self.reservations.live.values() {
+        for r in self.reservations.values() {
             let how = |j: &JobRecord| match &j.reason {
                 Some(why) => format!("{} ({why})", j.state.as_str()),
                 None => j.state.as_str().to_string(),
@@ -826,7 +822,7 @@ impl Controller {
             };
             ended.insert(r.job, how);
         }
-        let ends = due_releases(&self.reservations.live, &self.jobs, &ended, &self.cfg.api, now, process_alive);
+        let ends = due_releases(self.reservations.values(), &self.jobs, &ended, &self.cfg.api, now, process_alive);
         for (id, state, reason) in ends {
             self.release(id, state, &reason, now)?;
         }
@@ -837,7 +833,7 @@ impl Controller {
 /// Reservation `r` kept as it is now (made, or renewed): in the book, and its row to write.
 /// Needs no store.
 pub(crate) fn kept(book: &mut Reservations, r: Reservation) -> Vec<Effect> {
-    book.live.insert(r.id, r.clone());
+    book.keep(r.clone());
     vec![Effect::SaveReservation(Box::new(r))]
 }
 
@@ -856,7 +852,7 @@ pub(crate) fn confirmed(book: &mut Reservations, r: &mut Reservation, holder: Ho
 /// caller if it still runs) and, to write, its row then the event. None when it is not live.
 /// Needs no store.
 pub(crate) fn released(book: &mut Reservations, id: u64, reason: &str, now: f64) -> Option<(JobId, Vec<Effect>)> {
-    let mut r = book.live.remove(&id)?;
+    let mut r = book.remove(id)?;
     r.state = ReservationState::Released;
     r.released_at = Some(now);
     r.release_reason = Some(reason.to_string());
@@ -871,8 +867,8 @@ pub(crate) fn released(book: &mut Reservations, id: u64, reason: &str, now: f64)
 /// over, not confirmed in time, the holder job ended, the holder process is gone (`alive`:
 /// a pid and its start time), the session was not renewed. A job being killed waits for its
 /// end. Needs no store.
-pub(crate) fn due_releases(
-    live: &BTreeMap<u64, Reservation>,
+pub(crate) fn due_releases<'a>(
+    live: impl IntoIterator<Item = &'a Reservation>,
     jobs: &BTreeMap<JobId, JobRecord>,
     ended: &HashMap<JobId, String>,
     cfg: &ApiConfig,
@@ -880,7 +876,7 @@ pub(crate) fn due_releases(
     alive: impl Fn(u32, Option<u64>) -> bool,
 ) -> Vec<(u64, JobState, String)> {
     let mut ends: Vec<(u64, JobState, String)> = Vec::new();
-    for r in live.values() {
+    for r in live {
         let running = jobs.get(&r.job).filter(|j| j.state == JobState::Running);
         let Some(job) = running else {
             let how = ended.get(&r.job).map_or("gone", String::as_str);

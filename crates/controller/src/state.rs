@@ -9,6 +9,7 @@ use crate::model::effect::Effect;
 use crate::model::ids::{JobIds, JOB_ID_BOUND};
 use crate::model::job::{JobRecord, OldRun};
 use crate::model::node_settings::{admin_down_key, key, NodeSettings};
+use crate::model::reservation::Reservations;
 use crate::model::step::{LiveStep, LiveSteps};
 use crate::store::{NodeRow, Store, StoreError};
 use berth_core::hierarchy::Hierarchy;
@@ -27,7 +28,7 @@ use tokio::sync::{mpsc, oneshot};
 mod features;
 #[cfg(test)]
 pub use features::PassStats;
-pub use features::{AdvanceBook, ArrayTail, PolicyState, Reservations};
+pub use features::{AdvanceBook, ArrayTail, PolicyState};
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 

@@ -30,11 +30,11 @@ fn a_reservation_kept_confirmed_then_released_is_written_and_logged_in_order() {
     let mut book = Reservations::default();
     let mut r = resv(1, 20, None);
     assert_eq!(kept(&mut book, r.clone()), vec![Effect::SaveReservation(Box::new(r.clone()))]);
-    assert_eq!(book.live.get(&1), Some(&r));
+    assert_eq!(book.get(1), Some(&r));
 
     let effects = confirmed(&mut book, &mut r, Holder::Pid { pid: 4242 });
     assert_eq!((r.state, r.holder.clone()), (ReservationState::Confirmed, Some(Holder::Pid { pid: 4242 })));
-    assert_eq!(book.live.get(&1), Some(&r));
+    assert_eq!(book.get(1), Some(&r));
     assert_eq!(
         effects,
         vec![
@@ -45,7 +45,7 @@ fn a_reservation_kept_confirmed_then_released_is_written_and_logged_in_order() {
 
     let (job, effects) = released(&mut book, 1, "released by ann", 1500.0).expect("a live reservation");
     assert_eq!(job, JobId(20));
-    assert!(book.live.is_empty());
+    assert!(book.is_empty());
     let Effect::SaveReservation(written) = &effects[0] else { panic!("its row first: {effects:?}") };
     assert_eq!(written.state, ReservationState::Released);
     assert_eq!((written.released_at, written.release_reason.as_deref()), (Some(1500.0), Some("released by ann")));
@@ -79,7 +79,7 @@ fn reservations_are_due_for_release_when_their_reason_to_exist_is_gone() {
     add(resv(9, 27, None)); // being killed: waits for its end
     let ended = HashMap::from([(JobId(19), "cancelled (by ann)".to_string())]);
     let alive = |pid: u32, since: Option<u64>| pid == 100 && since == Some(77);
-    let due = due_releases(&live, &jobs, &ended, &cfg, 1400.0, alive);
+    let due = due_releases(live.values(), &jobs, &ended, &cfg, 1400.0, alive);
     assert_eq!(
         due,
         vec![
@@ -93,7 +93,7 @@ fn reservations_are_due_for_release_when_their_reason_to_exist_is_gone() {
     );
     // Before the deadlines, only what ended is due; a job the store does not know is "gone".
     live.insert(10, resv(10, 99, None));
-    let due = due_releases(&live, &jobs, &ended, &cfg, 1050.0, |_, _| true);
+    let due = due_releases(live.values(), &jobs, &ended, &cfg, 1050.0, |_, _| true);
     let ids: Vec<u64> = due.iter().map(|d| d.0).collect();
     assert_eq!(ids, vec![1, 4, 8, 10]);
     assert_eq!(due[3].2, "its job 99 ended: gone");

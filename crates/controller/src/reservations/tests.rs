@@ -144,7 +144,7 @@ fn busy_is_try_again_with_the_placement_reason_and_leaves_nothing() {
     assert!(e.reason.as_deref().is_some_and(|r| r.contains("node")), "{e:?}");
     assert!(e.message.contains("try again"), "{e:?}");
     assert_eq!(h.ctl.jobs.len(), jobs);
-    assert!(h.ctl.reservations.live.is_empty());
+    assert!(h.ctl.reservations.is_empty());
     assert!(h.ctl.store.all_reservations(10).unwrap().is_empty());
 }
 
@@ -276,12 +276,12 @@ fn confirm_with_a_job_releases_when_the_job_ends() {
     // Confirmed, it outlives the confirm timeout.
     h.now += 120.0;
     check(&mut h);
-    assert!(h.ctl.reservations.live.contains_key(&r.id));
+    assert!(h.ctl.reservations.get(r.id).is_some());
     // The holder's batch script ends: the reservation goes, its job ends, its nodes are told.
     h.sent();
     h.agent(0, AgentMessage::JobEnded { id: holder, outcome: JobOutcome { exit_code: Some(0), ..Default::default() } });
     check(&mut h);
-    assert!(h.ctl.reservations.live.is_empty());
+    assert!(h.ctl.reservations.is_empty());
     let row = stored(&h, r.id);
     assert_eq!(row.state, ReservationState::Released);
     assert_eq!(row.release_reason.as_deref(), Some(format!("holder job {holder} ended").as_str()));
@@ -313,13 +313,13 @@ fn confirm_with_a_pid_releases_when_the_process_is_gone() {
     assert!(stored(&h, r.id).holder_since.is_some());
     h.now += 500.0; // past the confirm timeout, within the walltime
     check(&mut h);
-    assert!(h.ctl.reservations.live.contains_key(&r.id), "holder alive");
+    assert!(h.ctl.reservations.get(r.id).is_some(), "holder alive");
     // Killed and reaped: gone. (A zombie counts as gone too.)
     child.kill().unwrap();
     child.wait().unwrap();
     h.now += 1.0;
     check(&mut h);
-    assert!(h.ctl.reservations.live.is_empty());
+    assert!(h.ctl.reservations.is_empty());
     let row = stored(&h, r.id);
     assert_eq!(row.release_reason.as_deref(), Some(format!("holder process {pid} exited").as_str()));
     assert!(!h.ctl.jobs.contains_key(&r.job));
@@ -355,10 +355,10 @@ fn confirm_with_a_session_lives_while_renewed() {
     assert_eq!(c.renew_by, Some(h.now + 300.0));
     h.now += 200.0;
     check(&mut h);
-    assert!(h.ctl.reservations.live.contains_key(&r.id));
+    assert!(h.ctl.reservations.get(r.id).is_some());
     h.now += 101.0;
     check(&mut h);
-    assert!(h.ctl.reservations.live.is_empty());
+    assert!(h.ctl.reservations.is_empty());
     assert!(stored(&h, r.id).release_reason.unwrap().contains("not renewed"));
 }
 
@@ -369,10 +369,10 @@ fn unconfirmed_reservations_expire() {
     let r = reserve(&mut h, two_by_two(), &ann());
     h.now += 59.0;
     h.ctl.check_reservations(h.now, false).unwrap();
-    assert!(h.ctl.reservations.live.contains_key(&r.id));
+    assert!(h.ctl.reservations.get(r.id).is_some());
     h.now += 1.0;
     h.ctl.check_reservations(h.now, false).unwrap();
-    assert!(h.ctl.reservations.live.is_empty());
+    assert!(h.ctl.reservations.is_empty());
     let row = stored(&h, r.id);
     assert_eq!((row.state, row.released_at), (ReservationState::Released, Some(h.now)));
     assert_eq!(row.release_reason.as_deref(), Some("not confirmed within 60 s"));
@@ -475,20 +475,20 @@ fn restart_keeps_reservations() {
     let free = h.free_cores();
     let mut h = h.restart();
     assert_eq!(h.free_cores(), free);
-    assert_eq!(h.ctl.reservations.live.keys().copied().collect::<Vec<_>>(), vec![r2.id, r.id]);
-    let row = &h.ctl.reservations.live[&r.id];
+    assert_eq!(h.ctl.reservations.values().map(|r| r.id).collect::<Vec<_>>(), vec![r2.id, r.id]);
+    let row = h.ctl.reservations.get(r.id).unwrap();
     assert_eq!(
         (row.state, row.holder.clone()),
         (ReservationState::Confirmed, Some(Holder::Session { session: "s1".into() }))
     );
     check(&mut h);
-    assert_eq!(h.ctl.reservations.live.len(), 2);
+    assert_eq!(h.ctl.reservations.values().count(), 2);
     // Ids continue; the unconfirmed one still expires on time.
     let r3 = reserve(&mut h, reserve_body(ReserveResources { cores: num(1), ..Default::default() }), &ann());
     assert_eq!(r3.id, 3);
     h.now += 61.0;
     check(&mut h);
-    assert_eq!(h.ctl.reservations.live.keys().copied().collect::<Vec<_>>(), vec![r.id]);
+    assert_eq!(h.ctl.reservations.values().map(|r| r.id).collect::<Vec<_>>(), vec![r.id]);
 }
 
 /// Issue 20: a reservation asks for GPUs as a job does; it holds them (shown per node), the

@@ -4,7 +4,7 @@
 
 use crate::model::advance::Advance;
 use crate::model::job::OldRun;
-use crate::model::reservation::Reservation;
+use crate::model::reservation::Reservations;
 use crate::store::{Store, StoreError};
 use berth_core::job::JobState;
 use berth_core::sched::backfill;
@@ -85,27 +85,12 @@ impl AdvanceBook {
     }
 }
 
-/// The live reservations, by id.
-#[derive(Debug, Default)]
-pub struct Reservations {
-    pub live: BTreeMap<u64, Reservation>,
-    pub next_id: u64,
-    /// When holders were last checked.
-    pub last_check: f64,
-}
-
 impl Reservations {
     /// The live reservations from the store (after a restart their jobs are checked at the
     /// first tick: one that did not survive is released).
     pub fn load(store: &Store) -> Result<Self, StoreError> {
         store.init_reservations()?;
-        let live = store.live_reservations()?.into_iter().map(|r| (r.id, r)).collect();
-        Ok(Reservations { live, next_id: store.max_reservation_id()? + 1, last_check: 0.0 })
-    }
-
-    /// The live reservation whose job is `job`.
-    pub fn of_job(&self, job: JobId) -> Option<&Reservation> {
-        self.live.values().find(|r| r.job == job)
+        Ok(Reservations::new(store.live_reservations()?, store.max_reservation_id()? + 1))
     }
 }
 
