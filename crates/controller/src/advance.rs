@@ -7,11 +7,11 @@
 //! (`sched::backfill::plan_with_advance`). Not to be confused with the reservations API
 //! (`crate::reservations`), whose reservations are placed now, like running jobs.
 
-use crate::model::advance::Advance;
+use crate::model::advance::{Advance, AdvanceBook};
 use crate::model::effect::Effect;
 use crate::model::job::JobRecord;
 use crate::model::request::{error, Peer};
-use crate::state::{AdvanceBook, Controller};
+use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::{valid_name, SubmitOptions};
 use berth_core::job::{Allocation, JobState, NodeAllocation, NumaShare};
@@ -86,15 +86,15 @@ impl Controller {
                 ),
             ));
         }
-        let book = &self.policy.advance.live;
+        let book = &self.policy.advance;
         let name = match body.name {
             Some(n) if !valid_name(&n) => {
                 return Err(bad(format!("--name needs 1 to 64 letters, digits, _ - and ., got {n:?}")))
             }
             Some(n) => n,
-            None => (1u64..).map(|i| format!("resv{i}")).find(|n| !book.contains_key(n)).unwrap_or_default(),
+            None => (1u64..).map(|i| format!("resv{i}")).find(|n| !book.contains(n)).unwrap_or_default(),
         };
-        if book.contains_key(&name) {
+        if book.contains(&name) {
             return Err(bad(format!(
                 "an advance reservation named {name} exists; choose another --name or `berth resv delete {name}` first"
             )));
@@ -219,7 +219,6 @@ impl Controller {
     fn advance_list(&self, holders: &[RunningJob<Allocation>], at: f64) -> Vec<AdvanceReservation<Allocation>> {
         self.policy
             .advance
-            .live
             .values()
             .map(|r| {
                 let held: Vec<&Allocation> = holders
@@ -271,7 +270,7 @@ impl Controller {
                     busy.push(format!("job {} holds {name} until about {}", h.id, clock(h.end, now)));
                 }
             }
-            for r in self.policy.advance.live.values() {
+            for r in self.policy.advance.values() {
                 if r.start < end && r.end > start && r.allocation.iter().any(|a| a.node_id == cap.id) {
                     busy.push(format!(
                         "reservation {} holds {name} from {} to {}",
@@ -440,7 +439,7 @@ impl Controller {
     /// `berth resv list`.
     pub(crate) fn advance_list_response(&mut self, now: f64) -> Result<ClientResponse, StoreError> {
         self.check_advance(now)?;
-        let mut all: Vec<&Advance> = self.policy.advance.live.values().collect();
+        let mut all: Vec<&Advance> = self.policy.advance.values().collect();
         all.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.name.cmp(&b.name)));
         Ok(ClientResponse::Advance { reservations: all.into_iter().map(|r| self.advance_info(r, now)).collect() })
     }
@@ -454,7 +453,7 @@ impl Controller {
             ));
         }
         self.check_advance(now)?;
-        let Some(r) = self.policy.advance.live.get(name).cloned() else {
+        let Some(r) = self.policy.advance.get(name).cloned() else {
             return Ok(error(
                 ErrorCode::UnknownReservation,
                 format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
@@ -510,7 +509,7 @@ impl Controller {
         request: &JobRequest,
         now: f64,
     ) -> Result<(), ApiError> {
-        let Some(r) = self.policy.advance.live.get(name).filter(|r| r.end > now) else {
+        let Some(r) = self.policy.advance.get(name).filter(|r| r.end > now) else {
             return Err(api(
                 ErrorCode::UnknownReservation,
                 format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
@@ -603,7 +602,7 @@ impl Controller {
     /// for it whose user or account it admits, queued or running), and the pending jobs that
     /// ask for one they cannot use (gone, or no longer admitting them), with the reason.
     pub(crate) fn advance_pass_input(&self) -> (Vec<AdvanceReservation<Allocation>>, HashMap<JobId, PendingReason>) {
-        let book = &self.policy.advance.live;
+        let book = &self.policy.advance;
         let mut members: HashMap<&str, Vec<JobId>> = HashMap::new();
         let mut shut_out = HashMap::new();
         for j in self.jobs.values().filter(|j| j.state.is_pending() || j.state.has_allocation()) {
@@ -638,7 +637,7 @@ impl Controller {
 
     /// The reason shown for a member waiting for its window to open.
     pub(crate) fn advance_wait_reason(&self, job: &JobRecord, now: f64) -> Option<PendingReason> {
-        let r = self.policy.advance.live.get(job.options.reservation.as_deref()?)?;
+        let r = self.policy.advance.get(job.options.reservation.as_deref()?)?;
         (r.start > now).then(|| {
             PendingReason::Reservation(ReservationWait::Starts { name: r.name.clone(), at: clock(r.start, now) })
         })
@@ -649,7 +648,7 @@ impl Controller {
     pub(crate) fn advance_view(&self, now: f64, w: f64) -> (ClusterState, bool) {
         let mut view = self.sched_view();
         let mut any = false;
-        for r in self.policy.advance.live.values() {
+        for r in self.policy.advance.values() {
             if r.end > now && (r.start < now + w || r.start <= now) {
                 // Less what its running members hold (claimed already: not twice).
                 let held: Vec<&Allocation> = self
@@ -667,7 +666,7 @@ impl Controller {
 
     /// Whether job `id` runs or asks to run in a live advance reservation.
     pub(crate) fn in_advance(&self, job: &JobRecord) -> bool {
-        job.options.reservation.as_deref().is_some_and(|n| self.policy.advance.live.contains_key(n))
+        job.options.reservation.as_deref().is_some_and(|n| self.policy.advance.contains(n))
     }
 }
 
@@ -719,7 +718,7 @@ pub(crate) fn created(book: &mut AdvanceBook, r: Advance, by: &str, now: f64) ->
         r.who(),
     );
     tracing::info!("advance reservation {detail}");
-    book.live.insert(r.name.clone(), r.clone());
+    book.keep(r.clone());
     vec![Effect::SaveAdvance(Box::new(r)), advance_event("advance_create", detail), Effect::Reschedule]
 }
 
@@ -734,7 +733,7 @@ pub(crate) fn deleted(book: &mut AdvanceBook, info: &AdvanceInfo, by: &str) -> V
         ids(&info.queued_jobs)
     );
     tracing::info!("advance reservation {detail}");
-    book.live.remove(name);
+    book.remove(name);
     vec![Effect::DeleteAdvance { name: name.clone() }, advance_event("advance_delete", detail), Effect::Reschedule]
 }
 
@@ -742,15 +741,14 @@ pub(crate) fn deleted(book: &mut AdvanceBook, info: &AdvanceInfo, by: &str) -> V
 /// each reservation whose window is over is forgotten, its row removed and its end logged
 /// (naming the queued jobs of `jobs` that will not start), then a pass. Needs no store.
 pub(crate) fn windows_checked(book: &mut AdvanceBook, jobs: &BTreeMap<JobId, JobRecord>, now: f64) -> Vec<Effect> {
-    let since = book.checked_until;
-    book.checked_until = now;
+    let since = book.checked_to(now);
     let mut effects = vec![];
-    if book.live.values().any(|r| r.start > since && r.start <= now) {
+    if book.values().any(|r| r.start > since && r.start <= now) {
         effects.push(Effect::Reschedule);
     }
-    let over: Vec<String> = book.live.values().filter(|r| r.end <= now).map(|r| r.name.clone()).collect();
+    let over: Vec<String> = book.values().filter(|r| r.end <= now).map(|r| r.name.clone()).collect();
     for name in over {
-        let Some(r) = book.live.remove(&name) else { continue };
+        let Some(r) = book.remove(&name) else { continue };
         let queued: Vec<String> = jobs
             .values()
             .filter(|j| j.state.is_pending() && j.options.reservation.as_deref() == Some(name.as_str()))

@@ -2,6 +2,7 @@
 
 use crate::clock::{Clock, SystemClock};
 use crate::config::ControllerConfig;
+use crate::model::advance::AdvanceBook;
 use crate::model::alloc::AllocHolders;
 use crate::model::cgroups::JobCgroups;
 use crate::model::counts::JobCounts;
@@ -28,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 mod features;
 #[cfg(test)]
 pub use features::PassStats;
-pub use features::{AdvanceBook, ArrayTail, PolicyState};
+pub use features::{ArrayTail, PolicyState};
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 

@@ -357,9 +357,9 @@ fn reservations_expire_and_deletion_leaves_running_jobs_alone() {
     assert_eq!(list(&mut h).len(), 1);
     h.now += 601.0;
     h.ctl.check_advance(h.now).unwrap();
-    assert!(h.ctl.policy.advance.live.is_empty());
+    assert!(h.ctl.policy.advance.is_empty());
     let h = h.restart();
-    assert!(h.ctl.policy.advance.live.is_empty());
+    assert!(h.ctl.policy.advance.is_empty());
 }
 
 /// A suspended job outside a reservation does not resume onto cores reserved from now (its
@@ -555,7 +555,7 @@ fn reservations_hold_gres_and_licenses() {
     assert_eq!((w.gres.clone(), w.licenses.clone()), (counts(&[("nvme", 800)]), counts(&[("matlab", 4)])));
     // Kept across a restart.
     let h = h.restart();
-    let kept = &h.ctl.policy.advance.live["w"];
+    let kept = h.ctl.policy.advance.get("w").unwrap();
     assert_eq!(kept.allocation[0].licenses, counts(&[("matlab", 4)]));
 }
 

@@ -2,7 +2,7 @@
 //! state, loaded from the store at start. The features' operations (`impl Controller` in
 //! `policy`, `advance`, `reservations`, `depend`) change it.
 
-use crate::model::advance::Advance;
+use crate::model::advance::AdvanceBook;
 use crate::model::job::OldRun;
 use crate::model::reservation::Reservations;
 use crate::store::{Store, StoreError};
@@ -11,7 +11,7 @@ use berth_core::sched::backfill;
 use berth_core::sched::fairshare::FairShare;
 use berth_core::sched::priority::Priority;
 use berth_core::JobId;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
 /// What the last pass decided and measured, for `berth jobs` and `berth share`.
 #[derive(Debug, Default)]
@@ -69,19 +69,11 @@ pub struct PassStats {
     pub kept_reservations: usize,
 }
 
-/// The live advance reservations, by name.
-#[derive(Debug, Default)]
-pub struct AdvanceBook {
-    pub live: BTreeMap<String, Advance>,
-    /// Windows that opened or ended up to this time have been acted on.
-    pub checked_until: f64,
-}
-
 impl AdvanceBook {
+    /// The live advance reservations from the store.
     pub fn load(store: &Store) -> Result<Self, StoreError> {
         store.init_advance()?;
-        let live = store.load_advance()?.into_iter().map(|r| (r.name.clone(), r)).collect();
-        Ok(AdvanceBook { live, checked_until: 0.0 })
+        Ok(AdvanceBook::new(store.load_advance()?))
     }
 }
 
