@@ -247,15 +247,11 @@ impl Controller {
     /// consecutive ids in ascending index order (`crate::array`): a guess from the array's
     /// step, else a binary search, each look at a task in memory or in the store.
     fn corresponding_task(&mut self, array: JobId, index: u32) -> Result<Option<JobId>, StoreError> {
-        if let Some(found) = self.policy.depend.corresponding.get(&(array, index)) {
-            return Ok(*found);
+        if let Some(found) = self.policy.depend.corresponding(array, index) {
+            return Ok(found);
         }
         let found = self.find_task(array, index)?;
-        let cache = &mut self.policy.depend.corresponding;
-        if cache.len() >= 100_000 {
-            cache.clear();
-        }
-        cache.insert((array, index), found);
+        self.policy.depend.remember_corresponding(array, index, found);
         Ok(found)
     }
 
@@ -308,34 +304,31 @@ impl Controller {
         if let Some(j) = self.jobs.get(&id) {
             return Ok(Some((j.state, j.start_time.is_some())));
         }
-        if let Some(s) = self.policy.depend.ended.get(&id) {
-            return Ok(Some(*s));
+        if let Some(s) = self.policy.depend.ended(id) {
+            return Ok(Some(s));
         }
         // Not in memory: it ended (or never was); its outcome is history.
         let found = self.ended_state(id)?;
         if let Some(s) = found.filter(|(st, _)| st.is_finished()) {
-            if self.policy.depend.ended.len() >= 100_000 {
-                self.policy.depend.ended.clear();
-            }
-            self.policy.depend.ended.insert(id, s);
+            self.policy.depend.remember_ended(id, s);
         }
         Ok(found)
     }
 
     /// Pending jobs that may not start yet (begin time to come, dependency not met), each with
-    /// its reason; remembered for `berth jobs` (`DependState::reasons`). Held jobs are left to
+    /// its reason; remembered for `berth jobs` (`DependState::reason`). Held jobs are left to
     /// the pass (their reason is the hold).
     pub fn ineligible(&mut self, now: f64) -> Result<HashSet<JobId>, StoreError> {
         let mut out = self.ineligible_by_depend(now)?;
         // Requeued jobs whose previous run has not ended everywhere yet (`crate::update`).
         for (id, why) in self.old_runs_waited_for(now)? {
             out.insert(id);
-            self.policy.depend.reasons.insert(id, why);
+            self.policy.depend.hold_out(id, why);
         }
         // Tasks beyond their array's running limit (`crate::array`).
         for (id, why) in self.throttled(&out) {
             out.insert(id);
-            self.policy.depend.reasons.insert(id, why);
+            self.policy.depend.hold_out(id, why);
         }
         Ok(out)
     }
@@ -350,8 +343,7 @@ impl Controller {
             .map(|j| j.id)
             .collect();
         if candidates.is_empty() {
-            self.policy.depend.reasons.clear();
-            self.policy.depend.next_begin = None;
+            self.policy.depend.waiting(HashMap::new(), None);
             return Ok(HashSet::new());
         }
         // Singleton: per (user, name), whether a job runs, and the first pending singleton.
@@ -425,8 +417,7 @@ impl Controller {
             }
         }
         let out = reasons.keys().copied().collect();
-        self.policy.depend.reasons = reasons;
-        self.policy.depend.next_begin = next_begin;
+        self.policy.depend.waiting(reasons, next_begin);
         Ok(out)
     }
 
@@ -445,15 +436,14 @@ impl Controller {
 
     /// At a tick: a pass is due once the earliest begin time has come.
     pub fn check_begin(&mut self, now: f64) {
-        if self.policy.depend.next_begin.is_some_and(|t| t <= now) {
-            self.policy.depend.next_begin = None;
+        if self.policy.depend.begin_due(now) {
             self.dirty = true;
         }
     }
 
     /// The reason a pending job is held out of the pass, if it is.
     pub fn depend_reason(&self, job: &JobRecord) -> Option<&PendingReason> {
-        self.policy.depend.reasons.get(&job.id)
+        self.policy.depend.reason(job.id)
     }
 }
 

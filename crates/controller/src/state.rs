@@ -247,7 +247,7 @@ impl Controller {
     pub(crate) fn load_old_runs(&mut self) -> Result<(), StoreError> {
         self.store.init_old_runs()?;
         for (id, nodes, since) in self.store.load_old_runs()? {
-            self.policy.depend.requeued.insert(id, OldRun { nodes, since });
+            self.policy.depend.await_old_run(id, OldRun { nodes, since });
         }
         Ok(())
     }

@@ -544,7 +544,7 @@ impl Controller {
             .collect();
         if !nodes.is_empty() {
             self.queue([Effect::SaveOldRun { job: id, nodes: nodes.clone(), since: now }]);
-            self.policy.depend.requeued.insert(id, OldRun { nodes, since: now });
+            self.policy.depend.await_old_run(id, OldRun { nodes, since: now });
         }
         // Carried out now: a registration that requeues a job (`reconcile_jobs_here`) then
         // queues orders directly, which must follow the kills queued here.
@@ -556,11 +556,11 @@ impl Controller {
     /// everywhere, what it used is forgotten: the job's accounting is of its last run.
     pub(crate) fn old_run_ended(&mut self, id: JobId, node: usize) {
         let pending = self.jobs.get(&id).is_some_and(|j| j.state.is_pending());
-        let Some(w) = self.policy.depend.requeued.get_mut(&id) else { return };
+        let Some(w) = self.policy.depend.old_run_mut(id) else { return };
         let (over, effects) = old_run_node_ended(id, w, node, pending);
         self.queue(effects);
         if over {
-            self.policy.depend.requeued.remove(&id);
+            self.policy.depend.old_run_over(id);
             self.dirty = true;
         }
     }
@@ -571,10 +571,9 @@ impl Controller {
         let gone: Vec<JobId> = self
             .policy
             .depend
-            .requeued
-            .iter()
+            .old_runs()
             .filter(|(id, w)| w.nodes.contains(&node) && !running.contains(id) && !ended.contains(id))
-            .map(|(id, _)| *id)
+            .map(|(id, _)| id)
             .collect();
         for id in gone {
             self.old_run_ended(id, node);
@@ -588,15 +587,15 @@ impl Controller {
     pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Result<Vec<(JobId, PendingReason)>, StoreError> {
         let (jobs, extra) = (&self.jobs, &self.extra);
         let mut over = Vec::new();
-        self.policy.depend.requeued.retain(|id, w| {
+        self.policy.depend.keep_old_runs(|id, w| {
             w.nodes.retain(|n| extra.get(*n).is_some_and(|e| e.state != NodeState::Down));
             let patient = now - w.since < OLD_RUN_PATIENCE_SECS;
             if !patient {
                 tracing::warn!(job = %id, nodes = ?w.nodes, "no end of the requeued job's previous run reported: it may start again");
             }
-            let waits = patient && !w.nodes.is_empty() && jobs.get(id).is_some_and(|j| j.state.is_pending());
+            let waits = patient && !w.nodes.is_empty() && jobs.get(&id).is_some_and(|j| j.state.is_pending());
             if !waits {
-                over.push(*id);
+                over.push(id);
             }
             waits
         });
@@ -604,12 +603,11 @@ impl Controller {
         let mut out: Vec<(JobId, PendingReason)> = self
             .policy
             .depend
-            .requeued
-            .iter()
+            .old_runs()
             .map(|(id, w)| {
                 let names: Vec<String> =
                     w.nodes.iter().filter_map(|n| self.cluster.nodes().get(*n)).map(|c| c.name.clone()).collect();
-                (*id, PendingReason::BeginTime(BeginWait::OldRun(names)))
+                (id, PendingReason::BeginTime(BeginWait::OldRun(names)))
             })
             .collect();
         out.sort_by_key(|(id, _)| *id);

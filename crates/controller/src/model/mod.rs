@@ -8,6 +8,7 @@ pub mod alloc;
 pub mod array;
 pub mod cgroups;
 pub mod counts;
+pub mod depend;
 pub mod effect;
 pub mod ids;
 pub mod job;

@@ -3,10 +3,9 @@
 //! `policy`, `advance`, `reservations`, `depend`) change it.
 
 use crate::model::advance::AdvanceBook;
-use crate::model::job::OldRun;
+use crate::model::depend::DependState;
 use crate::model::reservation::Reservations;
 use crate::store::{Store, StoreError};
-use berth_core::job::JobState;
 use berth_core::sched::backfill;
 use berth_core::sched::fairshare::FairShare;
 use berth_core::sched::priority::Priority;
@@ -83,28 +82,5 @@ impl Reservations {
     pub fn load(store: &Store) -> Result<Self, StoreError> {
         store.init_reservations()?;
         Ok(Reservations::new(store.live_reservations()?, store.max_reservation_id()? + 1))
-    }
-}
-
-/// What the last pass found, kept for `berth jobs` and the clock.
-#[derive(Debug, Default)]
-pub struct DependState {
-    /// Pending jobs held out of the pass, with the reason shown.
-    pub reasons: HashMap<JobId, berth_core::sched::PendingReason>,
-    /// The earliest begin time still to come: a pass is due then.
-    pub next_begin: Option<f64>,
-    /// Ended jobs' states (and whether they started), read from the store once.
-    pub(crate) ended: HashMap<JobId, (JobState, bool)>,
-    /// `aftercorr`: the task of array `.0` with index `.1` (None: it has none), found once.
-    pub(crate) corresponding: HashMap<(JobId, u32), Option<JobId>>,
-    /// Requeued jobs whose previous run is still ending on some of its nodes: kept out of
-    /// the pass until it has ended there (`crate::update`).
-    pub(crate) requeued: HashMap<JobId, OldRun>,
-}
-
-impl DependState {
-    /// A job ended is pending again (`berth requeue`): its state is read anew.
-    pub(crate) fn forget_ended(&mut self, id: JobId) {
-        self.ended.remove(&id);
     }
 }
