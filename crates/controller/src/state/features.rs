@@ -1,6 +1,8 @@
-//! What each feature keeps in the controller's memory (fields of `Controller`): plain
-//! state, loaded from the store at start. The features' operations (`impl Controller` in
-//! `policy`, `advance`, `reservations`, `depend`) change it.
+//! The scheduling pass's state (`PolicyState`, a field of `Controller`), which holds the
+//! advance reservations' book and the dependency feature's state, and the loads from the
+//! store of the features' books whose types live in `crate::model` (`AdvanceBook`,
+//! `Reservations`: private fields, named methods). The features' operations
+//! (`impl Controller` in `policy`, `advance`, `reservations`, `depend`) change them.
 
 use crate::model::advance::AdvanceBook;
 use crate::model::depend::DependState;
