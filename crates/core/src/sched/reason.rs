@@ -292,8 +292,8 @@ impl SuspendedReason {
     /// cut off only where the words end in "; " and then a whole wait's words (a wait's words
     /// hold no "; "), never at the first "; ". What the words cannot tell apart, nothing can:
     /// a `why` or `error` that itself ends in "; " and a wait's words reads as that wait, a
-    /// `why` that is a wait's words or starts "resuming failed on " as that, and a node
-    /// name holding ": " (node names hold none) is cut at its first ": ".
+    /// `why` that is a wait's words or a failed resume's ("resuming failed on N: E") as that,
+    /// and a node name holding ": " (node names hold none) is cut at its first ": ".
     pub fn from_words(words: &str) -> Option<SuspendedReason> {
         if let Some(who) =
             words.strip_prefix("suspended by admin ").and_then(|w| w.strip_suffix(": `berth resume` resumes it"))
@@ -314,8 +314,8 @@ impl SuspendedReason {
             Some((cause, wait)) if ResumeWait::are_words(wait) => cause,
             _ => rest,
         };
-        if let Some(rest) = cause.strip_prefix("resuming failed on ") {
-            let (node, error) = failed(rest)?;
+        // Without a ": " after the node, words that start so were a `why` (see above).
+        if let Some((node, error)) = cause.strip_prefix("resuming failed on ").and_then(failed) {
             return Some(SuspendedReason::ResumeFailed { node, error, waits: None });
         }
         Some(SuspendedReason::Preempted { why: cause.to_string(), waits: None })
@@ -580,6 +580,9 @@ mod tests {
             assert_eq!(SuspendedReason::from_words(words), cause, "{words}");
         }
         assert_eq!(SuspendedReason::from_words("requeued: node n1 failed"), None);
+        // A `why` that starts as a failed resume's words but names no error reads as itself.
+        let why = SuspendedReason::Preempted { why: "resuming failed on n1".into(), waits: None };
+        assert_eq!(SuspendedReason::from_words(&why.to_string()), Some(why));
     }
 
     /// A wait replaces an earlier one and keeps what suspended the job; an admin's suspension
@@ -688,7 +691,9 @@ mod tests {
         let ends_in_a_wait = |s: &str| s.rsplit_once("; ").is_some_and(|(_, w)| ResumeWait::are_words(w));
         match r {
             SuspendedReason::Preempted { why, .. } => {
-                ends_in_a_wait(why) || ResumeWait::are_words(why) || why.starts_with("resuming failed on ")
+                ends_in_a_wait(why)
+                    || ResumeWait::are_words(why)
+                    || why.strip_prefix("resuming failed on ").is_some_and(|w| w.contains(": "))
             }
             SuspendedReason::ResumeFailed { error, .. } => ends_in_a_wait(error),
             _ => false,
