@@ -585,6 +585,39 @@ mod tests {
         assert_eq!(SuspendedReason::from_words(&why.to_string()), Some(why));
     }
 
+    /// `are_words` knows every wait's words: one sample per variant (the match has no
+    /// wildcard, so a new variant does not compile until it has a sample here), each read as a
+    /// wait, none holding "; " (a restart would otherwise fold a new wait's words into the
+    /// cause and add one more wait at each restart).
+    #[test]
+    fn every_waits_words_read_as_a_wait() {
+        let cpus = CpuSet::from_iter_u32([2]);
+        let samples = [
+            ResumeWait::NotConnected("n1".into()),
+            ResumeWait::UnknownNode("n1".into()),
+            ResumeWait::StepsHold { cpus: cpus.clone(), node: "n1".into() },
+            ResumeWait::Short { need: 2, unit: "cores", node: "n1".into(), free: 1 },
+            ResumeWait::Pinned { cpus, node: "n1".into(), why: "bound" },
+            ResumeWait::Unstated,
+        ];
+        let variant = |w: &ResumeWait| match w {
+            ResumeWait::NotConnected(_) => 0,
+            ResumeWait::UnknownNode(_) => 1,
+            ResumeWait::StepsHold { .. } => 2,
+            ResumeWait::Short { .. } => 3,
+            ResumeWait::Pinned { .. } => 4,
+            ResumeWait::Unstated => 5,
+        };
+        let seen: std::collections::BTreeSet<usize> = samples.iter().map(variant).collect();
+        assert_eq!(seen.len(), samples.len(), "one sample per variant");
+        for w in &samples {
+            let words = w.to_string();
+            assert!(ResumeWait::are_words(&words) && !words.contains("; "), "{words}");
+            let waiting = SuspendedReason::Waiting(w.clone());
+            assert_eq!(SuspendedReason::from_words(&waiting.to_string()), None, "{waiting}");
+        }
+    }
+
     /// A wait replaces an earlier one and keeps what suspended the job; an admin's suspension
     /// (lifted) and a failed freeze leave only the wait.
     #[test]
