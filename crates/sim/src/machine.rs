@@ -280,6 +280,12 @@ impl Machine for ClusterMachine {
         self.free_cores
     }
 
+    /// Placement's own words, as the controller's machine gives them (a job the free count
+    /// rejects reads as one placed, in the simulator as in the controller).
+    fn busy_by_count(&self, req: &JobRequest, need: u64, free: u64) -> Busy {
+        Machine::busy_by_count(&self.state, req, need, free)
+    }
+
     fn claim_counting(&mut self, alloc: &Allocation, _free_before: u64) -> u64 {
         self.claim(alloc);
         self.free_cores
@@ -497,5 +503,34 @@ mod tests {
         assert!(matches!(m.place(&total(9)), Fit::Never(_)));
         m.release(&a);
         assert_eq!(m.free_cpus(), 8);
+    }
+
+    /// A job the free count rejects waits in the words the controller's machine gives it
+    /// (placement's own), not the bare count: the same pass on the simulator's machine and on
+    /// the controller's `ClusterState` says the same for every waiting job.
+    #[test]
+    fn a_count_rejection_reads_as_the_controller_says_it() {
+        use berth_core::sched::backfill::{plan, BackfillPolicy, PassInput, PassLimits, QueuedJob, RunningJob};
+        use berth_core::JobId;
+        let topology = parse_topology("package:1 numa:1 core:4 pu:1").unwrap();
+        let mut m = ClusterMachine::new(2, topology).unwrap();
+        let Fit::Now(running) = m.place(&total(3)) else { panic!("3 of 8 cores fit") };
+        m.claim(&running);
+        let per_node = JobRequest::simple(Shape::PerNode { nodes: 1, cores_per_node: 4 }, 0);
+        let queued = |id: u64| QueuedJob { id: JobId(id), request: per_node.clone(), walltime: 10.0, held: false };
+        // Job 1 takes the free node; job 2, the same request, is then rejected by the free
+        // count (4 wanted, 1 free) without a placement.
+        let queue = [queued(1), queued(2)];
+        let running = [RunningJob { id: JobId(9), alloc: running, end: 100.0 }];
+        for policy in [BackfillPolicy::Fcfs, BackfillPolicy::Easy, BackfillPolicy::Conservative] {
+            let limits = PassLimits { policy, max_reservations: 10, deadline: None };
+            let sim = plan(&PassInput { machine: &m, running: &running, queue: &queue, now: 0.0 }, &limits);
+            let ctl = plan(&PassInput { machine: &m.state, running: &running, queue: &queue, now: 0.0 }, &limits);
+            assert_eq!(sim.starts, ctl.starts, "{policy:?}");
+            assert_eq!(sim.waiting, ctl.waiting, "{policy:?}");
+            assert_eq!(sim.waiting.len(), 1, "{policy:?}");
+            let words: Vec<String> = sim.waiting.iter().map(|w| w.reason.to_string()).collect();
+            assert!(words.iter().all(|w| !w.contains("wanted, 1 free now")), "{policy:?}: {words:?}");
+        }
     }
 }
