@@ -387,7 +387,9 @@ pub(super) fn pass<M: CountedMachine>(input: &PassInput<M>, plan: &mut CountPlan
                 out.starts.push((q.id, alloc));
                 unclaimed = true;
             }
-            // The plan starts a job only on processors free now.
+            // The plan starts a job only on processors free now. Were it wrong, the job waits
+            // and the next pass plans afresh; the later starts keep the flags `picked` gave them
+            // (as if it had started: an overtaking of it is not counted this once).
             _ => {
                 debug_assert!(false, "job {} planned to start at {now} does not fit the free CPUs", q.id.0);
                 plan.invalidate();
