@@ -335,6 +335,29 @@ mod rounds {
         assert_eq!(plan.wake(), Some(10.0));
     }
 
+    /// One definition of a backfill, as the other passes: a start behind only a job larger
+    /// than the machine and a held one overtakes nobody; one behind a job waiting for CPUs
+    /// does. With and without reasons, the count is the starts flagged.
+    #[test]
+    fn a_round_by_counts_flags_only_starts_that_overtook_a_waiting_job() {
+        let machine = Cpus { total: 4, free: 2 };
+        let running = [RunningJob { id: JobId(100), alloc: 2, end: 100.0 }];
+        let mut held = queued(5, 1, 10.0);
+        held.held = true;
+        let behind_never = [queued(1, 8, 10.0), held.clone(), queued(3, 2, 10.0)];
+        let behind_busy = [queued(2, 4, 10.0), held, queued(3, 2, 10.0)];
+        for (queue, flagged) in [(&behind_never[..], false), (&behind_busy[..], true)] {
+            for reasons in [true, false] {
+                let mut input = input(&machine, &running, queue);
+                input.reasons = reasons;
+                let d = round_counted(&input, &mut CountPlan::new(4, false), 0.0);
+                let got: Vec<(JobId, bool)> = d.starts.iter().map(|s| (s.id, s.backfilled)).collect();
+                assert_eq!(got, vec![(JobId(3), flagged)], "reasons {reasons}: {:?}", lines(&d));
+                assert_eq!(d.backfilled, usize::from(flagged), "reasons {reasons}: {:?}", lines(&d));
+            }
+        }
+    }
+
     /// Kept from round to round: at 10, job 1's reservation is due (job 100 ended when
     /// expected) and starts; job 6, new, is planned after every earlier reservation.
     #[test]
