@@ -69,7 +69,7 @@ impl Controller {
             Ok(r) => r,
             Err(e) => return Ok(ClientResponse::Error(e)),
         };
-        let effects = created(&mut self.policy.advance, r.clone(), &peer.user.name, now);
+        let effects = created(self.policy.advance_mut(), r.clone(), &peer.user.name, now);
         self.queue(effects);
         Ok(ClientResponse::Advance { reservations: vec![self.advance_info(&r, now)] })
     }
@@ -86,7 +86,7 @@ impl Controller {
                 ),
             ));
         }
-        let book = &self.policy.advance;
+        let book = self.policy.advance();
         let name = match body.name {
             Some(n) if !valid_name(&n) => {
                 return Err(bad(format!("--name needs 1 to 64 letters, digits, _ - and ., got {n:?}")))
@@ -218,7 +218,7 @@ impl Controller {
     /// already, as holders: not twice).
     fn advance_list(&self, holders: &[RunningJob<Allocation>], at: f64) -> Vec<AdvanceReservation<Allocation>> {
         self.policy
-            .advance
+            .advance()
             .values()
             .map(|r| {
                 let held: Vec<&Allocation> = holders
@@ -270,7 +270,7 @@ impl Controller {
                     busy.push(format!("job {} holds {name} until about {}", h.id, clock(h.end, now)));
                 }
             }
-            for r in self.policy.advance.values() {
+            for r in self.policy.advance().values() {
                 if r.start < end && r.end > start && r.allocation.iter().any(|a| a.node_id == cap.id) {
                     busy.push(format!(
                         "reservation {} holds {name} from {} to {}",
@@ -439,7 +439,7 @@ impl Controller {
     /// `berth resv list`.
     pub(crate) fn advance_list_response(&mut self, now: f64) -> Result<ClientResponse, StoreError> {
         self.check_advance(now)?;
-        let mut all: Vec<&Advance> = self.policy.advance.values().collect();
+        let mut all: Vec<&Advance> = self.policy.advance().values().collect();
         all.sort_by(|a, b| a.start.total_cmp(&b.start).then(a.name.cmp(&b.name)));
         Ok(ClientResponse::Advance { reservations: all.into_iter().map(|r| self.advance_info(r, now)).collect() })
     }
@@ -453,14 +453,14 @@ impl Controller {
             ));
         }
         self.check_advance(now)?;
-        let Some(r) = self.policy.advance.get(name).cloned() else {
+        let Some(r) = self.policy.advance().get(name).cloned() else {
             return Ok(error(
                 ErrorCode::UnknownReservation,
                 format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
             ));
         };
         let info = self.advance_info(&r, now);
-        let effects = deleted(&mut self.policy.advance, &info, &peer.user.name);
+        let effects = deleted(self.policy.advance_mut(), &info, &peer.user.name);
         self.queue(effects);
         Ok(ClientResponse::AdvanceDeleted { reservation: Box::new(info) })
     }
@@ -490,7 +490,7 @@ impl Controller {
     /// when a window opened or ended since the last check (members may start, others may use
     /// the resources). Every tick and every pass.
     pub fn check_advance(&mut self, now: f64) -> Result<(), StoreError> {
-        let effects = windows_checked(&mut self.policy.advance, &self.jobs, now);
+        let effects = windows_checked(self.policy.advance_mut(), &self.jobs, now);
         self.queue(effects);
         // Carried out now: the scheduling pass clears `dirty` right after this (`schedule`), so a
         // `Reschedule` decided here must set it first.
@@ -509,7 +509,7 @@ impl Controller {
         request: &JobRequest,
         now: f64,
     ) -> Result<(), ApiError> {
-        let Some(r) = self.policy.advance.get(name).filter(|r| r.end > now) else {
+        let Some(r) = self.policy.advance().get(name).filter(|r| r.end > now) else {
             return Err(api(
                 ErrorCode::UnknownReservation,
                 format!("there is no advance reservation {name:?}; `berth resv list` lists them"),
@@ -602,7 +602,7 @@ impl Controller {
     /// for it whose user or account it admits, queued or running), and the pending jobs that
     /// ask for one they cannot use (gone, or no longer admitting them), with the reason.
     pub(crate) fn advance_pass_input(&self) -> (Vec<AdvanceReservation<Allocation>>, HashMap<JobId, PendingReason>) {
-        let book = &self.policy.advance;
+        let book = self.policy.advance();
         let mut members: HashMap<&str, Vec<JobId>> = HashMap::new();
         let mut shut_out = HashMap::new();
         for j in self.jobs.values().filter(|j| j.state.is_pending() || j.state.has_allocation()) {
@@ -637,7 +637,7 @@ impl Controller {
 
     /// The reason shown for a member waiting for its window to open.
     pub(crate) fn advance_wait_reason(&self, job: &JobRecord, now: f64) -> Option<PendingReason> {
-        let r = self.policy.advance.get(job.options.reservation.as_deref()?)?;
+        let r = self.policy.advance().get(job.options.reservation.as_deref()?)?;
         (r.start > now).then(|| {
             PendingReason::Reservation(ReservationWait::Starts { name: r.name.clone(), at: clock(r.start, now) })
         })
@@ -648,7 +648,7 @@ impl Controller {
     pub(crate) fn advance_view(&self, now: f64, w: f64) -> (ClusterState, bool) {
         let mut view = self.sched_view();
         let mut any = false;
-        for r in self.policy.advance.values() {
+        for r in self.policy.advance().values() {
             if r.end > now && (r.start < now + w || r.start <= now) {
                 // Less what its running members hold (claimed already: not twice).
                 let held: Vec<&Allocation> = self
@@ -666,7 +666,7 @@ impl Controller {
 
     /// Whether job `id` runs or asks to run in a live advance reservation.
     pub(crate) fn in_advance(&self, job: &JobRecord) -> bool {
-        job.options.reservation.as_deref().is_some_and(|n| self.policy.advance.contains(n))
+        job.options.reservation.as_deref().is_some_and(|n| self.policy.advance().contains(n))
     }
 }
 

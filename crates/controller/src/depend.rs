@@ -12,7 +12,6 @@
 //! to end successfully (never, if it failed). As in Slurm, a dependent job that is no array
 //! task, or an index `A` has no task of, waits for `A` as a whole, as `afterok:A` does.
 
-use crate::model::job::JobRecord;
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::directives::depend::MAX_BEGIN_AHEAD_SECS;
@@ -247,11 +246,11 @@ impl Controller {
     /// consecutive ids in ascending index order (`crate::array`): a guess from the array's
     /// step, else a binary search, each look at a task in memory or in the store.
     fn corresponding_task(&mut self, array: JobId, index: u32) -> Result<Option<JobId>, StoreError> {
-        if let Some(found) = self.policy.depend.corresponding(array, index) {
+        if let Some(found) = self.policy.depend().corresponding(array, index) {
             return Ok(found);
         }
         let found = self.find_task(array, index)?;
-        self.policy.depend.remember_corresponding(array, index, found);
+        self.policy.depend_mut().remember_corresponding(array, index, found);
         Ok(found)
     }
 
@@ -304,13 +303,13 @@ impl Controller {
         if let Some(j) = self.jobs.get(&id) {
             return Ok(Some((j.state, j.start_time.is_some())));
         }
-        if let Some(s) = self.policy.depend.ended(id) {
+        if let Some(s) = self.policy.depend().ended(id) {
             return Ok(Some(s));
         }
         // Not in memory: it ended (or never was); its outcome is history.
         let found = self.ended_state(id)?;
         if let Some(s) = found.filter(|(st, _)| st.is_finished()) {
-            self.policy.depend.remember_ended(id, s);
+            self.policy.depend_mut().remember_ended(id, s);
         }
         Ok(found)
     }
@@ -323,12 +322,12 @@ impl Controller {
         // Requeued jobs whose previous run has not ended everywhere yet (`crate::update`).
         for (id, why) in self.old_runs_waited_for(now)? {
             out.insert(id);
-            self.policy.depend.hold_out(id, why);
+            self.policy.depend_mut().hold_out(id, why);
         }
         // Tasks beyond their array's running limit (`crate::array`).
         for (id, why) in self.throttled(&out) {
             out.insert(id);
-            self.policy.depend.hold_out(id, why);
+            self.policy.depend_mut().hold_out(id, why);
         }
         Ok(out)
     }
@@ -343,7 +342,7 @@ impl Controller {
             .map(|j| j.id)
             .collect();
         if candidates.is_empty() {
-            self.policy.depend.waiting(HashMap::new(), None);
+            self.policy.depend_mut().waiting(HashMap::new(), None);
             return Ok(HashSet::new());
         }
         // Singleton: per (user, name), whether a job runs, and the first pending singleton.
@@ -417,7 +416,7 @@ impl Controller {
             }
         }
         let out = reasons.keys().copied().collect();
-        self.policy.depend.waiting(reasons, next_begin);
+        self.policy.depend_mut().waiting(reasons, next_begin);
         Ok(out)
     }
 
@@ -436,14 +435,9 @@ impl Controller {
 
     /// At a tick: a pass is due once the earliest begin time has come.
     pub fn check_begin(&mut self, now: f64) {
-        if self.policy.depend.begin_due(now) {
+        if self.policy.depend_mut().begin_due(now) {
             self.dirty = true;
         }
-    }
-
-    /// The reason a pending job is held out of the pass, if it is.
-    pub fn depend_reason(&self, job: &JobRecord) -> Option<&PendingReason> {
-        self.policy.depend.reason(job.id)
     }
 }
 

@@ -221,8 +221,8 @@ impl Controller {
             ClientRequest::Share => {
                 self.charge_usage(now);
                 ClientResponse::Share {
-                    half_life_secs: self.policy.fair_share.config.half_life_secs,
-                    accounts: self.policy.fair_share.report(),
+                    half_life_secs: self.policy.fair_share().config.half_life_secs,
+                    accounts: self.policy.fair_share().report(),
                 }
             }
             ClientRequest::StepEnd { job, step, outcome } => {

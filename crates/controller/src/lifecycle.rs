@@ -29,7 +29,7 @@ impl Controller {
                 let effects = drained(&job.allocation, &mut self.extra, busy);
                 self.queue(effects);
             }
-            self.policy.pending_reasons.remove(&id);
+            self.policy.forget(id);
             self.cgroups.forget(id);
             self.steps.end_all_of(id);
             self.counts.forget(id);

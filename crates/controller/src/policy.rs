@@ -7,20 +7,17 @@
 //! reservations and their members from `advance`), carries out their effects (`effects`),
 //! keeps what users are shown (priority, expected start) and persists fair-share usage.
 
-use crate::model::effect::Effect;
 use crate::model::job::{account_of, JobRecord};
 use crate::state::Controller;
 use crate::store::StoreError;
 use berth_core::job::JobState;
 use berth_core::sched::backfill::{Deadline, PassLimits};
-use berth_core::sched::fairshare::FairShare;
 use berth_core::sched::queue::QueueSpec;
 use berth_core::sched::round::{
-    book_charges, charges, round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UsageJob, UsageRound,
-    UserKey, UserLimits,
+    charges, round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UsageJob, UsageRound, UserKey,
+    UserLimits,
 };
 use berth_core::{JobId, NodeId};
-use std::collections::HashMap;
 
 mod effects;
 mod gather;
@@ -28,10 +25,10 @@ mod gather;
 impl Controller {
     /// Charge running jobs' billed CPU time (CPUs and GPUs by `[fair_share]`'s weights) since
     /// the last charge to their accounts, decayed to `now` (`berth share`; a scheduling pass
-    /// has its round charge them): booked by [`usage_booked`], its write queued.
+    /// has its round charge them): booked by `PolicyState::charge`, its write queued.
     pub fn charge_usage(&mut self, now: f64) {
-        let charged = charges(&self.usage_jobs(now), self.policy.charged_until, now);
-        let effects = usage_booked(&mut self.policy.fair_share, &mut self.policy.charged_until, &charged, now);
+        let charged = charges(&self.usage_jobs(now), self.policy.charged_until(), now);
+        let effects = self.policy.charge(&charged, now);
         self.queue(effects);
     }
 
@@ -44,7 +41,7 @@ impl Controller {
 
     /// [`Controller::usage_jobs`] of `running` (running jobs).
     fn usage_of<'a>(&self, running: impl Iterator<Item = &'a JobRecord>, now: f64) -> Vec<UsageJob> {
-        let config = &self.policy.fair_share.config;
+        let config = &self.policy.fair_share().config;
         let gpu_weight = config.gpu_weight_on(self.cluster.nodes());
         running
             .map(|job| {
@@ -83,6 +80,7 @@ impl Controller {
             let clock = self.clock.clone();
             Deadline::after(std::sync::Arc::new(move || clock.monotonic_us()), budget_ms.saturating_mul(1000))
         });
+        let (share, since, kept_plan) = self.policy.for_round();
         let input = RoundInput {
             machine: &g.machine,
             running: &g.running,
@@ -93,12 +91,7 @@ impl Controller {
                 jobs: &g.priority,
             }),
             user_limits: Some(UserLimits { jobs: &per_job, running: &g.users }),
-            usage: Some(UsageRound {
-                share: &self.policy.fair_share,
-                since: self.policy.charged_until,
-                running: &g.usage,
-                accounts: &g.accounts,
-            }),
+            usage: Some(UsageRound { share, since, running: &g.usage, accounts: &g.accounts }),
             barred: Some(&g.barred),
             suspended: &g.suspended,
             resume: ResumeRule::Parts { connected: &connected },
@@ -116,7 +109,7 @@ impl Controller {
             reasons: true,
             idle_unless: None,
         };
-        let decisions = round_keeping(&input, &g.advance, &mut self.policy.kept_plan, now);
+        let decisions = round_keeping(&input, &g.advance, kept_plan, now);
         self.carry_out(decisions, g.shut_out, tails, now);
         // Called after the batch's commands, whose effects are carried out already.
         self.carry_out_effects(now)
@@ -151,25 +144,6 @@ impl Controller {
         self.carry_out_resumes(d.resumes, &d.still_suspended, now);
         self.carry_out_effects(now)?;
         Ok(resumed)
-    }
-
-    /// Jobs asking for an advance reservation they cannot use: waiting, with the reason.
-    fn shut_out(&mut self, shut_out: HashMap<JobId, berth_core::sched::PendingReason>) {
-        for (id, why) in shut_out {
-            self.policy.pending_reasons.insert(id, why.clone());
-            self.policy.advance_reasons.insert(id, why);
-        }
-    }
-
-    /// The job whose pass decision job `id` shows: its own, or for a task of an array tail the
-    /// last pass left out of its round (`gather`'s `TailRun`), the task that stood for it.
-    pub fn shown_as(&self, id: JobId) -> JobId {
-        let tails = &self.policy.tails;
-        let k = tails.partition_point(|t| t.last < id);
-        match tails.get(k) {
-            Some(t) if t.first <= id && !self.policy.pending_reasons.contains_key(&id) => t.shown_as,
-            _ => id,
-        }
     }
 
     /// The preemption class of a queue (0 when unknown).
@@ -208,26 +182,6 @@ impl Controller {
             })
             .collect()
     }
-}
-
-/// Book `charged` (billed CPU-seconds per account, from berth-core's `charges`) on `share` at
-/// `now`, when usage was charged until (`charged_until`) before it: usage decays to `now`, the
-/// charges are added; usage to write when there were any. Needs no store.
-pub(crate) fn usage_booked(
-    share: &mut FairShare,
-    charged_until: &mut f64,
-    charged: &[(String, f64)],
-    now: f64,
-) -> Vec<Effect> {
-    if now <= *charged_until {
-        return vec![];
-    }
-    book_charges(share, charged, now);
-    *charged_until = now;
-    if charged.is_empty() {
-        return vec![];
-    }
-    vec![Effect::SaveFairShare(Box::new(share.clone()))]
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use crate::model::effect::Effect;
 use crate::model::ids::{JobIds, JOB_ID_BOUND};
 use crate::model::job::{JobRecord, OldRun};
 use crate::model::node_settings::{admin_down_key, key, NodeSettings};
+use crate::model::policy::PolicyState;
 use crate::model::reservation::Reservations;
 use crate::model::step::{LiveStep, LiveSteps};
 use crate::store::{NodeRow, Store, StoreError};
@@ -28,8 +29,6 @@ use tokio::sync::{mpsc, oneshot};
 
 mod features;
 #[cfg(test)]
-pub use features::PassStats;
-pub use features::{ArrayTail, PolicyState};
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 
@@ -132,9 +131,7 @@ impl Controller {
         };
         let reserved = c.store.get_meta(JOB_ID_BOUND)?.and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
         c.ids = JobIds::starting_at((c.store.max_job_id()? + 1).max(reserved));
-        c.policy.fair_share = c.store.load_fair_share(cfg.fair_share.clone())?;
-        // Running jobs were charged up to the saved usage's time (from their start if never).
-        c.policy.charged_until = c.policy.fair_share.as_of;
+        c.policy.restore_usage(c.store.load_fair_share(cfg.fair_share.clone())?);
         for row in c.store.load_nodes()? {
             let Ok(topology) = serde_json::from_str::<Topology>(&row.topology) else {
                 tracing::warn!(node = %row.name, "stored topology unreadable; the node must re-register");
@@ -173,7 +170,7 @@ impl Controller {
         }
         c.counts = c.store.job_counts()?;
         c.reservations = Reservations::load(&c.store)?;
-        c.policy.advance = AdvanceBook::load(&c.store)?;
+        *c.policy.advance_mut() = AdvanceBook::load(&c.store)?;
         c.load_old_runs()?;
         // Steps still open hold their cores again; those of jobs that are not running are closed.
         let now = c.clock.unix();
@@ -247,7 +244,7 @@ impl Controller {
     pub(crate) fn load_old_runs(&mut self) -> Result<(), StoreError> {
         self.store.init_old_runs()?;
         for (id, nodes, since) in self.store.load_old_runs()? {
-            self.policy.depend.await_old_run(id, OldRun { nodes, since });
+            self.policy.depend_mut().await_old_run(id, OldRun { nodes, since });
         }
         Ok(())
     }

@@ -180,7 +180,7 @@ impl Controller {
     /// For a job outside the live advance reservations (while there are any): the seconds it
     /// has left to run, during which it keeps off their windows once resumed.
     pub(crate) fn resume_keeps_off(&self, job: &JobRecord, now: f64) -> Option<f64> {
-        if self.policy.advance.is_empty() || self.in_advance(job) {
+        if self.policy.advance().is_empty() || self.in_advance(job) {
             return None;
         }
         Some(self.left_to_run(job, now))

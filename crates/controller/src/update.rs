@@ -521,7 +521,7 @@ impl Controller {
         let effects = ended_requeued(&mut job, &why);
         self.queue(effects);
         crate::notify::notify(&self.cfg.notify, &job, crate::notify::Event::Requeue);
-        self.policy.depend.forget_ended(id);
+        self.policy.depend_mut().forget_ended(id);
         self.jobs.insert(id, job);
         self.dirty = true;
         Ok(Ok(()))
@@ -544,7 +544,7 @@ impl Controller {
             .collect();
         if !nodes.is_empty() {
             self.queue([Effect::SaveOldRun { job: id, nodes: nodes.clone(), since: now }]);
-            self.policy.depend.await_old_run(id, OldRun { nodes, since: now });
+            self.policy.depend_mut().await_old_run(id, OldRun { nodes, since: now });
         }
         // Carried out now: a registration that requeues a job (`reconcile_jobs_here`) then
         // queues orders directly, which must follow the kills queued here.
@@ -556,11 +556,11 @@ impl Controller {
     /// everywhere, what it used is forgotten: the job's accounting is of its last run.
     pub(crate) fn old_run_ended(&mut self, id: JobId, node: usize) {
         let pending = self.jobs.get(&id).is_some_and(|j| j.state.is_pending());
-        let Some(w) = self.policy.depend.old_run_mut(id) else { return };
+        let Some(w) = self.policy.depend_mut().old_run_mut(id) else { return };
         let (over, effects) = old_run_node_ended(id, w, node, pending);
         self.queue(effects);
         if over {
-            self.policy.depend.old_run_over(id);
+            self.policy.depend_mut().old_run_over(id);
             self.dirty = true;
         }
     }
@@ -570,7 +570,7 @@ impl Controller {
     pub(crate) fn old_runs_on_register(&mut self, node: usize, running: &[JobId], ended: &[JobId]) {
         let gone: Vec<JobId> = self
             .policy
-            .depend
+            .depend()
             .old_runs()
             .filter(|(id, w)| w.nodes.contains(&node) && !running.contains(id) && !ended.contains(id))
             .map(|(id, _)| id)
@@ -587,7 +587,7 @@ impl Controller {
     pub(crate) fn old_runs_waited_for(&mut self, now: f64) -> Result<Vec<(JobId, PendingReason)>, StoreError> {
         let (jobs, extra) = (&self.jobs, &self.extra);
         let mut over = Vec::new();
-        self.policy.depend.keep_old_runs(|id, w| {
+        self.policy.depend_mut().keep_old_runs(|id, w| {
             w.nodes.retain(|n| extra.get(*n).is_some_and(|e| e.state != NodeState::Down));
             let patient = now - w.since < OLD_RUN_PATIENCE_SECS;
             if !patient {
@@ -602,7 +602,7 @@ impl Controller {
         self.queue(over.into_iter().map(|job| Effect::ForgetOldRun { job }));
         let mut out: Vec<(JobId, PendingReason)> = self
             .policy
-            .depend
+            .depend()
             .old_runs()
             .map(|(id, w)| {
                 let names: Vec<String> =

@@ -23,17 +23,15 @@ impl Controller {
             })
             .collect();
         if job.state.is_pending() {
-            // A task of an array tail left out of the last pass: as the task that stood for it.
-            let id = if self.depend_reason(job).is_some() { job.id } else { self.shown_as(job.id) };
-            let reason = match (self.depend_reason(job), self.policy.advance_reasons.get(&id)) {
-                (Some(r), _) | (None, Some(r)) => Some(r),
-                (None, None) => self.policy.pending_reasons.get(&id),
-            };
+            // A dependency's reason first, then an advance reservation's, then the pass's; a
+            // task of an array tail left out of the last pass shown as the task that stood for it.
+            let shown = self.policy.shown(job.id);
+            let reason = shown.reason;
             // The edge: the typed reason becomes its words and its code.
             info.reason = reason.map(ToString::to_string);
             info.reason_code = reason.map(|r| r.code().to_string());
-            info.priority = self.policy.priorities.get(&id).cloned();
-            info.expected_start = self.policy.expected_start.get(&id).copied();
+            info.priority = shown.priority.cloned();
+            info.expected_start = shown.expected_start;
         } else if job.state == JobState::Suspended {
             // Its words are the job's reason (as its row keeps them); the typed one gives the code.
             info.reason_code = job.suspension.reason.as_ref().map(|r| r.code().to_string());
@@ -57,7 +55,7 @@ impl Controller {
     /// The GPU weight billing uses: `[fair_share] gpu_weight`, else the cluster's PUs per GPU
     /// on its GPU nodes (as the fair-share charge bills).
     pub fn gpu_billing_weight(&self) -> f64 {
-        self.policy.fair_share.config.gpu_weight_on(self.cluster.nodes())
+        self.policy.fair_share().config.gpu_weight_on(self.cluster.nodes())
     }
 
     /// What a job holding `alloc` is billed a second (Slurm's `billing` TRES), `gpu_weight`
@@ -68,7 +66,7 @@ impl Controller {
         }
         let cpus: u64 = alloc.iter().map(|a| a.cpus.len() as u64).sum();
         let gpus: u64 = alloc.iter().map(|a| a.gpus.len() as u64).sum();
-        let config = &self.policy.fair_share.config;
+        let config = &self.policy.fair_share().config;
         let held: f64 = alloc.iter().map(|a| config.counts_billing(&a.gres, &a.licenses)).sum();
         Some(config.billing(cpus, gpus, gpu_weight) + held)
     }
@@ -294,8 +292,8 @@ mod tests {
         let c = show(&mut h, cpu);
         assert!(c.gpu_places.is_empty());
         assert_eq!(c.billing, Some(2.0));
-        h.ctl.policy.fair_share.config.gpu_weight = Some(24.0);
-        h.ctl.policy.fair_share.config.cpu_weight = 0.5;
+        h.ctl.policy.fair_share_mut().config.gpu_weight = Some(24.0);
+        h.ctl.policy.fair_share_mut().config.cpu_weight = 0.5;
         let acct = ClientRequest::Acct {
             limit: None,
             steps: false,

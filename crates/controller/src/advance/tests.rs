@@ -122,7 +122,7 @@ fn others_use_the_reserved_node_only_if_they_end_before_the_window() {
     assert_eq!(h.ctl.jobs[&half_hour].state, JobState::Running);
     assert_eq!(nodes_of(&h, half_hour), ["n1"]);
     // Expected when the window is over (n0's job runs longer).
-    assert_eq!(h.ctl.policy.expected_start.get(&two_hours), Some(&(h.now + 3.0 * HOUR)));
+    assert_eq!(h.ctl.policy.expected_start(two_hours).as_ref(), Some(&(h.now + 3.0 * HOUR)));
     assert!(reason(&mut h, two_hours).contains("maint"), "{}", reason(&mut h, two_hours));
 }
 
@@ -142,7 +142,7 @@ fn members_wait_for_the_window_then_run_on_its_resources() {
     assert_eq!(h.ctl.jobs[&job].state, JobState::Queued, "n0 and n1 are free, but the window has not opened");
     let want = format!("reservation maint starts at {}", clock(r.start, h.now));
     assert_eq!(reason(&mut h, job), want);
-    assert_eq!(h.ctl.policy.expected_start.get(&job), Some(&r.start));
+    assert_eq!(h.ctl.policy.expected_start(job).as_ref(), Some(&r.start));
     let ClientResponse::Jobs { jobs } = h.call(ClientRequest::ListJobs { states: vec![], all: false }, &ann()) else {
         panic!()
     };
@@ -357,9 +357,9 @@ fn reservations_expire_and_deletion_leaves_running_jobs_alone() {
     assert_eq!(list(&mut h).len(), 1);
     h.now += 601.0;
     h.ctl.check_advance(h.now).unwrap();
-    assert!(h.ctl.policy.advance.is_empty());
+    assert!(h.ctl.policy.advance().is_empty());
     let h = h.restart();
-    assert!(h.ctl.policy.advance.is_empty());
+    assert!(h.ctl.policy.advance().is_empty());
 }
 
 /// A suspended job outside a reservation does not resume onto cores reserved from now (its
@@ -555,7 +555,7 @@ fn reservations_hold_gres_and_licenses() {
     assert_eq!((w.gres.clone(), w.licenses.clone()), (counts(&[("nvme", 800)]), counts(&[("matlab", 4)])));
     // Kept across a restart.
     let h = h.restart();
-    let kept = h.ctl.policy.advance.get("w").unwrap();
+    let kept = h.ctl.policy.advance().get("w").unwrap();
     assert_eq!(kept.allocation[0].licenses, counts(&[("matlab", 4)]));
 }
 

@@ -13,6 +13,7 @@ pub mod effect;
 pub mod ids;
 pub mod job;
 pub mod node_settings;
+pub mod policy;
 pub mod request;
 pub mod reservation;
 pub mod step;

@@ -4,6 +4,7 @@
 use super::effects::preempted;
 use super::*;
 use crate::lifecycle::started;
+use crate::model::effect::Effect;
 use crate::testkit::{ann, running_job, topo};
 use berth_core::node::NodeCapacity;
 use berth_core::placement::reason::Busy;
@@ -13,28 +14,6 @@ use berth_core::sched::reason::Wanting;
 use berth_core::sched::round::PreemptStart;
 use berth_core::sched::{ClusterState, PendingReason};
 use std::sync::Arc;
-
-fn share() -> FairShare {
-    FairShare { as_of: 1000.0, ..Default::default() }
-}
-
-#[test]
-fn charges_are_booked_once_per_instant_and_written_when_there_are_any() {
-    let (mut fs, mut until) = (share(), 1000.0);
-    let charged = vec![("phys".to_string(), 3600.0), ("chem".to_string(), 60.0), ("phys".to_string(), 400.0)];
-    let effects = usage_booked(&mut fs, &mut until, &charged, 1100.0);
-    assert_eq!(until, 1100.0);
-    assert_eq!(fs.as_of, 1100.0);
-    assert!(fs.usage["phys"] > fs.usage["chem"], "{:?}", fs.usage);
-    assert_eq!(effects, vec![Effect::SaveFairShare(Box::new(fs.clone()))], "written as booked");
-    // Charged until now already (a second pass in the same batch): nothing booked again.
-    let before = fs.clone();
-    assert_eq!(usage_booked(&mut fs, &mut until, &charged, 1100.0), vec![]);
-    assert_eq!(fs, before);
-    // Later with nothing to charge: usage decays to the new time, nothing to write.
-    assert_eq!(usage_booked(&mut fs, &mut until, &[], 1200.0), vec![]);
-    assert_eq!((until, fs.as_of), (1200.0, 1200.0));
-}
 
 #[test]
 fn a_start_claims_its_allocation_then_writes_the_row_then_the_event_on_its_first_node() {

@@ -5,9 +5,8 @@
 //! `crate::lifecycle::started`, `preempted`); `Controller::schedule` carries them out in that
 //! order in the current transaction; messages to the agents go after it commits.
 
-use super::usage_booked;
 use crate::model::effect::Effect;
-use crate::state::ArrayTail;
+use crate::model::policy::{ArrayTail, Waited};
 use crate::state::Controller;
 use crate::suspend::SuspendBy;
 use berth_core::job::Allocation;
@@ -28,26 +27,14 @@ impl Controller {
         tails: Vec<ArrayTail>,
         now: f64,
     ) {
-        let effects = usage_booked(&mut self.policy.fair_share, &mut self.policy.charged_until, &d.charges, now);
+        let effects = self.policy.charge(&d.charges, now);
         self.queue(effects);
         self.carry_out_resumes(d.resumes, &d.still_suspended, now);
-        self.policy.priorities = d.priorities.into_iter().collect();
-        self.policy.advance_reasons.clear();
-        self.policy.pending_reasons.clear();
-        self.policy.expected_start.clear();
-        for w in d.waiting {
-            self.waits(w, now);
-        }
-        self.shut_out(shut_out);
-        self.policy.tails = tails;
+        let waiting = d.waiting.into_iter().map(|w| self.waited(w, now)).collect();
+        self.policy.record_pass(d.priorities, waiting, shut_out, tails);
         #[cfg(test)]
         if d.passed {
-            let left_out: usize = self.policy.tails.iter().map(|t| t.count).sum();
-            self.policy.last_pass = crate::state::PassStats {
-                pending: d.planned + left_out,
-                backfilled: d.backfilled,
-                kept_reservations: self.policy.kept_plan.as_ref().map_or(0, |k| k.reused()),
-            };
+            self.policy.count_pass(d.planned, d.backfilled);
         }
         for s in d.starts {
             self.start(s.id, s.alloc, now);
@@ -63,7 +50,8 @@ impl Controller {
                 }
             }
             self.queue([Effect::Reschedule]);
-            self.waits(p.waited, now);
+            let waited = self.waited(p.waited, now);
+            self.policy.waits(waited);
         }
     }
 
@@ -83,18 +71,14 @@ impl Controller {
         }
     }
 
-    /// A job left waiting: its reason and expected start, shown to users. A member of an
-    /// advance reservation waiting for resources is told it waits for the window.
-    fn waits(&mut self, w: Waiting, now: f64) {
-        if let Some(t) = w.expected_start {
-            self.policy.expected_start.insert(w.id, t);
-        }
-        if matches!(w.reason, PendingReason::Resources(_)) {
-            if let Some(why) = self.jobs.get(&w.id).and_then(|j| self.advance_wait_reason(j, now)) {
-                self.policy.advance_reasons.insert(w.id, why);
-            }
-        }
-        self.policy.pending_reasons.insert(w.id, w.reason);
+    /// A job left waiting, as users are shown it: its reason and expected start. A member of
+    /// an advance reservation waiting for resources is told it waits for the window.
+    fn waited(&self, w: Waiting, now: f64) -> Waited {
+        let window = match w.reason {
+            PendingReason::Resources(_) => self.jobs.get(&w.id).and_then(|j| self.advance_wait_reason(j, now)),
+            _ => None,
+        };
+        Waited { id: w.id, reason: w.reason, expected_start: w.expected_start, window }
     }
 
     /// Suspend the preemption's victims, then start its job on the allocation the round

@@ -4,7 +4,7 @@
 
 use crate::model::job::account_of;
 use crate::model::job::JobRecord;
-use crate::state::ArrayTail;
+use crate::model::policy::ArrayTail;
 use crate::state::Controller;
 use berth_core::job::{Allocation, JobState};
 use berth_core::sched::backfill::{AdvanceReservation, QueuedJob, RunningJob};
@@ -53,7 +53,7 @@ pub(super) struct Gathered {
 /// A run of pending tasks of one array, consecutive among the pass's pending jobs (in id
 /// order) and identical in everything the round sees of them (request, walltime, hold, queue,
 /// user and account, submission time, admin priority): its first `keep` tasks go to the round,
-/// the rest are left out and shown as the last kept one (`Controller::shown_as`). How many the
+/// the rest are left out and shown as the last kept one (`PolicyState::shown_as`). How many the
 /// round needs, and why the rest change nothing, is core's rule
 /// ([`berth_core::sched::tail::tasks_needed`]); finding the runs and applying the rule is this.
 struct TailRun {
@@ -201,7 +201,7 @@ impl Controller {
         };
         let keep = tasks_needed(task, pass);
         #[cfg(test)]
-        let keep = keep.filter(|_| !self.policy.whole_arrays);
+        let keep = keep.filter(|_| !self.policy.whole_arrays());
         Some(TailRun {
             options: job.options.clone(),
             state: job.state,

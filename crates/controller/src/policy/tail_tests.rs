@@ -51,7 +51,7 @@ fn same_as_whole(policy: BackfillPolicy) {
         c.scheduler.reservation_budget_ms = 0;
     };
     let mut hs = [Harness::with_config(2, config), Harness::with_config(2, config)];
-    hs[1].ctl.policy.whole_arrays = true;
+    hs[1].ctl.policy.send_whole_arrays();
     let mut left_out = 0;
     let mut arrays = vec![];
     for h in hs.iter_mut() {
@@ -73,9 +73,9 @@ fn same_as_whole(policy: BackfillPolicy) {
             views.push(seen(h));
         }
         assert_eq!(views[0], views[1], "{policy:?}, round {round}");
-        assert!(hs[1].ctl.policy.tails.is_empty());
-        left_out += hs[0].ctl.policy.tails.iter().map(|t| t.count).sum::<usize>();
-        assert_eq!(hs[0].ctl.policy.last_pass.pending, hs[1].ctl.policy.last_pass.pending, "{policy:?}");
+        assert!(hs[1].ctl.policy.tails().is_empty());
+        left_out += hs[0].ctl.policy.tails().iter().map(|t| t.count).sum::<usize>();
+        assert_eq!(hs[0].ctl.policy.last_pass().pending, hs[1].ctl.policy.last_pass().pending, "{policy:?}");
         let tail_task = JobId(a.0 + 67);
         for h in hs.iter_mut() {
             match round {

@@ -50,13 +50,13 @@ fn easy_backfill_starts_short_jobs_around_the_head_reservation() {
     assert_eq!(state(&h, big), JobState::Queued);
     assert_eq!(state(&h, short), JobState::Running, "backfilled");
     assert_eq!(state(&h, long), JobState::Queued, "would delay the 16-core job");
-    assert_eq!(h.ctl.policy.expected_start.get(&big), Some(&(h.now + 1000.0)));
+    assert_eq!(h.ctl.policy.expected_start(big).as_ref(), Some(&(h.now + 1000.0)));
     assert!(
-        matches!(h.ctl.policy.pending_reasons[&big], PendingReason::Resources(_)),
+        matches!(h.ctl.policy.pass_reason(big).unwrap(), PendingReason::Resources(_)),
         "{:?}",
-        h.ctl.policy.pending_reasons[&big]
+        h.ctl.policy.pass_reason(big).unwrap()
     );
-    assert_eq!(h.ctl.policy.last_pass.backfilled, 1);
+    assert_eq!(h.ctl.policy.last_pass().backfilled, 1);
     // What users see: the head's expected start and every pending job's priority.
     let ClientResponse::Job { job } = h.call(ClientRequest::ShowJob { id: big }, &ann()) else { panic!() };
     assert_eq!(job.expected_start, Some(h.now + 1000.0));
@@ -81,12 +81,12 @@ fn fair_share_orders_accounts_by_decayed_usage_and_survives_restart() {
     h.now += 1.0;
     let from_light = submit(&mut h, opts(8, 100, "light"));
     h.ctl.schedule(h.now).unwrap();
-    let p = &h.ctl.policy.priorities;
-    assert!(p[&from_light].total > p[&from_heavy].total, "{:?} vs {:?}", p[&from_light], p[&from_heavy]);
+    let (light, heavy_p) = (h.ctl.policy.priority(from_light).unwrap(), h.ctl.policy.priority(from_heavy).unwrap());
+    assert!(light.total > heavy_p.total, "{light:?} vs {heavy_p:?}");
     // All usage is heavy's and (no shares configured) it is the only account known: factor
     // 2^(-1) = 0.5; light has used nothing: 1.
-    assert!((p[&from_heavy].fair_share - 0.5).abs() < 1e-6, "{:?}", p[&from_heavy]);
-    assert_eq!(p[&from_light].fair_share, 1.0);
+    assert!((heavy_p.fair_share - 0.5).abs() < 1e-6, "{heavy_p:?}");
+    assert_eq!(light.fair_share, 1.0);
     let ClientResponse::Share { accounts, .. } = h.call(ClientRequest::Share, &ann()) else { panic!() };
     let used = accounts.iter().find(|a| a.account == "heavy").expect("heavy is listed");
     // 8 cores for an hour (decay over one hour of a 7-day half-life is under 0.5%).
@@ -98,9 +98,9 @@ fn fair_share_orders_accounts_by_decayed_usage_and_survives_restart() {
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, from_light), JobState::Running);
     assert_eq!(state(&h, from_heavy), JobState::Queued);
-    let before = h.ctl.policy.fair_share.usage["heavy"];
+    let before = h.ctl.policy.fair_share().usage["heavy"];
     let h = h.restart();
-    let after = h.ctl.policy.fair_share.usage.get("heavy").copied().unwrap_or(0.0);
+    let after = h.ctl.policy.fair_share().usage.get("heavy").copied().unwrap_or(0.0);
     assert!((after - before).abs() < 1.0, "usage after restart {after}, before {before}");
 }
 
@@ -112,7 +112,7 @@ fn fair_share_bills_gpu_seconds() {
     t.add_emulated_gpus(1).expect("emulated GPUs");
     let used = |weight: Option<f64>| {
         let mut h = Harness::with_topology(1, t.clone());
-        h.ctl.policy.fair_share.config.gpu_weight = weight;
+        h.ctl.policy.fair_share_mut().config.gpu_weight = weight;
         let gpu = h.batch(SubmitOptions { gpus: Some(2), ..opts(2, 7200, "gpu") }, &ann());
         let cpu = h.batch(opts(2, 7200, "cpu"), &ann());
         assert_eq!((state(&h, gpu), state(&h, cpu)), (JobState::Running, JobState::Running));
@@ -121,7 +121,7 @@ fn fair_share_bills_gpu_seconds() {
         h.now += 100.0;
         h.ctl.charge_usage(h.now);
         h.ctl.carry_out_effects(h.now).unwrap();
-        let u = &h.ctl.policy.fair_share.usage;
+        let u = &h.ctl.policy.fair_share().usage;
         (u["gpu"], u["cpu"])
     };
     let near = |a: f64, b: f64| (a - b).abs() < b * 1e-4;
@@ -160,7 +160,7 @@ fn fair_share_bills_gres_and_licenses_by_their_weights() {
     h.now += 100.0;
     h.ctl.charge_usage(h.now);
     h.ctl.carry_out_effects(h.now).unwrap();
-    let u = &h.ctl.policy.fair_share.usage;
+    let u = &h.ctl.policy.fair_share().usage;
     let near = |a: f64, b: f64| (a - b).abs() < b * 1e-4;
     // 2 CPUs + 500 x 0.01 + 2 x 8 = 23 a second.
     assert!(near(u["lic"], 23.0 * 100.0), "{}", u["lic"]);
@@ -219,7 +219,7 @@ fn queues_check_limits_apply_defaults_and_order_jobs() {
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, first), JobState::Running);
     assert_eq!(state(&h, second), JobState::Queued);
-    let reason = h.ctl.policy.pending_reasons[&second].describe();
+    let reason = h.ctl.policy.pass_reason(second).unwrap().describe();
     assert!(reason.starts_with("queue limit") && reason.contains("8 cores"), "{reason}");
     // The queue's priority factor: short (10) is 1, batch (0) is 0.
     assert_eq!(h.ctl.queue_factor("short"), 1.0);
@@ -252,7 +252,7 @@ fn a_large_job_suspends_small_ones_which_resume_after_it() {
     let large = submit(&mut h, opts(8, 600, "b"));
     h.sent();
     h.ctl.schedule(h.now).unwrap();
-    assert_eq!(state(&h, large), JobState::Running, "{:?}", h.ctl.policy.pending_reasons.get(&large));
+    assert_eq!(state(&h, large), JobState::Running, "{:?}", h.ctl.policy.pass_reason(large));
     for s in &small {
         assert_eq!(state(&h, *s), JobState::Suspended);
     }
@@ -293,7 +293,7 @@ fn job_for_drained_subnodes_waits_rather_than_being_refused() {
     let id = submit(&mut h, opts(1, 100, "phys"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, id), JobState::Queued);
-    let why = h.ctl.policy.pending_reasons[&id].describe();
+    let why = h.ctl.policy.pass_reason(id).unwrap().describe();
     assert!(why.contains("drained") && why.contains("offline"), "{why}");
     let req = ClientRequest::SubnodeAdmin { node: "n0".into(), index: 1, action: "resume".into(), value: None };
     assert!(matches!(h.call(req, &root), ClientResponse::Nodes { .. }));
@@ -323,7 +323,7 @@ fn expected_start_counts_the_resume_of_suspended_jobs() {
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, a), JobState::Suspended);
     assert_eq!(state(&h, b), JobState::Running);
-    assert_eq!(h.ctl.policy.expected_start.get(&c), Some(&(h.now + 200.0 + 900.0)));
+    assert_eq!(h.ctl.policy.expected_start(c).as_ref(), Some(&(h.now + 200.0 + 900.0)));
 }
 
 /// Queue targeting (seed 000): queue `fat` runs on subnodes with property `fat` and keeps the
@@ -364,7 +364,7 @@ fn a_queue_pinned_to_subnodes_runs_there_and_keeps_others_off() {
     assert_eq!((state(&h, f), cpus(&h, f)), (JobState::Running, "4-5".to_string()), "on the fat subnode");
     assert_eq!((state(&h, b), cpus(&h, b)), (JobState::Running, "0-3".to_string()));
     assert_eq!(state(&h, b2), JobState::Queued, "2 cores are free, but only on the fat subnode");
-    let why = h.ctl.policy.pending_reasons[&b2].describe();
+    let why = h.ctl.policy.pass_reason(b2).unwrap().describe();
     assert!(why.contains("kept for another queue's jobs (fat)"), "{why}");
     // A fat job bigger than its subnode can never run; a batch job asking for fat is refused.
     let e = submit_err(&mut h, fat(6));
@@ -385,12 +385,12 @@ fn conservative_passes_keep_their_reservations_until_something_changes() {
     let second = submit(&mut h, opts(8, 500, "phys"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, running), JobState::Running);
-    let expected = |h: &Harness, id| h.ctl.policy.expected_start.get(&id).copied();
+    let expected = |h: &Harness, id| h.ctl.policy.expected_start(id);
     assert_eq!(expected(&h, first), Some(h.now + 1000.0));
     assert_eq!(expected(&h, second), Some(h.now + 1500.0));
     let third = submit(&mut h, opts(8, 100, "phys"));
     h.ctl.schedule(h.now).unwrap();
-    assert_eq!(h.ctl.policy.last_pass.kept_reservations, 2, "both reservations kept");
+    assert_eq!(h.ctl.policy.last_pass().kept_reservations, 2, "both reservations kept");
     assert_eq!(expected(&h, first), Some(h.now + 1000.0));
     assert_eq!(expected(&h, second), Some(h.now + 1500.0));
     assert_eq!(expected(&h, third), Some(h.now + 1500.0), "beside the second, on the other node");
@@ -398,7 +398,7 @@ fn conservative_passes_keep_their_reservations_until_something_changes() {
     h.now += 100.0;
     h.agent(0, berth_protocol::agent::AgentMessage::JobEnded { id: running, outcome: Default::default() });
     h.ctl.schedule(h.now).unwrap();
-    assert_eq!(h.ctl.policy.last_pass.kept_reservations, 0);
+    assert_eq!(h.ctl.policy.last_pass().kept_reservations, 0);
     assert_eq!(state(&h, first), JobState::Running);
 }
 
@@ -442,7 +442,7 @@ fn gpu_jobs_get_gpus_with_their_cores_and_wait_for_busy_gpus() {
     assert_eq!(state(&h, plain), JobState::Running);
     assert!(h.ctl.jobs[&plain].allocation[0].gpus.is_empty());
     assert_eq!(state(&h, c), JobState::Queued);
-    let why = h.ctl.policy.pending_reasons[&c].describe();
+    let why = h.ctl.policy.pass_reason(c).unwrap().describe();
     assert!(why.contains("GPUs"), "{why}");
     assert_eq!(h.ctl.cluster.nodes()[0].free_gpu_count, 0);
     let info = h.ctl.node_info(0, false);
@@ -480,7 +480,7 @@ fn a_preemptor_starts_where_the_round_placed_it_beside_an_advance_reservation() 
     let large8 = submit(&mut h, opts(8, 7200, "b"));
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, large), JobState::Queued, "16 cores would run into the window");
-    assert_eq!(state(&h, large8), JobState::Running, "{:?}", h.ctl.policy.pending_reasons.get(&large8));
+    assert_eq!(state(&h, large8), JobState::Running, "{:?}", h.ctl.policy.pass_reason(large8));
     assert_eq!(on(&h, large8), "n1");
     for id in &long {
         assert_eq!(state(&h, *id), JobState::Suspended);
@@ -509,7 +509,7 @@ fn licenses_and_gres_are_counted_and_impossible_requests_refused() {
     let g = submit(&mut h, SubmitOptions { gres: Some(counts(&[("nvme", 500)])), ..opts(1, 100, "phys") });
     h.ctl.schedule(h.now).unwrap();
     assert_eq!((state(&h, a), state(&h, b), state(&h, g)), (JobState::Running, JobState::Queued, JobState::Running));
-    let why = h.ctl.policy.pending_reasons[&b].describe();
+    let why = h.ctl.policy.pass_reason(b).unwrap().describe();
     assert!(why.contains("license matlab: 3 wanted, 1 of 4 free"), "{why}");
     assert_eq!(h.ctl.jobs[&a].allocation[0].licenses, counts(&[("matlab", 3)]));
     assert_eq!(h.ctl.jobs[&g].allocation[0].node, "n1");
@@ -585,7 +585,7 @@ fn a_conservative_pass_out_of_its_time_budget_on_the_injected_clock_reserves_no_
         h.ctl.clock = std::sync::Arc::new(clock);
         h.ctl.schedule(h.now).unwrap();
         assert_eq!(state(&h, running), JobState::Running);
-        let expected = |id| h.ctl.policy.expected_start.get(&id).copied();
+        let expected = |id| h.ctl.policy.expected_start(id);
         (expected(first).map(|t| t - h.now), expected(second).map(|t| t - h.now), state(&h, second))
     };
     // Read at the deadline's start (0), for the first job (1 ms: in time), for the second (2 ms).
@@ -611,7 +611,7 @@ fn typed_gres_go_by_type_and_untyped_requests_take_any() {
     assert_eq!(h.ctl.jobs[&any].allocation[0].node, "n1", "n0 has 4 in all");
     assert_eq!(h.ctl.jobs[&any].allocation[0].gres, counts(&[("nvme:slow", 6)]), "held by the node's key");
     assert_eq!(state(&h, fast2), JobState::Queued);
-    let why = h.ctl.policy.pending_reasons[&fast2].describe();
+    let why = h.ctl.policy.pass_reason(fast2).unwrap().describe();
     assert!(why.contains("nvme:fast"), "{why}");
     let info = h.ctl.node_info(1, false);
     assert_eq!(info.gres, vec![berth_protocol::node::CountInfo { name: "nvme:slow".into(), total: 8, used: 6 }]);

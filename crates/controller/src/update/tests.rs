@@ -131,7 +131,7 @@ fn an_admins_priority_replaces_the_computed_one() {
     let jobs = update(&mut h, second, JobChange { priority: Some(1_000_000), ..Default::default() }, &root()).unwrap();
     assert_eq!(jobs[0].id, second);
     h.ctl.schedule(h.now).unwrap();
-    assert_eq!(h.ctl.policy.priorities[&second].total, 1_000_000.0);
+    assert_eq!(h.ctl.policy.priority(second).unwrap().total, 1_000_000.0);
     end(&mut h, busy, 0);
     h.ctl.schedule(h.now).unwrap();
     assert_eq!(state(&h, second), JobState::Running, "the admin's priority goes first");
