@@ -17,7 +17,7 @@ use berth_core::sched::round::{
     charges, round_keeping, PreemptRound, PriorityRound, ResumeRule, RoundInput, UsageJob, UsageRound, UserKey,
     UserLimits,
 };
-use berth_core::{JobId, NodeId};
+use berth_core::NodeId;
 
 mod effects;
 mod gather;
@@ -119,8 +119,8 @@ impl Controller {
     /// longest suspended first: the first step of a pass's round alone (its queue left empty),
     /// for tests of that rule without a pass. Returns the ids resumed.
     #[cfg(test)]
-    pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<JobId>, StoreError> {
-        let pending: std::collections::HashSet<JobId> = self.jobs.keys().copied().collect();
+    pub fn resume_waiting(&mut self, now: f64) -> Result<Vec<berth_core::JobId>, StoreError> {
+        let pending: std::collections::HashSet<berth_core::JobId> = self.jobs.keys().copied().collect();
         let g = self.gather(&pending, now);
         let connected = |n: NodeId| g.connected.get(n.0 as usize).copied().unwrap_or(false);
         let input = RoundInput {

@@ -28,7 +28,6 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 
 mod features;
-#[cfg(test)]
 
 pub type AgentTx = mpsc::UnboundedSender<ControllerMessage>;
 

@@ -13,6 +13,7 @@ use berth_core::sched::backfill::Waiting;
 use berth_core::sched::reason::Wanting;
 use berth_core::sched::round::PreemptStart;
 use berth_core::sched::{ClusterState, PendingReason};
+use berth_core::JobId;
 use std::sync::Arc;
 
 #[test]
