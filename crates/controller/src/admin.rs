@@ -43,7 +43,7 @@ impl Controller {
         } else {
             let busy = !self.jobs_on_node(i).is_empty();
             let ex = &mut self.extra[i];
-            let connected = ex.conn.is_some();
+            let connected = ex.connected();
             let changed =
                 node_change(i, &mut ex.state, connected, busy, &mut self.cluster.node_at_mut(i), action, value);
             match changed {

@@ -132,7 +132,7 @@ impl Controller {
         let name = self.cluster.nodes()[i].name.clone();
         let down_already = self.extra[i].state == NodeState::Down;
         let (reason, effects) = taken_down(&self.jobs, i, &name, reason, down_already);
-        self.extra[i].admin_down = Some(reason.to_string());
+        self.extra[i].set_admin_down(Some(reason.to_string()));
         self.queue(effects);
         if down_already {
             // Queued with the command's effects (`node_admin` only queues its event and reply
@@ -146,9 +146,9 @@ impl Controller {
     /// connected and clean. Its writes are queued with the command's effects.
     pub fn admin_node_up(&mut self, i: usize) {
         let name = self.cluster.nodes()[i].name.clone();
-        self.extra[i].admin_down = None;
+        self.extra[i].set_admin_down(None);
         self.queue([Effect::DeleteMeta { key: admin_down_key(&name) }, Effect::node_event("node_admin_up", &name, "")]);
-        if self.extra[i].conn.is_some() && self.extra[i].state == NodeState::Down {
+        if self.extra[i].connected() && self.extra[i].state == NodeState::Down {
             self.extra[i].state = NodeState::Cleaning;
             self.queue([Effect::UpsertNode { node: i }]);
             self.check_clean(i, &[]);
@@ -157,7 +157,7 @@ impl Controller {
 
     /// Why an admin took node `name` down, if they did (from memory: `NodeExtra::admin_down`).
     pub fn admin_down_reason(&self, name: &str) -> Option<String> {
-        self.node_by_name(name).and_then(|i| self.extra[i].admin_down.clone())
+        self.node_by_name(name).and_then(|i| self.extra[i].admin_down().map(str::to_string))
     }
 
     /// A cleaning node's agent reports what it runs: once that is only jobs that belong

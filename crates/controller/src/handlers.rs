@@ -703,8 +703,7 @@ impl Controller {
         ex.address = reg.address.clone();
         ex.real_cpus = reg.real_cpus.clone();
         ex.instance = reg.instance.clone();
-        ex.conn = Some((conn_id, tx.clone()));
-        ex.last_heard = heard;
+        ex.connect(conn_id, tx.clone(), heard);
         let was_down = ex.state == NodeState::Down;
         if was_down {
             // Back, but not given work while it still runs what is no longer its own, nor while
@@ -831,10 +830,10 @@ impl Controller {
     pub fn handle_agent(&mut self, node: usize, conn_id: u64, msg: AgentMessage, now: f64) -> Result<(), StoreError> {
         let heard = self.clock.instant();
         let Some(ex) = self.extra.get_mut(node) else { return Ok(()) };
-        if ex.conn.as_ref().map(|c| c.0) != Some(conn_id) {
+        if !ex.is_connection(conn_id) {
             return Ok(()); // a message from a replaced connection
         }
-        ex.last_heard = heard;
+        ex.heard(heard);
         match msg {
             AgentMessage::Register(_) => {}
             AgentMessage::Heartbeat { running, steps, .. } => {
@@ -919,15 +918,15 @@ impl Controller {
         for i in 0..self.extra.len() {
             let ex = &self.extra[i];
             // Silent since the later of our record and its connection task's (crate::lease).
-            let ours = at.saturating_duration_since(ex.last_heard);
-            let silent = match ex.conn.as_ref().and_then(|c| crate::lease::silent_for(c.0, at)) {
+            let ours = at.saturating_duration_since(ex.last_heard());
+            let silent = match ex.connection_id().and_then(|c| crate::lease::silent_for(c, at)) {
                 Some(s) => s.min(ours),
                 None => ours,
             };
             if ex.state == NodeState::Down || ex.instance.is_empty() || silent < timeout {
                 continue;
             }
-            self.extra[i].conn = None;
+            self.extra[i].disconnect();
             let name = self.cluster.nodes()[i].name.clone();
             tracing::warn!(node = %name, "no heartbeat for {:?}: node down", silent);
             self.node_failed(i, &format!("missed heartbeats for {:.1} s", silent.as_secs_f64()), now)?;
@@ -944,10 +943,10 @@ fn unknown_job(id: JobId) -> ClientResponse {
 /// the node has no agent any more, which the event `node_disconnect` records. A connection
 /// replaced already closing changes nothing.
 pub(crate) fn disconnected(ex: &mut NodeExtra, name: &str, conn_id: u64) -> Vec<Effect> {
-    if ex.conn.as_ref().map(|c| c.0) != Some(conn_id) {
+    if !ex.is_connection(conn_id) {
         return vec![];
     }
-    ex.conn = None;
+    ex.disconnect();
     vec![Effect::node_event("node_disconnect", name, "")]
 }
 

@@ -498,7 +498,7 @@ impl Controller {
                 )));
             }
             let ex = &self.extra[i];
-            if ex.state != NodeState::Up || ex.conn.is_none() {
+            if !ex.usable() {
                 let state = if ex.state == NodeState::Up { "not connected" } else { ex.state.as_str() };
                 return Err(try_again(format!("node {} is {state}", want.node)));
             }

@@ -430,19 +430,15 @@ fn apply_batch(
                     undo.push(on_failure);
                     let name = reg.name.clone();
                     ctl.handle_register(*reg, conn_id, tx, now)?;
-                    let _ = node.send(
-                        ctl.node_by_name(&name).filter(|i| ctl.extra[*i].conn.as_ref().map(|c| c.0) == Some(conn_id)),
-                    );
+                    let _ = node.send(ctl.node_by_name(&name).filter(|i| ctl.extra[*i].is_connection(conn_id)));
                 }
                 Command::Agent { node, conn_id, msg } => {
                     if let AgentMessage::Heartbeat { .. } = msg {
                         if degraded {
                             // Heard from; what it runs is checked once the store is writable.
                             let heard = ctl.clock.instant();
-                            if let Some(ex) =
-                                ctl.extra.get_mut(node).filter(|e| e.conn.as_ref().map(|c| c.0) == Some(conn_id))
-                            {
-                                ex.last_heard = heard;
+                            if let Some(ex) = ctl.extra.get_mut(node).filter(|e| e.is_connection(conn_id)) {
+                                ex.heard(heard);
                             }
                             continue;
                         }

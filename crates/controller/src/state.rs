@@ -38,12 +38,77 @@ pub struct NodeExtra {
     pub real_cpus: String,
     pub instance: String,
     /// The live connection to the node's agent, with its id.
-    pub conn: Option<(u64, AgentTx)>,
-    pub last_heard: Instant,
+    conn: Option<(u64, AgentTx)>,
+    last_heard: Instant,
     /// Why an admin took the node down (`berth node down`), until `berth node up`: it stays
     /// down when its agent registers again. Kept in the store's `meta` table too (across
     /// restarts: restored at load), read from here.
-    pub admin_down: Option<String>,
+    admin_down: Option<String>,
+}
+
+impl NodeExtra {
+    /// A node in `state` whose agent is not connected, last heard from `heard`, not taken
+    /// down by an admin.
+    pub fn new(state: NodeState, address: String, real_cpus: String, instance: String, heard: Instant) -> Self {
+        NodeExtra { state, address, real_cpus, instance, conn: None, last_heard: heard, admin_down: None }
+    }
+
+    /// Whether the node's agent is connected.
+    pub fn connected(&self) -> bool {
+        self.conn.is_some()
+    }
+
+    /// Whether the node takes work: up, with its agent connected.
+    pub fn usable(&self) -> bool {
+        self.state == NodeState::Up && self.connected()
+    }
+
+    /// Whether `conn_id` is the agent's live connection (not one replaced since).
+    pub fn is_connection(&self, conn_id: u64) -> bool {
+        self.connection_id() == Some(conn_id)
+    }
+
+    /// The id of the agent's live connection, if connected.
+    pub fn connection_id(&self) -> Option<u64> {
+        self.conn.as_ref().map(|c| c.0)
+    }
+
+    /// Where to send the agent messages, if connected.
+    pub fn agent(&self) -> Option<&AgentTx> {
+        self.conn.as_ref().map(|c| &c.1)
+    }
+
+    /// The agent connected as `conn_id`, sending on `tx`, heard from `at` (replacing any
+    /// connection before).
+    pub fn connect(&mut self, conn_id: u64, tx: AgentTx, at: Instant) {
+        self.conn = Some((conn_id, tx));
+        self.last_heard = at;
+    }
+
+    /// The agent's connection is gone.
+    pub fn disconnect(&mut self) {
+        self.conn = None;
+    }
+
+    /// When the agent was last heard from.
+    pub fn last_heard(&self) -> Instant {
+        self.last_heard
+    }
+
+    /// The agent was heard from at `at`.
+    pub fn heard(&mut self, at: Instant) {
+        self.last_heard = at;
+    }
+
+    /// Why an admin took the node down, if one did (until `berth node up`).
+    pub fn admin_down(&self) -> Option<&str> {
+        self.admin_down.as_deref()
+    }
+
+    /// An admin took the node down (`berth node down`) for `reason`, or (None) let it up.
+    pub fn set_admin_down(&mut self, reason: Option<String>) {
+        self.admin_down = reason;
+    }
 }
 
 /// Messages to send once the current batch is committed.
@@ -283,15 +348,8 @@ impl Controller {
         let mut cap = NodeCapacity::new(id, name, topology);
         self.apply_admin_settings(&mut cap);
         self.cluster.push(cap);
-        self.extra.push(NodeExtra {
-            state,
-            address: address.to_string(),
-            real_cpus: real_cpus.to_string(),
-            instance: instance.to_string(),
-            conn: None,
-            last_heard: self.clock.instant(),
-            admin_down: None,
-        });
+        let heard = self.clock.instant();
+        self.extra.push(NodeExtra::new(state, address.to_string(), real_cpus.to_string(), instance.to_string(), heard));
     }
 
     pub fn node_row(&self, id: usize) -> NodeRow {
@@ -343,8 +401,8 @@ impl Controller {
 
     /// Queue a message to node `id`'s agent, if it is connected.
     pub fn send_to_node(&mut self, id: usize, msg: ControllerMessage) -> bool {
-        match self.extra.get(id).and_then(|e| e.conn.as_ref()) {
-            Some((_, tx)) => {
+        match self.extra.get(id).and_then(NodeExtra::agent) {
+            Some(tx) => {
                 self.out.agents.push((tx.clone(), msg));
                 true
             }
@@ -416,8 +474,7 @@ impl Controller {
         let mut view = self.cluster.clone();
         view.update_nodes(|nodes| {
             for (cap, ex) in nodes.iter_mut().zip(&self.extra) {
-                cap.state =
-                    if ex.state == NodeState::Up && ex.conn.is_some() { NodeState::Up } else { NodeState::Down };
+                cap.state = if ex.usable() { NodeState::Up } else { NodeState::Down };
             }
         });
         view

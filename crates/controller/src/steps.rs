@@ -643,7 +643,7 @@ impl Controller {
                 None => api(ErrorCode::UnknownJob, format!("job {id} has no step {s}")),
             }));
         };
-        let connected = |n: &usize| self.extra.get(*n).is_some_and(|e| e.conn.is_some());
+        let connected = |n: &usize| self.extra.get(*n).is_some_and(|e| e.connected());
         let sends: Vec<Effect> = targets
             .into_iter()
             .filter(connected)

@@ -208,7 +208,7 @@ impl Controller {
     }
 
     pub(crate) fn connected(&self, node: usize) -> bool {
-        self.extra.get(node).is_some_and(|e| e.conn.is_some())
+        self.extra.get(node).is_some_and(|e| e.connected())
     }
 
     /// `berth suspend` (admins): one job.

@@ -147,7 +147,8 @@ impl Harness {
         drop(ctl);
         let mut ctl = Controller::load_with_clock(cfg, Store::open(dir.path()).unwrap(), clock.clone()).unwrap();
         for (i, tx) in txs.iter().enumerate() {
-            ctl.extra[i].conn = Some((i as u64 + 1, tx.clone()));
+            let heard = ctl.extra[i].last_heard();
+            ctl.extra[i].connect(i as u64 + 1, tx.clone(), heard);
         }
         Harness { ctl, dir, txs, _rxs, now, clock }
     }

@@ -113,7 +113,7 @@ impl Controller {
         NodeInfo {
             id: i as u32,
             name: cap.name.clone(),
-            state: if ex.state == berth_core::node::NodeState::Up && ex.conn.is_none() {
+            state: if ex.state == berth_core::node::NodeState::Up && !ex.connected() {
                 "up (not connected)".into()
             } else {
                 ex.state.as_str().into()
@@ -199,7 +199,7 @@ impl Controller {
             last_heard_seconds_ago: if ex.instance.is_empty() {
                 None
             } else {
-                Some(self.clock.instant().saturating_duration_since(ex.last_heard).as_secs_f64())
+                Some(self.clock.instant().saturating_duration_since(ex.last_heard()).as_secs_f64())
             },
         }
     }

@@ -195,14 +195,14 @@ fn an_admin_down_holds_the_node_across_reconnects_until_admin_up() {
     assert_eq!(events(&h, "node_held_down").len(), 1);
     // So does a restarted controller's: the reason is held in memory, restored from the store.
     let mut h = h.restart();
-    assert_eq!(h.ctl.extra[node].admin_down.as_deref(), Some("bad disk"));
+    assert_eq!(h.ctl.extra[node].admin_down(), Some("bad disk"));
     register(&mut h, node, &format!("inst{node}"), vec![]);
     assert_eq!(h.ctl.extra[node].state, NodeState::Down);
     assert_eq!(events(&h, "node_held_down").len(), 2);
     let r = h.call(req("up", None), &root());
     assert!(matches!(r, ClientResponse::Nodes { .. }), "{r:?}");
     assert_eq!(h.ctl.extra[node].state, NodeState::Up);
-    assert_eq!(h.ctl.extra[node].admin_down, None);
+    assert_eq!(h.ctl.extra[node].admin_down(), None);
     assert_eq!(h.ctl.store.get_meta(&format!("node_down:{name}")).unwrap(), None, "nor in the store");
     let downs = h.ctl.store.events(&EventQuery { kinds: vec!["node_down".into()], ..Default::default() }).unwrap();
     assert!(downs[0].detail.contains("admin: bad disk"), "{downs:?}");
@@ -329,7 +329,7 @@ fn a_silent_agent_is_lost_after_the_heartbeat_timeout_and_not_before() {
     h.advance(2.0);
     h.ctl.check_heartbeats(h.now).unwrap();
     assert_eq!((h.ctl.extra[0].state, h.ctl.extra[1].state), (NodeState::Up, NodeState::Down));
-    assert!(h.ctl.extra[1].conn.is_none(), "the silent agent's connection is dropped");
+    assert!(!h.ctl.extra[1].connected(), "the silent agent's connection is dropped");
     assert_eq!(events(&h, "node_down"), vec![(None, Some("n1".to_string()))]);
     assert_eq!(state_of(&mut h, id).0, JobState::Queued, "requeued by the failure policy");
     let sent = h.sent();

@@ -47,20 +47,14 @@ fn a_pending_job_cancelled_ends_now_with_its_reason_then_the_event_follows_its_r
 #[test]
 fn the_live_connection_of_a_node_closing_leaves_it_without_agent_and_is_logged_an_old_one_is_not() {
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut ex = NodeExtra {
-        state: NodeState::Up,
-        address: String::new(),
-        real_cpus: String::new(),
-        instance: "i1".into(),
-        conn: Some((5, tx)),
-        last_heard: std::time::Instant::now(),
-        admin_down: None,
-    };
+    let now = std::time::Instant::now();
+    let mut ex = NodeExtra::new(NodeState::Up, String::new(), String::new(), "i1".into(), now);
+    ex.connect(5, tx, now);
     // A connection replaced already: nothing changes.
     assert!(disconnected(&mut ex, "n0", 4).is_empty());
-    assert!(ex.conn.is_some());
+    assert!(ex.connected());
     assert_eq!(disconnected(&mut ex, "n0", 5), vec![Effect::node_event("node_disconnect", "n0", "")]);
-    assert!(ex.conn.is_none());
+    assert!(!ex.connected());
     // Once gone, a second close of it changes nothing.
     assert!(disconnected(&mut ex, "n0", 5).is_empty());
 }
@@ -188,15 +182,9 @@ fn a_registration_writes_the_node_then_says_whether_its_agent_restarted_and_an_a
     );
     assert_eq!(registered(3, "n3", "a", false)[1], Effect::node_event("node_reconnect", "n3", "a"));
     let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let mut ex = NodeExtra {
-        state: NodeState::Cleaning,
-        address: String::new(),
-        real_cpus: String::new(),
-        instance: "i1".into(),
-        conn: Some((5, tx)),
-        last_heard: std::time::Instant::now(),
-        admin_down: None,
-    };
+    let now = std::time::Instant::now();
+    let mut ex = NodeExtra::new(NodeState::Cleaning, String::new(), String::new(), "i1".into(), now);
+    ex.connect(5, tx, now);
     assert_eq!(
         held_down(&mut ex, 3, "n3", "disk swap"),
         vec![Effect::UpsertNode { node: 3 }, Effect::node_event("node_held_down", "n3", "admin: disk swap")]

@@ -6,15 +6,7 @@ use crate::testkit::{ann, running_job};
 use std::time::Instant;
 
 fn node(state: NodeState) -> NodeExtra {
-    NodeExtra {
-        state,
-        address: String::new(),
-        real_cpus: String::new(),
-        instance: String::new(),
-        conn: None,
-        last_heard: Instant::now(),
-        admin_down: None,
-    }
+    NodeExtra::new(state, String::new(), String::new(), String::new(), Instant::now())
 }
 
 #[test]

@@ -112,7 +112,7 @@ impl Controller {
             advance,
             suspended: vec![],
             victims: vec![],
-            connected: self.extra.iter().map(|e| e.conn.is_some()).collect(),
+            connected: self.extra.iter().map(|e| e.connected()).collect(),
             tails: vec![],
         };
         // One walk over the jobs (a pass costs a walk per look at every job): the running and

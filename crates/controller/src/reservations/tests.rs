@@ -224,7 +224,7 @@ fn explicit_resource_list_is_honoured_exactly_or_refused() {
     let e = failed(ask(&mut h, ReservationRequest::Reserve { body: listed(&[("n1", None)], "1M") }, &ann()));
     assert_eq!(e.code, Code::TryAgain);
     // A node down is busy.
-    h.ctl.extra[0].conn = None;
+    h.ctl.extra[0].disconnect();
     let e = failed(ask(&mut h, ReservationRequest::Reserve { body: listed(&[("n0", Some("5"))], "1M") }, &ann()));
     assert_eq!(e.code, Code::TryAgain);
     assert!(e.message.contains("not connected"), "{e:?}");

@@ -7,15 +7,13 @@ use berth_core::node::NodeState;
 use berth_core::step::{RankPlace, StepNodePlan, StepRequest};
 
 fn extra(i: usize) -> NodeExtra {
-    NodeExtra {
-        state: NodeState::Up,
-        address: format!("10.0.0.{i}:7200"),
-        real_cpus: "0-7".into(),
-        instance: format!("inst{i}"),
-        conn: None,
-        last_heard: std::time::Instant::now(),
-        admin_down: None,
-    }
+    NodeExtra::new(
+        NodeState::Up,
+        format!("10.0.0.{i}:7200"),
+        "0-7".into(),
+        format!("inst{i}"),
+        std::time::Instant::now(),
+    )
 }
 
 fn create(overcommit: bool) -> StepCreate {

@@ -118,7 +118,7 @@ fn cancel_and_node_loss_kill_every_node() {
     // Node 1 stops answering: the job fails (it asked not to be requeued) and node 0 is told
     // to kill its part.
     let long_ago = std::time::Instant::now().checked_sub(std::time::Duration::from_secs(3600)).unwrap();
-    h.ctl.extra[1].last_heard = long_ago;
+    h.ctl.extra[1].heard(long_ago);
     h.ctl.check_heartbeats(h.now).unwrap();
     assert_eq!(h.ctl.store.get_job(id).unwrap().unwrap().state, JobState::NodeFail);
     let sent = h.sent();

@@ -356,8 +356,8 @@ fn a_failed_resume_suspends_the_job_again() {
 fn a_reconnected_agent_is_told_again_and_a_disconnected_one_blocks_suspension() {
     let mut h = Harness::new(1);
     let a = h.batch(job(2, 64), &ann());
-    let tx = h.ctl.extra[0].conn.as_ref().map(|c| c.1.clone()).unwrap();
-    h.ctl.extra[0].conn = None;
+    let tx = h.ctl.extra[0].agent().cloned().unwrap();
+    h.ctl.extra[0].disconnect();
     let r = suspend(&mut h, a);
     assert_eq!(
         r.error.map(|e| e.code),
@@ -365,7 +365,8 @@ fn a_reconnected_agent_is_told_again_and_a_disconnected_one_blocks_suspension() 
         "a job is not suspended where it cannot be frozen"
     );
     assert_eq!(h.ctl.jobs[&a].state, JobState::Running);
-    h.ctl.extra[0].conn = Some((1, tx.clone()));
+    let heard = h.ctl.extra[0].last_heard();
+    h.ctl.extra[0].connect(1, tx.clone(), heard);
     assert!(suspend(&mut h, a).ok);
     h.sent();
     // The same agent process registers again (the connection dropped): the suspend may have
