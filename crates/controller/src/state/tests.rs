@@ -187,3 +187,54 @@ fn outputs_follow_the_dialect_and_one_pattern_stays_one_file() {
     assert_eq!(submit("#!/bin/sh\n#SBATCH -e e.txt\ntrue\n"), pair("/tmp/slurm-ID.out", "/tmp/e.txt"));
     assert_eq!(submit("#!/bin/sh\n#PBS -j oe\n#PBS -o /o/x.log\ntrue\n"), pair("/o/x.log", "/o/x.log"));
 }
+
+/// `NodeExtra`'s rules on plain values (no store, no controller).
+mod node_extra {
+    use crate::state::NodeExtra;
+    use berth_core::node::NodeState;
+    use std::time::{Duration, Instant};
+
+    fn node(state: NodeState, at: Instant) -> NodeExtra {
+        NodeExtra::new(state, "10.0.0.1:7200".into(), "0-7".into(), "i1".into(), at)
+    }
+
+    #[test]
+    fn a_node_takes_work_only_up_with_its_agent_connected() {
+        let at = Instant::now();
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut up = node(NodeState::Up, at);
+        assert!(!up.connected() && !up.usable() && up.agent().is_none());
+        up.connect(3, tx.clone(), at);
+        assert!(up.connected() && up.usable() && up.agent().is_some());
+        let mut cleaning = node(NodeState::Cleaning, at);
+        cleaning.connect(4, tx, at);
+        assert!(cleaning.connected() && !cleaning.usable());
+        up.disconnect();
+        assert!(!up.connected() && !up.usable() && up.connection_id().is_none());
+    }
+
+    #[test]
+    fn only_the_live_connection_is_the_agent_s_and_connecting_is_hearing_from_it() {
+        let at = Instant::now();
+        let later = at + Duration::from_secs(5);
+        let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+        let mut ex = node(NodeState::Up, at);
+        assert!(!ex.is_connection(1));
+        ex.connect(1, tx.clone(), later);
+        assert_eq!((ex.connection_id(), ex.last_heard()), (Some(1), later));
+        ex.connect(2, tx, at);
+        assert!(ex.is_connection(2) && !ex.is_connection(1), "replaced");
+        ex.heard(later);
+        assert_eq!(ex.last_heard(), later);
+    }
+
+    #[test]
+    fn an_admin_s_reason_stays_until_the_node_is_let_up() {
+        let mut ex = node(NodeState::Up, Instant::now());
+        assert_eq!(ex.admin_down(), None);
+        ex.set_admin_down(Some("bad disk".into()));
+        assert_eq!(ex.admin_down(), Some("bad disk"));
+        ex.set_admin_down(None);
+        assert_eq!(ex.admin_down(), None);
+    }
+}
