@@ -399,9 +399,7 @@ impl Controller {
         if !licenses.is_empty() {
             asked.push_str(&format!(" and licenses {}", berth_core::gres::render(licenses)));
         }
-        let registered = |n: &berth_core::node::NodeCapacity| {
-            self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
-        };
+        let registered = |n: &berth_core::node::NodeCapacity| self.ever_registered(n.id.0 as usize);
         feasible(self.cluster.nodes(), &self.cluster.policy, &request, registered).map_err(|why| {
             api(ErrorCode::Infeasible, format!("this reservation can never be placed here: {why}; ask for less"))
         })?;

@@ -400,9 +400,7 @@ impl Controller {
         self.check_gres_and_licenses(&request)?;
         if !self.cluster.nodes().is_empty() {
             // Judge against every node that ever registered, as if up: a down node may return.
-            let registered = |n: &berth_core::node::NodeCapacity| {
-                self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
-            };
+            let registered = |n: &berth_core::node::NodeCapacity| self.ever_registered(n.id.0 as usize);
             feasible(self.cluster.nodes(), &self.cluster.policy, &request, registered).map_err(|why| {
                 ApiError::new(
                     ErrorCode::Infeasible,
@@ -923,7 +921,7 @@ impl Controller {
                 Some(s) => s.min(ours),
                 None => ours,
             };
-            if ex.state == NodeState::Down || ex.instance.is_empty() || silent < timeout {
+            if ex.state == NodeState::Down || !ex.ever_registered() || silent < timeout {
                 continue;
             }
             self.extra[i].disconnect();

@@ -414,9 +414,7 @@ impl Controller {
                 Err(try_again(reason))
             }
             Placement::Never(why) => {
-                let registered = |n: &berth_core::node::NodeCapacity| {
-                    self.extra.get(n.id.0 as usize).is_some_and(|e| !e.instance.is_empty())
-                };
+                let registered = |n: &berth_core::node::NodeCapacity| self.ever_registered(n.id.0 as usize);
                 match feasible(self.cluster.nodes(), &self.cluster.policy, request, registered) {
                     Ok(()) => Err(try_again(format!("it needs nodes that are not up now: {why}"))),
                     Err(never) => Err(ReservationError::with_reason(

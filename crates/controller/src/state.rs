@@ -53,6 +53,11 @@ impl NodeExtra {
         NodeExtra { state, address, real_cpus, instance, conn: None, last_heard: heard, admin_down: None }
     }
 
+    /// Whether the node's agent ever registered (its instance known, kept across restarts).
+    pub fn ever_registered(&self) -> bool {
+        !self.instance.is_empty()
+    }
+
     /// Whether the node's agent is connected.
     pub fn connected(&self) -> bool {
         self.conn.is_some()
@@ -397,6 +402,12 @@ impl Controller {
 
     pub fn reply(&mut self, tx: oneshot::Sender<ClientResponse>, r: ClientResponse) {
         self.out.replies.push((tx, r));
+    }
+
+    /// Whether node `id`'s agent ever registered (a node that did is judged as if up when a
+    /// request is checked for whether it can ever be placed: a down node may return).
+    pub fn ever_registered(&self, id: usize) -> bool {
+        self.extra.get(id).is_some_and(NodeExtra::ever_registered)
     }
 
     /// Queue a message to node `id`'s agent, if it is connected.

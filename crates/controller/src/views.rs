@@ -196,7 +196,7 @@ impl Controller {
                 vec![]
             },
             jobs,
-            last_heard_seconds_ago: if ex.instance.is_empty() {
+            last_heard_seconds_ago: if !ex.ever_registered() {
                 None
             } else {
                 Some(self.clock.instant().saturating_duration_since(ex.last_heard()).as_secs_f64())

@@ -214,6 +214,14 @@ mod node_extra {
     }
 
     #[test]
+    fn a_node_whose_agent_never_registered_has_no_instance() {
+        let at = Instant::now();
+        assert!(node(NodeState::Down, at).ever_registered());
+        let never = NodeExtra::new(NodeState::Down, String::new(), String::new(), String::new(), at);
+        assert!(!never.ever_registered());
+    }
+
+    #[test]
     fn only_the_live_connection_is_the_agent_s_and_connecting_is_hearing_from_it() {
         let at = Instant::now();
         let later = at + Duration::from_secs(5);
