@@ -67,11 +67,7 @@ impl Controller {
             nodes: job.allocation.iter().map(|a| (a.node.clone(), a.cores)).collect(),
             walltime_seconds: job.walltime,
             head: k == 0 && !job.is_interactive(),
-            addresses: job
-                .allocation
-                .iter()
-                .map(|a| self.extra.get(a.node_id.0 as usize).map(|e| e.address.clone()).unwrap_or_default())
-                .collect(),
+            addresses: job.allocation.iter().map(|a| self.agent_address(a.node_id.0 as usize)).collect(),
             kill_grace_ms: self.kill_grace_ms(),
             binding_mode: job.options.binding.as_ref().map(|_| job.options.binding_mode.unwrap_or_default()),
             rankfile: job.options.binding.as_ref().map(|_| berth_core::placement::ranks::rankfile(&job.allocation)),

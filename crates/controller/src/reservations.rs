@@ -210,7 +210,7 @@ impl Controller {
             .iter()
             .map(|a| ReservedNode {
                 node: a.node.clone(),
-                address: self.extra.get(a.node_id.0 as usize).map(|e| e.address.clone()).unwrap_or_default(),
+                address: self.agent_address(a.node_id.0 as usize),
                 cpus: a.cpus.to_list(),
                 cores: a.cores,
                 mems: a.mems.to_list(),

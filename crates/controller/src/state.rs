@@ -410,6 +410,11 @@ impl Controller {
         self.extra.get(id).is_some_and(NodeExtra::ever_registered)
     }
 
+    /// The address node `id`'s agent listens on (empty when the node is unknown).
+    pub fn agent_address(&self, id: usize) -> String {
+        self.extra.get(id).map(|e| e.address.clone()).unwrap_or_default()
+    }
+
     /// Queue a message to node `id`'s agent, if it is connected.
     pub fn send_to_node(&mut self, id: usize, msg: ControllerMessage) -> bool {
         match self.extra.get(id).and_then(NodeExtra::agent) {
