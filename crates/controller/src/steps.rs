@@ -471,6 +471,9 @@ impl Controller {
         self.queue(effects);
         self.cluster.claim(&job.allocation);
         self.jobs.insert(id, job);
+        // Sent directly (the launch's step is added to its order after this): nothing queued
+        // before it in this command is a `Send` (the effects above are writes), so no order
+        // decided earlier can be overtaken.
         self.launch_all(id);
         Ok(id)
     }

@@ -380,6 +380,9 @@ impl Controller {
             }
             tracing::info!(job = %id, "the walltime it was lowered to has passed: killing it");
             self.queue([Effect::job_event("walltime", id, None, "lowered walltime reached: kill sent")]);
+            // Sent directly: the tick's earlier checks carried out their own effects
+            // (heartbeats, interactive ends), and the event above is a write, so no `Send`
+            // decided before is overtaken.
             self.kill_on_nodes(id, &alloc, "walltime", None);
         }
         // The events are queued with the tick's effects: nothing after this reads them back.
